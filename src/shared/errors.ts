@@ -1,0 +1,110 @@
+/**
+ * The one error catalog. Every error a client can see is one of these classes: a stable
+ * machine code, an HTTP status and a human-readable detail that never carries a secret.
+ * The error middleware (src/middleware/errors.ts) is the only place that turns them into bodies.
+ */
+export class AppError extends Error {
+  readonly code: string;
+  readonly statusCode: number;
+  /** Extra response headers, e.g. Retry-After. */
+  readonly headers: Record<string, string>;
+
+  constructor(code: string, statusCode: number, detail: string, headers: Record<string, string> = {}) {
+    super(detail);
+    this.name = new.target.name;
+    this.code = code;
+    this.statusCode = statusCode;
+    this.headers = headers;
+  }
+
+  get detail(): string {
+    return this.message;
+  }
+}
+
+export class BadRequestError extends AppError {
+  constructor(detail = 'bad request') {
+    super('bad_request', 400, detail);
+  }
+}
+
+export class InvalidJsonError extends AppError {
+  constructor(detail = 'request body is not valid JSON') {
+    super('invalid_json', 400, detail);
+  }
+}
+
+export class UnauthorizedError extends AppError {
+  /** reason is a metrics/audit label (missing, invalid, scheme, not_configured); never shown to the caller verbatim beyond detail. */
+  readonly reason: string;
+  constructor(detail: string, reason = 'invalid', headers: Record<string, string> = {}) {
+    super('unauthorized', 401, detail, headers);
+    this.reason = reason;
+  }
+}
+
+export class ForbiddenError extends AppError {
+  readonly reason: string;
+  constructor(detail: string, reason = 'forbidden') {
+    super('forbidden', 403, detail);
+    this.reason = reason;
+  }
+}
+
+export class NotFoundError extends AppError {
+  constructor(detail = 'not found') {
+    super('not_found', 404, detail);
+  }
+}
+
+export class MethodNotAllowedError extends AppError {
+  constructor(allowed: string[]) {
+    super('method_not_allowed', 405, `method not allowed; allowed: ${allowed.join(', ')}`, { Allow: allowed.join(', ') });
+  }
+}
+
+export class PayloadTooLargeError extends AppError {
+  constructor(detail = 'request body is too large') {
+    super('payload_too_large', 413, detail);
+  }
+}
+
+export class UnsupportedMediaTypeError extends AppError {
+  constructor(detail = 'request body must be application/json') {
+    super('unsupported_media_type', 415, detail);
+  }
+}
+
+export class UnprocessableError extends AppError {
+  constructor(detail: string) {
+    super('unprocessable', 422, detail);
+  }
+}
+
+export class TooManyRequestsError extends AppError {
+  constructor(retryAfterSeconds: number) {
+    super('rate_limited', 429, 'too many requests; slow down', { 'Retry-After': String(retryAfterSeconds) });
+  }
+}
+
+export class ServiceUnavailableError extends AppError {
+  constructor(detail = 'service temporarily unavailable; retry later', retryAfterSeconds = 5) {
+    super('unavailable', 503, detail, { 'Retry-After': String(retryAfterSeconds) });
+  }
+}
+
+export class InternalError extends AppError {
+  constructor() {
+    super('internal', 500, 'internal error');
+  }
+}
+
+/** Raised at start-up for a bad environment; names the variable, never its value. */
+export class ConfigError extends Error {
+  readonly variable: string;
+  constructor(variable: string, problem: string) {
+    super(`${variable}: ${problem}`);
+    this.name = 'ConfigError';
+    this.variable = variable;
+  }
+}

@@ -1,0 +1,81 @@
+import { readFileSync } from 'node:fs';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+import { ConfigError } from './errors.js';
+import { dnsLabel, dnsSubdomain } from './jobs.js';
+
+/**
+ * The inventory (OPS_INVENTORY_FILE, YAML or JSON) is the allow-list of what opsgate may touch:
+ * - hosts: host name -> Kubernetes namespace + the Deployments ("services") that may be restarted;
+ * - projects: source-control project -> how its deploy Job is built (image, command, the
+ *   restricted ServiceAccount it runs as). Job arguments are never taken from a request: the
+ *   project and ref reach the Job only as environment variables.
+ */
+const hostSchema = z.object({
+  namespace: dnsLabel,
+  deployments: z.array(dnsSubdomain).min(1),
+});
+
+const projectSchema = z.object({
+  namespace: dnsLabel,
+  serviceAccountName: dnsSubdomain,
+  image: z.string().min(1),
+  command: z.array(z.string()).optional(),
+  args: z.array(z.string()).optional(),
+  /** Refs allowed to deploy; default only refs/heads/main. */
+  refs: z.array(z.string().min(1)).default(['refs/heads/main']),
+  env: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/), z.string()).default({}),
+  activeDeadlineSeconds: z.number().int().positive().max(900).default(900),
+  backoffLimit: z.number().int().min(0).max(6).default(0),
+  ttlSecondsAfterFinished: z.number().int().min(0).default(86400),
+});
+
+export const inventorySchema = z.object({
+  hosts: z.record(z.string().min(1).max(253), hostSchema).default({}),
+  projects: z.record(z.string().min(1).max(255), projectSchema).default({}),
+});
+
+export type Inventory = z.infer<typeof inventorySchema>;
+export type HostEntry = z.infer<typeof hostSchema>;
+export type ProjectEntry = z.infer<typeof projectSchema>;
+
+export const emptyInventory: Inventory = { hosts: {}, projects: {} };
+
+export function parseInventory(text: string, source = 'OPS_INVENTORY_FILE'): Inventory {
+  let raw: unknown;
+  try {
+    raw = parseYaml(text); // YAML is a superset of JSON
+  } catch {
+    throw new ConfigError(source, 'is not valid YAML or JSON');
+  }
+  const result = inventorySchema.safeParse(raw ?? {});
+  if (!result.success) {
+    const issue = result.error.issues[0]!;
+    throw new ConfigError(source, `invalid at ${issue.path.join('.') || '(root)'}: ${issue.message}`);
+  }
+  return result.data;
+}
+
+export function loadInventory(file: string | undefined): Inventory {
+  if (!file) return emptyInventory;
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch {
+    throw new ConfigError('OPS_INVENTORY_FILE', 'cannot be read');
+  }
+  return parseInventory(text);
+}
+
+export function hostNames(inv: Inventory): string[] {
+  return Object.keys(inv.hosts).sort();
+}
+
+/** Own-property lookups only, so names like "__proto__" or "constructor" never hit Object.prototype. */
+export function findHost(inv: Inventory, host: string): HostEntry | undefined {
+  return Object.hasOwn(inv.hosts, host) ? inv.hosts[host] : undefined;
+}
+
+export function findProject(inv: Inventory, project: string): ProjectEntry | undefined {
+  return Object.hasOwn(inv.projects, project) ? inv.projects[project] : undefined;
+}
