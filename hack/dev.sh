@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# `make dev`: a local redis-server, the API and the worker, with demo credentials generated
+# for this run only (nothing is stored; no default secret exists in the code).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEV_DIR=.dev
+PORT=${PORT:-8080}
+REDIS_PORT=${REDIS_PORT:-6390}
+mkdir -p "$DEV_DIR"
+
+rand() { node -e 'process.stdout.write(require("crypto").randomBytes(18).toString("base64url"))'; }
+OPERATOR_KEY="op_$(rand)"
+READONLY_KEY="ro_$(rand)"
+BEARER="bt_$(rand)"
+SCM_SECRET="scm_$(rand)"
+
+pids=()
+cleanup() {
+  trap - EXIT INT TERM
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT INT TERM
+
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$DEV_DIR" --appendonly yes \
+  --save '' --daemonize no --logfile "$DEV_DIR/redis.log" &
+pids+=($!)
+for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+export REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
+export OPS_API_KEY_ROLES="$OPERATOR_KEY:operator,$READONLY_KEY:readonly"
+export OPS_BEARER_TOKEN="$BEARER"
+export SCM_WEBHOOK_SECRET="$SCM_SECRET"
+export OPS_INVENTORY_FILE="$PWD/hack/dev-inventory.yaml"
+export PORT
+export JOB_ATTEMPTS=${JOB_ATTEMPTS:-2} JOB_BACKOFF_MS=${JOB_BACKOFF_MS:-1000}
+
+METRICS_PORT=9464 node dist/src/server.js > >(tee "$DEV_DIR/api.log") 2>&1 &
+pids+=($!)
+METRICS_PORT=9465 node dist/worker/index.js > >(tee "$DEV_DIR/worker.log") 2>&1 &
+pids+=($!)
+
+for _ in $(seq 100); do curl -fs "http://127.0.0.1:$PORT/ready" >/dev/null 2>&1 && break; sleep 0.1; done
+
+cat <<MSG
+
+──────────────────────────────────────────────────────────────────────────────
+ opsgate dev is up: API http://127.0.0.1:$PORT   metrics :9464 (api) :9465 (worker)
+ Demo credentials (this run only):
+   operator API key : $OPERATOR_KEY
+   readonly API key : $READONLY_KEY
+   bearer token     : $BEARER
+   SCM webhook token: $SCM_SECRET
+
+ Try:
+   curl -s -H 'X-API-Key: $READONLY_KEY' http://127.0.0.1:$PORT/ops/hosts
+   curl -s -X POST -H 'X-Scm-Token: $SCM_SECRET' -H 'X-Scm-Event: Push Hook' \\
+        -H 'Content-Type: application/json' http://127.0.0.1:$PORT/webhook/scm \\
+        -d '{"ref":"refs/heads/main","checkout_sha":"abc123","project":{"path_with_namespace":"acme/storefront"}}'
+   curl -s -X POST -H 'Authorization: Bearer $BEARER' \\
+        'http://127.0.0.1:$PORT/ops/restart?host=web-01&service=storefront'
+   Bull Board: http://127.0.0.1:$PORT/admin/queues  (any user name, operator key as password)
+ Without a Kubernetes cluster the restart/deploy jobs are dead-lettered with a clear
+ reason (see GET /ops/jobs/<job_id> or Bull Board). Ctrl-C stops everything.
+──────────────────────────────────────────────────────────────────────────────
+MSG
+wait -n "${pids[@]}"
