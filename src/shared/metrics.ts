@@ -1,6 +1,51 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
 /**
+ * Queue states exported by opsgate_queue_jobs. "failed" is the dead-letter set (BRIEF: BullMQ
+ * moves a job there only once its attempts are exhausted or it is unrecoverable), also exported
+ * on its own as opsgate_dead_letter_jobs.
+ */
+export const QUEUE_STATES = ['waiting', 'active', 'delayed', 'prioritized', 'paused', 'failed'] as const;
+export type QueueState = (typeof QUEUE_STATES)[number];
+
+/** Where queue depth is read from at scrape time: one entry per queue. */
+export interface QueueCountsSource {
+  queue: string;
+  counts(): Promise<Partial<Record<string, number>>>;
+}
+
+/** Anything with BullMQ's Queue#getJobCounts (kept structural so this file needs no bullmq import). */
+export interface JobCountsReader {
+  readonly name: string;
+  getJobCounts(...types: string[]): Promise<Record<string, number>>;
+}
+
+/** A QueueCountsSource over a BullMQ Queue: one Redis round trip (a pipeline of LLEN/ZCARD). */
+export function queueCountsSource(queue: JobCountsReader): QueueCountsSource {
+  return { queue: queue.name, counts: () => queue.getJobCounts(...QUEUE_STATES) };
+}
+
+/** Upper bound of one scrape's Redis read; past it the depth samples are skipped for that scrape. */
+export const QUEUE_SCRAPE_TIMEOUT_MS = 1500;
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`queue depth read timed out after ${ms} ms`)), ms);
+    t.unref();
+    p.then(
+      (v) => {
+        clearTimeout(t);
+        resolve(v);
+      },
+      (e: unknown) => {
+        clearTimeout(t);
+        reject(e instanceof Error ? e : new Error(String(e)));
+      },
+    );
+  });
+}
+
+/**
  * Every metric opsgate exports, in one place (prefix opsgate_). Each process (api, worker)
  * builds its own registry with createMetrics(); tests build as many as they like.
  * Label values are bounded: route templates (never raw paths), job names from the catalog,
@@ -76,8 +121,96 @@ export function createMetrics(component: Component, version: string, opts: { def
     registers: [registry],
   });
 
+  // --- queue depth, read from Redis at scrape time -------------------------------------------
+  // Decision: when Redis cannot be read within the timeout, the depth samples are left out of that
+  // scrape (no stale value that could hide a growing backlog or keep a dead-letter alert firing
+  // wrongly) and opsgate_queue_scrape_errors_total{queue} is incremented. The read is async I/O
+  // (never blocks the event loop), bounded by a timeout, and shared by the two gauges of a scrape.
+  let depthSources: QueueCountsSource[] = [];
+  let depthTimeoutMs = QUEUE_SCRAPE_TIMEOUT_MS;
+  let inflight: Promise<Map<string, Partial<Record<string, number>>>> | undefined;
+
+
+  // Declared before readDepths uses it; its collect joins the scrape's shared read so a failure is
+  // counted in the same scrape that skipped the samples.
+  // eslint-disable-next-line prefer-const
+  let queueScrapeErrors: Counter<'queue'>;
+  const readDepths = (): Promise<Map<string, Partial<Record<string, number>>>> => {
+    if (inflight) return inflight;
+    inflight = (async () => {
+      const out = new Map<string, Partial<Record<string, number>>>();
+      await Promise.all(
+        depthSources.map(async (src) => {
+          try {
+            out.set(src.queue, await withTimeout(src.counts(), depthTimeoutMs));
+          } catch {
+            queueScrapeErrors.inc({ queue: src.queue });
+          }
+        }),
+      );
+      return out;
+    })().finally(() => {
+      // Both gauges of one scrape share this read; the next scrape reads again.
+      setImmediate(() => (inflight = undefined));
+    });
+    return inflight;
+  };
+
+  queueScrapeErrors = new Counter({
+    name: 'opsgate_queue_scrape_errors_total',
+    help: 'Scrapes whose queue depth could not be read from Redis in time (depth samples skipped), by queue.',
+    labelNames: ['queue'] as const,
+    registers: [registry],
+    async collect() {
+      if (depthSources.length > 0) await readDepths();
+    },
+  });
+
+  const queueJobs = new Gauge({
+    name: 'opsgate_queue_jobs',
+    help: 'Jobs in the queue by state (waiting, active, delayed, prioritized, paused, failed = dead-lettered), read from Redis at scrape time.',
+    labelNames: ['queue', 'state'] as const,
+    registers: [registry],
+    async collect() {
+      this.reset();
+      if (depthSources.length === 0) return;
+      for (const [queue, counts] of await readDepths()) {
+        for (const state of QUEUE_STATES) this.set({ queue, state }, Number(counts[state] ?? 0));
+      }
+    },
+  });
+  const deadLetterJobs = new Gauge({
+    name: 'opsgate_dead_letter_jobs',
+    help: 'Dead-lettered jobs (attempts exhausted or unrecoverable, kept in the failed set), read from Redis at scrape time.',
+    labelNames: ['queue'] as const,
+    registers: [registry],
+    async collect() {
+      this.reset();
+      if (depthSources.length === 0) return;
+      for (const [queue, counts] of await readDepths()) this.set({ queue }, Number(counts.failed ?? 0));
+    },
+  });
+
+  const adminActions = new Counter({
+    name: 'opsgate_admin_actions_total',
+    help: 'State-changing calls under /admin (Bull Board retry, clean, promote, remove...), by method and status code.',
+    labelNames: ['method', 'status'] as const,
+    registers: [registry],
+  });
+
+  /** Export queue depth for these queues (call once the process has its BullMQ Queue). */
+  const setQueueDepthSources = (sources: QueueCountsSource[], opts: { timeoutMs?: number } = {}) => {
+    depthSources = [...sources];
+    if (opts.timeoutMs !== undefined) depthTimeoutMs = opts.timeoutMs;
+  };
+
   return {
     registry,
+    queueJobs,
+    deadLetterJobs,
+    queueScrapeErrors,
+    adminActions,
+    setQueueDepthSources,
     buildInfo,
     httpRequests,
     httpDuration,

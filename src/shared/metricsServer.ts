@@ -1,0 +1,97 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Registry } from 'prom-client';
+import type { Logger } from './logger.js';
+
+/**
+ * The separate metrics listener of each process (api and worker): METRICS_PORT, never the
+ * public port. It serves the Prometheus text format at GET/HEAD /metrics and nothing else
+ * (404 JSON {detail}; other methods on /metrics: 405). Scrapes run the registry's async
+ * collectors (queue depth from Redis, bounded by a timeout), so a slow Redis never blocks it.
+ */
+export interface MetricsServerOptions {
+  registry: Registry;
+  port: number;
+  /** Default 0.0.0.0 so Prometheus can reach the pod; tests pass 127.0.0.1. */
+  host?: string;
+  logger?: Logger;
+}
+
+export interface MetricsServer {
+  readonly server: Server;
+  /** The bound port (useful with port 0). */
+  readonly port: number;
+  close(): Promise<void>;
+}
+
+function sendJson(res: ServerResponse, status: number, body: Record<string, unknown>, headers: Record<string, string> = {}) {
+  const text = JSON.stringify(body);
+  res.writeHead(status, {
+    'Content-Type': 'application/json; charset=utf-8',
+    'Content-Length': Buffer.byteLength(text),
+    'Cache-Control': 'no-store',
+    ...headers,
+  });
+  res.end(text);
+}
+
+export function metricsHandler(registry: Registry, logger?: Logger) {
+  return (req: IncomingMessage, res: ServerResponse): void => {
+    let path: string;
+    try {
+      path = new URL(req.url ?? '/', 'http://metrics.local').pathname;
+    } catch {
+      sendJson(res, 400, { detail: 'bad request' });
+      return;
+    }
+    if (path !== '/metrics') {
+      sendJson(res, 404, { detail: 'not found' });
+      return;
+    }
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      sendJson(res, 405, { detail: 'method not allowed; allowed: GET, HEAD' }, { Allow: 'GET, HEAD' });
+      return;
+    }
+    registry.metrics().then(
+      (text) => {
+        res.writeHead(200, {
+          'Content-Type': registry.contentType,
+          'Content-Length': Buffer.byteLength(text),
+          'Cache-Control': 'no-store',
+        });
+        res.end(req.method === 'HEAD' ? undefined : text);
+      },
+      (err: unknown) => {
+        logger?.error('metrics scrape failed', { err });
+        if (!res.headersSent) sendJson(res, 500, { detail: 'internal error' });
+        else res.destroy();
+      },
+    );
+  };
+}
+
+export async function startMetricsServer(opts: MetricsServerOptions): Promise<MetricsServer> {
+  const server = createServer(metricsHandler(opts.registry, opts.logger));
+  // Scrapes are short; do not let idle keep-alive sockets hold a shutdown.
+  server.keepAliveTimeout = 5000;
+  server.headersTimeout = 10000;
+  server.requestTimeout = 30000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port, opts.host ?? '0.0.0.0', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  opts.logger?.info('metrics listening', { port, path: '/metrics' });
+  return {
+    server,
+    port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeIdleConnections();
+      }),
+  };
+}
