@@ -1,0 +1,62 @@
+import express, { type Express, type RequestHandler } from 'express';
+import type { Redis } from 'ioredis';
+import type { HostStatusProvider } from './domain/hostStatus.js';
+import { requestId } from './middleware/context.js';
+import { errorHandler, notFound } from './middleware/errors.js';
+import { observe } from './middleware/observe.js';
+import { healthRouter } from './routes/health.js';
+import { jobsRouter } from './routes/jobs.js';
+import { opsRouter } from './routes/ops.js';
+import { webhooksRouter } from './routes/webhooks.js';
+import type { ApiConfig } from './shared/config.js';
+import type { Inventory } from './shared/inventory.js';
+import type { Logger } from './shared/logger.js';
+import type { Metrics } from './shared/metrics.js';
+import type { OpsQueue } from './shared/queue.js';
+
+/**
+ * The API as an Express app, with every dependency passed in (nothing listens here; only
+ * src/server.ts does). Order: request id -> metrics/audit -> rate limit -> routes -> 404 -> errors.
+ */
+export interface AppDeps {
+  config: ApiConfig;
+  /** Redis connection with the 'request' profile (dedup keys, cache, readiness). */
+  redis: Redis;
+  queue: OpsQueue;
+  inventory: Inventory;
+  logger: Logger;
+  metrics: Metrics;
+  /** Deployment status for GET /ops/hosts/:host (the real one: createKubeHostStatusProvider). */
+  hostStatus: HostStatusProvider;
+  version?: string;
+  /** Per-client rate limit (src/middleware/rateLimit.ts), applied before every route when given. */
+  rateLimit?: RequestHandler;
+}
+
+export function parseTrustProxy(v: string): boolean | number | string {
+  if (v === 'true') return true;
+  if (v === 'false') return false;
+  if (/^\d+$/.test(v)) return Number(v);
+  return v;
+}
+
+export function createApp(deps: AppDeps): Express {
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('trust proxy', parseTrustProxy(deps.config.TRUST_PROXY));
+  app.set('json spaces', 0);
+
+  app.use(requestId());
+  app.use(observe({ metrics: deps.metrics, logger: deps.logger }));
+  if (deps.rateLimit) app.use(deps.rateLimit);
+
+  app.use(healthRouter({ redis: deps.redis, queue: deps.queue, version: deps.version ?? '0.0.0' }));
+  app.use(opsRouter({ ...deps, queue: deps.queue, hostStatus: deps.hostStatus }));
+  app.use(jobsRouter(deps));
+  app.use(webhooksRouter(deps));
+  // Bull Board (src/routes/admin.ts) mounts here.
+
+  app.use(notFound);
+  app.use(errorHandler(deps.logger));
+  return app;
+}

@@ -1,0 +1,156 @@
+import type { Redis } from 'ioredis';
+import { UnprocessableError } from '../shared/errors.js';
+import { JOB, runDeployPipelineData } from '../shared/jobs.js';
+import type { Logger } from '../shared/logger.js';
+import type { OpsQueue } from '../shared/queue.js';
+import { redisCall, seenKey } from './redisOps.js';
+
+/**
+ * Deploy webhooks (source control "scm" per the spec, and "github" with the same rules):
+ * decide from the payload whether a push deploys, then dedup + enqueue `run_deploy_pipeline`.
+ * Plain values in, plain values out: no HTTP here.
+ */
+export const DEPLOY_REF = 'refs/heads/main';
+export const SEEN_EVENT_TTL_SECONDS = 86400;
+
+export type PushDecision =
+  | { kind: 'ignored'; reason: string }
+  | { kind: 'deploy'; project: string; ref: string; sha: string; eventId: string };
+
+export function scmEventId(project: string, ref: string, sha: string): string {
+  return `scm:${project}:${ref}:${sha}`;
+}
+
+export function githubEventId(project: string, ref: string, sha: string): string {
+  return `github:${project}:${ref}:${sha}`;
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** Quotes a caller-supplied value for a reason text, bounded in length. */
+const quote = (s: string): string => JSON.stringify(s.length > 200 ? s.slice(0, 200) + '…' : s);
+
+function field(obj: Record<string, unknown>, name: string, def: string, label: string): string {
+  const v = obj[name];
+  if (v === undefined || v === null) return def;
+  if (typeof v !== 'string') throw new UnprocessableError(`${label} must be a string`);
+  return v;
+}
+
+function checkProject(project: string, label: string): string {
+  if (project.length > 255) throw new UnprocessableError(`${label} is longer than 255 characters`);
+  return project === '' ? 'unknown' : project;
+}
+
+/**
+ * /webhook/scm rules 3-5 on an already verified and parsed payload:
+ * event header not exactly "Push Hook" -> ignored; ref not refs/heads/main -> ignored naming the
+ * ref; checkout_sha missing/empty -> 422. Then the event_id `scm:<project>:<ref>:<sha>`.
+ */
+export function decideScmPush(eventHeader: string | undefined, payload: unknown): PushDecision {
+  if (eventHeader !== 'Push Hook') {
+    return { kind: 'ignored', reason: `event ${quote(eventHeader ?? '')} is not a push (X-Scm-Event must be "Push Hook")` };
+  }
+  if (!isObject(payload)) throw new UnprocessableError('payload must be a JSON object');
+  const ref = field(payload, 'ref', '', 'ref');
+  if (ref !== DEPLOY_REF) return { kind: 'ignored', reason: `ref ${quote(ref)} is not ${DEPLOY_REF}` };
+  const sha = payload.checkout_sha;
+  if (sha === undefined || sha === null || sha === '') throw new UnprocessableError('checkout_sha is required');
+  if (typeof sha !== 'string') throw new UnprocessableError('checkout_sha must be a string');
+  const projectObj = payload.project;
+  let project = 'unknown';
+  if (isObject(projectObj)) project = field(projectObj, 'path_with_namespace', 'unknown', 'project.path_with_namespace');
+  else if (projectObj !== undefined && projectObj !== null) throw new UnprocessableError('project must be an object');
+  project = checkProject(project, 'project.path_with_namespace');
+  return { kind: 'deploy', project, ref, sha, eventId: scmEventId(project, ref, sha) };
+}
+
+const ZERO_SHA = /^0+$/;
+
+/**
+ * The same rules for GitHub: X-GitHub-Event must be "push", ref refs/heads/main, sha from `after`
+ * (a branch deletion, `deleted: true` or an all-zero `after`, is ignored: there is nothing to
+ * deploy), project from repository.full_name (default "unknown").
+ */
+export function decideGithubPush(eventHeader: string | undefined, payload: unknown): PushDecision {
+  if (eventHeader !== 'push') {
+    return { kind: 'ignored', reason: `event ${quote(eventHeader ?? '')} is not a push (X-GitHub-Event must be "push")` };
+  }
+  if (!isObject(payload)) throw new UnprocessableError('payload must be a JSON object');
+  const ref = field(payload, 'ref', '', 'ref');
+  if (ref !== DEPLOY_REF) return { kind: 'ignored', reason: `ref ${quote(ref)} is not ${DEPLOY_REF}` };
+  const sha = payload.after;
+  if (sha === undefined || sha === null || sha === '') throw new UnprocessableError('after (the pushed commit) is required');
+  if (typeof sha !== 'string') throw new UnprocessableError('after must be a string');
+  if (payload.deleted === true || ZERO_SHA.test(sha)) return { kind: 'ignored', reason: `ref ${quote(ref)} was deleted` };
+  const repo = payload.repository;
+  let project = 'unknown';
+  if (isObject(repo)) project = field(repo, 'full_name', 'unknown', 'repository.full_name');
+  else if (repo !== undefined && repo !== null) throw new UnprocessableError('repository must be an object');
+  project = checkProject(project, 'repository.full_name');
+  return { kind: 'deploy', project, ref, sha, eventId: githubEventId(project, ref, sha) };
+}
+
+export interface DeployDeps {
+  redis: Redis;
+  queue: Pick<OpsQueue, 'enqueue'>;
+  logger: Logger;
+}
+
+export interface DeployRequest {
+  project: string;
+  ref: string;
+  eventId: string;
+  auditId: string;
+  requestedBy: string;
+}
+
+export interface DeployOutcome {
+  accepted: boolean;
+  duplicate: boolean;
+  jobId?: string;
+}
+
+/**
+ * Rules 6-9: record the event as seen (SET NX EX 86400); when recorded, enqueue one
+ * run_deploy_pipeline job; when already recorded, nothing. If enqueueing fails, the seen record
+ * is removed so the sender's retry is delivered again, and the failure propagates (503).
+ */
+export async function submitDeploy(deps: DeployDeps, req: DeployRequest): Promise<DeployOutcome> {
+  const data = {
+    project: req.project,
+    ref: req.ref,
+    event_id: req.eventId,
+    audit_id: req.auditId,
+    requested_by: req.requestedBy,
+  };
+  // Validate before recording anything, so a payload we would refuse never marks the event seen.
+  const parsed = runDeployPipelineData.safeParse(data);
+  if (!parsed.success) throw new UnprocessableError(`invalid ${parsed.error.issues[0]!.path.join('.')}`);
+
+  const key = seenKey(req.eventId);
+  const recorded = await redisCall((r) => r.set(key, req.auditId, 'EX', SEEN_EVENT_TTL_SECONDS, 'NX'), deps.redis);
+  if (recorded !== 'OK') return { accepted: false, duplicate: true };
+  try {
+    const jobId = await deps.queue.enqueue(JOB.runDeployPipeline, parsed.data);
+    return { accepted: true, duplicate: false, jobId };
+  } catch (err) {
+    await forget(deps, key, req.eventId);
+    throw err;
+  }
+}
+
+/** Removes a seen record after a failed enqueue; a few quick tries, and a loud log if it stays. */
+export async function forget(deps: { redis: Redis; logger: Logger }, key: string, id: string): Promise<void> {
+  for (let attempt = 1; attempt <= 3; attempt++) {
+    try {
+      await deps.redis.del(key);
+      return;
+    } catch {
+      await new Promise((r) => setTimeout(r, 50 * attempt));
+    }
+  }
+  deps.logger.error('could not remove the seen record after a failed enqueue; a retry will be treated as duplicate until it expires', {
+    event_id: id,
+  });
+}

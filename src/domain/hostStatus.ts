@@ -1,0 +1,88 @@
+import type { Redis } from 'ioredis';
+import { NotFoundError, ServiceUnavailableError } from '../shared/errors.js';
+import { findHost, type Inventory } from '../shared/inventory.js';
+import type { Logger } from '../shared/logger.js';
+import { KEY_PREFIX, redisCall } from './redisOps.js';
+
+/**
+ * GET /ops/hosts/{host}: the status of the host's Deployments, from a HostStatusProvider (the
+ * real one reads the Kubernetes API, see kubeHostStatus.ts), cached in Redis for 30 s.
+ * DELETE /ops/cache removes every cache key.
+ *
+ * When Redis is down the cache is skipped (status is read live): the cache is an optimisation,
+ * not a dependency. A provider that cannot reach a cluster throws ClusterUnavailableError (503).
+ */
+export interface DeploymentStatus {
+  name: string;
+  /** false when the Deployment does not exist in the namespace. */
+  found: boolean;
+  replicas: number | null;
+  ready: number;
+  updated: number;
+  available: number;
+  /** kubectl.kubernetes.io/restartedAt of the pod template (last `rollout restart`), if any. */
+  restarted_at: string | null;
+}
+
+export interface HostStatusProvider {
+  deployments(namespace: string, names: readonly string[]): Promise<DeploymentStatus[]>;
+}
+
+export interface HostStatus {
+  host: string;
+  namespace: string;
+  deployments: DeploymentStatus[];
+  checked_at: string;
+  cached: boolean;
+}
+
+export class ClusterUnavailableError extends ServiceUnavailableError {
+  constructor(detail = 'Kubernetes API unavailable; retry later') {
+    super(detail, 10);
+  }
+}
+
+export const CACHE_PREFIX = `${KEY_PREFIX}cache:`;
+export const HOST_STATUS_TTL_SECONDS = 30;
+export const hostStatusKey = (host: string): string => `${CACHE_PREFIX}host-status:${host}`;
+
+export interface HostStatusDeps {
+  redis: Redis;
+  inventory: Inventory;
+  provider: HostStatusProvider;
+  logger: Logger;
+}
+
+export async function getHostStatus(deps: HostStatusDeps, host: string): Promise<HostStatus> {
+  const entry = findHost(deps.inventory, host);
+  if (!entry) throw new NotFoundError('unknown host');
+  const key = hostStatusKey(host);
+  try {
+    const hit = await deps.redis.get(key);
+    if (hit) return { ...(JSON.parse(hit) as Omit<HostStatus, 'cached'>), cached: true };
+  } catch (err) {
+    deps.logger.warn('host status cache unavailable; reading live', { err });
+  }
+  const deployments = await deps.provider.deployments(entry.namespace, entry.deployments);
+  const fresh = { host, namespace: entry.namespace, deployments, checked_at: new Date().toISOString() };
+  try {
+    await deps.redis.set(key, JSON.stringify(fresh), 'EX', HOST_STATUS_TTL_SECONDS);
+  } catch (err) {
+    deps.logger.warn('host status cache unavailable; not cached', { err });
+  }
+  return { ...fresh, cached: false };
+}
+
+/** DELETE /ops/cache: removes every opsgate cache key (SCAN + UNLINK, never KEYS). Returns how many. */
+export async function clearCache(redis: Redis): Promise<number> {
+  return redisCall(async (r) => {
+    let cursor = '0';
+    let removed = 0;
+    do {
+      const [next, keys] = await r.scan(cursor, 'MATCH', `${CACHE_PREFIX}*`, 'COUNT', 500);
+      cursor = next;
+      if (keys.length) removed += await r.unlink(...keys);
+    } while (cursor !== '0');
+    return removed;
+  }, redis);
+}

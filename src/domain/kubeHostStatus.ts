@@ -1,0 +1,87 @@
+import { existsSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { AppsV1Api, KubeConfig, type V1Deployment } from '@kubernetes/client-node';
+import { ClusterUnavailableError, type DeploymentStatus, type HostStatusProvider } from './hostStatus.js';
+
+/**
+ * The real HostStatusProvider: AppsV1Api.readNamespacedDeployment for each Deployment.
+ * A missing Deployment is reported (found: false); an unreachable or refusing API server is a 503.
+ */
+const RESTARTED_AT = 'kubectl.kubernetes.io/restartedAt';
+
+/**
+ * Kubernetes credentials, explicitly: KUBECONFIG or ~/.kube/config, else in-cluster service
+ * account, else none. (client-node's loadFromDefault would silently fall back to
+ * http://localhost:8080, which is our own port in development.)
+ */
+export function loadKubeConfig(env: Record<string, string | undefined> = process.env): KubeConfig | undefined {
+  const kc = new KubeConfig();
+  try {
+    const file = env.KUBECONFIG || join(homedir(), '.kube', 'config');
+    if (env.KUBECONFIG || existsSync(file)) {
+      kc.loadFromDefault();
+      return kc.getCurrentCluster() ? kc : undefined;
+    }
+    if (env.KUBERNETES_SERVICE_HOST) {
+      kc.loadFromCluster();
+      return kc;
+    }
+  } catch {
+    return undefined;
+  }
+  return undefined;
+}
+
+function statusOf(name: string, d: V1Deployment): DeploymentStatus {
+  return {
+    name,
+    found: true,
+    replicas: d.spec?.replicas ?? null,
+    ready: d.status?.readyReplicas ?? 0,
+    updated: d.status?.updatedReplicas ?? 0,
+    available: d.status?.availableReplicas ?? 0,
+    restarted_at: d.spec?.template?.metadata?.annotations?.[RESTARTED_AT] ?? null,
+  };
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    p,
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error('timeout')), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
+export function createKubeHostStatusProvider(kc: KubeConfig | undefined, opts: { timeoutMs?: number } = {}): HostStatusProvider {
+  const timeoutMs = opts.timeoutMs ?? 5000;
+  if (!kc) {
+    return {
+      deployments: async () => {
+        throw new ClusterUnavailableError('no Kubernetes cluster configured (no kubeconfig or in-cluster service account)');
+      },
+    };
+  }
+  const api = kc.makeApiClient(AppsV1Api);
+  return {
+    async deployments(namespace, names) {
+      return Promise.all(
+        names.map(async (name) => {
+          try {
+            const d = await withTimeout(api.readNamespacedDeployment({ name, namespace }), timeoutMs);
+            return statusOf(name, d);
+          } catch (err) {
+            const code = (err as { code?: unknown }).code;
+            if (code === 404) {
+              return { name, found: false, replicas: null, ready: 0, updated: 0, available: 0, restarted_at: null };
+            }
+            if (typeof code === 'number') throw new ClusterUnavailableError(`Kubernetes API answered ${code}; retry later`);
+            throw new ClusterUnavailableError();
+          }
+        }),
+      );
+    },
+  };
+}

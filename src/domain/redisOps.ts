@@ -1,0 +1,15 @@
+import type { Redis } from 'ioredis';
+import { ServiceUnavailableError } from '../shared/errors.js';
+
+/** Runs one Redis operation; any Redis failure (down, timeout) becomes 503 + Retry-After. */
+export async function redisCall<T>(op: (r: Redis) => Promise<T>, redis: Redis): Promise<T> {
+  try {
+    return await op(redis);
+  } catch {
+    throw new ServiceUnavailableError('redis unavailable; retry later', 5);
+  }
+}
+
+/** Key prefix of everything opsgate itself keeps in Redis (BullMQ uses its own "bull:" prefix). */
+export const KEY_PREFIX = 'opsgate:';
+export const seenKey = (id: string): string => `${KEY_PREFIX}seen:${id}`;

@@ -1,0 +1,111 @@
+import type { ErrorRequestHandler, RequestHandler } from 'express';
+import {
+  AppError,
+  BadRequestError,
+  InternalError,
+  MethodNotAllowedError,
+  NotFoundError,
+  PayloadTooLargeError,
+  ServiceUnavailableError,
+  UnsupportedMediaTypeError,
+} from '../shared/errors.js';
+import type { Logger } from '../shared/logger.js';
+
+/**
+ * The one error middleware: every error becomes `{detail}` JSON with the AppError's status and
+ * headers. Express's HTML error pages never appear; stack traces and secrets never leave the
+ * process (unexpected errors are logged by message and type only, the client sees "internal error").
+ */
+
+/** Errors from ioredis when Redis is unreachable or slow: the caller should retry. */
+export function isRedisUnavailable(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  const name = err.name;
+  const msg = err.message;
+  return (
+    name === 'MaxRetriesPerRequestError' ||
+    /Stream isn't writeable|Connection is closed|Command timed out|ECONNREFUSED|ECONNRESET|ETIMEDOUT|Reached the max retries/.test(msg)
+  );
+}
+
+/** Maps errors thrown by body-parser / the router (http-errors with `type`/`status`) to the catalog. */
+function toAppError(err: unknown): AppError | undefined {
+  if (err instanceof AppError) return err;
+  if (isRedisUnavailable(err)) return new ServiceUnavailableError('redis unavailable; retry later');
+  if (typeof err === 'object' && err !== null) {
+    const e = err as { type?: unknown; status?: unknown; statusCode?: unknown };
+    const status = typeof e.status === 'number' ? e.status : typeof e.statusCode === 'number' ? e.statusCode : undefined;
+    switch (e.type) {
+      case 'entity.too.large':
+        return new PayloadTooLargeError();
+      case 'entity.parse.failed':
+        return new BadRequestError('request body is not valid JSON');
+      case 'encoding.unsupported':
+      case 'charset.unsupported':
+        return new UnsupportedMediaTypeError('unsupported content encoding or charset');
+      case 'request.aborted':
+        return new BadRequestError('request aborted');
+      case 'request.size.invalid':
+        return new BadRequestError('request size did not match content length');
+      default:
+        break;
+    }
+    // Router errors such as a malformed percent-encoding in the path (status 400).
+    if (status !== undefined && status >= 400 && status < 500) {
+      if (status === 413) return new PayloadTooLargeError();
+      if (status === 404) return new NotFoundError();
+      return new BadRequestError('bad request');
+    }
+  }
+  return undefined;
+}
+
+export function errorHandler(logger: Logger): ErrorRequestHandler {
+  // Express recognises error middleware by its four parameters.
+  // eslint-disable-next-line @typescript-eslint/no-unused-vars
+  return (err, req, res, _next) => {
+    let appErr = toAppError(err);
+    if (!appErr) {
+      logger.error('unhandled error', { err, method: req.method, path: req.path, request_id: res.locals.requestId });
+      appErr = new InternalError();
+    } else if (appErr.statusCode >= 500) {
+      logger.warn('request failed', {
+        status: appErr.statusCode,
+        detail: appErr.detail,
+        cause: err instanceof Error && err !== appErr ? err.message : undefined,
+        method: req.method,
+        path: req.path,
+        request_id: res.locals.requestId,
+      });
+    }
+    res.locals.error = appErr;
+    if (res.headersSent) {
+      // Nothing sane can be sent any more; end the exchange without Express's default page.
+      res.destroy();
+      return;
+    }
+    for (const [k, v] of Object.entries(appErr.headers)) res.setHeader(k, v);
+    res.status(appErr.statusCode).json({ detail: appErr.detail });
+  };
+}
+
+/** Last middleware: nothing matched. */
+export const notFound: RequestHandler = () => {
+  throw new NotFoundError('not found');
+};
+
+/**
+ * For `router.route(path)...all(methodNotAllowed([...]))`: a known path with another method gets
+ * 405 with Allow; OPTIONS gets 204 with Allow.
+ */
+export function methodNotAllowed(allowed: string[]): RequestHandler {
+  const list = allowed.includes('GET') && !allowed.includes('HEAD') ? [...allowed, 'HEAD'] : allowed;
+  return (req, res) => {
+    if (req.method === 'OPTIONS') {
+      res.setHeader('Allow', [...list, 'OPTIONS'].join(', '));
+      res.status(204).end();
+      return;
+    }
+    throw new MethodNotAllowedError(list);
+  };
+}

@@ -1,0 +1,51 @@
+import type { Request, RequestHandler, Response } from 'express';
+import type { Logger } from '../shared/logger.js';
+import type { Metrics } from '../shared/metrics.js';
+
+/** The route template that answered (e.g. /ops/jobs/:id), never the raw path; "unmatched" when none did. */
+export function routeTemplate(req: Request): string {
+  const r = (req as Request & { route?: { path?: unknown } }).route;
+  if (r && typeof r.path === 'string') return (req.baseUrl ?? '') + r.path;
+  return 'unmatched';
+}
+
+const STATE_CHANGING = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+
+/**
+ * HTTP metrics for every request, and the audit line (spec 5, operational recommendations) for
+ * every state-changing call and every webhook: who, method, path, body SHA-256, status, request id.
+ */
+export function observe(deps: { metrics: Pick<Metrics, 'httpRequests' | 'httpDuration'>; logger: Logger }): RequestHandler {
+  return (req, res, next) => {
+    const started = process.hrtime.bigint();
+    const done = () => {
+      const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+      const labels = { method: req.method, route: routeTemplate(req), status: String(res.statusCode) };
+      deps.metrics.httpRequests.inc(labels);
+      deps.metrics.httpDuration.observe(labels, seconds);
+      if (STATE_CHANGING.has(req.method) || req.path.startsWith('/webhook/')) audit(deps.logger, req, res, seconds);
+    };
+    res.once('finish', done);
+    next();
+  };
+}
+
+function audit(logger: Logger, req: Request, res: Response, seconds: number): void {
+  const err = res.locals.error as { detail?: string } | undefined;
+  logger.info('audit', {
+    audit: true,
+    request_id: res.locals.requestId,
+    who: res.locals.principal ?? 'anonymous',
+    role: res.locals.role,
+    presented_credential: res.locals.principal ? undefined : res.locals.presentedCredential,
+    method: req.method,
+    path: req.path.slice(0, 512),
+    route: routeTemplate(req),
+    query: Object.keys(req.query ?? {}).length ? req.originalUrl.slice(req.originalUrl.indexOf('?') + 1, 512) : undefined,
+    body_sha256: res.locals.bodySha256 ?? null,
+    status: res.statusCode,
+    detail: res.statusCode >= 400 ? err?.detail : undefined,
+    duration_ms: Math.round(seconds * 1000),
+    client: req.ip,
+  });
+}

@@ -1,0 +1,164 @@
+import { randomUUID } from 'node:crypto';
+import { createBullBoard } from '@bull-board/api';
+import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
+import { ExpressAdapter } from '@bull-board/express';
+import type { Queue } from 'bullmq';
+import { Router, type NextFunction, type Request, type RequestHandler, type Response } from 'express';
+import type { ApiKey } from '../shared/config.js';
+import { credentialId, safeEqual } from '../shared/crypto.js';
+import type { Logger } from '../shared/logger.js';
+import type { Metrics } from '../shared/metrics.js';
+
+/**
+ * Bull Board at /admin/queues: the operator's view of the "ops" queue. Dead-lettered jobs (the
+ * failed set) are listed with their failure reason and can be retried, cleaned, promoted...
+ *
+ * Access: operator role only. Either header X-API-Key (scripts) or HTTP Basic with an operator
+ * key as the password and any user name (browsers). No or bad credentials: 401 with
+ * `WWW-Authenticate: Basic realm="opsgate"` so a browser prompts; a readonly key: 403. Bodies
+ * are JSON {detail}; the key is never echoed or logged.
+ *
+ * Audit: every state-changing call (any method but GET/HEAD/OPTIONS), allowed or refused, is one
+ * structured log line `admin audit` with who (credential id, never the key), method, path,
+ * status and request id.
+ */
+export const ADMIN_BASE_PATH = '/admin/queues';
+export const BASIC_CHALLENGE = 'Basic realm="opsgate", charset="UTF-8"';
+
+export interface AdminRouterOptions {
+  queues: Queue[];
+  apiKeys: readonly ApiKey[];
+  logger: Logger;
+  metrics?: Metrics;
+  /** Where the router is mounted; Bull Board builds its links from it. */
+  basePath?: string;
+}
+
+type AdminLocals = { adminWho?: string; adminRole?: string };
+
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+const REQUEST_ID_RE = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** Constant-time lookup over every configured key (no early exit on a match). */
+function findKey(keys: readonly ApiKey[], presented: string): ApiKey | undefined {
+  let found: ApiKey | undefined;
+  for (const k of keys) if (safeEqual(k.key, presented) && !found) found = k;
+  return found;
+}
+
+type Credential =
+  | { ok: true; scheme: 'api_key' | 'basic'; key: ApiKey }
+  | { ok: false; scheme: 'api_key' | 'basic'; reason: 'missing' | 'malformed' | 'invalid'; presented?: string };
+
+function readCredential(req: Request, keys: readonly ApiKey[]): Credential {
+  const apiKey = req.get('x-api-key');
+  if (apiKey !== undefined && apiKey !== '') {
+    const key = findKey(keys, apiKey);
+    return key ? { ok: true, scheme: 'api_key', key } : { ok: false, scheme: 'api_key', reason: 'invalid', presented: apiKey };
+  }
+  const auth = req.get('authorization');
+  if (auth === undefined || auth.trim() === '') return { ok: false, scheme: 'basic', reason: 'missing' };
+  const m = /^basic\s+([A-Za-z0-9+/=]+)\s*$/i.exec(auth);
+  if (!m) return { ok: false, scheme: 'basic', reason: 'malformed' };
+  const decoded = Buffer.from(m[1]!, 'base64').toString('utf8');
+  const colon = decoded.indexOf(':');
+  if (colon < 0) return { ok: false, scheme: 'basic', reason: 'malformed' };
+  const password = decoded.slice(colon + 1);
+  if (password === '') return { ok: false, scheme: 'basic', reason: 'invalid' };
+  const key = findKey(keys, password);
+  return key ? { ok: true, scheme: 'basic', key } : { ok: false, scheme: 'basic', reason: 'invalid', presented: password };
+}
+
+function requestIdOf(req: Request, res: Response): string {
+  const fromLocals = (res.locals as { requestId?: unknown }).requestId;
+  if (typeof fromLocals === 'string' && fromLocals) return fromLocals;
+  const fromRes = res.getHeader('x-request-id');
+  if (typeof fromRes === 'string' && fromRes) return fromRes;
+  const fromReq = req.get('x-request-id');
+  const id = fromReq && REQUEST_ID_RE.test(fromReq) ? fromReq : randomUUID();
+  if (!res.headersSent) res.setHeader('X-Request-Id', id);
+  return id;
+}
+
+/** Audit hook: runs first, so refused state-changing calls are audited too. */
+function auditMiddleware(logger: Logger, metrics?: Metrics): RequestHandler {
+  return (req: Request, res: Response, next: NextFunction) => {
+    if (SAFE_METHODS.has(req.method)) return next();
+    const requestId = requestIdOf(req, res);
+    const path = req.originalUrl.split('?')[0] ?? req.originalUrl;
+    res.once('finish', () => {
+      const locals = res.locals as AdminLocals;
+      const status = res.statusCode;
+      metrics?.adminActions.inc({ method: req.method, status: String(status) });
+      logger.info('admin audit', {
+        audit: true,
+        who: locals.adminWho ?? 'anonymous',
+        role: locals.adminRole,
+        method: req.method,
+        path,
+        status,
+        request_id: requestId,
+      });
+    });
+    next();
+  };
+}
+
+function operatorOnly(keys: readonly ApiKey[], metrics?: Metrics): RequestHandler {
+  return (req: Request, res: Response, next: NextFunction) => {
+    const cred = readCredential(req, keys);
+    if (!cred.ok) {
+      if (cred.presented) res.locals.presentedCredential = `key:${credentialId(cred.presented)}`;
+      metrics?.authFailures.inc({ scheme: cred.scheme, reason: cred.reason });
+      const detail =
+        cred.reason === 'missing'
+          ? 'authentication required: X-API-Key or HTTP Basic with an operator key as password'
+          : cred.reason === 'malformed'
+            ? 'malformed Authorization header; use HTTP Basic or X-API-Key'
+            : 'invalid credentials';
+      res.status(401).set('WWW-Authenticate', BASIC_CHALLENGE).set('Cache-Control', 'no-store').json({ detail });
+      return;
+    }
+    const locals = res.locals as AdminLocals;
+    locals.adminWho = cred.key.id;
+    locals.adminRole = cred.key.role;
+    // Same principal format as the API's auth middleware, so the app-level audit line agrees.
+    res.locals.principal = `key:${cred.key.id}`;
+    res.locals.role = cred.key.role;
+    if (cred.key.role !== 'operator') {
+      metrics?.authFailures.inc({ scheme: cred.scheme, reason: 'forbidden_role' });
+      res.status(403).set('Cache-Control', 'no-store').json({ detail: 'operator role required' });
+      return;
+    }
+    next();
+  };
+}
+
+export function createAdminRouter(opts: AdminRouterOptions): Router {
+  const basePath = opts.basePath ?? ADMIN_BASE_PATH;
+  const serverAdapter = new ExpressAdapter();
+  serverAdapter.setBasePath(basePath);
+  createBullBoard({
+    queues: opts.queues.map(
+      (q) =>
+        new BullMQAdapter(q, {
+          readOnlyMode: false,
+          allowRetries: true,
+          description: 'opsgate jobs; failed = dead-lettered (attempts exhausted or unrecoverable)',
+        }),
+    ),
+    serverAdapter,
+    options: { uiConfig: { boardTitle: 'opsgate', hideDocsLink: true } },
+  });
+
+  const router = Router();
+  router.use(auditMiddleware(opts.logger, opts.metrics));
+  router.use(operatorOnly(opts.apiKeys, opts.metrics));
+  router.use((_req, res, next) => {
+    // Operator data: never stored by a shared proxy; the browser revalidates.
+    res.set('Cache-Control', 'private, no-cache');
+    next();
+  });
+  router.use(serverAdapter.getRouter() as RequestHandler);
+  return router;
+}

@@ -1,0 +1,69 @@
+import { Router } from 'express';
+import type { Redis } from 'ioredis';
+import { clearCache, getHostStatus, type HostStatusProvider } from '../domain/hostStatus.js';
+import { submitRestart } from '../domain/restart.js';
+import { requireApiKey, requireBearer } from '../middleware/auth.js';
+import { rawBody } from '../middleware/body.js';
+import { methodNotAllowed } from '../middleware/errors.js';
+import type { ApiConfig } from '../shared/config.js';
+import { hostNames, type Inventory } from '../shared/inventory.js';
+import type { Logger } from '../shared/logger.js';
+import type { Metrics } from '../shared/metrics.js';
+import type { OpsQueue } from '../shared/queue.js';
+
+/** /ops/hosts, /ops/hosts/:host, /ops/restart, /ops/cache. */
+export interface OpsDeps {
+  config: Pick<ApiConfig, 'apiKeys' | 'OPS_BEARER_TOKEN' | 'BODY_LIMIT'>;
+  redis: Redis;
+  queue: Pick<OpsQueue, 'enqueue'>;
+  inventory: Inventory;
+  hostStatus: HostStatusProvider;
+  logger: Logger;
+  metrics: Pick<Metrics, 'authFailures'>;
+}
+
+export function opsRouter(deps: OpsDeps): Router {
+  const r = Router();
+  const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics);
+  const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator');
+  const bearer = requireBearer(deps.config.OPS_BEARER_TOKEN, deps.metrics);
+  const body = rawBody(deps.config.BODY_LIMIT);
+
+  r.route('/ops/hosts')
+    .get(anyKey, (_req, res) => {
+      res.json({ hosts: hostNames(deps.inventory) });
+    })
+    .all(methodNotAllowed(['GET']));
+
+  r.route('/ops/hosts/:host')
+    .get(anyKey, async (req, res) => {
+      const status = await getHostStatus(
+        { redis: deps.redis, inventory: deps.inventory, provider: deps.hostStatus, logger: deps.logger },
+        req.params.host,
+      );
+      res.json(status);
+    })
+    .all(methodNotAllowed(['GET']));
+
+  r.route('/ops/restart')
+    .post(bearer, ...body, async (req, res) => {
+      const ack = await submitRestart(deps, {
+        host: req.query.host,
+        service: req.query.service,
+        auditId: res.locals.requestId,
+        requestedBy: res.locals.principal!,
+      });
+      res.json(ack);
+    })
+    .all(methodNotAllowed(['POST']));
+
+  r.route('/ops/cache')
+    .delete(operatorKey, ...body, async (_req, res) => {
+      const removed = await clearCache(deps.redis);
+      deps.logger.info('cache cleared', { keys_removed: removed, request_id: res.locals.requestId });
+      res.json({ cleared: true });
+    })
+    .all(methodNotAllowed(['DELETE']));
+
+  return r;
+}

@@ -1,0 +1,133 @@
+import { readFileSync } from 'node:fs';
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { pathToFileURL } from 'node:url';
+import { createApp } from './app.js';
+import { createKubeHostStatusProvider, loadKubeConfig } from './domain/kubeHostStatus.js';
+import { loadApiConfig, secretsOf, type ApiConfig } from './shared/config.js';
+import { ConfigError } from './shared/errors.js';
+import { loadInventory } from './shared/inventory.js';
+import { createLogger, type Logger } from './shared/logger.js';
+import { createMetrics } from './shared/metrics.js';
+import { createOpsQueue } from './shared/queue.js';
+import { createRedis, redisPassword } from './shared/redis.js';
+
+/**
+ * The API process: load the config (a bad environment is one line on stderr naming the
+ * variable, exit 1), connect, listen on PORT, and on SIGTERM/SIGINT stop accepting, finish
+ * in-flight requests, then close the queue and Redis.
+ */
+export interface Running {
+  server: Server;
+  port: number;
+  config: ApiConfig;
+  logger: Logger;
+  /** Graceful stop: no new connections, in-flight requests finish (bounded by graceMs), connections closed. */
+  stop(graceMs?: number): Promise<void>;
+}
+
+export function packageVersion(): string {
+  try {
+    for (const rel of ['../package.json', '../../package.json']) {
+      try {
+        const pkg = JSON.parse(readFileSync(new URL(rel, import.meta.url), 'utf8')) as { name?: string; version?: string };
+        if (pkg.name === 'opsgate' && pkg.version) return pkg.version;
+      } catch {
+        // try the next location
+      }
+    }
+  } catch {
+    // fall through
+  }
+  return '0.0.0';
+}
+
+export async function start(env: Record<string, string | undefined> = process.env): Promise<Running> {
+  const config = loadApiConfig(env);
+  const inventory = loadInventory(config.OPS_INVENTORY_FILE);
+  const version = config.OPSGATE_VERSION ?? packageVersion();
+  const pw = redisPassword(config.REDIS_URL);
+  const logger = createLogger({
+    level: config.LOG_LEVEL,
+    base: { component: 'api' },
+    secrets: [...secretsOf(config), ...(pw ? [pw] : [])],
+  });
+  const metrics = createMetrics('api', version);
+  const redis = createRedis(config.REDIS_URL, 'request', 'opsgate-api');
+  redis.on('error', (err) => logger.debug('redis connection error', { err }));
+  const queue = createOpsQueue({
+    url: config.REDIS_URL,
+    policy: { attempts: config.JOB_ATTEMPTS, backoffMs: config.JOB_BACKOFF_MS },
+    logger,
+    metrics,
+  });
+  const kc = loadKubeConfig(env);
+  if (!kc) logger.warn('no Kubernetes configuration found: GET /ops/hosts/{host} will answer 503');
+  const app = createApp({
+    config,
+    redis,
+    queue,
+    inventory,
+    logger,
+    metrics,
+    hostStatus: createKubeHostStatusProvider(kc),
+    version,
+  });
+
+  const server = app.listen(config.PORT);
+  await new Promise<void>((resolve, reject) => {
+    server.once('listening', () => resolve());
+    server.once('error', reject);
+  });
+  // Slow-loris and idle keep-alive bounds (behind an Ingress the proxy's own timeouts are shorter).
+  server.requestTimeout = 30_000;
+  server.headersTimeout = 20_000;
+  server.keepAliveTimeout = 5_000;
+  const port = (server.address() as AddressInfo).port;
+  logger.info('api listening', { port, version, hosts: Object.keys(inventory.hosts).length });
+
+  let stopping: Promise<void> | undefined;
+  const stop = (graceMs = 10_000): Promise<void> => {
+    stopping ??= (async () => {
+      logger.info('api stopping: draining in-flight requests');
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      server.closeIdleConnections();
+      const force = setTimeout(() => server.closeAllConnections(), graceMs);
+      await closed;
+      clearTimeout(force);
+      await queue.close().catch((err) => logger.warn('queue close failed', { err }));
+      await redis.quit().catch(() => redis.disconnect());
+      logger.info('api stopped');
+    })();
+    return stopping;
+  };
+  return { server, port, config, logger, stop };
+}
+
+async function main(): Promise<void> {
+  let running: Running;
+  try {
+    running = await start();
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`opsgate-api: configuration error: ${err.message}\n`);
+    } else {
+      const e = err as { code?: string; message?: string };
+      process.stderr.write(`opsgate-api: failed to start: ${e.code === 'EADDRINUSE' ? 'PORT is already in use' : (e.message ?? String(err)).split('\n')[0]}\n`);
+    }
+    process.exit(1);
+  }
+  const onSignal = (signal: string) => {
+    running.logger.info('signal received', { signal });
+    running.stop().then(
+      () => process.exit(0),
+      () => process.exit(1),
+    );
+  };
+  process.once('SIGTERM', () => onSignal('SIGTERM'));
+  process.once('SIGINT', () => onSignal('SIGINT'));
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  void main();
+}
