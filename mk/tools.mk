@@ -1,0 +1,22 @@
+# Test tools built from Go modules (the machine reaches the Go module proxy, not GitHub or
+# dl.k8s.io): helm, etcd, kube-apiserver, kube-controller-manager, kubectl.
+# Real binaries are cached per version in $(TOOLS_CACHE)/<tool>-<version>/ (shared by every
+# clone on the machine, so CI's fresh clone reuses them) and symlinked into .tools/bin.
+# A missing binary is built (needs only Go); a cached one is just linked.
+HELM_VERSION ?= v3.22.0
+K8S_VERSION  ?= v1.35.4
+ETCD_VERSION ?= v3.6.16
+TOOLS_CACHE  ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/opsgate-tools
+export OPSGATE_TOOLS_CACHE := $(TOOLS_CACHE)
+
+.PHONY: tools tools-helm tools-k8s tools-etcd
+tools: tools-helm tools-etcd tools-k8s ## Build/link helm, etcd, kube-apiserver, kube-controller-manager, kubectl into .tools/bin
+
+tools-helm: ## helm $(HELM_VERSION) from helm.sh/helm/v3 (~3 min cold)
+	@hack/build-tool.sh helm $(HELM_VERSION)
+
+tools-etcd: ## etcd $(ETCD_VERSION) from go.etcd.io/etcd/server/v3 (~2 min cold)
+	@hack/build-tool.sh etcd $(ETCD_VERSION)
+
+tools-k8s: ## kube-apiserver, kube-controller-manager, kubectl $(K8S_VERSION) from k8s.io/kubernetes (~15-25 min cold)
+	@hack/build-tool.sh k8s $(K8S_VERSION)
