@@ -1,0 +1,18 @@
+/**
+ * The baseline of `make bench`: a bare Express 5 app with one POST endpoint that parses the JSON
+ * body and answers 202 with a small JSON object: the least an Express webhook receiver does.
+ * Listens on 127.0.0.1:$PORT.
+ */
+import express from 'express';
+
+const app = express();
+app.disable('x-powered-by');
+app.post('/webhook/bare', express.json(), (req, res) => {
+  const body = req.body as { checkout_sha?: unknown };
+  res.status(202).json({ accepted: true, duplicate: false, event_id: String(body.checkout_sha ?? '') });
+});
+const port = Number(process.env.PORT ?? 0);
+const server = app.listen(port, '127.0.0.1', () => {
+  process.stdout.write(`bare express listening on ${JSON.stringify(server.address())}\n`);
+});
+process.on('SIGTERM', () => server.close(() => process.exit(0)));

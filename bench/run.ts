@@ -1,0 +1,403 @@
+/**
+ * `make bench`: throughput, latency and memory of the real built processes on loopback, in one
+ * run, printed as one table with a pass/fail mark per target. Not part of `make test`.
+ *
+ * Phases (one private redis-server for the whole run):
+ * 1. Baseline: bench/bareExpress.ts (Express 5, express.json(), 202 + small JSON) under
+ *    autocannon, BENCH_CONNECTIONS (64) connections for BENCH_DURATION (10) s after a warm-up.
+ * 2. The API (dist/src/server.js) measured the same way on POST /webhook/scm:
+ *    - unique events: every request carries a new checkout_sha -> dedup key SET NX + one job;
+ *    - duplicates: the same event every time -> dedup hit, nothing enqueued.
+ *    The load generator builds every request through the same function in all three runs, so its
+ *    own cost is the same. RSS of the server is sampled from /proc every 100 ms (max reported).
+ *    The API runs with its production middleware, including the Redis-backed rate limiter
+ *    (RATE_LIMIT_RPS=1000000: every request pays the limiter's round trip, none is refused).
+ * 3. Worker (dist/worker/index.js): BENCH_JOBS (20,000) ops_worker.notify_oncall jobs with no
+ *    NOTIFY_WEBHOOK_URLS (a real job that logs the alert and completes: the cheapest real job,
+ *    no bench-only code path in the worker) are queued while the queue is paused, then the queue
+ *    is resumed and the time until the worker has logged every "job completed" is the drain.
+ *    Then 1,000 jobs are added one by one, paced, to an idle worker: enqueue-to-start latency
+ *    is job.processedOn - job.timestamp (both ms clocks of this machine).
+ */
+import autocannon, { type Result } from 'autocannon';
+import { Queue, Job } from 'bullmq';
+import { Redis } from 'ioredis';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { defaultJobOptions, JOB, QUEUE_NAME } from '../src/shared/jobs.js';
+import { freePort, startRedis, type RedisServer } from '../test/helpers/redis.js';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
+const DURATION = Number(process.env.BENCH_DURATION ?? 10);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 3);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
+const JOBS = Number(process.env.BENCH_JOBS ?? 20000);
+const LATENCY_JOBS = Number(process.env.BENCH_LATENCY_JOBS ?? 1000);
+const RATE_LIMIT_RPS = process.env.BENCH_RATE_LIMIT_RPS ?? '1000000';
+const WORKER_CONCURRENCY = process.env.BENCH_WORKER_CONCURRENCY; // unset: the worker's default
+
+const SCM_SECRET = 'bench-scm-secret-' + Math.random().toString(36).slice(2);
+const API_KEY = 'bench-key-' + Math.random().toString(36).slice(2);
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const log = (msg: string) => process.stderr.write(`[bench] ${msg}\n`);
+
+// ---------------------------------------------------------------- processes
+
+interface Proc {
+  child: ChildProcess;
+  onLine: (fn: (line: string) => void) => void;
+  stop: () => Promise<void>;
+}
+
+function spawnNode(script: string, env: Record<string, string>, name: string): Proc {
+  const child = spawn(process.execPath, [script], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? '', NODE_ENV: 'production', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const listeners: Array<(line: string) => void> = [];
+  let rest = '';
+  child.stdout!.setEncoding('utf8');
+  child.stdout!.on('data', (chunk: string) => {
+    const parts = (rest + chunk).split('\n');
+    rest = parts.pop() ?? '';
+    for (const p of parts) for (const l of listeners) l(p);
+  });
+  let errTail = '';
+  child.stderr!.setEncoding('utf8');
+  child.stderr!.on('data', (c: string) => (errTail = (errTail + c).slice(-4000)));
+  child.on('exit', (code, signal) => {
+    if (code !== 0 && signal !== 'SIGTERM' && signal !== 'SIGKILL') log(`${name} exited code=${code} signal=${signal}\n${errTail}`);
+  });
+  return {
+    child,
+    onLine: (fn) => listeners.push(fn),
+    stop: () =>
+      new Promise<void>((res) => {
+        if (child.exitCode !== null || child.signalCode !== null) return res();
+        const t = setTimeout(() => child.kill('SIGKILL'), 30_000);
+        child.once('exit', () => {
+          clearTimeout(t);
+          res();
+        });
+        child.kill('SIGTERM');
+      }),
+  };
+}
+
+async function waitHttp(url: string, proc: Proc, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (proc.child.exitCode !== null) throw new Error(`process for ${url} exited early`);
+    try {
+      const r = await fetch(url);
+      if (r.ok) return;
+    } catch {
+      /* not yet */
+    }
+    await sleep(100);
+  }
+  throw new Error(`${url} not ready after ${timeoutMs} ms`);
+}
+
+function rssMb(pid: number): number {
+  try {
+    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) / 1024 : NaN;
+  } catch {
+    return NaN;
+  }
+}
+
+function rssSampler(pid: number) {
+  let max = 0;
+  const t = setInterval(() => {
+    const v = rssMb(pid);
+    if (v > max) max = v;
+  }, 100);
+  return {
+    stop: () => {
+      clearInterval(t);
+      const v = rssMb(pid);
+      return Math.max(max, Number.isNaN(v) ? 0 : v);
+    },
+  };
+}
+
+// ---------------------------------------------------------------- HTTP load
+
+interface LoadFigures {
+  rps: number;
+  p50: number;
+  p99: number;
+  total: number;
+  non2xx: number;
+  errors: number;
+  statuses: string;
+  rssMb: number;
+}
+
+function scmBody(sha: string): string {
+  return JSON.stringify({ ref: 'refs/heads/main', project: { path_with_namespace: 'bench/app' }, checkout_sha: sha });
+}
+
+let seq = 0;
+/** The one request builder for all runs: unique events get a new sha each time; duplicates the same one. */
+function builder(path: string, headers: Record<string, string>, unique: boolean, fixedSha: string) {
+  return (req: { method?: string; path?: string; headers?: Record<string, string>; body?: string | Buffer }) => {
+    const sha = unique ? `${fixedSha}-${(++seq).toString(16)}` : fixedSha;
+    req.method = 'POST';
+    req.path = path;
+    req.headers = headers;
+    req.body = scmBody(sha);
+    return req;
+  };
+}
+
+async function load(name: string, url: string, path: string, headers: Record<string, string>, unique: boolean, pid: number): Promise<LoadFigures> {
+  const fixed = `${name}-${Date.now().toString(16)}`;
+  const opts = (duration: number) => ({
+    url,
+    connections: CONNECTIONS,
+    duration,
+    timeout: 10,
+    requests: [{ setupRequest: builder(path, headers, unique, fixed) }],
+  });
+  log(`${name}: warm-up ${WARMUP}s`);
+  await autocannon(opts(WARMUP));
+  log(`${name}: ${DURATION}s at ${CONNECTIONS} connections`);
+  const rss = rssSampler(pid);
+  const r: Result = await autocannon(opts(DURATION));
+  const maxRss = rss.stop();
+  const statuses = Object.entries(r.statusCodeStats ?? {})
+    .map(([code, s]) => `${code}x${s.count}`)
+    .join(' ');
+  return {
+    rps: r.requests.average,
+    p50: r.latency.p50,
+    p99: r.latency.p99,
+    total: r.requests.total,
+    non2xx: r.non2xx,
+    errors: r.errors + r.timeouts,
+    statuses,
+    rssMb: maxRss,
+  };
+}
+
+// ---------------------------------------------------------------- worker
+
+function percentile(sorted: number[], p: number): number {
+  if (sorted.length === 0) return NaN;
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[i]!;
+}
+
+function notifyData(i: number) {
+  return {
+    alertname: 'BenchNoop',
+    annotations: { summary: `bench job ${i}` },
+    fingerprint: `bench-${i}`,
+    audit_id: `bench-${i}`,
+    requested_by: 'bench',
+  };
+}
+
+async function workerBench(redis: RedisServer) {
+  const conn = new Redis(redis.url, { maxRetriesPerRequest: null });
+  const queue = new Queue(QUEUE_NAME, { connection: conn });
+  await conn.flushall();
+  await queue.pause();
+  const opts = defaultJobOptions({ attempts: 5, backoffMs: 10000 });
+  log(`worker: queueing ${JOBS} notify_oncall jobs (queue paused)`);
+  for (let i = 0; i < JOBS; i += 1000) {
+    const n = Math.min(1000, JOBS - i);
+    await queue.addBulk(Array.from({ length: n }, (_, k) => ({ name: JOB.notifyOncall, data: notifyData(i + k), opts })));
+  }
+
+  const env: Record<string, string> = {
+    REDIS_URL: redis.url,
+    METRICS_PORT: String(await freePort()),
+    LOG_LEVEL: 'info',
+    JOB_ATTEMPTS: '5',
+  };
+  if (WORKER_CONCURRENCY) env.WORKER_CONCURRENCY = WORKER_CONCURRENCY;
+  const worker = spawnNode(join(ROOT, 'dist/worker/index.js'), env, 'worker');
+  let completed = 0;
+  let target = Infinity;
+  let reached: (() => void) | undefined;
+  let ready: (() => void) | undefined;
+  const readyP = new Promise<void>((r) => (ready = r));
+  worker.onLine((l) => {
+    if (l.includes('"msg":"job completed"')) {
+      completed++;
+      if (completed >= target && reached) {
+        const f = reached;
+        reached = undefined;
+        f();
+      }
+    } else if (l.includes('"msg":"worker ready"')) ready?.();
+  });
+  const until = (n: number, timeoutMs: number) =>
+    new Promise<void>((res, rej) => {
+      target = n;
+      if (completed >= n) return res();
+      const t = setTimeout(() => rej(new Error(`worker completed ${completed}/${n} within ${timeoutMs} ms`)), timeoutMs);
+      reached = () => {
+        clearTimeout(t);
+        res();
+      };
+    });
+
+  await Promise.race([readyP, sleep(30_000).then(() => Promise.reject(new Error('worker not ready in 30 s')))]);
+  const rss = rssSampler(worker.child.pid!);
+  log('worker: ready; resuming the queue');
+  const t0 = performance.now();
+  const drained = until(JOBS, 600_000);
+  await queue.resume();
+  await drained;
+  const drainSeconds = (performance.now() - t0) / 1000;
+  const counts = await queue.getJobCounts('failed', 'wait', 'active', 'delayed');
+
+  log(`worker: enqueue-to-start latency over ${LATENCY_JOBS} paced jobs`);
+  const ids: string[] = [];
+  const latencyDone = until(JOBS + LATENCY_JOBS, 120_000);
+  for (let i = 0; i < LATENCY_JOBS; i++) {
+    const job = await queue.add(JOB.notifyOncall, notifyData(JOBS + i), opts);
+    ids.push(job.id!);
+    await sleep(2);
+  }
+  await latencyDone;
+  const workerRss = rss.stop();
+  const lat: number[] = [];
+  for (const id of ids) {
+    const j = await Job.fromId(queue, id);
+    if (j?.processedOn && j.timestamp) lat.push(j.processedOn - j.timestamp);
+  }
+  lat.sort((a, b) => a - b);
+  await worker.stop();
+  await queue.close();
+  conn.disconnect();
+  return {
+    drainRate: JOBS / drainSeconds,
+    drainSeconds,
+    failed: counts.failed ?? 0,
+    leftover: (counts.wait ?? 0) + (counts.active ?? 0) + (counts.delayed ?? 0),
+    p50: percentile(lat, 50),
+    p99: percentile(lat, 99),
+    latencySamples: lat.length,
+    rssMb: workerRss,
+  };
+}
+
+// ---------------------------------------------------------------- main
+
+function fmt(n: number, digits = 0): string {
+  return Number.isFinite(n) ? n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits }) : 'n/a';
+}
+
+async function main() {
+  const load0 = os.loadavg();
+  const started = new Date();
+  const redis = await startRedis();
+  const results: Record<string, unknown> = {};
+  const procs: Proc[] = [];
+  try {
+    // 1. bare Express
+    const barePort = await freePort();
+    const bare = spawnNode(join(ROOT, 'dist/bench/bench/bareExpress.js'), { PORT: String(barePort) }, 'bare-express');
+    procs.push(bare);
+    const bareUrl = `http://127.0.0.1:${barePort}`;
+    await new Promise<void>((res, rej) => {
+      bare.onLine((l) => l.includes('listening') && res());
+      bare.child.once('exit', () => rej(new Error('bare express exited')));
+    });
+    const bareFig = await load('bare-express', bareUrl, '/webhook/bare', { 'content-type': 'application/json' }, true, bare.child.pid!);
+    await bare.stop();
+
+    // 2. API
+    const apiPort = await freePort();
+    const api = spawnNode(
+      join(ROOT, 'dist/src/server.js'),
+      {
+        REDIS_URL: redis.url,
+        PORT: String(apiPort),
+        METRICS_PORT: String(await freePort()),
+        OPS_API_KEY_ROLES: `${API_KEY}:operator`,
+        SCM_WEBHOOK_SECRET: SCM_SECRET,
+        RATE_LIMIT_RPS,
+        LOG_LEVEL: 'info',
+        ADMIN_UI_ENABLED: 'false',
+      },
+      'api',
+    );
+    procs.push(api);
+    let apiLogLines = 0;
+    api.onLine(() => apiLogLines++);
+    const apiUrl = `http://127.0.0.1:${apiPort}`;
+    await waitHttp(`${apiUrl}/health`, api);
+    const scmHeaders = { 'content-type': 'application/json', 'x-scm-event': 'Push Hook', 'x-scm-token': SCM_SECRET };
+    const uniqueFig = await load('scm-unique', apiUrl, '/webhook/scm', scmHeaders, true, api.child.pid!);
+    const dupFig = await load('scm-duplicate', apiUrl, '/webhook/scm', scmHeaders, false, api.child.pid!);
+    const apiRss = Math.max(uniqueFig.rssMb, dupFig.rssMb, rssMb(api.child.pid!) || 0);
+    await api.stop();
+
+    // 3. worker
+    const w = await workerBench(redis);
+    const load1 = os.loadavg();
+
+    // ------------------------------------------------------------ table
+    const ratioU = uniqueFig.rps / bareFig.rps;
+    const ratioD = dupFig.rps / bareFig.rps;
+    const pf = (ok: boolean) => (ok ? 'PASS' : 'FAIL');
+    const rows: Array<[string, string, string, string]> = [
+      ['bare Express 202 (baseline)', `${fmt(bareFig.rps)} req/s  p50 ${fmt(bareFig.p50, 1)} ms  p99 ${fmt(bareFig.p99, 1)} ms  RSS ${fmt(bareFig.rssMb)} MB`, '-', '-'],
+      ['scm intake, unique events', `${fmt(uniqueFig.rps)} req/s = ${fmt(ratioU * 100, 1)}% of bare`, '>= 50% of bare', pf(ratioU >= 0.5)],
+      ['scm intake, unique: latency', `p50 ${fmt(uniqueFig.p50, 1)} ms  p99 ${fmt(uniqueFig.p99, 1)} ms`, `p99 < 20 ms @${CONNECTIONS} conn`, pf(uniqueFig.p99 < 20)],
+      ['scm intake, duplicates', `${fmt(dupFig.rps)} req/s = ${fmt(ratioD * 100, 1)}% of bare`, '>= 50% of bare', pf(ratioD >= 0.5)],
+      ['scm intake, duplicates: latency', `p50 ${fmt(dupFig.p50, 1)} ms  p99 ${fmt(dupFig.p99, 1)} ms`, `p99 < 20 ms @${CONNECTIONS} conn`, pf(dupFig.p99 < 20)],
+      ['API RSS under load (max)', `${fmt(apiRss)} MB`, '< 150 MB', pf(apiRss < 150)],
+      ['worker drain', `${fmt(w.drainRate)} jobs/s (${fmt(JOBS)} jobs in ${fmt(w.drainSeconds, 2)} s)`, '>= 2,000 jobs/s', pf(w.drainRate >= 2000 && w.failed === 0 && w.leftover === 0)],
+      ['enqueue-to-start latency', `p50 ${fmt(w.p50)} ms  p99 ${fmt(w.p99)} ms (${w.latencySamples} paced jobs)`, '-', '-'],
+      ['worker RSS (max)', `${fmt(w.rssMb)} MB`, '-', '-'],
+    ];
+    const checks = [
+      `responses: bare ${bareFig.statuses}; unique ${uniqueFig.statuses}; duplicates ${dupFig.statuses}`,
+      `errors/timeouts: bare ${bareFig.errors}, unique ${uniqueFig.errors}, duplicates ${dupFig.errors}; non-2xx: ${bareFig.non2xx}/${uniqueFig.non2xx}/${dupFig.non2xx}`,
+      `worker: failed jobs ${w.failed}, left in queue ${w.leftover}; API log lines during the run ${apiLogLines}`,
+      `machine: ${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? '?'}), node ${process.version}, load average before ${load0.map((x) => x.toFixed(2)).join('/')} after ${load1.map((x) => x.toFixed(2)).join('/')}`,
+      `settings: ${CONNECTIONS} connections, ${DURATION} s per run after ${WARMUP} s warm-up, RATE_LIMIT_RPS=${RATE_LIMIT_RPS}, WORKER_CONCURRENCY=${WORKER_CONCURRENCY ?? 'default'}, load generator (autocannon) on the same machine`,
+    ];
+    const w0 = Math.max(...rows.map((r) => r[0].length));
+    const w1 = Math.max(...rows.map((r) => r[1].length));
+    const w2 = Math.max(...rows.map((r) => r[2].length));
+    const line = `+${'-'.repeat(w0 + 2)}+${'-'.repeat(w1 + 2)}+${'-'.repeat(w2 + 2)}+------+`;
+    const out: string[] = [];
+    out.push(`opsgate bench, ${started.toISOString()}`);
+    out.push(line);
+    out.push(`| ${'measure'.padEnd(w0)} | ${'measured'.padEnd(w1)} | ${'target'.padEnd(w2)} | ok?  |`);
+    out.push(line);
+    for (const r of rows) out.push(`| ${r[0].padEnd(w0)} | ${r[1].padEnd(w1)} | ${r[2].padEnd(w2)} | ${r[3].padEnd(4)} |`);
+    out.push(line);
+    for (const c of checks) out.push(`  ${c}`);
+    process.stdout.write(out.join('\n') + '\n');
+
+    Object.assign(results, { started: started.toISOString(), bare: bareFig, unique: uniqueFig, duplicate: dupFig, apiRssMb: apiRss, worker: w, loadavg: { before: load0, after: load1 }, settings: { CONNECTIONS, DURATION, WARMUP, RATE_LIMIT_RPS, WORKER_CONCURRENCY: WORKER_CONCURRENCY ?? null } });
+    mkdirSync(join(ROOT, 'artifacts'), { recursive: true });
+    writeFileSync(join(ROOT, 'artifacts/bench.json'), JSON.stringify(results, null, 2) + '\n');
+    writeFileSync(join(ROOT, 'artifacts/bench.txt'), out.join('\n') + '\n');
+    const failed = rows.some((r) => r[3] === 'FAIL');
+    if (failed && process.env.BENCH_STRICT === '1') process.exitCode = 1;
+  } finally {
+    for (const p of procs) await p.stop();
+    await redis.destroy();
+  }
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`bench failed: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
+  process.exit(1);
+});
