@@ -114,6 +114,16 @@ const workerSchema = commonSchema.extend({
   WORKER_CONCURRENCY: intFrom(8, 1),
   NOTIFY_TIMEOUT_MS: intFrom(5000, 1),
   ROLLOUT_TIMEOUT_SECONDS: intFrom(600, 1),
+  /** How often restart_service polls the Deployment while waiting for its rollout. */
+  ROLLOUT_POLL_INTERVAL_MS: intFrom(2000, 50),
+  /** BullMQ job lock: a worker that stops renewing it for this long loses the job (stalled). */
+  WORKER_LOCK_DURATION_MS: intFrom(30000, 1000),
+  /** How often the stalled-job checker moves jobs of dead workers back to waiting. */
+  WORKER_STALLED_INTERVAL_MS: intFrom(30000, 500),
+  /** Times a job may stall before it is dead-lettered ("job stalled more than allowable limit"). */
+  WORKER_MAX_STALLED_COUNT: intFrom(1, 0),
+  /** On SIGTERM/SIGINT: how long active jobs may run on before they are aborted (and retried). */
+  WORKER_SHUTDOWN_GRACE_SECONDS: intFrom(25, 0),
 });
 
 export type CommonConfig = z.infer<typeof commonSchema>;
