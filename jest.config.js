@@ -14,6 +14,8 @@ export default {
   },
   moduleNameMapper: { '^(\\.{1,2}/.*)\\.js$': '$1' },
   testMatch: ['<rootDir>/test/**/*.test.ts'],
+  // Builds dist/ once per run so tests that spawn the real processes run the current code.
+  globalSetup: '<rootDir>/test/helpers/globalSetup.ts',
   testTimeout: 30000,
   maxWorkers: 2,
 };

@@ -1,0 +1,241 @@
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { Worker, type Job } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { loadWorkerConfig, type WorkerConfig } from '../src/shared/config.js';
+import { ConfigError } from '../src/shared/errors.js';
+import { loadInventory, type Inventory } from '../src/shared/inventory.js';
+import { QUEUE_NAME } from '../src/shared/jobs.js';
+import { createLogger, type Logger } from '../src/shared/logger.js';
+import { createMetrics, type Metrics } from '../src/shared/metrics.js';
+import { createRedis, redisPassword } from '../src/shared/redis.js';
+import { kubeConfigFromEnv, type KubeConfigFactory } from './k8s.js';
+import { createProcessor } from './processor.js';
+
+/**
+ * The worker process: a BullMQ Worker on queue "ops" running restart_service,
+ * run_deploy_pipeline and notify_oncall. Entry point dist/worker/index.js; startWorker() runs the
+ * same thing in-process for tests.
+ */
+export const READY_MESSAGE = 'worker ready';
+
+export interface WorkerDeps {
+  logger?: Logger;
+  metrics?: Pick<Metrics, 'jobsProcessed' | 'jobDuration' | 'jobRetries'>;
+  /** Default: loadInventory(config.OPS_INVENTORY_FILE). */
+  inventory?: Inventory;
+  /** Default: KUBECONFIG / ~/.kube/config / in-cluster, read from process.env at each job. */
+  kubeConfig?: KubeConfigFactory;
+  /** Worker id shown in Redis CLIENT LIST and logs. */
+  name?: string;
+}
+
+export interface WorkerHandle {
+  readonly worker: Worker;
+  readonly redis: Redis;
+  readonly logger: Logger;
+  /**
+   * Graceful stop: no new jobs; active jobs may finish within `graceMs` (default
+   * WORKER_SHUTDOWN_GRACE_SECONDS); past it they are aborted (their attempt fails and is retried
+   * later). Then Redis is quit. Idempotent.
+   */
+  close(graceMs?: number): Promise<void>;
+}
+
+export function secretsForWorker(config: WorkerConfig): string[] {
+  const out: string[] = [];
+  const pw = redisPassword(config.REDIS_URL);
+  if (pw) out.push(pw);
+  for (const raw of config.NOTIFY_WEBHOOK_URLS) {
+    out.push(raw);
+    try {
+      const u = new URL(raw);
+      if (u.password) out.push(decodeURIComponent(u.password), u.password);
+      if (u.username) out.push(decodeURIComponent(u.username), u.username);
+      const rest = u.pathname + u.search;
+      if (rest.length >= 8) out.push(rest);
+      for (const seg of u.pathname.split('/')) if (seg.length >= 8) out.push(seg);
+      for (const v of u.searchParams.values()) if (v.length >= 8) out.push(v);
+    } catch {
+      /* validated by the config schema */
+    }
+  }
+  return [...new Set(out)];
+}
+
+export async function startWorker(config: WorkerConfig, deps: WorkerDeps = {}): Promise<WorkerHandle> {
+  const logger = deps.logger ?? createLogger({ level: config.LOG_LEVEL, base: { component: 'worker' }, secrets: secretsForWorker(config) });
+  const metrics = deps.metrics;
+  const inventory = deps.inventory ?? loadInventory(config.OPS_INVENTORY_FILE);
+  const kubeConfig = deps.kubeConfig ?? kubeConfigFromEnv(process.env);
+
+  const redis = createRedis(config.REDIS_URL, 'blocking', deps.name ?? 'opsgate-worker');
+  let redisDown = false;
+  redis.on('error', (err) => {
+    if (!redisDown) logger.warn('redis connection error', { err });
+    redisDown = true;
+  });
+  redis.on('ready', () => {
+    if (redisDown) logger.info('redis connection restored');
+    redisDown = false;
+  });
+
+  const processor = createProcessor({ config, inventory, redis, kubeConfig, logger });
+  const worker = new Worker(QUEUE_NAME, processor, {
+    connection: redis,
+    concurrency: config.WORKER_CONCURRENCY,
+    lockDuration: config.WORKER_LOCK_DURATION_MS,
+    stalledInterval: config.WORKER_STALLED_INTERVAL_MS,
+    maxStalledCount: config.WORKER_MAX_STALLED_COUNT,
+    autorun: false,
+    ...(deps.name ? { name: deps.name } : {}),
+  });
+
+  const attemptSeconds = (job: Job) => (job.processedOn ? Math.max(0, Date.now() - job.processedOn) / 1000 : 0);
+
+  worker.on('completed', (job) => {
+    const seconds = attemptSeconds(job);
+    metrics?.jobsProcessed.inc({ name: job.name, outcome: 'completed' });
+    metrics?.jobDuration.observe({ name: job.name, outcome: 'completed' }, seconds);
+    logger.info('job completed', { job_id: job.id, job_name: job.name, attempt: job.attemptsMade, duration_s: seconds });
+  });
+  worker.on('failed', (job, err) => {
+    if (!job) {
+      logger.error('job failed', { err });
+      return;
+    }
+    const seconds = attemptSeconds(job);
+    // BullMQ sets finishedOn only when the job went to the failed set for good (attempts
+    // exhausted or UnrecoverableError): that is dead-lettering. Otherwise it is delayed for a retry.
+    const final = typeof job.finishedOn === 'number' && job.finishedOn > 0;
+    const fields = {
+      job_id: job.id,
+      job_name: job.name,
+      attempt: job.attemptsMade,
+      attempts_max: job.opts.attempts ?? 1,
+      reason: err.message,
+      error_type: err.name,
+      duration_s: seconds,
+    };
+    if (final) {
+      metrics?.jobsProcessed.inc({ name: job.name, outcome: 'dead_lettered' });
+      metrics?.jobDuration.observe({ name: job.name, outcome: 'dead_lettered' }, seconds);
+      logger.error('job dead-lettered', fields);
+    } else {
+      metrics?.jobsProcessed.inc({ name: job.name, outcome: 'retried' });
+      metrics?.jobRetries.inc({ name: job.name });
+      metrics?.jobDuration.observe({ name: job.name, outcome: 'retried' }, seconds);
+      logger.warn('job attempt failed; will retry', { ...fields, retry_in_ms: job.delay || 0 });
+    }
+  });
+  worker.on('stalled', (jobId) => {
+    logger.warn('job stalled (its worker stopped renewing the lock); moved back to waiting', { job_id: jobId });
+  });
+  let lastError = '';
+  worker.on('error', (err) => {
+    // Connection errors repeat while Redis is down: log each distinct message once in a row.
+    if (err.message !== lastError) logger.error('worker error', { err });
+    lastError = err.message;
+  });
+
+  void worker.run().catch((err: unknown) => logger.error('worker stopped', { err }));
+  await worker.waitUntilReady();
+  logger.info(READY_MESSAGE, {
+    queue: QUEUE_NAME,
+    concurrency: config.WORKER_CONCURRENCY,
+    job_timeout_s: config.JOB_TIMEOUT_SECONDS,
+    notify_endpoints: config.NOTIFY_WEBHOOK_URLS.length,
+    inventory_hosts: Object.keys(inventory.hosts).length,
+    inventory_projects: Object.keys(inventory.projects).length,
+  });
+
+  let closing: Promise<void> | undefined;
+  const close = (graceMs = config.WORKER_SHUTDOWN_GRACE_SECONDS * 1000): Promise<void> => {
+    closing ??= (async () => {
+      const timers: NodeJS.Timeout[] = [];
+      const closed = worker.close();
+      const timedOut = (ms: number) =>
+        new Promise<'timeout'>((resolve) => timers.push(setTimeout(() => resolve('timeout'), ms)));
+      if ((await Promise.race([closed.then(() => 'closed' as const), timedOut(graceMs)])) === 'timeout') {
+        logger.warn('shutdown grace period over; aborting active jobs (they will be retried)', { grace_ms: graceMs });
+        worker.cancelAllJobs('worker shutting down');
+        if ((await Promise.race([closed.then(() => 'closed' as const), timedOut(5000)])) === 'timeout') {
+          logger.error('active jobs did not stop; closing without them (they will be recovered as stalled)');
+          await worker.close(true).catch(() => undefined);
+        }
+      }
+      for (const t of timers) clearTimeout(t);
+      await redis.quit().catch(() => redis.disconnect());
+    })();
+    return closing;
+  };
+
+  return { worker, redis, logger, close };
+}
+
+function packageVersion(): string {
+  try {
+    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version?: string };
+    return pkg.version ?? '0.0.0';
+  } catch {
+    return '0.0.0';
+  }
+}
+
+export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> {
+  let config: WorkerConfig;
+  try {
+    config = loadWorkerConfig(env);
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`opsgate-worker: invalid configuration: ${err.message}\n`);
+      process.exit(1);
+    }
+    throw err;
+  }
+  const version = config.OPSGATE_VERSION ?? packageVersion();
+  const logger = createLogger({ level: config.LOG_LEVEL, base: { component: 'worker', version }, secrets: secretsForWorker(config) });
+  let inventory: Inventory;
+  try {
+    inventory = loadInventory(config.OPS_INVENTORY_FILE);
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`opsgate-worker: invalid configuration: ${err.message}\n`);
+      process.exit(1);
+    }
+    throw err;
+  }
+  const metrics = createMetrics('worker', version);
+
+  const handle = await startWorker(config, { logger, metrics, inventory });
+
+  let stopping = false;
+  const shutdown = (signal: NodeJS.Signals) => {
+    if (stopping) {
+      logger.warn('second signal during shutdown; exiting now', { signal });
+      process.exit(1);
+    }
+    stopping = true;
+    logger.info('shutting down: waiting for active jobs', { signal, grace_s: config.WORKER_SHUTDOWN_GRACE_SECONDS });
+    handle.close().then(
+      () => {
+        logger.info('worker stopped', { signal });
+        process.exit(0);
+      },
+      (err: unknown) => {
+        logger.error('error during shutdown', { err });
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', shutdown);
+  process.on('SIGINT', shutdown);
+}
+
+const isEntry = process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1];
+if (isEntry) {
+  main().catch((err: unknown) => {
+    process.stderr.write(`opsgate-worker: failed to start: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  });
+}

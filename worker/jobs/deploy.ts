@@ -1,0 +1,164 @@
+import { BatchV1Api, type V1EnvVar, type V1Job } from '@kubernetes/client-node';
+import { UnrecoverableError } from 'bullmq';
+import { sha256Hex } from '../../src/shared/crypto.js';
+import { findProject, type ProjectEntry } from '../../src/shared/inventory.js';
+import type { RunDeployPipelineData } from '../../src/shared/jobs.js';
+import type { JobContext } from '../context.js';
+import { apiStatus, k8sFailure, resolveKubeConfig } from '../k8s.js';
+
+/**
+ * run_deploy_pipeline(project, ref): creates a Kubernetes batch/v1 Job from the project's template
+ * in the inventory. The request only chooses *which* allowed project and ref run: image, command
+ * and ServiceAccount come from the inventory, and project/ref reach the container only as the
+ * environment variables OPSGATE_PROJECT / OPSGATE_REF (never interpolated into a command line).
+ * The Job name is derived from the queue job id (+ audit id), so a retried attempt finds its own
+ * Job (409 AlreadyExists = already created) instead of starting a second deployment.
+ */
+export const MANAGED_BY = 'opsgate';
+export const AUDIT_LABEL = 'opsgate.io/audit-id';
+export const RESERVED_ENV = ['OPSGATE_PROJECT', 'OPSGATE_REF', 'OPSGATE_AUDIT_ID'] as const;
+
+/** Deterministic, DNS-1123 Job name (<= 63 chars so the pods' job-name label stays valid). */
+export function deployJobName(queueJobId: string, auditId: string, project: string): string {
+  const slug = project
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, '-')
+    .replace(/^-+|-+$/g, '')
+    .slice(0, 24)
+    .replace(/-+$/g, '');
+  const hash = sha256Hex(`${queueJobId}\n${auditId}`).slice(0, 12);
+  return slug ? `opsgate-deploy-${slug}-${hash}` : `opsgate-deploy-${hash}`;
+}
+
+/** A Kubernetes label value (<= 63 chars of [A-Za-z0-9._-], alphanumeric at both ends). */
+export function labelValue(v: string): string {
+  return v
+    .replace(/[^A-Za-z0-9._-]+/g, '-')
+    .slice(0, 63)
+    .replace(/^[^A-Za-z0-9]+|[^A-Za-z0-9]+$/g, '');
+}
+
+export interface DeployJobInput {
+  name: string;
+  project: string;
+  ref: string;
+  auditId: string;
+  requestedBy: string;
+  queueJobId: string;
+  eventId?: string;
+  entry: ProjectEntry;
+}
+
+export function buildDeployJob(i: DeployJobInput): V1Job {
+  const labels = {
+    'app.kubernetes.io/name': 'opsgate-deploy',
+    'app.kubernetes.io/managed-by': MANAGED_BY,
+    [AUDIT_LABEL]: labelValue(i.auditId) || 'none',
+  };
+  const env: V1EnvVar[] = [
+    ...Object.entries(i.entry.env)
+      .filter(([k]) => !(RESERVED_ENV as readonly string[]).includes(k))
+      .map(([name, value]) => ({ name, value })),
+    { name: 'OPSGATE_PROJECT', value: i.project },
+    { name: 'OPSGATE_REF', value: i.ref },
+    { name: 'OPSGATE_AUDIT_ID', value: i.auditId },
+    // Writable scratch space on a read-only root filesystem.
+    { name: 'TMPDIR', value: '/tmp' },
+  ];
+  return {
+    apiVersion: 'batch/v1',
+    kind: 'Job',
+    metadata: {
+      name: i.name,
+      namespace: i.entry.namespace,
+      labels,
+      annotations: {
+        'opsgate.io/project': i.project,
+        'opsgate.io/ref': i.ref,
+        'opsgate.io/requested-by': i.requestedBy,
+        'opsgate.io/queue-job-id': i.queueJobId,
+        ...(i.eventId ? { 'opsgate.io/event-id': i.eventId } : {}),
+      },
+    },
+    spec: {
+      activeDeadlineSeconds: Math.min(i.entry.activeDeadlineSeconds, 900),
+      backoffLimit: i.entry.backoffLimit,
+      ttlSecondsAfterFinished: i.entry.ttlSecondsAfterFinished,
+      template: {
+        metadata: { labels },
+        spec: {
+          restartPolicy: 'Never',
+          serviceAccountName: i.entry.serviceAccountName,
+          automountServiceAccountToken: false,
+          enableServiceLinks: false,
+          securityContext: {
+            runAsNonRoot: true,
+            seccompProfile: { type: 'RuntimeDefault' },
+          },
+          containers: [
+            {
+              name: 'deploy',
+              image: i.entry.image,
+              ...(i.entry.command ? { command: [...i.entry.command] } : {}),
+              ...(i.entry.args ? { args: [...i.entry.args] } : {}),
+              env,
+              securityContext: {
+                runAsNonRoot: true,
+                allowPrivilegeEscalation: false,
+                readOnlyRootFilesystem: true,
+                privileged: false,
+                capabilities: { drop: ['ALL'] },
+                seccompProfile: { type: 'RuntimeDefault' },
+              },
+              volumeMounts: [{ name: 'tmp', mountPath: '/tmp' }],
+            },
+          ],
+          volumes: [{ name: 'tmp', emptyDir: { sizeLimit: '256Mi' } }],
+        },
+      },
+    },
+  };
+}
+
+export async function runDeployPipeline(
+  data: RunDeployPipelineData,
+  ctx: JobContext,
+): Promise<{ namespace: string; job: string; created: boolean }> {
+  const entry = findProject(ctx.inventory, data.project);
+  if (!entry) throw new UnrecoverableError(`project ${JSON.stringify(data.project)} is not in the inventory`);
+  if (!entry.refs.includes(data.ref)) {
+    throw new UnrecoverableError(`ref ${JSON.stringify(data.ref)} is not allowed for project ${JSON.stringify(data.project)}`);
+  }
+  const queueJobId = String(ctx.job.id);
+  const name = deployJobName(queueJobId, data.audit_id, data.project);
+  const body = buildDeployJob({
+    name,
+    project: data.project,
+    ref: data.ref,
+    auditId: data.audit_id,
+    requestedBy: data.requested_by,
+    queueJobId,
+    eventId: data.event_id,
+    entry,
+  });
+  const what = `Job ${entry.namespace}/${name}`;
+
+  const kc = resolveKubeConfig(ctx.kubeConfig);
+  const batch = kc.makeApiClient(BatchV1Api);
+  let created = true;
+  try {
+    await batch.createNamespacedJob({ namespace: entry.namespace, body, fieldManager: 'opsgate' });
+  } catch (err) {
+    if (apiStatus(err) !== 409) throw k8sFailure(err, what, 'create');
+    created = false; // an earlier attempt of this same queue job created it
+  }
+  ctx.logger.info(created ? 'deploy job created' : 'deploy job already exists (created by an earlier attempt)', {
+    project: data.project,
+    ref: data.ref,
+    namespace: entry.namespace,
+    k8s_job: name,
+    service_account: entry.serviceAccountName,
+  });
+  await ctx.job.updateProgress({ phase: 'created', namespace: entry.namespace, k8s_job: name });
+  return { namespace: entry.namespace, job: name, created };
+}

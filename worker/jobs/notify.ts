@@ -1,0 +1,143 @@
+import { UnrecoverableError } from 'bullmq';
+import { sha256Hex } from '../../src/shared/crypto.js';
+import type { NotifyOncallData } from '../../src/shared/jobs.js';
+import { IDEMPOTENCY_TTL_SECONDS, WORKER_KEY_PREFIX, type JobContext } from '../context.js';
+import { abortReason } from '../k8s.js';
+
+/**
+ * notify_oncall(alertname, annotations): logs the alert name and its `summary` annotation (spec
+ * section 6), then posts a Slack-compatible JSON message to every NOTIFY_WEBHOOK_URLS endpoint.
+ *
+ * Per endpoint: 2xx = delivered; 408/429/5xx/network error/timeout = retried (the attempt fails
+ * and BullMQ retries with backoff); any other 3xx/4xx = rejected for good.
+ * Idempotency across retries: each endpoint's outcome is recorded in Redis under the job id, so a
+ * retried attempt only posts to endpoints that have not answered yet; nobody is paged twice.
+ * Endpoint URLs often carry a secret in their path: only the host is ever logged or reported.
+ */
+
+type Outcome = { kind: 'sent' } | { kind: 'rejected'; status: number };
+
+/** host[:port] of an endpoint: the only part of a webhook URL that may be logged. */
+export function endpointHost(url: string): string {
+  try {
+    return new URL(url).host;
+  } catch {
+    return 'invalid-url';
+  }
+}
+
+export function notifyRecordKey(jobId: string, url: string): string {
+  // The URL is hashed: the key must not reveal the secret either (Redis keys show up in tools).
+  return `${WORKER_KEY_PREFIX}:notify:${jobId}:${sha256Hex(url).slice(0, 32)}`;
+}
+
+function summaryOf(annotations: Record<string, unknown>): string | undefined {
+  const s = annotations.summary;
+  if (s === undefined || s === null) return undefined;
+  return typeof s === 'string' ? s : JSON.stringify(s);
+}
+
+export function notificationBody(data: NotifyOncallData): Record<string, unknown> {
+  const summary = summaryOf(data.annotations);
+  const text = `:rotating_light: Alert firing: ${data.alertname || 'unknown'}${summary ? ` - ${summary}` : ''}`;
+  return {
+    text,
+    alertname: data.alertname,
+    annotations: data.annotations,
+    ...(data.fingerprint ? { fingerprint: data.fingerprint } : {}),
+    audit_id: data.audit_id,
+  };
+}
+
+function parseOutcome(raw: string | null): Outcome | undefined {
+  if (raw === 'sent') return { kind: 'sent' };
+  if (raw?.startsWith('rejected:')) return { kind: 'rejected', status: Number(raw.slice(9)) };
+  return undefined;
+}
+
+async function postOnce(url: string, body: string, timeoutMs: number, jobSignal: AbortSignal): Promise<number> {
+  const timeout = AbortSignal.timeout(timeoutMs);
+  const signal = AbortSignal.any([jobSignal, timeout]);
+  try {
+    const res = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'user-agent': 'opsgate-worker' },
+      body,
+      redirect: 'manual',
+      signal,
+    });
+    // Drain the body so the connection can be reused; its content is not needed (and not logged).
+    await res.arrayBuffer().catch(() => undefined);
+    return res.status;
+  } catch (err) {
+    if (jobSignal.aborted) throw abortReason(jobSignal);
+    if (timeout.aborted) throw new Error(`no answer within ${timeoutMs} ms`);
+    const cause = (err as { cause?: { code?: unknown } }).cause;
+    throw new Error(typeof cause?.code === 'string' ? cause.code : (err as Error).name);
+  }
+}
+
+export async function notifyOncall(data: NotifyOncallData, ctx: JobContext): Promise<{ delivered: number; endpoints: number }> {
+  const { config, logger, redis, signal } = ctx;
+  const summary = summaryOf(data.annotations);
+  logger.info('alert notification', { alertname: data.alertname, summary: summary ?? null });
+
+  const urls = config.NOTIFY_WEBHOOK_URLS;
+  if (urls.length === 0) {
+    logger.info('no NOTIFY_WEBHOOK_URLS configured; alert logged only', { alertname: data.alertname });
+    return { delivered: 0, endpoints: 0 };
+  }
+  const jobId = String(ctx.job.id);
+  const body = JSON.stringify(notificationBody(data));
+
+  const results = await Promise.all(
+    urls.map(async (url) => {
+      const host = endpointHost(url);
+      const key = notifyRecordKey(jobId, url);
+      const earlier = parseOutcome(await redis.get(key));
+      if (earlier) {
+        logger.info('notification endpoint already handled by an earlier attempt; not posting again', {
+          host,
+          outcome: earlier.kind,
+        });
+        return { host, outcome: earlier };
+      }
+      let status: number;
+      try {
+        status = await postOnce(url, body, config.NOTIFY_TIMEOUT_MS, signal);
+      } catch (err) {
+        if (signal.aborted) throw err;
+        logger.warn('notification endpoint failed; will retry', { host, reason: (err as Error).message });
+        return { host, outcome: undefined, reason: (err as Error).message };
+      }
+      if (status >= 200 && status < 300) {
+        await redis.set(key, 'sent', 'EX', IDEMPOTENCY_TTL_SECONDS);
+        logger.info('notification delivered', { host, status });
+        return { host, outcome: { kind: 'sent' } as Outcome };
+      }
+      if (status === 408 || status === 429 || status >= 500) {
+        logger.warn('notification endpoint failed; will retry', { host, status });
+        return { host, outcome: undefined, reason: `HTTP ${status}` };
+      }
+      await redis.set(key, `rejected:${status}`, 'EX', IDEMPOTENCY_TTL_SECONDS);
+      logger.error('notification rejected by endpoint; not retried', { host, status });
+      return { host, outcome: { kind: 'rejected', status } as Outcome };
+    }),
+  );
+
+  const rejected = results.filter((r) => r.outcome?.kind === 'rejected');
+  const rejectedList = rejected
+    .map((r) => `${r.host} (HTTP ${r.outcome?.kind === 'rejected' ? r.outcome.status : '?'})`)
+    .join(', ');
+  const pending = results.filter((r) => r.outcome === undefined);
+  if (pending.length > 0) {
+    // Retryable: the attempt fails and BullMQ retries it; only these endpoints are posted to again.
+    const list = pending.map((r) => `${r.host} (${'reason' in r ? r.reason : 'failed'})`).join(', ');
+    const also = rejected.length > 0 ? `; rejected by ${rejectedList}` : '';
+    throw new Error(`notification not delivered to ${pending.length} of ${urls.length} endpoint(s): ${list}${also}`);
+  }
+  if (rejected.length > 0) {
+    throw new UnrecoverableError(`notification rejected by ${rejected.length} of ${urls.length} endpoint(s): ${rejectedList}`);
+  }
+  return { delivered: results.length, endpoints: urls.length };
+}

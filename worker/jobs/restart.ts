@@ -1,0 +1,119 @@
+import { AppsV1Api, PatchStrategy, setHeaderOptions, type V1Deployment } from '@kubernetes/client-node';
+import { UnrecoverableError } from 'bullmq';
+import { findHost } from '../../src/shared/inventory.js';
+import type { RestartServiceData } from '../../src/shared/jobs.js';
+import { IDEMPOTENCY_TTL_SECONDS, WORKER_KEY_PREFIX, type JobContext } from '../context.js';
+import { k8sFailure, resolveKubeConfig, rfc3339, sleep } from '../k8s.js';
+
+/**
+ * restart_service(host, service): what `kubectl rollout restart deployment/<service> -n <ns>` does
+ * (a strategic-merge patch of spec.template.metadata.annotations["kubectl.kubernetes.io/restartedAt"]),
+ * then waits for the rollout like `kubectl rollout status`, reporting progress on the job.
+ *
+ * The restartedAt value is recorded in Redis per job id on the first attempt and reused by
+ * retries: re-applying the same value is a no-op patch, so a retried job never restarts the
+ * Deployment twice; it only waits for the rollout again.
+ */
+export const RESTARTED_AT_ANNOTATION = 'kubectl.kubernetes.io/restartedAt';
+
+export interface RolloutState {
+  done: boolean;
+  /** Why it is not done yet (or failed), kubectl-style. */
+  message: string;
+  /** The rollout can no longer succeed by waiting (ProgressDeadlineExceeded). */
+  failed?: boolean;
+  desired: number;
+  updated: number;
+  available: number;
+}
+
+/** kubectl's DeploymentStatusViewer logic. */
+export function rolloutState(d: V1Deployment): RolloutState {
+  const desired = d.spec?.replicas ?? 1;
+  const st = d.status ?? {};
+  const updated = st.updatedReplicas ?? 0;
+  const available = st.availableReplicas ?? 0;
+  const replicas = st.replicas ?? 0;
+  const base = { desired, updated, available };
+  const generation = d.metadata?.generation ?? 0;
+  if ((st.observedGeneration ?? 0) < generation) {
+    return { ...base, done: false, message: 'waiting for the deployment spec update to be observed' };
+  }
+  const progressing = st.conditions?.find((c) => c.type === 'Progressing');
+  if (progressing?.reason === 'ProgressDeadlineExceeded') {
+    return { ...base, done: false, failed: true, message: 'rollout exceeded its progress deadline' };
+  }
+  if (updated < desired) {
+    return { ...base, done: false, message: `${updated} of ${desired} updated replicas are available` };
+  }
+  if (replicas > updated) {
+    return { ...base, done: false, message: `${replicas - updated} old replicas are pending termination` };
+  }
+  if (available < updated) {
+    return { ...base, done: false, message: `${available} of ${updated} updated replicas are available` };
+  }
+  return { ...base, done: true, message: 'successfully rolled out' };
+}
+
+export async function restartService(
+  data: RestartServiceData,
+  ctx: JobContext,
+): Promise<{ namespace: string; deployment: string; restartedAt: string }> {
+  const { config, logger, redis, signal } = ctx;
+  const entry = findHost(ctx.inventory, data.host);
+  if (!entry) throw new UnrecoverableError(`host ${JSON.stringify(data.host)} is not in the inventory`);
+  if (!entry.deployments.includes(data.service)) {
+    throw new UnrecoverableError(`service ${JSON.stringify(data.service)} is not a Deployment of host ${JSON.stringify(data.host)} in the inventory`);
+  }
+  const namespace = entry.namespace;
+  const name = data.service;
+  const what = `Deployment ${namespace}/${name}`;
+
+  const kc = resolveKubeConfig(ctx.kubeConfig);
+  const apps = kc.makeApiClient(AppsV1Api);
+
+  // One restartedAt per job: the first attempt chooses it, retries reuse it.
+  const key = `${WORKER_KEY_PREFIX}:restart:${String(ctx.job.id)}`;
+  await redis.set(key, rfc3339(new Date()), 'EX', IDEMPOTENCY_TTL_SECONDS, 'NX');
+  const restartedAt = (await redis.get(key)) ?? rfc3339(new Date());
+
+  await ctx.job.updateProgress({ phase: 'patching', namespace, deployment: name });
+  try {
+    await apps.patchNamespacedDeployment(
+      {
+        name,
+        namespace,
+        fieldManager: 'opsgate',
+        body: { spec: { template: { metadata: { annotations: { [RESTARTED_AT_ANNOTATION]: restartedAt } } } } },
+      },
+      setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch),
+    );
+  } catch (err) {
+    throw k8sFailure(err, what, 'patch');
+  }
+  logger.info('deployment restart requested', { namespace, deployment: name, restarted_at: restartedAt });
+
+  const deadline = Date.now() + config.ROLLOUT_TIMEOUT_SECONDS * 1000;
+  let last: RolloutState | undefined;
+  for (;;) {
+    let d: V1Deployment;
+    try {
+      d = await apps.readNamespacedDeployment({ name, namespace });
+    } catch (err) {
+      throw k8sFailure(err, what, 'read');
+    }
+    const state = rolloutState(d);
+    if (!last || state.message !== last.message) {
+      await ctx.job.updateProgress({ phase: state.done ? 'done' : 'rolling_out', namespace, deployment: name, ...state });
+      logger.info('rollout status', { namespace, deployment: name, status: state.message });
+    }
+    last = state;
+    if (state.done) break;
+    if (state.failed) throw new UnrecoverableError(`${what}: ${state.message}`);
+    if (Date.now() + config.ROLLOUT_POLL_INTERVAL_MS > deadline) {
+      throw new Error(`${what}: rollout did not finish within ${config.ROLLOUT_TIMEOUT_SECONDS}s (${state.message})`);
+    }
+    await sleep(config.ROLLOUT_POLL_INTERVAL_MS, signal);
+  }
+  return { namespace, deployment: name, restartedAt };
+}
