@@ -1,0 +1,159 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
+import request from 'supertest';
+import { startRedis, type RedisServer } from '../../helpers/redis.js';
+import { JOB } from '../../../src/shared/jobs.js';
+import { createHarness, eventually, type Harness } from './harness.js';
+
+/** POST /webhook/alerts rules 1-4 (+ optional ALERTS_WEBHOOK_TOKEN) on a real Redis and BullMQ queue. */
+let srv: RedisServer;
+let h: Harness;
+
+beforeAll(async () => {
+  srv = await startRedis();
+  h = await createHarness(srv.url);
+});
+afterAll(async () => {
+  await h?.close();
+  await srv?.destroy();
+});
+beforeEach(async () => {
+  await h.inspect.flushall();
+});
+
+const alert = (fp: string | undefined, status = 'firing', extra: Record<string, unknown> = {}) => ({
+  status,
+  labels: { alertname: `Alert-${fp}`, severity: 'page' },
+  annotations: { summary: `summary of ${fp}` },
+  ...(fp !== undefined ? { fingerprint: fp } : {}),
+  ...extra,
+});
+
+const post = (body: unknown) =>
+  request(h.app)
+    .post('/webhook/alerts')
+    .set('Content-Type', 'application/json')
+    .send(typeof body === 'string' ? body : JSON.stringify(body));
+
+const waiting = () => h.queue.bull.getJobs(['waiting']);
+
+describe('rule 1: payload shape', () => {
+  it('invalid JSON -> 400', async () => {
+    const res = await post('{"alerts": [');
+    expect(res.status).toBe(400);
+  });
+  it.each([['[]'], ['"text"'], ['42'], ['null'], ['{}'], ['{"alerts": {}}'], ['{"alerts": "x"}']])('%s -> 422 {detail}', async (body) => {
+    const res = await post(body);
+    expect(res.status).toBe(422);
+    expect(res.body).toEqual({ detail: expect.any(String) });
+  });
+  it('empty alerts array -> 202 {received:0, firing:0}', async () => {
+    const res = await post({ alerts: [] });
+    expect(res.status).toBe(202);
+    expect(res.body).toEqual({ received: 0, firing: 0 });
+  });
+});
+
+describe('rules 2-4: firing alerts with a fingerprint are deduplicated and queued', () => {
+  it('counts received and firing; queues one notify_oncall per firing alert with a fingerprint', async () => {
+    const res = await post({
+      version: '4',
+      status: 'firing',
+      alerts: [alert('fp1'), alert('fp2', 'resolved'), alert(undefined), alert('fp3'), 'not-an-object'],
+    });
+    expect(res.status).toBe(202);
+    expect(res.body).toEqual({ received: 5, firing: 3 });
+    const jobs = await waiting();
+    expect(jobs.map((j) => j.data.fingerprint).sort()).toEqual(['fp1', 'fp3']);
+    for (const j of jobs) {
+      expect(j.name).toBe(JOB.notifyOncall);
+      expect(j.data).toMatchObject({ requested_by: 'webhook:alerts', alertname: `Alert-${j.data.fingerprint}` });
+      expect(j.data.annotations).toEqual({ summary: `summary of ${j.data.fingerprint}` });
+    }
+    const ttl = await h.inspect.ttl('opsgate:seen:alert:fp1');
+    expect(ttl).toBeGreaterThan(290);
+    expect(ttl).toBeLessThanOrEqual(300);
+    expect(await h.inspect.exists('opsgate:seen:alert:fp2')).toBe(0);
+  });
+  it('defaults: alertname "unknown", annotations {}', async () => {
+    await post({ alerts: [{ status: 'firing', fingerprint: 'bare' }] });
+    const [job] = await waiting();
+    expect(job!.data).toMatchObject({ alertname: 'unknown', annotations: {}, fingerprint: 'bare' });
+  });
+  it('a repeated fingerprint within 300 s is not queued again; the counts are still returned', async () => {
+    await post({ alerts: [alert('dup')] });
+    const res = await post({ alerts: [alert('dup'), alert('new')] });
+    expect(res.status).toBe(202);
+    expect(res.body).toEqual({ received: 2, firing: 2 });
+    expect((await waiting()).map((j) => j.data.fingerprint).sort()).toEqual(['dup', 'new']);
+  });
+  it('the same fingerprint twice in one payload is queued once', async () => {
+    await post({ alerts: [alert('twice'), alert('twice')] });
+    expect(await waiting()).toHaveLength(1);
+  });
+  it('each delivery gets an audit line (who webhook:alerts)', async () => {
+    await post({ alerts: [] }).set('X-Request-Id', 'alerts-audit-1');
+    expect(h.audits().find((a) => a.request_id === 'alerts-audit-1')).toMatchObject({ who: 'webhook:alerts', status: 202 });
+  });
+});
+
+describe('enqueue failure: 503 + Retry-After, the failed alert is retried, none queued twice', () => {
+  it('queue Redis down -> 503, fingerprint seen record removed; Alertmanager retry queues it once', async () => {
+    const queueSrv = await startRedis();
+    const split = await createHarness(srv.url, { queueUrl: queueSrv.url });
+    try {
+      await split.queue.bull.waitUntilReady();
+      await queueSrv.stop();
+      const body = { alerts: [alert('q1'), alert('q2')] };
+      const res = await request(split.app).post('/webhook/alerts').send(body);
+      expect(res.status).toBe(503);
+      expect(res.headers['retry-after']).toMatch(/^\d+$/);
+      expect(await split.inspect.exists('opsgate:seen:alert:q1')).toBe(0);
+      expect(await split.inspect.exists('opsgate:seen:alert:q2')).toBe(0);
+      await queueSrv.start();
+      await eventually(async () => (await request(split.app).post('/webhook/alerts').send(body)).status === 202);
+      const jobs = await split.queue.bull.getJobs(['waiting']);
+      expect(jobs.map((j) => j.data.fingerprint).sort()).toEqual(['q1', 'q2']);
+    } finally {
+      await split.close();
+      await queueSrv.destroy();
+    }
+  });
+  it('Redis down -> 503 + Retry-After', async () => {
+    const own = await startRedis();
+    const hh = await createHarness(own.url);
+    try {
+      await own.stop();
+      const res = await request(hh.app).post('/webhook/alerts').send({ alerts: [alert('x')] });
+      expect(res.status).toBe(503);
+      expect(res.headers['retry-after']).toBeDefined();
+    } finally {
+      await hh.close();
+      await own.destroy();
+    }
+  });
+});
+
+describe('ALERTS_WEBHOOK_TOKEN', () => {
+  it('unset: a warning is logged when the app is built', () => {
+    expect(h.logs().some((l) => l.level === 'warn' && String(l.msg).includes('ALERTS_WEBHOOK_TOKEN'))).toBe(true);
+  });
+  it('set: Bearer required (401 + WWW-Authenticate without or with a wrong token; 202 with it, scheme case-insensitive)', async () => {
+    const token = 'alerts-token-0099';
+    const t = await createHarness(srv.url, { env: { ALERTS_WEBHOOK_TOKEN: token } });
+    try {
+      expect(t.logs().some((l) => String(l.msg).includes('ALERTS_WEBHOOK_TOKEN'))).toBe(false);
+      const none = await request(t.app).post('/webhook/alerts').send({ alerts: [] });
+      expect(none.status).toBe(401);
+      expect(none.headers['www-authenticate']).toMatch(/^Bearer/);
+      const wrong = await request(t.app).post('/webhook/alerts').set('Authorization', 'Bearer nope').send({ alerts: [] });
+      expect(wrong.status).toBe(401);
+      const bad = await request(t.app).post('/webhook/alerts').set('Authorization', 'Bearer nope').send('{bad json');
+      expect(bad.status).toBe(401);
+      const ok = await request(t.app).post('/webhook/alerts').set('Authorization', `bEaReR ${token}`).send({ alerts: [] });
+      expect(ok.status).toBe(202);
+      expect(t.lines.join('\n')).not.toContain(token);
+    } finally {
+      await t.close();
+    }
+  });
+});
