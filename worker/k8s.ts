@@ -1,4 +1,5 @@
 import { existsSync } from 'node:fs';
+import { isIPv6 } from 'node:net';
 import { homedir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { KubeConfig } from '@kubernetes/client-node';
@@ -72,7 +73,15 @@ export function loadKubeConfig(
   const host = env.KUBERNETES_SERVICE_HOST;
   const port = env.KUBERNETES_SERVICE_PORT;
   if (host && port && existsSync(join(saDir, 'token'))) {
-    kc.loadFromCluster(prefix);
+    // Like KubeConfig.loadFromCluster(), but from `env` rather than process.env.
+    const scheme = port === '80' || port === '8080' || port === '8001' ? 'http' : 'https';
+    const server = `${scheme}://${isIPv6(host) ? `[${host}]` : host}:${port}`;
+    kc.loadFromOptions({
+      clusters: [{ name: 'inCluster', server, caFile: join(saDir, 'ca.crt'), skipTLSVerify: false }],
+      users: [{ name: 'inClusterUser', authProvider: { name: 'tokenFile', config: { tokenFile: join(saDir, 'token') } } }],
+      contexts: [{ name: 'inClusterContext', cluster: 'inCluster', user: 'inClusterUser' }],
+      currentContext: 'inClusterContext',
+    });
     return requireCluster(kc, 'in-cluster ServiceAccount');
   }
   throw new NoKubeConfigError(
@@ -139,12 +148,19 @@ function statusMessage(err: unknown): string | undefined {
 /** Network-level error code (ECONNREFUSED, ENOTFOUND, UND_ERR_CONNECT_TIMEOUT...) of a fetch failure. */
 function networkCode(err: unknown): string {
   let e: unknown = err;
+  let innermost = err instanceof Error ? err.message : String(err);
   for (let i = 0; i < 4 && e && typeof e === 'object'; i++) {
     const code = (e as { code?: unknown }).code;
     if (typeof code === 'string') return code;
+    const nested = (e as { errors?: unknown }).errors; // AggregateError (IPv4 + IPv6 attempts)
+    if (Array.isArray(nested)) {
+      const c = (nested[0] as { code?: unknown } | undefined)?.code;
+      if (typeof c === 'string') return c;
+    }
+    if (e instanceof Error && e.message) innermost = e.message;
     e = (e as { cause?: unknown }).cause;
   }
-  return err instanceof Error ? err.name : 'unknown error';
+  return innermost.slice(0, 200);
 }
 
 /**
@@ -158,6 +174,10 @@ export function k8sFailure(err: unknown, what: string, verb: string): Error {
   if (err instanceof UnrecoverableError) return err;
   const status = apiStatus(err);
   if (status === undefined) {
+    const message = err instanceof Error ? err.message : String(err);
+    if (/protocol is not allowed|No active cluster|No users? (found|provided)/i.test(message)) {
+      return new UnrecoverableError(`Kubernetes client configuration error while trying to ${verb} ${what}: ${message.slice(0, 200)}`);
+    }
     return new Error(`Kubernetes API unreachable while trying to ${verb} ${what}: ${networkCode(err)}`);
   }
   const detail = statusMessage(err);
