@@ -4,6 +4,7 @@ import type { HostStatusProvider } from './domain/hostStatus.js';
 import { requestId } from './middleware/context.js';
 import { errorHandler, notFound } from './middleware/errors.js';
 import { observe } from './middleware/observe.js';
+import { ADMIN_BASE_PATH, createAdminRouter } from './routes/admin.js';
 import { healthRouter } from './routes/health.js';
 import { jobsRouter } from './routes/jobs.js';
 import { opsRouter } from './routes/ops.js';
@@ -54,7 +55,8 @@ export function createApp(deps: AppDeps): Express {
   app.use(opsRouter({ ...deps, queue: deps.queue, hostStatus: deps.hostStatus }));
   app.use(jobsRouter(deps));
   app.use(webhooksRouter(deps));
-  // Bull Board (src/routes/admin.ts) mounts here.
+  // Bull Board (operator only, audited): src/routes/admin.ts.
+  if (deps.config.ADMIN_UI_ENABLED) app.use(ADMIN_BASE_PATH, createAdminRouter({ queues: [deps.queue.bull], apiKeys: deps.config.apiKeys, logger: deps.logger, metrics: deps.metrics }));
 
   app.use(notFound);
   app.use(errorHandler(deps.logger));

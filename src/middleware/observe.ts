@@ -39,7 +39,7 @@ function audit(logger: Logger, req: Request, res: Response, seconds: number): vo
     role: res.locals.role,
     presented_credential: res.locals.principal ? undefined : res.locals.presentedCredential,
     method: req.method,
-    path: req.path.slice(0, 512),
+    path: (req.originalUrl.split('?')[0] ?? req.path).slice(0, 512), // full path, also under mounted sub-apps (/admin/queues)
     route: routeTemplate(req),
     query: Object.keys(req.query ?? {}).length ? req.originalUrl.slice(req.originalUrl.indexOf('?') + 1, 512) : undefined,
     body_sha256: res.locals.bodySha256 ?? null,

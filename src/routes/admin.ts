@@ -19,8 +19,9 @@ import type { Metrics } from '../shared/metrics.js';
  * are JSON {detail}; the key is never echoed or logged.
  *
  * Audit: every state-changing call (any method but GET/HEAD/OPTIONS), allowed or refused, is one
- * structured log line `admin audit` with who (credential id, never the key), method, path,
- * status and request id.
+ * structured log line (msg "audit", from the app's observe middleware) with who (`key:<credential
+ * id>`, never the key), method, path, status and request id; refused keys appear as
+ * presented_credential.
  */
 export const ADMIN_BASE_PATH = '/admin/queues';
 export const BASIC_CHALLENGE = 'Basic realm="opsgate", charset="UTF-8"';
@@ -34,7 +35,6 @@ export interface AdminRouterOptions {
   basePath?: string;
 }
 
-type AdminLocals = { adminWho?: string; adminRole?: string };
 
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 const REQUEST_ID_RE = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -80,26 +80,18 @@ function requestIdOf(req: Request, res: Response): string {
   return id;
 }
 
-/** Audit hook: runs first, so refused state-changing calls are audited too. */
-function auditMiddleware(logger: Logger, metrics?: Metrics): RequestHandler {
+/**
+ * Runs first, for state-changing calls only: pins the request id and counts the action once it is
+ * answered (opsgate_admin_actions_total{method,status}). The audit line itself is written by the
+ * app-wide observe middleware (src/middleware/observe.ts) for every state-changing call, with
+ * who = res.locals.principal set below (`key:<credential id>`), method, full path, status and
+ * request id, so an admin retry yields exactly one audit line.
+ */
+function adminActions(metrics?: Metrics): RequestHandler {
   return (req: Request, res: Response, next: NextFunction) => {
     if (SAFE_METHODS.has(req.method)) return next();
-    const requestId = requestIdOf(req, res);
-    const path = req.originalUrl.split('?')[0] ?? req.originalUrl;
-    res.once('finish', () => {
-      const locals = res.locals as AdminLocals;
-      const status = res.statusCode;
-      metrics?.adminActions.inc({ method: req.method, status: String(status) });
-      logger.info('admin audit', {
-        audit: true,
-        who: locals.adminWho ?? 'anonymous',
-        role: locals.adminRole,
-        method: req.method,
-        path,
-        status,
-        request_id: requestId,
-      });
-    });
+    requestIdOf(req, res);
+    res.once('finish', () => metrics?.adminActions.inc({ method: req.method, status: String(res.statusCode) }));
     next();
   };
 }
@@ -119,9 +111,6 @@ function operatorOnly(keys: readonly ApiKey[], metrics?: Metrics): RequestHandle
       res.status(401).set('WWW-Authenticate', BASIC_CHALLENGE).set('Cache-Control', 'no-store').json({ detail });
       return;
     }
-    const locals = res.locals as AdminLocals;
-    locals.adminWho = cred.key.id;
-    locals.adminRole = cred.key.role;
     // Same principal format as the API's auth middleware, so the app-level audit line agrees.
     res.locals.principal = `key:${cred.key.id}`;
     res.locals.role = cred.key.role;
@@ -152,7 +141,8 @@ export function createAdminRouter(opts: AdminRouterOptions): Router {
   });
 
   const router = Router();
-  router.use(auditMiddleware(opts.logger, opts.metrics));
+  router.use(adminActions(opts.metrics));
+  opts.logger.info('bull board mounted', { path: basePath, queues: opts.queues.map((q) => q.name) });
   router.use(operatorOnly(opts.apiKeys, opts.metrics));
   router.use((_req, res, next) => {
     // Operator data: never stored by a shared proxy; the browser revalidates.

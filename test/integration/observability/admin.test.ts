@@ -1,0 +1,174 @@
+import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
+import { Queue, QueueEvents, Worker, UnrecoverableError } from 'bullmq';
+import type { Express } from 'express';
+import request from 'supertest';
+import { createApp } from '../../../src/app.js';
+import { createKubeHostStatusProvider } from '../../../src/domain/kubeHostStatus.js';
+import { loadApiConfig } from '../../../src/shared/config.js';
+import { credentialId } from '../../../src/shared/crypto.js';
+import { emptyInventory } from '../../../src/shared/inventory.js';
+import { JOB, QUEUE_NAME } from '../../../src/shared/jobs.js';
+import { createLogger } from '../../../src/shared/logger.js';
+import { createMetrics } from '../../../src/shared/metrics.js';
+import { createOpsQueue, type OpsQueue } from '../../../src/shared/queue.js';
+import { createRedis } from '../../../src/shared/redis.js';
+import { startRedis, type RedisServer } from '../../helpers/redis.js';
+
+/**
+ * Bull Board at /admin/queues inside the real API app (createApp) on a real redis-server:
+ * operator-only access (X-API-Key or HTTP Basic with the key as password), a dead-lettered job
+ * listed with its reason, a retry through the board's API that really re-runs the job, and the
+ * audit line of that retry.
+ */
+const OPERATOR = 'op-key-0123456789abcdef';
+const READONLY = 'ro-key-0123456789abcdef';
+const basic = (user: string, pass: string) => 'Basic ' + Buffer.from(`${user}:${pass}`).toString('base64');
+
+describe('Bull Board /admin/queues', () => {
+  let redisServer: RedisServer;
+  let app: Express;
+  let queue: OpsQueue;
+  let redis: ReturnType<typeof createRedis>;
+  let worker: Worker;
+  let events: QueueEvents;
+  const lines: Record<string, unknown>[] = [];
+  const metrics = createMetrics('api', 'test', { defaults: false });
+  let failUntilFlipped = true;
+  let deadJobId = '';
+
+  beforeAll(async () => {
+    redisServer = await startRedis();
+    const config = loadApiConfig({
+      OPS_API_KEY_ROLES: `${OPERATOR}:operator,${READONLY}:readonly`,
+      REDIS_URL: redisServer.url,
+      RATE_LIMIT_RPS: '0',
+    });
+    const logger = createLogger({ write: (l) => lines.push(JSON.parse(l) as Record<string, unknown>), secrets: [OPERATOR, READONLY] });
+    redis = createRedis(redisServer.url, 'request');
+    queue = createOpsQueue({ url: redisServer.url, policy: { attempts: 1, backoffMs: 0 }, logger, metrics });
+    app = createApp({ config, redis, queue, inventory: emptyInventory, logger, metrics, hostStatus: createKubeHostStatusProvider(undefined) });
+
+    // A real BullMQ worker on the same queue: the job fails (unrecoverably -> dead-lettered) until the flag flips.
+    worker = new Worker(
+      QUEUE_NAME,
+      async () => {
+        if (failUntilFlipped) throw new UnrecoverableError('notify endpoint answered 400 Bad Request');
+        return { delivered: true };
+      },
+      { connection: { url: redisServer.url, maxRetriesPerRequest: null } as never },
+    );
+    events = new QueueEvents(QUEUE_NAME, { connection: { url: redisServer.url } as never });
+    await events.waitUntilReady();
+    const failed = new Promise<void>((resolve) => worker.once('failed', () => resolve()));
+    deadJobId = await queue.enqueue(JOB.notifyOncall, {
+      alertname: 'DiskFull',
+      annotations: { summary: 'disk full' },
+      audit_id: 'req-1',
+      requested_by: 'webhook:alerts',
+    });
+    await failed;
+  });
+
+  afterAll(async () => {
+    await worker?.close();
+    await events?.close();
+    await queue?.close();
+    redis?.disconnect();
+    await redisServer?.destroy();
+  });
+
+  test('no credentials -> 401 JSON with a Basic challenge so a browser prompts', async () => {
+    const res = await request(app).get('/admin/queues');
+    expect(res.status).toBe(401);
+    expect(res.headers['www-authenticate']).toMatch(/^Basic realm="opsgate"/);
+    expect(res.headers['content-type']).toMatch(/application\/json/);
+    expect(res.body.detail).toMatch(/authentication required/);
+  });
+
+  test.each([
+    ['wrong Basic password', { Authorization: basic('admin', 'nope-nope-nope') }],
+    ['malformed Basic', { Authorization: 'Basic %%%' }],
+    ['Bearer is not accepted here', { Authorization: `Bearer ${OPERATOR}` }],
+    ['unknown X-API-Key', { 'X-API-Key': 'unknown-key-value' }],
+  ])('%s -> 401 {detail}, never echoing the secret', async (_name, headers) => {
+    const res = await request(app).get('/admin/queues/api/queues').set(headers);
+    expect(res.status).toBe(401);
+    expect(res.headers['www-authenticate']).toMatch(/^Basic realm="opsgate"/);
+    expect(typeof res.body.detail).toBe('string');
+    expect(res.text).not.toContain(OPERATOR);
+  });
+
+  test('readonly key -> 403 (X-API-Key or Basic)', async () => {
+    for (const headers of [{ 'X-API-Key': READONLY }, { Authorization: basic('alice', READONLY) }]) {
+      const res = await request(app).get('/admin/queues').set(headers);
+      expect(res.status).toBe(403);
+      expect(res.body).toEqual({ detail: 'operator role required' });
+    }
+  });
+
+  test('operator via HTTP Basic (any user name) gets the board page', async () => {
+    const res = await request(app).get('/admin/queues').set({ Authorization: basic('whoever', OPERATOR) });
+    expect(res.status).toBe(200);
+    expect(res.headers['content-type']).toMatch(/text\/html/);
+    expect(res.text).toContain('<base href="/admin/queues/"');
+    expect(res.text).toMatch(/<script defer src="static\/js\/main\.[0-9a-f]+\.js"><\/script>/);
+    const js = /src="(static\/js\/main\.[0-9a-f]+\.js)"/.exec(res.text)![1];
+    const asset = await request(app).get(`/admin/queues/${js}`).set({ Authorization: basic('whoever', OPERATOR) });
+    expect(asset.status).toBe(200);
+    expect(asset.headers['content-type']).toMatch(/javascript/);
+    // assets are behind the same gate
+    expect((await request(app).get(`/admin/queues/${js}`)).status).toBe(401);
+  });
+
+  test('the dead-lettered job is listed in the failed set with its reason', async () => {
+    const res = await request(app).get('/admin/queues/api/queues?activeQueue=ops&status=failed&page=1').set({ 'X-API-Key': OPERATOR });
+    expect(res.status).toBe(200);
+    const ops = (res.body.queues as { name: string; counts: Record<string, number>; jobs: { id: string; failedReason: string; name: string }[] }[]).find((q) => q.name === 'ops');
+    expect(ops).toBeDefined();
+    expect(ops!.counts.failed).toBe(1);
+    const job = ops!.jobs.find((j) => j.id === deadJobId);
+    expect(job?.name).toBe(JOB.notifyOncall);
+    expect(job?.failedReason).toBe('notify endpoint answered 400 Bad Request');
+  });
+
+  test('readonly cannot retry (403, audited); operator retry re-runs the job and is audited', async () => {
+    const denied = await request(app).put(`/admin/queues/api/queues/ops/${deadJobId}/retry`).set({ 'X-API-Key': READONLY });
+    expect(denied.status).toBe(403);
+    expect(await queue.getJob(deadJobId)).toMatchObject({ state: 'failed' });
+
+    failUntilFlipped = false;
+    const completed = new Promise<void>((resolve) => worker.once('completed', () => resolve()));
+    const res = await request(app)
+      .put(`/admin/queues/api/queues/ops/${deadJobId}/retry`)
+      .set({ Authorization: basic('ops-person', OPERATOR), 'X-Request-Id': 'retry-req-42' });
+    expect(res.status).toBe(204);
+    await completed;
+    expect(await queue.getJob(deadJobId)).toMatchObject({ state: 'completed' });
+
+    const audit = lines.filter((l) => l.audit === true && l.method === 'PUT');
+    const ok = audit.filter((l) => l.request_id === 'retry-req-42');
+    expect(ok).toHaveLength(1); // exactly one audit line per call
+    expect(ok[0]).toMatchObject({
+      msg: 'audit',
+      role: 'operator',
+      status: 204,
+      method: 'PUT',
+      path: `/admin/queues/api/queues/ops/${deadJobId}/retry`,
+    });
+    expect(ok[0]!.who).toBe(`key:${credentialId(OPERATOR)}`);
+    const refused = audit.filter((l) => l.status === 403);
+    expect(refused).toHaveLength(1);
+    expect(refused[0]).toMatchObject({ who: `key:${credentialId(READONLY)}`, role: 'readonly', path: `/admin/queues/api/queues/ops/${deadJobId}/retry` });
+    // secrets never reach a log line
+    expect(JSON.stringify(lines)).not.toContain(OPERATOR);
+    expect(JSON.stringify(lines)).not.toContain(READONLY);
+  });
+
+  test('auth failures are counted by scheme and reason', async () => {
+    const text = await metrics.registry.metrics();
+    expect(text).toMatch(/opsgate_auth_failures_total\{scheme="basic",reason="missing"\} [1-9]/);
+    expect(text).toMatch(/opsgate_auth_failures_total\{scheme="basic",reason="invalid"\} [1-9]/);
+    expect(text).toMatch(/opsgate_auth_failures_total\{scheme="api_key",reason="forbidden_role"\} [1-9]/);
+    expect(text).toMatch(/opsgate_admin_actions_total\{method="PUT",status="204"\} 1/);
+  });
+});
