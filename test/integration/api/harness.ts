@@ -1,4 +1,4 @@
-import type { Express } from 'express';
+import type { Express, RequestHandler } from 'express';
 import { Redis } from 'ioredis';
 import { createApp } from '../../../src/app.js';
 import { createKubeHostStatusProvider } from '../../../src/domain/kubeHostStatus.js';
@@ -71,7 +71,8 @@ export interface HarnessOptions {
   /** Queue on another Redis (to make enqueueing fail while dedup works). */
   queueUrl?: string;
   hostStatus?: HostStatusProvider;
-  bodyLimit?: string;
+  /** Passed to createApp as its rate-limit slot. */
+  rateLimit?: (deps: { redis: Redis; metrics: Metrics; logger: Logger }) => RequestHandler;
 }
 
 export async function createHarness(redisUrl: string, opts: HarnessOptions = {}): Promise<Harness> {
@@ -101,6 +102,7 @@ export async function createHarness(redisUrl: string, opts: HarnessOptions = {})
     metrics,
     hostStatus: opts.hostStatus ?? createKubeHostStatusProvider(undefined),
     version: '9.9.9-test',
+    rateLimit: opts.rateLimit?.({ redis, metrics, logger }),
   });
   const logs = () => lines.map((l) => JSON.parse(l) as Record<string, unknown>);
   return {
