@@ -8,6 +8,7 @@ import { loadInventory, type Inventory } from '../src/shared/inventory.js';
 import { QUEUE_NAME } from '../src/shared/jobs.js';
 import { createLogger, type Logger } from '../src/shared/logger.js';
 import { createMetrics, type Metrics } from '../src/shared/metrics.js';
+import { startMetricsServer, type MetricsServer } from '../src/shared/metricsServer.js';
 import { createRedis, redisPassword } from '../src/shared/redis.js';
 import { kubeConfigFromEnv, type KubeConfigFactory } from './k8s.js';
 import { createProcessor } from './processor.js';
@@ -208,6 +209,14 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
   const metrics = createMetrics('worker', version);
 
   const handle = await startWorker(config, { logger, metrics, inventory });
+  let metricsServer: MetricsServer | undefined;
+  try {
+    metricsServer = await startMetricsServer({ registry: metrics.registry, port: config.METRICS_PORT, logger });
+  } catch (err) {
+    logger.error('metrics server failed to start', { err, port: config.METRICS_PORT });
+    await handle.close(0);
+    process.exit(1);
+  }
 
   let stopping = false;
   const shutdown = (signal: NodeJS.Signals) => {
@@ -217,7 +226,8 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
     }
     stopping = true;
     logger.info('shutting down: waiting for active jobs', { signal, grace_s: config.WORKER_SHUTDOWN_GRACE_SECONDS });
-    handle.close().then(
+    // Metrics stay up while active jobs drain.
+    handle.close().then(() => metricsServer?.close()).then(
       () => {
         logger.info('worker stopped', { signal });
         process.exit(0);
