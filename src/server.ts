@@ -8,7 +8,9 @@ import { loadApiConfig, secretsOf, type ApiConfig } from './shared/config.js';
 import { ConfigError } from './shared/errors.js';
 import { loadInventory } from './shared/inventory.js';
 import { createLogger, type Logger } from './shared/logger.js';
-import { createMetrics } from './shared/metrics.js';
+import { createMetrics, queueCountsSource } from './shared/metrics.js';
+import { startMetricsServer } from './shared/metricsServer.js';
+import { createRateLimiter } from './middleware/rateLimit.js';
 import { createOpsQueue } from './shared/queue.js';
 import { createRedis, redisPassword } from './shared/redis.js';
 
@@ -61,6 +63,7 @@ export async function start(env: Record<string, string | undefined> = process.en
     logger,
     metrics,
   });
+  metrics.setQueueDepthSources([queueCountsSource(queue.bull)]);
   const kc = loadKubeConfig(env);
   if (!kc) logger.warn('no Kubernetes configuration found: GET /ops/hosts/{host} will answer 503');
   const app = createApp({
@@ -72,6 +75,7 @@ export async function start(env: Record<string, string | undefined> = process.en
     metrics,
     hostStatus: createKubeHostStatusProvider(kc),
     version,
+    rateLimit: createRateLimiter({ redis, rps: config.RATE_LIMIT_RPS, metrics, logger }),
   });
 
   const server = app.listen(config.PORT);
@@ -84,6 +88,15 @@ export async function start(env: Record<string, string | undefined> = process.en
   server.headersTimeout = 20_000;
   server.keepAliveTimeout = 5_000;
   const port = (server.address() as AddressInfo).port;
+  let metricsServer: Awaited<ReturnType<typeof startMetricsServer>>;
+  try {
+    metricsServer = await startMetricsServer({ registry: metrics.registry, port: config.METRICS_PORT, logger });
+  } catch (err) {
+    server.close();
+    await queue.close().catch(() => {});
+    redis.disconnect();
+    throw err;
+  }
   logger.info('api listening', { port, version, hosts: Object.keys(inventory.hosts).length });
 
   let stopping: Promise<void> | undefined;
@@ -95,6 +108,7 @@ export async function start(env: Record<string, string | undefined> = process.en
       const force = setTimeout(() => server.closeAllConnections(), graceMs);
       await closed;
       clearTimeout(force);
+      await metricsServer.close();
       await queue.close().catch((err) => logger.warn('queue close failed', { err }));
       await redis.quit().catch(() => redis.disconnect());
       logger.info('api stopped');
@@ -113,7 +127,7 @@ async function main(): Promise<void> {
       process.stderr.write(`opsgate-api: configuration error: ${err.message}\n`);
     } else {
       const e = err as { code?: string; message?: string };
-      process.stderr.write(`opsgate-api: failed to start: ${e.code === 'EADDRINUSE' ? 'PORT is already in use' : (e.message ?? String(err)).split('\n')[0]}\n`);
+      process.stderr.write(`opsgate-api: failed to start: ${e.code === 'EADDRINUSE' ? 'PORT or METRICS_PORT is already in use' : (e.message ?? String(err)).split('\n')[0]}\n`);
     }
     process.exit(1);
   }
