@@ -9,6 +9,7 @@ import { QUEUE_NAME } from '../src/shared/jobs.js';
 import { createLogger, type Logger } from '../src/shared/logger.js';
 import { createMetrics, type Metrics } from '../src/shared/metrics.js';
 import { startMetricsServer, type MetricsServer } from '../src/shared/metricsServer.js';
+import { exportQueueDepth } from '../src/shared/queueDepth.js';
 import { createRedis, redisPassword } from '../src/shared/redis.js';
 import { kubeConfigFromEnv, type KubeConfigFactory } from './k8s.js';
 import { createProcessor } from './processor.js';
@@ -209,6 +210,8 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
   const metrics = createMetrics('worker', version);
 
   const handle = await startWorker(config, { logger, metrics, inventory });
+  // Queue depth / dead letters read from Redis at scrape time (observability; src/shared/queueDepth.ts).
+  const queueDepth = exportQueueDepth(metrics, config.REDIS_URL);
   let metricsServer: MetricsServer | undefined;
   try {
     metricsServer = await startMetricsServer({ registry: metrics.registry, port: config.METRICS_PORT, logger });
@@ -227,7 +230,7 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
     stopping = true;
     logger.info('shutting down: waiting for active jobs', { signal, grace_s: config.WORKER_SHUTDOWN_GRACE_SECONDS });
     // Metrics stay up while active jobs drain.
-    handle.close().then(() => metricsServer?.close()).then(
+    handle.close().then(() => metricsServer?.close()).then(() => queueDepth.close()).then(
       () => {
         logger.info('worker stopped', { signal });
         process.exit(0);

@@ -55,7 +55,15 @@ export type Component = 'api' | 'worker';
 
 export function createMetrics(component: Component, version: string, opts: { defaults?: boolean } = {}) {
   const registry = new Registry();
-  if (opts.defaults !== false) collectDefaultMetrics({ register: registry });
+  if (opts.defaults !== false) {
+    collectDefaultMetrics({ register: registry });
+    // prom-client's nodejs_active_{handles,requests,resources}_total are gauges with a counter's
+    // suffix (promtool check metrics flags them); the same numbers by type remain in
+    // nodejs_active_handles / nodejs_active_requests / nodejs_active_resources (sum() for a total).
+    for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total']) {
+      if (registry.getSingleMetric(name)) registry.removeSingleMetric(name);
+    }
+  }
 
   const buildInfo = new Gauge({
     name: 'opsgate_build_info',

@@ -1,0 +1,27 @@
+import { Queue } from 'bullmq';
+import { QUEUE_NAME } from './jobs.js';
+import { queueCountsSource, type Metrics } from './metrics.js';
+import { createRedis } from './redis.js';
+
+/**
+ * Queue depth for a process that has no producer Queue of its own (the worker): a read-only
+ * BullMQ Queue handle on a `request`-profile connection (fail fast, no offline queue), used only
+ * by the scrape-time collectors of opsgate_queue_jobs / opsgate_dead_letter_jobs.
+ */
+export function exportQueueDepth(
+  metrics: Pick<Metrics, 'setQueueDepthSources'>,
+  redisUrl: string,
+  queueName: string = QUEUE_NAME,
+): { close(): Promise<void> } {
+  const connection = createRedis(redisUrl, 'request', 'opsgate-queue-depth');
+  const queue = new Queue(queueName, { connection });
+  queue.on('error', () => {}); // a failed read is counted by opsgate_queue_scrape_errors_total
+  metrics.setQueueDepthSources([queueCountsSource(queue)]);
+  return {
+    async close() {
+      metrics.setQueueDepthSources([]);
+      await queue.close().catch(() => {});
+      connection.disconnect();
+    },
+  };
+}
