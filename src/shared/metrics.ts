@@ -128,6 +128,16 @@ export function createMetrics(component: Component, version: string, opts: { def
     labelNames: ['name'] as const,
     registers: [registry],
   });
+  const jobsStalled = new Counter({
+    name: 'opsgate_jobs_stalled_total',
+    help: 'Active jobs found stalled by this worker (their worker stopped renewing the lock) and moved back to waiting.',
+    registers: [registry],
+  });
+  const workerErrors = new Counter({
+    name: 'opsgate_worker_errors_total',
+    help: "Errors reported by the worker's queue machinery (mostly Redis connection errors), not job failures.",
+    registers: [registry],
+  });
 
   // --- queue depth, read from Redis at scrape time -------------------------------------------
   // Decision: when Redis cannot be read within the timeout, the depth samples are left out of that
@@ -229,6 +239,8 @@ export function createMetrics(component: Component, version: string, opts: { def
     jobsProcessed,
     jobDuration,
     jobRetries,
+    jobsStalled,
+    workerErrors,
   };
 }
 
