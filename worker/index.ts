@@ -23,7 +23,7 @@ export const READY_MESSAGE = 'worker ready';
 
 export interface WorkerDeps {
   logger?: Logger;
-  metrics?: Pick<Metrics, 'jobsProcessed' | 'jobDuration' | 'jobRetries'>;
+  metrics?: Pick<Metrics, 'jobsProcessed' | 'jobDuration' | 'jobRetries'> & Partial<Pick<Metrics, 'jobsStalled' | 'workerErrors'>>;
   /** Default: loadInventory(config.OPS_INVENTORY_FILE). */
   inventory?: Inventory;
   /** Default: KUBECONFIG / ~/.kube/config / in-cluster, read from process.env at each job. */
@@ -131,10 +131,12 @@ export async function startWorker(config: WorkerConfig, deps: WorkerDeps = {}): 
     }
   });
   worker.on('stalled', (jobId) => {
+    metrics?.jobsStalled?.inc();
     logger.warn('job stalled (its worker stopped renewing the lock); moved back to waiting', { job_id: jobId });
   });
   let lastError = '';
   worker.on('error', (err) => {
+    metrics?.workerErrors?.inc();
     // Connection errors repeat while Redis is down: log each distinct message once in a row.
     if (err.message !== lastError) logger.error('worker error', { err });
     lastError = err.message;

@@ -147,10 +147,15 @@ describe('crash recovery', () => {
     expect((await a.waitExit()).signal).toBe('SIGKILL');
     expect(await (await queue.getJob(job.id!))!.getState()).toBe('active'); // orphaned, lock still held
 
-    const b = await worker({ NOTIFY_WEBHOOK_URLS: receiver.url(path), ...fast });
+    const metricsPort = await freePort();
+    const b = await worker({ NOTIFY_WEBHOOK_URLS: receiver.url(path), ...fast, METRICS_PORT: String(metricsPort) });
     const { state } = await waitForFinal(queue, job.id!, 30000);
     expect(state).toBe('completed');
     expect(receiver.requests(path)).toHaveLength(2);
     await b.waitForLog((l) => l.msg === 'job stalled (its worker stopped renewing the lock); moved back to waiting' && l.job_id === job.id, 5000);
+    await b.waitForLog((l) => l.msg === 'job completed' && l.job_id === job.id, 5000);
+    const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+    expect(text).toMatch(/^opsgate_jobs_stalled_total 1$/m);
+    expect(text).toMatch(/^opsgate_jobs_processed_total\{name="ops_worker\.notify_oncall",outcome="completed"\} 1$/m);
   }, 60000);
 });
