@@ -3,8 +3,8 @@ import { UnprocessableError } from '../shared/errors.js';
 import { JOB, notifyOncallData, type NotifyOncallData } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
 import type { OpsQueue } from '../shared/queue.js';
-import { forget } from './deploy.js';
-import { redisCall, seenKey } from './redisOps.js';
+import { claimAndEnqueue } from './claim.js';
+import { seenKey } from './redisOps.js';
 
 /**
  * /webhook/alerts rules 1-4 (Alertmanager payload). Plain values in, counts out.
@@ -66,23 +66,25 @@ export async function submitAlerts(deps: AlertsDeps, payload: unknown, auditId: 
   let queued = 0;
   let duplicates = 0;
   for (const p of plan.planned) {
-    const key = seenKey(`alert:${p.fingerprint}`);
-    const recorded = await redisCall((r) => r.set(key, auditId, 'EX', SEEN_ALERT_TTL_SECONDS, 'NX'), deps.redis);
-    if (recorded !== 'OK') {
-      duplicates++;
-      continue;
-    }
+    let out;
     try {
-      await deps.queue.enqueue(JOB.notifyOncall, p.data);
-      queued++;
+      // SET NX + enqueue without a crash window (src/domain/claim.ts); rule 9 is kept there.
+      out = await claimAndEnqueue(deps, {
+        key: seenKey(`alert:${p.fingerprint}`),
+        ttlSeconds: SEEN_ALERT_TTL_SECONDS,
+        name: JOB.notifyOncall,
+        data: p.data,
+        what: `alert:${p.fingerprint}`,
+      });
     } catch (err) {
-      await forget(deps, key, `alert:${p.fingerprint}`);
       deps.logger.warn('alert batch interrupted by a failed enqueue; the sender will retry', {
         queued_before_failure: queued,
         fingerprint: p.fingerprint,
       });
       throw err;
     }
+    if (out.accepted) queued++;
+    else duplicates++;
   }
   return { received: plan.received, firing: plan.firing, queued, duplicates };
 }

@@ -3,7 +3,8 @@ import { UnprocessableError } from '../shared/errors.js';
 import { JOB, runDeployPipelineData } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
 import type { OpsQueue } from '../shared/queue.js';
-import { redisCall, seenKey } from './redisOps.js';
+import { claimAndEnqueue } from './claim.js';
+import { seenKey } from './redisOps.js';
 
 /**
  * Deploy webhooks (source control "scm" per the spec, and "github" with the same rules):
@@ -128,16 +129,15 @@ export async function submitDeploy(deps: DeployDeps, req: DeployRequest): Promis
   const parsed = runDeployPipelineData.safeParse(data);
   if (!parsed.success) throw new UnprocessableError(`invalid ${parsed.error.issues[0]!.path.join('.')}`);
 
-  const key = seenKey(req.eventId);
-  const recorded = await redisCall((r) => r.set(key, req.auditId, 'EX', SEEN_EVENT_TTL_SECONDS, 'NX'), deps.redis);
-  if (recorded !== 'OK') return { accepted: false, duplicate: true };
-  try {
-    const jobId = await deps.queue.enqueue(JOB.runDeployPipeline, parsed.data);
-    return { accepted: true, duplicate: false, jobId };
-  } catch (err) {
-    await forget(deps, key, req.eventId);
-    throw err;
-  }
+  // SET NX + enqueue without a crash window (src/domain/claim.ts); rule 9 is kept there.
+  const out = await claimAndEnqueue(deps, {
+    key: seenKey(req.eventId),
+    ttlSeconds: SEEN_EVENT_TTL_SECONDS,
+    name: JOB.runDeployPipeline,
+    data: parsed.data,
+    what: req.eventId,
+  });
+  return out.accepted ? { accepted: true, duplicate: false, jobId: out.jobId } : { accepted: false, duplicate: true };
 }
 
 /** Removes a seen record after a failed enqueue; a few quick tries, and a loud log if it stays. */

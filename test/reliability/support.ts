@@ -60,8 +60,8 @@ export async function workerEnv(redisUrl: string, extra: Record<string, string |
 export interface Receiver {
   url: string;
   posts: Array<{ at: number; body: Record<string, unknown> }>;
-  /** Status to answer with, decided per request (default 200). */
-  status: (body: Record<string, unknown>) => number;
+  /** Status to answer with, decided per request (default 200); a promise delays the answer. */
+  status: (body: Record<string, unknown>) => number | Promise<number>;
   close(): Promise<void>;
 }
 
@@ -83,9 +83,12 @@ export async function startReceiver(): Promise<Receiver> {
         body = { unparsable: true };
       }
       rec.posts.push({ at: Date.now(), body });
-      res.statusCode = rec.status(body);
-      res.setHeader('content-type', 'application/json');
-      res.end('{}');
+      void Promise.resolve(rec.status(body)).then((code) => {
+        if (res.destroyed) return;
+        res.statusCode = code;
+        res.setHeader('content-type', 'application/json');
+        res.end('{}');
+      });
     });
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
@@ -147,10 +150,20 @@ export function inspectQueue(redisUrl: string) {
   return {
     queue,
     conn,
-    counts: () => queue.getJobCounts('waiting', 'active', 'delayed', 'completed', 'failed', 'paused', 'prioritized', 'waiting-children'),
+    counts: async () => {
+      const c = await queue.getJobCounts('waiting', 'active', 'delayed', 'completed', 'failed', 'prioritized', 'waiting-children');
+      return {
+        waiting: c.waiting ?? 0,
+        active: c.active ?? 0,
+        delayed: c.delayed ?? 0,
+        completed: c.completed ?? 0,
+        failed: c.failed ?? 0,
+        prioritized: c.prioritized ?? 0,
+      };
+    },
     /** Every job in any state. */
     all: async (): Promise<Job[]> =>
-      queue.getJobs(['waiting', 'active', 'delayed', 'completed', 'failed', 'paused', 'prioritized', 'waiting-children'], 0, -1),
+      queue.getJobs(['waiting', 'active', 'delayed', 'completed', 'failed', 'prioritized', 'waiting-children'], 0, -1),
     close: async () => {
       await queue.close().catch(() => undefined);
       conn.disconnect();
