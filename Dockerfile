@@ -1,0 +1,41 @@
+# syntax=docker/dockerfile:1
+# opsgate images: one build stage, two final targets.
+#   docker build --target api    -t opsgate-api:0.1.0 .
+#   docker build --target worker -t opsgate-worker:0.1.0 .
+# test/chart/dockerfile.test.ts replays the build stage and checks that the paths the final
+# stages run are produced by it and that no devDependency reaches a final stage.
+ARG NODE_IMAGE=node:20-bookworm-slim
+
+# ---- build: install everything, compile, then drop devDependencies --------------------------
+FROM ${NODE_IMAGE} AS build
+WORKDIR /app
+ENV npm_config_update_notifier=false npm_config_fund=false npm_config_audit=false
+COPY package.json package-lock.json ./
+RUN npm ci --ignore-scripts --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json ./
+COPY src ./src
+COPY worker ./worker
+RUN npx tsc -p tsconfig.build.json
+# --omit=optional too: typescript is an optional peer of valibot (@bull-board) and would otherwise stay;
+# the only production optional dependency is msgpackr's native accelerator (pure-JS fallback).
+RUN npm prune --omit=dev --omit=optional --ignore-scripts --no-audit --no-fund
+
+# ---- runtime: what both images share (production node_modules + compiled JS only) ------------
+FROM ${NODE_IMAGE} AS runtime
+ENV NODE_ENV=production
+WORKDIR /app
+COPY --from=build --chown=0:0 /app/package.json ./package.json
+COPY --from=build --chown=0:0 /app/node_modules ./node_modules
+COPY --from=build --chown=0:0 /app/dist ./dist
+# The built-in "node" user (UID/GID 1000); files stay root-owned and read-only to it.
+USER 1000:1000
+
+# ---- api: HTTP API on 8080, metrics on 9464 ------------------------------------------------
+FROM runtime AS api
+EXPOSE 8080 9464
+CMD ["node", "dist/src/server.js"]
+
+# ---- worker: BullMQ worker, metrics on 9464 --------------------------------------------------
+FROM runtime AS worker
+EXPOSE 9464
+CMD ["node", "dist/worker/index.js"]
