@@ -130,6 +130,12 @@ export async function notifyOncall(data: NotifyOncallData, ctx: JobContext): Pro
     .map((r) => `${r.host} (HTTP ${r.outcome?.kind === 'rejected' ? r.outcome.status : '?'})`)
     .join(', ');
   const pending = results.filter((r) => r.outcome === undefined);
+  // Dead-lettering now (a rejection, or the last attempt)? Forget the rejections so that a retry
+  // from Bull Board, once the endpoint is fixed, posts to it again; delivered ones stay recorded.
+  const lastAttempt = ctx.job.attemptsMade + 1 >= (ctx.job.opts.attempts ?? 1);
+  if (rejected.length > 0 && (pending.length === 0 || lastAttempt)) {
+    await Promise.all(urls.filter((_, i) => results[i]?.outcome?.kind === 'rejected').map((u) => redis.del(notifyRecordKey(jobId, u))));
+  }
   if (pending.length > 0) {
     // Retryable: the attempt fails and BullMQ retries it; only these endpoints are posted to again.
     const list = pending.map((r) => `${r.host} (${'reason' in r ? r.reason : 'failed'})`).join(', ');
