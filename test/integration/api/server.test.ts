@@ -1,0 +1,154 @@
+import { request as httpRequest } from 'node:http';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Redis } from 'ioredis';
+import { freePort, startRedis, type RedisServer } from '../../helpers/redis.js';
+import { API_ENTRY, spawnNode, startApi } from '../../helpers/processes.js';
+import { INVENTORY_YAML, OP_KEY, RO_KEY, SCM_SECRET, BEARER } from './harness.js';
+
+/**
+ * The real entry point (node dist/src/server.js, built by the jest globalSetup) as a process:
+ * start-up refusals (exit 1, exactly one stderr line naming the variable, never its value),
+ * serving, and graceful SIGTERM (stop accepting, finish in-flight, close, exit 0).
+ */
+let srv: RedisServer;
+let dir: string;
+
+beforeAll(async () => {
+  srv = await startRedis();
+  dir = mkdtempSync(join(tmpdir(), 'opsgate-api-server-'));
+});
+afterAll(async () => {
+  await srv?.destroy();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+const SECRET_LOOKING = 'sUp3r-s3cret-value-XYZ';
+
+async function refusal(env: Record<string, string | undefined>) {
+  const p = spawnNode(API_ENTRY, { env: { PORT: String(await freePort()), METRICS_PORT: String(await freePort()), ...env } });
+  try {
+    const exit = await p.waitExit(30000);
+    return { exit, stderr: p.stderr.filter((l) => l !== ''), stdout: p.lines };
+  } finally {
+    await p.stop();
+  }
+}
+
+describe('start-up refusals (real process)', () => {
+  const good = () => ({ OPS_API_KEY_ROLES: `${RO_KEY}:readonly`, REDIS_URL: srv.url });
+  // Each case is a real process start (a few seconds on a loaded machine); every other refusal
+  // case of the parser is covered in test/unit/config.test.ts.
+  it.each([
+    { name: 'OPS_API_KEY_ROLES missing', env: { OPS_API_KEY_ROLES: undefined }, variable: 'OPS_API_KEY_ROLES' },
+    { name: 'item without key:role', env: { OPS_API_KEY_ROLES: SECRET_LOOKING }, variable: 'OPS_API_KEY_ROLES' },
+    { name: 'unknown role', env: { OPS_API_KEY_ROLES: `${SECRET_LOOKING}:admin` }, variable: 'OPS_API_KEY_ROLES' },
+    { name: 'REDIS_URL missing', env: { REDIS_URL: undefined }, variable: 'REDIS_URL' },
+    { name: 'REDIS_URL not a redis URL', env: { REDIS_URL: `http://user:${SECRET_LOOKING}@host` }, variable: 'REDIS_URL' },
+    { name: 'OPS_INVENTORY_FILE unreadable', env: { OPS_INVENTORY_FILE: '/nonexistent/inventory.yaml' }, variable: 'OPS_INVENTORY_FILE' },
+  ])('$name -> exit 1, one stderr line naming $variable, never the value', async ({ env, variable }) => {
+    const r = await refusal({ ...good(), ...env });
+    expect(r.exit.code).toBe(1);
+    expect(r.stderr).toHaveLength(1);
+    expect(r.stderr[0]).toMatch(new RegExp(`^opsgate-api: configuration error: ${variable}: `));
+    expect(r.stderr[0]).not.toContain(SECRET_LOOKING);
+    expect(r.stdout.join('\n')).not.toContain(SECRET_LOOKING);
+  });
+  it('an invalid inventory file -> exit 1 naming OPS_INVENTORY_FILE', async () => {
+    const file = join(dir, 'bad.yaml');
+    writeFileSync(file, 'hosts:\n  web-1:\n    namespace: "Not A Label"\n    deployments: [x]\n');
+    const r = await refusal({ ...good(), OPS_INVENTORY_FILE: file });
+    expect(r.exit.code).toBe(1);
+    expect(r.stderr).toHaveLength(1);
+    expect(r.stderr[0]).toMatch(/^opsgate-api: configuration error: OPS_INVENTORY_FILE: /);
+  });
+});
+
+describe('running process', () => {
+  it('serves the API, logs without secrets, drains in-flight requests on SIGTERM and exits 0', async () => {
+    const inv = join(dir, 'inventory.yaml');
+    writeFileSync(inv, INVENTORY_YAML);
+    const port = await freePort();
+    const api = await startApi({
+      env: {
+        PORT: String(port),
+        METRICS_PORT: String(await freePort()),
+        REDIS_URL: srv.url,
+        OPS_API_KEY_ROLES: `${RO_KEY}:readonly,${OP_KEY}:operator`,
+        OPS_BEARER_TOKEN: BEARER,
+        SCM_WEBHOOK_SECRET: SCM_SECRET,
+        OPS_INVENTORY_FILE: inv,
+        RATE_LIMIT_RPS: '0',
+        OPSGATE_VERSION: '1.2.3-test',
+      },
+    });
+    try {
+      const health = await fetch(`${api.baseUrl}/health`);
+      expect(await health.json()).toEqual({ status: 'ok' });
+      expect(await (await fetch(`${api.baseUrl}/version`)).json()).toMatchObject({ version: '1.2.3-test' });
+      const hosts = await fetch(`${api.baseUrl}/ops/hosts`, { headers: { 'X-API-Key': RO_KEY } });
+      expect(await hosts.json()).toEqual({ hosts: ['db-1', 'web-1'] });
+      const restart = await fetch(`${api.baseUrl}/ops/restart?host=web-1&service=frontend`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${BEARER}` },
+      });
+      expect(restart.status).toBe(200);
+
+      // An in-flight request: headers and half a body sent, then SIGTERM, then the rest.
+      const body = JSON.stringify({ ref: 'refs/heads/main', checkout_sha: 'drain01', project: { path_with_namespace: 'g/p' } });
+      const inflight = new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const req = httpRequest(
+          {
+            host: '127.0.0.1',
+            port,
+            method: 'POST',
+            path: '/webhook/scm',
+            headers: {
+              'Content-Type': 'application/json',
+              'Content-Length': Buffer.byteLength(body),
+              'X-Scm-Token': SCM_SECRET,
+              'X-Scm-Event': 'Push Hook',
+            },
+          },
+          (res) => {
+            let text = '';
+            res.on('data', (c: Buffer) => (text += c.toString()));
+            res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+          },
+        );
+        req.on('error', reject);
+        req.write(body.slice(0, 10));
+        setTimeout(() => {
+          api.kill('SIGTERM');
+          setTimeout(() => req.end(body.slice(10)), 500);
+        }, 300);
+      });
+      const done = await inflight;
+      expect(done.status).toBe(202);
+      expect(JSON.parse(done.body)).toMatchObject({ accepted: true, event_id: 'scm:g/p:refs/heads/main:drain01' });
+      const exit = await api.waitExit(20000);
+      expect(exit.code).toBe(0);
+      // After the drain nothing listens any more.
+      await expect(fetch(`${api.baseUrl}/health`)).rejects.toThrow();
+
+      const logs = api.logs();
+      expect(logs.some((l) => l.msg === 'api stopped')).toBe(true);
+      const audit = logs.filter((l) => l.msg === 'audit');
+      expect(audit.map((l) => `${l.method} ${l.path} ${l.status}`)).toEqual(['POST /ops/restart 200', 'POST /webhook/scm 202']);
+      const all = api.lines.join('\n') + api.stderr.join('\n');
+      for (const s of [RO_KEY, OP_KEY, BEARER, SCM_SECRET]) expect(all).not.toContain(s);
+
+      // The accepted work is on the durable queue after the process is gone.
+      const r = new Redis(srv.url);
+      try {
+        expect(await r.llen('bull:ops:wait')).toBe(2);
+      } finally {
+        r.disconnect();
+      }
+    } finally {
+      await api.stop();
+    }
+  });
+});

@@ -1,0 +1,105 @@
+import { describe, expect, it } from '@jest/globals';
+import { loadApiConfig, parseApiKeyRoles, secretsOf } from '../../src/shared/config.js';
+import { credentialId } from '../../src/shared/crypto.js';
+import { ConfigError } from '../../src/shared/errors.js';
+
+/** OPS_API_KEY_ROLES and the API environment (spec 2 and 5: refuse to start on every listed case). */
+const SECRET = 'k3y-th4t-must-n0t-leak';
+
+function refusal(fn: () => unknown): ConfigError {
+  try {
+    fn();
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConfigError);
+    return err as ConfigError;
+  }
+  throw new Error('expected a ConfigError');
+}
+
+describe('parseApiKeyRoles', () => {
+  it('parses several keys (rotation) with their roles', () => {
+    const keys = parseApiKeyRoles('alpha:readonly,beta:operator, gamma:operator');
+    expect(keys.map((k) => [k.key, k.role])).toEqual([
+      ['alpha', 'readonly'],
+      ['beta', 'operator'],
+      ['gamma', 'operator'],
+    ]);
+  });
+  it('the role is the text after the LAST colon: keys may contain colons', () => {
+    const [k] = parseApiKeyRoles('a:b:c:operator');
+    expect(k).toMatchObject({ key: 'a:b:c', role: 'operator' });
+  });
+  it('the id is the first 12 hex of SHA-256(key), never the key', () => {
+    const [k] = parseApiKeyRoles(`${SECRET}:readonly`);
+    expect(k!.id).toBe(credentialId(SECRET));
+    expect(k!.id).toMatch(/^[0-9a-f]{12}$/);
+    expect(k!.id).not.toContain(SECRET.slice(0, 4));
+  });
+  it.each([
+    ['missing', undefined],
+    ['empty', ''],
+    ['blank', '   '],
+    ['an item without key:role', `${SECRET}`],
+    ['an item without key:role among good ones', `good:readonly,${SECRET}`],
+    ['an empty key', ':operator'],
+    ['an empty key after a good one', 'good:readonly,:readonly'],
+    ['an unknown role', `${SECRET}:admin`],
+    ['an empty role', `${SECRET}:`],
+    ['a role in another case', `${SECRET}:Operator`],
+    ['a role with the colon-separated key before it unknown', `${SECRET}:operator:root`],
+    ['no key at all (only commas)', ',, ,'],
+  ])('refuses %s, naming the variable and never the value', (_name, raw) => {
+    const err = refusal(() => parseApiKeyRoles(raw));
+    expect(err.variable).toBe('OPS_API_KEY_ROLES');
+    expect(err.message).toMatch(/^OPS_API_KEY_ROLES: /);
+    expect(err.message).not.toContain(SECRET);
+    expect(err.message.split('\n')).toHaveLength(1);
+  });
+});
+
+describe('loadApiConfig', () => {
+  const base = { OPS_API_KEY_ROLES: `${SECRET}:operator`, REDIS_URL: 'redis://127.0.0.1:6379' };
+
+  it('defaults of DESIGN.md', () => {
+    const c = loadApiConfig(base);
+    expect(c).toMatchObject({
+      PORT: 8080,
+      METRICS_PORT: 9464,
+      RATE_LIMIT_RPS: 50,
+      BODY_LIMIT: '1mb',
+      TRUST_PROXY: '1',
+      JOB_ATTEMPTS: 5,
+      JOB_BACKOFF_MS: 10000,
+    });
+    // Unset secrets are absent (undefined): every call they protect is rejected.
+    expect(c.OPS_BEARER_TOKEN).toBeUndefined();
+    expect(c.SCM_WEBHOOK_SECRET).toBeUndefined();
+    expect(c.GITHUB_WEBHOOK_SECRET).toBeUndefined();
+    expect(c.ALERTS_WEBHOOK_TOKEN).toBeUndefined();
+    expect(c.apiKeys).toHaveLength(1);
+  });
+  it('empty secrets count as unset (so every protected call is rejected)', () => {
+    const c = loadApiConfig({ ...base, OPS_BEARER_TOKEN: '', SCM_WEBHOOK_SECRET: '' });
+    expect(c.OPS_BEARER_TOKEN).toBeUndefined();
+    expect(c.SCM_WEBHOOK_SECRET).toBeUndefined();
+  });
+  it.each([
+    ['REDIS_URL missing', { REDIS_URL: undefined }, 'REDIS_URL'],
+    ['REDIS_URL blank', { REDIS_URL: '  ' }, 'REDIS_URL'],
+    ['REDIS_URL not redis://', { REDIS_URL: `https://x:${SECRET}@h` }, 'REDIS_URL'],
+    ['PORT not an integer', { PORT: '80.5' }, 'PORT'],
+    ['RATE_LIMIT_RPS negative', { RATE_LIMIT_RPS: '-1' }, 'RATE_LIMIT_RPS'],
+    ['JOB_ATTEMPTS zero', { JOB_ATTEMPTS: '0' }, 'JOB_ATTEMPTS'],
+    ['BODY_LIMIT malformed', { BODY_LIMIT: '1 gigabyte' }, 'BODY_LIMIT'],
+    ['LOG_LEVEL unknown', { LOG_LEVEL: 'verbose' }, 'LOG_LEVEL'],
+    ['OPS_API_KEY_ROLES missing', { OPS_API_KEY_ROLES: undefined }, 'OPS_API_KEY_ROLES'],
+  ])('%s -> ConfigError naming %s', (_n, env, variable) => {
+    const err = refusal(() => loadApiConfig({ ...base, ...env }));
+    expect(err.variable).toBe(variable);
+    expect(err.message).not.toContain(SECRET);
+  });
+  it('secretsOf lists every secret for log redaction', () => {
+    const c = loadApiConfig({ ...base, OPS_BEARER_TOKEN: 'b-token', SCM_WEBHOOK_SECRET: 's-secret', GITHUB_WEBHOOK_SECRET: 'g-secret', ALERTS_WEBHOOK_TOKEN: 'a-token' });
+    expect(secretsOf(c).sort()).toEqual([SECRET, 'a-token', 'b-token', 'g-secret', 's-secret'].sort());
+  });
+});
