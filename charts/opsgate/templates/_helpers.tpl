@@ -1,0 +1,186 @@
+{{/* Chart name (nameOverride wins), cut to the 63 characters of a DNS label. */}}
+{{- define "opsgate.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Resource name prefix. Kept to 50 characters so suffixes like "-worker-metrics" still fit 63.
+*/}}
+{{- define "opsgate.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "opsgate.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Selector labels: stable across upgrades (never add version labels here). */}}
+{{- define "opsgate.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "opsgate.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Common labels of every resource. */}}
+{{- define "opsgate.labels" -}}
+helm.sh/chart: {{ include "opsgate.chart" . }}
+{{ include "opsgate.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: opsgate
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Labels of one component: include with (dict "ctx" $ "component" "api"). */}}
+{{- define "opsgate.componentLabels" -}}
+{{ include "opsgate.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "opsgate.componentSelectorLabels" -}}
+{{ include "opsgate.selectorLabels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* Image reference of an opsgate component: include with (dict "ctx" $ "image" .Values.api.image). */}}
+{{- define "opsgate.image" -}}
+{{- $repo := .image.repository }}
+{{- with .ctx.Values.image.registry }}{{ $repo = printf "%s/%s" (trimSuffix "/" .) $repo }}{{ end }}
+{{- if .image.digest }}
+{{- printf "%s@%s" $repo .image.digest }}
+{{- else }}
+{{- printf "%s:%s" $repo (default .ctx.Chart.AppVersion .ctx.Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{- define "opsgate.imageVersion" -}}
+{{- default .Chart.AppVersion .Values.image.tag }}
+{{- end }}
+
+{{- define "opsgate.apiServiceAccountName" -}}
+{{- default (printf "%s-api" (include "opsgate.fullname" .)) .Values.api.serviceAccount.name }}
+{{- end }}
+
+{{- define "opsgate.workerServiceAccountName" -}}
+{{- default (printf "%s-worker" (include "opsgate.fullname" .)) .Values.worker.serviceAccount.name }}
+{{- end }}
+
+{{/* Name of the Secret the pods read: the user's existingSecret or the chart-made one. */}}
+{{- define "opsgate.secretName" -}}
+{{- default (include "opsgate.fullname" .) .Values.secrets.existingSecret }}
+{{- end }}
+
+{{- define "opsgate.redisFullname" -}}
+{{- printf "%s-redis" (include "opsgate.fullname" .) }}
+{{- end }}
+
+{{/*
+Render-time checks that the schema cannot express. Included by every workload template, so
+`helm template` / `helm install` fail with one clear message.
+*/}}
+{{- define "opsgate.validate" -}}
+{{- if not .Values.secrets.existingSecret }}
+{{- if not .Values.secrets.apiKeyRoles }}
+{{- fail "opsgate: secrets.apiKeyRoles (OPS_API_KEY_ROLES, \"<key>:<role>,...\") is required, or set secrets.existingSecret to a Secret holding OPS_API_KEY_ROLES" }}
+{{- end }}
+{{- if and (not .Values.redis.enabled) (not .Values.secrets.redisUrl) }}
+{{- fail "opsgate: redis.enabled is false, so secrets.redisUrl (REDIS_URL of the external Redis) is required, or set secrets.existingSecret to a Secret holding REDIS_URL" }}
+{{- end }}
+{{- end }}
+{{- if and .Values.adminUI.ingress (not .Values.adminUI.enabled) }}
+{{- fail "opsgate: adminUI.ingress needs adminUI.enabled (there is no /admin to route)" }}
+{{- end }}
+{{- if le (int .Values.worker.terminationGracePeriodSeconds) (int .Values.config.workerShutdownGraceSeconds) }}
+{{- fail (printf "opsgate: worker.terminationGracePeriodSeconds (%d) must be greater than config.workerShutdownGraceSeconds (%d), or Kubernetes kills the worker while it drains its jobs" (int .Values.worker.terminationGracePeriodSeconds) (int .Values.config.workerShutdownGraceSeconds)) }}
+{{- end }}
+{{- if and .Values.autoscaling.enabled (lt (int .Values.autoscaling.maxReplicas) (int .Values.autoscaling.minReplicas)) }}
+{{- fail "opsgate: autoscaling.maxReplicas must be >= autoscaling.minReplicas" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Redis password of the in-chart Redis for the chart-made Secret: the value, else the one already in
+the release's Secret (kept across upgrades), else generated once per render (memoised so every
+template of this render sees the same one).
+*/}}
+{{- define "opsgate.redisPassword" -}}
+{{- if .Values.redis.auth.password }}
+{{- .Values.redis.auth.password }}
+{{- else }}
+{{- $cache := .Values.redis.auth }}
+{{- if not (hasKey $cache "_generated") }}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "opsgate.fullname" .) }}
+{{- if and $existing $existing.data (hasKey $existing.data "REDIS_PASSWORD") }}
+{{- $_ := set $cache "_generated" (index $existing.data "REDIS_PASSWORD" | b64dec) }}
+{{- else }}
+{{- $_ := set $cache "_generated" (randAlphaNum 32) }}
+{{- end }}
+{{- end }}
+{{- index $cache "_generated" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Namespaces the inventory names, with what opsgate may touch there:
+{"<ns>": {"deployments": [sorted unique names], "jobs": true|false}} (as YAML; use fromYaml).
+*/}}
+{{- define "opsgate.rbacNamespaces" -}}
+{{- $out := dict }}
+{{- range $host, $h := .Values.inventory.hosts }}
+{{- $e := get $out $h.namespace | default (dict "deployments" (list) "jobs" false) }}
+{{- $_ := set $e "deployments" (concat $e.deployments $h.deployments | uniq | sortAlpha) }}
+{{- $_ := set $out $h.namespace $e }}
+{{- end }}
+{{- range $project, $p := .Values.inventory.projects }}
+{{- $e := get $out $p.namespace | default (dict "deployments" (list) "jobs" false) }}
+{{- $_ := set $e "jobs" true }}
+{{- $_ := set $out $p.namespace $e }}
+{{- end }}
+{{- toYaml $out }}
+{{- end }}
+
+{{/* Environment shared by both processes: Redis address (from the Secret) and the config. */}}
+{{- define "opsgate.redisEnv" -}}
+{{- if .Values.redis.enabled }}
+- name: REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "opsgate.secretName" . }}
+      key: REDIS_PASSWORD
+# Composed by the kubelet from REDIS_PASSWORD above: no secret value is written in this manifest.
+- name: REDIS_URL
+  value: {{ printf "redis://:$(REDIS_PASSWORD)@%s.%s.svc:%d/0" (include "opsgate.redisFullname" .) .Release.Namespace 6379 | quote }}
+{{- else }}
+- name: REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "opsgate.secretName" . }}
+      key: REDIS_URL
+{{- end }}
+{{- end }}
+
+{{/* An optional secret variable: include with (dict "ctx" $ "name" "OPS_BEARER_TOKEN"). */}}
+{{- define "opsgate.optionalSecretEnv" -}}
+- name: {{ .name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "opsgate.secretName" .ctx }}
+      key: {{ .name }}
+      optional: true
+{{- end }}
+
+{{/* Checksums that roll the pods when their configuration changes. */}}
+{{- define "opsgate.checksums" -}}
+checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
+checksum/secret: {{ include (print .Template.BasePath "/secret.yaml") . | sha256sum }}
+{{- end }}
