@@ -114,7 +114,8 @@ export function spawnNode(entry: string, opts: SpawnOptions): OpsProcess {
       if (opts.echo) process.stderr.write(`[${proc.pid} stderr] ${line}\n`);
     }),
   );
-  proc.on('exit', (code, signal) => {
+  // 'close' (not 'exit'): fires once the process exited AND its stdout/stderr are fully read.
+  proc.on('close', (code, signal) => {
     exitInfo = { code, signal };
     for (const w of exitWaiters.splice(0)) w(exitInfo);
   });
@@ -212,16 +213,20 @@ export async function startApi(opts: SpawnOptions & { readyTimeoutMs?: number })
 /** Starts the worker (dist/worker/index.js). Resolves once it logged {"msg":"worker ready"}. */
 export async function startWorkerProcess(opts: SpawnOptions & { readyTimeoutMs?: number }): Promise<OpsProcess> {
   const p = spawnNode(WORKER_ENTRY, opts);
+  let onExit: (() => void) | undefined;
   try {
     await Promise.race([
       p.waitForLog((l) => l.msg === WORKER_READY_MSG, opts.readyTimeoutMs ?? 20000),
-      p.waitExit(opts.readyTimeoutMs ?? 20000).then((e) => {
-        throw new Error(`worker exited before ready: ${JSON.stringify(e)}; stderr: ${p.stderr.join(' | ')}`);
+      new Promise<never>((_, reject) => {
+        onExit = () => reject(new Error(`worker exited before ready (code ${p.proc.exitCode}, signal ${p.proc.signalCode}); stderr: ${p.stderr.join(' | ')}`));
+        p.proc.once('close', onExit);
       }),
     ]);
   } catch (err) {
     await p.stop();
     throw err;
+  } finally {
+    if (onExit) p.proc.off('close', onExit);
   }
   return p;
 }

@@ -82,6 +82,26 @@ describe('start-up', () => {
   });
 });
 
+describe('secret redaction', () => {
+  it('the Redis password and webhook URL secrets never reach a log line, even inside job data', async () => {
+    const password = 'redis-pw-Qx7Zk2Lm9';
+    const token = 'hooktoken-Vb83Nw01';
+    const path = `/services/T1/B2/${token}`;
+    const url = new URL(redis.url);
+    const p = await worker({ REDIS_URL: `redis://:${password}@${url.host}`, NOTIFY_WEBHOOK_URLS: receiver.url(path) });
+    // An alert whose summary happens to contain both secrets: it is logged (spec), so redaction must catch it.
+    const job = await queue.add(JOB.notifyOncall, { alertname: 'Leaky', annotations: { summary: `pw=${password} url=${receiver.url(path)}` }, ...audit });
+    expect((await waitForFinal(queue, job.id!)).state).toBe('completed');
+    const line = await p.waitForLog((l) => l.msg === 'alert notification' && l.job_id === job.id);
+    expect(line.summary).toBe(`pw=[REDACTED] url=[REDACTED]`);
+    const all = [...p.lines, ...p.stderr].join('\n');
+    expect(all).not.toContain(password);
+    expect(all).not.toContain(token);
+    // The endpoint itself did get the alert as sent.
+    expect(JSON.parse(receiver.requests(path)[0]!.body).annotations.summary).toContain(password);
+  });
+});
+
 describe('graceful shutdown', () => {
   it('SIGTERM: the running job finishes before the process exits 0', async () => {
     const path = '/graceful/slow';
