@@ -10,6 +10,7 @@ import { loadInventory } from './shared/inventory.js';
 import { createLogger, type Logger } from './shared/logger.js';
 import { createMetrics, queueCountsSource } from './shared/metrics.js';
 import { startMetricsServer } from './shared/metricsServer.js';
+import { jsonClientErrors } from './middleware/clientError.js';
 import { createRateLimiter } from './middleware/rateLimit.js';
 import { createOpsQueue } from './shared/queue.js';
 import { createRedis, redisPassword } from './shared/redis.js';
@@ -79,6 +80,8 @@ export async function start(env: Record<string, string | undefined> = process.en
   });
 
   const server = app.listen(config.PORT);
+  // Parser-level refusals (431 oversized headers, 400 bad bytes) answer JSON {detail} too.
+  jsonClientErrors(server, logger);
   await new Promise<void>((resolve, reject) => {
     server.once('listening', () => resolve());
     server.once('error', reject);

@@ -1,0 +1,40 @@
+import type { Server } from 'node:http';
+import { STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { Logger } from '../shared/logger.js';
+
+/**
+ * Requests that Node's HTTP parser refuses never reach Express: headers over the 16 KiB limit,
+ * control characters in a header value, a malformed request line, a header timeout. Node's
+ * default answer is a bare status line with no body; this one answers the same status with the
+ * API's usual JSON {detail} body (never echoing the request, so nothing a client sent, secret or
+ * not, comes back), then closes the connection.
+ */
+export function jsonClientErrors(server: Server, logger?: Logger): void {
+  server.on('clientError', (err: Error & { code?: string }, socket: Duplex) => {
+    if (err.code === 'ECONNRESET' || !socket.writable) {
+      socket.destroy();
+      return;
+    }
+    let status = 400;
+    let detail = 'malformed HTTP request';
+    if (err.code === 'HPE_HEADER_OVERFLOW') {
+      status = 431;
+      detail = 'request headers are too large';
+    } else if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT' || err.code === 'HPE_TIMEOUT') {
+      status = 408;
+      detail = 'request timed out';
+    } else if (err.code === 'HPE_INVALID_HEADER_TOKEN') {
+      detail = 'malformed HTTP request: invalid character in a header';
+    }
+    logger?.debug('HTTP parser refused a request', { status, code: err.code });
+    const body = JSON.stringify({ detail });
+    socket.end(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\n` +
+        'Content-Type: application/json; charset=utf-8\r\n' +
+        `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+        'Connection: close\r\n\r\n' +
+        body,
+    );
+  });
+}
