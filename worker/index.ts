@@ -142,8 +142,9 @@ export async function startWorker(config: WorkerConfig, deps: WorkerDeps = {}): 
     lastError = err.message;
   });
 
-  void worker.run().catch((err: unknown) => logger.error('worker stopped', { err }));
+  // Connect first (waits, retrying, while Redis is unreachable), then start taking jobs.
   await worker.waitUntilReady();
+  void worker.run().catch((err: unknown) => logger.error('worker stopped', { err }));
   logger.info(READY_MESSAGE, {
     queue: QUEUE_NAME,
     concurrency: config.WORKER_CONCURRENCY,
@@ -211,18 +212,17 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
   }
   const metrics = createMetrics('worker', version);
 
-  const handle = await startWorker(config, { logger, metrics, inventory });
-  // Queue depth / dead letters read from Redis at scrape time (observability; src/shared/queueDepth.ts).
-  const queueDepth = exportQueueDepth(metrics, config.REDIS_URL);
+  // /metrics first: it answers (and shows opsgate_worker_errors_total growing) even while Redis
+  // is still unreachable at start-up and the worker waits for it.
   let metricsServer: MetricsServer | undefined;
   try {
     metricsServer = await startMetricsServer({ registry: metrics.registry, port: config.METRICS_PORT, logger });
   } catch (err) {
     logger.error('metrics server failed to start', { err, port: config.METRICS_PORT });
-    await handle.close(0);
     process.exit(1);
   }
-
+  let handle: WorkerHandle | undefined;
+  let queueDepth: { close(): Promise<void> } | undefined;
   let stopping = false;
   const shutdown = (signal: NodeJS.Signals) => {
     if (stopping) {
@@ -230,9 +230,14 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
       process.exit(1);
     }
     stopping = true;
+    if (!handle) {
+      // Still connecting to Redis: no job can be active yet.
+      logger.info('worker stopped before it was ready', { signal });
+      process.exit(0);
+    }
     logger.info('shutting down: waiting for active jobs', { signal, grace_s: config.WORKER_SHUTDOWN_GRACE_SECONDS });
     // Metrics stay up while active jobs drain.
-    handle.close().then(() => metricsServer?.close()).then(() => queueDepth.close()).then(
+    handle.close().then(() => metricsServer?.close()).then(() => queueDepth?.close()).then(
       () => {
         logger.info('worker stopped', { signal });
         process.exit(0);
@@ -245,6 +250,10 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
   };
   process.on('SIGTERM', shutdown);
   process.on('SIGINT', shutdown);
+
+  handle = await startWorker(config, { logger, metrics, inventory });
+  // Queue depth / dead letters read from Redis at scrape time (observability; src/shared/queueDepth.ts).
+  queueDepth = exportQueueDepth(metrics, config.REDIS_URL);
 }
 
 const isEntry = process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1];

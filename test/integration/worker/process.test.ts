@@ -80,6 +80,21 @@ describe('start-up', () => {
     expect(res.status).toBe(200);
     expect(await res.text()).toMatch(/opsgate_build_info\{[^}]*component="worker"/);
   });
+
+  it('while Redis is unreachable it serves /metrics, is not ready, and stops cleanly on SIGTERM', async () => {
+    const metricsPort = await freePort();
+    const p = spawnNode(WORKER_ENTRY, { env: await env({ REDIS_URL: `redis://127.0.0.1:${await freePort()}`, METRICS_PORT: String(metricsPort) }) });
+    procs.push(p);
+    await p.waitForLog((l) => l.msg === 'metrics listening');
+    await p.waitForLog((l) => l.msg === 'redis connection error');
+    const res = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
+    expect(res.status).toBe(200);
+    await res.text();
+    expect(p.logs().some((l) => l.msg === 'worker ready')).toBe(false);
+    p.kill('SIGTERM');
+    expect(await p.waitExit()).toEqual({ code: 0, signal: null });
+    expect(p.logs().some((l) => l.msg === 'worker stopped before it was ready')).toBe(true);
+  });
 });
 
 describe('secret redaction', () => {
