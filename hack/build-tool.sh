@@ -79,10 +79,17 @@ EOF
     log "resolving modules"
     go mod download helm.sh/helm/v3
     go get "helm.sh/helm/v3/cmd/helm@$version"
-    log "compiling helm"
-    "${NICE[@]}" go build -p "$GO_P" -o "$stage/helm" \
-      -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$version -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
-      helm.sh/helm/v3/cmd/helm
+    # As helm's Makefile does: the default Kubernetes version of `helm template` / `helm lint`
+    # (Capabilities.KubeVersion) is the client-go minor it was built with, else v1.20.
+    cgo=$(go list -m -f '{{.Version}}' k8s.io/client-go)
+    [[ $cgo =~ ^v0\.([0-9]+)\. ]] || { echo "unexpected k8s.io/client-go version $cgo" >&2; exit 1; }
+    kmin=${BASH_REMATCH[1]}
+    ld="-s -w -X helm.sh/helm/v3/internal/version.version=$version -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+    for p in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+      ld+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$kmin"
+    done
+    log "compiling helm (default kube version v1.$kmin)"
+    "${NICE[@]}" go build -p "$GO_P" -o "$stage/helm" -ldflags "$ld" helm.sh/helm/v3/cmd/helm
     ;;
 
   etcd)
