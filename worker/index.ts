@@ -56,8 +56,10 @@ export function secretsForWorker(config: WorkerConfig): string[] {
       if (u.username) out.push(decodeURIComponent(u.username), u.username);
       const rest = u.pathname + u.search;
       if (rest.length >= 8) out.push(rest);
-      for (const seg of u.pathname.split('/')) if (seg.length >= 8) out.push(seg);
-      for (const v of u.searchParams.values()) if (v.length >= 8) out.push(v);
+      // Token-looking parts on their own (long, or with digits): not words like "services" or "hooks".
+      const tokenish = (v: string) => v.length >= 12 || (v.length >= 8 && /\d/.test(v));
+      for (const seg of u.pathname.split('/')) if (tokenish(seg)) out.push(seg);
+      for (const v of u.searchParams.values()) if (tokenish(v)) out.push(v);
     } catch {
       /* validated by the config schema */
     }
