@@ -30,6 +30,12 @@ export function observe(deps: { metrics: Pick<Metrics, 'httpRequests' | 'httpDur
   };
 }
 
+/** The raw query string (bounded), e.g. host=web-1&service=frontend; never carries credentials in this API. */
+function queryOf(url: string): string | undefined {
+  const i = url.indexOf('?');
+  return i < 0 || i === url.length - 1 ? undefined : url.slice(i + 1, i + 1 + 512);
+}
+
 function audit(logger: Logger, req: Request, res: Response, seconds: number): void {
   const err = res.locals.error as { detail?: string } | undefined;
   logger.info('audit', {
@@ -41,7 +47,7 @@ function audit(logger: Logger, req: Request, res: Response, seconds: number): vo
     method: req.method,
     path: (req.originalUrl.split('?')[0] ?? req.path).slice(0, 512), // full path, also under mounted sub-apps (/admin/queues)
     route: routeTemplate(req),
-    query: Object.keys(req.query ?? {}).length ? req.originalUrl.slice(req.originalUrl.indexOf('?') + 1, 512) : undefined,
+    query: queryOf(req.originalUrl),
     body_sha256: res.locals.bodySha256 ?? null,
     status: res.statusCode,
     detail: res.statusCode >= 400 ? err?.detail : undefined,

@@ -147,6 +147,7 @@ describe('POST /ops/restart (bearer)', () => {
       path: '/ops/restart',
       status: 200,
       route: '/ops/restart',
+      query: 'host=db-1&service=postgres-exporter',
     });
     expect(line!.body_sha256).toMatch(/^[0-9a-f]{64}$/);
   });
