@@ -6,13 +6,28 @@ import type { Logger } from '../shared/logger.js';
 /**
  * Requests that Node's HTTP parser refuses never reach Express: headers over the 16 KiB limit,
  * control characters in a header value, a malformed request line, a header timeout. Node's
- * default answer is a bare status line with no body; this one answers the same status with the
+ * default answer is a bare status line with no body (and CONNECT gets no answer at all); this
+ * one answers the same status with the
  * API's usual JSON {detail} body (never echoing the request, so nothing a client sent, secret or
  * not, comes back), then closes the connection.
  */
 export function jsonClientErrors(server: Server, logger?: Logger): void {
+  // CONNECT never reaches Express either (without a listener Node just drops the socket).
+  server.on('connect', (_req: unknown, socket: Duplex) => {
+    const body = JSON.stringify({ detail: 'method not allowed' });
+    socket.on('error', () => socket.destroy());
+    socket.end(
+      'HTTP/1.1 405 Method Not Allowed\r\n' +
+        'Content-Type: application/json; charset=utf-8\r\n' +
+        `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+        'Connection: close\r\n\r\n' +
+        body,
+    );
+  });
   server.on('clientError', (err: Error & { code?: string }, socket: Duplex) => {
-    if (err.code === 'ECONNRESET' || !socket.writable) {
+    // As Node's default handler: answer only if nothing was written on this connection yet
+    // (otherwise a response is already out and a second one would corrupt the stream).
+    if (err.code === 'ECONNRESET' || !socket.writable || (socket as Duplex & { bytesWritten?: number }).bytesWritten) {
       socket.destroy();
       return;
     }
