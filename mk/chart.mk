@@ -5,7 +5,9 @@ CHART_VALUES   := $(sort $(wildcard test/chart/values/*.yaml))
 HELM_BIN       ?= $(TOOLS)/bin/helm
 CHART_JEST     := node --experimental-vm-modules --no-warnings=ExperimentalWarning node_modules/jest/bin/jest.js
 # The one command k8s/opsgate.yaml is made with (test/chart/k8s-manifests.test.ts runs the same).
-K8S_TEMPLATE    = $(HELM_BIN) template opsgate $(CHART_DIR) --namespace opsgate --skip-tests -f k8s/values.example.yaml
+# Rendered for the Kubernetes version the cluster tests run (mk/tools.mk K8S_VERSION).
+CHART_KUBE_VERSION = $(patsubst v%,%,$(K8S_VERSION))
+K8S_TEMPLATE    = $(HELM_BIN) template opsgate $(CHART_DIR) --namespace opsgate --kube-version $(CHART_KUBE_VERSION) --skip-tests -f k8s/values.example.yaml
 
 .PHONY: chart-lint chart-test k8s-manifests tools-amtool
 tools-amtool: ## amtool (Debian prometheus-alertmanager) to validate k8s/examples/alertmanager-receiver.yaml
@@ -20,7 +22,7 @@ tools-amtool: ## amtool (Debian prometheus-alertmanager) to validate k8s/example
 chart-lint: tools-helm ## helm lint --strict of charts/opsgate with every test/chart/values/*.yaml
 	@for f in $(CHART_VALUES); do \
 	  echo "helm lint --strict -f $$f"; \
-	  $(HELM_BIN) lint --strict --quiet $(CHART_DIR) -f $$f || exit 1; \
+	  $(HELM_BIN) lint --strict --quiet --kube-version $(CHART_KUBE_VERSION) $(CHART_DIR) -f $$f || exit 1; \
 	done
 
 chart-test: deps redis tools-helm tools-amtool ## Chart, k8s/ manifests and Dockerfile tests (jest test/chart; replays the image build)

@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
@@ -12,6 +12,12 @@ export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 export const CHART = join(ROOT, 'charts/opsgate');
 export const VALUES_DIR = join(ROOT, 'test/chart/values');
 export const RELEASE = 'opsgate';
+/**
+ * The Kubernetes version charts are rendered for: mk/tools.mk's K8S_VERSION (the apiserver the
+ * cluster tests run). Passed explicitly because a helm built from source without the release
+ * ldflags assumes v1.20, below the chart's kubeVersion.
+ */
+export const KUBE_VERSION = (/^K8S_VERSION\s*\?=\s*v?(\S+)/m.exec(readFileSync(join(ROOT, 'mk/tools.mk'), 'utf8'))?.[1]) ?? '1.35.0';
 export const NAMESPACE = 'opsgate';
 
 /** The Secret keys = environment variables that only ever come from a Secret. */
@@ -57,6 +63,8 @@ export function helm(args: string[]): Promise<RunResult> {
 }
 
 export interface RenderOptions {
+  /** Chart directory; default charts/opsgate. */
+  chart?: string;
   files?: string[];
   set?: Record<string, string>;
   setString?: Record<string, string>;
@@ -71,7 +79,7 @@ function valueArgs(o: RenderOptions): string[] {
 }
 
 export function templateArgs(o: RenderOptions = {}): string[] {
-  return ['template', RELEASE, CHART, '--namespace', NAMESPACE, ...valueArgs(o)];
+  return ['template', RELEASE, o.chart ?? CHART, '--namespace', NAMESPACE, '--kube-version', KUBE_VERSION, ...valueArgs(o)];
 }
 
 /** `helm template` that must succeed; returns the raw text. */

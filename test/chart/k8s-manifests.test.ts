@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { parseInventory } from '../../src/shared/inventory.js';
-import { CHART, ROOT, find, helm, one, parseManifests, run } from './helm.js';
+import { CHART, KUBE_VERSION, ROOT, find, helm, one, parseManifests, run } from './helm.js';
 
 /**
  * k8s/: the plain manifests must be exactly what the chart renders (drift fails here; fix with
@@ -22,7 +22,7 @@ describe('k8s/opsgate.yaml', () => {
   const committed = readFileSync(join(K8S, 'opsgate.yaml'), 'utf8');
 
   test('is exactly `helm template` of the chart with k8s/values.example.yaml (run `make k8s-manifests` after chart changes)', async () => {
-    const r = await helm(['template', 'opsgate', CHART, '--namespace', 'opsgate', '--skip-tests', '-f', join(K8S, 'values.example.yaml')]);
+    const r = await helm(['template', 'opsgate', CHART, '--namespace', 'opsgate', '--kube-version', KUBE_VERSION, '--skip-tests', '-f', join(K8S, 'values.example.yaml')]);
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     const expected = `${HEADER.join('\n')}\n${r.stdout}`;

@@ -25,8 +25,7 @@ let log = '';
 
 function localize(text: string): string {
   return text
-    .replaceAll('/etc/redis/', `${dir}/etc/`)
-    .replaceAll('/tmp/', `${dir}/tmp/`)
+    .replace(/(^|[\s'"=])\/(etc\/redis|tmp)\//gm, (_m, pre: string, d: string) => `${pre}${dir}/${d === 'tmp' ? 'tmp' : 'etc'}/`)
     .replace(/^dir \/data$/m, `dir ${dir}/data`)
     .replace(/^port 6379$/m, `port ${port}`)
     .replace(/^bind .*$/m, 'bind 127.0.0.1')
@@ -39,18 +38,10 @@ async function start(): Promise<void> {
   server.stderr!.on('data', (d) => (log += d));
   const deadline = Date.now() + 15_000;
   for (;;) {
-    const c = new Redis({ port, host: '127.0.0.1', password: PASSWORD, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
-    c.on('error', () => {});
-    try {
-      await c.connect();
-      if ((await c.ping()) === 'PONG') return;
-    } catch {
-      /* not up yet */
-    } finally {
-      c.disconnect();
-    }
+    const r = await run('redis-cli', ['-h', '127.0.0.1', '-p', String(port), 'ping'], { env: { PATH: process.env.PATH, REDISCLI_AUTH: PASSWORD } });
+    if (r.stdout.trim() === 'PONG') return;
     if (Date.now() > deadline) throw new Error(`redis-server did not start:\n${log}`);
-    await new Promise((r) => setTimeout(r, 100));
+    await new Promise((res) => setTimeout(res, 100));
   }
 }
 
@@ -59,6 +50,8 @@ async function stop(): Promise<void> {
   const exited = new Promise((r) => server!.once('exit', r));
   server.kill('SIGTERM'); // exec'd: the signal reaches redis-server itself, which flushes the AOF
   await exited;
+  server.stdout?.destroy();
+  server.stderr?.destroy();
 }
 
 function client(password?: string): Redis {
@@ -87,13 +80,10 @@ afterAll(async () => {
 });
 
 test('requires the password from the Secret', async () => {
-  const anon = client();
-  await anon.connect();
-  await expect(anon.ping()).rejects.toThrow(/NOAUTH/);
-  anon.disconnect();
-  const wrong = client('not-the-password');
-  await expect(wrong.connect()).rejects.toThrow(/WRONGPASS|invalid/i);
-  wrong.disconnect();
+  const cli = (auth?: string) => run('redis-cli', ['-h', '127.0.0.1', '-p', String(port), 'ping'], { env: { PATH: process.env.PATH, ...(auth ? { REDISCLI_AUTH: auth } : {}) } });
+  expect((await cli()).stdout).toMatch(/NOAUTH/);
+  expect((await cli('not-the-password')).stdout + (await cli('not-the-password')).stderr).toMatch(/WRONGPASS|AUTH failed|invalid/i);
+  expect((await cli(PASSWORD)).stdout.trim()).toBe('PONG');
 });
 
 test('the password file is private and not on the command line', async () => {
@@ -110,7 +100,7 @@ test('AOF persistence with the configured fsync, noeviction, maxmemory', async (
   expect(await c.config('GET', 'appendfsync')).toEqual(['appendfsync', 'always']);
   expect(await c.config('GET', 'maxmemory-policy')).toEqual(['maxmemory-policy', 'noeviction']);
   expect(await c.config('GET', 'maxmemory')).toEqual(['maxmemory', String(256 * 1024 * 1024)]);
-  c.disconnect();
+  await c.quit();
 });
 
 test('the probe commands pass with REDISCLI_AUTH and fail without it', async () => {
@@ -129,13 +119,13 @@ test('queue data survives a restart (AOF on the data volume)', async () => {
   await c.connect();
   await c.set('opsgate:chart-test', 'kept');
   await c.rpush('opsgate:chart-list', 'a', 'b');
-  c.disconnect();
+  await c.quit();
   await stop();
   await start();
   const d = client(PASSWORD);
   await d.connect();
   expect(await d.get('opsgate:chart-test')).toBe('kept');
   expect(await d.lrange('opsgate:chart-list', 0, -1)).toEqual(['a', 'b']);
-  d.disconnect();
+  await d.quit();
   expect(statSync(join(dir, 'data/appendonlydir')).isDirectory()).toBe(true);
 });

@@ -2,7 +2,7 @@ import { describe, expect, jest, test } from '@jest/globals';
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { isMap, isScalar, parseDocument, type Pair, type YAMLMap } from 'yaml';
-import { CHART, VALUES_DIR, helm, renderError, renderText } from './helm.js';
+import { CHART, KUBE_VERSION, VALUES_DIR, helm, renderError, renderText } from './helm.js';
 
 /**
  * values.yaml <-> values.schema.json <-> helm-docs comments, and the schema really rejecting bad
@@ -21,16 +21,17 @@ function resolveRef(node: any): any {
 /** Walks values.yaml keys along the schema: every key the schema names must be in values.yaml with a `# --` comment. */
 function walk(map: YAMLMap, node: any, path: string, out: { path: string; comment: string | undefined }[], seen: Set<string>) {
   node = resolveRef(node);
-  for (const pair of map.items as Pair[]) {
+  (map.items as Pair[]).forEach((pair, i) => {
     const key = String(isScalar(pair.key) ? pair.key.value : pair.key);
     const p = path ? `${path}.${key}` : key;
     seen.add(p);
-    const comment = (isScalar(pair.key) ? pair.key.commentBefore : undefined) ?? undefined;
+    // The yaml parser hangs the comment above a map's first key on the map itself.
+    const comment = (isScalar(pair.key) ? pair.key.commentBefore : undefined) ?? (i === 0 ? map.commentBefore : undefined) ?? undefined;
     const childSchema = node?.properties?.[key];
-    if (!childSchema) continue; // free-form maps (resources lists, stringMaps) are not documented per entry
+    if (!childSchema) return; // free-form maps (resources lists, stringMaps) are not documented per entry
     out.push({ path: p, comment });
     if (isMap(pair.value)) walk(pair.value, childSchema, p, out, seen);
-  }
+  });
 }
 
 describe('values.yaml and values.schema.json', () => {
@@ -120,14 +121,14 @@ describe('the schema rejects bad values with a message naming them', () => {
 
 describe('helm lint --strict', () => {
   test.each(readdirSync(VALUES_DIR).filter((f) => f.endsWith('.yaml')).sort())('%s', async (f) => {
-    const r = await helm(['lint', '--strict', CHART, '-f', join(VALUES_DIR, f)]);
+    const r = await helm(['lint', '--strict', '--kube-version', KUBE_VERSION, CHART, '-f', join(VALUES_DIR, f)]);
     expect(r.stdout + r.stderr).toMatch(/1 chart\(s\) linted, 0 chart\(s\) failed/);
     expect(r.stdout).not.toMatch(/\[(WARNING|ERROR)\]/);
     expect(r.code).toBe(0);
   });
 
   test('fails on a values file the schema rejects', async () => {
-    const r = await helm(['lint', '--strict', CHART, '-f', join(VALUES_DIR, 'defaults.yaml'), '--set', 'api.replicaCount=many']);
+    const r = await helm(['lint', '--strict', '--kube-version', KUBE_VERSION, CHART, '-f', join(VALUES_DIR, 'defaults.yaml'), '--set', 'api.replicaCount=many']);
     expect(r.code).not.toBe(0);
     expect(r.stdout + r.stderr).toMatch(/replicaCount/);
   });
