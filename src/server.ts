@@ -96,7 +96,7 @@ export async function start(env: Record<string, string | undefined> = process.en
     metricsServer = await startMetricsServer({ registry: metrics.registry, port: config.METRICS_PORT, logger });
   } catch (err) {
     server.close();
-    await queue.close().catch(() => {});
+    await bounded(queue.close(), 2000).catch(() => {});
     redis.disconnect();
     throw err;
   }
@@ -112,13 +112,23 @@ export async function start(env: Record<string, string | undefined> = process.en
       await closed;
       clearTimeout(force);
       await metricsServer.close();
-      await queue.close().catch((err) => logger.warn('queue close failed', { err }));
-      await redis.quit().catch(() => redis.disconnect());
+      // Bounded: with Redis unreachable BullMQ's close would wait for a connection forever.
+      await bounded(queue.close(), 5000).catch((err) => logger.warn('queue close failed', { err }));
+      await bounded(redis.quit(), 2000).catch(() => redis.disconnect());
       logger.info('api stopped');
     })();
     return stopping;
   };
   return { server, port, config, logger, stop };
+}
+
+/** Resolves/rejects like p, or rejects after ms. */
+function bounded<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const t = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms`)), ms);
+  });
+  return Promise.race([p, t]).finally(() => clearTimeout(timer));
 }
 
 async function main(): Promise<void> {

@@ -152,3 +152,39 @@ describe('running process', () => {
     }
   });
 });
+
+describe('Redis unreachable', () => {
+  it('the API still starts (liveness 200, readiness 503) and SIGTERM still exits 0 promptly', async () => {
+    const port = await freePort();
+    const deadRedis = `redis://127.0.0.1:${await freePort()}`;
+    const p = spawnNode(API_ENTRY, {
+      env: {
+        PORT: String(port),
+        METRICS_PORT: String(await freePort()),
+        REDIS_URL: deadRedis,
+        OPS_API_KEY_ROLES: `${RO_KEY}:readonly`,
+        SCM_WEBHOOK_SECRET: SCM_SECRET,
+      },
+    });
+    try {
+      await p.waitForLog((l) => l.msg === 'api listening', 30000);
+      const base = `http://127.0.0.1:${port}`;
+      expect((await fetch(`${base}/health`)).status).toBe(200);
+      const ready = await fetch(`${base}/ready`);
+      expect(ready.status).toBe(503);
+      expect(ready.headers.get('retry-after')).toMatch(/^\d+$/);
+      const hook = await fetch(`${base}/webhook/scm`, {
+        method: 'POST',
+        headers: { 'X-Scm-Token': SCM_SECRET, 'X-Scm-Event': 'Push Hook' },
+        body: JSON.stringify({ ref: 'refs/heads/main', checkout_sha: 'x' }),
+      });
+      expect(hook.status).toBe(503);
+      expect(hook.headers.get('retry-after')).toMatch(/^\d+$/);
+      p.kill('SIGTERM');
+      const exit = await p.waitExit(20000);
+      expect(exit.code).toBe(0);
+    } finally {
+      await p.stop();
+    }
+  });
+});
