@@ -179,6 +179,7 @@ describe.each(valueFiles)('%s', (file) => {
         expect([owner, c.name, tmp && tmpVolumes.has(tmp.name)]).toEqual([owner, c.name, true]);
         expect([owner, c.name, c.resources?.limits?.memory]).toEqual([owner, c.name, expect.any(String)]);
       }
+      expect([owner, spec.enableServiceLinks]).toEqual([owner, false]);
       expect(spec.hostNetwork ?? false).toBe(false);
       expect(spec.hostPID ?? false).toBe(false);
     }
