@@ -139,18 +139,3 @@ export async function submitDeploy(deps: DeployDeps, req: DeployRequest): Promis
   });
   return out.accepted ? { accepted: true, duplicate: false, jobId: out.jobId } : { accepted: false, duplicate: true };
 }
-
-/** Removes a seen record after a failed enqueue; a few quick tries, and a loud log if it stays. */
-export async function forget(deps: { redis: Redis; logger: Logger }, key: string, id: string): Promise<void> {
-  for (let attempt = 1; attempt <= 3; attempt++) {
-    try {
-      await deps.redis.del(key);
-      return;
-    } catch {
-      await new Promise((r) => setTimeout(r, 50 * attempt));
-    }
-  }
-  deps.logger.error('could not remove the seen record after a failed enqueue; a retry will be treated as duplicate until it expires', {
-    event_id: id,
-  });
-}
