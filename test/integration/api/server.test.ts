@@ -25,6 +25,8 @@ afterAll(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
+/** Real processes start slowly on a loaded 2-core machine: generous per-test bound. */
+const PROCESS_TIMEOUT = 120_000;
 const SECRET_LOOKING = 'sUp3r-s3cret-value-XYZ';
 
 async function refusal(env: Record<string, string | undefined>) {
@@ -55,7 +57,7 @@ describe('start-up refusals (real process)', () => {
     expect(r.stderr[0]).toMatch(new RegExp(`^opsgate-api: configuration error: ${variable}: `));
     expect(r.stderr[0]).not.toContain(SECRET_LOOKING);
     expect(r.stdout.join('\n')).not.toContain(SECRET_LOOKING);
-  });
+  }, PROCESS_TIMEOUT);
   it('an invalid inventory file -> exit 1 naming OPS_INVENTORY_FILE', async () => {
     const file = join(dir, 'bad.yaml');
     writeFileSync(file, 'hosts:\n  web-1:\n    namespace: "Not A Label"\n    deployments: [x]\n');
@@ -63,7 +65,7 @@ describe('start-up refusals (real process)', () => {
     expect(r.exit.code).toBe(1);
     expect(r.stderr).toHaveLength(1);
     expect(r.stderr[0]).toMatch(/^opsgate-api: configuration error: OPS_INVENTORY_FILE: /);
-  });
+  }, PROCESS_TIMEOUT);
 });
 
 describe('running process', () => {
@@ -150,7 +152,7 @@ describe('running process', () => {
     } finally {
       await api.stop();
     }
-  });
+  }, PROCESS_TIMEOUT);
 });
 
 describe('Redis unreachable', () => {
@@ -186,5 +188,5 @@ describe('Redis unreachable', () => {
     } finally {
       await p.stop();
     }
-  });
+  }, PROCESS_TIMEOUT);
 });
