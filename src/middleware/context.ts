@@ -28,6 +28,9 @@ export function requestId(): RequestHandler {
     const id = given !== undefined && SANE_REQUEST_ID.test(given) ? given : randomUUID();
     res.locals.requestId = id;
     res.setHeader('X-Request-Id', id);
+    // API answers are per-caller operational data: never cached by a proxy, never content-sniffed.
+    res.setHeader('Cache-Control', 'no-store');
+    res.setHeader('X-Content-Type-Options', 'nosniff');
     next();
   };
 }

@@ -80,6 +80,12 @@ describe('request id', () => {
     const res = await request(h.app).get('/health').set('X-Request-Id', given);
     expect(res.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
   });
+  it('responses are not cacheable and not content-sniffed', async () => {
+    for (const res of [await request(h.app).get('/health'), await request(h.app).get('/ops/hosts').set('X-API-Key', RO_KEY), await request(h.app).get('/x')]) {
+      expect(res.headers['cache-control']).toBe('no-store');
+      expect(res.headers['x-content-type-options']).toBe('nosniff');
+    }
+  });
   it('generated when absent, and on errors too', async () => {
     const res = await request(h.app).get('/nope');
     expect(res.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
