@@ -236,13 +236,11 @@ describe.each(valueFiles)('%s', (file) => {
     expect(Object.keys(parsed.hosts).sort()).toEqual(Object.keys(v.inventory.hosts).sort());
     expect(Object.keys(parsed.projects).sort()).toEqual(Object.keys(v.inventory.projects).sort());
     for (const [name, h] of Object.entries<any>(v.inventory.hosts)) expect(parsed.hosts[name]).toEqual(h);
-    for (const kind of ['Deployment']) {
-      for (const d of find(objs(), kind)) {
-        const spec = d.spec.template.spec;
-        const mount = spec.containers[0].volumeMounts.find((m: any) => m.mountPath === '/etc/opsgate');
-        expect(mount.readOnly).toBe(true);
-        expect(spec.volumes.find((x: any) => x.name === mount.name).configMap.name).toBe('opsgate-inventory');
-      }
+    for (const d of find(objs(), 'Deployment')) {
+      const spec = d.spec.template.spec;
+      const mount = spec.containers[0].volumeMounts.find((m: any) => m.mountPath === '/etc/opsgate');
+      expect(mount.readOnly).toBe(true);
+      expect(spec.volumes.find((x: any) => x.name === mount.name).configMap.name).toBe('opsgate-inventory');
     }
   });
 
@@ -350,7 +348,8 @@ describe.each(valueFiles)('%s', (file) => {
     expect(notes).toMatch(/port-forward svc\/opsgate-api 8080:80/);
     if (values().adminUI.enabled) expect(notes).toMatch(/http:\/\/127\.0\.0\.1:8080\/admin\/queues/);
     else expect(notes).toMatch(/disabled \(adminUI\.enabled=false\)/);
-    expect(notes.includes('/admin/queues') && values().ingress.enabled && values().adminUI.ingress ? /routed by the Ingress/.test(notes) : true).toBe(true);
+    if (values().ingress.enabled && values().adminUI.ingress) expect(notes).toMatch(/also routed by the Ingress: https:\/\/opsgate\.example\.com\/admin\/queues/);
+    else if (values().adminUI.enabled) expect(notes).toMatch(/not routed by the Ingress/);
     for (const s of secretStrings(values())) expect([s, notes.includes(s)]).toEqual([s, false]);
   });
 });

@@ -101,7 +101,7 @@ describe('the schema rejects bad values with a message naming them', () => {
   ];
 
   test.each(bad)('%s', async (_name, set, message) => {
-    const err = await renderError({ files: ['defaults.yaml'], setString: {}, set });
+    const err = await renderError({ files: ['defaults.yaml'], set });
     expect(err).toMatch(/values don't meet the specifications of the schema/);
     expect(err).toMatch(message);
   });
