@@ -98,7 +98,10 @@ export function requireScmToken(secret: string | undefined, metrics: AuthMetrics
     if (secret === undefined || secret === '') fail('source-control webhook secret is not configured', 'not_configured');
     const presented = req.get('x-scm-token');
     if (presented === undefined || presented === '') fail('missing X-Scm-Token header', 'missing');
-    if (!safeEqual(presented!, secret!)) fail('invalid X-Scm-Token', 'invalid');
+    if (!safeEqual(presented!, secret!)) {
+      res.locals.presentedCredential = `scm_token:${credentialId(presented!)}`;
+      fail('invalid X-Scm-Token', 'invalid');
+    }
     res.locals.principal = 'webhook:scm';
     next();
   };

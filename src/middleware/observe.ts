@@ -30,6 +30,12 @@ export function observe(deps: { metrics: Pick<Metrics, 'httpRequests' | 'httpDur
   };
 }
 
+/** For /webhook/<source>: the source named by the path (bounded), whether or not the sender was verified. */
+function webhookSource(path: string): string | undefined {
+  const m = /^\/webhook\/([^/]{1,32})/.exec(path);
+  return m ? m[1] : undefined;
+}
+
 /** The raw query string (bounded), e.g. host=web-1&service=frontend; never carries credentials in this API. */
 function queryOf(url: string): string | undefined {
   const i = url.indexOf('?');
@@ -42,6 +48,7 @@ function audit(logger: Logger, req: Request, res: Response, seconds: number): vo
     audit: true,
     request_id: res.locals.requestId,
     who: res.locals.principal ?? 'anonymous',
+    source: webhookSource(req.path),
     role: res.locals.role,
     presented_credential: res.locals.principal ? undefined : res.locals.presentedCredential,
     method: req.method,

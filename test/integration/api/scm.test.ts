@@ -57,6 +57,13 @@ describe('rule 1: token verified first (403)', () => {
     const res = await post('x'.repeat(2 * 1024 * 1024), { 'X-Scm-Token': 'nope' });
     expect(res.status).toBe(403);
   });
+  it('a refused delivery is audited: source scm, who anonymous, the presented token only as its id', async () => {
+    await post(push(), { 'X-Scm-Token': 'wrong-token-777' }).set('X-Request-Id', 'scm-denied-1');
+    const line = h.audits().find((a) => a.request_id === 'scm-denied-1');
+    expect(line).toMatchObject({ who: 'anonymous', source: 'scm', status: 403, path: '/webhook/scm' });
+    expect(line!.presented_credential).toMatch(/^scm_token:[0-9a-f]{12}$/);
+    expect(h.lines.join('\n')).not.toContain('wrong-token-777');
+  });
   it('secret not configured -> 403 for any token', async () => {
     const other = await createHarness(srv.url, { env: { SCM_WEBHOOK_SECRET: '' } });
     try {
