@@ -15,7 +15,8 @@
  * 3. Worker (dist/worker/index.js): BENCH_JOBS (20,000) ops_worker.notify_oncall jobs with no
  *    NOTIFY_WEBHOOK_URLS (a real job that logs the alert and completes: the cheapest real job,
  *    no bench-only code path in the worker) are queued while the queue is paused, then the queue
- *    is resumed and the time until the worker has logged every "job completed" is the drain.
+ *    is resumed and the time until the queue holds no waiting/active job is the drain (then the
+ *    worker's log must show every "job completed").
  *    Then 1,000 jobs are added one by one, paced, to an idle worker: enqueue-to-start latency
  *    is job.processedOn - job.timestamp (both ms clocks of this machine).
  */
@@ -23,7 +24,7 @@ import autocannon, { type Result } from 'autocannon';
 import { Queue, Job } from 'bullmq';
 import { Redis } from 'ioredis';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -38,6 +39,8 @@ const JOBS = Number(process.env.BENCH_JOBS ?? 20000);
 const LATENCY_JOBS = Number(process.env.BENCH_LATENCY_JOBS ?? 1000);
 const RATE_LIMIT_RPS = process.env.BENCH_RATE_LIMIT_RPS ?? '1000000';
 const WORKER_CONCURRENCY = process.env.BENCH_WORKER_CONCURRENCY; // unset: the worker's default
+/** Extra node flags for the API process, e.g. "--cpu-prof --cpu-prof-dir=artifacts/prof" (profiling). */
+const API_NODE_ARGS = (process.env.BENCH_API_NODE_ARGS ?? '').split(' ').filter(Boolean);
 
 const SCM_SECRET = 'bench-scm-secret-' + Math.random().toString(36).slice(2);
 const API_KEY = 'bench-key-' + Math.random().toString(36).slice(2);
@@ -53,16 +56,23 @@ interface Proc {
   stop: () => Promise<void>;
 }
 
-function spawnNode(script: string, env: Record<string, string>, name: string): Proc {
-  const child = spawn(process.execPath, [script], {
+/**
+ * Spawns a node process. With `logFile`, its stdout goes straight to that file (as a container
+ * runtime would take it): a pipe read by this process, which is also the load generator, would
+ * throttle the server (Node writes to pipes synchronously) and measure our reading speed.
+ */
+function spawnNode(script: string, env: Record<string, string>, name: string, opts: { nodeArgs?: string[]; logFile?: string } = {}): Proc {
+  const out = opts.logFile ? openSync(opts.logFile, 'w') : 'pipe';
+  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), script], {
     cwd: ROOT,
     env: { PATH: process.env.PATH ?? '', NODE_ENV: 'production', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: ['ignore', out, 'pipe'],
   });
+  if (typeof out === 'number') closeSync(out);
   const listeners: Array<(line: string) => void> = [];
   let rest = '';
-  child.stdout!.setEncoding('utf8');
-  child.stdout!.on('data', (chunk: string) => {
+  child.stdout?.setEncoding('utf8');
+  child.stdout?.on('data', (chunk: string) => {
     const parts = (rest + chunk).split('\n');
     rest = parts.pop() ?? '';
     for (const p of parts) for (const l of listeners) l(p);
@@ -87,6 +97,12 @@ function spawnNode(script: string, env: Record<string, string>, name: string): P
         child.kill('SIGTERM');
       }),
   };
+}
+
+function countLines(file: string, needle?: string): number {
+  let n = 0;
+  for (const line of readFileSync(file, 'utf8').split('\n')) if (line && (!needle || line.includes(needle))) n++;
+  return n;
 }
 
 async function waitHttp(url: string, proc: Proc, timeoutMs = 30_000): Promise<void> {
@@ -128,6 +144,29 @@ function rssSampler(pid: number) {
   };
 }
 
+/** Peak V8 heap in use, from the process's own /metrics (prom-client default metrics), sampled each second. */
+function heapSampler(metricsUrl: string) {
+  let maxUsed = 0;
+  let maxTotal = 0;
+  const t = setInterval(() => {
+    fetch(metricsUrl)
+      .then((r) => r.text())
+      .then((text) => {
+        const used = Number(/^nodejs_heap_size_used_bytes (\S+)/m.exec(text)?.[1] ?? NaN) / 2 ** 20;
+        const total = Number(/^nodejs_heap_size_total_bytes (\S+)/m.exec(text)?.[1] ?? NaN) / 2 ** 20;
+        if (used > maxUsed) maxUsed = used;
+        if (total > maxTotal) maxTotal = total;
+      })
+      .catch(() => undefined);
+  }, 1000);
+  return {
+    stop: () => {
+      clearInterval(t);
+      return { usedMb: maxUsed, totalMb: maxTotal };
+    },
+  };
+}
+
 // ---------------------------------------------------------------- HTTP load
 
 interface LoadFigures {
@@ -139,6 +178,8 @@ interface LoadFigures {
   errors: number;
   statuses: string;
   rssMb: number;
+  heapUsedMb: number;
+  heapTotalMb: number;
 }
 
 function scmBody(sha: string): string {
@@ -158,7 +199,7 @@ function builder(path: string, headers: Record<string, string>, unique: boolean,
   };
 }
 
-async function load(name: string, url: string, path: string, headers: Record<string, string>, unique: boolean, pid: number): Promise<LoadFigures> {
+async function load(name: string, url: string, path: string, headers: Record<string, string>, unique: boolean, pid: number, metricsUrl?: string): Promise<LoadFigures> {
   const fixed = `${name}-${Date.now().toString(16)}`;
   const opts = (duration: number) => ({
     url,
@@ -171,8 +212,10 @@ async function load(name: string, url: string, path: string, headers: Record<str
   await autocannon(opts(WARMUP));
   log(`${name}: ${DURATION}s at ${CONNECTIONS} connections`);
   const rss = rssSampler(pid);
+  const heap = metricsUrl ? heapSampler(metricsUrl) : undefined;
   const r: Result = await autocannon(opts(DURATION));
   const maxRss = rss.stop();
+  const heapPeak = heap?.stop();
   const statuses = Object.entries(r.statusCodeStats ?? {})
     .map(([code, s]) => `${code}x${s.count}`)
     .join(' ');
@@ -185,6 +228,8 @@ async function load(name: string, url: string, path: string, headers: Record<str
     errors: r.errors + r.timeouts,
     statuses,
     rssMb: maxRss,
+    heapUsedMb: heapPeak?.usedMb ?? NaN,
+    heapTotalMb: heapPeak?.totalMb ?? NaN,
   };
 }
 
@@ -225,52 +270,40 @@ async function workerBench(redis: RedisServer) {
     JOB_ATTEMPTS: '5',
   };
   if (WORKER_CONCURRENCY) env.WORKER_CONCURRENCY = WORKER_CONCURRENCY;
-  const worker = spawnNode(join(ROOT, 'dist/worker/index.js'), env, 'worker');
-  let completed = 0;
-  let target = Infinity;
-  let reached: (() => void) | undefined;
-  let ready: (() => void) | undefined;
-  const readyP = new Promise<void>((r) => (ready = r));
-  worker.onLine((l) => {
-    if (l.includes('"msg":"job completed"')) {
-      completed++;
-      if (completed >= target && reached) {
-        const f = reached;
-        reached = undefined;
-        f();
-      }
-    } else if (l.includes('"msg":"worker ready"')) ready?.();
-  });
-  const until = (n: number, timeoutMs: number) =>
-    new Promise<void>((res, rej) => {
-      target = n;
-      if (completed >= n) return res();
-      const t = setTimeout(() => rej(new Error(`worker completed ${completed}/${n} within ${timeoutMs} ms`)), timeoutMs);
-      reached = () => {
-        clearTimeout(t);
-        res();
-      };
-    });
-
-  await Promise.race([readyP, sleep(30_000).then(() => Promise.reject(new Error('worker not ready in 30 s')))]);
+  const workerLog = join(ROOT, 'artifacts/bench-worker.log');
+  const worker = spawnNode(join(ROOT, 'dist/worker/index.js'), env, 'worker', { logFile: workerLog });
+  const pending = async () => {
+    const c = await queue.getJobCounts('waiting', 'active', 'delayed', 'prioritized');
+    return Object.values(c).reduce((a, b) => a + (b ?? 0), 0);
+  };
+  const drainedWithin = async (timeoutMs: number) => {
+    const deadline = Date.now() + timeoutMs;
+    while ((await pending()) > 0) {
+      if (Date.now() > deadline) throw new Error(`queue not drained within ${timeoutMs} ms`);
+      await sleep(20);
+    }
+  };
+  const readyBy = Date.now() + 30_000;
+  while (!readFileSync(workerLog, 'utf8').includes('"msg":"worker ready"')) {
+    if (Date.now() > readyBy || worker.child.exitCode !== null) throw new Error('worker not ready in 30 s');
+    await sleep(100);
+  }
   const rss = rssSampler(worker.child.pid!);
   log('worker: ready; resuming the queue');
   const t0 = performance.now();
-  const drained = until(JOBS, 600_000);
   await queue.resume();
-  await drained;
+  await drainedWithin(600_000);
   const drainSeconds = (performance.now() - t0) / 1000;
   const counts = await queue.getJobCounts('failed', 'wait', 'active', 'delayed');
 
   log(`worker: enqueue-to-start latency over ${LATENCY_JOBS} paced jobs`);
   const ids: string[] = [];
-  const latencyDone = until(JOBS + LATENCY_JOBS, 120_000);
   for (let i = 0; i < LATENCY_JOBS; i++) {
     const job = await queue.add(JOB.notifyOncall, notifyData(JOBS + i), opts);
     ids.push(job.id!);
     await sleep(2);
   }
-  await latencyDone;
+  await drainedWithin(120_000);
   const workerRss = rss.stop();
   const lat: number[] = [];
   for (const id of ids) {
@@ -279,9 +312,11 @@ async function workerBench(redis: RedisServer) {
   }
   lat.sort((a, b) => a - b);
   await worker.stop();
+  const completedLogged = countLines(workerLog, '"msg":"job completed"');
   await queue.close();
   conn.disconnect();
   return {
+    completedLogged,
     drainRate: JOBS / drainSeconds,
     drainSeconds,
     failed: counts.failed ?? 0,
@@ -302,6 +337,7 @@ function fmt(n: number, digits = 0): string {
 async function main() {
   const load0 = os.loadavg();
   const started = new Date();
+  mkdirSync(join(ROOT, 'artifacts'), { recursive: true });
   const redis = await startRedis();
   const results: Record<string, unknown> = {};
   const procs: Proc[] = [];
@@ -319,13 +355,16 @@ async function main() {
     await bare.stop();
 
     // 2. API
+    const apiLog = join(ROOT, 'artifacts/bench-api.log');
     const apiPort = await freePort();
+    const apiMetricsPort = await freePort();
+    const apiMetrics = `http://127.0.0.1:${apiMetricsPort}/metrics`;
     const api = spawnNode(
       join(ROOT, 'dist/src/server.js'),
       {
         REDIS_URL: redis.url,
         PORT: String(apiPort),
-        METRICS_PORT: String(await freePort()),
+        METRICS_PORT: String(apiMetricsPort),
         OPS_API_KEY_ROLES: `${API_KEY}:operator`,
         SCM_WEBHOOK_SECRET: SCM_SECRET,
         RATE_LIMIT_RPS,
@@ -333,17 +372,17 @@ async function main() {
         ADMIN_UI_ENABLED: 'false',
       },
       'api',
+      { nodeArgs: API_NODE_ARGS, logFile: apiLog },
     );
     procs.push(api);
-    let apiLogLines = 0;
-    api.onLine(() => apiLogLines++);
     const apiUrl = `http://127.0.0.1:${apiPort}`;
     await waitHttp(`${apiUrl}/health`, api);
     const scmHeaders = { 'content-type': 'application/json', 'x-scm-event': 'Push Hook', 'x-scm-token': SCM_SECRET };
-    const uniqueFig = await load('scm-unique', apiUrl, '/webhook/scm', scmHeaders, true, api.child.pid!);
-    const dupFig = await load('scm-duplicate', apiUrl, '/webhook/scm', scmHeaders, false, api.child.pid!);
+    const uniqueFig = await load('scm-unique', apiUrl, '/webhook/scm', scmHeaders, true, api.child.pid!, apiMetrics);
+    const dupFig = await load('scm-duplicate', apiUrl, '/webhook/scm', scmHeaders, false, api.child.pid!, apiMetrics);
     const apiRss = Math.max(uniqueFig.rssMb, dupFig.rssMb, rssMb(api.child.pid!) || 0);
     await api.stop();
+    const apiLogLines = countLines(apiLog);
 
     // 3. worker
     const w = await workerBench(redis);
@@ -359,15 +398,15 @@ async function main() {
       ['scm intake, unique: latency', `p50 ${fmt(uniqueFig.p50, 1)} ms  p99 ${fmt(uniqueFig.p99, 1)} ms`, `p99 < 20 ms @${CONNECTIONS} conn`, pf(uniqueFig.p99 < 20)],
       ['scm intake, duplicates', `${fmt(dupFig.rps)} req/s = ${fmt(ratioD * 100, 1)}% of bare`, '>= 50% of bare', pf(ratioD >= 0.5)],
       ['scm intake, duplicates: latency', `p50 ${fmt(dupFig.p50, 1)} ms  p99 ${fmt(dupFig.p99, 1)} ms`, `p99 < 20 ms @${CONNECTIONS} conn`, pf(dupFig.p99 < 20)],
-      ['API RSS under load (max)', `${fmt(apiRss)} MB`, '< 150 MB', pf(apiRss < 150)],
-      ['worker drain', `${fmt(w.drainRate)} jobs/s (${fmt(JOBS)} jobs in ${fmt(w.drainSeconds, 2)} s)`, '>= 2,000 jobs/s', pf(w.drainRate >= 2000 && w.failed === 0 && w.leftover === 0)],
+      ['API RSS under load (max)', `${fmt(apiRss)} MB (V8 heap peak: used ${fmt(Math.max(uniqueFig.heapUsedMb, dupFig.heapUsedMb))} MB of ${fmt(Math.max(uniqueFig.heapTotalMb, dupFig.heapTotalMb))} MB)`, '< 150 MB', pf(apiRss < 150)],
+      ['worker drain', `${fmt(w.drainRate)} jobs/s (${fmt(JOBS)} jobs in ${fmt(w.drainSeconds, 2)} s)`, '>= 2,000 jobs/s', pf(w.drainRate >= 2000 && w.failed === 0 && w.leftover === 0 && w.completedLogged === JOBS + LATENCY_JOBS)],
       ['enqueue-to-start latency', `p50 ${fmt(w.p50)} ms  p99 ${fmt(w.p99)} ms (${w.latencySamples} paced jobs)`, '-', '-'],
       ['worker RSS (max)', `${fmt(w.rssMb)} MB`, '-', '-'],
     ];
     const checks = [
       `responses: bare ${bareFig.statuses}; unique ${uniqueFig.statuses}; duplicates ${dupFig.statuses}`,
       `errors/timeouts: bare ${bareFig.errors}, unique ${uniqueFig.errors}, duplicates ${dupFig.errors}; non-2xx: ${bareFig.non2xx}/${uniqueFig.non2xx}/${dupFig.non2xx}`,
-      `worker: failed jobs ${w.failed}, left in queue ${w.leftover}; API log lines during the run ${apiLogLines}`,
+      `worker: ${w.completedLogged} "job completed" log lines (expected ${JOBS + LATENCY_JOBS}), failed jobs ${w.failed}, left in queue ${w.leftover}; API log lines during the run ${apiLogLines} (stdout to a file, as a container runtime takes it)`,
       `machine: ${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? '?'}), node ${process.version}, load average before ${load0.map((x) => x.toFixed(2)).join('/')} after ${load1.map((x) => x.toFixed(2)).join('/')}`,
       `settings: ${CONNECTIONS} connections, ${DURATION} s per run after ${WARMUP} s warm-up, RATE_LIMIT_RPS=${RATE_LIMIT_RPS}, WORKER_CONCURRENCY=${WORKER_CONCURRENCY ?? 'default'}, load generator (autocannon) on the same machine`,
     ];
