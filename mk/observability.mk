@@ -23,8 +23,8 @@ chromium: ## Install Debian's chromium (headless browser for test/e2e) if missin
 	@/usr/bin/chromium --version 2>/dev/null | head -1
 
 .PHONY: test-observability
-test-observability: deps redis tools-prom build ## Metrics scrape, promtool rules and dashboard tests
-	$(JEST) --ci test/integration/observability test/observability
+test-observability: deps redis tools-prom build ## Metrics server, real-scrape promtool checks, alert rule unit tests, dashboard, Bull Board access
+	$(JEST) --ci test/unit/observability test/observability test/integration/observability
 
 .PHONY: test-e2e
 test-e2e: deps redis chromium build ## Bull Board end-to-end test in headless Chromium (screenshot in artifacts/)
