@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { parseAllDocuments } from 'yaml';
 import { helm, kubectl, ok, useCluster } from '../helpers/cluster.js';
 import {
@@ -12,6 +12,9 @@ import {
   objectsOf,
   writeValues,
 } from './fixtures.js';
+
+// A real apiserver under a loaded 2-core machine: generous per-test time (also under the root jest config).
+jest.setTimeout(180_000);
 
 /**
  * The chart as real helm renders it, validated by a real kube-apiserver: server-side apply in
@@ -27,14 +30,14 @@ describe('chart rendered by helm, validated server-side by kube-apiserver', () =
     cluster = await useCluster();
     await createNamespaces(cluster, allNs);
     await installMonitoringCrds(cluster);
-  });
+  }, 240_000); // starts a cluster when run outside make test-k8s
 
   afterAll(async () => {
     if (cluster) {
       await deleteNamespaces(cluster, allNs);
       await cluster.release();
     }
-  });
+  }, 120_000);
 
   async function renderAndDryRun(values: unknown) {
     const file = writeValues(values);

@@ -1,6 +1,9 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import * as k8s from '@kubernetes/client-node';
 import { kubectl, ok, useCluster } from '../helpers/cluster.js';
+
+// A real apiserver under a loaded 2-core machine: generous per-test time (also under the root jest config).
+jest.setTimeout(180_000);
 
 /**
  * The harness itself: a real kube-apiserver (RBAC on, anonymous off) over a real etcd, with a
@@ -16,14 +19,14 @@ describe('real control plane', () => {
     kc = new k8s.KubeConfig();
     kc.loadFromFile(cluster.kubeconfigPath);
     ok(await kubectl(cluster.kubeconfigPath, ['create', 'namespace', ns]), 'create namespace');
-  });
+  }, 240_000); // starts a cluster when run outside make test-k8s
 
   afterAll(async () => {
     if (cluster) {
       await kubectl(cluster.kubeconfigPath, ['delete', 'namespace', ns, '--wait=false']);
       await cluster.release();
     }
-  });
+  }, 120_000);
 
   it('serves a real Kubernetes version with RBAC and the TokenRequest API', async () => {
     const v = ok(await kubectl(cluster.kubeconfigPath, ['version', '-o', 'json']), 'kubectl version');

@@ -1,7 +1,10 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { parseAllDocuments } from 'yaml';
 import { helm, kubectl, ok, useCluster } from '../helpers/cluster.js';
 import { CHART, chartValues, createNamespaces, deleteNamespaces, namespaces, objectsOf, writeValues } from './fixtures.js';
+
+// A real apiserver under a loaded 2-core machine: generous per-test time (also under the root jest config).
+jest.setTimeout(180_000);
 
 /**
  * A real `helm install` / `helm upgrade` / `helm uninstall` of charts/opsgate against the real
@@ -19,7 +22,7 @@ describe('helm install / upgrade / uninstall of charts/opsgate', () => {
   beforeAll(async () => {
     cluster = await useCluster();
     await createNamespaces(cluster, allNs);
-  });
+  }, 240_000); // starts a cluster when run outside make test-k8s
 
   afterAll(async () => {
     if (cluster) {
@@ -27,7 +30,7 @@ describe('helm install / upgrade / uninstall of charts/opsgate', () => {
       await deleteNamespaces(cluster, allNs);
       await cluster.release();
     }
-  });
+  }, 120_000);
 
   const kc = () => cluster.kubeconfigPath;
 

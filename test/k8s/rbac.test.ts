@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import * as k8s from '@kubernetes/client-node';
 import { helm, kubectl, ok, useCluster } from '../helpers/cluster.js';
 import {
@@ -11,6 +11,9 @@ import {
   namespaces,
   writeValues,
 } from './fixtures.js';
+
+// A real apiserver under a loaded 2-core machine: generous per-test time (also under the root jest config).
+jest.setTimeout(180_000);
 
 /**
  * Least privilege of the chart's Roles, decided by the real RBAC authorizer:
@@ -40,7 +43,7 @@ describe('RBAC of the chart: worker and api ServiceAccounts', () => {
       [ns.data, 'cache'],
       [ns.other, 'web'], // same name, namespace not in the inventory
     ]);
-  });
+  }, 240_000); // starts a cluster when run outside make test-k8s
 
   afterAll(async () => {
     if (cluster) {
@@ -48,7 +51,7 @@ describe('RBAC of the chart: worker and api ServiceAccounts', () => {
       await deleteNamespaces(cluster, allNs);
       await cluster.release();
     }
-  });
+  }, 120_000);
 
   async function canI(as: string, verb: string, resource: string, namespace: string): Promise<boolean> {
     const r = await kubectl(cluster.kubeconfigPath, ['auth', 'can-i', verb, resource, '-n', namespace, '--as', as]);

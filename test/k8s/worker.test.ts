@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import * as k8s from '@kubernetes/client-node';
 import { Job, Queue, QueueEvents } from 'bullmq';
 import request from 'supertest';
@@ -28,6 +28,9 @@ import {
   PROJECT,
   writeValues,
 } from './fixtures.js';
+
+// A real apiserver under a loaded 2-core machine: generous per-test time (also under the root jest config).
+jest.setTimeout(180_000);
 
 /**
  * The worker against the real apiserver, authenticated as the chart's worker ServiceAccount with
@@ -110,7 +113,7 @@ describe('worker on a real cluster, as its ServiceAccount', () => {
       },
       name: 'k8s-test-worker',
     });
-  });
+  }, 240_000); // starts a cluster when run outside make test-k8s
 
   afterAll(async () => {
     await worker?.close(5000);
@@ -122,7 +125,7 @@ describe('worker on a real cluster, as its ServiceAccount', () => {
       await deleteNamespaces(cluster, allNs);
       await cluster.release();
     }
-  });
+  }, 120_000);
 
   const audit = { audit_id: 'k8s-audit-0001', requested_by: 'k8s-test' };
 
