@@ -12,11 +12,11 @@ export OPSGATE_TOOLS_CACHE := $(TOOLS_CACHE)
 .PHONY: tools tools-helm tools-k8s tools-etcd
 tools: tools-helm tools-etcd tools-k8s ## Build/link helm, etcd, kube-apiserver, kube-controller-manager, kubectl into .tools/bin
 
-tools-helm: ## helm $(HELM_VERSION) from helm.sh/helm/v3 (~3 min cold)
+tools-helm: ## helm (HELM_VERSION) built from helm.sh/helm/v3 (cold: ~5-17 min on 2 busy cores; cached: instant)
 	@hack/build-tool.sh helm $(HELM_VERSION)
 
-tools-etcd: ## etcd $(ETCD_VERSION) from go.etcd.io/etcd/server/v3 (~2 min cold)
+tools-etcd: ## etcd (ETCD_VERSION) built from go.etcd.io/etcd/server/v3 (cold: ~4 min; cached: instant)
 	@hack/build-tool.sh etcd $(ETCD_VERSION)
 
-tools-k8s: ## kube-apiserver, kube-controller-manager, kubectl $(K8S_VERSION) from k8s.io/kubernetes (~15-25 min cold)
+tools-k8s: ## kube-apiserver, kube-controller-manager, kubectl (K8S_VERSION) from k8s.io/kubernetes (cold: ~28 min on 2 busy cores)
 	@hack/build-tool.sh k8s $(K8S_VERSION)
