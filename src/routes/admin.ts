@@ -123,6 +123,34 @@ function operatorOnly(keys: readonly ApiKey[], metrics?: Metrics): RequestHandle
   };
 }
 
+/**
+ * Browsers resend cached Basic credentials on any request to the origin, so a state-changing call
+ * from another site could ride on an operator's login (CSRF). Such calls are refused: a
+ * Sec-Fetch-Site other than same-origin/none, or an Origin whose host is not this host -> 403.
+ * Scripts (curl with X-API-Key) send neither header and are unaffected.
+ */
+function sameOriginOnly(metrics?: Metrics): RequestHandler {
+  return (req: Request, res: Response, next: NextFunction) => {
+    if (SAFE_METHODS.has(req.method)) return next();
+    const site = req.get('sec-fetch-site');
+    const origin = req.get('origin');
+    let crossSite = site !== undefined && site !== 'same-origin' && site !== 'none';
+    if (!crossSite && origin !== undefined) {
+      try {
+        crossSite = origin === 'null' || new URL(origin).host !== req.get('host');
+      } catch {
+        crossSite = true;
+      }
+    }
+    if (crossSite) {
+      metrics?.authFailures.inc({ scheme: 'basic', reason: 'cross_site' });
+      res.status(403).set('Cache-Control', 'no-store').json({ detail: 'cross-site request refused' });
+      return;
+    }
+    next();
+  };
+}
+
 export function createAdminRouter(opts: AdminRouterOptions): Router {
   const basePath = opts.basePath ?? ADMIN_BASE_PATH;
   const serverAdapter = new ExpressAdapter();
@@ -144,9 +172,14 @@ export function createAdminRouter(opts: AdminRouterOptions): Router {
   router.use(adminActions(opts.metrics));
   opts.logger.info('bull board mounted', { path: basePath, queues: opts.queues.map((q) => q.name) });
   router.use(operatorOnly(opts.apiKeys, opts.metrics));
+  router.use(sameOriginOnly(opts.metrics));
   router.use((_req, res, next) => {
-    // Operator data: never stored by a shared proxy; the browser revalidates.
+    // Operator data: never stored by a shared proxy; the browser revalidates. Never framed.
     res.set('Cache-Control', 'private, no-cache');
+    res.set('X-Frame-Options', 'DENY');
+    res.set('Content-Security-Policy', "frame-ancestors 'none'");
+    res.set('X-Content-Type-Options', 'nosniff');
+    res.set('Referrer-Policy', 'same-origin');
     next();
   });
   router.use(serverAdapter.getRouter() as RequestHandler);

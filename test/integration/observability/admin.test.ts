@@ -164,6 +164,35 @@ describe('Bull Board /admin/queues', () => {
     expect(JSON.stringify(lines)).not.toContain(READONLY);
   });
 
+  test('a cross-site state-changing call riding on Basic credentials is refused (CSRF), same-origin is fine', async () => {
+    for (const headers of [
+      { 'Sec-Fetch-Site': 'cross-site' },
+      { Origin: 'https://evil.example' },
+      { Origin: 'null' },
+    ]) {
+      const res = await request(app)
+        .put(`/admin/queues/api/queues/ops/${deadJobId}/clean`)
+        .set({ Authorization: basic('ops-person', OPERATOR), ...headers });
+      expect(res.status).toBe(403);
+      expect(res.body).toEqual({ detail: 'cross-site request refused' });
+    }
+    expect(await queue.getJob(deadJobId)).toBeDefined(); // not cleaned
+    const page = await request(app).get('/admin/queues').set({ Authorization: basic('x', OPERATOR), 'Sec-Fetch-Site': 'cross-site' });
+    expect(page.status).toBe(200); // reading (a top-level navigation) stays possible
+    expect(page.headers['x-frame-options']).toBe('DENY');
+    expect(page.headers['content-security-policy']).toContain("frame-ancestors 'none'");
+  });
+
+  test('ADMIN_UI_ENABLED=false: no board at all (404 JSON)', async () => {
+    const config = loadApiConfig({ OPS_API_KEY_ROLES: `${OPERATOR}:operator`, REDIS_URL: redisServer.url, RATE_LIMIT_RPS: '0', ADMIN_UI_ENABLED: 'false' });
+    const off = createApp({ config, redis, queue, inventory: emptyInventory, logger: createLogger({ write: () => {} }), metrics: createMetrics('api', 'test', { defaults: false }), hostStatus: createKubeHostStatusProvider(undefined) });
+    for (const path of ['/admin/queues', '/admin/queues/api/queues']) {
+      const res = await request(off).get(path).set({ 'X-API-Key': OPERATOR });
+      expect(res.status).toBe(404);
+      expect(typeof res.body.detail).toBe('string');
+    }
+  });
+
   test('auth failures are counted by scheme and reason', async () => {
     const text = await metrics.registry.metrics();
     expect(text).toMatch(/opsgate_auth_failures_total\{scheme="basic",reason="missing"\} [1-9]/);
