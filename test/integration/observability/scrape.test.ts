@@ -65,7 +65,7 @@ function exportedNames(text: string): Set<string> {
 const PROMQL_KEYWORDS = new Set(['and', 'or', 'unless', 'bool', 'offset', 'by', 'without', 'on', 'ignoring', 'group_left', 'group_right', 'Inf', 'NaN', 'inf', 'nan']);
 
 /** Metric names referenced by a PromQL expression (strings, label matchers, ranges, grouping lists and function names removed). */
-export function metricNames(expr: string): string[] {
+function metricNames(expr: string): string[] {
   let s = expr.replace(/"(?:[^"\\]|\\.)*"/g, '""');
   s = s.replace(/\{[^}]*\}/g, ' ');
   s = s.replace(/\[[^\]]*\]/g, ' ');
