@@ -14,6 +14,8 @@ export default {
   },
   moduleNameMapper: { '^(\\.{1,2}/.*)\\.js$': '$1' },
   testMatch: ['<rootDir>/test/**/*.test.ts'],
+  // test/k8s needs the shared control plane of its own config (test/k8s/jest.config.js).
+  testPathIgnorePatterns: ['/node_modules/', '<rootDir>/test/k8s/'],
   // Builds dist/ once per run so tests that spawn the real processes run the current code.
   globalSetup: '<rootDir>/test/helpers/globalSetup.ts',
   testTimeout: 30000,
