@@ -41,6 +41,7 @@ const RATE_LIMIT_RPS = process.env.BENCH_RATE_LIMIT_RPS ?? '1000000';
 const WORKER_CONCURRENCY = process.env.BENCH_WORKER_CONCURRENCY; // unset: the worker's default
 /** Extra node flags for the API process, e.g. "--cpu-prof --cpu-prof-dir=artifacts/prof" (profiling). */
 const API_NODE_ARGS = (process.env.BENCH_API_NODE_ARGS ?? '').split(' ').filter(Boolean);
+const WORKER_NODE_ARGS = (process.env.BENCH_WORKER_NODE_ARGS ?? '').split(' ').filter(Boolean);
 
 const SCM_SECRET = 'bench-scm-secret-' + Math.random().toString(36).slice(2);
 const API_KEY = 'bench-key-' + Math.random().toString(36).slice(2);
@@ -271,7 +272,7 @@ async function workerBench(redis: RedisServer) {
   };
   if (WORKER_CONCURRENCY) env.WORKER_CONCURRENCY = WORKER_CONCURRENCY;
   const workerLog = join(ROOT, 'artifacts/bench-worker.log');
-  const worker = spawnNode(join(ROOT, 'dist/worker/index.js'), env, 'worker', { logFile: workerLog });
+  const worker = spawnNode(join(ROOT, 'dist/worker/index.js'), env, 'worker', { logFile: workerLog, nodeArgs: WORKER_NODE_ARGS });
   const pending = async () => {
     const c = await queue.getJobCounts('waiting', 'active', 'delayed', 'prioritized');
     return Object.values(c).reduce((a, b) => a + (b ?? 0), 0);
