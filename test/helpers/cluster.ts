@@ -290,7 +290,10 @@ export async function startCluster(opts: { log?: (msg: string) => void } = {}): 
       `--service-account-issuer=${SA_ISSUER}`,
       `--service-account-key-file=${saPub}`,
       `--service-account-signing-key-file=${saKey}`,
+      // ClusterIPs are only bookkeeping here (no kube-proxy); nothing is ever sent to them
       '--service-cluster-ip-range=10.96.0.0/24',
+      // the "kubernetes" Service cannot point at a loopback address: skip its endpoint upkeep
+      '--endpoint-reconciler-type=none',
       '--allow-privileged=true',
       '--profiling=false',
       '--v=1',
