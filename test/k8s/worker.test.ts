@@ -159,6 +159,8 @@ describe('worker on a real cluster, as its ServiceAccount', () => {
     expect(restartedAt).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
     expect(Date.parse(restartedAt!)).toBeGreaterThanOrEqual(Math.floor(t0 / 1000) * 1000);
     expect(done.returnvalue).toMatchObject({ namespace: ns.apps, deployment: 'web', restartedAt });
+    // the worker watched the rollout to its end (kubectl's rollout-status logic on the live object)
+    expect(done.progress).toMatchObject({ phase: 'done', message: 'successfully rolled out', desired: 0 });
     // a new pod template: the controller-manager made a new ReplicaSet and finished the rollout
     expect(after.metadata?.generation).toBe((before.metadata?.generation ?? 0) + 1);
     expect(after.status?.observedGeneration).toBe(after.metadata?.generation);
