@@ -82,7 +82,7 @@ describe('k8s/monitoring.yaml', () => {
     const objs = parseManifests(readFileSync(join(K8S, 'monitoring.yaml'), 'utf8'));
     const rules = parseYaml(readFileSync(join(CHART, 'files/prometheus-rules.yaml'), 'utf8'));
     expect(one(objs, 'PrometheusRule', 'opsgate').spec.groups).toEqual(rules.groups);
-    const dash = find(objs, 'ConfigMap')[0];
+    const dash = one(objs, 'ConfigMap', 'opsgate-dashboard');
     const json = Object.values<string>(dash.data)[0]!;
     expect(JSON.parse(json)).toEqual(JSON.parse(readFileSync(join(CHART, 'files/grafana-dashboard.json'), 'utf8')));
     one(objs, 'ServiceMonitor', 'opsgate');
