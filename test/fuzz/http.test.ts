@@ -303,7 +303,7 @@ describe('fuzz: payloads behind valid credentials', () => {
   it('alerts: arbitrary alert lists (nested annotations, odd fingerprints) give 202 with the right counts, or 400/413/422', async () => {
     const annotations = fc.oneof(
       fc.dictionary(fc.oneof(fc.string({ maxLength: 10 }), fc.constantFrom('__proto__', 'constructor', 'summary')), fc.jsonValue({ maxDepth: 3 })),
-      fc.integer({ min: 50, max: 3000 }).map((d) => JSON.parse(deepJson(d, 'object')) as unknown),
+      fc.integer({ min: 50, max: 3000 }).map((d) => JSON.parse(deepJson(d, 'object')) as unknown), // (deeper: see the 422 test below)
       fc.constant(null),
       fc.string(),
     );
@@ -331,6 +331,21 @@ describe('fuzz: payloads behind valid credentials', () => {
       { numRuns: 250 },
     );
   }, 300_000);
+
+  it('deeply nested payloads are 422, never a 5xx (they used to blow the stack at enqueue: 503)', async () => {
+    for (const d of [65, 5000, 30_000]) {
+      const ann = deepJson(d, 'object');
+      const r = await send({
+        method: 'POST',
+        path: '/webhook/alerts',
+        headers: [['Content-Type', 'application/json']],
+        body: `{"alerts":[{"status":"firing","fingerprint":"deep-${d}","labels":{"alertname":"Deep"},"annotations":${ann}}]}`,
+      });
+      expect(r.status).toBe(422);
+      const s = await send({ method: 'POST', path: '/webhook/scm', headers: scmHeaders(), body: `{"ref":"refs/heads/main","checkout_sha":"deep${d}","x":${ann}}` });
+      expect(s.status).toBe(422);
+    }
+  }, 60_000);
 
   it('bodies over BODY_LIMIT are 413 {detail}, whether or not they are JSON', async () => {
     const big = '{"a":"' + 'x'.repeat(300 * 1024) + '"}';
