@@ -5,6 +5,8 @@
  * Phases (one private redis-server for the whole run):
  * 1. Baseline: bench/bareExpress.ts (Express 5, express.json(), 202 + small JSON) under
  *    autocannon, BENCH_CONNECTIONS (64) connections for BENCH_DURATION (10) s after a warm-up.
+ *    Baseline, unique and duplicate loads run interleaved BENCH_ROUNDS (3) times; the table shows
+ *    medians and the median of the per-round ratios (the machine's load drifts between runs).
  * 2. The API (dist/src/server.js) measured the same way on POST /webhook/scm:
  *    - unique events: every request carries a new checkout_sha -> dedup key SET NX + one job;
  *    - duplicates: the same event every time -> dedup hit, nothing enqueued.
@@ -45,6 +47,7 @@ const WORKER_CONCURRENCY = process.env.BENCH_WORKER_CONCURRENCY; // unset: the w
 /** Extra node flags for the API process, e.g. "--cpu-prof --cpu-prof-dir=artifacts/prof" (profiling). */
 const API_NODE_ARGS = (process.env.BENCH_API_NODE_ARGS ?? '').split(' ').filter(Boolean);
 const HEAP_CAP_MB = Number(process.env.BENCH_HEAP_CAP_MB ?? 96);
+const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 3));
 const WORKER_NODE_ARGS = (process.env.BENCH_WORKER_NODE_ARGS ?? '').split(' ').filter(Boolean);
 
 const SCM_SECRET = 'bench-scm-secret-' + Math.random().toString(36).slice(2);
@@ -204,7 +207,7 @@ function builder(path: string, headers: Record<string, string>, unique: boolean,
   };
 }
 
-async function load(name: string, url: string, path: string, headers: Record<string, string>, unique: boolean, pid: number, metricsUrl?: string): Promise<LoadFigures> {
+async function load(name: string, url: string, path: string, headers: Record<string, string>, unique: boolean, pid: number, metricsUrl?: string, warm = true): Promise<LoadFigures> {
   const fixed = `${name}-${Date.now().toString(16)}`;
   const opts = (duration: number) => ({
     url,
@@ -213,8 +216,10 @@ async function load(name: string, url: string, path: string, headers: Record<str
     timeout: 10,
     requests: [{ setupRequest: builder(path, headers, unique, fixed) }],
   });
-  log(`${name}: warm-up ${WARMUP}s`);
-  await autocannon(opts(WARMUP));
+  if (warm) {
+    log(`${name}: warm-up ${WARMUP}s`);
+    await autocannon(opts(WARMUP));
+  }
   log(`${name}: ${DURATION}s at ${CONNECTIONS} connections`);
   const rss = rssSampler(pid);
   const heap = metricsUrl ? heapSampler(metricsUrl) : undefined;
@@ -235,6 +240,28 @@ async function load(name: string, url: string, path: string, headers: Record<str
     rssMb: maxRss,
     heapUsedMb: heapPeak?.usedMb ?? NaN,
     heapTotalMb: heapPeak?.totalMb ?? NaN,
+  };
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
+/** Median of every figure over the rounds (statuses/errors summed). */
+function medianFigures(runs: LoadFigures[]): LoadFigures {
+  return {
+    rps: median(runs.map((f) => f.rps)),
+    p50: median(runs.map((f) => f.p50)),
+    p99: median(runs.map((f) => f.p99)),
+    total: runs.reduce((a, f) => a + f.total, 0),
+    non2xx: runs.reduce((a, f) => a + f.non2xx, 0),
+    errors: runs.reduce((a, f) => a + f.errors, 0),
+    statuses: runs.map((f) => f.statuses).join(', '),
+    rssMb: Math.max(...runs.map((f) => f.rssMb)),
+    heapUsedMb: Math.max(...runs.map((f) => f.heapUsedMb)),
+    heapTotalMb: Math.max(...runs.map((f) => f.heapTotalMb)),
   };
 }
 
@@ -347,7 +374,9 @@ async function main() {
   const results: Record<string, unknown> = {};
   const procs: Proc[] = [];
   try {
-    // 1. bare Express
+    // 1+2. bare Express and the API, both up for the whole HTTP part; the three loads are run
+    // interleaved, ROUNDS times, and the medians reported: on a shared machine the load drifts
+    // between runs, and a ratio is only meaningful between runs made close together.
     const barePort = await freePort();
     const bare = spawnNode(join(ROOT, 'dist/bench/bench/bareExpress.js'), { PORT: String(barePort) }, 'bare-express');
     procs.push(bare);
@@ -356,10 +385,6 @@ async function main() {
       bare.onLine((l) => l.includes('listening') && res());
       bare.child.once('exit', () => rej(new Error('bare express exited')));
     });
-    const bareFig = await load('bare-express', bareUrl, '/webhook/bare', { 'content-type': 'application/json' }, true, bare.child.pid!);
-    await bare.stop();
-
-    // 2. API
     const apiLog = join(ROOT, 'artifacts/bench-api.log');
     const scmHeaders = { 'content-type': 'application/json', 'x-scm-event': 'Push Hook', 'x-scm-token': SCM_SECRET };
     const startApi = async (nodeArgs: string[], logFile: string) => {
@@ -386,10 +411,24 @@ async function main() {
       return { p, url, metrics: `http://127.0.0.1:${metricsPort}/metrics` };
     };
     const api = await startApi(API_NODE_ARGS, apiLog);
-    const uniqueFig = await load('scm-unique', api.url, '/webhook/scm', scmHeaders, true, api.p.child.pid!, api.metrics);
-    const dupFig = await load('scm-duplicate', api.url, '/webhook/scm', scmHeaders, false, api.p.child.pid!, api.metrics);
-    const apiRss = Math.max(uniqueFig.rssMb, dupFig.rssMb, rssMb(api.p.child.pid!) || 0);
+    const bareRuns: LoadFigures[] = [];
+    const uniqueRuns: LoadFigures[] = [];
+    const dupRuns: LoadFigures[] = [];
+    for (let r = 0; r < ROUNDS; r++) {
+      log(`round ${r + 1}/${ROUNDS}`);
+      bareRuns.push(await load('bare-express', bareUrl, '/webhook/bare', { 'content-type': 'application/json' }, true, bare.child.pid!, undefined, r === 0));
+      uniqueRuns.push(await load('scm-unique', api.url, '/webhook/scm', scmHeaders, true, api.p.child.pid!, api.metrics, r === 0));
+      dupRuns.push(await load('scm-duplicate', api.url, '/webhook/scm', scmHeaders, false, api.p.child.pid!, api.metrics, r === 0));
+    }
+    await bare.stop();
+    const apiRss = Math.max(...uniqueRuns.map((f) => f.rssMb), ...dupRuns.map((f) => f.rssMb), rssMb(api.p.child.pid!) || 0);
     await api.p.stop();
+    const bareFig = medianFigures(bareRuns);
+    const uniqueFig = medianFigures(uniqueRuns);
+    const dupFig = medianFigures(dupRuns);
+    const ratioU = median(uniqueRuns.map((f, i) => f.rps / bareRuns[i]!.rps));
+    const ratioD = median(dupRuns.map((f, i) => f.rps / bareRuns[i]!.rps));
+    const perRound = (runs: LoadFigures[]) => runs.map((f) => fmt(f.rps)).join(' / ');
     // The same unique-event load against an API whose V8 old space is capped at HEAP_CAP_MB, as a
     // container memory limit would size it (the chart's API limit is 384 MiB): on this 24 GB host
     // V8's default heap limit is several GB and it lets garbage pile up before collecting.
@@ -403,8 +442,6 @@ async function main() {
     const load1 = os.loadavg();
 
     // ------------------------------------------------------------ table
-    const ratioU = uniqueFig.rps / bareFig.rps;
-    const ratioD = dupFig.rps / bareFig.rps;
     const pf = (ok: boolean) => (ok ? 'PASS' : 'FAIL');
     const rows: Array<[string, string, string, string]> = [
       ['bare Express 202 (baseline)', `${fmt(bareFig.rps)} req/s  p50 ${fmt(bareFig.p50, 1)} ms  p99 ${fmt(bareFig.p99, 1)} ms  RSS ${fmt(bareFig.rssMb)} MB`, '-', '-'],
@@ -418,12 +455,21 @@ async function main() {
       ['enqueue-to-start latency', `p50 ${fmt(w.p50)} ms  p99 ${fmt(w.p99)} ms (${w.latencySamples} paced jobs)`, '-', '-'],
       ['worker RSS (max)', `${fmt(w.rssMb)} MB`, '-', '-'],
     ];
+    if (ROUNDS > 1) {
+      rows.splice(
+        1,
+        0,
+        ['  per round (req/s)', `bare ${perRound(bareRuns)}`, '-', '-'],
+        ['', `unique ${perRound(uniqueRuns)}`, '-', '-'],
+        ['', `duplicates ${perRound(dupRuns)}`, '-', '-'],
+      );
+    }
     const checks = [
       `responses: bare ${bareFig.statuses}; unique ${uniqueFig.statuses}; duplicates ${dupFig.statuses}`,
       `errors/timeouts: bare ${bareFig.errors}, unique ${uniqueFig.errors}, duplicates ${dupFig.errors}; non-2xx: ${bareFig.non2xx}/${uniqueFig.non2xx}/${dupFig.non2xx}`,
       `worker: ${w.completedLogged} "job completed" log lines (expected ${JOBS + LATENCY_JOBS}), failed jobs ${w.failed}, left in queue ${w.leftover}; API log lines during the run ${apiLogLines} (stdout to a file, as a container runtime takes it)`,
       `machine: ${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? '?'}), node ${process.version}, load average before ${load0.map((x) => x.toFixed(2)).join('/')} after ${load1.map((x) => x.toFixed(2)).join('/')}`,
-      `settings: ${CONNECTIONS} connections, ${DURATION} s per run after ${WARMUP} s warm-up, RATE_LIMIT_RPS=${RATE_LIMIT_RPS}, WORKER_CONCURRENCY=${WORKER_CONCURRENCY ?? 'default'}, load generator (autocannon) on the same machine`,
+      `settings: ${CONNECTIONS} connections, ${DURATION} s per run after ${WARMUP} s warm-up, ${ROUNDS} interleaved rounds (medians; ratios per round), RATE_LIMIT_RPS=${RATE_LIMIT_RPS}, WORKER_CONCURRENCY=${WORKER_CONCURRENCY ?? 'default'}, load generator (autocannon) on the same machine`,
     ];
     const w0 = Math.max(...rows.map((r) => r[0].length));
     const w1 = Math.max(...rows.map((r) => r[1].length));
@@ -439,7 +485,7 @@ async function main() {
     for (const c of checks) out.push(`  ${c}`);
     process.stdout.write(out.join('\n') + '\n');
 
-    Object.assign(results, { started: started.toISOString(), bare: bareFig, unique: uniqueFig, duplicate: dupFig, uniqueHeapCapped: cappedFig, apiRssMb: apiRss, worker: w, loadavg: { before: load0, after: load1 }, settings: { CONNECTIONS, DURATION, WARMUP, RATE_LIMIT_RPS, WORKER_CONCURRENCY: WORKER_CONCURRENCY ?? null } });
+    Object.assign(results, { started: started.toISOString(), rounds: { bare: bareRuns, unique: uniqueRuns, duplicate: dupRuns }, ratios: { unique: ratioU, duplicate: ratioD }, bare: bareFig, unique: uniqueFig, duplicate: dupFig, uniqueHeapCapped: cappedFig, apiRssMb: apiRss, worker: w, loadavg: { before: load0, after: load1 }, settings: { CONNECTIONS, DURATION, WARMUP, RATE_LIMIT_RPS, WORKER_CONCURRENCY: WORKER_CONCURRENCY ?? null } });
     mkdirSync(join(ROOT, 'artifacts'), { recursive: true });
     writeFileSync(join(ROOT, 'artifacts/bench.json'), JSON.stringify(results, null, 2) + '\n');
     writeFileSync(join(ROOT, 'artifacts/bench.txt'), out.join('\n') + '\n');
