@@ -24,7 +24,8 @@ export function parseApiKeyRoles(raw: string | undefined): ApiKey[] {
   const items = raw.split(',').map((s) => s.trim());
   const keys: ApiKey[] = [];
   items.forEach((item, i) => {
-    if (item === '') return; // tolerate a trailing comma
+    // An empty item (",," or a trailing comma) lacks the key:role form too: refuse it rather
+    // than guess what was meant (often a key lost in a templating mistake).
     const at = item.lastIndexOf(':');
     if (at < 0) throw new ConfigError(name, `item ${i + 1} is not of the form <key>:<role>`);
     const key = item.slice(0, at);
@@ -35,7 +36,7 @@ export function parseApiKeyRoles(raw: string | undefined): ApiKey[] {
     }
     keys.push({ key, role, id: credentialId(key) });
   });
-  if (keys.length === 0) throw new ConfigError(name, 'configures no key');
+  if (keys.length === 0) throw new ConfigError(name, 'configures no key'); // unreachable after the checks above; kept as the spec's own rule
   return keys;
 }
 

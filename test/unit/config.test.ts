@@ -48,6 +48,8 @@ describe('parseApiKeyRoles', () => {
     ['a role in another case', `${SECRET}:Operator`],
     ['a role with the colon-separated key before it unknown', `${SECRET}:operator:root`],
     ['no key at all (only commas)', ',, ,'],
+    ['an empty item between good ones', 'good:readonly,,other:operator'],
+    ['a trailing comma', 'good:readonly,'],
   ])('refuses %s, naming the variable and never the value', (_name, raw) => {
     const err = refusal(() => parseApiKeyRoles(raw));
     expect(err.variable).toBe('OPS_API_KEY_ROLES');
