@@ -271,4 +271,24 @@ describe('Redis unavailable: fail open', () => {
     }
     expect(saw429).toBe(true);
   });
+
+  it('a hung Redis (SIGSTOP) is abandoned after the limiter timeout: requests pass, they do not wait for Redis', async () => {
+    const a = await replica({ rps: 2, trustProxy: false, windowMs: 30_000, prefix: freshPrefix() });
+    expect((await get(`${a.url}/ops/hosts`)).status).toBe(200);
+    const admin = new Redis(redis.url);
+    const pid = Number(/process_id:(\d+)/.exec(await admin.info('server'))![1]);
+    admin.disconnect();
+    process.kill(pid, 'SIGSTOP');
+    try {
+      const results = await Promise.all(Array.from({ length: 5 }, () => get(`${a.url}/ops/hosts`)));
+      expect(results.map((r) => r.status)).toEqual([200, 200, 200, 200, 200]);
+      expect(await counterValue(a.metrics, 'opsgate_rate_limit_errors_total')).toBe(5);
+      // It was the limiter's own 250 ms deadline that let them through, not the connection's 2 s
+      // command timeout (which would also fail open, but only after holding every request 2 s).
+      const warning = a.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === 'rate limit unavailable (Redis error); failing open');
+      expect(warning?.error).toBe('rate limit: Redis did not answer within 250 ms');
+    } finally {
+      process.kill(pid, 'SIGCONT');
+    }
+  });
 });
