@@ -56,6 +56,7 @@ function audit(logger: Logger, req: Request, res: Response, seconds: number): vo
     route: routeTemplate(req),
     query: queryOf(req.originalUrl),
     body_sha256: res.locals.bodySha256 ?? null,
+    ...(res.locals.auditFields as Record<string, unknown> | undefined), // e.g. event_id, job_id, outcome of a webhook
     status: res.statusCode,
     detail: res.statusCode >= 400 ? err?.detail : undefined,
     duration_ms: Math.round(seconds * 1000),

@@ -66,12 +66,9 @@ export function webhooksRouter(deps: WebhookDeps): Router {
         requestedBy: `webhook:${source}`,
       });
       count(source, out.accepted ? 'accepted' : 'duplicate');
-      deps.logger.info(out.accepted ? 'deploy event accepted' : 'duplicate deploy event', {
-        source,
-        event_id: decision.eventId,
-        job_id: out.jobId,
-        request_id: res.locals.requestId,
-      });
+      // Carried by this request's audit line (one log line per delivery, not two: at intake rates
+      // the second line was ~6% of the API's CPU and half of its log volume).
+      res.locals.auditFields = { event_id: decision.eventId, job_id: out.jobId, outcome: out.accepted ? 'accepted' : 'duplicate' };
       res.status(202).json({ accepted: out.accepted, duplicate: out.duplicate, project: decision.project, event_id: decision.eventId });
     };
 

@@ -153,6 +153,12 @@ describe('exactly-once intake: 2 API processes, 1 redis, 5,000 deliveries, half 
       expect(notifies).toHaveLength(UNIQUE_ALERTS);
       expect(new Set(deploys.map((j) => j.data.event_id))).toEqual(new Set(scmIds.map((id) => `scm:team/exactly-once:refs/heads/main:${id}`)));
       expect(new Set(notifies.map((j) => j.data.fingerprint))).toEqual(new Set(alertIds));
+      // The API's audit lines tell the same story: one "accepted" line per unique event, naming its job.
+      const audited = [...apiA.logs(), ...apiB.logs()].filter((l) => l.msg === 'audit' && l.path === '/webhook/scm');
+      expect(audited).toHaveLength(2 * UNIQUE_SCM);
+      const acceptedLines = audited.filter((l) => l.outcome === 'accepted');
+      expect(new Set(acceptedLines.map((l) => String(l.job_id)))).toEqual(new Set(deploys.map((j) => String(j.id))));
+      expect(audited.filter((l) => l.outcome === 'duplicate')).toHaveLength(UNIQUE_SCM);
       for (const j of deploys) {
         expect(await j.getState()).toBe('failed');
         expect(j.attemptsMade).toBe(1);
