@@ -3,7 +3,7 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pathToFileURL } from 'node:url';
 import { createApp } from './app.js';
-import { createKubeHostStatusProvider, loadKubeConfig } from './domain/kubeHostStatus.js';
+import { createLazyKubeHostStatusProvider, kubeConfigPresent } from './domain/lazyHostStatus.js';
 import { loadApiConfig, secretsOf, type ApiConfig } from './shared/config.js';
 import { ConfigError } from './shared/errors.js';
 import { loadInventory } from './shared/inventory.js';
@@ -65,8 +65,7 @@ export async function start(env: Record<string, string | undefined> = process.en
     metrics,
   });
   metrics.setQueueDepthSources([queueCountsSource(queue.bull)]);
-  const kc = loadKubeConfig(env);
-  if (!kc) logger.warn('no Kubernetes configuration found: GET /ops/hosts/{host} will answer 503');
+  if (!kubeConfigPresent(env)) logger.warn('no Kubernetes configuration found: GET /ops/hosts/{host} will answer 503');
   const app = createApp({
     config,
     redis,
@@ -74,7 +73,7 @@ export async function start(env: Record<string, string | undefined> = process.en
     inventory,
     logger,
     metrics,
-    hostStatus: createKubeHostStatusProvider(kc),
+    hostStatus: createLazyKubeHostStatusProvider(env),
     version,
     rateLimit: createRateLimiter({ redis, rps: config.RATE_LIMIT_RPS, metrics, logger }),
   });

@@ -1,7 +1,5 @@
-import { existsSync } from 'node:fs';
-import { homedir } from 'node:os';
-import { join } from 'node:path';
 import { AppsV1Api, KubeConfig, type V1Deployment } from '@kubernetes/client-node';
+import { loadKubeConfig as loadSharedKubeConfig, NoKubeConfigError, type KubeEnv } from '../shared/kubeconfig.js';
 import { ClusterUnavailableError, type DeploymentStatus, type HostStatusProvider } from './hostStatus.js';
 
 /**
@@ -11,26 +9,16 @@ import { ClusterUnavailableError, type DeploymentStatus, type HostStatusProvider
 const RESTARTED_AT = 'kubectl.kubernetes.io/restartedAt';
 
 /**
- * Kubernetes credentials, explicitly: KUBECONFIG or ~/.kube/config, else in-cluster service
- * account, else none. (client-node's loadFromDefault would silently fall back to
- * http://localhost:8080, which is our own port in development.)
+ * Kubernetes credentials in kubectl's order (KUBECONFIG path list, ~/.kube/config, in-cluster
+ * ServiceAccount), shared with the worker (src/shared/kubeconfig.ts); undefined when there are none.
  */
-export function loadKubeConfig(env: Record<string, string | undefined> = process.env): KubeConfig | undefined {
-  const kc = new KubeConfig();
+export function loadKubeConfig(env: KubeEnv = process.env): KubeConfig | undefined {
   try {
-    const file = env.KUBECONFIG || join(homedir(), '.kube', 'config');
-    if (env.KUBECONFIG || existsSync(file)) {
-      kc.loadFromDefault();
-      return kc.getCurrentCluster() ? kc : undefined;
-    }
-    if (env.KUBERNETES_SERVICE_HOST) {
-      kc.loadFromCluster();
-      return kc;
-    }
-  } catch {
-    return undefined;
+    return loadSharedKubeConfig(env);
+  } catch (err) {
+    if (err instanceof NoKubeConfigError) return undefined;
+    throw err;
   }
-  return undefined;
 }
 
 function statusOf(name: string, d: V1Deployment): DeploymentStatus {

@@ -1,10 +1,14 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import { KubeConfig } from '@kubernetes/client-node';
 import request from 'supertest';
 import { freePort, startRedis, type RedisServer } from '../../helpers/redis.js';
 import { createKubeHostStatusProvider, loadKubeConfig } from '../../../src/domain/kubeHostStatus.js';
+import { createLazyKubeHostStatusProvider, kubeConfigPresent } from '../../../src/domain/lazyHostStatus.js';
 import { createHarness, OP_KEY, RO_KEY, type Harness } from './harness.js';
 
 /**
@@ -185,5 +189,52 @@ describe('no cluster reachable', () => {
   });
   it('loadKubeConfig finds nothing in an empty environment (no silent localhost:8080 fallback)', () => {
     expect(loadKubeConfig({ HOME: '/nonexistent-home' })).toBeUndefined();
+  });
+});
+
+describe('lazy provider (what src/server.ts uses: client-node loaded on first use)', () => {
+  it('reads the cluster named by KUBECONFIG on the first request, like the eager provider', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'opsgate-kubeconfig-'));
+    const file = join(dir, 'config');
+    const kc = new KubeConfig();
+    kc.loadFromOptions({
+      clusters: [{ name: 'local', server: `http://127.0.0.1:${(api.address() as AddressInfo).port}`, skipTLSVerify: true }],
+      users: [{ name: 'u', token: 'test-token' }],
+      contexts: [{ name: 'ctx', cluster: 'local', user: 'u' }],
+      currentContext: 'ctx',
+    });
+    writeFileSync(file, kc.exportConfig());
+    const lazy = await createHarness(srv.url, { hostStatus: createLazyKubeHostStatusProvider({ KUBECONFIG: file }) });
+    try {
+      const res = await request(lazy.app).get('/ops/hosts/web-1').set('X-API-Key', RO_KEY);
+      expect(res.status).toBe(200);
+      expect(res.body.deployments.find((d: { name: string }) => d.name === 'frontend')).toMatchObject({
+        found: true,
+        restarted_at: '2026-11-20T10:00:00Z',
+      });
+      expect(calls.some((c) => c.startsWith('GET /apis/apps/v1/namespaces/'))).toBe(true);
+    } finally {
+      await lazy.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+  it('with no configuration it answers 503 like the eager provider', async () => {
+    const lazy = await createHarness(srv.url, { hostStatus: createLazyKubeHostStatusProvider({}) });
+    try {
+      const res = await request(lazy.app).get('/ops/hosts/web-1').set('X-API-Key', RO_KEY);
+      // HOME of this process may hold a ~/.kube/config; only assert the no-config outcome when it does not.
+      if (!kubeConfigPresent({})) {
+        expect(res.status).toBe(503);
+        expect(res.body.detail).toMatch(/no Kubernetes cluster configured/);
+      } else {
+        expect([200, 503]).toContain(res.status);
+      }
+    } finally {
+      await lazy.close();
+    }
+  });
+  it('kubeConfigPresent follows KUBECONFIG and the in-cluster variables', () => {
+    expect(kubeConfigPresent({ KUBECONFIG: '/some/file' })).toBe(true);
+    expect(kubeConfigPresent({ KUBERNETES_SERVICE_HOST: '10.0.0.1' })).toBe(true);
   });
 });
