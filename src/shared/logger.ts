@@ -29,17 +29,17 @@ function errorFields(err: unknown): Record<string, unknown> {
 
 export function createLogger(opts: LoggerOptions = {}): Logger {
   const min = order[opts.level ?? 'info'];
-  const secrets = (opts.secrets ?? []).filter((s) => s.length >= 4).sort((a, b) => b.length - a.length);
+  // Each secret as it appears raw and JSON-escaped inside a serialised line, computed once
+  // (this runs on every log line), longest first so a secret containing another is replaced whole.
+  const needles = [
+    ...new Set((opts.secrets ?? []).filter((s) => s.length >= 4).flatMap((s) => [s, JSON.stringify(s).slice(1, -1)])),
+  ].sort((a, b) => b.length - a.length);
   const write = opts.write ?? ((line: string) => process.stdout.write(line + '\n'));
   const base = opts.base ?? {};
 
   const redact = (line: string): string => {
     let out = line;
-    for (const s of secrets) {
-      if (out.includes(s)) out = out.split(s).join('[REDACTED]');
-      const escaped = JSON.stringify(s).slice(1, -1);
-      if (escaped !== s && out.includes(escaped)) out = out.split(escaped).join('[REDACTED]');
-    }
+    for (const s of needles) if (out.includes(s)) out = out.split(s).join('[REDACTED]');
     return out;
   };
 
