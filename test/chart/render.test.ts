@@ -411,6 +411,26 @@ describe('toggles', () => {
   });
 });
 
+describe('api memory', () => {
+  const apiEnv = (objs: K8sObject[]) => one(objs, 'Deployment', 'opsgate-api').spec.template.spec.containers[0].env as { name: string; value?: string }[];
+
+  test('the API\'s V8 old space is capped by default (what `make bench` measures as the deployed RSS), the worker is left alone', async () => {
+    const objs = await render({ files: ['defaults.yaml'] });
+    expect(apiEnv(objs).find((e) => e.name === 'NODE_OPTIONS')?.value).toBe('--max-old-space-size=96');
+    const worker = one(objs, 'Deployment', 'opsgate-worker').spec.template.spec.containers[0].env as { name: string }[];
+    expect(worker.some((e) => e.name === 'NODE_OPTIONS')).toBe(false);
+  });
+  test('api.maxOldSpaceSizeMb sets it, 0 leaves V8\'s default, a negative value is refused by the schema', async () => {
+    const [custom, off] = await Promise.all([
+      render({ files: ['defaults.yaml'], set: { 'api.maxOldSpaceSizeMb': '160' } }),
+      render({ files: ['defaults.yaml'], set: { 'api.maxOldSpaceSizeMb': '0' } }),
+    ]);
+    expect(apiEnv(custom).find((e) => e.name === 'NODE_OPTIONS')?.value).toBe('--max-old-space-size=160');
+    expect(apiEnv(off).some((e) => e.name === 'NODE_OPTIONS')).toBe(false);
+    expect(await renderError({ files: ['defaults.yaml'], set: { 'api.maxOldSpaceSizeMb': '-1' } })).toMatch(/maxOldSpaceSizeMb/);
+  });
+});
+
 describe('checksums', () => {
   const podAnnotations = (objs: K8sObject[], name: string) => one(objs, 'Deployment', name).spec.template.metadata.annotations;
   const base = { files: ['in-chart-redis.yaml'] };
@@ -476,6 +496,7 @@ describe('render-time refusals', () => {
   test('existingSecret alone renders (keys come from the user\'s Secret)', async () => {
     const objs = await render({ set: { 'secrets.existingSecret': 'mine' } });
     expect(find(objs, 'Secret')).toHaveLength(0);
-    expect(one(objs, 'Deployment', 'opsgate-api').spec.template.spec.containers[0].env[0].valueFrom.secretKeyRef).toEqual({ name: 'mine', key: 'OPS_API_KEY_ROLES' });
+    const env = one(objs, 'Deployment', 'opsgate-api').spec.template.spec.containers[0].env as { name: string; valueFrom?: any }[];
+    expect(env.find((e) => e.name === 'OPS_API_KEY_ROLES')?.valueFrom.secretKeyRef).toEqual({ name: 'mine', key: 'OPS_API_KEY_ROLES' });
   });
 });
