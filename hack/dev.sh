@@ -4,9 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEV_DIR=.dev
+DEV_DIR=${DEV_DIR:-$PWD/.dev}   # absolute: redis-server resolves --logfile after it chdirs to --dir
 PORT=${PORT:-8080}
 REDIS_PORT=${REDIS_PORT:-6390}
+API_METRICS_PORT=${API_METRICS_PORT:-9464}
+WORKER_METRICS_PORT=${WORKER_METRICS_PORT:-9465}
 mkdir -p "$DEV_DIR"
 
 rand() { node -e 'process.stdout.write(require("crypto").randomBytes(18).toString("base64url"))'; }
@@ -26,7 +28,8 @@ trap cleanup EXIT INT TERM
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$DEV_DIR" --appendonly yes \
   --save '' --daemonize no --logfile "$DEV_DIR/redis.log" &
 pids+=($!)
-for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+up() { for _ in $(seq 100); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }
+up redis-cli -p "$REDIS_PORT" ping || { echo "redis-server did not start (see $DEV_DIR/redis.log)" >&2; exit 1; }
 
 export REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
 export OPS_API_KEY_ROLES="$OPERATOR_KEY:operator,$READONLY_KEY:readonly"
@@ -36,17 +39,17 @@ export OPS_INVENTORY_FILE="$PWD/hack/dev-inventory.yaml"
 export PORT
 export JOB_ATTEMPTS=${JOB_ATTEMPTS:-2} JOB_BACKOFF_MS=${JOB_BACKOFF_MS:-1000}
 
-METRICS_PORT=9464 node dist/src/server.js > >(tee "$DEV_DIR/api.log") 2>&1 &
+METRICS_PORT=$API_METRICS_PORT node dist/src/server.js > >(tee "$DEV_DIR/api.log") 2>&1 &
 pids+=($!)
-METRICS_PORT=9465 node dist/worker/index.js > >(tee "$DEV_DIR/worker.log") 2>&1 &
+METRICS_PORT=$WORKER_METRICS_PORT node dist/worker/index.js > >(tee "$DEV_DIR/worker.log") 2>&1 &
 pids+=($!)
 
-for _ in $(seq 100); do curl -fs "http://127.0.0.1:$PORT/ready" >/dev/null 2>&1 && break; sleep 0.1; done
+up curl -fs "http://127.0.0.1:$PORT/ready" || { echo "the API did not become ready (see $DEV_DIR/api.log)" >&2; exit 1; }
 
 cat <<MSG
 
 ──────────────────────────────────────────────────────────────────────────────
- opsgate dev is up: API http://127.0.0.1:$PORT   metrics :9464 (api) :9465 (worker)
+ opsgate dev is up: API http://127.0.0.1:$PORT   metrics :$API_METRICS_PORT (api) :$WORKER_METRICS_PORT (worker)
  Demo credentials (this run only):
    operator API key : $OPERATOR_KEY
    readonly API key : $READONLY_KEY
