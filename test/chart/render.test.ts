@@ -414,18 +414,20 @@ describe('toggles', () => {
 describe('api memory', () => {
   const apiEnv = (objs: K8sObject[]) => one(objs, 'Deployment', 'opsgate-api').spec.template.spec.containers[0].env as { name: string; value?: string }[];
 
-  test('the API\'s V8 old space is capped by default (what `make bench` measures as the deployed RSS), the worker is left alone', async () => {
+  test('the API\'s V8 heap is sized by default (what `make bench` measures as the deployed RSS), the worker is left alone', async () => {
     const objs = await render({ files: ['defaults.yaml'] });
-    expect(apiEnv(objs).find((e) => e.name === 'NODE_OPTIONS')?.value).toBe('--max-old-space-size=96');
+    expect(apiEnv(objs).find((e) => e.name === 'NODE_OPTIONS')?.value).toBe('--max-old-space-size=96 --max-semi-space-size=8');
     const worker = one(objs, 'Deployment', 'opsgate-worker').spec.template.spec.containers[0].env as { name: string }[];
     expect(worker.some((e) => e.name === 'NODE_OPTIONS')).toBe(false);
   });
-  test('api.maxOldSpaceSizeMb sets it, 0 leaves V8\'s default, a negative value is refused by the schema', async () => {
-    const [custom, off] = await Promise.all([
-      render({ files: ['defaults.yaml'], set: { 'api.maxOldSpaceSizeMb': '160' } }),
-      render({ files: ['defaults.yaml'], set: { 'api.maxOldSpaceSizeMb': '0' } }),
+  test('api.maxOldSpaceSizeMb / maxSemiSpaceSizeMb set them, 0 leaves V8\'s default, a negative value is refused by the schema', async () => {
+    const [custom, semiOff, off] = await Promise.all([
+      render({ files: ['defaults.yaml'], set: { 'api.maxOldSpaceSizeMb': '160', 'api.maxSemiSpaceSizeMb': '16' } }),
+      render({ files: ['defaults.yaml'], set: { 'api.maxSemiSpaceSizeMb': '0' } }),
+      render({ files: ['defaults.yaml'], set: { 'api.maxOldSpaceSizeMb': '0', 'api.maxSemiSpaceSizeMb': '0' } }),
     ]);
-    expect(apiEnv(custom).find((e) => e.name === 'NODE_OPTIONS')?.value).toBe('--max-old-space-size=160');
+    expect(apiEnv(custom).find((e) => e.name === 'NODE_OPTIONS')?.value).toBe('--max-old-space-size=160 --max-semi-space-size=16');
+    expect(apiEnv(semiOff).find((e) => e.name === 'NODE_OPTIONS')?.value).toBe('--max-old-space-size=96');
     expect(apiEnv(off).some((e) => e.name === 'NODE_OPTIONS')).toBe(false);
     expect(await renderError({ files: ['defaults.yaml'], set: { 'api.maxOldSpaceSizeMb': '-1' } })).toMatch(/maxOldSpaceSizeMb/);
   });
