@@ -1,24 +1,11 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
+import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
-import { startRedis, type RedisServer } from '../../helpers/redis.js';
+import { startRedis } from '../../helpers/redis.js';
 import { JOB } from '../../../src/shared/jobs.js';
-import { createHarness, eventually, type Harness } from './harness.js';
+import { createHarness, eventually, useHarness } from './harness.js';
 
 /** POST /webhook/alerts rules 1-4 (+ optional ALERTS_WEBHOOK_TOKEN) on a real Redis and BullMQ queue. */
-let srv: RedisServer;
-let h: Harness;
-
-beforeAll(async () => {
-  srv = await startRedis();
-  h = await createHarness(srv.url);
-});
-afterAll(async () => {
-  await h?.close();
-  await srv?.destroy();
-});
-beforeEach(async () => {
-  await h.inspect.flushall();
-});
+const ctx = useHarness();
 
 const alert = (fp: string | undefined, status = 'firing', extra: Record<string, unknown> = {}) => ({
   status,
@@ -29,12 +16,12 @@ const alert = (fp: string | undefined, status = 'firing', extra: Record<string, 
 });
 
 const post = (body: unknown) =>
-  request(h.app)
+  request(ctx.h.app)
     .post('/webhook/alerts')
     .set('Content-Type', 'application/json')
     .send(typeof body === 'string' ? body : JSON.stringify(body));
 
-const waiting = () => h.queue.bull.getJobs(['waiting']);
+const waiting = () => ctx.h.queue.bull.getJobs(['waiting']);
 
 describe('rule 1: payload shape', () => {
   it('invalid JSON -> 400', async () => {
@@ -69,10 +56,10 @@ describe('rules 2-4: firing alerts with a fingerprint are deduplicated and queue
       expect(j.data).toMatchObject({ requested_by: 'webhook:alerts', alertname: `Alert-${j.data.fingerprint}` });
       expect(j.data.annotations).toEqual({ summary: `summary of ${j.data.fingerprint}` });
     }
-    const ttl = await h.inspect.ttl('opsgate:seen:alert:fp1');
+    const ttl = await ctx.h.inspect.ttl('opsgate:seen:alert:fp1');
     expect(ttl).toBeGreaterThan(290);
     expect(ttl).toBeLessThanOrEqual(300);
-    expect(await h.inspect.exists('opsgate:seen:alert:fp2')).toBe(0);
+    expect(await ctx.h.inspect.exists('opsgate:seen:alert:fp2')).toBe(0);
   });
   it('defaults: alertname "unknown", annotations {}', async () => {
     await post({ alerts: [{ status: 'firing', fingerprint: 'bare' }] });
@@ -92,14 +79,14 @@ describe('rules 2-4: firing alerts with a fingerprint are deduplicated and queue
   });
   it('each delivery gets an audit line (who webhook:alerts)', async () => {
     await post({ alerts: [] }).set('X-Request-Id', 'alerts-audit-1');
-    expect(h.audits().find((a) => a.request_id === 'alerts-audit-1')).toMatchObject({ who: 'webhook:alerts', status: 202 });
+    expect(ctx.h.audits().find((a) => a.request_id === 'alerts-audit-1')).toMatchObject({ who: 'webhook:alerts', status: 202 });
   });
 });
 
 describe('enqueue failure: 503 + Retry-After, the failed alert is retried, none queued twice', () => {
   it('queue Redis down -> 503, fingerprint seen record removed; Alertmanager retry queues it once', async () => {
     const queueSrv = await startRedis();
-    const split = await createHarness(srv.url, { queueUrl: queueSrv.url });
+    const split = await createHarness(ctx.srv.url, { queueUrl: queueSrv.url });
     try {
       await split.queue.bull.waitUntilReady();
       await queueSrv.stop();
@@ -135,11 +122,11 @@ describe('enqueue failure: 503 + Retry-After, the failed alert is retried, none 
 
 describe('ALERTS_WEBHOOK_TOKEN', () => {
   it('unset: a warning is logged when the app is built', () => {
-    expect(h.logs().some((l) => l.level === 'warn' && String(l.msg).includes('ALERTS_WEBHOOK_TOKEN'))).toBe(true);
+    expect(ctx.h.logs().some((l) => l.level === 'warn' && String(l.msg).includes('ALERTS_WEBHOOK_TOKEN'))).toBe(true);
   });
   it('set: Bearer required (401 + WWW-Authenticate without or with a wrong token; 202 with it, scheme case-insensitive)', async () => {
     const token = 'alerts-token-0099';
-    const t = await createHarness(srv.url, { env: { ALERTS_WEBHOOK_TOKEN: token } });
+    const t = await createHarness(ctx.srv.url, { env: { ALERTS_WEBHOOK_TOKEN: token } });
     try {
       expect(t.logs().some((l) => String(l.msg).includes('ALERTS_WEBHOOK_TOKEN'))).toBe(false);
       const none = await request(t.app).post('/webhook/alerts').send({ alerts: [] });

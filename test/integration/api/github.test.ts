@@ -1,25 +1,11 @@
 import { createHmac } from 'node:crypto';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
+import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
-import { startRedis, type RedisServer } from '../../helpers/redis.js';
 import { JOB } from '../../../src/shared/jobs.js';
-import { createHarness, GITHUB_SECRET, type Harness } from './harness.js';
+import { createHarness, GITHUB_SECRET, useHarness } from './harness.js';
 
 /** POST /webhook/github: HMAC-SHA256 X-Hub-Signature-256, X-GitHub-Event push, same deploy + dedup rules as scm. */
-let srv: RedisServer;
-let h: Harness;
-
-beforeAll(async () => {
-  srv = await startRedis();
-  h = await createHarness(srv.url);
-});
-afterAll(async () => {
-  await h?.close();
-  await srv?.destroy();
-});
-beforeEach(async () => {
-  await h.inspect.flushall();
-});
+const ctx = useHarness();
 
 const sign = (body: string, secret = GITHUB_SECRET) => 'sha256=' + createHmac('sha256', secret).update(body).digest('hex');
 
@@ -27,7 +13,7 @@ const payload = (sha = '0123abcd', overrides: Record<string, unknown> = {}) =>
   JSON.stringify({ ref: 'refs/heads/main', after: sha, repository: { full_name: 'octo/app' }, ...overrides });
 
 const post = (body: string, headers: Record<string, string | undefined> = {}) => {
-  let req = request(h.app).post('/webhook/github').set('Content-Type', 'application/json');
+  let req = request(ctx.h.app).post('/webhook/github').set('Content-Type', 'application/json');
   const all: Record<string, string | undefined> = { 'X-GitHub-Event': 'push', 'X-Hub-Signature-256': sign(body), ...headers };
   for (const [k, v] of Object.entries(all)) if (v !== undefined) req = req.set(k, v);
   return req.send(body);
@@ -53,7 +39,7 @@ describe('signature verification (403)', () => {
   });
   it('body changed after signing -> 403', async () => {
     const body = payload();
-    const res = await request(h.app)
+    const res = await request(ctx.h.app)
       .post('/webhook/github')
       .set('X-GitHub-Event', 'push')
       .set('X-Hub-Signature-256', sign(body))
@@ -65,7 +51,7 @@ describe('signature verification (403)', () => {
     expect(res.status).toBe(403);
   });
   it('GITHUB_WEBHOOK_SECRET unset -> 403 even with a signature', async () => {
-    const other = await createHarness(srv.url, { env: { GITHUB_WEBHOOK_SECRET: undefined } });
+    const other = await createHarness(ctx.srv.url, { env: { GITHUB_WEBHOOK_SECRET: undefined } });
     try {
       const body = payload();
       const res = await request(other.app).post('/webhook/github').set('X-GitHub-Event', 'push').set('X-Hub-Signature-256', sign(body)).send(body);
@@ -77,7 +63,7 @@ describe('signature verification (403)', () => {
   });
   it("verifies GitHub's published test vector end to end", async () => {
     // https://docs.github.com/en/webhooks/using-webhooks/validating-webhook-deliveries
-    const res = await request(h.app)
+    const res = await request(ctx.h.app)
       .post('/webhook/github')
       .set('X-GitHub-Event', 'ping')
       .set('X-Hub-Signature-256', 'sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17')
@@ -107,7 +93,7 @@ describe('event, ref, sha and dedup', () => {
     const res = await post(payload('0000000000000000000000000000000000000000', { deleted: true }));
     expect(res.status).toBe(202);
     expect(res.body.ignored).toBe(true);
-    expect(await h.queue.bull.getJobs(['waiting'])).toHaveLength(0);
+    expect(await ctx.h.queue.bull.getJobs(['waiting'])).toHaveLength(0);
   });
   it('push to main -> accepted, one job; redelivery -> duplicate, still one job', async () => {
     const body = payload('feedface');
@@ -116,16 +102,16 @@ describe('event, ref, sha and dedup', () => {
     expect(a.status).toBe(202);
     expect(a.body).toEqual({ accepted: true, duplicate: false, project: 'octo/app', event_id: 'github:octo/app:refs/heads/main:feedface' });
     expect(b.body).toEqual({ accepted: false, duplicate: true, project: 'octo/app', event_id: 'github:octo/app:refs/heads/main:feedface' });
-    const jobs = await h.queue.bull.getJobs(['waiting']);
+    const jobs = await ctx.h.queue.bull.getJobs(['waiting']);
     expect(jobs).toHaveLength(1);
     expect(jobs[0]!.name).toBe(JOB.runDeployPipeline);
     expect(jobs[0]!.data).toMatchObject({ project: 'octo/app', ref: 'refs/heads/main', requested_by: 'webhook:github' });
-    const ttl = await h.inspect.ttl('opsgate:seen:github:octo/app:refs/heads/main:feedface');
+    const ttl = await ctx.h.inspect.ttl('opsgate:seen:github:octo/app:refs/heads/main:feedface');
     expect(ttl).toBeGreaterThan(86000);
   });
   it('audit line names the github source', async () => {
     await post(payload('aud1')).set('X-Request-Id', 'gh-audit-1');
-    const line = h.audits().find((a) => a.request_id === 'gh-audit-1');
+    const line = ctx.h.audits().find((a) => a.request_id === 'gh-audit-1');
     expect(line).toMatchObject({ who: 'webhook:github', status: 202, path: '/webhook/github' });
   });
 });

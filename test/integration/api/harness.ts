@@ -1,3 +1,4 @@
+import { afterAll, beforeAll, beforeEach } from '@jest/globals';
 import type { Express, RequestHandler } from 'express';
 import { Redis } from 'ioredis';
 import { createApp } from '../../../src/app.js';
@@ -9,6 +10,7 @@ import { createLogger, type Logger } from '../../../src/shared/logger.js';
 import { createMetrics, type Metrics } from '../../../src/shared/metrics.js';
 import { createOpsQueue, type OpsQueue } from '../../../src/shared/queue.js';
 import { createRedis } from '../../../src/shared/redis.js';
+import { startRedis, type RedisServer } from '../../helpers/redis.js';
 
 /**
  * One real API app per test file: real Redis (the file's startRedis()), real BullMQ queue, real
@@ -146,4 +148,34 @@ export async function eventually(fn: () => Promise<boolean>, timeoutMs = 15000, 
 /** Asserts no configured secret appears anywhere in the text. */
 export function containsSecret(text: string): string | undefined {
   return SECRETS.find((s) => text.includes(s));
+}
+
+/**
+ * The per-file set-up every API test file shares: its own redis-server and harness for the whole
+ * file, torn down after it; with `flush` (default) Redis is emptied before each test.
+ */
+export function useHarness(opts: { flush?: boolean } = {}): { readonly srv: RedisServer; readonly h: Harness } {
+  let srv: RedisServer | undefined;
+  let h: Harness | undefined;
+  beforeAll(async () => {
+    srv = await startRedis();
+    h = await createHarness(srv.url);
+  });
+  afterAll(async () => {
+    await h?.close();
+    await srv?.destroy();
+  });
+  if (opts.flush !== false) {
+    beforeEach(async () => {
+      await h!.inspect.flushall();
+    });
+  }
+  return {
+    get srv() {
+      return srv!;
+    },
+    get h() {
+      return h!;
+    },
+  };
 }

@@ -1,21 +1,11 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
-import { startRedis, type RedisServer } from '../../helpers/redis.js';
+import { startRedis } from '../../helpers/redis.js';
 import { createRateLimiter } from '../../../src/middleware/rateLimit.js';
-import { createHarness, OP_KEY, RO_KEY, SCM_SECRET, type Harness } from './harness.js';
+import { createHarness, OP_KEY, RO_KEY, SCM_SECRET, useHarness } from './harness.js';
 
 /** Probes, version, and the HTTP-level error contract: every error is JSON {detail}, never an HTML page or a stack. */
-let srv: RedisServer;
-let h: Harness;
-
-beforeAll(async () => {
-  srv = await startRedis();
-  h = await createHarness(srv.url);
-});
-afterAll(async () => {
-  await h?.close();
-  await srv?.destroy();
-});
+const ctx = useHarness({ flush: false });
 
 const expectJsonError = (res: request.Response, status: number) => {
   expect(res.status).toBe(status);
@@ -26,24 +16,24 @@ const expectJsonError = (res: request.Response, status: number) => {
 
 describe('GET /health, /ready, /version', () => {
   it('/health -> 200 {status:"ok"} without authentication', async () => {
-    const res = await request(h.app).get('/health');
+    const res = await request(ctx.h.app).get('/health');
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ status: 'ok' });
   });
   it('/health ignores credentials entirely (a bad key is not a 401)', async () => {
-    const res = await request(h.app).get('/health').set('X-API-Key', 'bad').set('Authorization', 'Bearer bad');
+    const res = await request(ctx.h.app).get('/health').set('X-API-Key', 'bad').set('Authorization', 'Bearer bad');
     expect(res.status).toBe(200);
   });
   it('HEAD /health -> 200', async () => {
-    expect((await request(h.app).head('/health')).status).toBe(200);
+    expect((await request(ctx.h.app).head('/health')).status).toBe(200);
   });
   it('/ready -> 200 while Redis answers', async () => {
-    const res = await request(h.app).get('/ready');
+    const res = await request(ctx.h.app).get('/ready');
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ status: 'ready' });
   });
   it('/version -> the build version', async () => {
-    const res = await request(h.app).get('/version');
+    const res = await request(ctx.h.app).get('/version');
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ version: '9.9.9-test', node: process.version });
   });
@@ -73,29 +63,29 @@ describe('GET /health, /ready, /version', () => {
 
 describe('request id', () => {
   it('a sane X-Request-Id is echoed', async () => {
-    const res = await request(h.app).get('/health').set('X-Request-Id', 'abc-123.x:y_z');
+    const res = await request(ctx.h.app).get('/health').set('X-Request-Id', 'abc-123.x:y_z');
     expect(res.headers['x-request-id']).toBe('abc-123.x:y_z');
   });
   it.each([['has space'], ['<script>'], ['x'.repeat(65)], ['é']])('an unsafe one (%s) is replaced by a generated id', async (given) => {
-    const res = await request(h.app).get('/health').set('X-Request-Id', given);
+    const res = await request(ctx.h.app).get('/health').set('X-Request-Id', given);
     expect(res.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
   });
   it('responses are not cacheable and not content-sniffed', async () => {
-    for (const res of [await request(h.app).get('/health'), await request(h.app).get('/ops/hosts').set('X-API-Key', RO_KEY), await request(h.app).get('/x')]) {
+    for (const res of [await request(ctx.h.app).get('/health'), await request(ctx.h.app).get('/ops/hosts').set('X-API-Key', RO_KEY), await request(ctx.h.app).get('/x')]) {
       expect(res.headers['cache-control']).toBe('no-store');
       expect(res.headers['x-content-type-options']).toBe('nosniff');
     }
   });
   it('generated when absent, and on errors too', async () => {
-    const res = await request(h.app).get('/nope');
+    const res = await request(ctx.h.app).get('/nope');
     expect(res.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
   });
 });
 
 describe('error contract', () => {
   it('unknown route -> 404 JSON', async () => {
-    expectJsonError(await request(h.app).get('/does/not/exist'), 404);
-    expectJsonError(await request(h.app).post('/').send('x'), 404);
+    expectJsonError(await request(ctx.h.app).get('/does/not/exist'), 404);
+    expectJsonError(await request(ctx.h.app).post('/').send('x'), 404);
   });
   it('wrong method on a known path -> 405 JSON with Allow', async () => {
     for (const [method, path, allow] of [
@@ -105,26 +95,26 @@ describe('error contract', () => {
       ['patch', '/webhook/alerts', 'POST'],
       ['get', '/webhook/github', 'POST'],
     ] as const) {
-      const res = await request(h.app)[method](path);
+      const res = await request(ctx.h.app)[method](path);
       expectJsonError(res, 405);
       expect(res.headers.allow).toBe(allow);
     }
   });
   it('OPTIONS on a known path -> 204 with Allow', async () => {
-    const res = await request(h.app).options('/ops/restart');
+    const res = await request(ctx.h.app).options('/ops/restart');
     expect(res.status).toBe(204);
     expect(res.headers.allow).toBe('POST, OPTIONS');
   });
   it('malformed percent-encoding in a path parameter -> 400 JSON, not an HTML page', async () => {
-    const res = await request(h.app).get('/ops/jobs/%E0%A4%A').set('X-API-Key', RO_KEY);
+    const res = await request(ctx.h.app).get('/ops/jobs/%E0%A4%A').set('X-API-Key', RO_KEY);
     expectJsonError(res, 400);
   });
   it('invalid JSON -> 400 JSON; oversize -> 413 JSON', async () => {
-    expectJsonError(await request(h.app).post('/webhook/alerts').set('Content-Type', 'application/json').send('{"alerts": [}'), 400);
-    expectJsonError(await request(h.app).post('/webhook/alerts').send('x'.repeat(1024 * 1024 + 1)), 413);
+    expectJsonError(await request(ctx.h.app).post('/webhook/alerts').set('Content-Type', 'application/json').send('{"alerts": [}'), 400);
+    expectJsonError(await request(ctx.h.app).post('/webhook/alerts').send('x'.repeat(1024 * 1024 + 1)), 413);
   });
   it('a smaller BODY_LIMIT is honoured (413 above it)', async () => {
-    const small = await createHarness(srv.url, { env: { BODY_LIMIT: '1kb' } });
+    const small = await createHarness(ctx.srv.url, { env: { BODY_LIMIT: '1kb' } });
     try {
       expectJsonError(
         await request(small.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook').send('x'.repeat(2000)),
@@ -137,11 +127,11 @@ describe('error contract', () => {
     }
   });
   it('unsupported Content-Encoding -> 415 JSON', async () => {
-    const res = await request(h.app).post('/webhook/alerts').set('Content-Encoding', 'br-unknown').send('{"alerts":[]}');
+    const res = await request(ctx.h.app).post('/webhook/alerts').set('Content-Encoding', 'br-unknown').send('{"alerts":[]}');
     expectJsonError(res, 415);
   });
   it('an unexpected error -> 500 {"detail":"internal error"}, logged without leaking to the client', async () => {
-    const broken = await createHarness(srv.url, {
+    const broken = await createHarness(ctx.srv.url, {
       hostStatus: {
         deployments: async () => {
           throw new Error(`boom with secret ${OP_KEY}`);
@@ -162,8 +152,8 @@ describe('error contract', () => {
     }
   });
   it('unmatched requests are labelled route="unmatched" in metrics', async () => {
-    await request(h.app).get('/random/path/123');
-    const text = await h.metrics.registry.getSingleMetricAsString('opsgate_http_requests_total');
+    await request(ctx.h.app).get('/random/path/123');
+    const text = await ctx.h.metrics.registry.getSingleMetricAsString('opsgate_http_requests_total');
     expect(text).toContain('route="unmatched"');
     expect(text).not.toContain('/random/path/123');
   });
@@ -171,7 +161,7 @@ describe('error contract', () => {
 
 describe('rate-limit slot (createApp deps.rateLimit)', () => {
   it('runs before the routes: over the limit -> 429 JSON with Retry-After, probes exempt', async () => {
-    const limited = await createHarness(srv.url, {
+    const limited = await createHarness(ctx.srv.url, {
       rateLimit: ({ redis, metrics, logger }) => createRateLimiter({ redis, rps: 1, metrics, logger, windowMs: 60000 }),
     });
     try {

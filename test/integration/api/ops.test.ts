@@ -1,35 +1,22 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
+import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
-import { startRedis, type RedisServer } from '../../helpers/redis.js';
+import { startRedis } from '../../helpers/redis.js';
 import { credentialId } from '../../../src/shared/crypto.js';
 import { JOB } from '../../../src/shared/jobs.js';
-import { BEARER, containsSecret, createHarness, OP_KEY, OP_KEY_2, RO_KEY, type Harness } from './harness.js';
+import { BEARER, containsSecret, createHarness, OP_KEY, OP_KEY_2, RO_KEY, useHarness } from './harness.js';
 
 /** /ops/hosts, /ops/restart, /ops/cache, /ops/jobs/:id with the auth rules of spec section 5. */
-let srv: RedisServer;
-let h: Harness;
-
-beforeAll(async () => {
-  srv = await startRedis();
-  h = await createHarness(srv.url);
-});
-afterAll(async () => {
-  await h?.close();
-  await srv?.destroy();
-});
-beforeEach(async () => {
-  await h.inspect.flushall();
-});
+const ctx = useHarness();
 
 describe('GET /ops/hosts (any valid X-API-Key)', () => {
   it('readonly key -> 200 host names from the inventory', async () => {
-    const res = await request(h.app).get('/ops/hosts').set('X-API-Key', RO_KEY);
+    const res = await request(ctx.h.app).get('/ops/hosts').set('X-API-Key', RO_KEY);
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ hosts: ['db-1', 'web-1'] });
   });
   it('operator keys (several, for rotation) -> 200', async () => {
     for (const key of [OP_KEY, OP_KEY_2]) {
-      const res = await request(h.app).get('/ops/hosts').set('X-API-Key', key);
+      const res = await request(ctx.h.app).get('/ops/hosts').set('X-API-Key', key);
       expect(res.status).toBe(200);
     }
   });
@@ -40,21 +27,21 @@ describe('GET /ops/hosts (any valid X-API-Key)', () => {
     ['prefix of a key', RO_KEY.slice(0, -1)],
     ['key plus role suffix', `${RO_KEY}:readonly`],
   ])('%s key -> 401 {detail}', async (_name, key) => {
-    let req = request(h.app).get('/ops/hosts');
+    let req = request(ctx.h.app).get('/ops/hosts');
     if (key !== undefined) req = req.set('X-API-Key', key);
     const res = await req;
     expect(res.status).toBe(401);
     expect(res.body).toEqual({ detail: expect.any(String) });
   });
   it('counts api_key failures by reason', async () => {
-    await request(h.app).get('/ops/hosts');
-    await request(h.app).get('/ops/hosts').set('X-API-Key', 'nope');
-    const text = await h.metrics.registry.getSingleMetricAsString('opsgate_auth_failures_total');
+    await request(ctx.h.app).get('/ops/hosts');
+    await request(ctx.h.app).get('/ops/hosts').set('X-API-Key', 'nope');
+    const text = await ctx.h.metrics.registry.getSingleMetricAsString('opsgate_auth_failures_total');
     expect(text).toMatch(/scheme="api_key",reason="missing"} [1-9]/);
     expect(text).toMatch(/scheme="api_key",reason="invalid"} [1-9]/);
   });
   it('POST /ops/hosts -> 405 with Allow', async () => {
-    const res = await request(h.app).post('/ops/hosts').set('X-API-Key', OP_KEY);
+    const res = await request(ctx.h.app).post('/ops/hosts').set('X-API-Key', OP_KEY);
     expect(res.status).toBe(405);
     expect(res.headers.allow).toContain('GET');
   });
@@ -63,7 +50,7 @@ describe('GET /ops/hosts (any valid X-API-Key)', () => {
 describe('POST /ops/restart (bearer)', () => {
   /** auth null: no Authorization header at all. */
   const restart = (qs: string, auth: string | null = `Bearer ${BEARER}`) => {
-    const req = request(h.app).post(`/ops/restart${qs}`);
+    const req = request(ctx.h.app).post(`/ops/restart${qs}`);
     return auth === null ? req : req.set('Authorization', auth);
   };
 
@@ -71,7 +58,7 @@ describe('POST /ops/restart (bearer)', () => {
     const res = await restart('?host=web-1&service=checkout').set('X-Request-Id', 'restart-1');
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ host: 'web-1', service: 'checkout', status: 'submitted', job_id: expect.any(String) });
-    const job = await h.queue.bull.getJob(res.body.job_id);
+    const job = await ctx.h.queue.bull.getJob(res.body.job_id);
     expect(job?.name).toBe(JOB.restartService);
     expect(job?.data).toEqual({
       host: 'web-1',
@@ -97,10 +84,10 @@ describe('POST /ops/restart (bearer)', () => {
     expect(res.status).toBe(401);
     expect(res.headers['www-authenticate']).toMatch(/^Bearer realm="opsgate"/);
     expect(res.body).toEqual({ detail: expect.any(String) });
-    expect(await h.queue.bull.getJobs(['waiting'])).toHaveLength(0);
+    expect(await ctx.h.queue.bull.getJobs(['waiting'])).toHaveLength(0);
   });
   it('OPS_BEARER_TOKEN unset -> 401 even for a "matching" empty token', async () => {
-    const other = await createHarness(srv.url, { env: { OPS_BEARER_TOKEN: '' } });
+    const other = await createHarness(ctx.srv.url, { env: { OPS_BEARER_TOKEN: '' } });
     try {
       for (const auth of ['Bearer ', `Bearer ${BEARER}`, 'Bearer ""']) {
         const res = await request(other.app).post('/ops/restart?host=web-1&service=frontend').set('Authorization', auth);
@@ -140,7 +127,7 @@ describe('POST /ops/restart (bearer)', () => {
   it('a body is ignored (spec: no body) but hashed in the audit line', async () => {
     const res = await restart('?host=db-1&service=postgres-exporter').set('X-Request-Id', 'restart-audit').send('{"x":1}');
     expect(res.status).toBe(200);
-    const line = h.audits().find((a) => a.request_id === 'restart-audit');
+    const line = ctx.h.audits().find((a) => a.request_id === 'restart-audit');
     expect(line).toMatchObject({
       who: `bearer:${credentialId(BEARER)}`,
       method: 'POST',
@@ -153,9 +140,9 @@ describe('POST /ops/restart (bearer)', () => {
   });
   it('refused calls are audited too, without the presented token', async () => {
     await restart('?host=web-1&service=frontend', 'Bearer some-wrong-token-123').set('X-Request-Id', 'restart-denied');
-    const line = h.audits().find((a) => a.request_id === 'restart-denied');
+    const line = ctx.h.audits().find((a) => a.request_id === 'restart-denied');
     expect(line).toMatchObject({ who: 'anonymous', status: 401, presented_credential: `bearer:${credentialId('some-wrong-token-123')}` });
-    expect(h.lines.join('\n')).not.toContain('some-wrong-token-123');
+    expect(ctx.h.lines.join('\n')).not.toContain('some-wrong-token-123');
   });
   it('Redis down -> 503 + Retry-After', async () => {
     const own = await startRedis();
@@ -171,7 +158,7 @@ describe('POST /ops/restart (bearer)', () => {
     }
   });
   it('GET /ops/restart -> 405 Allow: POST', async () => {
-    const res = await request(h.app).get('/ops/restart');
+    const res = await request(ctx.h.app).get('/ops/restart');
     expect(res.status).toBe(405);
     expect(res.headers.allow).toBe('POST');
   });
@@ -179,37 +166,37 @@ describe('POST /ops/restart (bearer)', () => {
 
 describe('DELETE /ops/cache (operator)', () => {
   it('operator -> 200 {cleared:true}, removes the cache keys and nothing else', async () => {
-    await h.inspect.set('opsgate:cache:host-status:web-1', '{}', 'EX', 30);
-    await h.inspect.set('opsgate:cache:host-status:db-1', '{}', 'EX', 30);
-    await h.inspect.set('opsgate:seen:scm:keep', '1', 'EX', 100);
-    const res = await request(h.app).delete('/ops/cache').set('X-API-Key', OP_KEY);
+    await ctx.h.inspect.set('opsgate:cache:host-status:web-1', '{}', 'EX', 30);
+    await ctx.h.inspect.set('opsgate:cache:host-status:db-1', '{}', 'EX', 30);
+    await ctx.h.inspect.set('opsgate:seen:scm:keep', '1', 'EX', 100);
+    const res = await request(ctx.h.app).delete('/ops/cache').set('X-API-Key', OP_KEY);
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ cleared: true });
-    expect(await h.inspect.keys('opsgate:cache:*')).toEqual([]);
-    expect(await h.inspect.exists('opsgate:seen:scm:keep')).toBe(1);
+    expect(await ctx.h.inspect.keys('opsgate:cache:*')).toEqual([]);
+    expect(await ctx.h.inspect.exists('opsgate:seen:scm:keep')).toBe(1);
   });
   it('empty cache -> still 200 {cleared:true}', async () => {
-    const res = await request(h.app).delete('/ops/cache').set('X-API-Key', OP_KEY_2);
+    const res = await request(ctx.h.app).delete('/ops/cache').set('X-API-Key', OP_KEY_2);
     expect(res.body).toEqual({ cleared: true });
   });
   it('readonly key -> 403 {detail}, cache kept', async () => {
-    await h.inspect.set('opsgate:cache:host-status:web-1', '{}', 'EX', 30);
-    const res = await request(h.app).delete('/ops/cache').set('X-API-Key', RO_KEY);
+    await ctx.h.inspect.set('opsgate:cache:host-status:web-1', '{}', 'EX', 30);
+    const res = await request(ctx.h.app).delete('/ops/cache').set('X-API-Key', RO_KEY);
     expect(res.status).toBe(403);
     expect(res.body).toEqual({ detail: expect.any(String) });
-    expect(await h.inspect.exists('opsgate:cache:host-status:web-1')).toBe(1);
+    expect(await ctx.h.inspect.exists('opsgate:cache:host-status:web-1')).toBe(1);
   });
   it.each([[undefined], [''], ['bad-key']])('key %j -> 401', async (key) => {
-    let req = request(h.app).delete('/ops/cache');
+    let req = request(ctx.h.app).delete('/ops/cache');
     if (key !== undefined) req = req.set('X-API-Key', key);
     expect((await req).status).toBe(401);
   });
   it('audit line with the key id, never the key', async () => {
-    await request(h.app).delete('/ops/cache').set('X-API-Key', OP_KEY).set('X-Request-Id', 'cache-audit');
-    const line = h.audits().find((a) => a.request_id === 'cache-audit');
+    await request(ctx.h.app).delete('/ops/cache').set('X-API-Key', OP_KEY).set('X-Request-Id', 'cache-audit');
+    const line = ctx.h.audits().find((a) => a.request_id === 'cache-audit');
     expect(line).toMatchObject({ who: `key:${credentialId(OP_KEY)}`, role: 'operator', method: 'DELETE', path: '/ops/cache', status: 200 });
     expect(line!.body_sha256).toBe('e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855');
-    expect(containsSecret(h.lines.join('\n'))).toBeUndefined();
+    expect(containsSecret(ctx.h.lines.join('\n'))).toBeUndefined();
   });
   it('Redis down -> 503 + Retry-After', async () => {
     const own = await startRedis();
@@ -228,15 +215,15 @@ describe('DELETE /ops/cache (operator)', () => {
 
 describe('GET /ops/jobs/:id (any valid key)', () => {
   it('shows state and bookkeeping of a queued job, never its data', async () => {
-    const ack = await request(h.app).post('/ops/restart?host=web-1&service=frontend').set('Authorization', `Bearer ${BEARER}`);
-    const res = await request(h.app).get(`/ops/jobs/${ack.body.job_id}`).set('X-API-Key', RO_KEY);
+    const ack = await request(ctx.h.app).post('/ops/restart?host=web-1&service=frontend').set('Authorization', `Bearer ${BEARER}`);
+    const res = await request(ctx.h.app).get(`/ops/jobs/${ack.body.job_id}`).set('X-API-Key', RO_KEY);
     expect(res.status).toBe(200);
     expect(res.body).toEqual({
       id: ack.body.job_id,
       name: JOB.restartService,
       state: 'waiting',
       attempts_made: 0,
-      attempts_max: h.config.JOB_ATTEMPTS,
+      attempts_max: ctx.h.config.JOB_ATTEMPTS,
       failed_reason: null,
       progress: 0,
       created_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
@@ -246,10 +233,10 @@ describe('GET /ops/jobs/:id (any valid key)', () => {
     expect(JSON.stringify(res.body)).not.toContain('audit_id');
   });
   it('reports a dead-lettered job with its failed reason', async () => {
-    const id = await h.queue.enqueue(JOB.restartService, { host: 'web-1', service: 'frontend', audit_id: 'a', requested_by: 'test' });
+    const id = await ctx.h.queue.enqueue(JOB.restartService, { host: 'web-1', service: 'frontend', audit_id: 'a', requested_by: 'test' });
     // Move it to failed the way a worker would (real BullMQ: take the job with a token, fail it).
     const { Worker } = await import('bullmq');
-    const w = new Worker('ops', null, { connection: { url: srv.url }, autorun: false });
+    const w = new Worker('ops', null, { connection: { url: ctx.srv.url }, autorun: false });
     try {
       const job = await w.getNextJob('tok');
       expect(job?.id).toBe(id);
@@ -258,22 +245,22 @@ describe('GET /ops/jobs/:id (any valid key)', () => {
     } finally {
       await w.close();
     }
-    const res = await request(h.app).get(`/ops/jobs/${id}`).set('X-API-Key', OP_KEY);
+    const res = await request(ctx.h.app).get(`/ops/jobs/${id}`).set('X-API-Key', OP_KEY);
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ id, state: 'failed', failed_reason: 'deployment frontend not found', attempts_made: 1 });
     expect(res.body.finished_at).toMatch(/^\d{4}-/);
   });
   it.each([['999999'], ['no-such-job'], ['%2e%2e'], ['a'.repeat(200)]])('unknown or malformed id %s -> 404', async (id) => {
-    const res = await request(h.app).get(`/ops/jobs/${id}`).set('X-API-Key', RO_KEY);
+    const res = await request(ctx.h.app).get(`/ops/jobs/${id}`).set('X-API-Key', RO_KEY);
     expect(res.status).toBe(404);
     expect(res.body).toEqual({ detail: expect.any(String) });
   });
   it('no key -> 401', async () => {
-    expect((await request(h.app).get('/ops/jobs/1')).status).toBe(401);
+    expect((await request(ctx.h.app).get('/ops/jobs/1')).status).toBe(401);
   });
   it('metrics use the route template, never the raw path', async () => {
-    await request(h.app).get('/ops/jobs/12345').set('X-API-Key', RO_KEY);
-    const text = await h.metrics.registry.getSingleMetricAsString('opsgate_http_requests_total');
+    await request(ctx.h.app).get('/ops/jobs/12345').set('X-API-Key', RO_KEY);
+    const text = await ctx.h.metrics.registry.getSingleMetricAsString('opsgate_http_requests_total');
     expect(text).toContain('route="/ops/jobs/:id"');
     expect(text).not.toContain('/ops/jobs/12345');
   });

@@ -1,24 +1,11 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
+import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
-import { startRedis, type RedisServer } from '../../helpers/redis.js';
+import { startRedis } from '../../helpers/redis.js';
 import { JOB } from '../../../src/shared/jobs.js';
-import { containsSecret, createHarness, eventually, SCM_SECRET, type Harness } from './harness.js';
+import { containsSecret, createHarness, eventually, SCM_SECRET, useHarness } from './harness.js';
 
 /** POST /webhook/scm rules 1-9, in order, on a real Redis with the real BullMQ queue. */
-let srv: RedisServer;
-let h: Harness;
-
-beforeAll(async () => {
-  srv = await startRedis();
-  h = await createHarness(srv.url);
-});
-afterAll(async () => {
-  await h?.close();
-  await srv?.destroy();
-});
-beforeEach(async () => {
-  await h.inspect.flushall();
-});
+const ctx = useHarness();
 
 const push = (sha = 'a1b2c3', overrides: Record<string, unknown> = {}) => ({
   object_kind: 'push',
@@ -29,14 +16,14 @@ const push = (sha = 'a1b2c3', overrides: Record<string, unknown> = {}) => ({
 });
 
 const post = (body: unknown, headers: Record<string, string> = {}) => {
-  let req = request(h.app).post('/webhook/scm').set('Content-Type', 'application/json');
+  let req = request(ctx.h.app).post('/webhook/scm').set('Content-Type', 'application/json');
   for (const [k, v] of Object.entries({ 'X-Scm-Token': SCM_SECRET, 'X-Scm-Event': 'Push Hook', ...headers })) {
     if (v !== '') req = req.set(k, v);
   }
   return req.send(typeof body === 'string' ? body : JSON.stringify(body));
 };
 
-const jobsInQueue = async () => h.queue.bull.getJobs(['waiting', 'delayed', 'active', 'completed', 'failed', 'prioritized']);
+const jobsInQueue = async () => ctx.h.queue.bull.getJobs(['waiting', 'delayed', 'active', 'completed', 'failed', 'prioritized']);
 
 describe('rule 1: token verified first (403)', () => {
   it('missing token -> 403 {detail}', async () => {
@@ -47,7 +34,7 @@ describe('rule 1: token verified first (403)', () => {
   it('wrong token -> 403, and nothing recorded or queued', async () => {
     const res = await post(push(), { 'X-Scm-Token': SCM_SECRET + 'x' });
     expect(res.status).toBe(403);
-    expect(await h.inspect.dbsize()).toBe(0);
+    expect(await ctx.h.inspect.dbsize()).toBe(0);
   });
   it('bad token with an invalid JSON body -> 403, not 400 (token before parsing)', async () => {
     const res = await post('{not json', { 'X-Scm-Token': 'nope' });
@@ -59,13 +46,13 @@ describe('rule 1: token verified first (403)', () => {
   });
   it('a refused delivery is audited: source scm, who anonymous, the presented token only as its id', async () => {
     await post(push(), { 'X-Scm-Token': 'wrong-token-777' }).set('X-Request-Id', 'scm-denied-1');
-    const line = h.audits().find((a) => a.request_id === 'scm-denied-1');
+    const line = ctx.h.audits().find((a) => a.request_id === 'scm-denied-1');
     expect(line).toMatchObject({ who: 'anonymous', source: 'scm', status: 403, path: '/webhook/scm' });
     expect(line!.presented_credential).toMatch(/^scm_token:[0-9a-f]{12}$/);
-    expect(h.lines.join('\n')).not.toContain('wrong-token-777');
+    expect(ctx.h.lines.join('\n')).not.toContain('wrong-token-777');
   });
   it('secret not configured -> 403 for any token', async () => {
-    const other = await createHarness(srv.url, { env: { SCM_WEBHOOK_SECRET: '' } });
+    const other = await createHarness(ctx.srv.url, { env: { SCM_WEBHOOK_SECRET: '' } });
     try {
       const res = await request(other.app)
         .post('/webhook/scm')
@@ -81,7 +68,7 @@ describe('rule 1: token verified first (403)', () => {
   });
   it('counts the failure in opsgate_auth_failures_total{scheme="scm_token"}', async () => {
     await post(push(), { 'X-Scm-Token': 'wrong' });
-    const text = await h.metrics.registry.getSingleMetricAsString('opsgate_auth_failures_total');
+    const text = await ctx.h.metrics.registry.getSingleMetricAsString('opsgate_auth_failures_total');
     expect(text).toMatch(/scheme="scm_token",reason="invalid"} [1-9]/);
   });
 });
@@ -93,7 +80,7 @@ describe('rule 2: parse JSON after verification', () => {
     expect(res.body.detail).toMatch(/JSON/);
   });
   it('valid token + empty body -> 400', async () => {
-    const res = await request(h.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook');
+    const res = await request(ctx.h.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook');
     expect(res.status).toBe(400);
   });
   it('valid token + body over BODY_LIMIT -> 413 {detail}', async () => {
@@ -147,7 +134,7 @@ describe('rule 5: checkout_sha required', () => {
     const res = await post(body);
     expect(res.status).toBe(422);
     expect(res.body.detail).toMatch(/checkout_sha/);
-    expect(await h.inspect.dbsize()).toBe(0);
+    expect(await ctx.h.inspect.dbsize()).toBe(0);
   });
   it('a JSON body that is not an object -> 422', async () => {
     const res = await post('[1,2]');
@@ -165,7 +152,7 @@ describe('rules 6-8: event_id, seen record, one job, duplicates', () => {
       project: 'group/app',
       event_id: 'scm:group/app:refs/heads/main:deadbeef',
     });
-    const ttl = await h.inspect.ttl('opsgate:seen:scm:group/app:refs/heads/main:deadbeef');
+    const ttl = await ctx.h.inspect.ttl('opsgate:seen:scm:group/app:refs/heads/main:deadbeef');
     expect(ttl).toBeGreaterThan(86400 - 10);
     expect(ttl).toBeLessThanOrEqual(86400);
     const jobs = await jobsInQueue();
@@ -178,7 +165,7 @@ describe('rules 6-8: event_id, seen record, one job, duplicates', () => {
       requested_by: 'webhook:scm',
     });
     expect(jobs[0]!.data.audit_id).toBe(res.headers['x-request-id']);
-    expect(jobs[0]!.opts.attempts).toBe(h.config.JOB_ATTEMPTS);
+    expect(jobs[0]!.opts.attempts).toBe(ctx.h.config.JOB_ATTEMPTS);
   });
 
   it('second delivery of the same event -> 202 duplicate:true, still exactly one job', async () => {
@@ -219,10 +206,10 @@ describe('rules 6-8: event_id, seen record, one job, duplicates', () => {
   it('counts outcomes in opsgate_webhook_events_total and jobs in opsgate_jobs_enqueued_total', async () => {
     await post(push('m1'));
     await post(push('m1'));
-    const events = await h.metrics.registry.getSingleMetricAsString('opsgate_webhook_events_total');
+    const events = await ctx.h.metrics.registry.getSingleMetricAsString('opsgate_webhook_events_total');
     expect(events).toMatch(/source="scm",outcome="accepted"} [1-9]/);
     expect(events).toMatch(/source="scm",outcome="duplicate"} [1-9]/);
-    const enq = await h.metrics.registry.getSingleMetricAsString('opsgate_jobs_enqueued_total');
+    const enq = await ctx.h.metrics.registry.getSingleMetricAsString('opsgate_jobs_enqueued_total');
     expect(enq).toMatch(/name="ops_worker.run_deploy_pipeline"} [1-9]/);
   });
 
@@ -230,7 +217,7 @@ describe('rules 6-8: event_id, seen record, one job, duplicates', () => {
     const body = JSON.stringify(push('audit1'));
     const res = await post(body).set('X-Request-Id', 'req-scm-audit-1');
     expect(res.headers['x-request-id']).toBe('req-scm-audit-1');
-    const lines = h.audits().filter((a) => a.request_id === 'req-scm-audit-1');
+    const lines = ctx.h.audits().filter((a) => a.request_id === 'req-scm-audit-1');
     expect(lines).toHaveLength(1);
     const { createHash } = await import('node:crypto');
     expect(lines[0]).toMatchObject({
@@ -240,14 +227,14 @@ describe('rules 6-8: event_id, seen record, one job, duplicates', () => {
       status: 202,
       body_sha256: createHash('sha256').update(body).digest('hex'),
     });
-    expect(containsSecret(h.lines.join('\n'))).toBeUndefined();
+    expect(containsSecret(ctx.h.lines.join('\n'))).toBeUndefined();
   });
 });
 
 describe('rule 9 and Redis failures: 503 + Retry-After, never lost', () => {
   it('enqueue fails (queue Redis down) -> seen record removed, 503 with Retry-After; retry accepted once the queue is back', async () => {
     const queueSrv = await startRedis();
-    const split = await createHarness(srv.url, { queueUrl: queueSrv.url });
+    const split = await createHarness(ctx.srv.url, { queueUrl: queueSrv.url });
     try {
       await split.queue.bull.waitUntilReady();
       await queueSrv.stop();
@@ -320,13 +307,13 @@ describe('rule 9 and Redis failures: 503 + Retry-After, never lost', () => {
 
 describe('method handling', () => {
   it('GET /webhook/scm -> 405 JSON with Allow: POST', async () => {
-    const res = await request(h.app).get('/webhook/scm');
+    const res = await request(ctx.h.app).get('/webhook/scm');
     expect(res.status).toBe(405);
     expect(res.headers.allow).toBe('POST');
     expect(res.headers['content-type']).toMatch(/application\/json/);
   });
   it('unknown source /webhook/gitea -> 404 JSON', async () => {
-    const res = await request(h.app).post('/webhook/gitea').send('{}');
+    const res = await request(ctx.h.app).post('/webhook/gitea').send('{}');
     expect(res.status).toBe(404);
     expect(res.body).toEqual({ detail: expect.any(String) });
   });
