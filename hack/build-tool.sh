@@ -4,8 +4,9 @@
 #
 #   hack/build-tool.sh helm <version>   -> helm            (helm.sh/helm/v3)
 #   hack/build-tool.sh etcd <version>   -> etcd            (go.etcd.io/etcd/server/v3/etcdmain)
-#   hack/build-tool.sh k8s  <version>   -> kube-apiserver, kube-controller-manager, kubectl
-#                                          (k8s.io/kubernetes + its staging modules)
+#   hack/build-tool.sh k8s  <version>   -> kube-apiserver, kube-controller-manager, kube-scheduler,
+#                                          kubelet, kube-proxy, kubectl (k8s.io/kubernetes + its staging modules)
+#   hack/build-tool.sh coredns <version> -> coredns        (github.com/coredns/coredns)
 #
 # Binaries are real files in ${XDG_CACHE_HOME:-$HOME/.cache}/opsgate-tools/<tool>-<version>/
 # (shared by every clone on the machine, so CI's fresh clone reuses them) and are
@@ -23,8 +24,9 @@ dest=$CACHE_ROOT/$tool-$version
 case $tool in
   helm) bins=(helm) ;;
   etcd) bins=(etcd) ;;
-  k8s)  bins=(kube-apiserver kube-controller-manager kubectl) ;;
-  *) echo "build-tool.sh: unknown tool '$tool' (helm|etcd|k8s)" >&2; exit 2 ;;
+  k8s)  bins=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl) ;;
+  coredns) bins=(coredns) ;;
+  *) echo "build-tool.sh: unknown tool '$tool' (helm|etcd|k8s|coredns)" >&2; exit 2 ;;
 esac
 
 log() { echo "[build-tool $tool $version] $*" >&2; }
@@ -156,7 +158,9 @@ EOF
 package tools
 EOF
     log "resolving modules"
-    pkgs=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl)
+    pkgs=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+          k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
+          k8s.io/kubernetes/cmd/kubectl)
     go get "${pkgs[@]/%/@$version}" >/dev/null 2>"$work/get.log" || { cat "$work/get.log" >&2; exit 1; }
     # Version stamps (as hack/lib/version.sh does): helm and kubectl read the server's
     # gitVersion, and a chart's kubeVersion constraint must see a real version.
@@ -168,6 +172,21 @@ EOF
     done
     log "compiling ${pkgs[*]} (slow: ~many minutes on 2 cores)"
     "${NICE[@]}" go build -p "$GO_P" -tags "${K8S_BUILD_TAGS:-}" -ldflags "$ld" -o "$stage/" "${pkgs[@]}"
+    ;;
+
+  coredns)
+    # CoreDNS for the test node's cluster DNS (plain `go build` of the main module).
+    cat >go.mod <<EOF
+module opsgate.local/tools/coredns
+
+go 1.24.0
+
+require github.com/coredns/coredns $version
+EOF
+    log "resolving modules"
+    go get "github.com/coredns/coredns@$version"
+    log "compiling coredns"
+    "${NICE[@]}" go build -p "$GO_P" -ldflags "-s -w" -o "$stage/coredns" github.com/coredns/coredns
     ;;
 esac
 
