@@ -480,10 +480,22 @@ describe('checksums', () => {
   }, 120_000);
 });
 
-describe('render-time refusals', () => {
-  test('no API keys and no existingSecret', async () => {
-    expect(await renderError()).toMatch(/secrets\.apiKeyRoles \(OPS_API_KEY_ROLES.*\) is required, or set secrets\.existingSecret/);
+describe('API keys when none are given', () => {
+  test('the chart-made Secret gets one generated operator and one readonly key, the same in every template of a render', async () => {
+    const objs = await render({});
+    const secret = one(objs, 'Secret', 'opsgate');
+    const roles = Buffer.from(secret.data.OPS_API_KEY_ROLES, 'base64').toString();
+    expect(roles).toMatch(/^[A-Za-z0-9]{40}:operator,[A-Za-z0-9]{40}:readonly$/);
+    // a second render (no cluster to look up) makes other keys: nothing is a fixed default
+    const again = Buffer.from(one(await render({}), 'Secret', 'opsgate').data.OPS_API_KEY_ROLES, 'base64').toString();
+    expect(again).not.toBe(roles);
+    // the checksum the pods roll on is computed over the same generated Secret
+    const sum = (o: K8sObject[]) => o.find((x) => x.kind === 'Deployment' && x.metadata.name === 'opsgate-api')!.spec.template.metadata.annotations['checksum/secret'];
+    expect(sum(objs)).toMatch(/^[0-9a-f]{64}$/);
   });
+});
+
+describe('render-time refusals', () => {
   test('external Redis without a URL', async () => {
     expect(await renderError({ files: ['defaults.yaml'], set: { 'redis.enabled': 'false' } })).toMatch(/secrets\.redisUrl \(REDIS_URL of the external Redis\) is required/);
   });

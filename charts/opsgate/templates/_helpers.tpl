@@ -90,9 +90,6 @@ Render-time checks that the schema cannot express. Included by every workload te
 */}}
 {{- define "opsgate.validate" -}}
 {{- if not .Values.secrets.existingSecret }}
-{{- if not .Values.secrets.apiKeyRoles }}
-{{- fail "opsgate: secrets.apiKeyRoles (OPS_API_KEY_ROLES, \"<key>:<role>,...\") is required, or set secrets.existingSecret to a Secret holding OPS_API_KEY_ROLES" }}
-{{- end }}
 {{- if and (not .Values.redis.enabled) (not .Values.secrets.redisUrl) }}
 {{- fail "opsgate: redis.enabled is false, so secrets.redisUrl (REDIS_URL of the external Redis) is required, or set secrets.existingSecret to a Secret holding REDIS_URL" }}
 {{- end }}
@@ -105,6 +102,29 @@ Render-time checks that the schema cannot express. Included by every workload te
 {{- end }}
 {{- if and .Values.autoscaling.enabled (lt (int .Values.autoscaling.maxReplicas) (int .Values.autoscaling.minReplicas)) }}
 {{- fail "opsgate: autoscaling.maxReplicas must be >= autoscaling.minReplicas" }}
+{{- end }}
+{{- end }}
+
+{{/*
+OPS_API_KEY_ROLES of the chart-made Secret: the value, else the one already in the release's Secret
+(kept across upgrades), else generated once: one operator and one readonly key of 40 random
+characters (NOTES.txt tells how to read them). The spec's "no default secret": nothing is fixed
+in the chart; each installation gets its own keys.
+*/}}
+{{- define "opsgate.apiKeyRoles" -}}
+{{- if .Values.secrets.apiKeyRoles }}
+{{- .Values.secrets.apiKeyRoles }}
+{{- else }}
+{{- $cache := .Values.secrets }}
+{{- if not (hasKey $cache "_generatedKeys") }}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "opsgate.fullname" .) }}
+{{- if and $existing $existing.data (hasKey $existing.data "OPS_API_KEY_ROLES") }}
+{{- $_ := set $cache "_generatedKeys" (index $existing.data "OPS_API_KEY_ROLES" | b64dec) }}
+{{- else }}
+{{- $_ := set $cache "_generatedKeys" (printf "%s:operator,%s:readonly" (randAlphaNum 40) (randAlphaNum 40)) }}
+{{- end }}
+{{- end }}
+{{- index $cache "_generatedKeys" }}
 {{- end }}
 {{- end }}
 
