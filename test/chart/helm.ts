@@ -68,6 +68,8 @@ export interface RenderOptions {
   files?: string[];
   set?: Record<string, string>;
   setString?: Record<string, string>;
+  /** --kube-version (default KUBE_VERSION, the cluster tests' version) */
+  kubeVersion?: string;
 }
 
 function valueArgs(o: RenderOptions): string[] {
@@ -79,7 +81,7 @@ function valueArgs(o: RenderOptions): string[] {
 }
 
 export function templateArgs(o: RenderOptions = {}): string[] {
-  return ['template', RELEASE, o.chart ?? CHART, '--namespace', NAMESPACE, '--kube-version', KUBE_VERSION, ...valueArgs(o)];
+  return ['template', RELEASE, o.chart ?? CHART, '--namespace', NAMESPACE, '--kube-version', o.kubeVersion ?? KUBE_VERSION, ...valueArgs(o)];
 }
 
 /** `helm template` that must succeed; returns the raw text. */

@@ -480,6 +480,16 @@ describe('checksums', () => {
   }, 120_000);
 });
 
+describe('API preStop sleep', () => {
+  const container = (o: K8sObject[]) => one(o, 'Deployment', 'opsgate-api').spec.template.spec.containers[0];
+  test('native sleep action on Kubernetes >= 1.30, a sleep command before; none when 0', async () => {
+    const base = { files: ['defaults.yaml'] };
+    expect(container(await render({ ...base, kubeVersion: '1.35.0' })).lifecycle).toEqual({ preStop: { sleep: { seconds: 5 } } });
+    expect(container(await render({ ...base, kubeVersion: '1.29.0' })).lifecycle).toEqual({ preStop: { exec: { command: ['sleep', '5'] } } });
+    expect(container(await render({ ...base, set: { 'api.preStopSleepSeconds': '0' } })).lifecycle).toBeUndefined();
+  });
+});
+
 describe('API keys when none are given', () => {
   test('the chart-made Secret gets one generated operator and one readonly key, the same in every template of a render', async () => {
     const objs = await render({});
@@ -501,6 +511,11 @@ describe('render-time refusals', () => {
   });
   test('admin Ingress route without the admin UI', async () => {
     expect(await renderError({ files: ['defaults.yaml'], set: { 'adminUI.enabled': 'false', 'adminUI.ingress': 'true' } })).toMatch(/adminUI\.ingress needs adminUI\.enabled/);
+  });
+  test('API preStop sleep not shorter than its grace period', async () => {
+    expect(await renderError({ files: ['defaults.yaml'], set: { 'api.preStopSleepSeconds': '30', 'api.terminationGracePeriodSeconds': '30' } })).toMatch(
+      /api\.preStopSleepSeconds \(30\) must be below api\.terminationGracePeriodSeconds \(30\)/,
+    );
   });
   test('worker grace period not longer than its job drain', async () => {
     expect(await renderError({ files: ['defaults.yaml'], set: { 'worker.terminationGracePeriodSeconds': '60', 'config.workerShutdownGraceSeconds': '60' } })).toMatch(

@@ -100,6 +100,9 @@ Render-time checks that the schema cannot express. Included by every workload te
 {{- if le (int .Values.worker.terminationGracePeriodSeconds) (int .Values.config.workerShutdownGraceSeconds) }}
 {{- fail (printf "opsgate: worker.terminationGracePeriodSeconds (%d) must be greater than config.workerShutdownGraceSeconds (%d), or Kubernetes kills the worker while it drains its jobs" (int .Values.worker.terminationGracePeriodSeconds) (int .Values.config.workerShutdownGraceSeconds)) }}
 {{- end }}
+{{- if ge (int .Values.api.preStopSleepSeconds) (int .Values.api.terminationGracePeriodSeconds) }}
+{{- fail (printf "opsgate: api.preStopSleepSeconds (%d) must be below api.terminationGracePeriodSeconds (%d), or Kubernetes kills the API before it drains" (int .Values.api.preStopSleepSeconds) (int .Values.api.terminationGracePeriodSeconds)) }}
+{{- end }}
 {{- if and .Values.autoscaling.enabled (lt (int .Values.autoscaling.maxReplicas) (int .Values.autoscaling.minReplicas)) }}
 {{- fail "opsgate: autoscaling.maxReplicas must be >= autoscaling.minReplicas" }}
 {{- end }}
