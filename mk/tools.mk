@@ -6,11 +6,12 @@
 HELM_VERSION ?= v3.22.0
 K8S_VERSION  ?= v1.35.4
 ETCD_VERSION ?= v3.6.16
+COREDNS_VERSION ?= v1.15.0
 TOOLS_CACHE  ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/opsgate-tools
 export OPSGATE_TOOLS_CACHE := $(TOOLS_CACHE)
 
-.PHONY: tools tools-helm tools-k8s tools-etcd
-tools: tools-helm tools-etcd tools-k8s ## Build/link helm, etcd, kube-apiserver, kube-controller-manager, kubectl into .tools/bin
+.PHONY: tools tools-helm tools-k8s tools-etcd tools-coredns
+tools: tools-helm tools-etcd tools-k8s tools-coredns ## Build/link helm, etcd, Kubernetes (apiserver, controller-manager, scheduler, kubelet, kube-proxy, kubectl), CoreDNS into .tools/bin
 
 tools-helm: ## helm (HELM_VERSION) built from helm.sh/helm/v3 (cold: ~5-17 min on 2 busy cores; cached: instant)
 	@hack/build-tool.sh helm $(HELM_VERSION)
@@ -18,5 +19,8 @@ tools-helm: ## helm (HELM_VERSION) built from helm.sh/helm/v3 (cold: ~5-17 min o
 tools-etcd: ## etcd (ETCD_VERSION) built from go.etcd.io/etcd/server/v3 (cold: ~4 min; cached: instant)
 	@hack/build-tool.sh etcd $(ETCD_VERSION)
 
-tools-k8s: ## kube-apiserver, kube-controller-manager, kubectl (K8S_VERSION) from k8s.io/kubernetes (cold: ~28 min on 2 busy cores)
+tools-k8s: ## kube-apiserver, -controller-manager, -scheduler, kubelet, kube-proxy, kubectl (K8S_VERSION) from k8s.io/kubernetes (cold: 31 min on 2 loaded cores; cached: instant)
 	@hack/build-tool.sh k8s $(K8S_VERSION)
+
+tools-coredns: ## CoreDNS (COREDNS_VERSION) for the test node's cluster DNS (cold: ~BUILD_COREDNS)
+	@hack/build-tool.sh coredns $(COREDNS_VERSION)
