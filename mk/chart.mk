@@ -1,4 +1,4 @@
-# Helm chart, plain manifests and the Dockerfile checks (owner: chart).
+# Helm chart and plain manifests checks (the images: mk/e2e.mk).
 # helm comes from mk/tools.mk (`tools-helm`, .tools/bin/helm).
 CHART_DIR      := charts/opsgate
 CHART_VALUES   := $(sort $(wildcard test/chart/values/*.yaml))
@@ -29,7 +29,7 @@ chart-lint: tools-helm ## helm lint --strict of charts/opsgate with every test/c
 	  $(HELM_BIN) lint --strict --quiet --kube-version $(CHART_KUBE_VERSION) $(CHART_DIR) -f $$f || exit 1; \
 	done
 
-chart-test: deps redis tools-helm tools-amtool ## Chart, k8s/ manifests and Dockerfile tests (jest test/chart; replays the image build)
+chart-test: deps redis tools-helm tools-amtool ## Chart and k8s/ manifests tests (jest test/chart); the images are tested in test/node (make e2e)
 	$(CHART_JEST) --ci test/chart
 
 k8s-manifests: tools-helm ## Regenerate k8s/opsgate.yaml and k8s/monitoring.yaml from the chart
