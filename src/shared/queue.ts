@@ -1,5 +1,5 @@
 import { Queue, type JobsOptions } from 'bullmq';
-import type { Redis } from 'ioredis';
+import { ReplyError, type Redis } from 'ioredis';
 import { ServiceUnavailableError, UnprocessableError } from './errors.js';
 import { QUEUE_NAME, defaultJobOptions, jobDataSchemas, type JobDataByName, type JobName, type JobPolicy } from './jobs.js';
 import type { Logger } from './logger.js';
@@ -36,8 +36,12 @@ export interface JobView {
 }
 
 export interface OpsQueue {
-  /** Validates `data` against the job's schema (422 on failure), adds it, returns the job id. */
-  enqueue<N extends JobName>(name: N, data: JobDataByName[N], opts?: Pick<JobsOptions, 'jobId'>): Promise<string>;
+  /**
+   * Validates `data` against the job's schema (422 on failure), adds it, returns the job id.
+   * With `jobId`, an add whose id exists is a no-op returning that id; with `deduplication`, an
+   * add while the job holding that deduplication id is not finished returns that job's id.
+   */
+  enqueue<N extends JobName>(name: N, data: JobDataByName[N], opts?: Pick<JobsOptions, 'jobId' | 'deduplication'>): Promise<string>;
   getJob(id: string): Promise<JobView | undefined>;
   /** Redis reachable from the queue's connection (for /ready). */
   isReady(): boolean;
@@ -46,9 +50,23 @@ export interface OpsQueue {
   close(): Promise<void>;
 }
 
+/**
+ * 503 from a queue operation. `mayHaveLanded`: the command was sent and no answer came (timeout,
+ * connection lost): Redis may still run it when it answers again (a paused or slow Redis), so an
+ * add may still create its job. The detail says so; a caller that retries with the same job id
+ * (POST /ops/restart with the same Idempotency-Key) cannot create a second job.
+ */
 export class QueueUnavailableError extends ServiceUnavailableError {
-  constructor() {
-    super('job queue unavailable; retry later', 5);
+  readonly mayHaveLanded: boolean;
+  constructor(mayHaveLanded = false, detail?: string) {
+    super(
+      detail ??
+        (mayHaveLanded
+          ? 'job queue did not confirm the submission in time; it may still be queued when the queue recovers; retry later'
+          : 'job queue unavailable; nothing was queued; retry later'),
+      5,
+    );
+    this.mayHaveLanded = mayHaveLanded;
   }
 }
 
@@ -80,7 +98,9 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
       return await withTimeout(op(), timeoutMs);
     } catch (err) {
       opts.logger?.warn('queue operation failed', { err });
-      throw new QueueUnavailableError();
+      // A reply error is Redis refusing the command (nothing ran); anything else (our timeout, the
+      // connection's command timeout, a closed connection) leaves the command's fate unknown.
+      throw new QueueUnavailableError(!(err instanceof ReplyError));
     }
   };
 
