@@ -1,7 +1,7 @@
-import { Queue, type JobsOptions } from 'bullmq';
+import { Queue, type Job, type JobsOptions } from 'bullmq';
 import { ReplyError, type Redis } from 'ioredis';
 import { ServiceUnavailableError, UnprocessableError } from './errors.js';
-import { QUEUE_NAME, defaultJobOptions, jobDataSchemas, type JobDataByName, type JobName, type JobPolicy } from './jobs.js';
+import { JOB, QUEUE_NAME, defaultJobOptions, restartedAtKey, jobDataSchemas, type JobDataByName, type JobName, type JobPolicy } from './jobs.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
 import { createRedis } from './redis.js';
@@ -35,6 +35,16 @@ export interface JobView {
   finished_at: string | null;
 }
 
+/** States GET /ops/jobs lists. */
+export const LISTABLE_STATES = ['failed', 'completed', 'active', 'waiting', 'delayed'] as const;
+export type ListableState = (typeof LISTABLE_STATES)[number];
+
+export type RetryOutcome =
+  | { outcome: 'retried'; job: JobView }
+  | { outcome: 'not_found' }
+  | { outcome: 'not_failed'; state: string }
+  | { outcome: 'busy'; holder: string };
+
 export interface OpsQueue {
   /**
    * Validates `data` against the job's schema (422 on failure), adds it, returns the job id.
@@ -43,6 +53,15 @@ export interface OpsQueue {
    */
   enqueue<N extends JobName>(name: N, data: JobDataByName[N], opts?: Pick<JobsOptions, 'jobId' | 'deduplication'>): Promise<string>;
   getJob(id: string): Promise<JobView | undefined>;
+  /** One page of the jobs in a state, newest first (failed: the dead letters), and the state's total. */
+  listJobs(state: ListableState, offset: number, limit: number): Promise<{ total: number; jobs: JobView[] }>;
+  /**
+   * Re-queues a failed (dead-lettered) job with a fresh attempt budget, atomically only if it is
+   * still failed. A restart job also takes back its Deployment's coalescing slot (unless another
+   * restart of that Deployment holds it: `busy`) and drops its recorded restartedAt, so the replay
+   * restarts the Deployment again instead of re-applying the old value.
+   */
+  retryFailed(id: string): Promise<RetryOutcome>;
   /** Redis reachable from the queue's connection (for /ready). */
   isReady(): boolean;
   /** The BullMQ Queue itself (Bull Board mounts it). */
@@ -70,8 +89,28 @@ export class QueueUnavailableError extends ServiceUnavailableError {
   }
 }
 
+/** Longest failure reason shown (the worker's reasons are short; this bounds anything else). */
+const MAX_REASON = 1000;
+
 const iso = (ms: number | undefined | null): string | null =>
   typeof ms === 'number' && Number.isFinite(ms) && ms > 0 ? new Date(ms).toISOString() : null;
+
+const RELEASE_IF_OURS = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
+
+function jobView(job: Job, state: string): JobView {
+  return {
+    id: String(job.id),
+    name: job.name,
+    state,
+    attempts_made: job.attemptsMade,
+    attempts_max: job.opts.attempts ?? 1,
+    failed_reason: job.failedReason ? String(job.failedReason).slice(0, MAX_REASON) : null,
+    progress: job.progress,
+    created_at: iso(job.timestamp),
+    processed_at: iso(job.processedOn),
+    finished_at: iso(job.finishedOn),
+  };
+}
 
 function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
@@ -125,18 +164,41 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
       const job = await guard(() => bull.getJob(id));
       if (!job) return undefined;
       const state = await guard(() => job.getState());
-      return {
-        id: String(job.id),
-        name: job.name,
-        state,
-        attempts_made: job.attemptsMade,
-        attempts_max: job.opts.attempts ?? 1,
-        failed_reason: job.failedReason ? String(job.failedReason) : null,
-        progress: job.progress,
-        created_at: iso(job.timestamp),
-        processed_at: iso(job.processedOn),
-        finished_at: iso(job.finishedOn),
-      };
+      return jobView(job, state);
+    },
+
+    async listJobs(state, offset, limit) {
+      const [jobs, total] = await guard(() =>
+        Promise.all([bull.getJobs([state], offset, offset + limit - 1, false), bull.getJobCountByTypes(state)]),
+      );
+      return { total, jobs: jobs.filter((j): j is Job => Boolean(j)).map((j) => jobView(j, state)) };
+    },
+
+    async retryFailed(id) {
+      const job = await guard(() => bull.getJob(id));
+      if (!job) return { outcome: 'not_found' };
+      const state = await guard(() => job.getState());
+      if (state !== 'failed') return { outcome: 'not_failed', state };
+      const client = connection;
+      const dedupId = job.name === JOB.restartService ? (job.deduplicationId ?? job.opts.deduplication?.id) : undefined;
+      const dedupKey = dedupId ? `${bull.toKey('de')}:${dedupId}` : undefined;
+      if (dedupKey) {
+        const holder = (await guard(() => client.set(dedupKey, String(job.id), 'NX', 'GET'))) as string | null;
+        if (holder !== null && holder !== String(job.id)) return { outcome: 'busy', holder };
+      }
+      try {
+        await guard(() => job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true }));
+      } catch (err) {
+        // Not in the failed set any more (retried or removed concurrently): give the slot back.
+        if (dedupKey) await client.eval(RELEASE_IF_OURS, 1, dedupKey, String(job.id)).catch(() => undefined);
+        if (err instanceof QueueUnavailableError) {
+          const now = await guard(() => job.getState());
+          if (now !== 'failed') return { outcome: 'not_failed', state: now };
+        }
+        throw err;
+      }
+      if (job.name === JOB.restartService) await guard(() => client.del(restartedAtKey(String(job.id))));
+      return { outcome: 'retried', job: jobView(job, 'waiting') };
     },
 
     async close() {

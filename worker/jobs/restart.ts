@@ -1,8 +1,8 @@
 import { AppsV1Api, PatchStrategy, setHeaderOptions, type V1Deployment } from '@kubernetes/client-node';
 import { UnrecoverableError } from 'bullmq';
 import { findHost } from '../../src/shared/inventory.js';
-import type { RestartServiceData } from '../../src/shared/jobs.js';
-import { IDEMPOTENCY_TTL_SECONDS, WORKER_KEY_PREFIX, type JobContext } from '../context.js';
+import { restartedAtKey, type RestartServiceData } from '../../src/shared/jobs.js';
+import { IDEMPOTENCY_TTL_SECONDS, type JobContext } from '../context.js';
 import { k8sFailure, resolveKubeConfig, rfc3339, sleep } from '../k8s.js';
 
 /**
@@ -73,7 +73,7 @@ export async function restartService(
   const apps = kc.makeApiClient(AppsV1Api);
 
   // One restartedAt per job: the first attempt chooses it, retries reuse it.
-  const key = `${WORKER_KEY_PREFIX}:restart:${String(ctx.job.id)}`;
+  const key = restartedAtKey(String(ctx.job.id));
   await redis.set(key, rfc3339(new Date()), 'EX', IDEMPOTENCY_TTL_SECONDS, 'NX');
   const restartedAt = (await redis.get(key)) ?? rfc3339(new Date());
 
