@@ -44,10 +44,16 @@ export interface RestartAck {
   coalesced: boolean;
 }
 
-/** Query of POST /ops/restart (also the OpenAPI parameters). */
+/** A query parameter must be given exactly once and be non-empty. */
+const queryParam = (name: string) =>
+  z
+    .string({ error: (iss) => (iss.input === undefined ? `query parameter "${name}" is required` : `query parameter "${name}" must be given once, as a string`) })
+    .min(1, `query parameter "${name}" is required`);
+
+/** Query of POST /ops/restart: what validates it, and the OpenAPI parameters. */
 export const restartQuerySchema = z.object({
-  host: z.string().min(1).describe('an inventory host (GET /ops/hosts)'),
-  service: z.string().min(1).describe("one of the host's Deployments in the inventory"),
+  host: queryParam('host').describe('an inventory host (GET /ops/hosts)'),
+  service: queryParam('service').describe("one of the host's Deployments in the inventory"),
 });
 
 /** IETF draft "The Idempotency-Key HTTP Header Field": an opaque string; we accept 1-255 printable ASCII characters. */
@@ -69,16 +75,10 @@ export const IDEMPOTENCY_TTL_SECONDS = 24 * 3600;
 export const idempotencyRecordKey = (scope: string): string => `${KEY_PREFIX}idem:restart:${scope}`;
 export const coalesceId = (namespace: string, deployment: string): string => `restart:${namespace}/${deployment}`;
 
-/** A query parameter must be given exactly once and be non-empty. */
-function requiredParam(value: unknown, name: string): string {
-  if (value === undefined || value === '') throw new UnprocessableError(`query parameter "${name}" is required`);
-  if (typeof value !== 'string') throw new UnprocessableError(`query parameter "${name}" must be given once, as a string`);
-  return value;
-}
-
 export function validateRestart(inventory: Inventory, hostRaw: unknown, serviceRaw: unknown): { host: string; service: string; namespace: string } {
-  const host = requiredParam(hostRaw, 'host');
-  const service = requiredParam(serviceRaw, 'service');
+  const q = restartQuerySchema.safeParse({ host: hostRaw, service: serviceRaw });
+  if (!q.success) throw new UnprocessableError(q.error.issues[0]!.message);
+  const { host, service } = q.data;
   const entry = findHost(inventory, host);
   if (!entry) throw new NotFoundError('unknown host');
   if (!entry.deployments.includes(service)) throw new NotFoundError('unknown service for this host');

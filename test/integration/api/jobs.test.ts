@@ -1,16 +1,9 @@
 import { describe, expect, it } from '@jest/globals';
-import { Worker } from 'bullmq';
-import { Redis } from 'ioredis';
 import request from 'supertest';
 import { coalesceId } from '../../../src/domain/restart.js';
-import { loadWorkerConfig } from '../../../src/shared/config.js';
 import { credentialId } from '../../../src/shared/crypto.js';
-import { parseInventory } from '../../../src/shared/inventory.js';
 import { JOB, QUEUE_NAME, restartedAtKey } from '../../../src/shared/jobs.js';
-import { NoKubeConfigError } from '../../../src/shared/kubeconfig.js';
-import { createLogger } from '../../../src/shared/logger.js';
-import { createProcessor } from '../../../worker/processor.js';
-import { BEARER, containsSecret, eventually, INVENTORY_YAML, OP_KEY, RO_KEY, useHarness } from './harness.js';
+import { BEARER, containsSecret, OP_KEY, RO_KEY, runWorkerUntil as runWorkerUntilOn, useHarness } from './harness.js';
 
 /**
  * Dead letters without a browser (issue 11 item 8): GET /ops/jobs?state=failed and
@@ -20,26 +13,7 @@ import { BEARER, containsSecret, eventually, INVENTORY_YAML, OP_KEY, RO_KEY, use
  */
 const ctx = useHarness();
 
-/** Runs the real worker processor until `done()` holds, then stops it. */
-async function runWorkerUntil(done: () => Promise<boolean>): Promise<void> {
-  const redis = new Redis(ctx.srv.url, { maxRetriesPerRequest: null });
-  const processor = createProcessor({
-    config: loadWorkerConfig({ REDIS_URL: ctx.srv.url }),
-    inventory: parseInventory(INVENTORY_YAML),
-    redis,
-    logger: createLogger({ level: 'error', write: () => {} }),
-    kubeConfig: () => {
-      throw new NoKubeConfigError('none in this test');
-    },
-  });
-  const worker = new Worker(QUEUE_NAME, processor, { connection: redis });
-  try {
-    await eventually(done, 20000);
-  } finally {
-    await worker.close();
-    redis.disconnect();
-  }
-}
+const runWorkerUntil = (done: () => Promise<boolean>) => runWorkerUntilOn(ctx.srv.url, done);
 
 const failedCount = async () => (await ctx.h.queue.bull.getJobCountByTypes('failed')) as number;
 
