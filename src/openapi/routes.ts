@@ -44,35 +44,27 @@ const alertResult = z.object({ received: z.number().int(), firing: z.number().in
 
 // --- requests ------------------------------------------------------------------------------
 
-const scmPush = z
-  .object({
-    ref: z.string().optional().describe('branch reference; only refs/heads/main deploys'),
-    project: z.object({ path_with_namespace: z.string().optional() }).passthrough().optional(),
-    checkout_sha: z.string().describe('required for a push to main (422 when missing or empty)'),
-  })
-  .passthrough();
-const githubPush = z
-  .object({
-    ref: z.string().optional(),
-    after: z.string().describe('the pushed commit; required for a push to main'),
-    deleted: z.boolean().optional(),
-    repository: z.object({ full_name: z.string().optional() }).passthrough().optional(),
-  })
-  .passthrough();
-const alertPayload = z
-  .object({
-    alerts: z.array(
-      z
-        .object({
-          status: z.string().optional().describe('only "firing" is acted on'),
-          labels: z.object({ alertname: z.string().optional() }).passthrough().optional(),
-          annotations: z.record(z.string(), z.unknown()).optional(),
-          fingerprint: z.string().max(256).optional().describe('alerts without one are counted, not queued'),
-        })
-        .passthrough(),
-    ),
-  })
-  .passthrough();
+const scmPush = z.looseObject({
+  ref: z.string().optional().describe('branch reference; only refs/heads/main deploys'),
+  project: z.looseObject({ path_with_namespace: z.string().optional() }).optional(),
+  checkout_sha: z.string().describe('required for a push to main (422 when missing or empty)'),
+});
+const githubPush = z.looseObject({
+  ref: z.string().optional(),
+  after: z.string().describe('the pushed commit; required for a push to main'),
+  deleted: z.boolean().optional(),
+  repository: z.looseObject({ full_name: z.string().optional() }).optional(),
+});
+const alertPayload = z.looseObject({
+  alerts: z.array(
+    z.looseObject({
+      status: z.string().optional().describe('only "firing" is acted on'),
+      labels: z.looseObject({ alertname: z.string().optional() }).optional(),
+      annotations: z.record(z.string(), z.unknown()).optional(),
+      fingerprint: z.string().max(256).optional().describe('alerts without one are counted, not queued'),
+    }),
+  ),
+});
 
 const jobIdParam = z.object({ id: z.string().describe('a job id from an answer (job_id)') });
 const hostParam = z.object({ host: z.string().describe('an inventory host') });

@@ -1,5 +1,6 @@
 import { createHmac } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Validator } from '@seriousme/openapi-schema-validator';
 import type { Express } from 'express';
 import request from 'supertest';
 import type { z } from 'zod';
@@ -112,6 +113,17 @@ describe('the document', () => {
     const list = doc.paths['/ops/jobs'].get.parameters;
     expect(list.find((p: any) => p.name === 'limit')).toMatchObject({ required: false, schema: { type: 'integer', minimum: 1, maximum: 100, default: 20 } });
     expect(doc.paths['/ops/restart'].post.responses['200'].content['application/json'].schema.required).toContain('coalesced');
+  });
+
+  it("is valid against the OpenAPI 3.1 specification's JSON schema", async () => {
+    const doc = (await request(ctx.h.app).get('/openapi.json')).body;
+    const validator = new Validator();
+    const result = await validator.validate(doc);
+    expect(result.errors ?? []).toEqual([]);
+    expect(result.valid).toBe(true);
+    expect(validator.version).toBe('3.1');
+    // and the validator does fail a broken one
+    expect((await new Validator().validate({ ...doc, paths: { '/x': { get: { responses: { 200: {} } } } } })).valid).toBe(false);
   });
 
   it('documents exactly the routes the Express app serves (walks the router stack)', () => {
