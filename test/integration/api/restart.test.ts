@@ -1,17 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import request from 'supertest';
 import { idempotencyRecordKey, idempotencyScope } from '../../../src/domain/restart.js';
-import { loadWorkerConfig } from '../../../src/shared/config.js';
 import { credentialId } from '../../../src/shared/crypto.js';
-import { JOB, QUEUE_NAME } from '../../../src/shared/jobs.js';
-import { createLogger } from '../../../src/shared/logger.js';
-import { parseInventory } from '../../../src/shared/inventory.js';
-import { NoKubeConfigError } from '../../../src/shared/kubeconfig.js';
-import { createProcessor } from '../../../worker/processor.js';
+import { JOB } from '../../../src/shared/jobs.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
-import { BEARER, createHarness, eventually, INVENTORY_YAML, useHarness, type Harness } from './harness.js';
+import { BEARER, createHarness, eventually, runWorkerUntil, useHarness, type Harness } from './harness.js';
 
 /**
  * POST /ops/restart: Idempotency-Key (issue 9 item 3) and coalescing of identical restarts
@@ -109,24 +103,7 @@ describe('coalescing identical restarts', () => {
 
   it('once the restart has finished (here: dead-lettered by the real worker processor), the next request is a new restart', async () => {
     const first = await restart(ctx.h.app, '?host=web-1&service=checkout');
-    const workerRedis = new Redis(ctx.srv.url, { maxRetriesPerRequest: null });
-    const config = loadWorkerConfig({ REDIS_URL: ctx.srv.url, JOB_ATTEMPTS: '1' });
-    const processor = createProcessor({
-      config,
-      inventory: parseInventory(INVENTORY_YAML),
-      redis: workerRedis,
-      logger: createLogger({ level: 'error', write: () => {} }),
-      kubeConfig: () => {
-        throw new NoKubeConfigError('none in this test');
-      },
-    });
-    const worker = new Worker(QUEUE_NAME, processor, { connection: workerRedis });
-    try {
-      await eventually(async () => (await ctx.h.queue.getJob(first.body.job_id))?.state === 'failed');
-    } finally {
-      await worker.close();
-      workerRedis.disconnect();
-    }
+    await runWorkerUntil(ctx.srv.url, async () => (await ctx.h.queue.getJob(first.body.job_id))?.state === 'failed');
     const next = await restart(ctx.h.app, '?host=web-1&service=checkout');
     expect(next.body.coalesced).toBe(false);
     expect(next.body.job_id).not.toBe(first.body.job_id);
