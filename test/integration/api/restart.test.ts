@@ -110,6 +110,20 @@ describe('coalescing identical restarts', () => {
   });
 });
 
+describe('a 503 whose enqueue may still land, on one Redis (CLIENT PAUSE WRITE: reads answer, the add waits)', () => {
+  it('3 s of paused writes: 503 "may still be queued", the add lands when writes resume, the retry with the same key answers that job', async () => {
+    await ctx.h.inspect.call('CLIENT', 'PAUSE', '3000', 'WRITE');
+    const paused = await restart(ctx.h.app, '?host=web-1&service=checkout', 'one-redis');
+    expect(paused.status).toBe(503);
+    expect(paused.body.detail).toMatch(/may still be queued.*same Idempotency-Key/);
+    const expectedId = `restart-${idempotencyScope(`bearer:${credentialId(BEARER)}`, 'one-redis')}`;
+    await eventually(async () => (await ctx.h.queue.bull.getJob(expectedId)) !== undefined);
+    const retry = await restart(ctx.h.app, '?host=web-1&service=checkout', 'one-redis');
+    expect(retry.body).toEqual({ host: 'web-1', service: 'checkout', status: 'submitted', job_id: expectedId, coalesced: false });
+    expect((await restartJobs(ctx.h)).map((j) => j.id)).toEqual([expectedId]);
+  });
+});
+
 describe('a 503 whose enqueue may still land (Redis paused with SIGSTOP)', () => {
   /** Queue on its own redis-server, so SIGSTOP hangs the add while the Idempotency-Key lookup (on the other one) answers. */
   let queueSrv: RedisServer;
