@@ -362,6 +362,50 @@ describe('worker on a real cluster, as its ServiceAccount', () => {
     }
   });
 
+  it('a ServiceAccount without create on events (an older RBAC) still restarts; the missing Event is logged, not fatal', async () => {
+    const yaml = `apiVersion: v1
+kind: ServiceAccount
+metadata: {name: no-events, namespace: ${ns.release}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: no-events, namespace: ${ns.data}}
+rules:
+  - {apiGroups: [apps], resources: [deployments], resourceNames: [cache], verbs: [get, patch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: no-events, namespace: ${ns.data}}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: no-events}
+subjects: [{kind: ServiceAccount, name: no-events, namespace: ${ns.release}}]
+`;
+    ok(await kubectl(cluster.kubeconfigPath, ['apply', '-f', '-'], yaml), 'no-events SA');
+    const token = await tokenFor('no-events');
+    const lines: string[] = [];
+    await worker?.close(5000);
+    worker = await startWorker(loadWorkerConfig({ REDIS_URL: redis.url, ROLLOUT_POLL_INTERVAL_MS: '200', JOB_ATTEMPTS: '2' }), {
+      inventory: inv,
+      logger: createLogger({ level: 'warn', secrets: [token], write: (l) => lines.push(l) }),
+      kubeConfig: () => kubeConfigForToken(cluster.server, token, { caData: caData() }),
+    });
+    try {
+      const job = await queue.add(JOB.restartService, { host: 'cache-1', service: 'cache', ...audit }, { attempts: 2 });
+      const { state, job: done } = await finished(job);
+      expect({ state, failedReason: done.failedReason }).toEqual({ state: 'completed', failedReason: undefined });
+      const warning = lines.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === 'could not record the Kubernetes Event');
+      expect(warning).toMatchObject({ reason: 'OpsgateRestart', status: 403 });
+      const evs = await opsgateEvents(ns.data, 'cache', 'OpsgateRestart');
+      expect(evs.filter((e) => e.note?.includes(`job ${job.id})`))).toEqual([]);
+    } finally {
+      await worker.close(5000);
+      worker = await startWorker(loadWorkerConfig({ REDIS_URL: redis.url, ROLLOUT_POLL_INTERVAL_MS: '200', JOB_ATTEMPTS: '2' }), {
+        inventory: inv,
+        logger: createLogger({ level: 'warn', write: () => {} }),
+        kubeConfig: () => kubeConfigForToken(cluster.server, workerToken, { caData: caData() }),
+      });
+    }
+  });
+
   it('a paused Deployment is refused with kubectl\'s reason, dead-lettered at once, untouched, with a Warning Event', async () => {
     await admin.makeApiClient(k8s.AppsV1Api).patchNamespacedDeployment(
       { name: 'checkout', namespace: ns.apps, body: { spec: { paused: true } } },
