@@ -7,6 +7,7 @@ import { observe } from './middleware/observe.js';
 import { ADMIN_BASE_PATH, createAdminRouter } from './routes/admin.js';
 import { healthRouter } from './routes/health.js';
 import { jobsRouter } from './routes/jobs.js';
+import { openapiRouter } from './routes/openapi.js';
 import { opsRouter } from './routes/ops.js';
 import { webhooksRouter } from './routes/webhooks.js';
 import type { ApiConfig } from './shared/config.js';
@@ -54,6 +55,7 @@ export function createApp(deps: AppDeps): Express {
   app.use(healthRouter({ redis: deps.redis, queue: deps.queue, version: deps.version ?? '0.0.0' }));
   app.use(opsRouter({ ...deps, queue: deps.queue, hostStatus: deps.hostStatus }));
   app.use(jobsRouter(deps));
+  app.use(openapiRouter({ version: deps.version }));
   app.use(webhooksRouter(deps));
   // Bull Board (operator only, audited): src/routes/admin.ts.
   if (deps.config.ADMIN_UI_ENABLED) app.use(ADMIN_BASE_PATH, createAdminRouter({ queues: [deps.queue.bull], apiKeys: deps.config.apiKeys, logger: deps.logger, metrics: deps.metrics }));

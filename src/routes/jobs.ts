@@ -1,24 +1,94 @@
 import { Router } from 'express';
+import { z } from 'zod';
 import { requireApiKey } from '../middleware/auth.js';
+import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { ApiConfig } from '../shared/config.js';
-import { NotFoundError } from '../shared/errors.js';
+import { ConflictError, NotFoundError, UnprocessableError } from '../shared/errors.js';
+import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
-import type { OpsQueue } from '../shared/queue.js';
+import { LISTABLE_STATES, type OpsQueue } from '../shared/queue.js';
 
-/** GET /ops/jobs/:id (any valid key): state and bookkeeping of one job, never its data. */
+/**
+ * Jobs without a browser (Bull Board stays for browsing):
+ * - GET /ops/jobs/:id (any valid key): state and bookkeeping of one job, never its data;
+ * - GET /ops/jobs?state=failed (any valid key): the dead letters (or another state), newest
+ *   first, paginated with offset/limit; the same view as one job: never data or return values;
+ * - POST /ops/jobs/:id/retry (operator key, body {reason}): re-queues a dead-lettered job with a
+ *   fresh attempt budget; audited with the principal, the reason and the job; 409 when the job is
+ *   not failed (or, for a restart, when another restart of its Deployment is in progress).
+ */
 export interface JobsDeps {
-  config: Pick<ApiConfig, 'apiKeys'>;
-  queue: Pick<OpsQueue, 'getJob'>;
+  config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
+  queue: Pick<OpsQueue, 'getJob' | 'listJobs' | 'retryFailed'>;
+  logger: Logger;
   metrics: Pick<Metrics, 'authFailures'>;
 }
 
-const JOB_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+export const JOB_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** Query of GET /ops/jobs (also the OpenAPI parameters). */
+export const listJobsQuerySchema = z.object({
+  state: z.enum(LISTABLE_STATES).default('failed').describe('failed = the dead letters'),
+  offset: z.coerce.number().int().min(0).max(100000).default(0),
+  limit: z.coerce.number().int().min(1).max(100).default(20),
+});
+
+/** Body of POST /ops/jobs/{id}/retry. */
+export const retryBodySchema = z.object({
+  reason: z.string().trim().min(1).max(500).describe('why the job is replayed; written to the audit line'),
+});
+
+export const jobViewSchema = z.object({
+  id: z.string(),
+  name: z.string(),
+  state: z.string(),
+  attempts_made: z.number().int(),
+  attempts_max: z.number().int(),
+  failed_reason: z.string().nullable(),
+  progress: z.unknown(),
+  created_at: z.string().nullable(),
+  processed_at: z.string().nullable(),
+  finished_at: z.string().nullable(),
+});
+
+export const jobListSchema = z.object({
+  state: z.enum(LISTABLE_STATES),
+  total: z.number().int(),
+  offset: z.number().int(),
+  limit: z.number().int(),
+  next_offset: z.number().int().nullable().describe('offset of the next page; null on the last page'),
+  jobs: z.array(jobViewSchema),
+});
+
+export const retryAnswerSchema = z.object({ retried: z.literal(true), job: jobViewSchema });
+
+/** The first zod issue as a {detail} naming the parameter. */
+function invalid(error: z.ZodError, what: string): UnprocessableError {
+  const issue = error.issues[0]!;
+  return new UnprocessableError(`invalid ${what} ${issue.path.join('.') || ''}: ${issue.message}`.replace(/ {2,}/g, ' '));
+}
 
 export function jobsRouter(deps: JobsDeps): Router {
   const r = Router();
+  const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics);
+  const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator');
+
+  r.route('/ops/jobs')
+    .get(anyKey, async (req, res) => {
+      const repeated = Object.entries(req.query).find(([, v]) => typeof v !== 'string');
+      if (repeated) throw new UnprocessableError(`query parameter "${repeated[0]}" must be given once, as a string`);
+      const q = listJobsQuerySchema.safeParse(req.query);
+      if (!q.success) throw invalid(q.error, 'query parameter');
+      const { state, offset, limit } = q.data;
+      const page = await deps.queue.listJobs(state, offset, limit);
+      const next = offset + page.jobs.length;
+      res.json({ state, total: page.total, offset, limit, next_offset: next < page.total && page.jobs.length > 0 ? next : null, jobs: page.jobs });
+    })
+    .all(methodNotAllowed(['GET']));
+
   r.route('/ops/jobs/:id')
-    .get(requireApiKey(deps.config.apiKeys, deps.metrics), async (req, res) => {
+    .get(anyKey, async (req, res) => {
       const id = req.params.id;
       if (!JOB_ID.test(id)) throw new NotFoundError('job not found');
       const job = await deps.queue.getJob(id);
@@ -26,5 +96,28 @@ export function jobsRouter(deps: JobsDeps): Router {
       res.json(job);
     })
     .all(methodNotAllowed(['GET']));
+
+  r.route('/ops/jobs/:id/retry')
+    .post(operatorKey, ...rawBody(deps.config.BODY_LIMIT), async (req, res) => {
+      const id = req.params.id;
+      if (!JOB_ID.test(id)) throw new NotFoundError('job not found');
+      const body = retryBodySchema.safeParse(parseJson(req.body as Buffer));
+      if (!body.success) throw invalid(body.error, 'body field');
+      res.locals.auditFields = { job_id: id, retry_reason: body.data.reason };
+      const out = await deps.queue.retryFailed(id);
+      switch (out.outcome) {
+        case 'not_found':
+          throw new NotFoundError('job not found');
+        case 'not_failed':
+          throw new ConflictError(`job is ${out.state}; only a failed (dead-lettered) job can be retried`);
+        case 'busy':
+          throw new ConflictError(`another restart of this Deployment is waiting or rolling out (job ${out.holder}); retry this one after it finished`);
+        case 'retried':
+          res.locals.auditFields = { job_id: id, job_name: out.job.name, retry_reason: body.data.reason, outcome: 'retried' };
+          deps.logger.info('dead-lettered job retried', { job_id: id, job_name: out.job.name, request_id: res.locals.requestId });
+          res.json({ retried: true, job: out.job });
+      }
+    })
+    .all(methodNotAllowed(['POST']));
   return r;
 }

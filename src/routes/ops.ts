@@ -52,7 +52,9 @@ export function opsRouter(deps: OpsDeps): Router {
         service: req.query.service,
         auditId: res.locals.requestId,
         requestedBy: res.locals.principal!,
+        idempotencyKey: req.get('idempotency-key'),
       });
+      res.locals.auditFields = { job_id: ack.job_id, coalesced: ack.coalesced };
       res.json(ack);
     })
     .all(methodNotAllowed(['POST']));

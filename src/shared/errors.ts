@@ -63,6 +63,13 @@ export class MethodNotAllowedError extends AppError {
   }
 }
 
+/** The resource is not in a state that allows the operation (e.g. retrying a job that is not failed). */
+export class ConflictError extends AppError {
+  constructor(detail: string) {
+    super('conflict', 409, detail);
+  }
+}
+
 export class PayloadTooLargeError extends AppError {
   constructor(detail = 'request body is too large') {
     super('payload_too_large', 413, detail);

@@ -1,7 +1,7 @@
-import { Queue, type JobsOptions } from 'bullmq';
-import type { Redis } from 'ioredis';
+import { Queue, type Job, type JobsOptions } from 'bullmq';
+import { ReplyError, type Redis } from 'ioredis';
 import { ServiceUnavailableError, UnprocessableError } from './errors.js';
-import { QUEUE_NAME, defaultJobOptions, jobDataSchemas, type JobDataByName, type JobName, type JobPolicy } from './jobs.js';
+import { JOB, QUEUE_NAME, defaultJobOptions, restartedAtKey, jobDataSchemas, type JobDataByName, type JobName, type JobPolicy } from './jobs.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
 import { createRedis } from './redis.js';
@@ -35,10 +35,33 @@ export interface JobView {
   finished_at: string | null;
 }
 
+/** States GET /ops/jobs lists. */
+export const LISTABLE_STATES = ['failed', 'completed', 'active', 'waiting', 'delayed'] as const;
+export type ListableState = (typeof LISTABLE_STATES)[number];
+
+export type RetryOutcome =
+  | { outcome: 'retried'; job: JobView }
+  | { outcome: 'not_found' }
+  | { outcome: 'not_failed'; state: string }
+  | { outcome: 'busy'; holder: string };
+
 export interface OpsQueue {
-  /** Validates `data` against the job's schema (422 on failure), adds it, returns the job id. */
-  enqueue<N extends JobName>(name: N, data: JobDataByName[N], opts?: Pick<JobsOptions, 'jobId'>): Promise<string>;
+  /**
+   * Validates `data` against the job's schema (422 on failure), adds it, returns the job id.
+   * With `jobId`, an add whose id exists is a no-op returning that id; with `deduplication`, an
+   * add while the job holding that deduplication id is not finished returns that job's id.
+   */
+  enqueue<N extends JobName>(name: N, data: JobDataByName[N], opts?: Pick<JobsOptions, 'jobId' | 'deduplication'>): Promise<string>;
   getJob(id: string): Promise<JobView | undefined>;
+  /** One page of the jobs in a state, newest first (failed: the dead letters), and the state's total. */
+  listJobs(state: ListableState, offset: number, limit: number): Promise<{ total: number; jobs: JobView[] }>;
+  /**
+   * Re-queues a failed (dead-lettered) job with a fresh attempt budget, atomically only if it is
+   * still failed. A restart job also takes back its Deployment's coalescing slot (unless another
+   * restart of that Deployment holds it: `busy`) and drops its recorded restartedAt, so the replay
+   * restarts the Deployment again instead of re-applying the old value.
+   */
+  retryFailed(id: string): Promise<RetryOutcome>;
   /** Redis reachable from the queue's connection (for /ready). */
   isReady(): boolean;
   /** The BullMQ Queue itself (Bull Board mounts it). */
@@ -46,14 +69,48 @@ export interface OpsQueue {
   close(): Promise<void>;
 }
 
+/**
+ * 503 from a queue operation. `mayHaveLanded`: the command was sent and no answer came (timeout,
+ * connection lost): Redis may still run it when it answers again (a paused or slow Redis), so an
+ * add may still create its job. The detail says so; a caller that retries with the same job id
+ * (POST /ops/restart with the same Idempotency-Key) cannot create a second job.
+ */
 export class QueueUnavailableError extends ServiceUnavailableError {
-  constructor() {
-    super('job queue unavailable; retry later', 5);
+  readonly mayHaveLanded: boolean;
+  constructor(mayHaveLanded = false, detail?: string) {
+    super(
+      detail ??
+        (mayHaveLanded
+          ? 'job queue did not confirm the submission in time; it may still be queued when the queue recovers; retry later'
+          : 'job queue unavailable; nothing was queued; retry later'),
+      5,
+    );
+    this.mayHaveLanded = mayHaveLanded;
   }
 }
 
+/** Longest failure reason shown (the worker's reasons are short; this bounds anything else). */
+const MAX_REASON = 1000;
+
 const iso = (ms: number | undefined | null): string | null =>
   typeof ms === 'number' && Number.isFinite(ms) && ms > 0 ? new Date(ms).toISOString() : null;
+
+const RELEASE_IF_OURS = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
+
+function jobView(job: Job, state: string): JobView {
+  return {
+    id: String(job.id),
+    name: job.name,
+    state,
+    attempts_made: job.attemptsMade,
+    attempts_max: job.opts.attempts ?? 1,
+    failed_reason: job.failedReason ? String(job.failedReason).slice(0, MAX_REASON) : null,
+    progress: job.progress,
+    created_at: iso(job.timestamp),
+    processed_at: iso(job.processedOn),
+    finished_at: iso(job.finishedOn),
+  };
+}
 
 function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
@@ -80,7 +137,9 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
       return await withTimeout(op(), timeoutMs);
     } catch (err) {
       opts.logger?.warn('queue operation failed', { err });
-      throw new QueueUnavailableError();
+      // A reply error is Redis refusing the command (nothing ran); anything else (our timeout, the
+      // connection's command timeout, a closed connection) leaves the command's fate unknown.
+      throw new QueueUnavailableError(!(err instanceof ReplyError));
     }
   };
 
@@ -105,18 +164,41 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
       const job = await guard(() => bull.getJob(id));
       if (!job) return undefined;
       const state = await guard(() => job.getState());
-      return {
-        id: String(job.id),
-        name: job.name,
-        state,
-        attempts_made: job.attemptsMade,
-        attempts_max: job.opts.attempts ?? 1,
-        failed_reason: job.failedReason ? String(job.failedReason) : null,
-        progress: job.progress,
-        created_at: iso(job.timestamp),
-        processed_at: iso(job.processedOn),
-        finished_at: iso(job.finishedOn),
-      };
+      return jobView(job, state);
+    },
+
+    async listJobs(state, offset, limit) {
+      const [jobs, total] = await guard(() =>
+        Promise.all([bull.getJobs([state], offset, offset + limit - 1, false), bull.getJobCountByTypes(state)]),
+      );
+      return { total, jobs: jobs.filter((j): j is Job => Boolean(j)).map((j) => jobView(j, state)) };
+    },
+
+    async retryFailed(id) {
+      const job = await guard(() => bull.getJob(id));
+      if (!job) return { outcome: 'not_found' };
+      const state = await guard(() => job.getState());
+      if (state !== 'failed') return { outcome: 'not_failed', state };
+      const client = connection;
+      const dedupId = job.name === JOB.restartService ? (job.deduplicationId ?? job.opts.deduplication?.id) : undefined;
+      const dedupKey = dedupId ? `${bull.toKey('de')}:${dedupId}` : undefined;
+      if (dedupKey) {
+        const holder = (await guard(() => client.set(dedupKey, String(job.id), 'NX', 'GET'))) as string | null;
+        if (holder !== null && holder !== String(job.id)) return { outcome: 'busy', holder };
+      }
+      try {
+        await guard(() => job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true }));
+      } catch (err) {
+        // Not in the failed set any more (retried or removed concurrently): give the slot back.
+        if (dedupKey) await client.eval(RELEASE_IF_OURS, 1, dedupKey, String(job.id)).catch(() => undefined);
+        if (err instanceof QueueUnavailableError) {
+          const now = await guard(() => job.getState());
+          if (now !== 'failed') return { outcome: 'not_failed', state: now };
+        }
+        throw err;
+      }
+      if (job.name === JOB.restartService) await guard(() => client.del(restartedAtKey(String(job.id))));
+      return { outcome: 'retried', job: jobView(job, 'waiting') };
     },
 
     async close() {

@@ -244,7 +244,7 @@ describe.each(valueFiles)('%s', (file) => {
     }
   });
 
-  test('RBAC: a Role per inventory namespace, worker get/patch on exactly its Deployments, Jobs only where projects deploy, api get only', () => {
+  test('RBAC: a Role per inventory namespace, worker get/patch on exactly its Deployments, Jobs only where projects deploy, create on events, api get only', () => {
     const v = values();
     const expected = new Map<string, { deployments: Set<string>; jobs: boolean }>();
     const entry = (ns: string) => expected.get(ns) ?? expected.set(ns, { deployments: new Set(), jobs: false }).get(ns)!;
@@ -264,7 +264,9 @@ describe.each(valueFiles)('%s', (file) => {
       } else expect(dep).toHaveLength(0);
       const jobs = rules.filter((r) => r.resources.includes('jobs'));
       expect(jobs).toEqual(e.jobs ? [{ apiGroups: ['batch'], resources: ['jobs'], verbs: ['create', 'get', 'list', 'watch'] }] : []);
-      expect(rules).toHaveLength(dep.length + jobs.length);
+      const events = rules.filter((r) => r.resources.includes('events'));
+      expect(events).toEqual([{ apiGroups: ['events.k8s.io'], resources: ['events'], verbs: ['create'] }]);
+      expect(rules).toHaveLength(dep.length + jobs.length + events.length);
       for (const r of rules) {
         expect(r.resources).not.toContain('secrets');
         expect(r.verbs).not.toContain('*');

@@ -8,6 +8,8 @@ import { createKubeHostStatusProvider } from '../../src/domain/kubeHostStatus.js
 import { loadApiConfig, loadWorkerConfig, secretsOf } from '../../src/shared/config.js';
 import { parseInventory, type Inventory } from '../../src/shared/inventory.js';
 import { JOB, QUEUE_NAME } from '../../src/shared/jobs.js';
+import { credentialId } from '../../src/shared/crypto.js';
+import { SCALED_TO_ZERO } from '../../worker/jobs/restart.js';
 import { createLogger } from '../../src/shared/logger.js';
 import { createMetrics } from '../../src/shared/metrics.js';
 import { createOpsQueue, type OpsQueue } from '../../src/shared/queue.js';
@@ -139,6 +141,12 @@ describe('worker on a real cluster, as its ServiceAccount', () => {
     return { state: await fresh.getState(), job: fresh };
   }
 
+  /** Events of the opsgate worker about one object, by reason (read as admin). */
+  async function opsgateEvents(namespace: string, name: string, reason: string) {
+    const list = await admin.makeApiClient(k8s.EventsV1Api).listNamespacedEvent({ namespace });
+    return list.items.filter((e) => e.regarding?.name === name && e.reason === reason && e.reportingController === 'opsgate.io/worker');
+  }
+
   async function readDeployment(namespace: string, name: string) {
     return admin.makeApiClient(k8s.AppsV1Api).readNamespacedDeployment({ name, namespace });
   }
@@ -158,9 +166,10 @@ describe('worker on a real cluster, as its ServiceAccount', () => {
     const restartedAt = after.spec?.template?.metadata?.annotations?.[RESTARTED_AT];
     expect(restartedAt).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
     expect(Date.parse(restartedAt!)).toBeGreaterThanOrEqual(Math.floor(t0 / 1000) * 1000);
-    expect(done.returnvalue).toMatchObject({ namespace: ns.apps, deployment: 'web', restartedAt });
-    // the worker watched the rollout to its end (kubectl's rollout-status logic on the live object)
-    expect(done.progress).toMatchObject({ phase: 'done', message: 'successfully rolled out', desired: 0 });
+    expect(done.returnvalue).toMatchObject({ namespace: ns.apps, deployment: 'web', restartedAt, replicas: 0, note: SCALED_TO_ZERO });
+    // the worker watched the rollout to its end (kubectl's rollout-status logic on the live object),
+    // and says plainly that a Deployment scaled to 0 had no pod to restart
+    expect(done.progress).toMatchObject({ phase: 'done', message: SCALED_TO_ZERO, desired: 0 });
     // a new pod template: the controller-manager made a new ReplicaSet and finished the rollout
     expect(after.metadata?.generation).toBe((before.metadata?.generation ?? 0) + 1);
     expect(after.status?.observedGeneration).toBe(after.metadata?.generation);
@@ -173,6 +182,33 @@ describe('worker on a real cluster, as its ServiceAccount', () => {
     expect((await readDeployment(ns.apps, 'checkout')).spec?.template?.metadata?.annotations?.[RESTARTED_AT]).toBeUndefined();
     // the ServiceAccount token never reached a log line
     expect(logLines.join('\n')).not.toContain(workerToken);
+
+    // a Kubernetes Event on the Deployment says who restarted it (written as the worker's ServiceAccount)
+    const evs = await opsgateEvents(ns.apps, 'web', 'OpsgateRestart');
+    expect(evs).toHaveLength(1);
+    expect(evs[0]).toMatchObject({
+      type: 'Normal',
+      action: 'Restart',
+      reportingController: 'opsgate.io/worker',
+      regarding: { apiVersion: 'apps/v1', kind: 'Deployment', name: 'web', namespace: ns.apps, uid: after.metadata?.uid },
+    });
+    expect(evs[0]!.note).toBe(`rollout restart requested by k8s-test (audit ${audit.audit_id}, job ${job.id}): restartedAt ${restartedAt}; scaled to 0 replicas, no pod restarted`);
+    // core/v1 view of the same Event: what `kubectl describe deployment web` lists
+    const described = await kubectl(cluster.kubeconfigPath, ['-n', ns.apps, 'describe', 'deployment', 'web']);
+    expect(described.stdout).toMatch(/OpsgateRestart/);
+  });
+
+  it('the worker ServiceAccount may create Events in the inventory namespaces, and nothing else on them', async () => {
+    const user = `system:serviceaccount:${ns.release}:opsgate-worker`;
+    const can = async (namespace: string, verb: string) =>
+      (
+        await admin.makeApiClient(k8s.AuthorizationV1Api).createSubjectAccessReview({
+          body: { spec: { user, resourceAttributes: { namespace, verb, group: 'events.k8s.io', resource: 'events' } } },
+        })
+      ).status!.allowed;
+    for (const namespace of [ns.apps, ns.data, ns.deploy]) expect(await can(namespace, 'create')).toBe(true);
+    for (const verb of ['get', 'list', 'watch', 'update', 'patch', 'delete']) expect(await can(ns.apps, verb)).toBe(false);
+    expect(await can(ns.other, 'create')).toBe(false);
   });
 
   it('restart_service of a Deployment outside the inventory is dead-lettered before touching the cluster', async () => {
@@ -225,6 +261,14 @@ describe('worker on a real cluster, as its ServiceAccount', () => {
 
     const batch = admin.makeApiClient(k8s.BatchV1Api);
     const kjob = await batch.readNamespacedJob({ name, namespace: ns.deploy });
+    const deployEvents = await opsgateEvents(ns.deploy, name, 'OpsgateDeploy');
+    expect(deployEvents).toHaveLength(1);
+    expect(deployEvents[0]).toMatchObject({
+      type: 'Normal',
+      action: 'Create',
+      regarding: { apiVersion: 'batch/v1', kind: 'Job', name, namespace: ns.deploy, uid: kjob.metadata?.uid },
+      note: `deploy requested by k8s-test (audit ${audit.audit_id}, job ${job.id}): ${PROJECT} refs/heads/main`,
+    });
     const tmpl = inventoryFor(ns).projects[PROJECT]!;
     expect(kjob.metadata?.labels).toMatchObject({
       'app.kubernetes.io/managed-by': 'opsgate',
@@ -296,6 +340,9 @@ describe('worker on a real cluster, as its ServiceAccount', () => {
       expect(state).toBe('completed');
       const annotated = (await readDeployment(ns.data, 'cache')).spec?.template?.metadata?.annotations?.[RESTARTED_AT];
       expect(annotated).toBeTruthy();
+      // the Event names the caller's credential id and the API's audit id and job id
+      const [ev] = await opsgateEvents(ns.data, 'cache', 'OpsgateRestart');
+      expect(ev?.note).toContain(`requested by bearer:${credentialId(BEARER)} (audit ${res.headers['x-request-id']}, job ${jobId})`);
 
       // first read of this host (nothing cached yet): straight from the real cluster
       const host = await request(app).get('/ops/hosts/cache-1').set('X-API-Key', RO_KEY);
@@ -313,5 +360,68 @@ describe('worker on a real cluster, as its ServiceAccount', () => {
       await opsQueue.close();
       apiRedis.disconnect();
     }
+  });
+
+  it('a ServiceAccount without create on events (an older RBAC) still restarts; the missing Event is logged, not fatal', async () => {
+    const yaml = `apiVersion: v1
+kind: ServiceAccount
+metadata: {name: no-events, namespace: ${ns.release}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: no-events, namespace: ${ns.data}}
+rules:
+  - {apiGroups: [apps], resources: [deployments], resourceNames: [cache], verbs: [get, patch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: no-events, namespace: ${ns.data}}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: no-events}
+subjects: [{kind: ServiceAccount, name: no-events, namespace: ${ns.release}}]
+`;
+    ok(await kubectl(cluster.kubeconfigPath, ['apply', '-f', '-'], yaml), 'no-events SA');
+    const token = await tokenFor('no-events');
+    const lines: string[] = [];
+    await worker?.close(5000);
+    worker = await startWorker(loadWorkerConfig({ REDIS_URL: redis.url, ROLLOUT_POLL_INTERVAL_MS: '200', JOB_ATTEMPTS: '2' }), {
+      inventory: inv,
+      logger: createLogger({ level: 'warn', secrets: [token], write: (l) => lines.push(l) }),
+      kubeConfig: () => kubeConfigForToken(cluster.server, token, { caData: caData() }),
+    });
+    try {
+      const job = await queue.add(JOB.restartService, { host: 'cache-1', service: 'cache', ...audit }, { attempts: 2 });
+      const { state, job: done } = await finished(job);
+      expect({ state, failedReason: done.failedReason }).toEqual({ state: 'completed', failedReason: undefined });
+      const warning = lines.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === 'could not record the Kubernetes Event');
+      expect(warning).toMatchObject({ reason: 'OpsgateRestart', status: 403 });
+      const evs = await opsgateEvents(ns.data, 'cache', 'OpsgateRestart');
+      expect(evs.filter((e) => e.note?.includes(`job ${job.id})`))).toEqual([]);
+    } finally {
+      await worker.close(5000);
+      worker = await startWorker(loadWorkerConfig({ REDIS_URL: redis.url, ROLLOUT_POLL_INTERVAL_MS: '200', JOB_ATTEMPTS: '2' }), {
+        inventory: inv,
+        logger: createLogger({ level: 'warn', write: () => {} }),
+        kubeConfig: () => kubeConfigForToken(cluster.server, workerToken, { caData: caData() }),
+      });
+    }
+  });
+
+  it('a paused Deployment is refused with kubectl\'s reason, dead-lettered at once, untouched, with a Warning Event', async () => {
+    await admin.makeApiClient(k8s.AppsV1Api).patchNamespacedDeployment(
+      { name: 'checkout', namespace: ns.apps, body: { spec: { paused: true } } },
+      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+    );
+    const job = await queue.add(JOB.restartService, { host: 'web-1.example.com', service: 'checkout', ...audit }, { attempts: 2 });
+    const { state, job: done } = await finished(job);
+    expect(state).toBe('failed');
+    expect(done.attemptsMade).toBe(1); // UnrecoverableError: not retried
+    expect(done.failedReason).toBe(`deployments.apps "checkout" (namespace ${ns.apps}) can't restart paused deployment (run rollout resume first)`);
+    expect((await readDeployment(ns.apps, 'checkout')).spec?.template?.metadata?.annotations?.[RESTARTED_AT]).toBeUndefined();
+    const [ev] = await opsgateEvents(ns.apps, 'checkout', 'OpsgateRestartRefused');
+    expect(ev).toMatchObject({ type: 'Warning', action: 'Refuse' });
+    expect(ev!.note).toContain("can't restart paused deployment (run rollout resume first)");
+    // kubectl itself says the same about this Deployment
+    const k = await kubectl(cluster.kubeconfigPath, ['-n', ns.apps, 'rollout', 'restart', 'deployment/checkout']);
+    expect(k.stderr).toContain(`deployments.apps "checkout" can't restart paused deployment (run rollout resume first)`);
   });
 });

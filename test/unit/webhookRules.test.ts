@@ -102,7 +102,7 @@ describe('validateRestart', () => {
     expect(status(() => validateRestart(inv, 'web-2', 'frontend'))).toBe(404);
     expect(status(() => validateRestart(inv, 'web-1', 'backend'))).toBe(404);
     expect(status(() => validateRestart(inv, 'toString', 'frontend'))).toBe(404);
-    expect(validateRestart(inv, 'web-1', 'frontend')).toEqual({ host: 'web-1', service: 'frontend' });
+    expect(validateRestart(inv, 'web-1', 'frontend')).toEqual({ host: 'web-1', service: 'frontend', namespace: 'shop' });
   });
 });
 

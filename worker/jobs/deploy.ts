@@ -4,6 +4,7 @@ import { sha256Hex } from '../../src/shared/crypto.js';
 import { findProject, type ProjectEntry } from '../../src/shared/inventory.js';
 import type { RunDeployPipelineData } from '../../src/shared/jobs.js';
 import type { JobContext } from '../context.js';
+import { recordEvent } from '../events.js';
 import { apiStatus, k8sFailure, resolveKubeConfig } from '../k8s.js';
 
 /**
@@ -13,6 +14,7 @@ import { apiStatus, k8sFailure, resolveKubeConfig } from '../k8s.js';
  * environment variables OPSGATE_PROJECT / OPSGATE_REF (never interpolated into a command line).
  * The Job name is derived from the queue job id (+ audit id), so a retried attempt finds its own
  * Job (409 AlreadyExists = already created) instead of starting a second deployment.
+ * A Kubernetes Event (reason OpsgateDeploy) on the Job records who asked (worker/events.ts).
  */
 export const MANAGED_BY = 'opsgate';
 export const AUDIT_LABEL = 'opsgate.io/audit-id';
@@ -146,8 +148,9 @@ export async function runDeployPipeline(
   const kc = resolveKubeConfig(ctx.kubeConfig);
   const batch = kc.makeApiClient(BatchV1Api);
   let created = true;
+  let uid: string | undefined;
   try {
-    await batch.createNamespacedJob({ namespace: entry.namespace, body, fieldManager: 'opsgate' });
+    uid = (await batch.createNamespacedJob({ namespace: entry.namespace, body, fieldManager: 'opsgate' })).metadata?.uid;
   } catch (err) {
     if (apiStatus(err) !== 409) throw k8sFailure(err, what, 'create');
     created = false; // an earlier attempt of this same queue job created it
@@ -159,6 +162,21 @@ export async function runDeployPipeline(
     k8s_job: name,
     service_account: entry.serviceAccountName,
   });
+  await recordEvent(
+    kc,
+    {
+      namespace: entry.namespace,
+      regarding: { apiVersion: 'batch/v1', kind: 'Job', name, namespace: entry.namespace, uid },
+      reason: 'OpsgateDeploy',
+      action: 'Create',
+      type: 'Normal',
+      queueJobId,
+      auditId: data.audit_id,
+      requestedBy: data.requested_by,
+      detail: `${data.project} ${data.ref}`,
+    },
+    ctx.logger,
+  );
   await ctx.job.updateProgress({ phase: 'created', namespace: entry.namespace, k8s_job: name });
   return { namespace: entry.namespace, job: name, created };
 }

@@ -1,8 +1,9 @@
 import { AppsV1Api, PatchStrategy, setHeaderOptions, type V1Deployment } from '@kubernetes/client-node';
 import { UnrecoverableError } from 'bullmq';
 import { findHost } from '../../src/shared/inventory.js';
-import type { RestartServiceData } from '../../src/shared/jobs.js';
-import { IDEMPOTENCY_TTL_SECONDS, WORKER_KEY_PREFIX, type JobContext } from '../context.js';
+import { restartedAtKey, type RestartServiceData } from '../../src/shared/jobs.js';
+import { IDEMPOTENCY_TTL_SECONDS, type JobContext } from '../context.js';
+import { recordEvent } from '../events.js';
 import { k8sFailure, resolveKubeConfig, rfc3339, sleep } from '../k8s.js';
 
 /**
@@ -13,8 +14,23 @@ import { k8sFailure, resolveKubeConfig, rfc3339, sleep } from '../k8s.js';
  * The restartedAt value is recorded in Redis per job id on the first attempt and reused by
  * retries: re-applying the same value is a no-op patch, so a retried job never restarts the
  * Deployment twice; it only waits for the rollout again.
+ *
+ * Refusals, as kubectl: a paused Deployment is dead-lettered at once (UnrecoverableError) with
+ * kubectl's reason, before anything is patched; paused during the wait, likewise. A Deployment
+ * scaled to 0 is patched (as kubectl does); its rollout ends as soon as the controller observed
+ * the new template (nothing to wait for) and the job's progress and result say no pod was restarted.
+ * Each restart writes a Kubernetes Event on the Deployment (worker/events.ts): OpsgateRestart,
+ * or OpsgateRestartRefused (Warning) for a refusal.
  */
 export const RESTARTED_AT_ANNOTATION = 'kubectl.kubernetes.io/restartedAt';
+
+/** kubectl's refusal (`kubectl rollout restart` of a paused Deployment), with the namespace. */
+export function pausedReason(namespace: string, name: string): string {
+  return `deployments.apps "${name}" (namespace ${namespace}) can't restart paused deployment (run rollout resume first)`;
+}
+
+/** The end of a restart of a Deployment scaled to 0: said plainly, reached as soon as the controller saw the new template. */
+export const SCALED_TO_ZERO = 'successfully rolled out, but scaled to 0 replicas: no pod was restarted (the new template applies when it is scaled up)';
 
 export interface RolloutState {
   done: boolean;
@@ -52,13 +68,14 @@ export function rolloutState(d: V1Deployment): RolloutState {
   if (available < updated) {
     return { ...base, done: false, message: `${available} of ${updated} updated replicas are available` };
   }
+  if (desired === 0) return { ...base, done: true, message: SCALED_TO_ZERO };
   return { ...base, done: true, message: 'successfully rolled out' };
 }
 
 export async function restartService(
   data: RestartServiceData,
   ctx: JobContext,
-): Promise<{ namespace: string; deployment: string; restartedAt: string }> {
+): Promise<{ namespace: string; deployment: string; restartedAt: string; replicas?: 0; note?: string }> {
   const { config, logger, redis, signal } = ctx;
   const entry = findHost(ctx.inventory, data.host);
   if (!entry) throw new UnrecoverableError(`host ${JSON.stringify(data.host)} is not in the inventory`);
@@ -71,15 +88,46 @@ export async function restartService(
 
   const kc = resolveKubeConfig(ctx.kubeConfig);
   const apps = kc.makeApiClient(AppsV1Api);
+  const jobId = String(ctx.job.id);
+  const event = (reason: 'OpsgateRestart' | 'OpsgateRestartRefused', d: V1Deployment, detail?: string) =>
+    recordEvent(
+      kc,
+      {
+        namespace,
+        regarding: { apiVersion: 'apps/v1', kind: 'Deployment', name, namespace, uid: d.metadata?.uid },
+        reason,
+        action: reason === 'OpsgateRestart' ? 'Restart' : 'Refuse',
+        type: reason === 'OpsgateRestart' ? 'Normal' : 'Warning',
+        queueJobId: jobId,
+        auditId: data.audit_id,
+        requestedBy: data.requested_by,
+        detail,
+      },
+      logger,
+    );
+
+  // What kubectl checks before it patches: a paused Deployment is refused, with kubectl's words.
+  let current: V1Deployment;
+  try {
+    current = await apps.readNamespacedDeployment({ name, namespace });
+  } catch (err) {
+    throw k8sFailure(err, what, 'read');
+  }
+  if (current.spec?.paused) {
+    const reason = pausedReason(namespace, name);
+    await event('OpsgateRestartRefused', current, reason);
+    throw new UnrecoverableError(reason);
+  }
 
   // One restartedAt per job: the first attempt chooses it, retries reuse it.
-  const key = `${WORKER_KEY_PREFIX}:restart:${String(ctx.job.id)}`;
+  const key = restartedAtKey(jobId);
   await redis.set(key, rfc3339(new Date()), 'EX', IDEMPOTENCY_TTL_SECONDS, 'NX');
   const restartedAt = (await redis.get(key)) ?? rfc3339(new Date());
 
   await ctx.job.updateProgress({ phase: 'patching', namespace, deployment: name });
+  let patched: V1Deployment;
   try {
-    await apps.patchNamespacedDeployment(
+    patched = await apps.patchNamespacedDeployment(
       {
         name,
         namespace,
@@ -92,6 +140,11 @@ export async function restartService(
     throw k8sFailure(err, what, 'patch');
   }
   logger.info('deployment restart requested', { namespace, deployment: name, restarted_at: restartedAt });
+  await event(
+    'OpsgateRestart',
+    patched,
+    (patched.spec?.replicas ?? 1) === 0 ? `restartedAt ${restartedAt}; scaled to 0 replicas, no pod restarted` : `restartedAt ${restartedAt}`,
+  );
 
   const deadline = Date.now() + config.ROLLOUT_TIMEOUT_SECONDS * 1000;
   let last: RolloutState | undefined;
@@ -102,6 +155,8 @@ export async function restartService(
     } catch (err) {
       throw k8sFailure(err, what, 'read');
     }
+    // Paused while we wait: the rollout cannot progress until someone resumes it.
+    if (d.spec?.paused) throw new UnrecoverableError(`${pausedReason(namespace, name)}; it was paused during the rollout`);
     const state = rolloutState(d);
     if (!last || state.message !== last.message) {
       await ctx.job.updateProgress({ phase: state.done ? 'done' : 'rolling_out', namespace, deployment: name, ...state });
@@ -115,5 +170,5 @@ export async function restartService(
     }
     await sleep(config.ROLLOUT_POLL_INTERVAL_MS, signal);
   }
-  return { namespace, deployment: name, restartedAt };
+  return { namespace, deployment: name, restartedAt, ...(last?.desired === 0 ? { replicas: 0 as const, note: SCALED_TO_ZERO } : {}) };
 }

@@ -10,6 +10,11 @@ import { createLogger, type Logger } from '../../../src/shared/logger.js';
 import { createMetrics, type Metrics } from '../../../src/shared/metrics.js';
 import { createOpsQueue, type OpsQueue } from '../../../src/shared/queue.js';
 import { createRedis } from '../../../src/shared/redis.js';
+import { Worker } from 'bullmq';
+import { loadWorkerConfig } from '../../../src/shared/config.js';
+import { QUEUE_NAME } from '../../../src/shared/jobs.js';
+import { NoKubeConfigError } from '../../../src/shared/kubeconfig.js';
+import { createProcessor } from '../../../worker/processor.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 
 /**
@@ -178,4 +183,28 @@ export function useHarness(opts: { flush?: boolean } = {}): { readonly srv: Redi
       return h!;
     },
   };
+}
+
+/**
+ * Runs the real worker processor (BullMQ Worker, INVENTORY_YAML, no cluster configured: restart
+ * and deploy jobs are dead-lettered with "no Kubernetes configuration") until `done()` holds.
+ */
+export async function runWorkerUntil(redisUrl: string, done: () => Promise<boolean>, timeoutMs = 20000): Promise<void> {
+  const redis = new Redis(redisUrl, { maxRetriesPerRequest: null });
+  const processor = createProcessor({
+    config: loadWorkerConfig({ REDIS_URL: redisUrl }),
+    inventory: parseInventory(INVENTORY_YAML),
+    redis,
+    logger: createLogger({ level: 'error', write: () => {} }),
+    kubeConfig: () => {
+      throw new NoKubeConfigError('none in this test');
+    },
+  });
+  const worker = new Worker(QUEUE_NAME, processor, { connection: redis });
+  try {
+    await eventually(done, timeoutMs);
+  } finally {
+    await worker.close();
+    redis.disconnect();
+  }
 }

@@ -57,7 +57,7 @@ describe('POST /ops/restart (bearer)', () => {
   it('valid bearer, inventory host and service -> 200 ack + job_id; one restart_service job', async () => {
     const res = await restart('?host=web-1&service=checkout').set('X-Request-Id', 'restart-1');
     expect(res.status).toBe(200);
-    expect(res.body).toEqual({ host: 'web-1', service: 'checkout', status: 'submitted', job_id: expect.any(String) });
+    expect(res.body).toEqual({ host: 'web-1', service: 'checkout', status: 'submitted', job_id: expect.any(String), coalesced: false });
     const job = await ctx.h.queue.bull.getJob(res.body.job_id);
     expect(job?.name).toBe(JOB.restartService);
     expect(job?.data).toEqual({

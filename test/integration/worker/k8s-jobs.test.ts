@@ -181,12 +181,12 @@ describe('Kubernetes API failures', () => {
     expect(state).toBe('failed');
     expect(failed.attemptsMade).toBe(1);
     expect(failed.failedReason).toBe(
-      "Kubernetes API rejected the worker's credentials (401 Unauthorized) while trying to patch Deployment shop/api; check the kubeconfig or ServiceAccount token",
+      "Kubernetes API rejected the worker's credentials (401 Unauthorized) while trying to read Deployment shop/api; check the kubeconfig or ServiceAccount token",
     );
-    // What reached the server: kubectl's strategic-merge patch of the Deployment, with the bearer token.
-    expect(seen).toContain(
-      `PATCH /apis/apps/v1/namespaces/shop/deployments/api?fieldManager=opsgate application/strategic-merge-patch+json Bearer ${token}`,
-    );
+    // What reached the server: the read kubectl makes before it patches (is it paused?), with the
+    // bearer token; refused, so nothing was patched.
+    expect(seen).toContain(`GET /apis/apps/v1/namespaces/shop/deployments/api  Bearer ${token}`);
+    expect(seen.filter((l) => l.startsWith('PATCH'))).toEqual([]);
     expect(logs.lines.join('\n')).not.toContain(token);
   });
 

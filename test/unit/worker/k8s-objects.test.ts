@@ -2,7 +2,8 @@ import { describe, expect, it } from '@jest/globals';
 import { UnrecoverableError } from 'bullmq';
 import { ApiException, type V1Deployment } from '@kubernetes/client-node';
 import { buildDeployJob, deployJobName, labelValue } from '../../../worker/jobs/deploy.js';
-import { rolloutState } from '../../../worker/jobs/restart.js';
+import { pausedReason, rolloutState, SCALED_TO_ZERO } from '../../../worker/jobs/restart.js';
+import { eventName, eventNote } from '../../../worker/events.js';
 import { k8sFailure, rfc3339 } from '../../../worker/k8s.js';
 import { inventorySchema } from '../../../src/shared/inventory.js';
 
@@ -118,6 +119,14 @@ describe('rollout status (kubectl rollout status semantics)', () => {
     const s = rolloutState(dep(3, { observedGeneration: 2, updatedReplicas: 3, replicas: 3, availableReplicas: 3 }));
     expect(s).toMatchObject({ done: true, desired: 3, updated: 3, available: 3 });
   });
+  it('a Deployment scaled to 0 is done once the new generation is observed, and says no pod was restarted', () => {
+    expect(rolloutState(dep(0, { observedGeneration: 1 })).done).toBe(false);
+    expect(rolloutState(dep(0, { observedGeneration: 2 }))).toMatchObject({ done: true, desired: 0, message: SCALED_TO_ZERO });
+    expect(SCALED_TO_ZERO).toMatch(/scaled to 0 replicas: no pod was restarted/);
+  });
+  it("a paused Deployment's refusal uses kubectl's words", () => {
+    expect(pausedReason('shop', 'checkout')).toBe('deployments.apps "checkout" (namespace shop) can\'t restart paused deployment (run rollout resume first)');
+  });
   it('reports a rollout past its progress deadline as failed', () => {
     const s = rolloutState(
       dep(2, { observedGeneration: 2, updatedReplicas: 1, replicas: 2, conditions: [{ type: 'Progressing', status: 'False', reason: 'ProgressDeadlineExceeded' }] }),
@@ -145,5 +154,24 @@ describe('Kubernetes error mapping', () => {
   });
   it('restartedAt is RFC 3339 like kubectl writes it', () => {
     expect(rfc3339(new Date('2026-11-23T02:30:05.123Z'))).toBe('2026-11-23T02:30:05Z');
+  });
+});
+
+describe('Kubernetes Events (worker/events.ts)', () => {
+  const base = { requestedBy: 'bearer:0123456789ab', auditId: 'req-1', queueJobId: 'restart-abc' };
+  it('the note names the principal key id, the audit id and the job id; bounded to 1 kB', () => {
+    expect(eventNote({ ...base, reason: 'OpsgateRestart' })).toBe('rollout restart requested by bearer:0123456789ab (audit req-1, job restart-abc)');
+    expect(eventNote({ ...base, reason: 'OpsgateDeploy', detail: 'group/app refs/heads/main' })).toBe(
+      'deploy requested by bearer:0123456789ab (audit req-1, job restart-abc): group/app refs/heads/main',
+    );
+    expect(eventNote({ ...base, reason: 'OpsgateRestartRefused', detail: 'x'.repeat(5000) }).length).toBe(1024);
+  });
+  it('the name is deterministic per queue job and reason (a retried attempt finds its own Event)', () => {
+    const regarding = { apiVersion: 'apps/v1', kind: 'Deployment', name: 'checkout', namespace: 'shop' };
+    const a = eventName({ regarding, reason: 'OpsgateRestart', queueJobId: '1' });
+    expect(a).toMatch(/^checkout\.opsgate-[0-9a-f]{12}$/);
+    expect(eventName({ regarding, reason: 'OpsgateRestart', queueJobId: '1' })).toBe(a);
+    expect(eventName({ regarding, reason: 'OpsgateRestart', queueJobId: '2' })).not.toBe(a);
+    expect(eventName({ regarding, reason: 'OpsgateRestartRefused', queueJobId: '1' })).not.toBe(a);
   });
 });

@@ -1,0 +1,127 @@
+import { z } from 'zod';
+
+/**
+ * The OpenAPI 3.1 document of the API, built from a registry of route descriptions
+ * (src/openapi/routes.ts) whose request and answer schemas are the zod schemas the code uses.
+ * zod 4 emits JSON Schema draft 2020-12, which is OpenAPI 3.1's schema dialect, so nothing is
+ * translated by hand. Every error answer is the catalog's `{detail}` (src/shared/errors.ts).
+ */
+export type SecuritySchemeName = 'apiKey' | 'bearer' | 'alertsBearer' | 'scmToken' | 'githubSignature' | 'gitlabToken' | 'basic';
+
+export interface ResponseDoc {
+  description: string;
+  /** Answer body (JSON); errors default to {detail}. */
+  schema?: z.ZodType;
+  /** Response headers the answer carries (documented as strings). */
+  headers?: Record<string, string>;
+}
+
+export interface RouteDoc {
+  method: 'get' | 'post' | 'delete';
+  /** OpenAPI path template, e.g. /ops/jobs/{id}. */
+  path: string;
+  summary: string;
+  description?: string;
+  tags: string[];
+  /** Alternatives: any one of them authenticates the call. Empty: no authentication. */
+  security: SecuritySchemeName[];
+  pathParams?: z.ZodObject;
+  query?: z.ZodObject;
+  headers?: z.ZodObject;
+  body?: { contentTypes: string[]; schema: z.ZodType; required: boolean; description?: string };
+  responses: Record<number, ResponseDoc>;
+}
+
+export const errorSchema = z.object({ detail: z.string().describe('human-readable message; never a secret or a stack trace') });
+
+const SECURITY_SCHEMES: Record<SecuritySchemeName, Record<string, unknown>> = {
+  apiKey: {
+    type: 'apiKey',
+    in: 'header',
+    name: 'X-API-Key',
+    description: 'A key of OPS_API_KEY_ROLES; role readonly or operator (operations marked "operator" answer 403 to a readonly key).',
+  },
+  bearer: { type: 'http', scheme: 'bearer', description: 'OPS_BEARER_TOKEN (scheme word case-insensitive). Unset: every call 401.' },
+  alertsBearer: { type: 'http', scheme: 'bearer', description: 'ALERTS_WEBHOOK_TOKEN, required only when it is set.' },
+  scmToken: { type: 'apiKey', in: 'header', name: 'X-Scm-Token', description: 'Must equal SCM_WEBHOOK_SECRET. Unset secret: every call 403.' },
+  githubSignature: {
+    type: 'apiKey',
+    in: 'header',
+    name: 'X-Hub-Signature-256',
+    description: '`sha256=<hex HMAC-SHA256 of the raw body keyed by GITHUB_WEBHOOK_SECRET>`. Unset secret: every call 403.',
+  },
+  gitlabToken: {
+    type: 'apiKey',
+    in: 'header',
+    name: 'X-Gitlab-Token',
+    description: "GitLab's \"Secret token\": GITLAB_WEBHOOK_SECRET (or SCM_WEBHOOK_SECRET when unset).",
+  },
+  basic: { type: 'http', scheme: 'basic', description: 'Browsers: any user name, an operator key as the password.' },
+};
+
+const json = (schema: z.ZodType, io: 'input' | 'output'): Record<string, unknown> => {
+  const { $schema: _drop, ...rest } = z.toJSONSchema(schema, { io, unrepresentable: 'any' }) as Record<string, unknown>;
+  return rest;
+};
+
+function parameters(where: 'path' | 'query' | 'header', obj: z.ZodObject | undefined): Array<Record<string, unknown>> {
+  if (!obj) return [];
+  return Object.entries(obj.shape).map(([name, schema]) => {
+    const s = schema as z.ZodType;
+    return {
+      name,
+      in: where,
+      // A parameter is required when the schema refuses its absence.
+      required: where === 'path' || !s.safeParse(undefined).success,
+      ...(s.description ? { description: s.description } : {}),
+      schema: json(s, 'input'),
+    };
+  });
+}
+
+export function buildOpenApiDocument(routes: readonly RouteDoc[], info: { version: string; description: string }): Record<string, unknown> {
+  const paths: Record<string, Record<string, unknown>> = {};
+  for (const r of routes) {
+    const responses: Record<string, unknown> = {};
+    for (const [status, doc] of Object.entries(r.responses)) {
+      const schema = doc.schema ?? (Number(status) >= 400 ? errorSchema : undefined);
+      responses[status] = {
+        description: doc.description,
+        ...(doc.headers ? { headers: Object.fromEntries(Object.entries(doc.headers).map(([h, d]) => [h, { description: d, schema: { type: 'string' } }])) } : {}),
+        ...(schema ? { content: { 'application/json': { schema: json(schema, 'output') } } } : {}),
+      };
+    }
+    responses.default = { description: 'unexpected error (500, logged)', content: { 'application/json': { schema: json(errorSchema, 'output') } } };
+    paths[r.path] ??= {};
+    paths[r.path]![r.method] = {
+      operationId: `${r.method}${r.path.replace(/\{(\w+)\}/g, 'By_$1').replace(/[^A-Za-z0-9]+(.)?/g, (_m, c: string | undefined) => (c ? c.toUpperCase() : ''))}`,
+      summary: r.summary,
+      ...(r.description ? { description: r.description } : {}),
+      tags: r.tags,
+      security: r.security.map((name) => ({ [name]: [] })),
+      parameters: [...parameters('path', r.pathParams), ...parameters('query', r.query), ...parameters('header', r.headers)],
+      ...(r.body
+        ? {
+            requestBody: {
+              required: r.body.required,
+              ...(r.body.description ? { description: r.body.description } : {}),
+              content: Object.fromEntries(r.body.contentTypes.map((t) => [t, { schema: json(r.body!.schema, 'input') }])),
+            },
+          }
+        : {}),
+      responses,
+    };
+  }
+  return {
+    openapi: '3.1.0',
+    info: { title: 'opsgate', version: info.version, description: info.description },
+    jsonSchemaDialect: 'https://json-schema.org/draft/2020-12/schema',
+    components: { securitySchemes: SECURITY_SCHEMES },
+    paths,
+  };
+}
+
+/** "GET /ops/jobs/{id} 404"-style keys of every documented answer (for the coverage test). */
+export function documentedStatuses(routes: readonly RouteDoc[]): string[] {
+  return routes.flatMap((r) => Object.keys(r.responses).map((s) => `${r.method.toUpperCase()} ${r.path} ${s}`));
+}

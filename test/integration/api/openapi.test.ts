@@ -1,0 +1,289 @@
+import { createHmac } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Validator } from '@seriousme/openapi-schema-validator';
+import type { Express } from 'express';
+import request from 'supertest';
+import type { z } from 'zod';
+import { createRateLimiter } from '../../../src/middleware/rateLimit.js';
+import { documentedStatuses, errorSchema } from '../../../src/openapi/document.js';
+import { API_ROUTES } from '../../../src/openapi/routes.js';
+import { JOB } from '../../../src/shared/jobs.js';
+import { startRedis, type RedisServer } from '../../helpers/redis.js';
+import { BEARER, createHarness, GITHUB_SECRET, OP_KEY, RO_KEY, runWorkerUntil, SCM_SECRET, useHarness, type Harness } from './harness.js';
+
+/**
+ * GET /openapi.json (issue 11 item 9):
+ * - the document is OpenAPI 3.1 and names every auth scheme;
+ * - every route the Express app serves is in it (the app's router stack is walked), and nothing
+ *   is documented that the app does not serve;
+ * - every documented status of every operation is produced here by a real request (a table of
+ *   producers, one per "METHOD path status"; a documented status without one, or one that answers
+ *   something else, fails), and 2xx bodies match the documented (zod) answer schema.
+ */
+const ctx = useHarness();
+const ALERTS_TOKEN = 'alerts-token-0006-openapi';
+
+let limited: Harness; // RATE_LIMIT 1 per minute: the second request of a client is 429
+let tokened: Harness; // ALERTS_WEBHOOK_TOKEN set
+let down: Harness; // its Redis stopped
+let downSrv: RedisServer;
+
+beforeAll(async () => {
+  limited = await createHarness(ctx.srv.url, {
+    rateLimit: (d) => createRateLimiter({ ...d, rps: 1, windowMs: 60_000, keyPrefix: 'opsgate:rl-openapi:' }),
+  });
+  tokened = await createHarness(ctx.srv.url, { env: { ALERTS_WEBHOOK_TOKEN: ALERTS_TOKEN } });
+  downSrv = await startRedis();
+  down = await createHarness(downSrv.url);
+  await downSrv.stop();
+  const deadline = Date.now() + 10_000;
+  while ((down.redis.status === 'ready' || down.queue.isReady()) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+});
+afterAll(async () => {
+  await limited?.close();
+  await tokened?.close();
+  await down?.close();
+  await downSrv?.destroy();
+});
+
+// ---------------------------------------------------------------------------------------------
+// the router walk
+
+interface Layer {
+  route?: { path: string; methods: Record<string, boolean> };
+  handle?: { stack?: Layer[] };
+  rawPath?: unknown;
+  slash?: boolean;
+}
+
+/** "METHOD /path/{param}" of every route of the app; a router mounted under a path (Bull Board) counts as GET of its mount path. */
+function servedRoutes(app: Express): string[] {
+  const out: string[] = [];
+  const walk = (stack: Layer[], prefix: string) => {
+    for (const layer of stack) {
+      if (layer.route) {
+        for (const m of Object.keys(layer.route.methods).filter((k) => k !== '_all')) {
+          out.push(`${m.toUpperCase()} ${prefix}${layer.route.path.replace(/:(\w+)/g, '{$1}')}`);
+        }
+      } else if (layer.handle?.stack) {
+        const mount = typeof layer.rawPath === 'string' && !layer.slash ? layer.rawPath : '';
+        if (mount && mount !== '/') out.push(`GET ${prefix}${mount}`);
+        else walk(layer.handle.stack, prefix);
+      }
+    }
+  };
+  walk((app as unknown as { router: { stack: Layer[] } }).router.stack, '');
+  return [...new Set(out)].sort();
+}
+
+describe('the document', () => {
+  it('GET /openapi.json (no auth) is OpenAPI 3.1 with every auth scheme, and names only known schemes', async () => {
+    const res = await request(ctx.h.app).get('/openapi.json');
+    expect(res.status).toBe(200);
+    expect(res.headers['content-type']).toMatch(/^application\/json/);
+    const doc = res.body;
+    expect(doc.openapi).toBe('3.1.0');
+    expect(doc.info).toMatchObject({ title: 'opsgate', version: '9.9.9-test' });
+    const schemes = doc.components.securitySchemes;
+    expect(schemes.apiKey).toMatchObject({ type: 'apiKey', in: 'header', name: 'X-API-Key' });
+    expect(schemes.bearer).toMatchObject({ type: 'http', scheme: 'bearer' });
+    expect(schemes.scmToken).toMatchObject({ type: 'apiKey', in: 'header', name: 'X-Scm-Token' });
+    expect(schemes.githubSignature).toMatchObject({ type: 'apiKey', in: 'header', name: 'X-Hub-Signature-256' });
+    expect(schemes.gitlabToken).toMatchObject({ type: 'apiKey', in: 'header', name: 'X-Gitlab-Token' });
+    const ids = new Set<string>();
+    for (const [path, ops] of Object.entries<Record<string, any>>(doc.paths)) {
+      for (const [method, op] of Object.entries<any>(ops)) {
+        for (const req of op.security) for (const name of Object.keys(req)) expect(schemes[name]).toBeDefined();
+        expect(ids.has(op.operationId)).toBe(false);
+        ids.add(op.operationId);
+        for (const [status, r] of Object.entries<any>(op.responses)) {
+          if (status !== 'default' && Number(status) >= 400) expect(r.content['application/json'].schema.required).toEqual(['detail']);
+        }
+        expect(`${method} ${path}`).toMatch(/^(get|post|delete) \//);
+      }
+    }
+    // the request schemas are the validating zod schemas: constraints show up
+    const restart = doc.paths['/ops/restart'].post;
+    expect(restart.parameters).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ name: 'host', in: 'query', required: true }),
+        expect.objectContaining({ name: 'Idempotency-Key', in: 'header', required: false, schema: expect.objectContaining({ pattern: expect.any(String) }) }),
+      ]),
+    );
+    const list = doc.paths['/ops/jobs'].get.parameters;
+    expect(list.find((p: any) => p.name === 'limit')).toMatchObject({ required: false, schema: { type: 'integer', minimum: 1, maximum: 100, default: 20 } });
+    expect(doc.paths['/ops/restart'].post.responses['200'].content['application/json'].schema.required).toContain('coalesced');
+  });
+
+  it("is valid against the OpenAPI 3.1 specification's JSON schema", async () => {
+    const doc = (await request(ctx.h.app).get('/openapi.json')).body;
+    const validator = new Validator();
+    const result = await validator.validate(doc);
+    expect(result.errors ?? []).toEqual([]);
+    expect(result.valid).toBe(true);
+    expect(validator.version).toBe('3.1');
+    // and the validator does fail a broken one
+    expect((await new Validator().validate({ ...doc, paths: { '/x': { get: { responses: { 200: {} } } } } })).valid).toBe(false);
+  });
+
+  it('documents exactly the routes the Express app serves (walks the router stack)', () => {
+    const served = servedRoutes(ctx.h.app);
+    const documented = API_ROUTES.map((r) => `${r.method.toUpperCase()} ${r.path}`).sort();
+    expect(served.length).toBeGreaterThan(10);
+    expect(served.filter((r) => !documented.includes(r))).toEqual([]); // served, not documented
+    expect(documented.filter((r) => !served.includes(r))).toEqual([]); // documented, not served
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// every documented status, produced
+
+type Res = request.Response;
+const sign = (body: string) => `sha256=${createHmac('sha256', GITHUB_SECRET).update(body).digest('hex')}`;
+const big = 'x'.repeat(1024 * 1024 + 10);
+const push = JSON.stringify({ ref: 'refs/heads/main', checkout_sha: 'abc123', project: { path_with_namespace: 'group/app' } });
+const ghPush = JSON.stringify({ ref: 'refs/heads/main', after: 'def456', repository: { full_name: 'group/app' } });
+const alerts = JSON.stringify({ alerts: [{ status: 'firing', fingerprint: 'fp-openapi', labels: { alertname: 'X' } }] });
+
+/** A dead letter made by the real worker processor (a restart of a host not in the inventory). */
+async function deadLetter(h: Harness): Promise<string> {
+  const id = await h.queue.enqueue(JOB.restartService, { host: 'gone', service: 'api', audit_id: 'a', requested_by: 'b' });
+  await runWorkerUntil(ctx.srv.url, async () => (await h.queue.getJob(id))?.state === 'failed');
+  return id;
+}
+
+/** Valid credentials for a route (by its first scheme). */
+function authed(r: request.Test, path: string): request.Test {
+  if (path === '/ops/restart') return r.set('Authorization', `Bearer ${BEARER}`);
+  if (path === '/webhook/scm') return r.set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook');
+  if (path === '/webhook/github') return r.set('X-Hub-Signature-256', 'sha256=00').set('X-GitHub-Event', 'push');
+  if (path === '/webhook/alerts') return r;
+  return r.set('X-API-Key', OP_KEY);
+}
+
+const call = (app: Express, method: string, path: string) => {
+  const agent = request(app);
+  return method === 'GET' ? agent.get(path) : method === 'POST' ? agent.post(path) : agent.delete(path);
+};
+
+/** The request path of a documented path (parameters filled in with something that exists when needed). */
+const concrete = (path: string) => path.replace('{host}', 'web-1').replace('{id}', 'some-job');
+
+/** Producers for the statuses every route of a kind shares. */
+function generic(method: string, path: string, status: number): (() => Promise<Res>) | undefined {
+  const p = concrete(path);
+  switch (status) {
+    case 429:
+      return async () => {
+        await call(limited.app, method, p);
+        return call(limited.app, method, p);
+      };
+    case 401:
+      return path === '/webhook/alerts'
+        ? () => request(tokened.app).post(p).set('Content-Type', 'application/json').send(alerts)
+        : () => call(ctx.h.app, method, p);
+    case 413:
+      return () => authed(call(ctx.h.app, method, p), path).set('Content-Type', 'application/json').send(big);
+    case 503:
+      return () => {
+        const req = authed(call(down.app, method, path === '/ops/restart' ? '/ops/restart?host=web-1&service=checkout' : p), path);
+        if (path === '/ops/jobs/{id}/retry') return req.set('Content-Type', 'application/json').send('{"reason":"r"}');
+        if (path === '/webhook/scm') return req.set('Content-Type', 'application/json').send(push);
+        if (path === '/webhook/github') return req.set('X-Hub-Signature-256', sign(ghPush)).set('Content-Type', 'application/json').send(ghPush);
+        if (path === '/webhook/alerts') return req.set('Content-Type', 'application/json').send(alerts);
+        return req;
+      };
+    default:
+      return undefined;
+  }
+}
+
+const json = (r: request.Test, body: string) => r.set('Content-Type', 'application/json').send(body);
+
+const PRODUCERS: Record<string, () => Promise<Res>> = {
+  'GET /health 200': () => request(ctx.h.app).get('/health'),
+  'GET /ready 200': () => request(ctx.h.app).get('/ready'),
+  'GET /version 200': () => request(ctx.h.app).get('/version'),
+  'GET /openapi.json 200': () => request(ctx.h.app).get('/openapi.json'),
+  'GET /ops/hosts 200': () => request(ctx.h.app).get('/ops/hosts').set('X-API-Key', RO_KEY),
+  'GET /ops/hosts/{host} 200': () =>
+    createHarness(ctx.srv.url, {
+      hostStatus: { deployments: async (_ns, names) => names.map((name) => ({ name, found: true, replicas: 1, ready: 1, updated: 1, available: 1, restarted_at: null })) },
+    }).then(async (h) => {
+      try {
+        return await request(h.app).get('/ops/hosts/web-1').set('X-API-Key', RO_KEY);
+      } finally {
+        await h.close();
+      }
+    }),
+  'GET /ops/hosts/{host} 404': () => request(ctx.h.app).get('/ops/hosts/nope').set('X-API-Key', RO_KEY),
+  'GET /ops/hosts/{host} 503': () => request(ctx.h.app).get('/ops/hosts/web-1').set('X-API-Key', RO_KEY), // no cluster configured
+  'POST /ops/restart 200': () => request(ctx.h.app).post('/ops/restart?host=web-1&service=checkout').set('Authorization', `Bearer ${BEARER}`),
+  'POST /ops/restart 400': () => request(ctx.h.app).post('/ops/restart?host=web-1&service=checkout').set('Authorization', `Bearer ${BEARER}`).set('Idempotency-Key', 'k'.repeat(300)),
+  'POST /ops/restart 404': () => request(ctx.h.app).post('/ops/restart?host=nope&service=checkout').set('Authorization', `Bearer ${BEARER}`),
+  'POST /ops/restart 422': () => request(ctx.h.app).post('/ops/restart?host=web-1').set('Authorization', `Bearer ${BEARER}`),
+  'DELETE /ops/cache 200': () => request(ctx.h.app).delete('/ops/cache').set('X-API-Key', OP_KEY),
+  'DELETE /ops/cache 403': () => request(ctx.h.app).delete('/ops/cache').set('X-API-Key', RO_KEY),
+  'GET /ops/jobs 200': async () => {
+    await deadLetter(ctx.h);
+    return request(ctx.h.app).get('/ops/jobs?state=failed').set('X-API-Key', RO_KEY);
+  },
+  'GET /ops/jobs 422': () => request(ctx.h.app).get('/ops/jobs?state=nope').set('X-API-Key', RO_KEY),
+  'GET /ops/jobs/{id} 200': async () => request(ctx.h.app).get(`/ops/jobs/${await deadLetter(ctx.h)}`).set('X-API-Key', RO_KEY),
+  'GET /ops/jobs/{id} 404': () => request(ctx.h.app).get('/ops/jobs/nope').set('X-API-Key', RO_KEY),
+  'POST /ops/jobs/{id}/retry 200': async () => json(request(ctx.h.app).post(`/ops/jobs/${await deadLetter(ctx.h)}/retry`).set('X-API-Key', OP_KEY), '{"reason":"fixed"}'),
+  'POST /ops/jobs/{id}/retry 400': () => json(request(ctx.h.app).post('/ops/jobs/x/retry').set('X-API-Key', OP_KEY), '{nope'),
+  'POST /ops/jobs/{id}/retry 403': () => json(request(ctx.h.app).post('/ops/jobs/x/retry').set('X-API-Key', RO_KEY), '{"reason":"r"}'),
+  'POST /ops/jobs/{id}/retry 404': () => json(request(ctx.h.app).post('/ops/jobs/nope/retry').set('X-API-Key', OP_KEY), '{"reason":"r"}'),
+  'POST /ops/jobs/{id}/retry 409': async () => {
+    const id = await ctx.h.queue.enqueue(JOB.notifyOncall, { alertname: 'x', annotations: {}, audit_id: 'a', requested_by: 'b' });
+    return json(request(ctx.h.app).post(`/ops/jobs/${id}/retry`).set('X-API-Key', OP_KEY), '{"reason":"r"}');
+  },
+  'POST /ops/jobs/{id}/retry 422': () => json(request(ctx.h.app).post('/ops/jobs/x/retry').set('X-API-Key', OP_KEY), '{}'),
+  'POST /webhook/scm 202': () => json(request(ctx.h.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook'), push),
+  'POST /webhook/scm 400': () => json(request(ctx.h.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook'), '{nope'),
+  'POST /webhook/scm 403': () => json(request(ctx.h.app).post('/webhook/scm'), push),
+  'POST /webhook/scm 422': () => json(request(ctx.h.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook'), '{"ref":"refs/heads/main"}'),
+  'POST /webhook/github 202': () => json(request(ctx.h.app).post('/webhook/github').set('X-Hub-Signature-256', sign(ghPush)).set('X-GitHub-Event', 'push'), ghPush),
+  'POST /webhook/github 400': () => json(request(ctx.h.app).post('/webhook/github').set('X-Hub-Signature-256', sign('{nope')).set('X-GitHub-Event', 'push'), '{nope'),
+  'POST /webhook/github 403': () => json(request(ctx.h.app).post('/webhook/github').set('X-Hub-Signature-256', sign('other')).set('X-GitHub-Event', 'push'), ghPush),
+  'POST /webhook/github 422': () => {
+    const body = '{"ref":"refs/heads/main"}';
+    return json(request(ctx.h.app).post('/webhook/github').set('X-Hub-Signature-256', sign(body)).set('X-GitHub-Event', 'push'), body);
+  },
+  'POST /webhook/alerts 202': () => json(request(ctx.h.app).post('/webhook/alerts'), alerts),
+  'POST /webhook/alerts 400': () => json(request(ctx.h.app).post('/webhook/alerts'), '{nope'),
+  'POST /webhook/alerts 422': () => json(request(ctx.h.app).post('/webhook/alerts'), '{"alerts":{}}'),
+  'GET /admin/queues 200': () => request(ctx.h.app).get('/admin/queues').set('X-API-Key', OP_KEY),
+  'GET /admin/queues 403': () => request(ctx.h.app).get('/admin/queues').set('X-API-Key', RO_KEY),
+};
+
+function producerFor(key: string): (() => Promise<Res>) | undefined {
+  if (PRODUCERS[key]) return PRODUCERS[key];
+  const [method, path, status] = key.split(' ') as [string, string, string];
+  return generic(method, path, Number(status));
+}
+
+const KEYS = documentedStatuses(API_ROUTES);
+
+describe('every documented status is produced by a real request', () => {
+  it('every documented status has a producer, and every producer a documented status', () => {
+    expect(KEYS.filter((k) => !producerFor(k))).toEqual([]);
+    expect(Object.keys(PRODUCERS).filter((k) => !KEYS.includes(k))).toEqual([]);
+  });
+
+  it.each(KEYS)('%s', async (key) => {
+    const [method, path, statusText] = key.split(' ') as [string, string, string];
+    const status = Number(statusText);
+    const res = await producerFor(key)!();
+    expect(res.status).toBe(status);
+    const doc = API_ROUTES.find((r) => r.method.toUpperCase() === method && r.path === path)!.responses[status]!;
+    if (status >= 400) {
+      expect(errorSchema.strict().safeParse(res.body).success).toBe(true);
+    } else if (doc.schema && res.headers['content-type']?.startsWith('application/json')) {
+      const parsed = (doc.schema as z.ZodType).safeParse(res.body);
+      expect(parsed.error?.issues ?? []).toEqual([]);
+    }
+    for (const h of Object.keys(doc.headers ?? {})) expect(res.headers[h.toLowerCase()]).toBeDefined();
+  });
+});
