@@ -119,13 +119,12 @@ report() {
 
 load() {
   local sock=${1:?usage: images.sh load <containerd socket>}
-  local img tmp; tmp=$(mktemp -d "${TMPDIR:-/tmp}/opsgate-load.XXXXXX")
-  for img in "$API_IMAGE" "$WORKER_IMAGE" "$TESTTOOLS_IMAGE" "$PAUSE_IMAGE"; do
-    podman save --quiet --format oci-archive -o "$tmp/image.tar" "$img"
-    ctr --address "$sock" -n k8s.io images import --base-name "${img%:*}" "$tmp/image.tar" >/dev/null
-    rm -f "$tmp/image.tar"
-  done
-  rmdir "$tmp"
+  local tmp; tmp=$(mktemp -d "${TMPDIR:-/tmp}/opsgate-load.XXXXXX")
+  # One multi-image archive: the layers the api and worker images share are written and read once.
+  podman save --quiet --multi-image-archive --format docker-archive -o "$tmp/images.tar" \
+    "$API_IMAGE" "$WORKER_IMAGE" "$TESTTOOLS_IMAGE" "$PAUSE_IMAGE"
+  ctr --address "$sock" -n k8s.io images import "$tmp/images.tar" >/dev/null
+  rm -rf "$tmp"
 }
 
 need_tools
