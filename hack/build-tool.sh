@@ -7,6 +7,7 @@
 #   hack/build-tool.sh k8s  <version>   -> kube-apiserver, kube-controller-manager, kube-scheduler,
 #                                          kubelet, kube-proxy, kubectl (k8s.io/kubernetes + its staging modules)
 #   hack/build-tool.sh coredns <version> -> coredns        (github.com/coredns/coredns)
+#   hack/build-tool.sh prometheus <v0.x> -> prometheus     (github.com/prometheus/prometheus, Kubernetes SD only)
 #
 # Binaries are real files in ${XDG_CACHE_HOME:-$HOME/.cache}/opsgate-tools/<tool>-<version>/
 # (shared by every clone on the machine, so CI's fresh clone reuses them) and are
@@ -26,7 +27,8 @@ case $tool in
   etcd) bins=(etcd) ;;
   k8s)  bins=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl) ;;
   coredns) bins=(coredns) ;;
-  *) echo "build-tool.sh: unknown tool '$tool' (helm|etcd|k8s|coredns)" >&2; exit 2 ;;
+  prometheus) bins=(prometheus) ;;
+  *) echo "build-tool.sh: unknown tool '$tool' (helm|etcd|k8s|coredns|prometheus)" >&2; exit 2 ;;
 esac
 
 log() { echo "[build-tool $tool $version] $*" >&2; }
@@ -187,6 +189,23 @@ EOF
     go get "github.com/coredns/coredns@$version"
     log "compiling coredns"
     "${NICE[@]}" go build -p "$GO_P" -ldflags "-s -w" -o "$stage/coredns" github.com/coredns/coredns
+    ;;
+
+  prometheus)
+    # Debian's prometheus (2.42, bookworm) is built without kubernetes_sd_configs; the test node's
+    # Prometheus needs Kubernetes service discovery, so it is built from its Go module with only that
+    # discovery (upstream's build tags; the web UI's assets are not embedded, the HTTP API is all).
+    cat >go.mod <<EOF
+module opsgate.local/tools/prometheus
+
+go 1.24.0
+
+require github.com/prometheus/prometheus $version
+EOF
+    log "resolving modules"
+    go get -tags "remove_all_sd,enable_kubernetes_sd" "github.com/prometheus/prometheus/cmd/prometheus@$version"
+    log "compiling prometheus (kubernetes SD only)"
+    "${NICE[@]}" go build -p "$GO_P" -tags "remove_all_sd,enable_kubernetes_sd" -ldflags "-s -w" -o "$stage/prometheus" github.com/prometheus/prometheus/cmd/prometheus
     ;;
 esac
 

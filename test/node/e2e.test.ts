@@ -198,6 +198,8 @@ describe('charts/opsgate on a real node', () => {
     for (const n of after.worker) expect(before.worker).not.toContain(n);
     expect(answers.ok).toBeGreaterThan(10);
     expect(answers.bad).toEqual([]);
+    // once the old pods (still serving their preStop seconds with the old keys) are gone:
+    await waitFor('the old api pods gone', async () => (await releasePods('api')).every((p) => !before.api.includes(p.metadata.name)), 120_000, 1000);
     // the new keys work, the generated ones of the install are gone
     expect((await http('GET', `${api}/ops/hosts`, { headers: readonly })).body).toEqual({ hosts: ['web-1'] });
   });
@@ -313,22 +315,32 @@ describe('charts/opsgate on a real node', () => {
     expect(alert.status).toBe('firing');
 
     ok(await kubectl(['-n', NS, 'scale', `deployment/${RELEASE}-worker`, '--replicas=1']), 'scale worker to 1');
-    const notified = await waitFor('the worker to run notify_oncall for OpsgateWorkerDown', async () => {
-      const ps = (await releasePods('worker')).filter(podReady);
-      if (ps.length === 0) return undefined;
-      const logs = (await kubectl(['-n', NS, 'logs', ps[0]!.metadata.name])).stdout;
-      const lines = logs.split('\n').filter((l) => l.includes('OpsgateWorkerDown') && l.includes('notify'));
-      return lines.length > 0 ? lines : undefined;
+    const notifyJobs = async (state: string) => {
+      const r = await http('GET', `${api}/ops/jobs?state=${state}&limit=100`, { headers: readonly });
+      expect(r.status).toBe(200);
+      return (r.body.jobs as Obj[]).filter((j) => j.name === 'ops_worker.notify_oncall');
+    };
+    // the worker, back, runs the notification the API queued while it was down
+    const done = await waitFor('the notify_oncall job completed', async () => {
+      const jobs = await notifyJobs('completed');
+      return jobs.length > 0 ? jobs : undefined;
     }, 180_000, 2000);
-    expect(notified).toHaveLength(1);
-    // the API queued it exactly once although Alertmanager may re-send the group
-    const apiLogs = await Promise.all((await releasePods('api')).map(async (p) => (await kubectl(['-n', NS, 'logs', p.metadata.name])).stdout));
-    const intake = apiLogs.join('\n').split('\n').filter((l) => l.includes('/webhook/alerts') && l.includes('"status":202'));
-    expect(intake.length).toBeGreaterThan(0);
+    const logs = await waitFor('the worker log line of the notification', async () => {
+      const ps = (await releasePods('worker')).filter(podReady);
+      const text = ps.length ? (await kubectl(['-n', NS, 'logs', ps[0]!.metadata.name])).stdout : '';
+      const lines = text.split('\n').filter((l) => l.includes('"msg":"alert notification"') && l.includes('OpsgateWorkerDown'));
+      return lines.length > 0 ? lines : undefined;
+    }, 60_000, 1000);
+    // exactly one job for the alert, although Alertmanager may send the group again
+    const all = [...done, ...(await notifyJobs('waiting')), ...(await notifyJobs('active')), ...(await notifyJobs('delayed')), ...(await notifyJobs('failed'))];
+    expect(all.map((j) => j.id)).toEqual([done[0]!.id]);
+    expect(logs).toHaveLength(1);
   });
 
   test('helm uninstall leaves no object of the release behind', async () => {
     ok(await helm(['uninstall', RELEASE, '-n', NS, '--wait', '--timeout', '3m']), 'helm uninstall');
+    // the pods of the deleted workloads finish terminating (preStop + drain) on their own
+    await waitFor('the release pods gone', async () => (await pods(NS, `app.kubernetes.io/instance=${RELEASE}`)).length === 0, 120_000, 1000);
     const left = ok(await kubectl(['api-resources', '--verbs=list', '-o', 'name']), 'api-resources').stdout.split('\n').filter(Boolean);
     const leftovers: string[] = [];
     const namespaced = ok(await kubectl(['api-resources', '--verbs=list', '--namespaced=true', '-o', 'name']), 'api-resources').stdout.split('\n').filter(Boolean);

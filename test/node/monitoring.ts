@@ -8,7 +8,8 @@ import { REPO } from '../helpers/cluster.js';
 import { NODE_DIR, waitFor, type Obj } from './support.js';
 
 /**
- * Real Prometheus and Alertmanager (Debian packages prometheus, prometheus-alertmanager) as host
+ * Real Prometheus (built from github.com/prometheus/prometheus: Debian's lacks Kubernetes service
+ * discovery) and Alertmanager (Debian package prometheus-alertmanager) as host
  * processes on 127.0.0.1 against the test node: Prometheus discovers the release's pods through
  * Kubernetes service discovery (the apiserver on the node's bridge address), loads the chart's own
  * rules file (charts/opsgate/files/prometheus-rules.yaml, what the PrometheusRule renders) and
@@ -16,7 +17,8 @@ import { NODE_DIR, waitFor, type Obj } from './support.js';
  */
 export const RULES_FILE = join(REPO, 'charts', 'opsgate', 'files', 'prometheus-rules.yaml');
 export const DASHBOARD_FILE = join(REPO, 'charts', 'opsgate', 'files', 'grafana-dashboard.json');
-const PROMETHEUS = process.env.PROMETHEUS_BIN ?? '/usr/bin/prometheus';
+// Built from its Go module by `make tools-prometheus`: Debian's prometheus 2.42 has no Kubernetes SD.
+const PROMETHEUS = process.env.PROMETHEUS_BIN ?? join(REPO, '.tools', 'bin', 'prometheus');
 const ALERTMANAGER = process.env.ALERTMANAGER_BIN ?? '/usr/bin/prometheus-alertmanager';
 const NODE_IP = process.env.NODE_IP ?? '10.244.0.1';
 
@@ -115,6 +117,17 @@ export async function startMonitoring(opts: { namespace: string; release: string
     `--config.file=${join(dir, 'prometheus.yml')}`, `--storage.tsdb.path=${join(dir, 'prom-data')}`,
     `--web.listen-address=127.0.0.1:${promPort}`,
   ], join(dir, 'prometheus.log'));
+  async function stopAll(): Promise<void> {
+    for (const c of [prom, am]) {
+      if (c.exitCode !== null || c.signalCode !== null) continue;
+      const exited = new Promise((r) => c.once('exit', r));
+      c.kill('SIGTERM');
+      const t = setTimeout(() => c.kill('SIGKILL'), 10_000);
+      await exited;
+      clearTimeout(t);
+    }
+    rmSync(dir, { recursive: true, force: true });
+  }
   const prometheus = `http://127.0.0.1:${promPort}`;
   const alertmanager = `http://127.0.0.1:${amPort}`;
   const logTail = () => ['prometheus.log', 'alertmanager.log'].map((f) => `--- ${f}\n${readFileSync(join(dir, f), 'utf8').split('\n').slice(-15).join('\n')}`).join('\n');
@@ -122,7 +135,9 @@ export async function startMonitoring(opts: { namespace: string; release: string
     await waitFor('prometheus ready', async () => (await fetch(`${prometheus}/-/ready`)).ok, 60_000);
     await waitFor('alertmanager ready', async () => (await fetch(`${alertmanager}/-/ready`)).ok, 60_000);
   } catch (e) {
-    throw new Error(`${(e as Error).message}\n${logTail()}`);
+    const msg = `${(e as Error).message}\n${logTail()}`;
+    await stopAll();
+    throw new Error(msg);
   }
 
   async function query(q: string): Promise<Obj[]> {
@@ -180,16 +195,6 @@ export async function startMonitoring(opts: { namespace: string; release: string
       if (failed > 0) throw new Error(`Alertmanager failed ${failed} webhook notification(s)\n${logTail()}`);
       return { ...alert, status: 'firing' };
     },
-    async stop() {
-      for (const c of [prom, am]) {
-        if (c.exitCode !== null) continue;
-        const exited = new Promise((r) => c.once('exit', r));
-        c.kill('SIGTERM');
-        const t = setTimeout(() => c.kill('SIGKILL'), 10_000);
-        await exited;
-        clearTimeout(t);
-      }
-      rmSync(dir, { recursive: true, force: true });
-    },
+    stop: stopAll,
   };
 }
