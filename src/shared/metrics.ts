@@ -220,6 +220,8 @@ export function createMetrics(component: Component, version: string, opts: { def
   const setQueueDepthSources = (sources: QueueCountsSource[], opts: { timeoutMs?: number } = {}) => {
     depthSources = [...sources];
     if (opts.timeoutMs !== undefined) depthTimeoutMs = opts.timeoutMs;
+    // A series at 0 from the start: rate()/increase() and the dashboard see "no errors", not "no data".
+    for (const src of depthSources) queueScrapeErrors.inc({ queue: src.queue }, 0);
   };
 
   return {

@@ -50,6 +50,13 @@ describe('metrics server', () => {
     expect(((await res.json()) as { detail: string }).detail).toMatch(/method not allowed/);
   });
 
+  test('queue read errors start at 0 for every queue that exports depth (rate() sees "no errors", not "no data")', async () => {
+    const m = createMetrics('api', '0.0.0-test', { defaults: false });
+    expect(await m.registry.metrics()).not.toMatch(/^opsgate_queue_scrape_errors_total\{/m);
+    m.setQueueDepthSources([{ queue: 'ops', counts: async () => ({ waiting: 0 }) }]);
+    expect(await m.registry.metrics()).toContain('opsgate_queue_scrape_errors_total{queue="ops"} 0');
+  });
+
   test('queue depth: no source -> no samples; a source that never answers is bounded and counted', async () => {
     let text = await (await fetch(`${base}/metrics`)).text();
     expect(text).toContain('# TYPE opsgate_queue_jobs gauge');
