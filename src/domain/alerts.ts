@@ -1,25 +1,34 @@
 import type { Redis } from 'ioredis';
-import { UnprocessableError } from '../shared/errors.js';
+import type { DeferredRateHit } from '../middleware/rateLimit.js';
+import { PayloadTooLargeError, UnprocessableError } from '../shared/errors.js';
 import { JOB, notifyOncallData, type NotifyOncallData } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
 import type { OpsQueue } from '../shared/queue.js';
-import { claimAndEnqueue } from './claim.js';
+import { claimAndEnqueueMany } from './claim.js';
 import { seenKey } from './redisOps.js';
 
 /**
  * /webhook/alerts rules 1-4 (Alertmanager payload). Plain values in, counts out.
  *
- * Failure handling (the spec is silent): alerts are processed in order; when enqueueing one
- * fails, its fingerprint's seen record is removed and the failure propagates (503 + Retry-After),
- * so Alertmanager retries the whole batch: alerts already queued are then duplicates (not queued
- * twice), the failed one and the rest are queued. No accepted alert is lost.
+ * One payload costs two Redis round trips whatever its size (issue 10): one pipeline of every
+ * fingerprint's claim (with the request's rate-limit hit), one pipeline of every add (BullMQ's
+ * add script, as addBulk) and mark: src/domain/claim.ts.
+ *
+ * Failure handling (the spec is silent): when enqueueing fails, the seen records of the alerts
+ * that were not queued are removed and the failure propagates (503 + Retry-After), so
+ * Alertmanager retries the whole batch: alerts already queued are then duplicates (not queued
+ * twice), the others are queued. No accepted alert is lost.
+ *
+ * Size: more than `maxAlerts` alerts in one payload -> 413, nothing recorded or queued
+ * (ALERTS_MAX_PER_REQUEST; Alertmanager's receiver option `max_alerts` keeps it below).
  */
 export const SEEN_ALERT_TTL_SECONDS = 300;
+export const DEFAULT_MAX_ALERTS = 1000;
 const MAX_ALERTNAME = 1024;
 
 export interface AlertsDeps {
   redis: Redis;
-  queue: Pick<OpsQueue, 'enqueue'>;
+  queue: Pick<OpsQueue, 'addClaimed'>;
   logger: Logger;
 }
 
@@ -28,6 +37,14 @@ export interface AlertsOutcome {
   firing: number;
   queued: number;
   duplicates: number;
+  /** The ids of the jobs this payload queued (new ones only), in payload order. */
+  jobIds: string[];
+}
+
+export interface AlertsOptions {
+  /** ALERTS_MAX_PER_REQUEST. */
+  maxAlerts?: number;
+  rateHit?: DeferredRateHit;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -38,10 +55,20 @@ interface Planned {
 }
 
 /** Rules 1-2 and the job data of every firing alert with a fingerprint (validated before anything is recorded). */
-export function planAlerts(payload: unknown, auditId: string, requestedBy: string): { received: number; firing: number; planned: Planned[] } {
+export function planAlerts(
+  payload: unknown,
+  auditId: string,
+  requestedBy: string,
+  maxAlerts = DEFAULT_MAX_ALERTS,
+): { received: number; firing: number; planned: Planned[] } {
   if (!isObject(payload)) throw new UnprocessableError('payload must be a JSON object with an "alerts" array');
   const alerts = payload.alerts;
   if (!Array.isArray(alerts)) throw new UnprocessableError('"alerts" must be an array');
+  if (alerts.length > maxAlerts) {
+    throw new PayloadTooLargeError(
+      `payload has ${alerts.length} alerts; at most ${maxAlerts} are accepted per request (ALERTS_MAX_PER_REQUEST; set max_alerts in the Alertmanager receiver)`,
+    );
+  }
   let firing = 0;
   const planned: Planned[] = [];
   alerts.forEach((a, i) => {
@@ -60,31 +87,27 @@ export function planAlerts(payload: unknown, auditId: string, requestedBy: strin
   return { received: alerts.length, firing, planned };
 }
 
-/** Rule 3: per planned alert, SET NX EX 300 on its fingerprint; when recorded, enqueue notify_oncall. */
-export async function submitAlerts(deps: AlertsDeps, payload: unknown, auditId: string, requestedBy: string): Promise<AlertsOutcome> {
-  const plan = planAlerts(payload, auditId, requestedBy);
-  let queued = 0;
-  let duplicates = 0;
-  for (const p of plan.planned) {
-    let out;
-    try {
-      // SET NX + enqueue without a crash window (src/domain/claim.ts); rule 9 is kept there.
-      out = await claimAndEnqueue(deps, {
-        key: seenKey(`alert:${p.fingerprint}`),
-        ttlSeconds: SEEN_ALERT_TTL_SECONDS,
-        name: JOB.notifyOncall,
-        data: p.data,
-        what: `alert:${p.fingerprint}`,
-      });
-    } catch (err) {
-      deps.logger.warn('alert batch interrupted by a failed enqueue; the sender will retry', {
-        queued_before_failure: queued,
-        fingerprint: p.fingerprint,
-      });
-      throw err;
-    }
-    if (out.accepted) queued++;
-    else duplicates++;
-  }
-  return { received: plan.received, firing: plan.firing, queued, duplicates };
+/** Rule 3: per planned alert, SET NX EX 300 on its fingerprint; when recorded, enqueue notify_oncall (two round trips in all). */
+export async function submitAlerts(
+  deps: AlertsDeps,
+  payload: unknown,
+  auditId: string,
+  requestedBy: string,
+  opts: AlertsOptions = {},
+): Promise<AlertsOutcome> {
+  const plan = planAlerts(payload, auditId, requestedBy, opts.maxAlerts);
+  if (plan.planned.length === 0) return { received: plan.received, firing: plan.firing, queued: 0, duplicates: 0, jobIds: [] };
+  const outs = await claimAndEnqueueMany(
+    deps,
+    plan.planned.map((p) => ({
+      key: seenKey(`alert:${p.fingerprint}`),
+      ttlSeconds: SEEN_ALERT_TTL_SECONDS,
+      name: JOB.notifyOncall,
+      data: p.data,
+      what: `alert:${p.fingerprint}`,
+    })),
+    { rateHit: opts.rateHit },
+  );
+  const jobIds = outs.filter((o) => o.accepted && o.jobId).map((o) => o.jobId!);
+  return { received: plan.received, firing: plan.firing, queued: jobIds.length, duplicates: outs.length - jobIds.length, jobIds };
 }

@@ -1,122 +1,244 @@
 import { randomUUID } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { ChainableCommander, Redis } from 'ioredis';
+import type { DeferredRateHit } from '../middleware/rateLimit.js';
 import type { JobDataByName, JobName } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
-import type { OpsQueue } from '../shared/queue.js';
-import { redisCall } from './redisOps.js';
+import { QueueUnavailableError, type ClaimedJob, type OpsQueue } from '../shared/queue.js';
+import { dedupId } from './redisOps.js';
+import { ServiceUnavailableError } from '../shared/errors.js';
 
 /**
- * Seen record + enqueue without a window in which a crash loses the event.
+ * Seen record + enqueue without a window in which a crash loses the event, in two Redis round
+ * trips for a new event and one for a duplicate, the rate-limit hit included (issue 10).
  *
  * The spec's flow is "SET seen NX, then enqueue; if enqueueing fails, delete seen" (rules 6-9).
- * An API process killed between the SET and the enqueue (SIGKILL, OOM, node eviction) leaves a
- * seen record with no job: every retry of the sender is then a "duplicate" for 24 h and the
+ * An API process killed between the SET and the enqueue (SIGKILL, OOM, node eviction) would leave
+ * a seen record with no job: every retry of the sender is then a "duplicate" for 24 h and the
  * event is lost. test/reliability/faults.test.ts reproduces it by killing an API under load.
  *
  * So the record carries the job id the claimant will use, and a state:
  *   "p:<jobId>"  pending: claimed, job not confirmed on the queue yet;
  *   "q:<jobId>"  queued: the job was added.
- * - claim: one round trip (Lua: SET NX EX, else GET the current value);
- * - claimed -> add the job with that job id -> mark "q:" (XX KEEPTTL) -> accepted;
- *   enqueue failed -> delete the record only if it is still our "p:" (rule 9), propagate (503);
- * - already "q:" -> duplicate (one round trip, as before);
- * - already "p:" -> the claimant is either still in flight or dead: add the job with the
- *   recorded job id. BullMQ ignores an add whose job id exists, so this never makes a second
- *   job; it only completes a claim whose enqueue never happened. Then mark "q:" -> duplicate.
- * - any other value (records written by older versions) -> duplicate.
+ * Round trip 1 (one pipeline on the request connection): the request's deferred rate-limit hit
+ *   (src/middleware/rateLimit.ts) and one claim script per event (SET NX EX on every key of the
+ *   event, else the current value; an event may have several keys, e.g. its content key and the
+ *   sender's delivery id, claimed atomically together).
+ *   - over the rate limit -> our fresh claims are removed, 429;
+ *   - "q:<id>" -> duplicate of job <id>: done, one round trip;
+ *   - any other value (records written by older versions) -> duplicate;
+ *   - claimed, or "p:<id>" (the claimant is still in flight or died) -> round trip 2.
+ * Round trip 2 (one pipeline on the queue connection): BullMQ's add script for every job, with
+ *   the claimed job id and BullMQ's own deduplication (id = the event, ttl = its window), then one
+ *   "mark" script per event that turns our "p:" into "q:<the id on the queue>" only once the add
+ *   has put it there. BullMQ's deduplication key survives the job's completion and its removal by
+ *   the retention policy for the whole ttl (test/reliability/claim.test.ts proves it on a real
+ *   Redis), so re-adding a "p:" event never makes a second job, even when the first add's reply
+ *   was lost or the job is long gone: the add answers the first job's id.
+ *   - an add failed -> our "p:" record is removed (rule 9), 503;
+ *   - the mark failed -> harmless: a later duplicate finds "p:" and re-adds (a no-op).
  * Job ids are per claim (not per event), so an alert that fires again after its 300 s window
  * gets a new job, as before.
  */
 export const PENDING = 'p:';
 export const QUEUED = 'q:';
 
-const CLAIM = 'opsgateSeenClaim';
-/** KEYS[1] seen key; ARGV[1] value, ARGV[2] ttl seconds. Returns false when claimed, else the current value. */
+const CLAIM = 'opsgateSeenClaimN';
+/**
+ * KEYS: every key of one event; ARGV[1] the pending value, ARGV[1+i] the ttl (s) of KEYS[i].
+ * When no key exists: sets them all, returns false. Else returns the first existing value and
+ * records that value on the keys that lack it (so a later delivery found by any key sees it).
+ */
 const CLAIM_LUA = `
-if redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2], 'NX') then return false end
-return redis.call('GET', KEYS[1])
+local found = false
+for i = 1, #KEYS do
+  found = redis.call('GET', KEYS[i])
+  if found then break end
+end
+local value = found or ARGV[1]
+for i = 1, #KEYS do
+  redis.call('SET', KEYS[i], value, 'EX', ARGV[i + 1], 'NX')
+end
+return found
 `;
-const RELEASE = 'opsgateSeenRelease';
-/** KEYS[1] seen key; ARGV[1] expected value. Deletes the key only if it still holds that value. */
+const RELEASE = 'opsgateSeenReleaseN';
+/** KEYS: the event's keys; ARGV[1] the expected value. Deletes each key that still holds it. */
 const RELEASE_LUA = `
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
+local n = 0
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then n = n + redis.call('DEL', KEYS[i]) end
+end
+return n
+`;
+const MARK = 'opsgateSeenMarkN';
+/**
+ * KEYS[1] BullMQ's deduplication key of the event, KEYS[2..] the event's seen keys; ARGV[1] the
+ * pending value. If the add put the event on the queue (the dedup key names its job), every
+ * seen key still holding ARGV[1] becomes "q:<that job id>" (TTL kept). Returns the job id or false.
+ */
+const MARK_LUA = `
+local id = redis.call('GET', KEYS[1])
+if not id then return false end
+for i = 2, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then redis.call('SET', KEYS[i], '${QUEUED}' .. id, 'KEEPTTL') end
+end
+return id
 `;
 
-type ClaimFn = (key: string, value: string, ttl: number) => Promise<string | null>;
-type ReleaseFn = (key: string, value: string) => Promise<number>;
+type Scripted = Record<string, ((...args: Array<string | number>) => unknown) | undefined>;
 
-function scripts(redis: Redis): { claim: ClaimFn; release: ReleaseFn } {
-  const r = redis as unknown as Record<string, unknown>;
-  if (typeof r[CLAIM] !== 'function') redis.defineCommand(CLAIM, { numberOfKeys: 1, lua: CLAIM_LUA });
-  if (typeof r[RELEASE] !== 'function') redis.defineCommand(RELEASE, { numberOfKeys: 1, lua: RELEASE_LUA });
-  return {
-    claim: (r[CLAIM] as ClaimFn).bind(redis),
-    release: (r[RELEASE] as ReleaseFn).bind(redis),
-  };
+/** Queues a script on a pipeline by its defined name, or by EVAL on a connection that lacks it. */
+function script(p: ChainableCommander, name: string, lua: string, keys: readonly string[], args: ReadonlyArray<string | number>): void {
+  const fn = (p as unknown as Scripted)[name];
+  if (typeof fn === 'function') fn.call(p, keys.length, ...keys, ...args);
+  else p.eval(lua, keys.length, ...keys, ...args);
+}
+
+function defineScripts(redis: Redis): void {
+  const r = redis as unknown as Scripted;
+  if (typeof r[CLAIM] !== 'function') redis.defineCommand(CLAIM, { lua: CLAIM_LUA });
+  if (typeof r[RELEASE] !== 'function') redis.defineCommand(RELEASE, { lua: RELEASE_LUA });
+  if (typeof r[MARK] !== 'function') redis.defineCommand(MARK, { lua: MARK_LUA });
 }
 
 export interface ClaimDeps {
   redis: Redis;
-  queue: Pick<OpsQueue, 'enqueue'>;
+  queue: Pick<OpsQueue, 'addClaimed'>;
   logger: Logger;
+}
+
+export interface ClaimRequest<N extends JobName = JobName> {
+  /** The event's seen key (spec: 24 h / 300 s), also its BullMQ deduplication id. */
+  key: string;
+  ttlSeconds: number;
+  /** More keys of the same event (a sender's delivery id), each with its own lifetime. */
+  alsoKeys?: ReadonlyArray<{ key: string; ttlSeconds: number }>;
+  name: N;
+  data: JobDataByName[N];
+  /** For logs only. */
+  what: string;
 }
 
 export interface ClaimOutcome {
   accepted: boolean;
   duplicate: boolean;
+  /** The job that stands for the event (absent only for records written by old versions). */
   jobId?: string;
   /** A duplicate that found a pending claim and made sure its job is on the queue. */
   completedClaim?: boolean;
 }
 
-export async function claimAndEnqueue<N extends JobName>(
-  deps: ClaimDeps,
-  req: { key: string; ttlSeconds: number; name: N; data: JobDataByName[N]; what: string },
-): Promise<ClaimOutcome> {
-  const { claim, release } = scripts(deps.redis);
-  const jobId = randomUUID();
-  const pending = PENDING + jobId;
-  const current = await redisCall(() => claim(req.key, pending, req.ttlSeconds), deps.redis);
-
-  const markQueued = async (id: string) => {
-    try {
-      await deps.redis.set(req.key, QUEUED + id, 'KEEPTTL', 'XX');
-    } catch (err) {
-      // Harmless: a later duplicate finds "p:" and re-adds with the same job id (a no-op).
-      deps.logger.warn('could not mark the seen record as queued', { what: req.what, err });
-    }
-  };
-
-  if (current === null) {
-    let id: string;
-    try {
-      id = await deps.queue.enqueue(req.name, req.data, { jobId });
-    } catch (err) {
-      await releaseClaim(deps, () => release(req.key, pending), req.what);
-      throw err;
-    }
-    await markQueued(id);
-    return { accepted: true, duplicate: false, jobId: id };
-  }
-  if (current.startsWith(PENDING)) {
-    const claimedId = current.slice(PENDING.length);
-    const id = await deps.queue.enqueue(req.name, req.data, { jobId: claimedId });
-    await markQueued(id);
-    return { accepted: false, duplicate: true, jobId: id, completedClaim: true };
-  }
-  return { accepted: false, duplicate: true, ...(current.startsWith(QUEUED) ? { jobId: current.slice(QUEUED.length) } : {}) };
+export interface ClaimOptions {
+  /** The request's rate-limit hit, sent in the first round trip. */
+  rateHit?: DeferredRateHit;
 }
 
-/** Rule 9: remove our own pending record after a failed enqueue; a few quick tries, and a loud log if it stays. */
-async function releaseClaim(deps: ClaimDeps, op: () => Promise<number>, what: string): Promise<void> {
+const redisDown = () => new ServiceUnavailableError('redis unavailable; retry later', 5);
+
+export async function claimAndEnqueue<N extends JobName>(deps: ClaimDeps, req: ClaimRequest<N>, opts: ClaimOptions = {}): Promise<ClaimOutcome> {
+  return (await claimAndEnqueueMany(deps, [req], opts))[0]!;
+}
+
+/** The claim protocol above for a batch of events (one alert payload): two round trips in all, whatever its size. */
+export async function claimAndEnqueueMany(deps: ClaimDeps, reqs: readonly ClaimRequest[], opts: ClaimOptions = {}): Promise<ClaimOutcome[]> {
+  defineScripts(deps.redis);
+  const keysOf = (r: ClaimRequest) => [r.key, ...(r.alsoKeys ?? []).map((k) => k.key)];
+  const ttlsOf = (r: ClaimRequest) => [r.ttlSeconds, ...(r.alsoKeys ?? []).map((k) => k.ttlSeconds)];
+  const pendings = reqs.map(() => PENDING + randomUUID());
+
+  // Round trip 1: rate limit + every claim.
+  const p1 = deps.redis.pipeline();
+  const decideRate = opts.rateHit?.appendTo(p1);
+  reqs.forEach((r, i) => script(p1, CLAIM, CLAIM_LUA, keysOf(r), [pendings[i]!, ...ttlsOf(r)]));
+  let replies: Array<[Error | null, unknown]>;
+  try {
+    replies = ((await p1.exec()) ?? []) as Array<[Error | null, unknown]>;
+  } catch {
+    throw redisDown();
+  }
+  const claimReplies = decideRate ? replies.slice(1) : replies;
+  const claimed = reqs.map((_, i) => {
+    const [err, value] = claimReplies[i] ?? [new Error('no reply'), undefined];
+    return err ? err : (value as string | null);
+  });
+  const ours = reqs.map((_, i) => i).filter((i) => claimed[i] === null);
+  const undo = () => releaseClaims(deps, ours.map((i) => ({ keys: keysOf(reqs[i]!), value: pendings[i]!, what: reqs[i]!.what })));
+  try {
+    decideRate?.(replies[0]);
+    if (claimed.some((c) => c instanceof Error)) throw redisDown();
+  } catch (err) {
+    await undo();
+    throw err;
+  }
+
+  const outcomes: ClaimOutcome[] = new Array(reqs.length);
+  const toAdd: Array<{ i: number; jobId: string; value: string; fresh: boolean }> = [];
+  reqs.forEach((_, i) => {
+    const current = claimed[i] as string | null;
+    if (current === null) toAdd.push({ i, jobId: pendings[i]!.slice(PENDING.length), value: pendings[i]!, fresh: true });
+    else if (current.startsWith(PENDING)) toAdd.push({ i, jobId: current.slice(PENDING.length), value: current, fresh: false });
+    else if (current.startsWith(QUEUED)) outcomes[i] = { accepted: false, duplicate: true, jobId: current.slice(QUEUED.length) };
+    else outcomes[i] = { accepted: false, duplicate: true };
+  });
+  if (toAdd.length === 0) return outcomes;
+
+  // Round trip 2: every add, then every mark.
+  const jobs: ClaimedJob[] = toAdd.map((a) => {
+    const r = reqs[a.i]!;
+    return { name: r.name, data: r.data, jobId: a.jobId, dedupId: dedupId(r.key), ttlMs: r.ttlSeconds * 1000 };
+  });
+  let added;
+  try {
+    added = await deps.queue.addClaimed(jobs, (p2, dedupKey) => {
+      toAdd.forEach((a, n) => {
+        const r = reqs[a.i]!;
+        script(p2, MARK, MARK_LUA, [dedupKey(jobs[n]!.dedupId), ...keysOf(r)], [a.value]);
+      });
+    });
+  } catch (err) {
+    await undo();
+    throw err;
+  }
+  const failed: number[] = [];
+  toAdd.forEach((a, n) => {
+    const id = added.ids[n]!;
+    if (id instanceof Error) {
+      failed.push(a.i);
+      return;
+    }
+    const mark = added.then[n];
+    if (!mark || mark[0]) {
+      // Harmless: a later duplicate finds "p:" and re-adds with the same job id (a no-op).
+      deps.logger.warn('could not mark the seen record as queued', { what: reqs[a.i]!.what, err: mark?.[0] });
+    }
+    outcomes[a.i] = a.fresh && id === a.jobId ? { accepted: true, duplicate: false, jobId: id } : { accepted: false, duplicate: true, jobId: id, ...(a.fresh ? {} : { completedClaim: true }) };
+  });
+  if (failed.length > 0) {
+    // Rule 9: remove our own pending records of the events whose add failed, then propagate (503).
+    await releaseClaims(
+      deps,
+      failed.filter((i) => claimed[i] === null).map((i) => ({ keys: keysOf(reqs[i]!), value: pendings[i]!, what: reqs[i]!.what })),
+    );
+    deps.logger.warn('enqueue failed for part of an intake batch; the sender will retry', { failed: failed.length, of: reqs.length });
+    throw new QueueUnavailableError();
+  }
+  return outcomes;
+}
+
+/** Rule 9: remove our own pending records (one round trip); a few quick tries, and a loud log if they stay. */
+async function releaseClaims(deps: ClaimDeps, claims: ReadonlyArray<{ keys: string[]; value: string; what: string }>): Promise<void> {
+  if (claims.length === 0) return;
   for (let attempt = 1; attempt <= 3; attempt++) {
     try {
-      await op();
-      return;
+      const p = deps.redis.pipeline();
+      for (const c of claims) script(p, RELEASE, RELEASE_LUA, c.keys, [c.value]);
+      const out = await p.exec();
+      if (out && out.every(([err]) => !err)) return;
     } catch {
-      await new Promise((r) => setTimeout(r, 50 * attempt));
+      // retried below
     }
+    await new Promise((r) => setTimeout(r, 50 * attempt));
   }
-  deps.logger.error('could not remove the seen record after a failed enqueue; a retry will complete the pending claim', { what });
+  deps.logger.error('could not remove the seen record after a failed enqueue; a retry will complete the pending claim', {
+    what: claims.map((c) => c.what).slice(0, 10),
+  });
 }

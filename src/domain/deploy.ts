@@ -4,7 +4,8 @@ import { JOB, runDeployPipelineData } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
 import type { OpsQueue } from '../shared/queue.js';
 import { claimAndEnqueue } from './claim.js';
-import { seenKey } from './redisOps.js';
+import type { DeferredRateHit } from '../middleware/rateLimit.js';
+import { deliveryKey, seenKey } from './redisOps.js';
 
 /**
  * Deploy webhooks (source control "scm" per the spec, and "github" with the same rules):
@@ -13,6 +14,23 @@ import { seenKey } from './redisOps.js';
  */
 export const DEPLOY_REF = 'refs/heads/main';
 export const SEEN_EVENT_TTL_SECONDS = 86400;
+/**
+ * How long a sender's delivery id (X-GitHub-Delivery, X-Gitlab-Event-UUID, Idempotency-Key) is
+ * remembered: 30 days, well past the 24 h event window and GitHub's 3-day redelivery limit, so a
+ * replayed delivery never deploys again.
+ */
+export const SEEN_DELIVERY_TTL_SECONDS = 30 * 86400;
+/** A delivery id longer than this, or with control characters, is refused (422). */
+export const MAX_DELIVERY_ID = 128;
+
+/** The delivery id header, checked; undefined when absent or empty. */
+export function deliveryIdOf(value: string | undefined, header: string): string | undefined {
+  if (value === undefined || value === '') return undefined;
+  if (value.length > MAX_DELIVERY_ID || !/^[\x21-\x7e]+$/.test(value)) {
+    throw new UnprocessableError(`${header} must be at most ${MAX_DELIVERY_ID} printable characters`);
+  }
+  return value;
+}
 
 export type PushDecision =
   | { kind: 'ignored'; reason: string }
@@ -48,9 +66,9 @@ function checkProject(project: string, label: string): string {
  * event header not exactly "Push Hook" -> ignored; ref not refs/heads/main -> ignored naming the
  * ref; checkout_sha missing/empty -> 422. Then the event_id `scm:<project>:<ref>:<sha>`.
  */
-export function decideScmPush(eventHeader: string | undefined, payload: unknown): PushDecision {
+export function decideScmPush(eventHeader: string | undefined, payload: unknown, headerName = 'X-Scm-Event'): PushDecision {
   if (eventHeader !== 'Push Hook') {
-    return { kind: 'ignored', reason: `event ${quote(eventHeader ?? '')} is not a push (X-Scm-Event must be "Push Hook")` };
+    return { kind: 'ignored', reason: `event ${quote(eventHeader ?? '')} is not a push (${headerName} must be "Push Hook")` };
   }
   if (!isObject(payload)) throw new UnprocessableError('payload must be a JSON object');
   const ref = field(payload, 'ref', '', 'ref');
@@ -64,6 +82,15 @@ export function decideScmPush(eventHeader: string | undefined, payload: unknown)
   else if (projectObj !== undefined && projectObj !== null) throw new UnprocessableError('project must be an object');
   project = checkProject(project, 'project.path_with_namespace');
   return { kind: 'deploy', project, ref, sha, eventId: scmEventId(project, ref, sha) };
+}
+
+/**
+ * GitLab's native push hook (POST /webhook/gitlab): the same rules and the same event id as
+ * /webhook/scm (a push delivered through both paths during a migration deploys once); only the
+ * event header is GitLab's own X-Gitlab-Event.
+ */
+export function decideGitlabPush(eventHeader: string | undefined, payload: unknown): PushDecision {
+  return decideScmPush(eventHeader, payload, 'X-Gitlab-Event');
 }
 
 const ZERO_SHA = /^0+$/;
@@ -94,16 +121,20 @@ export function decideGithubPush(eventHeader: string | undefined, payload: unkno
 
 export interface DeployDeps {
   redis: Redis;
-  queue: Pick<OpsQueue, 'enqueue'>;
+  queue: Pick<OpsQueue, 'addClaimed'>;
   logger: Logger;
 }
 
 export interface DeployRequest {
   project: string;
   ref: string;
+  sha: string;
   eventId: string;
   auditId: string;
   requestedBy: string;
+  /** The sender's own delivery id: recorded too (SEEN_DELIVERY_TTL_SECONDS), so its replay is a duplicate after the event window. */
+  delivery?: { source: string; id: string };
+  rateHit?: DeferredRateHit;
 }
 
 export interface DeployOutcome {
@@ -121,6 +152,8 @@ export async function submitDeploy(deps: DeployDeps, req: DeployRequest): Promis
   const data = {
     project: req.project,
     ref: req.ref,
+    sha: req.sha,
+    ...(req.delivery ? { delivery_id: req.delivery.id } : {}),
     event_id: req.eventId,
     audit_id: req.auditId,
     requested_by: req.requestedBy,
@@ -130,12 +163,17 @@ export async function submitDeploy(deps: DeployDeps, req: DeployRequest): Promis
   if (!parsed.success) throw new UnprocessableError(`invalid ${parsed.error.issues[0]!.path.join('.')}`);
 
   // SET NX + enqueue without a crash window (src/domain/claim.ts); rule 9 is kept there.
-  const out = await claimAndEnqueue(deps, {
-    key: seenKey(req.eventId),
-    ttlSeconds: SEEN_EVENT_TTL_SECONDS,
-    name: JOB.runDeployPipeline,
-    data: parsed.data,
-    what: req.eventId,
-  });
-  return out.accepted ? { accepted: true, duplicate: false, jobId: out.jobId } : { accepted: false, duplicate: true };
+  const out = await claimAndEnqueue(
+    deps,
+    {
+      key: seenKey(req.eventId),
+      ttlSeconds: SEEN_EVENT_TTL_SECONDS,
+      ...(req.delivery ? { alsoKeys: [{ key: deliveryKey(req.delivery.source, req.delivery.id), ttlSeconds: SEEN_DELIVERY_TTL_SECONDS }] } : {}),
+      name: JOB.runDeployPipeline,
+      data: parsed.data,
+      what: req.eventId,
+    },
+    { rateHit: req.rateHit },
+  );
+  return { accepted: out.accepted, duplicate: out.duplicate, ...(out.jobId ? { jobId: out.jobId } : {}) };
 }

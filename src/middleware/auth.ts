@@ -88,21 +88,30 @@ export function requireBearer(
   };
 }
 
-/** `X-Scm-Token` must equal SCM_WEBHOOK_SECRET: not configured, missing or mismatch -> 403. Runs before the body is read. */
-export function requireScmToken(secret: string | undefined, metrics: AuthMetrics): RequestHandler {
+/** Which token header a shared-secret webhook uses (X-Scm-Token by default; GitLab's X-Gitlab-Token for /webhook/gitlab). */
+export interface TokenHeader {
+  header: string;
+  scheme: string;
+  source: string;
+  what: string;
+}
+const SCM_TOKEN: TokenHeader = { header: 'X-Scm-Token', scheme: 'scm_token', source: 'scm', what: 'source-control' };
+
+/** `X-Scm-Token` must equal SCM_WEBHOOK_SECRET (constant time): not configured, missing or mismatch -> 403. Runs before the body is read. */
+export function requireScmToken(secret: string | undefined, metrics: AuthMetrics, h: TokenHeader = SCM_TOKEN): RequestHandler {
   const fail = (detail: string, reason: string): never => {
-    metrics.authFailures.inc({ scheme: 'scm_token', reason });
+    metrics.authFailures.inc({ scheme: h.scheme, reason });
     throw new ForbiddenError(detail, reason);
   };
   return (req, res, next) => {
-    if (secret === undefined || secret === '') fail('source-control webhook secret is not configured', 'not_configured');
-    const presented = req.get('x-scm-token');
-    if (presented === undefined || presented === '') fail('missing X-Scm-Token header', 'missing');
+    if (secret === undefined || secret === '') fail(`${h.what} webhook secret is not configured`, 'not_configured');
+    const presented = req.get(h.header);
+    if (presented === undefined || presented === '') fail(`missing ${h.header} header`, 'missing');
     if (!safeEqual(presented!, secret!)) {
-      res.locals.presentedCredential = `scm_token:${credentialId(presented!)}`;
-      fail('invalid X-Scm-Token', 'invalid');
+      res.locals.presentedCredential = `${h.scheme}:${credentialId(presented!)}`;
+      fail(`invalid ${h.header}`, 'invalid');
     }
-    res.locals.principal = 'webhook:scm';
+    res.locals.principal = `webhook:${h.source}`;
     next();
   };
 }

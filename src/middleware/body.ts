@@ -48,7 +48,23 @@ export function jsonDeeperThan(text: string, max: number): boolean {
 /** JSON.parse of a raw body; invalid JSON (or an empty body) -> 400; nested deeper than MAX_JSON_DEPTH -> 422. */
 export function parseJson(buf: Buffer): unknown {
   if (buf.length === 0) throw new InvalidJsonError('request body is empty; a JSON payload is required');
-  const text = buf.toString('utf8');
+  return parseJsonText(buf.toString('utf8'));
+}
+
+/**
+ * A webhook body as its sender's content type says: JSON, or the form encoding GitHub offers
+ * (`application/x-www-form-urlencoded`, the JSON in the field `payload`). Call it only after
+ * the sender was verified over the raw body.
+ */
+export function parseWebhookBody(buf: Buffer, contentType: string | undefined): unknown {
+  const type = (contentType ?? '').split(';', 1)[0]!.trim().toLowerCase();
+  if (type !== 'application/x-www-form-urlencoded') return parseJson(buf);
+  const payload = new URLSearchParams(buf.toString('utf8')).get('payload');
+  if (payload === null || payload === '') throw new InvalidJsonError('form-encoded body must carry the JSON payload in the field "payload"');
+  return parseJsonText(payload);
+}
+
+function parseJsonText(text: string): unknown {
   let value: unknown;
   try {
     value = JSON.parse(text);

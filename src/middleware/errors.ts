@@ -29,7 +29,7 @@ export function isRedisUnavailable(err: unknown): boolean {
 }
 
 /** Maps errors thrown by body-parser / the router (http-errors with `type`/`status`) to the catalog. */
-function toAppError(err: unknown): AppError | undefined {
+export function toAppError(err: unknown): AppError | undefined {
   if (err instanceof AppError) return err;
   if (isRedisUnavailable(err)) return new ServiceUnavailableError('redis unavailable; retry later');
   if (typeof err === 'object' && err !== null) {

@@ -1,11 +1,12 @@
 import { isIP } from 'node:net';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import type { Redis } from 'ioredis';
+import type { ChainableCommander, Redis } from 'ioredis';
 import { Counter } from 'prom-client';
 import { sha256Hex } from '../shared/crypto.js';
 import { TooManyRequestsError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
+import { RATE_LIMIT_PREFIX, rateLimitKey } from '../domain/redisOps.js';
 
 /**
  * Per-client-address rate limit (RATE_LIMIT_RPS requests per second), shared by every API
@@ -32,6 +33,13 @@ import type { Metrics } from '../shared/metrics.js';
  * Redis (webhooks, restart) answer 503 + Retry-After on their own. Each fail-open is counted
  * (opsgate_rate_limit_errors_total) and logged (at most one warning per 10 s per process).
  * A Redis call that hangs is abandoned after `timeoutMs` (default 250 ms), then fails open too.
+ *
+ * Webhook intake (`deferPaths`, POST only): the hit is not sent at the start of the request but
+ * handed to the route as a DeferredRateHit (res.locals), which sends it in the same pipeline as
+ * its first Redis call (the claim of src/domain/claim.ts), so a duplicate delivery costs one
+ * round trip in all and a unique one two (issue 10). The decision is the same: over the limit ->
+ * 429, and the intake undoes its claim before answering. A delivery that never reaches Redis
+ * (403, 400, 413, 422, ignored) sends the hit on its own before its answer, exactly as before.
  */
 export interface RateLimitOptions {
   /** A `request`-profile connection (fails fast when Redis is down). */
@@ -48,6 +56,26 @@ export interface RateLimitOptions {
   windowMs?: number;
   /** Give up on Redis after this long and fail open; default 250 ms. */
   timeoutMs?: number;
+  /** POST paths whose hit is deferred to the route's first Redis round trip; default the webhooks. */
+  deferPaths?: readonly string[];
+}
+
+export const DEFAULT_DEFER_PATHS = ['/webhook/scm', '/webhook/github', '/webhook/gitlab', '/webhook/alerts'] as const;
+
+/** A rate-limit hit that the route sends with its own first Redis call (see the header comment). */
+export interface DeferredRateHit {
+  /** Queues the hit on `pipeline`; returns the decision for its reply (throws 429 over the limit, fails open on an error). */
+  appendTo(pipeline: ChainableCommander): (reply: [Error | null, unknown] | undefined) => void;
+  /** Sends the hit on its own (one round trip, abandoned after the timeout); throws 429 over the limit. */
+  run(): Promise<void>;
+  /** True once appendTo or run has sent it (a hit is sent at most once). */
+  readonly sent: boolean;
+}
+
+/** The request's deferred hit while it has not been sent yet. */
+export function pendingRateHit(res: Response): DeferredRateHit | undefined {
+  const hit = res.locals.rateHit as DeferredRateHit | undefined;
+  return hit && !hit.sent ? hit : undefined;
 }
 
 export const DEFAULT_EXEMPT_PATHS = ['/health', '/ready'] as const;
@@ -93,7 +121,8 @@ export function createRateLimiter(opts: RateLimitOptions): RequestHandler {
   }
   const { redis, metrics, logger } = opts;
   const exempt = new Set(opts.exemptPaths ?? DEFAULT_EXEMPT_PATHS);
-  const prefix = opts.keyPrefix ?? 'opsgate:rl:';
+  const prefix = opts.keyPrefix ?? RATE_LIMIT_PREFIX;
+  const defer = new Set(opts.deferPaths ?? DEFAULT_DEFER_PATHS);
   const windowMs = opts.windowMs ?? 1000;
   const timeoutMs = opts.timeoutMs ?? 250;
   const failOpen = errorsCounter(metrics);
@@ -114,37 +143,74 @@ export function createRateLimiter(opts: RateLimitOptions): RequestHandler {
     }
   };
 
+  /** Over the limit -> the 429 error; within it -> undefined. */
+  const decide = (reply: unknown): TooManyRequestsError | undefined => {
+    const [count, ttl] = reply as [number, number];
+    if (Number(count) <= rps) return undefined;
+    metrics?.rateLimited.inc();
+    const ttlMs = Number(ttl);
+    return new TooManyRequestsError(Math.max(1, Math.ceil((ttlMs > 0 ? ttlMs : windowMs) / 1000)));
+  };
+
+  /** One hit on its own: resolves with the 429 error or undefined (fail open on error or timeout). */
+  const hitAlone = (key: string): Promise<TooManyRequestsError | undefined> =>
+    new Promise((resolve) => {
+      let settled = false;
+      const timer = setTimeout(() => {
+        if (settled) return;
+        settled = true;
+        onRedisError(new Error(`rate limit: Redis did not answer within ${timeoutMs} ms`));
+        resolve(undefined);
+      }, timeoutMs);
+      hit(key, windowMs).then(
+        (reply) => {
+          clearTimeout(timer);
+          if (settled) return;
+          settled = true;
+          resolve(decide(reply));
+        },
+        (err: unknown) => {
+          clearTimeout(timer);
+          if (settled) return;
+          settled = true;
+          onRedisError(err);
+          resolve(undefined);
+        },
+      );
+    });
+
+  const deferred = (key: string): DeferredRateHit => ({
+    sent: false,
+    appendTo(pipeline) {
+      (this as { sent: boolean }).sent = true;
+      const p = pipeline as unknown as Record<string, ((k: string, w: number) => unknown) | undefined>;
+      // The pipeline of another connection may not know the script by name: EVAL it (same effect).
+      if (typeof p[SCRIPT_NAME] === 'function') p[SCRIPT_NAME](key, windowMs);
+      else pipeline.eval(HIT_SCRIPT, 1, key, windowMs);
+      return (reply) => {
+        if (!reply || reply[0]) {
+          onRedisError(reply?.[0] ?? new Error('rate limit: no reply'));
+          return;
+        }
+        const err = decide(reply[1]);
+        if (err) throw err;
+      };
+    },
+    async run() {
+      if (this.sent) return;
+      (this as { sent: boolean }).sent = true;
+      const err = await hitAlone(key);
+      if (err) throw err;
+    },
+  });
+
   return function rateLimit(req: Request, res: Response, next: NextFunction): void {
     if (exempt.has(req.path)) return next();
-    const key = prefix + addressKey(req.ip ?? req.socket.remoteAddress);
-
-    let settled = false;
-    const timer = setTimeout(() => {
-      if (settled) return;
-      settled = true;
-      onRedisError(new Error(`rate limit: Redis did not answer within ${timeoutMs} ms`));
-      next();
-    }, timeoutMs);
-
-    hit(key, windowMs).then(
-      (reply) => {
-        clearTimeout(timer);
-        if (settled) return;
-        settled = true;
-        const count = Number(reply[0]);
-        const ttlMs = Number(reply[1]);
-        if (count <= rps) return next();
-        metrics?.rateLimited.inc();
-        const retryAfter = Math.max(1, Math.ceil((ttlMs > 0 ? ttlMs : windowMs) / 1000));
-        next(new TooManyRequestsError(retryAfter));
-      },
-      (err: unknown) => {
-        clearTimeout(timer);
-        if (settled) return;
-        settled = true;
-        onRedisError(err);
-        next();
-      },
-    );
+    const key = rateLimitKey(addressKey(req.ip ?? req.socket.remoteAddress), prefix);
+    if (req.method === 'POST' && defer.has(req.path)) {
+      res.locals.rateHit = deferred(key);
+      return next();
+    }
+    hitAlone(key).then((err) => next(err));
   };
 }

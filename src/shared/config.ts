@@ -82,6 +82,10 @@ const apiSchema = commonSchema.extend({
   SCM_WEBHOOK_SECRET: optionalSecret,
   GITHUB_WEBHOOK_SECRET: optionalSecret,
   ALERTS_WEBHOOK_TOKEN: optionalSecret,
+  /** Secret token of /webhook/gitlab (GitLab's X-Gitlab-Token); unset: SCM_WEBHOOK_SECRET is used. */
+  GITLAB_WEBHOOK_SECRET: optionalSecret,
+  /** Alerts accepted in one /webhook/alerts payload; over it 413, nothing queued. */
+  ALERTS_MAX_PER_REQUEST: intFrom(1000, 1),
   RATE_LIMIT_RPS: intFrom(50),
   BODY_LIMIT: z
     .string()
@@ -156,7 +160,7 @@ export function loadWorkerConfig(env: Env = process.env): WorkerConfig {
 
 /** Every secret value of a config, for the logger's last-line-of-defence redaction. */
 export function secretsOf(config: Partial<ApiConfig>): string[] {
-  const out = [config.OPS_BEARER_TOKEN, config.SCM_WEBHOOK_SECRET, config.GITHUB_WEBHOOK_SECRET, config.ALERTS_WEBHOOK_TOKEN];
+  const out = [config.OPS_BEARER_TOKEN, config.SCM_WEBHOOK_SECRET, config.GITHUB_WEBHOOK_SECRET, config.ALERTS_WEBHOOK_TOKEN, config.GITLAB_WEBHOOK_SECRET];
   for (const k of config.apiKeys ?? []) out.push(k.key);
   return out.filter((s): s is string => typeof s === 'string' && s.length > 0);
 }

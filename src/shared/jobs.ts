@@ -41,6 +41,10 @@ export const runDeployPipelineData = z.object({
   ref: z.string().min(1).max(255),
   /** The dedup identity (scm:<project>:<ref>:<sha>) of the event that caused this job. */
   event_id: z.string().min(1).max(1024).optional(),
+  /** The pushed commit (checkout_sha / after): the deploy Job gets it as OPSGATE_COMMIT_SHA, so a replay deploys that commit or nothing. */
+  sha: z.string().min(1).max(255).optional(),
+  /** The sender's delivery id (X-GitHub-Delivery, X-Gitlab-Event-UUID), for tracing. */
+  delivery_id: z.string().min(1).max(255).optional(),
   ...auditFields,
 });
 

@@ -1,5 +1,5 @@
-import { Queue, type Job, type JobsOptions } from 'bullmq';
-import { ReplyError, type Redis } from 'ioredis';
+import { Job, Queue, type JobsOptions } from 'bullmq';
+import { ReplyError, type ChainableCommander, type Redis } from 'ioredis';
 import { ServiceUnavailableError, UnprocessableError } from './errors.js';
 import { JOB, QUEUE_NAME, defaultJobOptions, restartedAtKey, jobDataSchemas, type JobDataByName, type JobName, type JobPolicy } from './jobs.js';
 import type { Logger } from './logger.js';
@@ -45,6 +45,23 @@ export type RetryOutcome =
   | { outcome: 'not_failed'; state: string }
   | { outcome: 'busy'; holder: string };
 
+/** One job of an intake batch (src/domain/claim.ts): its id is chosen by the claim. */
+export interface ClaimedJob {
+  name: JobName;
+  data: JobDataByName[JobName];
+  jobId: string;
+  /** BullMQ deduplication: while `ttlMs` lasts, an add with this id is a no-op answering the first job's id. */
+  dedupId: string;
+  ttlMs: number;
+}
+
+export interface ClaimedAddResult {
+  /** Per job, in order: the id of the job that stands for it on the queue, or the error of its add. */
+  ids: Array<string | Error>;
+  /** The replies of the commands `then` appended, in order. */
+  then: Array<[Error | null, unknown]>;
+}
+
 export interface OpsQueue {
   /**
    * Validates `data` against the job's schema (422 on failure), adds it, returns the job id.
@@ -52,6 +69,12 @@ export interface OpsQueue {
    * add while the job holding that deduplication id is not finished returns that job's id.
    */
   enqueue<N extends JobName>(name: N, data: JobDataByName[N], opts?: Pick<JobsOptions, 'jobId' | 'deduplication'>): Promise<string>;
+  /**
+   * Adds every job in ONE Redis round trip (one pipeline of BullMQ's add script, as addBulk
+   * does), followed in the same pipeline by whatever `then` appends (the claim's "mark queued").
+   * Validates every job first (422, nothing sent). A failed round trip throws 503.
+   */
+  addClaimed(jobs: readonly ClaimedJob[], then?: (pipeline: ChainableCommander, dedupKey: (id: string) => string) => void): Promise<ClaimedAddResult>;
   getJob(id: string): Promise<JobView | undefined>;
   /** One page of the jobs in a state, newest first (failed: the dead letters), and the state's total. */
   listJobs(state: ListableState, offset: number, limit: number): Promise<{ total: number; jobs: JobView[] }>;
@@ -158,6 +181,40 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
       if (job.id === undefined) throw new QueueUnavailableError();
       opts.metrics?.jobsEnqueued.inc({ name });
       return job.id;
+    },
+
+    async addClaimed(jobs, then) {
+      const valid = jobs.map((j) => {
+        const parsed = jobDataSchemas[j.name].safeParse(j.data);
+        if (!parsed.success) {
+          const issue = parsed.error.issues[0]!;
+          throw new UnprocessableError(`invalid ${issue.path.join('.') || 'job data'}: ${issue.message}`);
+        }
+        return { ...j, data: parsed.data };
+      });
+      const dedupKey = (id: string) => `${bull.keys.de}:${id}`;
+      const replies = await guard(async () => {
+        const client = (await bull.backend.client) as unknown as Redis;
+        const pipeline = client.pipeline();
+        for (const j of valid) {
+          const opts: JobsOptions = { ...bull.defaultJobOptions, jobId: j.jobId, deduplication: { id: j.dedupId, ttl: j.ttlMs } };
+          // Job#addJob queues BullMQ's add script on the pipeline synchronously (as Queue#addBulk does);
+          // its reply is read from exec() below.
+          void new Job(bull, j.name, j.data, opts, j.jobId).addJob(pipeline as never).catch(() => undefined);
+        }
+        then?.(pipeline, dedupKey);
+        const out = await pipeline.exec();
+        if (!out) throw new Error('pipeline discarded');
+        return out;
+      });
+      const ids = valid.map((j, i): string | Error => {
+        const [err, id] = replies[i] ?? [new Error('no reply'), undefined];
+        if (err) return err;
+        if (typeof id !== 'string' && typeof id !== 'number') return new Error(`unexpected add reply ${String(id)}`);
+        if (String(id) === j.jobId) opts.metrics?.jobsEnqueued.inc({ name: j.name }); // else deduplicated: not a new job
+        return String(id);
+      });
+      return { ids, then: replies.slice(valid.length) as Array<[Error | null, unknown]> };
     },
 
     async getJob(id) {

@@ -36,7 +36,7 @@ describe('rule 1: payload shape', () => {
   it('empty alerts array -> 202 {received:0, firing:0}', async () => {
     const res = await post({ alerts: [] });
     expect(res.status).toBe(202);
-    expect(res.body).toEqual({ received: 0, firing: 0 });
+    expect(res.body).toEqual({ received: 0, firing: 0, job_ids: [] });
   });
 });
 
@@ -48,9 +48,11 @@ describe('rules 2-4: firing alerts with a fingerprint are deduplicated and queue
       alerts: [alert('fp1'), alert('fp2', 'resolved'), alert(undefined), alert('fp3'), 'not-an-object'],
     });
     expect(res.status).toBe(202);
-    expect(res.body).toEqual({ received: 5, firing: 3 });
+    expect(res.body).toEqual({ received: 5, firing: 3, job_ids: [expect.any(String), expect.any(String)] });
     const jobs = await waiting();
     expect(jobs.map((j) => j.data.fingerprint).sort()).toEqual(['fp1', 'fp3']);
+    // The answer names the jobs it queued (issue 11 item 3), in payload order.
+    expect(res.body.job_ids).toEqual(['fp1', 'fp3'].map((fp) => jobs.find((j) => j.data.fingerprint === fp)!.id));
     for (const j of jobs) {
       expect(j.name).toBe(JOB.notifyOncall);
       expect(j.data).toMatchObject({ requested_by: 'webhook:alerts', alertname: `Alert-${j.data.fingerprint}` });
@@ -70,8 +72,10 @@ describe('rules 2-4: firing alerts with a fingerprint are deduplicated and queue
     await post({ alerts: [alert('dup')] });
     const res = await post({ alerts: [alert('dup'), alert('new')] });
     expect(res.status).toBe(202);
-    expect(res.body).toEqual({ received: 2, firing: 2 });
-    expect((await waiting()).map((j) => j.data.fingerprint).sort()).toEqual(['dup', 'new']);
+    expect(res.body).toEqual({ received: 2, firing: 2, job_ids: [expect.any(String)] });
+    const jobs = await waiting();
+    expect(jobs.map((j) => j.data.fingerprint).sort()).toEqual(['dup', 'new']);
+    expect(res.body.job_ids).toEqual([jobs.find((j) => j.data.fingerprint === 'new')!.id]);
   });
   it('the same fingerprint twice in one payload is queued once', async () => {
     await post({ alerts: [alert('twice'), alert('twice')] });

@@ -100,10 +100,11 @@ describe('event, ref, sha and dedup', () => {
     const a = await post(body);
     const b = await post(body);
     expect(a.status).toBe(202);
-    expect(a.body).toEqual({ accepted: true, duplicate: false, project: 'octo/app', event_id: 'github:octo/app:refs/heads/main:feedface' });
-    expect(b.body).toEqual({ accepted: false, duplicate: true, project: 'octo/app', event_id: 'github:octo/app:refs/heads/main:feedface' });
+    expect(a.body).toEqual({ accepted: true, duplicate: false, project: 'octo/app', event_id: 'github:octo/app:refs/heads/main:feedface', job_id: expect.any(String) });
+    expect(b.body).toEqual({ accepted: false, duplicate: true, project: 'octo/app', event_id: 'github:octo/app:refs/heads/main:feedface', job_id: a.body.job_id });
     const jobs = await ctx.h.queue.bull.getJobs(['waiting']);
     expect(jobs).toHaveLength(1);
+    expect(jobs[0]!.id).toBe(a.body.job_id);
     expect(jobs[0]!.name).toBe(JOB.runDeployPipeline);
     expect(jobs[0]!.data).toMatchObject({ project: 'octo/app', ref: 'refs/heads/main', requested_by: 'webhook:github' });
     const ttl = await ctx.h.inspect.ttl('opsgate:seen:github:octo/app:refs/heads/main:feedface');

@@ -151,6 +151,7 @@ describe('rules 6-8: event_id, seen record, one job, duplicates', () => {
       duplicate: false,
       project: 'group/app',
       event_id: 'scm:group/app:refs/heads/main:deadbeef',
+      job_id: expect.any(String),
     });
     const ttl = await ctx.h.inspect.ttl('opsgate:seen:scm:group/app:refs/heads/main:deadbeef');
     expect(ttl).toBeGreaterThan(86400 - 10);
@@ -166,6 +167,8 @@ describe('rules 6-8: event_id, seen record, one job, duplicates', () => {
     });
     expect(jobs[0]!.data.audit_id).toBe(res.headers['x-request-id']);
     expect(jobs[0]!.opts.attempts).toBe(ctx.h.config.JOB_ATTEMPTS);
+    expect(jobs[0]!.id).toBe(res.body.job_id);
+    expect(jobs[0]!.data.sha).toBe('deadbeef');
   });
 
   it('second delivery of the same event -> 202 duplicate:true, still exactly one job', async () => {
@@ -178,8 +181,11 @@ describe('rules 6-8: event_id, seen record, one job, duplicates', () => {
       duplicate: true,
       project: 'group/app',
       event_id: 'scm:group/app:refs/heads/main:cafe01',
+      // A duplicate carries the original job's id (issue 11 item 3).
+      job_id: first.body.job_id,
     });
     expect(await jobsInQueue()).toHaveLength(1);
+    expect((await jobsInQueue())[0]!.id).toBe(first.body.job_id);
   });
 
   it('concurrent deliveries of one event -> exactly one accepted, one job', async () => {
@@ -188,6 +194,7 @@ describe('rules 6-8: event_id, seen record, one job, duplicates', () => {
     expect(results.filter((r) => r.body.accepted === true)).toHaveLength(1);
     expect(results.filter((r) => r.body.duplicate === true)).toHaveLength(7);
     expect(await jobsInQueue()).toHaveLength(1);
+    expect(new Set(results.map((r) => r.body.job_id))).toEqual(new Set([(await jobsInQueue())[0]!.id]));
   });
 
   it('project defaults to "unknown" when absent', async () => {
