@@ -12,7 +12,8 @@ export async function redisCall<T>(op: (r: Redis) => Promise<T>, redis: Redis): 
 
 /** Key prefix of everything opsgate itself keeps in Redis (BullMQ uses its own "bull:" prefix). */
 export const KEY_PREFIX = 'opsgate:';
-export const seenKey = (id: string): string => `${KEY_PREFIX}seen:${id}`;
+const SEEN_PREFIX = `${KEY_PREFIX}seen:`;
+export const seenKey = (id: string): string => SEEN_PREFIX + id;
 
 /**
  * Every intake key (dedup records, delivery-id records, rate-limit counters) is named here and
@@ -24,4 +25,4 @@ export const rateLimitKey = (address: string, prefix: string = RATE_LIMIT_PREFIX
 /** A sender's own delivery id (X-GitHub-Delivery, X-Gitlab-Event-UUID, Idempotency-Key). */
 export const deliveryKey = (source: string, deliveryId: string): string => seenKey(`delivery:${source}:${deliveryId}`);
 /** BullMQ's deduplication id of an event (its key is `<queue prefix>:de:<id>`, set by the add script). */
-export const dedupId = (eventKey: string): string => eventKey.startsWith(KEY_PREFIX) ? eventKey.slice(KEY_PREFIX.length) : eventKey;
+export const dedupId = (eventKey: string): string => (eventKey.startsWith(SEEN_PREFIX) ? eventKey.slice(SEEN_PREFIX.length) : eventKey);

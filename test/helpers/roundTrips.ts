@@ -23,7 +23,7 @@ export interface RoundTripCounter {
  * Returns the number completed by `chunk`; keeps partial state between chunks.
  */
 function respCounter(): (chunk: Buffer) => number {
-  let buf = Buffer.alloc(0);
+  let buf: Buffer = Buffer.alloc(0);
   /** Index after one value starting at `i`, or -1 if incomplete. */
   const skip = (i: number): number => {
     if (i >= buf.length) return -1;
@@ -82,7 +82,7 @@ export async function startRoundTripCounter(targetPort: number): Promise<RoundTr
     let outstanding = 0;
     client.setNoDelay(true);
     upstream.setNoDelay(true);
-    client.on('data', (chunk) => {
+    client.on('data', (chunk: Buffer) => {
       const n = sentCount(chunk);
       if (n > 0) {
         if (outstanding === 0) turns++;
@@ -91,7 +91,7 @@ export async function startRoundTripCounter(targetPort: number): Promise<RoundTr
       }
       upstream.write(chunk);
     });
-    upstream.on('data', (chunk) => {
+    upstream.on('data', (chunk: Buffer) => {
       outstanding = Math.max(0, outstanding - replyCount(chunk));
       client.write(chunk);
     });

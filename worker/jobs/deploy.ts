@@ -18,7 +18,7 @@ import { apiStatus, k8sFailure, resolveKubeConfig } from '../k8s.js';
  */
 export const MANAGED_BY = 'opsgate';
 export const AUDIT_LABEL = 'opsgate.io/audit-id';
-export const RESERVED_ENV = ['OPSGATE_PROJECT', 'OPSGATE_REF', 'OPSGATE_AUDIT_ID'] as const;
+export const RESERVED_ENV = ['OPSGATE_PROJECT', 'OPSGATE_REF', 'OPSGATE_AUDIT_ID', 'OPSGATE_COMMIT_SHA'] as const;
 
 /** Deterministic, DNS-1123 Job name (<= 63 chars so the pods' job-name label stays valid). */
 export function deployJobName(queueJobId: string, auditId: string, project: string): string {
@@ -48,6 +48,8 @@ export interface DeployJobInput {
   requestedBy: string;
   queueJobId: string;
   eventId?: string;
+  /** The pushed commit: the Job deploys exactly it (OPSGATE_COMMIT_SHA), so a replayed event cannot deploy another one. */
+  sha?: string;
   entry: ProjectEntry;
 }
 
@@ -64,6 +66,7 @@ export function buildDeployJob(i: DeployJobInput): V1Job {
     { name: 'OPSGATE_PROJECT', value: i.project },
     { name: 'OPSGATE_REF', value: i.ref },
     { name: 'OPSGATE_AUDIT_ID', value: i.auditId },
+    ...(i.sha ? [{ name: 'OPSGATE_COMMIT_SHA', value: i.sha }] : []),
     // Writable scratch space on a read-only root filesystem.
     { name: 'TMPDIR', value: '/tmp' },
   ];
@@ -80,6 +83,7 @@ export function buildDeployJob(i: DeployJobInput): V1Job {
         'opsgate.io/requested-by': i.requestedBy,
         'opsgate.io/queue-job-id': i.queueJobId,
         ...(i.eventId ? { 'opsgate.io/event-id': i.eventId } : {}),
+        ...(i.sha ? { 'opsgate.io/commit-sha': i.sha } : {}),
       },
     },
     spec: {
@@ -141,6 +145,7 @@ export async function runDeployPipeline(
     requestedBy: data.requested_by,
     queueJobId,
     eventId: data.event_id,
+    sha: data.sha,
     entry,
   });
   const what = `Job ${entry.namespace}/${name}`;

@@ -15,7 +15,7 @@ const project = inventorySchema.parse({
       serviceAccountName: 'deployer',
       image: 'registry.example/deploy:1',
       command: ['/bin/deploy', '--from-env'],
-      env: { STAGE: 'prod', OPSGATE_REF: 'refs/heads/attacker' },
+      env: { STAGE: 'prod', OPSGATE_REF: 'refs/heads/attacker', OPSGATE_COMMIT_SHA: 'f00dbad' },
       activeDeadlineSeconds: 600,
     },
   },
@@ -31,6 +31,7 @@ describe('deploy Job', () => {
     requestedBy: 'scm',
     queueJobId: '42',
     eventId: 'scm:group/shop:refs/heads/main:abc',
+    sha: 'abc',
     entry: project,
   });
   const pod = job.spec!.template.spec!;
@@ -67,6 +68,9 @@ describe('deploy Job', () => {
     expect(env.STAGE).toBe('prod');
     // The inventory cannot shadow the reserved variables.
     expect((container.env ?? []).filter((e) => e.name === 'OPSGATE_REF')).toHaveLength(1);
+    // The pushed commit from the job data, never the inventory's (issue 9 item 12).
+    expect(env.OPSGATE_COMMIT_SHA).toBe('abc');
+    expect((container.env ?? []).filter((e) => e.name === 'OPSGATE_COMMIT_SHA')).toHaveLength(1);
     expect(JSON.stringify([container.command, container.args])).not.toContain('curl');
   });
 
