@@ -1,31 +1,26 @@
 /**
  * `make bench`: throughput, latency and memory of the real built processes on loopback, in one
- * run, printed as one table with a pass/fail mark per target. Not part of `make test`.
+ * run, printed as one table plus the targets of issue 10. Not part of `make test`.
  *
- * Phases (one private redis-server for the whole run):
- * 1. Baseline: bench/bareExpress.ts (Express 5, express.json(), 202 + small JSON) under
- *    autocannon, BENCH_CONNECTIONS (64) connections for BENCH_DURATION (10) s after a warm-up.
- *    Baseline, unique and duplicate loads run interleaved BENCH_ROUNDS (3) times; the table shows
- *    medians and the median of the per-round ratios (the machine's load drifts between runs).
- * 2. The API (dist/src/server.js) measured the same way on POST /webhook/scm:
- *    - unique events: every request carries a new checkout_sha -> dedup key SET NX + one job;
- *    - duplicates: the same event every time -> dedup hit, nothing enqueued.
- *    The load generator builds every request through the same function in all three runs, so its
- *    own cost is the same. RSS of the server is sampled from /proc every 100 ms (max reported).
- *    The API runs with its production middleware, including the Redis-backed rate limiter
- *    (RATE_LIMIT_RPS=1000000: every request pays the limiter's round trip, none is refused).
- *    Its stdout goes to a file. The unique run is repeated against an API whose V8 old space is
- *    capped (BENCH_HEAP_CAP_MB, default the chart's api.maxOldSpaceSizeMb), as the chart deploys it: on a big host V8
- *    lets garbage accumulate and RSS says more about V8's heuristics than about the service.
- * 3. Worker (dist/worker/index.js): BENCH_JOBS (20,000) ops_worker.notify_oncall jobs with no
- *    NOTIFY_WEBHOOK_URLS (a real job that logs the alert and completes: the cheapest real job,
- *    no bench-only code path in the worker) are queued while the queue is paused, then the queue
- *    is resumed and the time until the queue holds no waiting/active job is the drain (then the
- *    worker's log must show every "job completed").
- *    Then 1,000 jobs are added one by one, paced, to an idle worker: enqueue-to-start latency
- *    is job.processedOn - job.timestamp (both ms clocks of this machine).
+ * Load: wrk (C; bench/wrk.lua builds every request, the same stream for every server). Three
+ * servers are up for the whole HTTP part and measured interleaved, BENCH_ROUNDS (3) times, and
+ * the table shows medians (ratios: the median of the per-round ratios, as the machine's load
+ * drifts between rounds):
+ * - bare Express 5 (bench/bareExpress.ts): express.json() and a 202;
+ * - the spec-minimum control (bench/specMinimum.ts): Express + SET NX EX + BullMQ Queue.add,
+ *   nothing else, from the same libraries;
+ * - the API (dist/src/server.js) as the chart runs it: the chart's api.maxOldSpaceSizeMb and
+ *   api.maxSemiSpaceSizeMb, its production middleware, the rate limiter on with a limit never
+ *   reached (RATE_LIMIT_RPS=1000000), stdout to a file as a container runtime takes it.
+ * Scenarios: unique push events (a new checkout_sha per request), duplicates (one event), and
+ * payloads of BENCH_ALERTS (1000) firing alerts with new fingerprints (fewer connections).
+ * Redis is flushed before each run; Redis cost = INFO commandstats usec delta per 1,000 requests;
+ * RSS sampled from /proc every 100 ms (max).
+ * Worker (dist/worker/index.js): BENCH_JOBS (20,000) notify_oncall jobs (no NOTIFY_WEBHOOK_URLS:
+ * the cheapest real job) are queued while the queue is paused, then resumed: the drain rate.
+ * Then 1,000 paced jobs: enqueue-to-start latency (job.processedOn - job.timestamp).
  */
-import autocannon, { type Result } from 'autocannon';
+import { execFile } from 'node:child_process';
 import { Queue, Job } from 'bullmq';
 import { Redis } from 'ioredis';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -37,8 +32,10 @@ import { defaultJobOptions, JOB, QUEUE_NAME } from '../src/shared/jobs.js';
 import { freePort, startRedis, type RedisServer } from '../test/helpers/redis.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
-const DURATION = Number(process.env.BENCH_DURATION ?? 10);
-const WARMUP = Number(process.env.BENCH_WARMUP ?? 3);
+const DURATION = Number(process.env.BENCH_DURATION ?? 8);
+const ALERTS_PER_PAYLOAD = Number(process.env.BENCH_ALERTS ?? 1000);
+const ALERT_CONNECTIONS = Number(process.env.BENCH_ALERT_CONNECTIONS ?? 2);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 2);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
 const JOBS = Number(process.env.BENCH_JOBS ?? 20000);
 const LATENCY_JOBS = Number(process.env.BENCH_LATENCY_JOBS ?? 1000);
@@ -179,7 +176,7 @@ function heapSampler(metricsUrl: string) {
   };
 }
 
-// ---------------------------------------------------------------- HTTP load
+// ---------------------------------------------------------------- HTTP load (wrk)
 
 interface LoadFigures {
   rps: number;
@@ -188,62 +185,62 @@ interface LoadFigures {
   total: number;
   non2xx: number;
   errors: number;
-  statuses: string;
   rssMb: number;
-  heapUsedMb: number;
-  heapTotalMb: number;
+  /** Redis command time per 1,000 requests (ms), from INFO commandstats. */
+  redisMsPer1k: number;
 }
 
-function scmBody(sha: string): string {
-  return JSON.stringify({ ref: 'refs/heads/main', project: { path_with_namespace: 'bench/app' }, checkout_sha: sha });
+const WRK_LUA = join(ROOT, 'bench/wrk.lua');
+
+/** Sum of usec over every command in INFO commandstats. */
+async function redisCommandUsec(r: Redis): Promise<number> {
+  const text = await r.info('commandstats');
+  let usec = 0;
+  for (const m of text.matchAll(/,usec=(\d+),/g)) usec += Number(m[1]);
+  return usec;
 }
 
-let seq = 0;
-/** The one request builder for all runs: unique events get a new sha each time; duplicates the same one. */
-function builder(path: string, headers: Record<string, string>, unique: boolean, fixedSha: string) {
-  return (req: { method?: string; path?: string; headers?: Record<string, string>; body?: string | Buffer }) => {
-    const sha = unique ? `${fixedSha}-${(++seq).toString(16)}` : fixedSha;
-    req.method = 'POST';
-    req.path = path;
-    req.headers = headers;
-    req.body = scmBody(sha);
-    return req;
-  };
-}
-
-async function load(name: string, url: string, path: string, headers: Record<string, string>, unique: boolean, pid: number, metricsUrl?: string, warm = true): Promise<LoadFigures> {
-  const fixed = `${name}-${Date.now().toString(16)}`;
-  const opts = (duration: number) => ({
-    url,
-    connections: CONNECTIONS,
-    duration,
-    timeout: 10,
-    requests: [{ setupRequest: builder(path, headers, unique, fixed) }],
+function runWrk(url: string, env: Record<string, string>, connections: number, seconds: number): Promise<{ requests: number; duration_us: number; socket_errors: number; non2xx: number; timeouts: number; p50_us: number; p99_us: number }> {
+  return new Promise((resolvePromise, reject) => {
+    execFile(
+      'wrk',
+      ['-t', String(Math.min(2, connections)), '-c', String(connections), '-d', `${seconds}s`, '--timeout', '10s', '-s', WRK_LUA, url],
+      { env: { ...process.env, ...env }, maxBuffer: 1 << 20 },
+      (err, stdout, stderr) => {
+        if (err) return reject(new Error(`wrk failed: ${err.message}\n${stderr}`));
+        const line = stdout.split('\n').find((l) => l.startsWith('WRKJSON '));
+        if (!line) return reject(new Error(`wrk printed no summary:\n${stdout}\n${stderr}`));
+        resolvePromise(JSON.parse(line.slice('WRKJSON '.length)));
+      },
+    );
   });
-  if (warm) {
-    log(`${name}: warm-up ${WARMUP}s`);
-    await autocannon(opts(WARMUP));
+}
+
+type Mode = 'unique' | 'dup' | 'alerts';
+
+async function load(name: string, url: string, mode: Mode, pid: number, admin: Redis, token: string, opts: { warm: boolean; connections: number; seconds: number }): Promise<LoadFigures> {
+  const env = { BENCH_MODE: mode, BENCH_PREFIX: `${name}-${Date.now().toString(36)}`, BENCH_TOKEN: token, BENCH_ALERTS: String(ALERTS_PER_PAYLOAD) };
+  if (opts.warm) {
+    log(`${name} ${mode}: warm-up ${WARMUP}s`);
+    await runWrk(url, env, opts.connections, WARMUP);
   }
-  log(`${name}: ${DURATION}s at ${CONNECTIONS} connections`);
+  await admin.flushall(); // every run starts from an empty Redis (the queue would grow by ~1M jobs otherwise)
+  if (mode === 'dup') await runWrk(url, env, 1, 1); // the event is seen before the measured run
+  log(`${name} ${mode}: ${opts.seconds}s at ${opts.connections} connections`);
+  const usec0 = await redisCommandUsec(admin);
   const rss = rssSampler(pid);
-  const heap = metricsUrl ? heapSampler(metricsUrl) : undefined;
-  const r: Result = await autocannon(opts(DURATION));
+  const r = await runWrk(url, env, opts.connections, opts.seconds);
   const maxRss = rss.stop();
-  const heapPeak = heap?.stop();
-  const statuses = Object.entries(r.statusCodeStats ?? {})
-    .map(([code, s]) => `${code}x${s.count}`)
-    .join(' ');
+  const usec1 = await redisCommandUsec(admin);
   return {
-    rps: r.requests.average,
-    p50: r.latency.p50,
-    p99: r.latency.p99,
-    total: r.requests.total,
+    rps: r.requests / (r.duration_us / 1e6),
+    p50: r.p50_us / 1000,
+    p99: r.p99_us / 1000,
+    total: r.requests,
     non2xx: r.non2xx,
-    errors: r.errors + r.timeouts,
-    statuses,
+    errors: r.socket_errors + r.timeouts,
     rssMb: maxRss,
-    heapUsedMb: heapPeak?.usedMb ?? NaN,
-    heapTotalMb: heapPeak?.totalMb ?? NaN,
+    redisMsPer1k: r.requests > 0 ? ((usec1 - usec0) / 1000 / r.requests) * 1000 : NaN,
   };
 }
 
@@ -253,7 +250,7 @@ function median(xs: number[]): number {
   return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 }
 
-/** Median of every figure over the rounds (statuses/errors summed). */
+/** Median of every figure over the rounds (counts summed, RSS max). */
 function medianFigures(runs: LoadFigures[]): LoadFigures {
   return {
     rps: median(runs.map((f) => f.rps)),
@@ -262,10 +259,8 @@ function medianFigures(runs: LoadFigures[]): LoadFigures {
     total: runs.reduce((a, f) => a + f.total, 0),
     non2xx: runs.reduce((a, f) => a + f.non2xx, 0),
     errors: runs.reduce((a, f) => a + f.errors, 0),
-    statuses: runs.map((f) => f.statuses).join(', '),
     rssMb: Math.max(...runs.map((f) => f.rssMb)),
-    heapUsedMb: Math.max(...runs.map((f) => f.heapUsedMb)),
-    heapTotalMb: Math.max(...runs.map((f) => f.heapTotalMb)),
+    redisMsPer1k: median(runs.map((f) => f.redisMsPer1k)),
   };
 }
 
@@ -375,128 +370,124 @@ async function main() {
   const started = new Date();
   mkdirSync(join(ROOT, 'artifacts'), { recursive: true });
   const redis = await startRedis();
+  const admin = new Redis(redis.url);
   const results: Record<string, unknown> = {};
   const procs: Proc[] = [];
   try {
-    // 1+2. bare Express and the API, both up for the whole HTTP part; the three loads are run
-    // interleaved, ROUNDS times, and the medians reported: on a shared machine the load drifts
-    // between runs, and a ratio is only meaningful between runs made close together.
-    const barePort = await freePort();
-    const bare = spawnNode(join(ROOT, 'dist/bench/bench/bareExpress.js'), { PORT: String(barePort) }, 'bare-express');
-    procs.push(bare);
-    const bareUrl = `http://127.0.0.1:${barePort}`;
-    await new Promise<void>((res, rej) => {
-      bare.onLine((l) => l.includes('listening') && res());
-      bare.child.once('exit', () => rej(new Error('bare express exited')));
-    });
-    const apiLog = join(ROOT, 'artifacts/bench-api.log');
-    const scmHeaders = { 'content-type': 'application/json', 'x-scm-event': 'Push Hook', 'x-scm-token': SCM_SECRET };
-    const startApi = async (nodeArgs: string[], logFile: string) => {
+    const startServer = async (name: string, script: string, env: Record<string, string>, nodeArgs: string[] = [], logFile?: string) => {
       const port = await freePort();
-      const metricsPort = await freePort();
-      const p = spawnNode(
-        join(ROOT, 'dist/src/server.js'),
-        {
-          REDIS_URL: redis.url,
-          PORT: String(port),
-          METRICS_PORT: String(metricsPort),
-          OPS_API_KEY_ROLES: `${API_KEY}:operator`,
-          SCM_WEBHOOK_SECRET: SCM_SECRET,
-          RATE_LIMIT_RPS,
-          LOG_LEVEL: 'info',
-          ADMIN_UI_ENABLED: 'false',
-        },
-        'api',
-        { nodeArgs, logFile },
-      );
+      const p = spawnNode(join(ROOT, script), { PORT: String(port), ...env }, name, { nodeArgs, logFile });
       procs.push(p);
       const url = `http://127.0.0.1:${port}`;
-      await waitHttp(`${url}/health`, p);
-      return { p, url, metrics: `http://127.0.0.1:${metricsPort}/metrics` };
+      const deadline = Date.now() + 30_000;
+      for (;;) {
+        if (p.child.exitCode !== null) throw new Error(`${name} exited early`);
+        try {
+          await fetch(url + '/');
+          break;
+        } catch {
+          if (Date.now() > deadline) throw new Error(`${name} not listening after 30 s`);
+          await sleep(100);
+        }
+      }
+      return { p, url };
     };
-    const api = await startApi(API_NODE_ARGS, apiLog);
-    const bareRuns: LoadFigures[] = [];
-    const uniqueRuns: LoadFigures[] = [];
-    const dupRuns: LoadFigures[] = [];
+    // The three servers, up for the whole HTTP part.
+    const bare = await startServer('bare-express', 'dist/bench/bench/bareExpress.js', {});
+    const control = await startServer('spec-minimum', 'dist/bench/bench/specMinimum.js', { REDIS_URL: redis.url });
+    // The API as the chart runs it: the chart's heap caps, the rate limiter on with a limit never reached.
+    const api = await startServer(
+      'api',
+      'dist/src/server.js',
+      {
+        REDIS_URL: redis.url,
+        METRICS_PORT: String(await freePort()),
+        OPS_API_KEY_ROLES: `${API_KEY}:operator`,
+        SCM_WEBHOOK_SECRET: SCM_SECRET,
+        RATE_LIMIT_RPS,
+        LOG_LEVEL: 'info',
+        ADMIN_UI_ENABLED: 'false',
+      },
+      [`--max-old-space-size=${HEAP_CAP_MB}`, ...(SEMI_SPACE_MB ? [`--max-semi-space-size=${SEMI_SPACE_MB}`] : []), ...API_NODE_ARGS],
+      join(ROOT, 'artifacts/bench-api.log'),
+    );
+    const servers = [
+      { key: 'bare', label: 'bare Express', s: bare, token: '' },
+      { key: 'control', label: 'spec minimum (SET NX + Queue.add)', s: control, token: '' },
+      { key: 'api', label: `opsgate API (chart: old ${HEAP_CAP_MB} / semi ${SEMI_SPACE_MB} MB, rate limit on)`, s: api, token: SCM_SECRET },
+    ] as const;
+    const modes: Array<{ mode: Mode; label: string; connections: number; seconds: number }> = [
+      { mode: 'unique', label: 'unique push events', connections: CONNECTIONS, seconds: DURATION },
+      { mode: 'dup', label: 'duplicate push events', connections: CONNECTIONS, seconds: DURATION },
+      { mode: 'alerts', label: `${fmt(ALERTS_PER_PAYLOAD)}-alert payloads`, connections: ALERT_CONNECTIONS, seconds: Math.max(2, Math.round(DURATION / 2)) },
+    ];
+    const runs: Record<string, LoadFigures[]> = {};
     for (let r = 0; r < ROUNDS; r++) {
       log(`round ${r + 1}/${ROUNDS}`);
-      bareRuns.push(await load('bare-express', bareUrl, '/webhook/bare', { 'content-type': 'application/json' }, true, bare.child.pid!, undefined, r === 0));
-      uniqueRuns.push(await load('scm-unique', api.url, '/webhook/scm', scmHeaders, true, api.p.child.pid!, api.metrics, r === 0));
-      dupRuns.push(await load('scm-duplicate', api.url, '/webhook/scm', scmHeaders, false, api.p.child.pid!, api.metrics, r === 0));
+      for (const m of modes) {
+        for (const sv of servers) {
+          const k = `${sv.key}:${m.mode}`;
+          (runs[k] ??= []).push(await load(sv.key, sv.s.url, m.mode, sv.s.p.child.pid!, admin, sv.token, { warm: r === 0, connections: m.connections, seconds: m.seconds }));
+        }
+      }
     }
-    await bare.stop();
-    const apiRss = Math.max(...uniqueRuns.map((f) => f.rssMb), ...dupRuns.map((f) => f.rssMb), rssMb(api.p.child.pid!) || 0);
-    await api.p.stop();
-    const bareFig = medianFigures(bareRuns);
-    const uniqueFig = medianFigures(uniqueRuns);
-    const dupFig = medianFigures(dupRuns);
-    const ratioU = median(uniqueRuns.map((f, i) => f.rps / bareRuns[i]!.rps));
-    const ratioD = median(dupRuns.map((f, i) => f.rps / bareRuns[i]!.rps));
-    const perRound = (runs: LoadFigures[]) => runs.map((f) => fmt(f.rps)).join(' / ');
-    // The same unique-event load against an API whose V8 old space is capped at HEAP_CAP_MB, as a
-    // container memory limit would size it (the chart's API limit is 384 MiB): on this 24 GB host
-    // V8's default heap limit is several GB and it lets garbage pile up before collecting.
-    const capped = await startApi([`--max-old-space-size=${HEAP_CAP_MB}`, ...(SEMI_SPACE_MB ? [`--max-semi-space-size=${SEMI_SPACE_MB}`] : []), ...API_NODE_ARGS], join(ROOT, 'artifacts/bench-api-capped.log'));
-    const cappedFig = await load(`scm-unique-heap${HEAP_CAP_MB}`, capped.url, '/webhook/scm', scmHeaders, true, capped.p.child.pid!, capped.metrics);
-    await capped.p.stop();
-    const apiLogLines = countLines(apiLog);
+    for (const sv of servers) await sv.s.p.stop();
+    const apiLogLines = countLines(join(ROOT, 'artifacts/bench-api.log'));
 
     // 3. worker
     const w = await workerBench(redis);
     const load1 = os.loadavg();
 
     // ------------------------------------------------------------ table
-    const pf = (ok: boolean) => (ok ? 'PASS' : 'FAIL');
-    const rows: Array<[string, string, string, string]> = [
-      ['bare Express 202 (baseline)', `${fmt(bareFig.rps)} req/s  p50 ${fmt(bareFig.p50, 1)} ms  p99 ${fmt(bareFig.p99, 1)} ms  RSS ${fmt(bareFig.rssMb)} MB`, '-', '-'],
-      ['scm intake, unique events', `${fmt(uniqueFig.rps)} req/s = ${fmt(ratioU * 100, 1)}% of bare`, '>= 50% of bare', pf(ratioU >= 0.5)],
-      ['scm intake, unique: latency', `p50 ${fmt(uniqueFig.p50, 1)} ms  p99 ${fmt(uniqueFig.p99, 1)} ms`, `p99 < 20 ms @${CONNECTIONS} conn`, pf(uniqueFig.p99 < 20)],
-      ['scm intake, duplicates', `${fmt(dupFig.rps)} req/s = ${fmt(ratioD * 100, 1)}% of bare`, '>= 50% of bare', pf(ratioD >= 0.5)],
-      ['scm intake, duplicates: latency', `p50 ${fmt(dupFig.p50, 1)} ms  p99 ${fmt(dupFig.p99, 1)} ms`, `p99 < 20 ms @${CONNECTIONS} conn`, pf(dupFig.p99 < 20)],
-      ['API RSS under load (max)', `${fmt(apiRss)} MB (V8 heap peak: used ${fmt(Math.max(uniqueFig.heapUsedMb, dupFig.heapUsedMb))} MB of ${fmt(Math.max(uniqueFig.heapTotalMb, dupFig.heapTotalMb))} MB)`, '< 150 MB', pf(apiRss < 150)],
-      [`  as deployed (V8 old ${HEAP_CAP_MB} / semi ${SEMI_SPACE_MB} MB)`, `${fmt(cappedFig.rssMb)} MB at ${fmt(cappedFig.rps)} req/s unique (${fmt((cappedFig.rps / bareFig.rps) * 100, 1)}% of bare), p99 ${fmt(cappedFig.p99, 1)} ms; heap peak ${fmt(cappedFig.heapUsedMb)} MB`, '< 150 MB', pf(cappedFig.rssMb < 150)],
-      ['worker drain', `${fmt(w.drainRate)} jobs/s (${fmt(JOBS)} jobs in ${fmt(w.drainSeconds, 2)} s)`, '>= 2,000 jobs/s', pf(w.drainRate >= 2000 && w.failed === 0 && w.leftover === 0 && w.completedLogged === JOBS + LATENCY_JOBS)],
-      ['enqueue-to-start latency', `p50 ${fmt(w.p50)} ms  p99 ${fmt(w.p99)} ms (${w.latencySamples} paced jobs)`, '-', '-'],
-      ['worker RSS (max)', `${fmt(w.rssMb)} MB`, '-', '-'],
-    ];
-    if (ROUNDS > 1) {
-      rows.splice(
-        1,
-        0,
-        ['  per round (req/s)', `bare ${perRound(bareRuns)}`, '-', '-'],
-        ['', `unique ${perRound(uniqueRuns)}`, '-', '-'],
-        ['', `duplicates ${perRound(dupRuns)}`, '-', '-'],
-      );
+    const fig = (k: string) => medianFigures(runs[k]!);
+    /** Median over rounds of a per-round ratio (the machine's load drifts between rounds). */
+    const ratio = (a: string, b: string) => median(runs[a]!.map((f, i) => f.rps / runs[b]![i]!.rps));
+    const p99Ok = (m: Mode) => median(runs[`api:${m}`]!.map((f, i) => (f.p99 <= runs[`control:${m}`]![i]!.p99 ? 1 : 0))) >= 0.5;
+    const table: string[][] = [['scenario', 'server', 'req/s', 'x bare', 'p50 ms', 'p99 ms', 'RSS MB', 'Redis ms/1k req']];
+    for (const m of modes) {
+      for (const sv of servers) {
+        const f = fig(`${sv.key}:${m.mode}`);
+        table.push([m.label, sv.label, fmt(f.rps), sv.key === 'bare' ? '1.00' : fmt(ratio(`${sv.key}:${m.mode}`, `bare:${m.mode}`), 2), fmt(f.p50, 1), fmt(f.p99, 1), fmt(f.rssMb), sv.key === 'bare' ? '-' : fmt(f.redisMsPer1k, 1)]);
+      }
     }
-    const checks = [
-      `responses: bare ${bareFig.statuses}; unique ${uniqueFig.statuses}; duplicates ${dupFig.statuses}`,
-      `errors/timeouts: bare ${bareFig.errors}, unique ${uniqueFig.errors}, duplicates ${dupFig.errors}; non-2xx: ${bareFig.non2xx}/${uniqueFig.non2xx}/${dupFig.non2xx}`,
-      `worker: ${w.completedLogged} "job completed" log lines (expected ${JOBS + LATENCY_JOBS}), failed jobs ${w.failed}, left in queue ${w.leftover}; API log lines during the run ${apiLogLines} (stdout to a file, as a container runtime takes it)`,
-      `machine: ${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? '?'}), node ${process.version}, load average before ${load0.map((x) => x.toFixed(2)).join('/')} after ${load1.map((x) => x.toFixed(2)).join('/')}`,
-      `settings: ${CONNECTIONS} connections, ${DURATION} s per run after ${WARMUP} s warm-up, ${ROUNDS} interleaved rounds (medians; ratios per round), RATE_LIMIT_RPS=${RATE_LIMIT_RPS}, WORKER_CONCURRENCY=${WORKER_CONCURRENCY ?? 'default'}, load generator (autocannon) on the same machine`,
+    const apiRss = Math.max(...modes.map((m) => fig(`api:${m.mode}`).rssMb));
+    const uniqueRatio = ratio('api:unique', 'bare:unique');
+    const uniqueVsControl = ratio('api:unique', 'control:unique');
+    const dupRatio = ratio('api:dup', 'bare:dup');
+    const alertsP99 = fig('api:alerts').p99;
+    const targets: Array<[string, string, boolean]> = [
+      ['unique intake >= 0.60 x bare Express', fmt(uniqueRatio, 2), uniqueRatio >= 0.6],
+      ['unique intake >= spec-minimum control', `${fmt(uniqueVsControl, 2)} x control`, uniqueVsControl >= 1],
+      ['duplicate intake >= 0.75 x bare Express', fmt(dupRatio, 2), dupRatio >= 0.75],
+      ['API p99 <= control p99 (same round; unique)', `${fmt(fig('api:unique').p99, 1)} vs ${fmt(fig('control:unique').p99, 1)} ms`, p99Ok('unique')],
+      ['API p99 <= control p99 (same round; duplicates)', `${fmt(fig('api:dup').p99, 1)} vs ${fmt(fig('control:dup').p99, 1)} ms`, p99Ok('dup')],
+      [`${fmt(ALERTS_PER_PAYLOAD)}-alert payload answered < 100 ms (API p99)`, `${fmt(alertsP99, 1)} ms`, alertsP99 < 100],
+      ['API RSS under load < 150 MB (as the chart runs it)', `${fmt(apiRss)} MB`, apiRss < 150],
+      ['worker drain >= 4,000 jobs/s', `${fmt(w.drainRate)} jobs/s (${fmt(JOBS)} in ${fmt(w.drainSeconds, 2)} s)`, w.drainRate >= 4000 && w.failed === 0 && w.leftover === 0 && w.completedLogged === JOBS + LATENCY_JOBS],
     ];
-    const w0 = Math.max(...rows.map((r) => r[0].length));
-    const w1 = Math.max(...rows.map((r) => r[1].length));
-    const w2 = Math.max(...rows.map((r) => r[2].length));
-    const line = `+${'-'.repeat(w0 + 2)}+${'-'.repeat(w1 + 2)}+${'-'.repeat(w2 + 2)}+------+`;
+    const widths = table[0]!.map((_, i) => Math.max(...table.map((r) => r[i]!.length)));
+    const row = (r: string[]) => '| ' + r.map((c, i) => (i >= 2 ? c.padStart(widths[i]!) : c.padEnd(widths[i]!))).join(' | ') + ' |';
+    const sep = '+' + widths.map((wd) => '-'.repeat(wd + 2)).join('+') + '+';
     const out: string[] = [];
-    out.push(`opsgate bench, ${started.toISOString()}`);
-    out.push(line);
-    out.push(`| ${'measure'.padEnd(w0)} | ${'measured'.padEnd(w1)} | ${'target'.padEnd(w2)} | ok?  |`);
-    out.push(line);
-    for (const r of rows) out.push(`| ${r[0].padEnd(w0)} | ${r[1].padEnd(w1)} | ${r[2].padEnd(w2)} | ${r[3].padEnd(4)} |`);
-    out.push(line);
-    for (const c of checks) out.push(`  ${c}`);
+    out.push(`opsgate bench, ${started.toISOString()} (wrk, ${ROUNDS} interleaved rounds, medians; ratios are medians of per-round ratios)`);
+    out.push(sep, row(table[0]!), sep, ...table.slice(1).map(row), sep);
+    out.push('', 'targets (issue 10):');
+    for (const [name, measured, ok] of targets) out.push(`  ${ok ? 'PASS' : 'FAIL'}  ${name}: ${measured}`);
+    out.push(
+      '',
+      `  worker: drain ${fmt(w.drainRate)} jobs/s, enqueue-to-start p50 ${fmt(w.p50)} ms p99 ${fmt(w.p99)} ms (${w.latencySamples} paced jobs), RSS ${fmt(w.rssMb)} MB; ${w.completedLogged} "job completed" lines (expected ${JOBS + LATENCY_JOBS}), failed ${w.failed}, left ${w.leftover}`,
+      `  errors/timeouts/non-2xx: ${servers.map((sv) => `${sv.key} ${modes.map((m) => { const f = fig(`${sv.key}:${m.mode}`); return `${f.errors}/${f.non2xx}`; }).join(',')}`).join('; ')}; API log lines ${apiLogLines}`,
+      `  machine: ${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? '?'}), node ${process.version}, uptime load average before ${load0.map((x) => x.toFixed(2)).join('/')} after ${load1.map((x) => x.toFixed(2)).join('/')}`,
+      `  settings: wrk ${CONNECTIONS} connections (${ALERT_CONNECTIONS} for alert payloads), ${DURATION} s per run (alerts ${Math.max(2, Math.round(DURATION / 2))} s) after ${WARMUP} s warm-up, RATE_LIMIT_RPS=${RATE_LIMIT_RPS}, Redis flushed before each run; Redis ms/1k req = INFO commandstats usec delta`,
+    );
     process.stdout.write(out.join('\n') + '\n');
-
-    Object.assign(results, { started: started.toISOString(), rounds: { bare: bareRuns, unique: uniqueRuns, duplicate: dupRuns }, ratios: { unique: ratioU, duplicate: ratioD }, bare: bareFig, unique: uniqueFig, duplicate: dupFig, uniqueHeapCapped: cappedFig, apiRssMb: apiRss, worker: w, loadavg: { before: load0, after: load1 }, settings: { CONNECTIONS, DURATION, WARMUP, RATE_LIMIT_RPS, WORKER_CONCURRENCY: WORKER_CONCURRENCY ?? null } });
-    mkdirSync(join(ROOT, 'artifacts'), { recursive: true });
+    Object.assign(results, { started: started.toISOString(), runs, targets, worker: w, loadavg: { before: load0, after: load1 }, settings: { CONNECTIONS, ALERT_CONNECTIONS, DURATION, WARMUP, ROUNDS, RATE_LIMIT_RPS, HEAP_CAP_MB, SEMI_SPACE_MB } });
     writeFileSync(join(ROOT, 'artifacts/bench.json'), JSON.stringify(results, null, 2) + '\n');
     writeFileSync(join(ROOT, 'artifacts/bench.txt'), out.join('\n') + '\n');
-    const failed = rows.some((r) => r[3] === 'FAIL');
-    if (failed && process.env.BENCH_STRICT === '1') process.exitCode = 1;
+    if (targets.some((t) => !t[2]) && process.env.BENCH_STRICT === '1') process.exitCode = 1;
   } finally {
     for (const p of procs) await p.stop();
+    admin.disconnect();
     await redis.destroy();
   }
 }

@@ -1,11 +1,25 @@
 # `make bench`: throughput/latency/memory of the real built api and worker on loopback (not in `make test`).
-# Knobs (environment): BENCH_DURATION (10 s), BENCH_WARMUP (3 s), BENCH_CONNECTIONS (64), BENCH_JOBS (20000),
-# BENCH_RATE_LIMIT_RPS (1000000: limiter on, never refusing), BENCH_WORKER_CONCURRENCY (worker default),
-# BENCH_HEAP_CAP_MB (96: old-space cap of the second, memory-focused API run), BENCH_ROUNDS (3 interleaved rounds),
-# BENCH_STRICT=1 (exit non-zero when a target is missed), BENCH_API_NODE_ARGS / BENCH_WORKER_NODE_ARGS (extra node
-# flags, e.g. "--cpu-prof --cpu-prof-dir=artifacts/prof"). Results in artifacts/bench.{txt,json}; process logs in
-# artifacts/bench-{api,worker}.log.
+# Load from wrk (a C load generator: a Node one takes a core from the server on a 2-core machine and
+# compresses every ratio toward 1). Three servers, the same request stream, BENCH_ROUNDS interleaved
+# rounds, medians: bare Express, the spec-minimum control (bench/specMinimum.ts: SET NX EX + Queue.add,
+# nothing else) and the API as the chart runs it (its heap caps, rate limiter on with a limit never
+# reached); unique push events, duplicates and BENCH_ALERTS-alert payloads; then the worker's drain rate.
+# Knobs (environment): BENCH_DURATION (8 s per run; alert runs half), BENCH_WARMUP (2 s), BENCH_CONNECTIONS (64),
+# BENCH_ALERT_CONNECTIONS (2), BENCH_ALERTS (1000), BENCH_JOBS (20000), BENCH_RATE_LIMIT_RPS (1000000: limiter on,
+# never refusing), BENCH_WORKER_CONCURRENCY (worker default), BENCH_HEAP_CAP_MB / BENCH_SEMI_SPACE_MB (the chart's
+# api values), BENCH_ROUNDS (3), BENCH_STRICT=1 (exit non-zero when a target of issue 10 is missed),
+# BENCH_API_NODE_ARGS / BENCH_WORKER_NODE_ARGS (extra node flags, e.g. "--cpu-prof --cpu-prof-dir=artifacts/prof").
+# Results in artifacts/bench.{txt,json}; process logs in artifacts/bench-{api,worker}.log.
+.PHONY: tools-wrk
+tools-wrk: ## Install wrk (Debian package) if missing (apt-get as root)
+	@if ! command -v wrk >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; \
+	  else echo "wrk missing: install it (apt-get install wrk)" >&2; exit 1; fi; \
+	fi
+	@command -v wrk
+
 .PHONY: bench
-bench: deps redis build ## Benchmark intake, duplicates, RSS vs bare Express; worker drain + enqueue-to-start latency
+bench: deps redis tools-wrk build ## Benchmark intake (bare Express / spec minimum / API; unique, duplicates, alert storms) and the worker's drain
 	npx tsc -p bench/tsconfig.json
 	node dist/bench/bench/run.js
