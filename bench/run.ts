@@ -14,7 +14,7 @@
  *   reached (RATE_LIMIT_RPS=1000000), stdout to a file as a container runtime takes it.
  * Scenarios: unique push events (a new checkout_sha per request), duplicates (one event), and
  * payloads of BENCH_ALERTS (1000) firing alerts with new fingerprints (fewer connections).
- * Redis is flushed before each run; Redis cost = INFO commandstats usec delta per 1,000 requests;
+ * Redis is flushed before each run; Redis cost = Redis CPU (INFO cpu) per 1,000 requests;
  * RSS sampled from /proc every 100 ms (max).
  * Worker (dist/worker/index.js): BENCH_JOBS (20,000) notify_oncall jobs (no NOTIFY_WEBHOOK_URLS:
  * the cheapest real job) are queued while the queue is paused, then resumed: the drain rate.
@@ -186,18 +186,22 @@ interface LoadFigures {
   non2xx: number;
   errors: number;
   rssMb: number;
-  /** Redis command time per 1,000 requests (ms), from INFO commandstats. */
+  /** Redis CPU per 1,000 requests (ms), from INFO cpu. */
   redisMsPer1k: number;
 }
 
 const WRK_LUA = join(ROOT, 'bench/wrk.lua');
 
-/** Sum of usec over every command in INFO commandstats. */
-async function redisCommandUsec(r: Redis): Promise<number> {
-  const text = await r.info('commandstats');
-  let usec = 0;
-  for (const m of text.matchAll(/,usec=(\d+),/g)) usec += Number(m[1]);
-  return usec;
+/**
+ * Redis CPU (user + sys) in ms, from INFO cpu. (INFO commandstats would count a script twice:
+ * its EVALSHA and every command it calls are listed with their own usec, so a path made of
+ * scripts would look dearer than it is.)
+ */
+async function redisCpuMs(r: Redis): Promise<number> {
+  const text = await r.info('cpu');
+  const user = Number(/used_cpu_user:([\d.]+)/.exec(text)?.[1] ?? NaN);
+  const sys = Number(/used_cpu_sys:([\d.]+)/.exec(text)?.[1] ?? NaN);
+  return (user + sys) * 1000;
 }
 
 function runWrk(url: string, env: Record<string, string>, connections: number, seconds: number): Promise<{ requests: number; duration_us: number; socket_errors: number; non2xx: number; timeouts: number; p50_us: number; p99_us: number }> {
@@ -227,20 +231,22 @@ async function load(name: string, url: string, mode: Mode, pid: number, admin: R
   await admin.flushall(); // every run starts from an empty Redis (the queue would grow by ~1M jobs otherwise)
   if (mode === 'dup') await runWrk(url, env, 1, 1); // the event is seen before the measured run
   log(`${name} ${mode}: ${opts.seconds}s at ${opts.connections} connections`);
-  const usec0 = await redisCommandUsec(admin);
+  const cpu0 = await redisCpuMs(admin);
   const rss = rssSampler(pid);
   const r = await runWrk(url, env, opts.connections, opts.seconds);
   const maxRss = rss.stop();
-  const usec1 = await redisCommandUsec(admin);
+  const cpu1 = await redisCpuMs(admin);
+  // No answer within the run: no figures (never a flattering 0 ms).
+  const none = r.requests === 0;
   return {
     rps: r.requests / (r.duration_us / 1e6),
-    p50: r.p50_us / 1000,
-    p99: r.p99_us / 1000,
+    p50: none ? NaN : r.p50_us / 1000,
+    p99: none ? NaN : r.p99_us / 1000,
     total: r.requests,
     non2xx: r.non2xx,
     errors: r.socket_errors + r.timeouts,
     rssMb: maxRss,
-    redisMsPer1k: r.requests > 0 ? ((usec1 - usec0) / 1000 / r.requests) * 1000 : NaN,
+    redisMsPer1k: r.requests > 0 ? ((cpu1 - cpu0) / r.requests) * 1000 : NaN,
   };
 }
 
@@ -419,7 +425,7 @@ async function main() {
     const modes: Array<{ mode: Mode; label: string; connections: number; seconds: number }> = [
       { mode: 'unique', label: 'unique push events', connections: CONNECTIONS, seconds: DURATION },
       { mode: 'dup', label: 'duplicate push events', connections: CONNECTIONS, seconds: DURATION },
-      { mode: 'alerts', label: `${fmt(ALERTS_PER_PAYLOAD)}-alert payloads`, connections: ALERT_CONNECTIONS, seconds: Math.max(2, Math.round(DURATION / 2)) },
+      { mode: 'alerts', label: `${fmt(ALERTS_PER_PAYLOAD)}-alert payloads`, connections: ALERT_CONNECTIONS, seconds: DURATION },
     ];
     const runs: Record<string, LoadFigures[]> = {};
     for (let r = 0; r < ROUNDS; r++) {
@@ -432,6 +438,20 @@ async function main() {
       }
     }
     for (const sv of servers) await sv.s.p.stop();
+
+    // Issue 11 item 11: the hand-written limiter against rate-limiter-flexible (Redis store +
+    // in-memory insurance limiter), each alone in front of the smallest handler, interleaved.
+    const limiters = [
+      { key: 'hand', label: 'hand-written (src/middleware/rateLimit.ts)', s: await startServer('limiter-hand', 'dist/bench/bench/limiterApp.js', { REDIS_URL: redis.url, LIMITER: 'hand' }) },
+      { key: 'rlf', label: 'rate-limiter-flexible (RateLimiterRedis + memory insurance)', s: await startServer('limiter-rlf', 'dist/bench/bench/limiterApp.js', { REDIS_URL: redis.url, LIMITER: 'rlf' }) },
+    ];
+    const limiterRuns: Record<string, LoadFigures[]> = {};
+    for (let r = 0; r < ROUNDS; r++) {
+      for (const l of limiters) {
+        (limiterRuns[l.key] ??= []).push(await load(`limiter-${l.key}`, l.s.url, 'unique', l.s.p.child.pid!, admin, '', { warm: r === 0, connections: CONNECTIONS, seconds: DURATION }));
+      }
+    }
+    for (const l of limiters) await l.s.p.stop();
     const apiLogLines = countLines(join(ROOT, 'artifacts/bench-api.log'));
 
     // 3. worker
@@ -455,6 +475,7 @@ async function main() {
     const uniqueVsControl = ratio('api:unique', 'control:unique');
     const dupRatio = ratio('api:dup', 'bare:dup');
     const alertsP99 = fig('api:alerts').p99;
+    const runsWithoutAnswers = Object.entries(runs).filter(([, rs]) => rs.some((f) => f.total === 0)).map(([k]) => k);
     const targets: Array<[string, string, boolean]> = [
       ['unique intake >= 0.60 x bare Express', fmt(uniqueRatio, 2), uniqueRatio >= 0.6],
       ['unique intake >= spec-minimum control', `${fmt(uniqueVsControl, 2)} x control`, uniqueVsControl >= 1],
@@ -463,6 +484,7 @@ async function main() {
       ['API p99 <= control p99 (same round; duplicates)', `${fmt(fig('api:dup').p99, 1)} vs ${fmt(fig('control:dup').p99, 1)} ms`, p99Ok('dup')],
       [`${fmt(ALERTS_PER_PAYLOAD)}-alert payload answered < 100 ms (API p99)`, `${fmt(alertsP99, 1)} ms`, alertsP99 < 100],
       ['API RSS under load < 150 MB (as the chart runs it)', `${fmt(apiRss)} MB`, apiRss < 150],
+      ['every server answered in every run', runsWithoutAnswers.length ? `none from ${runsWithoutAnswers.join(', ')}` : 'yes', runsWithoutAnswers.length === 0],
       ['worker drain >= 4,000 jobs/s', `${fmt(w.drainRate)} jobs/s (${fmt(JOBS)} in ${fmt(w.drainSeconds, 2)} s)`, w.drainRate >= 4000 && w.failed === 0 && w.leftover === 0 && w.completedLogged === JOBS + LATENCY_JOBS],
     ];
     const widths = table[0]!.map((_, i) => Math.max(...table.map((r) => r[i]!.length)));
@@ -471,6 +493,17 @@ async function main() {
     const out: string[] = [];
     out.push(`opsgate bench, ${started.toISOString()} (wrk, ${ROUNDS} interleaved rounds, medians; ratios are medians of per-round ratios)`);
     out.push(sep, row(table[0]!), sep, ...table.slice(1).map(row), sep);
+    const lt: string[][] = [['rate limiter alone (unique pushes)', 'req/s', 'p50 ms', 'p99 ms', 'RSS MB', 'Redis ms/1k req']];
+    for (const l of limiters) {
+      const f = medianFigures(limiterRuns[l.key]!);
+      lt.push([l.label, fmt(f.rps), fmt(f.p50, 1), fmt(f.p99, 1), fmt(f.rssMb), fmt(f.redisMsPer1k, 1)]);
+    }
+    const lw = lt[0]!.map((_, i) => Math.max(...lt.map((r) => r[i]!.length)));
+    const lrow = (r: string[]) => '| ' + r.map((c, i) => (i >= 1 ? c.padStart(lw[i]!) : c.padEnd(lw[i]!))).join(' | ') + ' |';
+    const lsep = '+' + lw.map((wd) => '-'.repeat(wd + 2)).join('+') + '+';
+    const handVsRlf = median(limiterRuns.hand!.map((f, i) => f.rps / limiterRuns.rlf![i]!.rps));
+    out.push('', lsep, lrow(lt[0]!), lsep, ...lt.slice(1).map(lrow), lsep);
+    out.push(`  hand-written / rate-limiter-flexible: ${fmt(handVsRlf, 2)} x req/s (median of per-round ratios). On the intake paths the hand-written hit also rides in the claim's pipeline (0 extra round trips); rate-limiter-flexible's consume() is a round trip of its own.`);
     out.push('', 'targets (issue 10):');
     for (const [name, measured, ok] of targets) out.push(`  ${ok ? 'PASS' : 'FAIL'}  ${name}: ${measured}`);
     out.push(
@@ -478,10 +511,10 @@ async function main() {
       `  worker: drain ${fmt(w.drainRate)} jobs/s, enqueue-to-start p50 ${fmt(w.p50)} ms p99 ${fmt(w.p99)} ms (${w.latencySamples} paced jobs), RSS ${fmt(w.rssMb)} MB; ${w.completedLogged} "job completed" lines (expected ${JOBS + LATENCY_JOBS}), failed ${w.failed}, left ${w.leftover}`,
       `  errors/timeouts/non-2xx: ${servers.map((sv) => `${sv.key} ${modes.map((m) => { const f = fig(`${sv.key}:${m.mode}`); return `${f.errors}/${f.non2xx}`; }).join(',')}`).join('; ')}; API log lines ${apiLogLines}`,
       `  machine: ${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? '?'}), node ${process.version}, uptime load average before ${load0.map((x) => x.toFixed(2)).join('/')} after ${load1.map((x) => x.toFixed(2)).join('/')}`,
-      `  settings: wrk ${CONNECTIONS} connections (${ALERT_CONNECTIONS} for alert payloads), ${DURATION} s per run (alerts ${Math.max(2, Math.round(DURATION / 2))} s) after ${WARMUP} s warm-up, RATE_LIMIT_RPS=${RATE_LIMIT_RPS}, Redis flushed before each run; Redis ms/1k req = INFO commandstats usec delta`,
+      `  settings: wrk ${CONNECTIONS} connections (${ALERT_CONNECTIONS} for alert payloads), ${DURATION} s per run after ${WARMUP} s warm-up, RATE_LIMIT_RPS=${RATE_LIMIT_RPS}, Redis flushed before each run; Redis ms/1k req = Redis CPU (INFO cpu, user+sys) per 1,000 requests`,
     );
     process.stdout.write(out.join('\n') + '\n');
-    Object.assign(results, { started: started.toISOString(), runs, targets, worker: w, loadavg: { before: load0, after: load1 }, settings: { CONNECTIONS, ALERT_CONNECTIONS, DURATION, WARMUP, ROUNDS, RATE_LIMIT_RPS, HEAP_CAP_MB, SEMI_SPACE_MB } });
+    Object.assign(results, { started: started.toISOString(), runs, limiterRuns, targets, worker: w, loadavg: { before: load0, after: load1 }, settings: { CONNECTIONS, ALERT_CONNECTIONS, DURATION, WARMUP, ROUNDS, RATE_LIMIT_RPS, HEAP_CAP_MB, SEMI_SPACE_MB } });
     writeFileSync(join(ROOT, 'artifacts/bench.json'), JSON.stringify(results, null, 2) + '\n');
     writeFileSync(join(ROOT, 'artifacts/bench.txt'), out.join('\n') + '\n');
     if (targets.some((t) => !t[2]) && process.env.BENCH_STRICT === '1') process.exitCode = 1;

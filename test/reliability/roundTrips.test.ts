@@ -11,6 +11,7 @@ import { createHmac } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Redis } from 'ioredis';
 import request from 'supertest';
+import { RateLimiterMemory, RateLimiterRedis } from 'rate-limiter-flexible';
 import { createRateLimiter } from '../../src/middleware/rateLimit.js';
 import { rateLimitKey } from '../../src/domain/redisOps.js';
 import { createHarness, GITHUB_SECRET, SCM_SECRET, type Harness } from '../integration/api/harness.js';
@@ -113,5 +114,26 @@ describe('Redis round trips per delivery (rate limit on)', () => {
 
   it('the rate limiter counted every delivery above', async () => {
     expect(Number(await admin.get(rateLimitKey('127.0.0.1')))).toBe(sent);
+  });
+});
+
+describe('issue 11 item 11: rate-limiter-flexible in the same slot', () => {
+  it('costs one more round trip per delivery: its consume() cannot ride in the claim pipeline', async () => {
+    const rlf = await createHarness(relay.url, {
+      env: { RATE_LIMIT_RPS: '100000', TRUST_PROXY: '0' },
+      rateLimit: ({ redis }) => {
+        const rl = new RateLimiterRedis({ storeClient: redis, keyPrefix: 'opsgate:rlf', points: 100000, duration: 600, insuranceLimiter: new RateLimiterMemory({ points: 100000, duration: 600 }) });
+        return (req, _res, next) => void rl.consume(req.ip ?? 'unknown').then(() => next(), () => next());
+      },
+    });
+    try {
+      const post = (sha: string) => request(rlf.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook').send(push(sha));
+      await roundTrips(() => post('rlf-warm'));
+      await roundTrips(() => post('rlf-warm'));
+      expect(await roundTrips(() => post('rlf-1'))).toBe(3);
+      expect(await roundTrips(() => post('rlf-1'))).toBe(2);
+    } finally {
+      await rlf.close();
+    }
   });
 });
