@@ -287,7 +287,7 @@ describe('fuzz: payloads behind valid credentials', () => {
           const json = JSON.parse(r.body) as Record<string, unknown>;
           if ('ignored' in json) expect(Object.keys(json).sort()).toEqual(['ignored', 'reason']);
           else {
-            expect(Object.keys(json).sort()).toEqual(['accepted', 'duplicate', 'event_id', 'project']);
+            expect(Object.keys(json).sort()).toEqual(['accepted', 'duplicate', 'event_id', 'job_id', 'project']);
             expect(json.duplicate).toBe(!json.accepted);
             expect(event).toBe('Push Hook');
             const sent = JSON.parse(p) as { checkout_sha: string };
@@ -324,7 +324,7 @@ describe('fuzz: payloads behind valid credentials', () => {
         if (r.status === 202) {
           const objs = alerts.filter((a): a is Record<string, unknown> => typeof a === 'object' && a !== null && !Array.isArray(a));
           const firing = objs.filter((a) => a.status === 'firing');
-          expect(JSON.parse(r.body)).toEqual({ received: alerts.length, firing: firing.length });
+          expect(JSON.parse(r.body)).toEqual({ received: alerts.length, firing: firing.length, job_ids: expect.any(Array) });
           for (const a of firing) if (typeof a.fingerprint === 'string' && a.fingerprint !== '') announcedAlerts.add(a.fingerprint);
         }
       }),
