@@ -81,7 +81,7 @@ describe('durability across an API crash', () => {
       }),
     });
     expect(alerts.status).toBe(202);
-    expect(await alerts.json()).toEqual({ received: 3, firing: 2 });
+    expect(await alerts.json()).toEqual({ received: 3, firing: 2, job_ids: [expect.any(String), expect.any(String)] });
 
     const push = await fetch(`${api.baseUrl}/webhook/scm`, {
       method: 'POST',
