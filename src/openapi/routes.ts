@@ -39,8 +39,18 @@ const hostStatus = z.object({
 });
 const cachePurge = z.object({ cleared: z.literal(true) });
 const ignored = z.object({ ignored: z.literal(true), reason: z.string() });
-const pushResult = z.object({ accepted: z.boolean(), duplicate: z.boolean().describe('always the negation of accepted'), project: z.string(), event_id: z.string() });
-const alertResult = z.object({ received: z.number().int(), firing: z.number().int() });
+const pushResult = z.object({
+  accepted: z.boolean(),
+  duplicate: z.boolean().describe('always the negation of accepted'),
+  project: z.string(),
+  event_id: z.string(),
+  job_id: z.string().optional().describe('the job standing for the event (a duplicate carries the original job id), for GET /ops/jobs/{id}'),
+});
+const alertResult = z.object({
+  received: z.number().int(),
+  firing: z.number().int(),
+  job_ids: z.array(z.string()).describe('the jobs this payload queued'),
+});
 
 // --- requests ------------------------------------------------------------------------------
 
@@ -239,14 +249,39 @@ export const API_ROUTES: readonly RouteDoc[] = [
     summary: 'GitHub push (signed) -> deploy job',
     tags: ['webhooks'],
     security: ['githubSignature'],
-    headers: z.object({ 'X-GitHub-Event': z.string().optional().describe('must be "push"; anything else is ignored') }),
-    body: { contentTypes: ['application/json'], schema: githubPush, required: true },
+    headers: z.object({
+      'X-GitHub-Event': z.string().optional().describe('must be "push"; anything else is ignored'),
+      'X-GitHub-Delivery': z.string().max(128).optional().describe('recorded 30 days: a replayed delivery is a duplicate'),
+    }),
+    body: { contentTypes: ['application/json', 'application/x-www-form-urlencoded'], schema: githubPush, required: true },
     responses: {
       202: { description: 'accepted, duplicate or ignored', schema: z.union([pushResult, ignored]) },
       400: E[400]('invalid JSON (after the signature is verified)'),
       403: { description: 'signature missing, malformed, mismatching, or secret not configured' },
       413: E[413],
       422: E[422]('after (the pushed commit) missing; payload not an object'),
+      429: E[429],
+      503: E[503](),
+    },
+  },
+  {
+    method: 'post',
+    path: '/webhook/gitlab',
+    summary: "GitLab push with GitLab's native headers -> deploy job (same rules and event id as /webhook/scm)",
+    tags: ['webhooks'],
+    security: ['gitlabToken'],
+    headers: z.object({
+      'X-Gitlab-Event': z.string().optional().describe('must be "Push Hook"; anything else is ignored'),
+      'Idempotency-Key': z.string().max(128).optional().describe("GitLab 17.4+, the same on GitLab's retries; recorded 30 days"),
+      'X-Gitlab-Event-UUID': z.string().max(128).optional().describe('recorded 30 days when there is no Idempotency-Key'),
+    }),
+    body: { contentTypes: ['application/json'], schema: scmPush, required: true },
+    responses: {
+      202: { description: 'accepted, duplicate or ignored', schema: z.union([pushResult, ignored]) },
+      400: E[400](),
+      403: { description: 'X-Gitlab-Token missing, secret not configured, or mismatch' },
+      413: E[413],
+      422: E[422]('checkout_sha missing or empty; payload not an object; delivery id too long'),
       429: E[429],
       503: E[503](),
     },
@@ -263,7 +298,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
       202: { description: 'counted; firing alerts with a new fingerprint queued', schema: alertResult },
       400: E[400](),
       401: E[401]('ALERTS_WEBHOOK_TOKEN set and the bearer token missing or wrong'),
-      413: E[413],
+      413: { description: 'body over BODY_LIMIT, or more alerts than ALERTS_MAX_PER_REQUEST (nothing queued)' },
       422: E[422]('alerts missing or not an array'),
       429: E[429],
       503: E[503](),

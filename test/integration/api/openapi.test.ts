@@ -158,6 +158,7 @@ function authed(r: request.Test, path: string): request.Test {
   if (path === '/webhook/scm') return r.set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook');
   if (path === '/webhook/github') return r.set('X-Hub-Signature-256', 'sha256=00').set('X-GitHub-Event', 'push');
   if (path === '/webhook/alerts') return r;
+  if (path === '/webhook/gitlab') return r.set('X-Gitlab-Token', SCM_SECRET).set('X-Gitlab-Event', 'Push Hook');
   return r.set('X-API-Key', OP_KEY);
 }
 
@@ -188,7 +189,7 @@ function generic(method: string, path: string, status: number): (() => Promise<R
       return () => {
         const req = authed(call(down.app, method, path === '/ops/restart' ? '/ops/restart?host=web-1&service=checkout' : p), path);
         if (path === '/ops/jobs/{id}/retry') return req.set('Content-Type', 'application/json').send('{"reason":"r"}');
-        if (path === '/webhook/scm') return req.set('Content-Type', 'application/json').send(push);
+        if (path === '/webhook/scm' || path === '/webhook/gitlab') return req.set('Content-Type', 'application/json').send(push);
         if (path === '/webhook/github') return req.set('X-Hub-Signature-256', sign(ghPush)).set('Content-Type', 'application/json').send(ghPush);
         if (path === '/webhook/alerts') return req.set('Content-Type', 'application/json').send(alerts);
         return req;
@@ -251,6 +252,10 @@ const PRODUCERS: Record<string, () => Promise<Res>> = {
     const body = '{"ref":"refs/heads/main"}';
     return json(request(ctx.h.app).post('/webhook/github').set('X-Hub-Signature-256', sign(body)).set('X-GitHub-Event', 'push'), body);
   },
+  'POST /webhook/gitlab 202': () => json(request(ctx.h.app).post('/webhook/gitlab').set('X-Gitlab-Token', SCM_SECRET).set('X-Gitlab-Event', 'Push Hook'), push),
+  'POST /webhook/gitlab 400': () => json(request(ctx.h.app).post('/webhook/gitlab').set('X-Gitlab-Token', SCM_SECRET).set('X-Gitlab-Event', 'Push Hook'), '{nope'),
+  'POST /webhook/gitlab 403': () => json(request(ctx.h.app).post('/webhook/gitlab'), push),
+  'POST /webhook/gitlab 422': () => json(request(ctx.h.app).post('/webhook/gitlab').set('X-Gitlab-Token', SCM_SECRET).set('X-Gitlab-Event', 'Push Hook'), '{"ref":"refs/heads/main"}'),
   'POST /webhook/alerts 202': () => json(request(ctx.h.app).post('/webhook/alerts'), alerts),
   'POST /webhook/alerts 400': () => json(request(ctx.h.app).post('/webhook/alerts'), '{nope'),
   'POST /webhook/alerts 422': () => json(request(ctx.h.app).post('/webhook/alerts'), '{"alerts":{}}'),
