@@ -34,7 +34,15 @@ export interface LoggerOptions {
   secrets?: string[];
   /** Where lines go (one call per line, without the newline, synchronously); stdout by default. Tests pass a collector. */
   write?: (line: string) => void;
+  /**
+   * stdout only: at most this many bytes wait in memory for a slow log reader (default 16 MiB,
+   * well inside the API's capped V8 heap); lines past it are dropped and counted, and one
+   * "log lines dropped" warning with the count is written once the reader has caught up.
+   */
+  maxBufferBytes?: number;
 }
+
+export const DEFAULT_LOG_BUFFER_BYTES = 16 * 1024 * 1024;
 
 const REDACTED = '[REDACTED]';
 
@@ -68,29 +76,32 @@ function formatLogObject(obj: Record<string, unknown>): Record<string, unknown> 
 /** What the stdout destination (pino.destination, a SonicBoom) exposes; `_writing`/`_len` are its in-flight state. */
 interface AsyncDestination extends DestinationStream {
   flushSync(): void;
-  on(event: 'drain' | 'error', fn: (...args: unknown[]) => void): unknown;
+  on(event: 'drain' | 'drop' | 'error', fn: (...args: unknown[]) => void): unknown;
   off(event: 'drain', fn: () => void): unknown;
   _writing?: boolean;
   _len?: number;
 }
 
-/** Waits until the asynchronous destination has nothing in flight or buffered, then writes any rest synchronously. Bounded. */
+/** Waits until the asynchronous destination has nothing in flight or buffered (at most timeoutMs), then writes any rest synchronously. */
 function settle(dest: AsyncDestination, timeoutMs: number): Promise<void> {
   return new Promise<void>((resolve) => {
+    const idle = () => !dest._writing && (dest._len ?? 0) === 0;
     const finish = () => {
       clearTimeout(timer);
-      dest.off('drain', finish);
+      dest.off('drain', check);
       try {
-        // Anything still buffered (none unless the timeout fired) goes out synchronously.
+        // Anything still buffered (only when the timeout fired) goes out synchronously.
         if (!dest._writing && (dest._len ?? 0) > 0) dest.flushSync();
       } catch {
         /* destination gone (EPIPE, closed): nothing more can be written */
       }
       resolve();
     };
+    // Re-checked after every drain: a drain listener may have written again (the dropped-lines warning).
+    const check = () => (idle() ? finish() : undefined);
     const timer = setTimeout(finish, timeoutMs);
-    if (!dest._writing && (dest._len ?? 0) === 0) return finish();
-    dest.on('drain', finish);
+    if (idle()) return finish();
+    dest.on('drain', check);
   });
 }
 
@@ -105,7 +116,8 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
     // minLength 0: every line is handed to fs.write at once; while one write is in flight the
     // next lines are batched into the following one. pino registers a synchronous flush on
     // process exit for this destination as a backstop to flush().
-    stdout = pino.destination({ dest: 1, sync: false, minLength: 0 }) as unknown as AsyncDestination;
+    const maxLength = opts.maxBufferBytes ?? DEFAULT_LOG_BUFFER_BYTES;
+    stdout = pino.destination({ dest: 1, sync: false, minLength: 0, maxLength }) as unknown as AsyncDestination;
     // EPIPE is handled by pino (logging stops); any other write error must not crash the process.
     stdout.on('error', () => {});
     dest = stdout;
@@ -125,6 +137,20 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
     dest,
   );
 
+  if (stdout) {
+    // A reader slower than the log rate for long enough: lines past the buffer limit are dropped;
+    // say how many once the buffer has drained, so the gap is visible in the log itself.
+    let dropped = 0;
+    stdout.on('drop', () => {
+      dropped++;
+    });
+    stdout.on('drain', () => {
+      if (dropped === 0) return;
+      const n = dropped;
+      dropped = 0;
+      root.warn({ dropped_lines: n, buffer_limit_bytes: opts.maxBufferBytes ?? DEFAULT_LOG_BUFFER_BYTES }, 'log lines dropped: stdout was not read fast enough');
+    });
+  }
   const flush = (timeoutMs = 2000): Promise<void> => (stdout ? settle(stdout, timeoutMs) : Promise.resolve());
   const wrap = (p: PinoLogger): Logger => ({
     debug: (msg, fields) => (fields ? p.debug(fields, msg) : p.debug(msg)),

@@ -9,8 +9,11 @@
  *   process.exit() dropped process.stdout's pending writes.)
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { startApi, type OpsProcess } from '../helpers/processes.js';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { DIST_DIR, startApi, type OpsProcess } from '../helpers/processes.js';
 import { startRedis, type RedisServer } from '../helpers/redis.js';
 import { apiEnv, makeSecrets, pool, scmPush } from './support.js';
 
@@ -86,4 +89,36 @@ describe('asynchronous logging', () => {
     const times = logs.map((l) => Date.parse(String(l.time)));
     for (let i = 1; i < times.length; i++) expect(times[i]!).toBeGreaterThanOrEqual(times[i - 1]!);
   }, 120_000);
+
+  it('bounds what waits for a stalled reader: lines past the limit are dropped, counted and reported once it reads again', async () => {
+    // The built logger in a process of its own.
+    const logger = pathToFileURL(join(DIST_DIR, 'src/shared/logger.js')).href;
+    const script = `
+      import { createLogger } from ${JSON.stringify(logger)};
+      const log = createLogger({ base: { component: 't' }, maxBufferBytes: 64 * 1024 });
+      for (let n = 0; n < 3000; n++) log.info('line', { n, pad: 'p'.repeat(150) });
+      await log.flush(20000);
+      process.exit(0);`;
+    // The reader: a shell pipe that reads nothing for 2 s, then everything.
+    const child = spawn('bash', ['--norc', '--noprofile', '-c', 'set -o pipefail; "$0" --input-type=module -e "$1" | { sleep 2; cat; }', process.execPath, script], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const code = await new Promise<number | null>((r) => child.on('close', (c) => r(c)));
+    expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
+
+    const lines = out.trimEnd().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+    const kept = lines.filter((l) => l.msg === 'line').map((l) => l.n as number);
+    const warnings = lines.filter((l) => l.msg === 'log lines dropped: stdout was not read fast enough');
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toMatchObject({ level: 'warn', component: 't', buffer_limit_bytes: 65536 });
+    // Some lines were dropped (3000 x ~230 bytes is far more than pipe + 64 KiB), and the count is exact.
+    expect(kept.length).toBeLessThan(3000);
+    expect(kept.length).toBeGreaterThan(100);
+    expect(warnings[0]!.dropped_lines).toBe(3000 - kept.length);
+    // The kept lines are in order and whole; the warning comes after them.
+    expect([...kept].sort((a, b) => a - b)).toEqual(kept);
+    expect(lines.at(-1)).toBe(warnings[0]);
+  }, 60_000);
 });
