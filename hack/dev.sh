@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # `make dev`: a local redis-server, the API and the worker, with demo credentials generated
-# for this run only (nothing is stored; no default secret exists in the code).
+# for this run only (nothing is stored; no default secret exists in the code): API keys, the
+# bearer token, and the secrets of every webhook (scm, GitHub, alerts), so every endpoint works.
+# Logs: JSON in $DEV_DIR/{api,worker}.log, and on the terminal through pino-pretty (a
+# devDependency; DEV_LOG_FORMAT=json shows the raw JSON lines).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +19,15 @@ OPERATOR_KEY="op_$(rand)"
 READONLY_KEY="ro_$(rand)"
 BEARER="bt_$(rand)"
 SCM_SECRET="scm_$(rand)"
+GITHUB_SECRET="gh_$(rand)"
+ALERTS_TOKEN="al_$(rand)"
+
+# Terminal log format: pino-pretty (devDependency) unless DEV_LOG_FORMAT=json or it is not installed.
+if [ "${DEV_LOG_FORMAT:-pretty}" != json ] && [ -x node_modules/.bin/pino-pretty ]; then
+  pretty() { node_modules/.bin/pino-pretty --singleLine --translateTime 'SYS:HH:MM:ss.l'; }
+else
+  pretty() { cat; }
+fi
 
 pids=()
 cleanup() {
@@ -35,13 +47,15 @@ export REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
 export OPS_API_KEY_ROLES="$OPERATOR_KEY:operator,$READONLY_KEY:readonly"
 export OPS_BEARER_TOKEN="$BEARER"
 export SCM_WEBHOOK_SECRET="$SCM_SECRET"
+export GITHUB_WEBHOOK_SECRET="$GITHUB_SECRET"
+export ALERTS_WEBHOOK_TOKEN="$ALERTS_TOKEN"
 export OPS_INVENTORY_FILE="$PWD/hack/dev-inventory.yaml"
 export PORT
 export JOB_ATTEMPTS=${JOB_ATTEMPTS:-2} JOB_BACKOFF_MS=${JOB_BACKOFF_MS:-1000}
 
-METRICS_PORT=$API_METRICS_PORT node dist/src/server.js > >(tee "$DEV_DIR/api.log") 2>&1 &
+METRICS_PORT=$API_METRICS_PORT node dist/src/server.js > >(tee "$DEV_DIR/api.log" | pretty) 2>&1 &
 pids+=($!)
-METRICS_PORT=$WORKER_METRICS_PORT node dist/worker/index.js > >(tee "$DEV_DIR/worker.log") 2>&1 &
+METRICS_PORT=$WORKER_METRICS_PORT node dist/worker/index.js > >(tee "$DEV_DIR/worker.log" | pretty) 2>&1 &
 pids+=($!)
 
 up curl -fs "http://127.0.0.1:$PORT/ready" || { echo "the API did not become ready (see $DEV_DIR/api.log)" >&2; exit 1; }
@@ -51,10 +65,12 @@ cat <<MSG
 ──────────────────────────────────────────────────────────────────────────────
  opsgate dev is up: API http://127.0.0.1:$PORT   metrics :$API_METRICS_PORT (api) :$WORKER_METRICS_PORT (worker)
  Demo credentials (this run only):
-   operator API key : $OPERATOR_KEY
-   readonly API key : $READONLY_KEY
-   bearer token     : $BEARER
-   SCM webhook token: $SCM_SECRET
+   operator API key     : $OPERATOR_KEY
+   readonly API key     : $READONLY_KEY
+   bearer token         : $BEARER
+   SCM webhook token    : $SCM_SECRET
+   GitHub webhook secret: $GITHUB_SECRET
+   alerts token         : $ALERTS_TOKEN
 
  Try:
    curl -s -H 'X-API-Key: $READONLY_KEY' http://127.0.0.1:$PORT/ops/hosts
@@ -64,6 +80,8 @@ cat <<MSG
    curl -s -X POST -H 'Authorization: Bearer $BEARER' \\
         'http://127.0.0.1:$PORT/ops/restart?host=web-01&service=storefront'
    Bull Board: http://127.0.0.1:$PORT/admin/queues  (any user name, operator key as password)
+ For README's setup guides (GitLab, GitHub, Alertmanager), in another terminal:
+   export OPSGATE_URL=http://127.0.0.1:$PORT OPS_API_KEY=$READONLY_KEY SCM_WEBHOOK_SECRET=$SCM_SECRET GITHUB_WEBHOOK_SECRET=$GITHUB_SECRET ALERTS_WEBHOOK_TOKEN=$ALERTS_TOKEN
  Without a Kubernetes cluster the restart/deploy jobs are dead-lettered with a clear
  reason (see GET /ops/jobs/<job_id> or Bull Board). Ctrl-C stops everything.
 ──────────────────────────────────────────────────────────────────────────────

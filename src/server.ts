@@ -145,9 +145,10 @@ async function main(): Promise<void> {
   }
   const onSignal = (signal: string) => {
     running.logger.info('signal received', { signal });
+    // The logger writes asynchronously: its last lines ("api stopped") are flushed before exit (bounded).
     running.stop().then(
-      () => process.exit(0),
-      () => process.exit(1),
+      () => running.logger.flush().finally(() => process.exit(0)),
+      () => running.logger.flush().finally(() => process.exit(1)),
     );
   };
   process.once('SIGTERM', () => onSignal('SIGTERM'));

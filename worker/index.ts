@@ -221,6 +221,7 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
     metricsServer = await startMetricsServer({ registry: metrics.registry, port: config.METRICS_PORT, logger });
   } catch (err) {
     logger.error('metrics server failed to start', { err, port: config.METRICS_PORT });
+    await logger.flush();
     process.exit(1);
   }
   let handle: WorkerHandle | undefined;
@@ -235,18 +236,20 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
     if (!handle) {
       // Still connecting to Redis: no job can be active yet.
       logger.info('worker stopped before it was ready', { signal });
-      process.exit(0);
+      void logger.flush().finally(() => process.exit(0));
+      return;
     }
     logger.info('shutting down: waiting for active jobs', { signal, grace_s: config.WORKER_SHUTDOWN_GRACE_SECONDS });
     // Metrics stay up while active jobs drain.
     handle.close().then(() => metricsServer?.close()).then(() => queueDepth?.close()).then(
       () => {
         logger.info('worker stopped', { signal });
-        process.exit(0);
+        // The logger writes asynchronously: flush its last lines before exit (bounded).
+        void logger.flush().finally(() => process.exit(0));
       },
       (err: unknown) => {
         logger.error('error during shutdown', { err });
-        process.exit(1);
+        void logger.flush().finally(() => process.exit(1));
       },
     );
   };

@@ -1,10 +1,22 @@
+import { pino, type DestinationStream, type Logger as PinoLogger } from 'pino';
+
 /**
- * Structured JSON logs, one object per line on stdout. Every line passes through a redaction
- * step that replaces any registered secret value (API keys, tokens, webhook secrets, Redis
- * password) with "[REDACTED]", as a last line of defence behind never logging them at all.
+ * Structured JSON logs, one object per line on stdout, written by pino (asynchronously: a line is
+ * handed to an in-process buffer and written to fd 1 by the event loop, so a slow log consumer
+ * does not stall request handling the way synchronous pipe writes do).
+ *
+ * Line format (what the audit contract, the dashboards and the tests read):
+ *   {"level":"info","time":"<ISO 8601>", <base and child fields>, <call fields>, "msg":"..."}
+ * An `err` field becomes `error` (message) and `error_type` (class name), never a stack.
+ *
+ * Every serialised line passes through a redaction step (pino's streamWrite hook, i.e. after
+ * serialisation, whatever field or message a value came from) that replaces any registered
+ * secret value (API keys, tokens, webhook secrets, Redis password), raw and JSON-escaped, with
+ * "[REDACTED]": the last line of defence behind never logging them at all.
+ *
+ * Before a process exits, `await logger.flush()` so no buffered line is lost (bounded).
  */
 export type Level = 'debug' | 'info' | 'warn' | 'error';
-const order: Record<Level, number> = { debug: 10, info: 20, warn: 30, error: 40 };
 
 export interface Logger {
   debug(msg: string, fields?: Record<string, unknown>): void;
@@ -12,14 +24,41 @@ export interface Logger {
   warn(msg: string, fields?: Record<string, unknown>): void;
   error(msg: string, fields?: Record<string, unknown>): void;
   child(fields: Record<string, unknown>): Logger;
+  /** Resolves once every line logged so far has been written to the destination (at most `timeoutMs`, default 2000). */
+  flush(timeoutMs?: number): Promise<void>;
 }
 
 export interface LoggerOptions {
   level?: Level;
   base?: Record<string, unknown>;
   secrets?: string[];
-  /** Where lines go; stdout by default. Tests pass a collector. */
+  /** Where lines go (one call per line, without the newline, synchronously); stdout by default. Tests pass a collector. */
   write?: (line: string) => void;
+  /**
+   * stdout only: at most this many bytes wait in memory for a slow log reader (default 16 MiB,
+   * well inside the API's capped V8 heap); lines past it are dropped and counted, and one
+   * "log lines dropped" warning with the count is written once the reader has caught up.
+   */
+  maxBufferBytes?: number;
+}
+
+export const DEFAULT_LOG_BUFFER_BYTES = 16 * 1024 * 1024;
+
+const REDACTED = '[REDACTED]';
+
+/** Each secret as it appears raw and JSON-escaped inside a serialised line, longest first (a secret containing another is replaced whole). */
+function redactionNeedles(secrets: readonly string[]): string[] {
+  return [...new Set(secrets.filter((s) => s.length >= 4).flatMap((s) => [s, JSON.stringify(s).slice(1, -1)]))].sort((a, b) => b.length - a.length);
+}
+
+function redactor(secrets: readonly string[]): ((line: string) => string) | undefined {
+  const needles = redactionNeedles(secrets);
+  if (needles.length === 0) return undefined;
+  return (line) => {
+    let out = line;
+    for (const s of needles) if (out.includes(s)) out = out.split(s).join(REDACTED);
+    return out;
+  };
 }
 
 function errorFields(err: unknown): Record<string, unknown> {
@@ -27,52 +66,101 @@ function errorFields(err: unknown): Record<string, unknown> {
   return { error: String(err) };
 }
 
-export function createLogger(opts: LoggerOptions = {}): Logger {
-  const min = order[opts.level ?? 'info'];
-  // Each secret as it appears raw and JSON-escaped inside a serialised line, computed once
-  // (this runs on every log line), longest first so a secret containing another is replaced whole.
-  const needles = [
-    ...new Set((opts.secrets ?? []).filter((s) => s.length >= 4).flatMap((s) => [s, JSON.stringify(s).slice(1, -1)])),
-  ].sort((a, b) => b.length - a.length);
-  const write = opts.write ?? ((line: string) => process.stdout.write(line + '\n'));
-  const base = opts.base ?? {};
+/** The `err` field as message and type; objects without it pass through untouched (the common case, no copy). */
+function formatLogObject(obj: Record<string, unknown>): Record<string, unknown> {
+  if (!Object.prototype.hasOwnProperty.call(obj, 'err')) return obj;
+  const { err, ...rest } = obj;
+  return err === undefined ? rest : { ...rest, ...errorFields(err) };
+}
 
-  const redact = (line: string): string => {
-    let out = line;
-    for (const s of needles) if (out.includes(s)) out = out.split(s).join('[REDACTED]');
-    return out;
-  };
+/** What the stdout destination (pino.destination, a SonicBoom) exposes; `_writing`/`_len` are its in-flight state. */
+interface AsyncDestination extends DestinationStream {
+  flushSync(): void;
+  on(event: 'drain' | 'drop' | 'error', fn: (...args: unknown[]) => void): unknown;
+  off(event: 'drain', fn: () => void): unknown;
+  _writing?: boolean;
+  _len?: number;
+}
 
-  const make = (bound: Record<string, unknown>): Logger => {
-    const emit = (level: Level, msg: string, fields?: Record<string, unknown>) => {
-      if (order[level] < min) return;
-      const { err, ...rest } = fields ?? {};
-      const record = {
-        time: new Date().toISOString(),
-        level,
-        msg,
-        ...base,
-        ...bound,
-        ...rest,
-        ...(err !== undefined ? errorFields(err) : {}),
-      };
-      let line: string;
+/** Waits until the asynchronous destination has nothing in flight or buffered (at most timeoutMs), then writes any rest synchronously. */
+function settle(dest: AsyncDestination, timeoutMs: number): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const idle = () => !dest._writing && (dest._len ?? 0) === 0;
+    const finish = () => {
+      clearTimeout(timer);
+      dest.off('drain', check);
       try {
-        line = JSON.stringify(record);
+        // Anything still buffered (only when the timeout fired) goes out synchronously.
+        if (!dest._writing && (dest._len ?? 0) > 0) dest.flushSync();
       } catch {
-        line = JSON.stringify({ time: record.time, level, msg, note: 'unserialisable fields dropped' });
+        /* destination gone (EPIPE, closed): nothing more can be written */
       }
-      write(redact(line));
+      resolve();
     };
-    return {
-      debug: (m, f) => emit('debug', m, f),
-      info: (m, f) => emit('info', m, f),
-      warn: (m, f) => emit('warn', m, f),
-      error: (m, f) => emit('error', m, f),
-      child: (f) => make({ ...bound, ...f }),
-    };
-  };
-  return make({});
+    // Re-checked after every drain: a drain listener may have written again (the dropped-lines warning).
+    const check = () => (idle() ? finish() : undefined);
+    const timer = setTimeout(finish, timeoutMs);
+    if (idle()) return finish();
+    dest.on('drain', check);
+  });
+}
+
+export function createLogger(opts: LoggerOptions = {}): Logger {
+  const redact = redactor(opts.secrets ?? []);
+  let dest: DestinationStream;
+  let stdout: AsyncDestination | undefined;
+  if (opts.write) {
+    const write = opts.write;
+    dest = { write: (s: string) => write(s.endsWith('\n') ? s.slice(0, -1) : s) };
+  } else {
+    // minLength 0: every line is handed to fs.write at once; while one write is in flight the
+    // next lines are batched into the following one. pino registers a synchronous flush on
+    // process exit for this destination as a backstop to flush().
+    const maxLength = opts.maxBufferBytes ?? DEFAULT_LOG_BUFFER_BYTES;
+    stdout = pino.destination({ dest: 1, sync: false, minLength: 0, maxLength }) as unknown as AsyncDestination;
+    // EPIPE is handled by pino (logging stops); any other write error must not crash the process.
+    stdout.on('error', () => {});
+    dest = stdout;
+  }
+  const root = pino(
+    {
+      level: opts.level ?? 'info',
+      base: opts.base ?? null,
+      timestamp: pino.stdTimeFunctions.isoTime,
+      messageKey: 'msg',
+      formatters: {
+        level: (label) => ({ level: label }),
+        log: formatLogObject,
+      },
+      ...(redact ? { hooks: { streamWrite: redact } } : {}),
+    },
+    dest,
+  );
+
+  if (stdout) {
+    // A reader slower than the log rate for long enough: lines past the buffer limit are dropped;
+    // say how many once the buffer has drained, so the gap is visible in the log itself.
+    let dropped = 0;
+    stdout.on('drop', () => {
+      dropped++;
+    });
+    stdout.on('drain', () => {
+      if (dropped === 0) return;
+      const n = dropped;
+      dropped = 0;
+      root.warn({ dropped_lines: n, buffer_limit_bytes: opts.maxBufferBytes ?? DEFAULT_LOG_BUFFER_BYTES }, 'log lines dropped: stdout was not read fast enough');
+    });
+  }
+  const flush = (timeoutMs = 2000): Promise<void> => (stdout ? settle(stdout, timeoutMs) : Promise.resolve());
+  const wrap = (p: PinoLogger): Logger => ({
+    debug: (msg, fields) => (fields ? p.debug(fields, msg) : p.debug(msg)),
+    info: (msg, fields) => (fields ? p.info(fields, msg) : p.info(msg)),
+    warn: (msg, fields) => (fields ? p.warn(fields, msg) : p.warn(msg)),
+    error: (msg, fields) => (fields ? p.error(fields, msg) : p.error(msg)),
+    child: (fields) => wrap(p.child(fields)),
+    flush,
+  });
+  return wrap(root);
 }
 
 /** A logger that drops everything (for tests that do not read logs). */

@@ -43,6 +43,47 @@ describe('logger', () => {
     });
   });
 
+  it('redacts secrets in child bindings and in the message too (the whole serialised line)', () => {
+    const { logger, lines } = collect({ secrets: ['topsecret-key'] });
+    logger.child({ presented: 'topsecret-key' }).warn('bad key topsecret-key');
+    expect(lines[0]).not.toContain('topsecret');
+    expect(JSON.parse(lines[0]!)).toMatchObject({ level: 'warn', msg: 'bad key [REDACTED]', presented: '[REDACTED]' });
+  });
+
+  it('keeps the field names the audit contract and dashboards read: level label, ISO time, msg', () => {
+    const { logger, records } = collect();
+    logger.info('audit', { audit: true, who: 'key:0123456789ab', method: 'POST', path: '/webhook/scm', body_sha256: 'ab'.repeat(32), status: 202, request_id: 'r-1', skipped: undefined });
+    const [r] = records();
+    expect(r).toEqual({ level: 'info', time: expect.any(String), msg: 'audit', audit: true, who: 'key:0123456789ab', method: 'POST', path: '/webhook/scm', body_sha256: 'ab'.repeat(32), status: 202, request_id: 'r-1' });
+    expect(new Date(String(r!.time)).toISOString()).toBe(r!.time);
+  });
+
+  it('takes messages literally (no printf-style interpolation) and logs a non-Error err as text', () => {
+    const { logger, records } = collect();
+    logger.info('100% done %s %d');
+    logger.warn('50% %j', { err: 'plain string' });
+    expect(records()).toEqual([
+      expect.objectContaining({ msg: '100% done %s %d' }),
+      expect.objectContaining({ msg: '50% %j', error: 'plain string' }),
+    ]);
+    expect(records()[1]).not.toHaveProperty('err');
+  });
+
+  it('survives circular fields', () => {
+    const { logger, records } = collect();
+    const a: Record<string, unknown> = { name: 'a' };
+    a.self = a;
+    logger.info('circular', { a });
+    expect(records()[0]).toMatchObject({ msg: 'circular', a: { name: 'a', self: '[Circular]' } });
+  });
+
+  it('flush resolves (nothing buffered with a synchronous collector)', async () => {
+    const { logger, lines } = collect();
+    logger.info('x');
+    await logger.flush();
+    expect(lines).toHaveLength(1);
+  });
+
   it('leaves lines without secrets untouched', () => {
     const { logger, records } = collect({ secrets: ['topsecret-key'] });
     logger.info('plain', { a: 'b' });
