@@ -153,7 +153,7 @@ describe('make dev (hack/dev.sh)', () => {
 
   it("runs the README's setup guides as printed and gets the documented answers", async () => {
     const guides = readmeGuides();
-    const expected = ['guide-gitlab-scm', 'guide-github', 'guide-alertmanager', 'guide-alertmanager-send'];
+    const expected = ['guide-gitlab-native', 'guide-gitlab-scm', 'guide-github', 'guide-alertmanager', 'guide-alertmanager-send'];
     expect([...guides.keys()].sort()).toEqual([...expected].sort());
     const work = join(dir, 'guides');
     mkdirSync(work);
@@ -162,6 +162,10 @@ describe('make dev (hack/dev.sh)', () => {
       expect({ name, code: r.code, stderr: r.stderr }).toEqual({ name, code: 0, stderr: '' });
       return JSON.parse(r.stdout) as Record<string, unknown>;
     };
+
+    // GitLab's own headers on /webhook/gitlab: accepted, then the same delivery again a duplicate.
+    expect(await json('guide-gitlab-native')).toMatchObject({ accepted: true, duplicate: false, project: 'acme/storefront' });
+    expect(await json('guide-gitlab-native')).toMatchObject({ accepted: false, duplicate: true, project: 'acme/storefront' });
 
     // GitLab, spec headers: accepted, then the same push again a duplicate.
     expect(await json('guide-gitlab-scm')).toMatchObject({ accepted: true, duplicate: false, project: 'acme/storefront' });
