@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { pathToFileURL } from 'node:url';
 import { createApp } from './app.js';
 import { createLazyKubeHostStatusProvider, kubeConfigPresent } from './domain/lazyHostStatus.js';
-import { loadApiConfig, secretsOf, type ApiConfig } from './shared/config.js';
+import { loadApiConfig, secretsOf, weakCredentialWarnings, type ApiConfig } from './shared/config.js';
 import { ConfigError } from './shared/errors.js';
 import { loadInventory } from './shared/inventory.js';
 import { createLogger, type Logger } from './shared/logger.js';
@@ -55,6 +55,7 @@ export async function start(env: Record<string, string | undefined> = process.en
     base: { component: 'api' },
     secrets: [...secretsOf(config), ...(pw ? [pw] : [])],
   });
+  for (const warning of weakCredentialWarnings(config)) logger.warn(warning);
   const metrics = createMetrics('api', version);
   const redis = createRedis(config.REDIS_URL, 'request', 'opsgate-api');
   redis.on('error', (err) => logger.debug('redis connection error', { err }));
