@@ -43,7 +43,6 @@ export interface AdminRouterOptions {
 
 
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
-const REQUEST_ID_RE = /^[A-Za-z0-9._:-]{1,128}$/;
 
 /** Constant-time lookup over every configured key (no early exit on a match). */
 function findKey(keys: readonly ApiKey[], presented: string): ApiKey | undefined {
@@ -75,13 +74,12 @@ function readCredential(req: Request, keys: readonly ApiKey[]): Credential {
   return key ? { ok: true, scheme: 'basic', key } : { ok: false, scheme: 'basic', reason: 'invalid', presented: password };
 }
 
-function requestIdOf(req: Request, res: Response): string {
+function requestIdOf(res: Response): string {
   const fromLocals = (res.locals as { requestId?: unknown }).requestId;
   if (typeof fromLocals === 'string' && fromLocals) return fromLocals;
   const fromRes = res.getHeader('x-request-id');
   if (typeof fromRes === 'string' && fromRes) return fromRes;
-  const fromReq = req.get('x-request-id');
-  const id = fromReq && REQUEST_ID_RE.test(fromReq) ? fromReq : randomUUID();
+  const id = randomUUID(); // never the caller's X-Request-Id (src/middleware/context.ts)
   if (!res.headersSent) res.setHeader('X-Request-Id', id);
   return id;
 }
@@ -96,7 +94,7 @@ function requestIdOf(req: Request, res: Response): string {
 function adminActions(metrics?: Metrics): RequestHandler {
   return (req: Request, res: Response, next: NextFunction) => {
     if (SAFE_METHODS.has(req.method)) return next();
-    requestIdOf(req, res);
+    requestIdOf(res);
     res.once('finish', () => metrics?.adminActions.inc({ method: req.method, status: String(res.statusCode) }));
     next();
   };
