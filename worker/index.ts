@@ -5,7 +5,7 @@ import type { Redis } from 'ioredis';
 import { loadWorkerConfig, type WorkerConfig } from '../src/shared/config.js';
 import { ConfigError } from '../src/shared/errors.js';
 import { loadInventory, type Inventory } from '../src/shared/inventory.js';
-import { QUEUE_NAME } from '../src/shared/jobs.js';
+import { QUEUE_NAME, metricJobName } from '../src/shared/jobs.js';
 import { createLogger, type Logger } from '../src/shared/logger.js';
 import { createMetrics, type Metrics } from '../src/shared/metrics.js';
 import { startMetricsServer, type MetricsServer } from '../src/shared/metricsServer.js';
@@ -99,8 +99,8 @@ export async function startWorker(config: WorkerConfig, deps: WorkerDeps = {}): 
 
   worker.on('completed', (job) => {
     const seconds = attemptSeconds(job);
-    metrics?.jobsProcessed.inc({ name: job.name, outcome: 'completed' });
-    metrics?.jobDuration.observe({ name: job.name, outcome: 'completed' }, seconds);
+    metrics?.jobsProcessed.inc({ name: metricJobName(job.name), outcome: 'completed' });
+    metrics?.jobDuration.observe({ name: metricJobName(job.name), outcome: 'completed' }, seconds);
     logger.info('job completed', { job_id: job.id, job_name: job.name, attempt: job.attemptsMade, duration_s: seconds });
   });
   worker.on('failed', (job, err) => {
@@ -122,13 +122,13 @@ export async function startWorker(config: WorkerConfig, deps: WorkerDeps = {}): 
       duration_s: seconds,
     };
     if (final) {
-      metrics?.jobsProcessed.inc({ name: job.name, outcome: 'dead_lettered' });
-      metrics?.jobDuration.observe({ name: job.name, outcome: 'dead_lettered' }, seconds);
+      metrics?.jobsProcessed.inc({ name: metricJobName(job.name), outcome: 'dead_lettered' });
+      metrics?.jobDuration.observe({ name: metricJobName(job.name), outcome: 'dead_lettered' }, seconds);
       logger.error('job dead-lettered', fields);
     } else {
-      metrics?.jobsProcessed.inc({ name: job.name, outcome: 'retried' });
-      metrics?.jobRetries.inc({ name: job.name });
-      metrics?.jobDuration.observe({ name: job.name, outcome: 'retried' }, seconds);
+      metrics?.jobsProcessed.inc({ name: metricJobName(job.name), outcome: 'retried' });
+      metrics?.jobRetries.inc({ name: metricJobName(job.name) });
+      metrics?.jobDuration.observe({ name: metricJobName(job.name), outcome: 'retried' }, seconds);
       logger.warn('job attempt failed; will retry', { ...fields, retry_in_ms: job.delay || 0 });
     }
   });

@@ -255,4 +255,16 @@ describe('retries, dead-letter and timeout', () => {
     expect(await metricValue(metrics, 'opsgate_jobs_processed_total', { outcome: 'dead_lettered' })).toBe(3);
     expect(await metricValue(metrics, 'opsgate_job_retries_total', {})).toBe(0);
   });
+
+  it('job names outside the catalogue are counted as name="unknown", never as their own label (issue 9 item 10)', async () => {
+    const logs = collectLogs();
+    const metrics = await start({}, logs);
+    const ids: string[] = [];
+    for (const name of ['x2', '', 'ops_worker.notify_oncall ', '{evil="1"}']) ids.push((await queue.add(name, { alertname: 'x', annotations: {}, ...audit })).id!);
+    for (const id of ids) expect((await waitForFinal(queue, id)).state).toBe('failed');
+    expect(await metricValue(metrics, 'opsgate_jobs_processed_total', { name: 'unknown', outcome: 'dead_lettered' })).toBe(4);
+    const text = await metrics.registry.metrics();
+    const names = new Set([...text.matchAll(/name="([^"]*)"/g)].map((m) => m[1]));
+    expect([...names].sort()).toEqual(['unknown']);
+  });
 });
