@@ -267,4 +267,32 @@ describe('retries, dead-letter and timeout', () => {
     const names = new Set([...text.matchAll(/name="([^"]*)"/g)].map((m) => m[1]));
     expect([...names].sort()).toEqual(['unknown']);
   });
+
+  it('escapes &, < and > in every text sent to the chat endpoint: no <!channel> ping, no disguised link (issue 9 item 1)', async () => {
+    const ep = endpoint('escape');
+    const logs = collectLogs();
+    await start({ NOTIFY_WEBHOOK_URLS: ep.url }, logs);
+    const job = await queue.add(JOB.notifyOncall, {
+      alertname: '<!channel> DiskFull & more',
+      annotations: { summary: '<https://evil.example|Click to ack>', description: 'x > y <@U024BE7LH>', nested: { list: ['<!here>'] } },
+      fingerprint: 'fp<&>',
+      ...audit,
+    });
+    expect((await waitForFinal(queue, job.id!)).state).toBe('completed');
+    const [req] = receiver.requests(ep.path);
+    // Nothing Slack would interpret as a control sequence anywhere in what was posted.
+    expect(req!.body).not.toMatch(/[<>]/);
+    expect(req!.body).not.toMatch(/&(?!amp;|lt;|gt;)/);
+    const body = JSON.parse(req!.body) as { text: string; alertname: string; annotations: Record<string, unknown>; fingerprint: string };
+    expect(body.text).toBe(':rotating_light: Alert firing: &lt;!channel&gt; DiskFull &amp; more - &lt;https://evil.example|Click to ack&gt;');
+    expect(body.alertname).toBe('&lt;!channel&gt; DiskFull &amp; more');
+    expect(body.annotations).toEqual({
+      summary: '&lt;https://evil.example|Click to ack&gt;',
+      description: 'x &gt; y &lt;@U024BE7LH&gt;',
+      nested: { list: ['&lt;!here&gt;'] },
+    });
+    expect(body.fingerprint).toBe('fp&lt;&amp;&gt;');
+    // The log keeps the alert as received (it is not chat markup).
+    expect(logs.find('alert notification')[0]).toMatchObject({ alertname: '<!channel> DiskFull & more', summary: '<https://evil.example|Click to ack>' });
+  });
 });
