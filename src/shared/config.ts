@@ -114,10 +114,16 @@ const apiSchema = commonSchema.extend({
     .optional()
     .transform((v) => (v === undefined || v.trim() === '' ? '1mb' : v.trim()))
     .refine((v) => /^\d+(b|kb|mb)?$/i.test(v), 'must be a size such as 512kb or 1mb'),
+  /**
+   * Express trust-proxy. Default 0: X-Forwarded-For is ignored, the client address is the TCP peer.
+   * Only behind a proxy (the chart sets the hop count when its Ingress is on) may a header speak
+   * for the client: reached directly, a forged one would pick its own rate-limit bucket and audit
+   * `client`.
+   */
   TRUST_PROXY: z
     .string()
     .optional()
-    .transform((v) => (v === undefined || v.trim() === '' ? '1' : v.trim())),
+    .transform((v) => (v === undefined || v.trim() === '' ? '0' : v.trim())),
   ADMIN_UI_ENABLED: z
     .enum(['true', 'false', '1', '0', ''])
     .optional()

@@ -531,3 +531,88 @@ describe('render-time refusals', () => {
     expect(env.find((e) => e.name === 'OPS_API_KEY_ROLES')?.valueFrom.secretKeyRef).toEqual({ name: 'mine', key: 'OPS_API_KEY_ROLES' });
   });
 });
+
+/** Issue 9 items 1 and 4: the alerts webhook behind the Ingress, Redis maxmemory, TRUST_PROXY, NetworkPolicy. */
+describe('security defaults', () => {
+  const ingressOn = { 'ingress.enabled': 'true', 'ingress.host': 'opsgate.example.com' };
+  const cm = (objs: K8sObject[]) => one(objs, 'ConfigMap', 'opsgate-config').data as Record<string, string>;
+  const apiEnv = (objs: K8sObject[]) => one(objs, 'Deployment', 'opsgate-api').spec.template.spec.containers[0].env as { name: string; valueFrom?: any }[];
+  const paths = (objs: K8sObject[]) => Object.fromEntries(one(objs, 'Ingress', 'opsgate').spec.rules[0].http.paths.map((p: any) => [p.path, p.pathType]));
+
+  test('an Ingress that would route /webhook/alerts without a token is refused with a clear message', async () => {
+    const err = await renderError({ files: ['defaults.yaml'], set: ingressOn });
+    expect(err).toMatch(/ingress\.enabled would route \/webhook\/alerts to the outside without a token: set secrets\.alertsWebhookToken/);
+    expect(err).toMatch(/ingress\.routeAlertsWebhook=false/);
+  });
+
+  test('with a token it routes /webhook; routeAlertsWebhook=false routes every webhook but alerts', async () => {
+    const [withToken, noAlerts] = await Promise.all([
+      render({ files: ['defaults.yaml'], set: { ...ingressOn, 'secrets.alertsWebhookToken': 'fake-alerts-token-0009' } }),
+      render({ files: ['defaults.yaml'], set: { ...ingressOn, 'ingress.routeAlertsWebhook': 'false' } }),
+    ]);
+    expect(paths(withToken)['/webhook']).toBe('Prefix');
+    const p = paths(noAlerts);
+    expect(p).toEqual({ '/webhook/scm': 'Exact', '/webhook/github': 'Exact', '/webhook/gitlab': 'Exact', '/ops': 'Prefix', '/health': 'Exact' });
+  });
+
+  test('existingSecret + Ingress routing alerts: ALERTS_WEBHOOK_TOKEN becomes a required key (the pod does not start without it)', async () => {
+    const [routed, internal] = await Promise.all([
+      render({ set: { ...ingressOn, 'secrets.existingSecret': 'mine' } }),
+      render({ set: { 'secrets.existingSecret': 'mine' } }),
+    ]);
+    expect(apiEnv(routed).find((e) => e.name === 'ALERTS_WEBHOOK_TOKEN')?.valueFrom.secretKeyRef).toEqual({ name: 'mine', key: 'ALERTS_WEBHOOK_TOKEN', optional: false });
+    expect(apiEnv(routed).find((e) => e.name === 'OPS_BEARER_TOKEN')?.valueFrom.secretKeyRef.optional).toBe(true);
+    expect(apiEnv(internal).find((e) => e.name === 'ALERTS_WEBHOOK_TOKEN')?.valueFrom.secretKeyRef.optional).toBe(true);
+  });
+
+  test('Redis gets a maxmemory below its memory limit (default 75% of it), noeviction; one at or above the limit is refused', async () => {
+    const conf = (objs: K8sObject[]) => one(objs, 'ConfigMap', 'opsgate-redis').data['redis.conf'] as string;
+    const [defaults, explicit, kubeUnits] = await Promise.all([
+      render({ files: ['defaults.yaml'] }),
+      render({ files: ['defaults.yaml'], set: { 'redis.maxmemory': '256mb' } }),
+      render({ files: ['defaults.yaml'], set: { 'redis.resources.limits.memory': '1Gi' } }),
+    ]);
+    expect(conf(defaults)).toMatch(/^maxmemory 402653184$/m); // 75% of 512Mi
+    expect(conf(defaults)).toMatch(/^maxmemory-policy noeviction$/m);
+    expect(conf(explicit)).toMatch(/^maxmemory 268435456$/m);
+    expect(conf(kubeUnits)).toMatch(/^maxmemory 805306368$/m);
+    expect(await renderError({ files: ['defaults.yaml'], set: { 'redis.maxmemory': '512mb' } })).toMatch(/redis\.maxmemory \(512mb\) must be below redis\.resources\.limits\.memory \(512Mi\)/);
+  });
+
+  test('TRUST_PROXY: 0 without the Ingress, the hop count with it, an explicit value wins', async () => {
+    const [plain, ingress, hops, explicit] = await Promise.all([
+      render({ files: ['defaults.yaml'] }),
+      render({ files: ['defaults.yaml'], set: { ...ingressOn, 'secrets.alertsWebhookToken': 'fake-alerts-token-0009' } }),
+      render({ files: ['defaults.yaml'], set: { ...ingressOn, 'secrets.alertsWebhookToken': 'fake-alerts-token-0009', 'ingress.proxyHops': '2' } }),
+      render({ files: ['defaults.yaml'], setString: { 'config.trustProxy': '3' } }),
+    ]);
+    expect(cm(plain).TRUST_PROXY).toBe('0');
+    expect(cm(ingress).TRUST_PROXY).toBe('1');
+    expect(cm(hops).TRUST_PROXY).toBe('2');
+    expect(cm(explicit).TRUST_PROXY).toBe('3');
+  });
+
+  test('NetworkPolicy follows the Ingress: API port only from the ingress controller namespace, metrics only from monitoring', async () => {
+    const [plain, ingress, forcedOff, custom] = await Promise.all([
+      render({ files: ['defaults.yaml'] }),
+      render({ files: ['defaults.yaml'], set: { ...ingressOn, 'secrets.alertsWebhookToken': 'fake-alerts-token-0009' } }),
+      render({ files: ['defaults.yaml'], set: { ...ingressOn, 'secrets.alertsWebhookToken': 'fake-alerts-token-0009', 'networkPolicy.enabled': 'false' } }),
+      render({
+        files: ['defaults.yaml'],
+        set: { ...ingressOn, 'secrets.alertsWebhookToken': 'fake-alerts-token-0009', 'networkPolicy.ingressControllerNamespace': 'traefik', 'networkPolicy.monitoringNamespace': 'observability' },
+      }),
+    ]);
+    expect(find(plain, 'NetworkPolicy')).toHaveLength(0);
+    expect(find(forcedOff, 'NetworkPolicy')).toHaveLength(0);
+    const ns = (name: string) => [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': name } } }];
+    for (const [objs, ingressNs, monNs] of [[ingress, 'ingress-nginx', 'monitoring'], [custom, 'traefik', 'observability']] as const) {
+      const api = one(objs, 'NetworkPolicy', 'opsgate-api').spec.ingress;
+      expect(api).toEqual([
+        { ports: [{ port: 'http', protocol: 'TCP' }], from: ns(ingressNs) },
+        { ports: [{ port: 'metrics', protocol: 'TCP' }], from: ns(monNs) },
+      ]);
+      expect(one(objs, 'NetworkPolicy', 'opsgate-worker').spec.ingress).toEqual([{ ports: [{ port: 'metrics', protocol: 'TCP' }], from: ns(monNs) }]);
+      expect(find(objs, 'NetworkPolicy', 'opsgate-redis')).toHaveLength(1);
+    }
+  });
+});

@@ -69,7 +69,7 @@ describe('loadApiConfig', () => {
       METRICS_PORT: 9464,
       RATE_LIMIT_RPS: 50,
       BODY_LIMIT: '1mb',
-      TRUST_PROXY: '1',
+      TRUST_PROXY: '0', // no proxy trusted unless configured (issue 9 item 4)
       JOB_ATTEMPTS: 5,
       JOB_BACKOFF_MS: 10000,
     });
