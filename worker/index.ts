@@ -11,6 +11,7 @@ import { createMetrics, type Metrics } from '../src/shared/metrics.js';
 import { startMetricsServer, type MetricsServer } from '../src/shared/metricsServer.js';
 import { exportQueueDepth } from '../src/shared/queueDepth.js';
 import { createRedis, redisPassword } from '../src/shared/redis.js';
+import { shutdownBudget, within } from '../src/shared/shutdown.js';
 import { kubeConfigFromEnv, type KubeConfigFactory } from './k8s.js';
 import { createProcessor } from './processor.js';
 
@@ -39,9 +40,10 @@ export interface WorkerHandle {
   /**
    * Graceful stop: no new jobs; active jobs may finish within `graceMs` (default
    * WORKER_SHUTDOWN_GRACE_SECONDS); past it they are aborted (their attempt fails and is retried
-   * later). Then Redis is quit. Idempotent.
+   * later). Then Redis is quit. Every step is bounded (stepMs, default SHUTDOWN_TIMEOUT_SECONDS);
+   * resolves false when one did not finish in time. Idempotent.
    */
-  close(graceMs?: number): Promise<void>;
+  close(graceMs?: number, stepMs?: number): Promise<boolean>;
 }
 
 export function secretsForWorker(config: WorkerConfig): string[] {
@@ -65,6 +67,22 @@ export function secretsForWorker(config: WorkerConfig): string[] {
     }
   }
   return [...new Set(out)];
+}
+
+/** Waits (at most ms) for BullMQ's blocking connection to leave the "reconnecting" state. */
+async function settleBlockingConnection(worker: Worker, ms: number): Promise<void> {
+  // BullMQ internals (6.x: worker.backend.blockingConnection.client); absent -> nothing to do.
+  const holder = worker as unknown as { backend?: { blockingConnection?: { client?: Promise<Redis> } } };
+  const clientP = holder.backend?.blockingConnection?.client;
+  if (!clientP) return;
+  let client: Redis | undefined;
+  await within(clientP.then((c) => (client = c)), ms);
+  if (!client || client.status !== 'reconnecting') return;
+  const c = client;
+  await within(new Promise<void>((resolve) => {
+    c.once('ready', () => resolve());
+    c.once('end', () => resolve());
+  }), ms);
 }
 
 export async function startWorker(config: WorkerConfig, deps: WorkerDeps = {}): Promise<WorkerHandle> {
@@ -156,23 +174,32 @@ export async function startWorker(config: WorkerConfig, deps: WorkerDeps = {}): 
     inventory_projects: Object.keys(inventory.projects).length,
   });
 
-  let closing: Promise<void> | undefined;
-  const close = (graceMs = config.WORKER_SHUTDOWN_GRACE_SECONDS * 1000): Promise<void> => {
+  let closing: Promise<boolean> | undefined;
+  const close = (graceMs = config.WORKER_SHUTDOWN_GRACE_SECONDS * 1000, stepMs = config.SHUTDOWN_TIMEOUT_SECONDS * 1000): Promise<boolean> => {
     closing ??= (async () => {
-      const timers: NodeJS.Timeout[] = [];
+      let clean = true;
+      // BullMQ's close interrupts its blocking BZPOPMIN by disconnecting that connection and then
+      // waits for its 'end' event. ioredis never emits 'end' for a connection disconnected while
+      // it waits to reconnect (status "reconnecting", e.g. just after a Redis restart): close()
+      // would wait forever (the "did not exit within 60000 ms" of secrets-in-logs). So a
+      // reconnecting blocking connection gets a bounded chance to come back first.
+      await settleBlockingConnection(worker, Math.min(5000, stepMs / 2));
       const closed = worker.close();
-      const timedOut = (ms: number) =>
-        new Promise<'timeout'>((resolve) => timers.push(setTimeout(() => resolve('timeout'), ms)));
-      if ((await Promise.race([closed.then(() => 'closed' as const), timedOut(graceMs)])) === 'timeout') {
+      if (!(await within(closed, graceMs))) {
         logger.warn('shutdown grace period over; aborting active jobs (they will be retried)', { grace_ms: graceMs });
         worker.cancelAllJobs('worker shutting down');
-        if ((await Promise.race([closed.then(() => 'closed' as const), timedOut(5000)])) === 'timeout') {
-          logger.error('active jobs did not stop; closing without them (they will be recovered as stalled)');
-          await worker.close(true).catch(() => undefined);
+        if (!(await within(closed, Math.min(5000, stepMs / 2)))) {
+          // worker.close(true) would return the same pending promise: nothing more to wait for.
+          logger.error('shutdown step timed out: the queue worker did not close (active jobs are recovered as stalled)', { step: 'worker' });
+          clean = false;
         }
       }
-      for (const t of timers) clearTimeout(t);
-      await redis.quit().catch(() => redis.disconnect());
+      if (!(await within(redis.quit(), Math.min(2000, stepMs / 4)))) {
+        redis.disconnect();
+        logger.error('shutdown step timed out: redis quit; disconnected', { step: 'redis' });
+        clean = false;
+      }
+      return clean;
     })();
     return closing;
   };
@@ -237,18 +264,30 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
       logger.info('worker stopped before it was ready', { signal });
       process.exit(0);
     }
-    logger.info('shutting down: waiting for active jobs', { signal, grace_s: config.WORKER_SHUTDOWN_GRACE_SECONDS });
-    // Metrics stay up while active jobs drain.
-    handle.close().then(() => metricsServer?.close()).then(() => queueDepth?.close()).then(
-      () => {
+    const stepMs = config.SHUTDOWN_TIMEOUT_SECONDS * 1000;
+    const graceMs = config.WORKER_SHUTDOWN_GRACE_SECONDS * 1000;
+    // Hard bound of the whole shutdown: the job drain plus the close steps.
+    const budget = shutdownBudget(logger, graceMs + stepMs, () => process.exit(1));
+    logger.info('shutting down: waiting for active jobs', { signal, grace_s: config.WORKER_SHUTDOWN_GRACE_SECONDS, shutdown_timeout_s: config.SHUTDOWN_TIMEOUT_SECONDS });
+    const h = handle;
+    void (async () => {
+      // Metrics stay up while active jobs drain.
+      const workerClean = await h.close(graceMs, stepMs);
+      await budget.step('metrics server', async () => {
+        const closing = metricsServer?.close();
+        // A scrape still running (Redis frozen) must not hold the listener open.
+        if (closing && !(await within(closing, 1000))) metricsServer?.server.closeAllConnections();
+        await closing;
+      }, 3000);
+      await budget.step('queue depth reader', async () => queueDepth?.close(), 3000);
+      budget.done();
+      if (workerClean && budget.unfinished.length === 0) {
         logger.info('worker stopped', { signal });
         process.exit(0);
-      },
-      (err: unknown) => {
-        logger.error('error during shutdown', { err });
-        process.exit(1);
-      },
-    );
+      }
+      logger.error('shutdown incomplete: some close steps timed out; exiting 1', { signal, unfinished: [...(workerClean ? [] : ['worker']), ...budget.unfinished] });
+      process.exit(1);
+    })();
   };
   process.on('SIGTERM', shutdown);
   process.on('SIGINT', shutdown);

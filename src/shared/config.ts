@@ -100,6 +100,11 @@ const commonSchema = z.object({
   JOB_BACKOFF_MS: intFrom(10000, 0),
   JOB_TIMEOUT_SECONDS: intFrom(900, 1),
   OPSGATE_VERSION: z.string().optional(),
+  /**
+   * Bound of the close steps on SIGTERM/SIGINT (src/shared/shutdown.ts): the API's whole shutdown,
+   * the worker's after its job drain (WORKER_SHUTDOWN_GRACE_SECONDS). Past it the process exits 1.
+   */
+  SHUTDOWN_TIMEOUT_SECONDS: intFrom(20, 1),
 });
 
 const apiSchema = commonSchema.extend({
