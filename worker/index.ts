@@ -11,6 +11,7 @@ import { createMetrics, type Metrics } from '../src/shared/metrics.js';
 import { startMetricsServer, type MetricsServer } from '../src/shared/metricsServer.js';
 import { exportQueueDepth } from '../src/shared/queueDepth.js';
 import { createRedis, redisPassword } from '../src/shared/redis.js';
+import { startLoopMonitor, type LoopMonitor } from '../src/shared/eventLoop.js';
 import { shutdownBudget, within } from '../src/shared/shutdown.js';
 import { kubeConfigFromEnv, type KubeConfigFactory } from './k8s.js';
 import { createProcessor } from './processor.js';
@@ -207,6 +208,35 @@ export async function startWorker(config: WorkerConfig, deps: WorkerDeps = {}): 
   return { worker, redis, logger, close };
 }
 
+/**
+ * GET /livez on the worker's metrics port (its liveness probe). 503 when the event loop lagged
+ * more than maxLagMs within the last 10 s (a blocked or starved loop cannot run jobs or renew
+ * their locks); 200 otherwise. The body also reports the Redis connection: "ready" (PING answered
+ * within timeoutMs), "connecting" (not started yet), or the client's state / "unresponsive".
+ * Redis trouble alone does not fail liveness: restarting the worker would not bring Redis back.
+ */
+export function workerLiveness(deps: { monitor: LoopMonitor; maxLagMs: number; redis: () => Redis | undefined; timeoutMs?: number }) {
+  return async (): Promise<{ status: number; body: Record<string, unknown> }> => {
+    const lag = deps.monitor.maxLagMs();
+    const client = deps.redis();
+    let redisState: string;
+    if (!client) redisState = 'connecting';
+    else if (client.status !== 'ready') redisState = client.status;
+    else redisState = (await within(client.ping(), deps.timeoutMs ?? 1000)) ? 'ready' : 'unresponsive';
+    const loopOk = lag <= deps.maxLagMs;
+    return {
+      status: loopOk ? 200 : 503,
+      body: {
+        status: loopOk ? 'ok' : 'event loop blocked',
+        event_loop_lag_ms: lag,
+        event_loop_max_lag_ms: deps.maxLagMs,
+        redis: redisState,
+        ...(loopOk ? {} : { detail: `event loop lagged ${lag} ms (limit ${deps.maxLagMs} ms) within the last 10 s` }),
+      },
+    };
+  };
+}
+
 function packageVersion(): string {
   try {
     const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version?: string };
@@ -244,13 +274,15 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
   // /metrics first: it answers (and shows opsgate_worker_errors_total growing) even while Redis
   // is still unreachable at start-up and the worker waits for it.
   let metricsServer: MetricsServer | undefined;
+  let handle: WorkerHandle | undefined;
+  const loopMonitor = startLoopMonitor();
+  const livez = workerLiveness({ monitor: loopMonitor, maxLagMs: config.WORKER_LIVENESS_MAX_LAG_MS, redis: () => handle?.redis });
   try {
-    metricsServer = await startMetricsServer({ registry: metrics.registry, port: config.METRICS_PORT, logger });
+    metricsServer = await startMetricsServer({ registry: metrics.registry, port: config.METRICS_PORT, logger, livez });
   } catch (err) {
     logger.error('metrics server failed to start', { err, port: config.METRICS_PORT });
     process.exit(1);
   }
-  let handle: WorkerHandle | undefined;
   let queueDepth: { close(): Promise<void> } | undefined;
   let stopping = false;
   const shutdown = (signal: NodeJS.Signals) => {

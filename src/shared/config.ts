@@ -166,6 +166,8 @@ const workerSchema = commonSchema.extend({
   WORKER_MAX_STALLED_COUNT: intFrom(1, 0),
   /** On SIGTERM/SIGINT: how long active jobs may run on before they are aborted (and retried). */
   WORKER_SHUTDOWN_GRACE_SECONDS: intFrom(25, 0),
+  /** GET /livez on METRICS_PORT answers 503 when the event loop lagged more than this within the last 10 s. */
+  WORKER_LIVENESS_MAX_LAG_MS: intFrom(5000, 50),
 });
 
 export type CommonConfig = z.infer<typeof commonSchema>;

@@ -616,3 +616,13 @@ describe('security defaults', () => {
     }
   });
 });
+
+describe('worker liveness', () => {
+  test('the worker livenessProbe is GET /livez on its metrics port (event loop + Redis), not a TCP check', async () => {
+    const objs = await render({ files: ['defaults.yaml'], set: { 'config.workerLivenessMaxLagMs': '3000' } });
+    const c = one(objs, 'Deployment', 'opsgate-worker').spec.template.spec.containers[0];
+    expect(c.livenessProbe.httpGet).toEqual({ path: '/livez', port: 'metrics' });
+    expect(c.livenessProbe.tcpSocket).toBeUndefined();
+    expect(one(objs, 'ConfigMap', 'opsgate-config').data.WORKER_LIVENESS_MAX_LAG_MS).toBe('3000');
+  });
+});
