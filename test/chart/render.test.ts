@@ -217,7 +217,7 @@ describe.each(valueFiles)('%s', (file) => {
     expect(drain).toBe(v.config.workerShutdownGraceSeconds);
     expect(d.spec.template.spec.terminationGracePeriodSeconds).toBeGreaterThan(drain);
     expect(d.spec.template.spec.containers[0].image).toMatch(/opsgate-worker:/);
-    expect(d.spec.template.spec.containers[0].livenessProbe.tcpSocket).toEqual({ port: 'metrics' });
+    expect(d.spec.template.spec.containers[0].livenessProbe.httpGet).toEqual({ path: '/livez', port: 'metrics' }); // event loop + Redis (issue 9 item 13)
     const namespaces = Object.keys(v.inventory.hosts).length + Object.keys(v.inventory.projects).length;
     expect(d.spec.template.spec.automountServiceAccountToken).toBe(namespaces > 0);
     expect(one(objs(), 'Deployment', 'opsgate-api').spec.template.spec.automountServiceAccountToken).toBe(Object.keys(v.inventory.hosts).length > 0);
@@ -263,7 +263,7 @@ describe.each(valueFiles)('%s', (file) => {
         expect(dep).toEqual([{ apiGroups: ['apps'], resources: ['deployments'], resourceNames: [...e.deployments].sort(), verbs: ['get', 'patch'] }]);
       } else expect(dep).toHaveLength(0);
       const jobs = rules.filter((r) => r.resources.includes('jobs'));
-      expect(jobs).toEqual(e.jobs ? [{ apiGroups: ['batch'], resources: ['jobs'], verbs: ['create', 'get', 'list', 'watch'] }] : []);
+      expect(jobs).toEqual(e.jobs ? [{ apiGroups: ['batch'], resources: ['jobs'], verbs: ['create'] }] : []); // no get/list/watch: never used (issue 9 item 8)
       const events = rules.filter((r) => r.resources.includes('events'));
       expect(events).toEqual([{ apiGroups: ['events.k8s.io'], resources: ['events'], verbs: ['create'] }]);
       expect(rules).toHaveLength(dep.length + jobs.length + events.length);
@@ -624,5 +624,33 @@ describe('worker liveness', () => {
     expect(c.livenessProbe.httpGet).toEqual({ path: '/livez', port: 'metrics' });
     expect(c.livenessProbe.tcpSocket).toBeUndefined();
     expect(one(objs, 'ConfigMap', 'opsgate-config').data.WORKER_LIVENESS_MAX_LAG_MS).toBe('3000');
+  });
+});
+
+describe('worker admission policy (issue 9 item 8)', () => {
+  const VAP = 'admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy';
+  test('rendered when the cluster serves admissionregistration.k8s.io/v1 and the inventory names something; off on request', async () => {
+    const [withApi, withoutApi, disabled, noInventory] = await Promise.all([
+      render({ files: ['all-integrations.yaml'], apiVersions: [VAP] }),
+      render({ files: ['all-integrations.yaml'] }),
+      render({ files: ['all-integrations.yaml'], apiVersions: [VAP], set: { 'rbac.admissionPolicy.enabled': 'false' } }),
+      render({ files: ['defaults.yaml'], apiVersions: [VAP] }),
+    ]);
+    for (const objs of [withoutApi, disabled, noInventory]) {
+      expect(find(objs, 'ValidatingAdmissionPolicy')).toHaveLength(0);
+      expect(find(objs, 'ValidatingAdmissionPolicyBinding')).toHaveLength(0);
+    }
+    const policy = one(withApi, 'ValidatingAdmissionPolicy', 'opsgate-opsgate-worker');
+    expect(policy.metadata.namespace).toBeUndefined(); // cluster-scoped
+    expect(policy.spec.failurePolicy).toBe('Fail');
+    expect(policy.spec.matchConditions[0].expression).toBe('request.userInfo.username == "system:serviceaccount:opsgate:opsgate-worker"');
+    const allowed = JSON.parse(policy.spec.variables.find((v: any) => v.name === 'allowed').expression);
+    expect(allowed).toEqual({
+      shop: [{ image: 'registry.example.com/acme/deployer:1.0', sa: 'shop-deployer' }],
+      deploys: [{ image: 'registry.example.com/acme/terraform-runner:2.1', sa: 'infra-deployer' }],
+    });
+    expect(policy.spec.validations.map((v: any) => v.reason)).toEqual(['Forbidden', 'Forbidden']);
+    const binding = one(withApi, 'ValidatingAdmissionPolicyBinding', 'opsgate-opsgate-worker');
+    expect(binding.spec).toEqual({ policyName: 'opsgate-opsgate-worker', validationActions: ['Deny'] });
   });
 });
