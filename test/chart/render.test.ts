@@ -360,7 +360,7 @@ describe.each(valueFiles)('%s', (file) => {
  * NOTES.txt as helm renders it. `helm template` drops NOTES, so a throw-away copy of the chart gets
  * one extra template that includes templates/NOTES.txt into a ConfigMap.
  */
-async function renderNotes(file: string): Promise<string> {
+async function renderNotes(file: string, set: Record<string, string> = {}, setString: Record<string, string> = {}): Promise<string> {
   const dir = mkdtempSync(join(tmpdir(), 'opsgate-notes-'));
   try {
     cpSync(join(ROOT, 'charts/opsgate'), dir, { recursive: true });
@@ -368,7 +368,7 @@ async function renderNotes(file: string): Promise<string> {
       join(dir, 'templates/zz-notes-for-test.yaml'),
       'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes-for-test\ndata:\n  notes: {{ include (print .Template.BasePath "/NOTES.txt") . | toJson }}\n',
     );
-    const objs = await render({ chart: dir, files: [file] });
+    const objs = await render({ chart: dir, files: [file], set, setString });
     return one(objs, 'ConfigMap', 'notes-for-test').data.notes as string;
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -652,5 +652,20 @@ describe('worker admission policy (issue 9 item 8)', () => {
     expect(policy.spec.validations.map((v: any) => v.reason)).toEqual(['Forbidden', 'Forbidden']);
     const binding = one(withApi, 'ValidatingAdmissionPolicyBinding', 'opsgate-opsgate-worker');
     expect(binding.spec).toEqual({ policyName: 'opsgate-opsgate-worker', validationActions: ['Deny'] });
+  });
+});
+
+describe('NOTES.txt warnings on risky values (issue 9, done-when)', () => {
+  test('each risky value gets its WARNING line; a hardened install gets none', async () => {
+    const risky = await renderNotes('defaults.yaml', { 'networkPolicy.enabled': 'false', 'rbac.admissionPolicy.enabled': 'false' }, { 'config.trustProxy': '1' });
+    expect(risky).toMatch(/SECURITY WARNINGS:/);
+    expect(risky).toMatch(/WARNING: secrets\.alertsWebhookToken is empty/);
+    expect(risky).toMatch(/WARNING: config\.trustProxy="1" without the chart's Ingress/);
+    expect(risky).toMatch(/WARNING: No NetworkPolicy/);
+    expect(risky).toMatch(/WARNING: rbac\.admissionPolicy\.enabled=false/);
+    const admin = await renderNotes('all-integrations.yaml');
+    expect(admin).toMatch(/WARNING: Bull Board \(\/admin\) is routed by the Ingress/);
+    const hardened = await renderNotes('all-integrations.yaml', { 'adminUI.ingress': 'false' });
+    expect(hardened).not.toMatch(/WARNING/);
   });
 });
