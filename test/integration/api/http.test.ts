@@ -89,7 +89,7 @@ describe('request id', () => {
   it.each([
     ['x'.repeat(500), 'x'.repeat(128)],
     ['has space <script>', 'has space <script>'],
-    ['caf\u00e9\u0007-id', 'caf??-id'],
+    ['caf\u00e9\u00ff-id', 'caf??-id'],
   ])('the caller\'s value is capped at 128 printable characters (%#)', async (given, kept) => {
     const res = await request(ctx.h.app).delete('/ops/cache').set('X-API-Key', OP_KEY).set('X-Request-Id', given);
     expect(res.headers['x-request-id']).toMatch(UUID);
