@@ -49,6 +49,17 @@ describe('ValidatingAdmissionPolicy of the worker', () => {
     });
     wApps = kc.makeApiClient(k8s.AppsV1Api);
     wBatch = kc.makeApiClient(k8s.BatchV1Api);
+    // A new policy is enforced once the apiserver's policy informer has it (asynchronous): wait
+    // for a refused server-side dry run (nothing is changed) before the tests start.
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      const code = await wApps
+        .patchNamespacedDeployment({ name: 'web', namespace: ns.apps, dryRun: 'All', body: { spec: { replicas: 7 } } }, k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.StrategicMergePatch))
+        .then(() => 200, (e: { code?: number }) => e.code);
+      if (code === 403) break;
+      if (Date.now() > deadline) throw new Error(`admission policy not enforced within 60 s (dry run answered ${code})`);
+      await new Promise((r) => setTimeout(r, 250));
+    }
   }, 240_000);
 
   afterAll(async () => {
