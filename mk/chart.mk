@@ -5,9 +5,10 @@ CHART_VALUES   := $(sort $(wildcard test/chart/values/*.yaml))
 HELM_BIN       ?= $(TOOLS)/bin/helm
 CHART_JEST     := node --experimental-vm-modules --no-warnings=ExperimentalWarning node_modules/jest/bin/jest.js
 # The one command k8s/opsgate.yaml is made with (test/chart/k8s-manifests.test.ts runs the same).
-# Rendered for the Kubernetes version the cluster tests run (mk/tools.mk K8S_VERSION).
+# Rendered for the Kubernetes version the cluster tests run (mk/tools.mk K8S_VERSION), which serves
+# ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1): the worker's admission policy is included.
 CHART_KUBE_VERSION = $(patsubst v%,%,$(K8S_VERSION))
-K8S_TEMPLATE    = $(HELM_BIN) template opsgate $(CHART_DIR) --namespace opsgate --kube-version $(CHART_KUBE_VERSION) --skip-tests -f k8s/values.example.yaml
+K8S_TEMPLATE    = $(HELM_BIN) template opsgate $(CHART_DIR) --namespace opsgate --kube-version $(CHART_KUBE_VERSION) --skip-tests -f k8s/values.example.yaml --api-versions admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy
 # k8s/monitoring.yaml: the chart's monitoring toggles (ServiceMonitor, PrometheusRule, Grafana
 # dashboard ConfigMap) for users of the Prometheus Operator / Grafana sidecar without Helm.
 K8S_MONITORING  = $(K8S_TEMPLATE) --set serviceMonitor.enabled=true,prometheusRule.enabled=true,grafanaDashboard.enabled=true \

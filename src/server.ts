@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { pathToFileURL } from 'node:url';
 import { createApp } from './app.js';
 import { createLazyKubeHostStatusProvider, kubeConfigPresent } from './domain/lazyHostStatus.js';
-import { loadApiConfig, secretsOf, type ApiConfig } from './shared/config.js';
+import { loadApiConfig, secretsOf, weakCredentialWarnings, type ApiConfig } from './shared/config.js';
 import { ConfigError } from './shared/errors.js';
 import { loadInventory } from './shared/inventory.js';
 import { createLogger, type Logger } from './shared/logger.js';
@@ -14,6 +14,7 @@ import { jsonClientErrors } from './middleware/clientError.js';
 import { createRateLimiter } from './middleware/rateLimit.js';
 import { createOpsQueue } from './shared/queue.js';
 import { createRedis, redisPassword } from './shared/redis.js';
+import { shutdownBudget, within } from './shared/shutdown.js';
 
 /**
  * The API process: load the config (a bad environment is one line on stderr naming the
@@ -25,8 +26,12 @@ export interface Running {
   port: number;
   config: ApiConfig;
   logger: Logger;
-  /** Graceful stop: no new connections, in-flight requests finish (bounded by graceMs), connections closed. */
-  stop(graceMs?: number): Promise<void>;
+  /**
+   * Graceful stop: no new connections, in-flight requests finish (bounded by graceMs), then the
+   * metrics server, queue and Redis close, each step bounded and the whole within
+   * SHUTDOWN_TIMEOUT_SECONDS. Resolves false when a step did not finish in time.
+   */
+  stop(graceMs?: number): Promise<boolean>;
 }
 
 export function packageVersion(): string {
@@ -45,7 +50,8 @@ export function packageVersion(): string {
   return '0.0.0';
 }
 
-export async function start(env: Record<string, string | undefined> = process.env): Promise<Running> {
+export async function start(env: Record<string, string | undefined> = process.env, opts: { exitOnDeadline?: boolean } = {}): Promise<Running> {
+  const exitOnDeadline = opts.exitOnDeadline ?? false;
   const config = loadApiConfig(env);
   const inventory = loadInventory(config.OPS_INVENTORY_FILE);
   const version = config.OPSGATE_VERSION ?? packageVersion();
@@ -55,6 +61,7 @@ export async function start(env: Record<string, string | undefined> = process.en
     base: { component: 'api' },
     secrets: [...secretsOf(config), ...(pw ? [pw] : [])],
   });
+  for (const warning of weakCredentialWarnings(config)) logger.warn(warning);
   const metrics = createMetrics('api', version);
   const redis = createRedis(config.REDIS_URL, 'request', 'opsgate-api');
   redis.on('error', (err) => logger.debug('redis connection error', { err }));
@@ -101,20 +108,40 @@ export async function start(env: Record<string, string | undefined> = process.en
   }
   logger.info('api listening', { port, version, hosts: Object.keys(inventory.hosts).length });
 
-  let stopping: Promise<void> | undefined;
-  const stop = (graceMs = 10_000): Promise<void> => {
+  let stopping: Promise<boolean> | undefined;
+  const stop = (graceMs?: number): Promise<boolean> => {
     stopping ??= (async () => {
-      logger.info('api stopping: draining in-flight requests');
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      server.closeIdleConnections();
-      const force = setTimeout(() => server.closeAllConnections(), graceMs);
-      await closed;
-      clearTimeout(force);
-      await metricsServer.close();
-      // Bounded: with Redis unreachable BullMQ's close would wait for a connection forever.
-      await bounded(queue.close(), 5000).catch((err) => logger.warn('queue close failed', { err }));
-      await bounded(redis.quit(), 2000).catch(() => redis.disconnect());
+      // Every step bounded (src/shared/shutdown.ts); the whole stop within SHUTDOWN_TIMEOUT_SECONDS.
+      const totalMs = config.SHUTDOWN_TIMEOUT_SECONDS * 1000;
+      const budget = shutdownBudget(logger, totalMs, () => {
+        if (exitOnDeadline) process.exit(1);
+      });
+      const drainMs = graceMs ?? Math.min(10_000, totalMs / 2);
+      logger.info('api stopping: draining in-flight requests', { drain_ms: drainMs, shutdown_timeout_s: config.SHUTDOWN_TIMEOUT_SECONDS });
+      await budget.step('http server', async () => {
+        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        server.closeIdleConnections();
+        // In-flight requests get drainMs; then their connections are cut.
+        if (!(await within(closed, drainMs))) server.closeAllConnections();
+        await closed;
+      }, drainMs + 1000);
+      await budget.step('metrics server', async () => {
+        const closing = metricsServer.close();
+        if (!(await within(closing, 1000))) metricsServer.server.closeAllConnections();
+        await closing;
+      }, 3000);
+      // With Redis unreachable BullMQ's close would wait for a connection forever.
+      await budget.step('queue', () => queue.close(), 5000);
+      // Not connected: nothing to flush (no offline queue on this profile); just drop it.
+      if (redis.status !== 'ready') redis.disconnect();
+      else if (!(await budget.step('redis', () => redis.quit(), 2000))) redis.disconnect();
+      budget.done();
+      if (budget.unfinished.length > 0) {
+        logger.error('shutdown incomplete: some close steps timed out', { unfinished: budget.unfinished });
+        return false;
+      }
       logger.info('api stopped');
+      return true;
     })();
     return stopping;
   };
@@ -133,7 +160,7 @@ function bounded<T>(p: Promise<T>, ms: number): Promise<T> {
 async function main(): Promise<void> {
   let running: Running;
   try {
-    running = await start();
+    running = await start(process.env, { exitOnDeadline: true });
   } catch (err) {
     if (err instanceof ConfigError) {
       process.stderr.write(`opsgate-api: configuration error: ${err.message}\n`);
@@ -147,7 +174,7 @@ async function main(): Promise<void> {
     running.logger.info('signal received', { signal });
     // The logger writes asynchronously: its last lines ("api stopped") are flushed before exit (bounded).
     running.stop().then(
-      () => running.logger.flush().finally(() => process.exit(0)),
+      (clean) => running.logger.flush().finally(() => process.exit(clean ? 0 : 1)),
       () => running.logger.flush().finally(() => process.exit(1)),
     );
   };

@@ -5,12 +5,14 @@ import type { Redis } from 'ioredis';
 import { loadWorkerConfig, type WorkerConfig } from '../src/shared/config.js';
 import { ConfigError } from '../src/shared/errors.js';
 import { loadInventory, type Inventory } from '../src/shared/inventory.js';
-import { QUEUE_NAME } from '../src/shared/jobs.js';
+import { QUEUE_NAME, metricJobName } from '../src/shared/jobs.js';
 import { createLogger, type Logger } from '../src/shared/logger.js';
 import { createMetrics, type Metrics } from '../src/shared/metrics.js';
 import { startMetricsServer, type MetricsServer } from '../src/shared/metricsServer.js';
 import { exportQueueDepth } from '../src/shared/queueDepth.js';
 import { createRedis, redisPassword } from '../src/shared/redis.js';
+import { startLoopMonitor, type LoopMonitor } from '../src/shared/eventLoop.js';
+import { shutdownBudget, within } from '../src/shared/shutdown.js';
 import { kubeConfigFromEnv, type KubeConfigFactory } from './k8s.js';
 import { createProcessor } from './processor.js';
 
@@ -39,9 +41,10 @@ export interface WorkerHandle {
   /**
    * Graceful stop: no new jobs; active jobs may finish within `graceMs` (default
    * WORKER_SHUTDOWN_GRACE_SECONDS); past it they are aborted (their attempt fails and is retried
-   * later). Then Redis is quit. Idempotent.
+   * later). Then Redis is quit. Every step is bounded (stepMs, default SHUTDOWN_TIMEOUT_SECONDS);
+   * resolves false when one did not finish in time. Idempotent.
    */
-  close(graceMs?: number): Promise<void>;
+  close(graceMs?: number, stepMs?: number): Promise<boolean>;
 }
 
 export function secretsForWorker(config: WorkerConfig): string[] {
@@ -65,6 +68,22 @@ export function secretsForWorker(config: WorkerConfig): string[] {
     }
   }
   return [...new Set(out)];
+}
+
+/** Waits (at most ms) for BullMQ's blocking connection to leave the "reconnecting" state. */
+async function settleBlockingConnection(worker: Worker, ms: number): Promise<void> {
+  // BullMQ internals (6.x: worker.backend.blockingConnection.client); absent -> nothing to do.
+  const holder = worker as unknown as { backend?: { blockingConnection?: { client?: Promise<Redis> } } };
+  const clientP = holder.backend?.blockingConnection?.client;
+  if (!clientP) return;
+  let client: Redis | undefined;
+  await within(clientP.then((c) => (client = c)), ms);
+  if (!client || client.status !== 'reconnecting') return;
+  const c = client;
+  await within(new Promise<void>((resolve) => {
+    c.once('ready', () => resolve());
+    c.once('end', () => resolve());
+  }), ms);
 }
 
 export async function startWorker(config: WorkerConfig, deps: WorkerDeps = {}): Promise<WorkerHandle> {
@@ -99,8 +118,8 @@ export async function startWorker(config: WorkerConfig, deps: WorkerDeps = {}): 
 
   worker.on('completed', (job) => {
     const seconds = attemptSeconds(job);
-    metrics?.jobsProcessed.inc({ name: job.name, outcome: 'completed' });
-    metrics?.jobDuration.observe({ name: job.name, outcome: 'completed' }, seconds);
+    metrics?.jobsProcessed.inc({ name: metricJobName(job.name), outcome: 'completed' });
+    metrics?.jobDuration.observe({ name: metricJobName(job.name), outcome: 'completed' }, seconds);
     logger.info('job completed', { job_id: job.id, job_name: job.name, attempt: job.attemptsMade, duration_s: seconds });
   });
   worker.on('failed', (job, err) => {
@@ -122,13 +141,13 @@ export async function startWorker(config: WorkerConfig, deps: WorkerDeps = {}): 
       duration_s: seconds,
     };
     if (final) {
-      metrics?.jobsProcessed.inc({ name: job.name, outcome: 'dead_lettered' });
-      metrics?.jobDuration.observe({ name: job.name, outcome: 'dead_lettered' }, seconds);
+      metrics?.jobsProcessed.inc({ name: metricJobName(job.name), outcome: 'dead_lettered' });
+      metrics?.jobDuration.observe({ name: metricJobName(job.name), outcome: 'dead_lettered' }, seconds);
       logger.error('job dead-lettered', fields);
     } else {
-      metrics?.jobsProcessed.inc({ name: job.name, outcome: 'retried' });
-      metrics?.jobRetries.inc({ name: job.name });
-      metrics?.jobDuration.observe({ name: job.name, outcome: 'retried' }, seconds);
+      metrics?.jobsProcessed.inc({ name: metricJobName(job.name), outcome: 'retried' });
+      metrics?.jobRetries.inc({ name: metricJobName(job.name) });
+      metrics?.jobDuration.observe({ name: metricJobName(job.name), outcome: 'retried' }, seconds);
       logger.warn('job attempt failed; will retry', { ...fields, retry_in_ms: job.delay || 0 });
     }
   });
@@ -156,28 +175,66 @@ export async function startWorker(config: WorkerConfig, deps: WorkerDeps = {}): 
     inventory_projects: Object.keys(inventory.projects).length,
   });
 
-  let closing: Promise<void> | undefined;
-  const close = (graceMs = config.WORKER_SHUTDOWN_GRACE_SECONDS * 1000): Promise<void> => {
+  let closing: Promise<boolean> | undefined;
+  const close = (graceMs = config.WORKER_SHUTDOWN_GRACE_SECONDS * 1000, stepMs = config.SHUTDOWN_TIMEOUT_SECONDS * 1000): Promise<boolean> => {
     closing ??= (async () => {
-      const timers: NodeJS.Timeout[] = [];
+      let clean = true;
+      // BullMQ's close interrupts its blocking BZPOPMIN by disconnecting that connection and then
+      // waits for its 'end' event. ioredis never emits 'end' for a connection disconnected while
+      // it waits to reconnect (status "reconnecting", e.g. just after a Redis restart): close()
+      // would wait forever (the "did not exit within 60000 ms" of secrets-in-logs). So a
+      // reconnecting blocking connection gets a bounded chance to come back first.
+      await settleBlockingConnection(worker, Math.min(5000, stepMs / 2));
       const closed = worker.close();
-      const timedOut = (ms: number) =>
-        new Promise<'timeout'>((resolve) => timers.push(setTimeout(() => resolve('timeout'), ms)));
-      if ((await Promise.race([closed.then(() => 'closed' as const), timedOut(graceMs)])) === 'timeout') {
+      if (!(await within(closed, graceMs))) {
         logger.warn('shutdown grace period over; aborting active jobs (they will be retried)', { grace_ms: graceMs });
         worker.cancelAllJobs('worker shutting down');
-        if ((await Promise.race([closed.then(() => 'closed' as const), timedOut(5000)])) === 'timeout') {
-          logger.error('active jobs did not stop; closing without them (they will be recovered as stalled)');
-          await worker.close(true).catch(() => undefined);
+        if (!(await within(closed, Math.min(5000, stepMs / 2)))) {
+          // worker.close(true) would return the same pending promise: nothing more to wait for.
+          logger.error('shutdown step timed out: the queue worker did not close (active jobs are recovered as stalled)', { step: 'worker' });
+          clean = false;
         }
       }
-      for (const t of timers) clearTimeout(t);
-      await redis.quit().catch(() => redis.disconnect());
+      if (!(await within(redis.quit(), Math.min(2000, stepMs / 4)))) {
+        redis.disconnect();
+        logger.error('shutdown step timed out: redis quit; disconnected', { step: 'redis' });
+        clean = false;
+      }
+      return clean;
     })();
     return closing;
   };
 
   return { worker, redis, logger, close };
+}
+
+/**
+ * GET /livez on the worker's metrics port (its liveness probe). 503 when the event loop lagged
+ * more than maxLagMs within the last 10 s (a blocked or starved loop cannot run jobs or renew
+ * their locks); 200 otherwise. The body also reports the Redis connection: "ready" (PING answered
+ * within timeoutMs), "connecting" (not started yet), or the client's state / "unresponsive".
+ * Redis trouble alone does not fail liveness: restarting the worker would not bring Redis back.
+ */
+export function workerLiveness(deps: { monitor: LoopMonitor; maxLagMs: number; redis: () => Redis | undefined; timeoutMs?: number }) {
+  return async (): Promise<{ status: number; body: Record<string, unknown> }> => {
+    const lag = deps.monitor.maxLagMs();
+    const client = deps.redis();
+    let redisState: string;
+    if (!client) redisState = 'connecting';
+    else if (client.status !== 'ready') redisState = client.status;
+    else redisState = (await within(client.ping(), deps.timeoutMs ?? 1000)) ? 'ready' : 'unresponsive';
+    const loopOk = lag <= deps.maxLagMs;
+    return {
+      status: loopOk ? 200 : 503,
+      body: {
+        status: loopOk ? 'ok' : 'event loop blocked',
+        event_loop_lag_ms: lag,
+        event_loop_max_lag_ms: deps.maxLagMs,
+        redis: redisState,
+        ...(loopOk ? {} : { detail: `event loop lagged ${lag} ms (limit ${deps.maxLagMs} ms) within the last 10 s` }),
+      },
+    };
+  };
 }
 
 function packageVersion(): string {
@@ -217,14 +274,16 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
   // /metrics first: it answers (and shows opsgate_worker_errors_total growing) even while Redis
   // is still unreachable at start-up and the worker waits for it.
   let metricsServer: MetricsServer | undefined;
+  let handle: WorkerHandle | undefined;
+  const loopMonitor = startLoopMonitor();
+  const livez = workerLiveness({ monitor: loopMonitor, maxLagMs: config.WORKER_LIVENESS_MAX_LAG_MS, redis: () => handle?.redis });
   try {
-    metricsServer = await startMetricsServer({ registry: metrics.registry, port: config.METRICS_PORT, logger });
+    metricsServer = await startMetricsServer({ registry: metrics.registry, port: config.METRICS_PORT, logger, livez });
   } catch (err) {
     logger.error('metrics server failed to start', { err, port: config.METRICS_PORT });
     await logger.flush();
     process.exit(1);
   }
-  let handle: WorkerHandle | undefined;
   let queueDepth: { close(): Promise<void> } | undefined;
   let stopping = false;
   const shutdown = (signal: NodeJS.Signals) => {
@@ -239,19 +298,33 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
       void logger.flush().finally(() => process.exit(0));
       return;
     }
-    logger.info('shutting down: waiting for active jobs', { signal, grace_s: config.WORKER_SHUTDOWN_GRACE_SECONDS });
-    // Metrics stay up while active jobs drain.
-    handle.close().then(() => metricsServer?.close()).then(() => queueDepth?.close()).then(
-      () => {
+    const stepMs = config.SHUTDOWN_TIMEOUT_SECONDS * 1000;
+    const graceMs = config.WORKER_SHUTDOWN_GRACE_SECONDS * 1000;
+    // Hard bound of the whole shutdown: the job drain plus the close steps.
+    const budget = shutdownBudget(logger, graceMs + stepMs, () => process.exit(1));
+    logger.info('shutting down: waiting for active jobs', { signal, grace_s: config.WORKER_SHUTDOWN_GRACE_SECONDS, shutdown_timeout_s: config.SHUTDOWN_TIMEOUT_SECONDS });
+    const h = handle;
+    void (async () => {
+      // Metrics stay up while active jobs drain.
+      const workerClean = await h.close(graceMs, stepMs);
+      await budget.step('metrics server', async () => {
+        const closing = metricsServer?.close();
+        // A scrape still running (Redis frozen) must not hold the listener open.
+        if (closing && !(await within(closing, 1000))) metricsServer?.server.closeAllConnections();
+        await closing;
+      }, 3000);
+      await budget.step('queue depth reader', async () => queueDepth?.close(), 3000);
+      budget.done();
+      if (workerClean && budget.unfinished.length === 0) {
         logger.info('worker stopped', { signal });
         // The logger writes asynchronously: flush its last lines before exit (bounded).
-        void logger.flush().finally(() => process.exit(0));
-      },
-      (err: unknown) => {
-        logger.error('error during shutdown', { err });
-        void logger.flush().finally(() => process.exit(1));
-      },
-    );
+        await logger.flush();
+        process.exit(0);
+      }
+      logger.error('shutdown incomplete: some close steps timed out; exiting 1', { signal, unfinished: [...(workerClean ? [] : ['worker']), ...budget.unfinished] });
+      await logger.flush();
+      process.exit(1);
+    })();
   };
   process.on('SIGTERM', shutdown);
   process.on('SIGINT', shutdown);

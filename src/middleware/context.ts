@@ -5,8 +5,10 @@ import type { Role } from '../shared/config.js';
 /** What the middlewares learn about a request, kept on res.locals (typed here). */
 declare module 'express-serve-static-core' {
   interface Locals {
-    /** Accepted X-Request-Id or a generated UUID; echoed in the response and used as audit_id. */
+    /** Always generated here (a UUID): sent back as X-Request-Id, used as audit_id and job/Kubernetes label. */
     requestId: string;
+    /** The caller's own X-Request-Id, for correlation only (printable ASCII, at most 128 characters). */
+    callerRequestId?: string;
     /** Who made the call: `key:<id>`, `bearer:<id>`, `webhook:<source>`; unset when unauthenticated. */
     principal?: string;
     role?: Role;
@@ -19,14 +21,29 @@ declare module 'express-serve-static-core' {
   }
 }
 
-/** A caller-supplied request id is kept only if it is short and made of safe characters. */
-export const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,64}$/;
+/** Longest caller X-Request-Id kept (as caller_request_id in the audit line). */
+export const CALLER_REQUEST_ID_MAX = 128;
 
+/**
+ * The caller's X-Request-Id as a log field: cut to CALLER_REQUEST_ID_MAX characters, every
+ * character outside printable ASCII replaced by '?'; undefined when absent or empty.
+ */
+export function callerRequestId(given: string | undefined): string | undefined {
+  if (given === undefined) return undefined;
+  const v = given.slice(0, CALLER_REQUEST_ID_MAX).replace(/[^\x20-\x7e]/g, '?').trim();
+  return v === '' ? undefined : v;
+}
+
+/**
+ * Our own request id for every request. The caller's X-Request-Id never becomes the audit id (nor,
+ * through it, a job's audit_id or a Kubernetes label): a caller could otherwise forge or collide
+ * with other calls' ids. It is kept apart as res.locals.callerRequestId.
+ */
 export function requestId(): RequestHandler {
   return (req, res, next) => {
-    const given = req.get('x-request-id');
-    const id = given !== undefined && SANE_REQUEST_ID.test(given) ? given : randomUUID();
+    const id = randomUUID();
     res.locals.requestId = id;
+    res.locals.callerRequestId = callerRequestId(req.get('x-request-id'));
     res.setHeader('X-Request-Id', id);
     // API answers are per-caller operational data: never cached by a proxy, never content-sniffed.
     res.setHeader('Cache-Control', 'no-store');

@@ -47,6 +47,7 @@ function audit(logger: Logger, req: Request, res: Response, seconds: number): vo
   logger.info('audit', {
     audit: true,
     request_id: res.locals.requestId,
+    caller_request_id: res.locals.callerRequestId,
     who: res.locals.principal ?? 'anonymous',
     source: webhookSource(req.path),
     role: res.locals.role,

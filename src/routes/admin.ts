@@ -3,15 +3,21 @@ import { createBullBoard } from '@bull-board/api';
 import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
 import { ExpressAdapter } from '@bull-board/express';
 import type { Queue } from 'bullmq';
-import { Router, type NextFunction, type Request, type RequestHandler, type Response } from 'express';
+import express, { Router, type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 import type { ApiKey } from '../shared/config.js';
-import { credentialId, safeEqual } from '../shared/crypto.js';
+import { credentialId, safeEqual, sha256Hex } from '../shared/crypto.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 
 /**
  * Bull Board at /admin/queues: the operator's view of the "ops" queue. Dead-lettered jobs (the
  * failed set) are listed with their failure reason and can be retried, cleaned, promoted...
+ *
+ * Writes: only what dead-letter review needs (DESIGN.md, Bull Board): retry of a failed job and
+ * removal of a failed job. Every other state-changing call Bull Board offers (add a job, edit its
+ * data/delay/priority, empty, clean, obliterate, pause/resume, promote, concurrency, rate limit,
+ * retry of a completed or waiting job, bulk retry...) is refused with 403 {detail} before it
+ * reaches Bull Board (see writeGate).
  *
  * Access: operator role only. Either header X-API-Key (scripts) or HTTP Basic with an operator
  * key as the password and any user name (browsers). No or bad credentials: 401 with
@@ -20,8 +26,8 @@ import type { Metrics } from '../shared/metrics.js';
  *
  * Audit: every state-changing call (any method but GET/HEAD/OPTIONS), allowed or refused, is one
  * structured log line (msg "audit", from the app's observe middleware) with who (`key:<credential
- * id>`, never the key), method, path, status and request id; refused keys appear as
- * presented_credential.
+ * id>`, never the key), method, path, body_sha256, status and request id; an allowed action adds
+ * action (retry/remove), queue, job_id and job_name; refused keys appear as presented_credential.
  */
 export const ADMIN_BASE_PATH = '/admin/queues';
 export const BASIC_CHALLENGE = 'Basic realm="opsgate", charset="UTF-8"';
@@ -37,7 +43,6 @@ export interface AdminRouterOptions {
 
 
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
-const REQUEST_ID_RE = /^[A-Za-z0-9._:-]{1,128}$/;
 
 /** Constant-time lookup over every configured key (no early exit on a match). */
 function findKey(keys: readonly ApiKey[], presented: string): ApiKey | undefined {
@@ -69,13 +74,12 @@ function readCredential(req: Request, keys: readonly ApiKey[]): Credential {
   return key ? { ok: true, scheme: 'basic', key } : { ok: false, scheme: 'basic', reason: 'invalid', presented: password };
 }
 
-function requestIdOf(req: Request, res: Response): string {
+function requestIdOf(res: Response): string {
   const fromLocals = (res.locals as { requestId?: unknown }).requestId;
   if (typeof fromLocals === 'string' && fromLocals) return fromLocals;
   const fromRes = res.getHeader('x-request-id');
   if (typeof fromRes === 'string' && fromRes) return fromRes;
-  const fromReq = req.get('x-request-id');
-  const id = fromReq && REQUEST_ID_RE.test(fromReq) ? fromReq : randomUUID();
+  const id = randomUUID(); // never the caller's X-Request-Id (src/middleware/context.ts)
   if (!res.headersSent) res.setHeader('X-Request-Id', id);
   return id;
 }
@@ -90,7 +94,7 @@ function requestIdOf(req: Request, res: Response): string {
 function adminActions(metrics?: Metrics): RequestHandler {
   return (req: Request, res: Response, next: NextFunction) => {
     if (SAFE_METHODS.has(req.method)) return next();
-    requestIdOf(req, res);
+    requestIdOf(res);
     res.once('finish', () => metrics?.adminActions.inc({ method: req.method, status: String(res.statusCode) }));
     next();
   };
@@ -151,6 +155,68 @@ function sameOriginOnly(metrics?: Metrics): RequestHandler {
   };
 }
 
+
+/** Largest body accepted on a state-changing board call (the allowed ones carry none). */
+const ADMIN_BODY_LIMIT = '16kb';
+/** PUT /api/queues/:queueName/:jobId/(retry|clean): the only writes let through (case-insensitive like Express routing). */
+const ALLOWED_WRITE = /^\/api\/queues\/([^/]+)\/([^/]+)\/(retry|clean)\/?$/i;
+/**
+ * Words Bull Board routes at the :jobId position of a longer path (e.g. PUT
+ * /api/queues/ops/clean/retry is "clean every job in state retry"): never taken as a job id.
+ */
+const RESERVED_SEGMENTS = new Set(['add', 'retry', 'clean', 'promote', 'pause', 'resume', 'concurrency', 'rate-limit', 'empty', 'obliterate', 'job-schedulers', 'metrics', 'workers']);
+
+function refuse(res: Response, status: number, detail: string): void {
+  res.locals.error = { detail };
+  res.status(status).set('Cache-Control', 'no-store').json({ detail });
+}
+
+function decodeSegment(s: string): string | undefined {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Runs after the operator and same-origin checks, for state-changing calls only: reads the body
+ * (bounded) to record its SHA-256 for the audit line, then lets through only a retry or removal of
+ * a job that is in the failed (dead-letter) set right now; anything else -> 403 {detail}, an
+ * unknown queue or job -> 404 {detail}. The allowed call is tagged for the audit line with
+ * action, queue, job id and job name.
+ */
+function writeGate(queues: readonly Queue[]): [RequestHandler, RequestHandler] {
+  const reader = express.raw({ type: () => true, limit: ADMIN_BODY_LIMIT });
+  const gate: RequestHandler = (req, res, next) => {
+    const buf = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
+    res.locals.bodySha256 = sha256Hex(buf);
+    req.body = {}; // the allowed calls take no body; Bull Board's own parser sees the stream as read
+    const m = req.method === 'PUT' ? ALLOWED_WRITE.exec(req.path) : null;
+    const queueName = m ? decodeSegment(m[1]!) : undefined;
+    const jobId = m ? decodeSegment(m[2]!) : undefined;
+    if (!m || queueName === undefined || jobId === undefined || RESERVED_SEGMENTS.has(jobId.toLowerCase())) {
+      refuse(res, 403, 'refused: Bull Board here only retries or removes failed (dead-lettered) jobs; other changes go through the API');
+      return;
+    }
+    const action = m[3]!.toLowerCase() === 'retry' ? 'retry' : 'remove';
+    const queue = queues.find((q) => q.name === queueName);
+    if (!queue) {
+      refuse(res, 404, 'queue not found');
+      return;
+    }
+    void (async () => {
+      const job = await queue.getJob(jobId);
+      if (!job) return refuse(res, 404, 'job not found');
+      const state = await job.getState();
+      res.locals.auditFields = { action, queue: queueName, job_id: jobId, job_name: job.name, job_state: state };
+      if (state !== 'failed') return refuse(res, 403, `refused: only a failed (dead-lettered) job can be ${action === 'retry' ? 'retried' : 'removed'} here; this job is ${state}`);
+      next();
+    })().catch(next);
+  };
+  return [reader, gate];
+}
+
 export function createAdminRouter(opts: AdminRouterOptions): Router {
   const basePath = opts.basePath ?? ADMIN_BASE_PATH;
   const serverAdapter = new ExpressAdapter();
@@ -182,6 +248,8 @@ export function createAdminRouter(opts: AdminRouterOptions): Router {
     res.set('Referrer-Policy', 'same-origin');
     next();
   });
+  const [readBody, gate] = writeGate(opts.queues);
+  router.use((req, res, next) => (SAFE_METHODS.has(req.method) ? next() : readBody!(req, res, (err?: unknown) => (err ? next(err) : gate!(req, res, next)))));
   router.use(serverAdapter.getRouter() as RequestHandler);
   return router;
 }

@@ -13,9 +13,20 @@ export interface ApiKey {
 }
 
 /**
+ * The fake secrets of the plain manifests (k8s/opsgate.yaml, k8s/values.example.yaml) all start
+ * with this. They are public, so a process holding one would accept anyone: refuse to start.
+ */
+export const PLACEHOLDER_PREFIX = 'CHANGE-ME';
+export const isPlaceholder = (v: string): boolean => v.trim().toUpperCase().startsWith(PLACEHOLDER_PREFIX);
+const PLACEHOLDER_PROBLEM = `still holds the ${PLACEHOLDER_PREFIX} placeholder of the plain manifests; set a real secret`;
+/** Keys (and the bearer token) shorter than this are accepted but logged as a warning at start. */
+export const MIN_SECRET_LENGTH = 16;
+
+/**
  * Parses OPS_API_KEY_ROLES: comma-separated `<API_KEY>:<role>` items, the role being the text
  * after the last colon (so keys may contain colons). Refuses a missing/blank value, an item
- * without `key:role`, an empty key, an unknown role, or no key at all. Errors name the
+ * without `key:role`, an empty key, an unknown role, or no key at all; also a key listed twice
+ * (which role would win is a guess) and a key still holding the CHANGE-ME placeholder. Errors name the
  * variable and the item's position, never the key.
  */
 export function parseApiKeyRoles(raw: string | undefined): ApiKey[] {
@@ -34,6 +45,9 @@ export function parseApiKeyRoles(raw: string | undefined): ApiKey[] {
     if (role !== 'readonly' && role !== 'operator') {
       throw new ConfigError(name, `item ${i + 1} has a role that is not readonly or operator`);
     }
+    if (isPlaceholder(key)) throw new ConfigError(name, `item ${i + 1} ${PLACEHOLDER_PROBLEM}`);
+    const earlier = keys.findIndex((k) => k.key === key);
+    if (earlier >= 0) throw new ConfigError(name, `item ${i + 1} repeats the key of item ${earlier + 1}; list each key once with one role`);
     keys.push({ key, role, id: credentialId(key) });
   });
   if (keys.length === 0) throw new ConfigError(name, 'configures no key'); // unreachable after the checks above; kept as the spec's own rule
@@ -43,7 +57,18 @@ export function parseApiKeyRoles(raw: string | undefined): ApiKey[] {
 const optionalSecret = z
   .string()
   .optional()
-  .transform((v) => (v === undefined || v === '' ? undefined : v));
+  .transform((v) => (v === undefined || v === '' ? undefined : v))
+  .refine((v) => v === undefined || !isPlaceholder(v), PLACEHOLDER_PROBLEM);
+
+/** The password of a redis:// URL (decoded), if any. */
+function urlPassword(url: string): string | undefined {
+  try {
+    const pw = new URL(url).password;
+    return pw ? decodeURIComponent(pw) : undefined;
+  } catch {
+    return undefined;
+  }
+}
 
 const intFrom = (def: number, min = 0) =>
   z
@@ -63,7 +88,8 @@ const redisUrl = z
   .string({ error: 'is required' })
   .trim()
   .min(1, 'is required')
-  .refine((v) => /^rediss?:\/\//.test(v), 'must be a redis:// or rediss:// URL');
+  .refine((v) => /^rediss?:\/\//.test(v), 'must be a redis:// or rediss:// URL')
+  .refine((v) => !isPlaceholder(urlPassword(v) ?? ''), `password ${PLACEHOLDER_PROBLEM}`);
 
 const commonSchema = z.object({
   REDIS_URL: redisUrl,
@@ -74,6 +100,11 @@ const commonSchema = z.object({
   JOB_BACKOFF_MS: intFrom(10000, 0),
   JOB_TIMEOUT_SECONDS: intFrom(900, 1),
   OPSGATE_VERSION: z.string().optional(),
+  /**
+   * Bound of the close steps on SIGTERM/SIGINT (src/shared/shutdown.ts): the API's whole shutdown,
+   * the worker's after its job drain (WORKER_SHUTDOWN_GRACE_SECONDS). Past it the process exits 1.
+   */
+  SHUTDOWN_TIMEOUT_SECONDS: intFrom(20, 1),
 });
 
 const apiSchema = commonSchema.extend({
@@ -92,10 +123,16 @@ const apiSchema = commonSchema.extend({
     .optional()
     .transform((v) => (v === undefined || v.trim() === '' ? '1mb' : v.trim()))
     .refine((v) => /^\d+(b|kb|mb)?$/i.test(v), 'must be a size such as 512kb or 1mb'),
+  /**
+   * Express trust-proxy. Default 0: X-Forwarded-For is ignored, the client address is the TCP peer.
+   * Only behind a proxy (the chart sets the hop count when its Ingress is on) may a header speak
+   * for the client: reached directly, a forged one would pick its own rate-limit bucket and audit
+   * `client`.
+   */
   TRUST_PROXY: z
     .string()
     .optional()
-    .transform((v) => (v === undefined || v.trim() === '' ? '1' : v.trim())),
+    .transform((v) => (v === undefined || v.trim() === '' ? '0' : v.trim())),
   ADMIN_UI_ENABLED: z
     .enum(['true', 'false', '1', '0', ''])
     .optional()
@@ -111,6 +148,10 @@ const workerSchema = commonSchema.extend({
       for (const u of urls) {
         if (!/^https?:\/\//.test(u)) {
           ctx.addIssue({ code: 'custom', message: 'must be a comma-separated list of http(s) URLs' });
+          return z.NEVER;
+        }
+        if (u.toUpperCase().includes(PLACEHOLDER_PREFIX)) {
+          ctx.addIssue({ code: 'custom', message: PLACEHOLDER_PROBLEM });
           return z.NEVER;
         }
       }
@@ -129,6 +170,8 @@ const workerSchema = commonSchema.extend({
   WORKER_MAX_STALLED_COUNT: intFrom(1, 0),
   /** On SIGTERM/SIGINT: how long active jobs may run on before they are aborted (and retried). */
   WORKER_SHUTDOWN_GRACE_SECONDS: intFrom(25, 0),
+  /** GET /livez on METRICS_PORT answers 503 when the event loop lagged more than this within the last 10 s. */
+  WORKER_LIVENESS_MAX_LAG_MS: intFrom(5000, 50),
 });
 
 export type CommonConfig = z.infer<typeof commonSchema>;
@@ -156,6 +199,21 @@ export function loadApiConfig(env: Env = process.env): ApiConfig {
 
 export function loadWorkerConfig(env: Env = process.env): WorkerConfig {
   return parseWith(workerSchema, env);
+}
+
+/**
+ * Start-up warnings about weak but accepted credentials: one message per API key (by its audit id,
+ * never the value) or bearer token shorter than MIN_SECRET_LENGTH characters. The API logs each.
+ */
+export function weakCredentialWarnings(config: Pick<ApiConfig, 'apiKeys' | 'OPS_BEARER_TOKEN'>): string[] {
+  const out: string[] = [];
+  config.apiKeys.forEach((k, i) => {
+    if (k.key.length < MIN_SECRET_LENGTH) out.push(`OPS_API_KEY_ROLES: item ${i + 1} (key:${k.id}) is shorter than ${MIN_SECRET_LENGTH} characters; use a long random key`);
+  });
+  if (config.OPS_BEARER_TOKEN !== undefined && config.OPS_BEARER_TOKEN.length < MIN_SECRET_LENGTH) {
+    out.push(`OPS_BEARER_TOKEN is shorter than ${MIN_SECRET_LENGTH} characters; use a long random token`);
+  }
+  return out;
 }
 
 /** Every secret value of a config, for the logger's last-line-of-defence redaction. */

@@ -15,6 +15,15 @@ export const JOB = {
 export type JobName = (typeof JOB)[keyof typeof JOB];
 export const JOB_NAMES: readonly JobName[] = Object.values(JOB);
 
+/**
+ * A job name as a metric label: the catalogue's names as they are, anything else (a job added to
+ * the queue by something other than the API, e.g. "x2" or "") as "unknown", so label values stay
+ * bounded and cannot be chosen by whoever writes to Redis.
+ */
+export function metricJobName(name: string): JobName | 'unknown' {
+  return (JOB_NAMES as readonly string[]).includes(name) ? (name as JobName) : 'unknown';
+}
+
 const auditFields = {
   /** Correlates the API request, its audit line, the job and (for deploys) the Kubernetes Job label. */
   audit_id: z.string().min(1).max(64),

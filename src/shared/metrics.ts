@@ -25,6 +25,18 @@ export function queueCountsSource(queue: JobCountsReader): QueueCountsSource {
   return { queue: queue.name, counts: () => queue.getJobCounts(...QUEUE_STATES) };
 }
 
+/** Reads used_memory and maxmemory from INFO memory of any client with ioredis' info(). */
+export function redisMemoryReader(client: { info(section: 'memory'): Promise<string> }): () => Promise<{ used: number; max: number }> {
+  return async () => {
+    const text = await client.info('memory');
+    const field = (name: string) => Number(new RegExp(`^${name}:(\\d+)`, 'm').exec(text)?.[1] ?? NaN);
+    const used = field('used_memory');
+    const max = field('maxmemory');
+    if (!Number.isFinite(used) || !Number.isFinite(max)) throw new Error('INFO memory without used_memory/maxmemory');
+    return { used, max };
+  };
+}
+
 /** Upper bound of one scrape's Redis read; past it the depth samples are skipped for that scrape. */
 export const QUEUE_SCRAPE_TIMEOUT_MS = 1500;
 
@@ -209,6 +221,44 @@ export function createMetrics(component: Component, version: string, opts: { def
     },
   });
 
+  // --- Redis memory, read at scrape time (INFO memory): the in-chart Redis runs with noeviction, so
+  // reaching maxmemory means writes (enqueues, dedup keys) fail; OpsgateRedisMemoryHigh warns first.
+  let redisMemorySource: (() => Promise<{ used: number; max: number }>) | undefined;
+  let memoryRead: Promise<{ used: number; max: number } | undefined> | undefined;
+  const readMemory = () => {
+    if (!redisMemorySource) return Promise.resolve(undefined);
+    memoryRead ??= withTimeout(redisMemorySource(), depthTimeoutMs)
+      .catch(() => undefined)
+      .finally(() => setImmediate(() => (memoryRead = undefined)));
+    return memoryRead;
+  };
+  new Gauge({
+    name: 'opsgate_redis_memory_used_bytes',
+    help: 'Memory used by Redis (INFO memory used_memory), read at scrape time; absent when Redis does not answer in time. redis="queue": the queue/dedup Redis.',
+    labelNames: ['redis'] as const,
+    registers: [registry],
+    async collect() {
+      this.reset();
+      const m = await readMemory();
+      if (m) this.set({ redis: 'queue' }, m.used);
+    },
+  });
+  new Gauge({
+    name: 'opsgate_redis_memory_max_bytes',
+    help: 'maxmemory of Redis (INFO memory maxmemory; 0 = no limit), read at scrape time; absent when Redis does not answer in time.',
+    labelNames: ['redis'] as const,
+    registers: [registry],
+    async collect() {
+      this.reset();
+      const m = await readMemory();
+      if (m) this.set({ redis: 'queue' }, m.max);
+    },
+  });
+  /** Export Redis memory from this reader (e.g. redisMemoryReader(connection)). */
+  const setRedisMemorySource = (fn: typeof redisMemorySource) => {
+    redisMemorySource = fn;
+  };
+
   const adminActions = new Counter({
     name: 'opsgate_admin_actions_total',
     help: 'State-changing calls under /admin (Bull Board retry, clean, promote, remove...), by method and status code.',
@@ -231,6 +281,7 @@ export function createMetrics(component: Component, version: string, opts: { def
     queueScrapeErrors,
     adminActions,
     setQueueDepthSources,
+    setRedisMemorySource,
     buildInfo,
     httpRequests,
     httpDuration,

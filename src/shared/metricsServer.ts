@@ -15,6 +15,11 @@ export interface MetricsServerOptions {
   /** Default 0.0.0.0 so Prometheus can reach the pod; tests pass 127.0.0.1. */
   host?: string;
   logger?: Logger;
+  /**
+   * GET/HEAD /livez (the worker's liveness probe): called per request; its status and JSON body
+   * are the answer. Absent: /livez is 404 like any other path.
+   */
+  livez?: () => Promise<{ status: number; body: Record<string, unknown> }>;
 }
 
 export interface MetricsServer {
@@ -35,13 +40,27 @@ function sendJson(res: ServerResponse, status: number, body: Record<string, unkn
   res.end(text);
 }
 
-export function metricsHandler(registry: Registry, logger?: Logger) {
+export function metricsHandler(registry: Registry, logger?: Logger, livez?: MetricsServerOptions['livez']) {
   return (req: IncomingMessage, res: ServerResponse): void => {
     let path: string;
     try {
       path = new URL(req.url ?? '/', 'http://metrics.local').pathname;
     } catch {
       sendJson(res, 400, { detail: 'bad request' });
+      return;
+    }
+    if (path === '/livez' && livez) {
+      if (req.method !== 'GET' && req.method !== 'HEAD') {
+        sendJson(res, 405, { detail: 'method not allowed; allowed: GET, HEAD' }, { Allow: 'GET, HEAD' });
+        return;
+      }
+      livez().then(
+        (r) => sendJson(res, r.status, r.body),
+        (err: unknown) => {
+          logger?.error('liveness check failed', { err });
+          sendJson(res, 500, { detail: 'internal error' });
+        },
+      );
       return;
     }
     if (path !== '/metrics') {
@@ -71,7 +90,7 @@ export function metricsHandler(registry: Registry, logger?: Logger) {
 }
 
 export async function startMetricsServer(opts: MetricsServerOptions): Promise<MetricsServer> {
-  const server = createServer(metricsHandler(opts.registry, opts.logger));
+  const server = createServer(metricsHandler(opts.registry, opts.logger, opts.livez));
   // Scrapes are short; do not let idle keep-alive sockets hold a shutdown.
   server.keepAliveTimeout = 5000;
   server.headersTimeout = 10000;

@@ -259,6 +259,13 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
     },
 
     async close() {
+      if (connection.status !== 'ready') {
+        // Not connected: nothing is pending (no offline queue) and BullMQ's close would wait for
+        // a connection that may never come back. Drop the connection and let BullMQ wind down.
+        connection.disconnect();
+        void bull.close().catch(() => undefined);
+        return;
+      }
       try {
         await bull.close();
       } finally {

@@ -1,6 +1,6 @@
 import { Queue } from 'bullmq';
 import { QUEUE_NAME } from './jobs.js';
-import { queueCountsSource, type Metrics } from './metrics.js';
+import { queueCountsSource, redisMemoryReader, type Metrics } from './metrics.js';
 import { createRedis } from './redis.js';
 
 /**
@@ -9,7 +9,7 @@ import { createRedis } from './redis.js';
  * by the scrape-time collectors of opsgate_queue_jobs / opsgate_dead_letter_jobs.
  */
 export function exportQueueDepth(
-  metrics: Pick<Metrics, 'setQueueDepthSources'>,
+  metrics: Pick<Metrics, 'setQueueDepthSources'> & Partial<Pick<Metrics, 'setRedisMemorySource'>>,
   redisUrl: string,
   queueName: string = QUEUE_NAME,
 ): { close(): Promise<void> } {
@@ -17,9 +17,11 @@ export function exportQueueDepth(
   const queue = new Queue(queueName, { connection });
   queue.on('error', () => {}); // a failed read is counted by opsgate_queue_scrape_errors_total
   metrics.setQueueDepthSources([queueCountsSource(queue)]);
+  metrics.setRedisMemorySource?.(redisMemoryReader(connection));
   return {
     async close() {
       metrics.setQueueDepthSources([]);
+      metrics.setRedisMemorySource?.(undefined);
       await queue.close().catch(() => {});
       connection.disconnect();
     },

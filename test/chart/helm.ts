@@ -70,6 +70,8 @@ export interface RenderOptions {
   setString?: Record<string, string>;
   /** --kube-version (default KUBE_VERSION, the cluster tests' version) */
   kubeVersion?: string;
+  /** Extra --api-versions (capabilities of the target cluster). */
+  apiVersions?: string[];
 }
 
 function valueArgs(o: RenderOptions): string[] {
@@ -77,6 +79,7 @@ function valueArgs(o: RenderOptions): string[] {
   for (const f of o.files ?? []) args.push('-f', f.includes('/') ? f : join(VALUES_DIR, f));
   for (const [k, v] of Object.entries(o.set ?? {})) args.push('--set', `${k}=${v}`);
   for (const [k, v] of Object.entries(o.setString ?? {})) args.push('--set-string', `${k}=${v}`);
+  for (const a of o.apiVersions ?? []) args.push('--api-versions', a);
   return args;
 }
 

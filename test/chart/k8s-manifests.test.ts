@@ -32,7 +32,7 @@ const MONITORING_ARGS = [
 /** Fails with the first differing line when a committed k8s/ file is not what `make k8s-manifests` renders now. */
 async function expectNoDrift(file: string, header: string[], extraArgs: string[]): Promise<void> {
   const committed = readFileSync(join(K8S, file), 'utf8');
-  const r = await helm(['template', 'opsgate', CHART, '--namespace', 'opsgate', '--kube-version', KUBE_VERSION, '--skip-tests', '-f', join(K8S, 'values.example.yaml'), ...extraArgs]);
+  const r = await helm(['template', 'opsgate', CHART, '--namespace', 'opsgate', '--kube-version', KUBE_VERSION, '--skip-tests', '-f', join(K8S, 'values.example.yaml'), '--api-versions', 'admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy', ...extraArgs]);
   expect(r.stderr).toBe('');
   expect(r.code).toBe(0);
   const expected = `${header.join('\n')}\n${r.stdout}`;
@@ -61,7 +61,10 @@ describe('k8s/opsgate.yaml', () => {
     const data = Object.values<string>(secret.data).map((b) => Buffer.from(b, 'base64').toString());
     expect(data.length).toBeGreaterThanOrEqual(4);
     for (const v of data) expect(v).toMatch(/CHANGE-ME/);
-    for (const o of objs) expect(o.metadata.namespace).toMatch(/^(opsgate|shop)$/);
+    const clusterScoped = new Set(['ValidatingAdmissionPolicy', 'ValidatingAdmissionPolicyBinding']);
+    for (const o of objs) if (!clusterScoped.has(o.kind)) expect(o.metadata.namespace).toMatch(/^(opsgate|shop)$/);
+    // The worker's admission policy is part of the plain manifests (Kubernetes >= 1.30).
+    expect(find(objs, 'ValidatingAdmissionPolicy').map((o) => o.metadata.name)).toEqual(['opsgate-opsgate-worker']);
     expect(find(objs, 'Role').map((r) => `${r.metadata.namespace}/${r.metadata.name}`).sort()).toEqual(['shop/opsgate-api', 'shop/opsgate-worker']);
   });
 

@@ -217,7 +217,7 @@ describe.each(valueFiles)('%s', (file) => {
     expect(drain).toBe(v.config.workerShutdownGraceSeconds);
     expect(d.spec.template.spec.terminationGracePeriodSeconds).toBeGreaterThan(drain);
     expect(d.spec.template.spec.containers[0].image).toMatch(/opsgate-worker:/);
-    expect(d.spec.template.spec.containers[0].livenessProbe.tcpSocket).toEqual({ port: 'metrics' });
+    expect(d.spec.template.spec.containers[0].livenessProbe.httpGet).toEqual({ path: '/livez', port: 'metrics' }); // event loop + Redis (issue 9 item 13)
     const namespaces = Object.keys(v.inventory.hosts).length + Object.keys(v.inventory.projects).length;
     expect(d.spec.template.spec.automountServiceAccountToken).toBe(namespaces > 0);
     expect(one(objs(), 'Deployment', 'opsgate-api').spec.template.spec.automountServiceAccountToken).toBe(Object.keys(v.inventory.hosts).length > 0);
@@ -263,7 +263,7 @@ describe.each(valueFiles)('%s', (file) => {
         expect(dep).toEqual([{ apiGroups: ['apps'], resources: ['deployments'], resourceNames: [...e.deployments].sort(), verbs: ['get', 'patch'] }]);
       } else expect(dep).toHaveLength(0);
       const jobs = rules.filter((r) => r.resources.includes('jobs'));
-      expect(jobs).toEqual(e.jobs ? [{ apiGroups: ['batch'], resources: ['jobs'], verbs: ['create', 'get', 'list', 'watch'] }] : []);
+      expect(jobs).toEqual(e.jobs ? [{ apiGroups: ['batch'], resources: ['jobs'], verbs: ['create'] }] : []); // no get/list/watch: never used (issue 9 item 8)
       const events = rules.filter((r) => r.resources.includes('events'));
       expect(events).toEqual([{ apiGroups: ['events.k8s.io'], resources: ['events'], verbs: ['create'] }]);
       expect(rules).toHaveLength(dep.length + jobs.length + events.length);
@@ -360,7 +360,7 @@ describe.each(valueFiles)('%s', (file) => {
  * NOTES.txt as helm renders it. `helm template` drops NOTES, so a throw-away copy of the chart gets
  * one extra template that includes templates/NOTES.txt into a ConfigMap.
  */
-async function renderNotes(file: string): Promise<string> {
+async function renderNotes(file: string, set: Record<string, string> = {}, setString: Record<string, string> = {}): Promise<string> {
   const dir = mkdtempSync(join(tmpdir(), 'opsgate-notes-'));
   try {
     cpSync(join(ROOT, 'charts/opsgate'), dir, { recursive: true });
@@ -368,7 +368,7 @@ async function renderNotes(file: string): Promise<string> {
       join(dir, 'templates/zz-notes-for-test.yaml'),
       'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes-for-test\ndata:\n  notes: {{ include (print .Template.BasePath "/NOTES.txt") . | toJson }}\n',
     );
-    const objs = await render({ chart: dir, files: [file] });
+    const objs = await render({ chart: dir, files: [file], set, setString });
     return one(objs, 'ConfigMap', 'notes-for-test').data.notes as string;
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -529,5 +529,143 @@ describe('render-time refusals', () => {
     expect(find(objs, 'Secret')).toHaveLength(0);
     const env = one(objs, 'Deployment', 'opsgate-api').spec.template.spec.containers[0].env as { name: string; valueFrom?: any }[];
     expect(env.find((e) => e.name === 'OPS_API_KEY_ROLES')?.valueFrom.secretKeyRef).toEqual({ name: 'mine', key: 'OPS_API_KEY_ROLES' });
+  });
+});
+
+/** Issue 9 items 1 and 4: the alerts webhook behind the Ingress, Redis maxmemory, TRUST_PROXY, NetworkPolicy. */
+describe('security defaults', () => {
+  const ingressOn = { 'ingress.enabled': 'true', 'ingress.host': 'opsgate.example.com' };
+  const cm = (objs: K8sObject[]) => one(objs, 'ConfigMap', 'opsgate-config').data as Record<string, string>;
+  const apiEnv = (objs: K8sObject[]) => one(objs, 'Deployment', 'opsgate-api').spec.template.spec.containers[0].env as { name: string; valueFrom?: any }[];
+  const paths = (objs: K8sObject[]) => Object.fromEntries(one(objs, 'Ingress', 'opsgate').spec.rules[0].http.paths.map((p: any) => [p.path, p.pathType]));
+
+  test('an Ingress that would route /webhook/alerts without a token is refused with a clear message', async () => {
+    const err = await renderError({ files: ['defaults.yaml'], set: ingressOn });
+    expect(err).toMatch(/ingress\.enabled would route \/webhook\/alerts to the outside without a token: set secrets\.alertsWebhookToken/);
+    expect(err).toMatch(/ingress\.routeAlertsWebhook=false/);
+  });
+
+  test('with a token it routes /webhook; routeAlertsWebhook=false routes every webhook but alerts', async () => {
+    const [withToken, noAlerts] = await Promise.all([
+      render({ files: ['defaults.yaml'], set: { ...ingressOn, 'secrets.alertsWebhookToken': 'fake-alerts-token-0009' } }),
+      render({ files: ['defaults.yaml'], set: { ...ingressOn, 'ingress.routeAlertsWebhook': 'false' } }),
+    ]);
+    expect(paths(withToken)['/webhook']).toBe('Prefix');
+    const p = paths(noAlerts);
+    expect(p).toEqual({ '/webhook/scm': 'Exact', '/webhook/github': 'Exact', '/webhook/gitlab': 'Exact', '/ops': 'Prefix', '/health': 'Exact' });
+  });
+
+  test('existingSecret + Ingress routing alerts: ALERTS_WEBHOOK_TOKEN becomes a required key (the pod does not start without it)', async () => {
+    const [routed, internal] = await Promise.all([
+      render({ set: { ...ingressOn, 'secrets.existingSecret': 'mine' } }),
+      render({ set: { 'secrets.existingSecret': 'mine' } }),
+    ]);
+    expect(apiEnv(routed).find((e) => e.name === 'ALERTS_WEBHOOK_TOKEN')?.valueFrom.secretKeyRef).toEqual({ name: 'mine', key: 'ALERTS_WEBHOOK_TOKEN', optional: false });
+    expect(apiEnv(routed).find((e) => e.name === 'OPS_BEARER_TOKEN')?.valueFrom.secretKeyRef.optional).toBe(true);
+    expect(apiEnv(internal).find((e) => e.name === 'ALERTS_WEBHOOK_TOKEN')?.valueFrom.secretKeyRef.optional).toBe(true);
+  });
+
+  test('Redis gets a maxmemory below its memory limit (default 75% of it), noeviction; one at or above the limit is refused', async () => {
+    const conf = (objs: K8sObject[]) => one(objs, 'ConfigMap', 'opsgate-redis').data['redis.conf'] as string;
+    const [defaults, explicit, kubeUnits] = await Promise.all([
+      render({ files: ['defaults.yaml'] }),
+      render({ files: ['defaults.yaml'], set: { 'redis.maxmemory': '256mb' } }),
+      render({ files: ['defaults.yaml'], set: { 'redis.resources.limits.memory': '1Gi' } }),
+    ]);
+    expect(conf(defaults)).toMatch(/^maxmemory 402653184$/m); // 75% of 512Mi
+    expect(conf(defaults)).toMatch(/^maxmemory-policy noeviction$/m);
+    expect(conf(explicit)).toMatch(/^maxmemory 268435456$/m);
+    expect(conf(kubeUnits)).toMatch(/^maxmemory 805306368$/m);
+    expect(await renderError({ files: ['defaults.yaml'], set: { 'redis.maxmemory': '512mb' } })).toMatch(/redis\.maxmemory \(512mb\) must be below redis\.resources\.limits\.memory \(512Mi\)/);
+  });
+
+  test('TRUST_PROXY: 0 without the Ingress, the hop count with it, an explicit value wins', async () => {
+    const [plain, ingress, hops, explicit] = await Promise.all([
+      render({ files: ['defaults.yaml'] }),
+      render({ files: ['defaults.yaml'], set: { ...ingressOn, 'secrets.alertsWebhookToken': 'fake-alerts-token-0009' } }),
+      render({ files: ['defaults.yaml'], set: { ...ingressOn, 'secrets.alertsWebhookToken': 'fake-alerts-token-0009', 'ingress.proxyHops': '2' } }),
+      render({ files: ['defaults.yaml'], setString: { 'config.trustProxy': '3' } }),
+    ]);
+    expect(cm(plain).TRUST_PROXY).toBe('0');
+    expect(cm(ingress).TRUST_PROXY).toBe('1');
+    expect(cm(hops).TRUST_PROXY).toBe('2');
+    expect(cm(explicit).TRUST_PROXY).toBe('3');
+  });
+
+  test('NetworkPolicy follows the Ingress: API port only from the ingress controller namespace, metrics only from monitoring', async () => {
+    const [plain, ingress, forcedOff, custom] = await Promise.all([
+      render({ files: ['defaults.yaml'] }),
+      render({ files: ['defaults.yaml'], set: { ...ingressOn, 'secrets.alertsWebhookToken': 'fake-alerts-token-0009' } }),
+      render({ files: ['defaults.yaml'], set: { ...ingressOn, 'secrets.alertsWebhookToken': 'fake-alerts-token-0009', 'networkPolicy.enabled': 'false' } }),
+      render({
+        files: ['defaults.yaml'],
+        set: { ...ingressOn, 'secrets.alertsWebhookToken': 'fake-alerts-token-0009', 'networkPolicy.ingressControllerNamespace': 'traefik', 'networkPolicy.monitoringNamespace': 'observability' },
+      }),
+    ]);
+    expect(find(plain, 'NetworkPolicy')).toHaveLength(0);
+    expect(find(forcedOff, 'NetworkPolicy')).toHaveLength(0);
+    const ns = (name: string) => [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': name } } }];
+    for (const [objs, ingressNs, monNs] of [[ingress, 'ingress-nginx', 'monitoring'], [custom, 'traefik', 'observability']] as const) {
+      const api = one(objs, 'NetworkPolicy', 'opsgate-api').spec.ingress;
+      expect(api).toEqual([
+        { ports: [{ port: 'http', protocol: 'TCP' }], from: ns(ingressNs) },
+        { ports: [{ port: 'metrics', protocol: 'TCP' }], from: ns(monNs) },
+      ]);
+      expect(one(objs, 'NetworkPolicy', 'opsgate-worker').spec.ingress).toEqual([{ ports: [{ port: 'metrics', protocol: 'TCP' }], from: ns(monNs) }]);
+      expect(find(objs, 'NetworkPolicy', 'opsgate-redis')).toHaveLength(1);
+    }
+  });
+});
+
+describe('worker liveness', () => {
+  test('the worker livenessProbe is GET /livez on its metrics port (event loop + Redis), not a TCP check', async () => {
+    const objs = await render({ files: ['defaults.yaml'], set: { 'config.workerLivenessMaxLagMs': '3000' } });
+    const c = one(objs, 'Deployment', 'opsgate-worker').spec.template.spec.containers[0];
+    expect(c.livenessProbe.httpGet).toEqual({ path: '/livez', port: 'metrics' });
+    expect(c.livenessProbe.tcpSocket).toBeUndefined();
+    expect(one(objs, 'ConfigMap', 'opsgate-config').data.WORKER_LIVENESS_MAX_LAG_MS).toBe('3000');
+  });
+});
+
+describe('worker admission policy (issue 9 item 8)', () => {
+  const VAP = 'admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy';
+  test('rendered when the cluster serves admissionregistration.k8s.io/v1 and the inventory names something; off on request', async () => {
+    const [withApi, withoutApi, disabled, noInventory] = await Promise.all([
+      render({ files: ['all-integrations.yaml'], apiVersions: [VAP] }),
+      render({ files: ['all-integrations.yaml'] }),
+      render({ files: ['all-integrations.yaml'], apiVersions: [VAP], set: { 'rbac.admissionPolicy.enabled': 'false' } }),
+      render({ files: ['defaults.yaml'], apiVersions: [VAP] }),
+    ]);
+    for (const objs of [withoutApi, disabled, noInventory]) {
+      expect(find(objs, 'ValidatingAdmissionPolicy')).toHaveLength(0);
+      expect(find(objs, 'ValidatingAdmissionPolicyBinding')).toHaveLength(0);
+    }
+    const policy = one(withApi, 'ValidatingAdmissionPolicy', 'opsgate-opsgate-worker');
+    expect(policy.metadata.namespace).toBeUndefined(); // cluster-scoped
+    expect(policy.spec.failurePolicy).toBe('Fail');
+    expect(policy.spec.matchConditions[0].expression).toBe('request.userInfo.username == "system:serviceaccount:opsgate:opsgate-worker"');
+    const allowed = JSON.parse(policy.spec.variables.find((v: any) => v.name === 'allowed').expression);
+    expect(allowed).toEqual({
+      shop: [{ image: 'registry.example.com/acme/deployer:1.0', sa: 'shop-deployer' }],
+      deploys: [{ image: 'registry.example.com/acme/terraform-runner:2.1', sa: 'infra-deployer' }],
+    });
+    expect(policy.spec.validations.map((v: any) => v.reason)).toEqual(['Forbidden', 'Forbidden']);
+    const binding = one(withApi, 'ValidatingAdmissionPolicyBinding', 'opsgate-opsgate-worker');
+    expect(binding.spec).toEqual({ policyName: 'opsgate-opsgate-worker', validationActions: ['Deny'] });
+  });
+});
+
+describe('NOTES.txt warnings on risky values (issue 9, done-when)', () => {
+  test('each risky value gets its WARNING line; a hardened install gets none', async () => {
+    const risky = await renderNotes('defaults.yaml', { 'networkPolicy.enabled': 'false', 'rbac.admissionPolicy.enabled': 'false' }, { 'config.trustProxy': '1' });
+    expect(risky).toMatch(/SECURITY WARNINGS:/);
+    expect(risky).toMatch(/WARNING: secrets\.alertsWebhookToken is empty/);
+    expect(risky).toMatch(/WARNING: config\.trustProxy="1" without the chart's Ingress/);
+    expect(risky).toMatch(/WARNING: No NetworkPolicy/);
+    expect(risky).toMatch(/WARNING: rbac\.admissionPolicy\.enabled=false/);
+    const admin = await renderNotes('all-integrations.yaml');
+    expect(admin).toMatch(/WARNING: Bull Board \(\/admin\) is routed by the Ingress/);
+    const hardened = await renderNotes('all-integrations.yaml', { 'adminUI.ingress': 'false' });
+    expect(hardened).not.toMatch(/WARNING/);
   });
 });

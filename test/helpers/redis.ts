@@ -17,6 +17,10 @@ export interface RedisServer {
   stop(): Promise<void>;
   /** Start it again on the same port and dir (data survives when persistence is on). */
   start(): Promise<void>;
+  /** Freeze the server (SIGSTOP): connections stay open but nothing is answered. */
+  pause(): void;
+  /** Thaw it (SIGCONT). */
+  resume(): void;
   /** Stop and delete its dir. */
   destroy(): Promise<void>;
 }
@@ -82,6 +86,7 @@ export async function startRedis(opts: { persistence?: boolean } = {}): Promise<
     if (!p || p.exitCode !== null) return;
     await new Promise<void>((resolve) => {
       p.once('exit', () => resolve());
+      p.kill('SIGCONT'); // a paused server would never see the SIGTERM
       p.kill('SIGTERM');
     });
   };
@@ -92,6 +97,8 @@ export async function startRedis(opts: { persistence?: boolean } = {}): Promise<
     dir,
     start,
     stop,
+    pause: () => void proc?.kill('SIGSTOP'),
+    resume: () => void proc?.kill('SIGCONT'),
     destroy: async () => {
       await stop();
       rmSync(dir, { recursive: true, force: true });

@@ -10,7 +10,7 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createRateLimiter } from '../../src/middleware/rateLimit.js';
 import { startRedis, type RedisServer } from '../helpers/redis.js';
-import { RO_KEY, createHarness, type Harness } from '../integration/api/harness.js';
+import { OP_KEY, RO_KEY, createHarness, type Harness } from '../integration/api/harness.js';
 
 let redis: RedisServer;
 const harnesses: Harness[] = [];
@@ -101,6 +101,24 @@ describe('rate limit in createApp: two replicas, one Redis, TRUST_PROXY from the
       return s;
     });
     expect(statuses).toEqual([200, 200, 200, 429, 429, 429]);
+  }, 60_000);
+
+  it('default (TRUST_PROXY unset): a forged X-Forwarded-For reaching the API directly changes neither the bucket nor the audit client (issue 9 item 4)', async () => {
+    const a = await replica({ RATE_LIMIT_RPS: '3' });
+    const h = harnesses[harnesses.length - 1]!;
+    expect(h.config.TRUST_PROXY).toBe('0');
+    const statuses = await withinOneWindow(async () => {
+      const s: number[] = [];
+      for (let i = 0; i < 5; i++) s.push((await hosts(a, `198.51.100.${i}, 10.0.0.${i}`)).status);
+      return s;
+    });
+    expect(statuses).toEqual([200, 200, 200, 429, 429]);
+    await new Promise((r) => setTimeout(r, 1100)); // a fresh window for the audited call
+    const res = await fetch(`${a}/ops/cache`, { method: 'DELETE', headers: { 'X-API-Key': OP_KEY, 'X-Forwarded-For': '203.0.113.99' } });
+    expect(res.status).toBe(200);
+    const line = h.audits().find((l) => l.request_id === res.headers.get('x-request-id'));
+    expect(String(line?.client)).toMatch(/^(::ffff:)?127\.0\.0\.1$/);
+    expect(JSON.stringify(h.audits())).not.toMatch(/203\.0\.113\.99|198\.51\.100\./);
   }, 60_000);
 
   it('probes are never limited', async () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { loadApiConfig, parseApiKeyRoles, secretsOf } from '../../src/shared/config.js';
+import { loadApiConfig, loadWorkerConfig, parseApiKeyRoles, secretsOf, weakCredentialWarnings } from '../../src/shared/config.js';
 import { credentialId } from '../../src/shared/crypto.js';
 import { ConfigError } from '../../src/shared/errors.js';
 
@@ -69,7 +69,7 @@ describe('loadApiConfig', () => {
       METRICS_PORT: 9464,
       RATE_LIMIT_RPS: 50,
       BODY_LIMIT: '1mb',
-      TRUST_PROXY: '1',
+      TRUST_PROXY: '0', // no proxy trusted unless configured (issue 9 item 4)
       JOB_ATTEMPTS: 5,
       JOB_BACKOFF_MS: 10000,
     });
@@ -103,5 +103,63 @@ describe('loadApiConfig', () => {
   it('secretsOf lists every secret for log redaction', () => {
     const c = loadApiConfig({ ...base, OPS_BEARER_TOKEN: 'b-token', SCM_WEBHOOK_SECRET: 's-secret', GITHUB_WEBHOOK_SECRET: 'g-secret', ALERTS_WEBHOOK_TOKEN: 'a-token' });
     expect(secretsOf(c).sort()).toEqual([SECRET, 'a-token', 'b-token', 'g-secret', 's-secret'].sort());
+  });
+});
+
+/** Issue 9 item 7: the plain manifests' placeholders, repeated keys, short keys. */
+describe('placeholder secrets, repeated keys, short keys', () => {
+  const base = { OPS_API_KEY_ROLES: `${SECRET}:operator`, REDIS_URL: 'redis://127.0.0.1:6379' };
+
+  it.each([
+    ['an API key', { OPS_API_KEY_ROLES: `${SECRET}:readonly,CHANGE-ME-operator-api-key:operator` }, 'OPS_API_KEY_ROLES'],
+    ['the bearer token', { OPS_BEARER_TOKEN: 'CHANGE-ME-bearer-token' }, 'OPS_BEARER_TOKEN'],
+    ['the SCM secret', { SCM_WEBHOOK_SECRET: 'CHANGE-ME-scm-webhook-secret' }, 'SCM_WEBHOOK_SECRET'],
+    ['the GitHub secret', { GITHUB_WEBHOOK_SECRET: 'change-me-github' }, 'GITHUB_WEBHOOK_SECRET'],
+    ['the alerts token', { ALERTS_WEBHOOK_TOKEN: 'CHANGE-ME-alerts-webhook-token' }, 'ALERTS_WEBHOOK_TOKEN'],
+    ['the Redis password in REDIS_URL', { REDIS_URL: 'redis://:CHANGE-ME-redis-password@opsgate-redis:6379/0' }, 'REDIS_URL'],
+    ['a URL-encoded Redis password', { REDIS_URL: 'redis://default:%43HANGE-ME-x@opsgate-redis:6379/0' }, 'REDIS_URL'],
+  ])('the API refuses to start on %s still holding the CHANGE-ME placeholder', (_n, env, variable) => {
+    const err = refusal(() => loadApiConfig({ ...base, ...env }));
+    expect(err.variable).toBe(variable);
+    expect(err.message).toMatch(/CHANGE-ME placeholder/);
+    expect(err.message).not.toMatch(/CHANGE-ME-/); // never the value itself
+    expect(err.message).not.toContain(SECRET);
+  });
+
+  it('the worker refuses a placeholder Redis password or notify URL too', () => {
+    const wbase = { REDIS_URL: 'redis://127.0.0.1:6379' };
+    expect(refusal(() => loadWorkerConfig({ ...wbase, REDIS_URL: 'redis://:CHANGE-ME-redis-password@r:6379' })).variable).toBe('REDIS_URL');
+    expect(refusal(() => loadWorkerConfig({ ...wbase, NOTIFY_WEBHOOK_URLS: 'https://hooks.example/services/CHANGE-ME' })).variable).toBe('NOTIFY_WEBHOOK_URLS');
+    expect(loadWorkerConfig({ ...wbase, REDIS_URL: 'redis://:a-real-password@r:6379' }).REDIS_URL).toContain('a-real-password');
+  });
+
+  it('a secret that merely contains the word later on is fine', () => {
+    expect(loadApiConfig({ ...base, OPS_BEARER_TOKEN: 'token-that-says-CHANGE-ME-later' }).OPS_BEARER_TOKEN).toBe('token-that-says-CHANGE-ME-later');
+  });
+
+  it.each([
+    ['with the same role', `${SECRET}:operator,other-key-0123456789:readonly,${SECRET}:operator`, 'item 3 repeats the key of item 1'],
+    ['with another role (the first used to win silently)', `${SECRET}:readonly,${SECRET}:operator`, 'item 2 repeats the key of item 1'],
+    ['after trimming spaces', `${SECRET}:readonly, ${SECRET} :operator`.replace(' :', ':'), 'item 2 repeats the key of item 1'],
+  ])('refuses a key listed twice %s', (_n, raw, problem) => {
+    const err = refusal(() => parseApiKeyRoles(raw));
+    expect(err.variable).toBe('OPS_API_KEY_ROLES');
+    expect(err.message).toContain(problem);
+    expect(err.message).not.toContain(SECRET);
+  });
+
+  it('warns (by key id, never the value) on keys and a bearer token shorter than 16 characters', () => {
+    const short = 'short-key-123'; // 13 characters
+    const c = loadApiConfig({ ...base, OPS_API_KEY_ROLES: `${SECRET}:operator,${short}:readonly`, OPS_BEARER_TOKEN: 'tiny-token' });
+    const warnings = weakCredentialWarnings(c);
+    expect(warnings).toHaveLength(2);
+    expect(warnings[0]).toContain('item 2');
+    expect(warnings[0]).toContain(`key:${credentialId(short)}`);
+    expect(warnings[1]).toMatch(/^OPS_BEARER_TOKEN is shorter than 16/);
+    for (const w of warnings) {
+      expect(w).not.toContain(short);
+      expect(w).not.toContain('tiny-token');
+    }
+    expect(weakCredentialWarnings(loadApiConfig({ ...base, OPS_BEARER_TOKEN: 'a-bearer-token-of-32-characters!' }))).toEqual([]);
   });
 });

@@ -37,14 +37,35 @@ function summaryOf(annotations: Record<string, unknown>): string | undefined {
   return typeof s === 'string' ? s : JSON.stringify(s);
 }
 
+/**
+ * Slack's control characters in message text (https://api.slack.com/reference/surfaces/formatting#escaping):
+ * `&`, `<`, `>` become `&amp;`, `&lt;`, `&gt;`, so alert text can never ping (`<!channel>`,
+ * `<@U123>`) or render a disguised link (`<https://evil.example|Click to ack>`). `&` goes first.
+ */
+export function escapeSlack(text: string): string {
+  return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+}
+
+/** Every string inside a JSON value escaped with escapeSlack (keys too); other values as they are. */
+function escapeDeep(v: unknown, depth = 0): unknown {
+  if (typeof v === 'string') return escapeSlack(v);
+  if (depth > 64 || v === null || typeof v !== 'object') return v;
+  if (Array.isArray(v)) return v.map((x) => escapeDeep(x, depth + 1));
+  return Object.fromEntries(Object.entries(v).map(([k, x]) => [escapeSlack(k), escapeDeep(x, depth + 1)]));
+}
+
+/**
+ * The Slack-compatible message. All alert-supplied text is escaped (escapeSlack): the `text` a chat
+ * renders, and the alertname/annotations/fingerprint copies a receiver may render too.
+ */
 export function notificationBody(data: NotifyOncallData): Record<string, unknown> {
   const summary = summaryOf(data.annotations);
-  const text = `:rotating_light: Alert firing: ${data.alertname || 'unknown'}${summary ? ` - ${summary}` : ''}`;
+  const text = `:rotating_light: Alert firing: ${escapeSlack(data.alertname || 'unknown')}${summary ? ` - ${escapeSlack(summary)}` : ''}`;
   return {
     text,
-    alertname: data.alertname,
-    annotations: data.annotations,
-    ...(data.fingerprint ? { fingerprint: data.fingerprint } : {}),
+    alertname: escapeSlack(data.alertname),
+    annotations: escapeDeep(data.annotations),
+    ...(data.fingerprint ? { fingerprint: escapeSlack(data.fingerprint) } : {}),
     audit_id: data.audit_id,
   };
 }

@@ -85,6 +85,54 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
 {{/*
+A memory quantity in bytes (as a decimal string): Kubernetes (512Mi, 1Gi, 500M, 1000000) or
+Redis units (256mb, 1gb, 100k; Redis' "kb/mb/gb" are 1024-based, "k/m/g" 1000-based). "" -> "".
+*/}}
+{{- define "opsgate.bytes" -}}
+{{- $v := toString . | trim }}
+{{- if $v }}
+{{- $m := regexFind "^[0-9]+" $v }}
+{{- $unit := lower (trimPrefix $m $v) }}
+{{- $mult := dict "" 1 "k" 1000 "m" 1000000 "g" 1000000000 "t" 1000000000000 "kb" 1024 "mb" 1048576 "gb" 1073741824 "ki" 1024 "mi" 1048576 "gi" 1073741824 "ti" 1099511627776 }}
+{{- if not (hasKey $mult $unit) }}
+{{- fail (printf "opsgate: %q is not a memory size (e.g. 512Mi, 256mb)" $v) }}
+{{- end }}
+{{- mul (int64 $m) (int64 (index $mult $unit)) }}
+{{- end }}
+{{- end }}
+
+{{/*
+maxmemory of the in-chart Redis in bytes: redis.maxmemory, else 75% of redis.resources.limits.memory
+(headroom for the AOF rewrite fork, buffers and fragmentation), else "" (no limit).
+*/}}
+{{- define "opsgate.redisMaxmemory" -}}
+{{- $limit := include "opsgate.bytes" (dig "limits" "memory" "" .Values.redis.resources) }}
+{{- if .Values.redis.maxmemory }}
+{{- include "opsgate.bytes" .Values.redis.maxmemory }}
+{{- else if $limit }}
+{{- div (mul (int64 $limit) 3) 4 }}
+{{- end }}
+{{- end }}
+
+{{/*
+TRUST_PROXY: config.trustProxy when set; else the Ingress' hop count when the Ingress is enabled,
+else 0 (reached directly, X-Forwarded-For is the caller's own and never trusted).
+*/}}
+{{- define "opsgate.trustProxy" -}}
+{{- if .Values.config.trustProxy }}{{ .Values.config.trustProxy }}{{ else if .Values.ingress.enabled }}{{ int .Values.ingress.proxyHops }}{{ else }}0{{ end }}
+{{- end }}
+
+{{/* "true" when the NetworkPolicies are rendered: networkPolicy.enabled, or when null, ingress.enabled. */}}
+{{- define "opsgate.networkPolicyOn" -}}
+{{- if kindIs "bool" .Values.networkPolicy.enabled }}{{ if .Values.networkPolicy.enabled }}true{{ end }}{{ else if .Values.ingress.enabled }}true{{ end }}
+{{- end }}
+
+{{/* True ("true") when the Ingress routes /webhook/alerts. */}}
+{{- define "opsgate.ingressRoutesAlerts" -}}
+{{- if and .Values.ingress.enabled .Values.ingress.routeAlertsWebhook }}true{{ end }}
+{{- end }}
+
+{{/*
 Render-time checks that the schema cannot express. Included by every workload template, so
 `helm template` / `helm install` fail with one clear message.
 */}}
@@ -102,6 +150,16 @@ Render-time checks that the schema cannot express. Included by every workload te
 {{- end }}
 {{- if ge (int .Values.api.preStopSleepSeconds) (int .Values.api.terminationGracePeriodSeconds) }}
 {{- fail (printf "opsgate: api.preStopSleepSeconds (%d) must be below api.terminationGracePeriodSeconds (%d), or Kubernetes kills the API before it drains" (int .Values.api.preStopSleepSeconds) (int .Values.api.terminationGracePeriodSeconds)) }}
+{{- end }}
+{{- if and (include "opsgate.ingressRoutesAlerts" .) (not .Values.secrets.alertsWebhookToken) (not .Values.secrets.existingSecret) }}
+{{- fail "opsgate: ingress.enabled would route /webhook/alerts to the outside without a token: set secrets.alertsWebhookToken (ALERTS_WEBHOOK_TOKEN; Alertmanager then sends it as a bearer token), or secrets.existingSecret with ALERTS_WEBHOOK_TOKEN, or ingress.routeAlertsWebhook=false to route only /webhook/scm, /webhook/github and /webhook/gitlab" }}
+{{- end }}
+{{- if .Values.redis.enabled }}
+{{- $limit := include "opsgate.bytes" (dig "limits" "memory" "" .Values.redis.resources) }}
+{{- $max := include "opsgate.redisMaxmemory" . }}
+{{- if and $limit $max (ge (int64 $max) (int64 $limit)) }}
+{{- fail (printf "opsgate: redis.maxmemory (%s) must be below redis.resources.limits.memory (%s), or the kernel kills Redis before it refuses writes (noeviction)" (toString .Values.redis.maxmemory) (toString .Values.redis.resources.limits.memory)) }}
+{{- end }}
 {{- end }}
 {{- if and .Values.autoscaling.enabled (lt (int .Values.autoscaling.maxReplicas) (int .Values.autoscaling.minReplicas)) }}
 {{- fail "opsgate: autoscaling.maxReplicas must be >= autoscaling.minReplicas" }}
@@ -192,14 +250,18 @@ Namespaces the inventory names, with what opsgate may touch there:
 {{- end }}
 {{- end }}
 
-{{/* An optional secret variable: include with (dict "ctx" $ "name" "OPS_BEARER_TOKEN"). */}}
+{{/*
+An optional secret variable: include with (dict "ctx" $ "name" "OPS_BEARER_TOKEN"). ALERTS_WEBHOOK_TOKEN
+from an existingSecret is required (optional: false) while the Ingress routes /webhook/alerts: the
+pod does not start without it rather than expose the webhook without a token.
+*/}}
 {{- define "opsgate.optionalSecretEnv" -}}
 - name: {{ .name }}
   valueFrom:
     secretKeyRef:
       name: {{ include "opsgate.secretName" .ctx }}
       key: {{ .name }}
-      optional: true
+      optional: {{ not (and (eq .name "ALERTS_WEBHOOK_TOKEN") .ctx.Values.secrets.existingSecret (include "opsgate.ingressRoutesAlerts" .ctx)) }}
 {{- end }}
 
 {{/* Checksums that roll the pods when their configuration changes. */}}

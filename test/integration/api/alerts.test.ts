@@ -83,7 +83,7 @@ describe('rules 2-4: firing alerts with a fingerprint are deduplicated and queue
   });
   it('each delivery gets an audit line (who webhook:alerts)', async () => {
     await post({ alerts: [] }).set('X-Request-Id', 'alerts-audit-1');
-    expect(ctx.h.audits().find((a) => a.request_id === 'alerts-audit-1')).toMatchObject({ who: 'webhook:alerts', status: 202 });
+    expect(ctx.h.audits().find((a) => a.caller_request_id === 'alerts-audit-1')).toMatchObject({ who: 'webhook:alerts', status: 202 });
   });
 });
 

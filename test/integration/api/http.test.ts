@@ -2,7 +2,7 @@ import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { startRedis } from '../../helpers/redis.js';
 import { createRateLimiter } from '../../../src/middleware/rateLimit.js';
-import { createHarness, OP_KEY, RO_KEY, SCM_SECRET, useHarness } from './harness.js';
+import { BEARER, createHarness, OP_KEY, RO_KEY, SCM_SECRET, useHarness } from './harness.js';
 
 /** Probes, version, and the HTTP-level error contract: every error is JSON {detail}, never an HTML page or a stack. */
 const ctx = useHarness({ flush: false });
@@ -62,13 +62,39 @@ describe('GET /health, /ready, /version', () => {
 });
 
 describe('request id', () => {
-  it('a sane X-Request-Id is echoed', async () => {
-    const res = await request(ctx.h.app).get('/health').set('X-Request-Id', 'abc-123.x:y_z');
-    expect(res.headers['x-request-id']).toBe('abc-123.x:y_z');
+  const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+  it('the caller\'s X-Request-Id never becomes ours: a generated id is answered and audited, the caller\'s kept apart', async () => {
+    const res = await request(ctx.h.app).delete('/ops/cache').set('X-API-Key', OP_KEY).set('X-Request-Id', 'abc-123.x:y_z');
+    expect(res.status).toBe(200);
+    expect(res.headers['x-request-id']).toMatch(UUID);
+    const line = ctx.h.audits().find((a) => a.request_id === res.headers['x-request-id']);
+    expect(line).toMatchObject({ request_id: res.headers['x-request-id'], caller_request_id: 'abc-123.x:y_z', path: '/ops/cache' });
+    expect(ctx.h.audits().some((a) => a.request_id === 'abc-123.x:y_z')).toBe(false);
   });
-  it.each([['has space'], ['<script>'], ['x'.repeat(65)], ['é']])('an unsafe one (%s) is replaced by a generated id', async (given) => {
-    const res = await request(ctx.h.app).get('/health').set('X-Request-Id', given);
-    expect(res.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+  it('two calls with the same caller id get two distinct ids (no forged collision with another call)', async () => {
+    const a = await request(ctx.h.app).delete('/ops/cache').set('X-API-Key', OP_KEY).set('X-Request-Id', 'same-id');
+    const b = await request(ctx.h.app).delete('/ops/cache').set('X-API-Key', OP_KEY).set('X-Request-Id', 'same-id');
+    expect(a.headers['x-request-id']).not.toBe(b.headers['x-request-id']);
+  });
+  it('a restart job\'s audit_id (the deploy Job\'s Kubernetes label) is ours, not the caller\'s', async () => {
+    const res = await request(ctx.h.app)
+      .post('/ops/restart?host=web-1&service=frontend')
+      .set('Authorization', `Bearer ${BEARER}`)
+      .set('X-Request-Id', 'app.kubernetes.io-name');
+    expect(res.status).toBe(200);
+    const job = await ctx.h.queue.bull.getJob(res.body.job_id);
+    expect(job?.data.audit_id).toBe(res.headers['x-request-id']);
+    expect(job?.data.audit_id).toMatch(UUID);
+  });
+  it.each([
+    ['x'.repeat(500), 'x'.repeat(128)],
+    ['has space <script>', 'has space <script>'],
+    ['caf\u00e9\u00ff-id', 'caf??-id'],
+  ])('the caller\'s value is capped at 128 printable characters (%#)', async (given, kept) => {
+    const res = await request(ctx.h.app).delete('/ops/cache').set('X-API-Key', OP_KEY).set('X-Request-Id', given);
+    expect(res.headers['x-request-id']).toMatch(UUID);
+    const line = ctx.h.audits().find((a) => a.request_id === res.headers['x-request-id']);
+    expect(line!.caller_request_id).toBe(kept);
   });
   it('responses are not cacheable and not content-sniffed', async () => {
     for (const res of [await request(ctx.h.app).get('/health'), await request(ctx.h.app).get('/ops/hosts').set('X-API-Key', RO_KEY), await request(ctx.h.app).get('/x')]) {

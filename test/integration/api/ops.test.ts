@@ -63,7 +63,7 @@ describe('POST /ops/restart (bearer)', () => {
     expect(job?.data).toEqual({
       host: 'web-1',
       service: 'checkout',
-      audit_id: 'restart-1',
+      audit_id: res.headers['x-request-id'], // our id, never the caller's X-Request-Id (issue 9 item 9)
       requested_by: `bearer:${credentialId(BEARER)}`,
     });
   });
@@ -127,7 +127,7 @@ describe('POST /ops/restart (bearer)', () => {
   it('a body is ignored (spec: no body) but hashed in the audit line', async () => {
     const res = await restart('?host=db-1&service=postgres-exporter').set('X-Request-Id', 'restart-audit').send('{"x":1}');
     expect(res.status).toBe(200);
-    const line = ctx.h.audits().find((a) => a.request_id === 'restart-audit');
+    const line = ctx.h.audits().find((a) => a.caller_request_id === 'restart-audit');
     expect(line).toMatchObject({
       who: `bearer:${credentialId(BEARER)}`,
       method: 'POST',
@@ -140,7 +140,7 @@ describe('POST /ops/restart (bearer)', () => {
   });
   it('refused calls are audited too, without the presented token', async () => {
     await restart('?host=web-1&service=frontend', 'Bearer some-wrong-token-123').set('X-Request-Id', 'restart-denied');
-    const line = ctx.h.audits().find((a) => a.request_id === 'restart-denied');
+    const line = ctx.h.audits().find((a) => a.caller_request_id === 'restart-denied');
     expect(line).toMatchObject({ who: 'anonymous', status: 401, presented_credential: `bearer:${credentialId('some-wrong-token-123')}` });
     expect(ctx.h.lines.join('\n')).not.toContain('some-wrong-token-123');
   });
@@ -193,7 +193,7 @@ describe('DELETE /ops/cache (operator)', () => {
   });
   it('audit line with the key id, never the key', async () => {
     await request(ctx.h.app).delete('/ops/cache').set('X-API-Key', OP_KEY).set('X-Request-Id', 'cache-audit');
-    const line = ctx.h.audits().find((a) => a.request_id === 'cache-audit');
+    const line = ctx.h.audits().find((a) => a.caller_request_id === 'cache-audit');
     expect(line).toMatchObject({ who: `key:${credentialId(OP_KEY)}`, role: 'operator', method: 'DELETE', path: '/ops/cache', status: 200 });
     expect(line!.body_sha256).toBe('e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855');
     expect(containsSecret(ctx.h.lines.join('\n'))).toBeUndefined();

@@ -46,7 +46,7 @@ describe('rule 1: token verified first (403)', () => {
   });
   it('a refused delivery is audited: source scm, who anonymous, the presented token only as its id', async () => {
     await post(push(), { 'X-Scm-Token': 'wrong-token-777' }).set('X-Request-Id', 'scm-denied-1');
-    const line = ctx.h.audits().find((a) => a.request_id === 'scm-denied-1');
+    const line = ctx.h.audits().find((a) => a.caller_request_id === 'scm-denied-1');
     expect(line).toMatchObject({ who: 'anonymous', source: 'scm', status: 403, path: '/webhook/scm' });
     expect(line!.presented_credential).toMatch(/^scm_token:[0-9a-f]{12}$/);
     expect(ctx.h.lines.join('\n')).not.toContain('wrong-token-777');
@@ -223,11 +223,12 @@ describe('rules 6-8: event_id, seen record, one job, duplicates', () => {
   it('writes one audit line per delivery with source, body sha256, status and request id; no secret in logs', async () => {
     const body = JSON.stringify(push('audit1'));
     const res = await post(body).set('X-Request-Id', 'req-scm-audit-1');
-    expect(res.headers['x-request-id']).toBe('req-scm-audit-1');
-    const lines = ctx.h.audits().filter((a) => a.request_id === 'req-scm-audit-1');
+    expect(res.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/); // ours, never the caller's
+    const lines = ctx.h.audits().filter((a) => a.caller_request_id === 'req-scm-audit-1');
     expect(lines).toHaveLength(1);
     const { createHash } = await import('node:crypto');
     expect(lines[0]).toMatchObject({
+      request_id: res.headers['x-request-id'],
       who: 'webhook:scm',
       method: 'POST',
       path: '/webhook/scm',

@@ -146,7 +146,7 @@ describe('Bull Board /admin/queues', () => {
     expect(await queue.getJob(deadJobId)).toMatchObject({ state: 'completed' });
 
     const audit = lines.filter((l) => l.audit === true && l.method === 'PUT');
-    const ok = audit.filter((l) => l.request_id === 'retry-req-42');
+    const ok = audit.filter((l) => l.caller_request_id === 'retry-req-42');
     expect(ok).toHaveLength(1); // exactly one audit line per call
     expect(ok[0]).toMatchObject({
       msg: 'audit',

@@ -255,4 +255,44 @@ describe('retries, dead-letter and timeout', () => {
     expect(await metricValue(metrics, 'opsgate_jobs_processed_total', { outcome: 'dead_lettered' })).toBe(3);
     expect(await metricValue(metrics, 'opsgate_job_retries_total', {})).toBe(0);
   });
+
+  it('job names outside the catalogue are counted as name="unknown", never as their own label (issue 9 item 10)', async () => {
+    const logs = collectLogs();
+    const metrics = await start({}, logs);
+    const ids: string[] = [];
+    for (const name of ['x2', '', 'ops_worker.notify_oncall ', '{evil="1"}']) ids.push((await queue.add(name, { alertname: 'x', annotations: {}, ...audit })).id!);
+    for (const id of ids) expect((await waitForFinal(queue, id)).state).toBe('failed');
+    expect(await metricValue(metrics, 'opsgate_jobs_processed_total', { name: 'unknown', outcome: 'dead_lettered' })).toBe(4);
+    const text = await metrics.registry.metrics();
+    const names = new Set([...text.matchAll(/name="([^"]*)"/g)].map((m) => m[1]));
+    expect([...names].sort()).toEqual(['unknown']);
+  });
+
+  it('escapes &, < and > in every text sent to the chat endpoint: no <!channel> ping, no disguised link (issue 9 item 1)', async () => {
+    const ep = endpoint('escape');
+    const logs = collectLogs();
+    await start({ NOTIFY_WEBHOOK_URLS: ep.url }, logs);
+    const job = await queue.add(JOB.notifyOncall, {
+      alertname: '<!channel> DiskFull & more',
+      annotations: { summary: '<https://evil.example|Click to ack>', description: 'x > y <@U024BE7LH>', nested: { list: ['<!here>'] } },
+      fingerprint: 'fp<&>',
+      ...audit,
+    });
+    expect((await waitForFinal(queue, job.id!)).state).toBe('completed');
+    const [req] = receiver.requests(ep.path);
+    // Nothing Slack would interpret as a control sequence anywhere in what was posted.
+    expect(req!.body).not.toMatch(/[<>]/);
+    expect(req!.body).not.toMatch(/&(?!amp;|lt;|gt;)/);
+    const body = JSON.parse(req!.body) as { text: string; alertname: string; annotations: Record<string, unknown>; fingerprint: string };
+    expect(body.text).toBe(':rotating_light: Alert firing: &lt;!channel&gt; DiskFull &amp; more - &lt;https://evil.example|Click to ack&gt;');
+    expect(body.alertname).toBe('&lt;!channel&gt; DiskFull &amp; more');
+    expect(body.annotations).toEqual({
+      summary: '&lt;https://evil.example|Click to ack&gt;',
+      description: 'x &gt; y &lt;@U024BE7LH&gt;',
+      nested: { list: ['&lt;!here&gt;'] },
+    });
+    expect(body.fingerprint).toBe('fp&lt;&amp;&gt;');
+    // The log keeps the alert as received (it is not chat markup).
+    expect(logs.find('alert notification')[0]).toMatchObject({ alertname: '<!channel> DiskFull & more', summary: '<https://evil.example|Click to ack>' });
+  });
 });

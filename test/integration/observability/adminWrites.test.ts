@@ -1,0 +1,172 @@
+import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
+import { UnrecoverableError, Worker } from 'bullmq';
+import type { Express } from 'express';
+import request from 'supertest';
+import { createApp } from '../../../src/app.js';
+import { createKubeHostStatusProvider } from '../../../src/domain/kubeHostStatus.js';
+import { loadApiConfig } from '../../../src/shared/config.js';
+import { credentialId, sha256Hex } from '../../../src/shared/crypto.js';
+import { emptyInventory } from '../../../src/shared/inventory.js';
+import { JOB, QUEUE_NAME } from '../../../src/shared/jobs.js';
+import { createLogger } from '../../../src/shared/logger.js';
+import { createMetrics } from '../../../src/shared/metrics.js';
+import { createOpsQueue, type OpsQueue } from '../../../src/shared/queue.js';
+import { createRedis } from '../../../src/shared/redis.js';
+import { startRedis, type RedisServer } from '../../helpers/redis.js';
+
+/**
+ * Bull Board writes (issue 9 item 2), over the real Bull Board routes inside createApp on a real
+ * redis-server: an operator key may only retry a failed job or remove a failed job; every other
+ * state-changing call Bull Board offers is refused with 403 {detail} and changes nothing; each
+ * allowed call is audited with principal, action, job id and body digest.
+ */
+const OPERATOR = 'op-key-writes-0123456789';
+const base = '/admin/queues';
+
+describe('Bull Board: only retry/removal of failed jobs', () => {
+  let redisServer: RedisServer;
+  let app: Express;
+  let queue: OpsQueue;
+  let redis: ReturnType<typeof createRedis>;
+  const lines: Record<string, unknown>[] = [];
+  const ids = { failed: '', failed2: '', completed: '', delayed: '', waiting: '' };
+  const data = (alertname: string) => ({ alertname, annotations: {}, audit_id: `a-${alertname}`, requested_by: 'webhook:alerts' });
+
+  beforeAll(async () => {
+    redisServer = await startRedis();
+    const config = loadApiConfig({ OPS_API_KEY_ROLES: `${OPERATOR}:operator`, REDIS_URL: redisServer.url, RATE_LIMIT_RPS: '0' });
+    const logger = createLogger({ write: (l) => lines.push(JSON.parse(l) as Record<string, unknown>), secrets: [OPERATOR] });
+    const metrics = createMetrics('api', 'test', { defaults: false });
+    redis = createRedis(redisServer.url, 'request');
+    queue = createOpsQueue({ url: redisServer.url, policy: { attempts: 1, backoffMs: 0 }, logger, metrics });
+    app = createApp({ config, redis, queue, inventory: emptyInventory, logger, metrics, hostStatus: createKubeHostStatusProvider(undefined) });
+
+    await queue.bull.waitUntilReady();
+    // A real worker makes two dead-lettered jobs and one completed job, then stops.
+    let settled = 0;
+    const worker = new Worker(
+      QUEUE_NAME,
+      async (job) => {
+        if ((job.data as { alertname: string }).alertname.startsWith('fail')) throw new UnrecoverableError('endpoint answered 400');
+        return { ok: true };
+      },
+      { connection: { url: redisServer.url, maxRetriesPerRequest: null } as never },
+    );
+    const done = new Promise<void>((resolve) => {
+      const count = () => ++settled === 3 && resolve();
+      worker.on('failed', count);
+      worker.on('completed', count);
+    });
+    ids.failed = await queue.enqueue(JOB.notifyOncall, data('fail-1'));
+    ids.failed2 = await queue.enqueue(JOB.notifyOncall, data('fail-2'));
+    ids.completed = await queue.enqueue(JOB.notifyOncall, data('ok-1'));
+    await done;
+    await worker.close();
+    ids.delayed = String((await queue.bull.add(JOB.notifyOncall, data('later'), { delay: 3_600_000 })).id);
+    ids.waiting = String((await queue.bull.add(JOB.notifyOncall, data('waiting'))).id);
+  });
+
+  afterAll(async () => {
+    await queue?.close();
+    redis?.disconnect();
+    await redisServer?.destroy();
+  });
+
+  const snapshot = async () => ({
+    counts: await queue.bull.getJobCounts('waiting', 'delayed', 'failed', 'completed', 'active', 'prioritized'),
+    paused: await queue.bull.isPaused(),
+    failedData: (await queue.bull.getJob(ids.failed))?.data as unknown,
+    states: await Promise.all(Object.values(ids).map(async (id) => (await queue.bull.getJob(id))?.getState())),
+  });
+
+  test('every other state-changing Bull Board call -> 403 {detail}, nothing changes', async () => {
+    const before = await snapshot();
+    expect(before.states).toEqual(['failed', 'failed', 'completed', 'delayed', 'waiting']);
+    const calls: Array<[string, string, object?]> = [
+      ['post', `/api/queues/ops/add`, { name: JOB.restartService, data: { host: 'web-1', service: 'x', audit_id: 'fake', requested_by: 'someone-else' } }],
+      ['patch', `/api/queues/ops/${ids.failed}/update-data`, { data: { alertname: 'rewritten' } }],
+      ['put', `/api/queues/ops/obliterate`, {}],
+      ['put', `/api/queues/ops/empty`],
+      ['put', `/api/queues/ops/clean/failed`],
+      ['put', `/api/queues/ops/clean/completed`],
+      ['put', `/api/queues/ops/pause`],
+      ['put', `/api/queues/pause`],
+      ['put', `/api/queues/ops/resume`],
+      ['put', `/api/queues/resume`],
+      ['put', `/api/queues/ops/promote`],
+      ['put', `/api/queues/ops/${ids.delayed}/promote`],
+      ['put', `/api/queues/ops/retry/failed`],
+      ['put', `/api/queues/ops/retry/completed`],
+      ['put', `/api/queues/ops/${ids.completed}/retry`],
+      ['put', `/api/queues/ops/${ids.delayed}/retry`],
+      ['put', `/api/queues/ops/${ids.waiting}/clean`],
+      ['put', `/api/queues/ops/${ids.delayed}/clean`],
+      ['put', `/api/queues/ops/${ids.completed}/clean`],
+      ['put', `/api/queues/ops/clean/retry`], // "clean" read as a job id: still refused
+      ['put', `/api/queues/ops/concurrency`, { concurrency: 1 }],
+      ['put', `/api/queues/ops/rate-limit`, { max: 1, duration: 1000 }],
+      ['patch', `/api/queues/ops/${ids.delayed}/delay`, { delay: 1 }],
+      ['patch', `/api/queues/ops/${ids.delayed}/priority`, { priority: 5 }],
+      ['put', `/api/queues/ops/${ids.failed}/remove-unprocessed-children`],
+      ['delete', `/api/queues/ops/${ids.failed}`],
+      ['post', `/api/metrics/history/purge`, {}],
+    ];
+    for (const [method, path, body] of calls) {
+      const req = request(app)[method as 'put'](base + path).set({ 'X-API-Key': OPERATOR });
+      const res = await (body ? req.send(body) : req);
+      expect({ method, path, status: res.status }).toEqual({ method, path, status: 403 });
+      expect(typeof res.body.detail).toBe('string');
+      expect(res.body.detail).toMatch(/refused/);
+    }
+    expect(await snapshot()).toEqual(before);
+    // every refusal is an audit line (403) naming the operator key id, never the key
+    const refused = lines.filter((l) => l.audit === true && l.status === 403);
+    expect(refused).toHaveLength(calls.length);
+    for (const l of refused) expect(l.who).toBe(`key:${credentialId(OPERATOR)}`);
+  });
+
+  test('unknown queue or job -> 404 {detail}', async () => {
+    for (const path of [`/api/queues/nope/${ids.failed}/retry`, `/api/queues/ops/no-such-job/clean`]) {
+      const res = await request(app).put(base + path).set({ 'X-API-Key': OPERATOR });
+      expect(res.status).toBe(404);
+      expect(typeof res.body.detail).toBe('string');
+    }
+  });
+
+  test('retry of a failed job is allowed and audited with principal, action, job id and body digest', async () => {
+    const body = '{"note":"endpoint fixed"}';
+    const res = await request(app)
+      .put(`${base}/api/queues/ops/${ids.failed}/retry`)
+      .set({ 'X-API-Key': OPERATOR, 'Content-Type': 'application/json' })
+      .send(body);
+    expect(res.status).toBe(204);
+    expect(await (await queue.bull.getJob(ids.failed))!.getState()).toBe('waiting');
+    const audit = lines.filter((l) => l.audit === true && l.action === 'retry' && l.status === 204);
+    expect(audit).toHaveLength(1);
+    expect(audit[0]).toMatchObject({
+      who: `key:${credentialId(OPERATOR)}`,
+      action: 'retry',
+      queue: 'ops',
+      job_id: ids.failed,
+      job_name: JOB.notifyOncall,
+      body_sha256: sha256Hex(body),
+      status: 204,
+      method: 'PUT',
+    });
+  });
+
+  test('removal of a failed job is allowed and audited', async () => {
+    const res = await request(app).put(`${base}/api/queues/ops/${ids.failed2}/clean`).set({ 'X-API-Key': OPERATOR });
+    expect(res.status).toBe(204);
+    expect(await queue.bull.getJob(ids.failed2)).toBeUndefined();
+    const audit = lines.filter((l) => l.audit === true && l.action === 'remove' && l.status === 204);
+    expect(audit).toHaveLength(1);
+    expect(audit[0]).toMatchObject({
+      who: `key:${credentialId(OPERATOR)}`,
+      job_id: ids.failed2,
+      body_sha256: sha256Hex(''),
+      status: 204,
+    });
+    expect(JSON.stringify(lines)).not.toContain(OPERATOR);
+  });
+});
