@@ -4,7 +4,7 @@
 #
 #   hack/images.sh base       Debian trixie minbase image (debootstrap) -> localhost/opsgate-debian:trixie
 #   hack/images.sh node       Node base image (NODE_VERSION)             -> localhost/node-local:<NODE_VERSION>
-#   hack/images.sh testtools  redis-server + curl image for the test node -> localhost/opsgate-testtools:1
+#   hack/images.sh testtools  redis-server + curl image for the test node -> localhost/opsgate-testtools:2
 #   hack/images.sh pause      Kubernetes' pause image (static pause.c)   -> localhost/pause:<K8S_VERSION>
 #   hack/images.sh app        the Dockerfile's api and worker targets    -> localhost/opsgate-{api,worker}:<tag>
 #   hack/images.sh all        all of the above (each base is built once and kept)
@@ -28,7 +28,7 @@ CACHE_ROOT=${OPSGATE_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/opsgate-tools}
 
 DEBIAN_IMAGE=localhost/opsgate-debian:$DEBIAN_SUITE
 NODE_IMAGE=localhost/node-local:$NODE_VERSION
-TESTTOOLS_IMAGE=localhost/opsgate-testtools:1
+TESTTOOLS_IMAGE=localhost/opsgate-testtools:2
 PAUSE_IMAGE=localhost/pause:$K8S_VERSION
 API_IMAGE=localhost/opsgate-api:$APP_TAG
 WORKER_IMAGE=localhost/opsgate-worker:$APP_TAG

@@ -12,7 +12,7 @@ export const NODE_DIR = process.env.OPSGATE_NODE_DIR ?? '/tmp/opsgate-node';
 export const KUBECONFIG = join(NODE_DIR, 'admin.kubeconfig');
 export const CHART = join(REPO, 'charts', 'opsgate');
 export const LOCAL_IMAGES = join(REPO, 'k8s', 'examples', 'local-images.yaml');
-export const TESTTOOLS_IMAGE = 'localhost/opsgate-testtools:1';
+export const TESTTOOLS_IMAGE = 'localhost/opsgate-testtools:2';
 export const PAUSE_IMAGE = `localhost/pause:${process.env.K8S_VERSION ?? 'v1.35.4'}`;
 
 export function nodeIsUp(): boolean {
