@@ -13,7 +13,7 @@ import { startMetricsServer } from './shared/metricsServer.js';
 import { jsonClientErrors } from './middleware/clientError.js';
 import { createRateLimiter } from './middleware/rateLimit.js';
 import { createOpsQueue } from './shared/queue.js';
-import { createRedis, redisPassword } from './shared/redis.js';
+import { createRedis, redisPasswords } from './shared/redis.js';
 
 /**
  * The API process: load the config (a bad environment is one line on stderr naming the
@@ -49,11 +49,10 @@ export async function start(env: Record<string, string | undefined> = process.en
   const config = loadApiConfig(env);
   const inventory = loadInventory(config.OPS_INVENTORY_FILE);
   const version = config.OPSGATE_VERSION ?? packageVersion();
-  const pw = redisPassword(config.REDIS_URL);
   const logger = createLogger({
     level: config.LOG_LEVEL,
     base: { component: 'api' },
-    secrets: [...secretsOf(config), ...(pw ? [pw] : [])],
+    secrets: [...secretsOf(config), ...redisPasswords(config.REDIS_URL)],
   });
   const metrics = createMetrics('api', version);
   const redis = createRedis(config.REDIS_URL, 'request', 'opsgate-api');

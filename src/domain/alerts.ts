@@ -28,6 +28,8 @@ export interface AlertsOutcome {
   firing: number;
   queued: number;
   duplicates: number;
+  /** The seen record and job of each alert queued by this call (REDIS_MIN_REPLICAS_ACK takes them back). */
+  claims: Array<{ seenKey: string; jobId: string }>;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -65,12 +67,14 @@ export async function submitAlerts(deps: AlertsDeps, payload: unknown, auditId: 
   const plan = planAlerts(payload, auditId, requestedBy);
   let queued = 0;
   let duplicates = 0;
+  const claims: AlertsOutcome['claims'] = [];
   for (const p of plan.planned) {
     let out;
+    const key = seenKey(`alert:${p.fingerprint}`);
     try {
       // SET NX + enqueue without a crash window (src/domain/claim.ts); rule 9 is kept there.
       out = await claimAndEnqueue(deps, {
-        key: seenKey(`alert:${p.fingerprint}`),
+        key,
         ttlSeconds: SEEN_ALERT_TTL_SECONDS,
         name: JOB.notifyOncall,
         data: p.data,
@@ -85,6 +89,7 @@ export async function submitAlerts(deps: AlertsDeps, payload: unknown, auditId: 
     }
     if (out.accepted) queued++;
     else duplicates++;
+    if (out.accepted && out.jobId) claims.push({ seenKey: key, jobId: out.jobId });
   }
-  return { received: plan.received, firing: plan.firing, queued, duplicates };
+  return { received: plan.received, firing: plan.firing, queued, duplicates, claims };
 }

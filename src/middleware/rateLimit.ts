@@ -2,6 +2,7 @@ import { isIP } from 'node:net';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { Redis } from 'ioredis';
 import { Counter } from 'prom-client';
+import { taggedKey } from '../domain/redisOps.js';
 import { sha256Hex } from '../shared/crypto.js';
 import { TooManyRequestsError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
@@ -116,7 +117,7 @@ export function createRateLimiter(opts: RateLimitOptions): RequestHandler {
 
   return function rateLimit(req: Request, res: Response, next: NextFunction): void {
     if (exempt.has(req.path)) return next();
-    const key = prefix + addressKey(req.ip ?? req.socket.remoteAddress);
+    const key = taggedKey(prefix, addressKey(req.ip ?? req.socket.remoteAddress));
 
     let settled = false;
     const timer = setTimeout(() => {

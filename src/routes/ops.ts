@@ -1,5 +1,6 @@
 import { Router } from 'express';
 import type { Redis } from 'ioredis';
+import type { ConfirmReplicated } from '../domain/replication.js';
 import { clearCache, getHostStatus, type HostStatusProvider } from '../domain/hostStatus.js';
 import { submitRestart } from '../domain/restart.js';
 import { requireApiKey, requireBearer } from '../middleware/auth.js';
@@ -20,6 +21,8 @@ export interface OpsDeps {
   hostStatus: HostStatusProvider;
   logger: Logger;
   metrics: Pick<Metrics, 'authFailures'>;
+  /** REDIS_MIN_REPLICAS_ACK (src/domain/replication.ts); absent = off. */
+  replicated?: ConfirmReplicated;
 }
 
 export function opsRouter(deps: OpsDeps): Router {
@@ -53,6 +56,7 @@ export function opsRouter(deps: OpsDeps): Router {
         auditId: res.locals.requestId,
         requestedBy: res.locals.principal!,
       });
+      await deps.replicated?.([{ jobId: ack.job_id }]);
       res.json(ack);
     })
     .all(methodNotAllowed(['POST']));

@@ -1,6 +1,8 @@
 import { Router, type RequestHandler, type Response } from 'express';
 import type { Redis } from 'ioredis';
 import { submitAlerts } from '../domain/alerts.js';
+import { seenKey } from '../domain/redisOps.js';
+import type { ConfirmReplicated } from '../domain/replication.js';
 import { decideGithubPush, decideScmPush, submitDeploy, type PushDecision } from '../domain/deploy.js';
 import { requireBearer, requireScmToken, requireSignature } from '../middleware/auth.js';
 import { parseJson, rawBody } from '../middleware/body.js';
@@ -22,6 +24,8 @@ export interface WebhookDeps {
   queue: Pick<OpsQueue, 'enqueue'>;
   logger: Logger;
   metrics: Pick<Metrics, 'authFailures' | 'webhookEvents'>;
+  /** REDIS_MIN_REPLICAS_ACK (src/domain/replication.ts); absent = off. */
+  replicated?: ConfirmReplicated;
 }
 
 type Outcome = 'accepted' | 'duplicate' | 'ignored' | 'rejected' | 'invalid' | 'failed';
@@ -65,6 +69,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
         auditId: res.locals.requestId,
         requestedBy: `webhook:${source}`,
       });
+      await deps.replicated?.(out.accepted && out.jobId ? [{ jobId: out.jobId, seenKey: seenKey(decision.eventId) }] : []);
       count(source, out.accepted ? 'accepted' : 'duplicate');
       // Carried by this request's audit line (one log line per delivery, not two: at intake rates
       // the second line was ~6% of the API's CPU and half of its log volume).
@@ -98,6 +103,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
     .post(...alertsAuth, ...body, async (req, res) => {
       const payload = parseJson(req.body);
       const out = await submitAlerts(domain, payload, res.locals.requestId, 'webhook:alerts');
+      await deps.replicated?.(out.claims);
       count('alerts', out.queued > 0 ? 'accepted' : out.duplicates > 0 ? 'duplicate' : 'ignored');
       res.status(202).json({ received: out.received, firing: out.firing });
     })

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { ConfigError } from './errors.js';
 import { credentialId } from './crypto.js';
+import { parseRedisUrl, RedisUrlError } from './redis.js';
 
 export type Role = 'readonly' | 'operator';
 
@@ -59,11 +60,18 @@ const intFrom = (def: number, min = 0) =>
       return n;
     });
 
+/** One server, Sentinel or Cluster (src/shared/redis.ts); the message names the problem, never the value. */
 const redisUrl = z
   .string({ error: 'is required' })
   .trim()
   .min(1, 'is required')
-  .refine((v) => /^rediss?:\/\//.test(v), 'must be a redis:// or rediss:// URL');
+  .superRefine((v, ctx) => {
+    try {
+      parseRedisUrl(v);
+    } catch (err) {
+      ctx.addIssue({ code: 'custom', message: err instanceof RedisUrlError ? err.message : 'is not a usable Redis URL' });
+    }
+  });
 
 const commonSchema = z.object({
   REDIS_URL: redisUrl,
@@ -76,8 +84,20 @@ const commonSchema = z.object({
   OPSGATE_VERSION: z.string().optional(),
 });
 
+/**
+ * "Acknowledged means replicated" (opt-in): before a webhook's 202 or a restart's 200, WAIT until
+ * this many replicas hold the seen record and the job (src/domain/replication.ts). 0 = off.
+ * The wait is bounded by REDIS_ACK_TIMEOUT_MS, kept under the request connection's 2 s command
+ * timeout.
+ */
+const replicationSchema = {
+  REDIS_MIN_REPLICAS_ACK: intFrom(0, 0),
+  REDIS_ACK_TIMEOUT_MS: intFrom(1000, 1).refine((n) => n <= 1500, 'must be at most 1500 (ms)'),
+};
+
 const apiSchema = commonSchema.extend({
   PORT: intFrom(8080),
+  ...replicationSchema,
   OPS_BEARER_TOKEN: optionalSecret,
   SCM_WEBHOOK_SECRET: optionalSecret,
   GITHUB_WEBHOOK_SECRET: optionalSecret,
