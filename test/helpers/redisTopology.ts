@@ -41,7 +41,9 @@ function startProc(bin: string, args: string[], port: number): RedisProc {
     async kill(signal: NodeJS.Signals = 'SIGKILL') {
       if (exited) return;
       proc.kill(signal);
-      await Promise.race([exit, new Promise((r) => setTimeout(r, 10_000))]);
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([exit, new Promise((r) => (timer = setTimeout(r, 10_000)))]);
+      clearTimeout(timer);
     },
     client() {
       const c = new Redis({ host: '127.0.0.1', port, maxRetriesPerRequest: 1, retryStrategy: () => 200, connectTimeout: 1000, lazyConnect: false });
@@ -302,4 +304,22 @@ export async function startRedisCluster(opts: { primaries?: number; replicasPerP
     await destroy();
     throw err;
   }
+}
+
+/** One replica of an existing server (e.g. startRedis()'s), online when this resolves. */
+export async function startReplica(primaryPort: number): Promise<RedisProc & { destroy(): Promise<void> }> {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'opsgate-replica-'));
+  const r = startProc(REDIS_SERVER, serverArgs(port, dir, ['--replicaof', '127.0.0.1', String(primaryPort)]), port);
+  const destroy = async () => {
+    await r.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    await until('the replica in sync', () => ask(r, async (c) => /master_link_status:up/.test(await c.info('replication'))));
+  } catch (err) {
+    await destroy();
+    throw err;
+  }
+  return Object.assign(r, { destroy });
 }
