@@ -71,7 +71,8 @@ export function replicationGate(deps: ReplicationDeps): ConfirmReplicated {
     let acked = 0;
     try {
       const [onRecords, onJobs] = await Promise.all([
-        waitForReplicas(deps.redis, minReplicas, timeoutMs),
+        // The seen records' primaries (on a Cluster; a single server or Sentinel: the one).
+        waitForReplicas(deps.redis, minReplicas, timeoutMs, deps.redis.isCluster ? written.flatMap((w) => (w.seenKey ? [w.seenKey] : [])) : undefined),
         deps.queue.waitReplicas(minReplicas, timeoutMs),
       ]);
       acked = Math.min(onRecords, onJobs);

@@ -114,7 +114,8 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
 
     async waitReplicas(numReplicas, timeoutMs) {
       if (connection.status !== 'ready') throw new QueueUnavailableError();
-      return waitForReplicas(connection, numReplicas, timeoutMs);
+      // Every key of the queue shares the prefix's hash tag: on a Cluster, one primary.
+      return waitForReplicas(connection, numReplicas, timeoutMs, [`${bull.opts.prefix ?? 'bull'}:${QUEUE_NAME}:id`]);
     },
 
     async remove(id) {

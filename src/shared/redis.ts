@@ -221,13 +221,47 @@ export function primariesOf(client: Redis): Redis[] {
   return [client];
 }
 
+/** CRC16/XMODEM, Redis Cluster's key hash. */
+function crc16(buf: Buffer): number {
+  let crc = 0;
+  for (const byte of buf) {
+    crc ^= byte << 8;
+    for (let i = 0; i < 8; i++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  }
+  return crc;
+}
+
+/** The hash slot of a key (the part inside the first non-empty {…} only, when there is one). */
+export function keySlot(key: string): number {
+  const open = key.indexOf('{');
+  if (open >= 0) {
+    const close = key.indexOf('}', open + 1);
+    if (close > open + 1) key = key.slice(open + 1, close);
+  }
+  return crc16(Buffer.from(key, 'utf8')) % 16384;
+}
+
+/** The primaries serving these keys now (a Cluster); the connection itself otherwise. */
+function primariesFor(client: Redis, keys: readonly string[] | undefined): Redis[] {
+  if (!client.isCluster || keys === undefined) return primariesOf(client);
+  const cluster = client as unknown as Cluster;
+  const wanted = new Set(keys.map((k) => cluster.slots[keySlot(k)]?.[0]).filter((k): k is string => typeof k === 'string'));
+  const masters = cluster.nodes('master');
+  const byKey = (n: Redis) => `${n.options.host}:${n.options.port}`;
+  const out = masters.filter((n) => wanted.has(byKey(n)));
+  // A slot map being refreshed (failover) names a node not connected yet: wait on every primary.
+  return out.length === wanted.size ? out : masters;
+}
+
 /**
- * WAIT numReplicas timeoutMs on the connection (on every primary of a Cluster, each through
- * the connection that wrote to it): the smallest number of replicas that acknowledged every
- * write this connection made so far.
+ * WAIT numReplicas timeoutMs on the connection: the smallest number of replicas that
+ * acknowledged every write this connection made so far. On a Cluster, WAIT goes to each primary
+ * serving one of `keys` (through the connection that wrote to it), or to every primary when
+ * `keys` is not given; an empty `keys` waits for nothing.
  */
-export async function waitForReplicas(client: Redis, numReplicas: number, timeoutMs: number): Promise<number> {
-  const acks = await Promise.all(primariesOf(client).map((c) => c.wait(numReplicas, timeoutMs)));
+export async function waitForReplicas(client: Redis, numReplicas: number, timeoutMs: number, keys?: readonly string[]): Promise<number> {
+  if (client.isCluster && keys !== undefined && keys.length === 0) return numReplicas;
+  const acks = await Promise.all(primariesFor(client, keys).map((c) => c.wait(numReplicas, timeoutMs)));
   return acks.length === 0 ? 0 : Math.min(...acks.map(Number));
 }
 

@@ -23,18 +23,28 @@ export interface RedisProc {
   readonly proc: ChildProcess;
   readonly alive: boolean;
   kill(signal?: NodeJS.Signals): Promise<void>;
+  /** Start the same process again (same port, dir and arguments) after it was killed. */
+  restart(): void;
   /** A plain connection to this one process (for checks); the caller disconnects it. */
   client(): Redis;
 }
 
 function startProc(bin: string, args: string[], port: number): RedisProc {
-  const proc = spawn(bin, args, { stdio: ['ignore', 'ignore', 'inherit'] });
-  proc.on('error', () => {});
+  let proc!: ChildProcess;
   let exited = false;
-  const exit = new Promise<void>((resolve) => proc.once('exit', () => ((exited = true), resolve())));
+  let exit!: Promise<void>;
+  const spawnIt = () => {
+    proc = spawn(bin, args, { stdio: ['ignore', 'ignore', 'inherit'] });
+    proc.on('error', () => {});
+    exited = false;
+    exit = new Promise<void>((resolve) => proc.once('exit', () => ((exited = true), resolve())));
+  };
+  spawnIt();
   return {
     port,
-    proc,
+    get proc() {
+      return proc;
+    },
     get alive() {
       return !exited;
     },
@@ -44,6 +54,10 @@ function startProc(bin: string, args: string[], port: number): RedisProc {
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([exit, new Promise((r) => (timer = setTimeout(r, 10_000)))]);
       clearTimeout(timer);
+    },
+    restart() {
+      if (!exited) throw new Error(`process on port ${port} is still running`);
+      spawnIt();
     },
     client() {
       const c = new Redis({ host: '127.0.0.1', port, maxRetriesPerRequest: 1, retryStrategy: () => 200, connectTimeout: 1000, lazyConnect: false });

@@ -143,3 +143,14 @@ describe('REDIS_URL validation (API and worker)', () => {
     expect(refusal(() => loadApiConfig({ ...base, REDIS_URL: 'redis://h:1', REDIS_ACK_TIMEOUT_MS: '5000' })).message).toBe('REDIS_ACK_TIMEOUT_MS: must be at most 1500 (ms)');
   });
 });
+
+describe('keySlot (Redis Cluster hash slots, for WAIT on the right primary)', () => {
+  it('matches Redis: CRC16/XMODEM mod 16384, hash tags', async () => {
+    const { keySlot } = await import('../../src/shared/redis.js');
+    expect(keySlot('123456789')).toBe(0x31c3); // the CRC16 check value of the cluster spec
+    expect(keySlot('foo')).toBe(12182);
+    expect(keySlot('{user1000}.following')).toBe(keySlot('{user1000}.followers'));
+    expect(keySlot('{opsgate}:ops:id')).toBe(keySlot('opsgate'));
+    expect(keySlot(seenKey('scm:x'))).toBe(keySlot('scm:x'));
+  });
+});
