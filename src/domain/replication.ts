@@ -71,7 +71,7 @@ export function replicationGate(deps: ReplicationDeps): ConfirmReplicated {
     let acked = 0;
     try {
       const [onRecords, onJobs] = await Promise.all([
-        // The seen records' primaries (on a Cluster; a single server or Sentinel: the one).
+        // The seen records' primary (on a Cluster the queue's too; a single server or Sentinel: the one).
         waitForReplicas(deps.redis, minReplicas, timeoutMs, deps.redis.isCluster ? written.flatMap((w) => (w.seenKey ? [w.seenKey] : [])) : undefined),
         deps.queue.waitReplicas(minReplicas, timeoutMs),
       ]);

@@ -88,8 +88,8 @@ describe('parseRedisUrl', () => {
     expect(queuePrefix('redis+cluster://h:7000')).toBe('{opsgate}');
   });
 
-  it('opsgate keys carry a hash tag of their id (one slot per event on a cluster)', () => {
-    expect(seenKey('scm:a/b:refs/heads/main:1')).toBe('opsgate:seen:{scm:a/b:refs/heads/main:1}');
+  it('seen records share the queue\'s hash tag; rate-limit counters have one of their own per address', () => {
+    expect(seenKey('scm:a/b:refs/heads/main:1')).toBe('{opsgate}:seen:scm:a/b:refs/heads/main:1');
     expect(taggedKey('opsgate:rl:', '10.0.0.1')).toBe('opsgate:rl:{10.0.0.1}');
   });
 
@@ -151,6 +151,6 @@ describe('keySlot (Redis Cluster hash slots, for WAIT on the right primary)', ()
     expect(keySlot('foo')).toBe(12182);
     expect(keySlot('{user1000}.following')).toBe(keySlot('{user1000}.followers'));
     expect(keySlot('{opsgate}:ops:id')).toBe(keySlot('opsgate'));
-    expect(keySlot(seenKey('scm:x'))).toBe(keySlot('scm:x'));
+    expect(keySlot(seenKey('scm:x'))).toBe(keySlot('{opsgate}:ops:wait'));
   });
 });
