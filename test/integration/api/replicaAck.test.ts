@@ -9,7 +9,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import { Worker } from 'bullmq';
 import request from 'supertest';
-import { seenKey } from '../../../src/domain/redisOps.js';
+import { deliveryKey, seenKey } from '../../../src/domain/redisOps.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 import { startReplica } from '../../helpers/redisTopology.js';
 import { BEARER, createHarness, SCM_SECRET, type Harness } from './harness.js';
@@ -70,6 +70,52 @@ describe('REDIS_MIN_REPLICAS_ACK=1 without a replica: nothing is acknowledged', 
     expect(res.status).toBe(503);
     expect(res.headers['retry-after']).toMatch(/^\d+$/);
     expect(await jobs()).toHaveLength(0);
+  });
+  it('gitlab push with a delivery id -> 503; seen key, delivery key and BullMQ dedup key taken back, so the retry is a new job', async () => {
+    const gitlab = (app: Harness['app']) =>
+      request(app)
+        .post('/webhook/gitlab')
+        .set('Content-Type', 'application/json')
+        .set('X-Gitlab-Token', SCM_SECRET)
+        .set('X-Gitlab-Event', 'Push Hook')
+        .set('X-Gitlab-Event-UUID', 'uuid-take-back-1')
+        .send(JSON.stringify({ ref: 'refs/heads/main', checkout_sha: 'de1ivery', project: { path_with_namespace: 'group/app' } }));
+    const res = await gitlab(h.app);
+    expect(res.status).toBe(503);
+    expect(res.body.detail).toMatch(/not acknowledged by 1 Redis replica/);
+    expect(await h.inspect.exists(scmKey('de1ivery'))).toBe(0);
+    expect(await h.inspect.exists(deliveryKey('gitlab', 'uuid-take-back-1'))).toBe(0);
+    // BullMQ's deduplication key of the event would make the retry's add answer the removed job.
+    expect(await h.inspect.keys('bull:ops:de:*')).toEqual([]);
+    expect(await jobs()).toHaveLength(0);
+    // The sender's retry, answered by an API that does not wait for replicas: a new job, not a duplicate.
+    const plain = await createHarness(srv.url);
+    try {
+      const again = await gitlab(plain.app);
+      expect(again.status).toBe(202);
+      expect(again.body).toMatchObject({ accepted: true, duplicate: false });
+      expect(await jobs()).toHaveLength(1);
+    } finally {
+      await plain.close();
+    }
+  });
+  it('restart with an Idempotency-Key -> 503; its recorded answer taken back with the job, so the retry queues the restart', async () => {
+    const withKey = (app: Harness['app']) =>
+      request(app).post('/ops/restart?host=web-1&service=frontend').set('Authorization', `Bearer ${BEARER}`).set('Idempotency-Key', 'take-back-1');
+    const res = await withKey(h.app);
+    expect(res.status).toBe(503);
+    expect(await h.inspect.keys('opsgate:idem:*')).toEqual([]);
+    expect(await jobs()).toHaveLength(0);
+    const plain = await createHarness(srv.url);
+    try {
+      const again = await withKey(plain.app);
+      expect(again.status).toBe(200);
+      expect(again.body).toMatchObject({ status: 'submitted', coalesced: false });
+      expect(await jobs()).toHaveLength(1);
+      expect(await h.inspect.keys('opsgate:idem:*')).toHaveLength(1);
+    } finally {
+      await plain.close();
+    }
   });
   it('taking back spares a job a worker already took or finished (it counts as accepted)', async () => {
     await h.queue.bull.add('ops_worker.notify_oncall', { alertname: 'x', annotations: {}, audit_id: 'a', requested_by: 'r' }, { jobId: 'taken-1' });
