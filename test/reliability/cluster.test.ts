@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Queue, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { seenKey } from '../../src/domain/redisOps.js';
+import { rateLimitKey, seenKey } from '../../src/domain/redisOps.js';
 import { QUEUE_NAME } from '../../src/shared/jobs.js';
 import { createRedis, primariesOf, queuePrefix } from '../../src/shared/redis.js';
 import { startApi, startWorkerProcess, type OpsProcess } from '../helpers/processes.js';
@@ -82,9 +82,9 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
     // scm rules 3-8
     const first = await post(`${api.baseUrl}/webhook/scm`, scmPush('team/cluster', 'c1a55e7'), scmHeaders);
     expect(first.status).toBe(202);
-    expect(first.json).toEqual({ accepted: true, duplicate: false, project: 'team/cluster', event_id: 'scm:team/cluster:refs/heads/main:c1a55e7' });
+    expect(first.json).toEqual({ accepted: true, duplicate: false, project: 'team/cluster', event_id: 'scm:team/cluster:refs/heads/main:c1a55e7', job_id: expect.any(String) });
     const dup = await post(`${api.baseUrl}/webhook/scm`, scmPush('team/cluster', 'c1a55e7'), scmHeaders);
-    expect(dup.json).toMatchObject({ accepted: false, duplicate: true });
+    expect(dup.json).toMatchObject({ accepted: false, duplicate: true, job_id: first.json!.job_id });
     expect((await post(`${api.baseUrl}/webhook/scm`, scmPush('team/cluster', 'x', 'refs/heads/dev'), scmHeaders)).json).toMatchObject({ ignored: true });
     expect((await post(`${api.baseUrl}/webhook/scm`, scmPush('team/cluster', 'x'), { ...scmHeaders, 'X-Scm-Event': 'Tag Push Hook' })).json).toMatchObject({ ignored: true });
     expect((await post(`${api.baseUrl}/webhook/scm`, scmPush('team/cluster', ''), scmHeaders)).status).toBe(422);
@@ -96,7 +96,7 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
       alertPayload([{ fingerprint: 'cl-fp-1' }, { fingerprint: 'cl-fp-2' }, { fingerprint: 'cl-fp-1' }, { status: 'resolved', fingerprint: 'cl-fp-3' }, {}]),
     );
     expect(a.status).toBe(202);
-    expect(a.json).toEqual({ received: 5, firing: 4 });
+    expect(a.json).toEqual({ received: 5, firing: 4, job_ids: [expect.any(String), expect.any(String)] });
     expect((await post(`${api.baseUrl}/webhook/alerts`, { alerts: 'nope' })).status).toBe(422);
 
     // restart + job view
@@ -130,6 +130,8 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
       expect(keys.filter((k) => k.startsWith('bull:'))).toEqual([]);
       expect(keys).toContain(seenKey('scm:team/cluster:refs/heads/main:c1a55e7'));
       expect(keys).toContain(seenKey('alert:cl-fp-1'));
+      // BullMQ's deduplication key of the event: in the {opsgate} slot with the seen record (the mark script touches both).
+      expect(keys).toContain(`${queuePrefix(cluster.url)}:${QUEUE_NAME}:de:scm:team/cluster:refs/heads/main:c1a55e7`);
 
       // DELETE /ops/cache scans every primary (a cache entry planted on each shard).
       const planted = ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'].map((s) => `opsgate:cache:host:${s}`);
@@ -148,6 +150,44 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
       await p.stop();
     }
   }, 120_000);
+
+  it('rate limit on a cluster: the counter (tagged by address) on another primary than the claims; the hit still decides (429) and a 429 takes its claim back', async () => {
+    // TRUST_PROXY=1: the test picks the client address, so the counter's slot is on a primary
+    // other than the {opsgate} slot's (one cluster pipeline cannot span two nodes).
+    const claimsOn = (await cluster.primaryFor('{opsgate}')).port;
+    let address = '';
+    for (let i = 1; i < 255 && !address; i++) {
+      if ((await cluster.primaryFor(rateLimitKey(`10.9.0.${i}`))).port !== claimsOn) address = `10.9.0.${i}`;
+    }
+    expect(address).not.toBe('');
+    const api = await startApi({ env: await apiEnv(cluster.url, secrets, { RATE_LIMIT_RPS: '2', TRUST_PROXY: '1' }) });
+    procs.push(api);
+    const headers = { 'X-Scm-Token': secrets.scm, 'X-Scm-Event': 'Push Hook', 'X-Forwarded-For': address };
+    const q = queueView(cluster.url);
+    try {
+      const answers = [];
+      for (const sha of ['r8te01', 'r8te02', 'r8te03']) answers.push(await post(`${api.baseUrl}/webhook/scm`, scmPush('team/rl', sha), headers));
+      // The 1 s window may roll over between requests on a loaded machine: at least the first two pass, and any 429 is clean.
+      expect(answers.slice(0, 2).map((a) => a.status)).toEqual([202, 202]);
+      for (const a of answers.slice(0, 2)) expect(a.json).toMatchObject({ accepted: true });
+      // A burst over the limit from the same address: 429 for some, and each 429 left no seen record.
+      const burst = await Promise.all(['r8te10', 'r8te11', 'r8te12', 'r8te13', 'r8te14', 'r8te15'].map(async (sha) => ({ sha, res: await post(`${api.baseUrl}/webhook/scm`, scmPush('team/rl', sha), headers) })));
+      const limited = burst.filter((b) => b.res.status === 429);
+      expect(limited.length).toBeGreaterThan(0);
+      for (const b of burst) expect([202, 429]).toContain(b.res.status);
+      for (const b of limited) {
+        expect(b.res.headers.get('retry-after')).toMatch(/^\d+$/);
+        expect(await q.conn.exists(seenKey(`scm:team/rl:refs/heads/main:${b.sha}`))).toBe(0);
+      }
+      expect(await q.conn.exists(rateLimitKey(address))).toBe(1);
+      const jobs = (await q.all()).filter((j) => j.data.project === 'team/rl');
+      expect(jobs).toHaveLength(answers.filter((a) => a.status === 202).length + burst.length - limited.length);
+    } finally {
+      await q.close();
+    }
+    expect(api.logs().filter((l) => l.level === 'error' || /rate limit/.test(String(l.msg)))).toEqual([]);
+    await api.stop();
+  }, 60_000);
 
   it('failover of the primary holding the queue, under load from 2 APIs: every event answered 202 has exactly one job', async () => {
     await cluster.waitHealthy();
