@@ -1,9 +1,16 @@
-# A real redis-server for tests and `make dev`: Debian's package when we are root, else whatever is on PATH.
+# A real redis-server (and redis-sentinel, for the Sentinel failover tests) for tests and
+# `make dev`: Debian's packages when we are root, else whatever is on PATH. Debian's
+# redis-sentinel is the same binary in sentinel mode; the tests start their own sentinels on
+# 127.0.0.1 (the package's service is not used).
 .PHONY: redis
-redis: ## Install redis-server if missing (apt-get as root)
-	@if ! command -v redis-server >/dev/null 2>&1; then \
+redis: ## Install redis-server and redis-sentinel if missing (apt-get as root)
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v redis-sentinel >/dev/null 2>&1 || missing="$$missing redis-sentinel"; \
+	command -v redis-cli >/dev/null 2>&1 || missing="$$missing redis-tools"; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
-	  else echo "redis-server missing: install it (apt-get install redis-server) or set REDIS_SERVER" >&2; exit 1; fi; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "missing:$$missing: install it (apt-get install$$missing) or set REDIS_SERVER" >&2; exit 1; fi; \
 	fi
 	@redis-server --version | head -1

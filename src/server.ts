@@ -13,7 +13,7 @@ import { startMetricsServer } from './shared/metricsServer.js';
 import { jsonClientErrors } from './middleware/clientError.js';
 import { createRateLimiter } from './middleware/rateLimit.js';
 import { createOpsQueue } from './shared/queue.js';
-import { createRedis, redisPassword } from './shared/redis.js';
+import { createRedis, redisPasswords } from './shared/redis.js';
 import { shutdownBudget, within } from './shared/shutdown.js';
 
 /**
@@ -55,11 +55,10 @@ export async function start(env: Record<string, string | undefined> = process.en
   const config = loadApiConfig(env);
   const inventory = loadInventory(config.OPS_INVENTORY_FILE);
   const version = config.OPSGATE_VERSION ?? packageVersion();
-  const pw = redisPassword(config.REDIS_URL);
   const logger = createLogger({
     level: config.LOG_LEVEL,
     base: { component: 'api' },
-    secrets: [...secretsOf(config), ...(pw ? [pw] : [])],
+    secrets: [...secretsOf(config), ...redisPasswords(config.REDIS_URL)],
   });
   for (const warning of weakCredentialWarnings(config)) logger.warn(warning);
   const metrics = createMetrics('api', version);

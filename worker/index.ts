@@ -10,7 +10,7 @@ import { createLogger, type Logger } from '../src/shared/logger.js';
 import { createMetrics, type Metrics } from '../src/shared/metrics.js';
 import { startMetricsServer, type MetricsServer } from '../src/shared/metricsServer.js';
 import { exportQueueDepth } from '../src/shared/queueDepth.js';
-import { createRedis, redisPassword } from '../src/shared/redis.js';
+import { createRedis, queuePrefix, redisPasswords } from '../src/shared/redis.js';
 import { startLoopMonitor, type LoopMonitor } from '../src/shared/eventLoop.js';
 import { shutdownBudget, within } from '../src/shared/shutdown.js';
 import { kubeConfigFromEnv, type KubeConfigFactory } from './k8s.js';
@@ -49,8 +49,7 @@ export interface WorkerHandle {
 
 export function secretsForWorker(config: WorkerConfig): string[] {
   const out: string[] = [];
-  const pw = redisPassword(config.REDIS_URL);
-  if (pw) out.push(pw);
+  out.push(...redisPasswords(config.REDIS_URL));
   for (const raw of config.NOTIFY_WEBHOOK_URLS) {
     out.push(raw);
     try {
@@ -106,6 +105,7 @@ export async function startWorker(config: WorkerConfig, deps: WorkerDeps = {}): 
   const processor = createProcessor({ config, inventory, redis, kubeConfig, logger });
   const worker = new Worker(QUEUE_NAME, processor, {
     connection: redis,
+    prefix: queuePrefix(config.REDIS_URL),
     concurrency: config.WORKER_CONCURRENCY,
     lockDuration: config.WORKER_LOCK_DURATION_MS,
     stalledInterval: config.WORKER_STALLED_INTERVAL_MS,

@@ -39,6 +39,8 @@ export interface AlertsOutcome {
   duplicates: number;
   /** The ids of the jobs this payload queued (new ones only), in payload order. */
   jobIds: string[];
+  /** The seen keys and job of each alert queued by this call (REDIS_MIN_REPLICAS_ACK takes them back). */
+  claims: Array<{ jobId: string; keys: string[] }>;
 }
 
 export interface AlertsOptions {
@@ -96,7 +98,7 @@ export async function submitAlerts(
   opts: AlertsOptions = {},
 ): Promise<AlertsOutcome> {
   const plan = planAlerts(payload, auditId, requestedBy, opts.maxAlerts);
-  if (plan.planned.length === 0) return { received: plan.received, firing: plan.firing, queued: 0, duplicates: 0, jobIds: [] };
+  if (plan.planned.length === 0) return { received: plan.received, firing: plan.firing, queued: 0, duplicates: 0, jobIds: [], claims: [] };
   const outs = await claimAndEnqueueMany(
     deps,
     plan.planned.map((p) => ({
@@ -108,6 +110,7 @@ export async function submitAlerts(
     })),
     { rateHit: opts.rateHit },
   );
-  const jobIds = outs.filter((o) => o.accepted && o.jobId).map((o) => o.jobId!);
-  return { received: plan.received, firing: plan.firing, queued: jobIds.length, duplicates: outs.length - jobIds.length, jobIds };
+  const claims = outs.filter((o) => o.accepted && o.jobId).map((o) => ({ jobId: o.jobId!, keys: o.keys ?? [] }));
+  const jobIds = claims.map((c) => c.jobId);
+  return { received: plan.received, firing: plan.firing, queued: jobIds.length, duplicates: outs.length - jobIds.length, jobIds, claims };
 }

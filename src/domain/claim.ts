@@ -125,6 +125,8 @@ export interface ClaimOutcome {
   jobId?: string;
   /** A duplicate that found a pending claim and made sure its job is on the queue. */
   completedClaim?: boolean;
+  /** Accepted: every seen key this claim wrote (the event's key and its delivery keys), e.g. for REDIS_MIN_REPLICAS_ACK's take-back. */
+  keys?: string[];
 }
 
 export interface ClaimOptions {
@@ -145,17 +147,27 @@ export async function claimAndEnqueueMany(deps: ClaimDeps, reqs: readonly ClaimR
   const ttlsOf = (r: ClaimRequest) => [r.ttlSeconds, ...(r.alsoKeys ?? []).map((k) => k.ttlSeconds)];
   const pendings = reqs.map(() => PENDING + randomUUID());
 
-  // Round trip 1: rate limit + every claim.
+  // Round trip 1: rate limit + every claim. On a Redis Cluster the rate-limit key (tagged by
+  // address) and the seen keys ({opsgate} slot) may sit on different primaries, and one cluster
+  // pipeline must stay on one node: there the hit goes in its own pipeline, sent concurrently
+  // (still one round trip of latency).
   const p1 = deps.redis.pipeline();
-  const decideRate = opts.rateHit?.appendTo(p1);
+  const rateOwn = opts.rateHit && deps.redis.isCluster ? deps.redis.pipeline() : undefined;
+  const decideRate = opts.rateHit?.appendTo(rateOwn ?? p1);
   reqs.forEach((r, i) => script(p1, CLAIM, CLAIM_LUA, keysOf(r), [pendings[i]!, ...ttlsOf(r)]));
   let replies: Array<[Error | null, unknown]>;
+  let rateReply: [Error | null, unknown] | undefined;
   try {
-    replies = ((await p1.exec()) ?? []) as Array<[Error | null, unknown]>;
+    const [own, main] = await Promise.all([
+      rateOwn ? rateOwn.exec().catch((err: Error) => [[err, undefined]] as Array<[Error | null, unknown]>) : Promise.resolve(undefined),
+      p1.exec(),
+    ]);
+    replies = (main ?? []) as Array<[Error | null, unknown]>;
+    rateReply = rateOwn ? (own?.[0] as [Error | null, unknown] | undefined) : replies[0];
   } catch {
     throw redisDown();
   }
-  const claimReplies = decideRate ? replies.slice(1) : replies;
+  const claimReplies = decideRate && !rateOwn ? replies.slice(1) : replies;
   const claimed = reqs.map((_, i) => {
     const [err, value] = claimReplies[i] ?? [new Error('no reply'), undefined];
     return err ? err : (value as string | null);
@@ -163,7 +175,7 @@ export async function claimAndEnqueueMany(deps: ClaimDeps, reqs: readonly ClaimR
   const ours = reqs.map((_, i) => i).filter((i) => claimed[i] === null);
   const undo = () => releaseClaims(deps, ours.map((i) => ({ keys: keysOf(reqs[i]!), value: pendings[i]!, what: reqs[i]!.what })));
   try {
-    decideRate?.(replies[0]);
+    decideRate?.(rateReply);
     if (claimed.some((c) => c instanceof Error)) throw redisDown();
   } catch (err) {
     await undo();
@@ -210,7 +222,7 @@ export async function claimAndEnqueueMany(deps: ClaimDeps, reqs: readonly ClaimR
       // Harmless: a later duplicate finds "p:" and re-adds with the same job id (a no-op).
       deps.logger.warn('could not mark the seen record as queued', { what: reqs[a.i]!.what, err: mark?.[0] });
     }
-    outcomes[a.i] = a.fresh && id === a.jobId ? { accepted: true, duplicate: false, jobId: id } : { accepted: false, duplicate: true, jobId: id, ...(a.fresh ? {} : { completedClaim: true }) };
+    outcomes[a.i] = a.fresh && id === a.jobId ? { accepted: true, duplicate: false, jobId: id, keys: keysOf(reqs[a.i]!) } : { accepted: false, duplicate: true, jobId: id, ...(a.fresh ? {} : { completedClaim: true }) };
   });
   if (failed.length > 0) {
     // Rule 9: remove our own pending records of the events whose add failed, then propagate (503).

@@ -141,6 +141,8 @@ export interface DeployOutcome {
   accepted: boolean;
   duplicate: boolean;
   jobId?: string;
+  /** Accepted: the seen keys the claim wrote (REDIS_MIN_REPLICAS_ACK takes them back). */
+  keys?: string[];
 }
 
 /**
@@ -175,5 +177,5 @@ export async function submitDeploy(deps: DeployDeps, req: DeployRequest): Promis
     },
     { rateHit: req.rateHit },
   );
-  return { accepted: out.accepted, duplicate: out.duplicate, ...(out.jobId ? { jobId: out.jobId } : {}) };
+  return { accepted: out.accepted, duplicate: out.duplicate, ...(out.jobId ? { jobId: out.jobId } : {}), ...(out.keys ? { keys: out.keys } : {}) };
 }

@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import { NotFoundError, ServiceUnavailableError } from '../shared/errors.js';
 import { findHost, type Inventory } from '../shared/inventory.js';
 import type { Logger } from '../shared/logger.js';
+import { primariesOf } from '../shared/redis.js';
 import { KEY_PREFIX, redisCall } from './redisOps.js';
 
 /**
@@ -78,11 +79,15 @@ export async function clearCache(redis: Redis): Promise<number> {
   return redisCall(async (r) => {
     let cursor = '0';
     let removed = 0;
-    do {
-      const [next, keys] = await r.scan(cursor, 'MATCH', `${CACHE_PREFIX}*`, 'COUNT', 500);
-      cursor = next;
-      if (keys.length) removed += await r.unlink(...keys);
-    } while (cursor !== '0');
+    // On a Redis Cluster every primary holds part of the keys: scan each.
+    for (const node of primariesOf(r)) {
+      cursor = '0';
+      do {
+        const [next, keys] = await node.scan(cursor, 'MATCH', `${CACHE_PREFIX}*`, 'COUNT', 500);
+        cursor = next;
+        for (const k of keys) removed += await node.unlink(k);
+      } while (cursor !== '0');
+    }
     return removed;
   }, redis);
 }

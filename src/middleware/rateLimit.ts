@@ -2,6 +2,7 @@ import { isIP } from 'node:net';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { ChainableCommander, Redis } from 'ioredis';
 import { Counter } from 'prom-client';
+import { taggedKey } from '../domain/redisOps.js';
 import { sha256Hex } from '../shared/crypto.js';
 import { TooManyRequestsError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';

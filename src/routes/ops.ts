@@ -1,7 +1,8 @@
 import { Router } from 'express';
 import type { Redis } from 'ioredis';
+import type { ConfirmReplicated } from '../domain/replication.js';
 import { clearCache, getHostStatus, type HostStatusProvider } from '../domain/hostStatus.js';
-import { submitRestart } from '../domain/restart.js';
+import { idempotencyRecordKey, idempotencyScope, submitRestart } from '../domain/restart.js';
 import { requireApiKey, requireBearer } from '../middleware/auth.js';
 import { rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
@@ -20,6 +21,8 @@ export interface OpsDeps {
   hostStatus: HostStatusProvider;
   logger: Logger;
   metrics: Pick<Metrics, 'authFailures'>;
+  /** REDIS_MIN_REPLICAS_ACK (src/domain/replication.ts); absent = off. */
+  replicated?: ConfirmReplicated;
 }
 
 export function opsRouter(deps: OpsDeps): Router {
@@ -55,6 +58,11 @@ export function opsRouter(deps: OpsDeps): Router {
         idempotencyKey: req.get('idempotency-key'),
       });
       res.locals.auditFields = { job_id: ack.job_id, coalesced: ack.coalesced };
+      // REDIS_MIN_REPLICAS_ACK: a restart that joined another one (coalesced) wrote no job of its own.
+      const idem = req.get('idempotency-key');
+      await deps.replicated?.(
+        ack.coalesced ? [] : [{ jobId: ack.job_id, keys: idem === undefined ? [] : [idempotencyRecordKey(idempotencyScope(res.locals.principal!, idem))] }],
+      );
       res.json(ack);
     })
     .all(methodNotAllowed(['POST']));

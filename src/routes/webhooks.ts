@@ -2,6 +2,7 @@ import { Router, type RequestHandler, type Response } from 'express';
 import type { Redis } from 'ioredis';
 import { submitAlerts } from '../domain/alerts.js';
 import { decideGithubPush, decideGitlabPush, decideScmPush, deliveryIdOf, submitDeploy, type PushDecision } from '../domain/deploy.js';
+import type { ConfirmReplicated } from '../domain/replication.js';
 import { requireBearer, requireScmToken, requireSignature } from '../middleware/auth.js';
 import { parseJson, parseWebhookBody, rawBody } from '../middleware/body.js';
 import { methodNotAllowed, toAppError } from '../middleware/errors.js';
@@ -33,6 +34,8 @@ export interface WebhookDeps {
   queue: Pick<OpsQueue, 'addClaimed'>;
   logger: Logger;
   metrics: Pick<Metrics, 'authFailures' | 'webhookEvents'>;
+  /** REDIS_MIN_REPLICAS_ACK (src/domain/replication.ts); absent = off. */
+  replicated?: ConfirmReplicated;
 }
 
 type Outcome = 'accepted' | 'duplicate' | 'ignored' | 'rejected' | 'invalid' | 'failed';
@@ -113,6 +116,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
         delivery,
         rateHit: pendingRateHit(res),
       });
+      await deps.replicated?.(out.accepted && out.jobId ? [{ jobId: out.jobId, keys: out.keys }] : []);
       count(route.source, out.accepted ? 'accepted' : 'duplicate');
       // Carried by this request's audit line (one log line per delivery, not two: at intake rates
       // the second line was ~6% of the API's CPU and half of its log volume).
@@ -190,6 +194,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
         rateHit: pendingRateHit(res),
       });
       await pendingRateHit(res)?.run();
+      await deps.replicated?.(out.claims);
       count('alerts', out.queued > 0 ? 'accepted' : out.duplicates > 0 ? 'duplicate' : 'ignored');
       res.status(202).json({ received: out.received, firing: out.firing, job_ids: out.jobIds });
     })

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { ConfigError } from './errors.js';
 import { credentialId } from './crypto.js';
+import { parseRedisUrl, redisPasswords, RedisUrlError } from './redis.js';
 
 export type Role = 'readonly' | 'operator';
 
@@ -60,16 +61,6 @@ const optionalSecret = z
   .transform((v) => (v === undefined || v === '' ? undefined : v))
   .refine((v) => v === undefined || !isPlaceholder(v), PLACEHOLDER_PROBLEM);
 
-/** The password of a redis:// URL (decoded), if any. */
-function urlPassword(url: string): string | undefined {
-  try {
-    const pw = new URL(url).password;
-    return pw ? decodeURIComponent(pw) : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
 const intFrom = (def: number, min = 0) =>
   z
     .string()
@@ -84,12 +75,19 @@ const intFrom = (def: number, min = 0) =>
       return n;
     });
 
+/** One server, Sentinel or Cluster (src/shared/redis.ts); the message names the problem, never the value. */
 const redisUrl = z
   .string({ error: 'is required' })
   .trim()
   .min(1, 'is required')
-  .refine((v) => /^rediss?:\/\//.test(v), 'must be a redis:// or rediss:// URL')
-  .refine((v) => !isPlaceholder(urlPassword(v) ?? ''), `password ${PLACEHOLDER_PROBLEM}`);
+  .superRefine((v, ctx) => {
+    try {
+      parseRedisUrl(v);
+    } catch (err) {
+      ctx.addIssue({ code: 'custom', message: err instanceof RedisUrlError ? err.message : 'is not a usable Redis URL' });
+    }
+  })
+  .refine((v) => !redisPasswords(v).some((pw) => isPlaceholder(pw)), `password ${PLACEHOLDER_PROBLEM}`);
 
 const commonSchema = z.object({
   REDIS_URL: redisUrl,
@@ -107,8 +105,20 @@ const commonSchema = z.object({
   SHUTDOWN_TIMEOUT_SECONDS: intFrom(20, 1),
 });
 
+/**
+ * "Acknowledged means replicated" (opt-in): before a webhook's 202 or a restart's 200, WAIT until
+ * this many replicas hold the seen record and the job (src/domain/replication.ts). 0 = off.
+ * The wait is bounded by REDIS_ACK_TIMEOUT_MS, kept under the request connection's 2 s command
+ * timeout.
+ */
+const replicationSchema = {
+  REDIS_MIN_REPLICAS_ACK: intFrom(0, 0),
+  REDIS_ACK_TIMEOUT_MS: intFrom(1000, 1).refine((n) => n <= 1500, 'must be at most 1500 (ms)'),
+};
+
 const apiSchema = commonSchema.extend({
   PORT: intFrom(8080),
+  ...replicationSchema,
   OPS_BEARER_TOKEN: optionalSecret,
   SCM_WEBHOOK_SECRET: optionalSecret,
   GITHUB_WEBHOOK_SECRET: optionalSecret,

@@ -4,7 +4,7 @@ import { ServiceUnavailableError, UnprocessableError } from './errors.js';
 import { JOB, QUEUE_NAME, defaultJobOptions, restartedAtKey, jobDataSchemas, type JobDataByName, type JobName, type JobPolicy } from './jobs.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
-import { createRedis } from './redis.js';
+import { createRedis, queuePrefix, waitForReplicas } from './redis.js';
 
 /**
  * The API's producer side of the "ops" queue. Its Redis connection uses the `request` profile
@@ -87,6 +87,16 @@ export interface OpsQueue {
   retryFailed(id: string): Promise<RetryOutcome>;
   /** Redis reachable from the queue's connection (for /ready). */
   isReady(): boolean;
+  /**
+   * WAIT on the queue's own connection (every job it added so far): how many replicas
+   * acknowledged them within timeoutMs (src/domain/replication.ts).
+   */
+  waitReplicas(numReplicas: number, timeoutMs: number): Promise<number>;
+  /**
+   * Takes back a job no worker has taken yet. true: removed (or not there); false: it is
+   * active or finished, so it stays (and counts as accepted).
+   */
+  remove(id: string): Promise<boolean>;
   /** The BullMQ Queue itself (Bull Board mounts it). */
   readonly bull: Queue;
   close(): Promise<void>;
@@ -148,6 +158,7 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
   const connection: Redis = createRedis(opts.url, 'request', 'opsgate-api-queue');
   const bull = new Queue(QUEUE_NAME, {
     connection,
+    prefix: queuePrefix(opts.url),
     defaultJobOptions: defaultJobOptions(opts.policy),
   });
   // Without a listener an 'error' event would crash the process; connection errors surface as 503s.
@@ -215,6 +226,23 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
         return String(id);
       });
       return { ids, then: replies.slice(valid.length) as Array<[Error | null, unknown]> };
+    },
+
+    async waitReplicas(numReplicas, timeoutMs) {
+      if (connection.status !== 'ready') throw new QueueUnavailableError();
+      // Every key of the queue shares the prefix's hash tag: on a Cluster, one primary.
+      return waitForReplicas(connection, numReplicas, timeoutMs, [`${bull.opts.prefix ?? 'bull'}:${QUEUE_NAME}:id`]);
+    },
+
+    async remove(id) {
+      if (connection.status !== 'ready') throw new QueueUnavailableError();
+      // Only a job no worker has taken yet is taken back: one that is active or already finished
+      // was accepted for real (removing it would let a retry run the work twice).
+      const state = await bull.getJobState(id);
+      if (state === 'unknown') return true;
+      if (!['waiting', 'delayed', 'prioritized', 'waiting-children'].includes(state)) return false;
+      // BullMQ's removeJob script answers 0 when a worker locked the job in the meantime.
+      return (await bull.remove(id)) === 1;
     },
 
     async getJob(id) {

@@ -1,7 +1,7 @@
 import { Queue } from 'bullmq';
 import { QUEUE_NAME } from './jobs.js';
 import { queueCountsSource, redisMemoryReader, type Metrics } from './metrics.js';
-import { createRedis } from './redis.js';
+import { createRedis, queuePrefix } from './redis.js';
 
 /**
  * Queue depth for a process that has no producer Queue of its own (the worker): a read-only
@@ -14,7 +14,7 @@ export function exportQueueDepth(
   queueName: string = QUEUE_NAME,
 ): { close(): Promise<void> } {
   const connection = createRedis(redisUrl, 'request', 'opsgate-queue-depth');
-  const queue = new Queue(queueName, { connection });
+  const queue = new Queue(queueName, { connection, prefix: queuePrefix(redisUrl) });
   queue.on('error', () => {}); // a failed read is counted by opsgate_queue_scrape_errors_total
   metrics.setQueueDepthSources([queueCountsSource(queue)]);
   metrics.setRedisMemorySource?.(redisMemoryReader(connection));

@@ -1,4 +1,4 @@
-import { Redis, type RedisOptions } from 'ioredis';
+import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 
 /**
  * Redis connections. Two profiles:
@@ -7,8 +7,136 @@ import { Redis, type RedisOptions } from 'ioredis';
  *   a 503 instead of hanging.
  * - `blocking`: for BullMQ workers and queue event listeners, which need
  *   maxRetriesPerRequest=null and reconnect forever.
+ *
+ * Three topologies, chosen by the form of REDIS_URL (one value for the API and the worker):
+ * - `redis://[[user]:password@]host:port[/db]` (or `rediss://`): one server (ioredis parses it);
+ * - `redis+sentinel://[[user]:password@]host1:26379,host2:26379/<master-name>[/db]`: ioredis's
+ *   native Sentinel support. The clients ask the sentinels for the current primary on every
+ *   (re)connect and watch them for `+switch-master` (failoverDetector), so a failover is followed
+ *   without a restart. The password is the data nodes' password; sentinels that require one of
+ *   their own take it from the query parameter `sentinelPassword` (percent-encoded).
+ * - `redis+cluster://[[user]:password@]host1:7000,host2:7001`: ioredis Cluster (seed nodes; the
+ *   rest is discovered). BullMQ's keys then use the hash-tagged prefix QUEUE_PREFIX_CLUSTER
+ *   (see queuePrefix), and opsgate's own keys carry a hash tag (src/domain/redisOps.ts).
  */
 export type RedisProfile = 'request' | 'blocking';
+export type RedisTopology = 'standalone' | 'sentinel' | 'cluster';
+
+export interface RedisNode {
+  host: string;
+  port: number;
+}
+
+export type ParsedRedisUrl =
+  | { topology: 'standalone'; url: string; password?: string }
+  | { topology: 'sentinel'; sentinels: RedisNode[]; masterName: string; db: number; username?: string; password?: string; sentinelPassword?: string }
+  | { topology: 'cluster'; nodes: RedisNode[]; username?: string; password?: string };
+
+/** A REDIS_URL that cannot be used. The message never contains the URL (it may hold a password). */
+export class RedisUrlError extends Error {}
+
+const FORMS =
+  'must be redis://host:port, rediss://host:port, redis+sentinel://host:port[,host:port...]/<master-name>[/db] or redis+cluster://host:port[,host:port...]';
+
+function decode(part: string, what: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    throw new RedisUrlError(`has a badly percent-encoded ${what}`);
+  }
+}
+
+function parseHosts(list: string, defaultPort: number): RedisNode[] {
+  const nodes: RedisNode[] = [];
+  for (const item of list.split(',')) {
+    const s = item.trim();
+    if (s === '') throw new RedisUrlError('has an empty host in its host list');
+    // host, host:port, [v6], [v6]:port
+    const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]\s]+))(?::(\d{1,5}))?$/.exec(s);
+    if (!m) throw new RedisUrlError('has an invalid host:port in its host list');
+    const port = m[3] === undefined ? defaultPort : Number(m[3]);
+    if (!Number.isInteger(port) || port < 1 || port > 65535) throw new RedisUrlError('has a port outside 1-65535');
+    nodes.push({ host: (m[1] ?? m[2])!, port });
+  }
+  return nodes;
+}
+
+/** Parses REDIS_URL into one of the three topologies; throws RedisUrlError naming the problem, never the value. */
+export function parseRedisUrl(raw: string): ParsedRedisUrl {
+  const url = raw.trim();
+  if (/^rediss?:\/\//i.test(url)) {
+    let u: URL;
+    try {
+      u = new URL(url);
+    } catch {
+      throw new RedisUrlError('is not a valid URL');
+    }
+    if (u.hostname === '') throw new RedisUrlError('has no host');
+    const password = u.password ? decode(u.password, 'password') : undefined;
+    return { topology: 'standalone', url, ...(password ? { password } : {}) };
+  }
+  const m = /^redis\+(sentinel|cluster):\/\/(?:([^@/?#]*)@)?([^/?#]*)(\/[^?#]*)?(\?[^#]*)?$/i.exec(url);
+  if (!m) throw new RedisUrlError(FORMS);
+  const kind = m[1]!.toLowerCase() as 'sentinel' | 'cluster';
+  const userinfo = m[2];
+  const hostList = m[3]!;
+  const path = m[4] ?? '';
+  const query = new URLSearchParams(m[5] ?? '');
+  if (hostList === '') throw new RedisUrlError('has no host');
+  let username: string | undefined;
+  let password: string | undefined;
+  if (userinfo !== undefined && userinfo !== '') {
+    const colon = userinfo.indexOf(':');
+    const user = colon < 0 ? userinfo : userinfo.slice(0, colon);
+    const pass = colon < 0 ? '' : userinfo.slice(colon + 1);
+    if (user) username = decode(user, 'user name');
+    if (pass) password = decode(pass, 'password');
+  }
+  const auth = { ...(username ? { username } : {}), ...(password ? { password } : {}) };
+  if (kind === 'cluster') {
+    if (path !== '' && path !== '/') throw new RedisUrlError('is a redis+cluster:// URL and cannot select a database (Redis Cluster has only db 0)');
+    for (const k of query.keys()) throw new RedisUrlError(`has an unknown query parameter "${k.slice(0, 40)}"`);
+    return { topology: 'cluster', nodes: parseHosts(hostList, 6379), ...auth };
+  }
+  const segments = path.split('/').filter((s) => s !== '');
+  if (segments.length === 0) throw new RedisUrlError('is a redis+sentinel:// URL without a master name (…/<master-name>[/db])');
+  if (segments.length > 2) throw new RedisUrlError('has too many path segments (…/<master-name>[/db])');
+  const masterName = decode(segments[0]!, 'master name');
+  let db = 0;
+  if (segments[1] !== undefined) {
+    if (!/^\d{1,5}$/.test(segments[1])) throw new RedisUrlError('has a database number that is not an integer');
+    db = Number(segments[1]);
+  }
+  let sentinelPassword: string | undefined;
+  for (const [k, v] of query) {
+    if (k === 'sentinelPassword') sentinelPassword = v || undefined;
+    else throw new RedisUrlError(`has an unknown query parameter "${k.slice(0, 40)}"`);
+  }
+  return {
+    topology: 'sentinel',
+    sentinels: parseHosts(hostList, 26379),
+    masterName,
+    db,
+    ...auth,
+    ...(sentinelPassword ? { sentinelPassword } : {}),
+  };
+}
+
+export function redisTopology(url: string): RedisTopology {
+  return parseRedisUrl(url).topology;
+}
+
+/**
+ * BullMQ key prefix. A single server and Sentinel keep BullMQ's default ("bull", so an existing
+ * installation sees its queue unchanged). Redis Cluster needs every key of one BullMQ script in
+ * one hash slot, so there the prefix is a hash tag: all of the "ops" queue lives in the slot of
+ * "opsgate" (on one primary; BullMQ's documented way to run on a cluster).
+ */
+export const QUEUE_PREFIX_DEFAULT = 'bull';
+export const QUEUE_PREFIX_CLUSTER = '{opsgate}';
+export function queuePrefix(url: string): string {
+  return redisTopology(url) === 'cluster' ? QUEUE_PREFIX_CLUSTER : QUEUE_PREFIX_DEFAULT;
+}
 
 export function redisOptions(profile: RedisProfile): RedisOptions {
   const common: RedisOptions = {
@@ -23,20 +151,134 @@ export function redisOptions(profile: RedisProfile): RedisOptions {
   return { ...common, maxRetriesPerRequest: null, enableOfflineQueue: true };
 }
 
+/** The ioredis options of a Sentinel URL (exported for tests). */
+export function sentinelOptions(p: Extract<ParsedRedisUrl, { topology: 'sentinel' }>, profile: RedisProfile): RedisOptions {
+  return {
+    ...redisOptions(profile),
+    sentinels: p.sentinels,
+    name: p.masterName,
+    db: p.db,
+    ...(p.username ? { username: p.username } : {}),
+    ...(p.password ? { password: p.password } : {}),
+    ...(p.sentinelPassword ? { sentinelPassword: p.sentinelPassword } : {}),
+    // Ask the sentinels again quickly while none answers (they are restarting too).
+    sentinelRetryStrategy: (times) => Math.min(100 * 2 ** Math.min(times, 5), 2000),
+    // Subscribe to +switch-master so a connection to a demoted (still running) primary is dropped
+    // at once rather than on its first READONLY error.
+    failoverDetector: true,
+    sentinelCommandTimeout: 1000,
+  };
+}
+
+/** The ioredis Cluster options of a cluster URL (exported for tests). */
+export function clusterOptions(p: Extract<ParsedRedisUrl, { topology: 'cluster' }>, profile: RedisProfile): ClusterOptions {
+  const node = redisOptions(profile);
+  return {
+    redisOptions: {
+      ...node,
+      ...(p.username ? { username: p.username } : {}),
+      ...(p.password ? { password: p.password } : {}),
+    },
+    enableOfflineQueue: node.enableOfflineQueue ?? true,
+    clusterRetryStrategy: (times) => Math.min(100 * 2 ** Math.min(times, 5), 2000),
+    // A failover moves slots: follow MOVED/ASK, retry on CLUSTERDOWN / TRYAGAIN / a closed node.
+    // The request profile gives up within ~200 ms, far below any failover (>= cluster-node-timeout):
+    // a command of a request that already failed (e.g. rule 9's removal of a seen record after a
+    // failed enqueue) must never land on the promoted replica, where the job may have survived.
+    ...(profile === 'request'
+      ? { maxRedirections: 4, retryDelayOnFailover: 50, retryDelayOnClusterDown: 50, retryDelayOnTryAgain: 50 }
+      : { maxRedirections: 16, retryDelayOnFailover: 200, retryDelayOnClusterDown: 200, retryDelayOnTryAgain: 200 }),
+    slotsRefreshTimeout: 2000,
+    slotsRefreshInterval: 5000,
+    scaleReads: 'master',
+  };
+}
+
+/**
+ * One connection for any REDIS_URL form. A Cluster is returned typed as Redis: it has the same
+ * command interface (and `isCluster` true); the few places that need the difference (SCAN over
+ * every primary, WAIT on every primary) check `isCluster`.
+ */
 export function createRedis(url: string, profile: RedisProfile, name = 'opsgate'): Redis {
-  const client = new Redis(url, { ...redisOptions(profile), connectionName: name });
+  const p = parseRedisUrl(url);
+  let client: Redis;
+  if (p.topology === 'cluster') {
+    const opts = clusterOptions(p, profile);
+    opts.redisOptions = { ...opts.redisOptions, connectionName: name };
+    client = new Cluster(p.nodes, opts) as unknown as Redis;
+  } else if (p.topology === 'sentinel') {
+    client = new Redis({ ...sentinelOptions(p, profile), connectionName: name });
+  } else {
+    client = new Redis(p.url, { ...redisOptions(profile), connectionName: name });
+  }
   // ioredis emits 'error' on every failed reconnect; an unhandled 'error' event would crash the
   // process. Callers that care attach their own listener for logging.
   client.on('error', () => {});
   return client;
 }
 
-/** The password inside a redis:// URL, if any, so the logger can redact it. */
-export function redisPassword(url: string): string | undefined {
-  try {
-    const u = new URL(url);
-    return u.password ? decodeURIComponent(u.password) : undefined;
-  } catch {
-    return undefined;
+/** The primaries of a connection: itself, or every master node of a Cluster. */
+export function primariesOf(client: Redis): Redis[] {
+  if (client.isCluster) return (client as unknown as Cluster).nodes('master');
+  return [client];
+}
+
+/** CRC16/XMODEM, Redis Cluster's key hash. */
+function crc16(buf: Buffer): number {
+  let crc = 0;
+  for (const byte of buf) {
+    crc ^= byte << 8;
+    for (let i = 0; i < 8; i++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
   }
+  return crc;
+}
+
+/** The hash slot of a key (the part inside the first non-empty {…} only, when there is one). */
+export function keySlot(key: string): number {
+  const open = key.indexOf('{');
+  if (open >= 0) {
+    const close = key.indexOf('}', open + 1);
+    if (close > open + 1) key = key.slice(open + 1, close);
+  }
+  return crc16(Buffer.from(key, 'utf8')) % 16384;
+}
+
+/** The primaries serving these keys now (a Cluster); the connection itself otherwise. */
+function primariesFor(client: Redis, keys: readonly string[] | undefined): Redis[] {
+  if (!client.isCluster || keys === undefined) return primariesOf(client);
+  const cluster = client as unknown as Cluster;
+  const wanted = new Set(keys.map((k) => cluster.slots[keySlot(k)]?.[0]).filter((k): k is string => typeof k === 'string'));
+  const masters = cluster.nodes('master');
+  const byKey = (n: Redis) => `${n.options.host}:${n.options.port}`;
+  const out = masters.filter((n) => wanted.has(byKey(n)));
+  // A slot map being refreshed (failover) names a node not connected yet: wait on every primary.
+  return out.length === wanted.size ? out : masters;
+}
+
+/**
+ * WAIT numReplicas timeoutMs on the connection: the smallest number of replicas that
+ * acknowledged every write this connection made so far. On a Cluster, WAIT goes to each primary
+ * serving one of `keys` (through the connection that wrote to it), or to every primary when
+ * `keys` is not given; an empty `keys` waits for nothing.
+ */
+export async function waitForReplicas(client: Redis, numReplicas: number, timeoutMs: number, keys?: readonly string[]): Promise<number> {
+  if (client.isCluster && keys !== undefined && keys.length === 0) return numReplicas;
+  const acks = await Promise.all(primariesFor(client, keys).map((c) => c.wait(numReplicas, timeoutMs)));
+  return acks.length === 0 ? 0 : Math.min(...acks.map(Number));
+}
+
+/** The password inside REDIS_URL (data nodes' and sentinels'), so the logger can redact them. */
+export function redisPasswords(url: string): string[] {
+  try {
+    const p = parseRedisUrl(url);
+    const out = [p.password, p.topology === 'sentinel' ? p.sentinelPassword : undefined];
+    return out.filter((s): s is string => typeof s === 'string' && s.length > 0);
+  } catch {
+    return [];
+  }
+}
+
+/** The password inside a REDIS_URL, if any, so the logger can redact it. */
+export function redisPassword(url: string): string | undefined {
+  return redisPasswords(url)[0];
 }

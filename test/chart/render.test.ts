@@ -97,7 +97,12 @@ describe.each(valueFiles)('%s', (file) => {
           if (!(SECRET_VARS as readonly string[]).includes(e.name) && e.name !== 'REDISCLI_AUTH') continue;
           if (e.name === 'REDIS_URL' && values().redis.enabled) {
             // In-chart Redis: the URL is composed by the kubelet from REDIS_PASSWORD (a secretKeyRef).
-            expect(e.value).toMatch(/^redis:\/\/:\$\(REDIS_PASSWORD\)@opsgate-redis\.opsgate\.svc:6379\/0$/);
+            if (values().redis.architecture === 'replication') {
+              // Sentinel form: the three sentinels of the release, the same password for them.
+              expect(e.value).toMatch(
+                /^redis\+sentinel:\/\/:\$\(REDIS_PASSWORD\)@opsgate-redis-0\.opsgate-redis-headless\.opsgate\.svc:26379,opsgate-redis-1\.opsgate-redis-headless\.opsgate\.svc:26379,opsgate-redis-2\.opsgate-redis-headless\.opsgate\.svc:26379\/opsgate\/0\?sentinelPassword=\$\(REDIS_PASSWORD\)$/,
+              );
+            } else expect(e.value).toMatch(/^redis:\/\/:\$\(REDIS_PASSWORD\)@opsgate-redis\.opsgate\.svc:6379\/0$/);
             const names = c.env.map((x: any) => x.name);
             expect(names.indexOf('REDIS_PASSWORD')).toBeGreaterThanOrEqual(0);
             expect(names.indexOf('REDIS_PASSWORD')).toBeLessThan(names.indexOf('REDIS_URL'));

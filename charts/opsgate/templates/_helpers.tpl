@@ -84,6 +84,20 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-redis" (include "opsgate.fullname" .) }}
 {{- end }}
 
+{{/* redis.architecture=replication: pod i is <redisFullname>-<i>.<redisFullname>-headless.<ns>.svc */}}
+{{- define "opsgate.redisNodeHost" -}}
+{{- printf "%s-%d.%s-headless.%s.svc" (include "opsgate.redisFullname" .ctx) (int .i) (include "opsgate.redisFullname" .ctx) .ctx.Release.Namespace }}
+{{- end }}
+
+{{/* host:26379 of every sentinel, comma-separated (the REDIS_URL host list). */}}
+{{- define "opsgate.redisSentinelHosts" -}}
+{{- $hosts := list }}
+{{- range $i := until 3 }}
+{{- $hosts = append $hosts (printf "%s:26379" (include "opsgate.redisNodeHost" (dict "ctx" $ "i" $i))) }}
+{{- end }}
+{{- join "," $hosts }}
+{{- end }}
+
 {{/*
 A memory quantity in bytes (as a decimal string): Kubernetes (512Mi, 1Gi, 500M, 1000000) or
 Redis units (256mb, 1gb, 100k; Redis' "kb/mb/gb" are 1024-based, "k/m/g" 1000-based). "" -> "".
@@ -239,8 +253,15 @@ Namespaces the inventory names, with what opsgate may touch there:
       name: {{ include "opsgate.secretName" . }}
       key: REDIS_PASSWORD
 # Composed by the kubelet from REDIS_PASSWORD above: no secret value is written in this manifest.
+{{- if eq .Values.redis.architecture "replication" }}
+# Sentinel form (redis.architecture=replication): the clients ask the sentinels for the primary
+# and follow a failover (src/shared/redis.ts). Sentinels use the same password.
+- name: REDIS_URL
+  value: {{ printf "redis+sentinel://:$(REDIS_PASSWORD)@%s/%s/0?sentinelPassword=$(REDIS_PASSWORD)" (include "opsgate.redisSentinelHosts" .) .Values.redis.replication.masterName | quote }}
+{{- else }}
 - name: REDIS_URL
   value: {{ printf "redis://:$(REDIS_PASSWORD)@%s.%s.svc:%d/0" (include "opsgate.redisFullname" .) .Release.Namespace 6379 | quote }}
+{{- end }}
 {{- else }}
 - name: REDIS_URL
   valueFrom:

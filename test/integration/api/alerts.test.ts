@@ -3,6 +3,7 @@ import request from 'supertest';
 import { startRedis } from '../../helpers/redis.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { createHarness, eventually, useHarness } from './harness.js';
+import { seenKey } from '../../../src/domain/redisOps.js';
 
 /** POST /webhook/alerts rules 1-4 (+ optional ALERTS_WEBHOOK_TOKEN) on a real Redis and BullMQ queue. */
 const ctx = useHarness();
@@ -58,10 +59,10 @@ describe('rules 2-4: firing alerts with a fingerprint are deduplicated and queue
       expect(j.data).toMatchObject({ requested_by: 'webhook:alerts', alertname: `Alert-${j.data.fingerprint}` });
       expect(j.data.annotations).toEqual({ summary: `summary of ${j.data.fingerprint}` });
     }
-    const ttl = await ctx.h.inspect.ttl('opsgate:seen:alert:fp1');
+    const ttl = await ctx.h.inspect.ttl(seenKey('alert:fp1'));
     expect(ttl).toBeGreaterThan(290);
     expect(ttl).toBeLessThanOrEqual(300);
-    expect(await ctx.h.inspect.exists('opsgate:seen:alert:fp2')).toBe(0);
+    expect(await ctx.h.inspect.exists(seenKey('alert:fp2'))).toBe(0);
   });
   it('defaults: alertname "unknown", annotations {}', async () => {
     await post({ alerts: [{ status: 'firing', fingerprint: 'bare' }] });
@@ -98,8 +99,8 @@ describe('enqueue failure: 503 + Retry-After, the failed alert is retried, none 
       const res = await request(split.app).post('/webhook/alerts').send(body);
       expect(res.status).toBe(503);
       expect(res.headers['retry-after']).toMatch(/^\d+$/);
-      expect(await split.inspect.exists('opsgate:seen:alert:q1')).toBe(0);
-      expect(await split.inspect.exists('opsgate:seen:alert:q2')).toBe(0);
+      expect(await split.inspect.exists(seenKey('alert:q1'))).toBe(0);
+      expect(await split.inspect.exists(seenKey('alert:q2'))).toBe(0);
       await queueSrv.start();
       await eventually(async () => (await request(split.app).post('/webhook/alerts').send(body)).status === 202);
       const jobs = await split.queue.bull.getJobs(['waiting']);

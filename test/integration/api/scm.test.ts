@@ -3,6 +3,7 @@ import request from 'supertest';
 import { startRedis } from '../../helpers/redis.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { containsSecret, createHarness, eventually, SCM_SECRET, useHarness } from './harness.js';
+import { seenKey } from '../../../src/domain/redisOps.js';
 
 /** POST /webhook/scm rules 1-9, in order, on a real Redis with the real BullMQ queue. */
 const ctx = useHarness();
@@ -153,7 +154,7 @@ describe('rules 6-8: event_id, seen record, one job, duplicates', () => {
       event_id: 'scm:group/app:refs/heads/main:deadbeef',
       job_id: expect.any(String),
     });
-    const ttl = await ctx.h.inspect.ttl('opsgate:seen:scm:group/app:refs/heads/main:deadbeef');
+    const ttl = await ctx.h.inspect.ttl(seenKey('scm:group/app:refs/heads/main:deadbeef'));
     expect(ttl).toBeGreaterThan(86400 - 10);
     expect(ttl).toBeLessThanOrEqual(86400);
     const jobs = await jobsInQueue();
@@ -255,7 +256,7 @@ describe('rule 9 and Redis failures: 503 + Retry-After, never lost', () => {
       expect(res.headers['retry-after']).toMatch(/^\d+$/);
       expect(res.body).toEqual({ detail: expect.any(String) });
       // rule 9: the seen record was removed so the sender's retry is delivered again
-      expect(await split.inspect.exists('opsgate:seen:scm:group/app:refs/heads/main:rule9')).toBe(0);
+      expect(await split.inspect.exists(seenKey('scm:group/app:refs/heads/main:rule9'))).toBe(0);
 
       await queueSrv.start();
       let retry: request.Response | undefined;

@@ -1,0 +1,104 @@
+import type { Redis } from 'ioredis';
+import { NotReplicatedError } from '../shared/errors.js';
+import type { Logger } from '../shared/logger.js';
+import type { OpsQueue } from '../shared/queue.js';
+import { waitForReplicas } from '../shared/redis.js';
+import { PENDING, QUEUED } from './claim.js';
+
+/**
+ * "Acknowledged means replicated" (REDIS_MIN_REPLICAS_ACK=N, opt-in; 0 = off).
+ *
+ * Redis replicates asynchronously: a primary that dies right after a write may take the seen
+ * record and the job with it, although the API already answered 202. With N > 0, each route
+ * calls `confirm` once, after its writes and before its success answer. It sends Redis `WAIT N
+ * REDIS_ACK_TIMEOUT_MS` on the two connections that wrote (the request connection: seen records;
+ * the queue's connection: jobs; on a Cluster, on every primary of each). WAIT returns once N
+ * replicas acknowledged every write that connection made so far, so a success answer means the
+ * record and the job are on N replicas and survive a failover to any of them.
+ *
+ * When fewer than N acknowledge in time (or the primary is gone), the answer is 503 with
+ * Retry-After, and what this request wrote is taken back, as spec rule 9 says for a failed
+ * enqueue: each job no worker has taken yet is removed (BullMQ's removal also deletes the event's
+ * deduplication key when it names that job, src/domain/claim.ts), then each record that still
+ * names that job is deleted: the claim's seen and delivery keys ("p:<id>" or "q:<id>") and a
+ * restart's Idempotency-Key answer (JSON with job_id <id>). The sender's retry is then delivered
+ * again and makes one job. A job a worker already took stays, and so do its records: the retry
+ * is a duplicate. When the primary is gone, taking back fails too; after the failover the retry
+ * then finds whatever was replicated: nothing (a new claim), a pending record (the claim
+ * protocol re-adds the job under the same id, BullMQ's deduplication answers it if it is there)
+ * or the queued record with its job (a duplicate). Never two jobs.
+ */
+export interface Written {
+  jobId: string;
+  /** The records that name this job: a claim's seen and delivery keys, a restart's Idempotency-Key record. */
+  keys?: readonly string[];
+}
+
+export type ConfirmReplicated = (written: readonly Written[]) => Promise<void>;
+
+export interface ReplicationDeps {
+  redis: Redis;
+  queue: Pick<OpsQueue, 'waitReplicas' | 'remove'>;
+  logger: Logger;
+  minReplicas: number;
+  timeoutMs: number;
+}
+
+const RELEASE = 'opsgateReplicaRelease';
+/**
+ * KEYS[1] a record; ARGV[1] the job id. Deletes it only while it names that job: a claim record
+ * "p:<id>" / "q:<id>" or a JSON answer with job_id <id>. One key per call (a Cluster may spread them).
+ */
+const RELEASE_LUA = `
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+if v == '${PENDING}' .. ARGV[1] or v == '${QUEUED}' .. ARGV[1] then return redis.call('DEL', KEYS[1]) end
+if string.sub(v, 1, 1) == '{' then
+  local ok, doc = pcall(cjson.decode, v)
+  if ok and type(doc) == 'table' and doc.job_id == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+end
+return 0
+`;
+type ReleaseFn = (key: string, jobId: string) => Promise<number>;
+
+/** The one check every route calls before its success answer; a no-op when minReplicas is 0. */
+export function replicationGate(deps: ReplicationDeps): ConfirmReplicated {
+  if (deps.minReplicas <= 0) return async () => {};
+  const r = deps.redis as unknown as Record<string, unknown>;
+  if (typeof r[RELEASE] !== 'function') deps.redis.defineCommand(RELEASE, { numberOfKeys: 1, lua: RELEASE_LUA });
+  const release = (r[RELEASE] as ReleaseFn).bind(deps.redis);
+  const { minReplicas, timeoutMs, logger } = deps;
+
+  const takeBack = async (w: Written): Promise<void> => {
+    try {
+      if (!(await deps.queue.remove(w.jobId))) return; // taken by a worker: it stays accepted
+      for (const key of w.keys ?? []) await release(key, w.jobId);
+    } catch (err) {
+      logger.warn('could not take back a write that was not replicated', { job_id: w.jobId, err });
+    }
+  };
+
+  return async (written) => {
+    let acked = 0;
+    try {
+      const [onRecords, onJobs] = await Promise.all([
+        // The seen records' primary (on a Cluster the queue's too; a single server or Sentinel: the one).
+        waitForReplicas(deps.redis, minReplicas, timeoutMs, deps.redis.isCluster ? written.flatMap((w) => w.keys ?? []) : undefined),
+        deps.queue.waitReplicas(minReplicas, timeoutMs),
+      ]);
+      acked = Math.min(onRecords, onJobs);
+    } catch (err) {
+      logger.debug('WAIT failed', { err });
+      acked = -1;
+    }
+    if (acked >= minReplicas) return;
+    logger.warn('writes not acknowledged by enough Redis replicas; answering 503', {
+      replicas_required: minReplicas,
+      replicas_acked: acked < 0 ? null : acked,
+      timeout_ms: timeoutMs,
+      jobs: written.length,
+    });
+    for (const w of written) await takeBack(w);
+    throw new NotReplicatedError(minReplicas);
+  };
+}

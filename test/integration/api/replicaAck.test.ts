@@ -1,0 +1,185 @@
+/**
+ * REDIS_MIN_REPLICAS_ACK (src/domain/replication.ts) on a real redis-server, first without a
+ * replica (WAIT can never be satisfied), then with one real replica attached.
+ * - Not acknowledged in time: 503 {detail} + Retry-After, and what the request wrote is taken
+ *   back (spec rule 9): no seen record, no job, so the sender's retry is delivered again.
+ * - Acknowledged: the usual answers, and the seen record and the job are on the replica at the
+ *   moment the answer arrives (that is the guarantee).
+ */
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
+import { Worker } from 'bullmq';
+import request from 'supertest';
+import { deliveryKey, seenKey } from '../../../src/domain/redisOps.js';
+import { startRedis, type RedisServer } from '../../helpers/redis.js';
+import { startReplica } from '../../helpers/redisTopology.js';
+import { BEARER, createHarness, SCM_SECRET, type Harness } from './harness.js';
+
+let srv: RedisServer;
+let h: Harness;
+
+beforeAll(async () => {
+  srv = await startRedis();
+  h = await createHarness(srv.url, { env: { REDIS_MIN_REPLICAS_ACK: '1', REDIS_ACK_TIMEOUT_MS: '200' } });
+});
+afterAll(async () => {
+  await h?.close();
+  await srv?.destroy();
+});
+beforeEach(async () => {
+  await h.inspect.flushall();
+});
+
+const scm = (sha: string) =>
+  request(h.app)
+    .post('/webhook/scm')
+    .set('Content-Type', 'application/json')
+    .set('X-Scm-Token', SCM_SECRET)
+    .set('X-Scm-Event', 'Push Hook')
+    .send(JSON.stringify({ ref: 'refs/heads/main', checkout_sha: sha, project: { path_with_namespace: 'group/app' } }));
+const alerts = (...fps: string[]) =>
+  request(h.app)
+    .post('/webhook/alerts')
+    .set('Content-Type', 'application/json')
+    .send(JSON.stringify({ alerts: fps.map((fingerprint) => ({ status: 'firing', fingerprint, labels: { alertname: 'A' } })) }));
+const restart = () => request(h.app).post('/ops/restart?host=web-1&service=frontend').set('Authorization', `Bearer ${BEARER}`);
+const jobs = () => h.queue.bull.getJobs(['waiting', 'delayed', 'active', 'completed', 'failed', 'prioritized']);
+const scmKey = (sha: string) => seenKey(`scm:group/app:refs/heads/main:${sha}`);
+
+describe('REDIS_MIN_REPLICAS_ACK=1 without a replica: nothing is acknowledged', () => {
+  it('scm push -> 503 + Retry-After; seen record and job taken back; the retry is accepted again (not a duplicate)', async () => {
+    const res = await scm('n0rep1ica');
+    expect(res.status).toBe(503);
+    expect(res.headers['retry-after']).toMatch(/^\d+$/);
+    expect(res.body.detail).toMatch(/not acknowledged by 1 Redis replica/);
+    expect(await h.inspect.exists(scmKey('n0rep1ica'))).toBe(0);
+    expect(await jobs()).toHaveLength(0);
+    const again = await scm('n0rep1ica');
+    expect(again.status).toBe(503); // still no replica: taken back again, never "duplicate"
+    expect(await h.inspect.exists(scmKey('n0rep1ica'))).toBe(0);
+    expect(await jobs()).toHaveLength(0);
+  });
+  it('alerts -> 503; every fingerprint of the batch taken back', async () => {
+    const res = await alerts('fp-a', 'fp-b');
+    expect(res.status).toBe(503);
+    expect(res.headers['retry-after']).toMatch(/^\d+$/);
+    expect(await h.inspect.exists(seenKey('alert:fp-a'), seenKey('alert:fp-b'))).toBe(0);
+    expect(await jobs()).toHaveLength(0);
+  });
+  it('restart -> 503; the restart job taken back', async () => {
+    const res = await restart();
+    expect(res.status).toBe(503);
+    expect(res.headers['retry-after']).toMatch(/^\d+$/);
+    expect(await jobs()).toHaveLength(0);
+  });
+  it('gitlab push with a delivery id -> 503; seen key, delivery key and BullMQ dedup key taken back, so the retry is a new job', async () => {
+    const gitlab = (app: Harness['app']) =>
+      request(app)
+        .post('/webhook/gitlab')
+        .set('Content-Type', 'application/json')
+        .set('X-Gitlab-Token', SCM_SECRET)
+        .set('X-Gitlab-Event', 'Push Hook')
+        .set('X-Gitlab-Event-UUID', 'uuid-take-back-1')
+        .send(JSON.stringify({ ref: 'refs/heads/main', checkout_sha: 'de1ivery', project: { path_with_namespace: 'group/app' } }));
+    const res = await gitlab(h.app);
+    expect(res.status).toBe(503);
+    expect(res.body.detail).toMatch(/not acknowledged by 1 Redis replica/);
+    expect(await h.inspect.exists(scmKey('de1ivery'))).toBe(0);
+    expect(await h.inspect.exists(deliveryKey('gitlab', 'uuid-take-back-1'))).toBe(0);
+    // BullMQ's deduplication key of the event would make the retry's add answer the removed job.
+    expect(await h.inspect.keys('bull:ops:de:*')).toEqual([]);
+    expect(await jobs()).toHaveLength(0);
+    // The sender's retry, answered by an API that does not wait for replicas: a new job, not a duplicate.
+    const plain = await createHarness(srv.url);
+    try {
+      const again = await gitlab(plain.app);
+      expect(again.status).toBe(202);
+      expect(again.body).toMatchObject({ accepted: true, duplicate: false });
+      expect(await jobs()).toHaveLength(1);
+    } finally {
+      await plain.close();
+    }
+  });
+  it('restart with an Idempotency-Key -> 503; its recorded answer taken back with the job, so the retry queues the restart', async () => {
+    const withKey = (app: Harness['app']) =>
+      request(app).post('/ops/restart?host=web-1&service=frontend').set('Authorization', `Bearer ${BEARER}`).set('Idempotency-Key', 'take-back-1');
+    const res = await withKey(h.app);
+    expect(res.status).toBe(503);
+    expect(await h.inspect.keys('opsgate:idem:*')).toEqual([]);
+    expect(await jobs()).toHaveLength(0);
+    const plain = await createHarness(srv.url);
+    try {
+      const again = await withKey(plain.app);
+      expect(again.status).toBe(200);
+      expect(again.body).toMatchObject({ status: 'submitted', coalesced: false });
+      expect(await jobs()).toHaveLength(1);
+      expect(await h.inspect.keys('opsgate:idem:*')).toHaveLength(1);
+    } finally {
+      await plain.close();
+    }
+  });
+  it('taking back spares a job a worker already took or finished (it counts as accepted)', async () => {
+    await h.queue.bull.add('ops_worker.notify_oncall', { alertname: 'x', annotations: {}, audit_id: 'a', requested_by: 'r' }, { jobId: 'taken-1' });
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const w = new Worker('ops', async () => held, { connection: { url: srv.url }, prefix: 'bull' });
+    try {
+      const deadline = Date.now() + 10_000;
+      while ((await h.queue.bull.getJobState('taken-1')) !== 'active') {
+        if (Date.now() > deadline) throw new Error('job not taken by the worker');
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      expect(await h.queue.remove('taken-1')).toBe(false);
+      expect(await h.queue.bull.getJobState('taken-1')).toBe('active');
+      release();
+      const deadline2 = Date.now() + 10_000;
+      while ((await h.queue.bull.getJobState('taken-1')) !== 'completed') {
+        if (Date.now() > deadline2) throw new Error('job not completed');
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      expect(await h.queue.remove('taken-1')).toBe(false);
+      expect(await h.queue.bull.getJobState('taken-1')).toBe('completed');
+    } finally {
+      release();
+      await w.close();
+    }
+    await h.queue.bull.add('ops_worker.notify_oncall', { alertname: 'y', annotations: {}, audit_id: 'a', requested_by: 'r' }, { jobId: 'waiting-1', delay: 60_000 });
+    expect(await h.queue.remove('waiting-1')).toBe(true);
+    expect(await h.queue.bull.getJobState('waiting-1')).toBe('unknown');
+    expect(await h.queue.remove('no-such-job')).toBe(true);
+  });
+});
+
+describe('REDIS_MIN_REPLICAS_ACK=1 with one real replica', () => {
+  let replica: Awaited<ReturnType<typeof startReplica>>;
+  beforeAll(async () => {
+    replica = await startReplica(srv.port);
+  });
+  afterAll(async () => {
+    await replica?.destroy();
+  });
+
+  it('scm: 202 accepted, and at that moment the seen record and the job are on the replica; duplicate 202', async () => {
+    const res = await scm('r3plicated');
+    expect(res.status).toBe(202);
+    expect(res.body).toMatchObject({ accepted: true, duplicate: false });
+    const onReplica = replica.client();
+    try {
+      expect(await onReplica.get(scmKey('r3plicated'))).toMatch(/^q:/);
+      const jobId = (await onReplica.get(scmKey('r3plicated')))!.slice(2);
+      expect(await onReplica.exists(`bull:ops:${jobId}`)).toBe(1);
+    } finally {
+      onReplica.disconnect();
+    }
+    const dup = await scm('r3plicated');
+    expect(dup.status).toBe(202);
+    expect(dup.body).toMatchObject({ accepted: false, duplicate: true });
+    expect(await jobs()).toHaveLength(1);
+  });
+  it('alerts and restart answer as usual', async () => {
+    expect((await alerts('fp-r1', 'fp-r2')).status).toBe(202);
+    const r = await restart();
+    expect(r.status).toBe(200);
+    expect(r.body).toMatchObject({ status: 'submitted' });
+    expect(await jobs()).toHaveLength(3);
+  });
+});
