@@ -1,10 +1,10 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { REPO } from '../helpers/cluster.js';
+import { freePort } from '../helpers/redis.js';
 import { NODE_DIR, waitFor, type Obj } from './support.js';
 
 /**
@@ -21,16 +21,6 @@ export const DASHBOARD_FILE = join(REPO, 'charts', 'opsgate', 'files', 'grafana-
 const PROMETHEUS = process.env.PROMETHEUS_BIN ?? join(REPO, '.tools', 'bin', 'prometheus');
 const ALERTMANAGER = process.env.ALERTMANAGER_BIN ?? '/usr/bin/prometheus-alertmanager';
 const NODE_IP = process.env.NODE_IP ?? '10.244.0.1';
-
-async function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const a = s.address();
-      s.close(() => (typeof a === 'object' && a ? res(a.port) : rej(new Error('no port'))));
-    });
-  });
-}
 
 function startProc(bin: string, args: string[], log: string): ChildProcess {
   const fd = openSync(log, 'a');
