@@ -61,11 +61,14 @@ export function createApp(deps: AppDeps): Express {
     minReplicas: deps.config.REDIS_MIN_REPLICAS_ACK,
     timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
   });
+  // The webhooks first: they carry the volume (issue 10), and each router a request passes
+  // through costs a match against every one of its routes. Paths do not overlap, so the order
+  // changes nothing else.
+  app.use(webhooksRouter({ ...deps, replicated }));
   app.use(healthRouter({ redis: deps.redis, queue: deps.queue, version: deps.version ?? '0.0.0' }));
   app.use(opsRouter({ ...deps, queue: deps.queue, hostStatus: deps.hostStatus, replicated }));
   app.use(jobsRouter(deps));
   app.use(openapiRouter({ version: deps.version }));
-  app.use(webhooksRouter({ ...deps, replicated }));
   // Bull Board (operator only, audited): src/routes/admin.ts.
   if (deps.config.ADMIN_UI_ENABLED) app.use(ADMIN_BASE_PATH, createAdminRouter({ queues: [deps.queue.bull], apiKeys: deps.config.apiKeys, logger: deps.logger, metrics: deps.metrics }));
 

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import type { ChainableCommander, Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
+import { callScript, corked, defineScript, settle, type Reply } from '../shared/redisBatch.js';
 import type { DeferredRateHit } from '../middleware/rateLimit.js';
 import type { JobDataByName, JobName } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
@@ -19,7 +20,7 @@ import { ServiceUnavailableError } from '../shared/errors.js';
  * So the record carries the job id the claimant will use, and a state:
  *   "p:<jobId>"  pending: claimed, job not confirmed on the queue yet;
  *   "q:<jobId>"  queued: the job was added.
- * Round trip 1 (one pipeline on the request connection): the request's deferred rate-limit hit
+ * Round trip 1 (one write on the request connection): the request's deferred rate-limit hit
  *   (src/middleware/rateLimit.ts) and one claim script per event (SET NX EX on every key of the
  *   event, else the current value; an event may have several keys, e.g. its content key and the
  *   sender's delivery id, claimed atomically together).
@@ -27,7 +28,7 @@ import { ServiceUnavailableError } from '../shared/errors.js';
  *   - "q:<id>" -> duplicate of job <id>: done, one round trip;
  *   - any other value (records written by older versions) -> duplicate;
  *   - claimed, or "p:<id>" (the claimant is still in flight or died) -> round trip 2.
- * Round trip 2 (one pipeline on the queue connection): BullMQ's add script for every job, with
+ * Round trip 2 (one write on the queue connection): BullMQ's add script for every job, with
  *   the claimed job id and BullMQ's own deduplication (id = the event, ttl = its window), then one
  *   "mark" script per event that turns our "p:" into "q:<the id on the queue>" only once the add
  *   has put it there. BullMQ's deduplication key survives the job's completion and its removal by
@@ -42,62 +43,112 @@ import { ServiceUnavailableError } from '../shared/errors.js';
 export const PENDING = 'p:';
 export const QUEUED = 'q:';
 
-const CLAIM = 'opsgateSeenClaimN';
+/*
+ * The three scripts take a batch of events in one call (one command per EVENTS_PER_CALL events,
+ * not one per event: on a 1,000-alert payload the per-command cost of ioredis dominated). Every
+ * key of a batch shares the {opsgate} hash tag (src/domain/redisOps.ts), so on a Redis Cluster
+ * one call stays in one slot.
+ */
+const EVENTS_PER_CALL = 250;
+
+const CLAIM = 'opsgateSeenClaimBatch';
 /**
- * KEYS: every key of one event; ARGV[1] the pending value, ARGV[1+i] the ttl (s) of KEYS[i].
- * When no key exists: sets them all, returns false. Else returns the first existing value and
- * records that value on the keys that lack it (so a later delivery found by any key sees it).
+ * KEYS: the keys of every event, event after event. ARGV per event: its number of keys n, its
+ * pending value, then the ttl (s) of each of its n keys. Per event: when none of its keys exists,
+ * sets them all to the pending value (answer ""); else answers the first existing value and
+ * records it on the keys that lack it (so a later delivery found by any key sees it).
  */
 const CLAIM_LUA = `
-local found = false
-for i = 1, #KEYS do
-  found = redis.call('GET', KEYS[i])
-  if found then break end
+local out = {}
+local k, a = 1, 1
+while a <= #ARGV do
+  local n = tonumber(ARGV[a])
+  local found = false
+  for i = 0, n - 1 do
+    found = redis.call('GET', KEYS[k + i])
+    if found then break end
+  end
+  local value = found or ARGV[a + 1]
+  for i = 0, n - 1 do
+    redis.call('SET', KEYS[k + i], value, 'EX', ARGV[a + 2 + i], 'NX')
+  end
+  out[#out + 1] = found or ''
+  k, a = k + n, a + 2 + n
 end
-local value = found or ARGV[1]
-for i = 1, #KEYS do
-  redis.call('SET', KEYS[i], value, 'EX', ARGV[i + 1], 'NX')
-end
-return found
+return out
 `;
-const RELEASE = 'opsgateSeenReleaseN';
-/** KEYS: the event's keys; ARGV[1] the expected value. Deletes each key that still holds it. */
+const RELEASE = 'opsgateSeenReleaseBatch';
+/** KEYS: the keys of every event; ARGV per event: n, the expected value. Deletes each key that still holds it; answers how many. */
 const RELEASE_LUA = `
-local n = 0
-for i = 1, #KEYS do
-  if redis.call('GET', KEYS[i]) == ARGV[1] then n = n + redis.call('DEL', KEYS[i]) end
+local deleted = 0
+local k, a = 1, 1
+while a <= #ARGV do
+  local n = tonumber(ARGV[a])
+  for i = 0, n - 1 do
+    if redis.call('GET', KEYS[k + i]) == ARGV[a + 1] then deleted = deleted + redis.call('DEL', KEYS[k + i]) end
+  end
+  k, a = k + n, a + 2
 end
-return n
+return deleted
 `;
-const MARK = 'opsgateSeenMarkN';
+const MARK = 'opsgateSeenMarkBatch';
 /**
- * KEYS[1] BullMQ's deduplication key of the event, KEYS[2..] the event's seen keys; ARGV[1] the
- * pending value. If the add put the event on the queue (the dedup key names its job), every
- * seen key still holding ARGV[1] becomes "q:<that job id>" (TTL kept). Returns the job id or false.
+ * KEYS per event: BullMQ's deduplication key of the event, then its n seen keys; ARGV per event:
+ * n, the pending value. If the add put the event on the queue (the dedup key names its job), every
+ * seen key still holding the pending value becomes "q:<that job id>" (TTL kept). Answers, per
+ * event, the job id or "".
  */
 const MARK_LUA = `
-local id = redis.call('GET', KEYS[1])
-if not id then return false end
-for i = 2, #KEYS do
-  if redis.call('GET', KEYS[i]) == ARGV[1] then redis.call('SET', KEYS[i], '${QUEUED}' .. id, 'KEEPTTL') end
+local out = {}
+local k, a = 1, 1
+while a <= #ARGV do
+  local n = tonumber(ARGV[a])
+  local id = redis.call('GET', KEYS[k])
+  if id then
+    for i = 1, n do
+      if redis.call('GET', KEYS[k + i]) == ARGV[a + 1] then redis.call('SET', KEYS[k + i], '${QUEUED}' .. id, 'KEEPTTL') end
+    end
+  end
+  out[#out + 1] = id or ''
+  k, a = k + 1 + n, a + 2
 end
-return id
+return out
 `;
 
-type Scripted = Record<string, ((...args: Array<string | number>) => unknown) | undefined>;
+/** One script call per EVENTS_PER_CALL items: `encode` adds an item's keys and args; answers the calls' promises. */
+function batchedCalls<T>(
+  redis: Redis,
+  name: string,
+  items: readonly T[],
+  encode: (item: T, keys: string[], args: Array<string | number>) => void,
+): Array<Promise<unknown>> {
+  const calls: Array<Promise<unknown>> = [];
+  for (let from = 0; from < items.length; from += EVENTS_PER_CALL) {
+    const keys: string[] = [];
+    const args: Array<string | number> = [];
+    for (const item of items.slice(from, from + EVENTS_PER_CALL)) encode(item, keys, args);
+    calls.push(callScript(redis, name, keys, args));
+  }
+  return calls;
+}
 
-/** Queues a script on a pipeline by its defined name, or by EVAL on a connection that lacks it. */
-function script(p: ChainableCommander, name: string, lua: string, keys: readonly string[], args: ReadonlyArray<string | number>): void {
-  const fn = (p as unknown as Scripted)[name];
-  if (typeof fn === 'function') fn.call(p, keys.length, ...keys, ...args);
-  else p.eval(lua, keys.length, ...keys, ...args);
+/** The per-item answers of batchedCalls' replies, in item order: a string, or the error of its call. */
+function perItem(replies: ReadonlyArray<Reply>, count: number): Array<string | Error> {
+  const out: Array<string | Error> = [];
+  replies.forEach(([err, value], c) => {
+    const n = Math.min(EVENTS_PER_CALL, count - c * EVENTS_PER_CALL);
+    const values = Array.isArray(value) ? (value as unknown[]) : [];
+    for (let i = 0; i < n; i++) {
+      const v = values[i];
+      out.push(err ?? (typeof v === 'string' ? v : new Error(`unexpected script reply ${String(v)}`)));
+    }
+  });
+  return out;
 }
 
 function defineScripts(redis: Redis): void {
-  const r = redis as unknown as Scripted;
-  if (typeof r[CLAIM] !== 'function') redis.defineCommand(CLAIM, { lua: CLAIM_LUA });
-  if (typeof r[RELEASE] !== 'function') redis.defineCommand(RELEASE, { lua: RELEASE_LUA });
-  if (typeof r[MARK] !== 'function') redis.defineCommand(MARK, { lua: MARK_LUA });
+  defineScript(redis, CLAIM, CLAIM_LUA);
+  defineScript(redis, RELEASE, RELEASE_LUA);
 }
 
 export interface ClaimDeps {
@@ -147,39 +198,27 @@ export async function claimAndEnqueueMany(deps: ClaimDeps, reqs: readonly ClaimR
   const ttlsOf = (r: ClaimRequest) => [r.ttlSeconds, ...(r.alsoKeys ?? []).map((k) => k.ttlSeconds)];
   const pendings = reqs.map(() => PENDING + randomUUID());
 
-  // Round trip 1: rate limit + every claim. On a Redis Cluster the rate-limit key (tagged by
-  // address) and the seen keys ({opsgate} slot) may sit on different primaries, and one cluster
-  // pipeline must stay on one node: there the hit goes in its own pipeline, sent concurrently
-  // (still one round trip of latency).
-  const p1 = deps.redis.pipeline();
-  const rateOwn = opts.rateHit && deps.redis.isCluster ? deps.redis.pipeline() : undefined;
-  const decideRate = opts.rateHit?.appendTo(rateOwn ?? p1);
-  reqs.forEach((r, i) => script(p1, CLAIM, CLAIM_LUA, keysOf(r), [pendings[i]!, ...ttlsOf(r)]));
-  let replies: Array<[Error | null, unknown]>;
-  let rateReply: [Error | null, unknown] | undefined;
-  try {
-    const [own, main] = await Promise.all([
-      rateOwn ? rateOwn.exec().catch((err: Error) => [[err, undefined]] as Array<[Error | null, unknown]>) : Promise.resolve(undefined),
-      p1.exec(),
-    ]);
-    replies = (main ?? []) as Array<[Error | null, unknown]>;
-    rateReply = rateOwn ? (own?.[0] as [Error | null, unknown] | undefined) : replies[0];
-  } catch {
-    throw redisDown();
-  }
-  const claimReplies = decideRate && !rateOwn ? replies.slice(1) : replies;
-  const claimed = reqs.map((_, i) => {
-    const [err, value] = claimReplies[i] ?? [new Error('no reply'), undefined];
-    return err ? err : (value as string | null);
-  });
+  // Round trip 1: rate limit + every claim, issued together in one write (src/shared/redisBatch.ts).
+  // On a Redis Cluster the rate-limit key (tagged by address) and the seen keys ({opsgate} slot)
+  // may sit on different primaries: each command goes to its own node, in the same tick.
+  const [rateDecision, claimReplies] = corked(deps.redis, () => [
+    opts.rateHit?.sendOn(deps.redis),
+    settle(
+      batchedCalls(deps.redis, CLAIM, reqs.map((r, i) => ({ r, i })), ({ r, i }, keys, args) => {
+        const ks = keysOf(r);
+        keys.push(...ks);
+        args.push(ks.length, pendings[i]!, ...ttlsOf(r));
+      }),
+    ),
+  ] as const);
+  const [limited, replies] = await Promise.all([rateDecision, claimReplies]);
+  // null: claimed by us; a string: the record found; an Error: the claim's call failed.
+  const claimed = perItem(replies, reqs.length).map((v) => (v === '' ? null : v));
   const ours = reqs.map((_, i) => i).filter((i) => claimed[i] === null);
   const undo = () => releaseClaims(deps, ours.map((i) => ({ keys: keysOf(reqs[i]!), value: pendings[i]!, what: reqs[i]!.what })));
-  try {
-    decideRate?.(rateReply);
-    if (claimed.some((c) => c instanceof Error)) throw redisDown();
-  } catch (err) {
+  if (limited || claimed.some((c) => c instanceof Error)) {
     await undo();
-    throw err;
+    throw limited ?? redisDown();
   }
 
   const outcomes: ClaimOutcome[] = new Array(reqs.length);
@@ -200,16 +239,19 @@ export async function claimAndEnqueueMany(deps: ClaimDeps, reqs: readonly ClaimR
   });
   let added;
   try {
-    added = await deps.queue.addClaimed(jobs, (p2, dedupKey) => {
-      toAdd.forEach((a, n) => {
-        const r = reqs[a.i]!;
-        script(p2, MARK, MARK_LUA, [dedupKey(jobs[n]!.dedupId), ...keysOf(r)], [a.value]);
+    added = await deps.queue.addClaimed(jobs, (client, dedupKey) => {
+      defineScript(client, MARK, MARK_LUA);
+      return batchedCalls(client, MARK, toAdd.map((a, n) => ({ a, n })), ({ a, n }, keys, args) => {
+        const ks = keysOf(reqs[a.i]!);
+        keys.push(dedupKey(jobs[n]!.dedupId), ...ks);
+        args.push(ks.length, a.value);
       });
     });
   } catch (err) {
     await undo();
     throw err;
   }
+  const marks = perItem(added.then, toAdd.length);
   const failed: number[] = [];
   toAdd.forEach((a, n) => {
     const id = added.ids[n]!;
@@ -217,10 +259,10 @@ export async function claimAndEnqueueMany(deps: ClaimDeps, reqs: readonly ClaimR
       failed.push(a.i);
       return;
     }
-    const mark = added.then[n];
-    if (!mark || mark[0]) {
+    const mark = marks[n];
+    if (mark === undefined || mark instanceof Error) {
       // Harmless: a later duplicate finds "p:" and re-adds with the same job id (a no-op).
-      deps.logger.warn('could not mark the seen record as queued', { what: reqs[a.i]!.what, err: mark?.[0] });
+      deps.logger.warn('could not mark the seen record as queued', { what: reqs[a.i]!.what, err: mark });
     }
     outcomes[a.i] = a.fresh && id === a.jobId ? { accepted: true, duplicate: false, jobId: id, keys: keysOf(reqs[a.i]!) } : { accepted: false, duplicate: true, jobId: id, ...(a.fresh ? {} : { completedClaim: true }) };
   });
@@ -241,10 +283,15 @@ async function releaseClaims(deps: ClaimDeps, claims: ReadonlyArray<{ keys: stri
   if (claims.length === 0) return;
   for (let attempt = 1; attempt <= 3; attempt++) {
     try {
-      const p = deps.redis.pipeline();
-      for (const c of claims) script(p, RELEASE, RELEASE_LUA, c.keys, [c.value]);
-      const out = await p.exec();
-      if (out && out.every(([err]) => !err)) return;
+      const out = await settle(
+        corked(deps.redis, () =>
+          batchedCalls(deps.redis, RELEASE, claims, (c, keys, args) => {
+            keys.push(...c.keys);
+            args.push(c.keys.length, c.value);
+          }),
+        ),
+      );
+      if (out.every(([err]) => !err)) return;
     } catch {
       // retried below
     }

@@ -1,6 +1,6 @@
 import type { RequestHandler } from 'express';
 import type { ApiKey, Role } from '../shared/config.js';
-import { credentialId, safeEqual, verifySha256Signature } from '../shared/crypto.js';
+import { credentialId, safeEqual, secretMatcher, verifySha256Signature } from '../shared/crypto.js';
 import { ForbiddenError, UnauthorizedError } from '../shared/errors.js';
 import type { Metrics } from '../shared/metrics.js';
 
@@ -70,6 +70,7 @@ export function requireBearer(
     metrics.authFailures.inc({ scheme, reason });
     throw new UnauthorizedError(detail, reason, challenge(error));
   };
+  const matches = token ? secretMatcher(token) : undefined;
   return (req, res, next) => {
     const raw = header(req.get('authorization'));
     if (raw === '') fail('missing bearer credentials', 'missing');
@@ -79,7 +80,7 @@ export function requireBearer(
     if (word.toLowerCase() !== 'bearer') fail('authorization scheme must be Bearer', 'scheme', 'invalid_request');
     if (presented === '') fail('missing bearer token', 'missing', 'invalid_request');
     if (token === undefined || token === '') fail('bearer authentication is not configured', 'not_configured', 'invalid_token');
-    if (!safeEqual(presented, token!)) {
+    if (!matches!(presented)) {
       res.locals.presentedCredential = `bearer:${credentialId(presented)}`;
       fail('invalid bearer token', 'invalid', 'invalid_token');
     }
@@ -103,11 +104,12 @@ export function requireScmToken(secret: string | undefined, metrics: AuthMetrics
     metrics.authFailures.inc({ scheme: h.scheme, reason });
     throw new ForbiddenError(detail, reason);
   };
+  const matches = secret ? secretMatcher(secret) : undefined;
   return (req, res, next) => {
     if (secret === undefined || secret === '') fail(`${h.what} webhook secret is not configured`, 'not_configured');
     const presented = req.get(h.header);
     if (presented === undefined || presented === '') fail(`missing ${h.header} header`, 'missing');
-    if (!safeEqual(presented!, secret!)) {
+    if (!matches!(presented!)) {
       res.locals.presentedCredential = `${h.scheme}:${credentialId(presented!)}`;
       fail(`invalid ${h.header}`, 'invalid');
     }

@@ -1,10 +1,11 @@
 import { isIP } from 'node:net';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import type { ChainableCommander, Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { Counter } from 'prom-client';
 import { taggedKey } from '../domain/redisOps.js';
 import { sha256Hex } from '../shared/crypto.js';
 import { TooManyRequestsError } from '../shared/errors.js';
+import { callScript, defineScript } from '../shared/redisBatch.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 import { RATE_LIMIT_PREFIX, rateLimitKey } from '../domain/redisOps.js';
@@ -65,11 +66,15 @@ export const DEFAULT_DEFER_PATHS = ['/webhook/scm', '/webhook/github', '/webhook
 
 /** A rate-limit hit that the route sends with its own first Redis call (see the header comment). */
 export interface DeferredRateHit {
-  /** Queues the hit on `pipeline`; returns the decision for its reply (throws 429 over the limit, fails open on an error). */
-  appendTo(pipeline: ChainableCommander): (reply: [Error | null, unknown] | undefined) => void;
+  /**
+   * Sends the hit on `redis` now, synchronously, so it goes out in the same write as the
+   * commands the caller issues in this tick (src/shared/redisBatch.ts). Resolves with the
+   * decision, never rejects: the 429 error over the limit, else undefined (fails open on a Redis error).
+   */
+  sendOn(redis: Redis): Promise<TooManyRequestsError | undefined>;
   /** Sends the hit on its own (one round trip, abandoned after the timeout); throws 429 over the limit. */
   run(): Promise<void>;
-  /** True once appendTo or run has sent it (a hit is sent at most once). */
+  /** True once sendOn or run has sent it (a hit is sent at most once). */
   readonly sent: boolean;
 }
 
@@ -128,11 +133,9 @@ export function createRateLimiter(opts: RateLimitOptions): RequestHandler {
   const timeoutMs = opts.timeoutMs ?? 250;
   const failOpen = errorsCounter(metrics);
 
-  if (typeof (redis as unknown as Record<string, unknown>)[SCRIPT_NAME] !== 'function') {
-    // EVALSHA with an automatic EVAL fallback (NOSCRIPT after a Redis restart).
-    redis.defineCommand(SCRIPT_NAME, { numberOfKeys: 1, lua: HIT_SCRIPT });
-  }
-  const hit = (redis as unknown as Record<string, HitFn>)[SCRIPT_NAME]!.bind(redis) as HitFn;
+  // EVALSHA with an automatic EVAL fallback (NOSCRIPT after a Redis restart).
+  defineScript(redis, SCRIPT_NAME, HIT_SCRIPT);
+  const hit: HitFn = (key, w) => callScript(redis, SCRIPT_NAME, [key], [w]) as Promise<[number, number]>;
 
   let lastWarn = 0;
   const onRedisError = (err: unknown) => {
@@ -182,20 +185,17 @@ export function createRateLimiter(opts: RateLimitOptions): RequestHandler {
 
   const deferred = (key: string): DeferredRateHit => ({
     sent: false,
-    appendTo(pipeline) {
+    sendOn(target) {
       (this as { sent: boolean }).sent = true;
-      const p = pipeline as unknown as Record<string, ((k: string, w: number) => unknown) | undefined>;
-      // The pipeline of another connection may not know the script by name: EVAL it (same effect).
-      if (typeof p[SCRIPT_NAME] === 'function') p[SCRIPT_NAME](key, windowMs);
-      else pipeline.eval(HIT_SCRIPT, 1, key, windowMs);
-      return (reply) => {
-        if (!reply || reply[0]) {
-          onRedisError(reply?.[0] ?? new Error('rate limit: no reply'));
-          return;
-        }
-        const err = decide(reply[1]);
-        if (err) throw err;
-      };
+      // Another connection (a Cluster's, the queue's) may not know the script yet: define it there once.
+      defineScript(target, SCRIPT_NAME, HIT_SCRIPT);
+      return callScript(target, SCRIPT_NAME, [key], [windowMs]).then(
+        (reply) => decide(reply),
+        (err: unknown) => {
+          onRedisError(err);
+          return undefined;
+        },
+      );
     },
     async run() {
       if (this.sent) return;

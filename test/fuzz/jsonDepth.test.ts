@@ -1,11 +1,11 @@
 /**
- * The nesting-depth guard of webhook payloads (src/middleware/body.ts jsonDeeperThan): agrees
+ * The nesting-depth guard of webhook payloads (src/middleware/body.ts valueDeeperThan): agrees
  * with the real nesting depth of any JSON value, whatever strings (quotes, backslashes, brackets)
- * it contains; parseJson turns too-deep payloads into 422 instead of letting them reach the queue.
+ * or keys it contains; parseJson turns too-deep payloads into 422 instead of letting them reach the queue.
  */
 import { describe, expect, it } from '@jest/globals';
 import fc from 'fast-check';
-import { MAX_JSON_DEPTH, jsonDeeperThan, parseJson } from '../../src/middleware/body.js';
+import { MAX_JSON_DEPTH, parseJson, valueDeeperThan } from '../../src/middleware/body.js';
 import { AppError } from '../../src/shared/errors.js';
 
 /** Reference: nesting depth by walking the parsed value (fine for the small values generated here). */
@@ -17,7 +17,7 @@ function depthOf(v: unknown): number {
 
 const tricky = fc.string({ unit: 'binary' }).map((s) => s + '\\"{[}]');
 
-describe('jsonDeeperThan', () => {
+describe('valueDeeperThan', () => {
   it('matches the real depth of any JSON value, strings with brackets and escapes included', () => {
     const value = fc.letrec((tie) => ({
       node: fc.oneof(
@@ -30,7 +30,7 @@ describe('jsonDeeperThan', () => {
     fc.assert(
       fc.property(value, fc.integer({ min: 0, max: 8 }), (v, max) => {
         const text = JSON.stringify(v);
-        expect(jsonDeeperThan(text, max)).toBe(depthOf(v) > max);
+        expect(valueDeeperThan(JSON.parse(text), max)).toBe(depthOf(v) > max);
       }),
       { numRuns: 1000 },
     );
