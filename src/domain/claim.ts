@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { callScript, corked, defineScript, settle, type Reply } from '../shared/redisBatch.js';
-import type { DeferredRateHit } from '../middleware/rateLimit.js';
+import { RATE_HIT_LUA, type DeferredRateHit } from '../middleware/rateLimit.js';
 import type { JobDataByName, JobName } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
 import { QueueUnavailableError, type ClaimedJob, type OpsQueue } from '../shared/queue.js';
@@ -52,15 +52,9 @@ export const QUEUED = 'q:';
 const EVENTS_PER_CALL = 250;
 
 const CLAIM = 'opsgateSeenClaimBatch';
-/**
- * KEYS: the keys of every event, event after event. ARGV per event: its number of keys n, its
- * pending value, then the ttl (s) of each of its n keys. Per event: when none of its keys exists,
- * sets them all to the pending value (answer ""); else answers the first existing value and
- * records it on the keys that lack it (so a later delivery found by any key sees it).
- */
-const CLAIM_LUA = `
-local out = {}
-local k, a = 1, 1
+/** The claim loop, reading KEYS from index k0 and ARGV from a0, appending one answer per event to `out`. */
+const claimLoop = (k0: number, a0: number) => `
+local k, a = ${k0}, ${a0}
 while a <= #ARGV do
   local n = tonumber(ARGV[a])
   local found = false
@@ -77,6 +71,21 @@ while a <= #ARGV do
 end
 return out
 `;
+/**
+ * KEYS: the keys of every event, event after event. ARGV per event: its number of keys n, its
+ * pending value, then the ttl (s) of each of its n keys. Per event: when none of its keys exists,
+ * sets them all to the pending value (answer ""); else answers the first existing value and
+ * records it on the keys that lack it (so a later delivery found by any key sees it).
+ */
+const CLAIM_LUA = 'local out = {}' + claimLoop(1, 1);
+const CLAIM_RATED = 'opsgateSeenClaimBatchRated';
+/**
+ * The request's rate-limit hit first (src/middleware/rateLimit.ts RATE_HIT_LUA: KEYS[1] the
+ * counter, ARGV[1] the window ms), ARGV[2] the limit; over it, answers {count, ttl} and claims
+ * nothing; else {count, ttl, <CLAIM's answers>}, the events' KEYS and ARGV following. One
+ * command for the hit and the claims where both keys live on one server (not a Cluster).
+ */
+const CLAIM_RATED_LUA = RATE_HIT_LUA + 'if rl_n > tonumber(ARGV[2]) then return {rl_n, rl_ttl} end\nlocal out = {rl_n, rl_ttl}' + claimLoop(2, 3);
 const RELEASE = 'opsgateSeenReleaseBatch';
 /** KEYS: the keys of every event; ARGV per event: n, the expected value. Deletes each key that still holds it; answers how many. */
 const RELEASE_LUA = `
@@ -115,29 +124,42 @@ end
 return out
 `;
 
+/** What the first call of a batch carries in front of the items (CLAIM_RATED's rate-limit hit). */
+interface Head {
+  name: string;
+  keys: string[];
+  args: Array<string | number>;
+}
+
 /** One script call per EVENTS_PER_CALL items: `encode` adds an item's keys and args; answers the calls' promises. */
 function batchedCalls<T>(
   redis: Redis,
   name: string,
   items: readonly T[],
   encode: (item: T, keys: string[], args: Array<string | number>) => void,
+  head?: Head,
 ): Array<Promise<unknown>> {
   const calls: Array<Promise<unknown>> = [];
   for (let from = 0; from < items.length; from += EVENTS_PER_CALL) {
-    const keys: string[] = [];
-    const args: Array<string | number> = [];
+    const first = from === 0 && head;
+    const keys: string[] = first ? [...head.keys] : [];
+    const args: Array<string | number> = first ? [...head.args] : [];
     for (const item of items.slice(from, from + EVENTS_PER_CALL)) encode(item, keys, args);
-    calls.push(callScript(redis, name, keys, args));
+    calls.push(callScript(redis, first ? head.name : name, keys, args));
   }
   return calls;
 }
 
-/** The per-item answers of batchedCalls' replies, in item order: a string, or the error of its call. */
-function perItem(replies: ReadonlyArray<Reply>, count: number): Array<string | Error> {
+/**
+ * The per-item answers of batchedCalls' replies, in item order: a string, or an error (its call
+ * failed, or answered nothing for it). `skip`: leading values of the first reply that are not
+ * per item (CLAIM_RATED's count and ttl).
+ */
+function perItem(replies: ReadonlyArray<Reply>, count: number, skip = 0): Array<string | Error> {
   const out: Array<string | Error> = [];
   replies.forEach(([err, value], c) => {
     const n = Math.min(EVENTS_PER_CALL, count - c * EVENTS_PER_CALL);
-    const values = Array.isArray(value) ? (value as unknown[]) : [];
+    const values = Array.isArray(value) ? (value as unknown[]).slice(c === 0 ? skip : 0) : [];
     for (let i = 0; i < n; i++) {
       const v = values[i];
       out.push(err ?? (typeof v === 'string' ? v : new Error(`unexpected script reply ${String(v)}`)));
@@ -148,6 +170,7 @@ function perItem(replies: ReadonlyArray<Reply>, count: number): Array<string | E
 
 function defineScripts(redis: Redis): void {
   defineScript(redis, CLAIM, CLAIM_LUA);
+  defineScript(redis, CLAIM_RATED, CLAIM_RATED_LUA);
   defineScript(redis, RELEASE, RELEASE_LUA);
 }
 
@@ -199,21 +222,36 @@ export async function claimAndEnqueueMany(deps: ClaimDeps, reqs: readonly ClaimR
   const pendings = reqs.map(() => PENDING + randomUUID());
 
   // Round trip 1: rate limit + every claim, issued together in one write (src/shared/redisBatch.ts).
-  // On a Redis Cluster the rate-limit key (tagged by address) and the seen keys ({opsgate} slot)
-  // may sit on different primaries: each command goes to its own node, in the same tick.
+  // On one server the hit runs inside the first claim call (CLAIM_RATED). On a Redis Cluster the
+  // rate-limit key (tagged by address) and the seen keys ({opsgate} slot) may sit on different
+  // primaries: the hit is its own command there, sent to its node in the same tick.
+  const inline = opts.rateHit && !deps.redis.isCluster ? opts.rateHit.inline() : undefined;
+  const head: Head | undefined = inline && { name: CLAIM_RATED, keys: [inline.key], args: [inline.windowMs, inline.rps] };
   const [rateDecision, claimReplies] = corked(deps.redis, () => [
-    opts.rateHit?.sendOn(deps.redis),
+    inline ? undefined : opts.rateHit?.sendOn(deps.redis),
     settle(
-      batchedCalls(deps.redis, CLAIM, reqs.map((r, i) => ({ r, i })), ({ r, i }, keys, args) => {
-        const ks = keysOf(r);
-        keys.push(...ks);
-        args.push(ks.length, pendings[i]!, ...ttlsOf(r));
-      }),
+      batchedCalls(
+        deps.redis,
+        CLAIM,
+        reqs.map((r, i) => ({ r, i })),
+        ({ r, i }, keys, args) => {
+          const ks = keysOf(r);
+          keys.push(...ks);
+          args.push(ks.length, pendings[i]!, ...ttlsOf(r));
+        },
+        head,
+      ),
     ),
   ] as const);
-  const [limited, replies] = await Promise.all([rateDecision, claimReplies]);
-  // null: claimed by us; a string: the record found; an Error: the claim's call failed.
-  const claimed = perItem(replies, reqs.length).map((v) => (v === '' ? null : v));
+  const [separate, replies] = await Promise.all([rateDecision, claimReplies]);
+  let limited = separate;
+  if (inline) {
+    const [err, first] = replies[0]!;
+    limited = inline.decide(err ?? (Array.isArray(first) ? [Number(first[0]), Number(first[1])] : new Error('no rate-limit reply')));
+  }
+  // null: claimed by us; a string: the record found; an Error: the claim's call failed (or, over
+  // the rate limit, was not made).
+  const claimed = perItem(replies, reqs.length, inline ? 2 : 0).map((v) => (v === '' ? null : v));
   const ours = reqs.map((_, i) => i).filter((i) => claimed[i] === null);
   const undo = () => releaseClaims(deps, ours.map((i) => ({ keys: keysOf(reqs[i]!), value: pendings[i]!, what: reqs[i]!.what })));
   if (limited || claimed.some((c) => c instanceof Error)) {

@@ -72,6 +72,12 @@ export interface DeferredRateHit {
    * decision, never rejects: the 429 error over the limit, else undefined (fails open on a Redis error).
    */
   sendOn(redis: Redis): Promise<TooManyRequestsError | undefined>;
+  /**
+   * For a caller that runs RATE_HIT_LUA inside its own script (same server, one command less):
+   * the counter key, the window, the limit, and the decision for the script's {count, ttl}
+   * (an Error: the script failed, fail open). Marks the hit sent.
+   */
+  inline(): { key: string; windowMs: number; rps: number; decide(reply: [number, number] | Error): TooManyRequestsError | undefined };
   /** Sends the hit on its own (one round trip, abandoned after the timeout); throws 429 over the limit. */
   run(): Promise<void>;
   /** True once sendOn or run has sent it (a hit is sent at most once). */
@@ -87,16 +93,21 @@ export function pendingRateHit(res: Response): DeferredRateHit | undefined {
 export const DEFAULT_EXEMPT_PATHS = ['/health', '/ready'] as const;
 
 const SCRIPT_NAME = 'opsgateRateLimitHit';
-/** KEYS[1] = counter key, ARGV[1] = window ms. Returns {count, remaining window ms}. */
-const HIT_SCRIPT = `
-local n = redis.call('INCR', KEYS[1])
-local ttl = redis.call('PTTL', KEYS[1])
-if n == 1 or ttl < 0 then
+/**
+ * The hit in Lua, for this limiter's own script and for a caller's script that runs it first on
+ * the same server (src/domain/claim.ts): KEYS[1] = counter key, ARGV[1] = window ms; leaves the
+ * count in rl_n and the window's remaining milliseconds in rl_ttl.
+ */
+export const RATE_HIT_LUA = `
+local rl_n = redis.call('INCR', KEYS[1])
+local rl_ttl = redis.call('PTTL', KEYS[1])
+if rl_n == 1 or rl_ttl < 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
-  ttl = tonumber(ARGV[1])
+  rl_ttl = tonumber(ARGV[1])
 end
-return {n, ttl}
 `;
+/** KEYS[1] = counter key, ARGV[1] = window ms. Returns {count, remaining window ms}. */
+const HIT_SCRIPT = RATE_HIT_LUA + 'return {rl_n, rl_ttl}\n';
 
 type HitFn = (key: string, windowMs: number) => Promise<[number, number]>;
 
@@ -196,6 +207,21 @@ export function createRateLimiter(opts: RateLimitOptions): RequestHandler {
           return undefined;
         },
       );
+    },
+    inline() {
+      (this as { sent: boolean }).sent = true;
+      return {
+        key,
+        windowMs,
+        rps,
+        decide: (reply) => {
+          if (reply instanceof Error) {
+            onRedisError(reply);
+            return undefined;
+          }
+          return decide(reply);
+        },
+      };
     },
     async run() {
       if (this.sent) return;

@@ -10,7 +10,8 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createRateLimiter } from '../../src/middleware/rateLimit.js';
 import { startRedis, type RedisServer } from '../helpers/redis.js';
-import { OP_KEY, RO_KEY, createHarness, type Harness } from '../integration/api/harness.js';
+import { OP_KEY, RO_KEY, SCM_SECRET, createHarness, type Harness } from '../integration/api/harness.js';
+import { rateLimitKey, seenKey } from '../../src/domain/redisOps.js';
 
 let redis: RedisServer;
 const harnesses: Harness[] = [];
@@ -119,6 +120,35 @@ describe('rate limit in createApp: two replicas, one Redis, TRUST_PROXY from the
     const line = h.audits().find((l) => l.request_id === res.headers.get('x-request-id'));
     expect(String(line?.client)).toMatch(/^(::ffff:)?127\.0\.0\.1$/);
     expect(JSON.stringify(h.audits())).not.toMatch(/203\.0\.113\.99|198\.51\.100\./);
+  }, 60_000);
+
+  it('webhook intake: the hit runs inside the claim script (one command); over the limit 429 {detail} + Retry-After, nothing claimed or queued, and the same event is accepted in the next window', async () => {
+    const a = await replica({ RATE_LIMIT_RPS: '2', TRUST_PROXY: '1' });
+    const h = harnesses[harnesses.length - 1]!;
+    const push = (sha: string) =>
+      fetch(`${a}/webhook/scm`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', 'X-Scm-Token': SCM_SECRET, 'X-Scm-Event': 'Push Hook', 'X-Forwarded-For': '192.0.2.44' },
+        body: JSON.stringify({ ref: 'refs/heads/main', checkout_sha: sha, project: { path_with_namespace: 'team/rl-inline' } }),
+      }).then(async (r) => ({ sha, status: r.status, retryAfter: r.headers.get('retry-after'), body: (await r.json()) as Record<string, unknown> }));
+    const out = await withinOneWindow(async () => {
+      const seq = [];
+      for (const sha of ['rl01', 'rl02', 'rl03', 'rl04']) seq.push(await push(sha));
+      return seq;
+    });
+    expect(out.map((r) => r.status)).toEqual([202, 202, 429, 429]);
+    for (const r of out.slice(2)) {
+      expect(Object.keys(r.body)).toEqual(['detail']);
+      expect(r.retryAfter).toBe('1');
+      expect(await h.inspect.exists(seenKey(`scm:team/rl-inline:refs/heads/main:${r.sha}`))).toBe(0);
+    }
+    const jobs = (await h.queue.bull.getJobs(['waiting'])).filter((j) => j.data.project === 'team/rl-inline');
+    expect(jobs.map((j) => j.data.sha).sort()).toEqual(['rl01', 'rl02']);
+    // The refused event was not recorded: the sender's retry in a later window is accepted.
+    const retried = await withinOneWindow(() => push('rl03'));
+    expect(retried.status).toBe(202);
+    expect(retried.body).toMatchObject({ accepted: true, duplicate: false });
+    expect(Number(await h.inspect.get(rateLimitKey('192.0.2.44')))).toBeGreaterThanOrEqual(1);
   }, 60_000);
 
   it('probes are never limited', async () => {

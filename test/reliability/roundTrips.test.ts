@@ -94,7 +94,7 @@ describe('Redis round trips per delivery (rate limit on)', () => {
     expect(await roundTrips(() => github('g1', 'd-1'))).toBe(1);
   });
 
-  it('alert storm: 1,000 alerts cost the same constant as 1 alert (one claim pipeline, one add pipeline)', async () => {
+  it('alert storm: 1,000 alerts cost the same constant as 1 alert (one claim write, one add write)', async () => {
     const one = await roundTrips(() => alerts('one', 1));
     const many = await roundTrips(() => alerts('storm', 1000));
     const again = await roundTrips(() => alerts('storm', 1000)); // all duplicates
@@ -102,6 +102,18 @@ describe('Redis round trips per delivery (rate limit on)', () => {
     expect(many).toBe(one);
     expect(again).toBe(1);
     expect(await h.queue.bull.getJobCountByTypes('waiting')).toBeGreaterThanOrEqual(1001);
+  }, 60_000);
+
+  it('commands per delivery: the rate-limit hit rides inside the claim script; claims and marks are one script call per batch, not one per event (issue 10 item 3)', async () => {
+    const commands = async (fn: () => PromiseLike<{ status: number }>) => {
+      const before = relay.commands();
+      expect((await fn()).status).toBe(202);
+      return relay.commands() - before;
+    };
+    expect(await commands(() => scm('c1'))).toBe(3); // rate limit + claim, add, mark
+    expect(await commands(() => scm('c1'))).toBe(1); // the duplicate: one script call in all
+    expect(await commands(() => alerts('cmd-storm', 1000))).toBe(4 + 1000 + 4); // 4 claim calls (the first with the hit; 250 events each), 1,000 adds, 4 mark calls
+    expect(await commands(() => alerts('cmd-storm', 1000))).toBe(4); // redelivery: the 4 claim calls only
   }, 60_000);
 
   it('an ignored delivery still counts against the rate limit (its hit is sent on its own: 1 round trip)', async () => {
