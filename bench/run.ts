@@ -188,6 +188,18 @@ interface LoadFigures {
   rssMb: number;
   /** Redis CPU per 1,000 requests (ms), from INFO cpu. */
   redisMsPer1k: number;
+  /** The server process's own CPU (user + sys, every thread) per request, in us: what a request costs it, whatever else loads the machine. */
+  cpuUsPerReq: number;
+}
+
+/** CPU time (user + sys) a process has used so far, in ms (/proc/<pid>/stat, clock ticks of 10 ms). */
+function processCpuMs(pid: number): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return NaN;
+  }
 }
 
 const WRK_LUA = join(ROOT, 'bench/wrk.lua');
@@ -232,9 +244,11 @@ async function load(name: string, url: string, mode: Mode, pid: number, admin: R
   if (mode === 'dup') await runWrk(url, env, 1, 1); // the event is seen before the measured run
   log(`${name} ${mode}: ${opts.seconds}s at ${opts.connections} connections`);
   const cpu0 = await redisCpuMs(admin);
+  const own0 = processCpuMs(pid);
   const rss = rssSampler(pid);
   const r = await runWrk(url, env, opts.connections, opts.seconds);
   const maxRss = rss.stop();
+  const own1 = processCpuMs(pid);
   const cpu1 = await redisCpuMs(admin);
   // No answer within the run: no figures (never a flattering 0 ms).
   const none = r.requests === 0;
@@ -247,6 +261,7 @@ async function load(name: string, url: string, mode: Mode, pid: number, admin: R
     errors: r.socket_errors + r.timeouts,
     rssMb: maxRss,
     redisMsPer1k: r.requests > 0 ? ((cpu1 - cpu0) / r.requests) * 1000 : NaN,
+    cpuUsPerReq: r.requests > 0 ? ((own1 - own0) / r.requests) * 1000 : NaN,
   };
 }
 
@@ -267,6 +282,7 @@ function medianFigures(runs: LoadFigures[]): LoadFigures {
     errors: runs.reduce((a, f) => a + f.errors, 0),
     rssMb: Math.max(...runs.map((f) => f.rssMb)),
     redisMsPer1k: median(runs.map((f) => f.redisMsPer1k)),
+    cpuUsPerReq: median(runs.map((f) => f.cpuUsPerReq)),
   };
 }
 
@@ -463,11 +479,11 @@ async function main() {
     /** Median over rounds of a per-round ratio (the machine's load drifts between rounds). */
     const ratio = (a: string, b: string) => median(runs[a]!.map((f, i) => f.rps / runs[b]![i]!.rps));
     const p99Ok = (m: Mode) => median(runs[`api:${m}`]!.map((f, i) => (f.p99 <= runs[`control:${m}`]![i]!.p99 ? 1 : 0))) >= 0.5;
-    const table: string[][] = [['scenario', 'server', 'req/s', 'x bare', 'p50 ms', 'p99 ms', 'RSS MB', 'Redis ms/1k req']];
+    const table: string[][] = [['scenario', 'server', 'req/s', 'x bare', 'p50 ms', 'p99 ms', 'RSS MB', 'server CPU us/req', 'Redis ms/1k req']];
     for (const m of modes) {
       for (const sv of servers) {
         const f = fig(`${sv.key}:${m.mode}`);
-        table.push([m.label, sv.label, fmt(f.rps), sv.key === 'bare' ? '1.00' : fmt(ratio(`${sv.key}:${m.mode}`, `bare:${m.mode}`), 2), fmt(f.p50, 1), fmt(f.p99, 1), fmt(f.rssMb), sv.key === 'bare' ? '-' : fmt(f.redisMsPer1k, 1)]);
+        table.push([m.label, sv.label, fmt(f.rps), sv.key === 'bare' ? '1.00' : fmt(ratio(`${sv.key}:${m.mode}`, `bare:${m.mode}`), 2), fmt(f.p50, 1), fmt(f.p99, 1), fmt(f.rssMb), fmt(f.cpuUsPerReq), sv.key === 'bare' ? '-' : fmt(f.redisMsPer1k, 1)]);
       }
     }
     const apiRss = Math.max(...modes.map((m) => fig(`api:${m.mode}`).rssMb));
@@ -503,7 +519,7 @@ async function main() {
     const lsep = '+' + lw.map((wd) => '-'.repeat(wd + 2)).join('+') + '+';
     const handVsRlf = median(limiterRuns.hand!.map((f, i) => f.rps / limiterRuns.rlf![i]!.rps));
     out.push('', lsep, lrow(lt[0]!), lsep, ...lt.slice(1).map(lrow), lsep);
-    out.push(`  hand-written / rate-limiter-flexible: ${fmt(handVsRlf, 2)} x req/s (median of per-round ratios). On the intake paths the hand-written hit also rides in the claim's pipeline (0 extra round trips); rate-limiter-flexible's consume() is a round trip of its own.`);
+    out.push(`  hand-written / rate-limiter-flexible: ${fmt(handVsRlf, 2)} x req/s (median of per-round ratios). On the intake paths the hand-written hit also runs inside the claim script (0 extra round trips, 0 extra commands); rate-limiter-flexible's consume() is a round trip of its own.`);
     out.push('', 'targets (issue 10):');
     for (const [name, measured, ok] of targets) out.push(`  ${ok ? 'PASS' : 'FAIL'}  ${name}: ${measured}`);
     out.push(
@@ -511,7 +527,7 @@ async function main() {
       `  worker: drain ${fmt(w.drainRate)} jobs/s, enqueue-to-start p50 ${fmt(w.p50)} ms p99 ${fmt(w.p99)} ms (${w.latencySamples} paced jobs), RSS ${fmt(w.rssMb)} MB; ${w.completedLogged} "job completed" lines (expected ${JOBS + LATENCY_JOBS}), failed ${w.failed}, left ${w.leftover}`,
       `  errors/timeouts/non-2xx: ${servers.map((sv) => `${sv.key} ${modes.map((m) => { const f = fig(`${sv.key}:${m.mode}`); return `${f.errors}/${f.non2xx}`; }).join(',')}`).join('; ')}; API log lines ${apiLogLines}`,
       `  machine: ${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? '?'}), node ${process.version}, uptime load average before ${load0.map((x) => x.toFixed(2)).join('/')} after ${load1.map((x) => x.toFixed(2)).join('/')}`,
-      `  settings: wrk ${CONNECTIONS} connections (${ALERT_CONNECTIONS} for alert payloads), ${DURATION} s per run after ${WARMUP} s warm-up, RATE_LIMIT_RPS=${RATE_LIMIT_RPS}, Redis flushed before each run; Redis ms/1k req = Redis CPU (INFO cpu, user+sys) per 1,000 requests`,
+      `  settings: wrk ${CONNECTIONS} connections (${ALERT_CONNECTIONS} for alert payloads), ${DURATION} s per run after ${WARMUP} s warm-up, RATE_LIMIT_RPS=${RATE_LIMIT_RPS}, Redis flushed before each run; Redis ms/1k req = Redis CPU (INFO cpu, user+sys) per 1,000 requests; server CPU us/req = the server process's CPU (/proc, all threads) per request`,
     );
     process.stdout.write(out.join('\n') + '\n');
     Object.assign(results, { started: started.toISOString(), runs, limiterRuns, targets, worker: w, loadavg: { before: load0, after: load1 }, settings: { CONNECTIONS, ALERT_CONNECTIONS, DURATION, WARMUP, ROUNDS, RATE_LIMIT_RPS, HEAP_CAP_MB, SEMI_SPACE_MB } });
