@@ -304,6 +304,42 @@ function notifyData(i: number) {
   };
 }
 
+/**
+ * The floor under the alert-payload target: BullMQ's own Queue.addBulk of BENCH_ALERTS
+ * notify_oncall jobs (one pipeline, the cheapest way BullMQ offers to add that many jobs), with
+ * nothing else (no HTTP, no parsing, no dedup records), one batch at a time, 3 x BENCH_ROUNDS
+ * batches: wall time (median, max) and the CPU of this process and of Redis per batch.
+ */
+async function addBulkFloor(redis: RedisServer, admin: Redis) {
+  const conn = new Redis(redis.url, { maxRetriesPerRequest: null });
+  const queue = new Queue(QUEUE_NAME, { connection: conn });
+  await admin.flushall();
+  const opts = defaultJobOptions({ attempts: 5, backoffMs: 10000 });
+  const walls: number[] = [];
+  const nodeCpu: number[] = [];
+  const redisCpu: number[] = [];
+  try {
+    for (let b = 0; b < 3 * ROUNDS + 1; b++) {
+      const jobs = Array.from({ length: ALERTS_PER_PAYLOAD }, (_, i) => ({ name: JOB.notifyOncall, data: notifyData(b * ALERTS_PER_PAYLOAD + i), opts }));
+      const r0 = await redisCpuMs(admin);
+      const c0 = process.cpuUsage();
+      const t0 = performance.now();
+      await queue.addBulk(jobs);
+      const wall = performance.now() - t0;
+      const c = process.cpuUsage(c0);
+      const r1 = await redisCpuMs(admin);
+      if (b === 0) continue; // the first batch loads BullMQ's scripts
+      walls.push(wall);
+      nodeCpu.push((c.user + c.system) / 1000);
+      redisCpu.push(r1 - r0);
+    }
+  } finally {
+    await queue.close();
+    conn.disconnect();
+  }
+  return { p50: median(walls), max: Math.max(...walls), nodeCpuMs: median(nodeCpu), redisCpuMs: median(redisCpu), batches: walls.length };
+}
+
 async function workerBench(redis: RedisServer) {
   const conn = new Redis(redis.url, { maxRetriesPerRequest: null });
   const queue = new Queue(QUEUE_NAME, { connection: conn });
@@ -471,6 +507,7 @@ async function main() {
     const apiLogLines = countLines(join(ROOT, 'artifacts/bench-api.log'));
 
     // 3. worker
+    const floor = await addBulkFloor(redis, admin);
     const w = await workerBench(redis);
     const load1 = os.loadavg();
 
@@ -520,6 +557,10 @@ async function main() {
     const handVsRlf = median(limiterRuns.hand!.map((f, i) => f.rps / limiterRuns.rlf![i]!.rps));
     out.push('', lsep, lrow(lt[0]!), lsep, ...lt.slice(1).map(lrow), lsep);
     out.push(`  hand-written / rate-limiter-flexible: ${fmt(handVsRlf, 2)} x req/s (median of per-round ratios). On the intake paths the hand-written hit also runs inside the claim script (0 extra round trips, 0 extra commands); rate-limiter-flexible's consume() is a round trip of its own.`);
+    out.push(
+      '',
+      `  floor under the alert target: BullMQ Queue.addBulk of ${fmt(ALERTS_PER_PAYLOAD)} notify_oncall jobs alone (no HTTP, no dedup), one batch at a time: p50 ${fmt(floor.p50, 1)} ms, max ${fmt(floor.max, 1)} ms, per batch ${fmt(floor.nodeCpuMs, 1)} ms Node CPU + ${fmt(floor.redisCpuMs, 1)} ms Redis CPU (${floor.batches} batches)`,
+    );
     out.push('', 'targets (issue 10):');
     for (const [name, measured, ok] of targets) out.push(`  ${ok ? 'PASS' : 'FAIL'}  ${name}: ${measured}`);
     out.push(
@@ -530,7 +571,7 @@ async function main() {
       `  settings: wrk ${CONNECTIONS} connections (${ALERT_CONNECTIONS} for alert payloads), ${DURATION} s per run after ${WARMUP} s warm-up, RATE_LIMIT_RPS=${RATE_LIMIT_RPS}, Redis flushed before each run; Redis ms/1k req = Redis CPU (INFO cpu, user+sys) per 1,000 requests; server CPU us/req = the server process's CPU (/proc, all threads) per request`,
     );
     process.stdout.write(out.join('\n') + '\n');
-    Object.assign(results, { started: started.toISOString(), runs, limiterRuns, targets, worker: w, loadavg: { before: load0, after: load1 }, settings: { CONNECTIONS, ALERT_CONNECTIONS, DURATION, WARMUP, ROUNDS, RATE_LIMIT_RPS, HEAP_CAP_MB, SEMI_SPACE_MB } });
+    Object.assign(results, { started: started.toISOString(), runs, limiterRuns, targets, addBulkFloor: floor, worker: w, loadavg: { before: load0, after: load1 }, settings: { CONNECTIONS, ALERT_CONNECTIONS, DURATION, WARMUP, ROUNDS, RATE_LIMIT_RPS, HEAP_CAP_MB, SEMI_SPACE_MB } });
     writeFileSync(join(ROOT, 'artifacts/bench.json'), JSON.stringify(results, null, 2) + '\n');
     writeFileSync(join(ROOT, 'artifacts/bench.txt'), out.join('\n') + '\n');
     if (targets.some((t) => !t[2]) && process.env.BENCH_STRICT === '1') process.exitCode = 1;
