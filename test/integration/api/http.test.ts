@@ -96,10 +96,11 @@ describe('request id', () => {
     const line = ctx.h.audits().find((a) => a.request_id === res.headers['x-request-id']);
     expect(line!.caller_request_id).toBe(kept);
   });
-  it('responses are not cacheable and not content-sniffed', async () => {
+  it('responses are not cacheable and not content-sniffed, and carry no ETag (no validator for no-store answers, no SHA-1 of every body)', async () => {
     for (const res of [await request(ctx.h.app).get('/health'), await request(ctx.h.app).get('/ops/hosts').set('X-API-Key', RO_KEY), await request(ctx.h.app).get('/x')]) {
       expect(res.headers['cache-control']).toBe('no-store');
       expect(res.headers['x-content-type-options']).toBe('nosniff');
+      expect(res.headers.etag).toBeUndefined();
     }
   });
   it('generated when absent, and on errors too', async () => {
