@@ -1,7 +1,7 @@
 import express, { type Express, type RequestHandler } from 'express';
 import type { Redis } from 'ioredis';
 import type { HostStatusProvider } from './domain/hostStatus.js';
-import { replicationGate } from './domain/replication.js';
+import { replicationGate, retryReplicationGate } from './domain/replication.js';
 import { requestId } from './middleware/context.js';
 import { errorHandler, notFound } from './middleware/errors.js';
 import { observe } from './middleware/observe.js';
@@ -71,7 +71,13 @@ export function createApp(deps: AppDeps): Express {
   app.use(webhooksRouter({ ...deps, replicated }));
   app.use(healthRouter({ redis: deps.redis, queue: deps.queue, version: deps.version ?? '0.0.0' }));
   app.use(opsRouter({ ...deps, queue: deps.queue, hostStatus: deps.hostStatus, replicated }));
-  app.use(jobsRouter(deps));
+  const retryReplicated = retryReplicationGate({
+    queue: deps.queue,
+    logger: deps.logger,
+    minReplicas: deps.config.REDIS_MIN_REPLICAS_ACK,
+    timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
+  });
+  app.use(jobsRouter({ ...deps, retryReplicated }));
   app.use(openapiRouter({ version: deps.version }));
   // Bull Board (operator only, audited): src/routes/admin.ts.
   if (deps.config.ADMIN_UI_ENABLED) app.use(ADMIN_BASE_PATH, createAdminRouter({ queues: [deps.queue.bull], apiKeys: deps.config.apiKeys, logger: deps.logger, metrics: deps.metrics }));

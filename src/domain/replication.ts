@@ -102,3 +102,41 @@ export function replicationGate(deps: ReplicationDeps): ConfirmReplicated {
     throw new NotReplicatedError(minReplicas);
   };
 }
+
+export type ConfirmRetryReplicated = () => Promise<void>;
+
+/**
+ * REDIS_MIN_REPLICAS_ACK for POST /ops/jobs/{id}/retry: the retry's writes (the job moved from
+ * the failed set back to waiting, a restart's deduplication slot and dropped restartedAt) are all
+ * on the queue's connection, so one `WAIT N REDIS_ACK_TIMEOUT_MS` there covers them.
+ *
+ * Not acknowledged in time: 503 + Retry-After, and nothing is taken back. Moving the job back to
+ * the failed set would race with a worker that already took it, and a retry is idempotent: the
+ * retry stays in effect on this primary (the job is waiting again and will run); if the primary
+ * is lost before a replica got it, the promoted replica still has the job failed. Either way the
+ * operator repeats the retry: it re-queues the job (200) or answers 409 "job is waiting" (or
+ * active/completed), which means the first one took effect. The job never runs twice for one
+ * successful retry.
+ */
+export function retryReplicationGate(deps: Omit<ReplicationDeps, 'redis'>): ConfirmRetryReplicated {
+  if (deps.minReplicas <= 0) return async () => {};
+  const { minReplicas, timeoutMs, logger } = deps;
+  return async () => {
+    let acked = -1;
+    try {
+      acked = await deps.queue.waitReplicas(minReplicas, timeoutMs);
+    } catch (err) {
+      logger.debug('WAIT failed', { err });
+    }
+    if (acked >= minReplicas) return;
+    logger.warn('job retry not acknowledged by enough Redis replicas; answering 503', {
+      replicas_required: minReplicas,
+      replicas_acked: acked < 0 ? null : acked,
+      timeout_ms: timeoutMs,
+    });
+    throw new NotReplicatedError(
+      minReplicas,
+      `retry not acknowledged by ${minReplicas} Redis replica${minReplicas === 1 ? '' : 's'} in time; it may still take effect; repeating it is safe (409 "job is waiting" then means it did)`,
+    );
+  };
+}

@@ -222,7 +222,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
       413: E[413],
       422: E[422]('reason missing, blank or too long'),
       429: E[429],
-      503: E[503](),
+      503: E[503]('Redis (queue) unavailable, or (REDIS_MIN_REPLICAS_ACK) the retry not acknowledged by enough replicas in time: it may still take effect, repeating it is safe'),
     },
   },
   {

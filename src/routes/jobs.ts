@@ -1,5 +1,6 @@
 import { Router } from 'express';
 import { z } from 'zod';
+import type { ConfirmRetryReplicated } from '../domain/replication.js';
 import { requireApiKey } from '../middleware/auth.js';
 import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
@@ -16,13 +17,17 @@ import { LISTABLE_STATES, type OpsQueue } from '../shared/queue.js';
  *   first, paginated with offset/limit; the same view as one job: never data or return values;
  * - POST /ops/jobs/:id/retry (operator key, body {reason}): re-queues a dead-lettered job with a
  *   fresh attempt budget; audited with the principal, the reason and the job; 409 when the job is
- *   not failed (or, for a restart, when another restart of its Deployment is in progress).
+ *   not failed (or, for a restart, when another restart of its Deployment is in progress);
+ *   with REDIS_MIN_REPLICAS_ACK, 200 only once the retry is on that many replicas, else 503
+ *   (nothing taken back; repeating the retry is safe: src/domain/replication.ts).
  */
 export interface JobsDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
   queue: Pick<OpsQueue, 'getJob' | 'listJobs' | 'retryFailed'>;
   logger: Logger;
   metrics: Pick<Metrics, 'authFailures'>;
+  /** REDIS_MIN_REPLICAS_ACK: WAIT before the retry's 200 (src/domain/replication.ts); absent = off. */
+  retryReplicated?: ConfirmRetryReplicated;
 }
 
 export const JOB_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -114,6 +119,7 @@ export function jobsRouter(deps: JobsDeps): Router {
           throw new ConflictError(`another restart of this Deployment is waiting or rolling out (job ${out.holder}); retry this one after it finished`);
         case 'retried':
           res.locals.auditFields = { job_id: id, job_name: out.job.name, retry_reason: body.data.reason, outcome: 'retried' };
+          await deps.retryReplicated?.();
           deps.logger.info('dead-lettered job retried', { job_id: id, job_name: out.job.name, request_id: res.locals.requestId });
           res.json({ retried: true, job: out.job });
       }

@@ -102,8 +102,8 @@ export class ServiceUnavailableError extends AppError {
 
 /** REDIS_MIN_REPLICAS_ACK: the writes behind a success answer did not reach enough replicas in time. */
 export class NotReplicatedError extends ServiceUnavailableError {
-  constructor(minReplicas: number) {
-    super(`not acknowledged by ${minReplicas} Redis replica${minReplicas === 1 ? '' : 's'} in time; retry later`, 2);
+  constructor(minReplicas: number, detail?: string) {
+    super(detail ?? `not acknowledged by ${minReplicas} Redis replica${minReplicas === 1 ? '' : 's'} in time; retry later`, 2);
   }
 }
 

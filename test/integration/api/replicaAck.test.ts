@@ -5,14 +5,18 @@
  *   back (spec rule 9): no seen record, no job, so the sender's retry is delivered again.
  * - Acknowledged: the usual answers, and the seen record and the job are on the replica at the
  *   moment the answer arrives (that is the guarantee).
+ * - POST /ops/jobs/{id}/retry: 200 only once the re-queued job is on the replica; not in time
+ *   (no replica, or the replica paused with SIGSTOP): 503 + Retry-After, nothing taken back (the
+ *   retry stays in effect on the primary), and repeating it is safe: 409 "job is waiting".
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import { Worker } from 'bullmq';
 import request from 'supertest';
 import { deliveryKey, seenKey } from '../../../src/domain/redisOps.js';
+import { JOB } from '../../../src/shared/jobs.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
-import { startReplica } from '../../helpers/redisTopology.js';
-import { BEARER, createHarness, SCM_SECRET, type Harness } from './harness.js';
+import { startReplica, until } from '../../helpers/redisTopology.js';
+import { BEARER, createHarness, OP_KEY, runWorkerUntil, SCM_SECRET, type Harness } from './harness.js';
 
 let srv: RedisServer;
 let h: Harness;
@@ -43,6 +47,15 @@ const alerts = (...fps: string[]) =>
     .send(JSON.stringify({ alerts: fps.map((fingerprint) => ({ status: 'firing', fingerprint, labels: { alertname: 'A' } })) }));
 const restart = () => request(h.app).post('/ops/restart?host=web-1&service=frontend').set('Authorization', `Bearer ${BEARER}`);
 const jobs = () => h.queue.bull.getJobs(['waiting', 'delayed', 'active', 'completed', 'failed', 'prioritized']);
+const retry = (id: string) =>
+  request(h.app).post(`/ops/jobs/${id}/retry`).set('X-API-Key', OP_KEY).set('Content-Type', 'application/json').send(JSON.stringify({ reason: 'replica test' }));
+/** A dead letter made by the real worker processor (a host not in the inventory). */
+async function deadLetter(host: string): Promise<string> {
+  const id = await h.queue.enqueue(JOB.restartService, { host, service: 'api', audit_id: `a-${host}`, requested_by: 'key:000000000000' });
+  await runWorkerUntil(srv.url, async () => (await h.queue.getJob(id))?.state === 'failed');
+  return id;
+}
+const RETRY_503 = /^retry not acknowledged by 1 Redis replica in time; it may still take effect; repeating it is safe/;
 const scmKey = (sha: string) => seenKey(`scm:group/app:refs/heads/main:${sha}`);
 
 describe('REDIS_MIN_REPLICAS_ACK=1 without a replica: nothing is acknowledged', () => {
@@ -117,6 +130,18 @@ describe('REDIS_MIN_REPLICAS_ACK=1 without a replica: nothing is acknowledged', 
       await plain.close();
     }
   });
+  it('job retry -> 503 + Retry-After; the retry stays in effect (not taken back); repeating it answers 409 "job is waiting"', async () => {
+    const id = await deadLetter('gone-norep');
+    const res = await retry(id);
+    expect(res.status).toBe(503);
+    expect(res.headers['retry-after']).toMatch(/^\d+$/);
+    expect(res.body).toEqual({ detail: expect.stringMatching(RETRY_503) });
+    expect((await h.queue.getJob(id))?.state).toBe('waiting');
+    const again = await retry(id);
+    expect(again.status).toBe(409);
+    expect(again.body).toEqual({ detail: 'job is waiting; only a failed (dead-lettered) job can be retried' });
+    expect(await jobs()).toHaveLength(1);
+  });
   it('taking back spares a job a worker already took or finished (it counts as accepted)', async () => {
     await h.queue.bull.add('ops_worker.notify_oncall', { alertname: 'x', annotations: {}, audit_id: 'a', requested_by: 'r' }, { jobId: 'taken-1' });
     let release!: () => void;
@@ -178,6 +203,41 @@ describe('REDIS_MIN_REPLICAS_ACK=1 with one real replica', () => {
     expect(dup.status).toBe(202);
     expect(dup.body).toMatchObject({ accepted: false, duplicate: true });
     expect(await jobs()).toHaveLength(1);
+  });
+  it('job retry: 200, and at that moment the re-queued job is in the wait list on the replica', async () => {
+    const id = await deadLetter('gone-rep');
+    const onReplica = replica.client();
+    try {
+      const res = await retry(id);
+      expect(res.status).toBe(200);
+      expect(res.body).toMatchObject({ retried: true, job: { id, state: 'waiting' } });
+      expect(await onReplica.lrange('bull:ops:wait', 0, -1)).toContain(id);
+      expect(await onReplica.zscore('bull:ops:failed', id)).toBeNull();
+    } finally {
+      onReplica.disconnect();
+    }
+  });
+  it('job retry with the replica paused (SIGSTOP) -> 503; after it resumes the retry is on the replica and repeating it answers 409', async () => {
+    const id = await deadLetter('gone-paused');
+    replica.proc.kill('SIGSTOP');
+    let res;
+    try {
+      res = await retry(id);
+    } finally {
+      replica.proc.kill('SIGCONT');
+    }
+    expect(res.status).toBe(503);
+    expect(res.headers['retry-after']).toMatch(/^\d+$/);
+    expect(res.body).toEqual({ detail: expect.stringMatching(RETRY_503) });
+    const onReplica = replica.client();
+    try {
+      await until('the retry replicated after the replica resumed', async () => (await onReplica.lrange('bull:ops:wait', 0, -1)).includes(id), 10_000);
+    } finally {
+      onReplica.disconnect();
+    }
+    const again = await retry(id);
+    expect(again.status).toBe(409);
+    expect(again.body.detail).toMatch(/^job is waiting/);
   });
   it('alerts and restart answer as usual', async () => {
     expect((await alerts('fp-r1', 'fp-r2')).status).toBe(202);
