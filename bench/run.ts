@@ -11,7 +11,11 @@
  *   nothing else, from the same libraries;
  * - the API (dist/src/server.js) as the chart runs it: the chart's api.maxOldSpaceSizeMb and
  *   api.maxSemiSpaceSizeMb, its production middleware, the rate limiter on with a limit never
- *   reached (RATE_LIMIT_RPS=1000000), stdout to a file as a container runtime takes it.
+ *   reached (RATE_LIMIT_RPS=1000000), stdout to a file as a container runtime takes it;
+ * - the same API with REDIS_MIN_REPLICAS_ACK=1 (issue 12 item 3: the cost of "acknowledged means
+ *   replicated"), with one local replica of the bench's Redis (redis-server --replicaof on
+ *   127.0.0.1, started and stopped here; FLUSHALL replicates, so it is flushed with the primary);
+ *   unique pushes and alert payloads only (a duplicate writes nothing, so it has nothing to WAIT for).
  * Scenarios: unique push events (a new checkout_sha per request), duplicates (one event), and
  * payloads of BENCH_ALERTS (1000) firing alerts with new fingerprints (fewer connections).
  * Redis is flushed before each run; Redis cost = Redis CPU (INFO cpu) per 1,000 requests;
@@ -30,6 +34,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { defaultJobOptions, JOB, QUEUE_NAME } from '../src/shared/jobs.js';
 import { freePort, startRedis, type RedisServer } from '../test/helpers/redis.js';
+import { startReplica } from '../test/helpers/redisTopology.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
 const DURATION = Number(process.env.BENCH_DURATION ?? 8);
@@ -429,6 +434,7 @@ async function main() {
   mkdirSync(join(ROOT, 'artifacts'), { recursive: true });
   const redis = await startRedis();
   const admin = new Redis(redis.url);
+  let replica: Awaited<ReturnType<typeof startReplica>> | undefined;
   const results: Record<string, unknown> = {};
   const procs: Proc[] = [];
   try {
@@ -469,11 +475,31 @@ async function main() {
       [`--max-old-space-size=${HEAP_CAP_MB}`, ...(SEMI_SPACE_MB ? [`--max-semi-space-size=${SEMI_SPACE_MB}`] : []), ...API_NODE_ARGS],
       join(ROOT, 'artifacts/bench-api.log'),
     );
-    const servers = [
+    // Issue 12 item 3: the same API waiting for one local replica before each 202.
+    replica = await startReplica(redis.port);
+    const apiAck = await startServer(
+      'api-ack',
+      'dist/src/server.js',
+      {
+        REDIS_URL: redis.url,
+        REDIS_MIN_REPLICAS_ACK: '1',
+        METRICS_PORT: String(await freePort()),
+        OPS_API_KEY_ROLES: `${API_KEY}:operator`,
+        SCM_WEBHOOK_SECRET: SCM_SECRET,
+        RATE_LIMIT_RPS,
+        LOG_LEVEL: 'info',
+        ADMIN_UI_ENABLED: 'false',
+      },
+      [`--max-old-space-size=${HEAP_CAP_MB}`, ...(SEMI_SPACE_MB ? [`--max-semi-space-size=${SEMI_SPACE_MB}`] : []), ...API_NODE_ARGS],
+      join(ROOT, 'artifacts/bench-api-ack.log'),
+    );
+    const servers: ReadonlyArray<{ key: string; label: string; s: typeof bare; token: string; only?: readonly Mode[] }> = [
       { key: 'bare', label: 'bare Express', s: bare, token: '' },
       { key: 'control', label: 'spec minimum (SET NX + Queue.add)', s: control, token: '' },
       { key: 'api', label: `opsgate API (chart: old ${HEAP_CAP_MB} / semi ${SEMI_SPACE_MB} MB, rate limit on)`, s: api, token: SCM_SECRET },
-    ] as const;
+      { key: 'apiAck', label: 'opsgate API, REDIS_MIN_REPLICAS_ACK=1 (one local replica)', s: apiAck, token: SCM_SECRET, only: ['unique', 'alerts'] },
+    ];
+    const runsMode = (sv: (typeof servers)[number], m: Mode) => !sv.only || sv.only.includes(m);
     const modes: Array<{ mode: Mode; label: string; connections: number; seconds: number }> = [
       { mode: 'unique', label: 'unique push events', connections: CONNECTIONS, seconds: DURATION },
       { mode: 'dup', label: 'duplicate push events', connections: CONNECTIONS, seconds: DURATION },
@@ -484,12 +510,15 @@ async function main() {
       log(`round ${r + 1}/${ROUNDS}`);
       for (const m of modes) {
         for (const sv of servers) {
+          if (!runsMode(sv, m.mode)) continue;
           const k = `${sv.key}:${m.mode}`;
           (runs[k] ??= []).push(await load(sv.key, sv.s.url, m.mode, sv.s.p.child.pid!, admin, sv.token, { warm: r === 0, connections: m.connections, seconds: m.seconds }));
         }
       }
     }
     for (const sv of servers) await sv.s.p.stop();
+    await replica.destroy();
+    replica = undefined;
 
     // Issue 11 item 11: the hand-written limiter against rate-limiter-flexible (Redis store +
     // in-memory insurance limiter), each alone in front of the smallest handler, interleaved.
@@ -519,6 +548,7 @@ async function main() {
     const table: string[][] = [['scenario', 'server', 'req/s', 'x bare', 'p50 ms', 'p99 ms', 'RSS MB', 'server CPU us/req', 'Redis ms/1k req']];
     for (const m of modes) {
       for (const sv of servers) {
+        if (!runsMode(sv, m.mode)) continue;
         const f = fig(`${sv.key}:${m.mode}`);
         table.push([m.label, sv.label, fmt(f.rps), sv.key === 'bare' ? '1.00' : fmt(ratio(`${sv.key}:${m.mode}`, `bare:${m.mode}`), 2), fmt(f.p50, 1), fmt(f.p99, 1), fmt(f.rssMb), fmt(f.cpuUsPerReq), sv.key === 'bare' ? '-' : fmt(f.redisMsPer1k, 1)]);
       }
@@ -566,7 +596,12 @@ async function main() {
     out.push(
       '',
       `  worker: drain ${fmt(w.drainRate)} jobs/s, enqueue-to-start p50 ${fmt(w.p50)} ms p99 ${fmt(w.p99)} ms (${w.latencySamples} paced jobs), RSS ${fmt(w.rssMb)} MB; ${w.completedLogged} "job completed" lines (expected ${JOBS + LATENCY_JOBS}), failed ${w.failed}, left ${w.leftover}`,
-      `  errors/timeouts/non-2xx: ${servers.map((sv) => `${sv.key} ${modes.map((m) => { const f = fig(`${sv.key}:${m.mode}`); return `${f.errors}/${f.non2xx}`; }).join(',')}`).join('; ')}; API log lines ${apiLogLines}`,
+      ...modes.filter((m) => runs[`apiAck:${m.mode}`]).map((m) => {
+        const a = fig(`apiAck:${m.mode}`);
+        const p = fig(`api:${m.mode}`);
+        return `  REDIS_MIN_REPLICAS_ACK=1 cost (${m.label}): ${fmt(ratio(`apiAck:${m.mode}`, `api:${m.mode}`), 2)} x the plain API's req/s (${fmt(p.rps)} -> ${fmt(a.rps)}), p50 ${fmt(p.p50, 1)} -> ${fmt(a.p50, 1)} ms, p99 ${fmt(p.p99, 1)} -> ${fmt(a.p99, 1)} ms; ${a.non2xx} non-2xx (503: WAIT timed out)`;
+      }),
+      `  errors/timeouts/non-2xx: ${servers.map((sv) => `${sv.key} ${modes.filter((m) => runsMode(sv, m.mode)).map((m) => { const f = fig(`${sv.key}:${m.mode}`); return `${f.errors}/${f.non2xx}`; }).join(',')}`).join('; ')}; API log lines ${apiLogLines}`,
       `  machine: ${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? '?'}), node ${process.version}, uptime load average before ${load0.map((x) => x.toFixed(2)).join('/')} after ${load1.map((x) => x.toFixed(2)).join('/')}`,
       `  settings: wrk ${CONNECTIONS} connections (${ALERT_CONNECTIONS} for alert payloads), ${DURATION} s per run after ${WARMUP} s warm-up, RATE_LIMIT_RPS=${RATE_LIMIT_RPS}, Redis flushed before each run; Redis ms/1k req = Redis CPU (INFO cpu, user+sys) per 1,000 requests; server CPU us/req = the server process's CPU (/proc, all threads) per request`,
     );
@@ -577,6 +612,7 @@ async function main() {
     if (targets.some((t) => !t[2]) && process.env.BENCH_STRICT === '1') process.exitCode = 1;
   } finally {
     for (const p of procs) await p.stop();
+    await replica?.destroy();
     admin.disconnect();
     await redis.destroy();
   }

@@ -4,6 +4,8 @@
 # rounds, medians: bare Express, the spec-minimum control (bench/specMinimum.ts: SET NX EX + Queue.add,
 # nothing else) and the API as the chart runs it (its heap caps, rate limiter on with a limit never
 # reached); unique push events, duplicates and BENCH_ALERTS-alert payloads; then the worker's drain rate.
+# Plus the API with REDIS_MIN_REPLICAS_ACK=1 and one local replica (unique and alert payloads): its cost
+# as a ratio to the plain API row (issue 12).
 # Knobs (environment): BENCH_DURATION (8 s per run), BENCH_WARMUP (2 s), BENCH_CONNECTIONS (64),
 # BENCH_ALERT_CONNECTIONS (2), BENCH_ALERTS (1000), BENCH_JOBS (20000), BENCH_RATE_LIMIT_RPS (1000000: limiter on,
 # never refusing), BENCH_WORKER_CONCURRENCY (worker default), BENCH_HEAP_CAP_MB / BENCH_SEMI_SPACE_MB (the chart's
