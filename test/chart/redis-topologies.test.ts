@@ -77,6 +77,14 @@ describe('redis.architecture=replication', () => {
     expect(cm['start-sentinel.sh']).toMatch(/^sentinel monitor opsgate \$PRIMARY 6379 2$/m);
     expect(cm['start-sentinel.sh']).toMatch(/^sentinel down-after-milliseconds opsgate 3000$/m);
     expect(cm['start-redis.sh']).toContain("replicaof %s 6379");
+    // Sentinel runs as redis-server --sentinel: Debian's redis-server package (the test node's
+    // image) has no redis-sentinel link; the official image has both.
+    expect(cm['start-sentinel.sh']).toMatch(/^exec redis-server \/sentinel\/sentinel.conf --sentinel$/m);
+    expect(cm['start-sentinel.sh']).not.toMatch(/^\s*exec redis-sentinel/m);
+    // A primary pod that is back before the sentinels noticed it was gone waits for the failover
+    // instead of starting as an empty primary its replicas would copy (found on the real node).
+    expect(cm['start-redis.sh']).toMatch(/while \[ "\$PRIMARY" = "\$SELF" \] && \[ "\$\(known_replicas\)" -gt 0 \]/);
+    expect(cm['find-primary.sh']).toMatch(/sentinel master opsgate .*num-slaves/);
     expect(cm['redis.conf']).toMatch(/^maxmemory-policy noeviction$/m);
     expect(cm['redis.conf']).toMatch(/^appendonly yes$/m);
     expect(JSON.stringify(cm)).not.toContain('fake-redis-password-0006');
