@@ -181,7 +181,10 @@ describe('charts/opsgate redis.architecture=replication on a real node', () => {
 
     // Exactly once: every event answered 202 has its job, and there is one job per event.
     const total = 10 + events.length;
-    await waitFor(`all ${total} jobs completed`, async () => (await jobCount('completed')) === total, 120_000, 1000);
+    let completed = -1;
+    await waitFor(`all ${total} jobs completed`, async () => (completed = await jobCount('completed')) === total, 120_000, 1000).catch((e: Error) => {
+      throw new Error(`${e.message}: ${completed} completed (a lost or doubled job)`);
+    });
     for (const s of ['failed', 'waiting', 'active', 'delayed']) expect([s, await jobCount(s)]).toEqual([s, 0]);
     const ids = events.flatMap((e) => e.jobIds);
     expect(new Set(ids).size).toBe(ids.length);
