@@ -460,39 +460,27 @@ async function main() {
     const bare = await startServer('bare-express', 'dist/bench/bench/bareExpress.js', {});
     const control = await startServer('spec-minimum', 'dist/bench/bench/specMinimum.js', { REDIS_URL: redis.url });
     // The API as the chart runs it: the chart's heap caps, the rate limiter on with a limit never reached.
-    const api = await startServer(
-      'api',
-      'dist/src/server.js',
-      {
-        REDIS_URL: redis.url,
-        METRICS_PORT: String(await freePort()),
-        OPS_API_KEY_ROLES: `${API_KEY}:operator`,
-        SCM_WEBHOOK_SECRET: SCM_SECRET,
-        RATE_LIMIT_RPS,
-        LOG_LEVEL: 'info',
-        ADMIN_UI_ENABLED: 'false',
-      },
-      [`--max-old-space-size=${HEAP_CAP_MB}`, ...(SEMI_SPACE_MB ? [`--max-semi-space-size=${SEMI_SPACE_MB}`] : []), ...API_NODE_ARGS],
-      join(ROOT, 'artifacts/bench-api.log'),
-    );
+    const startApi = async (name: string, extraEnv: Record<string, string>, logName: string) =>
+      startServer(
+        name,
+        'dist/src/server.js',
+        {
+          REDIS_URL: redis.url,
+          ...extraEnv,
+          METRICS_PORT: String(await freePort()),
+          OPS_API_KEY_ROLES: `${API_KEY}:operator`,
+          SCM_WEBHOOK_SECRET: SCM_SECRET,
+          RATE_LIMIT_RPS,
+          LOG_LEVEL: 'info',
+          ADMIN_UI_ENABLED: 'false',
+        },
+        [`--max-old-space-size=${HEAP_CAP_MB}`, ...(SEMI_SPACE_MB ? [`--max-semi-space-size=${SEMI_SPACE_MB}`] : []), ...API_NODE_ARGS],
+        join(ROOT, `artifacts/${logName}`),
+      );
+    const api = await startApi('api', {}, 'bench-api.log');
     // Issue 12 item 3: the same API waiting for one local replica before each 202.
     replica = await startReplica(redis.port);
-    const apiAck = await startServer(
-      'api-ack',
-      'dist/src/server.js',
-      {
-        REDIS_URL: redis.url,
-        REDIS_MIN_REPLICAS_ACK: '1',
-        METRICS_PORT: String(await freePort()),
-        OPS_API_KEY_ROLES: `${API_KEY}:operator`,
-        SCM_WEBHOOK_SECRET: SCM_SECRET,
-        RATE_LIMIT_RPS,
-        LOG_LEVEL: 'info',
-        ADMIN_UI_ENABLED: 'false',
-      },
-      [`--max-old-space-size=${HEAP_CAP_MB}`, ...(SEMI_SPACE_MB ? [`--max-semi-space-size=${SEMI_SPACE_MB}`] : []), ...API_NODE_ARGS],
-      join(ROOT, 'artifacts/bench-api-ack.log'),
-    );
+    const apiAck = await startApi('api-ack', { REDIS_MIN_REPLICAS_ACK: '1' }, 'bench-api-ack.log');
     const servers: ReadonlyArray<{ key: string; label: string; s: typeof bare; token: string; only?: readonly Mode[] }> = [
       { key: 'bare', label: 'bare Express', s: bare, token: '' },
       { key: 'control', label: 'spec minimum (SET NX + Queue.add)', s: control, token: '' },
