@@ -10,8 +10,8 @@ import { seenKey } from './redisOps.js';
 /**
  * /webhook/alerts rules 1-4 (Alertmanager payload). Plain values in, counts out.
  *
- * One payload costs two Redis round trips whatever its size (issue 10): one pipeline of every
- * fingerprint's claim (with the request's rate-limit hit), one pipeline of every add (BullMQ's
+ * One payload costs two Redis round trips whatever its size (issue 10): one write of the claims
+ * (one script call per 250 fingerprints, the first with the request's rate-limit hit), one write of every add (BullMQ's
  * add script, as addBulk) and mark: src/domain/claim.ts.
  *
  * Failure handling (the spec is silent): when enqueueing fails, the seen records of the alerts

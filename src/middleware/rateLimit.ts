@@ -37,10 +37,10 @@ import { RATE_LIMIT_PREFIX, rateLimitKey } from '../domain/redisOps.js';
  * A Redis call that hangs is abandoned after `timeoutMs` (default 250 ms), then fails open too.
  *
  * Webhook intake (`deferPaths`, POST only): the hit is not sent at the start of the request but
- * handed to the route as a DeferredRateHit (res.locals), which sends it in the same pipeline as
- * its first Redis call (the claim of src/domain/claim.ts), so a duplicate delivery costs one
- * round trip in all and a unique one two (issue 10). The decision is the same: over the limit ->
- * 429, and the intake undoes its claim before answering. A delivery that never reaches Redis
+ * handed to the route as a DeferredRateHit (res.locals), which runs it inside its first Redis call
+ * (the claim script of src/domain/claim.ts, RATE_HIT_LUA; on a Cluster a command of its own in the
+ * same write), so a duplicate delivery costs one round trip in all and a unique one two (issue 10).
+ * The decision is the same: over the limit -> 429, and nothing stays claimed. A delivery that never reaches Redis
  * (403, 400, 413, 422, ignored) sends the hit on its own before its answer, exactly as before.
  */
 export interface RateLimitOptions {
