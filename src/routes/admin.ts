@@ -5,7 +5,8 @@ import { ExpressAdapter } from '@bull-board/express';
 import type { Queue } from 'bullmq';
 import express, { Router, type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 import type { ApiKey } from '../shared/config.js';
-import { credentialId, safeEqual, sha256Hex } from '../shared/crypto.js';
+import { credentialId, sha256Hex } from '../shared/crypto.js';
+import { matchApiKey } from '../middleware/auth.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 
@@ -44,13 +45,6 @@ export interface AdminRouterOptions {
 
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
-/** Constant-time lookup over every configured key (no early exit on a match). */
-function findKey(keys: readonly ApiKey[], presented: string): ApiKey | undefined {
-  let found: ApiKey | undefined;
-  for (const k of keys) if (safeEqual(k.key, presented) && !found) found = k;
-  return found;
-}
-
 type Credential =
   | { ok: true; scheme: 'api_key' | 'basic'; key: ApiKey }
   | { ok: false; scheme: 'api_key' | 'basic'; reason: 'missing' | 'malformed' | 'invalid'; presented?: string };
@@ -58,7 +52,7 @@ type Credential =
 function readCredential(req: Request, keys: readonly ApiKey[]): Credential {
   const apiKey = req.get('x-api-key');
   if (apiKey !== undefined && apiKey !== '') {
-    const key = findKey(keys, apiKey);
+    const key = matchApiKey(keys, apiKey);
     return key ? { ok: true, scheme: 'api_key', key } : { ok: false, scheme: 'api_key', reason: 'invalid', presented: apiKey };
   }
   const auth = req.get('authorization');
@@ -70,7 +64,7 @@ function readCredential(req: Request, keys: readonly ApiKey[]): Credential {
   if (colon < 0) return { ok: false, scheme: 'basic', reason: 'malformed' };
   const password = decoded.slice(colon + 1);
   if (password === '') return { ok: false, scheme: 'basic', reason: 'invalid' };
-  const key = findKey(keys, password);
+  const key = matchApiKey(keys, password);
   return key ? { ok: true, scheme: 'basic', key } : { ok: false, scheme: 'basic', reason: 'invalid', presented: password };
 }
 
