@@ -3,6 +3,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import { waitFor as until } from '../reliability/support.js';
 import { freePort } from './redis.js';
 
 /**
@@ -67,21 +68,8 @@ function startProc(bin: string, args: string[], port: number): RedisProc {
   };
 }
 
-/** Polls `fn` until it returns a value other than undefined/false; bounded. */
-export async function until<T>(what: string, fn: () => Promise<T | undefined | false>, timeoutMs = 30_000, everyMs = 100): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v !== undefined && v !== false) return v as T;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}`);
-    await new Promise((r) => setTimeout(r, everyMs));
-  }
-}
+/** Polls until a value other than undefined/false; bounded (test/reliability/support.ts waitFor, one implementation). */
+export { until };
 
 async function ask<T>(p: RedisProc, fn: (c: Redis) => Promise<T>): Promise<T> {
   const c = p.client();
