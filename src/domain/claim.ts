@@ -21,7 +21,7 @@ import { ServiceUnavailableError } from '../shared/errors.js';
  *   "p:<jobId>"  pending: claimed, job not confirmed on the queue yet;
  *   "q:<jobId>"  queued: the job was added.
  * Round trip 1 (one write on the request connection): the request's deferred rate-limit hit
- *   (src/middleware/rateLimit.ts) and one claim script per event (SET NX EX on every key of the
+ *   (src/middleware/rateLimit.ts) and the claim script, one call per EVENTS_PER_CALL events (SET NX EX on every key of the
  *   event, else the current value; an event may have several keys, e.g. its content key and the
  *   sender's delivery id, claimed atomically together).
  *   - over the rate limit -> our fresh claims are removed, 429;
@@ -29,8 +29,8 @@ import { ServiceUnavailableError } from '../shared/errors.js';
  *   - any other value (records written by older versions) -> duplicate;
  *   - claimed, or "p:<id>" (the claimant is still in flight or died) -> round trip 2.
  * Round trip 2 (one write on the queue connection): BullMQ's add script for every job, with
- *   the claimed job id and BullMQ's own deduplication (id = the event, ttl = its window), then one
- *   "mark" script per event that turns our "p:" into "q:<the id on the queue>" only once the add
+ *   the claimed job id and BullMQ's own deduplication (id = the event, ttl = its window), then the
+ *   "mark" script (one call per EVENTS_PER_CALL events) that turns our "p:" into "q:<the id on the queue>" only once the add
  *   has put it there. BullMQ's deduplication key survives the job's completion and its removal by
  *   the retention policy for the whole ttl (test/reliability/claim.test.ts proves it on a real
  *   Redis), so re-adding a "p:" event never makes a second job, even when the first add's reply
