@@ -46,6 +46,8 @@ describe('Bull Board /admin/queues', () => {
     const logger = createLogger({ write: (l) => lines.push(JSON.parse(l) as Record<string, unknown>), secrets: [OPERATOR, READONLY] });
     redis = createRedis(redisServer.url, 'request');
     queue = createOpsQueue({ url: redisServer.url, policy: { attempts: 1, backoffMs: 0 }, logger, metrics });
+    // The queue's connection fails fast while not ready (no offline queue): wait for it before enqueueing, as adminWrites.test.ts does.
+    await queue.bull.waitUntilReady();
     app = createApp({ config, redis, queue, inventory: emptyInventory, logger, metrics, hostStatus: createKubeHostStatusProvider(undefined) });
 
     // A real BullMQ worker on the same queue: the job fails (unrecoverably -> dead-lettered) until the flag flips.
