@@ -25,7 +25,11 @@ RUN npm prune --omit=dev --omit=optional --ignore-scripts --no-audit --no-fund
 
 # ---- runtime: what both images share (production node_modules + compiled JS only) ------------
 FROM ${NODE_IMAGE} AS runtime
-ENV NODE_ENV=production
+# MALLOC_ARENA_MAX=2: glibc otherwise gives each of Node's threads (V8 platform workers, libuv pool)
+# its own malloc arena; 2 arenas cut the API's RSS under load by 5-7 MB with no loss of throughput
+# (issue 10, measured on the API under wrk: 151.7/152.4 -> 145.4/147.2 MB, unique pushes at 64
+# connections).
+ENV NODE_ENV=production MALLOC_ARENA_MAX=2
 WORKDIR /app
 COPY --from=build --chown=0:0 /app/package.json ./package.json
 COPY --from=build --chown=0:0 /app/node_modules ./node_modules

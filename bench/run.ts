@@ -53,6 +53,8 @@ const CHART_HEAP_CAP_MB = Number(/^api:[\s\S]*?^  maxOldSpaceSizeMb:\s*(\d+)/m.e
 const HEAP_CAP_MB = Number(process.env.BENCH_HEAP_CAP_MB ?? CHART_HEAP_CAP_MB);
 const CHART_SEMI_SPACE_MB = Number(/^api:[\s\S]*?^  maxSemiSpaceSizeMb:\s*(\d+)/m.exec(readFileSync(join(ROOT, 'charts/opsgate/values.yaml'), 'utf8'))?.[1] ?? 0);
 const SEMI_SPACE_MB = Number(process.env.BENCH_SEMI_SPACE_MB ?? CHART_SEMI_SPACE_MB);
+// The images' glibc setting (Dockerfile ENV), so every server here runs as it would in the image.
+const MALLOC_ARENA_MAX = /MALLOC_ARENA_MAX=(\d+)/.exec(readFileSync(join(ROOT, 'Dockerfile'), 'utf8'))?.[1];
 const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 3));
 const WORKER_NODE_ARGS = (process.env.BENCH_WORKER_NODE_ARGS ?? '').split(' ').filter(Boolean);
 
@@ -79,7 +81,7 @@ function spawnNode(script: string, env: Record<string, string>, name: string, op
   const out = opts.logFile ? openSync(opts.logFile, 'w') : 'pipe';
   const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), script], {
     cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '', NODE_ENV: 'production', ...env },
+    env: { PATH: process.env.PATH ?? '', NODE_ENV: 'production', ...(MALLOC_ARENA_MAX ? { MALLOC_ARENA_MAX } : {}), ...env },
     stdio: ['ignore', out, 'pipe'],
   });
   if (typeof out === 'number') closeSync(out);
@@ -591,7 +593,7 @@ async function main() {
       }),
       `  errors/timeouts/non-2xx: ${servers.map((sv) => `${sv.key} ${modes.filter((m) => runsMode(sv, m.mode)).map((m) => { const f = fig(`${sv.key}:${m.mode}`); return `${f.errors}/${f.non2xx}`; }).join(',')}`).join('; ')}; API log lines ${apiLogLines}`,
       `  machine: ${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? '?'}), node ${process.version}, uptime load average before ${load0.map((x) => x.toFixed(2)).join('/')} after ${load1.map((x) => x.toFixed(2)).join('/')}`,
-      `  settings: wrk ${CONNECTIONS} connections (${ALERT_CONNECTIONS} for alert payloads), ${DURATION} s per run after ${WARMUP} s warm-up, RATE_LIMIT_RPS=${RATE_LIMIT_RPS}, Redis flushed before each run; Redis ms/1k req = Redis CPU (INFO cpu, user+sys) per 1,000 requests; server CPU us/req = the server process's CPU (/proc, all threads) per request`,
+      `  settings: wrk ${CONNECTIONS} connections (${ALERT_CONNECTIONS} for alert payloads), ${DURATION} s per run after ${WARMUP} s warm-up, RATE_LIMIT_RPS=${RATE_LIMIT_RPS}, MALLOC_ARENA_MAX=${MALLOC_ARENA_MAX ?? "unset"} (the images' ENV) for every server, Redis flushed before each run; Redis ms/1k req = Redis CPU (INFO cpu, user+sys) per 1,000 requests; server CPU us/req = the server process's CPU (/proc, all threads) per request`,
     );
     process.stdout.write(out.join('\n') + '\n');
     Object.assign(results, { started: started.toISOString(), runs, limiterRuns, targets, addBulkFloor: floor, worker: w, loadavg: { before: load0, after: load1 }, settings: { CONNECTIONS, ALERT_CONNECTIONS, DURATION, WARMUP, ROUNDS, RATE_LIMIT_RPS, HEAP_CAP_MB, SEMI_SPACE_MB } });

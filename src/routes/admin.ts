@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import { createBullBoard } from '@bull-board/api';
-import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
-import { ExpressAdapter } from '@bull-board/express';
+import { createRequire } from 'node:module';
+import type { createBullBoard as CreateBullBoard } from '@bull-board/api';
+import type { BullMQAdapter as BullMQAdapterClass } from '@bull-board/api/bullMQAdapter';
+import type { ExpressAdapter as ExpressAdapterClass } from '@bull-board/express';
 import type { Queue } from 'bullmq';
 import express, { Router, type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 import type { ApiKey } from '../shared/config.js';
@@ -31,6 +32,20 @@ import type { Metrics } from '../shared/metrics.js';
  * action (retry/remove), queue, job_id and job_name; refused keys appear as presented_credential.
  */
 export const ADMIN_BASE_PATH = '/admin/queues';
+
+/**
+ * Bull Board is loaded when the UI is mounted, not when this module is: with ADMIN_UI_ENABLED off
+ * (the chart's default) the API does not carry it (~3 MB of heap and RSS, issue 10). Its packages
+ * are CommonJS, so a synchronous require keeps createApp synchronous.
+ */
+function loadBullBoard() {
+  const require = createRequire(import.meta.url);
+  return {
+    createBullBoard: (require('@bull-board/api') as { createBullBoard: typeof CreateBullBoard }).createBullBoard,
+    BullMQAdapter: (require('@bull-board/api/bullMQAdapter') as { BullMQAdapter: typeof BullMQAdapterClass }).BullMQAdapter,
+    ExpressAdapter: (require('@bull-board/express') as { ExpressAdapter: typeof ExpressAdapterClass }).ExpressAdapter,
+  };
+}
 export const BASIC_CHALLENGE = 'Basic realm="opsgate", charset="UTF-8"';
 
 export interface AdminRouterOptions {
@@ -213,6 +228,7 @@ function writeGate(queues: readonly Queue[]): [RequestHandler, RequestHandler] {
 
 export function createAdminRouter(opts: AdminRouterOptions): Router {
   const basePath = opts.basePath ?? ADMIN_BASE_PATH;
+  const { createBullBoard, BullMQAdapter, ExpressAdapter } = loadBullBoard();
   const serverAdapter = new ExpressAdapter();
   serverAdapter.setBasePath(basePath);
   createBullBoard({

@@ -45,6 +45,7 @@ describe.each(Object.entries(IMAGES))('image %s', (target, image) => {
     expect(i.Config.Cmd).toEqual(['node', target === 'api' ? 'dist/src/server.js' : 'dist/worker/index.js']);
     expect(i.Config.WorkingDir).toBe('/app');
     expect(i.Config.Env).toContain('NODE_ENV=production');
+    expect(i.Config.Env).toContain('MALLOC_ARENA_MAX=2');
     expect(await nodeIn(image, 'process.stdout.write(`${process.getuid()}:${process.getgid()} ${process.version}`)')).toBe(`1000:1000 v${process.versions.node}`);
   });
 
