@@ -24,19 +24,16 @@
  * the cheapest real job) are queued while the queue is paused, then resumed: the drain rate.
  * Then 1,000 paced jobs: enqueue-to-start latency (job.processedOn - job.timestamp).
  */
-import { execFile } from 'node:child_process';
 import { Queue, Job } from 'bullmq';
 import { Redis } from 'ioredis';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { defaultJobOptions, JOB, QUEUE_NAME } from '../src/shared/jobs.js';
 import { freePort, startRedis, type RedisServer } from '../test/helpers/redis.js';
 import { startReplica } from '../test/helpers/redisTopology.js';
+import { CHART_HEAP_CAP_MB, CHART_SEMI_SPACE_MB, chartHeapArgs, fmt, log, MALLOC_ARENA_MAX, processCpuMs, ROOT, runWrk, sleep, spawnNode, startServer as startServer_, type Proc } from './support.js';
 
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
 const DURATION = Number(process.env.BENCH_DURATION ?? 8);
 const ALERTS_PER_PAYLOAD = Number(process.env.BENCH_ALERTS ?? 1000);
 const ALERT_CONNECTIONS = Number(process.env.BENCH_ALERT_CONNECTIONS ?? 2);
@@ -48,92 +45,20 @@ const RATE_LIMIT_RPS = process.env.BENCH_RATE_LIMIT_RPS ?? '1000000';
 const WORKER_CONCURRENCY = process.env.BENCH_WORKER_CONCURRENCY; // unset: the worker's default
 /** Extra node flags for the API process, e.g. "--cpu-prof --cpu-prof-dir=artifacts/prof" (profiling). */
 const API_NODE_ARGS = (process.env.BENCH_API_NODE_ARGS ?? '').split(' ').filter(Boolean);
-// Default: the chart's api.maxOldSpaceSizeMb, so the capped row is the API as the chart deploys it.
-const CHART_HEAP_CAP_MB = Number(/^api:[\s\S]*?^  maxOldSpaceSizeMb:\s*(\d+)/m.exec(readFileSync(join(ROOT, 'charts/opsgate/values.yaml'), 'utf8'))?.[1] ?? 96);
 const HEAP_CAP_MB = Number(process.env.BENCH_HEAP_CAP_MB ?? CHART_HEAP_CAP_MB);
-const CHART_SEMI_SPACE_MB = Number(/^api:[\s\S]*?^  maxSemiSpaceSizeMb:\s*(\d+)/m.exec(readFileSync(join(ROOT, 'charts/opsgate/values.yaml'), 'utf8'))?.[1] ?? 0);
 const SEMI_SPACE_MB = Number(process.env.BENCH_SEMI_SPACE_MB ?? CHART_SEMI_SPACE_MB);
-// The images' glibc setting (Dockerfile ENV), so every server here runs as it would in the image.
-const MALLOC_ARENA_MAX = /MALLOC_ARENA_MAX=(\d+)/.exec(readFileSync(join(ROOT, 'Dockerfile'), 'utf8'))?.[1];
 const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 3));
 const WORKER_NODE_ARGS = (process.env.BENCH_WORKER_NODE_ARGS ?? '').split(' ').filter(Boolean);
 
 const SCM_SECRET = 'bench-scm-secret-' + Math.random().toString(36).slice(2);
 const API_KEY = 'bench-key-' + Math.random().toString(36).slice(2);
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const log = (msg: string) => process.stderr.write(`[bench] ${msg}\n`);
-
 // ---------------------------------------------------------------- processes
-
-interface Proc {
-  child: ChildProcess;
-  onLine: (fn: (line: string) => void) => void;
-  stop: () => Promise<void>;
-}
-
-/**
- * Spawns a node process. With `logFile`, its stdout goes straight to that file (as a container
- * runtime would take it): a pipe read by this process, which is also the load generator, would
- * throttle the server (Node writes to pipes synchronously) and measure our reading speed.
- */
-function spawnNode(script: string, env: Record<string, string>, name: string, opts: { nodeArgs?: string[]; logFile?: string } = {}): Proc {
-  const out = opts.logFile ? openSync(opts.logFile, 'w') : 'pipe';
-  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), script], {
-    cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '', NODE_ENV: 'production', ...(MALLOC_ARENA_MAX ? { MALLOC_ARENA_MAX } : {}), ...env },
-    stdio: ['ignore', out, 'pipe'],
-  });
-  if (typeof out === 'number') closeSync(out);
-  const listeners: Array<(line: string) => void> = [];
-  let rest = '';
-  child.stdout?.setEncoding('utf8');
-  child.stdout?.on('data', (chunk: string) => {
-    const parts = (rest + chunk).split('\n');
-    rest = parts.pop() ?? '';
-    for (const p of parts) for (const l of listeners) l(p);
-  });
-  let errTail = '';
-  child.stderr!.setEncoding('utf8');
-  child.stderr!.on('data', (c: string) => (errTail = (errTail + c).slice(-4000)));
-  child.on('exit', (code, signal) => {
-    if (code !== 0 && signal !== 'SIGTERM' && signal !== 'SIGKILL') log(`${name} exited code=${code} signal=${signal}\n${errTail}`);
-  });
-  return {
-    child,
-    onLine: (fn) => listeners.push(fn),
-    stop: () =>
-      new Promise<void>((res) => {
-        if (child.exitCode !== null || child.signalCode !== null) return res();
-        const t = setTimeout(() => child.kill('SIGKILL'), 30_000);
-        child.once('exit', () => {
-          clearTimeout(t);
-          res();
-        });
-        child.kill('SIGTERM');
-      }),
-  };
-}
 
 function countLines(file: string, needle?: string): number {
   let n = 0;
   for (const line of readFileSync(file, 'utf8').split('\n')) if (line && (!needle || line.includes(needle))) n++;
   return n;
-}
-
-async function waitHttp(url: string, proc: Proc, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (proc.child.exitCode !== null) throw new Error(`process for ${url} exited early`);
-    try {
-      const r = await fetch(url);
-      if (r.ok) return;
-    } catch {
-      /* not yet */
-    }
-    await sleep(100);
-  }
-  throw new Error(`${url} not ready after ${timeoutMs} ms`);
 }
 
 function rssMb(pid: number): number {
@@ -160,29 +85,6 @@ function rssSampler(pid: number) {
   };
 }
 
-/** Peak V8 heap in use, from the process's own /metrics (prom-client default metrics), sampled each second. */
-function heapSampler(metricsUrl: string) {
-  let maxUsed = 0;
-  let maxTotal = 0;
-  const t = setInterval(() => {
-    fetch(metricsUrl)
-      .then((r) => r.text())
-      .then((text) => {
-        const used = Number(/^nodejs_heap_size_used_bytes (\S+)/m.exec(text)?.[1] ?? NaN) / 2 ** 20;
-        const total = Number(/^nodejs_heap_size_total_bytes (\S+)/m.exec(text)?.[1] ?? NaN) / 2 ** 20;
-        if (used > maxUsed) maxUsed = used;
-        if (total > maxTotal) maxTotal = total;
-      })
-      .catch(() => undefined);
-  }, 1000);
-  return {
-    stop: () => {
-      clearInterval(t);
-      return { usedMb: maxUsed, totalMb: maxTotal };
-    },
-  };
-}
-
 // ---------------------------------------------------------------- HTTP load (wrk)
 
 interface LoadFigures {
@@ -199,18 +101,6 @@ interface LoadFigures {
   cpuUsPerReq: number;
 }
 
-/** CPU time (user + sys) a process has used so far, in ms (/proc/<pid>/stat, clock ticks of 10 ms). */
-function processCpuMs(pid: number): number {
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-    return (Number(fields[11]) + Number(fields[12])) * 10;
-  } catch {
-    return NaN;
-  }
-}
-
-const WRK_LUA = join(ROOT, 'bench/wrk.lua');
-
 /**
  * Redis CPU (user + sys) in ms, from INFO cpu. (INFO commandstats would count a script twice:
  * its EVALSHA and every command it calls are listed with their own usec, so a path made of
@@ -221,22 +111,6 @@ async function redisCpuMs(r: Redis): Promise<number> {
   const user = Number(/used_cpu_user:([\d.]+)/.exec(text)?.[1] ?? NaN);
   const sys = Number(/used_cpu_sys:([\d.]+)/.exec(text)?.[1] ?? NaN);
   return (user + sys) * 1000;
-}
-
-function runWrk(url: string, env: Record<string, string>, connections: number, seconds: number): Promise<{ requests: number; duration_us: number; socket_errors: number; non2xx: number; timeouts: number; p50_us: number; p99_us: number }> {
-  return new Promise((resolvePromise, reject) => {
-    execFile(
-      'wrk',
-      ['-t', String(Math.min(2, connections)), '-c', String(connections), '-d', `${seconds}s`, '--timeout', '10s', '-s', WRK_LUA, url],
-      { env: { ...process.env, ...env }, maxBuffer: 1 << 20 },
-      (err, stdout, stderr) => {
-        if (err) return reject(new Error(`wrk failed: ${err.message}\n${stderr}`));
-        const line = stdout.split('\n').find((l) => l.startsWith('WRKJSON '));
-        if (!line) return reject(new Error(`wrk printed no summary:\n${stdout}\n${stderr}`));
-        resolvePromise(JSON.parse(line.slice('WRKJSON '.length)));
-      },
-    );
-  });
 }
 
 type Mode = 'unique' | 'dup' | 'alerts';
@@ -426,10 +300,6 @@ async function workerBench(redis: RedisServer) {
 
 // ---------------------------------------------------------------- main
 
-function fmt(n: number, digits = 0): string {
-  return Number.isFinite(n) ? n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits }) : 'n/a';
-}
-
 async function main() {
   const load0 = os.loadavg();
   const started = new Date();
@@ -440,24 +310,8 @@ async function main() {
   const results: Record<string, unknown> = {};
   const procs: Proc[] = [];
   try {
-    const startServer = async (name: string, script: string, env: Record<string, string>, nodeArgs: string[] = [], logFile?: string) => {
-      const port = await freePort();
-      const p = spawnNode(join(ROOT, script), { PORT: String(port), ...env }, name, { nodeArgs, logFile });
-      procs.push(p);
-      const url = `http://127.0.0.1:${port}`;
-      const deadline = Date.now() + 30_000;
-      for (;;) {
-        if (p.child.exitCode !== null) throw new Error(`${name} exited early`);
-        try {
-          await fetch(url + '/');
-          break;
-        } catch {
-          if (Date.now() > deadline) throw new Error(`${name} not listening after 30 s`);
-          await sleep(100);
-        }
-      }
-      return { p, url };
-    };
+    const startServer = (name: string, script: string, env: Record<string, string>, nodeArgs: string[] = [], logFile?: string) =>
+      startServer_(procs, name, script, env, nodeArgs, logFile);
     // The three servers, up for the whole HTTP part.
     const bare = await startServer('bare-express', 'dist/bench/bench/bareExpress.js', {});
     const control = await startServer('spec-minimum', 'dist/bench/bench/specMinimum.js', { REDIS_URL: redis.url });
@@ -476,7 +330,7 @@ async function main() {
           LOG_LEVEL: 'info',
           ADMIN_UI_ENABLED: 'false',
         },
-        [`--max-old-space-size=${HEAP_CAP_MB}`, ...(SEMI_SPACE_MB ? [`--max-semi-space-size=${SEMI_SPACE_MB}`] : []), ...API_NODE_ARGS],
+        [...chartHeapArgs(HEAP_CAP_MB, SEMI_SPACE_MB), ...API_NODE_ARGS],
         join(ROOT, `artifacts/${logName}`),
       );
     const api = await startApi('api', {}, 'bench-api.log');
@@ -593,7 +447,7 @@ async function main() {
       }),
       `  errors/timeouts/non-2xx: ${servers.map((sv) => `${sv.key} ${modes.filter((m) => runsMode(sv, m.mode)).map((m) => { const f = fig(`${sv.key}:${m.mode}`); return `${f.errors}/${f.non2xx}`; }).join(',')}`).join('; ')}; API log lines ${apiLogLines}`,
       `  machine: ${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? '?'}), node ${process.version}, uptime load average before ${load0.map((x) => x.toFixed(2)).join('/')} after ${load1.map((x) => x.toFixed(2)).join('/')}`,
-      `  settings: wrk ${CONNECTIONS} connections (${ALERT_CONNECTIONS} for alert payloads), ${DURATION} s per run after ${WARMUP} s warm-up, RATE_LIMIT_RPS=${RATE_LIMIT_RPS}, MALLOC_ARENA_MAX=${MALLOC_ARENA_MAX ?? "unset"} (the images' ENV) for every server, Redis flushed before each run; Redis ms/1k req = Redis CPU (INFO cpu, user+sys) per 1,000 requests; server CPU us/req = the server process's CPU (/proc, all threads) per request`,
+      `  settings: wrk ${CONNECTIONS} connections (${ALERT_CONNECTIONS} for alert payloads), ${DURATION} s per run after ${WARMUP} s warm-up, RATE_LIMIT_RPS=${RATE_LIMIT_RPS}, MALLOC_ARENA_MAX=${MALLOC_ARENA_MAX ?? 'unset'} (the images' ENV) for every server, Redis flushed before each run; Redis ms/1k req = Redis CPU (INFO cpu, user+sys) per 1,000 requests; server CPU us/req = the server process's CPU (/proc, all threads) per request`,
     );
     process.stdout.write(out.join('\n') + '\n');
     Object.assign(results, { started: started.toISOString(), runs, limiterRuns, targets, addBulkFloor: floor, worker: w, loadavg: { before: load0, after: load1 }, settings: { CONNECTIONS, ALERT_CONNECTIONS, DURATION, WARMUP, ROUNDS, RATE_LIMIT_RPS, HEAP_CAP_MB, SEMI_SPACE_MB } });

@@ -1,0 +1,96 @@
+/**
+ * Where a server's CPU goes, by feature, from a V8 CPU profile (`node --cpu-prof`): used by
+ * `make bench-profile` (bench/profile.ts) to answer issue 10's "show the profile that says where
+ * the time goes".
+ *
+ * Each sample is charged to the innermost frame on its stack that names a feature: a module of
+ * ours (src/middleware/observe.js -> "audit line + metrics", ...), or Express's router dispatch
+ * (the calls between middleware). Library code is charged to the feature of ours that called it:
+ * pino's work under observe is the audit line's, ioredis's under the claim is the claim's.
+ * A stack with no such frame (socket reads, HTTP parsing, ioredis reply parsing, timers, promise
+ * jobs) is "node core"; GC, idle and V8's own (program) samples have their own rows.
+ */
+
+export interface CpuProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+}
+
+export interface CpuProfile {
+  nodes: CpuProfileNode[];
+  samples: number[];
+  timeDeltas: number[];
+  /** Microseconds on the monotonic clock (CLOCK_MONOTONIC, as process.hrtime) of the first sample's reference. */
+  startTime: number;
+}
+
+export const NODE_CORE = 'HTTP server, sockets, replies, promise jobs (node core)';
+export const IDLE = 'idle';
+
+/** Files of ours (under dist/src or dist/bench) and the feature they implement. */
+const OURS: ReadonlyArray<[RegExp, string]> = [
+  [/^src\/middleware\/context$/, 'request id, security headers'],
+  [/^src\/(middleware\/observe|shared\/logger|shared\/metrics)$/, 'audit line + metrics'],
+  [/^src\/middleware\/rateLimit$/, 'rate limit'],
+  [/^src\/(middleware\/auth|shared\/crypto)$/, 'sender auth (token, digest)'],
+  [/^src\/middleware\/body$/, 'body read, SHA-256, JSON.parse'],
+  [/^src\/routes\//, 'route handler + JSON answer'],
+  [/^src\/(domain\/(deploy|alerts)|shared\/jobs)$/, 'decide + validate (zod)'],
+  [/^src\/domain\/claim$/, 'claim protocol (claim + mark scripts)'],
+  [/^src\/shared\/queue$/, 'BullMQ add'],
+  // Helpers of several features: charged to their caller (a corked write under the queue's add is the add's).
+  [/^src\/shared\/redisBatch$/, ''],
+  [/^bench\/specMinimum$/, 'control handler (SET NX, Queue.add, answer)'],
+  [/^bench\/bareExpress$/, 'bare handler (answer)'],
+];
+
+/** Express 5's router: the functions that run between two middleware. */
+const ROUTER_DISPATCH = /^(handle|next|processParams|trimPrefix|handleRequest|dispatch|router|matchLayer|match)$/;
+
+/** The feature a frame names, or undefined when the frame is charged to its caller. */
+export function featureOf(frame: CpuProfileNode['callFrame']): string | undefined {
+  const { url, functionName } = frame;
+  if (!url) {
+    if (functionName === '(garbage collector)') return 'GC';
+    if (functionName === '(idle)') return IDLE;
+    if (functionName === '(program)') return 'V8 (program)';
+    return undefined;
+  }
+  const ours = /\/dist\/(?:bench\/)?((?:src|bench|worker)\/.*)\.js$/.exec(url);
+  if (ours) {
+    const file = ours[1]!;
+    for (const [re, name] of OURS) if (re.test(file)) return name || undefined;
+    return `other of ours (${file})`;
+  }
+  if (/\/node_modules\/router\//.test(url) && ROUTER_DISPATCH.test(functionName)) return 'Express routing/dispatch';
+  return undefined;
+}
+
+/**
+ * Busy (non-idle) main-thread time per feature, in microseconds, from a CPU profile; with
+ * `window` ([from, to] in monotonic microseconds, as process.hrtime.bigint() / 1000n), only the
+ * samples taken inside it (the measured load, not start-up or warm-up).
+ */
+export function attribute(profile: CpuProfile, window?: readonly [number, number]): Map<string, number> {
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const perNode = new Map<number, number>();
+  let t = profile.startTime;
+  profile.samples.forEach((id, i) => {
+    const dt = profile.timeDeltas[i] ?? 0;
+    t += dt;
+    if (window && (t < window[0] || t > window[1])) return;
+    perNode.set(id, (perNode.get(id) ?? 0) + dt);
+  });
+  const out = new Map<string, number>();
+  for (const [id, us] of perNode) {
+    let feature: string | undefined;
+    for (let cur: number | undefined = id; cur !== undefined && !feature; cur = parent.get(cur)) feature = featureOf(byId.get(cur)!.callFrame);
+    feature ??= NODE_CORE;
+    if (feature === IDLE) continue;
+    out.set(feature, (out.get(feature) ?? 0) + us);
+  }
+  return out;
+}
