@@ -45,5 +45,6 @@ describe('bench/attribution.ts', () => {
     expect(featureOf(frame('h', `file://${DIST}/bench/bench/specMinimum.js`))).toBe('control handler (SET NX, Queue.add, answer)');
     expect(featureOf(frame('h', `file://${DIST}/src/shared/somethingNew.js`))).toBe('other of ours (src/shared/somethingNew)');
     expect(featureOf(frame('json', 'file:///app/node_modules/express/lib/response.js'))).toBeUndefined();
+    expect(featureOf(frame('sha256Hex', `file://${DIST}/src/shared/crypto.js`))).toBeUndefined(); // the body's digest is the body reader's
   });
 });
