@@ -92,6 +92,17 @@ const E = {
   503: (d = 'Redis (queue) unavailable; nothing lost, retry'): ResponseDoc => ({ description: d, headers: { 'Retry-After': 'seconds' } }),
 };
 
+/** The answers of a push webhook (/webhook/scm, /github, /gitlab): only the 400/403/422 wording differs. */
+const pushResponses = (d: { invalid?: string; forbidden: string; unprocessable: string }): RouteDoc['responses'] => ({
+  202: { description: 'accepted, duplicate or ignored', schema: z.union([pushResult, ignored]) },
+  400: E[400](d.invalid),
+  403: { description: d.forbidden },
+  413: E[413],
+  422: E[422](d.unprocessable),
+  429: E[429],
+  503: E[503](),
+});
+
 export const API_ROUTES: readonly RouteDoc[] = [
   {
     method: 'get',
@@ -233,15 +244,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
     security: ['scmToken'],
     headers: z.object({ 'X-Scm-Event': z.string().optional().describe('must be "Push Hook"; anything else is ignored') }),
     body: { contentTypes: ['application/json'], schema: scmPush, required: true },
-    responses: {
-      202: { description: 'accepted, duplicate or ignored', schema: z.union([pushResult, ignored]) },
-      400: E[400](),
-      403: { description: 'X-Scm-Token missing, secret not configured, or mismatch' },
-      413: E[413],
-      422: E[422]('checkout_sha missing or empty; payload not an object'),
-      429: E[429],
-      503: E[503](),
-    },
+    responses: pushResponses({ forbidden: 'X-Scm-Token missing, secret not configured, or mismatch', unprocessable: 'checkout_sha missing or empty; payload not an object' }),
   },
   {
     method: 'post',
@@ -254,15 +257,11 @@ export const API_ROUTES: readonly RouteDoc[] = [
       'X-GitHub-Delivery': z.string().max(128).optional().describe('recorded 30 days: a replayed delivery is a duplicate'),
     }),
     body: { contentTypes: ['application/json', 'application/x-www-form-urlencoded'], schema: githubPush, required: true },
-    responses: {
-      202: { description: 'accepted, duplicate or ignored', schema: z.union([pushResult, ignored]) },
-      400: E[400]('invalid JSON (after the signature is verified)'),
-      403: { description: 'signature missing, malformed, mismatching, or secret not configured' },
-      413: E[413],
-      422: E[422]('after (the pushed commit) missing; payload not an object'),
-      429: E[429],
-      503: E[503](),
-    },
+    responses: pushResponses({
+      invalid: 'invalid JSON (after the signature is verified)',
+      forbidden: 'signature missing, malformed, mismatching, or secret not configured',
+      unprocessable: 'after (the pushed commit) missing; payload not an object',
+    }),
   },
   {
     method: 'post',
@@ -276,15 +275,10 @@ export const API_ROUTES: readonly RouteDoc[] = [
       'X-Gitlab-Event-UUID': z.string().max(128).optional().describe('recorded 30 days when there is no Idempotency-Key'),
     }),
     body: { contentTypes: ['application/json'], schema: scmPush, required: true },
-    responses: {
-      202: { description: 'accepted, duplicate or ignored', schema: z.union([pushResult, ignored]) },
-      400: E[400](),
-      403: { description: 'X-Gitlab-Token missing, secret not configured, or mismatch' },
-      413: E[413],
-      422: E[422]('checkout_sha missing or empty; payload not an object; delivery id too long'),
-      429: E[429],
-      503: E[503](),
-    },
+    responses: pushResponses({
+      forbidden: 'X-Gitlab-Token missing, secret not configured, or mismatch',
+      unprocessable: 'checkout_sha missing or empty; payload not an object; delivery id too long',
+    }),
   },
   {
     method: 'post',
