@@ -2,8 +2,7 @@ import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import * as k8s from '@kubernetes/client-node';
 import { parseInventory } from '../../src/shared/inventory.js';
 import { buildDeployJob } from '../../worker/jobs/deploy.js';
-import { helm, ok, useCluster } from '../helpers/cluster.js';
-import { adminKubeConfig, CHART, chartValues, createDeployments, createNamespaces, deleteNamespaces, inventory, namespaces, PROJECT, writeValues } from './fixtures.js';
+import { adminKubeConfig, chartRelease, createDeployments, inventory, PROJECT, serviceAccountToken, tokenKubeConfig } from './fixtures.js';
 
 jest.setTimeout(180_000);
 
@@ -15,38 +14,20 @@ jest.setTimeout(180_000);
  * though RBAC allows the verb.
  */
 describe('ValidatingAdmissionPolicy of the worker', () => {
-  let cluster: Awaited<ReturnType<typeof useCluster>>;
-  const ns = namespaces('vap');
-  const allNs = [ns.release, ns.apps, ns.data, ns.deploy, ns.other];
-  const release = 'opsgate';
+  const rel = chartRelease('vap');
+  const { ns } = rel;
   let wApps: k8s.AppsV1Api;
   let wBatch: k8s.BatchV1Api;
   let admin: k8s.KubeConfig;
 
   beforeAll(async () => {
-    cluster = await useCluster();
-    await createNamespaces(cluster, allNs);
-    ok(await helm(cluster.kubeconfigPath, ['install', release, CHART, '-n', ns.release, '-f', writeValues(chartValues(ns))]), 'helm install');
+    const cluster = await rel.setUp({ install: true });
     await createDeployments(cluster, [
       [ns.apps, 'web'],
       [ns.data, 'cache'],
     ]);
     admin = adminKubeConfig(cluster);
-    const token = (
-      await admin.makeApiClient(k8s.CoreV1Api).createNamespacedServiceAccountToken({
-        name: 'opsgate-worker',
-        namespace: ns.release,
-        body: { spec: { audiences: [], expirationSeconds: 600 } },
-      })
-    ).status!.token!;
-    const kc = new k8s.KubeConfig();
-    const cl = admin.getCurrentCluster()!;
-    kc.loadFromOptions({
-      clusters: [{ name: 'c', server: cl.server, caData: cl.caData }],
-      users: [{ name: 'worker', token }],
-      contexts: [{ name: 'x', cluster: 'c', user: 'worker' }],
-      currentContext: 'x',
-    });
+    const kc = tokenKubeConfig(admin, await serviceAccountToken(admin, ns.release, 'opsgate-worker'));
     wApps = kc.makeApiClient(k8s.AppsV1Api);
     wBatch = kc.makeApiClient(k8s.BatchV1Api);
     // A new policy is enforced once the apiserver's policy informer has it (asynchronous): wait
@@ -62,13 +43,7 @@ describe('ValidatingAdmissionPolicy of the worker', () => {
     }
   }, 240_000);
 
-  afterAll(async () => {
-    if (cluster) {
-      await helm(cluster.kubeconfigPath, ['uninstall', release, '-n', ns.release, '--ignore-not-found']);
-      await deleteNamespaces(cluster, allNs);
-      await cluster.release();
-    }
-  }, 120_000);
+  afterAll(() => rel.tearDown(), 120_000);
 
   type Outcome = { code: number; message: string };
   const outcome = (p: Promise<unknown>): Promise<Outcome> =>

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as k8s from '@kubernetes/client-node';
 import { stringify } from 'yaml';
-import { kubectl, ok, REPO, type ClusterInfo } from '../helpers/cluster.js';
+import { helm, kubectl, ok, REPO, useCluster, type ClusterInfo } from '../helpers/cluster.js';
 
 export const CHART = join(REPO, 'charts', 'opsgate');
 
@@ -90,6 +90,59 @@ export async function deleteNamespaces(cluster: ClusterInfo, names: string[]): P
 export function adminKubeConfig(cluster: ClusterInfo): k8s.KubeConfig {
   const kc = new k8s.KubeConfig();
   kc.loadFromFile(cluster.kubeconfigPath);
+  return kc;
+}
+
+/**
+ * The chart released in namespaces of a test file's own (prefix), on the shared cluster:
+ * `setUp` (beforeAll) takes the cluster, creates the namespaces and, with `install`, runs
+ * `helm install` of charts/opsgate with chartValues; `tearDown` (afterAll) uninstalls, deletes
+ * the namespaces and lets the cluster go. `cluster` is the one setUp took.
+ */
+export function chartRelease(prefix: string) {
+  const ns = namespaces(prefix);
+  const allNs = [ns.release, ns.apps, ns.data, ns.deploy, ns.other];
+  const release = 'opsgate';
+  let cluster: Awaited<ReturnType<typeof useCluster>> | undefined;
+  return {
+    ns,
+    allNs,
+    release,
+    get cluster() {
+      if (!cluster) throw new Error('no cluster: setUp() did not run (beforeAll)');
+      return cluster;
+    },
+    async setUp(opts: { install: boolean }) {
+      cluster = await useCluster();
+      await createNamespaces(cluster, allNs);
+      if (opts.install) ok(await helm(cluster.kubeconfigPath, ['install', release, CHART, '-n', ns.release, '-f', writeValues(chartValues(ns))]), 'helm install');
+      return cluster;
+    },
+    async tearDown() {
+      if (!cluster) return;
+      await helm(cluster.kubeconfigPath, ['uninstall', release, '-n', ns.release, '--ignore-not-found']);
+      await deleteNamespaces(cluster, allNs);
+      await cluster.release();
+    },
+  };
+}
+
+/** A token of a ServiceAccount from the TokenRequest API (what its pods would be given). */
+export async function serviceAccountToken(admin: k8s.KubeConfig, namespace: string, name: string, expirationSeconds = 600): Promise<string> {
+  const req = await admin.makeApiClient(k8s.CoreV1Api).createNamespacedServiceAccountToken({ name, namespace, body: { spec: { audiences: [], expirationSeconds } } });
+  return req.status!.token!;
+}
+
+/** A KubeConfig for the admin's cluster that authenticates with `token` only. */
+export function tokenKubeConfig(admin: k8s.KubeConfig, token: string): k8s.KubeConfig {
+  const cl = admin.getCurrentCluster()!;
+  const kc = new k8s.KubeConfig();
+  kc.loadFromOptions({
+    clusters: [{ name: 'c', server: cl.server, caData: cl.caData }],
+    users: [{ name: 'sa', token }],
+    contexts: [{ name: 'x', cluster: 'c', user: 'sa' }],
+    currentContext: 'x',
+  });
   return kc;
 }
 

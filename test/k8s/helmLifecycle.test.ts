@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { parseAllDocuments } from 'yaml';
-import { helm, kubectl, ok, useCluster } from '../helpers/cluster.js';
-import { CHART, chartValues, createNamespaces, deleteNamespaces, namespaces, objectsOf, writeValues } from './fixtures.js';
+import { helm, kubectl, ok } from '../helpers/cluster.js';
+import { CHART, chartRelease, chartValues, objectsOf, writeValues } from './fixtures.js';
 
 // A real apiserver under a loaded 2-core machine: generous per-test time (also under the root jest config).
 jest.setTimeout(180_000);
@@ -12,27 +12,15 @@ jest.setTimeout(180_000);
  * tests assert on the API objects (the controller-manager still reconciles Deployments).
  */
 describe('helm install / upgrade / uninstall of charts/opsgate', () => {
-  let cluster: Awaited<ReturnType<typeof useCluster>>;
-  const ns = namespaces('helm');
-  const allNs = [ns.release, ns.apps, ns.data, ns.deploy, ns.other];
-  const release = 'opsgate';
+  const rel = chartRelease('helm');
+  const { ns, release } = rel;
   type Obj = ReturnType<typeof objectsOf>[number];
   let installed: Obj[] = [];
 
-  beforeAll(async () => {
-    cluster = await useCluster();
-    await createNamespaces(cluster, allNs);
-  }, 240_000); // starts a cluster when run outside make test-k8s
+  beforeAll(() => rel.setUp({ install: false }), 240_000); // starts a cluster when run outside make test-k8s
+  afterAll(() => rel.tearDown(), 120_000);
 
-  afterAll(async () => {
-    if (cluster) {
-      await helm(cluster.kubeconfigPath, ['uninstall', release, '-n', ns.release, '--ignore-not-found']);
-      await deleteNamespaces(cluster, allNs);
-      await cluster.release();
-    }
-  }, 120_000);
-
-  const kc = () => cluster.kubeconfigPath;
+  const kc = () => rel.cluster.kubeconfigPath;
 
   async function manifest(): Promise<Obj[]> {
     const out = ok(await helm(kc(), ['get', 'manifest', release, '-n', ns.release]), 'helm get manifest').stdout;

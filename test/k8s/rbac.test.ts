@@ -1,16 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import * as k8s from '@kubernetes/client-node';
-import { helm, kubectl, ok, useCluster } from '../helpers/cluster.js';
-import {
-  adminKubeConfig,
-  CHART,
-  chartValues,
-  createDeployments,
-  createNamespaces,
-  deleteNamespaces,
-  namespaces,
-  writeValues,
-} from './fixtures.js';
+import { kubectl } from '../helpers/cluster.js';
+import { adminKubeConfig, chartRelease, createDeployments, serviceAccountToken, tokenKubeConfig } from './fixtures.js';
 
 // A real apiserver under a loaded 2-core machine: generous per-test time (also under the root jest config).
 jest.setTimeout(180_000);
@@ -23,19 +14,15 @@ jest.setTimeout(180_000);
  * - and real requests with ServiceAccount tokens from the TokenRequest API (403s included).
  */
 describe('RBAC of the chart: worker and api ServiceAccounts', () => {
-  let cluster: Awaited<ReturnType<typeof useCluster>>;
-  const ns = namespaces('rbac');
-  const allNs = [ns.release, ns.apps, ns.data, ns.deploy, ns.other];
-  const release = 'opsgate';
+  const rel = chartRelease('rbac');
+  const { ns } = rel;
   const workerSa = 'opsgate-worker';
   const apiSa = 'opsgate-api';
   const asWorker = () => `system:serviceaccount:${ns.release}:${workerSa}`;
   const asApi = () => `system:serviceaccount:${ns.release}:${apiSa}`;
 
   beforeAll(async () => {
-    cluster = await useCluster();
-    await createNamespaces(cluster, allNs);
-    ok(await helm(cluster.kubeconfigPath, ['install', release, CHART, '-n', ns.release, '-f', writeValues(chartValues(ns))]), 'helm install');
+    const cluster = await rel.setUp({ install: true });
     await createDeployments(cluster, [
       [ns.apps, 'web'],
       [ns.apps, 'checkout'],
@@ -45,16 +32,10 @@ describe('RBAC of the chart: worker and api ServiceAccounts', () => {
     ]);
   }, 240_000); // starts a cluster when run outside make test-k8s
 
-  afterAll(async () => {
-    if (cluster) {
-      await helm(cluster.kubeconfigPath, ['uninstall', release, '-n', ns.release, '--ignore-not-found']);
-      await deleteNamespaces(cluster, allNs);
-      await cluster.release();
-    }
-  }, 120_000);
+  afterAll(() => rel.tearDown(), 120_000);
 
   async function canI(as: string, verb: string, resource: string, namespace: string): Promise<boolean> {
-    const r = await kubectl(cluster.kubeconfigPath, ['auth', 'can-i', verb, resource, '-n', namespace, '--as', as]);
+    const r = await kubectl(rel.cluster.kubeconfigPath, ['auth', 'can-i', verb, resource, '-n', namespace, '--as', as]);
     const answer = r.stdout.trim();
     if (answer !== 'yes' && answer !== 'no') throw new Error(`kubectl auth can-i failed: ${r.stderr}`);
     return answer === 'yes';
@@ -109,7 +90,7 @@ describe('RBAC of the chart: worker and api ServiceAccounts', () => {
   });
 
   it('SubjectAccessReview agrees (worker patch listed vs unlisted Deployment, Secrets)', async () => {
-    const authz = adminKubeConfig(cluster).makeApiClient(k8s.AuthorizationV1Api);
+    const authz = adminKubeConfig(rel.cluster).makeApiClient(k8s.AuthorizationV1Api);
     const review = async (attrs: k8s.V1ResourceAttributes) =>
       (
         await authz.createSubjectAccessReview({
@@ -122,27 +103,9 @@ describe('RBAC of the chart: worker and api ServiceAccounts', () => {
   });
 
   it('real requests with TokenRequest tokens: allowed calls pass, the rest are 403', async () => {
-    const admin = adminKubeConfig(cluster);
-    const core = admin.makeApiClient(k8s.CoreV1Api);
-    const tokenFor = async (sa: string) =>
-      (
-        await core.createNamespacedServiceAccountToken({
-          name: sa,
-          namespace: ns.release,
-          body: { spec: { audiences: [], expirationSeconds: 600 } },
-        })
-      ).status!.token!;
-    const clientFor = (token: string) => {
-      const kc = new k8s.KubeConfig();
-      const cl = admin.getCurrentCluster()!;
-      kc.loadFromOptions({
-        clusters: [{ name: 'c', server: cl.server, caData: cl.caData }],
-        users: [{ name: 'sa', token }],
-        contexts: [{ name: 'x', cluster: 'c', user: 'sa' }],
-        currentContext: 'x',
-      });
-      return kc;
-    };
+    const admin = adminKubeConfig(rel.cluster);
+    const tokenFor = (sa: string) => serviceAccountToken(admin, ns.release, sa);
+    const clientFor = (token: string) => tokenKubeConfig(admin, token);
     const status = (p: Promise<unknown>) => p.then(() => 200, (e: { code?: number }) => e.code);
 
     const worker = clientFor(await tokenFor(workerSa));

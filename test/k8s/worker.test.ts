@@ -28,6 +28,7 @@ import {
   inventory as inventoryFor,
   namespaces,
   PROJECT,
+  serviceAccountToken,
   writeValues,
 } from './fixtures.js';
 
@@ -59,14 +60,7 @@ describe('worker on a real cluster, as its ServiceAccount', () => {
   let factoryCalls = 0;
   let logLines: string[] = [];
 
-  const tokenFor = async (sa: string) =>
-    (
-      await admin.makeApiClient(k8s.CoreV1Api).createNamespacedServiceAccountToken({
-        name: sa,
-        namespace: ns.release,
-        body: { spec: { audiences: [], expirationSeconds: 3600 } },
-      })
-    ).status!.token!;
+  const tokenFor = (sa: string) => serviceAccountToken(admin, ns.release, sa, 3600);
   const caData = () => Buffer.from(cluster.caPem).toString('base64');
 
   beforeAll(async () => {
