@@ -3,6 +3,7 @@ import { NotReplicatedError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import type { OpsQueue } from '../shared/queue.js';
 import { waitForReplicas } from '../shared/redis.js';
+import { callScript, defineScript } from '../shared/redisBatch.js';
 import { PENDING, QUEUED } from './claim.js';
 
 /**
@@ -59,14 +60,12 @@ if string.sub(v, 1, 1) == '{' then
 end
 return 0
 `;
-type ReleaseFn = (key: string, jobId: string) => Promise<number>;
 
 /** The one check every route calls before its success answer; a no-op when minReplicas is 0. */
 export function replicationGate(deps: ReplicationDeps): ConfirmReplicated {
   if (deps.minReplicas <= 0) return async () => {};
-  const r = deps.redis as unknown as Record<string, unknown>;
-  if (typeof r[RELEASE] !== 'function') deps.redis.defineCommand(RELEASE, { numberOfKeys: 1, lua: RELEASE_LUA });
-  const release = (r[RELEASE] as ReleaseFn).bind(deps.redis);
+  defineScript(deps.redis, RELEASE, RELEASE_LUA);
+  const release = (key: string, jobId: string) => callScript(deps.redis, RELEASE, [key], [jobId]);
   const { minReplicas, timeoutMs, logger } = deps;
 
   const takeBack = async (w: Written): Promise<void> => {
