@@ -17,16 +17,14 @@ import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'nod
 import os from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { freePort, startRedis } from '../test/helpers/redis.js';
+import { startRedis } from '../test/helpers/redis.js';
 import { attribute, type CpuProfile } from './attribution.js';
-import { CHART_HEAP_CAP_MB, CHART_SEMI_SPACE_MB, chartHeapArgs, fmt, log, processCpuMs, ROOT, runWrk, startServer, type Proc } from './support.js';
+import { apiEnv, CHART_HEAP_CAP_MB, CHART_SEMI_SPACE_MB, chartHeapArgs, fmt, log, processCpuMs, ROOT, runWrk, SCM_SECRET, startServer, type Proc } from './support.js';
 
 const MODE = process.env.PROFILE_MODE ?? 'unique';
 const SECONDS = Number(process.env.PROFILE_SECONDS ?? 10);
 const CONNECTIONS = Number(process.env.PROFILE_CONNECTIONS ?? 64);
 const WARMUP = 2;
-const SCM_SECRET = 'profile-scm-secret-' + Math.random().toString(36).slice(2);
-const API_KEY = 'profile-key-' + Math.random().toString(36).slice(2);
 
 interface Measured {
   key: string;
@@ -57,15 +55,7 @@ async function main() {
         key: 'api',
         label: `opsgate API (chart: old ${CHART_HEAP_CAP_MB} / semi ${CHART_SEMI_SPACE_MB} MB)`,
         script: 'dist/src/server.js',
-        env: {
-          REDIS_URL: redis.url,
-          METRICS_PORT: String(await freePort()),
-          OPS_API_KEY_ROLES: `${API_KEY}:operator`,
-          SCM_WEBHOOK_SECRET: SCM_SECRET,
-          RATE_LIMIT_RPS: '1000000',
-          LOG_LEVEL: 'info',
-          ADMIN_UI_ENABLED: 'false',
-        },
+        env: await apiEnv(redis.url, '1000000'),
         args: chartHeapArgs(CHART_HEAP_CAP_MB, CHART_SEMI_SPACE_MB),
         token: SCM_SECRET,
       },

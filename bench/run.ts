@@ -33,7 +33,7 @@ import { join } from 'node:path';
 import { defaultJobOptions, JOB, QUEUE_NAME } from '../src/shared/jobs.js';
 import { freePort, startRedis, type RedisServer } from '../test/helpers/redis.js';
 import { startReplica } from '../test/helpers/redisTopology.js';
-import { CHART_HEAP_CAP_MB, CHART_SEMI_SPACE_MB, chartHeapArgs, fmt, log, MALLOC_ARENA_MAX, processCpuMs, ROOT, runWrk, sleep, spawnNode, startServer as startServer_, type Proc } from './support.js';
+import { apiEnv, CHART_HEAP_CAP_MB, CHART_SEMI_SPACE_MB, chartHeapArgs, fmt, log, MALLOC_ARENA_MAX, processCpuMs, ROOT, runWrk, SCM_SECRET, sleep, spawnNode, startServer as startServer_, type Proc } from './support.js';
 
 const DURATION = Number(process.env.BENCH_DURATION ?? 8);
 const ALERTS_PER_PAYLOAD = Number(process.env.BENCH_ALERTS ?? 1000);
@@ -51,8 +51,6 @@ const SEMI_SPACE_MB = Number(process.env.BENCH_SEMI_SPACE_MB ?? CHART_SEMI_SPACE
 const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 3));
 const WORKER_NODE_ARGS = (process.env.BENCH_WORKER_NODE_ARGS ?? '').split(' ').filter(Boolean);
 
-const SCM_SECRET = 'bench-scm-secret-' + Math.random().toString(36).slice(2);
-const API_KEY = 'bench-key-' + Math.random().toString(36).slice(2);
 
 // ---------------------------------------------------------------- processes
 
@@ -322,16 +320,7 @@ async function main() {
       startServer(
         name,
         'dist/src/server.js',
-        {
-          REDIS_URL: redis.url,
-          ...extraEnv,
-          METRICS_PORT: String(await freePort()),
-          OPS_API_KEY_ROLES: `${API_KEY}:operator`,
-          SCM_WEBHOOK_SECRET: SCM_SECRET,
-          RATE_LIMIT_RPS,
-          LOG_LEVEL: 'info',
-          ADMIN_UI_ENABLED: 'false',
-        },
+        await apiEnv(redis.url, RATE_LIMIT_RPS, extraEnv),
         [...chartHeapArgs(HEAP_CAP_MB, SEMI_SPACE_MB), ...API_NODE_ARGS],
         join(ROOT, `artifacts/${logName}`),
       );

@@ -126,6 +126,28 @@ export async function startServer(procs: Proc[], name: string, script: string, e
   return { p, url };
 }
 
+/** The API's credentials under load (new each run): wrk sends SCM_SECRET as the webhook token. */
+export const SCM_SECRET = 'bench-scm-secret-' + Math.random().toString(36).slice(2);
+const API_KEY = 'bench-key-' + Math.random().toString(36).slice(2);
+
+/**
+ * The API's environment as the benchmarks run it: production settings, its metrics on a free
+ * port, the credentials above, the rate limiter on at `rateLimitRps` (a limit never reached:
+ * its cost without its refusals), the admin UI off (the chart's default); `extra` on top.
+ */
+export async function apiEnv(redisUrl: string, rateLimitRps: string, extra: Record<string, string> = {}): Promise<Record<string, string>> {
+  return {
+    REDIS_URL: redisUrl,
+    METRICS_PORT: String(await freePort()),
+    OPS_API_KEY_ROLES: `${API_KEY}:operator`,
+    SCM_WEBHOOK_SECRET: SCM_SECRET,
+    RATE_LIMIT_RPS: rateLimitRps,
+    LOG_LEVEL: 'info',
+    ADMIN_UI_ENABLED: 'false',
+    ...extra,
+  };
+}
+
 /** The API's node flags as the chart runs it (its api.maxOldSpaceSizeMb / api.maxSemiSpaceSizeMb). */
 export function chartHeapArgs(oldMb: number, semiMb: number): string[] {
   return [`--max-old-space-size=${oldMb}`, ...(semiMb ? [`--max-semi-space-size=${semiMb}`] : [])];
