@@ -32,6 +32,7 @@ import type { Metrics } from '../shared/metrics.js';
  * action (retry/remove), queue, job_id and job_name; refused keys appear as presented_credential.
  */
 export const ADMIN_BASE_PATH = '/admin/queues';
+export const BASIC_CHALLENGE = 'Basic realm="opsgate", charset="UTF-8"';
 
 /**
  * Bull Board is loaded when the UI is mounted, not when this module is: with ADMIN_UI_ENABLED off
@@ -46,7 +47,6 @@ function loadBullBoard() {
     ExpressAdapter: (require('@bull-board/express') as { ExpressAdapter: typeof ExpressAdapterClass }).ExpressAdapter,
   };
 }
-export const BASIC_CHALLENGE = 'Basic realm="opsgate", charset="UTF-8"';
 
 export interface AdminRouterOptions {
   queues: Queue[];
