@@ -177,7 +177,9 @@ EOF
     ;;
 
   coredns)
-    # CoreDNS for the test node's cluster DNS (plain `go build` of the main module).
+    # CoreDNS for the test node's cluster DNS, with only the plugins hack/node.sh's Corefile uses:
+    # upstream's main imports every plugin (cloud DNS SDKs among them), which is most of its build.
+    # dnsserver.Directives keeps upstream's plugin order (plugin.cfg) for the ones kept.
     cat >go.mod <<EOF
 module opsgate.local/tools/coredns
 
@@ -185,10 +187,32 @@ go 1.24.0
 
 require github.com/coredns/coredns $version
 EOF
+    cat >main.go <<'EOF'
+package main
+
+import (
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/coremain"
+
+	_ "github.com/coredns/coredns/plugin/bind"
+	_ "github.com/coredns/coredns/plugin/cache"
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/health"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/ready"
+)
+
+func init() {
+	dnsserver.Directives = []string{"bind", "ready", "health", "errors", "cache", "kubernetes"}
+}
+
+func main() { coremain.Run() }
+EOF
     log "resolving modules"
     go get "github.com/coredns/coredns@$version"
-    log "compiling coredns"
-    "${NICE[@]}" go build -p "$GO_P" -ldflags "-s -w" -o "$stage/coredns" github.com/coredns/coredns
+    go mod tidy
+    log "compiling coredns (bind, ready, health, errors, cache, kubernetes)"
+    "${NICE[@]}" go build -p "$GO_P" -ldflags "-s -w" -o "$stage/coredns" .
     ;;
 
   prometheus)
