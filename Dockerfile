@@ -4,7 +4,7 @@
 #   docker build --target worker -t opsgate-worker:0.1.0 .
 # Node 26 is the current LTS line ("Lithium"). Where Docker Hub is out of reach (this project's own
 # machines), `make images` (hack/images.sh) builds a Node 26 base from Debian packages and the npm
-# registry and passes it as NODE_IMAGE; test/node/images.test.ts checks the built images.
+# registry and passes it as NODE_IMAGE; test/e2e/node/images.test.ts checks the built images.
 # No digest pin here: the official image's digest could not be read from this machine (no Docker Hub);
 # pin it with NODE_IMAGE=node:26-trixie-slim@sha256:<digest> where you can resolve it.
 ARG NODE_IMAGE=node:26-trixie-slim

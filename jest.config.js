@@ -14,9 +14,9 @@ export default {
   },
   moduleNameMapper: { '^(\\.{1,2}/.*)\\.js$': '$1' },
   testMatch: ['<rootDir>/test/**/*.test.ts'],
-  // test/k8s needs the shared control plane of its own config (test/k8s/jest.config.js), test/node
-  // the real node `make e2e` starts (test/node/jest.config.js).
-  testPathIgnorePatterns: ['/node_modules/', '<rootDir>/test/k8s/', '<rootDir>/test/node/'],
+  // test/e2e needs Kubernetes: its suites run under their own configs (`make e2e`):
+  // test/e2e/controlplane/jest.config.js (a shared control plane), test/e2e/node/jest.config.js (a real node).
+  testPathIgnorePatterns: ['/node_modules/', '<rootDir>/test/e2e/'],
   // Builds dist/ once per run so tests that spawn the real processes run the current code.
   globalSetup: '<rootDir>/test/helpers/globalSetup.ts',
   testTimeout: 30000,

@@ -24,7 +24,7 @@ chromium: ## Install Debian's chromium (headless browser for test/e2e) if missin
 
 .PHONY: test-observability
 test-observability: deps redis tools-prom build ## Metrics server, real-scrape promtool checks, alert rule unit tests, dashboard, Bull Board access
-	$(JEST) --ci test/unit/observability test/observability test/integration/observability
+	$(JEST) --ci test/unit/observability test/integration/observability test/integration/observability
 
 .PHONY: test-e2e
 test-e2e: deps redis chromium build ## Bull Board end-to-end test in headless Chromium (screenshot in artifacts/)

@@ -353,12 +353,12 @@ export async function startCluster(opts: { log?: (msg: string) => void } = {}): 
   }
 }
 
-// --- shared cluster for test/k8s (see test/k8s/globalSetup.ts) ------------------------------
+// --- shared cluster for test/e2e/controlplane (see test/helpers/controlPlaneSetup.ts) ------------------------------
 
 /**
- * The cluster for a test file: the one started by test/k8s's globalSetup (env
+ * The cluster for a test file: the one started by test/e2e/controlplane's globalSetup (env
  * OPSGATE_K8S_CLUSTER) when run through `make test-k8s`, else a cluster of its own
- * (so a plain `jest test/k8s/x.test.ts` works too). Call release() in afterAll.
+ * (so a plain `jest test/e2e/controlplane/x.test.ts` works too). Call release() in afterAll.
  */
 export async function useCluster(): Promise<ClusterInfo & { release(): Promise<void> }> {
   const shared = process.env[SHARED_CLUSTER_ENV];

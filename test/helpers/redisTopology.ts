@@ -3,7 +3,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { waitFor as until } from '../reliability/support.js';
+import { waitFor as until } from './reliability.js';
 import { freePort } from './redis.js';
 
 /**
@@ -68,7 +68,7 @@ function startProc(bin: string, args: string[], port: number): RedisProc {
   };
 }
 
-/** Polls until a value other than undefined/false; bounded (test/reliability/support.ts waitFor, one implementation). */
+/** Polls until a value other than undefined/false; bounded (test/helpers/reliability.ts waitFor, one implementation). */
 export { until };
 
 async function ask<T>(p: RedisProc, fn: (c: Redis) => Promise<T>): Promise<T> {

@@ -2,7 +2,7 @@ import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { startRedis } from '../../helpers/redis.js';
 import { JOB } from '../../../src/shared/jobs.js';
-import { createHarness, eventually, useHarness } from './harness.js';
+import { createHarness, eventually, useHarness } from '../../helpers/apiHarness.js';
 import { seenKey } from '../../../src/domain/redisOps.js';
 
 /** POST /webhook/alerts rules 1-4 (+ optional ALERTS_WEBHOOK_TOKEN) on a real Redis and BullMQ queue. */

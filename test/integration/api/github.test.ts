@@ -2,7 +2,7 @@ import { createHmac } from 'node:crypto';
 import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { JOB } from '../../../src/shared/jobs.js';
-import { createHarness, GITHUB_SECRET, useHarness } from './harness.js';
+import { createHarness, GITHUB_SECRET, useHarness } from '../../helpers/apiHarness.js';
 import { seenKey } from '../../../src/domain/redisOps.js';
 
 /** POST /webhook/github: HMAC-SHA256 X-Hub-Signature-256, X-GitHub-Event push, same deploy + dedup rules as scm. */

@@ -9,12 +9,12 @@ import request from 'supertest';
 import { freePort, startRedis, type RedisServer } from '../../helpers/redis.js';
 import { createKubeHostStatusProvider, loadKubeConfig } from '../../../src/domain/kubeHostStatus.js';
 import { createLazyKubeHostStatusProvider, kubeConfigPresent } from '../../../src/domain/lazyHostStatus.js';
-import { createHarness, OP_KEY, RO_KEY, type Harness } from './harness.js';
+import { createHarness, OP_KEY, RO_KEY, type Harness } from '../../helpers/apiHarness.js';
 
 /**
  * GET /ops/hosts/:host with the real provider (@kubernetes/client-node AppsV1Api) talking HTTP to a
  * small local server that answers readNamespacedDeployment like kube-apiserver does (the full
- * control-plane test lives with the cluster tests in test/k8s). Cached in the real Redis for 30 s,
+ * control-plane test lives with the cluster tests in test/e2e/controlplane). Cached in the real Redis for 30 s,
  * cleared by DELETE /ops/cache.
  */
 let srv: RedisServer;

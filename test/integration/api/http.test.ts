@@ -2,7 +2,7 @@ import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { startRedis } from '../../helpers/redis.js';
 import { createRateLimiter } from '../../../src/middleware/rateLimit.js';
-import { BEARER, createHarness, OP_KEY, RO_KEY, SCM_SECRET, useHarness } from './harness.js';
+import { BEARER, createHarness, OP_KEY, RO_KEY, SCM_SECRET, useHarness } from '../../helpers/apiHarness.js';
 
 /** Probes, version, and the HTTP-level error contract: every error is JSON {detail}, never an HTML page or a stack. */
 const ctx = useHarness({ flush: false });

@@ -14,7 +14,7 @@ import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { deliveryKey, seenKey } from '../../../src/domain/redisOps.js';
 import { JOB } from '../../../src/shared/jobs.js';
-import { createHarness, GITHUB_SECRET, SCM_SECRET, useHarness } from './harness.js';
+import { createHarness, GITHUB_SECRET, SCM_SECRET, useHarness } from '../../helpers/apiHarness.js';
 
 const ctx = useHarness();
 const fixture = (name: string) => readFileSync(new URL(`../../fixtures/${name}`, import.meta.url), 'utf8');

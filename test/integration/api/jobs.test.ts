@@ -3,7 +3,7 @@ import request from 'supertest';
 import { coalesceId } from '../../../src/domain/restart.js';
 import { credentialId } from '../../../src/shared/crypto.js';
 import { JOB, QUEUE_NAME, restartedAtKey } from '../../../src/shared/jobs.js';
-import { BEARER, containsSecret, OP_KEY, RO_KEY, runWorkerUntil as runWorkerUntilOn, useHarness } from './harness.js';
+import { BEARER, containsSecret, OP_KEY, RO_KEY, runWorkerUntil as runWorkerUntilOn, useHarness } from '../../helpers/apiHarness.js';
 
 /**
  * Dead letters without a browser (issue 11 item 8): GET /ops/jobs?state=failed and

@@ -9,7 +9,7 @@ import { documentedStatuses, errorSchema } from '../../../src/openapi/document.j
 import { API_ROUTES } from '../../../src/openapi/routes.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
-import { BEARER, createHarness, GITHUB_SECRET, OP_KEY, RO_KEY, runWorkerUntil, SCM_SECRET, useHarness, type Harness } from './harness.js';
+import { BEARER, createHarness, GITHUB_SECRET, OP_KEY, RO_KEY, runWorkerUntil, SCM_SECRET, useHarness, type Harness } from '../../helpers/apiHarness.js';
 
 /**
  * GET /openapi.json (issue 11 item 9):

@@ -3,7 +3,7 @@ import request from 'supertest';
 import { startRedis } from '../../helpers/redis.js';
 import { credentialId } from '../../../src/shared/crypto.js';
 import { JOB } from '../../../src/shared/jobs.js';
-import { BEARER, containsSecret, createHarness, OP_KEY, OP_KEY_2, RO_KEY, useHarness } from './harness.js';
+import { BEARER, containsSecret, createHarness, OP_KEY, OP_KEY_2, RO_KEY, useHarness } from '../../helpers/apiHarness.js';
 
 /** /ops/hosts, /ops/restart, /ops/cache, /ops/jobs/:id with the auth rules of spec section 5. */
 const ctx = useHarness();

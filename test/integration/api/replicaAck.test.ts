@@ -16,7 +16,7 @@ import { deliveryKey, seenKey } from '../../../src/domain/redisOps.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 import { startReplica, until } from '../../helpers/redisTopology.js';
-import { BEARER, createHarness, OP_KEY, runWorkerUntil, SCM_SECRET, type Harness } from './harness.js';
+import { BEARER, createHarness, OP_KEY, runWorkerUntil, SCM_SECRET, type Harness } from '../../helpers/apiHarness.js';
 
 let srv: RedisServer;
 let h: Harness;

@@ -5,7 +5,7 @@ import { idempotencyRecordKey, idempotencyScope } from '../../../src/domain/rest
 import { credentialId } from '../../../src/shared/crypto.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
-import { BEARER, createHarness, eventually, runWorkerUntil, useHarness, type Harness } from './harness.js';
+import { BEARER, createHarness, eventually, runWorkerUntil, useHarness, type Harness } from '../../helpers/apiHarness.js';
 
 /**
  * POST /ops/restart: Idempotency-Key (issue 9 item 3) and coalescing of identical restarts

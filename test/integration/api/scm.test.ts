@@ -2,7 +2,7 @@ import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { startRedis } from '../../helpers/redis.js';
 import { JOB } from '../../../src/shared/jobs.js';
-import { containsSecret, createHarness, eventually, SCM_SECRET, useHarness } from './harness.js';
+import { containsSecret, createHarness, eventually, SCM_SECRET, useHarness } from '../../helpers/apiHarness.js';
 import { seenKey } from '../../../src/domain/redisOps.js';
 
 /** POST /webhook/scm rules 1-9, in order, on a real Redis with the real BullMQ queue. */

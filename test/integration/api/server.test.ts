@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Redis } from 'ioredis';
 import { freePort, startRedis, type RedisServer } from '../../helpers/redis.js';
 import { API_ENTRY, spawnNode, startApi } from '../../helpers/processes.js';
-import { INVENTORY_YAML, OP_KEY, RO_KEY, SCM_SECRET, BEARER } from './harness.js';
+import { INVENTORY_YAML, OP_KEY, RO_KEY, SCM_SECRET, BEARER } from '../../helpers/apiHarness.js';
 
 /**
  * The real entry point (node dist/src/server.js, built by the jest globalSetup) as a process:
@@ -42,7 +42,7 @@ async function refusal(env: Record<string, string | undefined>) {
 describe('start-up refusals (real process)', () => {
   const good = () => ({ OPS_API_KEY_ROLES: `${RO_KEY}:readonly`, REDIS_URL: srv.url });
   // Each case is a real process start (a few seconds on a loaded machine); every other refusal
-  // case of the parser is covered in test/unit/config.test.ts.
+  // case of the parser is covered in test/unit/shared/config.test.ts.
   it.each([
     { name: 'OPS_API_KEY_ROLES missing', env: { OPS_API_KEY_ROLES: undefined }, variable: 'OPS_API_KEY_ROLES' },
     { name: 'item without key:role', env: { OPS_API_KEY_ROLES: SECRET_LOOKING }, variable: 'OPS_API_KEY_ROLES' },

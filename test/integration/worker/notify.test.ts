@@ -15,7 +15,7 @@ import {
   workerConfig,
   type LogCollector,
   type Receiver,
-} from './support.js';
+} from '../../helpers/workerSupport.js';
 
 /**
  * notify_oncall end to end: a real BullMQ queue on a real redis-server, the real worker

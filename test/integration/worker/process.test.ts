@@ -6,7 +6,7 @@ import { Queue } from 'bullmq';
 import { JOB, QUEUE_NAME, defaultJobOptions } from '../../../src/shared/jobs.js';
 import { freePort, startRedis, type RedisServer } from '../../helpers/redis.js';
 import { spawnNode, startWorkerProcess, WORKER_ENTRY, type OpsProcess } from '../../helpers/processes.js';
-import { audit, startReceiver, waitForFinal, waitForState, type Receiver } from './support.js';
+import { audit, startReceiver, waitForFinal, waitForState, type Receiver } from '../../helpers/workerSupport.js';
 
 /**
  * The real worker process (node dist/worker/index.js): start-up refusal on a bad environment,

@@ -1,0 +1,211 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createHmac } from 'node:crypto';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parse as parseYaml } from 'yaml';
+import { freePort } from '../../helpers/redis.js';
+
+/**
+ * `make dev` (hack/dev.sh on the built dist/): a local Redis, the API and the worker come up,
+ * the printed demo credentials (every endpoint's: API keys, bearer token, scm/GitHub webhook
+ * secrets, alerts token) and sample requests work, the README's setup guides run as printed
+ * against it (the blocks marked `<!-- tested: NAME -->`, with the `export …` line dev.sh prints,
+ * in a clean shell; the Alertmanager receiver is checked by the real amtool and then used by a
+ * real Alertmanager that delivers an alert to the dev API), and Ctrl-C (SIGINT) stops everything.
+ */
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
+let proc: ChildProcess | undefined;
+let alertmanager: ChildProcess | undefined;
+const dir = mkdtempSync(join(tmpdir(), 'opsgate-dev-'));
+let out = '';
+let base = '';
+let port = 0;
+
+afterAll(() => {
+  if (alertmanager && alertmanager.exitCode === null) alertmanager.kill('SIGKILL');
+  if (proc && proc.exitCode === null) process.kill(-proc.pid!, 'SIGKILL');
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const cred = (label: string) => new RegExp(`${label}\\s*:\\s*(\\S+)`).exec(out)![1]!;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function until<T>(what: string, fn: () => Promise<T | undefined> | T | undefined, timeoutMs: number): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(200);
+  }
+}
+
+/** Runs a shell snippet as a user would: a clean bash (PATH and HOME only) in `cwd`, after the export line dev.sh printed. */
+function sh(script: string, cwd: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const exportLine = /^\s*(export OPSGATE_URL=.*)$/m.exec(out)![1]!;
+  return new Promise((res) => {
+    const p = spawn('bash', ['--norc', '--noprofile', '-euo', 'pipefail', '-c', `${exportLine}\n${script}`], { cwd, env: { PATH: process.env.PATH ?? '', HOME: cwd }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    p.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    p.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    p.on('close', (code) => res({ code, stdout, stderr }));
+  });
+}
+
+/** The README's fenced sh blocks marked `<!-- tested: NAME -->`, by name. */
+function readmeGuides(): Map<string, string> {
+  const md = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  const blocks = new Map<string, string>();
+  for (const m of md.matchAll(/<!-- tested: ([\w-]+) -->\n```sh\n([\s\S]*?)\n```/g)) blocks.set(m[1]!, m[2]!);
+  return blocks;
+}
+
+function auditLines(): Array<Record<string, unknown>> {
+  return readFileSync(join(dir, 'api.log'), 'utf8')
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as Record<string, unknown>)
+    .filter((l) => l.msg === 'audit');
+}
+
+beforeAll(async () => {
+  const [p, redisPort, apiMetrics, workerMetrics] = await Promise.all([freePort(), freePort(), freePort(), freePort()]);
+  port = p;
+  base = `http://127.0.0.1:${port}`;
+  proc = spawn('bash', [join(ROOT, 'hack/dev.sh')], {
+    cwd: ROOT,
+    detached: true, // own process group, like a terminal session
+    env: { ...process.env, PORT: String(port), REDIS_PORT: String(redisPort), API_METRICS_PORT: String(apiMetrics), WORKER_METRICS_PORT: String(workerMetrics), DEV_DIR: dir },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  proc.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  proc.stderr!.on('data', (d: Buffer) => (out += d.toString()));
+  const deadline = Date.now() + 60_000;
+  while (!out.includes('Ctrl-C stops everything')) {
+    if (proc.exitCode !== null || Date.now() > deadline) throw new Error(`dev.sh did not come up:\n${out}`);
+    await sleep(100);
+  }
+}, 90_000);
+
+describe('make dev (hack/dev.sh)', () => {
+  it('prints demo credentials that work against the running API and worker', async () => {
+    const hosts = await fetch(`${base}/ops/hosts`, { headers: { 'X-API-Key': cred('readonly API key') } });
+    expect(hosts.status).toBe(200);
+    expect(((await hosts.json()) as { hosts: string[] }).hosts).toEqual(['web-01', 'worker-01']);
+
+    const push = await fetch(`${base}/webhook/scm`, {
+      method: 'POST',
+      headers: { 'X-Scm-Token': cred('SCM webhook token'), 'X-Scm-Event': 'Push Hook', 'Content-Type': 'application/json' },
+      body: JSON.stringify({ ref: 'refs/heads/main', checkout_sha: 'abc123', project: { path_with_namespace: 'acme/storefront' } }),
+    });
+    expect(push.status).toBe(202);
+    expect(await push.json()).toMatchObject({ accepted: true, duplicate: false });
+
+    const wrongScm = await fetch(`${base}/webhook/scm`, { method: 'POST', headers: { 'X-Scm-Token': 'wrong', 'X-Scm-Event': 'Push Hook', 'Content-Type': 'application/json' }, body: '{}' });
+    expect(wrongScm.status).toBe(403);
+
+    // The printed GitHub secret signs deliveries; GitHub's ping on webhook creation is answered "ignored".
+    const ping = JSON.stringify({ zen: 'Keep it logically awesome.', hook_id: 1 });
+    const pinged = await fetch(`${base}/webhook/github`, {
+      method: 'POST',
+      headers: { 'X-GitHub-Event': 'ping', 'X-Hub-Signature-256': `sha256=${createHmac('sha256', cred('GitHub webhook secret')).update(ping).digest('hex')}`, 'Content-Type': 'application/json' },
+      body: ping,
+    });
+    expect(pinged.status).toBe(202);
+    expect(await pinged.json()).toMatchObject({ ignored: true });
+
+    // The alerts token is required (dev sets it) and the printed one is accepted.
+    const alert = { version: '4', status: 'firing', alerts: [{ status: 'firing', labels: { alertname: 'DevCheck' }, fingerprint: 'dev-check-1' }] };
+    const noToken = await fetch(`${base}/webhook/alerts`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(alert) });
+    expect(noToken.status).toBe(401);
+    const withToken = await fetch(`${base}/webhook/alerts`, { method: 'POST', headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${cred('alerts token')}` }, body: JSON.stringify(alert) });
+    expect(withToken.status).toBe(202);
+
+    const restart = await fetch(`${base}/ops/restart?host=web-01&service=storefront`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${cred('bearer token')}` },
+    });
+    expect(restart.status).toBe(200);
+    const { job_id } = (await restart.json()) as { job_id: string };
+    // The worker takes the job; with no cluster here it is dead-lettered with a clear reason.
+    const job = await until(
+      'the restart job to be dead-lettered',
+      async () => {
+        const r = await fetch(`${base}/ops/jobs/${job_id}`, { headers: { 'X-API-Key': cred('readonly API key') } });
+        const j = (await r.json()) as { state?: string; failed_reason?: string };
+        return j.state === 'failed' ? j : undefined;
+      },
+      60_000,
+    );
+    expect(job.failed_reason).toMatch(/no Kubernetes configuration/);
+
+    const board = await fetch(`${base}/admin/queues`, { headers: { Authorization: `Basic ${Buffer.from(`me:${cred('operator API key')}`).toString('base64')}` } });
+    expect(board.status).toBe(200);
+
+    // Terminal logs are pino-pretty's; the log files keep the JSON lines.
+    expect(out).toMatch(/INFO: api listening/);
+    expect(auditLines().length).toBeGreaterThan(0);
+  }, 90_000);
+
+  it("runs the README's setup guides as printed and gets the documented answers", async () => {
+    const guides = readmeGuides();
+    const expected = ['guide-gitlab-native', 'guide-gitlab-scm', 'guide-github', 'guide-alertmanager', 'guide-alertmanager-send'];
+    expect([...guides.keys()].sort()).toEqual([...expected].sort());
+    const work = join(dir, 'guides');
+    mkdirSync(work);
+    const json = async (name: string) => {
+      const r = await sh(guides.get(name)!, work);
+      expect({ name, code: r.code, stderr: r.stderr }).toEqual({ name, code: 0, stderr: '' });
+      return JSON.parse(r.stdout) as Record<string, unknown>;
+    };
+
+    // GitLab's own headers on /webhook/gitlab: accepted, then the same delivery again a duplicate.
+    expect(await json('guide-gitlab-native')).toMatchObject({ accepted: true, duplicate: false, project: 'acme/storefront' });
+    expect(await json('guide-gitlab-native')).toMatchObject({ accepted: false, duplicate: true, project: 'acme/storefront' });
+
+    // GitLab, spec headers: accepted, then the same push again a duplicate.
+    expect(await json('guide-gitlab-scm')).toMatchObject({ accepted: true, duplicate: false, project: 'acme/storefront' });
+    expect(await json('guide-gitlab-scm')).toMatchObject({ accepted: false, duplicate: true, project: 'acme/storefront' });
+
+    // GitHub: the signature computed with openssl over the body is accepted.
+    expect(await json('guide-github')).toMatchObject({ accepted: true, duplicate: false, project: 'acme/storefront' });
+
+    // Alertmanager: what it sends is accepted with the token.
+    expect(await json('guide-alertmanager-send')).toMatchObject({ received: 1, firing: 1 });
+
+    // Alertmanager: the receiver block is written and the real amtool accepts it.
+    const am = await sh(guides.get('guide-alertmanager')!, work);
+    expect(am.code).toBe(0);
+    expect(am.stdout).toMatch(/SUCCESS/);
+    const config = parseYaml(readFileSync(join(work, 'alertmanager.yml'), 'utf8'));
+    const wh = config.receivers.find((r: { name: string }) => r.name === config.route.receiver).webhook_configs[0];
+    expect(wh).toMatchObject({ url: `${base}/webhook/alerts`, max_alerts: 500, http_config: { authorization: { type: 'Bearer', credentials: cred('alerts token') } } });
+
+    // ... and a real Alertmanager running that file delivers an alert to the dev API with the bearer token.
+    const alertAudits = () => auditLines().filter((l) => l.path === '/webhook/alerts');
+    const before = alertAudits().length;
+    const binary = ['/usr/bin/prometheus-alertmanager', '/usr/bin/alertmanager'].find((b) => existsSync(b));
+    expect(binary).toBeDefined(); // Debian prometheus-alertmanager (make tools-amtool)
+    const amPort = await freePort();
+    alertmanager = spawn(binary!, [`--config.file=${join(work, 'alertmanager.yml')}`, `--storage.path=${join(work, 'am-data')}`, `--web.listen-address=127.0.0.1:${amPort}`, '--cluster.listen-address='], { cwd: work, stdio: 'ignore' });
+    await until('alertmanager ready', async () => ((await fetch(`http://127.0.0.1:${amPort}/-/ready`).catch(() => undefined))?.status === 200 ? true : undefined), 30_000);
+    const add = await sh(`amtool alert add --alertmanager.url=http://127.0.0.1:${amPort} alertname=GuideCheck severity=critical --annotation=summary='from a real alertmanager'`, work);
+    expect({ code: add.code, stderr: add.stderr }).toEqual({ code: 0, stderr: '' });
+    // group_wait 10 s, then one delivery: audited as the alerts sender, accepted, and the worker notifies.
+    const delivered = await until('the delivery of the real alertmanager', () => alertAudits().slice(before)[0], 60_000);
+    expect(delivered).toMatchObject({ method: 'POST', status: 202, who: 'webhook:alerts' });
+    await until('the notify job for GuideCheck', () => (readFileSync(join(dir, 'worker.log'), 'utf8').includes('"alertname":"GuideCheck"') ? true : undefined), 30_000);
+    alertmanager.kill('SIGTERM');
+  }, 150_000);
+
+  it('stops everything on Ctrl-C', async () => {
+    process.kill(-proc!.pid!, 'SIGINT');
+    const code = await new Promise<number | null>((r) => (proc!.exitCode !== null ? r(proc!.exitCode) : proc!.once('exit', (c) => r(c))));
+    expect(code).not.toBeNull();
+    await until('the API to be gone', async () => ((await fetch(`${base}/health`).then(() => false, () => true)) ? true : undefined), 10_000);
+  }, 30_000);
+});

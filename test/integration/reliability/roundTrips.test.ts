@@ -1,0 +1,151 @@
+/**
+ * Issue 10 item 1-2: Redis round trips per delivery, counted on the wire (test/helpers/roundTrips.ts,
+ * a relay in front of a real redis-server) with the real app, the real rate limiter (on, with a
+ * budget never reached) and the real BullMQ producer:
+ * - a unique push: at most 2 round trips, rate limit included (claim + hit, then add + mark);
+ * - a duplicate push: 1 round trip (hit + claim);
+ * - an alert payload: the same constant for 1 alert and for 1,000 alerts.
+ * And the rate limiter really counted each of them (its counter is read at the end).
+ */
+import { createHmac } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Redis } from 'ioredis';
+import request from 'supertest';
+import { RateLimiterMemory, RateLimiterRedis } from 'rate-limiter-flexible';
+import { createRateLimiter } from '../../../src/middleware/rateLimit.js';
+import { rateLimitKey } from '../../../src/domain/redisOps.js';
+import { createHarness, GITHUB_SECRET, SCM_SECRET, type Harness } from '../../helpers/apiHarness.js';
+import { startRoundTripCounter, type RoundTripCounter } from '../../helpers/roundTrips.js';
+import { startRedis, type RedisServer } from '../../helpers/redis.js';
+
+let srv: RedisServer;
+let relay: RoundTripCounter;
+let h: Harness;
+let admin: Redis;
+let sent = 0;
+
+beforeAll(async () => {
+  srv = await startRedis();
+  relay = await startRoundTripCounter(srv.port);
+  // A 10-minute window with a budget never reached: the limiter runs on every request, and its
+  // counter at the end says how many it counted.
+  h = await createHarness(relay.url, {
+    env: { RATE_LIMIT_RPS: '100000', TRUST_PROXY: '0' },
+    rateLimit: ({ redis, metrics, logger }) => createRateLimiter({ redis, rps: 100000, windowMs: 600_000, metrics, logger }),
+  });
+  admin = new Redis(srv.url);
+});
+afterAll(async () => {
+  await h?.close();
+  admin?.disconnect();
+  await relay?.close();
+  await srv?.destroy();
+});
+
+const push = (sha: string) => ({ ref: 'refs/heads/main', checkout_sha: sha, project: { path_with_namespace: 'group/app' } });
+const scm = (sha: string) => {
+  sent++;
+  return request(h.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook').send(push(sha));
+};
+const github = (sha: string, delivery: string) => {
+  sent++;
+  const body = JSON.stringify({ ref: 'refs/heads/main', after: sha, repository: { full_name: 'octo/app' } });
+  return request(h.app)
+    .post('/webhook/github')
+    .set('Content-Type', 'application/json')
+    .set('X-GitHub-Event', 'push')
+    .set('X-GitHub-Delivery', delivery)
+    .set('X-Hub-Signature-256', 'sha256=' + createHmac('sha256', GITHUB_SECRET).update(body).digest('hex'))
+    .send(body);
+};
+const alerts = (prefix: string, n: number) => {
+  sent++;
+  return request(h.app)
+    .post('/webhook/alerts')
+    .send({ alerts: Array.from({ length: n }, (_, i) => ({ status: 'firing', fingerprint: `${prefix}-${i}`, labels: { alertname: 'Storm' } })) });
+};
+
+/** Round trips the app made while `fn` ran (fn awaits the HTTP answer, which comes after every Redis reply). */
+async function roundTrips(fn: () => PromiseLike<{ status: number }>, status = 202): Promise<number> {
+  const before = relay.turns();
+  const res = await fn();
+  expect(res.status).toBe(status);
+  return relay.turns() - before;
+}
+
+describe('Redis round trips per delivery (rate limit on)', () => {
+  it('warm-up: the first use of each script loads it (not counted below)', async () => {
+    await roundTrips(() => scm('warm'));
+    await roundTrips(() => scm('warm'));
+    await roundTrips(() => github('warm', 'warm-delivery'));
+    await roundTrips(() => alerts('warm', 2));
+    await roundTrips(() => alerts('warm', 2));
+  });
+
+  it('unique push: 2 round trips; duplicate: 1', async () => {
+    expect(await roundTrips(() => scm('u1'))).toBeLessThanOrEqual(2);
+    expect(await roundTrips(() => scm('u1'))).toBe(1);
+    expect(await roundTrips(() => scm('u2'))).toBeLessThanOrEqual(2);
+    expect(await roundTrips(() => scm('u2'))).toBe(1);
+  });
+
+  it('GitHub push with its delivery id (two seen keys): 2 round trips; the redelivery: 1', async () => {
+    expect(await roundTrips(() => github('g1', 'd-1'))).toBeLessThanOrEqual(2);
+    expect(await roundTrips(() => github('g1', 'd-1'))).toBe(1);
+  });
+
+  it('alert storm: 1,000 alerts cost the same constant as 1 alert (one claim write, one add write)', async () => {
+    const one = await roundTrips(() => alerts('one', 1));
+    const many = await roundTrips(() => alerts('storm', 1000));
+    const again = await roundTrips(() => alerts('storm', 1000)); // all duplicates
+    expect(one).toBeLessThanOrEqual(2);
+    expect(many).toBe(one);
+    expect(again).toBe(1);
+    expect(await h.queue.bull.getJobCountByTypes('waiting')).toBeGreaterThanOrEqual(1001);
+  }, 60_000);
+
+  it('commands per delivery: the rate-limit hit rides inside the claim script; claims and marks are one script call per batch, not one per event (issue 10 item 3)', async () => {
+    const commands = async (fn: () => PromiseLike<{ status: number }>) => {
+      const before = relay.commands();
+      expect((await fn()).status).toBe(202);
+      return relay.commands() - before;
+    };
+    expect(await commands(() => scm('c1'))).toBe(3); // rate limit + claim, add, mark
+    expect(await commands(() => scm('c1'))).toBe(1); // the duplicate: one script call in all
+    expect(await commands(() => alerts('cmd-storm', 1000))).toBe(4 + 1000 + 4); // 4 claim calls (the first with the hit; 250 events each), 1,000 adds, 4 mark calls
+    expect(await commands(() => alerts('cmd-storm', 1000))).toBe(4); // redelivery: the 4 claim calls only
+  }, 60_000);
+
+  it('an ignored delivery still counts against the rate limit (its hit is sent on its own: 1 round trip)', async () => {
+    sent++;
+    const n = await roundTrips(() =>
+      request(h.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Tag Push Hook').send(push('x')),
+    );
+    expect(n).toBe(1);
+  });
+
+  it('the rate limiter counted every delivery above', async () => {
+    expect(Number(await admin.get(rateLimitKey('127.0.0.1')))).toBe(sent);
+  });
+});
+
+describe('issue 11 item 11: rate-limiter-flexible in the same slot', () => {
+  it('costs one more round trip per delivery: its consume() cannot ride in the claim pipeline', async () => {
+    const rlf = await createHarness(relay.url, {
+      env: { RATE_LIMIT_RPS: '100000', TRUST_PROXY: '0' },
+      rateLimit: ({ redis }) => {
+        const rl = new RateLimiterRedis({ storeClient: redis, keyPrefix: 'opsgate:rlf', points: 100000, duration: 600, insuranceLimiter: new RateLimiterMemory({ points: 100000, duration: 600 }) });
+        return (req, _res, next) => void rl.consume(req.ip ?? 'unknown').then(() => next(), () => next());
+      },
+    });
+    try {
+      const post = (sha: string) => request(rlf.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook').send(push(sha));
+      await roundTrips(() => post('rlf-warm'));
+      await roundTrips(() => post('rlf-warm'));
+      expect(await roundTrips(() => post('rlf-1'))).toBe(3);
+      expect(await roundTrips(() => post('rlf-1'))).toBe(2);
+    } finally {
+      await rlf.close();
+    }
+  });
+});

@@ -1,0 +1,138 @@
+/**
+ * safeEqual (src/shared/crypto.ts) must not short-circuit: the time it takes must not depend on
+ * where the first differing character is, nor on whether the strings are equal, otherwise a
+ * caller could guess an API key / token / webhook secret one character at a time.
+ *
+ * How this is shown without flaky wall-clock thresholds on a loaded 2-core machine:
+ * - the secret is large (256 KiB), so the work a short-circuiting comparison would skip is
+ *   milliseconds, far above scheduler noise;
+ * - the variants (first char differs, middle differs, last differs, equal) are measured
+ *   interleaved in random order in every round, so load spikes hit all variants alike, and
+ *   compared by their medians (robust to preemption outliers);
+ * - only ratios between variants are asserted, never absolute times;
+ * - a positive control runs the same harness on an early-exit comparator and must see the
+ *   leak (ratio far below 1), proving the harness can detect what it claims is absent.
+ * Expected ratios: early-exit ~0.001, safeEqual ~1.0; the assertion bounds (0.2 / 0.5..2) leave a
+ * wide margin on both sides.
+ */
+import { describe, expect, it } from '@jest/globals';
+import fc from 'fast-check';
+import { performance } from 'node:perf_hooks';
+import { safeEqual, verifySha256Signature } from '../../../src/shared/crypto.js';
+import { createHmac } from 'node:crypto';
+
+const SIZE = 256 * 1024;
+const secret = 'k'.repeat(SIZE);
+const differAt = (pos: number) => secret.slice(0, pos) + 'X' + secret.slice(pos + 1);
+const variants = {
+  first: differAt(0),
+  middle: differAt(SIZE >> 1),
+  last: differAt(SIZE - 1),
+  equal: 'k'.repeat(SIZE), // a distinct string object with the same content
+};
+type Variant = keyof typeof variants;
+
+/** A comparator that returns at the first difference: what the harness must catch. */
+function earlyExitEqual(a: string, b: string): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a.charCodeAt(i) !== b.charCodeAt(i)) return false;
+  return true;
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((x, y) => x - y);
+  return s[s.length >> 1]!;
+}
+
+function shuffle<T>(xs: T[]): T[] {
+  for (let i = xs.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [xs[i], xs[j]] = [xs[j]!, xs[i]!];
+  }
+  return xs;
+}
+
+function measure(cmp: (a: string, b: string) => boolean, rounds: number, callsPerSample: number) {
+  const samples: Record<Variant, number[]> = { first: [], middle: [], last: [], equal: [] };
+  const names = Object.keys(variants) as Variant[];
+  let sink = 0;
+  // warm-up (JIT, hash state)
+  for (const n of names) for (let i = 0; i < 5; i++) sink += cmp(secret, variants[n]) ? 1 : 0;
+  for (let r = 0; r < rounds; r++) {
+    for (const n of shuffle([...names])) {
+      const candidate = variants[n];
+      const t0 = performance.now();
+      for (let i = 0; i < callsPerSample; i++) sink += cmp(secret, candidate) ? 1 : 0;
+      samples[n].push(performance.now() - t0);
+    }
+  }
+  // The results must be right too (and `sink` keeps the calls from being optimised away).
+  expect(sink).toBe((rounds * callsPerSample + 5) * 1);
+  return {
+    first: median(samples.first),
+    middle: median(samples.middle),
+    last: median(samples.last),
+    equal: median(samples.equal),
+  };
+}
+
+describe('safeEqual does not short-circuit', () => {
+  it('positive control: the harness detects an early-exit comparator', () => {
+    const m = measure(earlyExitEqual, 41, 3);
+    // Stopping at the first character is orders of magnitude faster than reading 256 KiB.
+    expect(m.first / m.last).toBeLessThan(0.2);
+    expect(m.first / m.equal).toBeLessThan(0.2);
+  });
+
+  it('takes the same time wherever the first difference is, and for equal inputs', () => {
+    const m = measure(safeEqual, 41, 3);
+    const ratios = [m.first / m.last, m.middle / m.last, m.first / m.equal, m.last / m.equal];
+    for (const r of ratios) {
+      expect(r).toBeGreaterThan(0.5);
+      expect(r).toBeLessThan(2);
+    }
+  }, 120_000);
+});
+
+describe('safeEqual is a correct equality', () => {
+  it('equals === on arbitrary strings (unicode, control characters, different lengths)', () => {
+    fc.assert(
+      fc.property(fc.string({ unit: 'binary' }), fc.string({ unit: 'binary' }), (a, b) => {
+        expect(safeEqual(a, b)).toBe(a === b);
+        expect(safeEqual(a, a)).toBe(true);
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it('does not confuse a secret with its prefixes, extensions or case variants', () => {
+    fc.assert(
+      fc.property(fc.string({ minLength: 1, maxLength: 64 }), fc.string({ minLength: 1, maxLength: 8 }), (s, extra) => {
+        expect(safeEqual(s, s + extra)).toBe(false);
+        expect(safeEqual(s + extra, s)).toBe(false);
+        expect(safeEqual(s, s.slice(0, -1))).toBe(false);
+        if (s.toUpperCase() !== s) expect(safeEqual(s, s.toUpperCase())).toBe(false);
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
+
+describe('verifySha256Signature', () => {
+  it('accepts exactly the right digest and rejects any single-character change of it', () => {
+    fc.assert(
+      fc.property(fc.string({ minLength: 1 }), fc.uint8Array({ maxLength: 512 }), fc.nat(), (key, bytes, pos) => {
+        const body = Buffer.from(bytes);
+        const good = 'sha256=' + createHmac('sha256', key).update(body).digest('hex');
+        expect(verifySha256Signature(key, body, good)).toEqual({ ok: true });
+        const i = 7 + (pos % 64);
+        const flipped = good.slice(0, i) + (good[i] === '0' ? '1' : '0') + good.slice(i + 1);
+        expect(verifySha256Signature(key, body, flipped)).toEqual({ ok: false, reason: 'mismatch' });
+        expect(verifySha256Signature(key, body, good.slice(0, -1))).toEqual({ ok: false, reason: 'mismatch' });
+        expect(verifySha256Signature(key, body, good.slice(7))).toEqual({ ok: false, reason: 'malformed' });
+        expect(verifySha256Signature(key, body, undefined)).toEqual({ ok: false, reason: 'missing' });
+      }),
+      { numRuns: 300 },
+    );
+  });
+});

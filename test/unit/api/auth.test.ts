@@ -1,0 +1,107 @@
+import { describe, expect, it } from '@jest/globals';
+import express, { type RequestHandler } from 'express';
+import request from 'supertest';
+import { requireApiKey, requireBearer, requireScmToken, requireSignature } from '../../../src/middleware/auth.js';
+import { errorHandler } from '../../../src/middleware/errors.js';
+import { parseApiKeyRoles } from '../../../src/shared/config.js';
+import { createHash, createHmac } from 'node:crypto';
+import { silentLogger } from '../../../src/shared/logger.js';
+import { createMetrics } from '../../../src/shared/metrics.js';
+
+/** Spec section 5 on each auth middleware alone (in-process Express app, no Redis). */
+function appWith(...guards: RequestHandler[]) {
+  const metrics = createMetrics('api', 'test', { defaults: false });
+  const app = express();
+  app.post('/x', ...guards, (_req, res) => {
+    res.json({ principal: res.locals.principal ?? null, role: res.locals.role ?? null });
+  });
+  app.use(errorHandler(silentLogger));
+  return { app, metrics };
+}
+
+const keys = parseApiKeyRoles('ro:1:readonly,op-1:operator,op-2:operator');
+
+describe('requireApiKey', () => {
+  it('readonly endpoint: any configured key; principal is key:<id>', async () => {
+    const metrics = createMetrics('api', 'test', { defaults: false });
+    const { app } = appWith(requireApiKey(keys, metrics));
+    for (const k of ['ro:1', 'op-1', 'op-2']) {
+      const res = await request(app).post('/x').set('X-API-Key', k);
+      expect(res.status).toBe(200);
+      expect(res.body.principal).toBe(`key:${createHash('sha256').update(k).digest('hex').slice(0, 12)}`);
+    }
+  });
+  it('operator endpoint: readonly key 403, operator keys 200, unknown 401', async () => {
+    const metrics = createMetrics('api', 'test', { defaults: false });
+    const { app } = appWith(requireApiKey(keys, metrics, 'operator'));
+    expect((await request(app).post('/x').set('X-API-Key', 'ro:1')).status).toBe(403);
+    expect((await request(app).post('/x').set('X-API-Key', 'op-2')).body.role).toBe('operator');
+    expect((await request(app).post('/x').set('X-API-Key', 'ro')).status).toBe(401);
+    const text = await metrics.registry.getSingleMetricAsString('opsgate_auth_failures_total');
+    expect(text).toMatch(/scheme="api_key",reason="forbidden_role"} 1/);
+    expect(text).toMatch(/scheme="api_key",reason="invalid"} 1/);
+  });
+  it('the header name is case-insensitive, the key is not', async () => {
+    const metrics = createMetrics('api', 'test', { defaults: false });
+    const guarded = appWith(requireApiKey(keys, metrics));
+    expect((await request(guarded.app).post('/x').set('x-api-key', 'op-1')).status).toBe(200);
+    expect((await request(guarded.app).post('/x').set('X-API-Key', 'OP-1')).status).toBe(401);
+  });
+});
+
+describe('requireBearer', () => {
+  const metrics = createMetrics('api', 'test', { defaults: false });
+  const { app } = appWith(requireBearer('s3cr3t-token', metrics));
+  it.each([['Bearer s3cr3t-token'], ['bearer s3cr3t-token'], ['BEARER    s3cr3t-token'], ['Bearer\ts3cr3t-token']])('%j -> 200', async (h) => {
+    expect((await request(app).post('/x').set('Authorization', h)).status).toBe(200);
+  });
+  it.each([
+    ['Token s3cr3t-token', 'scheme'],
+    ['Bearers s3cr3t-token', 'scheme'],
+    ['s3cr3t-token', 'scheme'],
+    ['Bearer', 'missing'],
+    ['Bearer s3cr3t', 'invalid'],
+    ['Bearer s3cr3t-token2', 'invalid'],
+  ])('%j -> 401 (%s) with WWW-Authenticate', async (h, reason) => {
+    const res = await request(app).post('/x').set('Authorization', h);
+    expect(res.status).toBe(401);
+    expect(res.headers['www-authenticate']).toMatch(/^Bearer realm="opsgate"/);
+    const text = await metrics.registry.getSingleMetricAsString('opsgate_auth_failures_total');
+    expect(text).toContain(`scheme="bearer",reason="${reason}"`);
+  });
+  it('unset token: everything 401 not_configured', async () => {
+    const m = createMetrics('api', 'test', { defaults: false });
+    const unset = appWith(requireBearer(undefined, m));
+    const res = await request(unset.app).post('/x').set('Authorization', 'Bearer anything');
+    expect(res.status).toBe(401);
+    expect(await m.registry.getSingleMetricAsString('opsgate_auth_failures_total')).toContain('reason="not_configured"');
+  });
+});
+
+describe('requireScmToken', () => {
+  it('missing/mismatch/unset -> 403; match -> principal webhook:scm', async () => {
+    const m = createMetrics('api', 'test', { defaults: false });
+    const { app } = appWith(requireScmToken('scm-s', m));
+    expect((await request(app).post('/x')).status).toBe(403);
+    expect((await request(app).post('/x').set('X-Scm-Token', 'scm-S')).status).toBe(403);
+    expect((await request(app).post('/x').set('X-Scm-Token', 'scm-s')).body.principal).toBe('webhook:scm');
+    const unset = appWith(requireScmToken(undefined, m));
+    expect((await request(unset.app).post('/x').set('X-Scm-Token', '')).status).toBe(403);
+  });
+});
+
+describe('requireSignature', () => {
+  it('checks presence/prefix before the body and the digest after it', async () => {
+    const m = createMetrics('api', 'test', { defaults: false });
+    const sig = requireSignature('k', 'x-sig', 'test', m);
+    const { app } = appWith(sig.before, express.raw({ type: () => true }), sig.after);
+    const body = '{"a":1}';
+    const good = 'sha256=' + createHmac('sha256', 'k').update(body).digest('hex');
+    expect((await request(app).post('/x').set('x-sig', good).send(body)).body.principal).toBe('webhook:test');
+    expect((await request(app).post('/x').send(body)).status).toBe(403);
+    expect((await request(app).post('/x').set('x-sig', good.slice(7)).send(body)).status).toBe(403);
+    expect((await request(app).post('/x').set('x-sig', good).send(body + ' ')).status).toBe(403);
+    const text = await m.registry.getSingleMetricAsString('opsgate_auth_failures_total');
+    for (const r of ['missing', 'malformed', 'mismatch']) expect(text).toContain(`scheme="signature",reason="${r}"`);
+  });
+});

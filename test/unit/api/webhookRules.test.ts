@@ -1,0 +1,118 @@
+import { describe, expect, it } from '@jest/globals';
+import { planAlerts } from '../../../src/domain/alerts.js';
+import { decideGithubPush, decideScmPush, scmEventId } from '../../../src/domain/deploy.js';
+import { validateRestart } from '../../../src/domain/restart.js';
+import { matchApiKey } from '../../../src/middleware/auth.js';
+import { parseApiKeyRoles } from '../../../src/shared/config.js';
+import { AppError } from '../../../src/shared/errors.js';
+import { parseInventory } from '../../../src/shared/inventory.js';
+
+const status = (fn: () => unknown): number => {
+  try {
+    fn();
+  } catch (err) {
+    if (err instanceof AppError) return err.statusCode;
+    throw err;
+  }
+  return 0;
+};
+
+describe('event_id', () => {
+  it('is scm:<project>:<ref>:<checkout_sha>', () => {
+    expect(scmEventId('group/app', 'refs/heads/main', 'abc')).toBe('scm:group/app:refs/heads/main:abc');
+  });
+  it('project defaults to "unknown"', () => {
+    expect(decideScmPush('Push Hook', { ref: 'refs/heads/main', checkout_sha: 'x' })).toEqual({
+      kind: 'deploy',
+      project: 'unknown',
+      ref: 'refs/heads/main',
+      sha: 'x',
+      eventId: 'scm:unknown:refs/heads/main:x',
+    });
+  });
+  it('keeps colons and slashes of the project as given', () => {
+    const d = decideScmPush('Push Hook', { ref: 'refs/heads/main', checkout_sha: 's', project: { path_with_namespace: 'a/b:c' } });
+    expect(d).toMatchObject({ eventId: 'scm:a/b:c:refs/heads/main:s' });
+  });
+});
+
+describe('decideScmPush (rules 3-5)', () => {
+  it('ignores anything but exactly "Push Hook"', () => {
+    for (const e of [undefined, '', 'push hook', 'Push Hook\t', 'Tag Push Hook']) {
+      expect(decideScmPush(e, { ref: 'refs/heads/main', checkout_sha: 'x' })).toMatchObject({ kind: 'ignored' });
+    }
+  });
+  it('ignores other refs, naming them; absent ref is ""', () => {
+    expect(decideScmPush('Push Hook', { ref: 'refs/heads/main2', checkout_sha: 'x' })).toEqual({
+      kind: 'ignored',
+      reason: 'ref "refs/heads/main2" is not refs/heads/main',
+    });
+    expect(decideScmPush('Push Hook', {})).toEqual({ kind: 'ignored', reason: 'ref "" is not refs/heads/main' });
+  });
+  it('422 for a missing, empty or non-string checkout_sha, and for non-object payloads or fields of the wrong type', () => {
+    expect(status(() => decideScmPush('Push Hook', { ref: 'refs/heads/main' }))).toBe(422);
+    expect(status(() => decideScmPush('Push Hook', { ref: 'refs/heads/main', checkout_sha: '' }))).toBe(422);
+    expect(status(() => decideScmPush('Push Hook', { ref: 'refs/heads/main', checkout_sha: 42 }))).toBe(422);
+    expect(status(() => decideScmPush('Push Hook', [1]))).toBe(422);
+    expect(status(() => decideScmPush('Push Hook', { ref: 5 }))).toBe(422);
+    expect(status(() => decideScmPush('Push Hook', { ref: 'refs/heads/main', checkout_sha: 'x', project: 'p' }))).toBe(422);
+    expect(status(() => decideScmPush('Push Hook', { ref: 'refs/heads/main', checkout_sha: 'x', project: { path_with_namespace: 'p'.repeat(256) } }))).toBe(422);
+  });
+});
+
+describe('decideGithubPush', () => {
+  it('push to main -> deploy with github:<full_name>:<ref>:<after>', () => {
+    expect(decideGithubPush('push', { ref: 'refs/heads/main', after: 'abc', repository: { full_name: 'o/r' } })).toMatchObject({
+      kind: 'deploy',
+      project: 'o/r',
+      eventId: 'github:o/r:refs/heads/main:abc',
+    });
+  });
+  it('other events, other refs, deletions -> ignored', () => {
+    expect(decideGithubPush('ping', {})).toMatchObject({ kind: 'ignored' });
+    expect(decideGithubPush('push', { ref: 'refs/tags/v1', after: 'a' })).toMatchObject({ kind: 'ignored' });
+    expect(decideGithubPush('push', { ref: 'refs/heads/main', after: '0'.repeat(40), deleted: true })).toMatchObject({ kind: 'ignored' });
+  });
+});
+
+describe('planAlerts (rules 1-2)', () => {
+  it('422 unless an object with an alerts array', () => {
+    for (const p of [null, [], 'x', 1, {}, { alerts: {} }, { alerts: null }]) expect(status(() => planAlerts(p, 'a', 'w'))).toBe(422);
+  });
+  it('counts every alert, firing ones, and plans only firing alerts with a fingerprint', () => {
+    const plan = planAlerts(
+      { alerts: [{ status: 'firing', fingerprint: 'f' }, { status: 'resolved', fingerprint: 'g' }, { status: 'firing' }, null, { status: 'FIRING', fingerprint: 'h' }] },
+      'audit',
+      'webhook:alerts',
+    );
+    expect(plan.received).toBe(5);
+    expect(plan.firing).toBe(2);
+    expect(plan.planned.map((p) => p.data)).toEqual([
+      { alertname: 'unknown', annotations: {}, fingerprint: 'f', audit_id: 'audit', requested_by: 'webhook:alerts' },
+    ]);
+  });
+});
+
+describe('validateRestart', () => {
+  const inv = parseInventory('hosts:\n  web-1:\n    namespace: shop\n    deployments: [frontend]\n');
+  it('422 for missing or repeated parameters, 404 outside the inventory', () => {
+    expect(status(() => validateRestart(inv, undefined, 'frontend'))).toBe(422);
+    expect(status(() => validateRestart(inv, 'web-1', undefined))).toBe(422);
+    expect(status(() => validateRestart(inv, ['web-1', 'web-1'], 'frontend'))).toBe(422);
+    expect(status(() => validateRestart(inv, 'web-2', 'frontend'))).toBe(404);
+    expect(status(() => validateRestart(inv, 'web-1', 'backend'))).toBe(404);
+    expect(status(() => validateRestart(inv, 'toString', 'frontend'))).toBe(404);
+    expect(validateRestart(inv, 'web-1', 'frontend')).toEqual({ host: 'web-1', service: 'frontend', namespace: 'shop' });
+  });
+});
+
+describe('matchApiKey', () => {
+  // A key listed twice is refused at start (issue 9 item 7: test/unit/shared/config.test.ts), so each key has one entry.
+  const keys = parseApiKeyRoles('one:readonly,two:operator');
+  it('finds the configured entry for a key, or nothing', () => {
+    expect(matchApiKey(keys, 'two')?.role).toBe('operator');
+    expect(matchApiKey(keys, 'one')?.role).toBe('readonly');
+    expect(matchApiKey(keys, 'three')).toBeUndefined();
+    expect(matchApiKey(keys, '')).toBeUndefined();
+  });
+});
