@@ -1,11 +1,26 @@
 #!/usr/bin/env node
-// One closing line for all jest runs of `make test` (their --json result files):
-// "tests: N passed, M failed" (", K skipped" when any). Exits non-zero if a run failed or
-// if no test ran at all.
+// One closing line for jest runs (their --json result files):
+// "<label>: N passed, M failed" (", K skipped" when any; label "tests" unless --label).
+// --slowest N first lists the N slowest suites of all the files, so a tier that grows slow says where.
+// Exits non-zero if a run failed or if no test ran at all.
+//
+//   node hack/test-summary.mjs [--label NAME] [--slowest N] result.json...
 import { existsSync, readFileSync } from 'node:fs';
+import { relative } from 'node:path';
+
+const args = process.argv.slice(2);
+let label = 'tests';
+let slowest = 0;
+const files = [];
+for (let i = 0; i < args.length; i++) {
+  if (args[i] === '--label') label = args[++i];
+  else if (args[i] === '--slowest') slowest = Number(args[++i]);
+  else files.push(args[i]);
+}
 
 let passed = 0, failed = 0, skipped = 0, ok = true;
-for (const file of process.argv.slice(2)) {
+const suites = [];
+for (const file of files) {
   if (!existsSync(file)) {
     // the suite did not run to its end (e.g. the test node did not start): that is a failure
     console.error(`test-summary: no result file ${file}`);
@@ -18,6 +33,15 @@ for (const file of process.argv.slice(2)) {
   failed += r.numFailedTests + (r.numRuntimeErrorTestSuites ?? 0);
   skipped += r.numPendingTests + (r.numTodoTests ?? 0);
   ok &&= r.success === true;
+  for (const t of r.testResults ?? []) {
+    if (t.endTime > 0 && t.startTime > 0) suites.push({ name: relative(process.cwd(), t.name), ms: t.endTime - t.startTime });
+  }
 }
-console.log(`tests: ${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ''}`);
+if (slowest > 0 && suites.length > 0) {
+  console.log(`${label}: slowest ${Math.min(slowest, suites.length)} of ${suites.length} suites`);
+  for (const s of suites.sort((a, b) => b.ms - a.ms).slice(0, slowest)) {
+    console.log(`  ${(s.ms / 1000).toFixed(1).padStart(7)} s  ${s.name}`);
+  }
+}
+console.log(`${label}: ${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ''}`);
 process.exit(ok && failed === 0 && passed > 0 ? 0 : 1);

@@ -1,12 +1,15 @@
-# End to end on a real node: images built by podman (hack/images.sh), a single-node cluster whose
-# kubelet runs them (hack/node.sh: etcd, kube-apiserver, controller-manager, scheduler, containerd,
-# kubelet, kube-proxy, CoreDNS), the chart installed as a user installs it, Prometheus and
+# `make e2e`: every test that needs Kubernetes. The control-plane suite (test/e2e/controlplane: etcd,
+# kube-apiserver, kube-controller-manager built by mk/tools.mk), then end to end on a real node:
+# images built by podman (hack/images.sh), a single-node cluster whose kubelet runs them (hack/node.sh:
+# etcd, kube-apiserver, controller-manager, scheduler, containerd, kubelet, kube-proxy, CoreDNS), the chart installed as a user installs it, Prometheus and
 # Alertmanager (Debian packages) closing the alert loop. Needs root (bridge, iptables, mounts).
 NODE_APT := podman buildah debootstrap runc conmon containernetworking-plugins fuse-overlayfs uidmap iptables \
   containerd conntrack catatonit prometheus prometheus-alertmanager libatomic1 gcc libc6-dev
 E2E_JEST_ARGS ?=
 
-.PHONY: node-deps images node-up node-down e2e
+##@ Cluster
+
+.PHONY: node-deps images node-up node-down e2e e2e-tools
 node-deps: ## Container engine, containerd, CNI plugins, Prometheus, Alertmanager (Debian packages, as root)
 	@missing=""; for p in $(NODE_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -25,9 +28,15 @@ node-up: tools node-deps images ## Start the single-node test cluster (hack/node
 node-down: ## Stop the test cluster and restore every side effect (sysctls, iptables, bridge, mounts)
 	hack/node.sh down
 
-e2e: deps tools node-deps images ## End-to-end on a real node: helm install --wait/test, jobs in pods, alert loop (~10 min)
-	@mkdir -p artifacts; start=$$(date +%s); rc=0; \
-	hack/node.sh up >artifacts/node-up.log 2>&1 || { rc=$$?; tail -40 artifacts/node-up.log; }; \
-	if [ $$rc = 0 ]; then $(JEST) --ci -c test/e2e/node/jest.config.js $(E2E_JEST_ARGS) || rc=$$?; fi; \
+e2e-tools: deps redis tools node-deps images ## Install/build what `make e2e` uses (Kubernetes, etcd, CoreDNS, Prometheus from source; images)
+
+##@ Test
+e2e: e2e-tools ## Kubernetes tests: the control-plane suite, then the real node (helm install --wait/test, jobs in pods, alert loop)
+	@mkdir -p artifacts; rm -f artifacts/jest-controlplane.json artifacts/jest-node.json; start=$$(date +%s); rc=0; \
+	$(JEST) --ci -c test/e2e/controlplane/jest.config.js --json --outputFile=artifacts/jest-controlplane.json || rc=1; \
+	up=0; hack/node.sh up >artifacts/node-up.log 2>&1 || { up=1; rc=1; tail -40 artifacts/node-up.log; }; \
+	if [ $$up = 0 ]; then \
+	  $(JEST) --ci -c test/e2e/node/jest.config.js --json --outputFile=artifacts/jest-node.json $(E2E_JEST_ARGS) || rc=1; fi; \
 	hack/node.sh down >>artifacts/node-up.log 2>&1 || rc=1; \
-	echo "e2e: node + tests took $$(( $$(date +%s) - start ))s"; exit $$rc
+	$(SUMMARY) --label e2e artifacts/jest-controlplane.json artifacts/jest-node.json || rc=1; \
+	echo "make e2e: $$(( $$(date +%s) - start ))s after its tools"; exit $$rc

@@ -1,24 +1,26 @@
-# `make test`: installs everything the tests need (Node, Redis, promtool, amtool, chromium, podman,
-# containerd, Prometheus, Alertmanager from Debian or the npm registry; helm, etcd, Kubernetes and
-# CoreDNS built from Go modules and cached; the images built by podman), then runs every suite:
-# all tests but the cluster ones (one jest run: real Redis servers, real processes, real
-# helm/promtool/chromium), the control-plane suite (test/e2e/controlplane), and the end-to-end suite on a real
-# node (test/e2e/node via `make e2e`), and prints one closing line for all three. A failing suite does
-# not stop the others: every result is in the closing line.
+# Test tiers. Each prints its slowest 10 suites and one closing line (hack/test-summary.mjs).
+# - `make test-unit`: no servers, no tools beyond Node (the contributor's inner loop, <= 60 s).
+# - `make test`: the contributor's command: lint, unit and integration tests on real parts (Redis
+#   servers and Sentinels, the API and worker processes, helm, promtool, amtool, Alertmanager,
+#   Chromium). Needs no Kubernetes binary: helm is the only tool it builds from source.
+# - `make e2e` (mk/e2e.mk): everything that needs Kubernetes, the control-plane suite and the real node.
+# `.ci/run` runs `make test` then `make e2e` and closes with one line for both.
+# A failing step does not stop the steps after it: every result is in the closing line.
 JEST := node --experimental-vm-modules --no-warnings=ExperimentalWarning node_modules/jest/bin/jest.js
+SUMMARY := node hack/test-summary.mjs --slowest 10
 
-.PHONY: test
-test: test-tools typecheck build ## Install what tests need and run every test
-	@mkdir -p artifacts; rm -f artifacts/jest-*.json; rc=0; \
+##@ Test
+.PHONY: test test-unit test-tools
+test: test-tools typecheck build ## Lint, unit and integration tests on real Redis, processes, helm, promtool, Chromium (no Kubernetes)
+	@mkdir -p artifacts; rm -f artifacts/jest-main.json; start=$$(date +%s); rc=0; \
+	$(MAKE) lint || { rc=1; echo "lint: failed (make lint)"; }; \
 	OPSGATE_SKIP_BUILD=1 $(JEST) --ci --json --outputFile=artifacts/jest-main.json || rc=1; \
-	$(JEST) --ci -c test/e2e/controlplane/jest.config.js --json --outputFile=artifacts/jest-k8s.json || rc=1; \
-	$(MAKE) e2e E2E_JEST_ARGS="--json --outputFile=artifacts/jest-node.json" || rc=1; \
-	node hack/test-summary.mjs artifacts/jest-main.json artifacts/jest-k8s.json artifacts/jest-node.json || rc=1; \
-	exit $$rc
+	$(SUMMARY) --label test artifacts/jest-main.json || rc=1; \
+	echo "make test: $$(( $$(date +%s) - start ))s after its tools"; exit $$rc
 
-.PHONY: test-tools
-test-tools: deps redis tools-prom tools-amtool chromium tools node-deps images ## Install/build every tool the tests use
+test-unit: deps ## Unit tests only: no servers, no tools (<= 60 s)
+	@mkdir -p artifacts; rm -f artifacts/jest-unit.json; rc=0; \
+	$(JEST) --ci test/unit --json --outputFile=artifacts/jest-unit.json || rc=1; \
+	$(SUMMARY) --label test-unit artifacts/jest-unit.json || rc=1; exit $$rc
 
-.PHONY: test-unit
-test-unit: deps ## Unit tests only (no servers)
-	$(JEST) --ci test/unit
+test-tools: deps redis tools-helm tools-prom tools-amtool chromium ## Install/build what `make test` uses (helm from source, the rest from Debian)
