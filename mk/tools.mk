@@ -12,6 +12,7 @@ PROMETHEUS_VERSION ?= v0.316.0
 TOOLS_CACHE  ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/opsgate-tools
 export OPSGATE_TOOLS_CACHE := $(TOOLS_CACHE)
 
+##@ Build
 .PHONY: tools tools-helm tools-k8s tools-etcd tools-coredns tools-prometheus
 tools: tools-helm tools-etcd tools-k8s tools-coredns tools-prometheus ## Build/link helm, etcd, Kubernetes (apiserver, controller-manager, scheduler, kubelet, kube-proxy, kubectl), CoreDNS, Prometheus into .tools/bin
 
