@@ -11,7 +11,7 @@ app.disable('x-powered-by');
 const json = express.json({ limit: '2mb' });
 app.post('/webhook/scm', json, (req, res) => {
   const body = req.body as { checkout_sha?: unknown };
-  res.status(202).json({ accepted: true, duplicate: false, event_id: String(body.checkout_sha ?? '') });
+  res.status(202).json({ accepted: true, duplicate: false, event_id: typeof body.checkout_sha === 'string' ? body.checkout_sha : '' });
 });
 app.post('/webhook/alerts', json, (req, res) => {
   const alerts = (req.body as { alerts?: unknown[] }).alerts ?? [];

@@ -42,7 +42,7 @@ app.disable('x-powered-by');
 app.use(limiter);
 app.post('/webhook/scm', express.json({ limit: '2mb' }), (req, res) => {
   const body = req.body as { checkout_sha?: unknown };
-  res.status(202).json({ accepted: true, duplicate: false, event_id: String(body.checkout_sha ?? '') });
+  res.status(202).json({ accepted: true, duplicate: false, event_id: typeof body.checkout_sha === 'string' ? body.checkout_sha : '' });
 });
 const port = Number(process.env.PORT ?? 0);
 const server = app.listen(port, '127.0.0.1', () => {

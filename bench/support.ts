@@ -11,9 +11,9 @@ import { freePort } from '../test/helpers/redis.js';
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
 
 // Default: the chart's api.maxOldSpaceSizeMb, so the capped row is the API as the chart deploys it.
-export const CHART_HEAP_CAP_MB = Number(/^api:[\s\S]*?^  maxOldSpaceSizeMb:\s*(\d+)/m.exec(readFileSync(join(ROOT, 'charts/opsgate/values.yaml'), 'utf8'))?.[1] ?? 96);
+export const CHART_HEAP_CAP_MB = Number(/^api:[\s\S]*?^ {2}maxOldSpaceSizeMb:\s*(\d+)/m.exec(readFileSync(join(ROOT, 'charts/opsgate/values.yaml'), 'utf8'))?.[1] ?? 96);
 
-export const CHART_SEMI_SPACE_MB = Number(/^api:[\s\S]*?^  maxSemiSpaceSizeMb:\s*(\d+)/m.exec(readFileSync(join(ROOT, 'charts/opsgate/values.yaml'), 'utf8'))?.[1] ?? 0);
+export const CHART_SEMI_SPACE_MB = Number(/^api:[\s\S]*?^ {2}maxSemiSpaceSizeMb:\s*(\d+)/m.exec(readFileSync(join(ROOT, 'charts/opsgate/values.yaml'), 'utf8'))?.[1] ?? 0);
 
 // The images' glibc setting (Dockerfile ENV), so every server here runs as it would in the image.
 export const MALLOC_ARENA_MAX = /MALLOC_ARENA_MAX=(\d+)/.exec(readFileSync(join(ROOT, 'Dockerfile'), 'utf8'))?.[1];
@@ -93,7 +93,7 @@ export function runWrk(url: string, env: Record<string, string>, connections: nu
         if (err) return reject(new Error(`wrk failed: ${err.message}\n${stderr}`));
         const line = stdout.split('\n').find((l) => l.startsWith('WRKJSON '));
         if (!line) return reject(new Error(`wrk printed no summary:\n${stdout}\n${stderr}`));
-        resolvePromise(JSON.parse(line.slice('WRKJSON '.length)));
+        resolvePromise(JSON.parse(line.slice('WRKJSON '.length)) as Awaited<ReturnType<typeof runWrk>>);
       },
     );
   });

@@ -310,7 +310,7 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
       await budget.step('metrics server', async () => {
         const closing = metricsServer?.close();
         // A scrape still running (Redis frozen) must not hold the listener open.
-        if (closing && !(await within(closing, 1000))) metricsServer?.server.closeAllConnections();
+        if (closing !== undefined && !(await within(closing, 1000))) metricsServer?.server.closeAllConnections();
         await closing;
       }, 3000);
       await budget.step('queue depth reader', async () => queueDepth?.close(), 3000);

@@ -41,7 +41,7 @@ export function resolveKubeConfig(factory: KubeConfigFactory): KubeConfig {
 
 /** The Kubernetes API status code of a client-node error, if it is one (ApiException). */
 export function apiStatus(err: unknown): number | undefined {
-  if (err && typeof err === 'object' && 'code' in err && typeof (err as { code: unknown }).code === 'number') {
+  if (err && typeof err === 'object' && 'code' in err && typeof err.code === 'number') {
     return (err as { code: number }).code;
   }
   return undefined;

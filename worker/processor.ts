@@ -15,9 +15,9 @@ import { restartService } from './jobs/restart.js';
  * - shutdown: BullMQ's own signal (worker.cancelAllJobs) aborts the handler too.
  */
 export const handlers: { [N in JobName]: Handler<never> } = {
-  [JOB.restartService]: restartService as Handler<never>,
-  [JOB.runDeployPipeline]: runDeployPipeline as Handler<never>,
-  [JOB.notifyOncall]: notifyOncall as Handler<never>,
+  [JOB.restartService]: restartService,
+  [JOB.runDeployPipeline]: runDeployPipeline,
+  [JOB.notifyOncall]: notifyOncall,
 };
 
 export class JobTimeoutError extends Error {
@@ -62,7 +62,7 @@ export function createProcessor(base: Omit<JobContext, 'job' | 'signal' | 'logge
         reject(err);
       }, timeoutSeconds * 1000);
       const onCancel = () => {
-        const reason = bullSignal?.reason;
+        const reason: unknown = bullSignal?.reason;
         const err = new JobCancelledError(
           `attempt interrupted: ${reason instanceof Error ? reason.message : typeof reason === 'string' ? reason : 'worker shutting down'}`,
         );

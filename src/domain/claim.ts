@@ -259,7 +259,7 @@ export async function claimAndEnqueueMany(deps: ClaimDeps, reqs: readonly ClaimR
     throw limited ?? redisDown();
   }
 
-  const outcomes: ClaimOutcome[] = new Array(reqs.length);
+  const outcomes = new Array<ClaimOutcome>(reqs.length);
   const toAdd: Array<{ i: number; jobId: string; value: string; fresh: boolean }> = [];
   reqs.forEach((_, i) => {
     const current = claimed[i] as string | null;

@@ -77,11 +77,10 @@ export async function getHostStatus(deps: HostStatusDeps, host: string): Promise
 /** DELETE /ops/cache: removes every opsgate cache key (SCAN + UNLINK, never KEYS). Returns how many. */
 export async function clearCache(redis: Redis): Promise<number> {
   return redisCall(async (r) => {
-    let cursor = '0';
     let removed = 0;
     // On a Redis Cluster every primary holds part of the keys: scan each.
     for (const node of primariesOf(r)) {
-      cursor = '0';
+      let cursor = '0';
       do {
         const [next, keys] = await node.scan(cursor, 'MATCH', `${CACHE_PREFIX}*`, 'COUNT', 500);
         cursor = next;

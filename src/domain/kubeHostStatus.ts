@@ -47,9 +47,8 @@ export function createKubeHostStatusProvider(kc: KubeConfig | undefined, opts: {
   const timeoutMs = opts.timeoutMs ?? 5000;
   if (!kc) {
     return {
-      deployments: async () => {
-        throw new ClusterUnavailableError('no Kubernetes cluster configured (no kubeconfig or in-cluster service account)');
-      },
+      deployments: () =>
+        Promise.reject(new ClusterUnavailableError('no Kubernetes cluster configured (no kubeconfig or in-cluster service account)')),
     };
   }
   const api = kc.makeApiClient(AppsV1Api);

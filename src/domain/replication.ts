@@ -78,7 +78,7 @@ export function replicationGate(deps: ReplicationDeps): ConfirmReplicated {
   };
 
   return async (written) => {
-    let acked = 0;
+    let acked: number;
     try {
       const [onRecords, onJobs] = await Promise.all([
         // The seen records' primary (on a Cluster the queue's too; a single server or Sentinel: the one).

@@ -62,7 +62,6 @@ export function toAppError(err: unknown): AppError | undefined {
 
 export function errorHandler(logger: Logger): ErrorRequestHandler {
   // Express recognises error middleware by its four parameters.
-  // eslint-disable-next-line @typescript-eslint/no-unused-vars
   return (err, req, res, _next) => {
     let appErr = toAppError(err);
     if (!appErr) {

@@ -4,8 +4,8 @@ import type { Metrics } from '../shared/metrics.js';
 
 /** The route template that answered (e.g. /ops/jobs/:id), never the raw path; "unmatched" when none did. */
 export function routeTemplate(req: Request): string {
-  const r = (req as Request & { route?: { path?: unknown } }).route;
-  if (r && typeof r.path === 'string') return (req.baseUrl ?? '') + r.path;
+  const path = (req.route as { path?: unknown } | undefined)?.path;
+  if (typeof path === 'string') return (req.baseUrl ?? '') + path;
   return 'unmatched';
 }
 

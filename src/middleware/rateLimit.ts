@@ -2,7 +2,6 @@ import { isIP } from 'node:net';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { Redis } from 'ioredis';
 import { Counter } from 'prom-client';
-import { taggedKey } from '../domain/redisOps.js';
 import { sha256Hex } from '../shared/crypto.js';
 import { TooManyRequestsError } from '../shared/errors.js';
 import { callScript, defineScript } from '../shared/redisBatch.js';
@@ -238,6 +237,6 @@ export function createRateLimiter(opts: RateLimitOptions): RequestHandler {
       res.locals.rateHit = deferred(key);
       return next();
     }
-    hitAlone(key).then((err) => next(err));
+    void hitAlone(key).then((err) => next(err));
   };
 }

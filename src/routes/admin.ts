@@ -259,7 +259,7 @@ export function createAdminRouter(opts: AdminRouterOptions): Router {
     next();
   });
   const [readBody, gate] = writeGate(opts.queues);
-  router.use((req, res, next) => (SAFE_METHODS.has(req.method) ? next() : readBody!(req, res, (err?: unknown) => (err ? next(err) : gate!(req, res, next)))));
+  router.use((req, res, next) => (SAFE_METHODS.has(req.method) ? next() : readBody(req, res, (err?: unknown) => (err ? next(err) : gate(req, res, next)))));
   router.use(serverAdapter.getRouter() as RequestHandler);
   return router;
 }

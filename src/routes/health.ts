@@ -23,7 +23,7 @@ export function healthRouter(deps: HealthDeps): Router {
 
   r.route('/ready')
     .get(async (_req, res) => {
-      let ok = false;
+      let ok: boolean;
       try {
         ok = (await deps.redis.ping()) === 'PONG' && deps.queue.isReady();
       } catch {

@@ -188,7 +188,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
   }
   r.route('/webhook/alerts')
     .post(...alertsAuth, ...body, async (req, res) => {
-      const payload = parseJson(req.body);
+      const payload = parseJson(req.body as Buffer);
       const out = await submitAlerts(domain, payload, res.locals.requestId, 'webhook:alerts', {
         maxAlerts: deps.config.ALERTS_MAX_PER_REQUEST,
         rateHit: pendingRateHit(res),

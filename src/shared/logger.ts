@@ -117,7 +117,7 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
     // next lines are batched into the following one. pino registers a synchronous flush on
     // process exit for this destination as a backstop to flush().
     const maxLength = opts.maxBufferBytes ?? DEFAULT_LOG_BUFFER_BYTES;
-    stdout = pino.destination({ dest: 1, sync: false, minLength: 0, maxLength }) as unknown as AsyncDestination;
+    stdout = pino.destination({ dest: 1, sync: false, minLength: 0, maxLength });
     // EPIPE is handled by pino (logging stops); any other write error must not crash the process.
     stdout.on('error', () => {});
     dest = stdout;

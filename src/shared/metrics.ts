@@ -163,7 +163,6 @@ export function createMetrics(component: Component, version: string, opts: { def
 
   // Declared before readDepths uses it; its collect joins the scrape's shared read so a failure is
   // counted in the same scrape that skipped the samples.
-  // eslint-disable-next-line prefer-const
   let queueScrapeErrors: Counter<'queue'>;
   const readDepths = (): Promise<Map<string, Partial<Record<string, number>>>> => {
     if (inflight) return inflight;

@@ -207,7 +207,7 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
         const sent = corked(client, () => {
           const adds = jobs.map((j) => {
             const opts: JobsOptions = { ...bull.defaultJobOptions, jobId: j.jobId, deduplication: { id: j.dedupId, ttl: j.ttlMs } };
-            return new Job(bull, j.name, j.data, opts, j.jobId).addJob(client as never) as Promise<unknown>;
+            return new Job(bull, j.name, j.data, opts, j.jobId).addJob(client as never);
           });
           return [...adds, ...(then?.(client, dedupKey) ?? [])];
         });
@@ -263,7 +263,7 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
       const dedupId = job.name === JOB.restartService ? (job.deduplicationId ?? job.opts.deduplication?.id) : undefined;
       const dedupKey = dedupId ? `${bull.toKey('de')}:${dedupId}` : undefined;
       if (dedupKey) {
-        const holder = (await guard(() => client.set(dedupKey, String(job.id), 'NX', 'GET'))) as string | null;
+        const holder = await guard<string | null>(() => client.set(dedupKey, String(job.id), 'NX', 'GET'));
         if (holder !== null && holder !== String(job.id)) return { outcome: 'busy', holder };
       }
       try {

@@ -367,7 +367,7 @@ export async function useCluster(): Promise<ClusterInfo & { release(): Promise<v
     return { ...info, release: async () => {} };
   }
   const c = await startCluster();
-  return { ...c, release: c.stop };
+  return { ...c, release: () => c.stop() };
 }
 
 // --- CLI helpers ----------------------------------------------------------------------------

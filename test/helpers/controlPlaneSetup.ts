@@ -4,6 +4,7 @@ import type { Cluster } from './cluster.js';
 
 // jest compiles globalSetup to CommonJS and does not apply moduleNameMapper here: load the
 // TypeScript file by its real name through jest's require hook.
+// eslint-disable-next-line @typescript-eslint/no-require-imports
 const { SHARED_CLUSTER_ENV, startCluster } = require('./cluster.ts') as typeof import('./cluster.js');
 
 /**
@@ -15,6 +16,7 @@ export default async function globalSetup(): Promise<void> {
   const t0 = Date.now();
   const cluster = await startCluster();
   (globalThis as { __opsgateCluster?: Cluster }).__opsgateCluster = cluster;
+  // eslint-disable-next-line @typescript-eslint/unbound-method -- dropped from what is written, never called
   const { stop: _stop, ...info } = cluster;
   const file = join(cluster.dir, 'cluster.json');
   writeFileSync(file, JSON.stringify(info), { mode: 0o600 });

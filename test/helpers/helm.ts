@@ -105,7 +105,7 @@ export type K8sObject = {
   apiVersion: string;
   kind: string;
   metadata: { name: string; namespace?: string; labels?: Record<string, string>; annotations?: Record<string, string> };
-  [k: string]: any; // eslint-disable-line @typescript-eslint/no-explicit-any
+  [k: string]: any;
 };
 
 export function parseManifests(text: string): K8sObject[] {

@@ -127,7 +127,7 @@ export async function startMonitoring(opts: { namespace: string; release: string
   } catch (e) {
     const msg = `${(e as Error).message}\n${logTail()}`;
     await stopAll();
-    throw new Error(msg);
+    throw new Error(msg, { cause: e });
   }
 
   async function query(q: string): Promise<Obj[]> {

@@ -41,7 +41,6 @@ export function ok(r: RunResult, what: string): RunResult {
   return r;
 }
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type Obj = Record<string, any>;
 
 export async function getJson(kind: string, name: string, namespace?: string): Promise<Obj | undefined> {

@@ -85,7 +85,7 @@ export function spawnNode(entry: string, opts: SpawnOptions): OpsProcess {
       }
     };
   };
-  proc.stdout!.on(
+  proc.stdout.on(
     'data',
     splitter((line) => {
       lines.push(line);
@@ -107,7 +107,7 @@ export function spawnNode(entry: string, opts: SpawnOptions): OpsProcess {
       }
     }),
   );
-  proc.stderr!.on(
+  proc.stderr.on(
     'data',
     splitter((line) => {
       stderr.push(line);

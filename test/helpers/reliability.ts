@@ -76,7 +76,7 @@ export async function startReceiver(): Promise<Receiver> {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
-      let body: Record<string, unknown> = {};
+      let body: Record<string, unknown>;
       try {
         body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as Record<string, unknown>;
       } catch {
@@ -132,11 +132,11 @@ export async function waitFor<T>(what: string, fn: () => Promise<T | undefined |
   for (;;) {
     try {
       const v = await fn();
-      if (v !== undefined && v !== false) return v as T;
+      if (v !== undefined && v !== false) return v;
     } catch (err) {
       last = err;
     }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}`);
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last instanceof Error ? `: ${last.message}` : last ? `: ${JSON.stringify(last)}` : ''}`);
     await new Promise((r) => setTimeout(r, everyMs));
   }
 }

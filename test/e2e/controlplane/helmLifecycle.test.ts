@@ -115,7 +115,7 @@ describe('helm install / upgrade / uninstall of charts/opsgate', () => {
     const current = await manifest();
     ok(await helm(kc(), ['uninstall', release, '-n', ns.release, '--timeout', '2m']), 'helm uninstall');
     const deadline = Date.now() + 60000;
-    let left: string[] = [];
+    let left: string[];
     do {
       left = [];
       for (const o of [...installed, ...current]) {

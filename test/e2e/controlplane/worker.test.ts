@@ -58,7 +58,7 @@ describe('worker on a real cluster, as its ServiceAccount', () => {
   let workerToken: string;
   let apiToken: string;
   let factoryCalls = 0;
-  let logLines: string[] = [];
+  const logLines: string[] = [];
 
   const tokenFor = (sa: string) => serviceAccountToken(admin, ns.release, sa, 3600);
   const caData = () => Buffer.from(cluster.caPem).toString('base64');
@@ -263,7 +263,7 @@ describe('worker on a real cluster, as its ServiceAccount', () => {
       regarding: { apiVersion: 'batch/v1', kind: 'Job', name, namespace: ns.deploy, uid: kjob.metadata?.uid },
       note: `deploy requested by k8s-test (audit ${audit.audit_id}, job ${job.id}): ${PROJECT} refs/heads/main`,
     });
-    const tmpl = inventoryFor(ns).projects[PROJECT]!;
+    const tmpl = inventoryFor(ns).projects[PROJECT];
     expect(kjob.metadata?.labels).toMatchObject({
       'app.kubernetes.io/managed-by': 'opsgate',
       'opsgate.io/audit-id': audit.audit_id,

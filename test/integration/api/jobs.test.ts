@@ -15,7 +15,7 @@ const ctx = useHarness();
 
 const runWorkerUntil = (done: () => Promise<boolean>) => runWorkerUntilOn(ctx.srv.url, done);
 
-const failedCount = async () => (await ctx.h.queue.bull.getJobCountByTypes('failed')) as number;
+const failedCount = async () => await ctx.h.queue.bull.getJobCountByTypes('failed');
 
 /** n restart jobs for hosts that are not in the inventory: the worker dead-letters each at once. */
 async function deadLetters(n: number): Promise<string[]> {

@@ -240,8 +240,8 @@ describe('GET /ops/jobs/:id (any valid key)', () => {
     try {
       const job = await w.getNextJob('tok');
       expect(job?.id).toBe(id);
-      job!.opts.attempts = 1;
-      await job!.moveToFailed(new Error('deployment frontend not found'), 'tok', false);
+      job.opts.attempts = 1;
+      await job.moveToFailed(new Error('deployment frontend not found'), 'tok', false);
     } finally {
       await w.close();
     }

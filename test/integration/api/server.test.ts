@@ -138,7 +138,7 @@ describe('running process', () => {
       const logs = api.logs();
       expect(logs.some((l) => l.msg === 'api stopped')).toBe(true);
       const audit = logs.filter((l) => l.msg === 'audit');
-      expect(audit.map((l) => `${l.method} ${l.path} ${l.status}`)).toEqual(['POST /ops/restart 200', 'POST /webhook/scm 202']);
+      expect(audit.map((l) => [l.method, l.path, l.status].join(' '))).toEqual(['POST /ops/restart 200', 'POST /webhook/scm 202']);
       const all = api.lines.join('\n') + api.stderr.join('\n');
       for (const s of [RO_KEY, OP_KEY, BEARER, SCM_SECRET]) expect(all).not.toContain(s);
 

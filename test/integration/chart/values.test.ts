@@ -1,7 +1,7 @@
 import { describe, expect, jest, test } from '@jest/globals';
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { isMap, isScalar, parseDocument, type Pair, type YAMLMap } from 'yaml';
+import { isMap, isScalar, parseDocument, type YAMLMap } from 'yaml';
 import { CHART, KUBE_VERSION, VALUES_DIR, helm, renderError, renderText } from '../../helpers/helm.js';
 
 /**
@@ -21,7 +21,7 @@ function resolveRef(node: any): any {
 /** Walks values.yaml keys along the schema: every key the schema names must be in values.yaml with a `# --` comment. */
 function walk(map: YAMLMap, node: any, path: string, out: { path: string; comment: string | undefined }[], seen: Set<string>) {
   node = resolveRef(node);
-  (map.items as Pair[]).forEach((pair, i) => {
+  map.items.forEach((pair, i) => {
     const key = String(isScalar(pair.key) ? pair.key.value : pair.key);
     const p = path ? `${path}.${key}` : key;
     seen.add(p);

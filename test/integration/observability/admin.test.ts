@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
-import { Queue, QueueEvents, Worker, UnrecoverableError } from 'bullmq';
+import { QueueEvents, Worker, UnrecoverableError } from 'bullmq';
 import type { Express } from 'express';
 import request from 'supertest';
 import { createApp } from '../../../src/app.js';
@@ -57,9 +57,9 @@ describe('Bull Board /admin/queues', () => {
         if (failUntilFlipped) throw new UnrecoverableError('notify endpoint answered 400 Bad Request');
         return { delivered: true };
       },
-      { connection: { url: redisServer.url, maxRetriesPerRequest: null } as never },
+      { connection: { url: redisServer.url, maxRetriesPerRequest: null } },
     );
-    events = new QueueEvents(QUEUE_NAME, { connection: { url: redisServer.url } as never });
+    events = new QueueEvents(QUEUE_NAME, { connection: { url: redisServer.url } });
     await events.waitUntilReady();
     const failed = new Promise<void>((resolve) => worker.once('failed', () => resolve()));
     deadJobId = await queue.enqueue(JOB.notifyOncall, {

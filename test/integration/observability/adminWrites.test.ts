@@ -50,7 +50,7 @@ describe('Bull Board: only retry/removal of failed jobs', () => {
         if ((job.data as { alertname: string }).alertname.startsWith('fail')) throw new UnrecoverableError('endpoint answered 400');
         return { ok: true };
       },
-      { connection: { url: redisServer.url, maxRetriesPerRequest: null } as never },
+      { connection: { url: redisServer.url, maxRetriesPerRequest: null } },
     );
     const done = new Promise<void>((resolve) => {
       const count = () => ++settled === 3 && resolve();

@@ -216,7 +216,7 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
       const base = d.copy === 0 ? apiA.baseUrl : apiB.baseUrl;
       const deadline = Date.now() + 30_000;
       for (;;) {
-        let status = 0;
+        let status: number;
         try {
           const r =
             d.kind === 'scm'

@@ -133,7 +133,7 @@ async function scenario(ack: number): Promise<Figures> {
     const base = d.copy === 0 ? apiA.baseUrl : apiB.baseUrl;
     const deadline = Date.now() + DELIVERY_DEADLINE_MS;
     for (let tries = 1; ; tries++) {
-      let status = 0;
+      let status: number;
       try {
         const r =
           d.kind === 'scm'
