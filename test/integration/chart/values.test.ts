@@ -1,5 +1,5 @@
 import { describe, expect, jest, test } from '@jest/globals';
-import { readFileSync, readdirSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { isMap, isScalar, parseDocument, type YAMLMap } from 'yaml';
 import { CHART, KUBE_VERSION, VALUES_DIR, helm, renderError, renderText } from '../../helpers/helm.js';
@@ -38,6 +38,13 @@ describe('values.yaml and values.schema.json', () => {
   const documented: { path: string; comment: string | undefined }[] = [];
   const seen = new Set<string>();
   walk(valuesDoc.contents as YAMLMap, schema, '', documented, seen);
+
+  test('values.yaml names its schema on its first line, so editors (yaml-language-server) validate it', () => {
+    const first = readFileSync(join(CHART, 'values.yaml'), 'utf8').split('\n')[0];
+    const m = /^# yaml-language-server: \$schema=(\S+)$/.exec(first ?? '');
+    expect(m?.[1]).toBe('values.schema.json');
+    expect(existsSync(join(CHART, m![1]!))).toBe(true);
+  });
 
   test('the schema is strict: every object forbids unknown keys', () => {
     const loose: string[] = [];
