@@ -1,6 +1,6 @@
 # Test tiers. Each prints its slowest 10 suites and one closing line (hack/test-summary.mjs).
 # - `make test-unit`: no servers, no tools beyond Node (the contributor's inner loop, <= 60 s).
-# - `make test`: the contributor's command: lint, unit and integration tests on real parts (Redis
+# - `make test`: the contributor's command: lint, `make test-unit`, then the integration tests on real parts (Redis
 #   servers and Sentinels, the API and worker processes, helm, promtool, amtool, Alertmanager,
 #   Chromium). Needs no Kubernetes binary: helm is the only tool it builds from source.
 # - `make e2e` (mk/e2e.mk): everything that needs Kubernetes, the control-plane suite and the real node.
@@ -14,8 +14,9 @@ SUMMARY := node hack/test-summary.mjs --slowest 10
 test: test-tools typecheck build ## Lint, unit and integration tests on real Redis, processes, helm, promtool, Chromium (no Kubernetes)
 	@mkdir -p artifacts; rm -f artifacts/jest-main.json; start=$$(date +%s); rc=0; \
 	$(MAKE) lint || { rc=1; echo "lint: failed (make lint)"; }; \
-	OPSGATE_SKIP_BUILD=1 $(JEST) --ci --json --outputFile=artifacts/jest-main.json || rc=1; \
-	$(SUMMARY) --label test artifacts/jest-main.json || rc=1; \
+	OPSGATE_SKIP_BUILD=1 $(MAKE) test-unit || rc=1; \
+	OPSGATE_SKIP_BUILD=1 $(JEST) --ci test/integration --json --outputFile=artifacts/jest-main.json || rc=1; \
+	$(SUMMARY) --label test artifacts/jest-unit.json artifacts/jest-main.json || rc=1; \
 	echo "make test: $$(( $$(date +%s) - start ))s after its tools"; exit $$rc
 
 test-unit: deps ## Unit tests only: no servers, no tools (<= 60 s)
