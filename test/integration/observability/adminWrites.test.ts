@@ -112,7 +112,8 @@ describe('Bull Board: only retry/removal of failed jobs', () => {
       ['post', `/api/metrics/history/purge`, {}],
     ];
     for (const [method, path, body] of calls) {
-      const req = request(app)[method as 'put'](base + path).set({ 'X-API-Key': OPERATOR });
+      const agent = request(app);
+      const req = agent[method as 'put'](base + path).set({ 'X-API-Key': OPERATOR });
       const res = await (body ? req.send(body) : req);
       expect({ method, path, status: res.status }).toEqual({ method, path, status: 403 });
       expect(typeof res.body.detail).toBe('string');
