@@ -92,7 +92,7 @@ async function postOnce(url: string, body: string, timeoutMs: number, jobSignal:
     return res.status;
   } catch (err) {
     if (jobSignal.aborted) throw abortReason(jobSignal);
-    // The caught error names the endpoint, whose URL is a secret: only its code goes on.
+    // The caught error may carry the endpoint's URL, a secret: only a code or an error name goes on.
     // eslint-disable-next-line preserve-caught-error
     if (timeout.aborted) throw new Error(`no answer within ${timeoutMs} ms`);
     const cause = (err as { cause?: { code?: unknown } }).cause;
