@@ -18,7 +18,10 @@ for (let i = 0; i < args.length; i++) {
   else files.push(args[i]);
 }
 
-let passed = 0, failed = 0, skipped = 0, ok = true;
+let passed = 0,
+  failed = 0,
+  skipped = 0,
+  ok = true;
 const suites = [];
 for (const file of files) {
   if (!existsSync(file)) {
