@@ -5,10 +5,10 @@ import { readFileSync } from 'node:fs';
  *
  * A shell block (```sh, ```bash, ```shell, ```console) is preceded by exactly one HTML comment,
  * blank lines allowed in between:
- *   <!-- doc-test: dev -->                      run against a running API + worker + Redis (make dev)
+ *   <!-- doc-test: dev [label] -->              run against a running API + worker + Redis (make dev)
  *   <!-- doc-test: helm -->                     run with real helm, offline
  *   <!-- doc-test: helm install-as-template --> `helm install` run as `helm template`, same arguments
- *   <!-- doc-test: node -->                     run on the real node by the e2e suite
+ *   <!-- doc-test: node [label] -->             run on the real node by the e2e suite
  *   <!-- illustration: <short reason> -->       not run
  *
  * `marker` is the kind (`dev`, `helm`, `node`, `illustration`) and `arg` the rest of the comment.
@@ -30,11 +30,14 @@ export interface DocBlock {
 
 export const SHELL_LANGS = ['sh', 'bash', 'shell', 'console'] as const;
 export const MARKERS = ['dev', 'helm', 'node', 'illustration'] as const;
-/** The only argument a doc-test marker accepts (illustrations take free text). */
-export const MARKER_ARGS: Record<string, readonly string[]> = {
-  dev: [],
-  helm: ['install-as-template'],
-  node: [],
+/**
+ * The arguments a doc-test marker accepts: `helm` only `install-as-template`; `dev` and `node` a
+ * label (letters, digits, dashes) a test may use to check that block's answers; illustrations free text.
+ */
+export const MARKER_ARGS: Record<string, RegExp> = {
+  dev: /^[\w-]+$/,
+  helm: /^install-as-template$/,
+  node: /^[\w-]+$/,
 };
 
 const FENCE = /^(\s*)(`{3,}|~{3,})\s*([\w+-]*)[^`]*$/;
@@ -97,7 +100,7 @@ export function markerProblem(block: DocBlock): string | undefined {
   if (block.marker === 'multiple') return `more than one marker: ${block.arg ?? ''}`;
   if (!(MARKERS as readonly string[]).includes(block.marker)) return `unknown marker "${block.marker}"`;
   if (block.marker === 'illustration') return block.arg ? undefined : 'an illustration needs a reason';
-  if (block.arg !== undefined && !MARKER_ARGS[block.marker]!.includes(block.arg)) {
+  if (block.arg !== undefined && !MARKER_ARGS[block.marker]!.test(block.arg)) {
     return `unknown argument "${block.arg}" for doc-test: ${block.marker}`;
   }
   return undefined;
