@@ -1,4 +1,5 @@
-import { readFileSync } from 'node:fs';
+import { readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
 
 /**
  * Extracts the shell blocks of a Markdown file with the marker that says how the tests treat each one.
@@ -121,6 +122,15 @@ export function blockScript(block: DocBlock): string {
     }
   }
   return out.join('\n');
+}
+
+/**
+ * The documentation whose shell blocks must carry a marker, relative to the repository root:
+ * the READMEs and the setup guides under k8s/examples/.
+ */
+export function docFiles(root: string): string[] {
+  const guides = readdirSync(join(root, 'k8s/examples')).filter((f) => f.endsWith('.md')).sort().map((f) => `k8s/examples/${f}`);
+  return ['README.md', 'charts/opsgate/README.md', 'k8s/README.md', 'worker/README.md', 'monitoring/README.md', ...guides];
 }
 
 /** `file:line` of a block, for failure messages. */
