@@ -64,8 +64,8 @@ function devBlocks(): DocBlock[] {
 }
 
 /** The labelled dev blocks, by label. */
-function readmeGuides(): Map<string, string> {
-  return new Map(devBlocks().filter((b) => b.arg).map((b) => [b.arg!, blockScript(b)]));
+function readmeGuides(): Map<string, DocBlock> {
+  return new Map(devBlocks().filter((b) => b.arg).map((b) => [b.arg!, b]));
 }
 
 function auditLines(): Array<Record<string, unknown>> {
@@ -162,8 +162,9 @@ describe('make dev (hack/dev.sh)', () => {
     const work = join(dir, 'guides');
     mkdirSync(work);
     const json = async (name: string) => {
-      const r = await sh(guides.get(name)!, work);
-      expect({ name, code: r.code, stderr: r.stderr }).toEqual({ name, code: 0, stderr: '' });
+      const block = guides.get(name)!;
+      const r = await sh(blockScript(block), work);
+      expect({ block: where(block), code: r.code, stderr: r.stderr }).toEqual({ block: where(block), code: 0, stderr: '' });
       return JSON.parse(r.stdout) as Record<string, unknown>;
     };
 
@@ -182,8 +183,8 @@ describe('make dev (hack/dev.sh)', () => {
     expect(await json('guide-alertmanager-send')).toMatchObject({ received: 1, firing: 1 });
 
     // Alertmanager: the receiver block is written and the real amtool accepts it.
-    const am = await sh(guides.get('guide-alertmanager')!, work);
-    expect(am.code).toBe(0);
+    const am = await sh(blockScript(guides.get('guide-alertmanager')!), work);
+    expect({ block: where(guides.get('guide-alertmanager')!), code: am.code }).toEqual({ block: where(guides.get('guide-alertmanager')!), code: 0 });
     expect(am.stdout).toMatch(/SUCCESS/);
     const config = parseYaml(readFileSync(join(work, 'alertmanager.yml'), 'utf8'));
     const wh = config.receivers.find((r: { name: string }) => r.name === config.route.receiver).webhook_configs[0];
