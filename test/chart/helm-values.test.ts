@@ -3,7 +3,7 @@ import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseApiKeyRoles } from '../../src/shared/config.js';
-import { ROOT, find, helm, one, render, renderError, templateArgs } from './helm.js';
+import { CHART, KUBE_VERSION, ROOT, find, helm, one, render, renderError, templateArgs } from './helm.js';
 
 /**
  * The chart's multi-entry values in the shapes a helm user writes them (real helm): API keys as a
@@ -98,6 +98,11 @@ describe('k8s/examples values files', () => {
   test.each(files)('%s renders with helm template -f', async (f) => {
     const objs = await render({ files: [join(dir, f)] });
     expect(find(objs, 'Deployment').length).toBeGreaterThanOrEqual(2);
+  });
+
+  test.each(files)('%s passes helm lint --strict', async (f) => {
+    const r = await helm(['lint', '--strict', '--quiet', '--kube-version', KUBE_VERSION, CHART, '-f', join(dir, f)]);
+    expect({ code: r.code, out: r.stdout + r.stderr }).toEqual({ code: 0, out: expect.not.stringMatching(/\[(ERROR|WARNING)\]/) });
   });
 
   test('inventory.yaml passes the schema and its hosts reach RBAC', async () => {
