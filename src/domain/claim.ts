@@ -15,7 +15,7 @@ import { ServiceUnavailableError } from '../shared/errors.js';
  * The spec's flow is "SET seen NX, then enqueue; if enqueueing fails, delete seen" (rules 6-9).
  * An API process killed between the SET and the enqueue (SIGKILL, OOM, node eviction) would leave
  * a seen record with no job: every retry of the sender is then a "duplicate" for 24 h and the
- * event is lost. test/reliability/faults.test.ts reproduces it by killing an API under load.
+ * event is lost. test/integration/reliability/faults.test.ts reproduces it by killing an API under load.
  *
  * So the record carries the job id the claimant will use, and a state:
  *   "p:<jobId>"  pending: claimed, job not confirmed on the queue yet;
@@ -32,7 +32,7 @@ import { ServiceUnavailableError } from '../shared/errors.js';
  *   the claimed job id and BullMQ's own deduplication (id = the event, ttl = its window), then the
  *   "mark" script (one call per EVENTS_PER_CALL events) that turns our "p:" into "q:<the id on the queue>" only once the add
  *   has put it there. BullMQ's deduplication key survives the job's completion and its removal by
- *   the retention policy for the whole ttl (test/reliability/claim.test.ts proves it on a real
+ *   the retention policy for the whole ttl (test/integration/reliability/claim.test.ts proves it on a real
  *   Redis), so re-adding a "p:" event never makes a second job, even when the first add's reply
  *   was lost or the job is long gone: the add answers the first job's id.
  *   - an add failed -> our "p:" record is removed (rule 9), 503;

@@ -14,7 +14,7 @@ export interface ApiKey {
 }
 
 /**
- * The fake secrets of the plain manifests (k8s/opsgate.yaml, k8s/values.example.yaml) all start
+ * The fake secrets of the plain manifests (k8s/opsgate.yaml, k8s/examples/values.example.yaml) all start
  * with this. They are public, so a process holding one would accept anyone: refuse to start.
  */
 export const PLACEHOLDER_PREFIX = 'CHANGE-ME';

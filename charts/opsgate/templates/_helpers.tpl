@@ -181,14 +181,30 @@ Render-time checks that the schema cannot express. Included by every workload te
 {{- end }}
 
 {{/*
-OPS_API_KEY_ROLES of the chart-made Secret: the value, else the one already in the release's Secret
+OPS_API_KEY_ROLES of the chart-made Secret: the items of secrets.apiKeyRoles followed by those of
+secrets.apiKeys (both forms may be used together; a key listed twice fails the render), else the one already in the release's Secret
 (kept across upgrades), else generated once: one operator and one readonly key of 40 random
 characters (NOTES.txt tells how to read them). The spec's "no default secret": nothing is fixed
 in the chart; each installation gets its own keys.
 */}}
 {{- define "opsgate.apiKeyRoles" -}}
-{{- if .Values.secrets.apiKeyRoles }}
-{{- .Values.secrets.apiKeyRoles }}
+{{- $items := list }}
+{{- range splitList "," (default "" .Values.secrets.apiKeyRoles) }}
+{{- if trim . }}{{ $items = append $items (trim .) }}{{ end }}
+{{- end }}
+{{- range $i, $k := (default list .Values.secrets.apiKeys) }}
+{{- $items = append $items (printf "%s:%s" $k.key $k.role) }}
+{{- end }}
+{{- $seen := dict }}
+{{- range $items }}
+{{- $key := regexReplaceAll ":[^:]*$" . "" }}
+{{- if hasKey $seen $key }}
+{{- fail "opsgate: an API key is listed twice in secrets.apiKeys / secrets.apiKeyRoles (the API refuses to start with a duplicate key)" }}
+{{- end }}
+{{- $_ := set $seen $key true }}
+{{- end }}
+{{- if $items }}
+{{- join "," $items }}
 {{- else }}
 {{- $cache := .Values.secrets }}
 {{- if not (hasKey $cache "_generatedKeys") }}

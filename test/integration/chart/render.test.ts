@@ -353,12 +353,20 @@ describe.each(valueFiles)('%s', (file) => {
     expect(notes).toMatch(/X-API-Key: \$KEY/);
     expect(notes).toMatch(/\/ops\/hosts/);
     expect(notes).toMatch(/port-forward svc\/opsgate-api 8080:80/);
+    for (const hook of ['/webhook/scm', '/webhook/gitlab', '/webhook/github', '/webhook/alerts']) expect(notes).toContain(`POST ${hook} `);
     if (values().adminUI.enabled) expect(notes).toMatch(/http:\/\/127\.0\.0\.1:8080\/admin\/queues/);
     else expect(notes).toMatch(/disabled \(adminUI\.enabled=false\)/);
     if (values().ingress.enabled && values().adminUI.ingress) expect(notes).toMatch(/also routed by the Ingress: https:\/\/opsgate\.example\.com\/admin\/queues/);
     else if (values().adminUI.enabled) expect(notes).toMatch(/not routed by the Ingress/);
     for (const s of secretStrings(values())) expect([s, notes.includes(s)]).toEqual([s, false]);
   });
+});
+
+test('NOTES.txt says the API keys were generated only when no key was given', async () => {
+  const generated = /the chart generated one operator and one readonly key/;
+  expect(await renderNotes(join(VALUES_DIR, 'defaults-values.yaml'), {}, { 'secrets.apiKeyRoles': '' })).toMatch(generated);
+  expect(await renderNotes(join(VALUES_DIR, 'defaults-values.yaml'), { 'secrets.apiKeys[0].key': 'k-0123456789abcdef', 'secrets.apiKeys[0].role': 'operator' })).not.toMatch(generated);
+  expect(await renderNotes(join(VALUES_DIR, 'defaults-values.yaml'), {}, { 'secrets.apiKeyRoles': 'k-0123456789abcdef:operator' })).not.toMatch(generated);
 });
 
 /**

@@ -6,15 +6,17 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse as parseYaml } from 'yaml';
+import { blockScript, docBlocks, docFiles, where, type DocBlock } from '../../helpers/docBlocks.js';
 import { freePort } from '../../helpers/redis.js';
 
 /**
  * `make dev` (hack/dev.sh on the built dist/): a local Redis, the API and the worker come up,
  * the printed demo credentials (every endpoint's: API keys, bearer token, scm/GitHub webhook
- * secrets, alerts token) and sample requests work, the README's setup guides run as printed
- * against it (the blocks marked `<!-- tested: NAME -->`, with the `export …` line dev.sh prints,
- * in a clean shell; the Alertmanager receiver is checked by the real amtool and then used by a
- * real Alertmanager that delivers an alert to the dev API), and Ctrl-C (SIGINT) stops everything.
+ * secrets, alerts token) and sample requests work, every documented shell block marked
+ * `<!-- doc-test: dev [label] -->` runs as printed against it (with the `export …` line dev.sh
+ * prints, in a clean shell; the labelled setup guides have their answers checked, the Alertmanager
+ * receiver by the real amtool and then by a real Alertmanager that delivers an alert to the dev
+ * API), and Ctrl-C (SIGINT) stops everything.
  */
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
 let proc: ChildProcess | undefined;
@@ -44,10 +46,10 @@ async function until<T>(what: string, fn: () => Promise<T | undefined> | T | und
 }
 
 /** Runs a shell snippet as a user would: a clean bash (PATH and HOME only) in `cwd`, after the export line dev.sh printed. */
-function sh(script: string, cwd: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function sh(script: string, cwd: string, timeoutMs = 60_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const exportLine = /^\s*(export OPSGATE_URL=.*)$/m.exec(out)![1]!;
   return new Promise((res) => {
-    const p = spawn('bash', ['--norc', '--noprofile', '-euo', 'pipefail', '-c', `${exportLine}\n${script}`], { cwd, env: { PATH: process.env.PATH ?? '', HOME: cwd }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const p = spawn('bash', ['--norc', '--noprofile', '-euo', 'pipefail', '-c', `${exportLine}\n${script}`], { cwd, env: { PATH: process.env.PATH ?? '', HOME: cwd }, stdio: ['ignore', 'pipe', 'pipe'], timeout: timeoutMs, killSignal: 'SIGKILL' });
     let stdout = '';
     let stderr = '';
     p.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -56,12 +58,14 @@ function sh(script: string, cwd: string): Promise<{ code: number | null; stdout:
   });
 }
 
-/** The README's fenced sh blocks marked `<!-- tested: NAME -->`, by name. */
-function readmeGuides(): Map<string, string> {
-  const md = readFileSync(join(ROOT, 'README.md'), 'utf8');
-  const blocks = new Map<string, string>();
-  for (const m of md.matchAll(/<!-- tested: ([\w-]+) -->\n```sh\n([\s\S]*?)\n```/g)) blocks.set(m[1]!, m[2]!);
-  return blocks;
+/** Every `doc-test: dev` block of the documentation. */
+function devBlocks(): DocBlock[] {
+  return docFiles(ROOT).flatMap((f) => docBlocks(join(ROOT, f)).map((b) => ({ ...b, file: f }))).filter((b) => b.marker === 'dev');
+}
+
+/** The labelled dev blocks, by label. */
+function readmeGuides(): Map<string, DocBlock> {
+  return new Map(devBlocks().filter((b) => b.arg).map((b) => [b.arg!, b]));
 }
 
 function auditLines(): Array<Record<string, unknown>> {
@@ -158,8 +162,9 @@ describe('make dev (hack/dev.sh)', () => {
     const work = join(dir, 'guides');
     mkdirSync(work);
     const json = async (name: string) => {
-      const r = await sh(guides.get(name)!, work);
-      expect({ name, code: r.code, stderr: r.stderr }).toEqual({ name, code: 0, stderr: '' });
+      const block = guides.get(name)!;
+      const r = await sh(blockScript(block), work);
+      expect({ block: where(block), code: r.code, stderr: r.stderr }).toEqual({ block: where(block), code: 0, stderr: '' });
       return JSON.parse(r.stdout) as Record<string, unknown>;
     };
 
@@ -178,8 +183,8 @@ describe('make dev (hack/dev.sh)', () => {
     expect(await json('guide-alertmanager-send')).toMatchObject({ received: 1, firing: 1 });
 
     // Alertmanager: the receiver block is written and the real amtool accepts it.
-    const am = await sh(guides.get('guide-alertmanager')!, work);
-    expect(am.code).toBe(0);
+    const am = await sh(blockScript(guides.get('guide-alertmanager')!), work);
+    expect({ block: where(guides.get('guide-alertmanager')!), code: am.code }).toEqual({ block: where(guides.get('guide-alertmanager')!), code: 0 });
     expect(am.stdout).toMatch(/SUCCESS/);
     const config = parseYaml(readFileSync(join(work, 'alertmanager.yml'), 'utf8'));
     const wh = config.receivers.find((r: { name: string }) => r.name === config.route.receiver).webhook_configs[0];
@@ -200,6 +205,17 @@ describe('make dev (hack/dev.sh)', () => {
     expect(delivered).toMatchObject({ method: 'POST', status: 202, who: 'webhook:alerts' });
     await until('the notify job for GuideCheck', () => (readFileSync(join(dir, 'worker.log'), 'utf8').includes('"alertname":"GuideCheck"') ? true : undefined), 30_000);
     alertmanager.kill('SIGTERM');
+  }, 150_000);
+
+  it('runs every other documented dev block as printed, each with exit code 0', async () => {
+    const blocks = devBlocks().filter((b) => !b.arg);
+    expect(blocks.length).toBeGreaterThan(0);
+    const work = join(dir, 'blocks');
+    mkdirSync(work);
+    for (const b of blocks) {
+      const r = await sh(blockScript(b), work, 60_000);
+      expect({ block: where(b), code: r.code, stderr: r.stderr }).toEqual({ block: where(b), code: 0, stderr: '' });
+    }
   }, 150_000);
 
   it('stops everything on Ctrl-C', async () => {

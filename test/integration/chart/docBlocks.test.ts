@@ -1,0 +1,83 @@
+import { afterAll, describe, expect, jest, test } from '@jest/globals';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { blockScript, docBlocks, docBlocksOf, docFiles, where, type DocBlock } from '../../helpers/docBlocks.js';
+import { KUBE_VERSION, ROOT, helmBin } from '../../helpers/helm.js';
+
+/**
+ * Every documented shell block marked `<!-- doc-test: helm -->` runs as printed with the real helm,
+ * offline, in a clean bash: from a directory that mirrors the repository's top level (so
+ * `charts/opsgate` and `k8s/examples/...` resolve, and files the block writes stay out of the
+ * repository). `install-as-template` runs `helm install` / `helm upgrade --install` as
+ * `helm template` with the same arguments; without it a block that installs fails, since there is
+ * no cluster here. helm is given `--kube-version` of the cluster tests, because a helm built from
+ * source without the release ldflags assumes a version below the chart's kubeVersion.
+ */
+jest.setTimeout(120_000);
+
+const WRAPPER = String.raw`
+helm() {
+  case "$1" in
+    install)
+      [ "$INSTALL_AS_TEMPLATE" = 1 ] || { echo "doc-test: helm install needs a cluster; mark the block install-as-template" >&2; return 2; }
+      shift; command helm template "$@" --kube-version "$KUBE_VERSION" ;;
+    upgrade)
+      local a args=() install=0
+      shift
+      for a in "$@"; do if [ "$a" = --install ]; then install=1; else args+=("$a"); fi; done
+      [ "$INSTALL_AS_TEMPLATE" = 1 ] && [ "$install" = 1 ] || { echo "doc-test: helm upgrade needs a cluster" >&2; return 2; }
+      command helm template "${"$"}{args[@]}" --kube-version "$KUBE_VERSION" ;;
+    template|lint) command helm "$@" --kube-version "$KUBE_VERSION" ;;
+    *) command helm "$@" ;;
+  esac
+}
+`;
+
+const work = mkdtempSync(join(tmpdir(), 'opsgate-docblocks-'));
+for (const entry of readdirSync(ROOT)) if (entry !== '.git') symlinkSync(join(ROOT, entry), join(work, entry));
+afterAll(() => rmSync(work, { recursive: true, force: true }));
+
+function runBlock(b: DocBlock): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const script = `${WRAPPER}\n${blockScript(b)}`;
+  return new Promise((res) => {
+    const p = spawn('bash', ['--norc', '--noprofile', '-euo', 'pipefail', '-c', script], {
+      cwd: work,
+      env: { PATH: `${dirname(helmBin())}:${process.env.PATH ?? ''}`, HOME: work, KUBE_VERSION, INSTALL_AS_TEMPLATE: b.arg === 'install-as-template' ? '1' : '0' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      timeout: 60_000,
+      killSignal: 'SIGKILL',
+    });
+    let stdout = '';
+    let stderr = '';
+    p.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    p.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    p.on('close', (code) => res({ code, stdout, stderr }));
+  });
+}
+
+const blocks = docFiles(ROOT)
+  .flatMap((f) => docBlocks(join(ROOT, f)).map((b) => ({ ...b, file: f })))
+  .filter((b) => b.marker === 'helm');
+
+describe('documented helm commands', () => {
+  test('there are some (the install commands of README.md and the chart README)', () => {
+    expect(blocks.map((b) => b.file)).toEqual(expect.arrayContaining(['README.md', 'charts/opsgate/README.md']));
+  });
+
+  test.each(blocks.map((b) => [where(b), b] as const))('%s runs as printed', async (_where, b) => {
+    const r = await runBlock(b);
+    expect({ block: where(b), code: r.code, stderr: r.stderr }).toEqual({ block: where(b), code: 0, stderr: '' });
+    if (/helm (install|upgrade|template)/.test(b.code)) expect(r.stdout).toMatch(/kind: Deployment/);
+  });
+
+  test('a failing command fails its block, and an install not marked install-as-template is refused', async () => {
+    const [bad] = docBlocksOf('x.md', "<!-- doc-test: helm install-as-template -->\n```sh\nhelm install opsgate charts/opsgate --set 'secrets.apiKeys[0].key=k' --set 'secrets.apiKeys[0].role=admin'\n```\n");
+    expect((await runBlock(bad!)).code).not.toBe(0);
+    const [plain] = docBlocksOf('x.md', '<!-- doc-test: helm -->\n```sh\nhelm install opsgate charts/opsgate\n```\n');
+    const r = await runBlock(plain!);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/needs a cluster/);
+  });
+});
