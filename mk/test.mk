@@ -17,7 +17,7 @@ test: test-tools typecheck build ## Install what tests need and run every test
 	exit $$rc
 
 .PHONY: test-tools
-test-tools: deps redis tools-prom tools-amtool chromium tools node-deps images ## Install/build every tool the tests use
+test-tools: deps redis tools-schemathesis tools-prom tools-amtool chromium tools node-deps images ## Install/build every tool the tests use
 
 .PHONY: test-unit
 test-unit: deps ## Unit tests only (no servers)

@@ -78,7 +78,7 @@ export function createApp(deps: AppDeps): Express {
     timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
   });
   app.use(jobsRouter({ ...deps, retryReplicated }));
-  app.use(openapiRouter({ version: deps.version }));
+  app.use(openapiRouter({ version: deps.version, adminUI: deps.config.ADMIN_UI_ENABLED }));
   // Bull Board (operator only, audited): src/routes/admin.ts.
   if (deps.config.ADMIN_UI_ENABLED) {
     app.use(

@@ -143,10 +143,11 @@ const apiSchema = commonSchema.extend({
     .string()
     .optional()
     .transform((v) => (v === undefined || v.trim() === '' ? '0' : v.trim())),
+  /** Bull Board at /admin/queues. Off unless asked for: it is a write-capable UI. */
   ADMIN_UI_ENABLED: z
     .enum(['true', 'false', '1', '0', ''])
     .optional()
-    .transform((v) => v === undefined || v === '' || v === 'true' || v === '1'),
+    .transform((v) => v === 'true' || v === '1'),
 });
 
 const workerSchema = commonSchema.extend({
