@@ -8,6 +8,7 @@ import express, { Router, type NextFunction, type Request, type RequestHandler, 
 import type { ApiKey } from '../shared/config.js';
 import { credentialId, sha256Hex } from '../shared/crypto.js';
 import { matchApiKey } from '../middleware/auth.js';
+import { boundedRaw } from '../middleware/body.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 import type { OpsQueue } from '../shared/queue.js';
@@ -205,7 +206,7 @@ function decodeSegment(s: string): string | undefined {
  */
 function writeGate(opts: AdminRouterOptions): [RequestHandler, RequestHandler] {
   const { queues, opsQueue } = opts;
-  const reader = express.raw({ type: () => true, limit: ADMIN_BODY_LIMIT });
+  const reader = boundedRaw(ADMIN_BODY_LIMIT);
   const gate: RequestHandler = (req, res, next) => {
     const buf = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
     res.locals.bodySha256 = sha256Hex(buf);
