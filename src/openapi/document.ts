@@ -31,6 +31,8 @@ export interface RouteDoc {
   tags: string[];
   /** Alternatives: any one of them authenticates the call. Empty: no authentication. */
   security: SecuritySchemeName[];
+  /** The credential is required only when its secret is configured: anonymous calls are documented too. */
+  securityOptional?: boolean;
   pathParams?: z.ZodObject;
   query?: z.ZodObject;
   headers?: z.ZodObject;
@@ -110,7 +112,7 @@ export function buildOpenApiDocument(routes: readonly RouteDoc[], info: { versio
       summary: r.summary,
       ...(r.description ? { description: r.description } : {}),
       tags: r.tags,
-      security: r.security.map((name) => ({ [name]: [] })),
+      security: [...r.security.map((name) => ({ [name]: [] })), ...(r.securityOptional ? [{}] : [])],
       parameters: [...parameters('path', r.pathParams), ...parameters('query', r.query), ...parameters('header', r.headers)],
       ...(r.body
         ? {

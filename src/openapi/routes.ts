@@ -295,6 +295,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
     summary: 'Alertmanager notification -> notify jobs',
     tags: ['webhooks'],
     security: ['alertsBearer'],
+    securityOptional: true,
     description: 'Authenticated only when ALERTS_WEBHOOK_TOKEN is set (then 401 without it).',
     body: { contentTypes: ['application/json'], schema: alertPayload, required: true },
     responses: {
