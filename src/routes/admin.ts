@@ -4,7 +4,7 @@ import type { createBullBoard as CreateBullBoard } from '@bull-board/api';
 import type { BullMQAdapter as BullMQAdapterClass } from '@bull-board/api/bullMQAdapter';
 import type { ExpressAdapter as ExpressAdapterClass } from '@bull-board/express';
 import type { Queue } from 'bullmq';
-import express, { Router, type NextFunction, type Request, type RequestHandler, type Response } from 'express';
+import { Router, type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 import type { ApiKey } from '../shared/config.js';
 import { credentialId, sha256Hex } from '../shared/crypto.js';
 import { matchApiKey } from '../middleware/auth.js';
