@@ -96,4 +96,15 @@ describe('BODY_LIMIT is enforced before the body is read', () => {
     expect(written).toBeGreaterThan(LIMIT);
     expect(written).toBeLessThan(total / 4);
   });
+
+  test('a chunked body under the limit is read whole and answered as usual (202)', async () => {
+    const ex = await open(HEAD('Transfer-Encoding: chunked\r\nConnection: close\r\n'));
+    const body = JSON.stringify({ alerts: [{ status: 'resolved', labels: { alertname: 'X' }, annotations: { pad: 'p'.repeat(100_000) } }] });
+    const half = Math.floor(body.length / 2);
+    for (const part of [body.slice(0, half), body.slice(half)]) ex.socket.write(`${Buffer.byteLength(part).toString(16)}\r\n${part}\r\n`);
+    ex.socket.end('0\r\n\r\n');
+    const { text } = await ex.answer;
+    expect(text).toMatch(/^HTTP\/1\.1 202 /);
+    expect(text).toMatch(/"received":1/);
+  });
 });
