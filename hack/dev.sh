@@ -51,6 +51,8 @@ export GITHUB_WEBHOOK_SECRET="$GITHUB_SECRET"
 export ALERTS_WEBHOOK_TOKEN="$ALERTS_TOKEN"
 export OPS_INVENTORY_FILE="$PWD/hack/dev-inventory.yaml"
 export PORT
+# Bull Board is off unless asked for; the dev setup shows it (see the banner).
+export ADMIN_UI_ENABLED=true
 export JOB_ATTEMPTS=${JOB_ATTEMPTS:-2} JOB_BACKOFF_MS=${JOB_BACKOFF_MS:-1000}
 
 METRICS_PORT=$API_METRICS_PORT node dist/src/server.js > >(tee "$DEV_DIR/api.log" | pretty) 2>&1 &

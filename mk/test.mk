@@ -24,4 +24,4 @@ test-unit: deps ## Unit tests only: no servers, no tools (<= 60 s)
 	$(JEST) --ci test/unit --json --outputFile=artifacts/jest-unit.json || rc=1; \
 	$(SUMMARY) --label test-unit artifacts/jest-unit.json || rc=1; exit $$rc
 
-test-tools: deps redis tools-helm tools-prom tools-amtool chromium ## Install/build what `make test` uses (helm from source, the rest from Debian)
+test-tools: deps redis tools-helm tools-schemathesis tools-prom tools-amtool chromium ## Install/build what `make test` uses (helm from source, the rest from Debian)

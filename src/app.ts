@@ -78,9 +78,14 @@ export function createApp(deps: AppDeps): Express {
     timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
   });
   app.use(jobsRouter({ ...deps, retryReplicated }));
-  app.use(openapiRouter({ version: deps.version }));
+  app.use(openapiRouter({ version: deps.version, adminUI: deps.config.ADMIN_UI_ENABLED }));
   // Bull Board (operator only, audited): src/routes/admin.ts.
-  if (deps.config.ADMIN_UI_ENABLED) app.use(ADMIN_BASE_PATH, createAdminRouter({ queues: [deps.queue.bull], apiKeys: deps.config.apiKeys, logger: deps.logger, metrics: deps.metrics }));
+  if (deps.config.ADMIN_UI_ENABLED) {
+    app.use(
+      ADMIN_BASE_PATH,
+      createAdminRouter({ queues: [deps.queue.bull], opsQueue: deps.queue, retryReplicated, apiKeys: deps.config.apiKeys, logger: deps.logger, metrics: deps.metrics }),
+    );
+  }
 
   app.use(notFound);
   app.use(errorHandler(deps.logger));

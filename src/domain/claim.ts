@@ -311,7 +311,7 @@ export async function claimAndEnqueueMany(deps: ClaimDeps, reqs: readonly ClaimR
       failed.filter((i) => claimed[i] === null).map((i) => ({ keys: keysOf(reqs[i]!), value: pendings[i]!, what: reqs[i]!.what })),
     );
     deps.logger.warn('enqueue failed for part of an intake batch; the sender will retry', { failed: failed.length, of: reqs.length });
-    throw new QueueUnavailableError();
+    throw new QueueUnavailableError('submit');
   }
   return outcomes;
 }

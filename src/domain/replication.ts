@@ -28,7 +28,27 @@ import { PENDING, QUEUED } from './claim.js';
  * then finds whatever was replicated: nothing (a new claim), a pending record (the claim
  * protocol re-adds the job under the same id, BullMQ's deduplication answers it if it is there)
  * or the queued record with its job (a duplicate). Never two jobs.
+ *
+ * Bounded: the step between the writes and the answer takes at most REDIS_ACK_TIMEOUT_MS +
+ * CONFIRM_SLACK_MS (the WAITs, cut there even when the primary does not answer them: frozen, or
+ * gone in a failover) + TAKE_BACK_BUDGET_MS (the take-back: past it the 503 goes out, and what
+ * the take-back has not finished goes on in the order above and is logged). With the largest REDIS_ACK_TIMEOUT_MS (1500) that is 2 s, below the timeouts
+ * of webhook senders (Alertmanager, GitLab: 10 s), so a sender gets its 503 and retries instead of
+ * timing out. Without the cuts a frozen primary held each command for the connection's 2 s command
+ * timeout, WAIT and every take-back command in turn.
  */
+export const CONFIRM_SLACK_MS = 100;
+export const TAKE_BACK_BUDGET_MS = 400;
+
+/** `p`, or `onTimeout()` once `ms` passed (p goes on; its outcome is ignored). */
+async function within<T>(p: Promise<T>, ms: number, onTimeout: () => T): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<T>((resolve) => {
+    timer = setTimeout(() => resolve(onTimeout()), ms);
+  });
+  p.catch(() => undefined);
+  return Promise.race([p, late]).finally(() => clearTimeout(timer));
+}
 export interface Written {
   jobId: string;
   /** The records that name this job: a claim's seen and delivery keys, a restart's Idempotency-Key record. */
@@ -80,11 +100,12 @@ export function replicationGate(deps: ReplicationDeps): ConfirmReplicated {
   return async (written) => {
     let acked: number;
     try {
-      const [onRecords, onJobs] = await Promise.all([
+      const both = Promise.all([
         // The seen records' primary (on a Cluster the queue's too; a single server or Sentinel: the one).
         waitForReplicas(deps.redis, minReplicas, timeoutMs, deps.redis.isCluster ? written.flatMap((w) => w.keys ?? []) : undefined),
         deps.queue.waitReplicas(minReplicas, timeoutMs),
       ]);
+      const [onRecords, onJobs] = await within(both, timeoutMs + CONFIRM_SLACK_MS, () => [-1, -1]);
       acked = Math.min(onRecords, onJobs);
     } catch (err) {
       logger.debug('WAIT failed', { err });
@@ -97,7 +118,13 @@ export function replicationGate(deps: ReplicationDeps): ConfirmReplicated {
       timeout_ms: timeoutMs,
       jobs: written.length,
     });
-    for (const w of written) await takeBack(w);
+    const takenBack = (async () => {
+      for (const w of written) await takeBack(w);
+      return true;
+    })();
+    if (!(await within(takenBack, TAKE_BACK_BUDGET_MS, () => false))) {
+      logger.warn('taking back the writes that were not replicated did not finish in time; answering 503', { budget_ms: TAKE_BACK_BUDGET_MS, jobs: written.length });
+    }
     throw new NotReplicatedError(minReplicas);
   };
 }
@@ -123,7 +150,7 @@ export function retryReplicationGate(deps: Omit<ReplicationDeps, 'redis'>): Conf
   return async () => {
     let acked = -1;
     try {
-      acked = await deps.queue.waitReplicas(minReplicas, timeoutMs);
+      acked = await within(deps.queue.waitReplicas(minReplicas, timeoutMs), timeoutMs + CONFIRM_SLACK_MS, () => -1);
     } catch (err) {
       logger.debug('WAIT failed', { err });
     }

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { sha256Hex } from '../shared/crypto.js';
-import { BadRequestError, NotFoundError, UnprocessableError } from '../shared/errors.js';
+import { BadRequestError, NotFoundError, RestartNotConfirmedError, UnprocessableError } from '../shared/errors.js';
 import { findHost, type Inventory } from '../shared/inventory.js';
 import { JOB } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
@@ -144,16 +144,7 @@ export async function submitRestart(deps: RestartDeps, req: RestartRequest): Pro
       { jobId, deduplication: { id: coalesceId(namespace, service) } },
     );
   } catch (err) {
-    if (err instanceof QueueUnavailableError && err.mayHaveLanded) {
-      throw new QueueUnavailableError(
-        true,
-        scope === undefined
-          ? 'job queue did not confirm the restart in time; it may still be queued when the queue recovers. ' +
-              'Check GET /ops/hosts/{host} before retrying, or send an Idempotency-Key so a retry cannot restart twice'
-          : 'job queue did not confirm the restart in time; it may still be queued when the queue recovers. ' +
-              'Retry with the same Idempotency-Key: it returns that job and never queues a second one',
-      );
-    }
+    if (err instanceof QueueUnavailableError && err.mayHaveLanded) throw new RestartNotConfirmedError(scope !== undefined);
     throw err;
   }
   const answer: StoredAnswer = { host, service, job_id: id, coalesced: id !== jobId };

@@ -1,14 +1,59 @@
-import express, { type RequestHandler } from 'express';
+import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 import { sha256Hex } from '../shared/crypto.js';
-import { InvalidJsonError, UnprocessableError } from '../shared/errors.js';
+import { InvalidJsonError, PayloadTooLargeError, UnprocessableError } from '../shared/errors.js';
+
+/** A size as BODY_LIMIT spells it (512kb, 1mb, 100 = bytes) in bytes. */
+export function sizeInBytes(limit: string): number {
+  const m = /^(\d+)(b|kb|mb)?$/i.exec(limit.trim());
+  if (!m) throw new Error(`not a size: ${limit}`);
+  const unit = (m[2] ?? 'b').toLowerCase();
+  return Number(m[1]) * (unit === 'mb' ? 1024 * 1024 : unit === 'kb' ? 1024 : 1);
+}
 
 /**
- * Reads the raw body (any content type, up to `limit`; over it: 413) into req.body as a Buffer
- * and records its SHA-256 for the audit line. Nothing is parsed here: webhook routes verify the
- * sender first and only then call parseJson() themselves.
+ * express.raw, except that an over-limit body is answered at once: a Content-Length above the
+ * limit before a byte is read, a body without one (chunked) as soon as the bytes received pass it.
+ * Either way the answer is 413 {detail} with `Connection: close`, and the connection is closed
+ * after it, so the rest of the body is never read. (body-parser alone reads the body to its end
+ * before it answers: 100 MB, or a declared 5 GB that never comes, until the request times out.)
+ */
+export function boundedRaw(limit: string): RequestHandler {
+  const max = sizeInBytes(limit);
+  const reader = express.raw({ type: () => true, limit });
+  return (req: Request, res: Response, next: NextFunction) => {
+    let answered = false;
+    const tooLarge = () => {
+      answered = true;
+      req.pause();
+      res.setHeader('Connection', 'close');
+      res.once('finish', () => req.socket?.destroySoon());
+      next(new PayloadTooLargeError(`request body is larger than the limit of ${limit}`));
+    };
+    const declared = req.headers['content-length'];
+    if (declared !== undefined && /^\d+$/.test(declared) && Number(declared) > max) return tooLarge();
+    let received = 0;
+    const count = (chunk: Buffer) => {
+      received += chunk.length;
+      if (received > max && !answered) {
+        req.off('data', count);
+        tooLarge();
+      }
+    };
+    if (declared === undefined) req.on('data', count);
+    reader(req, res, (err?: unknown) => {
+      req.off('data', count);
+      if (!answered) next(err);
+    });
+  };
+}
+
+/**
+ * Reads the raw body (any content type, up to `limit`; over it: 413 at once, see boundedRaw) into
+ * req.body as a Buffer and records its SHA-256 for the audit line. Nothing is parsed here: webhook
+ * routes verify the sender first and only then call parseJson() themselves.
  */
 export function rawBody(limit: string): RequestHandler[] {
-  const reader = express.raw({ type: () => true, limit });
+  const reader = boundedRaw(limit);
   const digest: RequestHandler = (req, res, next) => {
     const buf = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
     req.body = buf;

@@ -36,10 +36,32 @@ function webhookSource(path: string): string | undefined {
   return m ? m[1] : undefined;
 }
 
-/** The raw query string (bounded), e.g. host=web-1&service=frontend; never carries credentials in this API. */
-function queryOf(url: string): string | undefined {
+/** A query component percent-decoded, then encoded the one way encodeURIComponent does (undecodable: as sent). */
+function canonical(component: string): string {
+  try {
+    return encodeURIComponent(decodeURIComponent(component.replace(/\+/g, ' ')));
+  } catch {
+    return component;
+  }
+}
+
+/**
+ * The query string (bounded), e.g. host=web-1&service=frontend, with every name and value in one
+ * canonical encoding: a credential sent there by mistake, spelled with any percent-encoding
+ * (`%6fp_...`), reaches the line as the logger's redaction knows it (raw or encodeURIComponent)
+ * and is replaced.
+ */
+export function queryOf(url: string): string | undefined {
   const i = url.indexOf('?');
-  return i < 0 || i === url.length - 1 ? undefined : url.slice(i + 1, i + 1 + 512);
+  if (i < 0 || i === url.length - 1) return undefined;
+  const parts = url.slice(i + 1, i + 1 + 4096).split('&');
+  return parts
+    .map((part) => {
+      const eq = part.indexOf('=');
+      return eq < 0 ? canonical(part) : `${canonical(part.slice(0, eq))}=${canonical(part.slice(eq + 1))}`;
+    })
+    .join('&')
+    .slice(0, 512);
 }
 
 function audit(logger: Logger, req: Request, res: Response, seconds: number): void {

@@ -5,13 +5,19 @@ import { z } from 'zod';
  * (src/openapi/routes.ts) whose request and answer schemas are the zod schemas the code uses.
  * zod 4 emits JSON Schema draft 2020-12, which is OpenAPI 3.1's schema dialect, so nothing is
  * translated by hand. Every error answer is the catalog's `{detail}` (src/shared/errors.ts).
+ *
+ * Only explicit statuses are documented, never a `default` answer: with one, any status the
+ * server gave would conform, and the conformance run (test/integration/api/conformance.test.ts)
+ * could not catch an undocumented one.
  */
 export type SecuritySchemeName = 'apiKey' | 'bearer' | 'alertsBearer' | 'scmToken' | 'githubSignature' | 'gitlabToken' | 'basic';
 
 export interface ResponseDoc {
   description: string;
-  /** Answer body (JSON); errors default to {detail}. */
+  /** Answer body (JSON unless contentType says otherwise); errors default to {detail}. */
   schema?: z.ZodType;
+  /** Media type of the answer body; default application/json. */
+  contentType?: string;
   /** Response headers the answer carries (documented as strings). */
   headers?: Record<string, string>;
 }
@@ -25,10 +31,19 @@ export interface RouteDoc {
   tags: string[];
   /** Alternatives: any one of them authenticates the call. Empty: no authentication. */
   security: SecuritySchemeName[];
+  /** The credential is required only when its secret is configured: anonymous calls are documented too. */
+  securityOptional?: boolean;
   pathParams?: z.ZodObject;
   query?: z.ZodObject;
   headers?: z.ZodObject;
-  body?: { contentTypes: string[]; schema: z.ZodType; required: boolean; description?: string };
+  body?: {
+    contentTypes: string[];
+    schema: z.ZodType;
+    required: boolean;
+    description?: string;
+    /** A content type whose body has another shape than `schema` (GitHub's form encoding: payload=<JSON text>). */
+    schemaByType?: Record<string, z.ZodType>;
+  };
   responses: Record<number, ResponseDoc>;
 }
 
@@ -88,24 +103,23 @@ export function buildOpenApiDocument(routes: readonly RouteDoc[], info: { versio
       responses[status] = {
         description: doc.description,
         ...(doc.headers ? { headers: Object.fromEntries(Object.entries(doc.headers).map(([h, d]) => [h, { description: d, schema: { type: 'string' } }])) } : {}),
-        ...(schema ? { content: { 'application/json': { schema: json(schema, 'output') } } } : {}),
+        ...(schema ? { content: { [doc.contentType ?? 'application/json']: { schema: json(schema, 'output') } } } : {}),
       };
     }
-    responses.default = { description: 'unexpected error (500, logged)', content: { 'application/json': { schema: json(errorSchema, 'output') } } };
     paths[r.path] ??= {};
     paths[r.path]![r.method] = {
       operationId: `${r.method}${r.path.replace(/\{(\w+)\}/g, 'By_$1').replace(/[^A-Za-z0-9]+(.)?/g, (_m, c: string | undefined) => (c ? c.toUpperCase() : ''))}`,
       summary: r.summary,
       ...(r.description ? { description: r.description } : {}),
       tags: r.tags,
-      security: r.security.map((name) => ({ [name]: [] })),
+      security: [...r.security.map((name) => ({ [name]: [] })), ...(r.securityOptional ? [{}] : [])],
       parameters: [...parameters('path', r.pathParams), ...parameters('query', r.query), ...parameters('header', r.headers)],
       ...(r.body
         ? {
             requestBody: {
               required: r.body.required,
               ...(r.body.description ? { description: r.body.description } : {}),
-              content: Object.fromEntries(r.body.contentTypes.map((t) => [t, { schema: json(r.body!.schema, 'input') }])),
+              content: Object.fromEntries(r.body.contentTypes.map((t) => [t, { schema: json(r.body!.schemaByType?.[t] ?? r.body!.schema, 'input') }])),
             },
           }
         : {}),

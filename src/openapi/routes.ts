@@ -65,6 +65,9 @@ const githubPush = z.looseObject({
   deleted: z.boolean().optional(),
   repository: z.looseObject({ full_name: z.string().optional() }).optional(),
 });
+const githubForm = z.object({
+  payload: z.string().describe('the push event as JSON text (the fields of the application/json body)'),
+});
 const alertPayload = z.looseObject({
   alerts: z.array(
     z.looseObject({
@@ -256,7 +259,13 @@ export const API_ROUTES: readonly RouteDoc[] = [
       'X-GitHub-Event': z.string().optional().describe('must be "push"; anything else is ignored'),
       'X-GitHub-Delivery': z.string().max(128).optional().describe('recorded 30 days: a replayed delivery is a duplicate'),
     }),
-    body: { contentTypes: ['application/json', 'application/x-www-form-urlencoded'], schema: githubPush, required: true },
+    body: {
+      contentTypes: ['application/json', 'application/x-www-form-urlencoded'],
+      schema: githubPush,
+      required: true,
+      description: 'JSON: the push event. Form-encoded (GitHub\'s "application/x-www-form-urlencoded"): one field `payload` holding the same event as JSON text.',
+      schemaByType: { 'application/x-www-form-urlencoded': githubForm },
+    },
     responses: pushResponses({
       invalid: 'invalid JSON (after the signature is verified)',
       forbidden: 'signature missing, malformed, mismatching, or secret not configured',
@@ -286,6 +295,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
     summary: 'Alertmanager notification -> notify jobs',
     tags: ['webhooks'],
     security: ['alertsBearer'],
+    securityOptional: true,
     description: 'Authenticated only when ALERTS_WEBHOOK_TOKEN is set (then 401 without it).',
     body: { contentTypes: ['application/json'], schema: alertPayload, required: true },
     responses: {
@@ -302,11 +312,11 @@ export const API_ROUTES: readonly RouteDoc[] = [
     method: 'get',
     path: '/admin/queues',
     summary: 'Bull Board (browser UI for the queue; operator)',
-    description: 'Mounted when ADMIN_UI_ENABLED; its own views and API live under this path.',
+    description: 'Listed only when ADMIN_UI_ENABLED=true (off by default); its own views and API live under this path.',
     tags: ['admin'],
     security: ['apiKey', 'basic'],
     responses: {
-      200: { description: 'the Bull Board page (HTML)', schema: z.string() },
+      200: { description: 'the Bull Board page (HTML)', schema: z.string(), contentType: 'text/html' },
       401: { description: 'no or bad credentials', headers: { 'WWW-Authenticate': 'Basic challenge' } },
       403: E[403](),
       429: E[429],

@@ -4,19 +4,24 @@ import type { createBullBoard as CreateBullBoard } from '@bull-board/api';
 import type { BullMQAdapter as BullMQAdapterClass } from '@bull-board/api/bullMQAdapter';
 import type { ExpressAdapter as ExpressAdapterClass } from '@bull-board/express';
 import type { Queue } from 'bullmq';
-import express, { Router, type NextFunction, type Request, type RequestHandler, type Response } from 'express';
+import { Router, type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 import type { ApiKey } from '../shared/config.js';
 import { credentialId, sha256Hex } from '../shared/crypto.js';
 import { matchApiKey } from '../middleware/auth.js';
+import { boundedRaw } from '../middleware/body.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
+import type { OpsQueue } from '../shared/queue.js';
 
 /**
  * Bull Board at /admin/queues: the operator's view of the "ops" queue. Dead-lettered jobs (the
  * failed set) are listed with their failure reason and can be retried, cleaned, promoted...
  *
  * Writes: only what dead-letter review needs (DESIGN.md, Bull Board): retry of a failed job and
- * removal of a failed job. Every other state-changing call Bull Board offers (add a job, edit its
+ * removal of a failed job. A retry of a job of the ops queue is not Bull Board's own: it is the
+ * API's retry (OpsQueue.retryFailed, as POST /ops/jobs/{id}/retry), so a restart whose Deployment
+ * already has another restart waiting or rolling out is refused (409 {detail}) and the same
+ * bookkeeping is done; a success answers 204 as Bull Board's retry does. Every other state-changing call Bull Board offers (add a job, edit its
  * data/delay/priority, empty, clean, obliterate, pause/resume, promote, concurrency, rate limit,
  * retry of a completed or waiting job, bulk retry...) is refused with 403 {detail} before it
  * reaches Bull Board (see writeGate).
@@ -36,8 +41,8 @@ export const BASIC_CHALLENGE = 'Basic realm="opsgate", charset="UTF-8"';
 
 /**
  * Bull Board is loaded when the UI is mounted, not when this module is: with ADMIN_UI_ENABLED off
- * (the chart's default) the API does not carry it (~3 MB of heap and RSS, issue 10). Its packages
- * are CommonJS, so a synchronous require keeps createApp synchronous.
+ * (the default of the process, the chart and the manifests) the API does not carry it (~3 MB of
+ * heap and RSS). Its packages are CommonJS, so a synchronous require keeps createApp synchronous.
  */
 function loadBullBoard() {
   const require = createRequire(import.meta.url);
@@ -55,6 +60,10 @@ export interface AdminRouterOptions {
   metrics?: Metrics;
   /** Where the router is mounted; Bull Board builds its links from it. */
   basePath?: string;
+  /** The ops queue: a retry of one of its jobs goes through its retryFailed (the API's rule). */
+  opsQueue?: Pick<OpsQueue, 'retryFailed' | 'bull'>;
+  /** REDIS_MIN_REPLICAS_ACK: WAIT before the retry's 204, as for POST /ops/jobs/{id}/retry. */
+  retryReplicated?: () => Promise<void>;
 }
 
 
@@ -195,8 +204,9 @@ function decodeSegment(s: string): string | undefined {
  * unknown queue or job -> 404 {detail}. The allowed call is tagged for the audit line with
  * action, queue, job id and job name.
  */
-function writeGate(queues: readonly Queue[]): [RequestHandler, RequestHandler] {
-  const reader = express.raw({ type: () => true, limit: ADMIN_BODY_LIMIT });
+function writeGate(opts: AdminRouterOptions): [RequestHandler, RequestHandler] {
+  const { queues, opsQueue } = opts;
+  const reader = boundedRaw(ADMIN_BODY_LIMIT);
   const gate: RequestHandler = (req, res, next) => {
     const buf = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
     res.locals.bodySha256 = sha256Hex(buf);
@@ -220,10 +230,29 @@ function writeGate(queues: readonly Queue[]): [RequestHandler, RequestHandler] {
       const state = await job.getState();
       res.locals.auditFields = { action, queue: queueName, job_id: jobId, job_name: job.name, job_state: state };
       if (state !== 'failed') return refuse(res, 403, `refused: only a failed (dead-lettered) job can be ${action === 'retry' ? 'retried' : 'removed'} here; this job is ${state}`);
+      if (action === 'retry' && opsQueue && queue === opsQueue.bull) return retryLikeTheApi(opsQueue, opts, jobId, res);
       next();
     })().catch(next);
   };
   return [reader, gate];
+}
+
+/** The API's retry (src/routes/jobs.ts) answered the way Bull Board's client expects: 204 on success. */
+async function retryLikeTheApi(opsQueue: Pick<OpsQueue, 'retryFailed'>, opts: AdminRouterOptions, jobId: string, res: Response): Promise<void> {
+  const out = await opsQueue.retryFailed(jobId);
+  switch (out.outcome) {
+    case 'not_found':
+      return refuse(res, 404, 'job not found');
+    case 'not_failed':
+      return refuse(res, 409, `job is ${out.state}; only a failed (dead-lettered) job can be retried`);
+    case 'busy':
+      return refuse(res, 409, `another restart of this Deployment is waiting or rolling out (job ${out.holder}); retry this one after it finished`);
+    case 'retried':
+      res.locals.auditFields = { ...(res.locals.auditFields as object), outcome: 'retried' };
+      await opts.retryReplicated?.();
+      opts.logger.info('dead-lettered job retried', { job_id: jobId, job_name: out.job.name, via: 'admin', request_id: res.locals.requestId });
+      res.status(204).end();
+  }
 }
 
 export function createAdminRouter(opts: AdminRouterOptions): Router {
@@ -258,7 +287,7 @@ export function createAdminRouter(opts: AdminRouterOptions): Router {
     res.set('Referrer-Policy', 'same-origin');
     next();
   });
-  const [readBody, gate] = writeGate(opts.queues);
+  const [readBody, gate] = writeGate(opts);
   router.use((req, res, next) => (SAFE_METHODS.has(req.method) ? next() : readBody(req, res, (err?: unknown) => (err ? next(err) : gate(req, res, next)))));
   router.use(serverAdapter.getRouter() as RequestHandler);
   return router;

@@ -2,11 +2,16 @@ import { Router } from 'express';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { buildOpenApiDocument } from '../openapi/document.js';
 import { API_DESCRIPTION, API_ROUTES } from '../openapi/routes.js';
+import { ADMIN_BASE_PATH } from './admin.js';
 
-/** GET /openapi.json (no authentication): the OpenAPI 3.1 document, built once from the route registry. */
-export function openapiRouter(deps: { version?: string }): Router {
+/**
+ * GET /openapi.json (no authentication): the OpenAPI 3.1 document, built once from the route
+ * registry. It lists only what this process serves: /admin/queues only with the admin UI mounted.
+ */
+export function openapiRouter(deps: { version?: string; adminUI?: boolean }): Router {
   const r = Router();
-  const doc = JSON.stringify(buildOpenApiDocument(API_ROUTES, { version: deps.version ?? '0.0.0', description: API_DESCRIPTION }));
+  const routes = deps.adminUI ? API_ROUTES : API_ROUTES.filter((route) => !route.path.startsWith(ADMIN_BASE_PATH));
+  const doc = JSON.stringify(buildOpenApiDocument(routes, { version: deps.version ?? '0.0.0', description: API_DESCRIPTION }));
   r.route('/openapi.json')
     .get((_req, res) => {
       res.type('application/json').send(doc);

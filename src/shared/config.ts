@@ -109,7 +109,7 @@ const commonSchema = z.object({
  * "Acknowledged means replicated" (opt-in): before a webhook's 202 or a restart's 200, WAIT until
  * this many replicas hold the seen record and the job (src/domain/replication.ts). 0 = off.
  * The wait is bounded by REDIS_ACK_TIMEOUT_MS, kept under the request connection's 2 s command
- * timeout.
+ * timeout; with the take-back, a 503 follows at most 0.5 s after it (src/domain/replication.ts).
  */
 const replicationSchema = {
   REDIS_MIN_REPLICAS_ACK: intFrom(0, 0),
@@ -143,10 +143,11 @@ const apiSchema = commonSchema.extend({
     .string()
     .optional()
     .transform((v) => (v === undefined || v.trim() === '' ? '0' : v.trim())),
+  /** Bull Board at /admin/queues. Off unless asked for: it is a write-capable UI. */
   ADMIN_UI_ENABLED: z
     .enum(['true', 'false', '1', '0', ''])
     .optional()
-    .transform((v) => v === undefined || v === '' || v === 'true' || v === '1'),
+    .transform((v) => v === 'true' || v === '1'),
 });
 
 const workerSchema = commonSchema.extend({

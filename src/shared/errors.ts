@@ -100,6 +100,60 @@ export class ServiceUnavailableError extends AppError {
   }
 }
 
+/**
+ * What a queue operation was doing when the queue failed; the 503's wording says what the caller
+ * can conclude: a read changed nothing, a submission or retry whose command got no answer may
+ * still take effect when the queue recovers.
+ */
+export type QueueOperation = 'read' | 'submit' | 'retry';
+
+const QUEUE_UNAVAILABLE: Record<QueueOperation, { nothing: string; unknown: string }> = {
+  read: {
+    nothing: 'job queue unavailable; nothing was read or changed; retry later',
+    unknown: 'job queue did not answer in time; nothing was changed; retry later',
+  },
+  submit: {
+    nothing: 'job queue unavailable; nothing was queued; retry later',
+    unknown: 'job queue did not confirm the submission in time; it may still be queued when the queue recovers; retry later',
+  },
+  retry: {
+    nothing: 'job queue unavailable; nothing was retried; retry later',
+    unknown: 'job queue did not confirm the retry in time; it may still take effect when the queue recovers; repeating it is safe',
+  },
+};
+
+/**
+ * 503 from a queue operation. `mayHaveLanded` (given true: the command got no answer; kept only
+ * for writes): a write was sent and no answer came (timeout,
+ * connection lost): Redis may still run it when it answers again (a paused or slow Redis), so an
+ * add may still create its job. A caller that retries with the same job id (POST /ops/restart with
+ * the same Idempotency-Key) cannot create a second job.
+ */
+export class QueueUnavailableError extends ServiceUnavailableError {
+  readonly operation: QueueOperation;
+  readonly mayHaveLanded: boolean;
+  constructor(operation: QueueOperation, mayHaveLanded = false, detail?: string) {
+    super(detail ?? QUEUE_UNAVAILABLE[operation][mayHaveLanded ? 'unknown' : 'nothing'], 5);
+    this.operation = operation;
+    // A read that got no answer changed nothing, whatever Redis does with it later.
+    this.mayHaveLanded = mayHaveLanded && operation !== 'read';
+  }
+}
+
+/** POST /ops/restart: the add was sent and not confirmed; what a retry does depends on the Idempotency-Key. */
+export class RestartNotConfirmedError extends QueueUnavailableError {
+  constructor(withIdempotencyKey: boolean) {
+    super(
+      'submit',
+      true,
+      'job queue did not confirm the restart in time; it may still be queued when the queue recovers. ' +
+        (withIdempotencyKey
+          ? 'Retry with the same Idempotency-Key: it returns that job and never queues a second one'
+          : 'Check GET /ops/hosts/{host} before retrying, or send an Idempotency-Key so a retry cannot restart twice'),
+    );
+  }
+}
+
 /** REDIS_MIN_REPLICAS_ACK: the writes behind a success answer did not reach enough replicas in time. */
 export class NotReplicatedError extends ServiceUnavailableError {
   constructor(minReplicas: number, detail?: string) {

@@ -11,8 +11,9 @@ import { pino, type DestinationStream, type Logger as PinoLogger } from 'pino';
  *
  * Every serialised line passes through a redaction step (pino's streamWrite hook, i.e. after
  * serialisation, whatever field or message a value came from) that replaces any registered
- * secret value (API keys, tokens, webhook secrets, Redis password), raw and JSON-escaped, with
- * "[REDACTED]": the last line of defence behind never logging them at all.
+ * secret value (API keys, tokens, webhook secrets, Redis password), raw, JSON-escaped or
+ * percent-encoded, with "[REDACTED]": the last line of defence behind never logging them at all.
+ * The same step escapes U+2028/U+2029, so that, like CR, LF and ESC, they never appear raw.
  *
  * Before a process exits, `await logger.flush()` so no buffered line is lost (bounded).
  */
@@ -46,18 +47,32 @@ export const DEFAULT_LOG_BUFFER_BYTES = 16 * 1024 * 1024;
 
 const REDACTED = '[REDACTED]';
 
-/** Each secret as it appears raw and JSON-escaped inside a serialised line, longest first (a secret containing another is replaced whole). */
+/**
+ * Each secret as it appears inside a serialised line, longest first (a secret containing another
+ * is replaced whole): raw, JSON-escaped, and percent-encoded as encodeURIComponent does (the
+ * audit line's query is in that one encoding, whatever encoding the client sent).
+ */
 function redactionNeedles(secrets: readonly string[]): string[] {
-  return [...new Set(secrets.filter((s) => s.length >= 4).flatMap((s) => [s, JSON.stringify(s).slice(1, -1)]))].sort((a, b) => b.length - a.length);
+  return [...new Set(secrets.filter((s) => s.length >= 4).flatMap((s) => [s, JSON.stringify(s).slice(1, -1), encodeURIComponent(s)]))].sort((a, b) => b.length - a.length);
 }
 
-function redactor(secrets: readonly string[]): ((line: string) => string) | undefined {
+/**
+ * U+2028 and U+2029 are valid raw inside a JSON string, so JSON.stringify leaves them, but many
+ * line-oriented readers (and JavaScript before ES2019) take them for line breaks: a value could
+ * split one log line in two, as a raw CR or LF would. They are written escaped, like those.
+ */
+const HAS_LINE_SEPARATOR = /[\u2028\u2029]/;
+const LINE_SEPARATORS = /[\u2028\u2029]/g;
+const escapeLineSeparators = (line: string): string =>
+  HAS_LINE_SEPARATOR.test(line) ? line.replace(LINE_SEPARATORS, (c) => (c === '\u2028' ? '\\u2028' : '\\u2029')) : line;
+
+function redactor(secrets: readonly string[]): (line: string) => string {
   const needles = redactionNeedles(secrets);
-  if (needles.length === 0) return undefined;
+  if (needles.length === 0) return escapeLineSeparators;
   return (line) => {
     let out = line;
     for (const s of needles) if (out.includes(s)) out = out.split(s).join(REDACTED);
-    return out;
+    return escapeLineSeparators(out);
   };
 }
 
@@ -132,7 +147,7 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
         level: (label) => ({ level: label }),
         log: formatLogObject,
       },
-      ...(redact ? { hooks: { streamWrite: redact } } : {}),
+      hooks: { streamWrite: redact },
     },
     dest,
   );

@@ -1,6 +1,6 @@
 import { Job, Queue, type JobsOptions } from 'bullmq';
 import { ReplyError, type Redis } from 'ioredis';
-import { ServiceUnavailableError, UnprocessableError } from './errors.js';
+import { QueueUnavailableError, UnprocessableError, type QueueOperation } from './errors.js';
 import { JOB, QUEUE_NAME, defaultJobOptions, restartedAtKey, jobDataSchemas, type JobDataByName, type JobName, type JobPolicy } from './jobs.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
@@ -104,25 +104,7 @@ export interface OpsQueue {
   close(): Promise<void>;
 }
 
-/**
- * 503 from a queue operation. `mayHaveLanded`: the command was sent and no answer came (timeout,
- * connection lost): Redis may still run it when it answers again (a paused or slow Redis), so an
- * add may still create its job. The detail says so; a caller that retries with the same job id
- * (POST /ops/restart with the same Idempotency-Key) cannot create a second job.
- */
-export class QueueUnavailableError extends ServiceUnavailableError {
-  readonly mayHaveLanded: boolean;
-  constructor(mayHaveLanded = false, detail?: string) {
-    super(
-      detail ??
-        (mayHaveLanded
-          ? 'job queue did not confirm the submission in time; it may still be queued when the queue recovers; retry later'
-          : 'job queue unavailable; nothing was queued; retry later'),
-      5,
-    );
-    this.mayHaveLanded = mayHaveLanded;
-  }
-}
+export { QueueUnavailableError } from './errors.js';
 
 /** Longest failure reason shown (the worker's reasons are short; this bounds anything else). */
 const MAX_REASON = 1000;
@@ -166,16 +148,16 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
   // Without a listener an 'error' event would crash the process; connection errors surface as 503s.
   bull.on('error', (err) => opts.logger?.debug('queue connection error', { err }));
 
-  const guard = async <T>(op: () => Promise<T>): Promise<T> => {
+  const guard = async <T>(operation: QueueOperation, op: () => Promise<T>): Promise<T> => {
     // Fail fast while disconnected: BullMQ would otherwise wait for the connection to come back.
-    if (connection.status !== 'ready') throw new QueueUnavailableError();
+    if (connection.status !== 'ready') throw new QueueUnavailableError(operation);
     try {
       return await withTimeout(op(), timeoutMs);
     } catch (err) {
       opts.logger?.warn('queue operation failed', { err });
       // A reply error is Redis refusing the command (nothing ran); anything else (our timeout, the
       // connection's command timeout, a closed connection) leaves the command's fate unknown.
-      throw new QueueUnavailableError(!(err instanceof ReplyError));
+      throw new QueueUnavailableError(operation, !(err instanceof ReplyError));
     }
   };
 
@@ -190,8 +172,8 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
         const issue = parsed.error.issues[0]!;
         throw new UnprocessableError(`invalid ${issue.path.join('.') || 'job data'}: ${issue.message}`);
       }
-      const job = await guard(() => bull.add(name, parsed.data, jobOpts));
-      if (job.id === undefined) throw new QueueUnavailableError();
+      const job = await guard('submit', () => bull.add(name, parsed.data, jobOpts));
+      if (job.id === undefined) throw new QueueUnavailableError('submit');
       opts.metrics?.jobsEnqueued.inc({ name });
       return job.id;
     },
@@ -200,7 +182,7 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
       // The data was validated by the domain before anything was recorded (src/domain/deploy.ts,
       // alerts.ts): validating it again here cost as much as the add's own work.
       const dedupKey = (id: string) => `${bull.keys.de}:${id}`;
-      const replies = await guard(async () => {
+      const replies = await guard('submit', async () => {
         const client = (await bull.backend.client) as unknown as Redis;
         // One write for every add and whatever `then` sends (src/shared/redisBatch.ts): as
         // Queue#addBulk's pipeline, without the cost of a Pipeline on this 64-script connection.
@@ -224,13 +206,13 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
     },
 
     async waitReplicas(numReplicas, timeoutMs) {
-      if (connection.status !== 'ready') throw new QueueUnavailableError();
+      if (connection.status !== 'ready') throw new QueueUnavailableError('submit', true);
       // Every key of the queue shares the prefix's hash tag: on a Cluster, one primary.
       return waitForReplicas(connection, numReplicas, timeoutMs, [`${bull.opts.prefix ?? 'bull'}:${QUEUE_NAME}:id`]);
     },
 
     async remove(id) {
-      if (connection.status !== 'ready') throw new QueueUnavailableError();
+      if (connection.status !== 'ready') throw new QueueUnavailableError('submit', true);
       // Only a job no worker has taken yet is taken back: one that is active or already finished
       // was accepted for real (removing it would let a retry run the work twice).
       const state = await bull.getJobState(id);
@@ -241,43 +223,44 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
     },
 
     async getJob(id) {
-      const job = await guard(() => bull.getJob(id));
+      const job = await guard('read', () => bull.getJob(id));
       if (!job) return undefined;
-      const state = await guard(() => job.getState());
+      const state = await guard('read', () => job.getState());
       return jobView(job, state);
     },
 
     async listJobs(state, offset, limit) {
-      const [jobs, total] = await guard(() =>
+      const [jobs, total] = await guard('read', () =>
         Promise.all([bull.getJobs([state], offset, offset + limit - 1, false), bull.getJobCountByTypes(state)]),
       );
       return { total, jobs: jobs.filter((j): j is Job => Boolean(j)).map((j) => jobView(j, state)) };
     },
 
     async retryFailed(id) {
-      const job = await guard(() => bull.getJob(id));
+      // Nothing is changed before the deduplication slot is taken: a failure up to there is a read's.
+      const job = await guard('read', () => bull.getJob(id));
       if (!job) return { outcome: 'not_found' };
-      const state = await guard(() => job.getState());
+      const state = await guard('read', () => job.getState());
       if (state !== 'failed') return { outcome: 'not_failed', state };
       const client = connection;
       const dedupId = job.name === JOB.restartService ? (job.deduplicationId ?? job.opts.deduplication?.id) : undefined;
       const dedupKey = dedupId ? `${bull.toKey('de')}:${dedupId}` : undefined;
       if (dedupKey) {
-        const holder = await guard<string | null>(() => client.set(dedupKey, String(job.id), 'NX', 'GET'));
+        const holder = await guard<string | null>('retry', () => client.set(dedupKey, String(job.id), 'NX', 'GET'));
         if (holder !== null && holder !== String(job.id)) return { outcome: 'busy', holder };
       }
       try {
-        await guard(() => job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true }));
+        await guard('retry', () => job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true }));
       } catch (err) {
         // Not in the failed set any more (retried or removed concurrently): give the slot back.
         if (dedupKey) await client.eval(RELEASE_IF_OURS, 1, dedupKey, String(job.id)).catch(() => undefined);
         if (err instanceof QueueUnavailableError) {
-          const now = await guard(() => job.getState());
+          const now = await guard('read', () => job.getState());
           if (now !== 'failed') return { outcome: 'not_failed', state: now };
         }
         throw err;
       }
-      if (job.name === JOB.restartService) await guard(() => client.del(restartedAtKey(String(job.id))));
+      if (job.name === JOB.restartService) await guard('retry', () => client.del(restartedAtKey(String(job.id))));
       return { outcome: 'retried', job: jobView(job, 'waiting') };
     },
 

@@ -10,8 +10,12 @@ import { abortReason } from '../k8s.js';
  *
  * Per endpoint: 2xx = delivered; 408/429/5xx/network error/timeout = retried (the attempt fails
  * and BullMQ retries with backoff); any other 3xx/4xx = rejected for good.
- * Idempotency across retries: each endpoint's outcome is recorded in Redis under the job id, so a
- * retried attempt only posts to endpoints that have not answered yet; nobody is paged twice.
+ * Across retries: each endpoint's outcome is recorded in Redis under the job id once it answered,
+ * so a retried attempt only posts to endpoints that have not answered yet. That is at-least-once,
+ * not exactly-once: a post whose answer was not recorded is sent again by the next attempt (the
+ * worker SIGKILLed, or SIGTERMed past its grace, while the endpoint was answering; a Redis failover
+ * that lost the record). Every post of one alert's job therefore carries the same delivery id, in
+ * the header X-Opsgate-Delivery and as `job_id` in the body, for the receiver to drop a repeat.
  * Endpoint URLs often carry a secret in their path: only the host is ever logged or reported.
  */
 
@@ -58,7 +62,7 @@ function escapeDeep(v: unknown, depth = 0): unknown {
  * The Slack-compatible message. All alert-supplied text is escaped (escapeSlack): the `text` a chat
  * renders, and the alertname/annotations/fingerprint copies a receiver may render too.
  */
-export function notificationBody(data: NotifyOncallData): Record<string, unknown> {
+export function notificationBody(data: NotifyOncallData, jobId: string): Record<string, unknown> {
   const summary = summaryOf(data.annotations);
   const text = `:rotating_light: Alert firing: ${escapeSlack(data.alertname || 'unknown')}${summary ? ` - ${escapeSlack(summary)}` : ''}`;
   return {
@@ -67,8 +71,12 @@ export function notificationBody(data: NotifyOncallData): Record<string, unknown
     annotations: escapeDeep(data.annotations),
     ...(data.fingerprint ? { fingerprint: escapeSlack(data.fingerprint) } : {}),
     audit_id: data.audit_id,
+    job_id: jobId,
   };
 }
+
+/** Header naming the delivery: the job id, the same on every attempt and every retry of that job. */
+export const DELIVERY_HEADER = 'X-Opsgate-Delivery';
 
 function parseOutcome(raw: string | null): Outcome | undefined {
   if (raw === 'sent') return { kind: 'sent' };
@@ -76,13 +84,13 @@ function parseOutcome(raw: string | null): Outcome | undefined {
   return undefined;
 }
 
-async function postOnce(url: string, body: string, timeoutMs: number, jobSignal: AbortSignal): Promise<number> {
+async function postOnce(url: string, body: string, deliveryId: string, timeoutMs: number, jobSignal: AbortSignal): Promise<number> {
   const timeout = AbortSignal.timeout(timeoutMs);
   const signal = AbortSignal.any([jobSignal, timeout]);
   try {
     const res = await fetch(url, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'user-agent': 'opsgate-worker' },
+      headers: { 'content-type': 'application/json', 'user-agent': 'opsgate-worker', [DELIVERY_HEADER]: deliveryId },
       body,
       redirect: 'manual',
       signal,
@@ -112,7 +120,7 @@ export async function notifyOncall(data: NotifyOncallData, ctx: JobContext): Pro
     return { delivered: 0, endpoints: 0 };
   }
   const jobId = String(ctx.job.id);
-  const body = JSON.stringify(notificationBody(data));
+  const body = JSON.stringify(notificationBody(data, jobId));
 
   const results = await Promise.all(
     urls.map(async (url) => {
@@ -128,7 +136,7 @@ export async function notifyOncall(data: NotifyOncallData, ctx: JobContext): Pro
       }
       let status: number;
       try {
-        status = await postOnce(url, body, config.NOTIFY_TIMEOUT_MS, signal);
+        status = await postOnce(url, body, jobId, config.NOTIFY_TIMEOUT_MS, signal);
       } catch (err) {
         if (signal.aborted) throw err;
         logger.warn('notification endpoint failed; will retry', { host, reason: (err as Error).message });

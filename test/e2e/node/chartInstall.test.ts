@@ -52,6 +52,7 @@ const [READONLY_KEY, OPERATOR_KEY] = secrets.apiKeyRoles.split(',').map((i) => i
 /** The values of the upgrade that makes the release useful: inventory and credentials. */
 const flowValues = {
   secrets,
+  adminUI: { enabled: true },
   config: { rolloutTimeoutSeconds: ROLLOUT_TIMEOUT_SECONDS },
   inventory: {
     hosts: { 'web-1': { namespace: APPS, deployments: ['web', 'slow', 'broken'] } },

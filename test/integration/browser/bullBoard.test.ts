@@ -82,6 +82,7 @@ describe('Bull Board in headless Chromium', () => {
         REDIS_URL: redisServer.url,
         OPS_API_KEY_ROLES: `${OPERATOR}:operator,${READONLY}:readonly`,
         RATE_LIMIT_RPS: '0',
+        ADMIN_UI_ENABLED: 'true',
         JOB_ATTEMPTS: '3',
         JOB_BACKOFF_MS: '200',
       },

@@ -12,6 +12,7 @@ import {
   VALUES_DIR,
   find,
   one,
+  parseManifests,
   podSpecs,
   render,
   renderError,
@@ -493,6 +494,16 @@ describe('checksums', () => {
     expect(sum(password)).not.toBe(sum(a));
     expect(podAnnotations(password, 'opsgate-api')['checksum/secret']).not.toBe(podAnnotations(a, 'opsgate-api')['checksum/secret']);
   }, 120_000);
+});
+
+describe('admin UI', () => {
+  test('off by default: the chart, its values and the generated k8s/opsgate.yaml say ADMIN_UI_ENABLED "false"', async () => {
+    expect(chartDefaults.adminUI).toEqual({ enabled: false, ingress: false });
+    expect(one(await render({ files: ['defaults.yaml'] }), 'ConfigMap', 'opsgate-config').data.ADMIN_UI_ENABLED).toBe('false');
+    const manifests = parseManifests(readFileSync(join(ROOT, 'k8s/opsgate.yaml'), 'utf8'));
+    expect(manifests.find((o) => o.kind === 'ConfigMap' && o.metadata.name === 'opsgate-config')!.data.ADMIN_UI_ENABLED).toBe('false');
+    expect(one(await render({ files: ['defaults.yaml'], set: { 'adminUI.enabled': 'true' } }), 'ConfigMap', 'opsgate-config').data.ADMIN_UI_ENABLED).toBe('true');
+  });
 });
 
 describe('API preStop sleep', () => {

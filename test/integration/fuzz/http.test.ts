@@ -132,7 +132,7 @@ const pathArb = fc.oneof(
 
 beforeAll(async () => {
   redis = await startRedis();
-  const env = await apiEnv(redis.url, secrets, { ALERTS_WEBHOOK_TOKEN: undefined, BODY_LIMIT: '256kb' });
+  const env = await apiEnv(redis.url, secrets, { ALERTS_WEBHOOK_TOKEN: undefined, BODY_LIMIT: '256kb', ADMIN_UI_ENABLED: 'true' });
   api = await startApi({ env });
   port = Number(env.PORT);
 }, 60_000);

@@ -42,6 +42,7 @@ describe('Bull Board /admin/queues', () => {
       OPS_API_KEY_ROLES: `${OPERATOR}:operator,${READONLY}:readonly`,
       REDIS_URL: redisServer.url,
       RATE_LIMIT_RPS: '0',
+      ADMIN_UI_ENABLED: 'true',
     });
     const logger = createLogger({ write: (l) => lines.push(JSON.parse(l) as Record<string, unknown>), secrets: [OPERATOR, READONLY] });
     redis = createRedis(redisServer.url, 'request');

@@ -34,7 +34,7 @@ describe('Bull Board: only retry/removal of failed jobs', () => {
 
   beforeAll(async () => {
     redisServer = await startRedis();
-    const config = loadApiConfig({ OPS_API_KEY_ROLES: `${OPERATOR}:operator`, REDIS_URL: redisServer.url, RATE_LIMIT_RPS: '0' });
+    const config = loadApiConfig({ OPS_API_KEY_ROLES: `${OPERATOR}:operator`, REDIS_URL: redisServer.url, RATE_LIMIT_RPS: '0', ADMIN_UI_ENABLED: 'true' });
     const logger = createLogger({ write: (l) => lines.push(JSON.parse(l) as Record<string, unknown>), secrets: [OPERATOR] });
     const metrics = createMetrics('api', 'test', { defaults: false });
     redis = createRedis(redisServer.url, 'request');

@@ -135,6 +135,7 @@ describe('metrics of the running api and worker', () => {
         SCM_WEBHOOK_SECRET: 'scm-secret-for-scrape-test',
         OPSGATE_VERSION: '1.2.3-scrape',
         RATE_LIMIT_RPS: '0',
+        ADMIN_UI_ENABLED: 'true',
         JOB_ATTEMPTS: '3',
         JOB_BACKOFF_MS: '100',
       },

@@ -59,6 +59,7 @@ beforeAll(async () => {
       JOB_ATTEMPTS: '2',
       JOB_BACKOFF_MS: '100',
       RATE_LIMIT_RPS: '1000',
+      ADMIN_UI_ENABLED: 'true',
     }),
   });
   worker = await startWorkerProcess({

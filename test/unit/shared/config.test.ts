@@ -62,6 +62,14 @@ describe('parseApiKeyRoles', () => {
 describe('loadApiConfig', () => {
   const base = { OPS_API_KEY_ROLES: `${SECRET}:operator`, REDIS_URL: 'redis://127.0.0.1:6379' };
 
+  it('the admin UI (Bull Board, a write-capable UI) is off unless ADMIN_UI_ENABLED says true or 1', () => {
+    expect(loadApiConfig(base).ADMIN_UI_ENABLED).toBe(false);
+    expect(loadApiConfig({ ...base, ADMIN_UI_ENABLED: '' }).ADMIN_UI_ENABLED).toBe(false);
+    expect(loadApiConfig({ ...base, ADMIN_UI_ENABLED: 'false' }).ADMIN_UI_ENABLED).toBe(false);
+    expect(loadApiConfig({ ...base, ADMIN_UI_ENABLED: 'true' }).ADMIN_UI_ENABLED).toBe(true);
+    expect(loadApiConfig({ ...base, ADMIN_UI_ENABLED: '1' }).ADMIN_UI_ENABLED).toBe(true);
+  });
+
   it('defaults of DESIGN.md', () => {
     const c = loadApiConfig(base);
     expect(c).toMatchObject({

@@ -90,3 +90,17 @@ describe('logger', () => {
     expect(records()[0]).toMatchObject({ msg: 'plain', a: 'b' });
   });
 });
+
+describe('line separators', () => {
+  it('U+2028 and U+2029 are written escaped, as CR, LF and ESC are; the value reads back the same', () => {
+    for (const secrets of [[], ['topsecret-key']]) {
+      const { logger, lines, records } = collect({ secrets });
+      const value = 'a\u2028b\u2029c\rd\ne\u001bf';
+      logger.info('m\u2028sg', { value });
+      expect(lines).toHaveLength(1);
+      for (const raw of ['\u2028', '\u2029', '\r', '\n', '\u001b']) expect(lines[0]).not.toContain(raw);
+      expect(lines[0]).toContain('a\\u2028b\\u2029c\\rd\\ne\\u001bf');
+      expect(records()[0]).toMatchObject({ msg: 'm\u2028sg', value });
+    }
+  });
+});
