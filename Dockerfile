@@ -18,7 +18,8 @@ RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 COPY worker ./worker
-RUN npx tsc -p tsconfig.build.json
+COPY hack/build.mjs ./hack/build.mjs
+RUN node hack/build.mjs tsconfig.build.json dist
 # --omit=optional too: typescript is an optional peer of valibot (@bull-board) and would otherwise stay;
 # the only production optional dependency is msgpackr's native accelerator (pure-JS fallback).
 RUN npm prune --omit=dev --omit=optional --ignore-scripts --no-audit --no-fund

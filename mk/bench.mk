@@ -23,7 +23,7 @@ tools-wrk: ## Install wrk (Debian package) if missing (apt-get as root)
 
 .PHONY: bench
 bench: deps redis tools-wrk build ## Benchmark intake (bare Express / spec minimum / API; unique, duplicates, alert storms) and the worker's drain
-	npx tsc -p bench/tsconfig.json
+	node hack/build.mjs bench/tsconfig.json dist/bench
 	node dist/bench/bench/run.js
 
 # `make bench-profile`: each server (bare Express, the spec-minimum control, the API as the chart runs it)
@@ -32,5 +32,5 @@ bench: deps redis tools-wrk build ## Benchmark intake (bare Express / spec minim
 # PROFILE_SECONDS (10), PROFILE_CONNECTIONS (64). Results in artifacts/bench-profile.{txt,json}.
 .PHONY: bench-profile
 bench-profile: deps redis tools-wrk build ## CPU per request by feature (API vs control vs bare Express) from V8 CPU profiles
-	npx tsc -p bench/tsconfig.json
+	node hack/build.mjs bench/tsconfig.json dist/bench
 	node dist/bench/bench/profile.js

@@ -1,10 +1,12 @@
 import { Job, Queue, type JobsOptions } from 'bullmq';
 import { ReplyError, type Redis } from 'ioredis';
 import { ServiceUnavailableError, UnprocessableError } from './errors.js';
-import { JOB, QUEUE_NAME, defaultJobOptions, restartedAtKey, jobDataSchemas, type JobDataByName, type JobName, type JobPolicy } from './jobs.js';
+import { JOB, QUEUE_NAME, defaultJobOptions, jobDataSchemas, type JobDataByName, type JobName, type JobPolicy } from './jobs.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
-import { createRedis, queuePrefix, waitForReplicas } from './redis.js';
+import { loadLua } from './lua.js';
+import { QUEUE_PREFIX_DEFAULT, queueKey, queuePrefix, restartedAtKey } from './keys.js';
+import { createRedis, waitForReplicas } from './redis.js';
 import { corked, settle, type Reply } from './redisBatch.js';
 
 /**
@@ -130,7 +132,7 @@ const MAX_REASON = 1000;
 const iso = (ms: number | undefined | null): string | null =>
   typeof ms === 'number' && Number.isFinite(ms) && ms > 0 ? new Date(ms).toISOString() : null;
 
-const RELEASE_IF_OURS = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
+const RELEASE_IF_OURS = loadLua('release-if-ours');
 
 function jobView(job: Job, state: string): JobView {
   return {
@@ -226,7 +228,7 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
     async waitReplicas(numReplicas, timeoutMs) {
       if (connection.status !== 'ready') throw new QueueUnavailableError();
       // Every key of the queue shares the prefix's hash tag: on a Cluster, one primary.
-      return waitForReplicas(connection, numReplicas, timeoutMs, [`${bull.opts.prefix ?? 'bull'}:${QUEUE_NAME}:id`]);
+      return waitForReplicas(connection, numReplicas, timeoutMs, [queueKey(bull.opts.prefix ?? QUEUE_PREFIX_DEFAULT, QUEUE_NAME, 'id')]);
     },
 
     async remove(id) {

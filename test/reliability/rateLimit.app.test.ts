@@ -11,7 +11,7 @@ import type { AddressInfo } from 'node:net';
 import { createRateLimiter } from '../../src/middleware/rateLimit.js';
 import { startRedis, type RedisServer } from '../helpers/redis.js';
 import { OP_KEY, RO_KEY, SCM_SECRET, createHarness, type Harness } from '../integration/api/harness.js';
-import { rateLimitKey, seenKey } from '../../src/domain/redisOps.js';
+import { rateLimitKey, seenKey } from '../../src/shared/keys.js';
 
 let redis: RedisServer;
 const harnesses: Harness[] = [];

@@ -13,7 +13,7 @@ import { Redis } from 'ioredis';
 import request from 'supertest';
 import { RateLimiterMemory, RateLimiterRedis } from 'rate-limiter-flexible';
 import { createRateLimiter } from '../../src/middleware/rateLimit.js';
-import { rateLimitKey } from '../../src/domain/redisOps.js';
+import { rateLimitKey } from '../../src/shared/keys.js';
 import { createHarness, GITHUB_SECRET, SCM_SECRET, type Harness } from '../integration/api/harness.js';
 import { startRoundTripCounter, type RoundTripCounter } from '../helpers/roundTrips.js';
 import { startRedis, type RedisServer } from '../helpers/redis.js';

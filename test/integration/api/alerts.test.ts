@@ -3,7 +3,7 @@ import request from 'supertest';
 import { startRedis } from '../../helpers/redis.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { createHarness, eventually, useHarness } from './harness.js';
-import { seenKey } from '../../../src/domain/redisOps.js';
+import { seenKey } from '../../../src/shared/keys.js';
 
 /** POST /webhook/alerts rules 1-4 (+ optional ALERTS_WEBHOOK_TOKEN) on a real Redis and BullMQ queue. */
 const ctx = useHarness();

@@ -2,7 +2,8 @@ import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { coalesceId } from '../../../src/domain/restart.js';
 import { credentialId } from '../../../src/shared/crypto.js';
-import { JOB, QUEUE_NAME, restartedAtKey } from '../../../src/shared/jobs.js';
+import { JOB, QUEUE_NAME } from '../../../src/shared/jobs.js';
+import { restartedAtKey } from '../../../src/shared/keys.js';
 import { BEARER, containsSecret, OP_KEY, RO_KEY, runWorkerUntil as runWorkerUntilOn, useHarness } from './harness.js';
 
 /**

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Redis } from 'ioredis';
 import request from 'supertest';
-import { idempotencyRecordKey, idempotencyScope } from '../../../src/domain/restart.js';
+import { idempotencyScope } from '../../../src/domain/restart.js';
+import { idempotencyRecordKey } from '../../../src/shared/keys.js';
 import { credentialId } from '../../../src/shared/crypto.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';

@@ -3,7 +3,7 @@ import request from 'supertest';
 import { startRedis } from '../../helpers/redis.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { containsSecret, createHarness, eventually, SCM_SECRET, useHarness } from './harness.js';
-import { seenKey } from '../../../src/domain/redisOps.js';
+import { seenKey } from '../../../src/shared/keys.js';
 
 /** POST /webhook/scm rules 1-9, in order, on a real Redis with the real BullMQ queue. */
 const ctx = useHarness();
