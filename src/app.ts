@@ -8,7 +8,7 @@ import { observe } from './middleware/observe.js';
 import { ADMIN_BASE_PATH, createAdminRouter } from './routes/admin.js';
 import { healthRouter } from './routes/health.js';
 import { jobsRouter } from './routes/jobs.js';
-import { openapiRouter } from './routes/openapi.js';
+import { openapiRouter } from './openapi/router.js';
 import { opsRouter } from './routes/ops.js';
 import { webhooksRouter } from './routes/webhooks.js';
 import type { ApiConfig } from './shared/config.js';

@@ -1,7 +1,7 @@
 import { Router } from 'express';
 import { methodNotAllowed } from '../middleware/errors.js';
-import { buildOpenApiDocument } from '../openapi/document.js';
-import { API_DESCRIPTION, API_ROUTES } from '../openapi/routes.js';
+import { buildOpenApiDocument } from './document.js';
+import { API_DESCRIPTION, API_ROUTES } from './routes.js';
 
 /** GET /openapi.json (no authentication): the OpenAPI 3.1 document, built once from the route registry. */
 export function openapiRouter(deps: { version?: string }): Router {
