@@ -5,6 +5,7 @@ import { JOB, QUEUE_NAME, defaultJobOptions, jobDataSchemas, type JobDataByName,
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
 import { loadLua } from './lua.js';
+import { withTimeout } from './timeout.js';
 import { QUEUE_PREFIX_DEFAULT, queueKey, queuePrefix, restartedAtKey } from './keys.js';
 import { createRedis, waitForReplicas } from './redis.js';
 import { corked, settle, type Reply } from './redisBatch.js';
@@ -149,14 +150,6 @@ function jobView(job: Job, state: string): JobView {
   };
 }
 
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`queue operation timed out after ${ms} ms`)), ms);
-  });
-  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
-}
-
 export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
   const timeoutMs = opts.timeoutMs ?? 3000;
   const connection: Redis = createRedis(opts.url, 'request', 'opsgate-api-queue');
@@ -172,7 +165,7 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
     // Fail fast while disconnected: BullMQ would otherwise wait for the connection to come back.
     if (connection.status !== 'ready') throw new QueueUnavailableError();
     try {
-      return await withTimeout(op(), timeoutMs);
+      return await withTimeout(op(), timeoutMs, 'queue operation');
     } catch (err) {
       opts.logger?.warn('queue operation failed', { err });
       // A reply error is Redis refusing the command (nothing ran); anything else (our timeout, the
