@@ -4,6 +4,7 @@ import { pathToFileURL } from 'node:url';
 import { createApp } from './app.js';
 import { createLazyKubeHostStatusProvider, kubeConfigPresent } from './domain/lazyHostStatus.js';
 import { loadApiConfig, secretsOf, weakCredentialWarnings, type ApiConfig } from './shared/config.js';
+import { reportConfigError } from './shared/configReport.js';
 import { ConfigError } from './shared/errors.js';
 import { loadInventory } from './shared/inventory.js';
 import { createLogger, type Logger } from './shared/logger.js';
@@ -138,7 +139,7 @@ async function main(): Promise<void> {
     running = await start(process.env, { exitOnDeadline: true });
   } catch (err) {
     if (err instanceof ConfigError) {
-      process.stderr.write(`opsgate-api: configuration error: ${err.message}\n`);
+      reportConfigError('opsgate-api', 'api', err);
     } else {
       const e = err as { code?: string; message?: string };
       process.stderr.write(`opsgate-api: failed to start: ${e.code === 'EADDRINUSE' ? 'PORT or METRICS_PORT is already in use' : (e.message ?? String(err)).split('\n')[0]}\n`);

@@ -2,6 +2,7 @@ import { fileURLToPath } from 'node:url';
 import { Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { loadWorkerConfig, type WorkerConfig } from '../src/shared/config.js';
+import { reportConfigError } from '../src/shared/configReport.js';
 import { ConfigError } from '../src/shared/errors.js';
 import { startLoopMonitor } from '../src/shared/eventLoop.js';
 import { loadInventory, type Inventory } from '../src/shared/inventory.js';
@@ -102,7 +103,7 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
     inventory = loadInventory(config.OPS_INVENTORY_FILE);
   } catch (err) {
     if (err instanceof ConfigError) {
-      process.stderr.write(`opsgate-worker: invalid configuration: ${err.message}\n`);
+      reportConfigError('opsgate-worker', 'worker', err);
       process.exit(1);
     }
     throw err;

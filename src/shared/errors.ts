@@ -113,12 +113,24 @@ export class InternalError extends AppError {
   }
 }
 
-/** Raised at start-up for a bad environment; names the variable, never its value. */
+/** One thing wrong with the environment: the variable and what is wrong with it, never its value. */
+export interface ConfigProblem {
+  variable: string;
+  problem: string;
+}
+
+/** Raised at start-up for a bad environment: every problem found, each naming its variable, never a value. */
 export class ConfigError extends Error {
+  /** The first problem's variable. */
   readonly variable: string;
-  constructor(variable: string, problem: string) {
-    super(`${variable}: ${problem}`);
+  readonly problems: readonly ConfigProblem[];
+  constructor(variable: string, problem: string);
+  constructor(problems: readonly ConfigProblem[]);
+  constructor(first: string | readonly ConfigProblem[], problem?: string) {
+    const problems = typeof first === 'string' ? [{ variable: first, problem: problem ?? 'is invalid' }] : first;
+    super(problems.map((p) => `${p.variable}: ${p.problem}`).join('; '));
     this.name = 'ConfigError';
-    this.variable = variable;
+    this.problems = problems;
+    this.variable = problems[0]?.variable ?? 'environment';
   }
 }
