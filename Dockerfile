@@ -28,8 +28,7 @@ RUN npm prune --omit=dev --omit=optional --ignore-scripts --no-audit --no-fund
 FROM ${NODE_IMAGE} AS runtime
 # MALLOC_ARENA_MAX=2: glibc otherwise gives each of Node's threads (V8 platform workers, libuv pool)
 # its own malloc arena; 2 arenas cut the API's RSS under load by 5-7 MB with no loss of throughput
-# (issue 10, measured on the API under wrk: 151.7/152.4 -> 145.4/147.2 MB, unique pushes at 64
-# connections).
+# (docs/performance.md, measured with make bench).
 ENV NODE_ENV=production MALLOC_ARENA_MAX=2
 WORKDIR /app
 COPY --from=build --chown=0:0 /app/package.json ./package.json

@@ -1,7 +1,6 @@
 /**
  * Where a server's CPU goes, by feature, from a V8 CPU profile (`node --cpu-prof`): used by
- * `make bench-profile` (bench/profile.ts) to answer issue 10's "show the profile that says where
- * the time goes".
+ * `make bench-profile` (bench/profile.ts) to show where the time goes.
  *
  * Each sample is charged to the innermost frame on its stack that names a feature: a module of
  * ours (src/middleware/observe.js -> "audit line + metrics", ...), or Express's router dispatch

@@ -1,5 +1,5 @@
 /**
- * Issue 11 item 11 in `make bench`: the rate limiter alone, in front of the smallest webhook
+ * In `make bench`: the rate limiter alone, in front of the smallest webhook
  * handler (express.json() + 202), on the API's own request-profile Redis connection. LIMITER:
  * - "hand": src/middleware/rateLimit.ts (its Lua INCR + PEXPIRE, fail open), deferral off so
  *   it runs here on its own like any middleware;

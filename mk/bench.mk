@@ -5,11 +5,11 @@
 # nothing else) and the API as the chart runs it (its heap caps, rate limiter on with a limit never
 # reached); unique push events, duplicates and BENCH_ALERTS-alert payloads; then the worker's drain rate.
 # Plus the API with REDIS_MIN_REPLICAS_ACK=1 and one local replica (unique and alert payloads): its cost
-# as a ratio to the plain API row (issue 12).
+# as a ratio to the plain API row.
 # Knobs (environment): BENCH_DURATION (8 s per run), BENCH_WARMUP (2 s), BENCH_CONNECTIONS (64),
 # BENCH_ALERT_CONNECTIONS (2), BENCH_ALERTS (1000), BENCH_JOBS (20000), BENCH_RATE_LIMIT_RPS (1000000: limiter on,
 # never refusing), BENCH_WORKER_CONCURRENCY (worker default), BENCH_HEAP_CAP_MB / BENCH_SEMI_SPACE_MB (the chart's
-# api values), BENCH_ROUNDS (3), BENCH_STRICT=1 (exit non-zero when a target of issue 10 is missed),
+# api values), BENCH_ROUNDS (3), BENCH_STRICT=1 (exit non-zero when an intake target is missed),
 # BENCH_API_NODE_ARGS / BENCH_WORKER_NODE_ARGS (extra node flags, e.g. "--cpu-prof --cpu-prof-dir=artifacts/prof").
 # Results in artifacts/bench.{txt,json}; process logs in artifacts/bench-{api,worker}.log.
 .PHONY: tools-wrk

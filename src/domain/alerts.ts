@@ -10,7 +10,7 @@ import { alertSeenKey } from '../shared/keys.js';
 /**
  * /webhook/alerts rules 1-4 (Alertmanager payload). Plain values in, counts out.
  *
- * One payload costs two Redis round trips whatever its size (issue 10): one write of the claims
+ * One payload costs two Redis round trips whatever its size: one write of the claims
  * (one script call per 250 fingerprints, the first with the request's rate-limit hit), one write of every add (BullMQ's
  * add script, as addBulk) and mark: src/domain/claim.ts.
  *

@@ -27,7 +27,7 @@ import { ServiceUnavailableError } from '../shared/errors.js';
  *   sender's delivery id, claimed atomically together).
  *   - over the rate limit -> our fresh claims are removed, 429;
  *   - "q:<id>" -> duplicate of job <id>: done, one round trip;
- *   - any other value (records written by older versions) -> duplicate;
+ *   - any other value (a record without a job id) -> duplicate;
  *   - claimed, or "p:<id>" (the claimant is still in flight or died) -> round trip 2.
  * Round trip 2 (one write on the queue connection): BullMQ's add script for every job, with
  *   the claimed job id and BullMQ's own deduplication (id = the event, ttl = its window), then the
@@ -39,7 +39,7 @@ import { ServiceUnavailableError } from '../shared/errors.js';
  *   - an add failed -> our "p:" record is removed (rule 9), 503;
  *   - the mark failed -> harmless: a later duplicate finds "p:" and re-adds (a no-op).
  * Job ids are per claim (not per event), so an alert that fires again after its 300 s window
- * gets a new job, as before.
+ * gets a new job.
  */
 export const PENDING = 'p:';
 export const QUEUED = 'q:';
@@ -134,7 +134,7 @@ export interface ClaimRequest<N extends JobName = JobName> {
 export interface ClaimOutcome {
   accepted: boolean;
   duplicate: boolean;
-  /** The job that stands for the event (absent only for records written by old versions). */
+  /** The job that stands for the event (absent only for a record that names no job). */
   jobId?: string;
   /** A duplicate that found a pending claim and made sure its job is on the queue. */
   completedClaim?: boolean;

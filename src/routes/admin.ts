@@ -36,7 +36,7 @@ export const BASIC_CHALLENGE = 'Basic realm="opsgate", charset="UTF-8"';
 
 /**
  * Bull Board is loaded when the UI is mounted, not when this module is: with ADMIN_UI_ENABLED off
- * (the chart's default) the API does not carry it (~3 MB of heap and RSS, issue 10). Its packages
+ * (the chart's default) the API does not carry it (~3 MB of heap and RSS). Its packages
  * are CommonJS, so a synchronous require keeps createApp synchronous.
  */
 function loadBullBoard() {

@@ -1,7 +1,11 @@
 /**
- * The one error catalog. Every error a client can see is one of these classes: a stable
- * machine code, an HTTP status and a human-readable detail that never carries a secret.
- * The error middleware (src/middleware/errors.ts) is the only place that turns them into bodies.
+ * The one error catalog. Every error a route or middleware raises for a client is one of these
+ * classes: a machine code (for code and tests to tell them apart; it is not sent), an HTTP status
+ * and a human-readable detail that never carries a secret. The error middleware
+ * (src/middleware/errors.ts) turns them into `{detail}` bodies with their headers. Answers that
+ * never pass through Express's error path write the same `{detail}` shape themselves: the HTTP
+ * parser's refusals (src/middleware/clientError.ts), the Bull Board guard (src/routes/admin.ts)
+ * and the metrics port (src/shared/metricsServer.ts).
  */
 export class AppError extends Error {
   readonly code: string;

@@ -9,8 +9,7 @@ import { startRedis, type RedisServer } from '../../helpers/redis.js';
 import { BEARER, createHarness, eventually, runWorkerUntil, useHarness, type Harness } from './harness.js';
 
 /**
- * POST /ops/restart: Idempotency-Key (issue 9 item 3) and coalescing of identical restarts
- * (issue 11 item 5), on real redis-servers; the paused-Redis case with SIGSTOP.
+ * POST /ops/restart: Idempotency-Key and coalescing of identical restarts, on real redis-servers; the paused-Redis case with SIGSTOP.
  */
 const ctx = useHarness();
 

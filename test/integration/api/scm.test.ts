@@ -182,7 +182,7 @@ describe('rules 6-8: event_id, seen record, one job, duplicates', () => {
       duplicate: true,
       project: 'group/app',
       event_id: 'scm:group/app:refs/heads/main:cafe01',
-      // A duplicate carries the original job's id (issue 11 item 3).
+      // A duplicate carries the original job's id.
       job_id: first.body.job_id,
     });
     expect(await jobsInQueue()).toHaveLength(1);
