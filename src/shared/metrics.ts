@@ -2,7 +2,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import { withTimeout } from './timeout.js';
 
 /**
- * Queue states exported by opsgate_queue_jobs. "failed" is the dead-letter set (BRIEF: BullMQ
+ * Queue states exported by opsgate_queue_jobs. "failed" is the dead-letter set (BullMQ
  * moves a job there only once its attempts are exhausted or it is unrecoverable), also exported
  * on its own as opsgate_dead_letter_jobs.
  */
