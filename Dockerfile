@@ -18,7 +18,8 @@ RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 COPY worker ./worker
-RUN npx tsc -p tsconfig.build.json
+COPY hack/build.mjs ./hack/build.mjs
+RUN node hack/build.mjs tsconfig.build.json dist
 # --omit=optional too: typescript is an optional peer of valibot (@bull-board) and would otherwise stay;
 # the only production optional dependency is msgpackr's native accelerator (pure-JS fallback).
 RUN npm prune --omit=dev --omit=optional --ignore-scripts --no-audit --no-fund
@@ -27,8 +28,7 @@ RUN npm prune --omit=dev --omit=optional --ignore-scripts --no-audit --no-fund
 FROM ${NODE_IMAGE} AS runtime
 # MALLOC_ARENA_MAX=2: glibc otherwise gives each of Node's threads (V8 platform workers, libuv pool)
 # its own malloc arena; 2 arenas cut the API's RSS under load by 5-7 MB with no loss of throughput
-# (issue 10, measured on the API under wrk: 151.7/152.4 -> 145.4/147.2 MB, unique pushes at 64
-# connections).
+# (docs/performance.md, measured with make bench).
 ENV NODE_ENV=production MALLOC_ARENA_MAX=2
 WORKDIR /app
 COPY --from=build --chown=0:0 /app/package.json ./package.json

@@ -38,8 +38,8 @@ node_modules/.installed-node-$(NODE_VERSION): package.json package-lock.json | t
 deps: tools-node node_modules/.installed-node-$(NODE_VERSION) ## Install npm dependencies (npm ci) on NODE_VERSION
 
 .PHONY: build
-build: deps ## Compile TypeScript to dist/
-	npx tsc -p tsconfig.build.json
+build: deps ## Compile TypeScript to dist/ (with the Lua scripts beside it)
+	node hack/build.mjs tsconfig.build.json dist
 
 ##@ Test
 .PHONY: typecheck

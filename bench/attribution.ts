@@ -1,7 +1,6 @@
 /**
  * Where a server's CPU goes, by feature, from a V8 CPU profile (`node --cpu-prof`): used by
- * `make bench-profile` (bench/profile.ts) to answer issue 10's "show the profile that says where
- * the time goes".
+ * `make bench-profile` (bench/profile.ts) to show where the time goes.
  *
  * Each sample is charged to the innermost frame on its stack that names a feature: a module of
  * ours (src/middleware/observe.js -> "audit line + metrics", ...), or Express's router dispatch
@@ -32,7 +31,7 @@ export const IDLE = 'idle';
 const OURS: ReadonlyArray<[RegExp, string]> = [
   [/^src\/middleware\/context$/, 'request id, security headers'],
   [/^src\/(middleware\/observe|shared\/logger|shared\/metrics)$/, 'audit line + metrics'],
-  [/^src\/middleware\/rateLimit$/, 'rate limit'],
+  [/^src\/(middleware|shared)\/rateLimit$/, 'rate limit'],
   [/^src\/middleware\/auth$/, 'sender auth (token)'],
   [/^src\/middleware\/body$/, 'body read, SHA-256, JSON.parse'],
   [/^src\/routes\//, 'route handler + JSON answer'],
@@ -41,7 +40,7 @@ const OURS: ReadonlyArray<[RegExp, string]> = [
   [/^src\/shared\/queue$/, 'BullMQ add'],
   // Helpers of several features: charged to their caller (a corked write under the queue's add is the add's,
   // the body's SHA-256 is the body reader's, the token's the auth's).
-  [/^src\/shared\/(redisBatch|crypto)$/, ''],
+  [/^src\/shared\/(redisBatch|crypto|keys|lua|timeout|redisConnection)$/, ''],
   [/^bench\/specMinimum$/, 'control handler (SET NX, Queue.add, answer)'],
   [/^bench\/bareExpress$/, 'bare handler (answer)'],
 ];

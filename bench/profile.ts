@@ -1,6 +1,6 @@
 /**
- * `make bench-profile`: where each server's CPU goes per request, by feature (issue 10: "if a
- * target is missed, show the profile that says where the time goes").
+ * `make bench-profile`: where each server's CPU goes per request, by feature, so a missed target
+ * comes with the profile that says where the time goes.
  *
  * One server at a time, each under `node --cpu-prof`, loaded by wrk as `make bench` loads it
  * (bench/wrk.lua, PROFILE_CONNECTIONS (64) connections, PROFILE_MODE unique (default) or dup

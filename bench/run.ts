@@ -1,6 +1,6 @@
 /**
  * `make bench`: throughput, latency and memory of the real built processes on loopback, in one
- * run, printed as one table plus the targets of issue 10. Not part of `make test`.
+ * run, printed as one table plus the intake targets. Not part of `make test`.
  *
  * Load: wrk (C; bench/wrk.lua builds every request, the same stream for every server). Three
  * servers are up for the whole HTTP part and measured interleaved, BENCH_ROUNDS (3) times, and
@@ -12,8 +12,7 @@
  * - the API (dist/src/server.js) as the chart runs it: the chart's api.maxOldSpaceSizeMb and
  *   api.maxSemiSpaceSizeMb, its production middleware, the rate limiter on with a limit never
  *   reached (RATE_LIMIT_RPS=1000000), stdout to a file as a container runtime takes it;
- * - the same API with REDIS_MIN_REPLICAS_ACK=1 (issue 12 item 3: the cost of "acknowledged means
- *   replicated"), with one local replica of the bench's Redis (redis-server --replicaof on
+ * - the same API with REDIS_MIN_REPLICAS_ACK=1 (the cost of "acknowledged means replicated"), with one local replica of the bench's Redis (redis-server --replicaof on
  *   127.0.0.1, started and stopped here; FLUSHALL replicates, so it is flushed with the primary);
  *   unique pushes and alert payloads only (a duplicate writes nothing, so it has nothing to WAIT for).
  * Scenarios: unique push events (a new checkout_sha per request), duplicates (one event), and
@@ -325,7 +324,7 @@ async function main() {
         join(ROOT, `artifacts/${logName}`),
       );
     const api = await startApi('api', {}, 'bench-api.log');
-    // Issue 12 item 3: the same API waiting for one local replica before each 202.
+    // The same API waiting for one local replica before each 202.
     replica = await startReplica(redis.port);
     const apiAck = await startApi('api-ack', { REDIS_MIN_REPLICAS_ACK: '1' }, 'bench-api-ack.log');
     const servers: ReadonlyArray<{ key: string; label: string; s: typeof bare; token: string; only?: readonly Mode[] }> = [
@@ -356,7 +355,7 @@ async function main() {
     await replica.destroy();
     replica = undefined;
 
-    // Issue 11 item 11: the hand-written limiter against rate-limiter-flexible (Redis store +
+    // The hand-written limiter against rate-limiter-flexible (Redis store +
     // in-memory insurance limiter), each alone in front of the smallest handler, interleaved.
     const limiters = [
       { key: 'hand', label: 'hand-written (src/middleware/rateLimit.ts)', s: await startServer('limiter-hand', 'dist/bench/bench/limiterApp.js', { REDIS_URL: redis.url, LIMITER: 'hand' }) },
@@ -429,7 +428,7 @@ async function main() {
       '',
       `  floor under the alert target: BullMQ Queue.addBulk of ${fmt(ALERTS_PER_PAYLOAD)} notify_oncall jobs alone (no HTTP, no dedup), one batch at a time: p50 ${fmt(floor.p50, 1)} ms, max ${fmt(floor.max, 1)} ms, per batch ${fmt(floor.nodeCpuMs, 1)} ms Node CPU + ${fmt(floor.redisCpuMs, 1)} ms Redis CPU (${floor.batches} batches)`,
     );
-    out.push('', 'targets (issue 10):');
+    out.push('', 'targets:');
     for (const [name, measured, ok] of targets) out.push(`  ${ok ? 'PASS' : 'FAIL'}  ${name}: ${measured}`);
     out.push(
       '',

@@ -1,5 +1,5 @@
 /**
- * The spec-minimum control of `make bench` (issue 10): what the spec's rules need and nothing
+ * The spec-minimum control of `make bench`: what the spec's rules need and nothing
  * else, built from the same libraries as the API: Express 5 + express.json(), `SET NX EX` of the
  * event (24 h) / each fingerprint (300 s) with ioredis, and BullMQ `Queue.add` of the job when
  * the record was new; on a failed add the record is deleted (rule 9). No auth, rate limit,

@@ -4,6 +4,9 @@
 # bearer token, and the secrets of every webhook (scm, GitHub, alerts), so every endpoint works.
 # Logs: JSON in $DEV_DIR/{api,worker}.log, and on the terminal through pino-pretty (a
 # devDependency; DEV_LOG_FORMAT=json shows the raw JSON lines).
+# Redis keeps nothing on disk: every run starts with an empty database, so no seen record of an
+# earlier run turns the first request of this one into a duplicate.
+# One copy per DEV_DIR ($DEV_DIR/dev.pid): a second one refuses to start and names the first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +16,19 @@ REDIS_PORT=${REDIS_PORT:-6390}
 API_METRICS_PORT=${API_METRICS_PORT:-9464}
 WORKER_METRICS_PORT=${WORKER_METRICS_PORT:-9465}
 mkdir -p "$DEV_DIR"
+
+# A second copy would overwrite the first one's logs and fail on its ports.
+LOCK="$DEV_DIR/dev.pid"
+if ! ( set -o noclobber; echo "$$ $PORT" > "$LOCK" ) 2>/dev/null; then
+  read -r other other_port < "$LOCK" || true
+  if [ -n "${other:-}" ] && kill -0 "$other" 2>/dev/null; then
+    echo "make dev is already running: pid $other, API http://127.0.0.1:${other_port:-?}, logs in $DEV_DIR" >&2
+    echo "Stop it first (Ctrl-C in its terminal, or kill $other), or give this copy its own DEV_DIR and ports." >&2
+    exit 1
+  fi
+  # Its owner is gone (killed without its cleanup): the lock is ours now.
+  echo "$$ $PORT" > "$LOCK"
+fi
 
 rand() { node -e 'process.stdout.write(require("crypto").randomBytes(18).toString("base64url"))'; }
 OPERATOR_KEY="op_$(rand)"
@@ -34,10 +50,12 @@ cleanup() {
   trap - EXIT INT TERM
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  read -r owner _ < "$LOCK" 2>/dev/null && [ "$owner" = "$$" ] && rm -f "$LOCK"
+  return 0
 }
 trap cleanup EXIT INT TERM
 
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$DEV_DIR" --appendonly yes \
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$DEV_DIR" --appendonly no \
   --save '' --daemonize no --logfile "$DEV_DIR/redis.log" &
 pids+=($!)
 up() { for _ in $(seq 100); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }

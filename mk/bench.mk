@@ -5,11 +5,11 @@
 # nothing else) and the API as the chart runs it (its heap caps, rate limiter on with a limit never
 # reached); unique push events, duplicates and BENCH_ALERTS-alert payloads; then the worker's drain rate.
 # Plus the API with REDIS_MIN_REPLICAS_ACK=1 and one local replica (unique and alert payloads): its cost
-# as a ratio to the plain API row (issue 12).
+# as a ratio to the plain API row.
 # Knobs (environment): BENCH_DURATION (8 s per run), BENCH_WARMUP (2 s), BENCH_CONNECTIONS (64),
 # BENCH_ALERT_CONNECTIONS (2), BENCH_ALERTS (1000), BENCH_JOBS (20000), BENCH_RATE_LIMIT_RPS (1000000: limiter on,
 # never refusing), BENCH_WORKER_CONCURRENCY (worker default), BENCH_HEAP_CAP_MB / BENCH_SEMI_SPACE_MB (the chart's
-# api values), BENCH_ROUNDS (3), BENCH_STRICT=1 (exit non-zero when a target of issue 10 is missed),
+# api values), BENCH_ROUNDS (3), BENCH_STRICT=1 (exit non-zero when an intake target is missed),
 # BENCH_API_NODE_ARGS / BENCH_WORKER_NODE_ARGS (extra node flags, e.g. "--cpu-prof --cpu-prof-dir=artifacts/prof").
 # Results in artifacts/bench.{txt,json}; process logs in artifacts/bench-{api,worker}.log.
 ##@ Bench
@@ -24,7 +24,7 @@ tools-wrk: ## Install wrk (Debian package) if missing (apt-get as root)
 
 .PHONY: bench
 bench: deps redis tools-wrk build ## Benchmark intake (bare Express / spec minimum / API; unique, duplicates, alert storms) and the worker's drain
-	npx tsc -p bench/tsconfig.json
+	node hack/build.mjs bench/tsconfig.json dist/bench
 	node dist/bench/bench/run.js
 
 # `make bench-profile`: each server (bare Express, the spec-minimum control, the API as the chart runs it)
@@ -33,5 +33,5 @@ bench: deps redis tools-wrk build ## Benchmark intake (bare Express / spec minim
 # PROFILE_SECONDS (10), PROFILE_CONNECTIONS (64). Results in artifacts/bench-profile.{txt,json}.
 .PHONY: bench-profile
 bench-profile: deps redis tools-wrk build ## CPU per request by feature (API vs control vs bare Express) from V8 CPU profiles
-	npx tsc -p bench/tsconfig.json
+	node hack/build.mjs bench/tsconfig.json dist/bench
 	node dist/bench/bench/profile.js

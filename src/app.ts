@@ -8,7 +8,7 @@ import { observe } from './middleware/observe.js';
 import { ADMIN_BASE_PATH, createAdminRouter } from './routes/admin.js';
 import { healthRouter } from './routes/health.js';
 import { jobsRouter } from './routes/jobs.js';
-import { openapiRouter } from './routes/openapi.js';
+import { openapiRouter } from './openapi/router.js';
 import { opsRouter } from './routes/ops.js';
 import { webhooksRouter } from './routes/webhooks.js';
 import type { ApiConfig } from './shared/config.js';
@@ -49,8 +49,8 @@ export function createApp(deps: AppDeps): Express {
   app.set('trust proxy', parseTrustProxy(deps.config.TRUST_PROXY));
   app.set('json spaces', 0);
   // No ETag: every answer is Cache-Control: no-store (src/middleware/context.ts), so a validator is
-  // never used, and Express computed a SHA-1 of every response body for it (~9 us per webhook
-  // answer in the issue 10 profile).
+  // never used, and Express would compute a SHA-1 of every response body for it (about 9 us per
+  // webhook answer under `make bench-profile`).
   app.set('etag', false);
 
   app.use(requestId());
@@ -65,7 +65,7 @@ export function createApp(deps: AppDeps): Express {
     minReplicas: deps.config.REDIS_MIN_REPLICAS_ACK,
     timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
   });
-  // The webhooks first: they carry the volume (issue 10), and each router a request passes
+  // The webhooks first: they carry the volume, and each router a request passes
   // through costs a match against every one of its routes. Paths do not overlap, so the order
   // changes nothing else.
   app.use(webhooksRouter({ ...deps, replicated }));

@@ -1,10 +1,10 @@
-import { readFileSync } from 'node:fs';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pathToFileURL } from 'node:url';
 import { createApp } from './app.js';
 import { createLazyKubeHostStatusProvider, kubeConfigPresent } from './domain/lazyHostStatus.js';
 import { loadApiConfig, secretsOf, weakCredentialWarnings, type ApiConfig } from './shared/config.js';
+import { reportConfigError } from './shared/configReport.js';
 import { ConfigError } from './shared/errors.js';
 import { loadInventory } from './shared/inventory.js';
 import { createLogger, type Logger } from './shared/logger.js';
@@ -13,8 +13,11 @@ import { startMetricsServer } from './shared/metricsServer.js';
 import { jsonClientErrors } from './middleware/clientError.js';
 import { createRateLimiter } from './middleware/rateLimit.js';
 import { createOpsQueue } from './shared/queue.js';
-import { createRedis, redisPasswords } from './shared/redis.js';
+import { redisPasswords } from './shared/redis.js';
+import { connectRedis } from './shared/redisConnection.js';
 import { shutdownBudget, within } from './shared/shutdown.js';
+import { withTimeout } from './shared/timeout.js';
+import { packageVersion } from './shared/version.js';
 
 /**
  * The API process: load the config (a bad environment is one line on stderr naming the
@@ -34,22 +37,6 @@ export interface Running {
   stop(graceMs?: number): Promise<boolean>;
 }
 
-export function packageVersion(): string {
-  try {
-    for (const rel of ['../package.json', '../../package.json']) {
-      try {
-        const pkg = JSON.parse(readFileSync(new URL(rel, import.meta.url), 'utf8')) as { name?: string; version?: string };
-        if (pkg.name === 'opsgate' && pkg.version) return pkg.version;
-      } catch {
-        // try the next location
-      }
-    }
-  } catch {
-    // fall through
-  }
-  return '0.0.0';
-}
-
 export async function start(env: Record<string, string | undefined> = process.env, opts: { exitOnDeadline?: boolean } = {}): Promise<Running> {
   const exitOnDeadline = opts.exitOnDeadline ?? false;
   const config = loadApiConfig(env);
@@ -62,8 +49,7 @@ export async function start(env: Record<string, string | undefined> = process.en
   });
   for (const warning of weakCredentialWarnings(config)) logger.warn(warning);
   const metrics = createMetrics('api', version);
-  const redis = createRedis(config.REDIS_URL, 'request', 'opsgate-api');
-  redis.on('error', (err) => logger.debug('redis connection error', { err }));
+  const redis = connectRedis({ url: config.REDIS_URL, profile: 'request', name: 'opsgate-api', logger });
   const queue = createOpsQueue({
     url: config.REDIS_URL,
     policy: { attempts: config.JOB_ATTEMPTS, backoffMs: config.JOB_BACKOFF_MS },
@@ -101,7 +87,7 @@ export async function start(env: Record<string, string | undefined> = process.en
     metricsServer = await startMetricsServer({ registry: metrics.registry, port: config.METRICS_PORT, logger });
   } catch (err) {
     server.close();
-    await bounded(queue.close(), 2000).catch(() => {});
+    await withTimeout(queue.close(), 2000, 'queue close').catch(() => {});
     redis.disconnect();
     throw err;
   }
@@ -147,22 +133,13 @@ export async function start(env: Record<string, string | undefined> = process.en
   return { server, port, config, logger, stop };
 }
 
-/** Resolves/rejects like p, or rejects after ms. */
-function bounded<T>(p: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const t = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms`)), ms);
-  });
-  return Promise.race([p, t]).finally(() => clearTimeout(timer));
-}
-
 async function main(): Promise<void> {
   let running: Running;
   try {
     running = await start(process.env, { exitOnDeadline: true });
   } catch (err) {
     if (err instanceof ConfigError) {
-      process.stderr.write(`opsgate-api: configuration error: ${err.message}\n`);
+      reportConfigError('opsgate-api', 'api', err);
     } else {
       const e = err as { code?: string; message?: string };
       process.stderr.write(`opsgate-api: failed to start: ${e.code === 'EADDRINUSE' ? 'PORT or METRICS_PORT is already in use' : (e.message ?? String(err)).split('\n')[0]}\n`);

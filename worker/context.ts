@@ -22,7 +22,5 @@ export interface JobContext {
 
 export type Handler<D> = (data: D, ctx: JobContext) => Promise<unknown>;
 
-/** Redis keys the worker writes besides BullMQ's own. */
-export const WORKER_KEY_PREFIX = 'opsgate:worker';
 /** How long per-job idempotency records live (longer than any retry schedule). */
 export const IDEMPOTENCY_TTL_SECONDS = 7 * 24 * 3600;

@@ -1,16 +1,16 @@
 import type { Redis } from 'ioredis';
-import type { DeferredRateHit } from '../middleware/rateLimit.js';
+import type { DeferredRateHit } from '../shared/rateLimit.js';
 import { PayloadTooLargeError, UnprocessableError } from '../shared/errors.js';
 import { JOB, notifyOncallData, type NotifyOncallData } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
 import type { OpsQueue } from '../shared/queue.js';
 import { claimAndEnqueueMany } from './claim.js';
-import { seenKey } from './redisOps.js';
+import { alertSeenKey } from '../shared/keys.js';
 
 /**
  * /webhook/alerts rules 1-4 (Alertmanager payload). Plain values in, counts out.
  *
- * One payload costs two Redis round trips whatever its size (issue 10): one write of the claims
+ * One payload costs two Redis round trips whatever its size: one write of the claims
  * (one script call per 250 fingerprints, the first with the request's rate-limit hit), one write of every add (BullMQ's
  * add script, as addBulk) and mark: src/domain/claim.ts.
  *
@@ -102,7 +102,7 @@ export async function submitAlerts(
   const outs = await claimAndEnqueueMany(
     deps,
     plan.planned.map((p) => ({
-      key: seenKey(`alert:${p.fingerprint}`),
+      key: alertSeenKey(p.fingerprint),
       ttlSeconds: SEEN_ALERT_TTL_SECONDS,
       name: JOB.notifyOncall,
       data: p.data,

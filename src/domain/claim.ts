@@ -1,16 +1,17 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { callScript, corked, defineScript, settle, type Reply } from '../shared/redisBatch.js';
-import { RATE_HIT_LUA, type DeferredRateHit } from '../middleware/rateLimit.js';
+import { loadLua } from '../shared/lua.js';
+import { RATE_HIT_LUA_PIECE, type DeferredRateHit } from '../shared/rateLimit.js';
 import type { JobDataByName, JobName } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
 import { QueueUnavailableError, type ClaimedJob, type OpsQueue } from '../shared/queue.js';
-import { dedupId } from './redisOps.js';
+import { dedupId } from '../shared/keys.js';
 import { ServiceUnavailableError } from '../shared/errors.js';
 
 /**
  * Seen record + enqueue without a window in which a crash loses the event, in two Redis round
- * trips for a new event and one for a duplicate, the rate-limit hit included (issue 10).
+ * trips for a new event and one for a duplicate, the rate-limit hit included.
  *
  * The spec's flow is "SET seen NX, then enqueue; if enqueueing fails, delete seen" (rules 6-9).
  * An API process killed between the SET and the enqueue (SIGKILL, OOM, node eviction) would leave
@@ -21,12 +22,12 @@ import { ServiceUnavailableError } from '../shared/errors.js';
  *   "p:<jobId>"  pending: claimed, job not confirmed on the queue yet;
  *   "q:<jobId>"  queued: the job was added.
  * Round trip 1 (one write on the request connection): the request's deferred rate-limit hit
- *   (src/middleware/rateLimit.ts) and the claim script, one call per EVENTS_PER_CALL events (SET NX EX on every key of the
+ *   (src/shared/rateLimit.ts) and the claim script, one call per EVENTS_PER_CALL events (SET NX EX on every key of the
  *   event, else the current value; an event may have several keys, e.g. its content key and the
  *   sender's delivery id, claimed atomically together).
  *   - over the rate limit -> our fresh claims are removed, 429;
  *   - "q:<id>" -> duplicate of job <id>: done, one round trip;
- *   - any other value (records written by older versions) -> duplicate;
+ *   - any other value (a record without a job id) -> duplicate;
  *   - claimed, or "p:<id>" (the claimant is still in flight or died) -> round trip 2.
  * Round trip 2 (one write on the queue connection): BullMQ's add script for every job, with
  *   the claimed job id and BullMQ's own deduplication (id = the event, ttl = its window), then the
@@ -38,7 +39,7 @@ import { ServiceUnavailableError } from '../shared/errors.js';
  *   - an add failed -> our "p:" record is removed (rule 9), 503;
  *   - the mark failed -> harmless: a later duplicate finds "p:" and re-adds (a no-op).
  * Job ids are per claim (not per event), so an alert that fires again after its 300 s window
- * gets a new job, as before.
+ * gets a new job.
  */
 export const PENDING = 'p:';
 export const QUEUED = 'q:';
@@ -46,83 +47,21 @@ export const QUEUED = 'q:';
 /*
  * The three scripts take a batch of events in one call (one command per EVENTS_PER_CALL events,
  * not one per event: on a 1,000-alert payload the per-command cost of ioredis dominated). Every
- * key of a batch shares the {opsgate} hash tag (src/domain/redisOps.ts), so on a Redis Cluster
+ * key of a batch shares the {opsgate} hash tag (src/shared/keys.ts), so on a Redis Cluster
  * one call stays in one slot.
  */
 const EVENTS_PER_CALL = 250;
 
+// The scripts' Lua: src/shared/lua/claim-*.lua (the rated claim runs the rate-limit hit first).
 const CLAIM = 'opsgateSeenClaimBatch';
-/** The claim loop, reading KEYS from index k0 and ARGV from a0, appending one answer per event to `out`. */
-const claimLoop = (k0: number, a0: number) => `
-local k, a = ${k0}, ${a0}
-while a <= #ARGV do
-  local n = tonumber(ARGV[a])
-  local found = false
-  for i = 0, n - 1 do
-    found = redis.call('GET', KEYS[k + i])
-    if found then break end
-  end
-  local value = found or ARGV[a + 1]
-  for i = 0, n - 1 do
-    redis.call('SET', KEYS[k + i], value, 'EX', ARGV[a + 2 + i], 'NX')
-  end
-  out[#out + 1] = found or ''
-  k, a = k + n, a + 2 + n
-end
-return out
-`;
-/**
- * KEYS: the keys of every event, event after event. ARGV per event: its number of keys n, its
- * pending value, then the ttl (s) of each of its n keys. Per event: when none of its keys exists,
- * sets them all to the pending value (answer ""); else answers the first existing value and
- * records it on the keys that lack it (so a later delivery found by any key sees it).
- */
-const CLAIM_LUA = 'local out = {}' + claimLoop(1, 1);
+const CLAIM_LUA = loadLua('claim-events', 'claim');
 const CLAIM_RATED = 'opsgateSeenClaimBatchRated';
-/**
- * The request's rate-limit hit first (src/middleware/rateLimit.ts RATE_HIT_LUA: KEYS[1] the
- * counter, ARGV[1] the window ms), ARGV[2] the limit; over it, answers {count, ttl} and claims
- * nothing; else {count, ttl, <CLAIM's answers>}, the events' KEYS and ARGV following. One
- * command for the hit and the claims where both keys live on one server (not a Cluster).
- */
-const CLAIM_RATED_LUA = RATE_HIT_LUA + 'if rl_n > tonumber(ARGV[2]) then return {rl_n, rl_ttl} end\nlocal out = {rl_n, rl_ttl}' + claimLoop(2, 3);
+/** One command for the hit and the claims where both keys live on one server (not a Cluster). */
+const CLAIM_RATED_LUA = loadLua(RATE_HIT_LUA_PIECE, 'claim-events', 'claim-rated');
 const RELEASE = 'opsgateSeenReleaseBatch';
-/** KEYS: the keys of every event; ARGV per event: n, the expected value. Deletes each key that still holds it; answers how many. */
-const RELEASE_LUA = `
-local deleted = 0
-local k, a = 1, 1
-while a <= #ARGV do
-  local n = tonumber(ARGV[a])
-  for i = 0, n - 1 do
-    if redis.call('GET', KEYS[k + i]) == ARGV[a + 1] then deleted = deleted + redis.call('DEL', KEYS[k + i]) end
-  end
-  k, a = k + n, a + 2
-end
-return deleted
-`;
+const RELEASE_LUA = loadLua('claim-release');
 const MARK = 'opsgateSeenMarkBatch';
-/**
- * KEYS per event: BullMQ's deduplication key of the event, then its n seen keys; ARGV per event:
- * n, the pending value. If the add put the event on the queue (the dedup key names its job), every
- * seen key still holding the pending value becomes "q:<that job id>" (TTL kept). Answers, per
- * event, the job id or "".
- */
-const MARK_LUA = `
-local out = {}
-local k, a = 1, 1
-while a <= #ARGV do
-  local n = tonumber(ARGV[a])
-  local id = redis.call('GET', KEYS[k])
-  if id then
-    for i = 1, n do
-      if redis.call('GET', KEYS[k + i]) == ARGV[a + 1] then redis.call('SET', KEYS[k + i], '${QUEUED}' .. id, 'KEEPTTL') end
-    end
-  end
-  out[#out + 1] = id or ''
-  k, a = k + 1 + n, a + 2
-end
-return out
-`;
+const MARK_LUA = loadLua('claim-mark');
 
 /** What the first call of a batch carries in front of the items (CLAIM_RATED's rate-limit hit). */
 interface Head {
@@ -195,7 +134,7 @@ export interface ClaimRequest<N extends JobName = JobName> {
 export interface ClaimOutcome {
   accepted: boolean;
   duplicate: boolean;
-  /** The job that stands for the event (absent only for records written by old versions). */
+  /** The job that stands for the event (absent only for a record that names no job). */
   jobId?: string;
   /** A duplicate that found a pending claim and made sure its job is on the queue. */
   completedClaim?: boolean;

@@ -4,8 +4,8 @@ import { JOB, runDeployPipelineData } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
 import type { OpsQueue } from '../shared/queue.js';
 import { claimAndEnqueue } from './claim.js';
-import type { DeferredRateHit } from '../middleware/rateLimit.js';
-import { deliveryKey, seenKey } from './redisOps.js';
+import type { DeferredRateHit } from '../shared/rateLimit.js';
+import { deliveryKey, seenKey } from '../shared/keys.js';
 
 /**
  * Deploy webhooks (source control "scm" per the spec, and "github" with the same rules):

@@ -3,7 +3,8 @@ import { NotFoundError, ServiceUnavailableError } from '../shared/errors.js';
 import { findHost, type Inventory } from '../shared/inventory.js';
 import type { Logger } from '../shared/logger.js';
 import { primariesOf } from '../shared/redis.js';
-import { KEY_PREFIX, redisCall } from './redisOps.js';
+import { CACHE_PREFIX, hostStatusKey } from '../shared/keys.js';
+import { redisCall } from './redisOps.js';
 
 /**
  * GET /ops/hosts/{host}: the status of the host's Deployments, from a HostStatusProvider (the
@@ -43,9 +44,7 @@ export class ClusterUnavailableError extends ServiceUnavailableError {
   }
 }
 
-export const CACHE_PREFIX = `${KEY_PREFIX}cache:`;
 export const HOST_STATUS_TTL_SECONDS = 30;
-export const hostStatusKey = (host: string): string => `${CACHE_PREFIX}host-status:${host}`;
 
 export interface HostStatusDeps {
   redis: Redis;

@@ -1,6 +1,7 @@
 import { AppsV1Api, KubeConfig, type V1Deployment } from '@kubernetes/client-node';
 import { loadKubeConfig as loadSharedKubeConfig, NoKubeConfigError, type KubeEnv } from '../shared/kubeconfig.js';
 import { ClusterUnavailableError, type DeploymentStatus, type HostStatusProvider } from './hostStatus.js';
+import { withTimeout } from '../shared/timeout.js';
 
 /**
  * The real HostStatusProvider: AppsV1Api.readNamespacedDeployment for each Deployment.
@@ -33,16 +34,6 @@ function statusOf(name: string, d: V1Deployment): DeploymentStatus {
   };
 }
 
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([
-    p,
-    new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error('timeout')), ms);
-    }),
-  ]).finally(() => clearTimeout(timer));
-}
-
 export function createKubeHostStatusProvider(kc: KubeConfig | undefined, opts: { timeoutMs?: number } = {}): HostStatusProvider {
   const timeoutMs = opts.timeoutMs ?? 5000;
   if (!kc) {
@@ -57,7 +48,7 @@ export function createKubeHostStatusProvider(kc: KubeConfig | undefined, opts: {
       return Promise.all(
         names.map(async (name) => {
           try {
-            const d = await withTimeout(api.readNamespacedDeployment({ name, namespace }), timeoutMs);
+            const d = await withTimeout(api.readNamespacedDeployment({ name, namespace }), timeoutMs, 'Kubernetes API read');
             return statusOf(name, d);
           } catch (err) {
             const code = (err as { code?: unknown }).code;

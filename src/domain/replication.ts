@@ -3,8 +3,8 @@ import { NotReplicatedError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import type { OpsQueue } from '../shared/queue.js';
 import { waitForReplicas } from '../shared/redis.js';
+import { loadLua } from '../shared/lua.js';
 import { callScript, defineScript } from '../shared/redisBatch.js';
-import { PENDING, QUEUED } from './claim.js';
 
 /**
  * "Acknowledged means replicated" (REDIS_MIN_REPLICAS_ACK=N, opt-in; 0 = off).
@@ -66,20 +66,8 @@ export interface ReplicationDeps {
 }
 
 const RELEASE = 'opsgateReplicaRelease';
-/**
- * KEYS[1] a record; ARGV[1] the job id. Deletes it only while it names that job: a claim record
- * "p:<id>" / "q:<id>" or a JSON answer with job_id <id>. One key per call (a Cluster may spread them).
- */
-const RELEASE_LUA = `
-local v = redis.call('GET', KEYS[1])
-if not v then return 0 end
-if v == '${PENDING}' .. ARGV[1] or v == '${QUEUED}' .. ARGV[1] then return redis.call('DEL', KEYS[1]) end
-if string.sub(v, 1, 1) == '{' then
-  local ok, doc = pcall(cjson.decode, v)
-  if ok and type(doc) == 'table' and doc.job_id == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-end
-return 0
-`;
+/** src/shared/lua/replica-release.lua: deletes a record only while it names the job. */
+const RELEASE_LUA = loadLua('replica-release');
 
 /** The one check every route calls before its success answer; a no-op when minReplicas is 0. */
 export function replicationGate(deps: ReplicationDeps): ConfirmReplicated {

@@ -7,7 +7,8 @@ import { findHost, type Inventory } from '../shared/inventory.js';
 import { JOB } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
 import { QueueUnavailableError, type OpsQueue } from '../shared/queue.js';
-import { KEY_PREFIX, redisCall } from './redisOps.js';
+import { idempotencyRecordKey } from '../shared/keys.js';
+import { redisCall } from './redisOps.js';
 
 /**
  * POST /ops/restart: `host` must be an inventory host and `service` one of its Deployments
@@ -72,7 +73,6 @@ export const restartAckSchema = z.object({
 
 /** How long an Idempotency-Key's answer is remembered (as long as a completed job is kept). */
 export const IDEMPOTENCY_TTL_SECONDS = 24 * 3600;
-export const idempotencyRecordKey = (scope: string): string => `${KEY_PREFIX}idem:restart:${scope}`;
 export const coalesceId = (namespace: string, deployment: string): string => `restart:${namespace}/${deployment}`;
 
 export function validateRestart(inventory: Inventory, hostRaw: unknown, serviceRaw: unknown): { host: string; service: string; namespace: string } {

@@ -66,8 +66,8 @@ export function rawBody(limit: string): RequestHandler[] {
 /**
  * Deepest object/array nesting a webhook payload may have. Real payloads nest a few levels;
  * a hostile one (e.g. Alertmanager annotations 5,000 levels deep, 30 KB) parses fine but later
- * blows the stack in JSON.stringify when the job is enqueued, which used to surface as a
- * misleading 503 "queue unavailable" that the sender retried forever.
+ * blows the stack in JSON.stringify when the job is enqueued, which would surface as a
+ * misleading 503 "queue unavailable" that the sender retries forever.
  */
 export const MAX_JSON_DEPTH = 64;
 

@@ -2,9 +2,13 @@ import { Router } from 'express';
 import type { Redis } from 'ioredis';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { ServiceUnavailableError } from '../shared/errors.js';
+import { redisProblem, watchRedis } from '../shared/redisConnection.js';
 import type { OpsQueue } from '../shared/queue.js';
 
-/** GET /health (liveness, spec body), GET /ready (Redis reachable), GET /version. No authentication. */
+/**
+ * GET /health (liveness, spec body), GET /ready (Redis reachable; 503 {detail} says why not),
+ * GET /version. No authentication.
+ */
 export interface HealthDeps {
   redis: Redis;
   queue: Pick<OpsQueue, 'isReady'>;
@@ -14,6 +18,7 @@ export interface HealthDeps {
 export function healthRouter(deps: HealthDeps): Router {
   const r = Router();
   const getOnly = methodNotAllowed(['GET']);
+  watchRedis(deps.redis);
 
   r.route('/health')
     .get((_req, res) => {
@@ -23,13 +28,16 @@ export function healthRouter(deps: HealthDeps): Router {
 
   r.route('/ready')
     .get(async (_req, res) => {
-      let ok: boolean;
+      const down = redisProblem(deps.redis);
+      if (down) throw new ServiceUnavailableError(down, 5);
+      let detail: string | undefined;
       try {
-        ok = (await deps.redis.ping()) === 'PONG' && deps.queue.isReady();
-      } catch {
-        ok = false;
+        if ((await deps.redis.ping()) !== 'PONG') detail = 'redis unavailable: unexpected PING answer';
+        else if (!deps.queue.isReady()) detail = 'redis unavailable: the queue connection is not ready';
+      } catch (err) {
+        detail = redisProblem(deps.redis) ?? `redis unavailable: ${err instanceof Error ? err.message.split('\n')[0]!.slice(0, 120) : 'error'}`;
       }
-      if (!ok) throw new ServiceUnavailableError('redis unavailable', 5);
+      if (detail) throw new ServiceUnavailableError(detail, 5);
       res.json({ status: 'ready' });
     })
     .all(getOnly);

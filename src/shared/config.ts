@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ConfigError } from './errors.js';
+import { ConfigError, type ConfigProblem } from './errors.js';
 import { credentialId } from './crypto.js';
 import { parseRedisUrl, redisPasswords, RedisUrlError } from './redis.js';
 
@@ -191,21 +191,32 @@ export type WorkerConfig = z.infer<typeof workerSchema>;
 
 type Env = Record<string, string | undefined>;
 
-function parseWith<S extends z.ZodType>(schema: S, env: Env): z.infer<S> {
+/** Every variable's problem (the first of each), so an operator fixes them all in one round. */
+function parseWith<S extends z.ZodType>(schema: S, env: Env, earlier: readonly ConfigProblem[] = []): z.infer<S> {
   const result = schema.safeParse(env);
+  const problems = [...earlier];
   if (!result.success) {
-    const issue = result.error.issues[0]!;
-    const variable = String(issue.path[0] ?? 'environment');
-    // zod's message for a missing string is "Invalid input..."; keep ours short and value-free.
-    const problem = issue.code === 'invalid_type' ? 'is required' : issue.message;
-    throw new ConfigError(variable, problem);
+    for (const issue of result.error.issues) {
+      const variable = String(issue.path[0] ?? 'environment');
+      if (problems.some((p) => p.variable === variable)) continue;
+      // zod's message for a missing string is "Invalid input..."; keep ours short and value-free.
+      problems.push({ variable, problem: issue.code === 'invalid_type' ? 'is required' : issue.message });
+    }
   }
-  return result.data;
+  if (problems.length > 0) throw new ConfigError(problems);
+  return result.data as z.infer<S>;
 }
 
 export function loadApiConfig(env: Env = process.env): ApiConfig {
-  const apiKeys = parseApiKeyRoles(env.OPS_API_KEY_ROLES);
-  return { ...parseWith(apiSchema, env), apiKeys };
+  let apiKeys: ApiKey[] = [];
+  const problems: ConfigProblem[] = [];
+  try {
+    apiKeys = parseApiKeyRoles(env.OPS_API_KEY_ROLES);
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    problems.push(...err.problems);
+  }
+  return { ...parseWith(apiSchema, env, problems), apiKeys };
 }
 
 export function loadWorkerConfig(env: Env = process.env): WorkerConfig {

@@ -1,7 +1,11 @@
 /**
- * The one error catalog. Every error a client can see is one of these classes: a stable
- * machine code, an HTTP status and a human-readable detail that never carries a secret.
- * The error middleware (src/middleware/errors.ts) is the only place that turns them into bodies.
+ * The one error catalog. Every error a route or middleware raises for a client is one of these
+ * classes: a machine code (for code and tests to tell them apart; it is not sent), an HTTP status
+ * and a human-readable detail that never carries a secret. The error middleware
+ * (src/middleware/errors.ts) turns them into `{detail}` bodies with their headers. Answers that
+ * never pass through Express's error path write the same `{detail}` shape themselves: the HTTP
+ * parser's refusals (src/middleware/clientError.ts), the Bull Board guard (src/routes/admin.ts)
+ * and the metrics port (src/shared/metricsServer.ts).
  */
 export class AppError extends Error {
   readonly code: string;
@@ -167,12 +171,24 @@ export class InternalError extends AppError {
   }
 }
 
-/** Raised at start-up for a bad environment; names the variable, never its value. */
+/** One thing wrong with the environment: the variable and what is wrong with it, never its value. */
+export interface ConfigProblem {
+  variable: string;
+  problem: string;
+}
+
+/** Raised at start-up for a bad environment: every problem found, each naming its variable, never a value. */
 export class ConfigError extends Error {
+  /** The first problem's variable. */
   readonly variable: string;
-  constructor(variable: string, problem: string) {
-    super(`${variable}: ${problem}`);
+  readonly problems: readonly ConfigProblem[];
+  constructor(variable: string, problem: string);
+  constructor(problems: readonly ConfigProblem[]);
+  constructor(first: string | readonly ConfigProblem[], problem?: string) {
+    const problems = typeof first === 'string' ? [{ variable: first, problem: problem ?? 'is invalid' }] : first;
+    super(problems.map((p) => `${p.variable}: ${p.problem}`).join('; '));
     this.name = 'ConfigError';
-    this.variable = variable;
+    this.problems = problems;
+    this.variable = problems[0]?.variable ?? 'environment';
   }
 }

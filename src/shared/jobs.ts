@@ -80,13 +80,6 @@ export const jobDataSchemas = {
   [JOB.notifyOncall]: notifyOncallData,
 } as const;
 
-/**
- * The worker's record of the restartedAt value a restart job chose (its retries re-apply it: no
- * second restart). Shared because a manual retry of a dead-lettered restart (POST
- * /ops/jobs/{id}/retry) drops it: a replay is a new restart.
- */
-export const restartedAtKey = (jobId: string): string => `opsgate:worker:restart:${jobId}`;
-
 export interface JobPolicy {
   attempts: number;
   backoffMs: number;

@@ -1,7 +1,8 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { withTimeout } from './timeout.js';
 
 /**
- * Queue states exported by opsgate_queue_jobs. "failed" is the dead-letter set (BRIEF: BullMQ
+ * Queue states exported by opsgate_queue_jobs. "failed" is the dead-letter set (BullMQ
  * moves a job there only once its attempts are exhausted or it is unrecoverable), also exported
  * on its own as opsgate_dead_letter_jobs.
  */
@@ -39,23 +40,6 @@ export function redisMemoryReader(client: { info(section: 'memory'): Promise<str
 
 /** Upper bound of one scrape's Redis read; past it the depth samples are skipped for that scrape. */
 export const QUEUE_SCRAPE_TIMEOUT_MS = 1500;
-
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error(`queue depth read timed out after ${ms} ms`)), ms);
-    t.unref();
-    p.then(
-      (v) => {
-        clearTimeout(t);
-        resolve(v);
-      },
-      (e: unknown) => {
-        clearTimeout(t);
-        reject(e instanceof Error ? e : new Error(String(e)));
-      },
-    );
-  });
-}
 
 /**
  * Every metric opsgate exports, in one place (prefix opsgate_). Each process (api, worker)
@@ -171,7 +155,7 @@ export function createMetrics(component: Component, version: string, opts: { def
       await Promise.all(
         depthSources.map(async (src) => {
           try {
-            out.set(src.queue, await withTimeout(src.counts(), depthTimeoutMs));
+            out.set(src.queue, await withTimeout(src.counts(), depthTimeoutMs, 'queue depth read'));
           } catch {
             queueScrapeErrors.inc({ queue: src.queue });
           }
@@ -226,7 +210,7 @@ export function createMetrics(component: Component, version: string, opts: { def
   let memoryRead: Promise<{ used: number; max: number } | undefined> | undefined;
   const readMemory = () => {
     if (!redisMemorySource) return Promise.resolve(undefined);
-    memoryRead ??= withTimeout(redisMemorySource(), depthTimeoutMs)
+    memoryRead ??= withTimeout(redisMemorySource(), depthTimeoutMs, 'queue depth read')
       .catch(() => undefined)
       .finally(() => setImmediate(() => (memoryRead = undefined)));
     return memoryRead;

@@ -1,16 +1,19 @@
 import { Job, Queue, type JobsOptions } from 'bullmq';
 import { ReplyError, type Redis } from 'ioredis';
 import { QueueUnavailableError, UnprocessableError, type QueueOperation } from './errors.js';
-import { JOB, QUEUE_NAME, defaultJobOptions, restartedAtKey, jobDataSchemas, type JobDataByName, type JobName, type JobPolicy } from './jobs.js';
+import { JOB, QUEUE_NAME, defaultJobOptions, jobDataSchemas, type JobDataByName, type JobName, type JobPolicy } from './jobs.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
-import { createRedis, queuePrefix, waitForReplicas } from './redis.js';
+import { loadLua } from './lua.js';
+import { withTimeout } from './timeout.js';
+import { QUEUE_PREFIX_DEFAULT, queueKey, queuePrefix, restartedAtKey } from './keys.js';
+import { createRedis, waitForReplicas } from './redis.js';
 import { corked, settle, type Reply } from './redisBatch.js';
 
 /**
  * The API's producer side of the "ops" queue. Its Redis connection uses the `request` profile
  * (no offline queue, one retry, command timeout), and every call is additionally bounded by
- * `timeoutMs`, so when Redis is down `enqueue` fails fast with a ServiceUnavailableError (503 +
+ * `timeoutMs`, so when Redis is down `enqueue` fails fast with a QueueUnavailableError (503 +
  * Retry-After) instead of hanging the request.
  */
 export interface OpsQueueOptions {
@@ -112,7 +115,7 @@ const MAX_REASON = 1000;
 const iso = (ms: number | undefined | null): string | null =>
   typeof ms === 'number' && Number.isFinite(ms) && ms > 0 ? new Date(ms).toISOString() : null;
 
-const RELEASE_IF_OURS = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
+const RELEASE_IF_OURS = loadLua('release-if-ours');
 
 function jobView(job: Job, state: string): JobView {
   return {
@@ -127,14 +130,6 @@ function jobView(job: Job, state: string): JobView {
     processed_at: iso(job.processedOn),
     finished_at: iso(job.finishedOn),
   };
-}
-
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`queue operation timed out after ${ms} ms`)), ms);
-  });
-  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
 }
 
 export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
@@ -152,7 +147,7 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
     // Fail fast while disconnected: BullMQ would otherwise wait for the connection to come back.
     if (connection.status !== 'ready') throw new QueueUnavailableError(operation);
     try {
-      return await withTimeout(op(), timeoutMs);
+      return await withTimeout(op(), timeoutMs, 'queue operation');
     } catch (err) {
       opts.logger?.warn('queue operation failed', { err });
       // A reply error is Redis refusing the command (nothing ran); anything else (our timeout, the
@@ -208,7 +203,7 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
     async waitReplicas(numReplicas, timeoutMs) {
       if (connection.status !== 'ready') throw new QueueUnavailableError('submit', true);
       // Every key of the queue shares the prefix's hash tag: on a Cluster, one primary.
-      return waitForReplicas(connection, numReplicas, timeoutMs, [`${bull.opts.prefix ?? 'bull'}:${QUEUE_NAME}:id`]);
+      return waitForReplicas(connection, numReplicas, timeoutMs, [queueKey(bull.opts.prefix ?? QUEUE_PREFIX_DEFAULT, QUEUE_NAME, 'id')]);
     },
 
     async remove(id) {

@@ -1,7 +1,8 @@
 import { Queue } from 'bullmq';
 import { QUEUE_NAME } from './jobs.js';
 import { queueCountsSource, redisMemoryReader, type Metrics } from './metrics.js';
-import { createRedis, queuePrefix } from './redis.js';
+import { queuePrefix } from './keys.js';
+import { createRedis } from './redis.js';
 
 /**
  * Queue depth for a process that has no producer Queue of its own (the worker): a read-only

@@ -17,7 +17,7 @@ import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis'
  *   their own take it from the query parameter `sentinelPassword` (percent-encoded).
  * - `redis+cluster://[[user]:password@]host1:7000,host2:7001`: ioredis Cluster (seed nodes; the
  *   rest is discovered). BullMQ's keys then use the hash-tagged prefix QUEUE_PREFIX_CLUSTER
- *   (see queuePrefix), and opsgate's own keys carry a hash tag (src/domain/redisOps.ts).
+ *   (src/shared/keys.ts queuePrefix), and opsgate's own keys carry a hash tag (src/shared/keys.ts).
  */
 export type RedisProfile = 'request' | 'blocking';
 export type RedisTopology = 'standalone' | 'sentinel' | 'cluster';
@@ -124,18 +124,6 @@ export function parseRedisUrl(raw: string): ParsedRedisUrl {
 
 export function redisTopology(url: string): RedisTopology {
   return parseRedisUrl(url).topology;
-}
-
-/**
- * BullMQ key prefix. A single server and Sentinel keep BullMQ's default ("bull", so an existing
- * installation sees its queue unchanged). Redis Cluster needs every key of one BullMQ script in
- * one hash slot, so there the prefix is a hash tag: all of the "ops" queue lives in the slot of
- * "opsgate" (on one primary; BullMQ's documented way to run on a cluster).
- */
-export const QUEUE_PREFIX_DEFAULT = 'bull';
-export const QUEUE_PREFIX_CLUSTER = '{opsgate}';
-export function queuePrefix(url: string): string {
-  return redisTopology(url) === 'cluster' ? QUEUE_PREFIX_CLUSTER : QUEUE_PREFIX_DEFAULT;
 }
 
 export function redisOptions(profile: RedisProfile): RedisOptions {

@@ -3,9 +3,9 @@ import type { Writable } from 'node:stream';
 
 /**
  * Commands sent together in one socket write (one Redis round trip) without an ioredis
- * Pipeline (issue 10). A Pipeline's constructor copies every script defined on its connection
- * onto the new object: on BullMQ's connection (64 scripts) that was ~40 us of CPU per pipeline,
- * more than the rest of the add. Here the commands are called on the connection itself, as
+ * Pipeline. A Pipeline's constructor copies every script defined on its connection onto the new
+ * object: on BullMQ's connection (64 scripts) that costs about 40 us of CPU per pipeline, more
+ * than the rest of the add (`make bench-profile`, docs/performance.md). Here the commands are called on the connection itself, as
  * usual (each keeps its own reply promise, ioredis's NOSCRIPT fallback and command timeout), and
  * the connection's socket is corked while they are issued, so Node hands them to the kernel in
  * one writev. Redis answers them in order, as a pipeline's.

@@ -1,7 +1,7 @@
 import type { Logger } from './logger.js';
 
 /**
- * Bounded shutdown for both processes (issue 9 item 5). Every close step (HTTP server, metrics
+ * Bounded shutdown for both processes. Every close step (HTTP server, metrics
  * server, BullMQ worker/queue, Redis connections) runs against a deadline: a step that does not
  * finish in time is logged (msg "shutdown step timed out") and left behind, and the process exits
  * non-zero. A hard deadline covers the whole shutdown: past it the process exits 1 whatever is

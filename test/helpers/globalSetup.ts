@@ -6,7 +6,8 @@ import { fileURLToPath } from 'node:url';
 import { createHash } from 'node:crypto';
 
 /**
- * Jest globalSetup: compile the sources once per test run (tsc -p tsconfig.build.json -> dist/) so
+ * Jest globalSetup: compile the sources once per test run (hack/build.mjs: tsc -p tsconfig.build.json
+ * -> dist/, with the Lua scripts) so
  * tests that spawn the real processes (test/helpers/processes.ts) run the current code.
  * - Several test runs may start at once on a shared checkout: a lock directory serialises builds.
  * - OPSGATE_SKIP_BUILD=1 skips it (e.g. `make test` already ran `make build`).
@@ -48,11 +49,10 @@ async function withLock<T>(fn: () => T): Promise<T> {
 export default async function globalSetup(): Promise<void> {
   if (process.env.OPSGATE_SKIP_BUILD === '1') return;
   await withLock(() => {
-    const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
-    const r = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json'], { cwd: root, encoding: 'utf8' });
+    const r = spawnSync(process.execPath, [join(root, 'hack', 'build.mjs'), 'tsconfig.build.json', 'dist'], { cwd: root, encoding: 'utf8' });
     if (r.status !== 0) {
       const out = `${r.stdout ?? ''}${r.stderr ?? ''}`.split('\n').slice(0, 20).join('\n');
-      process.stderr.write(`\n[globalSetup] tsc -p tsconfig.build.json reported errors (tests spawning dist/ may fail):\n${out}\n`);
+      process.stderr.write(`\n[globalSetup] hack/build.mjs reported errors (tests spawning dist/ may fail):\n${out}\n`);
     }
   });
 }

@@ -59,7 +59,7 @@ function baseEnv(): Record<string, string> {
 
 export function spawnNode(entry: string, opts: SpawnOptions): OpsProcess {
   if (!existsSync(entry)) {
-    throw new Error(`${entry} does not exist: build first (npx tsc -p tsconfig.build.json; the jest globalSetup does it)`);
+    throw new Error(`${entry} does not exist: build first (make build; the jest globalSetup does it)`);
   }
   const env: Record<string, string> = { ...(opts.inheritEnv ? (process.env as Record<string, string>) : baseEnv()) };
   for (const [k, v] of Object.entries(opts.env)) {

@@ -56,11 +56,12 @@ async function waitReady(url: string, timeoutMs = 10000): Promise<void> {
   }
 }
 
-export async function startRedis(opts: { persistence?: boolean } = {}): Promise<RedisServer> {
+/** `port`: listen there (e.g. where a process already tries to connect); `password`: requirepass, and in the url. */
+export async function startRedis(opts: { persistence?: boolean; port?: number; password?: string } = {}): Promise<RedisServer> {
   const bin = process.env.REDIS_SERVER ?? 'redis-server';
-  const port = await freePort();
+  const port = opts.port ?? (await freePort());
   const dir = mkdtempSync(join(tmpdir(), 'opsgate-redis-'));
-  const url = `redis://127.0.0.1:${port}`;
+  const url = opts.password ? `redis://:${encodeURIComponent(opts.password)}@127.0.0.1:${port}` : `redis://127.0.0.1:${port}`;
   let proc: ChildProcess | undefined;
 
   const args = [
@@ -73,6 +74,7 @@ export async function startRedis(opts: { persistence?: boolean } = {}): Promise<
     '--loglevel', 'warning',
     '--maxmemory-policy', 'noeviction',
     ...(opts.persistence ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no']),
+    ...(opts.password ? ['--requirepass', opts.password] : []),
   ];
 
   const start = async () => {

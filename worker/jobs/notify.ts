@@ -1,7 +1,8 @@
 import { UnrecoverableError } from 'bullmq';
 import { sha256Hex } from '../../src/shared/crypto.js';
 import type { NotifyOncallData } from '../../src/shared/jobs.js';
-import { IDEMPOTENCY_TTL_SECONDS, WORKER_KEY_PREFIX, type JobContext } from '../context.js';
+import { notifyDeliveryKey } from '../../src/shared/keys.js';
+import { IDEMPOTENCY_TTL_SECONDS, type JobContext } from '../context.js';
 import { abortReason } from '../k8s.js';
 
 /**
@@ -32,7 +33,7 @@ export function endpointHost(url: string): string {
 
 export function notifyRecordKey(jobId: string, url: string): string {
   // The URL is hashed: the key must not reveal the secret either (Redis keys show up in tools).
-  return `${WORKER_KEY_PREFIX}:notify:${jobId}:${sha256Hex(url).slice(0, 32)}`;
+  return notifyDeliveryKey(jobId, sha256Hex(url).slice(0, 32));
 }
 
 function summaryOf(annotations: Record<string, unknown>): string | undefined {

@@ -7,7 +7,7 @@ import { adminKubeConfig, chartRelease, createDeployments, inventory, PROJECT, s
 jest.setTimeout(180_000);
 
 /**
- * The chart's ValidatingAdmissionPolicy (templates/admission-policy.yaml; issue 9 item 8) on the
+ * The chart's ValidatingAdmissionPolicy (templates/admission-policy.yaml) on the
  * real kube-apiserver, with requests made under the worker ServiceAccount's own token: the
  * restartedAt patch restart_service sends and the Job run_deploy_pipeline builds pass; any other
  * change to a Deployment, and a Job with another image or ServiceAccount, are refused (403) even

@@ -60,7 +60,7 @@ describe('RBAC of the chart: worker and api ServiceAccounts', () => {
     ['get', 'secrets/opsgate', 'release', false],
     ['get', 'secrets', 'deploy', false],
     ['create', 'jobs.batch', 'deploy', true],
-    // run_deploy_pipeline only creates its Job: get/list/watch were dropped (issue 9 item 8)
+    // run_deploy_pipeline only creates its Job: it needs no get/list/watch
     ['get', 'jobs.batch', 'deploy', false],
     ['list', 'jobs.batch', 'deploy', false],
     ['watch', 'jobs.batch', 'deploy', false],

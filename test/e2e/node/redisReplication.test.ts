@@ -7,7 +7,7 @@ import { stringify } from 'yaml';
 import { CHART, LOCAL_IMAGES, getJson, helm, http, kubectl, list, ok, podReady, serviceUrl, waitFor, type Obj } from '../../helpers/nodeSupport.js';
 
 /**
- * The chart's redis.architecture=replication on the real node (issue 12 item 4): 3 pods, each a
+ * The chart's redis.architecture=replication on the real node : 3 pods, each a
  * Redis node and a Sentinel, from the test image (Debian's redis-server). With
  * config.redisMinReplicasAck=1: alerts answered 202 and run by the worker; then the primary pod is
  * deleted (--grace-period=0 --force) under steady load: the sentinels promote a replica, the API

@@ -3,7 +3,7 @@ import request from 'supertest';
 import { startRedis } from '../../helpers/redis.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { createHarness, eventually, useHarness } from '../../helpers/apiHarness.js';
-import { seenKey } from '../../../src/domain/redisOps.js';
+import { seenKey } from '../../../src/shared/keys.js';
 
 /** POST /webhook/alerts rules 1-4 (+ optional ALERTS_WEBHOOK_TOKEN) on a real Redis and BullMQ queue. */
 const ctx = useHarness();
@@ -52,7 +52,7 @@ describe('rules 2-4: firing alerts with a fingerprint are deduplicated and queue
     expect(res.body).toEqual({ received: 5, firing: 3, job_ids: [expect.any(String), expect.any(String)] });
     const jobs = await waiting();
     expect(jobs.map((j) => j.data.fingerprint).sort()).toEqual(['fp1', 'fp3']);
-    // The answer names the jobs it queued (issue 11 item 3), in payload order.
+    // The answer names the jobs it queued, in payload order.
     expect(res.body.job_ids).toEqual(['fp1', 'fp3'].map((fp) => jobs.find((j) => j.data.fingerprint === fp)!.id));
     for (const j of jobs) {
       expect(j.name).toBe(JOB.notifyOncall);

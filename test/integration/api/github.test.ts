@@ -3,7 +3,7 @@ import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { JOB } from '../../../src/shared/jobs.js';
 import { createHarness, GITHUB_SECRET, useHarness } from '../../helpers/apiHarness.js';
-import { seenKey } from '../../../src/domain/redisOps.js';
+import { seenKey } from '../../../src/shared/keys.js';
 
 /** POST /webhook/github: HMAC-SHA256 X-Hub-Signature-256, X-GitHub-Event push, same deploy + dedup rules as scm. */
 const ctx = useHarness();

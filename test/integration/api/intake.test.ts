@@ -12,7 +12,7 @@ import { createHmac } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
-import { deliveryKey, seenKey } from '../../../src/domain/redisOps.js';
+import { deliveryKey, seenKey } from '../../../src/shared/keys.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { createHarness, GITHUB_SECRET, SCM_SECRET, useHarness } from '../../helpers/apiHarness.js';
 

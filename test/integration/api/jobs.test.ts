@@ -2,11 +2,12 @@ import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { coalesceId } from '../../../src/domain/restart.js';
 import { credentialId } from '../../../src/shared/crypto.js';
-import { JOB, QUEUE_NAME, restartedAtKey } from '../../../src/shared/jobs.js';
+import { JOB, QUEUE_NAME } from '../../../src/shared/jobs.js';
+import { restartedAtKey } from '../../../src/shared/keys.js';
 import { BEARER, containsSecret, OP_KEY, RO_KEY, runWorkerUntil as runWorkerUntilOn, useHarness } from '../../helpers/apiHarness.js';
 
 /**
- * Dead letters without a browser (issue 11 item 8): GET /ops/jobs?state=failed and
+ * Dead letters without a browser: GET /ops/jobs?state=failed and
  * POST /ops/jobs/{id}/retry, on a real Redis; the dead letters are made by the real worker
  * processor (BullMQ Worker) failing jobs for real reasons (no cluster configured, host not in the
  * inventory).

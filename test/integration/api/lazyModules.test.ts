@@ -6,7 +6,7 @@ import { DIST_DIR } from '../../helpers/processes.js';
 
 /**
  * Bull Board is loaded only when the admin UI is mounted (src/routes/admin.ts): with
- * ADMIN_UI_ENABLED off (the chart's default) the API process does not carry it (issue 10, RSS).
+ * ADMIN_UI_ENABLED off (the chart's default) the API process does not carry it (its RSS).
  * Checked in a fresh node process on the built code: jest's own module registry would hide it.
  */
 function loadedAfter(script: string): Promise<string[]> {

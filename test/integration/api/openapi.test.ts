@@ -11,7 +11,7 @@ import { startRedis, type RedisServer } from '../../helpers/redis.js';
 import { BEARER, createHarness, GITHUB_SECRET, OP_KEY, RO_KEY, runWorkerUntil, SCM_SECRET, useHarness, type Harness } from '../../helpers/apiHarness.js';
 
 /**
- * GET /openapi.json (issue 11 item 9):
+ * GET /openapi.json:
  * - the document is OpenAPI 3.1 and names every auth scheme;
  * - every route the Express app serves is in it (the app's router stack is walked), and nothing
  *   is documented that the app does not serve;

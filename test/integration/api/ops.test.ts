@@ -63,7 +63,7 @@ describe('POST /ops/restart (bearer)', () => {
     expect(job?.data).toEqual({
       host: 'web-1',
       service: 'checkout',
-      audit_id: res.headers['x-request-id'], // our id, never the caller's X-Request-Id (issue 9 item 9)
+      audit_id: res.headers['x-request-id'], // our id, never the caller's X-Request-Id
       requested_by: `bearer:${credentialId(BEARER)}`,
     });
   });

@@ -12,7 +12,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import { Worker } from 'bullmq';
 import request from 'supertest';
-import { deliveryKey, seenKey } from '../../../src/domain/redisOps.js';
+import { deliveryKey, seenKey } from '../../../src/shared/keys.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 import { startReplica, until } from '../../helpers/redisTopology.js';

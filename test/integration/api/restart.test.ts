@@ -1,15 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Redis } from 'ioredis';
 import request from 'supertest';
-import { idempotencyRecordKey, idempotencyScope } from '../../../src/domain/restart.js';
+import { idempotencyScope } from '../../../src/domain/restart.js';
+import { idempotencyRecordKey } from '../../../src/shared/keys.js';
 import { credentialId } from '../../../src/shared/crypto.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 import { BEARER, createHarness, eventually, runWorkerUntil, useHarness, type Harness } from '../../helpers/apiHarness.js';
 
 /**
- * POST /ops/restart: Idempotency-Key (issue 9 item 3) and coalescing of identical restarts
- * (issue 11 item 5), on real redis-servers; the paused-Redis case with SIGSTOP.
+ * POST /ops/restart: Idempotency-Key and coalescing of identical restarts, on real redis-servers; the paused-Redis case with SIGSTOP.
  */
 const ctx = useHarness();
 

@@ -3,7 +3,7 @@ import request from 'supertest';
 import { startRedis } from '../../helpers/redis.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { containsSecret, createHarness, eventually, SCM_SECRET, useHarness } from '../../helpers/apiHarness.js';
-import { seenKey } from '../../../src/domain/redisOps.js';
+import { seenKey } from '../../../src/shared/keys.js';
 
 /** POST /webhook/scm rules 1-9, in order, on a real Redis with the real BullMQ queue. */
 const ctx = useHarness();
@@ -182,7 +182,7 @@ describe('rules 6-8: event_id, seen record, one job, duplicates', () => {
       duplicate: true,
       project: 'group/app',
       event_id: 'scm:group/app:refs/heads/main:cafe01',
-      // A duplicate carries the original job's id (issue 11 item 3).
+      // A duplicate carries the original job's id.
       job_id: first.body.job_id,
     });
     expect(await jobsInQueue()).toHaveLength(1);

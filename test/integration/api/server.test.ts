@@ -66,6 +66,64 @@ describe('start-up refusals (real process)', () => {
     expect(r.stderr).toHaveLength(1);
     expect(r.stderr[0]).toMatch(/^opsgate-api: configuration error: OPS_INVENTORY_FILE: /);
   }, PROCESS_TIMEOUT);
+  it('two bad variables at once -> both reported: one JSON log line and one stderr line each, exit 1, no value', async () => {
+    const r = await refusal({ ...good(), OPS_API_KEY_ROLES: `${SECRET_LOOKING}:admin`, REDIS_URL: `http://user:${SECRET_LOOKING}@host`, PORT: 'eighty' });
+    expect(r.exit.code).toBe(1);
+    expect(r.stderr).toEqual([
+      expect.stringMatching(/^opsgate-api: configuration error: OPS_API_KEY_ROLES: item 1 has a role that is not readonly or operator$/),
+      expect.stringMatching(/^opsgate-api: configuration error: (REDIS_URL|PORT): /),
+      expect.stringMatching(/^opsgate-api: configuration error: (REDIS_URL|PORT): /),
+    ]);
+    expect(r.stderr.join('\n')).toContain('REDIS_URL');
+    expect(r.stderr.join('\n')).toContain('PORT');
+    expect(r.stdout).toHaveLength(1);
+    const line = JSON.parse(r.stdout[0]!) as { level: string; component: string; msg: string; problems: Array<{ variable: string; problem: string }> };
+    expect(line).toMatchObject({ level: 'error', component: 'api', msg: 'configuration error' });
+    expect(line.problems.map((p) => p.variable).sort()).toEqual(['OPS_API_KEY_ROLES', 'PORT', 'REDIS_URL']);
+    for (const p of line.problems) expect(p.problem).not.toBe('');
+    expect([...r.stderr, ...r.stdout].join('\n')).not.toContain(SECRET_LOOKING);
+    expect([...r.stderr, ...r.stdout].join('\n')).not.toContain('eighty');
+  }, PROCESS_TIMEOUT);
+});
+
+describe('Redis unreachable at start (real process)', () => {
+  it('logs it with the URL minus its password, /ready answers 503 saying why, and 200 once a Redis listens there', async () => {
+    const redisPort = await freePort();
+    const password = 'pw-ready-SECRET-77';
+    const port = await freePort();
+    const p = spawnNode(API_ENTRY, {
+      env: {
+        PORT: String(port),
+        METRICS_PORT: String(await freePort()),
+        OPS_API_KEY_ROLES: `${RO_KEY}:readonly`,
+        REDIS_URL: `redis://:${password}@127.0.0.1:${redisPort}`,
+      },
+    });
+    let late: RedisServer | undefined;
+    try {
+      const logged = await p.waitForLog((l) => l.msg === 'redis connection error', 60_000);
+      expect(logged).toMatchObject({ level: 'warn', component: 'api', redis: `redis://:***@127.0.0.1:${redisPort}`, reason: 'ECONNREFUSED' });
+      await p.waitForLog((l) => l.msg === 'api listening', 60_000);
+      const down = await fetch(`http://127.0.0.1:${port}/ready`);
+      expect(down.status).toBe(503);
+      expect(down.headers.get('retry-after')).toMatch(/^\d+$/);
+      expect(await down.json()).toEqual({ detail: 'redis unreachable: ECONNREFUSED' });
+
+      late = await startRedis({ port: redisPort, password });
+      const deadline = Date.now() + 60_000;
+      let status = 0;
+      while (status !== 200 && Date.now() < deadline) {
+        status = (await fetch(`http://127.0.0.1:${port}/ready`)).status;
+        if (status !== 200) await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(status).toBe(200);
+      await p.waitForLog((l) => l.msg === 'redis connection restored', 10_000);
+      expect([...p.lines, ...p.stderr].join('\n')).not.toContain(password);
+    } finally {
+      await p.stop();
+      await late?.destroy();
+    }
+  }, PROCESS_TIMEOUT);
 });
 
 describe('running process', () => {

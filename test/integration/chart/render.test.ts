@@ -223,7 +223,7 @@ describe.each(valueFiles)('%s', (file) => {
     expect(drain).toBe(v.config.workerShutdownGraceSeconds);
     expect(d.spec.template.spec.terminationGracePeriodSeconds).toBeGreaterThan(drain);
     expect(d.spec.template.spec.containers[0].image).toMatch(/opsgate-worker:/);
-    expect(d.spec.template.spec.containers[0].livenessProbe.httpGet).toEqual({ path: '/livez', port: 'metrics' }); // event loop + Redis (issue 9 item 13)
+    expect(d.spec.template.spec.containers[0].livenessProbe.httpGet).toEqual({ path: '/livez', port: 'metrics' }); // event loop + Redis
     const namespaces = Object.keys(v.inventory.hosts).length + Object.keys(v.inventory.projects).length;
     expect(d.spec.template.spec.automountServiceAccountToken).toBe(namespaces > 0);
     expect(one(objs(), 'Deployment', 'opsgate-api').spec.template.spec.automountServiceAccountToken).toBe(Object.keys(v.inventory.hosts).length > 0);
@@ -269,7 +269,7 @@ describe.each(valueFiles)('%s', (file) => {
         expect(dep).toEqual([{ apiGroups: ['apps'], resources: ['deployments'], resourceNames: [...e.deployments].sort(), verbs: ['get', 'patch'] }]);
       } else expect(dep).toHaveLength(0);
       const jobs = rules.filter((r) => r.resources.includes('jobs'));
-      expect(jobs).toEqual(e.jobs ? [{ apiGroups: ['batch'], resources: ['jobs'], verbs: ['create'] }] : []); // no get/list/watch: never used (issue 9 item 8)
+      expect(jobs).toEqual(e.jobs ? [{ apiGroups: ['batch'], resources: ['jobs'], verbs: ['create'] }] : []); // no get/list/watch: never used
       const events = rules.filter((r) => r.resources.includes('events'));
       expect(events).toEqual([{ apiGroups: ['events.k8s.io'], resources: ['events'], verbs: ['create'] }]);
       expect(rules).toHaveLength(dep.length + jobs.length + events.length);
@@ -499,10 +499,10 @@ describe('checksums', () => {
 describe('admin UI', () => {
   test('off by default: the chart, its values and the generated k8s/opsgate.yaml say ADMIN_UI_ENABLED "false"', async () => {
     expect(chartDefaults.adminUI).toEqual({ enabled: false, ingress: false });
-    expect(one(await render({ files: ['defaults.yaml'] }), 'ConfigMap', 'opsgate-config').data.ADMIN_UI_ENABLED).toBe('false');
+    expect(one(await render({ files: ['defaults-values.yaml'] }), 'ConfigMap', 'opsgate-config').data.ADMIN_UI_ENABLED).toBe('false');
     const manifests = parseManifests(readFileSync(join(ROOT, 'k8s/opsgate.yaml'), 'utf8'));
     expect(manifests.find((o) => o.kind === 'ConfigMap' && o.metadata.name === 'opsgate-config')!.data.ADMIN_UI_ENABLED).toBe('false');
-    expect(one(await render({ files: ['defaults.yaml'], set: { 'adminUI.enabled': 'true' } }), 'ConfigMap', 'opsgate-config').data.ADMIN_UI_ENABLED).toBe('true');
+    expect(one(await render({ files: ['defaults-values.yaml'], set: { 'adminUI.enabled': 'true' } }), 'ConfigMap', 'opsgate-config').data.ADMIN_UI_ENABLED).toBe('true');
   });
 });
 
@@ -556,7 +556,7 @@ describe('render-time refusals', () => {
   });
 });
 
-/** Issue 9 items 1 and 4: the alerts webhook behind the Ingress, Redis maxmemory, TRUST_PROXY, NetworkPolicy. */
+/** The alerts webhook behind the Ingress, Redis maxmemory, TRUST_PROXY, NetworkPolicy. */
 describe('security defaults', () => {
   const ingressOn = { 'ingress.enabled': 'true', 'ingress.host': 'opsgate.example.com' };
   const cm = (objs: K8sObject[]) => one(objs, 'ConfigMap', 'opsgate-config').data as Record<string, string>;
@@ -651,7 +651,7 @@ describe('worker liveness', () => {
   });
 });
 
-describe('worker admission policy (issue 9 item 8)', () => {
+describe('worker admission policy', () => {
   const VAP = 'admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy';
   test('rendered when the cluster serves admissionregistration.k8s.io/v1 and the inventory names something; off on request', async () => {
     const [withApi, withoutApi, disabled, noInventory] = await Promise.all([
@@ -679,7 +679,7 @@ describe('worker admission policy (issue 9 item 8)', () => {
   });
 });
 
-describe('NOTES.txt warnings on risky values (issue 9, done-when)', () => {
+describe('NOTES.txt warnings on risky values', () => {
   test('each risky value gets its WARNING line; a hardened install gets none', async () => {
     const risky = await renderNotes('defaults-values.yaml', { 'networkPolicy.enabled': 'false', 'rbac.admissionPolicy.enabled': 'false' }, { 'config.trustProxy': '1' });
     expect(risky).toMatch(/SECURITY WARNINGS:/);

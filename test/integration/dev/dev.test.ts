@@ -76,23 +76,45 @@ function auditLines(): Array<Record<string, unknown>> {
     .filter((l) => l.msg === 'audit');
 }
 
+let devEnv: Record<string, string> = {};
+
+/** hack/dev.sh in its own process group (like a terminal session); `output()` is its stdout and stderr so far. */
+function spawnDev(env: Record<string, string>): { proc: ChildProcess; output: () => string } {
+  let text = '';
+  const p = spawn('bash', [join(ROOT, 'hack/dev.sh')], { cwd: ROOT, detached: true, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  p.stdout.on('data', (d: Buffer) => (text += d.toString()));
+  p.stderr.on('data', (d: Buffer) => (text += d.toString()));
+  return { proc: p, output: () => text };
+}
+
+async function devUp(dev: { proc: ChildProcess; output: () => string }): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  while (!dev.output().includes('Ctrl-C stops everything')) {
+    if (dev.proc.exitCode !== null || Date.now() > deadline) throw new Error(`dev.sh did not come up:\n${dev.output()}`);
+    await sleep(100);
+  }
+}
+
+function exited(p: ChildProcess): Promise<number | null> {
+  return new Promise((r) => (p.exitCode !== null ? r(p.exitCode) : p.once('exit', (c) => r(c))));
+}
+
+const SCM_PUSH = JSON.stringify({ ref: 'refs/heads/main', checkout_sha: 'abc123', project: { path_with_namespace: 'acme/storefront' } });
+
 beforeAll(async () => {
   const [p, redisPort, apiMetrics, workerMetrics] = await Promise.all([freePort(), freePort(), freePort(), freePort()]);
   port = p;
   base = `http://127.0.0.1:${port}`;
-  proc = spawn('bash', [join(ROOT, 'hack/dev.sh')], {
-    cwd: ROOT,
-    detached: true, // own process group, like a terminal session
-    env: { ...process.env, PORT: String(port), REDIS_PORT: String(redisPort), API_METRICS_PORT: String(apiMetrics), WORKER_METRICS_PORT: String(workerMetrics), DEV_DIR: dir },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  proc.stdout!.on('data', (d: Buffer) => (out += d.toString()));
-  proc.stderr!.on('data', (d: Buffer) => (out += d.toString()));
-  const deadline = Date.now() + 60_000;
-  while (!out.includes('Ctrl-C stops everything')) {
-    if (proc.exitCode !== null || Date.now() > deadline) throw new Error(`dev.sh did not come up:\n${out}`);
-    await sleep(100);
+  devEnv = { PORT: String(port), REDIS_PORT: String(redisPort), API_METRICS_PORT: String(apiMetrics), WORKER_METRICS_PORT: String(workerMetrics), DEV_DIR: dir };
+  const dev = spawnDev(devEnv);
+  proc = dev.proc;
+  try {
+    await devUp(dev);
+  } finally {
+    out = dev.output();
   }
+  dev.proc.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  dev.proc.stderr!.on('data', (d: Buffer) => (out += d.toString()));
 }, 90_000);
 
 describe('make dev (hack/dev.sh)', () => {
@@ -104,7 +126,7 @@ describe('make dev (hack/dev.sh)', () => {
     const push = await fetch(`${base}/webhook/scm`, {
       method: 'POST',
       headers: { 'X-Scm-Token': cred('SCM webhook token'), 'X-Scm-Event': 'Push Hook', 'Content-Type': 'application/json' },
-      body: JSON.stringify({ ref: 'refs/heads/main', checkout_sha: 'abc123', project: { path_with_namespace: 'acme/storefront' } }),
+      body: SCM_PUSH,
     });
     expect(push.status).toBe(202);
     expect(await push.json()).toMatchObject({ accepted: true, duplicate: false });
@@ -218,10 +240,45 @@ describe('make dev (hack/dev.sh)', () => {
     }
   }, 150_000);
 
+  it('refuses a second copy on the same DEV_DIR, naming the running one, and leaves it alone', async () => {
+    const logBefore = readFileSync(join(dir, 'api.log'), 'utf8');
+    const [p2, r2, m2, w2] = await Promise.all([freePort(), freePort(), freePort(), freePort()]);
+    const second = spawnDev({ ...devEnv, PORT: String(p2), REDIS_PORT: String(r2), API_METRICS_PORT: String(m2), WORKER_METRICS_PORT: String(w2) });
+    const stray = setTimeout(() => second.proc.exitCode === null && process.kill(-second.proc.pid!, 'SIGINT'), 45_000);
+    const code = await exited(second.proc);
+    clearTimeout(stray);
+    expect(code).toBe(1);
+    expect(second.output()).toContain(`make dev is already running: pid ${proc!.pid}, API ${base}, logs in ${dir}`);
+    expect(second.output()).not.toContain('Ctrl-C stops everything');
+    // The first copy still serves, its log was not truncated, and its lock is still its own.
+    expect((await fetch(`${base}/ready`)).status).toBe(200);
+    expect(readFileSync(join(dir, 'api.log'), 'utf8').startsWith(logBefore)).toBe(true);
+    expect(readFileSync(join(dir, 'dev.pid'), 'utf8').trim()).toBe(`${proc!.pid} ${port}`);
+  }, 60_000);
+
   it('stops everything on Ctrl-C', async () => {
     process.kill(-proc!.pid!, 'SIGINT');
-    const code = await new Promise<number | null>((r) => (proc!.exitCode !== null ? r(proc!.exitCode) : proc!.once('exit', (c) => r(c))));
+    const code = await exited(proc!);
     expect(code).not.toBeNull();
     await until('the API to be gone', async () => ((await fetch(`${base}/health`).then(() => false, () => true)) ? true : undefined), 10_000);
+    expect(existsSync(join(dir, 'dev.pid'))).toBe(false);
   }, 30_000);
+
+  it('starts the next run with an empty database: the first run\'s push is new again', async () => {
+    const dev = spawnDev(devEnv);
+    try {
+      await devUp(dev);
+      const token = new RegExp('SCM webhook token\\s*:\\s*(\\S+)').exec(dev.output())![1]!;
+      const push = await fetch(`${base}/webhook/scm`, {
+        method: 'POST',
+        headers: { 'X-Scm-Token': token, 'X-Scm-Event': 'Push Hook', 'Content-Type': 'application/json' },
+        body: SCM_PUSH,
+      });
+      expect(push.status).toBe(202);
+      expect(await push.json()).toMatchObject({ accepted: true, duplicate: false });
+    } finally {
+      if (dev.proc.exitCode === null) process.kill(-dev.proc.pid!, 'SIGINT');
+      await exited(dev.proc);
+    }
+  }, 120_000);
 });

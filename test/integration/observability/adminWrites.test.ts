@@ -15,7 +15,7 @@ import { createRedis } from '../../../src/shared/redis.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 
 /**
- * Bull Board writes (issue 9 item 2), over the real Bull Board routes inside createApp on a real
+ * Bull Board writes, over the real Bull Board routes inside createApp on a real
  * redis-server: an operator key may only retry a failed job or remove a failed job; every other
  * state-changing call Bull Board offers is refused with 403 {detail} and changes nothing; each
  * allowed call is audited with principal, action, job id and body digest.

@@ -1,6 +1,6 @@
 /**
  * What the claim protocol (src/domain/claim.ts) relies on from BullMQ's own deduplication,
- * checked on a real redis-server with a real Worker (issue 10 item 1):
+ * checked on a real redis-server with a real Worker:
  * - with a ttl, the deduplication key survives the job's completion AND the removal of the
  *   completed job by the retention policy, for the whole ttl: an add with the same deduplication
  *   id answers the first job's id and makes no job;

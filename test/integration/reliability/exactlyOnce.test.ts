@@ -122,7 +122,7 @@ describe('exactly-once intake: 2 API processes, 1 redis, 5,000 deliveries, half 
     expect([...acceptedPer.values()].every((n) => n === 1)).toBe(true);
     for (const a of answers.filter((x) => x.kind === 'alert')) {
       const i = Number(a.id.split('-').pop());
-      // Spec fields exactly, plus job_ids (issue 11 item 3): the jobs this copy queued.
+      // Spec fields exactly, plus job_ids: the jobs this copy queued.
       expect(a.json).toEqual(i % 5 === 0 ? { received: 3, firing: 2, job_ids: expect.any(Array) } : { received: 1, firing: 1, job_ids: expect.any(Array) });
     }
     // Both API processes took part in accepting events.

@@ -24,7 +24,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Job } from 'bullmq';
 import { Redis } from 'ioredis';
-import { seenKey } from '../../../src/domain/redisOps.js';
+import { seenKey } from '../../../src/shared/keys.js';
 import { startApi, startWorkerProcess, type OpsProcess } from '../../helpers/processes.js';
 import { freePort, startRedis, type RedisServer } from '../../helpers/redis.js';
 import {

@@ -11,7 +11,7 @@ import type { AddressInfo } from 'node:net';
 import { createRateLimiter } from '../../../src/middleware/rateLimit.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 import { OP_KEY, RO_KEY, SCM_SECRET, createHarness, type Harness } from '../../helpers/apiHarness.js';
-import { rateLimitKey, seenKey } from '../../../src/domain/redisOps.js';
+import { rateLimitKey, seenKey } from '../../../src/shared/keys.js';
 
 let redis: RedisServer;
 const harnesses: Harness[] = [];
@@ -104,7 +104,7 @@ describe('rate limit in createApp: two replicas, one Redis, TRUST_PROXY from the
     expect(statuses).toEqual([200, 200, 200, 429, 429, 429]);
   }, 60_000);
 
-  it('default (TRUST_PROXY unset): a forged X-Forwarded-For reaching the API directly changes neither the bucket nor the audit client (issue 9 item 4)', async () => {
+  it('default (TRUST_PROXY unset): a forged X-Forwarded-For reaching the API directly changes neither the bucket nor the audit client', async () => {
     const a = await replica({ RATE_LIMIT_RPS: '3' });
     const h = harnesses[harnesses.length - 1]!;
     expect(h.config.TRUST_PROXY).toBe('0');

@@ -1,5 +1,5 @@
 /**
- * Issue 10 item 1-2: Redis round trips per delivery, counted on the wire (test/helpers/roundTrips.ts,
+ * Redis round trips per delivery, counted on the wire (test/helpers/roundTrips.ts,
  * a relay in front of a real redis-server) with the real app, the real rate limiter (on, with a
  * budget never reached) and the real BullMQ producer:
  * - a unique push: at most 2 round trips, rate limit included (claim + hit, then add + mark);
@@ -13,7 +13,7 @@ import { Redis } from 'ioredis';
 import request from 'supertest';
 import { RateLimiterMemory, RateLimiterRedis } from 'rate-limiter-flexible';
 import { createRateLimiter } from '../../../src/middleware/rateLimit.js';
-import { rateLimitKey } from '../../../src/domain/redisOps.js';
+import { rateLimitKey } from '../../../src/shared/keys.js';
 import { createHarness, GITHUB_SECRET, SCM_SECRET, type Harness } from '../../helpers/apiHarness.js';
 import { startRoundTripCounter, type RoundTripCounter } from '../../helpers/roundTrips.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
@@ -104,7 +104,7 @@ describe('Redis round trips per delivery (rate limit on)', () => {
     expect(await h.queue.bull.getJobCountByTypes('waiting')).toBeGreaterThanOrEqual(1001);
   }, 60_000);
 
-  it('commands per delivery: the rate-limit hit rides inside the claim script; claims and marks are one script call per batch, not one per event (issue 10 item 3)', async () => {
+  it('commands per delivery: the rate-limit hit rides inside the claim script; claims and marks are one script call per batch, not one per event', async () => {
     const commands = async (fn: () => PromiseLike<{ status: number }>) => {
       const before = relay.commands();
       expect((await fn()).status).toBe(202);
@@ -129,7 +129,7 @@ describe('Redis round trips per delivery (rate limit on)', () => {
   });
 });
 
-describe('issue 11 item 11: rate-limiter-flexible in the same slot', () => {
+describe('rate-limiter-flexible in the same slot', () => {
   it('costs one more round trip per delivery: its consume() cannot ride in the claim pipeline', async () => {
     const rlf = await createHarness(relay.url, {
       env: { RATE_LIMIT_RPS: '100000', TRUST_PROXY: '0' },

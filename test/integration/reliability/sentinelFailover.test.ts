@@ -22,7 +22,8 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { Queue, type Job } from 'bullmq';
 import { QUEUE_NAME } from '../../../src/shared/jobs.js';
-import { createRedis, queuePrefix } from '../../../src/shared/redis.js';
+import { queuePrefix } from '../../../src/shared/keys.js';
+import { createRedis } from '../../../src/shared/redis.js';
 import { startApi, startWorkerProcess, type OpsProcess } from '../../helpers/processes.js';
 import { startSentinelRedis, until, type SentinelRedis } from '../../helpers/redisTopology.js';
 import { alertPayload, apiEnv, makeSecrets, pool, post, scmPush, startReceiver, workerEnv, type Receiver } from '../../helpers/reliability.js';

@@ -1,5 +1,5 @@
 /**
- * Bounded shutdown (issue 9 item 5), with the real processes (dist/src/server.js,
+ * Bounded shutdown, with the real processes (dist/src/server.js,
  * dist/worker/index.js) and a real redis-server: Redis stopped, paused (SIGSTOP) or restarted,
  * then SIGTERM -> each process exits within its bound. When a close step cannot finish (Redis
  * gone or frozen), the process says so in its log and exits non-zero; after a Redis restart

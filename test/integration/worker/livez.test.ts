@@ -3,7 +3,7 @@ import { freePort, startRedis, type RedisServer } from '../../helpers/redis.js';
 import { startWorkerProcess, type OpsProcess } from '../../helpers/processes.js';
 
 /**
- * The worker's liveness endpoint (GET /livez on METRICS_PORT; issue 9 item 13) on the real worker
+ * The worker's liveness endpoint (GET /livez on METRICS_PORT) on the real worker
  * process with a real redis-server: healthy answer, the Redis state when Redis is frozen
  * (SIGSTOP), and a 503 when the worker's own event loop was stalled (the whole process SIGSTOPped,
  * as a starved or paused container is; no test hook inside the worker).

@@ -256,7 +256,7 @@ describe('retries, dead-letter and timeout', () => {
     expect(await metricValue(metrics, 'opsgate_job_retries_total', {})).toBe(0);
   });
 
-  it('job names outside the catalogue are counted as name="unknown", never as their own label (issue 9 item 10)', async () => {
+  it('job names outside the catalogue are counted as name="unknown", never as their own label', async () => {
     const logs = collectLogs();
     const metrics = await start({}, logs);
     const ids: string[] = [];
@@ -268,7 +268,7 @@ describe('retries, dead-letter and timeout', () => {
     expect([...names].sort()).toEqual(['unknown']);
   });
 
-  it('escapes &, < and > in every text sent to the chat endpoint: no <!channel> ping, no disguised link (issue 9 item 1)', async () => {
+  it('escapes &, < and > in every text sent to the chat endpoint: no <!channel> ping, no disguised link', async () => {
     const ep = endpoint('escape');
     const logs = collectLogs();
     await start({ NOTIFY_WEBHOOK_URLS: ep.url }, logs);

@@ -52,8 +52,9 @@ describe('start-up', () => {
     procs.push(p);
     const exit = await p.waitExit();
     expect(exit.code).toBe(1);
-    expect(p.stderr.filter((l) => l.trim() !== '')).toEqual(['opsgate-worker: invalid configuration: REDIS_URL: is required']);
-    expect(p.lines).toEqual([]);
+    expect(p.stderr.filter((l) => l.trim() !== '')).toEqual(['opsgate-worker: configuration error: REDIS_URL: is required']);
+    expect(p.logs()).toEqual([expect.objectContaining({ level: 'error', component: 'worker', msg: 'configuration error', problems: [{ variable: 'REDIS_URL', problem: 'is required' }] })]);
+    expect(p.lines).toHaveLength(1);
   });
 
   it('names a bad variable but never prints the (secret-bearing) values around it', async () => {

@@ -107,7 +107,7 @@ describe('validateRestart', () => {
 });
 
 describe('matchApiKey', () => {
-  // A key listed twice is refused at start (issue 9 item 7: test/unit/shared/config.test.ts), so each key has one entry.
+  // A key listed twice is refused at start (test/unit/shared/config.test.ts), so each key has one entry.
   const keys = parseApiKeyRoles('one:readonly,two:operator');
   it('finds the configured entry for a key, or nothing', () => {
     expect(matchApiKey(keys, 'two')?.role).toBe('operator');

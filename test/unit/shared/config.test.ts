@@ -77,7 +77,7 @@ describe('loadApiConfig', () => {
       METRICS_PORT: 9464,
       RATE_LIMIT_RPS: 50,
       BODY_LIMIT: '1mb',
-      TRUST_PROXY: '0', // no proxy trusted unless configured (issue 9 item 4)
+      TRUST_PROXY: '0', // no proxy trusted unless configured
       JOB_ATTEMPTS: 5,
       JOB_BACKOFF_MS: 10000,
     });
@@ -114,7 +114,7 @@ describe('loadApiConfig', () => {
   });
 });
 
-/** Issue 9 item 7: the plain manifests' placeholders, repeated keys, short keys. */
+/** The plain manifests' placeholders, repeated keys, short keys. */
 describe('placeholder secrets, repeated keys, short keys', () => {
   const base = { OPS_API_KEY_ROLES: `${SECRET}:operator`, REDIS_URL: 'redis://127.0.0.1:6379' };
 

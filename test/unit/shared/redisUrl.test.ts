@@ -4,13 +4,12 @@
  * REDIS_URL and the problem, never the value (it may carry a password).
  */
 import { describe, expect, it } from '@jest/globals';
-import { taggedKey, seenKey } from '../../../src/domain/redisOps.js';
+import { queuePrefix, taggedKey, seenKey } from '../../../src/shared/keys.js';
 import { loadApiConfig, loadWorkerConfig } from '../../../src/shared/config.js';
 import { ConfigError } from '../../../src/shared/errors.js';
 import {
   clusterOptions,
   parseRedisUrl,
-  queuePrefix,
   redisPasswords,
   sentinelOptions,
   type ParsedRedisUrl,

@@ -68,7 +68,7 @@ describe('deploy Job', () => {
     expect(env.STAGE).toBe('prod');
     // The inventory cannot shadow the reserved variables.
     expect((container.env ?? []).filter((e) => e.name === 'OPSGATE_REF')).toHaveLength(1);
-    // The pushed commit from the job data, never the inventory's (issue 9 item 12).
+    // The pushed commit from the job data, never the inventory's.
     expect(env.OPSGATE_COMMIT_SHA).toBe('abc');
     expect((container.env ?? []).filter((e) => e.name === 'OPSGATE_COMMIT_SHA')).toHaveLength(1);
     expect(JSON.stringify([container.command, container.args])).not.toContain('curl');

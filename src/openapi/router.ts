@@ -1,8 +1,8 @@
 import { Router } from 'express';
 import { methodNotAllowed } from '../middleware/errors.js';
-import { buildOpenApiDocument } from '../openapi/document.js';
-import { API_DESCRIPTION, API_ROUTES } from '../openapi/routes.js';
-import { ADMIN_BASE_PATH } from './admin.js';
+import { buildOpenApiDocument } from './document.js';
+import { API_DESCRIPTION, API_ROUTES } from './routes.js';
+import { ADMIN_BASE_PATH } from '../routes/admin.js';
 
 /**
  * GET /openapi.json (no authentication): the OpenAPI 3.1 document, built once from the route

@@ -1,0 +1,69 @@
+/**
+ * The import layers of opsgate, checked by `make lint-layers`. Arrows point down only:
+ *
+ *   src/server.ts, src/app.ts        wiring: may import anything below
+ *   src/openapi/                     describes the routes (reads their schemas); nothing imports it but the wiring
+ *   src/routes/                      HTTP: may use domain, middleware, shared
+ *   src/domain/   src/middleware/    intake and operations / request plumbing: shared only, never each other
+ *   src/shared/                      the floor: imports nothing of opsgate above it
+ *   worker/                          the other process: src/shared only
+ */
+/** @type {import('dependency-cruiser').IConfiguration} */
+module.exports = {
+  forbidden: [
+    {
+      name: 'no-circular',
+      severity: 'error',
+      comment: 'An import cycle makes load order matter and the layers meaningless.',
+      from: {},
+      to: { circular: true },
+    },
+    {
+      name: 'shared-is-the-floor',
+      severity: 'error',
+      comment: 'src/shared is used by both processes and imports nothing of opsgate above it.',
+      from: { path: '^src/shared/' },
+      to: { path: '^(src/(domain|middleware|routes|openapi)/|src/(app|server)\\.ts$|worker/)' },
+    },
+    {
+      name: 'domain-below-http',
+      severity: 'error',
+      comment: 'The domain knows nothing of Express plumbing, routes or their description.',
+      from: { path: '^src/domain/' },
+      to: { path: '^(src/(middleware|routes|openapi)/|src/(app|server)\\.ts$|worker/)' },
+    },
+    {
+      name: 'middleware-below-routes',
+      severity: 'error',
+      comment: 'Middleware is request plumbing over src/shared; what it needs of the domain belongs in src/shared.',
+      from: { path: '^src/middleware/' },
+      to: { path: '^(src/(domain|routes|openapi)/|src/(app|server)\\.ts$|worker/)' },
+    },
+    {
+      name: 'routes-do-not-import-their-description',
+      severity: 'error',
+      comment: 'src/openapi reads the routes; the routes never import it back.',
+      from: { path: '^src/routes/' },
+      to: { path: '^(src/openapi/|src/(app|server)\\.ts$|worker/)' },
+    },
+    {
+      name: 'openapi-below-wiring',
+      severity: 'error',
+      from: { path: '^src/openapi/' },
+      to: { path: '^(src/(app|server)\\.ts$|worker/)' },
+    },
+    {
+      name: 'worker-uses-shared-only',
+      severity: 'error',
+      comment: 'The worker shares src/shared with the API and nothing of its HTTP side.',
+      from: { path: '^worker/' },
+      to: { path: '^src/', pathNot: '^src/shared/' },
+    },
+  ],
+  options: {
+    doNotFollow: { path: 'node_modules' },
+    tsConfig: { fileName: 'tsconfig.json' },
+    tsPreCompilationDeps: true,
+    enhancedResolveOptions: { extensions: ['.ts', '.js'] },
+  },
+};

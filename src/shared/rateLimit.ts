@@ -1,0 +1,183 @@
+import { isIP } from 'node:net';
+import type { Redis } from 'ioredis';
+import { Counter } from 'prom-client';
+import { sha256Hex } from './crypto.js';
+import { TooManyRequestsError } from './errors.js';
+import type { Logger } from './logger.js';
+import { loadLua } from './lua.js';
+import type { Metrics } from './metrics.js';
+import { callScript, defineScript } from './redisBatch.js';
+
+/**
+ * Rate-limit counting: a fixed window per client address, counted in Redis so every API replica
+ * shares it. The Express side (which requests count, when the hit is sent) is
+ * src/middleware/rateLimit.ts; the intake sends a deferred hit inside its claim script
+ * (src/domain/claim.ts). Both sit above this file.
+ *
+ * One Lua script (src/shared/lua/rate-hit.lua) does INCR + PEXPIRE atomically in a single round
+ * trip and returns the count and the window's remaining milliseconds. Over the limit: the 429
+ * error, whose Retry-After is whole seconds, at least 1. Fixed windows allow a burst of up to 2x
+ * the limit across a window boundary; that is the accepted trade-off for one key and one round
+ * trip per request.
+ *
+ * Redis unavailable: FAIL OPEN (the reason is in src/middleware/rateLimit.ts). Each fail-open is
+ * counted (opsgate_rate_limit_errors_total) and logged (at most one warning per 10 s per process).
+ * A Redis call that hangs is abandoned after `timeoutMs`, then fails open too.
+ */
+
+/** The piece that counts a hit, for a caller's script that runs it first on the same server. */
+export const RATE_HIT_LUA_PIECE = 'rate-hit';
+const SCRIPT_NAME = 'opsgateRateLimitHit';
+/** KEYS[1] = counter key, ARGV[1] = window ms. Returns {count, remaining window ms}. */
+const HIT_SCRIPT = loadLua(RATE_HIT_LUA_PIECE, 'rate-limit');
+
+/** A rate-limit hit that the route sends with its own first Redis call. */
+export interface DeferredRateHit {
+  /**
+   * Sends the hit on `redis` now, synchronously, so it goes out in the same write as the
+   * commands the caller issues in this tick (src/shared/redisBatch.ts). Resolves with the
+   * decision, never rejects: the 429 error over the limit, else undefined (fails open on a Redis error).
+   */
+  sendOn(redis: Redis): Promise<TooManyRequestsError | undefined>;
+  /**
+   * For a caller that runs RATE_HIT_LUA_PIECE inside its own script (same server, one command less):
+   * the counter key, the window, the limit, and the decision for the script's {count, ttl}
+   * (an Error: the script failed, fail open). Marks the hit sent.
+   */
+  inline(): { key: string; windowMs: number; rps: number; decide(reply: [number, number] | Error): TooManyRequestsError | undefined };
+  /** Sends the hit on its own (one round trip, abandoned after the timeout); throws 429 over the limit. */
+  run(): Promise<void>;
+  /** True once sendOn or run has sent it (a hit is sent at most once). */
+  readonly sent: boolean;
+}
+
+export interface RateCounterOptions {
+  /** A `request`-profile connection (fails fast when Redis is down). */
+  redis: Redis;
+  /** Hits per window per key; at least 1. */
+  rps: number;
+  windowMs: number;
+  /** Give up on Redis after this long and fail open. */
+  timeoutMs: number;
+  metrics?: Metrics;
+  logger?: Logger;
+}
+
+export interface RateCounter {
+  /** One hit on its own: resolves with the 429 error or undefined (fail open on error or timeout). */
+  hit(key: string): Promise<TooManyRequestsError | undefined>;
+  /** A hit to be sent later, with the caller's own first Redis call. */
+  deferred(key: string): DeferredRateHit;
+}
+
+/** The Redis key part for an address: the IP itself, or a hash of anything that is not one. */
+export function addressKey(address: string | undefined): string {
+  if (!address) return 'unknown';
+  if (isIP(address) !== 0) return address;
+  return 'h:' + sha256Hex(address).slice(0, 32);
+}
+
+function errorsCounter(metrics: Metrics | undefined): Counter | undefined {
+  if (!metrics) return undefined;
+  const name = 'opsgate_rate_limit_errors_total';
+  const existing = metrics.registry.getSingleMetric(name);
+  if (existing) return existing as Counter;
+  return new Counter({
+    name,
+    help: 'Requests let through without a rate-limit decision because Redis was unavailable (fail-open).',
+    registers: [metrics.registry],
+  });
+}
+
+export function createRateCounter(opts: RateCounterOptions): RateCounter {
+  const { redis, rps, windowMs, timeoutMs, metrics, logger } = opts;
+  const failOpen = errorsCounter(metrics);
+
+  // EVALSHA with an automatic EVAL fallback (NOSCRIPT after a Redis restart).
+  defineScript(redis, SCRIPT_NAME, HIT_SCRIPT);
+  const send = (key: string) => callScript(redis, SCRIPT_NAME, [key], [windowMs]) as Promise<[number, number]>;
+
+  let lastWarn = 0;
+  const onRedisError = (err: unknown) => {
+    failOpen?.inc();
+    const now = Date.now();
+    if (logger && now - lastWarn >= 10_000) {
+      lastWarn = now;
+      logger.warn('rate limit unavailable (Redis error); failing open', { err });
+    }
+  };
+
+  /** Over the limit -> the 429 error; within it -> undefined. */
+  const decide = (reply: unknown): TooManyRequestsError | undefined => {
+    const [count, ttl] = reply as [number, number];
+    if (Number(count) <= rps) return undefined;
+    metrics?.rateLimited.inc();
+    const ttlMs = Number(ttl);
+    return new TooManyRequestsError(Math.max(1, Math.ceil((ttlMs > 0 ? ttlMs : windowMs) / 1000)));
+  };
+
+  const hit = (key: string): Promise<TooManyRequestsError | undefined> =>
+    new Promise((resolve) => {
+      let settled = false;
+      const timer = setTimeout(() => {
+        if (settled) return;
+        settled = true;
+        onRedisError(new Error(`rate limit: Redis did not answer within ${timeoutMs} ms`));
+        resolve(undefined);
+      }, timeoutMs);
+      send(key).then(
+        (reply) => {
+          clearTimeout(timer);
+          if (settled) return;
+          settled = true;
+          resolve(decide(reply));
+        },
+        (err: unknown) => {
+          clearTimeout(timer);
+          if (settled) return;
+          settled = true;
+          onRedisError(err);
+          resolve(undefined);
+        },
+      );
+    });
+
+  const deferred = (key: string): DeferredRateHit => ({
+    sent: false,
+    sendOn(target) {
+      (this as { sent: boolean }).sent = true;
+      // Another connection (a Cluster's, the queue's) may not know the script yet: define it there once.
+      defineScript(target, SCRIPT_NAME, HIT_SCRIPT);
+      return callScript(target, SCRIPT_NAME, [key], [windowMs]).then(
+        (reply) => decide(reply),
+        (err: unknown) => {
+          onRedisError(err);
+          return undefined;
+        },
+      );
+    },
+    inline() {
+      (this as { sent: boolean }).sent = true;
+      return {
+        key,
+        windowMs,
+        rps,
+        decide: (reply) => {
+          if (reply instanceof Error) {
+            onRedisError(reply);
+            return undefined;
+          }
+          return decide(reply);
+        },
+      };
+    },
+    async run() {
+      if (this.sent) return;
+      (this as { sent: boolean }).sent = true;
+      const err = await hit(key);
+      if (err) throw err;
+    },
+  });
+
+  return { hit, deferred };
+}

@@ -1,0 +1,67 @@
+import type { Redis } from 'ioredis';
+import type { Logger } from './logger.js';
+import { createRedis, type RedisProfile } from './redis.js';
+
+/**
+ * The Redis connection as both processes open it: createRedis (src/shared/redis.ts) plus one
+ * watcher that remembers why the connection is down and logs the change once each way ("redis
+ * connection error" with the URL, its password removed, and the reason; then "redis connection
+ * restored"), instead of once per reconnect attempt.
+ */
+
+/** REDIS_URL with every password replaced by "***" (the userinfo's and sentinelPassword=). */
+export function redactRedisUrl(url: string): string {
+  return url
+    .replace(/^([a-z+]+:\/\/)([^@/]*)@/i, (_m, scheme: string, userinfo: string) => {
+      const colon = userinfo.indexOf(':');
+      return `${scheme}${colon < 0 ? userinfo : `${userinfo.slice(0, colon)}:***`}@`;
+    })
+    .replace(/([?&]sentinelPassword=)[^&#]*/gi, '$1***');
+}
+
+interface Watch {
+  /** Why the connection last failed (an error code such as ECONNREFUSED), until it is ready again. */
+  problem?: string;
+}
+const watches = new WeakMap<Redis, Watch>();
+
+/** A short reason for an ioredis error: its code where it has one (never a URL or a password). */
+function reasonOf(err: unknown): string {
+  const e = err as { code?: unknown; message?: unknown };
+  if (typeof e.code === 'string' && e.code) return e.code;
+  const msg = typeof e.message === 'string' ? e.message : String(err);
+  return msg.split('\n')[0]!.slice(0, 120);
+}
+
+/** Starts remembering `client`'s connection problems (once per client); logs the changes when a logger is given. */
+export function watchRedis(client: Redis, opts: { logger?: Logger; url?: string } = {}): void {
+  if (watches.has(client)) return;
+  const watch: Watch = {};
+  watches.set(client, watch);
+  client.on('error', (err: unknown) => {
+    const first = watch.problem === undefined;
+    watch.problem = reasonOf(err);
+    if (first) opts.logger?.warn('redis connection error', { err, reason: watch.problem, ...(opts.url ? { redis: redactRedisUrl(opts.url) } : {}) });
+  });
+  client.on('ready', () => {
+    if (watch.problem !== undefined) opts.logger?.info('redis connection restored', opts.url ? { redis: redactRedisUrl(opts.url) } : {});
+    watch.problem = undefined;
+  });
+}
+
+/**
+ * Why `client` cannot serve now, for a readiness answer: "redis unreachable: <reason>" while it is
+ * not connected, undefined when it is (a failing command is then the caller's to report).
+ */
+export function redisProblem(client: Redis): string | undefined {
+  if (client.status === 'ready') return undefined;
+  const problem = watches.get(client)?.problem;
+  return `redis unreachable: ${problem ?? client.status}`;
+}
+
+/** A watched connection for REDIS_URL (see the header). */
+export function connectRedis(opts: { url: string; profile: RedisProfile; name: string; logger: Logger }): Redis {
+  const client = createRedis(opts.url, opts.profile, opts.name);
+  watchRedis(client, { logger: opts.logger, url: opts.url });
+  return client;
+}

@@ -1,0 +1,32 @@
+import type { Redis } from 'ioredis';
+import type { LoopMonitor } from '../src/shared/eventLoop.js';
+import { within } from '../src/shared/shutdown.js';
+
+/**
+ * GET /livez on the worker's metrics port (its liveness probe). 503 when the event loop lagged
+ * more than maxLagMs within the last 10 s (a blocked or starved loop cannot run jobs or renew
+ * their locks); 200 otherwise. The body also reports the Redis connection: "ready" (PING answered
+ * within timeoutMs), "connecting" (not started yet), or the client's state / "unresponsive".
+ * Redis trouble alone does not fail liveness: restarting the worker would not bring Redis back.
+ */
+export function workerLiveness(deps: { monitor: LoopMonitor; maxLagMs: number; redis: () => Redis | undefined; timeoutMs?: number }) {
+  return async (): Promise<{ status: number; body: Record<string, unknown> }> => {
+    const lag = deps.monitor.maxLagMs();
+    const client = deps.redis();
+    let redisState: string;
+    if (!client) redisState = 'connecting';
+    else if (client.status !== 'ready') redisState = client.status;
+    else redisState = (await within(client.ping(), deps.timeoutMs ?? 1000)) ? 'ready' : 'unresponsive';
+    const loopOk = lag <= deps.maxLagMs;
+    return {
+      status: loopOk ? 200 : 503,
+      body: {
+        status: loopOk ? 'ok' : 'event loop blocked',
+        event_loop_lag_ms: lag,
+        event_loop_max_lag_ms: deps.maxLagMs,
+        redis: redisState,
+        ...(loopOk ? {} : { detail: `event loop lagged ${lag} ms (limit ${deps.maxLagMs} ms) within the last 10 s` }),
+      },
+    };
+  };
+}

@@ -1,0 +1,104 @@
+import type { Worker } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { Logger } from '../src/shared/logger.js';
+import { shutdownBudget, within } from '../src/shared/shutdown.js';
+
+/** Waits (at most ms) for BullMQ's blocking connection to leave the "reconnecting" state. */
+export async function settleBlockingConnection(worker: Worker, ms: number): Promise<void> {
+  // BullMQ internals (6.x: worker.backend.blockingConnection.client); absent -> nothing to do.
+  const holder = worker as unknown as { backend?: { blockingConnection?: { client?: Promise<Redis> } } };
+  const clientP = holder.backend?.blockingConnection?.client;
+  if (!clientP) return;
+  let client: Redis | undefined;
+  await within(clientP.then((c) => (client = c)), ms);
+  if (!client || client.status !== 'reconnecting') return;
+  const c = client;
+  await within(new Promise<void>((resolve) => {
+    c.once('ready', () => resolve());
+    c.once('end', () => resolve());
+  }), ms);
+}
+
+/**
+ * Stops the queue worker: no new jobs; active jobs may finish within graceMs; past it they are
+ * aborted (their attempt fails and is retried later). Then Redis is quit. Every step is bounded
+ * (by stepMs); resolves false when one did not finish in time.
+ */
+export async function closeWorker(worker: Worker, redis: Redis, logger: Logger, graceMs: number, stepMs: number): Promise<boolean> {
+  let clean = true;
+  // BullMQ's close interrupts its blocking BZPOPMIN by disconnecting that connection and then
+  // waits for its 'end' event. ioredis never emits 'end' for a connection disconnected while
+  // it waits to reconnect (status "reconnecting", e.g. just after a Redis restart): close()
+  // would wait forever. So a reconnecting blocking connection gets a bounded chance to come back first.
+  await settleBlockingConnection(worker, Math.min(5000, stepMs / 2));
+  const closed = worker.close();
+  if (!(await within(closed, graceMs))) {
+    logger.warn('shutdown grace period over; aborting active jobs (they will be retried)', { grace_ms: graceMs });
+    worker.cancelAllJobs('worker shutting down');
+    if (!(await within(closed, Math.min(5000, stepMs / 2)))) {
+      // worker.close(true) would return the same pending promise: nothing more to wait for.
+      logger.error('shutdown step timed out: the queue worker did not close (active jobs are recovered as stalled)', { step: 'worker' });
+      clean = false;
+    }
+  }
+  if (!(await within(redis.quit(), Math.min(2000, stepMs / 4)))) {
+    redis.disconnect();
+    logger.error('shutdown step timed out: redis quit; disconnected', { step: 'redis' });
+    clean = false;
+  }
+  return clean;
+}
+
+export interface ProcessShutdownDeps {
+  logger: Logger;
+  graceMs: number;
+  stepMs: number;
+  /** The running worker, once it is connected. */
+  handle(): { close(graceMs?: number, stepMs?: number): Promise<boolean> } | undefined;
+  /** Further close steps after the worker, each bounded by 3 s (metrics server, queue depth reader). */
+  steps: ReadonlyArray<{ name: string; run: () => Promise<unknown> }>;
+}
+
+/**
+ * SIGTERM / SIGINT for the worker process: drain the active jobs (graceMs), close the rest, exit 0
+ * when every step finished, else 1. A second signal exits at once. The whole is bounded by
+ * graceMs + stepMs (src/shared/shutdown.ts).
+ */
+export function onShutdownSignals(deps: ProcessShutdownDeps): void {
+  const { logger, graceMs, stepMs } = deps;
+  let stopping = false;
+  const shutdown = (signal: NodeJS.Signals) => {
+    if (stopping) {
+      logger.warn('second signal during shutdown; exiting now', { signal });
+      process.exit(1);
+    }
+    stopping = true;
+    const h = deps.handle();
+    if (!h) {
+      // Still connecting to Redis: no job can be active yet.
+      logger.info('worker stopped before it was ready', { signal });
+      void logger.flush().finally(() => process.exit(0));
+      return;
+    }
+    // Hard bound of the whole shutdown: the job drain plus the close steps.
+    const budget = shutdownBudget(logger, graceMs + stepMs, () => process.exit(1));
+    logger.info('shutting down: waiting for active jobs', { signal, grace_s: graceMs / 1000, shutdown_timeout_s: stepMs / 1000 });
+    void (async () => {
+      // Metrics stay up while active jobs drain.
+      const workerClean = await h.close(graceMs, stepMs);
+      for (const s of deps.steps) await budget.step(s.name, s.run, 3000);
+      budget.done();
+      if (workerClean && budget.unfinished.length === 0) {
+        logger.info('worker stopped', { signal });
+        // The logger writes asynchronously: flush its last lines before exit (bounded).
+        await logger.flush();
+        process.exit(0);
+      }
+      logger.error('shutdown incomplete: some close steps timed out; exiting 1', { signal, unfinished: [...(workerClean ? [] : ['worker']), ...budget.unfinished] });
+      await logger.flush();
+      process.exit(1);
+    })();
+  };
+  process.on('SIGTERM', shutdown);
+  process.on('SIGINT', shutdown);
+}
