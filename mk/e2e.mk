@@ -25,7 +25,7 @@ node-up: tools node-deps images ## Start the single-node test cluster (hack/node
 node-down: ## Stop the test cluster and restore every side effect (sysctls, iptables, bridge, mounts)
 	hack/node.sh down
 
-e2e: deps tools node-deps images ## End-to-end on a real node: helm install --wait/test, jobs in pods, alert loop (~10 min)
+e2e: deps tools node-deps images release ## End-to-end on a real node: helm install --wait/test, jobs in pods, alert loop (~10 min)
 	@mkdir -p artifacts; start=$$(date +%s); rc=0; \
 	hack/node.sh up >artifacts/node-up.log 2>&1 || { rc=$$?; tail -40 artifacts/node-up.log; }; \
 	if [ $$rc = 0 ]; then $(JEST) --ci -c test/node/jest.config.js $(E2E_JEST_ARGS) || rc=$$?; fi; \
