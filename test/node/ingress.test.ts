@@ -40,7 +40,7 @@ interface Answer {
 function send(method: string, path: string, opts: { from?: string; headers?: Record<string, string>; body?: string } = {}): Promise<Answer> {
   return new Promise((res, rej) => {
     const req = request(
-      { host: '127.0.0.1', port, method, path, localAddress: opts.from ?? CLIENT, headers: { Host: HOST, ...opts.headers }, timeout: 15_000 },
+      { host: '127.0.0.1', port, method, path, agent: false, localAddress: opts.from ?? CLIENT, headers: { Host: HOST, ...opts.headers }, timeout: 15_000 },
       (r) => {
         let text = '';
         r.setEncoding('utf8');
@@ -116,7 +116,11 @@ subjects: [{kind: ServiceAccount, name: traefik, namespace: ${NS}}]
 });
 
 afterAll(async () => {
-  traefik?.kill('SIGTERM');
+  if (traefik && traefik.exitCode === null) {
+    const exited = new Promise((r) => traefik!.once('exit', r));
+    traefik.kill('SIGTERM');
+    await exited;
+  }
   await helm(['uninstall', RELEASE, '-n', NS, '--wait', '--timeout', '2m']);
   await kubectl(['delete', 'namespace', NS, '--wait=false']);
   await kubectl(['delete', 'clusterrolebinding,clusterrole', 'e2e-traefik']);
@@ -152,15 +156,23 @@ describe('webhooks through Traefik by the Ingress host name', () => {
   });
 
   test("the audit line records the client's address, not the controller's, and ignores a forged X-Forwarded-For", async () => {
-    const r = await send('GET', '/ops/hosts?probe=ingress-audit', { headers: { 'X-Forwarded-For': '203.0.113.9' } });
-    expect(r.status).toBe(401);
-    const line = await waitFor(
+    // A webhook call (audited whatever its outcome) with a wrong token and a forged client address.
+    const r = await send('POST', '/webhook/gitlab?probe=ingress-audit', {
+      headers: { 'Content-Type': 'application/json', 'X-Gitlab-Token': 'not-the-secret', 'X-Gitlab-Event': 'Push Hook', 'X-Forwarded-For': '203.0.113.9' },
+      body: '{}',
+    });
+    expect(r.status).toBe(403);
+    const entry = await waitFor(
       'the audit line of the probe',
-      async () => (await apiLogs()).split('\n').find((l) => l.includes('"audit":true') && l.includes('probe=ingress-audit')),
+      async () =>
+        (await apiLogs())
+          .split('\n')
+          .filter((l) => l.startsWith('{'))
+          .map((l) => JSON.parse(l) as Obj)
+          .find((l) => l.msg === 'audit' && l.query === 'probe=ingress-audit'),
       60_000,
     );
-    const entry = JSON.parse(line) as Obj;
-    expect(entry.client).toBe(CLIENT);
+    expect(entry).toMatchObject({ path: '/webhook/gitlab', status: 403, client: CLIENT });
   });
 
   test('the rate limiter counts per client address behind the controller', async () => {
