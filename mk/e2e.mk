@@ -31,7 +31,9 @@ node-down: ## Stop the test cluster and restore every side effect (sysctls, ipta
 e2e: deps tools node-deps images release ## End-to-end on a real node: helm install --wait/test, jobs in pods, alert loop (~10 min)
 	@mkdir -p artifacts; start=$$(date +%s); rc=0; \
 	hack/node.sh up >artifacts/node-up.log 2>&1 || { rc=$$?; tail -40 artifacts/node-up.log; }; \
-	if [ $$rc = 0 ]; then $(JEST) --ci -c test/node/jest.config.js --testPathIgnorePatterns /node_modules/ test/node/registry.test.ts $(E2E_JEST_ARGS) || rc=$$?; fi; \
-	if [ $$rc = 0 ]; then $(JEST) --ci -c test/node/jest.config.js test/node/registry.test.ts || rc=$$?; fi; \
+	if [ $$rc = 0 ]; then \
+	  $(JEST) --ci -c test/node/jest.config.js --testPathIgnorePatterns /node_modules/ test/node/registry.test.ts $(E2E_JEST_ARGS) || rc=$$?; \
+	  $(JEST) --ci -c test/node/jest.config.js test/node/registry.test.ts || rc=$$?; \
+	fi; \
 	hack/node.sh down >>artifacts/node-up.log 2>&1 || rc=1; \
 	echo "e2e: node + tests took $$(( $$(date +%s) - start ))s"; exit $$rc
