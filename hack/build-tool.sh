@@ -8,6 +8,7 @@
 #                                          kubelet, kube-proxy, kubectl (k8s.io/kubernetes + its staging modules)
 #   hack/build-tool.sh coredns <version> -> coredns        (github.com/coredns/coredns)
 #   hack/build-tool.sh prometheus <v0.x> -> prometheus     (github.com/prometheus/prometheus, Kubernetes SD only)
+#   hack/build-tool.sh traefik <v3.x>    -> traefik        (github.com/traefik/traefik/v3, the e2e's Ingress controller)
 #
 # Binaries are real files in ${XDG_CACHE_HOME:-$HOME/.cache}/opsgate-tools/<tool>-<version>/
 # (shared by every clone on the machine, so CI's fresh clone reuses them) and are
@@ -28,7 +29,8 @@ case $tool in
   k8s)  bins=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl) ;;
   coredns) bins=(coredns) ;;
   prometheus) bins=(prometheus) ;;
-  *) echo "build-tool.sh: unknown tool '$tool' (helm|etcd|k8s|coredns|prometheus)" >&2; exit 2 ;;
+  traefik) bins=(traefik) ;;
+  *) echo "build-tool.sh: unknown tool '$tool' (helm|etcd|k8s|coredns|prometheus|traefik)" >&2; exit 2 ;;
 esac
 
 log() { echo "[build-tool $tool $version] $*" >&2; }
@@ -230,6 +232,28 @@ EOF
     go get -tags "remove_all_sd,enable_kubernetes_sd" "github.com/prometheus/prometheus/cmd/prometheus@$version"
     log "compiling prometheus (kubernetes SD only)"
     "${NICE[@]}" go build -p "$GO_P" -tags "remove_all_sd,enable_kubernetes_sd" -ldflags "-s -w" -o "$stage/prometheus" github.com/prometheus/prometheus/cmd/prometheus
+    ;;
+
+  traefik)
+    # Traefik's go.mod replaces three modules with its own forks; replace directives are ignored
+    # for a dependency, so the same lines are copied into this wrapper. `go mod tidy` is not run:
+    # it would drop the pinned version for the newest one, whose nested modules the proxy refuses.
+    log "fetching github.com/traefik/traefik/v3 go.mod"
+    gomod=$(go mod download -json "github.com/traefik/traefik/v3@$version" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+    [[ -f $gomod ]] || { echo "cannot download github.com/traefik/traefik/v3@$version" >&2; exit 1; }
+    {
+      echo "module opsgate.local/tools/traefik"
+      echo
+      grep -m1 '^go ' "$gomod"
+      echo
+      echo "require github.com/traefik/traefik/v3 $version"
+      echo
+      sed -n '/^replace (/,/^)/p' "$gomod"
+      grep -E '^exclude ' "$gomod" || true
+    } >go.mod
+    log "compiling traefik (slow: ~10 min cold on 2 cores)"
+    "${NICE[@]}" go build -p "$GO_P" -ldflags "-s -w -X github.com/traefik/traefik/v3/pkg/version.Version=$version" \
+      -o "$stage/traefik" github.com/traefik/traefik/v3/cmd/traefik
     ;;
 esac
 

@@ -9,6 +9,9 @@
 #   hack/node.sh down    stop everything and restore every side effect (see below); idempotent
 #   hack/node.sh status  is it up?
 #
+# An OCI registry (docker-registry) on 127.0.0.1:35000 is part of the node: what is pushed there is
+# what the kubelet pulls (containerd's registry config), as from any registry.
+#
 # Network (workplace rule: only loopback or addresses the test creates): the script creates the bridge
 # opsgate0 with 10.244.0.1/24 before anything starts. The apiserver, kubelet and CoreDNS listen on that
 # address; etcd, controller-manager, scheduler and kube-proxy's health/metrics on 127.0.0.1. Pods get
@@ -29,6 +32,9 @@ POD_CIDR=10.244.0.0/24
 SERVICE_CIDR=10.96.0.0/16
 DNS_IP=10.96.0.10
 API_PORT=6443
+# The node's OCI registry (Debian's docker-registry, CNCF distribution): loopback only; containerd
+# pulls from it over plain HTTP (hosts.toml below), `make push REGISTRY=$REGISTRY_ADDR/...` fills it.
+REGISTRY_ADDR=127.0.0.1:${OPSGATE_REGISTRY_PORT:-35000}
 NODE_NAME=opsgate-node
 K8S_VERSION=${K8S_VERSION:-v1.35.4}
 PAUSE_IMAGE=localhost/pause:$K8S_VERSION
@@ -45,7 +51,7 @@ need() {
     [[ -x $BIN/$b ]] || missing+=("$b")
   done
   [[ ${#missing[@]} == 0 ]] || die "missing ${missing[*]} in $BIN (make tools)"
-  for c in containerd ctr runc iptables ip openssl; do command -v "$c" >/dev/null || missing+=("$c"); done
+  for c in containerd ctr runc iptables ip openssl docker-registry; do command -v "$c" >/dev/null || missing+=("$c"); done
   [[ -x /usr/lib/cni/bridge ]] || missing+=(containernetworking-plugins)
   [[ ${#missing[@]} == 0 ]] || die "missing ${missing[*]} (make node-deps)"
 }
@@ -120,7 +126,7 @@ up() {
   need
   [[ -e $STATE/up ]] && { log "already up ($STATE)"; env_file; return; }
   [[ -d $STATE ]] && down
-  mkdir -p "$STATE"/{logs,pids,etcd,kubelet,pod-logs,containerd/root,containerd/state,cni/net.d,cni/ipam}
+  mkdir -p "$STATE"/{logs,pids,etcd,kubelet,pod-logs,containerd/root,containerd/state,cni/net.d,cni/ipam,registry/data}
   local t0=$SECONDS
 
   # Side effects are recorded first, so `down` can restore them even after a failed `up`.
@@ -167,6 +173,24 @@ up() {
     --authentication-kubeconfig "$STATE/kube-scheduler.kubeconfig" --authorization-kubeconfig "$STATE/kube-scheduler.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port 10259 --leader-elect=false --v=1
 
+  cat >"$STATE/registry/config.yml" <<EOF
+version: 0.1
+log: {level: warn}
+storage:
+  filesystem: {rootdirectory: $STATE/registry/data}
+  delete: {enabled: true}
+http:
+  addr: $REGISTRY_ADDR
+EOF
+  start registry docker-registry serve "$STATE/registry/config.yml"
+  wait_for "registry on $REGISTRY_ADDR" 30 curl -fsS "http://$REGISTRY_ADDR/v2/"
+  mkdir -p "$STATE/containerd/certs.d/$REGISTRY_ADDR"
+  cat >"$STATE/containerd/certs.d/$REGISTRY_ADDR/hosts.toml" <<EOF
+server = "http://$REGISTRY_ADDR"
+[host."http://$REGISTRY_ADDR"]
+  capabilities = ["pull", "resolve"]
+EOF
+
   # containerd (Debian) with its own root, state, socket and CNI config.
   cat >"$STATE/containerd/config.toml" <<EOF
 version = 2
@@ -186,6 +210,8 @@ state = "$STATE/containerd/state"
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$STATE/containerd/certs.d"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$STATE/cni/net.d"
@@ -311,6 +337,7 @@ KUBECONFIG=$STATE/admin.kubeconfig
 OPSGATE_NODE_DIR=$STATE
 NODE_IP=$NODE_IP
 CONTAINERD_ADDRESS=$STATE/containerd/containerd.sock
+REGISTRY_ADDR=$REGISTRY_ADDR
 EOF
   cat "$STATE/env"
 }
@@ -346,7 +373,7 @@ down() {
   stop_pid containerd 10
   # Leftover shims of this containerd (their sockets/bundles live under the state dir).
   pkill -KILL -f "containerd-shim-runc-v2 -namespace k8s.io -id .* -address $sock" 2>/dev/null || true
-  for n in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_pid "$n" 10; done
+  for n in kube-scheduler kube-controller-manager kube-apiserver etcd registry; do stop_pid "$n" 10; done
 
   # Pod network namespaces made by CNI during this run.
   if [[ -d /run/netns ]]; then

@@ -9,12 +9,14 @@ ETCD_VERSION ?= v3.6.16
 COREDNS_VERSION ?= v1.15.0
 # Prometheus 3.x (module versions v0.3xx): Debian's 2.42 has no Kubernetes service discovery.
 PROMETHEUS_VERSION ?= v0.316.0
+# Traefik: the Ingress controller of the e2e (v3.7 needs a nested module the module proxy refuses).
+TRAEFIK_VERSION ?= v3.6.12
 TOOLS_CACHE  ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/opsgate-tools
 export OPSGATE_TOOLS_CACHE := $(TOOLS_CACHE)
 
 ##@ Build
-.PHONY: tools tools-helm tools-k8s tools-etcd tools-coredns tools-prometheus
-tools: tools-helm tools-etcd tools-k8s tools-coredns tools-prometheus ## Build/link helm, etcd, Kubernetes (apiserver, controller-manager, scheduler, kubelet, kube-proxy, kubectl), CoreDNS, Prometheus into .tools/bin
+.PHONY: tools tools-helm tools-k8s tools-etcd tools-coredns tools-prometheus tools-traefik
+tools: tools-helm tools-etcd tools-k8s tools-coredns tools-prometheus tools-traefik ## Build/link helm, etcd, Kubernetes (apiserver, controller-manager, scheduler, kubelet, kube-proxy, kubectl), CoreDNS, Prometheus, Traefik into .tools/bin
 
 tools-helm: ## helm (HELM_VERSION) built from helm.sh/helm/v3 (cold: ~5-17 min on 2 busy cores; cached: instant)
 	@hack/build-tool.sh helm $(HELM_VERSION)
@@ -30,3 +32,6 @@ tools-coredns: ## CoreDNS (COREDNS_VERSION) for the test node's cluster DNS (col
 
 tools-prometheus: ## Prometheus (PROMETHEUS_VERSION) with Kubernetes service discovery for the e2e alert loop (cold: 3.5 min; cached: instant)
 	@hack/build-tool.sh prometheus $(PROMETHEUS_VERSION)
+
+tools-traefik: ## Traefik (TRAEFIK_VERSION), the e2e's Ingress controller, from github.com/traefik/traefik/v3 (cold: ~10 min; cached: instant)
+	@hack/build-tool.sh traefik $(TRAEFIK_VERSION)
