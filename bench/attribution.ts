@@ -87,7 +87,8 @@ export function attribute(profile: CpuProfile, window?: readonly [number, number
   const out = new Map<string, number>();
   for (const [id, us] of perNode) {
     let feature: string | undefined;
-    for (let cur: number | undefined = id; cur !== undefined && !feature; cur = parent.get(cur)) feature = featureOf(byId.get(cur)!.callFrame);
+    for (let cur: number | undefined = id; cur !== undefined && !feature; cur = parent.get(cur))
+      feature = featureOf(byId.get(cur)!.callFrame);
     feature ??= NODE_CORE;
     if (feature === IDLE) continue;
     out.set(feature, (out.get(feature) ?? 0) + us);

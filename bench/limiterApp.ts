@@ -28,7 +28,10 @@ if (process.env.LIMITER === 'rlf') {
       () => next(),
       (rej: unknown) => {
         if (rej instanceof RateLimiterRes) {
-          res.set('Retry-After', String(Math.max(1, Math.ceil(rej.msBeforeNext / 1000)))).status(429).json({ detail: 'too many requests; slow down' });
+          res
+            .set('Retry-After', String(Math.max(1, Math.ceil(rej.msBeforeNext / 1000))))
+            .status(429)
+            .json({ detail: 'too many requests; slow down' });
         } else next(); // fail open
       },
     );

@@ -19,7 +19,20 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { startRedis } from '../test/helpers/redis.js';
 import { attribute, type CpuProfile } from './attribution.js';
-import { apiEnv, CHART_HEAP_CAP_MB, CHART_SEMI_SPACE_MB, chartHeapArgs, fmt, log, processCpuMs, ROOT, runWrk, SCM_SECRET, startServer, type Proc } from './support.js';
+import {
+  apiEnv,
+  CHART_HEAP_CAP_MB,
+  CHART_SEMI_SPACE_MB,
+  chartHeapArgs,
+  fmt,
+  log,
+  processCpuMs,
+  ROOT,
+  runWrk,
+  SCM_SECRET,
+  startServer,
+  type Proc,
+} from './support.js';
 
 const MODE = process.env.PROFILE_MODE ?? 'unique';
 const SECONDS = Number(process.env.PROFILE_SECONDS ?? 10);
@@ -50,7 +63,14 @@ async function main() {
   try {
     const servers: Array<{ key: string; label: string; script: string; env: Record<string, string>; args: string[]; token: string }> = [
       { key: 'bare', label: 'bare Express', script: 'dist/bench/bench/bareExpress.js', env: {}, args: [], token: '' },
-      { key: 'control', label: 'spec minimum', script: 'dist/bench/bench/specMinimum.js', env: { REDIS_URL: redis.url }, args: [], token: '' },
+      {
+        key: 'control',
+        label: 'spec minimum',
+        script: 'dist/bench/bench/specMinimum.js',
+        env: { REDIS_URL: redis.url },
+        args: [],
+        token: '',
+      },
       {
         key: 'api',
         label: `opsgate API (chart: old ${CHART_HEAP_CAP_MB} / semi ${CHART_SEMI_SPACE_MB} MB)`,
@@ -64,7 +84,14 @@ async function main() {
       const dir = join(outDir, sv.key);
       mkdirSync(dir, { recursive: true });
       const procs: Proc[] = [];
-      const { p, url } = await startServer(procs, sv.key, sv.script, sv.env, [...sv.args, '--cpu-prof', `--cpu-prof-dir=${dir}`], join(dir, 'stdout.log'));
+      const { p, url } = await startServer(
+        procs,
+        sv.key,
+        sv.script,
+        sv.env,
+        [...sv.args, '--cpu-prof', `--cpu-prof-dir=${dir}`],
+        join(dir, 'stdout.log'),
+      );
       const env = { BENCH_MODE: MODE, BENCH_PREFIX: `${sv.key}-${Date.now().toString(36)}`, BENCH_TOKEN: sv.token };
       log(`${sv.key}: warm-up ${WARMUP}s`);
       await runWrk(url, env, CONNECTIONS, WARMUP);
@@ -83,7 +110,14 @@ async function main() {
       const profile = JSON.parse(readFileSync(join(dir, file), 'utf8')) as CpuProfile;
       const features = new Map([...attribute(profile, [t0, t1])].map(([k, us]) => [k, us / r.requests]));
       if (features.size === 0) throw new Error(`${sv.key}: no samples inside the measured window (clock mismatch?)`);
-      results.push({ key: sv.key, label: sv.label, requests: r.requests, rps: r.requests / (r.duration_us / 1e6), processUsPerReq: ((cpu1 - cpu0) / r.requests) * 1000, features });
+      results.push({
+        key: sv.key,
+        label: sv.label,
+        requests: r.requests,
+        rps: r.requests / (r.duration_us / 1e6),
+        processUsPerReq: ((cpu1 - cpu0) / r.requests) * 1000,
+        features,
+      });
     }
   } finally {
     admin.disconnect();
@@ -92,7 +126,9 @@ async function main() {
   const load1 = os.loadavg();
 
   const api = results.find((m) => m.key === 'api')!;
-  const names = [...new Set(results.flatMap((m) => [...m.features.keys()]))].sort((a, b) => (api.features.get(b) ?? 0) - (api.features.get(a) ?? 0));
+  const names = [...new Set(results.flatMap((m) => [...m.features.keys()]))].sort(
+    (a, b) => (api.features.get(b) ?? 0) - (api.features.get(a) ?? 0),
+  );
   const head = ['main-thread us per request, by feature', ...results.map((m) => m.label)];
   const sum = (m: Measured) => [...m.features.values()].reduce((a, b) => a + b, 0);
   const rows = [
@@ -102,7 +138,8 @@ async function main() {
     ['req/s under the profiler', ...results.map((m) => fmt(m.rps, 0))],
   ];
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  const line = (cells: string[]) => '| ' + cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join(' | ') + ' |';
+  const line = (cells: string[]) =>
+    '| ' + cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join(' | ') + ' |';
   const rule = '+' + widths.map((w) => '-'.repeat(w + 2)).join('+') + '+';
   const text = [
     `opsgate bench-profile, ${new Date().toISOString()}: ${MODE} push events, wrk ${CONNECTIONS} connections, ${SECONDS} s per server under node --cpu-prof`,
@@ -113,14 +150,24 @@ async function main() {
     rule,
     ...rows.slice(names.length).map(line),
     rule,
-    '  Each sample is charged to the innermost frame of ours (or of Express\'s router dispatch) on its stack: library work counts for the feature that called it (pino under the audit line, ioredis under the claim). Socket writes made inside a feature are that feature\'s.',
+    "  Each sample is charged to the innermost frame of ours (or of Express's router dispatch) on its stack: library work counts for the feature that called it (pino under the audit line, ioredis under the claim). Socket writes made inside a feature are that feature's.",
     `  machine: ${os.cpus().length} CPUs, node ${process.version}, load average before ${load0.map((x) => x.toFixed(2)).join('/')} after ${load1.map((x) => x.toFixed(2)).join('/')}`,
   ].join('\n');
   process.stdout.write(text + '\n');
   writeFileSync(join(ROOT, 'artifacts/bench-profile.txt'), text + '\n');
   writeFileSync(
     join(ROOT, 'artifacts/bench-profile.json'),
-    JSON.stringify({ mode: MODE, seconds: SECONDS, connections: CONNECTIONS, loadavg: { before: load0, after: load1 }, servers: results.map((m) => ({ ...m, features: Object.fromEntries(m.features) })) }, null, 2),
+    JSON.stringify(
+      {
+        mode: MODE,
+        seconds: SECONDS,
+        connections: CONNECTIONS,
+        loadavg: { before: load0, after: load1 },
+        servers: results.map((m) => ({ ...m, features: Object.fromEntries(m.features) })),
+      },
+      null,
+      2,
+    ),
   );
 }
 

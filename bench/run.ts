@@ -32,7 +32,23 @@ import { join } from 'node:path';
 import { defaultJobOptions, JOB, QUEUE_NAME } from '../src/shared/jobs.js';
 import { freePort, startRedis, type RedisServer } from '../test/helpers/redis.js';
 import { startReplica } from '../test/helpers/redisTopology.js';
-import { apiEnv, CHART_HEAP_CAP_MB, CHART_SEMI_SPACE_MB, chartHeapArgs, fmt, log, MALLOC_ARENA_MAX, processCpuMs, ROOT, runWrk, SCM_SECRET, sleep, spawnNode, startServer as startServer_, type Proc } from './support.js';
+import {
+  apiEnv,
+  CHART_HEAP_CAP_MB,
+  CHART_SEMI_SPACE_MB,
+  chartHeapArgs,
+  fmt,
+  log,
+  MALLOC_ARENA_MAX,
+  processCpuMs,
+  ROOT,
+  runWrk,
+  SCM_SECRET,
+  sleep,
+  spawnNode,
+  startServer as startServer_,
+  type Proc,
+} from './support.js';
 
 const DURATION = Number(process.env.BENCH_DURATION ?? 8);
 const ALERTS_PER_PAYLOAD = Number(process.env.BENCH_ALERTS ?? 1000);
@@ -49,7 +65,6 @@ const HEAP_CAP_MB = Number(process.env.BENCH_HEAP_CAP_MB ?? CHART_HEAP_CAP_MB);
 const SEMI_SPACE_MB = Number(process.env.BENCH_SEMI_SPACE_MB ?? CHART_SEMI_SPACE_MB);
 const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 3));
 const WORKER_NODE_ARGS = (process.env.BENCH_WORKER_NODE_ARGS ?? '').split(' ').filter(Boolean);
-
 
 // ---------------------------------------------------------------- processes
 
@@ -114,8 +129,21 @@ async function redisCpuMs(r: Redis): Promise<number> {
 /** alerts1: the same alert payloads, one at a time (one connection): the latency of one payload. */
 type Mode = 'unique' | 'dup' | 'alerts' | 'alerts1';
 
-async function load(name: string, url: string, mode: Mode, pid: number, admin: Redis, token: string, opts: { warm: boolean; connections: number; seconds: number }): Promise<LoadFigures> {
-  const env = { BENCH_MODE: mode === 'alerts1' ? 'alerts' : mode, BENCH_PREFIX: `${name}-${Date.now().toString(36)}`, BENCH_TOKEN: token, BENCH_ALERTS: String(ALERTS_PER_PAYLOAD) };
+async function load(
+  name: string,
+  url: string,
+  mode: Mode,
+  pid: number,
+  admin: Redis,
+  token: string,
+  opts: { warm: boolean; connections: number; seconds: number },
+): Promise<LoadFigures> {
+  const env = {
+    BENCH_MODE: mode === 'alerts1' ? 'alerts' : mode,
+    BENCH_PREFIX: `${name}-${Date.now().toString(36)}`,
+    BENCH_TOKEN: token,
+    BENCH_ALERTS: String(ALERTS_PER_PAYLOAD),
+  };
   if (opts.warm) {
     log(`${name} ${mode}: warm-up ${WARMUP}s`);
     await runWrk(url, env, opts.connections, WARMUP);
@@ -200,7 +228,11 @@ async function addBulkFloor(redis: RedisServer, admin: Redis) {
   const redisCpu: number[] = [];
   try {
     for (let b = 0; b < 3 * ROUNDS + 1; b++) {
-      const jobs = Array.from({ length: ALERTS_PER_PAYLOAD }, (_, i) => ({ name: JOB.notifyOncall, data: notifyData(b * ALERTS_PER_PAYLOAD + i), opts }));
+      const jobs = Array.from({ length: ALERTS_PER_PAYLOAD }, (_, i) => ({
+        name: JOB.notifyOncall,
+        data: notifyData(b * ALERTS_PER_PAYLOAD + i),
+        opts,
+      }));
       const r0 = await redisCpuMs(admin);
       const c0 = process.cpuUsage();
       const t0 = performance.now();
@@ -331,13 +363,24 @@ async function main() {
       { key: 'bare', label: 'bare Express', s: bare, token: '' },
       { key: 'control', label: 'spec minimum (SET NX + Queue.add)', s: control, token: '' },
       { key: 'api', label: `opsgate API (chart: old ${HEAP_CAP_MB} / semi ${SEMI_SPACE_MB} MB, rate limit on)`, s: api, token: SCM_SECRET },
-      { key: 'apiAck', label: 'opsgate API, REDIS_MIN_REPLICAS_ACK=1 (one local replica)', s: apiAck, token: SCM_SECRET, only: ['unique', 'alerts'] },
+      {
+        key: 'apiAck',
+        label: 'opsgate API, REDIS_MIN_REPLICAS_ACK=1 (one local replica)',
+        s: apiAck,
+        token: SCM_SECRET,
+        only: ['unique', 'alerts'],
+      },
     ];
     const runsMode = (sv: (typeof servers)[number], m: Mode) => !sv.only || sv.only.includes(m);
     const modes: Array<{ mode: Mode; label: string; connections: number; seconds: number }> = [
       { mode: 'unique', label: 'unique push events', connections: CONNECTIONS, seconds: DURATION },
       { mode: 'dup', label: 'duplicate push events', connections: CONNECTIONS, seconds: DURATION },
-      { mode: 'alerts', label: `${fmt(ALERTS_PER_PAYLOAD)}-alert payloads (${ALERT_CONNECTIONS} connections)`, connections: ALERT_CONNECTIONS, seconds: DURATION },
+      {
+        mode: 'alerts',
+        label: `${fmt(ALERTS_PER_PAYLOAD)}-alert payloads (${ALERT_CONNECTIONS} connections)`,
+        connections: ALERT_CONNECTIONS,
+        seconds: DURATION,
+      },
       { mode: 'alerts1', label: `${fmt(ALERTS_PER_PAYLOAD)}-alert payloads, one at a time`, connections: 1, seconds: DURATION },
     ];
     const runs: Record<string, LoadFigures[]> = {};
@@ -347,7 +390,13 @@ async function main() {
         for (const sv of servers) {
           if (!runsMode(sv, m.mode)) continue;
           const k = `${sv.key}:${m.mode}`;
-          (runs[k] ??= []).push(await load(sv.key, sv.s.url, m.mode, sv.s.p.child.pid!, admin, sv.token, { warm: r === 0, connections: m.connections, seconds: m.seconds }));
+          (runs[k] ??= []).push(
+            await load(sv.key, sv.s.url, m.mode, sv.s.p.child.pid!, admin, sv.token, {
+              warm: r === 0,
+              connections: m.connections,
+              seconds: m.seconds,
+            }),
+          );
         }
       }
     }
@@ -358,13 +407,27 @@ async function main() {
     // The hand-written limiter against rate-limiter-flexible (Redis store +
     // in-memory insurance limiter), each alone in front of the smallest handler, interleaved.
     const limiters = [
-      { key: 'hand', label: 'hand-written (src/middleware/rateLimit.ts)', s: await startServer('limiter-hand', 'dist/bench/bench/limiterApp.js', { REDIS_URL: redis.url, LIMITER: 'hand' }) },
-      { key: 'rlf', label: 'rate-limiter-flexible (RateLimiterRedis + memory insurance)', s: await startServer('limiter-rlf', 'dist/bench/bench/limiterApp.js', { REDIS_URL: redis.url, LIMITER: 'rlf' }) },
+      {
+        key: 'hand',
+        label: 'hand-written (src/middleware/rateLimit.ts)',
+        s: await startServer('limiter-hand', 'dist/bench/bench/limiterApp.js', { REDIS_URL: redis.url, LIMITER: 'hand' }),
+      },
+      {
+        key: 'rlf',
+        label: 'rate-limiter-flexible (RateLimiterRedis + memory insurance)',
+        s: await startServer('limiter-rlf', 'dist/bench/bench/limiterApp.js', { REDIS_URL: redis.url, LIMITER: 'rlf' }),
+      },
     ];
     const limiterRuns: Record<string, LoadFigures[]> = {};
     for (let r = 0; r < ROUNDS; r++) {
       for (const l of limiters) {
-        (limiterRuns[l.key] ??= []).push(await load(`limiter-${l.key}`, l.s.url, 'unique', l.s.p.child.pid!, admin, '', { warm: r === 0, connections: CONNECTIONS, seconds: DURATION }));
+        (limiterRuns[l.key] ??= []).push(
+          await load(`limiter-${l.key}`, l.s.url, 'unique', l.s.p.child.pid!, admin, '', {
+            warm: r === 0,
+            connections: CONNECTIONS,
+            seconds: DURATION,
+          }),
+        );
       }
     }
     for (const l of limiters) await l.s.p.stop();
@@ -380,12 +443,24 @@ async function main() {
     /** Median over rounds of a per-round ratio (the machine's load drifts between rounds). */
     const ratio = (a: string, b: string) => median(runs[a]!.map((f, i) => f.rps / runs[b]![i]!.rps));
     const p99Ok = (m: Mode) => median(runs[`api:${m}`]!.map((f, i) => (f.p99 <= runs[`control:${m}`]![i]!.p99 ? 1 : 0))) >= 0.5;
-    const table: string[][] = [['scenario', 'server', 'req/s', 'x bare', 'p50 ms', 'p99 ms', 'RSS MB', 'server CPU us/req', 'Redis ms/1k req']];
+    const table: string[][] = [
+      ['scenario', 'server', 'req/s', 'x bare', 'p50 ms', 'p99 ms', 'RSS MB', 'server CPU us/req', 'Redis ms/1k req'],
+    ];
     for (const m of modes) {
       for (const sv of servers) {
         if (!runsMode(sv, m.mode)) continue;
         const f = fig(`${sv.key}:${m.mode}`);
-        table.push([m.label, sv.label, fmt(f.rps), sv.key === 'bare' ? '1.00' : fmt(ratio(`${sv.key}:${m.mode}`, `bare:${m.mode}`), 2), fmt(f.p50, 1), fmt(f.p99, 1), fmt(f.rssMb), fmt(f.cpuUsPerReq), sv.key === 'bare' ? '-' : fmt(f.redisMsPer1k, 1)]);
+        table.push([
+          m.label,
+          sv.label,
+          fmt(f.rps),
+          sv.key === 'bare' ? '1.00' : fmt(ratio(`${sv.key}:${m.mode}`, `bare:${m.mode}`), 2),
+          fmt(f.p50, 1),
+          fmt(f.p99, 1),
+          fmt(f.rssMb),
+          fmt(f.cpuUsPerReq),
+          sv.key === 'bare' ? '-' : fmt(f.redisMsPer1k, 1),
+        ]);
       }
     }
     const apiRss = Math.max(...modes.map((m) => fig(`api:${m.mode}`).rssMb));
@@ -395,23 +470,43 @@ async function main() {
     // "1,000 alerts in one payload answered in under 100 ms": one payload's latency, so the run that
     // sends one at a time (with two in flight, each also waits for the other's CPU on 2 cores).
     const alertsP99 = fig('api:alerts1').p99;
-    const runsWithoutAnswers = Object.entries(runs).filter(([, rs]) => rs.some((f) => f.total === 0)).map(([k]) => k);
+    const runsWithoutAnswers = Object.entries(runs)
+      .filter(([, rs]) => rs.some((f) => f.total === 0))
+      .map(([k]) => k);
     const targets: Array<[string, string, boolean]> = [
       ['unique intake >= 0.60 x bare Express', fmt(uniqueRatio, 2), uniqueRatio >= 0.6],
       ['unique intake >= spec-minimum control', `${fmt(uniqueVsControl, 2)} x control`, uniqueVsControl >= 1],
       ['duplicate intake >= 0.75 x bare Express', fmt(dupRatio, 2), dupRatio >= 0.75],
-      ['API p99 <= control p99 (same round; unique)', `${fmt(fig('api:unique').p99, 1)} vs ${fmt(fig('control:unique').p99, 1)} ms`, p99Ok('unique')],
-      ['API p99 <= control p99 (same round; duplicates)', `${fmt(fig('api:dup').p99, 1)} vs ${fmt(fig('control:dup').p99, 1)} ms`, p99Ok('dup')],
+      [
+        'API p99 <= control p99 (same round; unique)',
+        `${fmt(fig('api:unique').p99, 1)} vs ${fmt(fig('control:unique').p99, 1)} ms`,
+        p99Ok('unique'),
+      ],
+      [
+        'API p99 <= control p99 (same round; duplicates)',
+        `${fmt(fig('api:dup').p99, 1)} vs ${fmt(fig('control:dup').p99, 1)} ms`,
+        p99Ok('dup'),
+      ],
       [`${fmt(ALERTS_PER_PAYLOAD)}-alert payload answered < 100 ms (API p99, one at a time)`, `${fmt(alertsP99, 1)} ms`, alertsP99 < 100],
       ['API RSS under load < 150 MB (as the chart runs it)', `${fmt(apiRss)} MB`, apiRss < 150],
-      ['every server answered in every run', runsWithoutAnswers.length ? `none from ${runsWithoutAnswers.join(', ')}` : 'yes', runsWithoutAnswers.length === 0],
-      ['worker drain >= 4,000 jobs/s', `${fmt(w.drainRate)} jobs/s (${fmt(JOBS)} in ${fmt(w.drainSeconds, 2)} s)`, w.drainRate >= 4000 && w.failed === 0 && w.leftover === 0 && w.completedLogged === JOBS + LATENCY_JOBS],
+      [
+        'every server answered in every run',
+        runsWithoutAnswers.length ? `none from ${runsWithoutAnswers.join(', ')}` : 'yes',
+        runsWithoutAnswers.length === 0,
+      ],
+      [
+        'worker drain >= 4,000 jobs/s',
+        `${fmt(w.drainRate)} jobs/s (${fmt(JOBS)} in ${fmt(w.drainSeconds, 2)} s)`,
+        w.drainRate >= 4000 && w.failed === 0 && w.leftover === 0 && w.completedLogged === JOBS + LATENCY_JOBS,
+      ],
     ];
     const widths = table[0]!.map((_, i) => Math.max(...table.map((r) => r[i]!.length)));
     const row = (r: string[]) => '| ' + r.map((c, i) => (i >= 2 ? c.padStart(widths[i]!) : c.padEnd(widths[i]!))).join(' | ') + ' |';
     const sep = '+' + widths.map((wd) => '-'.repeat(wd + 2)).join('+') + '+';
     const out: string[] = [];
-    out.push(`opsgate bench, ${started.toISOString()} (wrk, ${ROUNDS} interleaved rounds, medians; ratios are medians of per-round ratios)`);
+    out.push(
+      `opsgate bench, ${started.toISOString()} (wrk, ${ROUNDS} interleaved rounds, medians; ratios are medians of per-round ratios)`,
+    );
     out.push(sep, row(table[0]!), sep, ...table.slice(1).map(row), sep);
     const lt: string[][] = [['rate limiter alone (unique pushes)', 'req/s', 'p50 ms', 'p99 ms', 'RSS MB', 'Redis ms/1k req']];
     for (const l of limiters) {
@@ -423,7 +518,9 @@ async function main() {
     const lsep = '+' + lw.map((wd) => '-'.repeat(wd + 2)).join('+') + '+';
     const handVsRlf = median(limiterRuns.hand!.map((f, i) => f.rps / limiterRuns.rlf![i]!.rps));
     out.push('', lsep, lrow(lt[0]!), lsep, ...lt.slice(1).map(lrow), lsep);
-    out.push(`  hand-written / rate-limiter-flexible: ${fmt(handVsRlf, 2)} x req/s (median of per-round ratios). On the intake paths the hand-written hit also runs inside the claim script (0 extra round trips, 0 extra commands); rate-limiter-flexible's consume() is a round trip of its own.`);
+    out.push(
+      `  hand-written / rate-limiter-flexible: ${fmt(handVsRlf, 2)} x req/s (median of per-round ratios). On the intake paths the hand-written hit also runs inside the claim script (0 extra round trips, 0 extra commands); rate-limiter-flexible's consume() is a round trip of its own.`,
+    );
     out.push(
       '',
       `  floor under the alert target: BullMQ Queue.addBulk of ${fmt(ALERTS_PER_PAYLOAD)} notify_oncall jobs alone (no HTTP, no dedup), one batch at a time: p50 ${fmt(floor.p50, 1)} ms, max ${fmt(floor.max, 1)} ms, per batch ${fmt(floor.nodeCpuMs, 1)} ms Node CPU + ${fmt(floor.redisCpuMs, 1)} ms Redis CPU (${floor.batches} batches)`,
@@ -433,17 +530,39 @@ async function main() {
     out.push(
       '',
       `  worker: drain ${fmt(w.drainRate)} jobs/s, enqueue-to-start p50 ${fmt(w.p50)} ms p99 ${fmt(w.p99)} ms (${w.latencySamples} paced jobs), RSS ${fmt(w.rssMb)} MB; ${w.completedLogged} "job completed" lines (expected ${JOBS + LATENCY_JOBS}), failed ${w.failed}, left ${w.leftover}`,
-      ...modes.filter((m) => runs[`apiAck:${m.mode}`]).map((m) => {
-        const a = fig(`apiAck:${m.mode}`);
-        const p = fig(`api:${m.mode}`);
-        return `  REDIS_MIN_REPLICAS_ACK=1 cost (${m.label}): ${fmt(ratio(`apiAck:${m.mode}`, `api:${m.mode}`), 2)} x the plain API's req/s (${fmt(p.rps)} -> ${fmt(a.rps)}), p50 ${fmt(p.p50, 1)} -> ${fmt(a.p50, 1)} ms, p99 ${fmt(p.p99, 1)} -> ${fmt(a.p99, 1)} ms; ${a.non2xx} non-2xx (503: WAIT timed out)`;
-      }),
-      `  errors/timeouts/non-2xx: ${servers.map((sv) => `${sv.key} ${modes.filter((m) => runsMode(sv, m.mode)).map((m) => { const f = fig(`${sv.key}:${m.mode}`); return `${f.errors}/${f.non2xx}`; }).join(',')}`).join('; ')}; API log lines ${apiLogLines}`,
+      ...modes
+        .filter((m) => runs[`apiAck:${m.mode}`])
+        .map((m) => {
+          const a = fig(`apiAck:${m.mode}`);
+          const p = fig(`api:${m.mode}`);
+          return `  REDIS_MIN_REPLICAS_ACK=1 cost (${m.label}): ${fmt(ratio(`apiAck:${m.mode}`, `api:${m.mode}`), 2)} x the plain API's req/s (${fmt(p.rps)} -> ${fmt(a.rps)}), p50 ${fmt(p.p50, 1)} -> ${fmt(a.p50, 1)} ms, p99 ${fmt(p.p99, 1)} -> ${fmt(a.p99, 1)} ms; ${a.non2xx} non-2xx (503: WAIT timed out)`;
+        }),
+      `  errors/timeouts/non-2xx: ${servers
+        .map(
+          (sv) =>
+            `${sv.key} ${modes
+              .filter((m) => runsMode(sv, m.mode))
+              .map((m) => {
+                const f = fig(`${sv.key}:${m.mode}`);
+                return `${f.errors}/${f.non2xx}`;
+              })
+              .join(',')}`,
+        )
+        .join('; ')}; API log lines ${apiLogLines}`,
       `  machine: ${os.cpus().length} CPUs (${os.cpus()[0]?.model ?? '?'}), node ${process.version}, uptime load average before ${load0.map((x) => x.toFixed(2)).join('/')} after ${load1.map((x) => x.toFixed(2)).join('/')}`,
       `  settings: wrk ${CONNECTIONS} connections (${ALERT_CONNECTIONS}, and 1, for alert payloads), ${DURATION} s per run after ${WARMUP} s warm-up, RATE_LIMIT_RPS=${RATE_LIMIT_RPS}, MALLOC_ARENA_MAX=${MALLOC_ARENA_MAX ?? 'unset'} (the images' ENV) for every server, Redis flushed before each run; Redis ms/1k req = Redis CPU (INFO cpu, user+sys) per 1,000 requests; server CPU us/req = the server process's CPU (/proc, all threads) per request`,
     );
     process.stdout.write(out.join('\n') + '\n');
-    Object.assign(results, { started: started.toISOString(), runs, limiterRuns, targets, addBulkFloor: floor, worker: w, loadavg: { before: load0, after: load1 }, settings: { CONNECTIONS, ALERT_CONNECTIONS, DURATION, WARMUP, ROUNDS, RATE_LIMIT_RPS, HEAP_CAP_MB, SEMI_SPACE_MB } });
+    Object.assign(results, {
+      started: started.toISOString(),
+      runs,
+      limiterRuns,
+      targets,
+      addBulkFloor: floor,
+      worker: w,
+      loadavg: { before: load0, after: load1 },
+      settings: { CONNECTIONS, ALERT_CONNECTIONS, DURATION, WARMUP, ROUNDS, RATE_LIMIT_RPS, HEAP_CAP_MB, SEMI_SPACE_MB },
+    });
     writeFileSync(join(ROOT, 'artifacts/bench.json'), JSON.stringify(results, null, 2) + '\n');
     writeFileSync(join(ROOT, 'artifacts/bench.txt'), out.join('\n') + '\n');
     if (targets.some((t) => !t[2]) && process.env.BENCH_STRICT === '1') process.exitCode = 1;
@@ -456,6 +575,6 @@ async function main() {
 }
 
 main().catch((err: unknown) => {
-  process.stderr.write(`bench failed: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
+  process.stderr.write(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
   process.exit(1);
 });

@@ -35,13 +35,21 @@ app.post('/webhook/scm', json, async (req, res) => {
   res.status(202).json({ accepted, duplicate: !accepted, project, event_id: eventId });
 });
 app.post('/webhook/alerts', json, async (req, res) => {
-  const alerts = ((req.body as { alerts?: unknown[] }).alerts ?? []) as Array<{ status?: string; fingerprint?: string; labels?: { alertname?: string }; annotations?: object }>;
+  const alerts = ((req.body as { alerts?: unknown[] }).alerts ?? []) as Array<{
+    status?: string;
+    fingerprint?: string;
+    labels?: { alertname?: string };
+    annotations?: object;
+  }>;
   let firing = 0;
   for (const a of alerts) {
     if (a.status !== 'firing') continue;
     firing++;
     if (!a.fingerprint) continue;
-    await seenThenAdd(`seen:alert:${a.fingerprint}`, 300, 'ops_worker.notify_oncall', { alertname: a.labels?.alertname ?? 'unknown', annotations: a.annotations ?? {} });
+    await seenThenAdd(`seen:alert:${a.fingerprint}`, 300, 'ops_worker.notify_oncall', {
+      alertname: a.labels?.alertname ?? 'unknown',
+      annotations: a.annotations ?? {},
+    });
   }
   res.status(202).json({ received: alerts.length, firing });
 });

@@ -11,9 +11,13 @@ import { freePort } from '../test/helpers/redis.js';
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
 
 // Default: the chart's api.maxOldSpaceSizeMb, so the capped row is the API as the chart deploys it.
-export const CHART_HEAP_CAP_MB = Number(/^api:[\s\S]*?^ {2}maxOldSpaceSizeMb:\s*(\d+)/m.exec(readFileSync(join(ROOT, 'charts/opsgate/values.yaml'), 'utf8'))?.[1] ?? 96);
+export const CHART_HEAP_CAP_MB = Number(
+  /^api:[\s\S]*?^ {2}maxOldSpaceSizeMb:\s*(\d+)/m.exec(readFileSync(join(ROOT, 'charts/opsgate/values.yaml'), 'utf8'))?.[1] ?? 96,
+);
 
-export const CHART_SEMI_SPACE_MB = Number(/^api:[\s\S]*?^ {2}maxSemiSpaceSizeMb:\s*(\d+)/m.exec(readFileSync(join(ROOT, 'charts/opsgate/values.yaml'), 'utf8'))?.[1] ?? 0);
+export const CHART_SEMI_SPACE_MB = Number(
+  /^api:[\s\S]*?^ {2}maxSemiSpaceSizeMb:\s*(\d+)/m.exec(readFileSync(join(ROOT, 'charts/opsgate/values.yaml'), 'utf8'))?.[1] ?? 0,
+);
 
 // The images' glibc setting (Dockerfile ENV), so every server here runs as it would in the image.
 export const MALLOC_ARENA_MAX = /MALLOC_ARENA_MAX=(\d+)/.exec(readFileSync(join(ROOT, 'Dockerfile'), 'utf8'))?.[1];
@@ -33,7 +37,12 @@ export interface Proc {
  * runtime would take it): a pipe read by this process, which is also the load generator, would
  * throttle the server (Node writes to pipes synchronously) and measure our reading speed.
  */
-export function spawnNode(script: string, env: Record<string, string>, name: string, opts: { nodeArgs?: string[]; logFile?: string } = {}): Proc {
+export function spawnNode(
+  script: string,
+  env: Record<string, string>,
+  name: string,
+  opts: { nodeArgs?: string[]; logFile?: string } = {},
+): Proc {
   const out = opts.logFile ? openSync(opts.logFile, 'w') : 'pipe';
   const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), script], {
     cwd: ROOT,
@@ -83,7 +92,20 @@ export function processCpuMs(pid: number): number {
 
 export const WRK_LUA = join(ROOT, 'bench/wrk.lua');
 
-export function runWrk(url: string, env: Record<string, string>, connections: number, seconds: number): Promise<{ requests: number; duration_us: number; socket_errors: number; non2xx: number; timeouts: number; p50_us: number; p99_us: number }> {
+export function runWrk(
+  url: string,
+  env: Record<string, string>,
+  connections: number,
+  seconds: number,
+): Promise<{
+  requests: number;
+  duration_us: number;
+  socket_errors: number;
+  non2xx: number;
+  timeouts: number;
+  p50_us: number;
+  p99_us: number;
+}> {
   return new Promise((resolvePromise, reject) => {
     execFile(
       'wrk',
@@ -107,7 +129,14 @@ export function fmt(n: number, digits = 0): string {
  * Starts a server script (PORT = a free port) and waits until it answers HTTP on 127.0.0.1
  * (any status), at most 30 s; the process is added to `procs` so the caller stops it.
  */
-export async function startServer(procs: Proc[], name: string, script: string, env: Record<string, string>, nodeArgs: string[] = [], logFile?: string): Promise<{ p: Proc; url: string }> {
+export async function startServer(
+  procs: Proc[],
+  name: string,
+  script: string,
+  env: Record<string, string>,
+  nodeArgs: string[] = [],
+  logFile?: string,
+): Promise<{ p: Proc; url: string }> {
   const port = await freePort();
   const p = spawnNode(join(ROOT, script), { PORT: String(port), ...env }, name, { nodeArgs, logFile });
   procs.push(p);
@@ -152,4 +181,3 @@ export async function apiEnv(redisUrl: string, rateLimitRps: string, extra: Reco
 export function chartHeapArgs(oldMb: number, semiMb: number): string[] {
   return [`--max-old-space-size=${oldMb}`, ...(semiMb ? [`--max-semi-space-size=${semiMb}`] : [])];
 }
-

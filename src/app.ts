@@ -83,7 +83,14 @@ export function createApp(deps: AppDeps): Express {
   if (deps.config.ADMIN_UI_ENABLED) {
     app.use(
       ADMIN_BASE_PATH,
-      createAdminRouter({ queues: [deps.queue.bull], opsQueue: deps.queue, retryReplicated, apiKeys: deps.config.apiKeys, logger: deps.logger, metrics: deps.metrics }),
+      createAdminRouter({
+        queues: [deps.queue.bull],
+        opsQueue: deps.queue,
+        retryReplicated,
+        apiKeys: deps.config.apiKeys,
+        logger: deps.logger,
+        metrics: deps.metrics,
+      }),
     );
   }
 

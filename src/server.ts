@@ -37,7 +37,10 @@ export interface Running {
   stop(graceMs?: number): Promise<boolean>;
 }
 
-export async function start(env: Record<string, string | undefined> = process.env, opts: { exitOnDeadline?: boolean } = {}): Promise<Running> {
+export async function start(
+  env: Record<string, string | undefined> = process.env,
+  opts: { exitOnDeadline?: boolean } = {},
+): Promise<Running> {
   const exitOnDeadline = opts.exitOnDeadline ?? false;
   const config = loadApiConfig(env);
   const inventory = loadInventory(config.OPS_INVENTORY_FILE);
@@ -103,18 +106,26 @@ export async function start(env: Record<string, string | undefined> = process.en
       });
       const drainMs = graceMs ?? Math.min(10_000, totalMs / 2);
       logger.info('api stopping: draining in-flight requests', { drain_ms: drainMs, shutdown_timeout_s: config.SHUTDOWN_TIMEOUT_SECONDS });
-      await budget.step('http server', async () => {
-        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-        server.closeIdleConnections();
-        // In-flight requests get drainMs; then their connections are cut.
-        if (!(await within(closed, drainMs))) server.closeAllConnections();
-        await closed;
-      }, drainMs + 1000);
-      await budget.step('metrics server', async () => {
-        const closing = metricsServer.close();
-        if (!(await within(closing, 1000))) metricsServer.server.closeAllConnections();
-        await closing;
-      }, 3000);
+      await budget.step(
+        'http server',
+        async () => {
+          const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+          server.closeIdleConnections();
+          // In-flight requests get drainMs; then their connections are cut.
+          if (!(await within(closed, drainMs))) server.closeAllConnections();
+          await closed;
+        },
+        drainMs + 1000,
+      );
+      await budget.step(
+        'metrics server',
+        async () => {
+          const closing = metricsServer.close();
+          if (!(await within(closing, 1000))) metricsServer.server.closeAllConnections();
+          await closing;
+        },
+        3000,
+      );
       // With Redis unreachable BullMQ's close would wait for a connection forever.
       await budget.step('queue', () => queue.close(), 5000);
       // Not connected: nothing to flush (no offline queue on this profile); just drop it.
@@ -142,7 +153,9 @@ async function main(): Promise<void> {
       reportConfigError('opsgate-api', 'api', err);
     } else {
       const e = err as { code?: string; message?: string };
-      process.stderr.write(`opsgate-api: failed to start: ${e.code === 'EADDRINUSE' ? 'PORT or METRICS_PORT is already in use' : (e.message ?? String(err)).split('\n')[0]}\n`);
+      process.stderr.write(
+        `opsgate-api: failed to start: ${e.code === 'EADDRINUSE' ? 'PORT or METRICS_PORT is already in use' : (e.message ?? String(err)).split('\n')[0]}\n`,
+      );
     }
     process.exit(1);
   }

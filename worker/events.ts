@@ -67,7 +67,11 @@ export async function recordEvent(kc: KubeConfig, e: OpsgateEvent, logger: Logge
     return true;
   } catch (err) {
     if (apiStatus(err) === 409) return true; // an earlier attempt of this job wrote it
-    logger.warn('could not record the Kubernetes Event', { reason: e.reason, event: `${e.namespace}/${name}`, status: apiStatus(err) ?? null });
+    logger.warn('could not record the Kubernetes Event', {
+      reason: e.reason,
+      event: `${e.namespace}/${name}`,
+      status: apiStatus(err) ?? null,
+    });
     return false;
   }
 }

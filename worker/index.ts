@@ -89,8 +89,10 @@ export async function startWorker(config: WorkerConfig, deps: WorkerDeps = {}): 
   });
 
   let closing: Promise<boolean> | undefined;
-  const close = (graceMs = config.WORKER_SHUTDOWN_GRACE_SECONDS * 1000, stepMs = config.SHUTDOWN_TIMEOUT_SECONDS * 1000): Promise<boolean> =>
-    (closing ??= closeWorker(worker, redis, logger, graceMs, stepMs));
+  const close = (
+    graceMs = config.WORKER_SHUTDOWN_GRACE_SECONDS * 1000,
+    stepMs = config.SHUTDOWN_TIMEOUT_SECONDS * 1000,
+  ): Promise<boolean> => (closing ??= closeWorker(worker, redis, logger, graceMs, stepMs));
 
   return { worker, redis, logger, close };
 }

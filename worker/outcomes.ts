@@ -4,7 +4,8 @@ import type { Logger } from '../src/shared/logger.js';
 import type { Metrics } from '../src/shared/metrics.js';
 
 /** The metrics observeJobs updates (a test may pass a subset). */
-export type JobMetrics = Pick<Metrics, 'jobsProcessed' | 'jobDuration' | 'jobRetries'> & Partial<Pick<Metrics, 'jobsStalled' | 'workerErrors'>>;
+export type JobMetrics = Pick<Metrics, 'jobsProcessed' | 'jobDuration' | 'jobRetries'> &
+  Partial<Pick<Metrics, 'jobsStalled' | 'workerErrors'>>;
 
 /**
  * Every job attempt's outcome as a log line and metrics, the worker's counterpart of the API's

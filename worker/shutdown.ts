@@ -10,13 +10,19 @@ export async function settleBlockingConnection(worker: Worker, ms: number): Prom
   const clientP = holder.backend?.blockingConnection?.client;
   if (!clientP) return;
   let client: Redis | undefined;
-  await within(clientP.then((c) => (client = c)), ms);
+  await within(
+    clientP.then((c) => (client = c)),
+    ms,
+  );
   if (!client || client.status !== 'reconnecting') return;
   const c = client;
-  await within(new Promise<void>((resolve) => {
-    c.once('ready', () => resolve());
-    c.once('end', () => resolve());
-  }), ms);
+  await within(
+    new Promise<void>((resolve) => {
+      c.once('ready', () => resolve());
+      c.once('end', () => resolve());
+    }),
+    ms,
+  );
 }
 
 /**
@@ -94,7 +100,10 @@ export function onShutdownSignals(deps: ProcessShutdownDeps): void {
         await logger.flush();
         process.exit(0);
       }
-      logger.error('shutdown incomplete: some close steps timed out; exiting 1', { signal, unfinished: [...(workerClean ? [] : ['worker']), ...budget.unfinished] });
+      logger.error('shutdown incomplete: some close steps timed out; exiting 1', {
+        signal,
+        unfinished: [...(workerClean ? [] : ['worker']), ...budget.unfinished],
+      });
       await logger.flush();
       process.exit(1);
     })();

@@ -149,12 +149,20 @@ export interface ClaimOptions {
 
 const redisDown = () => new ServiceUnavailableError('redis unavailable; retry later', 5);
 
-export async function claimAndEnqueue<N extends JobName>(deps: ClaimDeps, req: ClaimRequest<N>, opts: ClaimOptions = {}): Promise<ClaimOutcome> {
+export async function claimAndEnqueue<N extends JobName>(
+  deps: ClaimDeps,
+  req: ClaimRequest<N>,
+  opts: ClaimOptions = {},
+): Promise<ClaimOutcome> {
   return (await claimAndEnqueueMany(deps, [req], opts))[0]!;
 }
 
 /** The claim protocol above for a batch of events (one alert payload): two round trips in all, whatever its size. */
-export async function claimAndEnqueueMany(deps: ClaimDeps, reqs: readonly ClaimRequest[], opts: ClaimOptions = {}): Promise<ClaimOutcome[]> {
+export async function claimAndEnqueueMany(
+  deps: ClaimDeps,
+  reqs: readonly ClaimRequest[],
+  opts: ClaimOptions = {},
+): Promise<ClaimOutcome[]> {
   defineScripts(deps.redis);
   const keysOf = (r: ClaimRequest) => [r.key, ...(r.alsoKeys ?? []).map((k) => k.key)];
   const ttlsOf = (r: ClaimRequest) => [r.ttlSeconds, ...(r.alsoKeys ?? []).map((k) => k.ttlSeconds)];
@@ -166,22 +174,26 @@ export async function claimAndEnqueueMany(deps: ClaimDeps, reqs: readonly ClaimR
   // primaries: the hit is its own command there, sent to its node in the same tick.
   const inline = opts.rateHit && !deps.redis.isCluster ? opts.rateHit.inline() : undefined;
   const head: Head | undefined = inline && { name: CLAIM_RATED, keys: [inline.key], args: [inline.windowMs, inline.rps] };
-  const [rateDecision, claimReplies] = corked(deps.redis, () => [
-    inline ? undefined : opts.rateHit?.sendOn(deps.redis),
-    settle(
-      batchedCalls(
-        deps.redis,
-        CLAIM,
-        reqs.map((r, i) => ({ r, i })),
-        ({ r, i }, keys, args) => {
-          const ks = keysOf(r);
-          keys.push(...ks);
-          args.push(ks.length, pendings[i]!, ...ttlsOf(r));
-        },
-        head,
-      ),
-    ),
-  ] as const);
+  const [rateDecision, claimReplies] = corked(
+    deps.redis,
+    () =>
+      [
+        inline ? undefined : opts.rateHit?.sendOn(deps.redis),
+        settle(
+          batchedCalls(
+            deps.redis,
+            CLAIM,
+            reqs.map((r, i) => ({ r, i })),
+            ({ r, i }, keys, args) => {
+              const ks = keysOf(r);
+              keys.push(...ks);
+              args.push(ks.length, pendings[i]!, ...ttlsOf(r));
+            },
+            head,
+          ),
+        ),
+      ] as const,
+  );
   const [separate, replies] = await Promise.all([rateDecision, claimReplies]);
   let limited = separate;
   if (inline) {
@@ -192,7 +204,11 @@ export async function claimAndEnqueueMany(deps: ClaimDeps, reqs: readonly ClaimR
   // the rate limit, was not made).
   const claimed = perItem(replies, reqs.length, inline ? 2 : 0).map((v) => (v === '' ? null : v));
   const ours = reqs.map((_, i) => i).filter((i) => claimed[i] === null);
-  const undo = () => releaseClaims(deps, ours.map((i) => ({ keys: keysOf(reqs[i]!), value: pendings[i]!, what: reqs[i]!.what })));
+  const undo = () =>
+    releaseClaims(
+      deps,
+      ours.map((i) => ({ keys: keysOf(reqs[i]!), value: pendings[i]!, what: reqs[i]!.what })),
+    );
   if (limited || claimed.some((c) => c instanceof Error)) {
     await undo();
     throw limited ?? redisDown();
@@ -218,11 +234,16 @@ export async function claimAndEnqueueMany(deps: ClaimDeps, reqs: readonly ClaimR
   try {
     added = await deps.queue.addClaimed(jobs, (client, dedupKey) => {
       defineScript(client, MARK, MARK_LUA);
-      return batchedCalls(client, MARK, toAdd.map((a, n) => ({ a, n })), ({ a, n }, keys, args) => {
-        const ks = keysOf(reqs[a.i]!);
-        keys.push(dedupKey(jobs[n]!.dedupId), ...ks);
-        args.push(ks.length, a.value);
-      });
+      return batchedCalls(
+        client,
+        MARK,
+        toAdd.map((a, n) => ({ a, n })),
+        ({ a, n }, keys, args) => {
+          const ks = keysOf(reqs[a.i]!);
+          keys.push(dedupKey(jobs[n]!.dedupId), ...ks);
+          args.push(ks.length, a.value);
+        },
+      );
     });
   } catch (err) {
     await undo();
@@ -241,7 +262,10 @@ export async function claimAndEnqueueMany(deps: ClaimDeps, reqs: readonly ClaimR
       // Harmless: a later duplicate finds "p:" and re-adds with the same job id (a no-op).
       deps.logger.warn('could not mark the seen record as queued', { what: reqs[a.i]!.what, err: mark });
     }
-    outcomes[a.i] = a.fresh && id === a.jobId ? { accepted: true, duplicate: false, jobId: id, keys: keysOf(reqs[a.i]!) } : { accepted: false, duplicate: true, jobId: id, ...(a.fresh ? {} : { completedClaim: true }) };
+    outcomes[a.i] =
+      a.fresh && id === a.jobId
+        ? { accepted: true, duplicate: false, jobId: id, keys: keysOf(reqs[a.i]!) }
+        : { accepted: false, duplicate: true, jobId: id, ...(a.fresh ? {} : { completedClaim: true }) };
   });
   if (failed.length > 0) {
     // Rule 9: remove our own pending records of the events whose add failed, then propagate (503).

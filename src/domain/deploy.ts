@@ -33,8 +33,7 @@ export function deliveryIdOf(value: string | undefined, header: string): string 
 }
 
 export type PushDecision =
-  | { kind: 'ignored'; reason: string }
-  | { kind: 'deploy'; project: string; ref: string; sha: string; eventId: string };
+  { kind: 'ignored'; reason: string } | { kind: 'deploy'; project: string; ref: string; sha: string; eventId: string };
 
 export function scmEventId(project: string, ref: string, sha: string): string {
   return `scm:${project}:${ref}:${sha}`;
@@ -170,12 +169,19 @@ export async function submitDeploy(deps: DeployDeps, req: DeployRequest): Promis
     {
       key: seenKey(req.eventId),
       ttlSeconds: SEEN_EVENT_TTL_SECONDS,
-      ...(req.delivery ? { alsoKeys: [{ key: deliveryKey(req.delivery.source, req.delivery.id), ttlSeconds: SEEN_DELIVERY_TTL_SECONDS }] } : {}),
+      ...(req.delivery
+        ? { alsoKeys: [{ key: deliveryKey(req.delivery.source, req.delivery.id), ttlSeconds: SEEN_DELIVERY_TTL_SECONDS }] }
+        : {}),
       name: JOB.runDeployPipeline,
       data: parsed.data,
       what: req.eventId,
     },
     { rateHit: req.rateHit },
   );
-  return { accepted: out.accepted, duplicate: out.duplicate, ...(out.jobId ? { jobId: out.jobId } : {}), ...(out.keys ? { keys: out.keys } : {}) };
+  return {
+    accepted: out.accepted,
+    duplicate: out.duplicate,
+    ...(out.jobId ? { jobId: out.jobId } : {}),
+    ...(out.keys ? { keys: out.keys } : {}),
+  };
 }

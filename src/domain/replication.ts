@@ -111,7 +111,10 @@ export function replicationGate(deps: ReplicationDeps): ConfirmReplicated {
       return true;
     })();
     if (!(await within(takenBack, TAKE_BACK_BUDGET_MS, () => false))) {
-      logger.warn('taking back the writes that were not replicated did not finish in time; answering 503', { budget_ms: TAKE_BACK_BUDGET_MS, jobs: written.length });
+      logger.warn('taking back the writes that were not replicated did not finish in time; answering 503', {
+        budget_ms: TAKE_BACK_BUDGET_MS,
+        jobs: written.length,
+      });
     }
     throw new NotReplicatedError(minReplicas);
   };

@@ -48,7 +48,10 @@ export interface RestartAck {
 /** A query parameter must be given exactly once and be non-empty. */
 const queryParam = (name: string) =>
   z
-    .string({ error: (iss) => (iss.input === undefined ? `query parameter "${name}" is required` : `query parameter "${name}" must be given once, as a string`) })
+    .string({
+      error: (iss) =>
+        iss.input === undefined ? `query parameter "${name}" is required` : `query parameter "${name}" must be given once, as a string`,
+    })
     .min(1, `query parameter "${name}" is required`);
 
 /** Query of POST /ops/restart: what validates it, and the OpenAPI parameters. */
@@ -75,7 +78,11 @@ export const restartAckSchema = z.object({
 export const IDEMPOTENCY_TTL_SECONDS = 24 * 3600;
 export const coalesceId = (namespace: string, deployment: string): string => `restart:${namespace}/${deployment}`;
 
-export function validateRestart(inventory: Inventory, hostRaw: unknown, serviceRaw: unknown): { host: string; service: string; namespace: string } {
+export function validateRestart(
+  inventory: Inventory,
+  hostRaw: unknown,
+  serviceRaw: unknown,
+): { host: string; service: string; namespace: string } {
   const q = restartQuerySchema.safeParse({ host: hostRaw, service: serviceRaw });
   if (!q.success) throw new UnprocessableError(q.error.issues[0]!.message);
   const { host, service } = q.data;

@@ -111,7 +111,8 @@ export function parseWebhookBody(buf: Buffer, contentType: string | undefined): 
   const type = (contentType ?? '').split(';', 1)[0]!.trim().toLowerCase();
   if (type !== 'application/x-www-form-urlencoded') return parseJson(buf);
   const payload = new URLSearchParams(buf.toString('utf8')).get('payload');
-  if (payload === null || payload === '') throw new InvalidJsonError('form-encoded body must carry the JSON payload in the field "payload"');
+  if (payload === null || payload === '')
+    throw new InvalidJsonError('form-encoded body must carry the JSON payload in the field "payload"');
   return parseJsonText(payload);
 }
 

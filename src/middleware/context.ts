@@ -30,7 +30,10 @@ export const CALLER_REQUEST_ID_MAX = 128;
  */
 export function callerRequestId(given: string | undefined): string | undefined {
   if (given === undefined) return undefined;
-  const v = given.slice(0, CALLER_REQUEST_ID_MAX).replace(/[^\x20-\x7e]/g, '?').trim();
+  const v = given
+    .slice(0, CALLER_REQUEST_ID_MAX)
+    .replace(/[^\x20-\x7e]/g, '?')
+    .trim();
   return v === '' ? undefined : v;
 }
 

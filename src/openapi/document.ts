@@ -58,7 +58,12 @@ const SECURITY_SCHEMES: Record<SecuritySchemeName, Record<string, unknown>> = {
   },
   bearer: { type: 'http', scheme: 'bearer', description: 'OPS_BEARER_TOKEN (scheme word case-insensitive). Unset: every call 401.' },
   alertsBearer: { type: 'http', scheme: 'bearer', description: 'ALERTS_WEBHOOK_TOKEN, required only when it is set.' },
-  scmToken: { type: 'apiKey', in: 'header', name: 'X-Scm-Token', description: 'Must equal SCM_WEBHOOK_SECRET. Unset secret: every call 403.' },
+  scmToken: {
+    type: 'apiKey',
+    in: 'header',
+    name: 'X-Scm-Token',
+    description: 'Must equal SCM_WEBHOOK_SECRET. Unset secret: every call 403.',
+  },
   githubSignature: {
     type: 'apiKey',
     in: 'header',
@@ -69,7 +74,7 @@ const SECURITY_SCHEMES: Record<SecuritySchemeName, Record<string, unknown>> = {
     type: 'apiKey',
     in: 'header',
     name: 'X-Gitlab-Token',
-    description: "GitLab's \"Secret token\": GITLAB_WEBHOOK_SECRET (or SCM_WEBHOOK_SECRET when unset).",
+    description: 'GitLab\'s "Secret token": GITLAB_WEBHOOK_SECRET (or SCM_WEBHOOK_SECRET when unset).',
   },
   basic: { type: 'http', scheme: 'basic', description: 'Browsers: any user name, an operator key as the password.' },
 };
@@ -102,7 +107,11 @@ export function buildOpenApiDocument(routes: readonly RouteDoc[], info: { versio
       const schema = doc.schema ?? (Number(status) >= 400 ? errorSchema : undefined);
       responses[status] = {
         description: doc.description,
-        ...(doc.headers ? { headers: Object.fromEntries(Object.entries(doc.headers).map(([h, d]) => [h, { description: d, schema: { type: 'string' } }])) } : {}),
+        ...(doc.headers
+          ? {
+              headers: Object.fromEntries(Object.entries(doc.headers).map(([h, d]) => [h, { description: d, schema: { type: 'string' } }])),
+            }
+          : {}),
         ...(schema ? { content: { [doc.contentType ?? 'application/json']: { schema: json(schema, 'output') } } } : {}),
       };
     }
@@ -119,7 +128,9 @@ export function buildOpenApiDocument(routes: readonly RouteDoc[], info: { versio
             requestBody: {
               required: r.body.required,
               ...(r.body.description ? { description: r.body.description } : {}),
-              content: Object.fromEntries(r.body.contentTypes.map((t) => [t, { schema: json(r.body!.schemaByType?.[t] ?? r.body!.schema, 'input') }])),
+              content: Object.fromEntries(
+                r.body.contentTypes.map((t) => [t, { schema: json(r.body!.schemaByType?.[t] ?? r.body!.schema, 'input') }]),
+              ),
             },
           }
         : {}),

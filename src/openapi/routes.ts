@@ -44,7 +44,10 @@ const pushResult = z.object({
   duplicate: z.boolean().describe('always the negation of accepted'),
   project: z.string(),
   event_id: z.string(),
-  job_id: z.string().optional().describe('the job standing for the event (a duplicate carries the original job id), for GET /ops/jobs/{id}'),
+  job_id: z
+    .string()
+    .optional()
+    .describe('the job standing for the event (a duplicate carries the original job id), for GET /ops/jobs/{id}'),
 });
 const alertResult = z.object({
   received: z.number().int(),
@@ -191,7 +194,14 @@ export const API_ROUTES: readonly RouteDoc[] = [
     summary: 'Purge the host-status cache (operator)',
     tags: ['ops'],
     security: ['apiKey'],
-    responses: { 200: { description: 'cleared', schema: cachePurge }, 401: E[401](), 403: E[403](), 413: E[413], 429: E[429], 503: E[503]('Redis unavailable') },
+    responses: {
+      200: { description: 'cleared', schema: cachePurge },
+      401: E[401](),
+      403: E[403](),
+      413: E[413],
+      429: E[429],
+      503: E[503]('Redis unavailable'),
+    },
   },
   {
     method: 'get',
@@ -216,7 +226,13 @@ export const API_ROUTES: readonly RouteDoc[] = [
     tags: ['jobs'],
     security: ['apiKey'],
     pathParams: jobIdParam,
-    responses: { 200: { description: 'the job', schema: jobViewSchema }, 401: E[401](), 404: E[404]('unknown job'), 429: E[429], 503: E[503]() },
+    responses: {
+      200: { description: 'the job', schema: jobViewSchema },
+      401: E[401](),
+      404: E[404]('unknown job'),
+      429: E[429],
+      503: E[503](),
+    },
   },
   {
     method: 'post',
@@ -236,7 +252,9 @@ export const API_ROUTES: readonly RouteDoc[] = [
       413: E[413],
       422: E[422]('reason missing, blank or too long'),
       429: E[429],
-      503: E[503]('Redis (queue) unavailable, or (REDIS_MIN_REPLICAS_ACK) the retry not acknowledged by enough replicas in time: it may still take effect, repeating it is safe'),
+      503: E[503](
+        'Redis (queue) unavailable, or (REDIS_MIN_REPLICAS_ACK) the retry not acknowledged by enough replicas in time: it may still take effect, repeating it is safe',
+      ),
     },
   },
   {
@@ -247,7 +265,10 @@ export const API_ROUTES: readonly RouteDoc[] = [
     security: ['scmToken'],
     headers: z.object({ 'X-Scm-Event': z.string().optional().describe('must be "Push Hook"; anything else is ignored') }),
     body: { contentTypes: ['application/json'], schema: scmPush, required: true },
-    responses: pushResponses({ forbidden: 'X-Scm-Token missing, secret not configured, or mismatch', unprocessable: 'checkout_sha missing or empty; payload not an object' }),
+    responses: pushResponses({
+      forbidden: 'X-Scm-Token missing, secret not configured, or mismatch',
+      unprocessable: 'checkout_sha missing or empty; payload not an object',
+    }),
   },
   {
     method: 'post',
@@ -263,7 +284,8 @@ export const API_ROUTES: readonly RouteDoc[] = [
       contentTypes: ['application/json', 'application/x-www-form-urlencoded'],
       schema: githubPush,
       required: true,
-      description: 'JSON: the push event. Form-encoded (GitHub\'s "application/x-www-form-urlencoded"): one field `payload` holding the same event as JSON text.',
+      description:
+        'JSON: the push event. Form-encoded (GitHub\'s "application/x-www-form-urlencoded"): one field `payload` holding the same event as JSON text.',
       schemaByType: { 'application/x-www-form-urlencoded': githubForm },
     },
     responses: pushResponses({

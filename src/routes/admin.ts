@@ -66,7 +66,6 @@ export interface AdminRouterOptions {
   retryReplicated?: () => Promise<void>;
 }
 
-
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
 type Credential =
@@ -173,7 +172,6 @@ function sameOriginOnly(metrics?: Metrics): RequestHandler {
   };
 }
 
-
 /** Largest body accepted on a state-changing board call (the allowed ones carry none). */
 const ADMIN_BODY_LIMIT = '16kb';
 /** PUT /api/queues/:queueName/:jobId/(retry|clean): the only writes let through (case-insensitive like Express routing). */
@@ -182,7 +180,21 @@ const ALLOWED_WRITE = /^\/api\/queues\/([^/]+)\/([^/]+)\/(retry|clean)\/?$/i;
  * Words Bull Board routes at the :jobId position of a longer path (e.g. PUT
  * /api/queues/ops/clean/retry is "clean every job in state retry"): never taken as a job id.
  */
-const RESERVED_SEGMENTS = new Set(['add', 'retry', 'clean', 'promote', 'pause', 'resume', 'concurrency', 'rate-limit', 'empty', 'obliterate', 'job-schedulers', 'metrics', 'workers']);
+const RESERVED_SEGMENTS = new Set([
+  'add',
+  'retry',
+  'clean',
+  'promote',
+  'pause',
+  'resume',
+  'concurrency',
+  'rate-limit',
+  'empty',
+  'obliterate',
+  'job-schedulers',
+  'metrics',
+  'workers',
+]);
 
 function refuse(res: Response, status: number, detail: string): void {
   res.locals.error = { detail };
@@ -229,7 +241,12 @@ function writeGate(opts: AdminRouterOptions): [RequestHandler, RequestHandler] {
       if (!job) return refuse(res, 404, 'job not found');
       const state = await job.getState();
       res.locals.auditFields = { action, queue: queueName, job_id: jobId, job_name: job.name, job_state: state };
-      if (state !== 'failed') return refuse(res, 403, `refused: only a failed (dead-lettered) job can be ${action === 'retry' ? 'retried' : 'removed'} here; this job is ${state}`);
+      if (state !== 'failed')
+        return refuse(
+          res,
+          403,
+          `refused: only a failed (dead-lettered) job can be ${action === 'retry' ? 'retried' : 'removed'} here; this job is ${state}`,
+        );
       if (action === 'retry' && opsQueue && queue === opsQueue.bull) return retryLikeTheApi(opsQueue, opts, jobId, res);
       next();
     })().catch(next);
@@ -238,7 +255,12 @@ function writeGate(opts: AdminRouterOptions): [RequestHandler, RequestHandler] {
 }
 
 /** The API's retry (src/routes/jobs.ts) answered the way Bull Board's client expects: 204 on success. */
-async function retryLikeTheApi(opsQueue: Pick<OpsQueue, 'retryFailed'>, opts: AdminRouterOptions, jobId: string, res: Response): Promise<void> {
+async function retryLikeTheApi(
+  opsQueue: Pick<OpsQueue, 'retryFailed'>,
+  opts: AdminRouterOptions,
+  jobId: string,
+  res: Response,
+): Promise<void> {
   const out = await opsQueue.retryFailed(jobId);
   switch (out.outcome) {
     case 'not_found':
@@ -246,11 +268,20 @@ async function retryLikeTheApi(opsQueue: Pick<OpsQueue, 'retryFailed'>, opts: Ad
     case 'not_failed':
       return refuse(res, 409, `job is ${out.state}; only a failed (dead-lettered) job can be retried`);
     case 'busy':
-      return refuse(res, 409, `another restart of this Deployment is waiting or rolling out (job ${out.holder}); retry this one after it finished`);
+      return refuse(
+        res,
+        409,
+        `another restart of this Deployment is waiting or rolling out (job ${out.holder}); retry this one after it finished`,
+      );
     case 'retried':
       res.locals.auditFields = { ...(res.locals.auditFields as object), outcome: 'retried' };
       await opts.retryReplicated?.();
-      opts.logger.info('dead-lettered job retried', { job_id: jobId, job_name: out.job.name, via: 'admin', request_id: res.locals.requestId });
+      opts.logger.info('dead-lettered job retried', {
+        job_id: jobId,
+        job_name: out.job.name,
+        via: 'admin',
+        request_id: res.locals.requestId,
+      });
       res.status(204).end();
   }
 }
@@ -288,7 +319,9 @@ export function createAdminRouter(opts: AdminRouterOptions): Router {
     next();
   });
   const [readBody, gate] = writeGate(opts);
-  router.use((req, res, next) => (SAFE_METHODS.has(req.method) ? next() : readBody(req, res, (err?: unknown) => (err ? next(err) : gate(req, res, next)))));
+  router.use((req, res, next) =>
+    SAFE_METHODS.has(req.method) ? next() : readBody(req, res, (err?: unknown) => (err ? next(err) : gate(req, res, next))),
+  );
   router.use(serverAdapter.getRouter() as RequestHandler);
   return router;
 }

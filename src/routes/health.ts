@@ -35,7 +35,8 @@ export function healthRouter(deps: HealthDeps): Router {
         if ((await deps.redis.ping()) !== 'PONG') detail = 'redis unavailable: unexpected PING answer';
         else if (!deps.queue.isReady()) detail = 'redis unavailable: the queue connection is not ready';
       } catch (err) {
-        detail = redisProblem(deps.redis) ?? `redis unavailable: ${err instanceof Error ? err.message.split('\n')[0]!.slice(0, 120) : 'error'}`;
+        detail =
+          redisProblem(deps.redis) ?? `redis unavailable: ${err instanceof Error ? err.message.split('\n')[0]!.slice(0, 120) : 'error'}`;
       }
       if (detail) throw new ServiceUnavailableError(detail, 5);
       res.json({ status: 'ready' });

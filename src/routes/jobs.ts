@@ -88,7 +88,14 @@ export function jobsRouter(deps: JobsDeps): Router {
       const { state, offset, limit } = q.data;
       const page = await deps.queue.listJobs(state, offset, limit);
       const next = offset + page.jobs.length;
-      res.json({ state, total: page.total, offset, limit, next_offset: next < page.total && page.jobs.length > 0 ? next : null, jobs: page.jobs });
+      res.json({
+        state,
+        total: page.total,
+        offset,
+        limit,
+        next_offset: next < page.total && page.jobs.length > 0 ? next : null,
+        jobs: page.jobs,
+      });
     })
     .all(methodNotAllowed(['GET']));
 
@@ -116,7 +123,9 @@ export function jobsRouter(deps: JobsDeps): Router {
         case 'not_failed':
           throw new ConflictError(`job is ${out.state}; only a failed (dead-lettered) job can be retried`);
         case 'busy':
-          throw new ConflictError(`another restart of this Deployment is waiting or rolling out (job ${out.holder}); retry this one after it finished`);
+          throw new ConflictError(
+            `another restart of this Deployment is waiting or rolling out (job ${out.holder}); retry this one after it finished`,
+          );
         case 'retried':
           res.locals.auditFields = { job_id: id, job_name: out.job.name, retry_reason: body.data.reason, outcome: 'retried' };
           await deps.retryReplicated?.();

@@ -62,7 +62,9 @@ export function opsRouter(deps: OpsDeps): Router {
       // REDIS_MIN_REPLICAS_ACK: a restart that joined another one (coalesced) wrote no job of its own.
       const idem = req.get('idempotency-key');
       await deps.replicated?.(
-        ack.coalesced ? [] : [{ jobId: ack.job_id, keys: idem === undefined ? [] : [idempotencyRecordKey(idempotencyScope(res.locals.principal!, idem))] }],
+        ack.coalesced
+          ? []
+          : [{ jobId: ack.job_id, keys: idem === undefined ? [] : [idempotencyRecordKey(idempotencyScope(res.locals.principal!, idem))] }],
       );
       res.json(ack);
     })

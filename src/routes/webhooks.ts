@@ -28,7 +28,12 @@ import type { OpsQueue } from '../shared/queue.js';
 export interface WebhookDeps {
   config: Pick<
     ApiConfig,
-    'SCM_WEBHOOK_SECRET' | 'GITHUB_WEBHOOK_SECRET' | 'GITLAB_WEBHOOK_SECRET' | 'ALERTS_WEBHOOK_TOKEN' | 'ALERTS_MAX_PER_REQUEST' | 'BODY_LIMIT'
+    | 'SCM_WEBHOOK_SECRET'
+    | 'GITHUB_WEBHOOK_SECRET'
+    | 'GITLAB_WEBHOOK_SECRET'
+    | 'ALERTS_WEBHOOK_TOKEN'
+    | 'ALERTS_MAX_PER_REQUEST'
+    | 'BODY_LIMIT'
   >;
   redis: Redis;
   queue: Pick<OpsQueue, 'addClaimed'>;
@@ -62,21 +67,19 @@ export function webhooksRouter(deps: WebhookDeps): Router {
    * Counts a failed delivery for this source, then passes the error on to the error middleware;
    * a delivery refused before its rate-limit hit was sent sends it now (over the limit: 429).
    */
-  const countFailures =
-    (source: string) =>
-    (err: unknown, _req: unknown, res: Response, next: (e: unknown) => void) => {
-      const hit = pendingRateHit(res);
-      const finish = (e: unknown) => {
-        const outcome = failureOutcome(e);
-        if (outcome) count(source, outcome);
-        next(e);
-      };
-      if (!hit) return finish(err);
-      hit.run().then(
-        () => finish(err),
-        (limited: unknown) => finish(limited),
-      );
+  const countFailures = (source: string) => (err: unknown, _req: unknown, res: Response, next: (e: unknown) => void) => {
+    const hit = pendingRateHit(res);
+    const finish = (e: unknown) => {
+      const outcome = failureOutcome(e);
+      if (outcome) count(source, outcome);
+      next(e);
     };
+    if (!hit) return finish(err);
+    hit.run().then(
+      () => finish(err),
+      (limited: unknown) => finish(limited),
+    );
+  };
 
   interface DeployRoute {
     source: 'scm' | 'github' | 'gitlab';
@@ -87,56 +90,58 @@ export function webhooksRouter(deps: WebhookDeps): Router {
     parse?: (req: { body: Buffer; get(name: string): string | undefined }) => unknown;
   }
 
-  const deployHandler =
-    (route: DeployRoute) =>
-    async (req: { body: Buffer; get(name: string): string | undefined }, res: Response) => {
-      const payload = route.parse ? route.parse(req) : parseJson(req.body);
-      const decision = route.decide(req.get(route.eventHeader), payload);
-      if (decision.kind === 'ignored') {
-        await pendingRateHit(res)?.run();
-        count(route.source, 'ignored');
-        res.status(202).json({ ignored: true, reason: decision.reason });
-        return;
+  const deployHandler = (route: DeployRoute) => async (req: { body: Buffer; get(name: string): string | undefined }, res: Response) => {
+    const payload = route.parse ? route.parse(req) : parseJson(req.body);
+    const decision = route.decide(req.get(route.eventHeader), payload);
+    if (decision.kind === 'ignored') {
+      await pendingRateHit(res)?.run();
+      count(route.source, 'ignored');
+      res.status(202).json({ ignored: true, reason: decision.reason });
+      return;
+    }
+    let delivery: { source: string; id: string } | undefined;
+    for (const h of route.deliveryHeaders ?? []) {
+      const id = deliveryIdOf(req.get(h), h);
+      if (id) {
+        delivery = { source: route.source, id };
+        break;
       }
-      let delivery: { source: string; id: string } | undefined;
-      for (const h of route.deliveryHeaders ?? []) {
-        const id = deliveryIdOf(req.get(h), h);
-        if (id) {
-          delivery = { source: route.source, id };
-          break;
-        }
-      }
-      const out = await submitDeploy(domain, {
-        project: decision.project,
-        ref: decision.ref,
-        sha: decision.sha,
-        eventId: decision.eventId,
-        auditId: res.locals.requestId,
-        requestedBy: `webhook:${route.source}`,
-        delivery,
-        rateHit: pendingRateHit(res),
-      });
-      await deps.replicated?.(out.accepted && out.jobId ? [{ jobId: out.jobId, keys: out.keys }] : []);
-      count(route.source, out.accepted ? 'accepted' : 'duplicate');
-      // Carried by this request's audit line (one log line per delivery, not two: at intake rates
-      // a second line would cost a noticeable share of the API's CPU and double its log volume).
-      res.locals.auditFields = {
-        event_id: decision.eventId,
-        job_id: out.jobId,
-        outcome: out.accepted ? 'accepted' : 'duplicate',
-        ...(delivery ? { delivery_id: delivery.id } : {}),
-      };
-      res.status(202).json({
-        accepted: out.accepted,
-        duplicate: out.duplicate,
-        project: decision.project,
-        event_id: decision.eventId,
-        ...(out.jobId ? { job_id: out.jobId } : {}),
-      });
+    }
+    const out = await submitDeploy(domain, {
+      project: decision.project,
+      ref: decision.ref,
+      sha: decision.sha,
+      eventId: decision.eventId,
+      auditId: res.locals.requestId,
+      requestedBy: `webhook:${route.source}`,
+      delivery,
+      rateHit: pendingRateHit(res),
+    });
+    await deps.replicated?.(out.accepted && out.jobId ? [{ jobId: out.jobId, keys: out.keys }] : []);
+    count(route.source, out.accepted ? 'accepted' : 'duplicate');
+    // Carried by this request's audit line (one log line per delivery, not two: at intake rates
+    // a second line would cost a noticeable share of the API's CPU and double its log volume).
+    res.locals.auditFields = {
+      event_id: decision.eventId,
+      job_id: out.jobId,
+      outcome: out.accepted ? 'accepted' : 'duplicate',
+      ...(delivery ? { delivery_id: delivery.id } : {}),
     };
+    res.status(202).json({
+      accepted: out.accepted,
+      duplicate: out.duplicate,
+      project: decision.project,
+      event_id: decision.eventId,
+      ...(out.jobId ? { job_id: out.jobId } : {}),
+    });
+  };
 
   r.route('/webhook/scm')
-    .post(requireScmToken(deps.config.SCM_WEBHOOK_SECRET, deps.metrics), ...body, deployHandler({ source: 'scm', decide: decideScmPush, eventHeader: 'x-scm-event' }))
+    .post(
+      requireScmToken(deps.config.SCM_WEBHOOK_SECRET, deps.metrics),
+      ...body,
+      deployHandler({ source: 'scm', decide: decideScmPush, eventHeader: 'x-scm-event' }),
+    )
     .all(methodNotAllowed(['POST']));
   r.use('/webhook/scm', countFailures('scm'));
 
@@ -176,7 +181,13 @@ export function webhooksRouter(deps: WebhookDeps): Router {
   r.use('/webhook/gitlab', countFailures('gitlab'));
 
   const alertsAuth = deps.config.ALERTS_WEBHOOK_TOKEN
-    ? [requireBearer(deps.config.ALERTS_WEBHOOK_TOKEN, deps.metrics, { scheme: 'alerts_bearer', realm: 'opsgate-alerts', principal: 'webhook:alerts' })]
+    ? [
+        requireBearer(deps.config.ALERTS_WEBHOOK_TOKEN, deps.metrics, {
+          scheme: 'alerts_bearer',
+          realm: 'opsgate-alerts',
+          principal: 'webhook:alerts',
+        }),
+      ]
     : [
         ((_req, res, next) => {
           res.locals.principal = 'webhook:alerts';
@@ -184,7 +195,9 @@ export function webhooksRouter(deps: WebhookDeps): Router {
         }) as RequestHandler,
       ];
   if (!deps.config.ALERTS_WEBHOOK_TOKEN) {
-    deps.logger.warn('ALERTS_WEBHOOK_TOKEN is not set: /webhook/alerts accepts unauthenticated calls; restrict it by network policy or set the token');
+    deps.logger.warn(
+      'ALERTS_WEBHOOK_TOKEN is not set: /webhook/alerts accepts unauthenticated calls; restrict it by network policy or set the token',
+    );
   }
   r.route('/webhook/alerts')
     .post(...alertsAuth, ...body, async (req, res) => {

@@ -92,7 +92,10 @@ const redisUrl = z
 const commonSchema = z.object({
   REDIS_URL: redisUrl,
   METRICS_PORT: intFrom(9464),
-  OPS_INVENTORY_FILE: z.string().optional().transform((v) => (v ? v : undefined)),
+  OPS_INVENTORY_FILE: z
+    .string()
+    .optional()
+    .transform((v) => (v ? v : undefined)),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error']).optional().default('info'),
   JOB_ATTEMPTS: intFrom(5, 1),
   JOB_BACKOFF_MS: intFrom(10000, 0),
@@ -155,7 +158,10 @@ const workerSchema = commonSchema.extend({
     .string()
     .optional()
     .transform((v, ctx) => {
-      const urls = (v ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+      const urls = (v ?? '')
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean);
       for (const u of urls) {
         if (!/^https?:\/\//.test(u)) {
           ctx.addIssue({ code: 'custom', message: 'must be a comma-separated list of http(s) URLs' });
@@ -230,7 +236,8 @@ export function loadWorkerConfig(env: Env = process.env): WorkerConfig {
 export function weakCredentialWarnings(config: Pick<ApiConfig, 'apiKeys' | 'OPS_BEARER_TOKEN'>): string[] {
   const out: string[] = [];
   config.apiKeys.forEach((k, i) => {
-    if (k.key.length < MIN_SECRET_LENGTH) out.push(`OPS_API_KEY_ROLES: item ${i + 1} (key:${k.id}) is shorter than ${MIN_SECRET_LENGTH} characters; use a long random key`);
+    if (k.key.length < MIN_SECRET_LENGTH)
+      out.push(`OPS_API_KEY_ROLES: item ${i + 1} (key:${k.id}) is shorter than ${MIN_SECRET_LENGTH} characters; use a long random key`);
   });
   if (config.OPS_BEARER_TOKEN !== undefined && config.OPS_BEARER_TOKEN.length < MIN_SECRET_LENGTH) {
     out.push(`OPS_BEARER_TOKEN is shorter than ${MIN_SECRET_LENGTH} characters; use a long random token`);
@@ -240,7 +247,13 @@ export function weakCredentialWarnings(config: Pick<ApiConfig, 'apiKeys' | 'OPS_
 
 /** Every secret value of a config, for the logger's last-line-of-defence redaction. */
 export function secretsOf(config: Partial<ApiConfig>): string[] {
-  const out = [config.OPS_BEARER_TOKEN, config.SCM_WEBHOOK_SECRET, config.GITHUB_WEBHOOK_SECRET, config.ALERTS_WEBHOOK_TOKEN, config.GITLAB_WEBHOOK_SECRET];
+  const out = [
+    config.OPS_BEARER_TOKEN,
+    config.SCM_WEBHOOK_SECRET,
+    config.GITHUB_WEBHOOK_SECRET,
+    config.ALERTS_WEBHOOK_TOKEN,
+    config.GITLAB_WEBHOOK_SECRET,
+  ];
   for (const k of config.apiKeys ?? []) out.push(k.key);
   return out.filter((s): s is string => typeof s === 'string' && s.length > 0);
 }

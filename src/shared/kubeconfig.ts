@@ -32,10 +32,7 @@ export interface KubeEnv {
  * then in-cluster (KUBERNETES_SERVICE_HOST/PORT + the mounted ServiceAccount token).
  * Throws NoKubeConfigError naming what was looked for; never the content of any file.
  */
-export function loadKubeConfig(
-  env: KubeEnv = process.env,
-  opts: { pathPrefix?: string } = {},
-): KubeConfig {
+export function loadKubeConfig(env: KubeEnv = process.env, opts: { pathPrefix?: string } = {}): KubeConfig {
   const kc = new KubeConfig();
   const prefix = opts.pathPrefix ?? '';
   const saDir = prefix + SERVICEACCOUNT_DIR;
@@ -91,4 +88,3 @@ function requireCluster(kc: KubeConfig, source: string): KubeConfig {
   if (!kc.getCurrentCluster()) throw new NoKubeConfigError(`${source} has no current context/cluster`);
   return kc;
 }
-

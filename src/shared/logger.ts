@@ -53,7 +53,9 @@ const REDACTED = '[REDACTED]';
  * audit line's query is in that one encoding, whatever encoding the client sent).
  */
 function redactionNeedles(secrets: readonly string[]): string[] {
-  return [...new Set(secrets.filter((s) => s.length >= 4).flatMap((s) => [s, JSON.stringify(s).slice(1, -1), encodeURIComponent(s)]))].sort((a, b) => b.length - a.length);
+  return [...new Set(secrets.filter((s) => s.length >= 4).flatMap((s) => [s, JSON.stringify(s).slice(1, -1), encodeURIComponent(s)]))].sort(
+    (a, b) => b.length - a.length,
+  );
 }
 
 /**
@@ -163,7 +165,10 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
       if (dropped === 0) return;
       const n = dropped;
       dropped = 0;
-      root.warn({ dropped_lines: n, buffer_limit_bytes: opts.maxBufferBytes ?? DEFAULT_LOG_BUFFER_BYTES }, 'log lines dropped: stdout was not read fast enough');
+      root.warn(
+        { dropped_lines: n, buffer_limit_bytes: opts.maxBufferBytes ?? DEFAULT_LOG_BUFFER_BYTES },
+        'log lines dropped: stdout was not read fast enough',
+      );
     });
   }
   const flush = (timeoutMs = 2000): Promise<void> => (stdout ? settle(stdout, timeoutMs) : Promise.resolve());

@@ -144,7 +144,6 @@ export function createMetrics(component: Component, version: string, opts: { def
   let depthTimeoutMs = QUEUE_SCRAPE_TIMEOUT_MS;
   let inflight: Promise<Map<string, Partial<Record<string, number>>>> | undefined;
 
-
   // Declared before readDepths uses it; its collect joins the scrape's shared read so a failure is
   // counted in the same scrape that skipped the samples.
   let queueScrapeErrors: Counter<'queue'>;

@@ -79,7 +79,10 @@ export interface OpsQueue {
    * claim's "mark queued"; it returns their reply promises). The jobs' data must already be
    * validated against their schemas. A round trip that fails or times out throws 503.
    */
-  addClaimed(jobs: readonly ClaimedJob[], then?: (client: Redis, dedupKey: (id: string) => string) => Array<Promise<unknown>>): Promise<ClaimedAddResult>;
+  addClaimed(
+    jobs: readonly ClaimedJob[],
+    then?: (client: Redis, dedupKey: (id: string) => string) => Array<Promise<unknown>>,
+  ): Promise<ClaimedAddResult>;
   getJob(id: string): Promise<JobView | undefined>;
   /** One page of the jobs in a state, newest first (failed: the dead letters), and the state's total. */
   listJobs(state: ListableState, offset: number, limit: number): Promise<{ total: number; jobs: JobView[] }>;

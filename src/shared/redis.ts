@@ -29,7 +29,15 @@ export interface RedisNode {
 
 export type ParsedRedisUrl =
   | { topology: 'standalone'; url: string; password?: string }
-  | { topology: 'sentinel'; sentinels: RedisNode[]; masterName: string; db: number; username?: string; password?: string; sentinelPassword?: string }
+  | {
+      topology: 'sentinel';
+      sentinels: RedisNode[];
+      masterName: string;
+      db: number;
+      username?: string;
+      password?: string;
+      sentinelPassword?: string;
+    }
   | { topology: 'cluster'; nodes: RedisNode[]; username?: string; password?: string };
 
 /** A REDIS_URL that cannot be used. The message never contains the URL (it may hold a password). */
@@ -94,7 +102,8 @@ export function parseRedisUrl(raw: string): ParsedRedisUrl {
   }
   const auth = { ...(username ? { username } : {}), ...(password ? { password } : {}) };
   if (kind === 'cluster') {
-    if (path !== '' && path !== '/') throw new RedisUrlError('is a redis+cluster:// URL and cannot select a database (Redis Cluster has only db 0)');
+    if (path !== '' && path !== '/')
+      throw new RedisUrlError('is a redis+cluster:// URL and cannot select a database (Redis Cluster has only db 0)');
     for (const k of query.keys()) throw new RedisUrlError(`has an unknown query parameter "${k.slice(0, 40)}"`);
     return { topology: 'cluster', nodes: parseHosts(hostList, 6379), ...auth };
   }

@@ -41,7 +41,8 @@ export function watchRedis(client: Redis, opts: { logger?: Logger; url?: string 
   client.on('error', (err: unknown) => {
     const first = watch.problem === undefined;
     watch.problem = reasonOf(err);
-    if (first) opts.logger?.warn('redis connection error', { err, reason: watch.problem, ...(opts.url ? { redis: redactRedisUrl(opts.url) } : {}) });
+    if (first)
+      opts.logger?.warn('redis connection error', { err, reason: watch.problem, ...(opts.url ? { redis: redactRedisUrl(opts.url) } : {}) });
   });
   client.on('ready', () => {
     if (watch.problem !== undefined) opts.logger?.info('redis connection restored', opts.url ? { redis: redactRedisUrl(opts.url) } : {});

@@ -159,7 +159,10 @@ export function containsSecret(text: string): string | undefined {
  * The per-file set-up every API test file shares: its own redis-server and harness for the whole
  * file, torn down after it; with `flush` (default) Redis is emptied before each test.
  */
-export function useHarness(opts: { flush?: boolean; env?: Record<string, string | undefined> } = {}): { readonly srv: RedisServer; readonly h: Harness } {
+export function useHarness(opts: { flush?: boolean; env?: Record<string, string | undefined> } = {}): {
+  readonly srv: RedisServer;
+  readonly h: Harness;
+} {
   let srv: RedisServer | undefined;
   let h: Harness | undefined;
   beforeAll(async () => {

@@ -81,16 +81,57 @@ function openssl(args: string[], cwd: string): void {
 /** A CA and a serving certificate for 127.0.0.1/localhost, made with openssl. */
 function makeCerts(dir: string): { caFile: string; certFile: string; keyFile: string } {
   mkdirSync(dir, { recursive: true });
-  openssl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.crt', '-days', '2',
-    '-subj', '/CN=opsgate-test-ca', '-addext', 'basicConstraints=critical,CA:TRUE',
-    '-addext', 'keyUsage=critical,keyCertSign,cRLSign'], dir);
-  openssl(['req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'apiserver.key', '-out', 'apiserver.csr',
-    '-subj', '/CN=kube-apiserver'], dir);
-  writeFileSync(join(dir, 'apiserver.ext'),
+  openssl(
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'rsa:2048',
+      '-nodes',
+      '-keyout',
+      'ca.key',
+      '-out',
+      'ca.crt',
+      '-days',
+      '2',
+      '-subj',
+      '/CN=opsgate-test-ca',
+      '-addext',
+      'basicConstraints=critical,CA:TRUE',
+      '-addext',
+      'keyUsage=critical,keyCertSign,cRLSign',
+    ],
+    dir,
+  );
+  openssl(
+    ['req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'apiserver.key', '-out', 'apiserver.csr', '-subj', '/CN=kube-apiserver'],
+    dir,
+  );
+  writeFileSync(
+    join(dir, 'apiserver.ext'),
     'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\n' +
-    'extendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n');
-  openssl(['x509', '-req', '-in', 'apiserver.csr', '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial',
-    '-out', 'apiserver.crt', '-days', '2', '-extfile', 'apiserver.ext'], dir);
+      'extendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n',
+  );
+  openssl(
+    [
+      'x509',
+      '-req',
+      '-in',
+      'apiserver.csr',
+      '-CA',
+      'ca.crt',
+      '-CAkey',
+      'ca.key',
+      '-CAcreateserial',
+      '-out',
+      'apiserver.crt',
+      '-days',
+      '2',
+      '-extfile',
+      'apiserver.ext',
+    ],
+    dir,
+  );
   return { caFile: join(dir, 'ca.crt'), certFile: join(dir, 'apiserver.crt'), keyFile: join(dir, 'apiserver.key') };
 }
 
@@ -246,27 +287,38 @@ export async function startCluster(opts: { log?: (msg: string) => void } = {}): 
     const adminToken = randomBytes(24).toString('hex');
     const kcmToken = randomBytes(24).toString('hex');
     const tokenFile = join(pki, 'tokens.csv');
-    writeFileSync(
-      tokenFile,
-      `${adminToken},admin,admin-uid,"system:masters"\n` + `${kcmToken},system:kube-controller-manager,kcm-uid\n`,
-      { mode: 0o600 },
-    );
+    writeFileSync(tokenFile, `${adminToken},admin,admin-uid,"system:masters"\n` + `${kcmToken},system:kube-controller-manager,kcm-uid\n`, {
+      mode: 0o600,
+    });
 
     // --- etcd -----------------------------------------------------------------------------
     const etcdClient = await freePort();
     const etcdPeer = await freePort();
     const etcdUrl = `http://127.0.0.1:${etcdClient}`;
-    const etcd = startProc('etcd', etcdBin, [
-      '--name', 'opsgate-test',
-      '--data-dir', join(dir, 'etcd'),
-      '--listen-client-urls', etcdUrl,
-      '--advertise-client-urls', etcdUrl,
-      '--listen-peer-urls', `http://127.0.0.1:${etcdPeer}`,
-      '--initial-advertise-peer-urls', `http://127.0.0.1:${etcdPeer}`,
-      '--initial-cluster', `opsgate-test=http://127.0.0.1:${etcdPeer}`,
-      '--unsafe-no-fsync',
-      '--log-level', 'warn',
-    ], dir);
+    const etcd = startProc(
+      'etcd',
+      etcdBin,
+      [
+        '--name',
+        'opsgate-test',
+        '--data-dir',
+        join(dir, 'etcd'),
+        '--listen-client-urls',
+        etcdUrl,
+        '--advertise-client-urls',
+        etcdUrl,
+        '--listen-peer-urls',
+        `http://127.0.0.1:${etcdPeer}`,
+        '--initial-advertise-peer-urls',
+        `http://127.0.0.1:${etcdPeer}`,
+        '--initial-cluster',
+        `opsgate-test=http://127.0.0.1:${etcdPeer}`,
+        '--unsafe-no-fsync',
+        '--log-level',
+        'warn',
+      ],
+      dir,
+    );
     procs.push(etcd);
     await waitFor('etcd /health', etcd, async () => (await httpGet(`${etcdUrl}/health`)).status === 200, 60000);
     log(`etcd up after ${Date.now() - t0}ms`);
@@ -274,30 +326,35 @@ export async function startCluster(opts: { log?: (msg: string) => void } = {}): 
     // --- kube-apiserver -------------------------------------------------------------------
     const port = await freePort();
     const server = `https://127.0.0.1:${port}`;
-    const apiserver = startProc('kube-apiserver', apiserverBin, [
-      `--etcd-servers=${etcdUrl}`,
-      `--etcd-prefix=/registry`,
-      '--bind-address=127.0.0.1',
-      '--advertise-address=127.0.0.1',
-      `--secure-port=${port}`,
-      `--cert-dir=${join(dir, 'apiserver-certs')}`,
-      `--tls-cert-file=${certFile}`,
-      `--tls-private-key-file=${keyFile}`,
-      `--client-ca-file=${caFile}`,
-      `--token-auth-file=${tokenFile}`,
-      '--authorization-mode=RBAC',
-      '--anonymous-auth=false',
-      `--service-account-issuer=${SA_ISSUER}`,
-      `--service-account-key-file=${saPub}`,
-      `--service-account-signing-key-file=${saKey}`,
-      // ClusterIPs are only bookkeeping here (no kube-proxy); nothing is ever sent to them
-      '--service-cluster-ip-range=10.96.0.0/24',
-      // the "kubernetes" Service cannot point at a loopback address: skip its endpoint upkeep
-      '--endpoint-reconciler-type=none',
-      '--allow-privileged=true',
-      '--profiling=false',
-      '--v=1',
-    ], dir);
+    const apiserver = startProc(
+      'kube-apiserver',
+      apiserverBin,
+      [
+        `--etcd-servers=${etcdUrl}`,
+        `--etcd-prefix=/registry`,
+        '--bind-address=127.0.0.1',
+        '--advertise-address=127.0.0.1',
+        `--secure-port=${port}`,
+        `--cert-dir=${join(dir, 'apiserver-certs')}`,
+        `--tls-cert-file=${certFile}`,
+        `--tls-private-key-file=${keyFile}`,
+        `--client-ca-file=${caFile}`,
+        `--token-auth-file=${tokenFile}`,
+        '--authorization-mode=RBAC',
+        '--anonymous-auth=false',
+        `--service-account-issuer=${SA_ISSUER}`,
+        `--service-account-key-file=${saPub}`,
+        `--service-account-signing-key-file=${saKey}`,
+        // ClusterIPs are only bookkeeping here (no kube-proxy); nothing is ever sent to them
+        '--service-cluster-ip-range=10.96.0.0/24',
+        // the "kubernetes" Service cannot point at a loopback address: skip its endpoint upkeep
+        '--endpoint-reconciler-type=none',
+        '--allow-privileged=true',
+        '--profiling=false',
+        '--v=1',
+      ],
+      dir,
+    );
     procs.push(apiserver);
     await waitFor(
       'kube-apiserver /readyz',
@@ -315,23 +372,28 @@ export async function startCluster(opts: { log?: (msg: string) => void } = {}): 
     });
 
     // --- kube-controller-manager ----------------------------------------------------------
-    const kcm = startProc('kube-controller-manager', kcmBin, [
-      `--kubeconfig=${kcmKubeconfig}`,
-      `--authentication-kubeconfig=${kcmKubeconfig}`,
-      `--authorization-kubeconfig=${kcmKubeconfig}`,
-      '--leader-elect=false',
-      '--bind-address=127.0.0.1',
-      `--secure-port=${await freePort()}`,
-      `--cert-dir=${join(dir, 'kcm-certs')}`,
-      // controllers act under their own ServiceAccounts (like a real cluster's bootstrap RBAC)
-      '--use-service-account-credentials=true',
-      `--service-account-private-key-file=${saKey}`,
-      `--root-ca-file=${caFile}`,
-      '--cluster-name=opsgate-test',
-      '--concurrent-deployment-syncs=5',
-      '--profiling=false',
-      '--v=1',
-    ], dir);
+    const kcm = startProc(
+      'kube-controller-manager',
+      kcmBin,
+      [
+        `--kubeconfig=${kcmKubeconfig}`,
+        `--authentication-kubeconfig=${kcmKubeconfig}`,
+        `--authorization-kubeconfig=${kcmKubeconfig}`,
+        '--leader-elect=false',
+        '--bind-address=127.0.0.1',
+        `--secure-port=${await freePort()}`,
+        `--cert-dir=${join(dir, 'kcm-certs')}`,
+        // controllers act under their own ServiceAccounts (like a real cluster's bootstrap RBAC)
+        '--use-service-account-credentials=true',
+        `--service-account-private-key-file=${saKey}`,
+        `--root-ca-file=${caFile}`,
+        '--cluster-name=opsgate-test',
+        '--concurrent-deployment-syncs=5',
+        '--profiling=false',
+        '--v=1',
+      ],
+      dir,
+    );
     procs.push(kcm);
     reaper = startReaper(process.pid, procs.map((p) => p.child.pid!).filter(Boolean), dir);
 
@@ -340,8 +402,7 @@ export async function startCluster(opts: { log?: (msg: string) => void } = {}): 
       'kube-controller-manager (default ServiceAccount)',
       kcm,
       async () =>
-        (await httpGet(`${server}/api/v1/namespaces/default/serviceaccounts/default`, { ca: caPem, token: adminToken }))
-          .status === 200,
+        (await httpGet(`${server}/api/v1/namespaces/default/serviceaccounts/default`, { ca: caPem, token: adminToken })).status === 200,
       120000,
     );
     log(`kube-controller-manager working after ${Date.now() - t0}ms`);

@@ -115,7 +115,11 @@ export function chartRelease(prefix: string) {
     async setUp(opts: { install: boolean }) {
       cluster = await useCluster();
       await createNamespaces(cluster, allNs);
-      if (opts.install) ok(await helm(cluster.kubeconfigPath, ['install', release, CHART, '-n', ns.release, '-f', writeValues(chartValues(ns))]), 'helm install');
+      if (opts.install)
+        ok(
+          await helm(cluster.kubeconfigPath, ['install', release, CHART, '-n', ns.release, '-f', writeValues(chartValues(ns))]),
+          'helm install',
+        );
       return cluster;
     },
     async tearDown() {
@@ -128,8 +132,15 @@ export function chartRelease(prefix: string) {
 }
 
 /** A token of a ServiceAccount from the TokenRequest API (what its pods would be given). */
-export async function serviceAccountToken(admin: k8s.KubeConfig, namespace: string, name: string, expirationSeconds = 600): Promise<string> {
-  const req = await admin.makeApiClient(k8s.CoreV1Api).createNamespacedServiceAccountToken({ name, namespace, body: { spec: { audiences: [], expirationSeconds } } });
+export async function serviceAccountToken(
+  admin: k8s.KubeConfig,
+  namespace: string,
+  name: string,
+  expirationSeconds = 600,
+): Promise<string> {
+  const req = await admin
+    .makeApiClient(k8s.CoreV1Api)
+    .createNamespacedServiceAccountToken({ name, namespace, body: { spec: { audiences: [], expirationSeconds } } });
   return req.status!.token!;
 }
 
@@ -284,8 +295,11 @@ export async function installMonitoringCrds(cluster: ClusterInfo): Promise<void>
   ok(await kubectl(cluster.kubeconfigPath, ['apply', '--server-side', '-f', '-'], MONITORING_CRDS), 'apply CRDs');
   ok(
     await kubectl(cluster.kubeconfigPath, [
-      'wait', '--for=condition=Established', '--timeout=60s',
-      'crd/servicemonitors.monitoring.coreos.com', 'crd/prometheusrules.monitoring.coreos.com',
+      'wait',
+      '--for=condition=Established',
+      '--timeout=60s',
+      'crd/servicemonitors.monitoring.coreos.com',
+      'crd/prometheusrules.monitoring.coreos.com',
     ]),
     'wait for CRDs',
   );

@@ -129,7 +129,10 @@ export function blockScript(block: DocBlock): string {
  * the READMEs and the setup guides under k8s/examples/.
  */
 export function docFiles(root: string): string[] {
-  const guides = readdirSync(join(root, 'k8s/examples')).filter((f) => f.endsWith('.md')).sort().map((f) => `k8s/examples/${f}`);
+  const guides = readdirSync(join(root, 'k8s/examples'))
+    .filter((f) => f.endsWith('.md'))
+    .sort()
+    .map((f) => `k8s/examples/${f}`);
   return ['README.md', 'charts/opsgate/README.md', 'k8s/README.md', 'worker/README.md', 'monitoring/README.md', ...guides];
 }
 

@@ -49,7 +49,10 @@ async function withLock<T>(fn: () => T): Promise<T> {
 export default async function globalSetup(): Promise<void> {
   if (process.env.OPSGATE_SKIP_BUILD === '1') return;
   await withLock(() => {
-    const r = spawnSync(process.execPath, [join(root, 'hack', 'build.mjs'), 'tsconfig.build.json', 'dist'], { cwd: root, encoding: 'utf8' });
+    const r = spawnSync(process.execPath, [join(root, 'hack', 'build.mjs'), 'tsconfig.build.json', 'dist'], {
+      cwd: root,
+      encoding: 'utf8',
+    });
     if (r.status !== 0) {
       const out = `${r.stdout ?? ''}${r.stderr ?? ''}`.split('\n').slice(0, 20).join('\n');
       process.stderr.write(`\n[globalSetup] hack/build.mjs reported errors (tests spawning dist/ may fail):\n${out}\n`);

@@ -17,7 +17,7 @@ export const RELEASE = 'opsgate';
  * cluster tests run). Passed explicitly because a helm built from source without the release
  * ldflags assumes v1.20, below the chart's kubeVersion.
  */
-export const KUBE_VERSION = (/^K8S_VERSION\s*\?=\s*v?(\S+)/m.exec(readFileSync(join(ROOT, 'mk/tools.mk'), 'utf8'))?.[1]) ?? '1.35.0';
+export const KUBE_VERSION = /^K8S_VERSION\s*\?=\s*v?(\S+)/m.exec(readFileSync(join(ROOT, 'mk/tools.mk'), 'utf8'))?.[1] ?? '1.35.0';
 export const NAMESPACE = 'opsgate';
 
 /** The Secret keys = environment variables that only ever come from a Secret. */
@@ -44,7 +44,11 @@ export interface RunResult {
   stderr: string;
 }
 
-export function run(cmd: string, args: string[], opts: { cwd?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<RunResult> {
+export function run(
+  cmd: string,
+  args: string[],
+  opts: { cwd?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number } = {},
+): Promise<RunResult> {
   return new Promise((resolvePromise) => {
     execFile(
       cmd,
@@ -84,7 +88,16 @@ function valueArgs(o: RenderOptions): string[] {
 }
 
 export function templateArgs(o: RenderOptions = {}): string[] {
-  return ['template', RELEASE, o.chart ?? CHART, '--namespace', NAMESPACE, '--kube-version', o.kubeVersion ?? KUBE_VERSION, ...valueArgs(o)];
+  return [
+    'template',
+    RELEASE,
+    o.chart ?? CHART,
+    '--namespace',
+    NAMESPACE,
+    '--kube-version',
+    o.kubeVersion ?? KUBE_VERSION,
+    ...valueArgs(o),
+  ];
 }
 
 /** `helm template` that must succeed; returns the raw text. */
@@ -137,7 +150,8 @@ export function podSpecs(objs: K8sObject[]): { owner: string; spec: any }[] {
   const out: { owner: string; spec: any }[] = [];
   for (const o of objs) {
     if (o.kind === 'Pod') out.push({ owner: `Pod/${o.metadata.name}`, spec: o.spec });
-    else if (['Deployment', 'StatefulSet', 'DaemonSet', 'Job'].includes(o.kind)) out.push({ owner: `${o.kind}/${o.metadata.name}`, spec: o.spec.template.spec });
+    else if (['Deployment', 'StatefulSet', 'DaemonSet', 'Job'].includes(o.kind))
+      out.push({ owner: `${o.kind}/${o.metadata.name}`, spec: o.spec.template.spec });
   }
   return out;
 }

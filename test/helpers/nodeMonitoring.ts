@@ -54,7 +54,11 @@ export function dashboardQueries(): Map<string, string[]> {
   const walk = (panels: Obj[]) => {
     for (const p of panels) {
       const exprs = ((p.targets as Obj[] | undefined) ?? []).map((t) => String(t.expr ?? '')).filter(Boolean);
-      if (exprs.length) out.set(String(p.title), exprs.map((e) => e.replaceAll('$__rate_interval', '1m').replaceAll('$queue', '.*')));
+      if (exprs.length)
+        out.set(
+          String(p.title),
+          exprs.map((e) => e.replaceAll('$__rate_interval', '1m').replaceAll('$queue', '.*')),
+        );
       walk((p.panels as Obj[] | undefined) ?? []);
     }
   };
@@ -62,51 +66,89 @@ export function dashboardQueries(): Map<string, string[]> {
   return out;
 }
 
-export async function startMonitoring(opts: { namespace: string; release: string; alertsUrl: string; alertsToken: string }): Promise<Monitoring> {
+export async function startMonitoring(opts: {
+  namespace: string;
+  release: string;
+  alertsUrl: string;
+  alertsToken: string;
+}): Promise<Monitoring> {
   const dir = mkdtempSync(join(tmpdir(), 'opsgate-monitoring-'));
   const [promPort, amPort] = [await freePort(), await freePort()];
   const pki = join(NODE_DIR, 'pki');
   const tls = { ca_file: join(pki, 'ca.crt'), cert_file: join(pki, 'admin.crt'), key_file: join(pki, 'admin.key') };
 
-  writeFileSync(join(dir, 'alertmanager.yml'), stringify({
-    route: { receiver: 'opsgate', group_by: ['alertname'], group_wait: '1s', group_interval: '5s', repeat_interval: '1h' },
-    receivers: [{
-      name: 'opsgate',
-      webhook_configs: [{
-        url: opts.alertsUrl,
-        send_resolved: false,
-        max_alerts: 1000,
-        http_config: { authorization: { type: 'Bearer', credentials: opts.alertsToken } },
-      }],
-    }],
-  }), { mode: 0o600 });
-  writeFileSync(join(dir, 'prometheus.yml'), stringify({
-    global: { scrape_interval: '2s', evaluation_interval: '2s', scrape_timeout: '2s' },
-    rule_files: [RULES_FILE],
-    alerting: { alertmanagers: [{ static_configs: [{ targets: [`127.0.0.1:${amPort}`] }] }] },
-    scrape_configs: [{
-      // what the chart's ServiceMonitor does: the "metrics" port of the release's pods, job = <release>-<component>
-      job_name: 'opsgate-pods',
-      kubernetes_sd_configs: [{ role: 'pod', api_server: `https://${NODE_IP}:6443`, tls_config: tls, namespaces: { names: [opts.namespace] } }],
-      relabel_configs: [
-        { source_labels: ['__meta_kubernetes_pod_label_app_kubernetes_io_instance'], regex: opts.release, action: 'keep' },
-        { source_labels: ['__meta_kubernetes_pod_container_port_name'], regex: 'metrics', action: 'keep' },
-        { source_labels: ['__meta_kubernetes_pod_phase'], regex: 'Running', action: 'keep' },
-        { source_labels: ['__meta_kubernetes_pod_label_app_kubernetes_io_instance', '__meta_kubernetes_pod_label_app_kubernetes_io_component'], separator: '-', target_label: 'job' },
-        { source_labels: ['__meta_kubernetes_namespace'], target_label: 'namespace' },
-        { source_labels: ['__meta_kubernetes_pod_name'], target_label: 'pod' },
+  writeFileSync(
+    join(dir, 'alertmanager.yml'),
+    stringify({
+      route: { receiver: 'opsgate', group_by: ['alertname'], group_wait: '1s', group_interval: '5s', repeat_interval: '1h' },
+      receivers: [
+        {
+          name: 'opsgate',
+          webhook_configs: [
+            {
+              url: opts.alertsUrl,
+              send_resolved: false,
+              max_alerts: 1000,
+              http_config: { authorization: { type: 'Bearer', credentials: opts.alertsToken } },
+            },
+          ],
+        },
       ],
-    }],
-  }));
+    }),
+    { mode: 0o600 },
+  );
+  writeFileSync(
+    join(dir, 'prometheus.yml'),
+    stringify({
+      global: { scrape_interval: '2s', evaluation_interval: '2s', scrape_timeout: '2s' },
+      rule_files: [RULES_FILE],
+      alerting: { alertmanagers: [{ static_configs: [{ targets: [`127.0.0.1:${amPort}`] }] }] },
+      scrape_configs: [
+        {
+          // what the chart's ServiceMonitor does: the "metrics" port of the release's pods, job = <release>-<component>
+          job_name: 'opsgate-pods',
+          kubernetes_sd_configs: [
+            { role: 'pod', api_server: `https://${NODE_IP}:6443`, tls_config: tls, namespaces: { names: [opts.namespace] } },
+          ],
+          relabel_configs: [
+            { source_labels: ['__meta_kubernetes_pod_label_app_kubernetes_io_instance'], regex: opts.release, action: 'keep' },
+            { source_labels: ['__meta_kubernetes_pod_container_port_name'], regex: 'metrics', action: 'keep' },
+            { source_labels: ['__meta_kubernetes_pod_phase'], regex: 'Running', action: 'keep' },
+            {
+              source_labels: [
+                '__meta_kubernetes_pod_label_app_kubernetes_io_instance',
+                '__meta_kubernetes_pod_label_app_kubernetes_io_component',
+              ],
+              separator: '-',
+              target_label: 'job',
+            },
+            { source_labels: ['__meta_kubernetes_namespace'], target_label: 'namespace' },
+            { source_labels: ['__meta_kubernetes_pod_name'], target_label: 'pod' },
+          ],
+        },
+      ],
+    }),
+  );
 
-  const am = startProc(ALERTMANAGER, [
-    `--config.file=${join(dir, 'alertmanager.yml')}`, `--storage.path=${join(dir, 'am-data')}`,
-    `--web.listen-address=127.0.0.1:${amPort}`, '--cluster.listen-address=',
-  ], join(dir, 'alertmanager.log'));
-  const prom = startProc(PROMETHEUS, [
-    `--config.file=${join(dir, 'prometheus.yml')}`, `--storage.tsdb.path=${join(dir, 'prom-data')}`,
-    `--web.listen-address=127.0.0.1:${promPort}`,
-  ], join(dir, 'prometheus.log'));
+  const am = startProc(
+    ALERTMANAGER,
+    [
+      `--config.file=${join(dir, 'alertmanager.yml')}`,
+      `--storage.path=${join(dir, 'am-data')}`,
+      `--web.listen-address=127.0.0.1:${amPort}`,
+      '--cluster.listen-address=',
+    ],
+    join(dir, 'alertmanager.log'),
+  );
+  const prom = startProc(
+    PROMETHEUS,
+    [
+      `--config.file=${join(dir, 'prometheus.yml')}`,
+      `--storage.tsdb.path=${join(dir, 'prom-data')}`,
+      `--web.listen-address=127.0.0.1:${promPort}`,
+    ],
+    join(dir, 'prometheus.log'),
+  );
   async function stopAll(): Promise<void> {
     for (const c of [prom, am]) {
       if (c.exitCode !== null || c.signalCode !== null) continue;
@@ -120,7 +162,10 @@ export async function startMonitoring(opts: { namespace: string; release: string
   }
   const prometheus = `http://127.0.0.1:${promPort}`;
   const alertmanager = `http://127.0.0.1:${amPort}`;
-  const logTail = () => ['prometheus.log', 'alertmanager.log'].map((f) => `--- ${f}\n${readFileSync(join(dir, f), 'utf8').split('\n').slice(-15).join('\n')}`).join('\n');
+  const logTail = () =>
+    ['prometheus.log', 'alertmanager.log']
+      .map((f) => `--- ${f}\n${readFileSync(join(dir, f), 'utf8').split('\n').slice(-15).join('\n')}`)
+      .join('\n');
   try {
     await waitFor('prometheus ready', async () => (await fetch(`${prometheus}/-/ready`)).ok, 60_000);
     await waitFor('alertmanager ready', async () => (await fetch(`${alertmanager}/-/ready`)).ok, 60_000);
@@ -138,18 +183,26 @@ export async function startMonitoring(opts: { namespace: string; release: string
 
   async function metric(url: string, name: string, match: string): Promise<number> {
     const text = await (await fetch(`${url}/metrics`)).text();
-    return text.split('\n').filter((l) => l.startsWith(name) && l.includes(match)).reduce((n, l) => n + Number(l.split(' ').pop()), 0);
+    return text
+      .split('\n')
+      .filter((l) => l.startsWith(name) && l.includes(match))
+      .reduce((n, l) => n + Number(l.split(' ').pop()), 0);
   }
 
   return {
     prometheus,
     alertmanager,
     async waitForTargets(components) {
-      await waitFor(`prometheus scraping ${components.join(', ')}`, async () => {
-        const t = await getJson(`${prometheus}/api/v1/targets?state=active`);
-        const up = (t.data.activeTargets as Obj[]).filter((x) => x.health === 'up').map((x) => String(x.labels.job));
-        return components.every((c) => up.includes(`${opts.release}-${c}`));
-      }, 120_000, 1000);
+      await waitFor(
+        `prometheus scraping ${components.join(', ')}`,
+        async () => {
+          const t = await getJson(`${prometheus}/api/v1/targets?state=active`);
+          const up = (t.data.activeTargets as Obj[]).filter((x) => x.health === 'up').map((x) => String(x.labels.job));
+          return components.every((c) => up.includes(`${opts.release}-${c}`));
+        },
+        120_000,
+        1000,
+      );
       // the rules file loaded as it is
       const rules = await getJson(`${prometheus}/api/v1/rules`);
       const names = (rules.data.groups as Obj[]).flatMap((g) => (g.rules as Obj[]).map((r) => r.name));
@@ -176,11 +229,23 @@ export async function startMonitoring(opts: { namespace: string; release: string
       return last;
     },
     async waitForAlertDelivered(alertname, timeoutMs) {
-      const alert = await waitFor(`${alertname} firing in Alertmanager`, async () => {
-        const alerts = (await getJson(`${alertmanager}/api/v2/alerts?filter=${encodeURIComponent(`alertname="${alertname}"`)}`)) as unknown as Obj[];
-        return alerts.find((a) => a.status?.state === 'active');
-      }, timeoutMs, 2000);
-      await waitFor('Alertmanager to deliver to the webhook', async () => (await metric(alertmanager, 'alertmanager_notifications_total', 'integration="webhook"')) >= 1, 60_000, 1000);
+      const alert = await waitFor(
+        `${alertname} firing in Alertmanager`,
+        async () => {
+          const alerts = (await getJson(
+            `${alertmanager}/api/v2/alerts?filter=${encodeURIComponent(`alertname="${alertname}"`)}`,
+          )) as unknown as Obj[];
+          return alerts.find((a) => a.status?.state === 'active');
+        },
+        timeoutMs,
+        2000,
+      );
+      await waitFor(
+        'Alertmanager to deliver to the webhook',
+        async () => (await metric(alertmanager, 'alertmanager_notifications_total', 'integration="webhook"')) >= 1,
+        60_000,
+        1000,
+      );
       const failed = await metric(alertmanager, 'alertmanager_notifications_failed_total', 'integration="webhook"');
       if (failed > 0) throw new Error(`Alertmanager failed ${failed} webhook notification(s)\n${logTail()}`);
       return { ...alert, status: 'firing' };

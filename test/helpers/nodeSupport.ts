@@ -58,7 +58,12 @@ export async function apply(yaml: string): Promise<void> {
 }
 
 /** Poll fn until it returns a truthy value; throws with the last value/error after timeoutMs. */
-export async function waitFor<T>(what: string, fn: () => Promise<T | undefined | null | false>, timeoutMs: number, intervalMs = 500): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  fn: () => Promise<T | undefined | null | false>,
+  timeoutMs: number,
+  intervalMs = 500,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {
@@ -69,7 +74,10 @@ export async function waitFor<T>(what: string, fn: () => Promise<T | undefined |
     } catch (e) {
       last = e;
     }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}; last: ${last instanceof Error ? last.message : JSON.stringify(last)}`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for ${what}; last: ${last instanceof Error ? last.message : JSON.stringify(last)}`,
+      );
     await new Promise((r) => setTimeout(r, intervalMs));
   }
 }
@@ -89,7 +97,11 @@ export interface HttpAnswer {
   headers: Headers;
 }
 
-export async function http(method: string, url: string, opts: { headers?: Record<string, string>; body?: string; timeoutMs?: number } = {}): Promise<HttpAnswer> {
+export async function http(
+  method: string,
+  url: string,
+  opts: { headers?: Record<string, string>; body?: string; timeoutMs?: number } = {},
+): Promise<HttpAnswer> {
   const res = await fetch(url, { method, headers: opts.headers, body: opts.body, signal: AbortSignal.timeout(opts.timeoutMs ?? 10_000) });
   const text = await res.text();
   let body: Obj = {};
@@ -106,7 +118,11 @@ export function githubSignature(secret: string, body: string): string {
 }
 
 export function podReady(p: Obj): boolean {
-  return p.status?.phase === 'Running' && (p.status?.conditions as Obj[] | undefined)?.some((c) => c.type === 'Ready' && c.status === 'True') === true && !p.metadata.deletionTimestamp;
+  return (
+    p.status?.phase === 'Running' &&
+    (p.status?.conditions as Obj[] | undefined)?.some((c) => c.type === 'Ready' && c.status === 'True') === true &&
+    !p.metadata.deletionTimestamp
+  );
 }
 
 export function readText(path: string): string {

@@ -189,7 +189,9 @@ async function waitHttpReady(url: string, p: OpsProcess, timeoutMs: number): Pro
       /* not listening yet */
     }
     if (Date.now() > deadline) {
-      throw new Error(`${url} not ready within ${timeoutMs} ms; stdout: ${p.lines.slice(-5).join(' | ')}; stderr: ${p.stderr.slice(-5).join(' | ')}`);
+      throw new Error(
+        `${url} not ready within ${timeoutMs} ms; stdout: ${p.lines.slice(-5).join(' | ')}; stderr: ${p.stderr.slice(-5).join(' | ')}`,
+      );
     }
     await new Promise((r) => setTimeout(r, 100));
   }
@@ -218,7 +220,10 @@ export async function startWorkerProcess(opts: SpawnOptions & { readyTimeoutMs?:
     await Promise.race([
       p.waitForLog((l) => l.msg === WORKER_READY_MSG, opts.readyTimeoutMs ?? 20000),
       new Promise<never>((_, reject) => {
-        onExit = () => reject(new Error(`worker exited before ready (code ${p.proc.exitCode}, signal ${p.proc.signalCode}); stderr: ${p.stderr.join(' | ')}`));
+        onExit = () =>
+          reject(
+            new Error(`worker exited before ready (code ${p.proc.exitCode}, signal ${p.proc.signalCode}); stderr: ${p.stderr.join(' | ')}`),
+          );
         p.proc.once('close', onExit);
       }),
     ]);

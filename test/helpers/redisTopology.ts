@@ -61,7 +61,14 @@ function startProc(bin: string, args: string[], port: number): RedisProc {
       spawnIt();
     },
     client() {
-      const c = new Redis({ host: '127.0.0.1', port, maxRetriesPerRequest: 1, retryStrategy: () => 200, connectTimeout: 1000, lazyConnect: false });
+      const c = new Redis({
+        host: '127.0.0.1',
+        port,
+        maxRetriesPerRequest: 1,
+        retryStrategy: () => 200,
+        connectTimeout: 1000,
+        lazyConnect: false,
+      });
       c.on('error', () => {});
       return c;
     },
@@ -81,17 +88,28 @@ async function ask<T>(p: RedisProc, fn: (c: Redis) => Promise<T>): Promise<T> {
 }
 
 const serverArgs = (port: number, dir: string, extra: string[] = []) => [
-  '--port', String(port),
-  '--bind', '127.0.0.1',
-  '--dir', dir,
-  '--save', '',
-  '--appendonly', 'no',
-  '--daemonize', 'no',
-  '--logfile', '',
-  '--loglevel', 'warning',
-  '--maxmemory-policy', 'noeviction',
-  '--repl-diskless-sync', 'yes',
-  '--repl-diskless-sync-delay', '0',
+  '--port',
+  String(port),
+  '--bind',
+  '127.0.0.1',
+  '--dir',
+  dir,
+  '--save',
+  '',
+  '--appendonly',
+  'no',
+  '--daemonize',
+  'no',
+  '--logfile',
+  '',
+  '--loglevel',
+  'warning',
+  '--maxmemory-policy',
+  'noeviction',
+  '--repl-diskless-sync',
+  'yes',
+  '--repl-diskless-sync-delay',
+  '0',
   ...extra,
 ];
 
@@ -108,7 +126,9 @@ export interface SentinelRedis {
   destroy(): Promise<void>;
 }
 
-export async function startSentinelRedis(opts: { replicas?: number; sentinels?: number; downAfterMs?: number; masterName?: string } = {}): Promise<SentinelRedis> {
+export async function startSentinelRedis(
+  opts: { replicas?: number; sentinels?: number; downAfterMs?: number; masterName?: string } = {},
+): Promise<SentinelRedis> {
   const masterName = opts.masterName ?? 'opsgate';
   const nReplicas = opts.replicas ?? 2;
   const nSentinels = opts.sentinels ?? 3;
@@ -131,7 +151,11 @@ export async function startSentinelRedis(opts: { replicas?: number; sentinels?: 
     const replicas: RedisProc[] = [];
     for (let i = 0; i < nReplicas; i++) {
       const port = await freePort();
-      const r = startProc(REDIS_SERVER, serverArgs(port, dirFor(`replica${i}`), ['--replicaof', '127.0.0.1', String(primaryPort), '--replica-announce-ip', '127.0.0.1']), port);
+      const r = startProc(
+        REDIS_SERVER,
+        serverArgs(port, dirFor(`replica${i}`), ['--replicaof', '127.0.0.1', String(primaryPort), '--replica-announce-ip', '127.0.0.1']),
+        port,
+      );
       replicas.push(r);
       all.push(r);
     }
@@ -221,7 +245,9 @@ export interface RedisCluster {
   destroy(): Promise<void>;
 }
 
-export async function startRedisCluster(opts: { primaries?: number; replicasPerPrimary?: number; nodeTimeoutMs?: number } = {}): Promise<RedisCluster> {
+export async function startRedisCluster(
+  opts: { primaries?: number; replicasPerPrimary?: number; nodeTimeoutMs?: number } = {},
+): Promise<RedisCluster> {
   const nPrimaries = opts.primaries ?? 3;
   const perPrimary = opts.replicasPerPrimary ?? 0;
   const nodeTimeout = opts.nodeTimeoutMs ?? 1000;
@@ -241,12 +267,17 @@ export async function startRedisCluster(opts: { primaries?: number; replicasPerP
         startProc(
           REDIS_SERVER,
           serverArgs(port, dir, [
-            '--cluster-enabled', 'yes',
-            '--cluster-config-file', join(dir, 'nodes.conf'),
-            '--cluster-node-timeout', String(nodeTimeout),
-            '--cluster-announce-ip', '127.0.0.1',
+            '--cluster-enabled',
+            'yes',
+            '--cluster-config-file',
+            join(dir, 'nodes.conf'),
+            '--cluster-node-timeout',
+            String(nodeTimeout),
+            '--cluster-announce-ip',
+            '127.0.0.1',
             // A replica whose primary died takes over however long its link was down.
-            '--cluster-replica-validity-factor', '0',
+            '--cluster-replica-validity-factor',
+            '0',
           ]),
           port,
         ),
@@ -258,7 +289,8 @@ export async function startRedisCluster(opts: { primaries?: number; replicasPerP
       ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', String(perPrimary), '--cluster-yes'],
       { encoding: 'utf8', timeout: 60_000 },
     );
-    if (create.status !== 0) throw new Error(`redis-cli --cluster create failed: ${create.stdout.slice(-500)} ${create.stderr.slice(-500)}`);
+    if (create.status !== 0)
+      throw new Error(`redis-cli --cluster create failed: ${create.stdout.slice(-500)} ${create.stderr.slice(-500)}`);
     const waitHealthy = async (timeoutMs = 30_000) => {
       for (const n of nodes.filter((x) => x.alive)) {
         await until(
@@ -282,13 +314,18 @@ export async function startRedisCluster(opts: { primaries?: number; replicasPerP
       }
     }
     return {
-      url: `redis+cluster://${nodes.slice(0, Math.min(3, nodes.length)).map((n) => `127.0.0.1:${n.port}`).join(',')}`,
+      url: `redis+cluster://${nodes
+        .slice(0, Math.min(3, nodes.length))
+        .map((n) => `127.0.0.1:${n.port}`)
+        .join(',')}`,
       nodes,
       async primaryFor(key) {
         for (const n of nodes.filter((x) => x.alive)) {
           try {
             const slot = Number(await ask(n, (c) => c.call('CLUSTER', 'KEYSLOT', key)));
-            const slots = (await ask(n, (c) => c.call('CLUSTER', 'SLOTS'))) as Array<[number, number, [string, number, ...unknown[]], ...unknown[]]>;
+            const slots = (await ask(n, (c) => c.call('CLUSTER', 'SLOTS'))) as Array<
+              [number, number, [string, number, ...unknown[]], ...unknown[]]
+            >;
             const range = slots.find(([a, b]) => slot >= a && slot <= b);
             if (!range) continue;
             const p = nodes.find((x) => x.port === Number(range[2][1]));

@@ -118,7 +118,7 @@ export async function pool<T>(tasks: Array<() => Promise<T>>, limit: number): Pr
 
 export function shuffle<T>(xs: T[], seed = 42): T[] {
   let s = seed >>> 0;
-  const rand = () => ((s = (s * 1664525 + 1013904223) >>> 0) / 2 ** 32);
+  const rand = () => (s = (s * 1664525 + 1013904223) >>> 0) / 2 ** 32;
   for (let i = xs.length - 1; i > 0; i--) {
     const j = Math.floor(rand() * (i + 1));
     [xs[i], xs[j]] = [xs[j]!, xs[i]!];
@@ -126,7 +126,12 @@ export function shuffle<T>(xs: T[], seed = 42): T[] {
   return xs;
 }
 
-export async function waitFor<T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 30_000, everyMs = 100): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  fn: () => Promise<T | undefined | false> | T | undefined | false,
+  timeoutMs = 30_000,
+  everyMs = 100,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {
@@ -136,7 +141,10 @@ export async function waitFor<T>(what: string, fn: () => Promise<T | undefined |
     } catch (err) {
       last = err;
     }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last instanceof Error ? `: ${last.message}` : last ? `: ${JSON.stringify(last)}` : ''}`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for ${what}${last instanceof Error ? `: ${last.message}` : last ? `: ${JSON.stringify(last)}` : ''}`,
+      );
     await new Promise((r) => setTimeout(r, everyMs));
   }
 }

@@ -33,14 +33,26 @@ function respCounter(): (chunk: Buffer) => number {
     const head = buf.toString('latin1', i + 1, eol);
     let next = eol + 2;
     switch (type) {
-      case '+': case '-': case ':': case '_': case '#': case ',': case '(':
+      case '+':
+      case '-':
+      case ':':
+      case '_':
+      case '#':
+      case ',':
+      case '(':
         return next;
-      case '$': case '=': case '!': {
+      case '$':
+      case '=':
+      case '!': {
         const len = Number(head);
         if (len < 0) return next;
         return next + len + 2 <= buf.length ? next + len + 2 : -1;
       }
-      case '*': case '~': case '>': case '%': case '|': {
+      case '*':
+      case '~':
+      case '>':
+      case '%':
+      case '|': {
         let n = Number(head);
         if (n < 0) return next;
         if (type === '%' || type === '|') n *= 2;

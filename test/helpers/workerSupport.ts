@@ -78,7 +78,10 @@ export async function startReceiver(): Promise<Receiver> {
     script: (path, replies) => scripts.set(path, replies),
     waitForRequests: (path, count, timeoutMs = 20000) =>
       new Promise((resolve, reject) => {
-        const deadline = setTimeout(() => reject(new Error(`${path}: ${receiver.requests(path).length} of ${count} requests within ${timeoutMs} ms`)), timeoutMs);
+        const deadline = setTimeout(
+          () => reject(new Error(`${path}: ${receiver.requests(path).length} of ${count} requests within ${timeoutMs} ms`)),
+          timeoutMs,
+        );
         const check = () => {
           const list = receiver.requests(path);
           if (list.length >= count) {
@@ -120,11 +123,7 @@ export function testMetrics() {
   return createMetrics('worker', 'test', { defaults: false });
 }
 
-export async function metricValue(
-  metrics: ReturnType<typeof testMetrics>,
-  name: string,
-  labels: Record<string, string>,
-): Promise<number> {
+export async function metricValue(metrics: ReturnType<typeof testMetrics>, name: string, labels: Record<string, string>): Promise<number> {
   const json = await metrics.registry.getMetricsAsJSON();
   const m = json.find((x) => x.name === name);
   if (!m) return 0;
@@ -147,7 +146,8 @@ export async function waitForFinal(queue: Queue, id: string, timeoutMs = 25000):
       const state = await job.getState();
       if (state === 'completed' || state === 'failed') return { state, job: (await queue.getJob(id))! };
     }
-    if (Date.now() > deadline) throw new Error(`job ${id} not finished within ${timeoutMs} ms (state ${job ? await job.getState() : 'missing'})`);
+    if (Date.now() > deadline)
+      throw new Error(`job ${id} not finished within ${timeoutMs} ms (state ${job ? await job.getState() : 'missing'})`);
     await new Promise((r) => setTimeout(r, 50));
   }
 }

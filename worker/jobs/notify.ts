@@ -159,9 +159,7 @@ export async function notifyOncall(data: NotifyOncallData, ctx: JobContext): Pro
   );
 
   const rejected = results.filter((r) => r.outcome?.kind === 'rejected');
-  const rejectedList = rejected
-    .map((r) => `${r.host} (HTTP ${r.outcome?.kind === 'rejected' ? r.outcome.status : '?'})`)
-    .join(', ');
+  const rejectedList = rejected.map((r) => `${r.host} (HTTP ${r.outcome?.kind === 'rejected' ? r.outcome.status : '?'})`).join(', ');
   const pending = results.filter((r) => r.outcome === undefined);
   // Dead-lettering now (a rejection, or the last attempt)? Forget the rejections so that a retry
   // from Bull Board, once the endpoint is fixed, posts to it again; delivered ones stay recorded.

@@ -31,7 +31,8 @@ export function pausedReason(namespace: string, name: string): string {
 }
 
 /** The end of a restart of a Deployment scaled to 0: said plainly, reached as soon as the controller saw the new template. */
-export const SCALED_TO_ZERO = 'successfully rolled out, but scaled to 0 replicas: no pod was restarted (the new template applies when it is scaled up)';
+export const SCALED_TO_ZERO =
+  'successfully rolled out, but scaled to 0 replicas: no pod was restarted (the new template applies when it is scaled up)';
 
 export interface RolloutState {
   done: boolean;
@@ -81,7 +82,9 @@ export async function restartService(
   const entry = findHost(ctx.inventory, data.host);
   if (!entry) throw new UnrecoverableError(`host ${JSON.stringify(data.host)} is not in the inventory`);
   if (!entry.deployments.includes(data.service)) {
-    throw new UnrecoverableError(`service ${JSON.stringify(data.service)} is not a Deployment of host ${JSON.stringify(data.host)} in the inventory`);
+    throw new UnrecoverableError(
+      `service ${JSON.stringify(data.service)} is not a Deployment of host ${JSON.stringify(data.host)} in the inventory`,
+    );
   }
   const namespace = entry.namespace;
   const name = data.service;
@@ -144,7 +147,9 @@ export async function restartService(
   await event(
     'OpsgateRestart',
     patched,
-    (patched.spec?.replicas ?? 1) === 0 ? `restartedAt ${restartedAt}; scaled to 0 replicas, no pod restarted` : `restartedAt ${restartedAt}`,
+    (patched.spec?.replicas ?? 1) === 0
+      ? `restartedAt ${restartedAt}; scaled to 0 replicas, no pod restarted`
+      : `restartedAt ${restartedAt}`,
   );
 
   const deadline = Date.now() + config.ROLLOUT_TIMEOUT_SECONDS * 1000;

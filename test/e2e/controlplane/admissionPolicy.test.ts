@@ -2,7 +2,15 @@ import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import * as k8s from '@kubernetes/client-node';
 import { parseInventory } from '../../../src/shared/inventory.js';
 import { buildDeployJob } from '../../../worker/jobs/deploy.js';
-import { adminKubeConfig, chartRelease, createDeployments, inventory, PROJECT, serviceAccountToken, tokenKubeConfig } from '../../helpers/controlPlaneFixtures.js';
+import {
+  adminKubeConfig,
+  chartRelease,
+  createDeployments,
+  inventory,
+  PROJECT,
+  serviceAccountToken,
+  tokenKubeConfig,
+} from '../../helpers/controlPlaneFixtures.js';
 
 jest.setTimeout(180_000);
 
@@ -35,8 +43,14 @@ describe('ValidatingAdmissionPolicy of the worker', () => {
     const deadline = Date.now() + 60_000;
     for (;;) {
       const code = await wApps
-        .patchNamespacedDeployment({ name: 'web', namespace: ns.apps, dryRun: 'All', body: { spec: { replicas: 7 } } }, k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.StrategicMergePatch))
-        .then(() => 200, (e: { code?: number }) => e.code);
+        .patchNamespacedDeployment(
+          { name: 'web', namespace: ns.apps, dryRun: 'All', body: { spec: { replicas: 7 } } },
+          k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.StrategicMergePatch),
+        )
+        .then(
+          () => 200,
+          (e: { code?: number }) => e.code,
+        );
       if (code === 403) break;
       if (Date.now() > deadline) throw new Error(`admission policy not enforced within 60 s (dry run answered ${code})`);
       await new Promise((r) => setTimeout(r, 250));
@@ -49,10 +63,18 @@ describe('ValidatingAdmissionPolicy of the worker', () => {
   const outcome = (p: Promise<unknown>): Promise<Outcome> =>
     p.then(
       () => ({ code: 200, message: '' }),
-      (e: { code?: number; body?: unknown }) => ({ code: e.code ?? 0, message: typeof e.body === 'string' ? e.body : JSON.stringify(e.body ?? '') }),
+      (e: { code?: number; body?: unknown }) => ({
+        code: e.code ?? 0,
+        message: typeof e.body === 'string' ? e.body : JSON.stringify(e.body ?? ''),
+      }),
     );
   const patch = (name: string, namespace: string, body: object) =>
-    outcome(wApps.patchNamespacedDeployment({ name, namespace, body, fieldManager: 'opsgate' }, k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.StrategicMergePatch)));
+    outcome(
+      wApps.patchNamespacedDeployment(
+        { name, namespace, body, fieldManager: 'opsgate' },
+        k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.StrategicMergePatch),
+      ),
+    );
 
   it('the policy and its binding are installed by the chart (the apiserver serves admissionregistration.k8s.io/v1)', async () => {
     const api = admin.makeApiClient(k8s.AdmissionregistrationV1Api);
@@ -78,7 +100,17 @@ describe('ValidatingAdmissionPolicy of the worker', () => {
       ['a Deployment label', { metadata: { labels: { owner: 'mallory' } } }],
       ['a Deployment annotation', { metadata: { annotations: { 'opsgate.io/rbac-test': 'x' } } }],
       ['paused', { spec: { paused: true } }],
-      ['restartedAt together with the image', { spec: { template: { metadata: { annotations: { 'kubectl.kubernetes.io/restartedAt': 'x' } }, spec: { containers: [{ name: 'web', image: 'evil.example/miner:1' }] } } } }],
+      [
+        'restartedAt together with the image',
+        {
+          spec: {
+            template: {
+              metadata: { annotations: { 'kubectl.kubernetes.io/restartedAt': 'x' } },
+              spec: { containers: [{ name: 'web', image: 'evil.example/miner:1' }] },
+            },
+          },
+        },
+      ],
     ];
     for (const [what, body] of refused) {
       const r = await patch('web', ns.apps, body);
@@ -90,21 +122,32 @@ describe('ValidatingAdmissionPolicy of the worker', () => {
     expect(d.spec?.template.spec?.containers[0]?.image).toBe('registry.example.com/web:1');
     expect(d.spec?.template.metadata?.annotations).toEqual({ 'kubectl.kubernetes.io/restartedAt': '2026-11-23T10:05:00Z' });
     // The policy binds the worker only: an administrator may still change the Deployment.
-    await admin.makeApiClient(k8s.AppsV1Api).patchNamespacedDeployment(
-      { name: 'web', namespace: ns.apps, body: { metadata: { labels: { owner: 'sre' } } } },
-      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.StrategicMergePatch),
-    );
+    await admin
+      .makeApiClient(k8s.AppsV1Api)
+      .patchNamespacedDeployment(
+        { name: 'web', namespace: ns.apps, body: { metadata: { labels: { owner: 'sre' } } } },
+        k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.StrategicMergePatch),
+      );
   });
 
   it('Job: the one run_deploy_pipeline builds passes; another image or ServiceAccount, or an init container, is refused (403)', async () => {
     const entry = parseInventory(JSON.stringify(inventory(ns))).projects[PROJECT]!;
     let n = 0;
     const job = (mutate: (j: k8s.V1Job) => void = () => {}) => {
-      const j = buildDeployJob({ name: `vap-deploy-${++n}`, project: PROJECT, ref: 'refs/heads/main', auditId: 'a1', requestedBy: 'webhook:scm', queueJobId: String(n), entry });
+      const j = buildDeployJob({
+        name: `vap-deploy-${++n}`,
+        project: PROJECT,
+        ref: 'refs/heads/main',
+        auditId: 'a1',
+        requestedBy: 'webhook:scm',
+        queueJobId: String(n),
+        entry,
+      });
       mutate(j);
       return j;
     };
-    const create = (body: k8s.V1Job, namespace = ns.deploy) => outcome(wBatch.createNamespacedJob({ namespace, body: { ...body, metadata: { ...body.metadata, namespace } } }));
+    const create = (body: k8s.V1Job, namespace = ns.deploy) =>
+      outcome(wBatch.createNamespacedJob({ namespace, body: { ...body, metadata: { ...body.metadata, namespace } } }));
 
     expect(await create(job())).toMatchObject({ code: 200 });
     const refused: Array<[string, k8s.V1Job, string?]> = [
@@ -118,7 +161,10 @@ describe('ValidatingAdmissionPolicy of the worker', () => {
           j.spec!.template.spec!.serviceAccount = 'admin';
         }),
       ],
-      ['a second container with another image', job((j) => j.spec!.template.spec!.containers.push({ name: 'x', image: 'evil.example/miner:1' }))],
+      [
+        'a second container with another image',
+        job((j) => j.spec!.template.spec!.containers.push({ name: 'x', image: 'evil.example/miner:1' })),
+      ],
       ['an init container', job((j) => (j.spec!.template.spec!.initContainers = [{ name: 'init', image: entry.image }]))],
     ];
     for (const [what, body] of refused) {

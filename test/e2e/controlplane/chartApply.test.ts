@@ -109,11 +109,7 @@ describe('chart rendered by helm, validated server-side by kube-apiserver', () =
     ).stdout;
     const broken = rendered.replace(/\n(\s+)replicas: (\d+)/, '\n$1replicas: "two"\n$1replicaz: $2');
     expect(broken).not.toBe(rendered);
-    const r = await kubectl(
-      cluster.kubeconfigPath,
-      ['apply', '--server-side', '--dry-run=server', '--validate=strict', '-f', '-'],
-      broken,
-    );
+    const r = await kubectl(cluster.kubeconfigPath, ['apply', '--server-side', '--dry-run=server', '--validate=strict', '-f', '-'], broken);
     expect(r.code).not.toBe(0);
     expect(r.stderr).toMatch(/replicas|replicaz/);
   });

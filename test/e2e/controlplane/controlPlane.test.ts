@@ -44,7 +44,9 @@ describe('real control plane', () => {
       JSON.stringify({
         apiVersion: 'v1',
         kind: 'Config',
-        clusters: [{ name: 'c', cluster: { server: cluster.server, 'certificate-authority-data': Buffer.from(cluster.caPem).toString('base64') } }],
+        clusters: [
+          { name: 'c', cluster: { server: cluster.server, 'certificate-authority-data': Buffer.from(cluster.caPem).toString('base64') } },
+        ],
         users: [{ name: 'u', user: { token: 'not-a-valid-token' } }],
         contexts: [{ name: 'x', context: { cluster: 'c', user: 'u' } }],
         'current-context': 'x',
@@ -53,7 +55,10 @@ describe('real control plane', () => {
     const err = await bad
       .makeApiClient(k8s.CoreV1Api)
       .listNamespace()
-      .then(() => null, (e: unknown) => e as { code?: number });
+      .then(
+        () => null,
+        (e: unknown) => e as { code?: number },
+      );
     expect(err?.code).toBe(401);
   });
 
@@ -74,10 +79,7 @@ describe('real control plane', () => {
       },
     });
     // kubectl's own rollout logic: needs the deployment controller to observe it and update status
-    ok(
-      await kubectl(cluster.kubeconfigPath, ['-n', ns, 'rollout', 'status', 'deployment/web', '--timeout=90s']),
-      'rollout status',
-    );
+    ok(await kubectl(cluster.kubeconfigPath, ['-n', ns, 'rollout', 'status', 'deployment/web', '--timeout=90s']), 'rollout status');
     const d = await apps.readNamespacedDeployment({ name: 'web', namespace: ns });
     expect(d.status?.observedGeneration).toBe(d.metadata?.generation);
     const rs = await apps.listNamespacedReplicaSet({ namespace: ns });

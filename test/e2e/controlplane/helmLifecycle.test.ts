@@ -56,7 +56,10 @@ describe('helm install / upgrade / uninstall of charts/opsgate', () => {
     expect(await getJson('role', 'opsgate-worker', ns.deploy)).toBeDefined();
     expect(await getJson('role', 'opsgate-worker', ns.other)).toBeUndefined();
     // a real controller-manager took the api Deployment over (ReplicaSet created, status observed)
-    ok(await kubectl(kc(), ['-n', ns.release, 'wait', '--for=condition=Progressing', 'deployment/opsgate-api', '--timeout=60s']), 'wait Progressing');
+    ok(
+      await kubectl(kc(), ['-n', ns.release, 'wait', '--for=condition=Progressing', 'deployment/opsgate-api', '--timeout=60s']),
+      'wait Progressing',
+    );
     const rs = JSON.parse(ok(await kubectl(kc(), ['-n', ns.release, 'get', 'replicasets', '-o', 'json']), 'get rs').stdout);
     expect(rs.items.map((r: any) => r.metadata.ownerReferences?.[0]?.name)).toContain('opsgate-api');
   });

@@ -1,7 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import * as k8s from '@kubernetes/client-node';
 import { kubectl } from '../../helpers/cluster.js';
-import { adminKubeConfig, chartRelease, createDeployments, serviceAccountToken, tokenKubeConfig } from '../../helpers/controlPlaneFixtures.js';
+import {
+  adminKubeConfig,
+  chartRelease,
+  createDeployments,
+  serviceAccountToken,
+  tokenKubeConfig,
+} from '../../helpers/controlPlaneFixtures.js';
 
 // A real apiserver under a loaded 2-core machine: generous per-test time (also under the root jest config).
 jest.setTimeout(180_000);
@@ -94,7 +100,13 @@ describe('RBAC of the chart: worker and api ServiceAccounts', () => {
     const review = async (attrs: k8s.V1ResourceAttributes) =>
       (
         await authz.createSubjectAccessReview({
-          body: { spec: { user: asWorker(), groups: ['system:serviceaccounts', `system:serviceaccounts:${ns.release}`], resourceAttributes: attrs } },
+          body: {
+            spec: {
+              user: asWorker(),
+              groups: ['system:serviceaccounts', `system:serviceaccounts:${ns.release}`],
+              resourceAttributes: attrs,
+            },
+          },
         })
       ).status?.allowed;
     expect(await review({ group: 'apps', resource: 'deployments', verb: 'patch', name: 'web', namespace: ns.apps })).toBe(true);
@@ -106,7 +118,11 @@ describe('RBAC of the chart: worker and api ServiceAccounts', () => {
     const admin = adminKubeConfig(rel.cluster);
     const tokenFor = (sa: string) => serviceAccountToken(admin, ns.release, sa);
     const clientFor = (token: string) => tokenKubeConfig(admin, token);
-    const status = (p: Promise<unknown>) => p.then(() => 200, (e: { code?: number }) => e.code);
+    const status = (p: Promise<unknown>) =>
+      p.then(
+        () => 200,
+        (e: { code?: number }) => e.code,
+      );
 
     const worker = clientFor(await tokenFor(workerSa));
     const wApps = worker.makeApiClient(k8s.AppsV1Api);
@@ -114,7 +130,11 @@ describe('RBAC of the chart: worker and api ServiceAccounts', () => {
     const patch = (api: k8s.AppsV1Api, name: string, namespace: string) =>
       api.patchNamespacedDeployment(
         // what restart_service sends (other changes are refused by the chart's ValidatingAdmissionPolicy: admissionPolicy.test.ts)
-        { name, namespace, body: { spec: { template: { metadata: { annotations: { 'kubectl.kubernetes.io/restartedAt': '2026-11-23T10:00:00Z' } } } } } },
+        {
+          name,
+          namespace,
+          body: { spec: { template: { metadata: { annotations: { 'kubectl.kubernetes.io/restartedAt': '2026-11-23T10:00:00Z' } } } } },
+        },
         k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.StrategicMergePatch),
       );
     expect(await status(wApps.readNamespacedDeployment({ name: 'web', namespace: ns.apps }))).toBe(200);

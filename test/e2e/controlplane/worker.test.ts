@@ -68,7 +68,10 @@ describe('worker on a real cluster, as its ServiceAccount', () => {
     admin = adminKubeConfig(cluster);
     await createNamespaces(cluster, allNs);
     // the chart's RBAC, as a user installs it
-    ok(await helm(cluster.kubeconfigPath, ['install', 'opsgate', CHART, '-n', ns.release, '-f', writeValues(chartValues(ns))]), 'helm install');
+    ok(
+      await helm(cluster.kubeconfigPath, ['install', 'opsgate', CHART, '-n', ns.release, '-f', writeValues(chartValues(ns))]),
+      'helm install',
+    );
     await createDeployments(cluster, [
       [ns.apps, 'web'],
       [ns.apps, 'checkout'],
@@ -76,7 +79,11 @@ describe('worker on a real cluster, as its ServiceAccount', () => {
       [ns.data, 'cache'],
     ]);
     ok(await kubectl(cluster.kubeconfigPath, ['-n', ns.deploy, 'create', 'serviceaccount', 'deployer']), 'create deployer SA');
-    for (const [n, d] of [[ns.apps, 'web'], [ns.apps, 'checkout'], [ns.data, 'cache']] as const) {
+    for (const [n, d] of [
+      [ns.apps, 'web'],
+      [ns.apps, 'checkout'],
+      [ns.data, 'cache'],
+    ] as const) {
       ok(await kubectl(cluster.kubeconfigPath, ['-n', n, 'rollout', 'status', `deployment/${d}`, '--timeout=90s']), 'initial rollout');
     }
 
@@ -186,7 +193,9 @@ describe('worker on a real cluster, as its ServiceAccount', () => {
       reportingController: 'opsgate.io/worker',
       regarding: { apiVersion: 'apps/v1', kind: 'Deployment', name: 'web', namespace: ns.apps, uid: after.metadata?.uid },
     });
-    expect(evs[0]!.note).toBe(`rollout restart requested by k8s-test (audit ${audit.audit_id}, job ${job.id}): restartedAt ${restartedAt}; scaled to 0 replicas, no pod restarted`);
+    expect(evs[0]!.note).toBe(
+      `rollout restart requested by k8s-test (audit ${audit.audit_id}, job ${job.id}): restartedAt ${restartedAt}; scaled to 0 replicas, no pod restarted`,
+    );
     // core/v1 view of the same Event: what `kubectl describe deployment web` lists
     const described = await kubectl(cluster.kubeconfigPath, ['-n', ns.apps, 'describe', 'deployment', 'web']);
     expect(described.stdout).toMatch(/OpsgateRestart/);
@@ -218,7 +227,10 @@ describe('worker on a real cluster, as its ServiceAccount', () => {
     // a second worker whose inventory (wrongly) lists "payments": the chart's Role does not
     await worker?.close(5000);
     const wide = parseInventory(
-      JSON.stringify({ ...inventoryFor(ns), hosts: { 'web-1.example.com': { namespace: ns.apps, deployments: ['web', 'checkout', 'payments'] } } }),
+      JSON.stringify({
+        ...inventoryFor(ns),
+        hosts: { 'web-1.example.com': { namespace: ns.apps, deployments: ['web', 'checkout', 'payments'] } },
+      }),
     );
     worker = await startWorker(loadWorkerConfig({ REDIS_URL: redis.url, ROLLOUT_POLL_INTERVAL_MS: '200', JOB_ATTEMPTS: '2' }), {
       inventory: wide,
@@ -386,7 +398,9 @@ subjects: [{kind: ServiceAccount, name: no-events, namespace: ${ns.release}}]
       const job = await queue.add(JOB.restartService, { host: 'cache-1', service: 'cache', ...audit }, { attempts: 2 });
       const { state, job: done } = await finished(job);
       expect({ state, failedReason: done.failedReason }).toEqual({ state: 'completed', failedReason: undefined });
-      const warning = lines.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === 'could not record the Kubernetes Event');
+      const warning = lines
+        .map((l) => JSON.parse(l) as Record<string, unknown>)
+        .find((l) => l.msg === 'could not record the Kubernetes Event');
       expect(warning).toMatchObject({ reason: 'OpsgateRestart', status: 403 });
       const evs = await opsgateEvents(ns.data, 'cache', 'OpsgateRestart');
       expect(evs.filter((e) => e.note?.includes(`job ${job.id})`))).toEqual([]);
@@ -400,16 +414,20 @@ subjects: [{kind: ServiceAccount, name: no-events, namespace: ${ns.release}}]
     }
   });
 
-  it('a paused Deployment is refused with kubectl\'s reason, dead-lettered at once, untouched, with a Warning Event', async () => {
-    await admin.makeApiClient(k8s.AppsV1Api).patchNamespacedDeployment(
-      { name: 'checkout', namespace: ns.apps, body: { spec: { paused: true } } },
-      k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
-    );
+  it("a paused Deployment is refused with kubectl's reason, dead-lettered at once, untouched, with a Warning Event", async () => {
+    await admin
+      .makeApiClient(k8s.AppsV1Api)
+      .patchNamespacedDeployment(
+        { name: 'checkout', namespace: ns.apps, body: { spec: { paused: true } } },
+        k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+      );
     const job = await queue.add(JOB.restartService, { host: 'web-1.example.com', service: 'checkout', ...audit }, { attempts: 2 });
     const { state, job: done } = await finished(job);
     expect(state).toBe('failed');
     expect(done.attemptsMade).toBe(1); // UnrecoverableError: not retried
-    expect(done.failedReason).toBe(`deployments.apps "checkout" (namespace ${ns.apps}) can't restart paused deployment (run rollout resume first)`);
+    expect(done.failedReason).toBe(
+      `deployments.apps "checkout" (namespace ${ns.apps}) can't restart paused deployment (run rollout resume first)`,
+    );
     expect((await readDeployment(ns.apps, 'checkout')).spec?.template?.metadata?.annotations?.[RESTARTED_AT]).toBeUndefined();
     const [ev] = await opsgateEvents(ns.apps, 'checkout', 'OpsgateRestartRefused');
     expect(ev).toMatchObject({ type: 'Warning', action: 'Refuse' });

@@ -75,7 +75,10 @@ function valuesFile(v: unknown): string {
   return f;
 }
 
-function deployment(name: string, opts: { replicas: number; image: string; minReadySeconds?: number; progressDeadlineSeconds?: number; pullPolicy?: string }): string {
+function deployment(
+  name: string,
+  opts: { replicas: number; image: string; minReadySeconds?: number; progressDeadlineSeconds?: number; pullPolicy?: string },
+): string {
   return stringify({
     apiVersion: 'apps/v1',
     kind: 'Deployment',
@@ -118,10 +121,15 @@ async function job(id: string): Promise<Obj> {
 }
 
 async function jobEnds(id: string, timeoutMs: number): Promise<Obj> {
-  return waitFor(`job ${id} to finish`, async () => {
-    const j = await job(id);
-    return j.state === 'completed' || j.state === 'failed' ? j : undefined;
-  }, timeoutMs, 1000);
+  return waitFor(
+    `job ${id} to finish`,
+    async () => {
+      const j = await job(id);
+      return j.state === 'completed' || j.state === 'failed' ? j : undefined;
+    },
+    timeoutMs,
+    1000,
+  );
 }
 
 async function restart(service: string): Promise<string> {
@@ -145,7 +153,9 @@ describe('charts/opsgate on a real node', () => {
     await apply(deployment('web', { replicas: 2, image: PAUSE_IMAGE, minReadySeconds: 2 }));
     await apply(deployment('slow', { replicas: 1, image: PAUSE_IMAGE, minReadySeconds: 25 }));
     // its pods can never start: the image is on no node and may not be pulled
-    await apply(deployment('broken', { replicas: 1, image: 'localhost/opsgate-missing:1', pullPolicy: 'Never', progressDeadlineSeconds: 10 }));
+    await apply(
+      deployment('broken', { replicas: 1, image: 'localhost/opsgate-missing:1', pullPolicy: 'Never', progressDeadlineSeconds: 10 }),
+    );
   });
 
   afterAll(async () => {
@@ -156,7 +166,10 @@ describe('charts/opsgate on a real node', () => {
 
   test('helm install --wait with the defaults and local images only, then helm test Succeeded', async () => {
     const t0 = Date.now();
-    ok(await helm(['install', RELEASE, CHART, '-n', NS, '--create-namespace', '-f', LOCAL_IMAGES, '--wait', '--timeout', '6m']), 'helm install --wait');
+    ok(
+      await helm(['install', RELEASE, CHART, '-n', NS, '--create-namespace', '-f', LOCAL_IMAGES, '--wait', '--timeout', '6m']),
+      'helm install --wait',
+    );
     process.stderr.write(`[e2e] helm install --wait: ${Date.now() - t0} ms\n`);
     for (const c of ['api', 'worker', 'redis']) {
       const ps = await releasePods(c);
@@ -170,7 +183,10 @@ describe('charts/opsgate on a real node', () => {
   });
 
   test('helm upgrade that changes Secret values: api and worker pods roll (checksum) and the API keeps serving', async () => {
-    const before = { api: (await releasePods('api')).map((p) => p.metadata.name), worker: (await releasePods('worker')).map((p) => p.metadata.name) };
+    const before = {
+      api: (await releasePods('api')).map((p) => p.metadata.name),
+      worker: (await releasePods('worker')).map((p) => p.metadata.name),
+    };
     const sumBefore = (await getJson('deployment', `${RELEASE}-api`, NS))!.spec.template.metadata.annotations['checksum/secret'];
     // /health through the Service the whole time
     let stop = false;
@@ -187,12 +203,18 @@ describe('charts/opsgate on a real node', () => {
         await new Promise((r) => setTimeout(r, 100));
       }
     })();
-    ok(await helm(['upgrade', RELEASE, CHART, '-n', NS, '-f', LOCAL_IMAGES, '-f', valuesFile(flowValues), '--wait', '--timeout', '6m']), 'helm upgrade --wait');
+    ok(
+      await helm(['upgrade', RELEASE, CHART, '-n', NS, '-f', LOCAL_IMAGES, '-f', valuesFile(flowValues), '--wait', '--timeout', '6m']),
+      'helm upgrade --wait',
+    );
     stop = true;
     await prober;
     const sumAfter = (await getJson('deployment', `${RELEASE}-api`, NS))!.spec.template.metadata.annotations['checksum/secret'];
     expect(sumAfter).not.toBe(sumBefore);
-    const after = { api: (await releasePods('api')).filter(podReady).map((p) => p.metadata.name), worker: (await releasePods('worker')).filter(podReady).map((p) => p.metadata.name) };
+    const after = {
+      api: (await releasePods('api')).filter(podReady).map((p) => p.metadata.name),
+      worker: (await releasePods('worker')).filter(podReady).map((p) => p.metadata.name),
+    };
     expect(after.api.length).toBeGreaterThan(0);
     expect(after.worker.length).toBeGreaterThan(0);
     for (const n of after.api) expect(before.api).not.toContain(n);
@@ -200,7 +222,12 @@ describe('charts/opsgate on a real node', () => {
     expect(answers.ok).toBeGreaterThan(10);
     expect(answers.bad).toEqual([]);
     // once the old pods (still serving their preStop seconds with the old keys) are gone:
-    await waitFor('the old api pods gone', async () => (await releasePods('api')).every((p) => !before.api.includes(p.metadata.name)), 120_000, 1000);
+    await waitFor(
+      'the old api pods gone',
+      async () => (await releasePods('api')).every((p) => !before.api.includes(p.metadata.name)),
+      120_000,
+      1000,
+    );
     // the new keys work, the generated ones of the install are gone
     expect((await http('GET', `${api}/ops/hosts`, { headers: readonly })).body).toEqual({ hosts: ['web-1'] });
   });
@@ -222,10 +249,15 @@ describe('charts/opsgate on a real node', () => {
     const jobId = r.body.job_id as string;
     expect(jobId).toBeTruthy();
 
-    const k8sJob = await waitFor('the deploy Job to succeed', async () => {
-      const jobs = await list('jobs', DEPLOY);
-      return jobs.find((j) => (j.status?.succeeded ?? 0) >= 1);
-    }, 180_000, 1000);
+    const k8sJob = await waitFor(
+      'the deploy Job to succeed',
+      async () => {
+        const jobs = await list('jobs', DEPLOY);
+        return jobs.find((j) => (j.status?.succeeded ?? 0) >= 1);
+      },
+      180_000,
+      1000,
+    );
     const jobPods = await pods(DEPLOY, `job-name=${k8sJob.metadata.name}`);
     expect(jobPods.some((p) => p.status.phase === 'Succeeded')).toBe(true);
     const logs = ok(await kubectl(['-n', DEPLOY, 'logs', `job/${k8sJob.metadata.name}`]), 'kubectl logs').stdout;
@@ -237,10 +269,14 @@ describe('charts/opsgate on a real node', () => {
   });
 
   test('POST /ops/restart of a 2-replica Deployment: the worker pod patches it, new pods replace the old ones, the job completes only after the rollout', async () => {
-    await waitFor('web available', async () => {
-      const d = await getJson('deployment', 'web', APPS);
-      return d?.status?.availableReplicas === 2 && d.status.updatedReplicas === 2 && d.status.replicas === 2;
-    }, 120_000);
+    await waitFor(
+      'web available',
+      async () => {
+        const d = await getJson('deployment', 'web', APPS);
+        return d?.status?.availableReplicas === 2 && d.status.updatedReplicas === 2 && d.status.replicas === 2;
+      },
+      120_000,
+    );
     const oldPods = (await pods(APPS, 'app=web')).map((p) => p.metadata.name as string);
     expect(oldPods).toHaveLength(2);
 
@@ -273,12 +309,18 @@ describe('charts/opsgate on a real node', () => {
     await waitFor('slow available', async () => (await getJson('deployment', 'slow', APPS))?.status?.availableReplicas === 1, 120_000);
     const rsBefore = (await list('replicasets', APPS, 'app=slow')).length;
     const id = await restart('slow');
-    const active = await waitFor('the restart job rolling out', async () => {
-      const j = await job(id);
-      return j.state === 'active' && (j.progress as Obj | null)?.phase === 'rolling_out' ? j : undefined;
-    }, 120_000);
+    const active = await waitFor(
+      'the restart job rolling out',
+      async () => {
+        const j = await job(id);
+        return j.state === 'active' && (j.progress as Obj | null)?.phase === 'rolling_out' ? j : undefined;
+      },
+      120_000,
+    );
     expect(active.attempts_made).toBe(0);
-    const restartedAt = (await getJson('deployment', 'slow', APPS))!.spec.template.metadata.annotations['kubectl.kubernetes.io/restartedAt'];
+    const restartedAt = (await getJson('deployment', 'slow', APPS))!.spec.template.metadata.annotations[
+      'kubectl.kubernetes.io/restartedAt'
+    ];
     expect(restartedAt).toBeTruthy();
 
     const [worker] = (await releasePods('worker')).filter(podReady);
@@ -306,7 +348,12 @@ describe('charts/opsgate on a real node', () => {
   });
 
   test('Prometheus scrapes the pods, the worker-down alert reaches /webhook/alerts through Alertmanager, one notify_oncall job; dashboard queries return data', async () => {
-    monitoring = await startMonitoring({ namespace: NS, release: RELEASE, alertsUrl: `${api}/webhook/alerts`, alertsToken: secrets.alertsWebhookToken });
+    monitoring = await startMonitoring({
+      namespace: NS,
+      release: RELEASE,
+      alertsUrl: `${api}/webhook/alerts`,
+      alertsToken: secrets.alertsWebhookToken,
+    });
     await monitoring.waitForTargets(['api', 'worker']);
     const empty = await monitoring.emptyDashboardPanels();
     expect(empty).toEqual([]);
@@ -323,31 +370,54 @@ describe('charts/opsgate on a real node', () => {
     };
     // the worker, back, runs the notification the API queued while it was down (its log line
     // names the alert and the job: job data is never shown by the API)
-    const lines = await waitFor('the worker to run notify_oncall for OpsgateWorkerDown', async () => {
-      const ps = (await releasePods('worker')).filter(podReady);
-      const text = ps.length === 1 ? (await kubectl(['-n', NS, 'logs', ps[0]!.metadata.name])).stdout : '';
-      const found = text.split('\n').filter((l) => l.includes('"msg":"alert notification"') && l.includes('"alertname":"OpsgateWorkerDown"'));
-      return found.length > 0 ? found.map((l) => JSON.parse(l) as Obj) : undefined;
-    }, 180_000, 2000);
+    const lines = await waitFor(
+      'the worker to run notify_oncall for OpsgateWorkerDown',
+      async () => {
+        const ps = (await releasePods('worker')).filter(podReady);
+        const text = ps.length === 1 ? (await kubectl(['-n', NS, 'logs', ps[0]!.metadata.name])).stdout : '';
+        const found = text
+          .split('\n')
+          .filter((l) => l.includes('"msg":"alert notification"') && l.includes('"alertname":"OpsgateWorkerDown"'));
+        return found.length > 0 ? found.map((l) => JSON.parse(l) as Obj) : undefined;
+      },
+      180_000,
+      2000,
+    );
     const jobId = String(lines[0]!.job_id);
     expect((await jobEnds(jobId, 60_000)).state).toBe('completed');
     expect((await job(jobId)).name).toBe('ops_worker.notify_oncall');
     // once: one notification for the alert although Alertmanager may send the group again, and no
     // other notify job left waiting behind it
-    await waitFor('every notify job run', async () => (await Promise.all(['waiting', 'active', 'delayed'].map(notifyJobs))).flat().length === 0, 60_000, 1000);
+    await waitFor(
+      'every notify job run',
+      async () => (await Promise.all(['waiting', 'active', 'delayed'].map(notifyJobs))).flat().length === 0,
+      60_000,
+      1000,
+    );
     const ps = (await releasePods('worker')).filter(podReady);
     const logsNow = (await kubectl(['-n', NS, 'logs', ps[0]!.metadata.name])).stdout;
-    expect(logsNow.split('\n').filter((l) => l.includes('"msg":"alert notification"') && l.includes('"alertname":"OpsgateWorkerDown"'))).toHaveLength(1);
+    expect(
+      logsNow.split('\n').filter((l) => l.includes('"msg":"alert notification"') && l.includes('"alertname":"OpsgateWorkerDown"')),
+    ).toHaveLength(1);
     expect(await notifyJobs('failed')).toEqual([]);
   });
 
   test('helm uninstall leaves no object of the release behind', async () => {
     ok(await helm(['uninstall', RELEASE, '-n', NS, '--wait', '--timeout', '3m']), 'helm uninstall');
     // the pods of the deleted workloads finish terminating (preStop + drain) on their own
-    await waitFor('the release pods gone', async () => (await pods(NS, `app.kubernetes.io/instance=${RELEASE}`)).length === 0, 120_000, 1000);
-    const left = ok(await kubectl(['api-resources', '--verbs=list', '-o', 'name']), 'api-resources').stdout.split('\n').filter(Boolean);
+    await waitFor(
+      'the release pods gone',
+      async () => (await pods(NS, `app.kubernetes.io/instance=${RELEASE}`)).length === 0,
+      120_000,
+      1000,
+    );
+    const left = ok(await kubectl(['api-resources', '--verbs=list', '-o', 'name']), 'api-resources')
+      .stdout.split('\n')
+      .filter(Boolean);
     const leftovers: string[] = [];
-    const namespaced = ok(await kubectl(['api-resources', '--verbs=list', '--namespaced=true', '-o', 'name']), 'api-resources').stdout.split('\n').filter(Boolean);
+    const namespaced = ok(await kubectl(['api-resources', '--verbs=list', '--namespaced=true', '-o', 'name']), 'api-resources')
+      .stdout.split('\n')
+      .filter(Boolean);
     for (const kind of left) {
       if (kind.startsWith('events')) continue; // Events of the release's pods age out on their own
       const scope = namespaced.includes(kind) ? ['-n', NS] : [];
@@ -357,7 +427,8 @@ describe('charts/opsgate on a real node', () => {
     // and nothing named after the release in its namespace (objects without labels, e.g. the Secret)
     for (const kind of ['secret', 'configmap', 'serviceaccount', 'service', 'deployment', 'statefulset', 'pod', 'role', 'rolebinding']) {
       const r = await kubectl(['get', kind, '-n', NS, '-o', 'name']);
-      for (const n of r.stdout.trim().split('\n').filter(Boolean)) if (n.includes(RELEASE) && !n.includes('kube-root-ca')) leftovers.push(n);
+      for (const n of r.stdout.trim().split('\n').filter(Boolean))
+        if (n.includes(RELEASE) && !n.includes('kube-root-ca')) leftovers.push(n);
     }
     expect(leftovers).toEqual([]);
     expect(ok(await helm(['list', '-n', NS, '-q']), 'helm list').stdout.trim()).toBe('');

@@ -33,7 +33,20 @@ async function inspect(image: string) {
 
 /** Run node inside the image (no network, read-only root as the chart runs it) and return stdout. */
 async function nodeIn(image: string, script: string): Promise<string> {
-  const r = await podman(['run', '--rm', '--network', 'none', '--read-only', '--tmpfs', '/tmp', '--entrypoint', 'node', image, '-e', script]);
+  const r = await podman([
+    'run',
+    '--rm',
+    '--network',
+    'none',
+    '--read-only',
+    '--tmpfs',
+    '/tmp',
+    '--entrypoint',
+    'node',
+    image,
+    '-e',
+    script,
+  ]);
   if (r.code !== 0) throw new Error(`node in ${image} exited ${r.code}: ${r.stderr}`);
   return r.stdout;
 }
@@ -46,11 +59,16 @@ describe.each(Object.entries(IMAGES))('image %s', (target, image) => {
     expect(i.Config.WorkingDir).toBe('/app');
     expect(i.Config.Env).toContain('NODE_ENV=production');
     expect(i.Config.Env).toContain('MALLOC_ARENA_MAX=2');
-    expect(await nodeIn(image, 'process.stdout.write(`${process.getuid()}:${process.getgid()} ${process.version}`)')).toBe(`1000:1000 v${process.versions.node}`);
+    expect(await nodeIn(image, 'process.stdout.write(`${process.getuid()}:${process.getgid()} ${process.version}`)')).toBe(
+      `1000:1000 v${process.versions.node}`,
+    );
   });
 
   test('carries every production dependency and no package the lockfile marks dev-only; the app files are not writable by the app user', async () => {
-    const out = JSON.parse(await nodeIn(image, `
+    const out = JSON.parse(
+      await nodeIn(
+        image,
+        `
       const fs = require('fs'), path = require('path');
       const found = [];
       const walk = (dir, rel) => {
@@ -64,13 +82,18 @@ describe.each(Object.entries(IMAGES))('image %s', (target, image) => {
       };
       walk('/app/node_modules', 'node_modules');
       let writable = true; try { fs.writeFileSync('/app/dist/x', ''); } catch { writable = false; }
-      console.log(JSON.stringify({ found, writable }));`)) as { found: string[]; writable: boolean };
+      console.log(JSON.stringify({ found, writable }));`,
+      ),
+    ) as { found: string[]; writable: boolean };
     const lock = JSON.parse(readFileSync(join(REPO, 'package-lock.json'), 'utf8')) as { packages: Record<string, { dev?: boolean }> };
-    const devOnly = Object.entries(lock.packages).filter(([k, v]) => k && v.dev === true).map(([k]) => k);
+    const devOnly = Object.entries(lock.packages)
+      .filter(([k, v]) => k && v.dev === true)
+      .map(([k]) => k);
     expect(devOnly.length).toBeGreaterThan(100); // jest, typescript, swc, playwright-core, ... and theirs
     expect(out.found.filter((p) => devOnly.includes(p))).toEqual([]);
     for (const d of Object.keys(pkg.dependencies)) expect(out.found).toContain(`node_modules/${d}`);
-    for (const d of ['jest', 'typescript', '@swc/core', 'fast-check', 'playwright-core']) expect(out.found).not.toContain(`node_modules/${d}`);
+    for (const d of ['jest', 'typescript', '@swc/core', 'fast-check', 'playwright-core'])
+      expect(out.found).not.toContain(`node_modules/${d}`);
     expect(out.writable).toBe(false);
   });
 });
@@ -89,7 +112,17 @@ describe('entrypoints start and stop on a real Redis', () => {
   });
 
   async function runDetached(image: string, env: Record<string, string>): Promise<string> {
-    const r = await podman(['run', '-d', '--network', 'host', '--read-only', '--tmpfs', '/tmp', ...Object.entries(env).flatMap(([k, v]) => ['-e', `${k}=${v}`]), image]);
+    const r = await podman([
+      'run',
+      '-d',
+      '--network',
+      'host',
+      '--read-only',
+      '--tmpfs',
+      '/tmp',
+      ...Object.entries(env).flatMap(([k, v]) => ['-e', `${k}=${v}`]),
+      image,
+    ]);
     if (r.code !== 0) throw new Error(`podman run ${image}: ${r.stderr}`);
     return r.stdout.trim();
   }
@@ -112,17 +145,25 @@ describe('entrypoints start and stop on a real Redis', () => {
     });
     try {
       if (target === 'api') {
-        const health = await waitFor('api /health', async () => {
-          const r = await fetch(`http://127.0.0.1:${port}/health`).catch(() => undefined);
-          return r?.ok ? await r.json() : undefined;
-        }, 60_000);
+        const health = await waitFor(
+          'api /health',
+          async () => {
+            const r = await fetch(`http://127.0.0.1:${port}/health`).catch(() => undefined);
+            return r?.ok ? await r.json() : undefined;
+          },
+          60_000,
+        );
         expect(health).toEqual({ status: 'ok' });
         expect((await fetch(`http://127.0.0.1:${port}/ready`)).status).toBe(200);
       }
-      const metrics = await waitFor(`${target} /metrics`, async () => {
-        const r = await fetch(`http://127.0.0.1:${metricsPort}/metrics`).catch(() => undefined);
-        return r?.ok ? await r.text() : undefined;
-      }, 60_000);
+      const metrics = await waitFor(
+        `${target} /metrics`,
+        async () => {
+          const r = await fetch(`http://127.0.0.1:${metricsPort}/metrics`).catch(() => undefined);
+          return r?.ok ? await r.text() : undefined;
+        },
+        60_000,
+      );
       expect(metrics).toMatch(new RegExp(`opsgate_build_info\\{[^}]*component="${target}"`));
     } finally {
       // SIGTERM -> graceful shutdown -> exit 0 within podman's 20 s

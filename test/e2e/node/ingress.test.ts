@@ -37,10 +37,23 @@ interface Answer {
 }
 
 /** One HTTP request to Traefik with the Ingress host name, sent from a chosen loopback address. */
-function send(method: string, path: string, opts: { from?: string; headers?: Record<string, string>; body?: string } = {}): Promise<Answer> {
+function send(
+  method: string,
+  path: string,
+  opts: { from?: string; headers?: Record<string, string>; body?: string } = {},
+): Promise<Answer> {
   return new Promise((res, rej) => {
     const req = request(
-      { host: '127.0.0.1', port, method, path, agent: false, localAddress: opts.from ?? CLIENT, headers: { Host: HOST, ...opts.headers }, timeout: 15_000 },
+      {
+        host: '127.0.0.1',
+        port,
+        method,
+        path,
+        agent: false,
+        localAddress: opts.from ?? CLIENT,
+        headers: { Host: HOST, ...opts.headers },
+        timeout: 15_000,
+      },
       (r) => {
         let text = '';
         r.setEncoding('utf8');
@@ -106,9 +119,24 @@ subjects: [{kind: ServiceAccount, name: traefik, namespace: ${NS}}]
 
   ok(
     await helm([
-      'install', RELEASE, CHART, '-n', NS, '-f', LOCAL_IMAGES, '-f', VALUES,
-      '--set', `secrets.gitlabWebhookSecret=${GITLAB_SECRET}`, '--set', `secrets.alertsWebhookToken=${ALERTS_TOKEN}`,
-      '--set', `config.rateLimitRps=${RATE}`, '--wait', '--timeout', '5m',
+      'install',
+      RELEASE,
+      CHART,
+      '-n',
+      NS,
+      '-f',
+      LOCAL_IMAGES,
+      '-f',
+      VALUES,
+      '--set',
+      `secrets.gitlabWebhookSecret=${GITLAB_SECRET}`,
+      '--set',
+      `secrets.alertsWebhookToken=${ALERTS_TOKEN}`,
+      '--set',
+      `config.rateLimitRps=${RATE}`,
+      '--wait',
+      '--timeout',
+      '5m',
     ]),
     'helm install with the ingress values',
   );
@@ -135,7 +163,11 @@ describe('webhooks through Traefik by the Ingress host name', () => {
       body: push,
     });
     expect(gl).toMatchObject({ status: 202 });
-    const alert = JSON.stringify({ version: '4', status: 'firing', alerts: [{ status: 'firing', labels: { alertname: 'IngressCheck' }, fingerprint: `ing-${randomBytes(4).toString('hex')}` }] });
+    const alert = JSON.stringify({
+      version: '4',
+      status: 'firing',
+      alerts: [{ status: 'firing', labels: { alertname: 'IngressCheck' }, fingerprint: `ing-${randomBytes(4).toString('hex')}` }],
+    });
     const am = await send('POST', '/webhook/alerts', {
       headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${ALERTS_TOKEN}` },
       body: alert,
@@ -158,7 +190,12 @@ describe('webhooks through Traefik by the Ingress host name', () => {
   test("the audit line records the client's address, not the controller's, and ignores a forged X-Forwarded-For", async () => {
     // A webhook call (audited whatever its outcome) with a wrong token and a forged client address.
     const r = await send('POST', '/webhook/gitlab?probe=ingress-audit', {
-      headers: { 'Content-Type': 'application/json', 'X-Gitlab-Token': 'not-the-secret', 'X-Gitlab-Event': 'Push Hook', 'X-Forwarded-For': '203.0.113.9' },
+      headers: {
+        'Content-Type': 'application/json',
+        'X-Gitlab-Token': 'not-the-secret',
+        'X-Gitlab-Event': 'Push Hook',
+        'X-Forwarded-For': '203.0.113.9',
+      },
       body: '{}',
     });
     expect(r.status).toBe(403);
@@ -186,14 +223,30 @@ describe('webhooks through Traefik by the Ingress host name', () => {
   test('/admin is routed when adminUI.ingress is set', async () => {
     ok(
       await helm([
-        'upgrade', RELEASE, CHART, '-n', NS, '--reuse-values', '--set', 'adminUI.enabled=true', '--set', 'adminUI.ingress=true', '--wait', '--timeout', '5m',
+        'upgrade',
+        RELEASE,
+        CHART,
+        '-n',
+        NS,
+        '--reuse-values',
+        '--set',
+        'adminUI.enabled=true',
+        '--set',
+        'adminUI.ingress=true',
+        '--wait',
+        '--timeout',
+        '5m',
       ]),
       'helm upgrade adminUI.ingress=true',
     );
-    const r = await waitFor('/admin/queues through Traefik', async () => {
-      const a = await send('GET', '/admin/queues', { from: OTHER_CLIENT });
-      return a.status !== 404 ? a : false;
-    }, 120_000);
+    const r = await waitFor(
+      '/admin/queues through Traefik',
+      async () => {
+        const a = await send('GET', '/admin/queues', { from: OTHER_CLIENT });
+        return a.status !== 404 ? a : false;
+      },
+      120_000,
+    );
     expect(r.status).toBe(401); // the API's operator-key challenge
   });
 });

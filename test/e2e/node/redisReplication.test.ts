@@ -4,7 +4,20 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { CHART, LOCAL_IMAGES, getJson, helm, http, kubectl, list, ok, podReady, serviceUrl, waitFor, type Obj } from '../../helpers/nodeSupport.js';
+import {
+  CHART,
+  LOCAL_IMAGES,
+  getJson,
+  helm,
+  http,
+  kubectl,
+  list,
+  ok,
+  podReady,
+  serviceUrl,
+  waitFor,
+  type Obj,
+} from '../../helpers/nodeSupport.js';
 
 /**
  * The chart's redis.architecture=replication on the real node : 3 pods, each a
@@ -38,12 +51,17 @@ function valuesFile(v: unknown): string {
   return f;
 }
 
-const releasePods = (component: string) => list('pods', NS, `app.kubernetes.io/instance=${RELEASE},app.kubernetes.io/component=${component}`);
+const releasePods = (component: string) =>
+  list('pods', NS, `app.kubernetes.io/instance=${RELEASE},app.kubernetes.io/component=${component}`);
 const redisPod = (i: number) => `${RELEASE}-opsgate-redis-${i}`;
 
 /** Ask the sentinel of pod i (kubectl exec: REDISCLI_AUTH is in the container's environment). */
 async function sentinel(i: number, ...args: string[]): Promise<string[] | undefined> {
-  const r = await kubectl(['-n', NS, 'exec', redisPod(i), '-c', 'sentinel', '--', 'redis-cli', '-p', '26379', '--no-auth-warning', ...args], undefined, 15_000);
+  const r = await kubectl(
+    ['-n', NS, 'exec', redisPod(i), '-c', 'sentinel', '--', 'redis-cli', '-p', '26379', '--no-auth-warning', ...args],
+    undefined,
+    15_000,
+  );
   return r.code === 0 ? r.stdout.trim().split('\n') : undefined;
 }
 
@@ -75,7 +93,9 @@ describe('charts/opsgate redis.architecture=replication on a real node', () => {
   /** One alert event, sent until it is answered 202 (as Alertmanager does), bounded. */
   async function send(fingerprint: string, deadline: number): Promise<Sent> {
     const s: Sent = { fingerprint, jobIds: [], attempts: [] };
-    const body = JSON.stringify({ alerts: [{ status: 'firing', fingerprint, labels: { alertname: 'E2eFailover' }, annotations: { summary: fingerprint } }] });
+    const body = JSON.stringify({
+      alerts: [{ status: 'firing', fingerprint, labels: { alertname: 'E2eFailover' }, annotations: { summary: fingerprint } }],
+    });
     for (;;) {
       const t0 = Date.now();
       let status: string;
@@ -107,20 +127,47 @@ describe('charts/opsgate redis.architecture=replication on a real node', () => {
   test('install: 3 Redis pods and 3 sentinels Ready, one primary with 2 replicas; signed alerts answered 202 and their jobs completed', async () => {
     await waitFor(`namespace ${NS} gone`, async () => !(await getJson('namespace', NS)), 120_000, 1000);
     const t0 = Date.now();
-    ok(await helm(['install', RELEASE, CHART, '-n', NS, '--create-namespace', '-f', LOCAL_IMAGES, '-f', valuesFile(values), '--wait', '--timeout', '6m']), 'helm install --wait');
+    ok(
+      await helm([
+        'install',
+        RELEASE,
+        CHART,
+        '-n',
+        NS,
+        '--create-namespace',
+        '-f',
+        LOCAL_IMAGES,
+        '-f',
+        valuesFile(values),
+        '--wait',
+        '--timeout',
+        '6m',
+      ]),
+      'helm install --wait',
+    );
     process.stderr.write(`[e2e-ha] helm install --wait (replication): ${Date.now() - t0} ms\n`);
     const redis = await releasePods('redis');
     expect(redis.map((p) => p.metadata.name).sort()).toEqual([0, 1, 2].map(redisPod));
     for (const p of redis) {
       expect(podReady(p)).toBe(true);
-      expect((p.status.containerStatuses as Obj[]).map((c) => [c.name, c.ready]).sort()).toEqual([['redis', true], ['sentinel', true]]);
+      expect((p.status.containerStatuses as Obj[]).map((c) => [c.name, c.ready]).sort()).toEqual([
+        ['redis', true],
+        ['sentinel', true],
+      ]);
     }
     // Every sentinel agrees on pod 0, sees 2 replicas and the 2 other sentinels.
     for (const i of [0, 1, 2]) {
-      await waitFor(`sentinel ${i} sees the primary, 2 replicas, 2 other sentinels`, async () => {
-        const m = await sentinelMaster(i);
-        return /-redis-0\./.test(m.ip ?? '') && m['num-slaves'] === '2' && m['num-other-sentinels'] === '2' && !/down/.test(m.flags ?? '');
-      }, 60_000, 1000);
+      await waitFor(
+        `sentinel ${i} sees the primary, 2 replicas, 2 other sentinels`,
+        async () => {
+          const m = await sentinelMaster(i);
+          return (
+            /-redis-0\./.test(m.ip ?? '') && m['num-slaves'] === '2' && m['num-other-sentinels'] === '2' && !/down/.test(m.flags ?? '')
+          );
+        },
+        60_000,
+        1000,
+      );
     }
     api = await serviceUrl(`${RELEASE}-opsgate-api`, NS);
     const sent = await Promise.all(Array.from({ length: 10 }, (_, i) => send(`before-${i}`, Date.now() + 30_000)));
@@ -137,7 +184,12 @@ describe('charts/opsgate redis.architecture=replication on a real node', () => {
   });
 
   test('delete the primary pod (--grace-period=0 --force) under load: a replica is promoted, intake answers 202 again with no API/worker restart, every 202 has exactly one job', async () => {
-    const workloads = async () => Object.fromEntries((await Promise.all(['api', 'worker'].map(releasePods))).flat().map((p) => [p.metadata.name, (p.status.containerStatuses as Obj[]).reduce((a, c) => a + (c.restartCount as number), 0)]));
+    const workloads = async () =>
+      Object.fromEntries(
+        (await Promise.all(['api', 'worker'].map(releasePods)))
+          .flat()
+          .map((p) => [p.metadata.name, (p.status.containerStatuses as Obj[]).reduce((a, c) => a + (c.restartCount as number), 0)]),
+      );
     const before = await workloads();
     const old = await primaryPer(1);
     expect(old).toBe(0);
@@ -153,15 +205,25 @@ describe('charts/opsgate redis.architecture=replication on a real node', () => {
 
     const killedAt = Date.now();
     ok(await kubectl(['-n', NS, 'delete', 'pod', redisPod(0), '--grace-period=0', '--force']), 'kubectl delete pod (primary)');
-    const promoted = await waitFor('a surviving sentinel names a new primary', async () => {
-      for (const i of [1, 2]) {
-        const p = await primaryPer(i);
-        if (p !== undefined && p !== 0) return { p, at: Date.now() };
-      }
-      return undefined;
-    }, RECOVERY_DEADLINE_MS, 250);
+    const promoted = await waitFor(
+      'a surviving sentinel names a new primary',
+      async () => {
+        for (const i of [1, 2]) {
+          const p = await primaryPer(i);
+          if (p !== undefined && p !== 0) return { p, at: Date.now() };
+        }
+        return undefined;
+      },
+      RECOVERY_DEADLINE_MS,
+      250,
+    );
     // Intake back: a request sent after the promotion answered 202 at the first try; then 5 s more load.
-    await waitFor('a first-try 202 after the promotion', async () => events.some((e) => e.attempts.length === 1 && e.attempts[0]![0] > promoted.at), RECOVERY_DEADLINE_MS, 200);
+    await waitFor(
+      'a first-try 202 after the promotion',
+      async () => events.some((e) => e.attempts.length === 1 && e.attempts[0]![0] > promoted.at),
+      RECOVERY_DEADLINE_MS,
+      200,
+    );
     const moreUntil = Date.now() + 5000;
     await waitFor('5 s more load', async () => Date.now() > moreUntil, 10_000, 200);
     stop = true;
@@ -170,7 +232,13 @@ describe('charts/opsgate redis.architecture=replication on a real node', () => {
     const answers = events.flatMap((e) => e.attempts).filter((a) => a[0] >= killedAt);
     const failed = answers.filter((a) => a[2] !== '202');
     const lastFailure = failed.length ? Math.max(...failed.map((a) => a[1])) - killedAt : 0;
-    const firstAfterPromotion = Math.min(...events.flatMap((e) => e.attempts).filter((a) => a[2] === '202' && a[0] > promoted.at).map((a) => a[1])) - killedAt;
+    const firstAfterPromotion =
+      Math.min(
+        ...events
+          .flatMap((e) => e.attempts)
+          .filter((a) => a[2] === '202' && a[0] > promoted.at)
+          .map((a) => a[1]),
+      ) - killedAt;
     const statuses: Record<string, number> = {};
     for (const a of failed) statuses[a[2]] = (statuses[a[2]] ?? 0) + 1;
     process.stderr.write(
@@ -187,9 +255,11 @@ describe('charts/opsgate redis.architecture=replication on a real node', () => {
     // Exactly once: every event answered 202 has its job, and there is one job per event.
     const total = 10 + events.length;
     let completed = -1;
-    await waitFor(`all ${total} jobs completed`, async () => (completed = await jobCount('completed')) === total, 120_000, 1000).catch((e: Error) => {
-      throw new Error(`${e.message}: ${completed} completed (a lost or doubled job)`);
-    });
+    await waitFor(`all ${total} jobs completed`, async () => (completed = await jobCount('completed')) === total, 120_000, 1000).catch(
+      (e: Error) => {
+        throw new Error(`${e.message}: ${completed} completed (a lost or doubled job)`);
+      },
+    );
     for (const s of ['failed', 'waiting', 'active', 'delayed']) expect([s, await jobCount(s)]).toEqual([s, 0]);
     const ids = events.flatMap((e) => e.jobIds);
     expect(new Set(ids).size).toBe(ids.length);
@@ -199,23 +269,39 @@ describe('charts/opsgate redis.architecture=replication on a real node', () => {
     }
 
     // The deleted pod is back as a replica of the new primary (never an empty primary).
-    await waitFor(`${redisPod(0)} Ready again`, async () => {
-      const p = await getJson('pod', redisPod(0), NS);
-      return p && podReady(p);
-    }, 180_000, 1000);
-    await waitFor('pod 0 a replica of the new primary, 2 replicas again', async () => {
-      const m = await sentinelMaster(promoted.p);
-      return new RegExp(`-redis-${promoted.p}\\.`).test(m.ip ?? '') && m['num-slaves'] === '2' && (await primaryPer(0)) === promoted.p;
-    }, 120_000, 1000);
+    await waitFor(
+      `${redisPod(0)} Ready again`,
+      async () => {
+        const p = await getJson('pod', redisPod(0), NS);
+        return p && podReady(p);
+      },
+      180_000,
+      1000,
+    );
+    await waitFor(
+      'pod 0 a replica of the new primary, 2 replicas again',
+      async () => {
+        const m = await sentinelMaster(promoted.p);
+        return new RegExp(`-redis-${promoted.p}\\.`).test(m.ip ?? '') && m['num-slaves'] === '2' && (await primaryPer(0)) === promoted.p;
+      },
+      120_000,
+      1000,
+    );
   });
 
   test('helm uninstall leaves nothing of the release', async () => {
     ok(await helm(['uninstall', RELEASE, '-n', NS, '--wait', '--timeout', '3m']), 'helm uninstall');
-    await waitFor('the release pods gone', async () => (await list('pods', NS, `app.kubernetes.io/instance=${RELEASE}`)).length === 0, 120_000, 1000);
+    await waitFor(
+      'the release pods gone',
+      async () => (await list('pods', NS, `app.kubernetes.io/instance=${RELEASE}`)).length === 0,
+      120_000,
+      1000,
+    );
     const left: string[] = [];
     for (const kind of ['all', 'configmap', 'secret', 'pdb', 'networkpolicy', 'serviceaccount', 'role', 'rolebinding', 'pvc']) {
       const r = await kubectl(['get', kind, '-n', NS, '-o', 'name']);
-      for (const n of r.stdout.trim().split('\n').filter(Boolean)) if (!n.includes('kube-root-ca') && !/serviceaccount\/default$/.test(n)) left.push(n);
+      for (const n of r.stdout.trim().split('\n').filter(Boolean))
+        if (!n.includes('kube-root-ca') && !/serviceaccount\/default$/.test(n)) left.push(n);
     }
     expect(left).toEqual([]);
     ok(await kubectl(['delete', 'namespace', NS, '--wait=true', '--timeout=120s']), 'delete namespace');

@@ -50,15 +50,32 @@ describe('make push, then helm install oci:// from the node registry', () => {
     // The registry serves what was pushed, under the names the chart derives from image.registry.
     const tags = (await (await fetch(`http://${env.REGISTRY_ADDR}/v2/opsgate/opsgate-api/tags/list`)).json()) as { tags: string[] };
     expect(tags.tags).toContain(pkg.version);
-    const shown = ok(await helm(['show', 'chart', `oci://${REGISTRY}/opsgate`, '--version', chart.version, '--plain-http']), 'helm show chart');
+    const shown = ok(
+      await helm(['show', 'chart', `oci://${REGISTRY}/opsgate`, '--version', chart.version, '--plain-http']),
+      'helm show chart',
+    );
     expect((parse(shown.stdout) as Obj).appVersion).toBe(pkg.version);
 
     ok(
       await helm([
-        'install', RELEASE, `oci://${REGISTRY}/opsgate`, '--version', chart.version, '--plain-http',
-        '-n', NS, '--create-namespace', '-f', LOCAL_IMAGES,
-        '--set', `image.registry=${REGISTRY}`, '--set', 'image.pullPolicy=Always',
-        '--wait', '--timeout', '6m',
+        'install',
+        RELEASE,
+        `oci://${REGISTRY}/opsgate`,
+        '--version',
+        chart.version,
+        '--plain-http',
+        '-n',
+        NS,
+        '--create-namespace',
+        '-f',
+        LOCAL_IMAGES,
+        '--set',
+        `image.registry=${REGISTRY}`,
+        '--set',
+        'image.pullPolicy=Always',
+        '--wait',
+        '--timeout',
+        '6m',
       ]),
       'helm install oci://',
     );
@@ -71,7 +88,10 @@ describe('make push, then helm install oci:// from the node registry', () => {
       'Pulled events for both images',
       async () => {
         const ev = (await list('events', NS)).filter((e) => e.reason === 'Pulled').map((e) => String(e.message));
-        return ev.some((m) => m.includes(`Successfully pulled image "${API_REF}"`)) && ev.some((m) => m.includes(`Successfully pulled image "${WORKER_REF}"`)) ? ev : false;
+        return ev.some((m) => m.includes(`Successfully pulled image "${API_REF}"`)) &&
+          ev.some((m) => m.includes(`Successfully pulled image "${WORKER_REF}"`))
+          ? ev
+          : false;
       },
       60_000,
     );

@@ -115,7 +115,9 @@ describe('enqueue failure: 503 + Retry-After, the failed alert is retried, none 
     const hh = await createHarness(own.url);
     try {
       await own.stop();
-      const res = await request(hh.app).post('/webhook/alerts').send({ alerts: [alert('x')] });
+      const res = await request(hh.app)
+        .post('/webhook/alerts')
+        .send({ alerts: [alert('x')] });
       expect(res.status).toBe(503);
       expect(res.headers['retry-after']).toBeDefined();
     } finally {

@@ -82,7 +82,8 @@ describe('BODY_LIMIT is enforced before the body is read', () => {
       while (!closed && written < total) {
         const more = ex.socket.write(frame);
         written += chunk.length;
-        if (!more) await new Promise<void>((r) => (closed ? r() : (ex.socket.once('drain', () => r()), ex.socket.once('close', () => r()))));
+        if (!more)
+          await new Promise<void>((r) => (closed ? r() : (ex.socket.once('drain', () => r()), ex.socket.once('close', () => r()))));
       }
       if (!closed) ex.socket.end('0\r\n\r\n');
     })();
@@ -99,7 +100,9 @@ describe('BODY_LIMIT is enforced before the body is read', () => {
 
   test('a chunked body under the limit is read whole and answered as usual (202)', async () => {
     const ex = await open(HEAD('Transfer-Encoding: chunked\r\nConnection: close\r\n'));
-    const body = JSON.stringify({ alerts: [{ status: 'resolved', labels: { alertname: 'X' }, annotations: { pad: 'p'.repeat(100_000) } }] });
+    const body = JSON.stringify({
+      alerts: [{ status: 'resolved', labels: { alertname: 'X' }, annotations: { pad: 'p'.repeat(100_000) } }],
+    });
     const half = Math.floor(body.length / 2);
     for (const part of [body.slice(0, half), body.slice(half)]) ex.socket.write(`${Buffer.byteLength(part).toString(16)}\r\n${part}\r\n`);
     ex.socket.end('0\r\n\r\n');

@@ -68,7 +68,11 @@ function schemathesis(location: string, extra: string[] = []): Promise<{ code: n
   ];
   return new Promise((resolve, reject) => {
     // Its own working directory: the fuzzer keeps a .hypothesis database where it runs.
-    const p = spawn(ST, args, { cwd: work, env: { PATH: process.env.PATH ?? '', HOME: work, NO_COLOR: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const p = spawn(ST, args, {
+      cwd: work,
+      env: { PATH: process.env.PATH ?? '', HOME: work, NO_COLOR: '1' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let output = '';
     p.stdout.on('data', (c: Buffer) => (output += c.toString()));
     p.stderr.on('data', (c: Buffer) => (output += c.toString()));
@@ -89,11 +93,18 @@ describe('schemathesis against the live API', () => {
   }, 150_000);
 
   test('the run fails on a status the document does not list', async () => {
-    const doc = (await (await fetch(`${api.baseUrl}/openapi.json`)).json()) as { paths: Record<string, Record<string, { responses: Record<string, unknown> }>> };
+    const doc = (await (await fetch(`${api.baseUrl}/openapi.json`)).json()) as {
+      paths: Record<string, Record<string, { responses: Record<string, unknown> }>>;
+    };
     delete doc.paths['/ops/hosts']!.get!.responses['401'];
     const file = join(work, 'openapi-missing-401.json');
     writeFileSync(file, JSON.stringify(doc));
-    const { code, output } = await schemathesis(file, [`--url=${api.baseUrl}`, '--include-path=/ops/hosts', '--include-method=GET', '--phases=coverage']);
+    const { code, output } = await schemathesis(file, [
+      `--url=${api.baseUrl}`,
+      '--include-path=/ops/hosts',
+      '--include-method=GET',
+      '--phases=coverage',
+    ]);
     expect(code).not.toBe(0);
     expect(output).toMatch(/Undocumented status code/);
     expect(output).toMatch(/Received: 401/);

@@ -55,7 +55,11 @@ describe('signature verification (403)', () => {
     const other = await createHarness(ctx.srv.url, { env: { GITHUB_WEBHOOK_SECRET: undefined } });
     try {
       const body = payload();
-      const res = await request(other.app).post('/webhook/github').set('X-GitHub-Event', 'push').set('X-Hub-Signature-256', sign(body)).send(body);
+      const res = await request(other.app)
+        .post('/webhook/github')
+        .set('X-GitHub-Event', 'push')
+        .set('X-Hub-Signature-256', sign(body))
+        .send(body);
       expect(res.status).toBe(403);
       expect(res.body.detail).toMatch(/not configured/);
     } finally {
@@ -101,8 +105,20 @@ describe('event, ref, sha and dedup', () => {
     const a = await post(body);
     const b = await post(body);
     expect(a.status).toBe(202);
-    expect(a.body).toEqual({ accepted: true, duplicate: false, project: 'octo/app', event_id: 'github:octo/app:refs/heads/main:feedface', job_id: expect.any(String) });
-    expect(b.body).toEqual({ accepted: false, duplicate: true, project: 'octo/app', event_id: 'github:octo/app:refs/heads/main:feedface', job_id: a.body.job_id });
+    expect(a.body).toEqual({
+      accepted: true,
+      duplicate: false,
+      project: 'octo/app',
+      event_id: 'github:octo/app:refs/heads/main:feedface',
+      job_id: expect.any(String),
+    });
+    expect(b.body).toEqual({
+      accepted: false,
+      duplicate: true,
+      project: 'octo/app',
+      event_id: 'github:octo/app:refs/heads/main:feedface',
+      job_id: a.body.job_id,
+    });
     const jobs = await ctx.h.queue.bull.getJobs(['waiting']);
     expect(jobs).toHaveLength(1);
     expect(jobs[0]!.id).toBe(a.body.job_id);

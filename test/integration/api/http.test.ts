@@ -63,7 +63,7 @@ describe('GET /health, /ready, /version', () => {
 
 describe('request id', () => {
   const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
-  it('the caller\'s X-Request-Id never becomes ours: a generated id is answered and audited, the caller\'s kept apart', async () => {
+  it("the caller's X-Request-Id never becomes ours: a generated id is answered and audited, the caller's kept apart", async () => {
     const res = await request(ctx.h.app).delete('/ops/cache').set('X-API-Key', OP_KEY).set('X-Request-Id', 'abc-123.x:y_z');
     expect(res.status).toBe(200);
     expect(res.headers['x-request-id']).toMatch(UUID);
@@ -76,7 +76,7 @@ describe('request id', () => {
     const b = await request(ctx.h.app).delete('/ops/cache').set('X-API-Key', OP_KEY).set('X-Request-Id', 'same-id');
     expect(a.headers['x-request-id']).not.toBe(b.headers['x-request-id']);
   });
-  it('a restart job\'s audit_id (the deploy Job\'s Kubernetes label) is ours, not the caller\'s', async () => {
+  it("a restart job's audit_id (the deploy Job's Kubernetes label) is ours, not the caller's", async () => {
     const res = await request(ctx.h.app)
       .post('/ops/restart?host=web-1&service=frontend')
       .set('Authorization', `Bearer ${BEARER}`)
@@ -90,14 +90,18 @@ describe('request id', () => {
     ['x'.repeat(500), 'x'.repeat(128)],
     ['has space <script>', 'has space <script>'],
     ['caf\u00e9\u00ff-id', 'caf??-id'],
-  ])('the caller\'s value is capped at 128 printable characters (%#)', async (given, kept) => {
+  ])("the caller's value is capped at 128 printable characters (%#)", async (given, kept) => {
     const res = await request(ctx.h.app).delete('/ops/cache').set('X-API-Key', OP_KEY).set('X-Request-Id', given);
     expect(res.headers['x-request-id']).toMatch(UUID);
     const line = ctx.h.audits().find((a) => a.request_id === res.headers['x-request-id']);
     expect(line!.caller_request_id).toBe(kept);
   });
   it('responses are not cacheable and not content-sniffed, and carry no ETag (no validator for no-store answers, no SHA-1 of every body)', async () => {
-    for (const res of [await request(ctx.h.app).get('/health'), await request(ctx.h.app).get('/ops/hosts').set('X-API-Key', RO_KEY), await request(ctx.h.app).get('/x')]) {
+    for (const res of [
+      await request(ctx.h.app).get('/health'),
+      await request(ctx.h.app).get('/ops/hosts').set('X-API-Key', RO_KEY),
+      await request(ctx.h.app).get('/x'),
+    ]) {
       expect(res.headers['cache-control']).toBe('no-store');
       expect(res.headers['x-content-type-options']).toBe('nosniff');
       expect(res.headers.etag).toBeUndefined();
@@ -138,7 +142,12 @@ describe('error contract', () => {
   });
   it('invalid JSON -> 400 JSON; oversize -> 413 JSON', async () => {
     expectJsonError(await request(ctx.h.app).post('/webhook/alerts').set('Content-Type', 'application/json').send('{"alerts": [}'), 400);
-    expectJsonError(await request(ctx.h.app).post('/webhook/alerts').send('x'.repeat(1024 * 1024 + 1)), 413);
+    expectJsonError(
+      await request(ctx.h.app)
+        .post('/webhook/alerts')
+        .send('x'.repeat(1024 * 1024 + 1)),
+      413,
+    );
   });
   it('a smaller BODY_LIMIT is honoured (413 above it)', async () => {
     const small = await createHarness(ctx.srv.url, { env: { BODY_LIMIT: '1kb' } });

@@ -24,7 +24,9 @@ const onMain = (p: Record<string, unknown>) => ({ ...p, ref: 'refs/heads/main' }
 
 const jobs = () => ctx.h.queue.bull.getJobs(['waiting', 'delayed', 'active', 'completed', 'failed', 'prioritized']);
 const eventsMetric = async (source: string) =>
-  Object.fromEntries((await ctx.h.metrics.webhookEvents.get()).values.filter((v) => v.labels.source === source).map((v) => [v.labels.outcome, v.value]));
+  Object.fromEntries(
+    (await ctx.h.metrics.webhookEvents.get()).values.filter((v) => v.labels.source === source).map((v) => [v.labels.outcome, v.value]),
+  );
 
 describe('POST /webhook/gitlab (GitLab native headers)', () => {
   const gitlab = (body: unknown, headers: Record<string, string | undefined> = {}, app = ctx.h.app) => {
@@ -113,7 +115,11 @@ describe('POST /webhook/gitlab (GitLab native headers)', () => {
     expect(noSha.status).toBe(422);
     expect(noSha.body.detail).toMatch(/checkout_sha/);
     // /webhook/scm does not read GitLab's headers.
-    const scm = await request(ctx.h.app).post('/webhook/scm').set('X-Gitlab-Token', SCM_SECRET).set('X-Gitlab-Event', 'Push Hook').send(onMain(GITLAB_DOC));
+    const scm = await request(ctx.h.app)
+      .post('/webhook/scm')
+      .set('X-Gitlab-Token', SCM_SECRET)
+      .set('X-Gitlab-Event', 'Push Hook')
+      .send(onMain(GITLAB_DOC));
     expect(scm.status).toBe(403);
   });
 
@@ -142,20 +148,28 @@ describe('POST /webhook/github: delivery id, commit sha, form encoding', () => {
     expect(res.status).toBe(202);
     expect(res.body).toMatchObject({ accepted: true, project: 'Codertocat/Hello-World', job_id: expect.any(String) });
     const [job] = await jobs();
-    expect(job!.data).toMatchObject({ sha: '6113728f27ae82c7b1a177c8d03f9e96e0adf246', delivery_id: '72d3162e-cc78-11e3-81ab-4c9367dc0958' });
+    expect(job!.data).toMatchObject({
+      sha: '6113728f27ae82c7b1a177c8d03f9e96e0adf246',
+      delivery_id: '72d3162e-cc78-11e3-81ab-4c9367dc0958',
+    });
   });
 
   it('the same sample as application/x-www-form-urlencoded (payload=<json>), signature over the raw form body: same decision', async () => {
     const res = await github(form, { 'X-GitHub-Delivery': 'form-1' }, 'application/x-www-form-urlencoded');
     expect(res.status).toBe(202);
-    expect(res.body).toMatchObject({ accepted: true, event_id: 'github:Codertocat/Hello-World:refs/heads/main:6113728f27ae82c7b1a177c8d03f9e96e0adf246' });
+    expect(res.body).toMatchObject({
+      accepted: true,
+      event_id: 'github:Codertocat/Hello-World:refs/heads/main:6113728f27ae82c7b1a177c8d03f9e96e0adf246',
+    });
     // The JSON delivery of the same push is then a duplicate of it.
     const again = await github(json, { 'X-GitHub-Delivery': 'json-1' });
     expect(again.body).toMatchObject({ duplicate: true, job_id: res.body.job_id });
     expect(await jobs()).toHaveLength(1);
     // As sent (ref master) the sample is ignored in both encodings.
     const master = JSON.stringify(GITHUB_DOC);
-    expect((await github('payload=' + encodeURIComponent(master), {}, 'application/x-www-form-urlencoded')).body).toMatchObject({ ignored: true });
+    expect((await github('payload=' + encodeURIComponent(master), {}, 'application/x-www-form-urlencoded')).body).toMatchObject({
+      ignored: true,
+    });
   });
 
   it('form body: signature checked over the raw body (a re-encoded body -> 403); no payload field -> 400 after verification', async () => {

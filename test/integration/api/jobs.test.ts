@@ -22,7 +22,14 @@ const failedCount = async () => await ctx.h.queue.bull.getJobCountByTypes('faile
 async function deadLetters(n: number): Promise<string[]> {
   const ids: string[] = [];
   for (let i = 0; i < n; i++) {
-    ids.push(await ctx.h.queue.enqueue(JOB.restartService, { host: `gone-${i}`, service: 'api', audit_id: `a-${i}`, requested_by: 'key:000000000000' }));
+    ids.push(
+      await ctx.h.queue.enqueue(JOB.restartService, {
+        host: `gone-${i}`,
+        service: 'api',
+        audit_id: `a-${i}`,
+        requested_by: 'key:000000000000',
+      }),
+    );
   }
   await runWorkerUntil(async () => (await failedCount()) === n);
   return ids;
@@ -121,7 +128,10 @@ describe('POST /ops/jobs/{id}/retry (operator key)', () => {
     const [id] = await deadLetters(1);
     const res = await retry(id!, { reason: 'inventory fixed (CHG-1234)' });
     expect(res.status).toBe(200);
-    expect(res.body).toEqual({ retried: true, job: expect.objectContaining({ id, name: JOB.restartService, state: 'waiting', attempts_made: 0, failed_reason: null }) });
+    expect(res.body).toEqual({
+      retried: true,
+      job: expect.objectContaining({ id, name: JOB.restartService, state: 'waiting', attempts_made: 0, failed_reason: null }),
+    });
     expect((await ctx.h.queue.getJob(id!))?.state).toBe('waiting');
     const audit = ctx.h.audits().find((a) => a.path === `/ops/jobs/${id}/retry`);
     expect(audit).toMatchObject({
@@ -164,7 +174,11 @@ describe('POST /ops/jobs/{id}/retry (operator key)', () => {
   });
 
   it('invalid JSON -> 400', async () => {
-    const res = await request(ctx.h.app).post('/ops/jobs/1/retry').set('X-API-Key', OP_KEY).set('Content-Type', 'application/json').send('{nope');
+    const res = await request(ctx.h.app)
+      .post('/ops/jobs/1/retry')
+      .set('X-API-Key', OP_KEY)
+      .set('Content-Type', 'application/json')
+      .send('{nope');
     expect(res.status).toBe(400);
     expect(Object.keys(res.body)).toEqual(['detail']);
   });

@@ -8,7 +8,17 @@ import { documentedStatuses, errorSchema } from '../../../src/openapi/document.j
 import { API_ROUTES } from '../../../src/openapi/routes.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
-import { BEARER, createHarness, GITHUB_SECRET, OP_KEY, RO_KEY, runWorkerUntil, SCM_SECRET, useHarness, type Harness } from '../../helpers/apiHarness.js';
+import {
+  BEARER,
+  createHarness,
+  GITHUB_SECRET,
+  OP_KEY,
+  RO_KEY,
+  runWorkerUntil,
+  SCM_SECRET,
+  useHarness,
+  type Harness,
+} from '../../helpers/apiHarness.js';
 
 /**
  * GET /openapi.json:
@@ -108,11 +118,19 @@ describe('the document', () => {
     expect(restart.parameters).toEqual(
       expect.arrayContaining([
         expect.objectContaining({ name: 'host', in: 'query', required: true }),
-        expect.objectContaining({ name: 'Idempotency-Key', in: 'header', required: false, schema: expect.objectContaining({ pattern: expect.any(String) }) }),
+        expect.objectContaining({
+          name: 'Idempotency-Key',
+          in: 'header',
+          required: false,
+          schema: expect.objectContaining({ pattern: expect.any(String) }),
+        }),
       ]),
     );
     const list = doc.paths['/ops/jobs'].get.parameters;
-    expect(list.find((p: any) => p.name === 'limit')).toMatchObject({ required: false, schema: { type: 'integer', minimum: 1, maximum: 100, default: 20 } });
+    expect(list.find((p: any) => p.name === 'limit')).toMatchObject({
+      required: false,
+      schema: { type: 'integer', minimum: 1, maximum: 100, default: 20 },
+    });
     expect(doc.paths['/ops/restart'].post.responses['200'].content['application/json'].schema.required).toContain('coalesced');
   });
 
@@ -127,7 +145,11 @@ describe('the document', () => {
 
   it('the form-encoded GitHub body is documented as payload=<JSON text>, the JSON one as the push fields', async () => {
     const content = (await request(ctx.h.app).get('/openapi.json')).body.paths['/webhook/github'].post.requestBody.content;
-    expect(content['application/x-www-form-urlencoded'].schema).toMatchObject({ type: 'object', required: ['payload'], properties: { payload: { type: 'string' } } });
+    expect(content['application/x-www-form-urlencoded'].schema).toMatchObject({
+      type: 'object',
+      required: ['payload'],
+      properties: { payload: { type: 'string' } },
+    });
     expect(content['application/json'].schema.required).toEqual(['after']);
   });
 
@@ -200,13 +222,17 @@ function generic(method: string, path: string, status: number): (() => Promise<R
         ? () => request(tokened.app).post(p).set('Content-Type', 'application/json').send(alerts)
         : () => call(ctx.h.app, method, p);
     case 413:
-      return () => authed(call(ctx.h.app, method, p), path).set('Content-Type', 'application/json').send(big);
+      return () =>
+        authed(call(ctx.h.app, method, p), path)
+          .set('Content-Type', 'application/json')
+          .send(big);
     case 503:
       return () => {
         const req = authed(call(down.app, method, path === '/ops/restart' ? '/ops/restart?host=web-1&service=checkout' : p), path);
         if (path === '/ops/jobs/{id}/retry') return req.set('Content-Type', 'application/json').send('{"reason":"r"}');
         if (path === '/webhook/scm' || path === '/webhook/gitlab') return req.set('Content-Type', 'application/json').send(push);
-        if (path === '/webhook/github') return req.set('X-Hub-Signature-256', sign(ghPush)).set('Content-Type', 'application/json').send(ghPush);
+        if (path === '/webhook/github')
+          return req.set('X-Hub-Signature-256', sign(ghPush)).set('Content-Type', 'application/json').send(ghPush);
         if (path === '/webhook/alerts') return req.set('Content-Type', 'application/json').send(alerts);
         return req;
       };
@@ -225,7 +251,10 @@ const PRODUCERS: Record<string, () => Promise<Res>> = {
   'GET /ops/hosts 200': () => request(ctx.h.app).get('/ops/hosts').set('X-API-Key', RO_KEY),
   'GET /ops/hosts/{host} 200': () =>
     createHarness(ctx.srv.url, {
-      hostStatus: { deployments: async (_ns, names) => names.map((name) => ({ name, found: true, replicas: 1, ready: 1, updated: 1, available: 1, restarted_at: null })) },
+      hostStatus: {
+        deployments: async (_ns, names) =>
+          names.map((name) => ({ name, found: true, replicas: 1, ready: 1, updated: 1, available: 1, restarted_at: null })),
+      },
     }).then(async (h) => {
       try {
         return await request(h.app).get('/ops/hosts/web-1').set('X-API-Key', RO_KEY);
@@ -235,9 +264,15 @@ const PRODUCERS: Record<string, () => Promise<Res>> = {
     }),
   'GET /ops/hosts/{host} 404': () => request(ctx.h.app).get('/ops/hosts/nope').set('X-API-Key', RO_KEY),
   'GET /ops/hosts/{host} 503': () => request(ctx.h.app).get('/ops/hosts/web-1').set('X-API-Key', RO_KEY), // no cluster configured
-  'POST /ops/restart 200': () => request(ctx.h.app).post('/ops/restart?host=web-1&service=checkout').set('Authorization', `Bearer ${BEARER}`),
-  'POST /ops/restart 400': () => request(ctx.h.app).post('/ops/restart?host=web-1&service=checkout').set('Authorization', `Bearer ${BEARER}`).set('Idempotency-Key', 'k'.repeat(300)),
-  'POST /ops/restart 404': () => request(ctx.h.app).post('/ops/restart?host=nope&service=checkout').set('Authorization', `Bearer ${BEARER}`),
+  'POST /ops/restart 200': () =>
+    request(ctx.h.app).post('/ops/restart?host=web-1&service=checkout').set('Authorization', `Bearer ${BEARER}`),
+  'POST /ops/restart 400': () =>
+    request(ctx.h.app)
+      .post('/ops/restart?host=web-1&service=checkout')
+      .set('Authorization', `Bearer ${BEARER}`)
+      .set('Idempotency-Key', 'k'.repeat(300)),
+  'POST /ops/restart 404': () =>
+    request(ctx.h.app).post('/ops/restart?host=nope&service=checkout').set('Authorization', `Bearer ${BEARER}`),
   'POST /ops/restart 422': () => request(ctx.h.app).post('/ops/restart?host=web-1').set('Authorization', `Bearer ${BEARER}`),
   'DELETE /ops/cache 200': () => request(ctx.h.app).delete('/ops/cache').set('X-API-Key', OP_KEY),
   'DELETE /ops/cache 403': () => request(ctx.h.app).delete('/ops/cache').set('X-API-Key', RO_KEY),
@@ -246,9 +281,18 @@ const PRODUCERS: Record<string, () => Promise<Res>> = {
     return request(ctx.h.app).get('/ops/jobs?state=failed').set('X-API-Key', RO_KEY);
   },
   'GET /ops/jobs 422': () => request(ctx.h.app).get('/ops/jobs?state=nope').set('X-API-Key', RO_KEY),
-  'GET /ops/jobs/{id} 200': async () => request(ctx.h.app).get(`/ops/jobs/${await deadLetter(ctx.h)}`).set('X-API-Key', RO_KEY),
+  'GET /ops/jobs/{id} 200': async () =>
+    request(ctx.h.app)
+      .get(`/ops/jobs/${await deadLetter(ctx.h)}`)
+      .set('X-API-Key', RO_KEY),
   'GET /ops/jobs/{id} 404': () => request(ctx.h.app).get('/ops/jobs/nope').set('X-API-Key', RO_KEY),
-  'POST /ops/jobs/{id}/retry 200': async () => json(request(ctx.h.app).post(`/ops/jobs/${await deadLetter(ctx.h)}/retry`).set('X-API-Key', OP_KEY), '{"reason":"fixed"}'),
+  'POST /ops/jobs/{id}/retry 200': async () =>
+    json(
+      request(ctx.h.app)
+        .post(`/ops/jobs/${await deadLetter(ctx.h)}/retry`)
+        .set('X-API-Key', OP_KEY),
+      '{"reason":"fixed"}',
+    ),
   'POST /ops/jobs/{id}/retry 400': () => json(request(ctx.h.app).post('/ops/jobs/x/retry').set('X-API-Key', OP_KEY), '{nope'),
   'POST /ops/jobs/{id}/retry 403': () => json(request(ctx.h.app).post('/ops/jobs/x/retry').set('X-API-Key', RO_KEY), '{"reason":"r"}'),
   'POST /ops/jobs/{id}/retry 404': () => json(request(ctx.h.app).post('/ops/jobs/nope/retry').set('X-API-Key', OP_KEY), '{"reason":"r"}'),
@@ -257,21 +301,36 @@ const PRODUCERS: Record<string, () => Promise<Res>> = {
     return json(request(ctx.h.app).post(`/ops/jobs/${id}/retry`).set('X-API-Key', OP_KEY), '{"reason":"r"}');
   },
   'POST /ops/jobs/{id}/retry 422': () => json(request(ctx.h.app).post('/ops/jobs/x/retry').set('X-API-Key', OP_KEY), '{}'),
-  'POST /webhook/scm 202': () => json(request(ctx.h.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook'), push),
-  'POST /webhook/scm 400': () => json(request(ctx.h.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook'), '{nope'),
+  'POST /webhook/scm 202': () =>
+    json(request(ctx.h.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook'), push),
+  'POST /webhook/scm 400': () =>
+    json(request(ctx.h.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook'), '{nope'),
   'POST /webhook/scm 403': () => json(request(ctx.h.app).post('/webhook/scm'), push),
-  'POST /webhook/scm 422': () => json(request(ctx.h.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook'), '{"ref":"refs/heads/main"}'),
-  'POST /webhook/github 202': () => json(request(ctx.h.app).post('/webhook/github').set('X-Hub-Signature-256', sign(ghPush)).set('X-GitHub-Event', 'push'), ghPush),
-  'POST /webhook/github 400': () => json(request(ctx.h.app).post('/webhook/github').set('X-Hub-Signature-256', sign('{nope')).set('X-GitHub-Event', 'push'), '{nope'),
-  'POST /webhook/github 403': () => json(request(ctx.h.app).post('/webhook/github').set('X-Hub-Signature-256', sign('other')).set('X-GitHub-Event', 'push'), ghPush),
+  'POST /webhook/scm 422': () =>
+    json(
+      request(ctx.h.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook'),
+      '{"ref":"refs/heads/main"}',
+    ),
+  'POST /webhook/github 202': () =>
+    json(request(ctx.h.app).post('/webhook/github').set('X-Hub-Signature-256', sign(ghPush)).set('X-GitHub-Event', 'push'), ghPush),
+  'POST /webhook/github 400': () =>
+    json(request(ctx.h.app).post('/webhook/github').set('X-Hub-Signature-256', sign('{nope')).set('X-GitHub-Event', 'push'), '{nope'),
+  'POST /webhook/github 403': () =>
+    json(request(ctx.h.app).post('/webhook/github').set('X-Hub-Signature-256', sign('other')).set('X-GitHub-Event', 'push'), ghPush),
   'POST /webhook/github 422': () => {
     const body = '{"ref":"refs/heads/main"}';
     return json(request(ctx.h.app).post('/webhook/github').set('X-Hub-Signature-256', sign(body)).set('X-GitHub-Event', 'push'), body);
   },
-  'POST /webhook/gitlab 202': () => json(request(ctx.h.app).post('/webhook/gitlab').set('X-Gitlab-Token', SCM_SECRET).set('X-Gitlab-Event', 'Push Hook'), push),
-  'POST /webhook/gitlab 400': () => json(request(ctx.h.app).post('/webhook/gitlab').set('X-Gitlab-Token', SCM_SECRET).set('X-Gitlab-Event', 'Push Hook'), '{nope'),
+  'POST /webhook/gitlab 202': () =>
+    json(request(ctx.h.app).post('/webhook/gitlab').set('X-Gitlab-Token', SCM_SECRET).set('X-Gitlab-Event', 'Push Hook'), push),
+  'POST /webhook/gitlab 400': () =>
+    json(request(ctx.h.app).post('/webhook/gitlab').set('X-Gitlab-Token', SCM_SECRET).set('X-Gitlab-Event', 'Push Hook'), '{nope'),
   'POST /webhook/gitlab 403': () => json(request(ctx.h.app).post('/webhook/gitlab'), push),
-  'POST /webhook/gitlab 422': () => json(request(ctx.h.app).post('/webhook/gitlab').set('X-Gitlab-Token', SCM_SECRET).set('X-Gitlab-Event', 'Push Hook'), '{"ref":"refs/heads/main"}'),
+  'POST /webhook/gitlab 422': () =>
+    json(
+      request(ctx.h.app).post('/webhook/gitlab').set('X-Gitlab-Token', SCM_SECRET).set('X-Gitlab-Event', 'Push Hook'),
+      '{"ref":"refs/heads/main"}',
+    ),
   'POST /webhook/alerts 202': () => json(request(ctx.h.app).post('/webhook/alerts'), alerts),
   'POST /webhook/alerts 400': () => json(request(ctx.h.app).post('/webhook/alerts'), '{nope'),
   'POST /webhook/alerts 422': () => json(request(ctx.h.app).post('/webhook/alerts'), '{"alerts":{}}'),

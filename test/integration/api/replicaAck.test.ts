@@ -48,7 +48,11 @@ const alerts = (...fps: string[]) =>
 const restart = () => request(h.app).post('/ops/restart?host=web-1&service=frontend').set('Authorization', `Bearer ${BEARER}`);
 const jobs = () => h.queue.bull.getJobs(['waiting', 'delayed', 'active', 'completed', 'failed', 'prioritized']);
 const retry = (id: string) =>
-  request(h.app).post(`/ops/jobs/${id}/retry`).set('X-API-Key', OP_KEY).set('Content-Type', 'application/json').send(JSON.stringify({ reason: 'replica test' }));
+  request(h.app)
+    .post(`/ops/jobs/${id}/retry`)
+    .set('X-API-Key', OP_KEY)
+    .set('Content-Type', 'application/json')
+    .send(JSON.stringify({ reason: 'replica test' }));
 /** A dead letter made by the real worker processor (a host not in the inventory). */
 async function deadLetter(host: string): Promise<string> {
   const id = await h.queue.enqueue(JOB.restartService, { host, service: 'api', audit_id: `a-${host}`, requested_by: 'key:000000000000' });
@@ -114,7 +118,10 @@ describe('REDIS_MIN_REPLICAS_ACK=1 without a replica: nothing is acknowledged', 
   });
   it('restart with an Idempotency-Key -> 503; its recorded answer taken back with the job, so the retry queues the restart', async () => {
     const withKey = (app: Harness['app']) =>
-      request(app).post('/ops/restart?host=web-1&service=frontend').set('Authorization', `Bearer ${BEARER}`).set('Idempotency-Key', 'take-back-1');
+      request(app)
+        .post('/ops/restart?host=web-1&service=frontend')
+        .set('Authorization', `Bearer ${BEARER}`)
+        .set('Idempotency-Key', 'take-back-1');
     const res = await withKey(h.app);
     expect(res.status).toBe(503);
     expect(await h.inspect.keys('opsgate:idem:*')).toEqual([]);
@@ -143,7 +150,11 @@ describe('REDIS_MIN_REPLICAS_ACK=1 without a replica: nothing is acknowledged', 
     expect(await jobs()).toHaveLength(1);
   });
   it('taking back spares a job a worker already took or finished (it counts as accepted)', async () => {
-    await h.queue.bull.add('ops_worker.notify_oncall', { alertname: 'x', annotations: {}, audit_id: 'a', requested_by: 'r' }, { jobId: 'taken-1' });
+    await h.queue.bull.add(
+      'ops_worker.notify_oncall',
+      { alertname: 'x', annotations: {}, audit_id: 'a', requested_by: 'r' },
+      { jobId: 'taken-1' },
+    );
     let release!: () => void;
     const held = new Promise<void>((r) => (release = r));
     const w = new Worker('ops', async () => held, { connection: { url: srv.url }, prefix: 'bull' });
@@ -167,7 +178,11 @@ describe('REDIS_MIN_REPLICAS_ACK=1 without a replica: nothing is acknowledged', 
       release();
       await w.close();
     }
-    await h.queue.bull.add('ops_worker.notify_oncall', { alertname: 'y', annotations: {}, audit_id: 'a', requested_by: 'r' }, { jobId: 'waiting-1', delay: 60_000 });
+    await h.queue.bull.add(
+      'ops_worker.notify_oncall',
+      { alertname: 'y', annotations: {}, audit_id: 'a', requested_by: 'r' },
+      { jobId: 'waiting-1', delay: 60_000 },
+    );
     expect(await h.queue.remove('waiting-1')).toBe(true);
     expect(await h.queue.bull.getJobState('waiting-1')).toBe('unknown');
     expect(await h.queue.remove('no-such-job')).toBe(true);
@@ -231,7 +246,11 @@ describe('REDIS_MIN_REPLICAS_ACK=1 with one real replica', () => {
     expect(res.body).toEqual({ detail: expect.stringMatching(RETRY_503) });
     const onReplica = replica.client();
     try {
-      await until('the retry replicated after the replica resumed', async () => (await onReplica.lrange('bull:ops:wait', 0, -1)).includes(id), 10_000);
+      await until(
+        'the retry replicated after the replica resumed',
+        async () => (await onReplica.lrange('bull:ops:wait', 0, -1)).includes(id),
+        10_000,
+      );
     } finally {
       onReplica.disconnect();
     }

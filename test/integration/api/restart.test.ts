@@ -86,7 +86,10 @@ describe('coalescing identical restarts', () => {
     expect(other.body.coalesced).toBe(false);
     expect(other.body.job_id).not.toBe(first.body.job_id);
     expect((await restartJobs(ctx.h)).map((j) => j.id).sort()).toEqual([first.body.job_id, other.body.job_id].sort());
-    const audit = ctx.h.audits().filter((a) => a.path === '/ops/restart').at(-3);
+    const audit = ctx.h
+      .audits()
+      .filter((a) => a.path === '/ops/restart')
+      .at(-3);
     expect(audit).toMatchObject({ job_id: first.body.job_id, coalesced: true });
   });
 

@@ -55,11 +55,7 @@ describe('rule 1: token verified first (403)', () => {
   it('secret not configured -> 403 for any token', async () => {
     const other = await createHarness(ctx.srv.url, { env: { SCM_WEBHOOK_SECRET: '' } });
     try {
-      const res = await request(other.app)
-        .post('/webhook/scm')
-        .set('X-Scm-Token', '')
-        .set('X-Scm-Event', 'Push Hook')
-        .send(push());
+      const res = await request(other.app).post('/webhook/scm').set('X-Scm-Token', '').set('X-Scm-Event', 'Push Hook').send(push());
       expect(res.status).toBe(403);
       const res2 = await request(other.app).post('/webhook/scm').set('X-Scm-Token', 'anything').send(push());
       expect(res2.status).toBe(403);

@@ -54,7 +54,11 @@ describe('503 wording by operation', () => {
         expect(res.status).toBe(503);
         expect(res.body.detail).toBe('job queue unavailable; nothing was read or changed; retry later');
       }
-      const retry = await request(h.app).post('/ops/jobs/some-job/retry').set('X-API-Key', OP_KEY).set('Content-Type', 'application/json').send('{"reason":"r"}');
+      const retry = await request(h.app)
+        .post('/ops/jobs/some-job/retry')
+        .set('X-API-Key', OP_KEY)
+        .set('Content-Type', 'application/json')
+        .send('{"reason":"r"}');
       expect(retry.status).toBe(503);
       expect(retry.body.detail).not.toMatch(/submission|queued/);
     } finally {
@@ -66,7 +70,9 @@ describe('503 wording by operation', () => {
     expect(new QueueUnavailableError('read', true).detail).toBe('job queue did not answer in time; nothing was changed; retry later');
     expect(new QueueUnavailableError('submit', true).detail).toMatch(/did not confirm the submission in time; it may still be queued/);
     expect(new QueueUnavailableError('submit').detail).toBe('job queue unavailable; nothing was queued; retry later');
-    expect(new QueueUnavailableError('retry', true).detail).toMatch(/did not confirm the retry in time; it may still take effect.*repeating it is safe/);
+    expect(new QueueUnavailableError('retry', true).detail).toMatch(
+      /did not confirm the retry in time; it may still take effect.*repeating it is safe/,
+    );
     expect(new RestartNotConfirmedError(true).detail).toMatch(/same Idempotency-Key/);
   });
 });

@@ -97,7 +97,11 @@ describe('Bull Board in headless Chromium', () => {
     const res = await fetch(`${api.baseUrl}/webhook/alerts`, {
       method: 'POST',
       headers: { 'Content-Type': 'application/json' },
-      body: JSON.stringify({ alerts: [{ status: 'firing', fingerprint: 'fp-e2e', labels: { alertname: 'DiskFull' }, annotations: { summary: 'disk full on db-1' } }] }),
+      body: JSON.stringify({
+        alerts: [
+          { status: 'firing', fingerprint: 'fp-e2e', labels: { alertname: 'DiskFull' }, annotations: { summary: 'disk full on db-1' } },
+        ],
+      }),
     });
     expect(res.status).toBe(202);
     const dead = await worker.waitForLog((l) => l.msg === 'job dead-lettered', 30000);
@@ -155,7 +159,10 @@ describe('Bull Board in headless Chromium', () => {
     // The failed (= dead-lettered) job, with its name and failure reason.
     const card = page.locator('div', { hasText: jobId }).filter({ hasText: 'ops_worker.notify_oncall' }).last();
     await page.getByText(jobId).first().waitFor({ timeout: 30000 });
-    await page.getByText(/notification rejected by 1 of 1 endpoint\(s\): 127\.0\.0\.1:\d+ \(HTTP 400\)/).first().waitFor();
+    await page
+      .getByText(/notification rejected by 1 of 1 endpoint\(s\): 127\.0\.0\.1:\d+ \(HTTP 400\)/)
+      .first()
+      .waitFor();
     expect(await card.innerText()).toContain('ops_worker.notify_oncall');
     await page.screenshot({ path: join(ARTIFACTS, 'bullboard-dead-lettered.png'), fullPage: true });
 
@@ -171,7 +178,10 @@ describe('Bull Board in headless Chromium', () => {
     // The board may ask for confirmation (setting "confirm actions").
     const confirm = page.getByRole('alertdialog').or(page.getByRole('dialog'));
     if (await confirm.isVisible().catch(() => false)) {
-      await confirm.getByRole('button', { name: /retry|confirm|yes|ok/i }).first().click();
+      await confirm
+        .getByRole('button', { name: /retry|confirm|yes|ok/i })
+        .first()
+        .click();
     }
     const put = await retryResponse;
     expect(put.status()).toBe(204);
@@ -186,7 +196,9 @@ describe('Bull Board in headless Chromium', () => {
     expect(statSync(join(ARTIFACTS, 'bullboard-retried-completed.png')).size).toBeGreaterThan(10000);
 
     // The retry is audited: who (credential id, never the key), method, full path, status, request id.
-    const audit = api.logs().filter((l) => l.msg === 'audit' && l.method === 'PUT' && l.path === `/admin/queues/api/queues/ops/${jobId}/retry`);
+    const audit = api
+      .logs()
+      .filter((l) => l.msg === 'audit' && l.method === 'PUT' && l.path === `/admin/queues/api/queues/ops/${jobId}/retry`);
     expect(audit).toHaveLength(1);
     expect(audit[0]).toMatchObject({ status: 204, role: 'operator' });
     expect(String(audit[0]!.who)).toMatch(/^key:[0-9a-f]{12}$/);

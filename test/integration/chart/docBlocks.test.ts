@@ -28,7 +28,7 @@ helm() {
       shift
       for a in "$@"; do if [ "$a" = --install ]; then install=1; else args+=("$a"); fi; done
       [ "$INSTALL_AS_TEMPLATE" = 1 ] && [ "$install" = 1 ] || { echo "doc-test: helm upgrade needs a cluster" >&2; return 2; }
-      command helm template "${"$"}{args[@]}" --kube-version "$KUBE_VERSION" ;;
+      command helm template "${'$'}{args[@]}" --kube-version "$KUBE_VERSION" ;;
     template|lint) command helm "$@" --kube-version "$KUBE_VERSION" ;;
     *) command helm "$@" ;;
   esac
@@ -44,7 +44,12 @@ function runBlock(b: DocBlock): Promise<{ code: number | null; stdout: string; s
   return new Promise((res) => {
     const p = spawn('bash', ['--norc', '--noprofile', '-euo', 'pipefail', '-c', script], {
       cwd: work,
-      env: { PATH: `${dirname(helmBin())}:${process.env.PATH ?? ''}`, HOME: work, KUBE_VERSION, INSTALL_AS_TEMPLATE: b.arg === 'install-as-template' ? '1' : '0' },
+      env: {
+        PATH: `${dirname(helmBin())}:${process.env.PATH ?? ''}`,
+        HOME: work,
+        KUBE_VERSION,
+        INSTALL_AS_TEMPLATE: b.arg === 'install-as-template' ? '1' : '0',
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
       timeout: 60_000,
       killSignal: 'SIGKILL',
@@ -73,7 +78,10 @@ describe('documented helm commands', () => {
   });
 
   test('a failing command fails its block, and an install not marked install-as-template is refused', async () => {
-    const [bad] = docBlocksOf('x.md', "<!-- doc-test: helm install-as-template -->\n```sh\nhelm install opsgate charts/opsgate --set 'secrets.apiKeys[0].key=k' --set 'secrets.apiKeys[0].role=admin'\n```\n");
+    const [bad] = docBlocksOf(
+      'x.md',
+      "<!-- doc-test: helm install-as-template -->\n```sh\nhelm install opsgate charts/opsgate --set 'secrets.apiKeys[0].key=k' --set 'secrets.apiKeys[0].role=admin'\n```\n",
+    );
     expect((await runBlock(bad!)).code).not.toBe(0);
     const [plain] = docBlocksOf('x.md', '<!-- doc-test: helm -->\n```sh\nhelm install opsgate charts/opsgate\n```\n');
     const r = await runBlock(plain!);

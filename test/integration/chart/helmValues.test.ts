@@ -20,7 +20,14 @@ const secretData = (objs: Awaited<ReturnType<typeof render>>) => {
 describe('secrets.apiKeys (list of {key, role})', () => {
   test('--set with indices gives OPS_API_KEY_ROLES the API parses', async () => {
     const data = secretData(
-      await render({ set: { 'secrets.apiKeys[0].key': 'op-0123456789abcdef', 'secrets.apiKeys[0].role': 'operator', 'secrets.apiKeys[1].key': 'ro-0123456789abcdef', 'secrets.apiKeys[1].role': 'readonly' } }),
+      await render({
+        set: {
+          'secrets.apiKeys[0].key': 'op-0123456789abcdef',
+          'secrets.apiKeys[0].role': 'operator',
+          'secrets.apiKeys[1].key': 'ro-0123456789abcdef',
+          'secrets.apiKeys[1].role': 'readonly',
+        },
+      }),
     );
     expect(data.OPS_API_KEY_ROLES).toBe('op-0123456789abcdef:operator,ro-0123456789abcdef:readonly');
     expect(parseApiKeyRoles(data.OPS_API_KEY_ROLES).map((k) => k.role)).toEqual(['operator', 'readonly']);
@@ -30,7 +37,13 @@ describe('secrets.apiKeys (list of {key, role})', () => {
     const dir = mkdtempSync(join(tmpdir(), 'opsgate-setfile-'));
     try {
       writeFileSync(join(dir, 'key'), 'file-key-0123456789abcdef');
-      const r = await helm([...templateArgs({ set: { 'secrets.apiKeys[0].role': 'operator' } }), '--set-file', `secrets.apiKeys[0].key=${join(dir, 'key')}`, '--show-only', 'templates/secret.yaml']);
+      const r = await helm([
+        ...templateArgs({ set: { 'secrets.apiKeys[0].role': 'operator' } }),
+        '--set-file',
+        `secrets.apiKeys[0].key=${join(dir, 'key')}`,
+        '--show-only',
+        'templates/secret.yaml',
+      ]);
       expect(r.stderr).toBe('');
       const data = /OPS_API_KEY_ROLES: "([^"]+)"/.exec(r.stdout)![1]!;
       expect(Buffer.from(data, 'base64').toString()).toBe('file-key-0123456789abcdef:operator');
@@ -43,7 +56,9 @@ describe('secrets.apiKeys (list of {key, role})', () => {
     const dir = mkdtempSync(join(tmpdir(), 'opsgate-values-'));
     try {
       writeFileSync(join(dir, 'v.yaml'), 'secrets:\n  apiKeys:\n    - { key: list-0123456789abcdef, role: readonly }\n');
-      const data = secretData(await render({ files: [join(dir, 'v.yaml')], setString: { 'secrets.apiKeyRoles': 'str-0123456789abcdef:operator' } }));
+      const data = secretData(
+        await render({ files: [join(dir, 'v.yaml')], setString: { 'secrets.apiKeyRoles': 'str-0123456789abcdef:operator' } }),
+      );
       expect(data.OPS_API_KEY_ROLES).toBe('str-0123456789abcdef:operator,list-0123456789abcdef:readonly');
     } finally {
       rmSync(dir, { recursive: true, force: true });
@@ -51,15 +66,22 @@ describe('secrets.apiKeys (list of {key, role})', () => {
   });
 
   test('a key listed twice across both forms fails the render', async () => {
-    const err = await renderError({ set: { 'secrets.apiKeys[0].key': 'same-0123456789abcdef', 'secrets.apiKeys[0].role': 'operator' }, setString: { 'secrets.apiKeyRoles': 'same-0123456789abcdef:readonly' } });
+    const err = await renderError({
+      set: { 'secrets.apiKeys[0].key': 'same-0123456789abcdef', 'secrets.apiKeys[0].role': 'operator' },
+      setString: { 'secrets.apiKeyRoles': 'same-0123456789abcdef:readonly' },
+    });
     expect(err).toMatch(/listed twice/);
     expect(err).not.toMatch(/same-0123456789abcdef/);
   });
 
   test('the schema refuses an unknown role, a missing key and a key with a comma', async () => {
-    expect(await renderError({ set: { 'secrets.apiKeys[0].key': 'k-0123456789abcdef', 'secrets.apiKeys[0].role': 'admin' } })).toMatch(/role/);
+    expect(await renderError({ set: { 'secrets.apiKeys[0].key': 'k-0123456789abcdef', 'secrets.apiKeys[0].role': 'admin' } })).toMatch(
+      /role/,
+    );
     expect(await renderError({ set: { 'secrets.apiKeys[0].role': 'operator' } })).toMatch(/key/);
-    expect(await renderError({ setString: { 'secrets.apiKeys[0].key': 'a\\,b', 'secrets.apiKeys[0].role': 'operator' } })).toMatch(/apiKeys/);
+    expect(await renderError({ setString: { 'secrets.apiKeys[0].key': 'a\\,b', 'secrets.apiKeys[0].role': 'operator' } })).toMatch(
+      /apiKeys/,
+    );
   });
 
   test('without any key the chart generates one operator and one readonly key', async () => {
@@ -81,7 +103,9 @@ describe('secrets.notifyWebhookUrls', () => {
 
 describe('inventory from the command line', () => {
   test('--set of a host with its deployments gives the worker its Role', async () => {
-    const objs = await render({ set: { 'inventory.hosts.web-9.namespace': 'shop', 'inventory.hosts.web-9.deployments': '{storefront,checkout}' } });
+    const objs = await render({
+      set: { 'inventory.hosts.web-9.namespace': 'shop', 'inventory.hosts.web-9.deployments': '{storefront,checkout}' },
+    });
     const role = find(objs, 'Role').find((r) => r.metadata.namespace === 'shop' && /worker/.test(r.metadata.name))!;
     expect(JSON.stringify(role.rules)).toContain('storefront');
   });
@@ -91,7 +115,9 @@ describe('k8s/examples values files', () => {
   const dir = join(ROOT, 'k8s/examples');
   const files = readdirSync(dir).filter((f) => /\.ya?ml$/.test(f) && f !== 'alertmanager-receiver.yaml');
   // What an example's own header says to add on the command line (a secret no file should carry).
-  const extra: Record<string, Record<string, string>> = { 'ingress-traefik.yaml': { 'secrets.alertsWebhookToken': 'render-test-token-0123456789' } };
+  const extra: Record<string, Record<string, string>> = {
+    'ingress-traefik.yaml': { 'secrets.alertsWebhookToken': 'render-test-token-0123456789' },
+  };
 
   test('the values files are the ones expected (a new example must be added here)', () => {
     expect(files.sort()).toEqual(['ingress-traefik.yaml', 'inventory.yaml', 'local-images.yaml', 'values.example.yaml']);

@@ -24,16 +24,34 @@ const MONITORING_HEADER = [
   "# ServiceMonitor and PrometheusRule need the Prometheus Operator CRDs; the dashboard ConfigMap is for Grafana's sidecar.",
 ];
 const MONITORING_ARGS = [
-  '--set', 'serviceMonitor.enabled=true,prometheusRule.enabled=true,grafanaDashboard.enabled=true',
-  '--show-only', 'templates/servicemonitor.yaml',
-  '--show-only', 'templates/prometheusrule.yaml',
-  '--show-only', 'templates/grafana-dashboard.yaml',
+  '--set',
+  'serviceMonitor.enabled=true,prometheusRule.enabled=true,grafanaDashboard.enabled=true',
+  '--show-only',
+  'templates/servicemonitor.yaml',
+  '--show-only',
+  'templates/prometheusrule.yaml',
+  '--show-only',
+  'templates/grafana-dashboard.yaml',
 ];
 
 /** Fails with the first differing line when a committed k8s/ file is not what `make k8s-manifests` renders now. */
 async function expectNoDrift(file: string, header: string[], extraArgs: string[]): Promise<void> {
   const committed = readFileSync(join(K8S, file), 'utf8');
-  const r = await helm(['template', 'opsgate', CHART, '--namespace', 'opsgate', '--kube-version', KUBE_VERSION, '--skip-tests', '-f', join(K8S, 'examples/values.example.yaml'), '--api-versions', 'admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy', ...extraArgs]);
+  const r = await helm([
+    'template',
+    'opsgate',
+    CHART,
+    '--namespace',
+    'opsgate',
+    '--kube-version',
+    KUBE_VERSION,
+    '--skip-tests',
+    '-f',
+    join(K8S, 'examples/values.example.yaml'),
+    '--api-versions',
+    'admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy',
+    ...extraArgs,
+  ]);
   expect(r.stderr).toBe('');
   expect(r.code).toBe(0);
   const expected = `${header.join('\n')}\n${r.stdout}`;
@@ -41,7 +59,9 @@ async function expectNoDrift(file: string, header: string[], extraArgs: string[]
     const a = committed.split('\n');
     const b = expected.split('\n');
     const i = a.findIndex((line, n) => line !== b[n]);
-    throw new Error(`k8s/${file} drifted from the chart at line ${i + 1}:\n  committed: ${a[i]}\n  chart:     ${b[i]}\nrun: make k8s-manifests`);
+    throw new Error(
+      `k8s/${file} drifted from the chart at line ${i + 1}:\n  committed: ${a[i]}\n  chart:     ${b[i]}\nrun: make k8s-manifests`,
+    );
   }
 }
 
@@ -66,7 +86,11 @@ describe('k8s/opsgate.yaml', () => {
     for (const o of objs) if (!clusterScoped.has(o.kind)) expect(o.metadata.namespace).toMatch(/^(opsgate|shop)$/);
     // The worker's admission policy is part of the plain manifests (Kubernetes >= 1.30).
     expect(find(objs, 'ValidatingAdmissionPolicy').map((o) => o.metadata.name)).toEqual(['opsgate-opsgate-worker']);
-    expect(find(objs, 'Role').map((r) => `${r.metadata.namespace}/${r.metadata.name}`).sort()).toEqual(['shop/opsgate-api', 'shop/opsgate-worker']);
+    expect(
+      find(objs, 'Role')
+        .map((r) => `${r.metadata.namespace}/${r.metadata.name}`)
+        .sort(),
+    ).toEqual(['shop/opsgate-api', 'shop/opsgate-worker']);
   });
 
   test('values.example.yaml carries only CHANGE-ME placeholders as secrets', () => {
@@ -79,7 +103,7 @@ describe('k8s/opsgate.yaml', () => {
 });
 
 describe('k8s/monitoring.yaml', () => {
-  test('is exactly the chart\'s monitoring toggles rendered (run `make k8s-manifests` after chart changes)', async () => {
+  test("is exactly the chart's monitoring toggles rendered (run `make k8s-manifests` after chart changes)", async () => {
     await expectNoDrift('monitoring.yaml', MONITORING_HEADER, MONITORING_ARGS);
   });
 
@@ -107,7 +131,9 @@ describe('k8s/examples', () => {
   test("alertmanager-receiver.yaml's max_alerts is the API's ALERTS_MAX_PER_REQUEST default", () => {
     const am = parseYaml(readFileSync(join(K8S, 'examples/alertmanager-receiver.yaml'), 'utf8'));
     const wh = am.receivers.find((r: any) => r.name === 'opsgate').webhook_configs[0];
-    expect(wh.max_alerts).toBe(loadApiConfig({ REDIS_URL: 'redis://127.0.0.1:6379', OPS_API_KEY_ROLES: 'k0123456789abcdef:readonly' }).ALERTS_MAX_PER_REQUEST);
+    expect(wh.max_alerts).toBe(
+      loadApiConfig({ REDIS_URL: 'redis://127.0.0.1:6379', OPS_API_KEY_ROLES: 'k0123456789abcdef:readonly' }).ALERTS_MAX_PER_REQUEST,
+    );
   });
 
   test('alertmanager-receiver.yaml routes to /webhook/alerts of the chart Service with bearer authorization', () => {
@@ -134,7 +160,10 @@ describe('k8s/examples', () => {
     // Positive control: amtool does reject a receiver the route does not define.
     const dir = mkdtempSync(join(tmpdir(), 'opsgate-am-'));
     try {
-      const broken = readFileSync(join(K8S, 'examples/alertmanager-receiver.yaml'), 'utf8').replace('receiver: opsgate', 'receiver: no-such-receiver');
+      const broken = readFileSync(join(K8S, 'examples/alertmanager-receiver.yaml'), 'utf8').replace(
+        'receiver: opsgate',
+        'receiver: no-such-receiver',
+      );
       writeFileSync(join(dir, 'am.yaml'), broken);
       const bad = await run(amtool, ['check-config', join(dir, 'am.yaml')]);
       expect(bad.code).not.toBe(0);

@@ -38,7 +38,9 @@ async function start(): Promise<void> {
   server.stderr!.on('data', (d) => (log += d));
   const deadline = Date.now() + 15_000;
   for (;;) {
-    const r = await run('redis-cli', ['-h', '127.0.0.1', '-p', String(port), 'ping'], { env: { PATH: process.env.PATH, REDISCLI_AUTH: PASSWORD } });
+    const r = await run('redis-cli', ['-h', '127.0.0.1', '-p', String(port), 'ping'], {
+      env: { PATH: process.env.PATH, REDISCLI_AUTH: PASSWORD },
+    });
     if (r.stdout.trim() === 'PONG') return;
     if (Date.now() > deadline) throw new Error(`redis-server did not start:\n${log}`);
     await new Promise((res) => setTimeout(res, 100));
@@ -80,7 +82,10 @@ afterAll(async () => {
 });
 
 test('requires the password from the Secret', async () => {
-  const cli = (auth?: string) => run('redis-cli', ['-h', '127.0.0.1', '-p', String(port), 'ping'], { env: { PATH: process.env.PATH, ...(auth ? { REDISCLI_AUTH: auth } : {}) } });
+  const cli = (auth?: string) =>
+    run('redis-cli', ['-h', '127.0.0.1', '-p', String(port), 'ping'], {
+      env: { PATH: process.env.PATH, ...(auth ? { REDISCLI_AUTH: auth } : {}) },
+    });
   expect((await cli()).stdout).toMatch(/NOAUTH/);
   expect((await cli('not-the-password')).stdout + (await cli('not-the-password')).stderr).toMatch(/WRONGPASS|AUTH failed|invalid/i);
   expect((await cli(PASSWORD)).stdout.trim()).toBe('PONG');

@@ -13,7 +13,8 @@ import { find, one, render, renderError, renderText, type K8sObject } from '../.
  */
 jest.setTimeout(120_000);
 
-const envOf = (objs: K8sObject[], deployment: string) => one(objs, 'Deployment', deployment).spec.template.spec.containers[0].env as Array<{ name: string; value?: string; valueFrom?: any }>;
+const envOf = (objs: K8sObject[], deployment: string) =>
+  one(objs, 'Deployment', deployment).spec.template.spec.containers[0].env as Array<{ name: string; value?: string; valueFrom?: any }>;
 
 describe('redis.architecture=replication', () => {
   let objs: K8sObject[];
@@ -41,7 +42,14 @@ describe('redis.architecture=replication', () => {
     const hard = one(objs, 'StatefulSet', 'opsgate-redis').spec.template.spec.affinity.podAntiAffinity;
     expect(hard.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey).toBe('kubernetes.io/hostname');
     expect(hard.requiredDuringSchedulingIgnoredDuringExecution[0].labelSelector.matchLabels['app.kubernetes.io/component']).toBe('redis');
-    const soft = one(await render({ files: ['replication-redis-values.yaml'], set: { 'redis.replication.antiAffinity': 'soft', 'redis.replication.antiAffinityTopologyKey': 'topology.kubernetes.io/zone' } }), 'StatefulSet', 'opsgate-redis').spec.template.spec.affinity.podAntiAffinity;
+    const soft = one(
+      await render({
+        files: ['replication-redis-values.yaml'],
+        set: { 'redis.replication.antiAffinity': 'soft', 'redis.replication.antiAffinityTopologyKey': 'topology.kubernetes.io/zone' },
+      }),
+      'StatefulSet',
+      'opsgate-redis',
+    ).spec.template.spec.affinity.podAntiAffinity;
     expect(soft.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.topologyKey).toBe('topology.kubernetes.io/zone');
     expect(soft.requiredDuringSchedulingIgnoredDuringExecution).toBeUndefined();
   });
@@ -76,7 +84,7 @@ describe('redis.architecture=replication', () => {
     }
     expect(cm['start-sentinel.sh']).toMatch(/^sentinel monitor opsgate \$PRIMARY 6379 2$/m);
     expect(cm['start-sentinel.sh']).toMatch(/^sentinel down-after-milliseconds opsgate 3000$/m);
-    expect(cm['start-redis.sh']).toContain("replicaof %s 6379");
+    expect(cm['start-redis.sh']).toContain('replicaof %s 6379');
     // Sentinel runs as redis-server --sentinel: Debian's redis-server package (the test node's
     // image) has no redis-sentinel link; the official image has both.
     expect(cm['start-sentinel.sh']).toMatch(/^exec redis-server \/sentinel\/sentinel.conf --sentinel$/m);
@@ -93,9 +101,16 @@ describe('redis.architecture=replication', () => {
   test('NetworkPolicy: sentinels reachable from the api and worker; Redis and Sentinel between the Redis pods', async () => {
     const np = await render({ files: ['replication-redis-values.yaml'], set: { 'networkPolicy.enabled': 'true' } });
     const pol = one(np, 'NetworkPolicy', 'opsgate-redis');
-    const rules = pol.spec.ingress as Array<{ ports: Array<{ port: string }>; from: Array<{ podSelector: { matchLabels: Record<string, string> } }> }>;
+    const rules = pol.spec.ingress as Array<{
+      ports: Array<{ port: string }>;
+      from: Array<{ podSelector: { matchLabels: Record<string, string> } }>;
+    }>;
     const allows = (port: string, component: string) =>
-      rules.some((r) => r.ports.some((p) => p.port === port) && r.from.some((f) => f.podSelector.matchLabels['app.kubernetes.io/component'] === component));
+      rules.some(
+        (r) =>
+          r.ports.some((p) => p.port === port) &&
+          r.from.some((f) => f.podSelector.matchLabels['app.kubernetes.io/component'] === component),
+      );
     expect(allows('sentinel', 'api')).toBe(true);
     expect(allows('sentinel', 'worker')).toBe(true);
     expect(allows('redis', 'redis')).toBe(true);
@@ -119,14 +134,22 @@ describe('standalone (default) and external topologies', () => {
     expect(find(objs, 'StatefulSet')).toEqual([]);
     const secret = one(objs, 'Secret', 'opsgate');
     expect(Buffer.from(secret.data.REDIS_URL, 'base64').toString()).toMatch(/^redis\+sentinel:\/\//);
-    expect(envOf(objs, 'opsgate-worker').find((e) => e.name === 'REDIS_URL')!.valueFrom.secretKeyRef).toEqual({ name: 'opsgate', key: 'REDIS_URL' });
-    const cluster = await renderText({ files: ['external-sentinel-values.yaml'], set: { 'secrets.redisUrl': 'redis+cluster://:pw@n1:6379\\,n2:6379' } });
+    expect(envOf(objs, 'opsgate-worker').find((e) => e.name === 'REDIS_URL')!.valueFrom.secretKeyRef).toEqual({
+      name: 'opsgate',
+      key: 'REDIS_URL',
+    });
+    const cluster = await renderText({
+      files: ['external-sentinel-values.yaml'],
+      set: { 'secrets.redisUrl': 'redis+cluster://:pw@n1:6379\\,n2:6379' },
+    });
     expect(cluster).toContain(Buffer.from('redis+cluster://:pw@n1:6379,n2:6379').toString('base64'));
   });
 
   test('values.schema.json refuses an unknown architecture, an ack timeout over 1500 ms and a non-Redis URL', async () => {
     expect(await renderError({ files: ['in-chart-redis-values.yaml'], set: { 'redis.architecture': 'cluster' } })).toMatch(/architecture/);
-    expect(await renderError({ files: ['in-chart-redis-values.yaml'], set: { 'config.redisAckTimeoutMs': '5000' } })).toMatch(/redisAckTimeoutMs/);
+    expect(await renderError({ files: ['in-chart-redis-values.yaml'], set: { 'config.redisAckTimeoutMs': '5000' } })).toMatch(
+      /redisAckTimeoutMs/,
+    );
     expect(await renderError({ files: ['external-sentinel-values.yaml'], set: { 'secrets.redisUrl': 'http://x' } })).toMatch(/redisUrl/);
   });
 });

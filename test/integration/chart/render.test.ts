@@ -27,7 +27,9 @@ import {
 // helm renders take a second or two each; other agents share the machine.
 jest.setTimeout(120_000);
 
-const valueFiles = readdirSync(VALUES_DIR).filter((f) => f.endsWith('.yaml')).sort();
+const valueFiles = readdirSync(VALUES_DIR)
+  .filter((f) => f.endsWith('.yaml'))
+  .sort();
 const chartDefaults = parseYaml(readFileSync(join(ROOT, 'charts/opsgate/values.yaml'), 'utf8'));
 
 type Values = Record<string, any>;
@@ -49,7 +51,16 @@ function valuesOf(file: string): Values {
 /** Every secret string a values file holds (and the API keys inside OPS_API_KEY_ROLES). */
 function secretStrings(v: Values): string[] {
   const s = v.secrets;
-  const out = [s.bearerToken, s.scmWebhookSecret, s.githubWebhookSecret, s.alertsWebhookToken, s.notifyWebhookUrls, s.redisUrl, v.redis.auth.password, s.apiKeyRoles];
+  const out = [
+    s.bearerToken,
+    s.scmWebhookSecret,
+    s.githubWebhookSecret,
+    s.alertsWebhookToken,
+    s.notifyWebhookUrls,
+    s.redisUrl,
+    v.redis.auth.password,
+    s.apiKeyRoles,
+  ];
   for (const item of String(s.apiKeyRoles ?? '').split(',')) out.push(item.slice(0, item.lastIndexOf(':')));
   for (const url of String(s.notifyWebhookUrls ?? '').split(',')) out.push(url);
   const m = /:\/\/[^:@/]*:([^@]+)@/.exec(String(s.redisUrl ?? ''));
@@ -65,7 +76,15 @@ beforeAll(async () => {
 }, 180_000);
 
 test('there are several values files, including the ones the chart must support', () => {
-  expect(valueFiles).toEqual(expect.arrayContaining(['defaults-values.yaml', 'existing-secret-values.yaml', 'all-integrations-values.yaml', 'in-chart-redis-values.yaml', 'external-redis-values.yaml']));
+  expect(valueFiles).toEqual(
+    expect.arrayContaining([
+      'defaults-values.yaml',
+      'existing-secret-values.yaml',
+      'all-integrations-values.yaml',
+      'in-chart-redis-values.yaml',
+      'external-redis-values.yaml',
+    ]),
+  );
 });
 
 describe.each(valueFiles)('%s', (file) => {
@@ -94,7 +113,8 @@ describe.each(valueFiles)('%s', (file) => {
       for (const c of [...(spec.containers ?? []), ...(spec.initContainers ?? [])]) {
         for (const ef of c.envFrom ?? []) expect([owner, Object.keys(ef)]).toEqual([owner, ['configMapRef']]);
         for (const e of c.env ?? []) {
-          if (typeof e.value === 'string') for (const s of secrets) expect([owner, e.name, e.value.includes(s)]).toEqual([owner, e.name, false]);
+          if (typeof e.value === 'string')
+            for (const s of secrets) expect([owner, e.name, e.value.includes(s)]).toEqual([owner, e.name, false]);
           if (!(SECRET_VARS as readonly string[]).includes(e.name) && e.name !== 'REDISCLI_AUTH') continue;
           if (e.name === 'REDIS_URL' && values().redis.enabled) {
             // In-chart Redis: the URL is composed by the kubelet from REDIS_PASSWORD (a secretKeyRef).
@@ -130,12 +150,18 @@ describe.each(valueFiles)('%s', (file) => {
   test('api and worker get exactly the secret variables they use', () => {
     const envNames = (kind: string, name: string) => one(objs(), kind, name).spec.template.spec.containers[0].env.map((e: any) => e.name);
     const redisVars = values().redis.enabled ? ['REDIS_PASSWORD', 'REDIS_URL'] : ['REDIS_URL'];
-    expect(envNames('Deployment', 'opsgate-api').filter((n: string) => (SECRET_VARS as readonly string[]).includes(n)).sort()).toEqual(
+    expect(
+      envNames('Deployment', 'opsgate-api')
+        .filter((n: string) => (SECRET_VARS as readonly string[]).includes(n))
+        .sort(),
+    ).toEqual(
       ['OPS_API_KEY_ROLES', 'OPS_BEARER_TOKEN', 'SCM_WEBHOOK_SECRET', 'GITHUB_WEBHOOK_SECRET', 'ALERTS_WEBHOOK_TOKEN', ...redisVars].sort(),
     );
-    expect(envNames('Deployment', 'opsgate-worker').filter((n: string) => (SECRET_VARS as readonly string[]).includes(n)).sort()).toEqual(
-      ['NOTIFY_WEBHOOK_URLS', ...redisVars].sort(),
-    );
+    expect(
+      envNames('Deployment', 'opsgate-worker')
+        .filter((n: string) => (SECRET_VARS as readonly string[]).includes(n))
+        .sort(),
+    ).toEqual(['NOTIFY_WEBHOOK_URLS', ...redisVars].sort());
   });
 
   test('the Secret is chart-made from values, or absent with existingSecret', () => {
@@ -146,7 +172,9 @@ describe.each(valueFiles)('%s', (file) => {
       return;
     }
     expect(secrets).toHaveLength(1);
-    const data = Object.fromEntries(Object.entries(secrets[0]!.data as Record<string, string>).map(([k, b]) => [k, Buffer.from(b, 'base64').toString()]));
+    const data = Object.fromEntries(
+      Object.entries(secrets[0]!.data as Record<string, string>).map(([k, b]) => [k, Buffer.from(b, 'base64').toString()]),
+    );
     expect(data.OPS_API_KEY_ROLES).toBe(v.secrets.apiKeyRoles);
     const optional: Record<string, string> = {
       OPS_BEARER_TOKEN: v.secrets.bearerToken,
@@ -177,7 +205,13 @@ describe.each(valueFiles)('%s', (file) => {
       const tmpVolumes = new Set((spec.volumes ?? []).filter((v: any) => v.emptyDir).map((v: any) => v.name));
       for (const c of spec.containers) {
         const sc = c.securityContext ?? {};
-        expect([owner, c.name, sc.allowPrivilegeEscalation, sc.readOnlyRootFilesystem, sc.runAsNonRoot]).toEqual([owner, c.name, false, true, true]);
+        expect([owner, c.name, sc.allowPrivilegeEscalation, sc.readOnlyRootFilesystem, sc.runAsNonRoot]).toEqual([
+          owner,
+          c.name,
+          false,
+          true,
+          true,
+        ]);
         expect(sc.capabilities?.drop).toContain('ALL');
         expect(sc.capabilities?.add ?? []).toEqual([]);
         expect(sc.privileged ?? false).toBe(false);
@@ -208,11 +242,20 @@ describe.each(valueFiles)('%s', (file) => {
       { name: 'metrics', containerPort: v.config.metricsPort, protocol: 'TCP' },
     ]);
     expect(c.resources.requests).toEqual(v.api.resources.requests);
-    expect(pod.spec.topologySpreadConstraints.map((t: any) => t.topologyKey)).toEqual(['topology.kubernetes.io/zone', 'kubernetes.io/hostname']);
-    expect(pod.spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.labelSelector.matchLabels).toEqual(d.spec.selector.matchLabels);
+    expect(pod.spec.topologySpreadConstraints.map((t: any) => t.topologyKey)).toEqual([
+      'topology.kubernetes.io/zone',
+      'kubernetes.io/hostname',
+    ]);
+    expect(
+      pod.spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.labelSelector.matchLabels,
+    ).toEqual(d.spec.selector.matchLabels);
     expect(pod.metadata.annotations['checksum/config']).toMatch(/^[a-f0-9]{64}$/);
     expect(pod.metadata.annotations['checksum/secret']).toMatch(/^[a-f0-9]{64}$/);
-    expect(d.spec.selector.matchLabels).toEqual({ 'app.kubernetes.io/name': 'opsgate', 'app.kubernetes.io/instance': 'opsgate', 'app.kubernetes.io/component': 'api' });
+    expect(d.spec.selector.matchLabels).toEqual({
+      'app.kubernetes.io/name': 'opsgate',
+      'app.kubernetes.io/instance': 'opsgate',
+      'app.kubernetes.io/component': 'api',
+    });
   });
 
   test('worker Deployment: grace period outlasts the job drain, token only when the inventory needs it', () => {
@@ -226,7 +269,9 @@ describe.each(valueFiles)('%s', (file) => {
     expect(d.spec.template.spec.containers[0].livenessProbe.httpGet).toEqual({ path: '/livez', port: 'metrics' }); // event loop + Redis
     const namespaces = Object.keys(v.inventory.hosts).length + Object.keys(v.inventory.projects).length;
     expect(d.spec.template.spec.automountServiceAccountToken).toBe(namespaces > 0);
-    expect(one(objs(), 'Deployment', 'opsgate-api').spec.template.spec.automountServiceAccountToken).toBe(Object.keys(v.inventory.hosts).length > 0);
+    expect(one(objs(), 'Deployment', 'opsgate-api').spec.template.spec.automountServiceAccountToken).toBe(
+      Object.keys(v.inventory.hosts).length > 0,
+    );
     for (const sa of find(objs(), 'ServiceAccount')) expect(sa.automountServiceAccountToken).toBe(false);
   });
 
@@ -266,7 +311,9 @@ describe.each(valueFiles)('%s', (file) => {
       const rules = worker.rules as any[];
       const dep = rules.filter((r) => r.resources.includes('deployments'));
       if (e.deployments.size) {
-        expect(dep).toEqual([{ apiGroups: ['apps'], resources: ['deployments'], resourceNames: [...e.deployments].sort(), verbs: ['get', 'patch'] }]);
+        expect(dep).toEqual([
+          { apiGroups: ['apps'], resources: ['deployments'], resourceNames: [...e.deployments].sort(), verbs: ['get', 'patch'] },
+        ]);
       } else expect(dep).toHaveLength(0);
       const jobs = rules.filter((r) => r.resources.includes('jobs'));
       expect(jobs).toEqual(e.jobs ? [{ apiGroups: ['batch'], resources: ['jobs'], verbs: ['create'] }] : []); // no get/list/watch: never used
@@ -280,7 +327,9 @@ describe.each(valueFiles)('%s', (file) => {
       }
       const api = roles.find((r) => r.metadata.namespace === ns && r.metadata.name === 'opsgate-api');
       if (e.deployments.size) {
-        expect(api!.rules).toEqual([{ apiGroups: ['apps'], resources: ['deployments'], resourceNames: [...e.deployments].sort(), verbs: ['get'] }]);
+        expect(api!.rules).toEqual([
+          { apiGroups: ['apps'], resources: ['deployments'], resourceNames: [...e.deployments].sort(), verbs: ['get'] },
+        ]);
       } else expect(api).toBeUndefined();
     }
     for (const rb of find(objs(), 'RoleBinding')) {
@@ -297,7 +346,10 @@ describe.each(valueFiles)('%s', (file) => {
   test('Services expose http + metrics (api) and metrics (worker)', () => {
     const v = values();
     const api = one(objs(), 'Service', 'opsgate-api');
-    expect(api.spec.ports.map((p: any) => [p.name, p.targetPort])).toEqual([['http', 'http'], ['metrics', 'metrics']]);
+    expect(api.spec.ports.map((p: any) => [p.name, p.targetPort])).toEqual([
+      ['http', 'http'],
+      ['metrics', 'metrics'],
+    ]);
     expect(api.spec.selector['app.kubernetes.io/component']).toBe('api');
     const worker = one(objs(), 'Service', 'opsgate-worker');
     expect(worker.spec.ports).toEqual([{ name: 'metrics', port: v.config.metricsPort, targetPort: 'metrics', protocol: 'TCP' }]);
@@ -357,7 +409,8 @@ describe.each(valueFiles)('%s', (file) => {
     for (const hook of ['/webhook/scm', '/webhook/gitlab', '/webhook/github', '/webhook/alerts']) expect(notes).toContain(`POST ${hook} `);
     if (values().adminUI.enabled) expect(notes).toMatch(/http:\/\/127\.0\.0\.1:8080\/admin\/queues/);
     else expect(notes).toMatch(/disabled \(adminUI\.enabled=false\)/);
-    if (values().ingress.enabled && values().adminUI.ingress) expect(notes).toMatch(/also routed by the Ingress: https:\/\/opsgate\.example\.com\/admin\/queues/);
+    if (values().ingress.enabled && values().adminUI.ingress)
+      expect(notes).toMatch(/also routed by the Ingress: https:\/\/opsgate\.example\.com\/admin\/queues/);
     else if (values().adminUI.enabled) expect(notes).toMatch(/not routed by the Ingress/);
     for (const s of secretStrings(values())) expect([s, notes.includes(s)]).toEqual([s, false]);
   });
@@ -366,8 +419,15 @@ describe.each(valueFiles)('%s', (file) => {
 test('NOTES.txt says the API keys were generated only when no key was given', async () => {
   const generated = /the chart generated one operator and one readonly key/;
   expect(await renderNotes(join(VALUES_DIR, 'defaults-values.yaml'), {}, { 'secrets.apiKeyRoles': '' })).toMatch(generated);
-  expect(await renderNotes(join(VALUES_DIR, 'defaults-values.yaml'), { 'secrets.apiKeys[0].key': 'k-0123456789abcdef', 'secrets.apiKeys[0].role': 'operator' })).not.toMatch(generated);
-  expect(await renderNotes(join(VALUES_DIR, 'defaults-values.yaml'), {}, { 'secrets.apiKeyRoles': 'k-0123456789abcdef:operator' })).not.toMatch(generated);
+  expect(
+    await renderNotes(join(VALUES_DIR, 'defaults-values.yaml'), {
+      'secrets.apiKeys[0].key': 'k-0123456789abcdef',
+      'secrets.apiKeys[0].role': 'operator',
+    }),
+  ).not.toMatch(generated);
+  expect(
+    await renderNotes(join(VALUES_DIR, 'defaults-values.yaml'), {}, { 'secrets.apiKeyRoles': 'k-0123456789abcdef:operator' }),
+  ).not.toMatch(generated);
 });
 
 /**
@@ -393,7 +453,8 @@ describe('toggles', () => {
   test('defaults: no Ingress, NetworkPolicy, PDB, HPA, ServiceMonitor, PrometheusRule or dashboard; only built-in kinds', () => {
     const objs = rendered.get('defaults-values.yaml')!;
     const kinds = new Set(objs.map((o) => o.kind));
-    for (const k of ['Ingress', 'NetworkPolicy', 'PodDisruptionBudget', 'HorizontalPodAutoscaler', 'ServiceMonitor', 'PrometheusRule']) expect(kinds.has(k)).toBe(false);
+    for (const k of ['Ingress', 'NetworkPolicy', 'PodDisruptionBudget', 'HorizontalPodAutoscaler', 'ServiceMonitor', 'PrometheusRule'])
+      expect(kinds.has(k)).toBe(false);
     expect(find(objs, 'ConfigMap', 'opsgate-dashboard')).toHaveLength(0);
     for (const o of objs) expect(o.apiVersion).toMatch(/^(v1|apps\/v1|rbac\.authorization\.k8s\.io\/v1)$/);
     expect([...kinds].sort()).toEqual(['ConfigMap', 'Deployment', 'Pod', 'Secret', 'Service', 'ServiceAccount', 'StatefulSet']);
@@ -401,7 +462,11 @@ describe('toggles', () => {
 
   test('all integrations on: each optional object renders and points at the right pods', () => {
     const objs = rendered.get('all-integrations-values.yaml')!;
-    const selector = (c: string) => ({ 'app.kubernetes.io/name': 'opsgate', 'app.kubernetes.io/instance': 'opsgate', 'app.kubernetes.io/component': c });
+    const selector = (c: string) => ({
+      'app.kubernetes.io/name': 'opsgate',
+      'app.kubernetes.io/instance': 'opsgate',
+      'app.kubernetes.io/component': c,
+    });
     const nps = find(objs, 'NetworkPolicy');
     expect(nps.map((n) => n.metadata.name).sort()).toEqual(['opsgate-api', 'opsgate-redis', 'opsgate-worker']);
     expect(one(objs, 'NetworkPolicy', 'opsgate-api').spec.podSelector.matchLabels).toEqual(selector('api'));
@@ -422,21 +487,24 @@ describe('toggles', () => {
     const dash = one(objs, 'ConfigMap', 'opsgate-dashboard');
     expect(dash.metadata.namespace).toBe('monitoring');
     expect(dash.metadata.labels?.grafana_dashboard).toBe('1');
-    expect(JSON.parse(dash.data['opsgate.json'])).toEqual(JSON.parse(readFileSync(join(ROOT, 'charts/opsgate/files/grafana-dashboard.json'), 'utf8')));
+    expect(JSON.parse(dash.data['opsgate.json'])).toEqual(
+      JSON.parse(readFileSync(join(ROOT, 'charts/opsgate/files/grafana-dashboard.json'), 'utf8')),
+    );
     for (const o of objs) expect(o.metadata.labels?.team).toBe('sre');
   });
 });
 
 describe('api memory', () => {
-  const apiEnv = (objs: K8sObject[]) => one(objs, 'Deployment', 'opsgate-api').spec.template.spec.containers[0].env as { name: string; value?: string }[];
+  const apiEnv = (objs: K8sObject[]) =>
+    one(objs, 'Deployment', 'opsgate-api').spec.template.spec.containers[0].env as { name: string; value?: string }[];
 
-  test('the API\'s V8 heap is sized by default (what `make bench` measures as the deployed RSS), the worker is left alone', async () => {
+  test("the API's V8 heap is sized by default (what `make bench` measures as the deployed RSS), the worker is left alone", async () => {
     const objs = await render({ files: ['defaults-values.yaml'] });
     expect(apiEnv(objs).find((e) => e.name === 'NODE_OPTIONS')?.value).toBe('--max-old-space-size=96 --max-semi-space-size=8');
     const worker = one(objs, 'Deployment', 'opsgate-worker').spec.template.spec.containers[0].env as { name: string }[];
     expect(worker.some((e) => e.name === 'NODE_OPTIONS')).toBe(false);
   });
-  test('api.maxOldSpaceSizeMb / maxSemiSpaceSizeMb set them, 0 leaves V8\'s default, a negative value is refused by the schema', async () => {
+  test("api.maxOldSpaceSizeMb / maxSemiSpaceSizeMb set them, 0 leaves V8's default, a negative value is refused by the schema", async () => {
     const [custom, semiOff, off] = await Promise.all([
       render({ files: ['defaults-values.yaml'], set: { 'api.maxOldSpaceSizeMb': '160', 'api.maxSemiSpaceSizeMb': '16' } }),
       render({ files: ['defaults-values.yaml'], set: { 'api.maxSemiSpaceSizeMb': '0' } }),
@@ -477,7 +545,11 @@ describe('checksums', () => {
     const pw = (o: K8sObject[]) => Buffer.from(one(o, 'Secret', 'opsgate').data.REDIS_PASSWORD, 'base64').toString();
     expect(podAnnotations(objs, 'opsgate-api')['checksum/secret']).toBe(podAnnotations(objs, 'opsgate-worker')['checksum/secret']);
     const redisSum = one(objs, 'StatefulSet', 'opsgate-redis').spec.template.metadata.annotations['checksum/secret'];
-    expect(redisSum).toBe(createHash('sha256').update(`opsgate:${pw(objs)}`).digest('hex'));
+    expect(redisSum).toBe(
+      createHash('sha256')
+        .update(`opsgate:${pw(objs)}`)
+        .digest('hex'),
+    );
     // ...and differs between two renders (it is random, not a constant in the chart).
     const again = await render({ files: ['defaults-values.yaml'] });
     expect(pw(again)).not.toBe(pw(objs));
@@ -502,7 +574,10 @@ describe('admin UI', () => {
     expect(one(await render({ files: ['defaults-values.yaml'] }), 'ConfigMap', 'opsgate-config').data.ADMIN_UI_ENABLED).toBe('false');
     const manifests = parseManifests(readFileSync(join(ROOT, 'k8s/opsgate.yaml'), 'utf8'));
     expect(manifests.find((o) => o.kind === 'ConfigMap' && o.metadata.name === 'opsgate-config')!.data.ADMIN_UI_ENABLED).toBe('false');
-    expect(one(await render({ files: ['defaults-values.yaml'], set: { 'adminUI.enabled': 'true' } }), 'ConfigMap', 'opsgate-config').data.ADMIN_UI_ENABLED).toBe('true');
+    expect(
+      one(await render({ files: ['defaults-values.yaml'], set: { 'adminUI.enabled': 'true' } }), 'ConfigMap', 'opsgate-config').data
+        .ADMIN_UI_ENABLED,
+    ).toBe('true');
   });
 });
 
@@ -511,7 +586,9 @@ describe('API preStop sleep', () => {
   test('native sleep action on Kubernetes >= 1.30, a sleep command before; none when 0', async () => {
     const base = { files: ['defaults-values.yaml'] };
     expect(container(await render({ ...base, kubeVersion: '1.35.0' })).lifecycle).toEqual({ preStop: { sleep: { seconds: 5 } } });
-    expect(container(await render({ ...base, kubeVersion: '1.29.0' })).lifecycle).toEqual({ preStop: { exec: { command: ['sleep', '5'] } } });
+    expect(container(await render({ ...base, kubeVersion: '1.29.0' })).lifecycle).toEqual({
+      preStop: { exec: { command: ['sleep', '5'] } },
+    });
     expect(container(await render({ ...base, set: { 'api.preStopSleepSeconds': '0' } })).lifecycle).toBeUndefined();
   });
 });
@@ -526,29 +603,40 @@ describe('API keys when none are given', () => {
     const again = Buffer.from(one(await render({}), 'Secret', 'opsgate').data.OPS_API_KEY_ROLES, 'base64').toString();
     expect(again).not.toBe(roles);
     // the checksum the pods roll on is computed over the same generated Secret
-    const sum = (o: K8sObject[]) => o.find((x) => x.kind === 'Deployment' && x.metadata.name === 'opsgate-api')!.spec.template.metadata.annotations['checksum/secret'];
+    const sum = (o: K8sObject[]) =>
+      o.find((x) => x.kind === 'Deployment' && x.metadata.name === 'opsgate-api')!.spec.template.metadata.annotations['checksum/secret'];
     expect(sum(objs)).toMatch(/^[0-9a-f]{64}$/);
   });
 });
 
 describe('render-time refusals', () => {
   test('external Redis without a URL', async () => {
-    expect(await renderError({ files: ['defaults-values.yaml'], set: { 'redis.enabled': 'false' } })).toMatch(/secrets\.redisUrl \(REDIS_URL of the external Redis\) is required/);
+    expect(await renderError({ files: ['defaults-values.yaml'], set: { 'redis.enabled': 'false' } })).toMatch(
+      /secrets\.redisUrl \(REDIS_URL of the external Redis\) is required/,
+    );
   });
   test('admin Ingress route without the admin UI', async () => {
-    expect(await renderError({ files: ['defaults-values.yaml'], set: { 'adminUI.enabled': 'false', 'adminUI.ingress': 'true' } })).toMatch(/adminUI\.ingress needs adminUI\.enabled/);
+    expect(await renderError({ files: ['defaults-values.yaml'], set: { 'adminUI.enabled': 'false', 'adminUI.ingress': 'true' } })).toMatch(
+      /adminUI\.ingress needs adminUI\.enabled/,
+    );
   });
   test('API preStop sleep not shorter than its grace period', async () => {
-    expect(await renderError({ files: ['defaults-values.yaml'], set: { 'api.preStopSleepSeconds': '30', 'api.terminationGracePeriodSeconds': '30' } })).toMatch(
-      /api\.preStopSleepSeconds \(30\) must be below api\.terminationGracePeriodSeconds \(30\)/,
-    );
+    expect(
+      await renderError({
+        files: ['defaults-values.yaml'],
+        set: { 'api.preStopSleepSeconds': '30', 'api.terminationGracePeriodSeconds': '30' },
+      }),
+    ).toMatch(/api\.preStopSleepSeconds \(30\) must be below api\.terminationGracePeriodSeconds \(30\)/);
   });
   test('worker grace period not longer than its job drain', async () => {
-    expect(await renderError({ files: ['defaults-values.yaml'], set: { 'worker.terminationGracePeriodSeconds': '60', 'config.workerShutdownGraceSeconds': '60' } })).toMatch(
-      /worker\.terminationGracePeriodSeconds \(60\) must be greater than config\.workerShutdownGraceSeconds \(60\)/,
-    );
+    expect(
+      await renderError({
+        files: ['defaults-values.yaml'],
+        set: { 'worker.terminationGracePeriodSeconds': '60', 'config.workerShutdownGraceSeconds': '60' },
+      }),
+    ).toMatch(/worker\.terminationGracePeriodSeconds \(60\) must be greater than config\.workerShutdownGraceSeconds \(60\)/);
   });
-  test('existingSecret alone renders (keys come from the user\'s Secret)', async () => {
+  test("existingSecret alone renders (keys come from the user's Secret)", async () => {
     const objs = await render({ set: { 'secrets.existingSecret': 'mine' } });
     expect(find(objs, 'Secret')).toHaveLength(0);
     const env = one(objs, 'Deployment', 'opsgate-api').spec.template.spec.containers[0].env as { name: string; valueFrom?: any }[];
@@ -560,8 +648,10 @@ describe('render-time refusals', () => {
 describe('security defaults', () => {
   const ingressOn = { 'ingress.enabled': 'true', 'ingress.host': 'opsgate.example.com' };
   const cm = (objs: K8sObject[]) => one(objs, 'ConfigMap', 'opsgate-config').data as Record<string, string>;
-  const apiEnv = (objs: K8sObject[]) => one(objs, 'Deployment', 'opsgate-api').spec.template.spec.containers[0].env as { name: string; valueFrom?: any }[];
-  const paths = (objs: K8sObject[]) => Object.fromEntries(one(objs, 'Ingress', 'opsgate').spec.rules[0].http.paths.map((p: any) => [p.path, p.pathType]));
+  const apiEnv = (objs: K8sObject[]) =>
+    one(objs, 'Deployment', 'opsgate-api').spec.template.spec.containers[0].env as { name: string; valueFrom?: any }[];
+  const paths = (objs: K8sObject[]) =>
+    Object.fromEntries(one(objs, 'Ingress', 'opsgate').spec.rules[0].http.paths.map((p: any) => [p.path, p.pathType]));
 
   test('an Ingress that would route /webhook/alerts without a token is refused with a clear message', async () => {
     const err = await renderError({ files: ['defaults-values.yaml'], set: ingressOn });
@@ -576,7 +666,13 @@ describe('security defaults', () => {
     ]);
     expect(paths(withToken)['/webhook']).toBe('Prefix');
     const p = paths(noAlerts);
-    expect(p).toEqual({ '/webhook/scm': 'Exact', '/webhook/github': 'Exact', '/webhook/gitlab': 'Exact', '/ops': 'Prefix', '/health': 'Exact' });
+    expect(p).toEqual({
+      '/webhook/scm': 'Exact',
+      '/webhook/github': 'Exact',
+      '/webhook/gitlab': 'Exact',
+      '/ops': 'Prefix',
+      '/health': 'Exact',
+    });
   });
 
   test('existingSecret + Ingress routing alerts: ALERTS_WEBHOOK_TOKEN becomes a required key (the pod does not start without it)', async () => {
@@ -584,7 +680,11 @@ describe('security defaults', () => {
       render({ set: { ...ingressOn, 'secrets.existingSecret': 'mine' } }),
       render({ set: { 'secrets.existingSecret': 'mine' } }),
     ]);
-    expect(apiEnv(routed).find((e) => e.name === 'ALERTS_WEBHOOK_TOKEN')?.valueFrom.secretKeyRef).toEqual({ name: 'mine', key: 'ALERTS_WEBHOOK_TOKEN', optional: false });
+    expect(apiEnv(routed).find((e) => e.name === 'ALERTS_WEBHOOK_TOKEN')?.valueFrom.secretKeyRef).toEqual({
+      name: 'mine',
+      key: 'ALERTS_WEBHOOK_TOKEN',
+      optional: false,
+    });
     expect(apiEnv(routed).find((e) => e.name === 'OPS_BEARER_TOKEN')?.valueFrom.secretKeyRef.optional).toBe(true);
     expect(apiEnv(internal).find((e) => e.name === 'ALERTS_WEBHOOK_TOKEN')?.valueFrom.secretKeyRef.optional).toBe(true);
   });
@@ -600,14 +700,19 @@ describe('security defaults', () => {
     expect(conf(defaults)).toMatch(/^maxmemory-policy noeviction$/m);
     expect(conf(explicit)).toMatch(/^maxmemory 268435456$/m);
     expect(conf(kubeUnits)).toMatch(/^maxmemory 805306368$/m);
-    expect(await renderError({ files: ['defaults-values.yaml'], set: { 'redis.maxmemory': '512mb' } })).toMatch(/redis\.maxmemory \(512mb\) must be below redis\.resources\.limits\.memory \(512Mi\)/);
+    expect(await renderError({ files: ['defaults-values.yaml'], set: { 'redis.maxmemory': '512mb' } })).toMatch(
+      /redis\.maxmemory \(512mb\) must be below redis\.resources\.limits\.memory \(512Mi\)/,
+    );
   });
 
   test('TRUST_PROXY: 0 without the Ingress, the hop count with it, an explicit value wins', async () => {
     const [plain, ingress, hops, explicit] = await Promise.all([
       render({ files: ['defaults-values.yaml'] }),
       render({ files: ['defaults-values.yaml'], set: { ...ingressOn, 'secrets.alertsWebhookToken': 'fake-alerts-token-0009' } }),
-      render({ files: ['defaults-values.yaml'], set: { ...ingressOn, 'secrets.alertsWebhookToken': 'fake-alerts-token-0009', 'ingress.proxyHops': '2' } }),
+      render({
+        files: ['defaults-values.yaml'],
+        set: { ...ingressOn, 'secrets.alertsWebhookToken': 'fake-alerts-token-0009', 'ingress.proxyHops': '2' },
+      }),
       render({ files: ['defaults-values.yaml'], setString: { 'config.trustProxy': '3' } }),
     ]);
     expect(cm(plain).TRUST_PROXY).toBe('0');
@@ -620,22 +725,35 @@ describe('security defaults', () => {
     const [plain, ingress, forcedOff, custom] = await Promise.all([
       render({ files: ['defaults-values.yaml'] }),
       render({ files: ['defaults-values.yaml'], set: { ...ingressOn, 'secrets.alertsWebhookToken': 'fake-alerts-token-0009' } }),
-      render({ files: ['defaults-values.yaml'], set: { ...ingressOn, 'secrets.alertsWebhookToken': 'fake-alerts-token-0009', 'networkPolicy.enabled': 'false' } }),
       render({
         files: ['defaults-values.yaml'],
-        set: { ...ingressOn, 'secrets.alertsWebhookToken': 'fake-alerts-token-0009', 'networkPolicy.ingressControllerNamespace': 'traefik', 'networkPolicy.monitoringNamespace': 'observability' },
+        set: { ...ingressOn, 'secrets.alertsWebhookToken': 'fake-alerts-token-0009', 'networkPolicy.enabled': 'false' },
+      }),
+      render({
+        files: ['defaults-values.yaml'],
+        set: {
+          ...ingressOn,
+          'secrets.alertsWebhookToken': 'fake-alerts-token-0009',
+          'networkPolicy.ingressControllerNamespace': 'traefik',
+          'networkPolicy.monitoringNamespace': 'observability',
+        },
       }),
     ]);
     expect(find(plain, 'NetworkPolicy')).toHaveLength(0);
     expect(find(forcedOff, 'NetworkPolicy')).toHaveLength(0);
     const ns = (name: string) => [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': name } } }];
-    for (const [objs, ingressNs, monNs] of [[ingress, 'ingress-nginx', 'monitoring'], [custom, 'traefik', 'observability']] as const) {
+    for (const [objs, ingressNs, monNs] of [
+      [ingress, 'ingress-nginx', 'monitoring'],
+      [custom, 'traefik', 'observability'],
+    ] as const) {
       const api = one(objs, 'NetworkPolicy', 'opsgate-api').spec.ingress;
       expect(api).toEqual([
         { ports: [{ port: 'http', protocol: 'TCP' }], from: ns(ingressNs) },
         { ports: [{ port: 'metrics', protocol: 'TCP' }], from: ns(monNs) },
       ]);
-      expect(one(objs, 'NetworkPolicy', 'opsgate-worker').spec.ingress).toEqual([{ ports: [{ port: 'metrics', protocol: 'TCP' }], from: ns(monNs) }]);
+      expect(one(objs, 'NetworkPolicy', 'opsgate-worker').spec.ingress).toEqual([
+        { ports: [{ port: 'metrics', protocol: 'TCP' }], from: ns(monNs) },
+      ]);
       expect(find(objs, 'NetworkPolicy', 'opsgate-redis')).toHaveLength(1);
     }
   });
@@ -681,7 +799,11 @@ describe('worker admission policy', () => {
 
 describe('NOTES.txt warnings on risky values', () => {
   test('each risky value gets its WARNING line; a hardened install gets none', async () => {
-    const risky = await renderNotes('defaults-values.yaml', { 'networkPolicy.enabled': 'false', 'rbac.admissionPolicy.enabled': 'false' }, { 'config.trustProxy': '1' });
+    const risky = await renderNotes(
+      'defaults-values.yaml',
+      { 'networkPolicy.enabled': 'false', 'rbac.admissionPolicy.enabled': 'false' },
+      { 'config.trustProxy': '1' },
+    );
     expect(risky).toMatch(/SECURITY WARNINGS:/);
     expect(risky).toMatch(/WARNING: secrets\.alertsWebhookToken is empty/);
     expect(risky).toMatch(/WARNING: config\.trustProxy="1" without the chart's Ingress/);

@@ -14,7 +14,11 @@ const schema = JSON.parse(readFileSync(join(CHART, 'values.schema.json'), 'utf8'
 const valuesDoc = parseDocument(readFileSync(join(CHART, 'values.yaml'), 'utf8'));
 
 function resolveRef(node: any): any {
-  while (node && node.$ref) node = node.$ref.replace('#/definitions/', '').split('/').reduce((n: any, k: string) => n[k], schema.definitions);
+  while (node && node.$ref)
+    node = node.$ref
+      .replace('#/definitions/', '')
+      .split('/')
+      .reduce((n: any, k: string) => n[k], schema.definitions);
   return node;
 }
 
@@ -94,9 +98,17 @@ describe('the schema rejects bad values with a message naming them', () => {
     ['API key with an unknown role', { 'secrets.apiKeyRoles': 'some-key:admin' }, /apiKeyRoles/],
     ['API key item without a role', { 'secrets.apiKeyRoles': 'justakey' }, /apiKeyRoles/],
     ['Redis password with URL-breaking characters', { 'redis.auth.password': 'p@ss/word:with-stuff' }, /password/],
-    ['namespace that is not a DNS label', { 'inventory.hosts.h1.namespace': 'Bad_NS', 'inventory.hosts.h1.deployments[0]': 'web' }, /namespace/],
+    [
+      'namespace that is not a DNS label',
+      { 'inventory.hosts.h1.namespace': 'Bad_NS', 'inventory.hosts.h1.deployments[0]': 'web' },
+      /namespace/,
+    ],
     ['host without deployments', { 'inventory.hosts.h1.namespace': 'shop' }, /deployments/],
-    ['unknown key in a host entry', { 'inventory.hosts.h1.namespace': 'shop', 'inventory.hosts.h1.deployments[0]': 'web', 'inventory.hosts.h1.pods': 'x' }, /pods/],
+    [
+      'unknown key in a host entry',
+      { 'inventory.hosts.h1.namespace': 'shop', 'inventory.hosts.h1.deployments[0]': 'web', 'inventory.hosts.h1.pods': 'x' },
+      /pods/,
+    ],
     ['privilege escalation allowed', { 'containerSecurityContext.allowPrivilegeEscalation': 'true' }, /allowPrivilegeEscalation/],
     ['running as root allowed', { 'podSecurityContext.runAsNonRoot': 'false' }, /runAsNonRoot/],
     ['bad pull policy', { 'image.pullPolicy': 'Sometimes' }, /pullPolicy/],
@@ -114,7 +126,10 @@ describe('the schema rejects bad values with a message naming them', () => {
   });
 
   test('a secret variable cannot be smuggled in through extraEnv', async () => {
-    const err = await renderError({ files: ['defaults-values.yaml'], set: { 'api.extraEnv[0].name': 'OPS_BEARER_TOKEN', 'api.extraEnv[0].value': 'plain' } });
+    const err = await renderError({
+      files: ['defaults-values.yaml'],
+      set: { 'api.extraEnv[0].name': 'OPS_BEARER_TOKEN', 'api.extraEnv[0].value': 'plain' },
+    });
     expect(err).toMatch(/values don't meet the specifications of the schema/);
     expect(err).toMatch(/extraEnv/);
   });
@@ -127,7 +142,11 @@ describe('the schema rejects bad values with a message naming them', () => {
 });
 
 describe('helm lint --strict', () => {
-  test.each(readdirSync(VALUES_DIR).filter((f) => f.endsWith('.yaml')).sort())('%s', async (f) => {
+  test.each(
+    readdirSync(VALUES_DIR)
+      .filter((f) => f.endsWith('.yaml'))
+      .sort(),
+  )('%s', async (f) => {
     const r = await helm(['lint', '--strict', '--kube-version', KUBE_VERSION, CHART, '-f', join(VALUES_DIR, f)]);
     expect(r.stdout + r.stderr).toMatch(/1 chart\(s\) linted, 0 chart\(s\) failed/);
     expect(r.stdout).not.toMatch(/\[(WARNING|ERROR)\]/);
@@ -135,7 +154,17 @@ describe('helm lint --strict', () => {
   });
 
   test('fails on a values file the schema rejects', async () => {
-    const r = await helm(['lint', '--strict', '--kube-version', KUBE_VERSION, CHART, '-f', join(VALUES_DIR, 'defaults-values.yaml'), '--set', 'api.replicaCount=many']);
+    const r = await helm([
+      'lint',
+      '--strict',
+      '--kube-version',
+      KUBE_VERSION,
+      CHART,
+      '-f',
+      join(VALUES_DIR, 'defaults-values.yaml'),
+      '--set',
+      'api.replicaCount=many',
+    ]);
     expect(r.code).not.toBe(0);
     expect(r.stdout + r.stderr).toMatch(/replicaCount/);
   });

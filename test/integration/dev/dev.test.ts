@@ -49,7 +49,13 @@ async function until<T>(what: string, fn: () => Promise<T | undefined> | T | und
 function sh(script: string, cwd: string, timeoutMs = 60_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const exportLine = /^\s*(export OPSGATE_URL=.*)$/m.exec(out)![1]!;
   return new Promise((res) => {
-    const p = spawn('bash', ['--norc', '--noprofile', '-euo', 'pipefail', '-c', `${exportLine}\n${script}`], { cwd, env: { PATH: process.env.PATH ?? '', HOME: cwd }, stdio: ['ignore', 'pipe', 'pipe'], timeout: timeoutMs, killSignal: 'SIGKILL' });
+    const p = spawn('bash', ['--norc', '--noprofile', '-euo', 'pipefail', '-c', `${exportLine}\n${script}`], {
+      cwd,
+      env: { PATH: process.env.PATH ?? '', HOME: cwd },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      timeout: timeoutMs,
+      killSignal: 'SIGKILL',
+    });
     let stdout = '';
     let stderr = '';
     p.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -60,12 +66,18 @@ function sh(script: string, cwd: string, timeoutMs = 60_000): Promise<{ code: nu
 
 /** Every `doc-test: dev` block of the documentation. */
 function devBlocks(): DocBlock[] {
-  return docFiles(ROOT).flatMap((f) => docBlocks(join(ROOT, f)).map((b) => ({ ...b, file: f }))).filter((b) => b.marker === 'dev');
+  return docFiles(ROOT)
+    .flatMap((f) => docBlocks(join(ROOT, f)).map((b) => ({ ...b, file: f })))
+    .filter((b) => b.marker === 'dev');
 }
 
 /** The labelled dev blocks, by label. */
 function readmeGuides(): Map<string, DocBlock> {
-  return new Map(devBlocks().filter((b) => b.arg).map((b) => [b.arg!, b]));
+  return new Map(
+    devBlocks()
+      .filter((b) => b.arg)
+      .map((b) => [b.arg!, b]),
+  );
 }
 
 function auditLines(): Array<Record<string, unknown>> {
@@ -81,7 +93,12 @@ let devEnv: Record<string, string> = {};
 /** hack/dev.sh in its own process group (like a terminal session); `output()` is its stdout and stderr so far. */
 function spawnDev(env: Record<string, string>): { proc: ChildProcess; output: () => string } {
   let text = '';
-  const p = spawn('bash', [join(ROOT, 'hack/dev.sh')], { cwd: ROOT, detached: true, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const p = spawn('bash', [join(ROOT, 'hack/dev.sh')], {
+    cwd: ROOT,
+    detached: true,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   p.stdout.on('data', (d: Buffer) => (text += d.toString()));
   p.stderr.on('data', (d: Buffer) => (text += d.toString()));
   return { proc: p, output: () => text };
@@ -105,7 +122,13 @@ beforeAll(async () => {
   const [p, redisPort, apiMetrics, workerMetrics] = await Promise.all([freePort(), freePort(), freePort(), freePort()]);
   port = p;
   base = `http://127.0.0.1:${port}`;
-  devEnv = { PORT: String(port), REDIS_PORT: String(redisPort), API_METRICS_PORT: String(apiMetrics), WORKER_METRICS_PORT: String(workerMetrics), DEV_DIR: dir };
+  devEnv = {
+    PORT: String(port),
+    REDIS_PORT: String(redisPort),
+    API_METRICS_PORT: String(apiMetrics),
+    WORKER_METRICS_PORT: String(workerMetrics),
+    DEV_DIR: dir,
+  };
   const dev = spawnDev(devEnv);
   proc = dev.proc;
   try {
@@ -131,24 +154,44 @@ describe('make dev (hack/dev.sh)', () => {
     expect(push.status).toBe(202);
     expect(await push.json()).toMatchObject({ accepted: true, duplicate: false });
 
-    const wrongScm = await fetch(`${base}/webhook/scm`, { method: 'POST', headers: { 'X-Scm-Token': 'wrong', 'X-Scm-Event': 'Push Hook', 'Content-Type': 'application/json' }, body: '{}' });
+    const wrongScm = await fetch(`${base}/webhook/scm`, {
+      method: 'POST',
+      headers: { 'X-Scm-Token': 'wrong', 'X-Scm-Event': 'Push Hook', 'Content-Type': 'application/json' },
+      body: '{}',
+    });
     expect(wrongScm.status).toBe(403);
 
     // The printed GitHub secret signs deliveries; GitHub's ping on webhook creation is answered "ignored".
     const ping = JSON.stringify({ zen: 'Keep it logically awesome.', hook_id: 1 });
     const pinged = await fetch(`${base}/webhook/github`, {
       method: 'POST',
-      headers: { 'X-GitHub-Event': 'ping', 'X-Hub-Signature-256': `sha256=${createHmac('sha256', cred('GitHub webhook secret')).update(ping).digest('hex')}`, 'Content-Type': 'application/json' },
+      headers: {
+        'X-GitHub-Event': 'ping',
+        'X-Hub-Signature-256': `sha256=${createHmac('sha256', cred('GitHub webhook secret')).update(ping).digest('hex')}`,
+        'Content-Type': 'application/json',
+      },
       body: ping,
     });
     expect(pinged.status).toBe(202);
     expect(await pinged.json()).toMatchObject({ ignored: true });
 
     // The alerts token is required (dev sets it) and the printed one is accepted.
-    const alert = { version: '4', status: 'firing', alerts: [{ status: 'firing', labels: { alertname: 'DevCheck' }, fingerprint: 'dev-check-1' }] };
-    const noToken = await fetch(`${base}/webhook/alerts`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(alert) });
+    const alert = {
+      version: '4',
+      status: 'firing',
+      alerts: [{ status: 'firing', labels: { alertname: 'DevCheck' }, fingerprint: 'dev-check-1' }],
+    };
+    const noToken = await fetch(`${base}/webhook/alerts`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify(alert),
+    });
     expect(noToken.status).toBe(401);
-    const withToken = await fetch(`${base}/webhook/alerts`, { method: 'POST', headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${cred('alerts token')}` }, body: JSON.stringify(alert) });
+    const withToken = await fetch(`${base}/webhook/alerts`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${cred('alerts token')}` },
+      body: JSON.stringify(alert),
+    });
     expect(withToken.status).toBe(202);
 
     const restart = await fetch(`${base}/ops/restart?host=web-01&service=storefront`, {
@@ -169,7 +212,9 @@ describe('make dev (hack/dev.sh)', () => {
     );
     expect(job.failed_reason).toMatch(/no Kubernetes configuration/);
 
-    const board = await fetch(`${base}/admin/queues`, { headers: { Authorization: `Basic ${Buffer.from(`me:${cred('operator API key')}`).toString('base64')}` } });
+    const board = await fetch(`${base}/admin/queues`, {
+      headers: { Authorization: `Basic ${Buffer.from(`me:${cred('operator API key')}`).toString('base64')}` },
+    });
     expect(board.status).toBe(200);
 
     // Terminal logs are pino-pretty's; the log files keep the JSON lines.
@@ -206,11 +251,18 @@ describe('make dev (hack/dev.sh)', () => {
 
     // Alertmanager: the receiver block is written and the real amtool accepts it.
     const am = await sh(blockScript(guides.get('guide-alertmanager')!), work);
-    expect({ block: where(guides.get('guide-alertmanager')!), code: am.code }).toEqual({ block: where(guides.get('guide-alertmanager')!), code: 0 });
+    expect({ block: where(guides.get('guide-alertmanager')!), code: am.code }).toEqual({
+      block: where(guides.get('guide-alertmanager')!),
+      code: 0,
+    });
     expect(am.stdout).toMatch(/SUCCESS/);
     const config = parseYaml(readFileSync(join(work, 'alertmanager.yml'), 'utf8'));
     const wh = config.receivers.find((r: { name: string }) => r.name === config.route.receiver).webhook_configs[0];
-    expect(wh).toMatchObject({ url: `${base}/webhook/alerts`, max_alerts: 500, http_config: { authorization: { type: 'Bearer', credentials: cred('alerts token') } } });
+    expect(wh).toMatchObject({
+      url: `${base}/webhook/alerts`,
+      max_alerts: 500,
+      http_config: { authorization: { type: 'Bearer', credentials: cred('alerts token') } },
+    });
 
     // ... and a real Alertmanager running that file delivers an alert to the dev API with the bearer token.
     const alertAudits = () => auditLines().filter((l) => l.path === '/webhook/alerts');
@@ -218,14 +270,34 @@ describe('make dev (hack/dev.sh)', () => {
     const binary = ['/usr/bin/prometheus-alertmanager', '/usr/bin/alertmanager'].find((b) => existsSync(b));
     expect(binary).toBeDefined(); // Debian prometheus-alertmanager (make tools-amtool)
     const amPort = await freePort();
-    alertmanager = spawn(binary!, [`--config.file=${join(work, 'alertmanager.yml')}`, `--storage.path=${join(work, 'am-data')}`, `--web.listen-address=127.0.0.1:${amPort}`, '--cluster.listen-address='], { cwd: work, stdio: 'ignore' });
-    await until('alertmanager ready', async () => ((await fetch(`http://127.0.0.1:${amPort}/-/ready`).catch(() => undefined))?.status === 200 ? true : undefined), 30_000);
-    const add = await sh(`amtool alert add --alertmanager.url=http://127.0.0.1:${amPort} alertname=GuideCheck severity=critical --annotation=summary='from a real alertmanager'`, work);
+    alertmanager = spawn(
+      binary!,
+      [
+        `--config.file=${join(work, 'alertmanager.yml')}`,
+        `--storage.path=${join(work, 'am-data')}`,
+        `--web.listen-address=127.0.0.1:${amPort}`,
+        '--cluster.listen-address=',
+      ],
+      { cwd: work, stdio: 'ignore' },
+    );
+    await until(
+      'alertmanager ready',
+      async () => ((await fetch(`http://127.0.0.1:${amPort}/-/ready`).catch(() => undefined))?.status === 200 ? true : undefined),
+      30_000,
+    );
+    const add = await sh(
+      `amtool alert add --alertmanager.url=http://127.0.0.1:${amPort} alertname=GuideCheck severity=critical --annotation=summary='from a real alertmanager'`,
+      work,
+    );
     expect({ code: add.code, stderr: add.stderr }).toEqual({ code: 0, stderr: '' });
     // group_wait 10 s, then one delivery: audited as the alerts sender, accepted, and the worker notifies.
     const delivered = await until('the delivery of the real alertmanager', () => alertAudits().slice(before)[0], 60_000);
     expect(delivered).toMatchObject({ method: 'POST', status: 202, who: 'webhook:alerts' });
-    await until('the notify job for GuideCheck', () => (readFileSync(join(dir, 'worker.log'), 'utf8').includes('"alertname":"GuideCheck"') ? true : undefined), 30_000);
+    await until(
+      'the notify job for GuideCheck',
+      () => (readFileSync(join(dir, 'worker.log'), 'utf8').includes('"alertname":"GuideCheck"') ? true : undefined),
+      30_000,
+    );
     alertmanager.kill('SIGTERM');
   }, 150_000);
 
@@ -243,7 +315,13 @@ describe('make dev (hack/dev.sh)', () => {
   it('refuses a second copy on the same DEV_DIR, naming the running one, and leaves it alone', async () => {
     const logBefore = readFileSync(join(dir, 'api.log'), 'utf8');
     const [p2, r2, m2, w2] = await Promise.all([freePort(), freePort(), freePort(), freePort()]);
-    const second = spawnDev({ ...devEnv, PORT: String(p2), REDIS_PORT: String(r2), API_METRICS_PORT: String(m2), WORKER_METRICS_PORT: String(w2) });
+    const second = spawnDev({
+      ...devEnv,
+      PORT: String(p2),
+      REDIS_PORT: String(r2),
+      API_METRICS_PORT: String(m2),
+      WORKER_METRICS_PORT: String(w2),
+    });
     const stray = setTimeout(() => second.proc.exitCode === null && process.kill(-second.proc.pid!, 'SIGINT'), 45_000);
     const code = await exited(second.proc);
     clearTimeout(stray);
@@ -260,11 +338,21 @@ describe('make dev (hack/dev.sh)', () => {
     process.kill(-proc!.pid!, 'SIGINT');
     const code = await exited(proc!);
     expect(code).not.toBeNull();
-    await until('the API to be gone', async () => ((await fetch(`${base}/health`).then(() => false, () => true)) ? true : undefined), 10_000);
+    await until(
+      'the API to be gone',
+      async () =>
+        (await fetch(`${base}/health`).then(
+          () => false,
+          () => true,
+        ))
+          ? true
+          : undefined,
+      10_000,
+    );
     expect(existsSync(join(dir, 'dev.pid'))).toBe(false);
   }, 30_000);
 
-  it('starts the next run with an empty database: the first run\'s push is new again', async () => {
+  it("starts the next run with an empty database: the first run's push is new again", async () => {
     const dev = spawnDev(devEnv);
     try {
       await devUp(dev);

@@ -43,14 +43,25 @@ describe('shell blocks in the documentation', () => {
   const files = docFiles(ROOT);
 
   test('cover the READMEs and the setup guides', () => {
-    expect(files).toEqual(expect.arrayContaining(['README.md', 'charts/opsgate/README.md', 'k8s/README.md', 'worker/README.md', 'monitoring/README.md', 'k8s/examples/gitlab-webhook.md']));
+    expect(files).toEqual(
+      expect.arrayContaining([
+        'README.md',
+        'charts/opsgate/README.md',
+        'k8s/README.md',
+        'worker/README.md',
+        'monitoring/README.md',
+        'k8s/examples/gitlab-webhook.md',
+      ]),
+    );
   });
 
   test('each carries exactly one known marker', () => {
-    const problems = files.flatMap((f) => docBlocks(join(ROOT, f)).map((b) => ({ ...b, file: f }))).flatMap((b) => {
-      const p = markerProblem(b);
-      return p ? [`${where(b)}: ${p}`] : [];
-    });
+    const problems = files
+      .flatMap((f) => docBlocks(join(ROOT, f)).map((b) => ({ ...b, file: f })))
+      .flatMap((b) => {
+        const p = markerProblem(b);
+        return p ? [`${where(b)}: ${p}`] : [];
+      });
     expect(problems).toEqual([]);
   });
 
@@ -74,7 +85,7 @@ describe('shell blocks in the documentation', () => {
 describe("README's variable tables", () => {
   const readme = read('README.md');
 
-  test('the processes\' table lists exactly the variables src/shared/config.ts reads', () => {
+  test("the processes' table lists exactly the variables src/shared/config.ts reads", () => {
     const config = read('src/shared/config.ts');
     const schemaKeys = [...config.matchAll(/^\s+([A-Z][A-Z0-9_]+): /gm)].map((m) => m[1]!);
     const direct = [...config.matchAll(/\benv\.([A-Z][A-Z0-9_]+)/g)].map((m) => m[1]!);
@@ -83,7 +94,7 @@ describe("README's variable tables", () => {
     expect(tableNames(readme, '## Configuration', /^[A-Z][A-Z0-9_]+$/)).toEqual(vars);
   });
 
-  test("the make dev table lists exactly the variables hack/dev.sh reads", () => {
+  test('the make dev table lists exactly the variables hack/dev.sh reads', () => {
     const dev = read('hack/dev.sh');
     const vars = [...new Set([...dev.matchAll(/\$\{([A-Z][A-Z0-9_]+):-/g)].map((m) => m[1]!))].sort();
     expect(vars).toEqual(expect.arrayContaining(['PORT', 'REDIS_PORT', 'DEV_DIR']));
@@ -104,7 +115,10 @@ describe('monitoring/README.md', () => {
     const rules = parseYaml(read('charts/opsgate/files/prometheus-rules.yaml')) as { groups: { rules: { alert?: string }[] }[] };
     const alerts = rules.groups.flatMap((g) => g.rules.flatMap((r) => (r.alert ? [r.alert] : []))).sort();
     const start = md.indexOf('## Alerts');
-    const rows = md.slice(start).split('\n').filter((l) => /^\| Opsgate\w+ \|/.test(l));
+    const rows = md
+      .slice(start)
+      .split('\n')
+      .filter((l) => /^\| Opsgate\w+ \|/.test(l));
     expect(rows.map((l) => l.split('|')[1]!.trim()).sort()).toEqual(alerts);
   });
 
@@ -135,7 +149,19 @@ describe('CHANGELOG.md and LICENSE', () => {
 });
 
 describe('the documents stay inside the repository', () => {
-  const tracked = execFileSync('git', ['ls-files', '-co', '--exclude-standard', '*.md', 'charts/opsgate/templates/NOTES.txt', 'charts/opsgate/values.yaml', 'k8s/examples/*.yaml'], { cwd: ROOT, encoding: 'utf8' })
+  const tracked = execFileSync(
+    'git',
+    [
+      'ls-files',
+      '-co',
+      '--exclude-standard',
+      '*.md',
+      'charts/opsgate/templates/NOTES.txt',
+      'charts/opsgate/values.yaml',
+      'k8s/examples/*.yaml',
+    ],
+    { cwd: ROOT, encoding: 'utf8' },
+  )
     .split('\n')
     .filter((f) => f && !f.startsWith('node_modules/') && existsSync(join(ROOT, f)));
 
@@ -151,7 +177,8 @@ describe('the documents stay inside the repository', () => {
         const at = `${f}:${i + 1}`;
         if (/(^|[\s`'"(])\/work\//.test(line)) problems.push(`${at}: a path of a workspace, not of the repository`);
         for (const m of line.matchAll(/`(\.\.\/[^`\s]+)`/g)) {
-          if (relative(ROOT, resolve(dirname(join(ROOT, f)), m[1]!)).startsWith('..')) problems.push(`${at}: ${m[1]} is outside the repository`);
+          if (relative(ROOT, resolve(dirname(join(ROOT, f)), m[1]!)).startsWith('..'))
+            problems.push(`${at}: ${m[1]} is outside the repository`);
         }
         for (const m of line.matchAll(/\]\(([^)#\s]+)(#[^)]*)?\)/g)) {
           const target = m[1]!;

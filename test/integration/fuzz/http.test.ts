@@ -37,7 +37,10 @@ const STACK = /\n\s+at |node_modules|\/work\/|\.ts:\d+|\.js:\d+|(Type|Reference|
 function checkInvariants(req: RawRequest, r: RawResponse): void {
   checked++;
   const where = `${req.method} ${req.path.slice(0, 80)} -> ${r.status} ${r.body.slice(0, 200)}`;
-  expect({ where, status5xx: r.status >= 500 && !(r.status === 503 && /^\/ops\/hosts\/[^/?]+/.test(req.path)) }).toEqual({ where, status5xx: false });
+  expect({ where, status5xx: r.status >= 500 && !(r.status === 503 && /^\/ops\/hosts\/[^/?]+/.test(req.path)) }).toEqual({
+    where,
+    status5xx: false,
+  });
   expect(Number.isInteger(r.status)).toBe(true);
   // A leak is a secret the caller did not send itself (an echoed X-Request-Id is the caller's own bytes).
   const sent = buildRequest(req).toString('utf8');
@@ -66,10 +69,28 @@ async function send(req: RawRequest): Promise<RawResponse> {
 // ------------------------------------------------------------------ generators
 
 const PATHS = [
-  '/health', '/ready', '/version', '/ops/hosts', '/ops/hosts/web-01', '/ops/hosts/nope', '/ops/restart',
-  '/ops/restart?host=web-01&service=web', '/ops/restart?host=nope&service=web', '/ops/cache', '/ops/jobs/1',
-  '/ops/jobs/does-not-exist', '/webhook/scm', '/webhook/github', '/webhook/alerts', '/webhook/unknown',
-  '/admin/queues', '/admin/queues/api/queues', '/metrics', '/', '/ops', '/webhook',
+  '/health',
+  '/ready',
+  '/version',
+  '/ops/hosts',
+  '/ops/hosts/web-01',
+  '/ops/hosts/nope',
+  '/ops/restart',
+  '/ops/restart?host=web-01&service=web',
+  '/ops/restart?host=nope&service=web',
+  '/ops/cache',
+  '/ops/jobs/1',
+  '/ops/jobs/does-not-exist',
+  '/webhook/scm',
+  '/webhook/github',
+  '/webhook/alerts',
+  '/webhook/unknown',
+  '/admin/queues',
+  '/admin/queues/api/queues',
+  '/metrics',
+  '/',
+  '/ops',
+  '/webhook',
 ];
 const METHODS = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'HEAD', 'TRACE', 'FOO', 'get', 'CONNECT'];
 
@@ -77,7 +98,26 @@ const METHODS = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'HEAD', 'TR
 const nasty = fc.oneof(
   fc.string({ unit: 'binary', maxLength: 64 }),
   fc.string({ unit: 'grapheme', maxLength: 32 }),
-  fc.constantFrom('', ' ', '\t', ':', '::', 'null', 'undefined', '__proto__', 'constructor', 'Bearer', 'bearer ', 'sha256=', '%00', '\u0000', '\u202e', '\ud800', 'é', '🔑'),
+  fc.constantFrom(
+    '',
+    ' ',
+    '\t',
+    ':',
+    '::',
+    'null',
+    'undefined',
+    '__proto__',
+    'constructor',
+    'Bearer',
+    'bearer ',
+    'sha256=',
+    '%00',
+    '\u0000',
+    '\u202e',
+    '\ud800',
+    'é',
+    '🔑',
+  ),
 );
 
 /** A secret, mutated: truncated, extended, case-flipped, padded, split at a colon, unicode-twinned. */
@@ -91,7 +131,9 @@ function mutated(secret: string) {
     fc.constant(`${secret}:operator`),
     fc.constant(secret.split(':')[0] ?? ''),
     fc.constant(secret.split('').reverse().join('')),
-    fc.nat({ max: Math.max(0, secret.length - 1) }).map((i) => secret.slice(0, i) + String.fromCharCode(secret.charCodeAt(i) ^ 1) + secret.slice(i + 1)),
+    fc
+      .nat({ max: Math.max(0, secret.length - 1) })
+      .map((i) => secret.slice(0, i) + String.fromCharCode(secret.charCodeAt(i) ^ 1) + secret.slice(i + 1)),
   );
 }
 
@@ -99,15 +141,30 @@ function mutated(secret: string) {
 const headerValue = fc.oneof(
   nasty.map((s) => Buffer.from(s.replace(/[\r\n]/g, ''), 'utf8')),
   fc.uint8Array({ maxLength: 48 }).map((a) => Buffer.from(a.filter((b) => b !== 10 && b !== 13))),
-  fc.constantFrom(...SECRETS).chain(mutated).map((s) => Buffer.from(s, 'utf8')),
+  fc
+    .constantFrom(...SECRETS)
+    .chain(mutated)
+    .map((s) => Buffer.from(s, 'utf8')),
   fc.constantFrom(...SECRETS).map((s) => Buffer.from(s, 'utf8')),
   fc.constant(Buffer.from('a'.repeat(20_000))), // over Node's 16 KiB header limit
   fc.constant(Buffer.from('x\r\nX-Injected: yes')),
 );
 
 const headerName = fc.constantFrom(
-  'X-API-Key', 'x-api-key', 'Authorization', 'X-Scm-Token', 'X-Scm-Event', 'X-Hub-Signature-256', 'X-GitHub-Event',
-  'Content-Type', 'X-Forwarded-For', 'X-Request-Id', 'Transfer-Encoding', 'Cookie', '__proto__', 'constructor',
+  'X-API-Key',
+  'x-api-key',
+  'Authorization',
+  'X-Scm-Token',
+  'X-Scm-Event',
+  'X-Hub-Signature-256',
+  'X-GitHub-Event',
+  'Content-Type',
+  'X-Forwarded-For',
+  'X-Request-Id',
+  'Transfer-Encoding',
+  'Cookie',
+  '__proto__',
+  'constructor',
 );
 
 function deepJson(depth: number, kind: 'array' | 'object'): string {
@@ -123,9 +180,33 @@ const body = fc.oneof(
 
 const pathArb = fc.oneof(
   { weight: 6, arbitrary: fc.constantFrom(...PATHS) },
-  { weight: 2, arbitrary: fc.tuple(fc.constantFrom(...PATHS), nasty).map(([p, s]) => p + (p.includes('?') ? '&' : '?') + 'q=' + encodeURIComponent(s.replace(/[\ud800-\udfff]/g, ''))) },
-  { weight: 2, arbitrary: fc.tuple(fc.constantFrom(...PATHS), nasty).map(([p, s]) => p + '/' + encodeURIComponent(s.replace(/[\ud800-\udfff]/g, ''))) },
-  { weight: 1, arbitrary: fc.constantFrom('/ops/jobs/%ff', '/ops/hosts/%', '/%2e%2e/%2e%2e/etc/passwd', '//health', '/health/', '/ops/hosts/__proto__', '/ops/jobs/__proto__', '/ops/restart?host=__proto__&service=constructor', '/ops/restart?host[]=a&service=b', '/ops/restart?host=web-01&host=web-02&service=web', '*', '/' + 'a'.repeat(9000)) },
+  {
+    weight: 2,
+    arbitrary: fc
+      .tuple(fc.constantFrom(...PATHS), nasty)
+      .map(([p, s]) => p + (p.includes('?') ? '&' : '?') + 'q=' + encodeURIComponent(s.replace(/[\ud800-\udfff]/g, ''))),
+  },
+  {
+    weight: 2,
+    arbitrary: fc.tuple(fc.constantFrom(...PATHS), nasty).map(([p, s]) => p + '/' + encodeURIComponent(s.replace(/[\ud800-\udfff]/g, ''))),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.constantFrom(
+      '/ops/jobs/%ff',
+      '/ops/hosts/%',
+      '/%2e%2e/%2e%2e/etc/passwd',
+      '//health',
+      '/health/',
+      '/ops/hosts/__proto__',
+      '/ops/jobs/__proto__',
+      '/ops/restart?host=__proto__&service=constructor',
+      '/ops/restart?host[]=a&service=b',
+      '/ops/restart?host=web-01&host=web-02&service=web',
+      '*',
+      '/' + 'a'.repeat(9000),
+    ),
+  },
 );
 
 // ------------------------------------------------------------------ setup
@@ -172,7 +253,8 @@ function track(method: string, path: string, _headers: Array<[string, string | B
   } else if (path.startsWith('/webhook/alerts') && b !== undefined) {
     const payload = JSON.parse(b) as { alerts: Array<Record<string, unknown>> };
     for (const a of payload.alerts) {
-      if (a && typeof a === 'object' && a.status === 'firing' && typeof a.fingerprint === 'string' && a.fingerprint !== '') announcedAlerts.add(a.fingerprint);
+      if (a && typeof a === 'object' && a.status === 'firing' && typeof a.fingerprint === 'string' && a.fingerprint !== '')
+        announcedAlerts.add(a.fingerprint);
     }
   }
 }
@@ -181,20 +263,31 @@ describe('fuzz: credentials', () => {
   it('X-API-Key: only an exact configured key passes; keys with colons work whole, never in pieces', async () => {
     const valid = new Set([secrets.operatorKey, secrets.readonlyKey, secrets.colonKey]);
     await fc.assert(
-      fc.asyncProperty(fc.oneof(headerValue, fc.constantFrom(...valid).map((s) => Buffer.from(s))), async (v) => {
-        const r = await send({ method: 'GET', path: '/ops/hosts', headers: [['X-API-Key', v]] });
-        // Node trims optional whitespace around header values; nothing else is forgiven.
-        const presented = v.toString('latin1').replace(/^[ \t]+|[ \t]+$/g, '');
-        if (r.status === 200) expect(valid.has(presented)).toBe(true);
-        else if (valid.has(presented)) throw new Error(`valid key refused: ${r.status}`);
-        else expect([400, 401, 431]).toContain(r.status);
-      }),
+      fc.asyncProperty(
+        fc.oneof(
+          headerValue,
+          fc.constantFrom(...valid).map((s) => Buffer.from(s)),
+        ),
+        async (v) => {
+          const r = await send({ method: 'GET', path: '/ops/hosts', headers: [['X-API-Key', v]] });
+          // Node trims optional whitespace around header values; nothing else is forgiven.
+          const presented = v.toString('latin1').replace(/^[ \t]+|[ \t]+$/g, '');
+          if (r.status === 200) expect(valid.has(presented)).toBe(true);
+          else if (valid.has(presented)) throw new Error(`valid key refused: ${r.status}`);
+          else expect([400, 401, 431]).toContain(r.status);
+        },
+      ),
       { numRuns: 250 },
     );
     // Roles: the colon key is an operator, the readonly key is not; pieces of the colon key are nothing.
     expect((await send({ method: 'DELETE', path: '/ops/cache', headers: [['X-API-Key', secrets.colonKey]] })).status).toBe(200);
     expect((await send({ method: 'DELETE', path: '/ops/cache', headers: [['X-API-Key', secrets.readonlyKey]] })).status).toBe(403);
-    for (const piece of [secrets.colonKey.split(':')[0]!, secrets.colonKey.slice(0, secrets.colonKey.lastIndexOf(':')), `${secrets.colonKey}:operator`, `${secrets.readonlyKey}:operator`]) {
+    for (const piece of [
+      secrets.colonKey.split(':')[0]!,
+      secrets.colonKey.slice(0, secrets.colonKey.lastIndexOf(':')),
+      `${secrets.colonKey}:operator`,
+      `${secrets.readonlyKey}:operator`,
+    ]) {
       expect((await send({ method: 'DELETE', path: '/ops/cache', headers: [['X-API-Key', piece]] })).status).toBe(401);
     }
   }, 120_000);
@@ -241,7 +334,11 @@ describe('fuzz: credentials', () => {
         const g = await send({
           method: 'POST',
           path: '/webhook/github',
-          headers: [['X-Hub-Signature-256', Buffer.from(sig.replace(/[\r\n]/g, ''))], ['X-GitHub-Event', 'push'], ['Content-Type', 'application/json']],
+          headers: [
+            ['X-Hub-Signature-256', Buffer.from(sig.replace(/[\r\n]/g, ''))],
+            ['X-GitHub-Event', 'push'],
+            ['Content-Type', 'application/json'],
+          ],
           body: payload,
         });
         const sigOk = sig.replace(/^[ \t]+|[ \t]+$/g, '').toLowerCase() === goodSig && sig.startsWith('sha256=');
@@ -250,7 +347,11 @@ describe('fuzz: credentials', () => {
         const s = await send({
           method: 'POST',
           path: '/webhook/scm',
-          headers: [['X-Scm-Token', Buffer.from(token.replace(/[\r\n]/g, ''))], ['X-Scm-Event', 'Push Hook'], ['Content-Type', 'application/json']],
+          headers: [
+            ['X-Scm-Token', Buffer.from(token.replace(/[\r\n]/g, ''))],
+            ['X-Scm-Event', 'Push Hook'],
+            ['Content-Type', 'application/json'],
+          ],
           body: payload,
         });
         if (s.status === 202) expect(token.replace(/^[ \t]+|[ \t]+$/g, '')).toBe(secrets.scm);
@@ -262,12 +363,34 @@ describe('fuzz: credentials', () => {
 });
 
 describe('fuzz: payloads behind valid credentials', () => {
-  const scmHeaders = (event = 'Push Hook'): Array<[string, string]> => [['X-Scm-Token', secrets.scm], ['X-Scm-Event', event], ['Content-Type', 'application/json']];
+  const scmHeaders = (event = 'Push Hook'): Array<[string, string]> => [
+    ['X-Scm-Token', secrets.scm],
+    ['X-Scm-Event', event],
+    ['Content-Type', 'application/json'],
+  ];
 
   it('scm: arbitrary JSON / non-JSON bodies and content types give 202/400/413/415/422; every accepted event has exactly its job', async () => {
-    const field = fc.oneof(fc.string({ maxLength: 40 }), fc.constant(undefined), fc.constant(null), fc.integer(), fc.constant({}), fc.constant([]), fc.constant('refs/heads/main'), fc.constant('__proto__'));
+    const field = fc.oneof(
+      fc.string({ maxLength: 40 }),
+      fc.constant(undefined),
+      fc.constant(null),
+      fc.integer(),
+      fc.constant({}),
+      fc.constant([]),
+      fc.constant('refs/heads/main'),
+      fc.constant('__proto__'),
+    );
     const payload = fc.oneof(
-      fc.record({ ref: fc.oneof(fc.constant('refs/heads/main'), field), project: fc.oneof(fc.record({ path_with_namespace: field }), field), checkout_sha: fc.oneof(fc.stringMatching(/^[0-9a-f]{1,40}$/), field) }, { requiredKeys: [] }).map((o) => JSON.stringify(o)),
+      fc
+        .record(
+          {
+            ref: fc.oneof(fc.constant('refs/heads/main'), field),
+            project: fc.oneof(fc.record({ path_with_namespace: field }), field),
+            checkout_sha: fc.oneof(fc.stringMatching(/^[0-9a-f]{1,40}$/), field),
+          },
+          { requiredKeys: [] },
+        )
+        .map((o) => JSON.stringify(o)),
       fc.constantFrom(
         '{"ref":"refs/heads/main","checkout_sha":"p1","__proto__":{"accepted":true}}',
         '{"ref":"refs/heads/main","checkout_sha":"p2","project":{"__proto__":{"path_with_namespace":"evil"}}}',
@@ -276,7 +399,14 @@ describe('fuzz: payloads behind valid credentials', () => {
       ),
       body,
     );
-    const contentType = fc.constantFrom('application/json', 'text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/json; charset=latin1', '');
+    const contentType = fc.constantFrom(
+      'application/json',
+      'text/plain',
+      'application/x-www-form-urlencoded',
+      'multipart/form-data; boundary=x',
+      'application/json; charset=latin1',
+      '',
+    );
     await fc.assert(
       fc.asyncProperty(payload, contentType, fc.constantFrom('Push Hook', 'push hook', 'Tag Push Hook', ''), async (p, ct, event) => {
         const headers = scmHeaders(event).filter(([k]) => k !== 'Content-Type');
@@ -302,7 +432,10 @@ describe('fuzz: payloads behind valid credentials', () => {
 
   it('alerts: arbitrary alert lists (nested annotations, odd fingerprints) give 202 with the right counts, or 400/413/422', async () => {
     const annotations = fc.oneof(
-      fc.dictionary(fc.oneof(fc.string({ maxLength: 10 }), fc.constantFrom('__proto__', 'constructor', 'summary')), fc.jsonValue({ maxDepth: 3 })),
+      fc.dictionary(
+        fc.oneof(fc.string({ maxLength: 10 }), fc.constantFrom('__proto__', 'constructor', 'summary')),
+        fc.jsonValue({ maxDepth: 3 }),
+      ),
       fc.integer({ min: 50, max: 3000 }).map((d) => JSON.parse(deepJson(d, 'object')) as unknown), // (deeper: see the 422 test below)
       fc.constant(null),
       fc.string(),
@@ -311,7 +444,10 @@ describe('fuzz: payloads behind valid credentials', () => {
       {
         status: fc.oneof(fc.constantFrom('firing', 'resolved', 'FIRING', ''), fc.integer()),
         fingerprint: fc.oneof(fc.string({ minLength: 0, maxLength: 300 }), fc.integer(), fc.constant(null)),
-        labels: fc.oneof(fc.record({ alertname: fc.oneof(fc.string({ maxLength: 2000 }), fc.integer()) }, { requiredKeys: [] }), fc.constant('x')),
+        labels: fc.oneof(
+          fc.record({ alertname: fc.oneof(fc.string({ maxLength: 2000 }), fc.integer()) }, { requiredKeys: [] }),
+          fc.constant('x'),
+        ),
         annotations,
       },
       { requiredKeys: [] },
@@ -342,7 +478,12 @@ describe('fuzz: payloads behind valid credentials', () => {
         body: `{"alerts":[{"status":"firing","fingerprint":"deep-${d}","labels":{"alertname":"Deep"},"annotations":${ann}}]}`,
       });
       expect(r.status).toBe(422);
-      const s = await send({ method: 'POST', path: '/webhook/scm', headers: scmHeaders(), body: `{"ref":"refs/heads/main","checkout_sha":"deep${d}","x":${ann}}` });
+      const s = await send({
+        method: 'POST',
+        path: '/webhook/scm',
+        headers: scmHeaders(),
+        body: `{"ref":"refs/heads/main","checkout_sha":"deep${d}","x":${ann}}`,
+      });
       expect(s.status).toBe(422);
     }
   }, 60_000);
@@ -350,7 +491,9 @@ describe('fuzz: payloads behind valid credentials', () => {
   it('bodies over BODY_LIMIT are 413 {detail}, whether or not they are JSON', async () => {
     const big = '{"a":"' + 'x'.repeat(300 * 1024) + '"}';
     expect((await send({ method: 'POST', path: '/webhook/scm', headers: scmHeaders(), body: big })).status).toBe(413);
-    expect((await send({ method: 'POST', path: '/webhook/alerts', headers: [['Content-Type', 'application/json']], body: big })).status).toBe(413);
+    expect(
+      (await send({ method: 'POST', path: '/webhook/alerts', headers: [['Content-Type', 'application/json']], body: big })).status,
+    ).toBe(413);
     // Unauthenticated senders are refused before their body is read.
     expect((await send({ method: 'POST', path: '/webhook/scm', headers: [['X-Scm-Token', 'nope']], body: big })).status).toBe(403);
   }, 60_000);
@@ -375,6 +518,8 @@ describe('the queue after all of the above', () => {
     // And nothing the fuzz sent made the API log an unexpected error or exit.
     expect(api.exited).toBe(false);
     expect(api.logs().filter((l) => l.level === 'error')).toEqual([]);
-    for (const line of api.lines) for (const s of SECRETS) expect({ line: line.slice(0, 400), leaked: line.includes(s) }).toEqual({ line: line.slice(0, 400), leaked: false });
+    for (const line of api.lines)
+      for (const s of SECRETS)
+        expect({ line: line.slice(0, 400), leaked: line.includes(s) }).toEqual({ line: line.slice(0, 400), leaked: false });
   }, 60_000);
 });

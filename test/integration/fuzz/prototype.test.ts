@@ -24,7 +24,8 @@ const pollution = [
 function inject(json: string, at: 'top' | 'project' | 'alerts'): string {
   const inner = json.slice(1, -1);
   if (at === 'top') return `{"ref":"refs/heads/main","checkout_sha":"s-${Math.random().toString(36).slice(2)}",${inner}}`;
-  if (at === 'project') return `{"ref":"refs/heads/main","checkout_sha":"s-${Math.random().toString(36).slice(2)}","project":{"path_with_namespace":"g/p",${inner}}}`;
+  if (at === 'project')
+    return `{"ref":"refs/heads/main","checkout_sha":"s-${Math.random().toString(36).slice(2)}","project":{"path_with_namespace":"g/p",${inner}}}`;
   return `{"alerts":[{"status":"firing","fingerprint":"fp-${Math.random().toString(36).slice(2)}","labels":{"alertname":"A",${inner}},"annotations":{"summary":"s",${inner}}}],${inner}}`;
 }
 
@@ -41,27 +42,36 @@ afterAll(async () => {
 describe('prototype pollution attempts', () => {
   it('leave Object.prototype untouched and change no other request', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.constantFrom(...pollution), fc.constantFrom<'top' | 'project' | 'alerts'>('top', 'project', 'alerts'), async (p, at) => {
-        const body = inject(p, at);
-        const path = at === 'alerts' ? '/webhook/alerts' : '/webhook/scm';
-        const res = await request(h.app)
-          .post(path)
-          .set('Content-Type', 'application/json')
-          .set('X-Scm-Token', SCM_SECRET)
-          .set('X-Scm-Event', 'Push Hook')
-          .send(body);
-        expect([202, 422]).toContain(res.status);
-        expect(Object.getOwnPropertyNames(Object.prototype).sort()).toEqual(protoBefore);
-        expect(({} as Record<string, unknown>).polluted).toBeUndefined();
-        expect(({} as Record<string, unknown>).role).toBeUndefined();
-        // Authorisation decisions are unchanged by what came before.
-        expect((await request(h.app).delete('/ops/cache').set('X-API-Key', RO_KEY)).status).toBe(403);
-        expect((await request(h.app).get('/ops/hosts')).status).toBe(401);
-      }),
+      fc.asyncProperty(
+        fc.constantFrom(...pollution),
+        fc.constantFrom<'top' | 'project' | 'alerts'>('top', 'project', 'alerts'),
+        async (p, at) => {
+          const body = inject(p, at);
+          const path = at === 'alerts' ? '/webhook/alerts' : '/webhook/scm';
+          const res = await request(h.app)
+            .post(path)
+            .set('Content-Type', 'application/json')
+            .set('X-Scm-Token', SCM_SECRET)
+            .set('X-Scm-Event', 'Push Hook')
+            .send(body);
+          expect([202, 422]).toContain(res.status);
+          expect(Object.getOwnPropertyNames(Object.prototype).sort()).toEqual(protoBefore);
+          expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+          expect(({} as Record<string, unknown>).role).toBeUndefined();
+          // Authorisation decisions are unchanged by what came before.
+          expect((await request(h.app).delete('/ops/cache').set('X-API-Key', RO_KEY)).status).toBe(403);
+          expect((await request(h.app).get('/ops/hosts')).status).toBe(401);
+        },
+      ),
       { numRuns: 30 },
     );
     // Query-string variants (Express 5's default "simple" query parser).
-    for (const q of ['__proto__[polluted]=yes', 'constructor[prototype][polluted]=yes', 'host[__proto__][x]=1&service=web', 'host=__proto__&service=constructor']) {
+    for (const q of [
+      '__proto__[polluted]=yes',
+      'constructor[prototype][polluted]=yes',
+      'host[__proto__][x]=1&service=web',
+      'host=__proto__&service=constructor',
+    ]) {
       const r = await request(h.app).post(`/ops/restart?${q}`).set('Authorization', `Bearer ${BEARER}`);
       expect([400, 404, 422]).toContain(r.status);
       expect(Object.keys(r.body)).toEqual(['detail']);

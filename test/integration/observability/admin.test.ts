@@ -49,7 +49,15 @@ describe('Bull Board /admin/queues', () => {
     queue = createOpsQueue({ url: redisServer.url, policy: { attempts: 1, backoffMs: 0 }, logger, metrics });
     // The queue's connection fails fast while not ready (no offline queue): wait for it before enqueueing, as adminWrites.test.ts does.
     await queue.bull.waitUntilReady();
-    app = createApp({ config, redis, queue, inventory: emptyInventory, logger, metrics, hostStatus: createKubeHostStatusProvider(undefined) });
+    app = createApp({
+      config,
+      redis,
+      queue,
+      inventory: emptyInventory,
+      logger,
+      metrics,
+      hostStatus: createKubeHostStatusProvider(undefined),
+    });
 
     // A real BullMQ worker on the same queue: the job fails (unrecoverably -> dead-lettered) until the flag flips.
     worker = new Worker(
@@ -110,13 +118,17 @@ describe('Bull Board /admin/queues', () => {
   });
 
   test('operator via HTTP Basic (any user name) gets the board page', async () => {
-    const res = await request(app).get('/admin/queues').set({ Authorization: basic('whoever', OPERATOR) });
+    const res = await request(app)
+      .get('/admin/queues')
+      .set({ Authorization: basic('whoever', OPERATOR) });
     expect(res.status).toBe(200);
     expect(res.headers['content-type']).toMatch(/text\/html/);
     expect(res.text).toContain('<base href="/admin/queues/"');
     expect(res.text).toMatch(/<script defer src="static\/js\/main\.[0-9a-f]+\.js"><\/script>/);
     const js = /src="(static\/js\/main\.[0-9a-f]+\.js)"/.exec(res.text)![1];
-    const asset = await request(app).get(`/admin/queues/${js}`).set({ Authorization: basic('whoever', OPERATOR) });
+    const asset = await request(app)
+      .get(`/admin/queues/${js}`)
+      .set({ Authorization: basic('whoever', OPERATOR) });
     expect(asset.status).toBe(200);
     expect(asset.headers['content-type']).toMatch(/javascript/);
     // assets are behind the same gate
@@ -126,7 +138,9 @@ describe('Bull Board /admin/queues', () => {
   test('the dead-lettered job is listed in the failed set with its reason', async () => {
     const res = await request(app).get('/admin/queues/api/queues?activeQueue=ops&status=failed&page=1').set({ 'X-API-Key': OPERATOR });
     expect(res.status).toBe(200);
-    const ops = (res.body.queues as { name: string; counts: Record<string, number>; jobs: { id: string; failedReason: string; name: string }[] }[]).find((q) => q.name === 'ops');
+    const ops = (
+      res.body.queues as { name: string; counts: Record<string, number>; jobs: { id: string; failedReason: string; name: string }[] }[]
+    ).find((q) => q.name === 'ops');
     expect(ops).toBeDefined();
     expect(ops!.counts.failed).toBe(1);
     const job = ops!.jobs.find((j) => j.id === deadJobId);
@@ -161,18 +175,18 @@ describe('Bull Board /admin/queues', () => {
     expect(ok[0]!.who).toBe(`key:${credentialId(OPERATOR)}`);
     const refused = audit.filter((l) => l.status === 403);
     expect(refused).toHaveLength(1);
-    expect(refused[0]).toMatchObject({ who: `key:${credentialId(READONLY)}`, role: 'readonly', path: `/admin/queues/api/queues/ops/${deadJobId}/retry` });
+    expect(refused[0]).toMatchObject({
+      who: `key:${credentialId(READONLY)}`,
+      role: 'readonly',
+      path: `/admin/queues/api/queues/ops/${deadJobId}/retry`,
+    });
     // secrets never reach a log line
     expect(JSON.stringify(lines)).not.toContain(OPERATOR);
     expect(JSON.stringify(lines)).not.toContain(READONLY);
   });
 
   test('a cross-site state-changing call riding on Basic credentials is refused (CSRF), same-origin is fine', async () => {
-    for (const headers of [
-      { 'Sec-Fetch-Site': 'cross-site' },
-      { Origin: 'https://evil.example' },
-      { Origin: 'null' },
-    ]) {
+    for (const headers of [{ 'Sec-Fetch-Site': 'cross-site' }, { Origin: 'https://evil.example' }, { Origin: 'null' }]) {
       const res = await request(app)
         .put(`/admin/queues/api/queues/ops/${deadJobId}/clean`)
         .set({ Authorization: basic('ops-person', OPERATOR), ...headers });
@@ -180,15 +194,30 @@ describe('Bull Board /admin/queues', () => {
       expect(res.body).toEqual({ detail: 'cross-site request refused' });
     }
     expect(await queue.getJob(deadJobId)).toBeDefined(); // not cleaned
-    const page = await request(app).get('/admin/queues').set({ Authorization: basic('x', OPERATOR), 'Sec-Fetch-Site': 'cross-site' });
+    const page = await request(app)
+      .get('/admin/queues')
+      .set({ Authorization: basic('x', OPERATOR), 'Sec-Fetch-Site': 'cross-site' });
     expect(page.status).toBe(200); // reading (a top-level navigation) stays possible
     expect(page.headers['x-frame-options']).toBe('DENY');
     expect(page.headers['content-security-policy']).toContain("frame-ancestors 'none'");
   });
 
   test('ADMIN_UI_ENABLED=false: no board at all (404 JSON)', async () => {
-    const config = loadApiConfig({ OPS_API_KEY_ROLES: `${OPERATOR}:operator`, REDIS_URL: redisServer.url, RATE_LIMIT_RPS: '0', ADMIN_UI_ENABLED: 'false' });
-    const off = createApp({ config, redis, queue, inventory: emptyInventory, logger: createLogger({ write: () => {} }), metrics: createMetrics('api', 'test', { defaults: false }), hostStatus: createKubeHostStatusProvider(undefined) });
+    const config = loadApiConfig({
+      OPS_API_KEY_ROLES: `${OPERATOR}:operator`,
+      REDIS_URL: redisServer.url,
+      RATE_LIMIT_RPS: '0',
+      ADMIN_UI_ENABLED: 'false',
+    });
+    const off = createApp({
+      config,
+      redis,
+      queue,
+      inventory: emptyInventory,
+      logger: createLogger({ write: () => {} }),
+      metrics: createMetrics('api', 'test', { defaults: false }),
+      hostStatus: createKubeHostStatusProvider(undefined),
+    });
     for (const path of ['/admin/queues', '/admin/queues/api/queues']) {
       const res = await request(off).get(path).set({ 'X-API-Key': OPERATOR });
       expect(res.status).toBe(404);

@@ -41,13 +41,26 @@ describe('Bull Board retry goes through the API retry rule', () => {
 
   beforeAll(async () => {
     redisServer = await startRedis();
-    const config = loadApiConfig({ OPS_API_KEY_ROLES: `${OPERATOR}:operator`, REDIS_URL: redisServer.url, RATE_LIMIT_RPS: '0', ADMIN_UI_ENABLED: 'true' });
+    const config = loadApiConfig({
+      OPS_API_KEY_ROLES: `${OPERATOR}:operator`,
+      REDIS_URL: redisServer.url,
+      RATE_LIMIT_RPS: '0',
+      ADMIN_UI_ENABLED: 'true',
+    });
     const logger = createLogger({ write: (l) => lines.push(JSON.parse(l) as Record<string, unknown>), secrets: [OPERATOR] });
     const metrics = createMetrics('api', 'test', { defaults: false });
     redis = createRedis(redisServer.url, 'request');
     queue = createOpsQueue({ url: redisServer.url, policy: { attempts: 1, backoffMs: 0 }, logger, metrics });
     await queue.bull.waitUntilReady();
-    app = createApp({ config, redis, queue, inventory: emptyInventory, logger, metrics, hostStatus: createKubeHostStatusProvider(undefined) });
+    app = createApp({
+      config,
+      redis,
+      queue,
+      inventory: emptyInventory,
+      logger,
+      metrics,
+      hostStatus: createKubeHostStatusProvider(undefined),
+    });
 
     // R1 is dead-lettered by a real worker (which stops before R2 is queued, so R2 stays waiting).
     const worker = new Worker(
@@ -74,7 +87,11 @@ describe('Bull Board retry goes through the API retry rule', () => {
   });
 
   test('R2 waiting for the same Deployment: the board refuses to retry R1 (409 {detail}), like the API', async () => {
-    const api = await request(app).post('/ops/jobs/R1/retry').set('X-API-Key', OPERATOR).set('Content-Type', 'application/json').send('{"reason":"r"}');
+    const api = await request(app)
+      .post('/ops/jobs/R1/retry')
+      .set('X-API-Key', OPERATOR)
+      .set('Content-Type', 'application/json')
+      .send('{"reason":"r"}');
     expect(api.status).toBe(409);
     const res = await request(app).put(board('R1')).set('X-API-Key', OPERATOR);
     expect(res.status).toBe(409);

@@ -34,12 +34,25 @@ describe('Bull Board: only retry/removal of failed jobs', () => {
 
   beforeAll(async () => {
     redisServer = await startRedis();
-    const config = loadApiConfig({ OPS_API_KEY_ROLES: `${OPERATOR}:operator`, REDIS_URL: redisServer.url, RATE_LIMIT_RPS: '0', ADMIN_UI_ENABLED: 'true' });
+    const config = loadApiConfig({
+      OPS_API_KEY_ROLES: `${OPERATOR}:operator`,
+      REDIS_URL: redisServer.url,
+      RATE_LIMIT_RPS: '0',
+      ADMIN_UI_ENABLED: 'true',
+    });
     const logger = createLogger({ write: (l) => lines.push(JSON.parse(l) as Record<string, unknown>), secrets: [OPERATOR] });
     const metrics = createMetrics('api', 'test', { defaults: false });
     redis = createRedis(redisServer.url, 'request');
     queue = createOpsQueue({ url: redisServer.url, policy: { attempts: 1, backoffMs: 0 }, logger, metrics });
-    app = createApp({ config, redis, queue, inventory: emptyInventory, logger, metrics, hostStatus: createKubeHostStatusProvider(undefined) });
+    app = createApp({
+      config,
+      redis,
+      queue,
+      inventory: emptyInventory,
+      logger,
+      metrics,
+      hostStatus: createKubeHostStatusProvider(undefined),
+    });
 
     await queue.bull.waitUntilReady();
     // A real worker makes two dead-lettered jobs and one completed job, then stops.
@@ -83,7 +96,11 @@ describe('Bull Board: only retry/removal of failed jobs', () => {
     const before = await snapshot();
     expect(before.states).toEqual(['failed', 'failed', 'completed', 'delayed', 'waiting']);
     const calls: Array<[string, string, object?]> = [
-      ['post', `/api/queues/ops/add`, { name: JOB.restartService, data: { host: 'web-1', service: 'x', audit_id: 'fake', requested_by: 'someone-else' } }],
+      [
+        'post',
+        `/api/queues/ops/add`,
+        { name: JOB.restartService, data: { host: 'web-1', service: 'x', audit_id: 'fake', requested_by: 'someone-else' } },
+      ],
       ['patch', `/api/queues/ops/${ids.failed}/update-data`, { data: { alertname: 'rewritten' } }],
       ['put', `/api/queues/ops/obliterate`, {}],
       ['put', `/api/queues/ops/empty`],
@@ -128,7 +145,9 @@ describe('Bull Board: only retry/removal of failed jobs', () => {
 
   test('unknown queue or job -> 404 {detail}', async () => {
     for (const path of [`/api/queues/nope/${ids.failed}/retry`, `/api/queues/ops/no-such-job/clean`]) {
-      const res = await request(app).put(base + path).set({ 'X-API-Key': OPERATOR });
+      const res = await request(app)
+        .put(base + path)
+        .set({ 'X-API-Key': OPERATOR });
       expect(res.status).toBe(404);
       expect(typeof res.body.detail).toBe('string');
     }

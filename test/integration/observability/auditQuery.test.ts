@@ -11,7 +11,8 @@ import { BEARER, OP_KEY, useHarness } from '../../helpers/apiHarness.js';
 const ctx = useHarness();
 
 /** Every character percent-encoded, upper or lower case hex alternating: an encoding no redaction could list. */
-const encodeAll = (s: string) => [...Buffer.from(s)].map((b, i) => '%' + (i % 2 ? b.toString(16) : b.toString(16).toUpperCase()).padStart(2, '0')).join('');
+const encodeAll = (s: string) =>
+  [...Buffer.from(s)].map((b, i) => '%' + (i % 2 ? b.toString(16) : b.toString(16).toUpperCase()).padStart(2, '0')).join('');
 
 test.each([
   ['every byte encoded', encodeAll(OP_KEY)],

@@ -32,7 +32,9 @@ interface Rule {
 }
 const doc = parseYaml(readFileSync(RULES, 'utf8')) as { groups: { name: string; rules: Rule[] }[] };
 const alerts = doc.groups.flatMap((g) => g.rules).filter((r) => r.alert);
-const testFiles = readdirSync(TESTS_DIR).filter((f) => /\.ya?ml$/.test(f)).map((f) => join(TESTS_DIR, f));
+const testFiles = readdirSync(TESTS_DIR)
+  .filter((f) => /\.ya?ml$/.test(f))
+  .map((f) => join(TESTS_DIR, f));
 
 const tmp: string[] = [];
 afterAll(() => tmp.forEach((d) => rmSync(d, { recursive: true, force: true })));
@@ -96,7 +98,9 @@ describe('prometheus rules', () => {
     tmp.push(dir);
     mkdirSync(join(dir, 'charts/opsgate/files'), { recursive: true });
     cpSync(TESTS_DIR, join(dir, 'monitoring/tests'), { recursive: true });
-    const broken = readFileSync(RULES, 'utf8').replace('> 0.05', '> 0.5').replace('max by (queue) (opsgate_dead_letter_jobs) > 0', 'max by (queue) (opsgate_dead_letter_jobs) > 5');
+    const broken = readFileSync(RULES, 'utf8')
+      .replace('> 0.05', '> 0.5')
+      .replace('max by (queue) (opsgate_dead_letter_jobs) > 0', 'max by (queue) (opsgate_dead_letter_jobs) > 5');
     writeFileSync(join(dir, 'charts/opsgate/files/prometheus-rules.yaml'), broken);
     const r = promtool(['test', 'rules', ...testFiles.map((f) => join(dir, 'monitoring/tests', f.split('/').pop()!))], dir);
     expect(r.code).not.toBe(0);

@@ -62,7 +62,23 @@ function exportedNames(text: string): Set<string> {
   return names;
 }
 
-const PROMQL_KEYWORDS = new Set(['and', 'or', 'unless', 'bool', 'offset', 'by', 'without', 'on', 'ignoring', 'group_left', 'group_right', 'Inf', 'NaN', 'inf', 'nan']);
+const PROMQL_KEYWORDS = new Set([
+  'and',
+  'or',
+  'unless',
+  'bool',
+  'offset',
+  'by',
+  'without',
+  'on',
+  'ignoring',
+  'group_left',
+  'group_right',
+  'Inf',
+  'NaN',
+  'inf',
+  'nan',
+]);
 
 /** Metric names referenced by a PromQL expression (strings, label matchers, ranges, grouping lists and function names removed). */
 function metricNames(expr: string): string[] {
@@ -154,11 +170,17 @@ describe('metrics of the running api and worker', () => {
     expect((await fetch(`${api.baseUrl}/ops/hosts`)).status).toBe(401);
     expect((await fetch(`${api.baseUrl}/ops/hosts`, { headers: { 'X-API-Key': READONLY } })).status).toBe(200);
     expect((await fetch(`${api.baseUrl}/ops/jobs/does-not-exist-123`, { headers: { 'X-API-Key': READONLY } })).status).toBe(404);
-    expect((await fetch(`${api.baseUrl}/webhook/scm`, { method: 'POST', headers: { 'X-Scm-Token': 'wrong' }, body: '{}' })).status).toBe(403);
+    expect((await fetch(`${api.baseUrl}/webhook/scm`, { method: 'POST', headers: { 'X-Scm-Token': 'wrong' }, body: '{}' })).status).toBe(
+      403,
+    );
     const alert = await fetch(`${api.baseUrl}/webhook/alerts`, {
       method: 'POST',
       headers: { 'Content-Type': 'application/json' },
-      body: JSON.stringify({ alerts: [{ status: 'firing', fingerprint: 'fp-scrape-1', labels: { alertname: 'DiskFull' }, annotations: { summary: 'disk full' } }] }),
+      body: JSON.stringify({
+        alerts: [
+          { status: 'firing', fingerprint: 'fp-scrape-1', labels: { alertname: 'DiskFull' }, annotations: { summary: 'disk full' } },
+        ],
+      }),
     });
     expect(alert.status).toBe(202);
     await worker.waitForLog((l) => l.msg === 'job dead-lettered', 30000);
@@ -206,7 +228,10 @@ describe('metrics of the running api and worker', () => {
     expect(apiText).not.toContain('does-not-exist-123');
     expect(sample(apiText, 'opsgate_http_request_duration_seconds_count{method="POST",route="/webhook/alerts",status="202"}')).toBe(1);
     expect(sample(apiText, 'opsgate_auth_failures_total{scheme="api_key",reason="missing"}')).toBe(1);
-    expect(sample(apiText, 'opsgate_auth_failures_total{scheme="scm_token",reason="mismatch"}') ?? sample(apiText, 'opsgate_auth_failures_total{scheme="scm_token",reason="invalid"}')).toBe(1);
+    expect(
+      sample(apiText, 'opsgate_auth_failures_total{scheme="scm_token",reason="mismatch"}') ??
+        sample(apiText, 'opsgate_auth_failures_total{scheme="scm_token",reason="invalid"}'),
+    ).toBe(1);
     expect(apiText).toMatch(/^opsgate_webhook_events_total\{source="scm",outcome="rejected"\} 1$/m);
     expect(apiText).toMatch(/^opsgate_webhook_events_total\{source="alerts",outcome="accepted"\} 1$/m);
     expect(sample(apiText, 'opsgate_jobs_enqueued_total{name="ops_worker.notify_oncall"}')).toBe(1);
@@ -229,10 +254,15 @@ describe('metrics of the running api and worker', () => {
 
   test('retry from Bull Board once the endpoint is fixed: job completes, dead letters back to 0', async () => {
     receiverStatus = 200;
-    const failed = await fetch(`${api.baseUrl}/admin/queues/api/queues?activeQueue=ops&status=failed&page=1`, { headers: { 'X-API-Key': OPERATOR } });
+    const failed = await fetch(`${api.baseUrl}/admin/queues/api/queues?activeQueue=ops&status=failed&page=1`, {
+      headers: { 'X-API-Key': OPERATOR },
+    });
     const body = (await failed.json()) as { queues: { name: string; jobs: { id: string }[] }[] };
     const jobId = body.queues.find((q) => q.name === 'ops')!.jobs[0]!.id;
-    const retry = await fetch(`${api.baseUrl}/admin/queues/api/queues/ops/${jobId}/retry`, { method: 'PUT', headers: { 'X-API-Key': OPERATOR } });
+    const retry = await fetch(`${api.baseUrl}/admin/queues/api/queues/ops/${jobId}/retry`, {
+      method: 'PUT',
+      headers: { 'X-API-Key': OPERATOR },
+    });
     expect(retry.status).toBe(204);
     await worker.waitForLog((l) => l.msg === 'job completed', 30000);
     const w = await scrape(workerMetricsPort);
@@ -253,10 +283,7 @@ describe('metrics of the running api and worker', () => {
       const t0 = Date.now();
       const pending = scrape(apiMetricsPort);
       // While the scrape waits on Redis, the process keeps serving: the read is async, not blocking.
-      const first = await Promise.race([
-        fetch(`${api.baseUrl}/health`).then((r) => `health ${r.status}`),
-        pending.then(() => 'scrape'),
-      ]);
+      const first = await Promise.race([fetch(`${api.baseUrl}/health`).then((r) => `health ${r.status}`), pending.then(() => 'scrape')]);
       expect(first).toBe('health 200');
       const text = await pending;
       expect(Date.now() - t0).toBeLessThan(10000); // bounded by the 1.5 s read timeout, generous margin
@@ -320,8 +347,12 @@ describe('metrics of the running api and worker', () => {
 
     test('the expression checker itself rejects a misspelt metric', () => {
       const names = exportedNames(apiText + workerText);
-      expect(metricNames('sum by (le) (rate(opsgate_http_request_duration_seconds_bucket{job=~"x"}[5m]))')).toEqual(['opsgate_http_request_duration_seconds_bucket']);
-      expect(metricNames('histogram_quantile(0.95, sum by (le) (rate(opsgate_http_latency_bucket[5m])))').every((n) => names.has(n))).toBe(false);
+      expect(metricNames('sum by (le) (rate(opsgate_http_request_duration_seconds_bucket{job=~"x"}[5m]))')).toEqual([
+        'opsgate_http_request_duration_seconds_bucket',
+      ]);
+      expect(metricNames('histogram_quantile(0.95, sum by (le) (rate(opsgate_http_latency_bucket[5m])))').every((n) => names.has(n))).toBe(
+        false,
+      );
     });
 
     test('every metric it names is exported by the running api or worker', () => {
@@ -347,14 +378,19 @@ describe('metrics of the running api and worker', () => {
         expect(used).toContain(n);
       }
       for (const q of ['0.5', '0.95', '0.99']) {
-        expect(exprs.some((e) => e.startsWith(`histogram_quantile(${q}, `) && e.includes('opsgate_http_request_duration_seconds_bucket'))).toBe(true);
+        expect(
+          exprs.some((e) => e.startsWith(`histogram_quantile(${q}, `) && e.includes('opsgate_http_request_duration_seconds_bucket')),
+        ).toBe(true);
       }
     });
 
     test('every opsgate metric the alert rules use is exported too', () => {
       const names = exportedNames(apiText + workerText);
       const doc = parseYaml(readFileSync(RULES, 'utf8')) as { groups: { rules: { expr: string }[] }[] };
-      const used = doc.groups.flatMap((g) => g.rules).flatMap((r) => metricNames(r.expr)).filter((n) => n !== 'up');
+      const used = doc.groups
+        .flatMap((g) => g.rules)
+        .flatMap((r) => metricNames(r.expr))
+        .filter((n) => n !== 'up');
       expect(used.length).toBeGreaterThan(4);
       expect(used.filter((n) => !names.has(n))).toEqual([]);
     });

@@ -24,7 +24,17 @@ import { QUEUE_NAME } from '../../../src/shared/jobs.js';
 import { createRedis, primariesOf } from '../../../src/shared/redis.js';
 import { startApi, startWorkerProcess, type OpsProcess } from '../../helpers/processes.js';
 import { startRedisCluster, until, type RedisCluster } from '../../helpers/redisTopology.js';
-import { alertPayload, apiEnv, makeSecrets, pool, post, scmPush, startReceiver, workerEnv, type Receiver } from '../../helpers/reliability.js';
+import {
+  alertPayload,
+  apiEnv,
+  makeSecrets,
+  pool,
+  post,
+  scmPush,
+  startReceiver,
+  workerEnv,
+  type Receiver,
+} from '../../helpers/reliability.js';
 
 let cluster: RedisCluster;
 let receiver: Receiver;
@@ -75,32 +85,55 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
   it('the contract: scm and alerts dedup + enqueue, restart, cache purge, job view; the worker processes the jobs', async () => {
     const api = await startApi({ env: await apiEnv(cluster.url, secrets, { OPS_INVENTORY_FILE: inventoryFile, JOB_ATTEMPTS: '1' }) });
     procs.push(api);
-    const worker = await startWorkerProcess({ env: await workerEnv(cluster.url, { NOTIFY_WEBHOOK_URLS: receiver.url, OPS_INVENTORY_FILE: inventoryFile }) });
+    const worker = await startWorkerProcess({
+      env: await workerEnv(cluster.url, { NOTIFY_WEBHOOK_URLS: receiver.url, OPS_INVENTORY_FILE: inventoryFile }),
+    });
     procs.push(worker);
     const scmHeaders = { 'X-Scm-Token': secrets.scm, 'X-Scm-Event': 'Push Hook' };
 
     // scm rules 3-8
     const first = await post(`${api.baseUrl}/webhook/scm`, scmPush('team/cluster', 'c1a55e7'), scmHeaders);
     expect(first.status).toBe(202);
-    expect(first.json).toEqual({ accepted: true, duplicate: false, project: 'team/cluster', event_id: 'scm:team/cluster:refs/heads/main:c1a55e7', job_id: expect.any(String) });
+    expect(first.json).toEqual({
+      accepted: true,
+      duplicate: false,
+      project: 'team/cluster',
+      event_id: 'scm:team/cluster:refs/heads/main:c1a55e7',
+      job_id: expect.any(String),
+    });
     const dup = await post(`${api.baseUrl}/webhook/scm`, scmPush('team/cluster', 'c1a55e7'), scmHeaders);
     expect(dup.json).toMatchObject({ accepted: false, duplicate: true, job_id: first.json!.job_id });
-    expect((await post(`${api.baseUrl}/webhook/scm`, scmPush('team/cluster', 'x', 'refs/heads/dev'), scmHeaders)).json).toMatchObject({ ignored: true });
-    expect((await post(`${api.baseUrl}/webhook/scm`, scmPush('team/cluster', 'x'), { ...scmHeaders, 'X-Scm-Event': 'Tag Push Hook' })).json).toMatchObject({ ignored: true });
+    expect((await post(`${api.baseUrl}/webhook/scm`, scmPush('team/cluster', 'x', 'refs/heads/dev'), scmHeaders)).json).toMatchObject({
+      ignored: true,
+    });
+    expect(
+      (await post(`${api.baseUrl}/webhook/scm`, scmPush('team/cluster', 'x'), { ...scmHeaders, 'X-Scm-Event': 'Tag Push Hook' })).json,
+    ).toMatchObject({ ignored: true });
     expect((await post(`${api.baseUrl}/webhook/scm`, scmPush('team/cluster', ''), scmHeaders)).status).toBe(422);
-    expect((await post(`${api.baseUrl}/webhook/scm`, scmPush('team/cluster', 'y'), { ...scmHeaders, 'X-Scm-Token': 'wrong' })).status).toBe(403);
+    expect((await post(`${api.baseUrl}/webhook/scm`, scmPush('team/cluster', 'y'), { ...scmHeaders, 'X-Scm-Token': 'wrong' })).status).toBe(
+      403,
+    );
 
     // alerts rules 1-4: 2 firing with fingerprints (one twice), 1 resolved, 1 without fingerprint
     const a = await post(
       `${api.baseUrl}/webhook/alerts`,
-      alertPayload([{ fingerprint: 'cl-fp-1' }, { fingerprint: 'cl-fp-2' }, { fingerprint: 'cl-fp-1' }, { status: 'resolved', fingerprint: 'cl-fp-3' }, {}]),
+      alertPayload([
+        { fingerprint: 'cl-fp-1' },
+        { fingerprint: 'cl-fp-2' },
+        { fingerprint: 'cl-fp-1' },
+        { status: 'resolved', fingerprint: 'cl-fp-3' },
+        {},
+      ]),
     );
     expect(a.status).toBe(202);
     expect(a.json).toEqual({ received: 5, firing: 4, job_ids: [expect.any(String), expect.any(String)] });
     expect((await post(`${api.baseUrl}/webhook/alerts`, { alerts: 'nope' })).status).toBe(422);
 
     // restart + job view
-    const r = await fetch(`${api.baseUrl}/ops/restart?host=web-1&service=frontend`, { method: 'POST', headers: { Authorization: `Bearer ${secrets.bearer}` } });
+    const r = await fetch(`${api.baseUrl}/ops/restart?host=web-1&service=frontend`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${secrets.bearer}` },
+    });
     expect(r.status).toBe(200);
     const ack = (await r.json()) as { job_id: string; status: string };
     expect(ack.status).toBe('submitted');
@@ -114,10 +147,15 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
     await until('two notifications posted', async () => receiver.posts.length >= 2, 30_000);
     const q = queueView(cluster.url);
     try {
-      await until('every job finished', async () => {
-        const c = await q.counts();
-        return c.completed === 2 && c.failed === 2;
-      }, 60_000, 200);
+      await until(
+        'every job finished',
+        async () => {
+          const c = await q.counts();
+          return c.completed === 2 && c.failed === 2;
+        },
+        60_000,
+        200,
+      );
       const jobs = await q.all();
       expect(jobs).toHaveLength(4);
       expect(new Set(receiver.posts.map((p) => String(p.body.fingerprint)))).toEqual(new Set(['cl-fp-1', 'cl-fp-2']));
@@ -166,12 +204,18 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
     const q = queueView(cluster.url);
     try {
       const answers = [];
-      for (const sha of ['r8te01', 'r8te02', 'r8te03']) answers.push(await post(`${api.baseUrl}/webhook/scm`, scmPush('team/rl', sha), headers));
+      for (const sha of ['r8te01', 'r8te02', 'r8te03'])
+        answers.push(await post(`${api.baseUrl}/webhook/scm`, scmPush('team/rl', sha), headers));
       // The 1 s window may roll over between requests on a loaded machine: at least the first two pass, and any 429 is clean.
       expect(answers.slice(0, 2).map((a) => a.status)).toEqual([202, 202]);
       for (const a of answers.slice(0, 2)) expect(a.json).toMatchObject({ accepted: true });
       // A burst over the limit from the same address: 429 for some, and each 429 left no seen record.
-      const burst = await Promise.all(['r8te10', 'r8te11', 'r8te12', 'r8te13', 'r8te14', 'r8te15'].map(async (sha) => ({ sha, res: await post(`${api.baseUrl}/webhook/scm`, scmPush('team/rl', sha), headers) })));
+      const burst = await Promise.all(
+        ['r8te10', 'r8te11', 'r8te12', 'r8te13', 'r8te14', 'r8te15'].map(async (sha) => ({
+          sha,
+          res: await post(`${api.baseUrl}/webhook/scm`, scmPush('team/rl', sha), headers),
+        })),
+      );
       const limited = burst.filter((b) => b.res.status === 429);
       expect(limited.length).toBeGreaterThan(0);
       for (const b of burst) expect([202, 429]).toContain(b.res.status);
@@ -192,18 +236,30 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
   it('failover of the primary holding the queue, under load from 2 APIs: every event answered 202 has exactly one job', async () => {
     await cluster.waitHealthy();
     const extra = { REDIS_MIN_REPLICAS_ACK: '1', REDIS_ACK_TIMEOUT_MS: '500' };
-    const [apiA, apiB] = await Promise.all([startApi({ env: await apiEnv(cluster.url, secrets, extra) }), startApi({ env: await apiEnv(cluster.url, secrets, extra) })]);
+    const [apiA, apiB] = await Promise.all([
+      startApi({ env: await apiEnv(cluster.url, secrets, extra) }),
+      startApi({ env: await apiEnv(cluster.url, secrets, extra) }),
+    ]);
     procs.push(apiA, apiB);
     const worker = await startWorkerProcess({
-      env: await workerEnv(cluster.url, { NOTIFY_WEBHOOK_URLS: receiver.url, WORKER_CONCURRENCY: '8', WORKER_STALLED_INTERVAL_MS: '2000', WORKER_LOCK_DURATION_MS: '4000' }),
+      env: await workerEnv(cluster.url, {
+        NOTIFY_WEBHOOK_URLS: receiver.url,
+        WORKER_CONCURRENCY: '8',
+        WORKER_STALLED_INTERVAL_MS: '2000',
+        WORKER_LOCK_DURATION_MS: '4000',
+      }),
     });
     procs.push(worker);
     receiver.posts.length = 0;
 
     const run = Date.now().toString(36);
     const events: Array<{ kind: 'scm' | 'alert'; id: string }> = [];
-    for (let i = 0; i < 80; i++) events.push({ kind: 'scm', id: `${run}${i.toString(16).padStart(6, '0')}` }, { kind: 'alert', id: `fo-${run}-${i}` });
-    const deliveries = events.flatMap((e) => [{ ...e, copy: 0 }, { ...e, copy: 1 }]);
+    for (let i = 0; i < 80; i++)
+      events.push({ kind: 'scm', id: `${run}${i.toString(16).padStart(6, '0')}` }, { kind: 'alert', id: `fo-${run}-${i}` });
+    const deliveries = events.flatMap((e) => [
+      { ...e, copy: 0 },
+      { ...e, copy: 1 },
+    ]);
     const queuePrimary = await cluster.primaryFor('{opsgate}');
     let done = 0;
     let killedAt = 0;
@@ -220,7 +276,10 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
         try {
           const r =
             d.kind === 'scm'
-              ? await post(`${base}/webhook/scm`, scmPush('team/cluster-fo', d.id), { 'X-Scm-Token': secrets.scm, 'X-Scm-Event': 'Push Hook' })
+              ? await post(`${base}/webhook/scm`, scmPush('team/cluster-fo', d.id), {
+                  'X-Scm-Token': secrets.scm,
+                  'X-Scm-Event': 'Push Hook',
+                })
               : await post(`${base}/webhook/alerts`, alertPayload([{ fingerprint: d.id }]));
           status = r.status;
         } catch {
@@ -235,7 +294,12 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
               // Its replica takes over; then the node comes back (as a pod would be restarted),
               // rejoins as the new primary's replica, and REDIS_MIN_REPLICAS_ACK=1 can be met
               // on that shard again.
-              await until('the replica to take over the queue slot', async () => (await cluster.primaryFor('{opsgate}')).port !== queuePrimary.port, 30_000, 100);
+              await until(
+                'the replica to take over the queue slot',
+                async () => (await cluster.primaryFor('{opsgate}')).port !== queuePrimary.port,
+                30_000,
+                100,
+              );
               promotedAt = Date.now();
               queuePrimary.restart();
             })();
@@ -246,7 +310,10 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
         await new Promise((r) => setTimeout(r, 200));
       }
     };
-    const outcomes = await pool(deliveries.map((d) => () => send(d)), 6);
+    const outcomes = await pool(
+      deliveries.map((d) => () => send(d)),
+      6,
+    );
     await restarted;
     expect(outcomes.filter((o) => o.status !== 202)).toEqual([]);
     expect(killedAt).toBeGreaterThan(0);
@@ -254,17 +321,25 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
 
     const q = queueView(cluster.url);
     try {
-      await until('the worker to drain the queue on the promoted replica', async () => {
-        const c = await q.counts();
-        return (c.waiting ?? 0) + (c.active ?? 0) + (c.delayed ?? 0) + (c.prioritized ?? 0) === 0;
-      }, 90_000, 250);
-      const jobs = (await q.all()).filter((j) => j.data.event_id?.startsWith('scm:team/cluster-fo:') || String(j.data.fingerprint ?? '').startsWith(`fo-${run}-`));
+      await until(
+        'the worker to drain the queue on the promoted replica',
+        async () => {
+          const c = await q.counts();
+          return (c.waiting ?? 0) + (c.active ?? 0) + (c.delayed ?? 0) + (c.prioritized ?? 0) === 0;
+        },
+        90_000,
+        250,
+      );
+      const jobs = (await q.all()).filter(
+        (j) => j.data.event_id?.startsWith('scm:team/cluster-fo:') || String(j.data.fingerprint ?? '').startsWith(`fo-${run}-`),
+      );
       const per = new Map<string, number>();
       for (const j of jobs) {
         const k = j.name === 'ops_worker.run_deploy_pipeline' ? String(j.data.event_id) : `alert:${String(j.data.fingerprint)}`;
         per.set(k, (per.get(k) ?? 0) + 1);
       }
-      const keyOf = (e: { kind: string; id: string }) => (e.kind === 'scm' ? `scm:team/cluster-fo:refs/heads/main:${e.id}` : `alert:${e.id}`);
+      const keyOf = (e: { kind: string; id: string }) =>
+        e.kind === 'scm' ? `scm:team/cluster-fo:refs/heads/main:${e.id}` : `alert:${e.id}`;
       const lost = events.map(keyOf).filter((k) => !per.has(k));
       const doubled = [...per].filter(([, n]) => n > 1).map(([k]) => k);
       const recovered = Math.min(...outcomes.filter((o) => o.at > promotedAt).map((o) => o.at)) - promotedAt;

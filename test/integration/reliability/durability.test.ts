@@ -89,7 +89,12 @@ describe('durability across an API crash', () => {
       body: JSON.stringify({ ref: 'refs/heads/main', project: { path_with_namespace: 'group/shop' }, checkout_sha: 'd00dfeed' }),
     });
     expect(push.status).toBe(202);
-    expect(await push.json()).toMatchObject({ accepted: true, duplicate: false, project: 'group/shop', event_id: 'scm:group/shop:refs/heads/main:d00dfeed' });
+    expect(await push.json()).toMatchObject({
+      accepted: true,
+      duplicate: false,
+      project: 'group/shop',
+      event_id: 'scm:group/shop:refs/heads/main:d00dfeed',
+    });
 
     const waiting = await queue.getWaiting();
     expect(waiting.map((j) => j.name).sort()).toEqual([JOB.notifyOncall, JOB.notifyOncall, JOB.runDeployPipeline].sort());
@@ -122,7 +127,11 @@ describe('durability across an API crash', () => {
     // Each accepted job was processed exactly once: nothing lost, nothing doubled.
     await new Promise((r) => setTimeout(r, 500));
     expect(receiver.requests('/durable/hook')).toHaveLength(2);
-    const summaries = worker.logs().filter((l) => l.msg === 'alert notification').map((l) => l.summary).sort();
+    const summaries = worker
+      .logs()
+      .filter((l) => l.msg === 'alert notification')
+      .map((l) => l.summary)
+      .sort();
     expect(summaries).toEqual(['first', 'second']);
   }, 90000);
 });

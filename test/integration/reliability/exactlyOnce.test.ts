@@ -53,7 +53,12 @@ beforeAll(async () => {
     startApi({ env: await apiEnv(redis.url, secrets) }),
   ]);
   worker = await startWorkerProcess({
-    env: await workerEnv(redis.url, { NOTIFY_WEBHOOK_URLS: receiver.url, WORKER_CONCURRENCY: '16', JOB_BACKOFF_MS: '100', NOTIFY_TIMEOUT_MS: '60000' }),
+    env: await workerEnv(redis.url, {
+      NOTIFY_WEBHOOK_URLS: receiver.url,
+      WORKER_CONCURRENCY: '16',
+      JOB_BACKOFF_MS: '100',
+      NOTIFY_TIMEOUT_MS: '60000',
+    }),
   });
 }, 120_000);
 
@@ -85,7 +90,10 @@ describe('exactly-once intake: 2 API processes, 1 redis, 5,000 deliveries, half 
       // fingerprint: counted in the answer, never queued.
       const i = Number(d.id.split('-').pop());
       const extra = i % 5 === 0 ? [{ status: 'resolved', fingerprint: `resolved-${d.id}` }, { status: 'firing' }] : [];
-      const r = await post(`${base}/webhook/alerts`, alertPayload([{ fingerprint: d.id, alertname: 'ExactlyOnce', summary: d.id }, ...extra]));
+      const r = await post(
+        `${base}/webhook/alerts`,
+        alertPayload([{ fingerprint: d.id, alertname: 'ExactlyOnce', summary: d.id }, ...extra]),
+      );
       return { ...d, status: r.status, json: r.json };
     };
 
@@ -123,7 +131,9 @@ describe('exactly-once intake: 2 API processes, 1 redis, 5,000 deliveries, half 
     for (const a of answers.filter((x) => x.kind === 'alert')) {
       const i = Number(a.id.split('-').pop());
       // Spec fields exactly, plus job_ids: the jobs this copy queued.
-      expect(a.json).toEqual(i % 5 === 0 ? { received: 3, firing: 2, job_ids: expect.any(Array) } : { received: 1, firing: 1, job_ids: expect.any(Array) });
+      expect(a.json).toEqual(
+        i % 5 === 0 ? { received: 3, firing: 2, job_ids: expect.any(Array) } : { received: 1, firing: 1, job_ids: expect.any(Array) },
+      );
     }
     // Both API processes took part in accepting events.
     const acceptedByA = scmAnswers.filter((a) => a.json?.accepted === true && a.copy === 0).length;
@@ -152,7 +162,9 @@ describe('exactly-once intake: 2 API processes, 1 redis, 5,000 deliveries, half 
       const notifies = jobs.filter((j) => j.name === 'ops_worker.notify_oncall');
       expect(deploys).toHaveLength(UNIQUE_SCM);
       expect(notifies).toHaveLength(UNIQUE_ALERTS);
-      expect(new Set(deploys.map((j) => j.data.event_id))).toEqual(new Set(scmIds.map((id) => `scm:team/exactly-once:refs/heads/main:${id}`)));
+      expect(new Set(deploys.map((j) => j.data.event_id))).toEqual(
+        new Set(scmIds.map((id) => `scm:team/exactly-once:refs/heads/main:${id}`)),
+      );
       expect(new Set(notifies.map((j) => j.data.fingerprint))).toEqual(new Set(alertIds));
       // The API's audit lines tell the same story: one "accepted" line per unique event, naming its job.
       const audited = [...apiA.logs(), ...apiB.logs()].filter((l) => l.msg === 'audit' && l.path === '/webhook/scm');

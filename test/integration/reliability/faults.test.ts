@@ -221,14 +221,19 @@ describe('API killed with SIGKILL under load', () => {
 
     // And a worker drains them all (unknown project: each dead-lettered once with its reason).
     await worker();
-    await waitFor('the worker to finish all jobs', async () => {
-      const q = inspectQueue(redis.url);
-      try {
-        return (await q.counts()).failed === ids.length;
-      } finally {
-        await q.close();
-      }
-    }, 60_000, 250);
+    await waitFor(
+      'the worker to finish all jobs',
+      async () => {
+        const q = inspectQueue(redis.url);
+        try {
+          return (await q.counts()).failed === ids.length;
+        } finally {
+          await q.close();
+        }
+      },
+      60_000,
+      250,
+    );
   }, 180_000);
 });
 
@@ -317,16 +322,21 @@ describe('Redis killed and restarted with AOF persistence', () => {
     expect(await allJobs()).toHaveLength(2);
 
     // Crash, not a clean shutdown: SIGKILL the redis-server process.
-    const pid = Number(/process_id:(\d+)/.exec(await admin.info("server"))![1]);
+    const pid = Number(/process_id:(\d+)/.exec(await admin.info('server'))![1]);
     process.kill(pid, 'SIGKILL');
-    await waitFor('redis to be gone', async () => {
-      try {
-        process.kill(pid, 0);
-        return false;
-      } catch {
-        return true;
-      }
-    }, 10_000, 50);
+    await waitFor(
+      'redis to be gone',
+      async () => {
+        try {
+          process.kill(pid, 0);
+          return false;
+        } catch {
+          return true;
+        }
+      },
+      10_000,
+      50,
+    );
     await redis.start();
     await waitReady(a);
 
@@ -352,11 +362,18 @@ describe('downstream failures: retries with backoff, then dead letter with the r
     receiver.status = (b) => (b.fingerprint === 'refuse-404' ? 404 : 503);
     const a = await api(policy);
     const w = await worker();
-    expect((await post(`${a.baseUrl}/webhook/alerts`, alertPayload([{ fingerprint: 'fail-503' }, { fingerprint: 'refuse-404' }]))).status).toBe(202);
+    expect(
+      (await post(`${a.baseUrl}/webhook/alerts`, alertPayload([{ fingerprint: 'fail-503' }, { fingerprint: 'refuse-404' }]))).status,
+    ).toBe(202);
     const jobs = await allJobs();
     expect(jobs).toHaveLength(2);
     const byFp = (fp: string) => jobs.find((j) => j.data.fingerprint === fp)!;
-    await waitFor('both jobs dead-lettered', async () => (await stateOf(byFp('fail-503').id!)) === 'failed' && (await stateOf(byFp('refuse-404').id!)) === 'failed', 60_000, 100);
+    await waitFor(
+      'both jobs dead-lettered',
+      async () => (await stateOf(byFp('fail-503').id!)) === 'failed' && (await stateOf(byFp('refuse-404').id!)) === 'failed',
+      60_000,
+      100,
+    );
 
     const failing = (await jobOf(byFp('fail-503').id!))!;
     expect(failing.attemptsMade).toBe(3);

@@ -81,7 +81,15 @@ describe('asynchronous logging', () => {
     for (const s of sent) {
       const lines = byId.get(s.id) ?? [];
       expect(lines).toHaveLength(1);
-      expect(lines[0]).toMatchObject({ level: 'info', who: expect.any(String), method: 'POST', path: '/webhook/scm', body_sha256: s.sha, status: 202, request_id: s.id });
+      expect(lines[0]).toMatchObject({
+        level: 'info',
+        who: expect.any(String),
+        method: 'POST',
+        path: '/webhook/scm',
+        body_sha256: s.sha,
+        status: 202,
+        request_id: s.id,
+      });
       expect(typeof lines[0]!.time).toBe('string');
     }
     // In order, and the shutdown's last line last.
@@ -100,7 +108,11 @@ describe('asynchronous logging', () => {
       await log.flush(20000);
       process.exit(0);`;
     // The reader: a shell pipe that reads nothing for 2 s, then everything.
-    const child = spawn('bash', ['--norc', '--noprofile', '-c', 'set -o pipefail; "$0" --input-type=module -e "$1" | { sleep 2; cat; }', process.execPath, script], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(
+      'bash',
+      ['--norc', '--noprofile', '-c', 'set -o pipefail; "$0" --input-type=module -e "$1" | { sleep 2; cat; }', process.execPath, script],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     let out = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
@@ -108,7 +120,10 @@ describe('asynchronous logging', () => {
     const code = await new Promise<number | null>((r) => child.on('close', (c) => r(c)));
     expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
 
-    const lines = out.trimEnd().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+    const lines = out
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
     const kept = lines.filter((l) => l.msg === 'line').map((l) => l.n as number);
     const warnings = lines.filter((l) => l.msg === 'log lines dropped: stdout was not read fast enough');
     expect(warnings).toHaveLength(1);

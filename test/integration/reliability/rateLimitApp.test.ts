@@ -128,9 +128,19 @@ describe('rate limit in createApp: two replicas, one Redis, TRUST_PROXY from the
     const push = (sha: string) =>
       fetch(`${a}/webhook/scm`, {
         method: 'POST',
-        headers: { 'Content-Type': 'application/json', 'X-Scm-Token': SCM_SECRET, 'X-Scm-Event': 'Push Hook', 'X-Forwarded-For': '192.0.2.44' },
+        headers: {
+          'Content-Type': 'application/json',
+          'X-Scm-Token': SCM_SECRET,
+          'X-Scm-Event': 'Push Hook',
+          'X-Forwarded-For': '192.0.2.44',
+        },
         body: JSON.stringify({ ref: 'refs/heads/main', checkout_sha: sha, project: { path_with_namespace: 'team/rl-inline' } }),
-      }).then(async (r) => ({ sha, status: r.status, retryAfter: r.headers.get('retry-after'), body: (await r.json()) as Record<string, unknown> }));
+      }).then(async (r) => ({
+        sha,
+        status: r.status,
+        retryAfter: r.headers.get('retry-after'),
+        body: (await r.json()) as Record<string, unknown>,
+      }));
     const out = await withinOneWindow(async () => {
       const seq = [];
       for (const sha of ['rl01', 'rl02', 'rl03', 'rl04']) seq.push(await push(sha));

@@ -134,9 +134,7 @@ describe('rate limit shared by two replicas through Redis', () => {
     const prefix = freshPrefix();
     const a = await replica({ rps: 25, trustProxy: false, windowMs: 30_000, prefix });
     const b = await replica({ rps: 25, trustProxy: false, windowMs: 30_000, prefix });
-    const results = await Promise.all(
-      Array.from({ length: 120 }, (_, i) => get(`${i % 2 ? a.url : b.url}/ops/hosts`)),
-    );
+    const results = await Promise.all(Array.from({ length: 120 }, (_, i) => get(`${i % 2 ? a.url : b.url}/ops/hosts`)));
     const ok = results.filter((r) => r.status === 200).length;
     const limited = results.filter((r) => r.status === 429).length;
     expect(ok).toBe(25);
@@ -286,7 +284,9 @@ describe('Redis unavailable: fail open', () => {
       expect(await counterValue(a.metrics, 'opsgate_rate_limit_errors_total')).toBe(5);
       // It was the limiter's own 250 ms deadline that let them through, not the connection's 2 s
       // command timeout (which would also fail open, but only after holding every request 2 s).
-      const warning = a.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === 'rate limit unavailable (Redis error); failing open');
+      const warning = a.logs
+        .map((l) => JSON.parse(l) as Record<string, unknown>)
+        .find((l) => l.msg === 'rate limit unavailable (Redis error); failing open');
       expect(warning?.error).toBe('rate limit: Redis did not answer within 250 ms');
     } finally {
       process.kill(pid, 'SIGCONT');

@@ -82,6 +82,8 @@ describe('the wait before a 503 is bounded', () => {
     const elapsed = Date.now() - t0;
     expect(outcome).toBeInstanceOf(NotReplicatedError);
     expect(elapsed).toBeLessThan(BOUND_MS + JITTER_MS);
-    expect(h.logs().some((l) => l.msg === 'taking back the writes that were not replicated did not finish in time; answering 503')).toBe(true);
+    expect(h.logs().some((l) => l.msg === 'taking back the writes that were not replicated did not finish in time; answering 503')).toBe(
+      true,
+    );
   });
 });

@@ -62,7 +62,9 @@ const alerts = (prefix: string, n: number) => {
   sent++;
   return request(h.app)
     .post('/webhook/alerts')
-    .send({ alerts: Array.from({ length: n }, (_, i) => ({ status: 'firing', fingerprint: `${prefix}-${i}`, labels: { alertname: 'Storm' } })) });
+    .send({
+      alerts: Array.from({ length: n }, (_, i) => ({ status: 'firing', fingerprint: `${prefix}-${i}`, labels: { alertname: 'Storm' } })),
+    });
 };
 
 /** Round trips the app made while `fn` ran (fn awaits the HTTP answer, which comes after every Redis reply). */
@@ -134,12 +136,23 @@ describe('rate-limiter-flexible in the same slot', () => {
     const rlf = await createHarness(relay.url, {
       env: { RATE_LIMIT_RPS: '100000', TRUST_PROXY: '0' },
       rateLimit: ({ redis }) => {
-        const rl = new RateLimiterRedis({ storeClient: redis, keyPrefix: 'opsgate:rlf', points: 100000, duration: 600, insuranceLimiter: new RateLimiterMemory({ points: 100000, duration: 600 }) });
-        return (req, _res, next) => void rl.consume(req.ip ?? 'unknown').then(() => next(), () => next());
+        const rl = new RateLimiterRedis({
+          storeClient: redis,
+          keyPrefix: 'opsgate:rlf',
+          points: 100000,
+          duration: 600,
+          insuranceLimiter: new RateLimiterMemory({ points: 100000, duration: 600 }),
+        });
+        return (req, _res, next) =>
+          void rl.consume(req.ip ?? 'unknown').then(
+            () => next(),
+            () => next(),
+          );
       },
     });
     try {
-      const post = (sha: string) => request(rlf.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook').send(push(sha));
+      const post = (sha: string) =>
+        request(rlf.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook').send(push(sha));
       await roundTrips(() => post('rlf-warm'));
       await roundTrips(() => post('rlf-warm'));
       expect(await roundTrips(() => post('rlf-1'))).toBe(3);

@@ -15,7 +15,19 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startApi, startWorkerProcess, type OpsProcess } from '../../helpers/processes.js';
 import { freePort, startRedis, type RedisServer } from '../../helpers/redis.js';
-import { alertPayload, apiEnv, inspectQueue, makeSecrets, post, scmPush, secretValues, startReceiver, waitFor, workerEnv, type Receiver } from '../../helpers/reliability.js';
+import {
+  alertPayload,
+  apiEnv,
+  inspectQueue,
+  makeSecrets,
+  post,
+  scmPush,
+  secretValues,
+  startReceiver,
+  waitFor,
+  workerEnv,
+  type Receiver,
+} from '../../helpers/reliability.js';
 
 const secrets = makeSecrets('logs');
 const NOTIFY_PATH_SECRET = 'hookpath-SECRETNOTIFYPATH-' + Math.random().toString(36).slice(2, 8);
@@ -63,7 +75,12 @@ beforeAll(async () => {
     }),
   });
   worker = await startWorkerProcess({
-    env: await workerEnv(redis.url, { LOG_LEVEL: 'debug', NOTIFY_WEBHOOK_URLS: notifyUrl, OPS_INVENTORY_FILE: inventory, KUBECONFIG: kubeconfig }),
+    env: await workerEnv(redis.url, {
+      LOG_LEVEL: 'debug',
+      NOTIFY_WEBHOOK_URLS: notifyUrl,
+      OPS_INVENTORY_FILE: inventory,
+      KUBECONFIG: kubeconfig,
+    }),
   });
 }, 90_000);
 
@@ -79,7 +96,8 @@ describe('no secret in any log line of a full run', () => {
   it('exercises every endpoint, failures included, and finds no secret in api or worker output', async () => {
     const u = api.baseUrl;
     const all = [...secretValues(secrets)];
-    const get = (path: string, headers: Record<string, string> = {}, method = 'GET') => fetch(`${u}${path}`, { method, headers }).then(async (r) => ({ status: r.status, text: await r.text() }));
+    const get = (path: string, headers: Record<string, string> = {}, method = 'GET') =>
+      fetch(`${u}${path}`, { method, headers }).then(async (r) => ({ status: r.status, text: await r.text() }));
 
     // Every endpoint, every credential in every header (right and wrong places).
     for (const s of all) {
@@ -103,31 +121,49 @@ describe('no secret in any log line of a full run', () => {
     expect((await get('/ops/hosts', { 'X-API-Key': secrets.colonKey })).status).toBe(200);
     expect((await get('/ops/hosts/web-01', { 'X-API-Key': secrets.readonlyKey })).status).toBe(503); // Kubernetes unreachable
     expect((await get('/ops/cache', { 'X-API-Key': secrets.operatorKey }, 'DELETE')).status).toBe(200);
-    expect((await get('/admin/queues', { Authorization: `Basic ${Buffer.from(`ops:${secrets.operatorKey}`).toString('base64')}` })).status).toBe(200);
+    expect(
+      (await get('/admin/queues', { Authorization: `Basic ${Buffer.from(`ops:${secrets.operatorKey}`).toString('base64')}` })).status,
+    ).toBe(200);
     const restart = await get('/ops/restart?host=web-01&service=web', { Authorization: `Bearer ${secrets.bearer}` }, 'POST');
     expect(restart.status).toBe(200);
-    expect((await post(`${u}/webhook/scm`, scmPush('team/app', 'logs-sha'), { 'X-Scm-Token': secrets.scm, 'X-Scm-Event': 'Push Hook' })).status).toBe(202);
+    expect(
+      (await post(`${u}/webhook/scm`, scmPush('team/app', 'logs-sha'), { 'X-Scm-Token': secrets.scm, 'X-Scm-Event': 'Push Hook' })).status,
+    ).toBe(202);
     const ghBody = JSON.stringify({ ref: 'refs/heads/main', after: 'abcdef1', repository: { full_name: 'team/app' } });
     const sig = 'sha256=' + createHmac('sha256', secrets.github).update(ghBody).digest('hex');
     expect((await post(`${u}/webhook/github`, ghBody, { 'X-Hub-Signature-256': sig, 'X-GitHub-Event': 'push' })).status).toBe(202);
     receiver.status = (b) => (String(b.fingerprint).startsWith('fail') ? 500 : 200);
-    expect((await post(`${u}/webhook/alerts`, alertPayload([{ fingerprint: 'ok-1', summary: 'disk full' }, { fingerprint: 'fail-1' }]), { Authorization: `Bearer ${secrets.alerts}` })).status).toBe(202);
+    expect(
+      (
+        await post(`${u}/webhook/alerts`, alertPayload([{ fingerprint: 'ok-1', summary: 'disk full' }, { fingerprint: 'fail-1' }]), {
+          Authorization: `Bearer ${secrets.alerts}`,
+        })
+      ).status,
+    ).toBe(202);
 
     // Failures: jobs retried and dead-lettered (Kubernetes unreachable, endpoint 500), Redis outage.
     const q = inspectQueue(redis.url);
     try {
       // Dead: restart + 3 deploys (scm x2, github; Kubernetes unreachable) + alert fail-1 (HTTP 500).
       // Completed: alerts a and ok-1.
-      await waitFor('5 jobs dead-lettered and 2 completed', async () => {
-        const c = await q.counts();
-        return c.failed === 5 && c.completed === 2;
-      }, 90_000, 200);
+      await waitFor(
+        '5 jobs dead-lettered and 2 completed',
+        async () => {
+          const c = await q.counts();
+          return c.failed === 5 && c.completed === 2;
+        },
+        90_000,
+        200,
+      );
     } finally {
       await q.close();
     }
     await redis.stop();
     try {
-      expect((await post(`${u}/webhook/scm`, scmPush('team/app', 'during-outage'), { 'X-Scm-Token': secrets.scm, 'X-Scm-Event': 'Push Hook' })).status).toBe(503);
+      expect(
+        (await post(`${u}/webhook/scm`, scmPush('team/app', 'during-outage'), { 'X-Scm-Token': secrets.scm, 'X-Scm-Event': 'Push Hook' }))
+          .status,
+      ).toBe(503);
       expect((await get('/ready')).status).toBe(503);
       await get('/ops/hosts', { 'X-API-Key': secrets.operatorKey });
       await new Promise((r) => setTimeout(r, 1500)); // let the worker log its connection errors
@@ -153,7 +189,9 @@ describe('no secret in any log line of a full run', () => {
     for (const [name, lines] of outputs) {
       for (const line of lines) {
         total++;
-        for (const s of secretsAll) for (const f of forms(s)) if (line.includes(f)) throw new Error(`${name} leaks a secret (${s.slice(0, 8)}...): ${line.slice(0, 300)}`);
+        for (const s of secretsAll)
+          for (const f of forms(s))
+            if (line.includes(f)) throw new Error(`${name} leaks a secret (${s.slice(0, 8)}...): ${line.slice(0, 300)}`);
       }
     }
     // The run really produced the logs it is meant to check: audits, failures, dead letters, outage.
@@ -166,6 +204,7 @@ describe('no secret in any log line of a full run', () => {
     expect(workerLogs.filter((l) => l.msg === 'job dead-lettered')).toHaveLength(5);
     expect(workerLogs.some((l) => l.msg === 'notification delivered')).toBe(true);
     // Every stdout line is a structured JSON log line.
-    for (const [, lines] of outputs.filter(([n]) => n.endsWith('stdout'))) for (const line of lines) expect(() => JSON.parse(line)).not.toThrow();
+    for (const [, lines] of outputs.filter(([n]) => n.endsWith('stdout')))
+      for (const line of lines) expect(() => JSON.parse(line)).not.toThrow();
   }, 240_000);
 });

@@ -26,7 +26,17 @@ import { queuePrefix } from '../../../src/shared/keys.js';
 import { createRedis } from '../../../src/shared/redis.js';
 import { startApi, startWorkerProcess, type OpsProcess } from '../../helpers/processes.js';
 import { startSentinelRedis, until, type SentinelRedis } from '../../helpers/redisTopology.js';
-import { alertPayload, apiEnv, makeSecrets, pool, post, scmPush, startReceiver, workerEnv, type Receiver } from '../../helpers/reliability.js';
+import {
+  alertPayload,
+  apiEnv,
+  makeSecrets,
+  pool,
+  post,
+  scmPush,
+  startReceiver,
+  workerEnv,
+  type Receiver,
+} from '../../helpers/reliability.js';
 
 const UNIQUE_SCM = 120;
 const UNIQUE_ALERTS = 120;
@@ -94,10 +104,22 @@ async function scenario(ack: number): Promise<Figures> {
   cleanups.push(() => receiver.close());
   const secrets = makeSecrets(`failover${ack}`);
   const extra = { REDIS_MIN_REPLICAS_ACK: String(ack), REDIS_ACK_TIMEOUT_MS: '300' };
-  const [apiA, apiB] = await Promise.all([startApi({ env: await apiEnv(topo.url, secrets, extra) }), startApi({ env: await apiEnv(topo.url, secrets, extra) })]);
-  cleanups.push(() => apiA.stop(), () => apiB.stop());
+  const [apiA, apiB] = await Promise.all([
+    startApi({ env: await apiEnv(topo.url, secrets, extra) }),
+    startApi({ env: await apiEnv(topo.url, secrets, extra) }),
+  ]);
+  cleanups.push(
+    () => apiA.stop(),
+    () => apiB.stop(),
+  );
   const worker: OpsProcess = await startWorkerProcess({
-    env: await workerEnv(topo.url, { NOTIFY_WEBHOOK_URLS: receiver.url, WORKER_CONCURRENCY: '8', JOB_BACKOFF_MS: '200', WORKER_STALLED_INTERVAL_MS: '2000', WORKER_LOCK_DURATION_MS: '4000' }),
+    env: await workerEnv(topo.url, {
+      NOTIFY_WEBHOOK_URLS: receiver.url,
+      WORKER_CONCURRENCY: '8',
+      JOB_BACKOFF_MS: '200',
+      WORKER_STALLED_INTERVAL_MS: '2000',
+      WORKER_LOCK_DURATION_MS: '4000',
+    }),
   });
   cleanups.push(() => worker.stop());
 
@@ -107,7 +129,10 @@ async function scenario(ack: number): Promise<Figures> {
     if (i < UNIQUE_SCM) events.push({ kind: 'scm', id: `${run}${i.toString(16).padStart(6, '0')}` });
     if (i < UNIQUE_ALERTS) events.push({ kind: 'alert', id: `fp-${run}-${i}` });
   }
-  const deliveries: Delivery[] = events.flatMap((e) => [{ ...e, copy: 0 as const }, { ...e, copy: 1 as const }]);
+  const deliveries: Delivery[] = events.flatMap((e) => [
+    { ...e, copy: 0 as const },
+    { ...e, copy: 1 as const },
+  ]);
 
   let done = 0;
   let answers503 = 0;
@@ -175,7 +200,10 @@ async function scenario(ack: number): Promise<Figures> {
     promotedAt = Date.now();
   })();
 
-  const outcomes = await pool(deliveries.map((d) => () => send(d)), CONCURRENCY);
+  const outcomes = await pool(
+    deliveries.map((d) => () => send(d)),
+    CONCURRENCY,
+  );
   const { killedAt } = await killed!;
   await watch;
   expect(outcomes.filter((o) => o.status !== 202)).toEqual([]);
@@ -216,7 +244,8 @@ async function scenario(ack: number): Promise<Figures> {
   }
   const posted = new Map<string, number>();
   for (const p of receiver.posts) posted.set(String(p.body.fingerprint), (posted.get(String(p.body.fingerprint)) ?? 0) + 1);
-  for (const j of jobs.filter((x) => x.name === 'ops_worker.notify_oncall')) expect(posted.get(String(j.data.fingerprint)) ?? 0).toBeGreaterThanOrEqual(1);
+  for (const j of jobs.filter((x) => x.name === 'ops_worker.notify_oncall'))
+    expect(posted.get(String(j.data.fingerprint)) ?? 0).toBeGreaterThanOrEqual(1);
   const notifyPostsRepeated = [...posted.values()].reduce((a, n) => a + (n - 1), 0);
 
   // Per answer, not per event: every scm 202 "accepted" names its job in the API's audit line.

@@ -41,7 +41,14 @@ async function start() {
   });
   procs.push(worker);
   // Some real traffic first: a job flows through both processes.
-  expect((await post(`${api.baseUrl}/webhook/scm`, scmPush('team/app', `sha-${Date.now()}`), { 'X-Scm-Token': secrets.scm, 'X-Scm-Event': 'Push Hook' })).status).toBe(202);
+  expect(
+    (
+      await post(`${api.baseUrl}/webhook/scm`, scmPush('team/app', `sha-${Date.now()}`), {
+        'X-Scm-Token': secrets.scm,
+        'X-Scm-Event': 'Push Hook',
+      })
+    ).status,
+  ).toBe(202);
   await worker.waitForLog((l) => l.msg === 'job dead-lettered' || l.msg === 'job attempt failed; will retry', 20_000);
   return { api, worker };
 }
@@ -65,7 +72,10 @@ describe('bounded shutdown with real processes and a real redis-server', () => {
     await redis!.stop();
     await new Promise((r) => setTimeout(r, 500)); // both notice the lost connection
     const [a, w] = (await terminate(api, worker)) as [Exit, Exit];
-    for (const [p, e] of [[api, a], [worker, w]] as const) {
+    for (const [p, e] of [
+      [api, a],
+      [worker, w],
+    ] as const) {
       expect(e.ms).toBeLessThan(WAIT_MS);
       expect(e.signal).toBeNull();
       if (e.code !== 0) {
@@ -80,7 +90,10 @@ describe('bounded shutdown with real processes and a real redis-server', () => {
     redis!.pause();
     try {
       const [a, w] = (await terminate(api, worker)) as [Exit, Exit];
-      for (const [p, e] of [[api, a], [worker, w]] as const) {
+      for (const [p, e] of [
+        [api, a],
+        [worker, w],
+      ] as const) {
         expect(e.ms).toBeLessThan(WAIT_MS);
         expect(e.signal).toBeNull();
         expect(e.code).toBe(1);

@@ -80,9 +80,9 @@ describe('missing cluster configuration', () => {
       `no Kubernetes configuration: KUBECONFIG names ${join(emptyHome, 'missing.yaml')}, which does not exist`,
     );
     // In-cluster variables without a mounted token are not a configuration either.
-    expect(() => loadKubeConfig({ ...noClusterEnv(), KUBERNETES_SERVICE_HOST: '10.0.0.1', KUBERNETES_SERVICE_PORT: '443' }, { pathPrefix: emptyHome })).toThrow(
-      /^no Kubernetes configuration/,
-    );
+    expect(() =>
+      loadKubeConfig({ ...noClusterEnv(), KUBERNETES_SERVICE_HOST: '10.0.0.1', KUBERNETES_SERVICE_PORT: '443' }, { pathPrefix: emptyHome }),
+    ).toThrow(/^no Kubernetes configuration/);
   });
 
   it('loadKubeConfig finds ~/.kube/config and the in-cluster ServiceAccount', () => {
@@ -105,7 +105,10 @@ describe('missing cluster configuration', () => {
       const sa = join(home, 'sa');
       mkdirSync(join(sa, 'var/run/secrets/kubernetes.io/serviceaccount'), { recursive: true });
       writeFileSync(join(sa, 'var/run/secrets/kubernetes.io/serviceaccount/token'), 'tok');
-      const kc = loadKubeConfig({ HOME: emptyHome, KUBERNETES_SERVICE_HOST: '10.0.0.1', KUBERNETES_SERVICE_PORT: '443' }, { pathPrefix: sa });
+      const kc = loadKubeConfig(
+        { HOME: emptyHome, KUBERNETES_SERVICE_HOST: '10.0.0.1', KUBERNETES_SERVICE_PORT: '443' },
+        { pathPrefix: sa },
+      );
       expect(kc.getCurrentCluster()?.server).toBe('https://10.0.0.1:443');
     } finally {
       rmSync(home, { recursive: true, force: true });
@@ -137,10 +140,22 @@ describe('allow-lists (checked again by the worker)', () => {
     });
     const cases = [
       { name: JOB.restartService, data: { host: 'db-9', service: 'frontend' }, reason: 'host "db-9" is not in the inventory' },
-      { name: JOB.restartService, data: { host: 'web-1', service: 'payments' }, reason: 'service "payments" is not a Deployment of host "web-1" in the inventory' },
+      {
+        name: JOB.restartService,
+        data: { host: 'web-1', service: 'payments' },
+        reason: 'service "payments" is not a Deployment of host "web-1" in the inventory',
+      },
       { name: JOB.restartService, data: { host: '__proto__', service: 'frontend' }, reason: 'host "__proto__" is not in the inventory' },
-      { name: JOB.runDeployPipeline, data: { project: 'group/other', ref: 'refs/heads/main' }, reason: 'project "group/other" is not in the inventory' },
-      { name: JOB.runDeployPipeline, data: { project: 'group/shop', ref: 'refs/heads/evil' }, reason: 'ref "refs/heads/evil" is not allowed for project "group/shop"' },
+      {
+        name: JOB.runDeployPipeline,
+        data: { project: 'group/other', ref: 'refs/heads/main' },
+        reason: 'project "group/other" is not in the inventory',
+      },
+      {
+        name: JOB.runDeployPipeline,
+        data: { project: 'group/shop', ref: 'refs/heads/evil' },
+        reason: 'ref "refs/heads/evil" is not allowed for project "group/shop"',
+      },
     ];
     for (const c of cases) {
       const job = await queue.add(c.name, { ...c.data, ...audit });
@@ -163,7 +178,9 @@ describe('Kubernetes API failures', () => {
     apiServer = createServer((req, res) => {
       seen.push(`${req.method} ${req.url} ${req.headers['content-type'] ?? ''} ${req.headers.authorization ?? ''}`);
       res.writeHead(401, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ kind: 'Status', apiVersion: 'v1', status: 'Failure', message: 'Unauthorized', reason: 'Unauthorized', code: 401 }));
+      res.end(
+        JSON.stringify({ kind: 'Status', apiVersion: 'v1', status: 'Failure', message: 'Unauthorized', reason: 'Unauthorized', code: 401 }),
+      );
     });
     await new Promise<void>((r) => apiServer.listen(0, '127.0.0.1', r));
     apiPort = (apiServer.address() as AddressInfo).port;
@@ -197,7 +214,9 @@ describe('Kubernetes API failures', () => {
     const { state, job: failed } = await waitForFinal(queue, job.id!, 60000);
     expect(state).toBe('failed');
     expect(failed.attemptsMade).toBe(3);
-    expect(failed.failedReason).toMatch(/^Kubernetes API unreachable while trying to create Job shop-deploy\/opsgate-deploy-group-shop-[0-9a-f]{12}: ECONNREFUSED$/);
+    expect(failed.failedReason).toMatch(
+      /^Kubernetes API unreachable while trying to create Job shop-deploy\/opsgate-deploy-group-shop-[0-9a-f]{12}: ECONNREFUSED$/,
+    );
     expect(await metricValue(metrics, 'opsgate_job_retries_total', { name: JOB.runDeployPipeline })).toBe(2);
   }, 90000);
 });

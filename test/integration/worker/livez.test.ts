@@ -17,7 +17,13 @@ beforeAll(async () => {
   const port = await freePort();
   livez = `http://127.0.0.1:${port}/livez`;
   worker = await startWorkerProcess({
-    env: { REDIS_URL: redis.url, METRICS_PORT: String(port), LOG_LEVEL: 'info', KUBECONFIG: '/nonexistent/kubeconfig', WORKER_LIVENESS_MAX_LAG_MS: '1000' },
+    env: {
+      REDIS_URL: redis.url,
+      METRICS_PORT: String(port),
+      LOG_LEVEL: 'info',
+      KUBECONFIG: '/nonexistent/kubeconfig',
+      WORKER_LIVENESS_MAX_LAG_MS: '1000',
+    },
   });
 }, 60_000);
 
@@ -57,7 +63,7 @@ describe('worker GET /livez', () => {
     expect(last.body.redis).toBe('ready');
   });
 
-  it('the worker\'s event loop stalled 2 s (process SIGSTOPped): 503 {detail} naming the lag', async () => {
+  it("the worker's event loop stalled 2 s (process SIGSTOPped): 503 {detail} naming the lag", async () => {
     worker.proc.kill('SIGSTOP');
     let pending: Promise<{ status: number; body: Record<string, unknown> }>;
     try {

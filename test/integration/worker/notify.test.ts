@@ -55,7 +55,11 @@ function endpoint(label: string): { path: string; url: string; secret: string } 
 }
 
 async function start(env: Record<string, string>, logs: LogCollector, metrics = testMetrics()) {
-  handle = await startWorker(workerConfig({ REDIS_URL: redis.url, ...env }), { logger: logs.logger, metrics, inventory: { hosts: {}, projects: {} } });
+  handle = await startWorker(workerConfig({ REDIS_URL: redis.url, ...env }), {
+    logger: logs.logger,
+    metrics,
+    inventory: { hosts: {}, projects: {} },
+  });
   return metrics;
 }
 
@@ -216,7 +220,11 @@ describe('retries, dead-letter and timeout', () => {
     const logs = collectLogs();
     const metrics = await start({ NOTIFY_WEBHOOK_URLS: ep.url, JOB_TIMEOUT_SECONDS: '1', NOTIFY_TIMEOUT_MS: '30000' }, logs);
     const startedAt = Date.now();
-    const job = await queue.add(JOB.notifyOncall, { alertname: 'Slow', annotations: {}, ...audit }, { attempts: 2, backoff: { type: 'fixed', delay: 50 } });
+    const job = await queue.add(
+      JOB.notifyOncall,
+      { alertname: 'Slow', annotations: {}, ...audit },
+      { attempts: 2, backoff: { type: 'fixed', delay: 50 } },
+    );
 
     const { state, job: failed } = await waitForFinal(queue, job.id!);
     expect(state).toBe('failed');
@@ -260,7 +268,8 @@ describe('retries, dead-letter and timeout', () => {
     const logs = collectLogs();
     const metrics = await start({}, logs);
     const ids: string[] = [];
-    for (const name of ['x2', '', 'ops_worker.notify_oncall ', '{evil="1"}']) ids.push((await queue.add(name, { alertname: 'x', annotations: {}, ...audit })).id!);
+    for (const name of ['x2', '', 'ops_worker.notify_oncall ', '{evil="1"}'])
+      ids.push((await queue.add(name, { alertname: 'x', annotations: {}, ...audit })).id!);
     for (const id of ids) expect((await waitForFinal(queue, id)).state).toBe('failed');
     expect(await metricValue(metrics, 'opsgate_jobs_processed_total', { name: 'unknown', outcome: 'dead_lettered' })).toBe(4);
     const text = await metrics.registry.metrics();
@@ -284,7 +293,9 @@ describe('retries, dead-letter and timeout', () => {
     expect(req!.body).not.toMatch(/[<>]/);
     expect(req!.body).not.toMatch(/&(?!amp;|lt;|gt;)/);
     const body = JSON.parse(req!.body) as { text: string; alertname: string; annotations: Record<string, unknown>; fingerprint: string };
-    expect(body.text).toBe(':rotating_light: Alert firing: &lt;!channel&gt; DiskFull &amp; more - &lt;https://evil.example|Click to ack&gt;');
+    expect(body.text).toBe(
+      ':rotating_light: Alert firing: &lt;!channel&gt; DiskFull &amp; more - &lt;https://evil.example|Click to ack&gt;',
+    );
     expect(body.alertname).toBe('&lt;!channel&gt; DiskFull &amp; more');
     expect(body.annotations).toEqual({
       summary: '&lt;https://evil.example|Click to ack&gt;',
@@ -293,6 +304,9 @@ describe('retries, dead-letter and timeout', () => {
     });
     expect(body.fingerprint).toBe('fp&lt;&amp;&gt;');
     // The log keeps the alert as received (it is not chat markup).
-    expect(logs.find('alert notification')[0]).toMatchObject({ alertname: '<!channel> DiskFull & more', summary: '<https://evil.example|Click to ack>' });
+    expect(logs.find('alert notification')[0]).toMatchObject({
+      alertname: '<!channel> DiskFull & more',
+      summary: '<https://evil.example|Click to ack>',
+    });
   });
 });

@@ -43,7 +43,13 @@ afterAll(async () => {
 });
 
 test('a retried notification carries the same X-Opsgate-Delivery header, and the job id in its body', async () => {
-  const job = await queue.add(JOB.notifyOncall, { alertname: 'DiskFull', annotations: { summary: 'disk full' }, fingerprint: 'fp-1', audit_id: 'req-1', requested_by: 'webhook:alerts' });
+  const job = await queue.add(JOB.notifyOncall, {
+    alertname: 'DiskFull',
+    annotations: { summary: 'disk full' },
+    fingerprint: 'fp-1',
+    audit_id: 'req-1',
+    requested_by: 'webhook:alerts',
+  });
   const deadline = Date.now() + 30_000;
   while ((await job.getState()) !== 'completed' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
   expect(await job.getState()).toBe('completed');

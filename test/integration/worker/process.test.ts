@@ -53,13 +53,25 @@ describe('start-up', () => {
     const exit = await p.waitExit();
     expect(exit.code).toBe(1);
     expect(p.stderr.filter((l) => l.trim() !== '')).toEqual(['opsgate-worker: configuration error: REDIS_URL: is required']);
-    expect(p.logs()).toEqual([expect.objectContaining({ level: 'error', component: 'worker', msg: 'configuration error', problems: [{ variable: 'REDIS_URL', problem: 'is required' }] })]);
+    expect(p.logs()).toEqual([
+      expect.objectContaining({
+        level: 'error',
+        component: 'worker',
+        msg: 'configuration error',
+        problems: [{ variable: 'REDIS_URL', problem: 'is required' }],
+      }),
+    ]);
     expect(p.lines).toHaveLength(1);
   });
 
   it('names a bad variable but never prints the (secret-bearing) values around it', async () => {
     const p = spawnNode(WORKER_ENTRY, {
-      env: { HOME: home, REDIS_URL: 'redis://:hunter2-redis-password@127.0.0.1:6390', JOB_ATTEMPTS: 'many', NOTIFY_WEBHOOK_URLS: 'https://hooks.example/T/B/tokentoken' },
+      env: {
+        HOME: home,
+        REDIS_URL: 'redis://:hunter2-redis-password@127.0.0.1:6390',
+        JOB_ATTEMPTS: 'many',
+        NOTIFY_WEBHOOK_URLS: 'https://hooks.example/T/B/tokentoken',
+      },
     });
     procs.push(p);
     const exit = await p.waitExit();
@@ -84,7 +96,9 @@ describe('start-up', () => {
 
   it('while Redis is unreachable it serves /metrics, is not ready, and stops cleanly on SIGTERM', async () => {
     const metricsPort = await freePort();
-    const p = spawnNode(WORKER_ENTRY, { env: await env({ REDIS_URL: `redis://127.0.0.1:${await freePort()}`, METRICS_PORT: String(metricsPort) }) });
+    const p = spawnNode(WORKER_ENTRY, {
+      env: await env({ REDIS_URL: `redis://127.0.0.1:${await freePort()}`, METRICS_PORT: String(metricsPort) }),
+    });
     procs.push(p);
     await p.waitForLog((l) => l.msg === 'metrics listening');
     await p.waitForLog((l) => l.msg === 'redis connection error');
@@ -106,7 +120,11 @@ describe('secret redaction', () => {
     const url = new URL(redis.url);
     const p = await worker({ REDIS_URL: `redis://:${password}@${url.host}`, NOTIFY_WEBHOOK_URLS: receiver.url(path) });
     // An alert whose summary happens to contain both secrets: it is logged (spec), so redaction must catch it.
-    const job = await queue.add(JOB.notifyOncall, { alertname: 'Leaky', annotations: { summary: `pw=${password} url=${receiver.url(path)}` }, ...audit });
+    const job = await queue.add(JOB.notifyOncall, {
+      alertname: 'Leaky',
+      annotations: { summary: `pw=${password} url=${receiver.url(path)}` },
+      ...audit,
+    });
     expect((await waitForFinal(queue, job.id!)).state).toBe('completed');
     const line = await p.waitForLog((l) => l.msg === 'alert notification' && l.job_id === job.id);
     expect(line.summary).toBe(`pw=[REDACTED] url=[REDACTED]`);
@@ -188,7 +206,10 @@ describe('crash recovery', () => {
     const { state } = await waitForFinal(queue, job.id!, 30000);
     expect(state).toBe('completed');
     expect(receiver.requests(path)).toHaveLength(2);
-    await b.waitForLog((l) => l.msg === 'job stalled (its worker stopped renewing the lock); moved back to waiting' && l.job_id === job.id, 5000);
+    await b.waitForLog(
+      (l) => l.msg === 'job stalled (its worker stopped renewing the lock); moved back to waiting' && l.job_id === job.id,
+      5000,
+    );
     await b.waitForLog((l) => l.msg === 'job completed' && l.job_id === job.id, 5000);
     const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
     expect(text).toMatch(/^opsgate_jobs_stalled_total 1$/m);

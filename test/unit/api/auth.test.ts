@@ -52,9 +52,12 @@ describe('requireApiKey', () => {
 describe('requireBearer', () => {
   const metrics = createMetrics('api', 'test', { defaults: false });
   const { app } = appWith(requireBearer('s3cr3t-token', metrics));
-  it.each([['Bearer s3cr3t-token'], ['bearer s3cr3t-token'], ['BEARER    s3cr3t-token'], ['Bearer\ts3cr3t-token']])('%j -> 200', async (h) => {
-    expect((await request(app).post('/x').set('Authorization', h)).status).toBe(200);
-  });
+  it.each([['Bearer s3cr3t-token'], ['bearer s3cr3t-token'], ['BEARER    s3cr3t-token'], ['Bearer\ts3cr3t-token']])(
+    '%j -> 200',
+    async (h) => {
+      expect((await request(app).post('/x').set('Authorization', h)).status).toBe(200);
+    },
+  );
   it.each([
     ['Token s3cr3t-token', 'scheme'],
     ['Bearers s3cr3t-token', 'scheme'],
@@ -100,7 +103,14 @@ describe('requireSignature', () => {
     expect((await request(app).post('/x').set('x-sig', good).send(body)).body.principal).toBe('webhook:test');
     expect((await request(app).post('/x').send(body)).status).toBe(403);
     expect((await request(app).post('/x').set('x-sig', good.slice(7)).send(body)).status).toBe(403);
-    expect((await request(app).post('/x').set('x-sig', good).send(body + ' ')).status).toBe(403);
+    expect(
+      (
+        await request(app)
+          .post('/x')
+          .set('x-sig', good)
+          .send(body + ' ')
+      ).status,
+    ).toBe(403);
     const text = await m.registry.getSingleMetricAsString('opsgate_auth_failures_total');
     for (const r of ['missing', 'malformed', 'mismatch']) expect(text).toContain(`scheme="signature",reason="${r}"`);
   });

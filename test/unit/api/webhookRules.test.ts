@@ -56,7 +56,11 @@ describe('decideScmPush (rules 3-5)', () => {
     expect(status(() => decideScmPush('Push Hook', [1]))).toBe(422);
     expect(status(() => decideScmPush('Push Hook', { ref: 5 }))).toBe(422);
     expect(status(() => decideScmPush('Push Hook', { ref: 'refs/heads/main', checkout_sha: 'x', project: 'p' }))).toBe(422);
-    expect(status(() => decideScmPush('Push Hook', { ref: 'refs/heads/main', checkout_sha: 'x', project: { path_with_namespace: 'p'.repeat(256) } }))).toBe(422);
+    expect(
+      status(() =>
+        decideScmPush('Push Hook', { ref: 'refs/heads/main', checkout_sha: 'x', project: { path_with_namespace: 'p'.repeat(256) } }),
+      ),
+    ).toBe(422);
   });
 });
 
@@ -81,7 +85,15 @@ describe('planAlerts (rules 1-2)', () => {
   });
   it('counts every alert, firing ones, and plans only firing alerts with a fingerprint', () => {
     const plan = planAlerts(
-      { alerts: [{ status: 'firing', fingerprint: 'f' }, { status: 'resolved', fingerprint: 'g' }, { status: 'firing' }, null, { status: 'FIRING', fingerprint: 'h' }] },
+      {
+        alerts: [
+          { status: 'firing', fingerprint: 'f' },
+          { status: 'resolved', fingerprint: 'g' },
+          { status: 'firing' },
+          null,
+          { status: 'FIRING', fingerprint: 'h' },
+        ],
+      },
       'audit',
       'webhook:alerts',
     );

@@ -24,7 +24,12 @@ const nodes: CpuProfile['nodes'] = [
 
 describe('bench/attribution.ts', () => {
   it('charges library and native work to the innermost feature of ours, helpers to their caller', () => {
-    const profile: CpuProfile = { nodes, startTime: 1_000, samples: [5, 11, 11, 3, 8, 9, 10, 2], timeDeltas: [10, 20, 20, 5, 7, 100, 3, 4] };
+    const profile: CpuProfile = {
+      nodes,
+      startTime: 1_000,
+      samples: [5, 11, 11, 3, 8, 9, 10, 2],
+      timeDeltas: [10, 20, 20, 5, 7, 100, 3, 4],
+    };
     const got = Object.fromEntries(attribute(profile));
     expect(got).toEqual({
       'audit line + metrics': 10, // pino's write under observe

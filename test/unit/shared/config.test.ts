@@ -109,7 +109,13 @@ describe('loadApiConfig', () => {
     expect(err.message).not.toContain(SECRET);
   });
   it('secretsOf lists every secret for log redaction', () => {
-    const c = loadApiConfig({ ...base, OPS_BEARER_TOKEN: 'b-token', SCM_WEBHOOK_SECRET: 's-secret', GITHUB_WEBHOOK_SECRET: 'g-secret', ALERTS_WEBHOOK_TOKEN: 'a-token' });
+    const c = loadApiConfig({
+      ...base,
+      OPS_BEARER_TOKEN: 'b-token',
+      SCM_WEBHOOK_SECRET: 's-secret',
+      GITHUB_WEBHOOK_SECRET: 'g-secret',
+      ALERTS_WEBHOOK_TOKEN: 'a-token',
+    });
     expect(secretsOf(c).sort()).toEqual([SECRET, 'a-token', 'b-token', 'g-secret', 's-secret'].sort());
   });
 });
@@ -137,12 +143,16 @@ describe('placeholder secrets, repeated keys, short keys', () => {
   it('the worker refuses a placeholder Redis password or notify URL too', () => {
     const wbase = { REDIS_URL: 'redis://127.0.0.1:6379' };
     expect(refusal(() => loadWorkerConfig({ ...wbase, REDIS_URL: 'redis://:CHANGE-ME-redis-password@r:6379' })).variable).toBe('REDIS_URL');
-    expect(refusal(() => loadWorkerConfig({ ...wbase, NOTIFY_WEBHOOK_URLS: 'https://hooks.example/services/CHANGE-ME' })).variable).toBe('NOTIFY_WEBHOOK_URLS');
+    expect(refusal(() => loadWorkerConfig({ ...wbase, NOTIFY_WEBHOOK_URLS: 'https://hooks.example/services/CHANGE-ME' })).variable).toBe(
+      'NOTIFY_WEBHOOK_URLS',
+    );
     expect(loadWorkerConfig({ ...wbase, REDIS_URL: 'redis://:a-real-password@r:6379' }).REDIS_URL).toContain('a-real-password');
   });
 
   it('a secret that merely contains the word later on is fine', () => {
-    expect(loadApiConfig({ ...base, OPS_BEARER_TOKEN: 'token-that-says-CHANGE-ME-later' }).OPS_BEARER_TOKEN).toBe('token-that-says-CHANGE-ME-later');
+    expect(loadApiConfig({ ...base, OPS_BEARER_TOKEN: 'token-that-says-CHANGE-ME-later' }).OPS_BEARER_TOKEN).toBe(
+      'token-that-says-CHANGE-ME-later',
+    );
   });
 
   it.each([

@@ -52,9 +52,29 @@ describe('logger', () => {
 
   it('keeps the field names the audit contract and dashboards read: level label, ISO time, msg', () => {
     const { logger, records } = collect();
-    logger.info('audit', { audit: true, who: 'key:0123456789ab', method: 'POST', path: '/webhook/scm', body_sha256: 'ab'.repeat(32), status: 202, request_id: 'r-1', skipped: undefined });
+    logger.info('audit', {
+      audit: true,
+      who: 'key:0123456789ab',
+      method: 'POST',
+      path: '/webhook/scm',
+      body_sha256: 'ab'.repeat(32),
+      status: 202,
+      request_id: 'r-1',
+      skipped: undefined,
+    });
     const [r] = records();
-    expect(r).toEqual({ level: 'info', time: expect.any(String), msg: 'audit', audit: true, who: 'key:0123456789ab', method: 'POST', path: '/webhook/scm', body_sha256: 'ab'.repeat(32), status: 202, request_id: 'r-1' });
+    expect(r).toEqual({
+      level: 'info',
+      time: expect.any(String),
+      msg: 'audit',
+      audit: true,
+      who: 'key:0123456789ab',
+      method: 'POST',
+      path: '/webhook/scm',
+      body_sha256: 'ab'.repeat(32),
+      status: 202,
+      request_id: 'r-1',
+    });
     expect(new Date(String(r!.time)).toISOString()).toBe(r!.time);
   });
 

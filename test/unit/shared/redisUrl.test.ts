@@ -7,13 +7,7 @@ import { describe, expect, it } from '@jest/globals';
 import { queuePrefix, taggedKey, seenKey } from '../../../src/shared/keys.js';
 import { loadApiConfig, loadWorkerConfig } from '../../../src/shared/config.js';
 import { ConfigError } from '../../../src/shared/errors.js';
-import {
-  clusterOptions,
-  parseRedisUrl,
-  redisPasswords,
-  sentinelOptions,
-  type ParsedRedisUrl,
-} from '../../../src/shared/redis.js';
+import { clusterOptions, parseRedisUrl, redisPasswords, sentinelOptions, type ParsedRedisUrl } from '../../../src/shared/redis.js';
 
 const SECRET = 'pw-SECRETREDIS-42';
 const base = { OPS_API_KEY_ROLES: 'k-unit-test-key:operator' };
@@ -30,12 +24,18 @@ function refusal(fn: () => unknown): ConfigError {
 
 describe('parseRedisUrl', () => {
   it('redis:// and rediss:// stay one server (ioredis parses them)', () => {
-    expect(parseRedisUrl(`redis://:${SECRET}@127.0.0.1:6380/2`)).toEqual({ topology: 'standalone', url: `redis://:${SECRET}@127.0.0.1:6380/2`, password: SECRET });
+    expect(parseRedisUrl(`redis://:${SECRET}@127.0.0.1:6380/2`)).toEqual({
+      topology: 'standalone',
+      url: `redis://:${SECRET}@127.0.0.1:6380/2`,
+      password: SECRET,
+    });
     expect(parseRedisUrl('rediss://redis.example:6380').topology).toBe('standalone');
   });
 
   it('redis+sentinel://: sentinels (default port 26379), master name, db, passwords', () => {
-    const p = parseRedisUrl(`redis+sentinel://:${encodeURIComponent(SECRET + '@/')}@s1:26380,s2,[::1]:5000/mymaster/3?sentinelPassword=sp%40ss`);
+    const p = parseRedisUrl(
+      `redis+sentinel://:${encodeURIComponent(SECRET + '@/')}@s1:26380,s2,[::1]:5000/mymaster/3?sentinelPassword=sp%40ss`,
+    );
     expect(p).toEqual({
       topology: 'sentinel',
       sentinels: [
@@ -87,7 +87,7 @@ describe('parseRedisUrl', () => {
     expect(queuePrefix('redis+cluster://h:7000')).toBe('{opsgate}');
   });
 
-  it('seen records share the queue\'s hash tag; rate-limit counters have one of their own per address', () => {
+  it("seen records share the queue's hash tag; rate-limit counters have one of their own per address", () => {
     expect(seenKey('scm:a/b:refs/heads/main:1')).toBe('{opsgate}:seen:scm:a/b:refs/heads/main:1');
     expect(taggedKey('opsgate:rl:', '10.0.0.1')).toBe('opsgate:rl:{10.0.0.1}');
   });
@@ -124,7 +124,11 @@ describe('REDIS_URL validation (API and worker)', () => {
   });
 
   it('accepts the three forms', () => {
-    for (const url of ['redis://127.0.0.1:6379', 'redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/opsgate/1', 'redis+cluster://127.0.0.1:7000']) {
+    for (const url of [
+      'redis://127.0.0.1:6379',
+      'redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/opsgate/1',
+      'redis+cluster://127.0.0.1:7000',
+    ]) {
       expect(loadApiConfig({ ...base, REDIS_URL: url }).REDIS_URL).toBe(url);
       expect(loadWorkerConfig({ REDIS_URL: url }).REDIS_URL).toBe(url);
     }
@@ -138,8 +142,12 @@ describe('REDIS_URL validation (API and worker)', () => {
       REDIS_MIN_REPLICAS_ACK: 2,
       REDIS_ACK_TIMEOUT_MS: 300,
     });
-    expect(refusal(() => loadApiConfig({ ...base, REDIS_URL: 'redis://h:1', REDIS_MIN_REPLICAS_ACK: '-1' })).variable).toBe('REDIS_MIN_REPLICAS_ACK');
-    expect(refusal(() => loadApiConfig({ ...base, REDIS_URL: 'redis://h:1', REDIS_ACK_TIMEOUT_MS: '5000' })).message).toBe('REDIS_ACK_TIMEOUT_MS: must be at most 1500 (ms)');
+    expect(refusal(() => loadApiConfig({ ...base, REDIS_URL: 'redis://h:1', REDIS_MIN_REPLICAS_ACK: '-1' })).variable).toBe(
+      'REDIS_MIN_REPLICAS_ACK',
+    );
+    expect(refusal(() => loadApiConfig({ ...base, REDIS_URL: 'redis://h:1', REDIS_ACK_TIMEOUT_MS: '5000' })).message).toBe(
+      'REDIS_ACK_TIMEOUT_MS: must be at most 1500 (ms)',
+    );
   });
 });
 

@@ -115,9 +115,15 @@ describe('rollout status (kubectl rollout status semantics)', () => {
     expect(rolloutState(dep(2, { observedGeneration: 1, updatedReplicas: 2, replicas: 2, availableReplicas: 2 })).done).toBe(false);
   });
   it('waits for updated, then old replicas to go, then availability', () => {
-    expect(rolloutState(dep(3, { observedGeneration: 2, updatedReplicas: 1, replicas: 4, availableReplicas: 3 })).message).toBe('1 of 3 updated replicas are available');
-    expect(rolloutState(dep(3, { observedGeneration: 2, updatedReplicas: 3, replicas: 4, availableReplicas: 3 })).message).toBe('1 old replicas are pending termination');
-    expect(rolloutState(dep(3, { observedGeneration: 2, updatedReplicas: 3, replicas: 3, availableReplicas: 2 })).message).toBe('2 of 3 updated replicas are available');
+    expect(rolloutState(dep(3, { observedGeneration: 2, updatedReplicas: 1, replicas: 4, availableReplicas: 3 })).message).toBe(
+      '1 of 3 updated replicas are available',
+    );
+    expect(rolloutState(dep(3, { observedGeneration: 2, updatedReplicas: 3, replicas: 4, availableReplicas: 3 })).message).toBe(
+      '1 old replicas are pending termination',
+    );
+    expect(rolloutState(dep(3, { observedGeneration: 2, updatedReplicas: 3, replicas: 3, availableReplicas: 2 })).message).toBe(
+      '2 of 3 updated replicas are available',
+    );
   });
   it('is done when all desired replicas are updated and available', () => {
     const s = rolloutState(dep(3, { observedGeneration: 2, updatedReplicas: 3, replicas: 3, availableReplicas: 3 }));
@@ -129,11 +135,18 @@ describe('rollout status (kubectl rollout status semantics)', () => {
     expect(SCALED_TO_ZERO).toMatch(/scaled to 0 replicas: no pod was restarted/);
   });
   it("a paused Deployment's refusal uses kubectl's words", () => {
-    expect(pausedReason('shop', 'checkout')).toBe('deployments.apps "checkout" (namespace shop) can\'t restart paused deployment (run rollout resume first)');
+    expect(pausedReason('shop', 'checkout')).toBe(
+      'deployments.apps "checkout" (namespace shop) can\'t restart paused deployment (run rollout resume first)',
+    );
   });
   it('reports a rollout past its progress deadline as failed', () => {
     const s = rolloutState(
-      dep(2, { observedGeneration: 2, updatedReplicas: 1, replicas: 2, conditions: [{ type: 'Progressing', status: 'False', reason: 'ProgressDeadlineExceeded' }] }),
+      dep(2, {
+        observedGeneration: 2,
+        updatedReplicas: 1,
+        replicas: 2,
+        conditions: [{ type: 'Progressing', status: 'False', reason: 'ProgressDeadlineExceeded' }],
+      }),
     );
     expect(s).toMatchObject({ done: false, failed: true });
   });
@@ -154,7 +167,9 @@ describe('Kubernetes error mapping', () => {
     const mapped = k8sFailure(net, 'x', 'read');
     expect(mapped).not.toBeInstanceOf(UnrecoverableError);
     expect(mapped.message).toBe('Kubernetes API unreachable while trying to read x: ECONNRESET');
-    expect(k8sFailure(new Error('HTTP protocol is not allowed when skipTLSVerify is not set or false'), 'x', 'read')).toBeInstanceOf(UnrecoverableError);
+    expect(k8sFailure(new Error('HTTP protocol is not allowed when skipTLSVerify is not set or false'), 'x', 'read')).toBeInstanceOf(
+      UnrecoverableError,
+    );
   });
   it('restartedAt is RFC 3339 like kubectl writes it', () => {
     expect(rfc3339(new Date('2026-11-23T02:30:05.123Z'))).toBe('2026-11-23T02:30:05Z');
@@ -164,7 +179,9 @@ describe('Kubernetes error mapping', () => {
 describe('Kubernetes Events (worker/events.ts)', () => {
   const base = { requestedBy: 'bearer:0123456789ab', auditId: 'req-1', queueJobId: 'restart-abc' };
   it('the note names the principal key id, the audit id and the job id; bounded to 1 kB', () => {
-    expect(eventNote({ ...base, reason: 'OpsgateRestart' })).toBe('rollout restart requested by bearer:0123456789ab (audit req-1, job restart-abc)');
+    expect(eventNote({ ...base, reason: 'OpsgateRestart' })).toBe(
+      'rollout restart requested by bearer:0123456789ab (audit req-1, job restart-abc)',
+    );
     expect(eventNote({ ...base, reason: 'OpsgateDeploy', detail: 'group/app refs/heads/main' })).toBe(
       'deploy requested by bearer:0123456789ab (audit req-1, job restart-abc): group/app refs/heads/main',
     );
