@@ -1,0 +1,105 @@
+import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { blockScript, docBlocks, docFiles, where, type DocBlock } from '../../helpers/docBlocks.js';
+import { REPO, toolPath } from '../../helpers/cluster.js';
+import { KUBECONFIG, NODE_DIR, helm, kubectl, ok, waitFor } from '../../helpers/nodeSupport.js';
+
+/**
+ * The documented install commands, run as written on the real node: every block that `make test`
+ * runs offline as `helm template` (`doc-test: helm install-as-template`) and every block only a
+ * cluster can run (`doc-test: node`), file by file in document order, with the real helm and
+ * kubectl. Each file starts from a cluster without the release and its namespace; the namespace
+ * the example inventory names exists first, as the docs ask. Blocks run from a directory that
+ * mirrors the repository's top level, so files a block writes stay out of the clone.
+ */
+const RELEASE = 'opsgate';
+const NS = 'opsgate';
+const INVENTORY_NS = 'shop';
+
+const work = mkdtempSync(join(tmpdir(), 'opsgate-doccommands-'));
+for (const entry of readdirSync(REPO)) if (entry !== '.git') symlinkSync(join(REPO, entry), join(work, entry));
+
+function clusterBlocks(): Map<string, DocBlock[]> {
+  const byFile = new Map<string, DocBlock[]>();
+  for (const f of docFiles(REPO)) {
+    const blocks = docBlocks(join(REPO, f))
+      .map((b) => ({ ...b, file: f }))
+      .filter((b) => b.marker === 'node' || (b.marker === 'helm' && b.arg === 'install-as-template'));
+    if (blocks.length > 0) byFile.set(f, blocks);
+  }
+  return byFile;
+}
+
+function runBlock(b: DocBlock): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const home = join(NODE_DIR, 'helm-home');
+  return new Promise((res) => {
+    const p = spawn('bash', ['--norc', '--noprofile', '-euo', 'pipefail', '-c', blockScript(b)], {
+      cwd: work,
+      env: {
+        PATH: `${dirname(toolPath('helm'))}:${dirname(toolPath('kubectl'))}:${process.env.PATH ?? ''}`,
+        HOME: work,
+        KUBECONFIG,
+        HELM_CACHE_HOME: join(home, 'cache'),
+        HELM_CONFIG_HOME: join(home, 'config'),
+        HELM_DATA_HOME: join(home, 'data'),
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      timeout: 300_000,
+      killSignal: 'SIGKILL',
+    });
+    let stdout = '';
+    let stderr = '';
+    p.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    p.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    p.on('close', (code) => res({ code, stdout, stderr }));
+  });
+}
+
+async function removeRelease(): Promise<void> {
+  await helm(['uninstall', RELEASE, '-n', NS, '--wait', '--ignore-not-found']);
+  await kubectl(['delete', 'namespace', NS, '--ignore-not-found', '--wait=true'], undefined, 300_000);
+  await waitFor('namespace gone', async () => (await kubectl(['get', 'namespace', NS])).code !== 0, 240_000);
+}
+
+const files = clusterBlocks();
+
+beforeAll(async () => {
+  await removeRelease();
+  const exists = (await kubectl(['get', 'namespace', INVENTORY_NS])).code === 0;
+  if (!exists) ok(await kubectl(['create', 'namespace', INVENTORY_NS]), `create namespace ${INVENTORY_NS}`);
+}, 600_000);
+
+afterAll(async () => {
+  await removeRelease();
+  rmSync(work, { recursive: true, force: true });
+}, 600_000);
+
+describe('documented install commands on the node', () => {
+  test('the chart README and README.md have install commands to run here', () => {
+    expect([...files.keys()]).toEqual(expect.arrayContaining(['README.md', 'charts/opsgate/README.md']));
+  });
+
+  test.each([...files.keys()])(
+    '%s: every install command runs as written and leaves a deployed release',
+    async (file) => {
+      await removeRelease();
+      for (const b of files.get(file)!) {
+        const r = await runBlock(b);
+        expect({ block: where(b), code: r.code, stderr: r.code === 0 ? '' : r.stderr }).toEqual({ block: where(b), code: 0, stderr: '' });
+        if (/\bhelm (upgrade --install|install)\b/.test(b.code)) {
+          const status = ok(await helm(['status', RELEASE, '-n', NS, '-o', 'json']), `helm status after ${where(b)}`);
+          expect({ block: where(b), status: (JSON.parse(status.stdout) as { info: { status: string } }).info.status }).toEqual({
+            block: where(b),
+            status: 'deployed',
+          });
+          // The next block of the same file installs again: start it from no release.
+          await removeRelease();
+        }
+      }
+    },
+    1_200_000,
+  );
+});
