@@ -1,4 +1,6 @@
-import { readFileSync, readdirSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, readdirSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 /**
@@ -134,6 +136,48 @@ export function docFiles(root: string): string[] {
     .sort()
     .map((f) => `k8s/examples/${f}`);
   return ['README.md', 'charts/opsgate/README.md', 'k8s/README.md', 'worker/README.md', 'monitoring/README.md', ...guides];
+}
+
+/** Every shell block of the documentation (`docFiles`), each with its path relative to `root`. */
+export function allDocBlocks(root: string): DocBlock[] {
+  return docFiles(root).flatMap((f) => docBlocks(join(root, f)).map((b) => ({ ...b, file: f })));
+}
+
+export interface ShellResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * A documented command as a reader runs it: a clean bash (no rc files, `-euo pipefail`) in `cwd` with
+ * only `env`, killed after `timeoutMs`.
+ */
+export function runCleanBash(script: string, cwd: string, env: Record<string, string>, timeoutMs: number): Promise<ShellResult> {
+  return new Promise((res) => {
+    const p = spawn('bash', ['--norc', '--noprofile', '-euo', 'pipefail', '-c', script], {
+      cwd,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      timeout: timeoutMs,
+      killSignal: 'SIGKILL',
+    });
+    let stdout = '';
+    let stderr = '';
+    p.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    p.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    p.on('close', (code) => res({ code, stdout, stderr }));
+  });
+}
+
+/**
+ * A temporary directory whose entries link to the repository's top level, so a block's relative paths
+ * (`charts/opsgate`, `k8s/examples/...`) resolve and the files it writes stay out of the repository.
+ */
+export function mirrorRepo(root: string, prefix: string): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  for (const entry of readdirSync(root)) if (entry !== '.git') symlinkSync(join(root, entry), join(dir, entry));
+  return dir;
 }
 
 /** `file:line` of a block, for failure messages. */

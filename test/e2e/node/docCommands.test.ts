@@ -1,9 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
-import { spawn } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { blockScript, docBlocks, docFiles, where, type DocBlock } from '../../helpers/docBlocks.js';
+import { allDocBlocks, blockScript, mirrorRepo, runCleanBash, where, type DocBlock, type ShellResult } from '../../helpers/docBlocks.js';
 import { REPO, toolPath } from '../../helpers/cluster.js';
 import { KUBECONFIG, NODE_DIR, helm, kubectl, ok, waitFor } from '../../helpers/nodeSupport.js';
 
@@ -19,43 +17,28 @@ const RELEASE = 'opsgate';
 const NS = 'opsgate';
 const INVENTORY_NS = 'shop';
 
-const work = mkdtempSync(join(tmpdir(), 'opsgate-doccommands-'));
-for (const entry of readdirSync(REPO)) if (entry !== '.git') symlinkSync(join(REPO, entry), join(work, entry));
+const work = mirrorRepo(REPO, 'opsgate-doccommands-');
 
 function clusterBlocks(): Map<string, DocBlock[]> {
   const byFile = new Map<string, DocBlock[]>();
-  for (const f of docFiles(REPO)) {
-    const blocks = docBlocks(join(REPO, f))
-      .map((b) => ({ ...b, file: f }))
-      .filter((b) => b.marker === 'node' || (b.marker === 'helm' && b.arg === 'install-as-template'));
-    if (blocks.length > 0) byFile.set(f, blocks);
+  for (const b of allDocBlocks(REPO)) {
+    if (b.marker === 'node' || (b.marker === 'helm' && b.arg === 'install-as-template'))
+      byFile.set(b.file, [...(byFile.get(b.file) ?? []), b]);
   }
   return byFile;
 }
 
-function runBlock(b: DocBlock): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function runBlock(b: DocBlock): Promise<ShellResult> {
   const home = join(NODE_DIR, 'helm-home');
-  return new Promise((res) => {
-    const p = spawn('bash', ['--norc', '--noprofile', '-euo', 'pipefail', '-c', blockScript(b)], {
-      cwd: work,
-      env: {
-        PATH: `${dirname(toolPath('helm'))}:${dirname(toolPath('kubectl'))}:${process.env.PATH ?? ''}`,
-        HOME: work,
-        KUBECONFIG,
-        HELM_CACHE_HOME: join(home, 'cache'),
-        HELM_CONFIG_HOME: join(home, 'config'),
-        HELM_DATA_HOME: join(home, 'data'),
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-      timeout: 300_000,
-      killSignal: 'SIGKILL',
-    });
-    let stdout = '';
-    let stderr = '';
-    p.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    p.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    p.on('close', (code) => res({ code, stdout, stderr }));
-  });
+  const env = {
+    PATH: `${dirname(toolPath('helm'))}:${dirname(toolPath('kubectl'))}:${process.env.PATH ?? ''}`,
+    HOME: work,
+    KUBECONFIG,
+    HELM_CACHE_HOME: join(home, 'cache'),
+    HELM_CONFIG_HOME: join(home, 'config'),
+    HELM_DATA_HOME: join(home, 'data'),
+  };
+  return runCleanBash(blockScript(b), work, env, 300_000);
 }
 
 async function removeRelease(): Promise<void> {

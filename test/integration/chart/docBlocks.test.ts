@@ -1,9 +1,16 @@
 import { afterAll, describe, expect, jest, test } from '@jest/globals';
-import { spawn } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { blockScript, docBlocks, docBlocksOf, docFiles, where, type DocBlock } from '../../helpers/docBlocks.js';
+import { rmSync } from 'node:fs';
+import { dirname } from 'node:path';
+import {
+  allDocBlocks,
+  blockScript,
+  docBlocksOf,
+  mirrorRepo,
+  runCleanBash,
+  where,
+  type DocBlock,
+  type ShellResult,
+} from '../../helpers/docBlocks.js';
 import { KUBE_VERSION, ROOT, helmBin } from '../../helpers/helm.js';
 
 /**
@@ -35,36 +42,24 @@ helm() {
 }
 `;
 
-const work = mkdtempSync(join(tmpdir(), 'opsgate-docblocks-'));
-for (const entry of readdirSync(ROOT)) if (entry !== '.git') symlinkSync(join(ROOT, entry), join(work, entry));
+const work = mirrorRepo(ROOT, 'opsgate-docblocks-');
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
-function runBlock(b: DocBlock): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const script = `${WRAPPER}\n${blockScript(b)}`;
-  return new Promise((res) => {
-    const p = spawn('bash', ['--norc', '--noprofile', '-euo', 'pipefail', '-c', script], {
-      cwd: work,
-      env: {
-        PATH: `${dirname(helmBin())}:${process.env.PATH ?? ''}`,
-        HOME: work,
-        KUBE_VERSION,
-        INSTALL_AS_TEMPLATE: b.arg === 'install-as-template' ? '1' : '0',
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-      timeout: 60_000,
-      killSignal: 'SIGKILL',
-    });
-    let stdout = '';
-    let stderr = '';
-    p.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    p.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    p.on('close', (code) => res({ code, stdout, stderr }));
-  });
+function runBlock(b: DocBlock): Promise<ShellResult> {
+  return runCleanBash(
+    `${WRAPPER}\n${blockScript(b)}`,
+    work,
+    {
+      PATH: `${dirname(helmBin())}:${process.env.PATH ?? ''}`,
+      HOME: work,
+      KUBE_VERSION,
+      INSTALL_AS_TEMPLATE: b.arg === 'install-as-template' ? '1' : '0',
+    },
+    60_000,
+  );
 }
 
-const blocks = docFiles(ROOT)
-  .flatMap((f) => docBlocks(join(ROOT, f)).map((b) => ({ ...b, file: f })))
-  .filter((b) => b.marker === 'helm');
+const blocks = allDocBlocks(ROOT).filter((b) => b.marker === 'helm');
 
 describe('documented helm commands', () => {
   test('there are some (the install commands of README.md and the chart README)', () => {

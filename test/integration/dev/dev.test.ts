@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse as parseYaml } from 'yaml';
-import { blockScript, docBlocks, docFiles, where, type DocBlock } from '../../helpers/docBlocks.js';
+import { allDocBlocks, blockScript, runCleanBash, where, type DocBlock, type ShellResult } from '../../helpers/docBlocks.js';
 import { freePort } from '../../helpers/redis.js';
 
 /**
@@ -46,29 +46,14 @@ async function until<T>(what: string, fn: () => Promise<T | undefined> | T | und
 }
 
 /** Runs a shell snippet as a user would: a clean bash (PATH and HOME only) in `cwd`, after the export line dev.sh printed. */
-function sh(script: string, cwd: string, timeoutMs = 60_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function sh(script: string, cwd: string, timeoutMs = 60_000): Promise<ShellResult> {
   const exportLine = /^\s*(export OPSGATE_URL=.*)$/m.exec(out)![1]!;
-  return new Promise((res) => {
-    const p = spawn('bash', ['--norc', '--noprofile', '-euo', 'pipefail', '-c', `${exportLine}\n${script}`], {
-      cwd,
-      env: { PATH: process.env.PATH ?? '', HOME: cwd },
-      stdio: ['ignore', 'pipe', 'pipe'],
-      timeout: timeoutMs,
-      killSignal: 'SIGKILL',
-    });
-    let stdout = '';
-    let stderr = '';
-    p.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    p.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    p.on('close', (code) => res({ code, stdout, stderr }));
-  });
+  return runCleanBash(`${exportLine}\n${script}`, cwd, { PATH: process.env.PATH ?? '', HOME: cwd }, timeoutMs);
 }
 
 /** Every `doc-test: dev` block of the documentation. */
 function devBlocks(): DocBlock[] {
-  return docFiles(ROOT)
-    .flatMap((f) => docBlocks(join(ROOT, f)).map((b) => ({ ...b, file: f })))
-    .filter((b) => b.marker === 'dev');
+  return allDocBlocks(ROOT).filter((b) => b.marker === 'dev');
 }
 
 /** The labelled dev blocks, by label. */
