@@ -18,20 +18,20 @@ export OPSGATE_TOOLS_CACHE := $(TOOLS_CACHE)
 .PHONY: tools tools-helm tools-k8s tools-etcd tools-coredns tools-prometheus tools-traefik
 tools: tools-helm tools-etcd tools-k8s tools-coredns tools-prometheus tools-traefik ## Build/link helm, etcd, Kubernetes (apiserver, controller-manager, scheduler, kubelet, kube-proxy, kubectl), CoreDNS, Prometheus, Traefik into .tools/bin
 
-tools-helm: ## helm (HELM_VERSION) built from helm.sh/helm/v3 (cold: ~5-17 min on 2 busy cores; cached: instant)
+tools-helm: ## helm (HELM_VERSION) built from helm.sh/helm/v3 (built once per version and machine; cold times: README, Tests)
 	@hack/build-tool.sh helm $(HELM_VERSION)
 
-tools-etcd: ## etcd (ETCD_VERSION) built from go.etcd.io/etcd/server/v3 (cold: ~4 min; cached: instant)
+tools-etcd: ## etcd (ETCD_VERSION) built from go.etcd.io/etcd/server/v3 (built once per version and machine; cold times: README, Tests)
 	@hack/build-tool.sh etcd $(ETCD_VERSION)
 
-tools-k8s: ## kube-apiserver, -controller-manager, -scheduler, kubelet, kube-proxy, kubectl (K8S_VERSION) from k8s.io/kubernetes (cold: 31 min on 2 loaded cores; cached: instant)
+tools-k8s: ## kube-apiserver, -controller-manager, -scheduler, kubelet, kube-proxy, kubectl (K8S_VERSION) from k8s.io/kubernetes (built once per version and machine; cold times: README, Tests)
 	@hack/build-tool.sh k8s $(K8S_VERSION)
 
-tools-coredns: ## CoreDNS (COREDNS_VERSION) for the test node's cluster DNS (cold: 13 min on 2 loaded cores; cached: instant)
+tools-coredns: ## CoreDNS (COREDNS_VERSION), only the plugins the test node uses, for its cluster DNS (built once per version and machine; cold times: README, Tests)
 	@hack/build-tool.sh coredns $(COREDNS_VERSION)
 
-tools-prometheus: ## Prometheus (PROMETHEUS_VERSION) with Kubernetes service discovery for the e2e alert loop (cold: 3.5 min; cached: instant)
+tools-prometheus: ## Prometheus (PROMETHEUS_VERSION) with Kubernetes service discovery for the e2e alert loop (built once per version and machine; cold times: README, Tests)
 	@hack/build-tool.sh prometheus $(PROMETHEUS_VERSION)
 
-tools-traefik: ## Traefik (TRAEFIK_VERSION), the e2e's Ingress controller, from github.com/traefik/traefik/v3 (cold: ~10 min; cached: instant)
+tools-traefik: ## Traefik (TRAEFIK_VERSION), the e2e's Ingress controller, from github.com/traefik/traefik/v3 (built once per version and machine; cold times: README, Tests)
 	@hack/build-tool.sh traefik $(TRAEFIK_VERSION)
