@@ -22,7 +22,7 @@ export interface RoundTripCounter {
  * Counts complete RESP values in a byte stream (RESP2 and the RESP3 types Redis may send).
  * Returns the number completed by `chunk`; keeps partial state between chunks.
  */
-function respCounter(): (chunk: Buffer) => number {
+function respCounter(): { count: (chunk: Buffer) => number; partial: () => boolean } {
   let buf: Buffer = Buffer.alloc(0);
   /** Index after one value starting at `i`, or -1 if incomplete. */
   const skip = (i: number): number => {
@@ -67,19 +67,20 @@ function respCounter(): (chunk: Buffer) => number {
         return next;
     }
   };
-  return (chunk) => {
+  const count = (chunk: Buffer): number => {
     buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
-    let count = 0;
+    let done = 0;
     let at = 0;
     for (;;) {
       const end = skip(at);
       if (end < 0) break;
-      count++;
+      done++;
       at = end;
     }
     buf = buf.subarray(at);
-    return count;
+    return done;
   };
+  return { count, partial: () => buf.length > 0 };
 }
 
 export async function startRoundTripCounter(targetPort: number): Promise<RoundTripCounter> {
@@ -95,16 +96,20 @@ export async function startRoundTripCounter(targetPort: number): Promise<RoundTr
     client.setNoDelay(true);
     upstream.setNoDelay(true);
     client.on('data', (chunk: Buffer) => {
-      const n = sentCount(chunk);
+      // A chunk that completes a command begun in the previous chunk is the rest of one write
+      // (the relay reads a large write in pieces, and Redis may have answered every complete
+      // command of the first pieces before the next is read): the same round trip.
+      const continuing = sentCount.partial();
+      const n = sentCount.count(chunk);
       if (n > 0) {
-        if (outstanding === 0) turns++;
+        if (outstanding === 0 && !continuing) turns++;
         outstanding += n;
         commands += n;
       }
       upstream.write(chunk);
     });
     upstream.on('data', (chunk: Buffer) => {
-      outstanding = Math.max(0, outstanding - replyCount(chunk));
+      outstanding = Math.max(0, outstanding - replyCount.count(chunk));
       client.write(chunk);
     });
     const end = () => {
