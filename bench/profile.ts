@@ -4,7 +4,7 @@
  *
  * One server at a time, each under `node --cpu-prof`, loaded by wrk as `make bench` loads it
  * (bench/wrk.lua, PROFILE_CONNECTIONS (64) connections, PROFILE_MODE unique (default) or dup
- * push events): bare Express, the spec-minimum control, and the API as the chart runs it (its
+ * push events, or alerts: BENCH_ALERTS-alert payloads one at a time): bare Express, the spec-minimum control, and the API as the chart runs it (its
  * heap caps, the images' MALLOC_ARENA_MAX, the rate limiter on with a limit never reached).
  * Only the samples taken during the measured PROFILE_SECONDS (10) count (not start-up or
  * warm-up); each is charged to a feature by bench/attribution.ts. Printed as one table of
@@ -36,7 +36,9 @@ import {
 
 const MODE = process.env.PROFILE_MODE ?? 'unique';
 const SECONDS = Number(process.env.PROFILE_SECONDS ?? 10);
-const CONNECTIONS = Number(process.env.PROFILE_CONNECTIONS ?? 64);
+/** Alert payloads go one at a time (the latency of one payload is what their target is about). */
+const CONNECTIONS = MODE === 'alerts' ? 1 : Number(process.env.PROFILE_CONNECTIONS ?? 64);
+const ALERTS_PER_PAYLOAD = Number(process.env.BENCH_ALERTS ?? 1000);
 const WARMUP = 2;
 
 interface Measured {
@@ -53,7 +55,7 @@ interface Measured {
 const monotonicUs = () => Number(process.hrtime.bigint() / 1000n);
 
 async function main() {
-  if (MODE !== 'unique' && MODE !== 'dup') throw new Error(`PROFILE_MODE must be unique or dup, not ${MODE}`);
+  if (!['unique', 'dup', 'alerts'].includes(MODE)) throw new Error(`PROFILE_MODE must be unique, dup or alerts, not ${MODE}`);
   const load0 = os.loadavg();
   const redis = await startRedis();
   const admin = new Redis(redis.url);
@@ -92,7 +94,12 @@ async function main() {
         [...sv.args, '--cpu-prof', `--cpu-prof-dir=${dir}`],
         join(dir, 'stdout.log'),
       );
-      const env = { BENCH_MODE: MODE, BENCH_PREFIX: `${sv.key}-${Date.now().toString(36)}`, BENCH_TOKEN: sv.token };
+      const env = {
+        BENCH_MODE: MODE,
+        BENCH_PREFIX: `${sv.key}-${Date.now().toString(36)}`,
+        BENCH_TOKEN: sv.token,
+        BENCH_ALERTS: String(ALERTS_PER_PAYLOAD),
+      };
       log(`${sv.key}: warm-up ${WARMUP}s`);
       await runWrk(url, env, CONNECTIONS, WARMUP);
       await admin.flushall();
@@ -129,7 +136,7 @@ async function main() {
   const names = [...new Set(results.flatMap((m) => [...m.features.keys()]))].sort(
     (a, b) => (api.features.get(b) ?? 0) - (api.features.get(a) ?? 0),
   );
-  const head = ['main-thread us per request, by feature', ...results.map((m) => m.label)];
+  const head = [`main-thread us per ${MODE === 'alerts' ? 'payload' : 'request'}, by feature`, ...results.map((m) => m.label)];
   const sum = (m: Measured) => [...m.features.values()].reduce((a, b) => a + b, 0);
   const rows = [
     ...names.map((n) => [n, ...results.map((m) => (m.features.has(n) ? fmt(m.features.get(n)!, 1) : '-'))]),
@@ -142,7 +149,7 @@ async function main() {
     '| ' + cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join(' | ') + ' |';
   const rule = '+' + widths.map((w) => '-'.repeat(w + 2)).join('+') + '+';
   const text = [
-    `opsgate bench-profile, ${new Date().toISOString()}: ${MODE} push events, wrk ${CONNECTIONS} connections, ${SECONDS} s per server under node --cpu-prof`,
+    `opsgate bench-profile, ${new Date().toISOString()}: ${MODE === 'alerts' ? `${fmt(ALERTS_PER_PAYLOAD)}-alert payloads (a request is one payload)` : `${MODE} push events`}, wrk ${CONNECTIONS} connections, ${SECONDS} s per server under node --cpu-prof`,
     rule,
     line(head),
     rule,
