@@ -79,6 +79,21 @@ async function sentinelMaster(i: number): Promise<Record<string, string>> {
   return o;
 }
 
+/** What a failed failover step leaves to read: the API/worker pods' last log lines, the sentinels' view, the API's endpoints. */
+async function diagnostics(): Promise<string> {
+  const out: string[] = [];
+  for (const component of ['api', 'worker']) {
+    for (const p of await releasePods(component)) {
+      const r = await kubectl(['-n', NS, 'logs', p.metadata.name as string, '--tail=40'], undefined, 15_000);
+      out.push(`--- logs ${p.metadata.name as string} (ready ${String(podReady(p))})`, r.stdout.trim());
+    }
+  }
+  for (const i of [1, 2]) out.push(`--- sentinel ${i}: primary pod ${String(await primaryPer(i))}`);
+  const ep = await kubectl(['-n', NS, 'get', 'endpoints', '-o', 'wide'], undefined, 15_000);
+  out.push('--- endpoints', ep.stdout.trim());
+  return out.join('\n');
+}
+
 interface Sent {
   fingerprint: string;
   jobIds: string[];
@@ -91,7 +106,7 @@ describe('charts/opsgate redis.architecture=replication on a real node', () => {
   const alertsHeaders = { 'Content-Type': 'application/json', Authorization: `Bearer ${TOKEN}` };
 
   /** One alert event, sent until it is answered 202 (as Alertmanager does), bounded. */
-  async function send(fingerprint: string, deadline: number): Promise<Sent> {
+  async function send(fingerprint: string, deadline: number, abandoned: () => boolean = () => false): Promise<Sent> {
     const s: Sent = { fingerprint, jobIds: [], attempts: [] };
     const body = JSON.stringify({
       alerts: [{ status: 'firing', fingerprint, labels: { alertname: 'E2eFailover' }, annotations: { summary: fingerprint } }],
@@ -107,7 +122,7 @@ describe('charts/opsgate redis.architecture=replication on a real node', () => {
         status = (e as Error).name;
       }
       s.attempts.push([t0, Date.now(), status]);
-      if (status === '202') return s;
+      if (status === '202' || abandoned()) return s;
       if (Date.now() > deadline) throw new Error(`event ${fingerprint} never answered 202: ${JSON.stringify(s.attempts.slice(-5))}`);
       await new Promise((r) => setTimeout(r, 200));
     }
@@ -209,36 +224,57 @@ describe('charts/opsgate redis.architecture=replication on a real node', () => {
     let stop = false;
     const events: Sent[] = [];
     let n = 0;
+    let abandon = false;
+    const senderErrors: unknown[] = [];
     const senders = Array.from({ length: 4 }, async () => {
-      while (!stop) events.push(await send(`load-${n++}`, Date.now() + RECOVERY_DEADLINE_MS + 30_000));
+      try {
+        while (!stop) events.push(await send(`load-${n++}`, Date.now() + RECOVERY_DEADLINE_MS + 30_000, () => abandon));
+      } catch (err) {
+        senderErrors.push(err);
+      }
     });
-    await waitFor('load running', async () => events.length >= 20, 30_000, 200);
+    // However the steps below end, the senders stop before this test does (a sender still
+    // retrying after a failure would fail whichever test file runs next).
+    const stopSenders = async (giveUp = false) => {
+      stop = true;
+      abandon = giveUp;
+      await Promise.all(senders);
+    };
+    let promoted: { p: number; at: number };
+    let killedAt: number;
+    try {
+      await waitFor('load running', async () => events.length >= 20, 30_000, 200);
 
-    const killedAt = Date.now();
-    ok(await kubectl(['-n', NS, 'delete', 'pod', redisPod(0), '--grace-period=0', '--force']), 'kubectl delete pod (primary)');
-    const promoted = await waitFor(
-      'a surviving sentinel names a new primary',
-      async () => {
-        for (const i of [1, 2]) {
-          const p = await primaryPer(i);
-          if (p !== undefined && p !== 0) return { p, at: Date.now() };
-        }
-        return undefined;
-      },
-      RECOVERY_DEADLINE_MS,
-      250,
-    );
-    // Intake back: a request sent after the promotion answered 202 at the first try; then 5 s more load.
-    await waitFor(
-      'a first-try 202 after the promotion',
-      async () => events.some((e) => e.attempts.length === 1 && e.attempts[0]![0] > promoted.at),
-      RECOVERY_DEADLINE_MS,
-      200,
-    );
-    const moreUntil = Date.now() + 5000;
-    await waitFor('5 s more load', async () => Date.now() > moreUntil, 10_000, 200);
-    stop = true;
-    await Promise.all(senders);
+      killedAt = Date.now();
+      ok(await kubectl(['-n', NS, 'delete', 'pod', redisPod(0), '--grace-period=0', '--force']), 'kubectl delete pod (primary)');
+      promoted = await waitFor(
+        'a surviving sentinel names a new primary',
+        async () => {
+          for (const i of [1, 2]) {
+            const p = await primaryPer(i);
+            if (p !== undefined && p !== 0) return { p, at: Date.now() };
+          }
+          return undefined;
+        },
+        RECOVERY_DEADLINE_MS,
+        250,
+      );
+      // Intake back: a request sent after the promotion answered 202 at the first try; then 5 s more load.
+      await waitFor(
+        'a first-try 202 after the promotion',
+        async () => events.some((e) => e.attempts.length === 1 && e.attempts[0]![0] > promoted.at),
+        RECOVERY_DEADLINE_MS,
+        200,
+      );
+      const moreUntil = Date.now() + 5000;
+      await waitFor('5 s more load', async () => Date.now() > moreUntil, 10_000, 200);
+    } catch (err) {
+      await stopSenders(true);
+      process.stderr.write(`[e2e-ha] failover step failed: ${(err as Error).message}\n${await diagnostics()}\n`);
+      throw err;
+    }
+    await stopSenders();
+    if (senderErrors.length) throw senderErrors[0] as Error;
 
     const answers = events.flatMap((e) => e.attempts).filter((a) => a[0] >= killedAt);
     const failed = answers.filter((a) => a[2] !== '202');
