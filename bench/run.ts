@@ -26,26 +26,36 @@
  */
 import { Queue, Job } from 'bullmq';
 import { Redis } from 'ioredis';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
-import { defaultJobOptions, JOB, QUEUE_NAME } from '../src/shared/jobs.js';
-import { freePort, startRedis, type RedisServer } from '../test/helpers/redis.js';
+import { JOB, QUEUE_NAME } from '../src/shared/jobs.js';
+import { startRedis, type RedisServer } from '../test/helpers/redis.js';
 import { startReplica } from '../test/helpers/redisTopology.js';
 import {
+  addNotifyJobs,
   apiEnv,
+  BENCH_JOB_OPTIONS,
   CHART_HEAP_CAP_MB,
   CHART_SEMI_SPACE_MB,
   chartHeapArgs,
+  countLines,
+  drainedWithin,
   fmt,
+  JOB_COMPLETED,
   log,
   MALLOC_ARENA_MAX,
+  median,
+  notifyData,
+  percentile,
   processCpuMs,
+  redisCpuMs,
   ROOT,
+  rssSampler,
   runWrk,
   SCM_SECRET,
   sleep,
-  spawnNode,
+  startWorkerProcess,
   startServer as startServer_,
   type Proc,
 } from './support.js';
@@ -66,38 +76,6 @@ const SEMI_SPACE_MB = Number(process.env.BENCH_SEMI_SPACE_MB ?? CHART_SEMI_SPACE
 const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 3));
 const WORKER_NODE_ARGS = (process.env.BENCH_WORKER_NODE_ARGS ?? '').split(' ').filter(Boolean);
 
-// ---------------------------------------------------------------- processes
-
-function countLines(file: string, needle?: string): number {
-  let n = 0;
-  for (const line of readFileSync(file, 'utf8').split('\n')) if (line && (!needle || line.includes(needle))) n++;
-  return n;
-}
-
-function rssMb(pid: number): number {
-  try {
-    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return m ? Number(m[1]) / 1024 : NaN;
-  } catch {
-    return NaN;
-  }
-}
-
-function rssSampler(pid: number) {
-  let max = 0;
-  const t = setInterval(() => {
-    const v = rssMb(pid);
-    if (v > max) max = v;
-  }, 100);
-  return {
-    stop: () => {
-      clearInterval(t);
-      const v = rssMb(pid);
-      return Math.max(max, Number.isNaN(v) ? 0 : v);
-    },
-  };
-}
-
 // ---------------------------------------------------------------- HTTP load (wrk)
 
 interface LoadFigures {
@@ -112,18 +90,6 @@ interface LoadFigures {
   redisMsPer1k: number;
   /** The server process's own CPU (user + sys, every thread) per request, in us: what a request costs it, whatever else loads the machine. */
   cpuUsPerReq: number;
-}
-
-/**
- * Redis CPU (user + sys) in ms, from INFO cpu. (INFO commandstats would count a script twice:
- * its EVALSHA and every command it calls are listed with their own usec, so a path made of
- * scripts would look dearer than it is.)
- */
-async function redisCpuMs(r: Redis): Promise<number> {
-  const text = await r.info('cpu');
-  const user = Number(/used_cpu_user:([\d.]+)/.exec(text)?.[1] ?? NaN);
-  const sys = Number(/used_cpu_sys:([\d.]+)/.exec(text)?.[1] ?? NaN);
-  return (user + sys) * 1000;
 }
 
 /** alerts1: the same alert payloads, one at a time (one connection): the latency of one payload. */
@@ -173,12 +139,6 @@ async function load(
   };
 }
 
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-}
-
 /** Median of every figure over the rounds (counts summed, RSS max). */
 function medianFigures(runs: LoadFigures[]): LoadFigures {
   return {
@@ -196,22 +156,6 @@ function medianFigures(runs: LoadFigures[]): LoadFigures {
 
 // ---------------------------------------------------------------- worker
 
-function percentile(sorted: number[], p: number): number {
-  if (sorted.length === 0) return NaN;
-  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-  return sorted[i]!;
-}
-
-function notifyData(i: number) {
-  return {
-    alertname: 'BenchNoop',
-    annotations: { summary: `bench job ${i}` },
-    fingerprint: `bench-${i}`,
-    audit_id: `bench-${i}`,
-    requested_by: 'bench',
-  };
-}
-
 /**
  * The floor under the alert-payload target: BullMQ's own Queue.addBulk of BENCH_ALERTS
  * notify_oncall jobs (one pipeline, the cheapest way BullMQ offers to add that many jobs), with
@@ -222,7 +166,6 @@ async function addBulkFloor(redis: RedisServer, admin: Redis) {
   const conn = new Redis(redis.url, { maxRetriesPerRequest: null });
   const queue = new Queue(QUEUE_NAME, { connection: conn });
   await admin.flushall();
-  const opts = defaultJobOptions({ attempts: 5, backoffMs: 10000 });
   const walls: number[] = [];
   const nodeCpu: number[] = [];
   const redisCpu: number[] = [];
@@ -231,7 +174,7 @@ async function addBulkFloor(redis: RedisServer, admin: Redis) {
       const jobs = Array.from({ length: ALERTS_PER_PAYLOAD }, (_, i) => ({
         name: JOB.notifyOncall,
         data: notifyData(b * ALERTS_PER_PAYLOAD + i),
-        opts,
+        opts: BENCH_JOB_OPTIONS,
       }));
       const r0 = await redisCpuMs(admin);
       const c0 = process.cpuUsage();
@@ -252,81 +195,60 @@ async function addBulkFloor(redis: RedisServer, admin: Redis) {
   return { p50: median(walls), max: Math.max(...walls), nodeCpuMs: median(nodeCpu), redisCpuMs: median(redisCpu), batches: walls.length };
 }
 
-async function workerBench(redis: RedisServer) {
+async function workerBench(redis: RedisServer, procs: Proc[]) {
   const conn = new Redis(redis.url, { maxRetriesPerRequest: null });
   const queue = new Queue(QUEUE_NAME, { connection: conn });
-  await conn.flushall();
-  await queue.pause();
-  const opts = defaultJobOptions({ attempts: 5, backoffMs: 10000 });
-  log(`worker: queueing ${JOBS} notify_oncall jobs (queue paused)`);
-  for (let i = 0; i < JOBS; i += 1000) {
-    const n = Math.min(1000, JOBS - i);
-    await queue.addBulk(Array.from({ length: n }, (_, k) => ({ name: JOB.notifyOncall, data: notifyData(i + k), opts })));
-  }
+  try {
+    await conn.flushall();
+    await queue.pause();
+    log(`worker: queueing ${JOBS} notify_oncall jobs (queue paused)`);
+    await addNotifyJobs(queue, 0, JOBS);
 
-  const env: Record<string, string> = {
-    REDIS_URL: redis.url,
-    METRICS_PORT: String(await freePort()),
-    LOG_LEVEL: 'info',
-    JOB_ATTEMPTS: '5',
-  };
-  if (WORKER_CONCURRENCY) env.WORKER_CONCURRENCY = WORKER_CONCURRENCY;
-  const workerLog = join(ROOT, 'artifacts/bench-worker.log');
-  const worker = spawnNode(join(ROOT, 'dist/worker/index.js'), env, 'worker', { logFile: workerLog, nodeArgs: WORKER_NODE_ARGS });
-  const pending = async () => {
-    const c = await queue.getJobCounts('waiting', 'active', 'delayed', 'prioritized');
-    return Object.values(c).reduce((a, b) => a + (b ?? 0), 0);
-  };
-  const drainedWithin = async (timeoutMs: number) => {
-    const deadline = Date.now() + timeoutMs;
-    while ((await pending()) > 0) {
-      if (Date.now() > deadline) throw new Error(`queue not drained within ${timeoutMs} ms`);
-      await sleep(20);
+    const workerLog = join(ROOT, 'artifacts/bench-worker.log');
+    const worker = await startWorkerProcess(procs, 'worker', redis.url, workerLog, {
+      concurrency: WORKER_CONCURRENCY,
+      nodeArgs: WORKER_NODE_ARGS,
+    });
+    const rss = rssSampler(worker.child.pid!);
+    log('worker: ready; resuming the queue');
+    const t0 = performance.now();
+    await queue.resume();
+    await drainedWithin(queue, 600_000);
+    const drainSeconds = (performance.now() - t0) / 1000;
+    const counts = await queue.getJobCounts('failed', 'wait', 'active', 'delayed');
+
+    log(`worker: enqueue-to-start latency over ${LATENCY_JOBS} paced jobs`);
+    const ids: string[] = [];
+    for (let i = 0; i < LATENCY_JOBS; i++) {
+      const job = await queue.add(JOB.notifyOncall, notifyData(JOBS + i), BENCH_JOB_OPTIONS);
+      ids.push(job.id!);
+      await sleep(2);
     }
-  };
-  const readyBy = Date.now() + 30_000;
-  while (!readFileSync(workerLog, 'utf8').includes('"msg":"worker ready"')) {
-    if (Date.now() > readyBy || worker.child.exitCode !== null) throw new Error('worker not ready in 30 s');
-    await sleep(100);
+    await drainedWithin(queue, 120_000);
+    const workerRss = rss.stop();
+    const lat: number[] = [];
+    for (const id of ids) {
+      const j = await Job.fromId(queue, id);
+      if (j?.processedOn && j.timestamp) lat.push(j.processedOn - j.timestamp);
+    }
+    lat.sort((a, b) => a - b);
+    await worker.stop();
+    const completedLogged = countLines(workerLog, JOB_COMPLETED);
+    return {
+      completedLogged,
+      drainRate: JOBS / drainSeconds,
+      drainSeconds,
+      failed: counts.failed ?? 0,
+      leftover: (counts.wait ?? 0) + (counts.active ?? 0) + (counts.delayed ?? 0),
+      p50: percentile(lat, 50),
+      p99: percentile(lat, 99),
+      latencySamples: lat.length,
+      rssMb: workerRss,
+    };
+  } finally {
+    await queue.close();
+    conn.disconnect();
   }
-  const rss = rssSampler(worker.child.pid!);
-  log('worker: ready; resuming the queue');
-  const t0 = performance.now();
-  await queue.resume();
-  await drainedWithin(600_000);
-  const drainSeconds = (performance.now() - t0) / 1000;
-  const counts = await queue.getJobCounts('failed', 'wait', 'active', 'delayed');
-
-  log(`worker: enqueue-to-start latency over ${LATENCY_JOBS} paced jobs`);
-  const ids: string[] = [];
-  for (let i = 0; i < LATENCY_JOBS; i++) {
-    const job = await queue.add(JOB.notifyOncall, notifyData(JOBS + i), opts);
-    ids.push(job.id!);
-    await sleep(2);
-  }
-  await drainedWithin(120_000);
-  const workerRss = rss.stop();
-  const lat: number[] = [];
-  for (const id of ids) {
-    const j = await Job.fromId(queue, id);
-    if (j?.processedOn && j.timestamp) lat.push(j.processedOn - j.timestamp);
-  }
-  lat.sort((a, b) => a - b);
-  await worker.stop();
-  const completedLogged = countLines(workerLog, '"msg":"job completed"');
-  await queue.close();
-  conn.disconnect();
-  return {
-    completedLogged,
-    drainRate: JOBS / drainSeconds,
-    drainSeconds,
-    failed: counts.failed ?? 0,
-    leftover: (counts.wait ?? 0) + (counts.active ?? 0) + (counts.delayed ?? 0),
-    p50: percentile(lat, 50),
-    p99: percentile(lat, 99),
-    latencySamples: lat.length,
-    rssMb: workerRss,
-  };
 }
 
 // ---------------------------------------------------------------- main
@@ -435,7 +357,7 @@ async function main() {
 
     // 3. worker
     const floor = await addBulkFloor(redis, admin);
-    const w = await workerBench(redis);
+    const w = await workerBench(redis, procs);
     const load1 = os.loadavg();
 
     // ------------------------------------------------------------ table

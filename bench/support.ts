@@ -1,11 +1,15 @@
 /**
- * What `make bench` (bench/run.ts) and `make bench-profile` (bench/profile.ts) share: the repo's
- * root, the chart's and the images' runtime settings, spawning the servers, wrk, CPU readings.
+ * What `make bench` (bench/run.ts), `make bench-scale` (bench/scale.ts) and `make bench-profile`
+ * (bench/profile.ts) share: the repo's root, the chart's and the images' runtime settings, spawning
+ * the servers and the worker, wrk, CPU and memory readings, queueing and draining jobs.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, openSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { defaultJobOptions, JOB } from '../src/shared/jobs.js';
 import { freePort } from '../test/helpers/redis.js';
 
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
@@ -180,4 +184,129 @@ export async function apiEnv(redisUrl: string, rateLimitRps: string, extra: Reco
 /** The API's node flags as the chart runs it (its api.maxOldSpaceSizeMb / api.maxSemiSpaceSizeMb). */
 export function chartHeapArgs(oldMb: number, semiMb: number): string[] {
   return [`--max-old-space-size=${oldMb}`, ...(semiMb ? [`--max-semi-space-size=${semiMb}`] : [])];
+}
+
+export function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
+export function percentile(sorted: number[], p: number): number {
+  if (sorted.length === 0) return NaN;
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[i]!;
+}
+
+export function countLines(file: string, needle?: string): number {
+  let n = 0;
+  for (const line of readFileSync(file, 'utf8').split('\n')) if (line && (!needle || line.includes(needle))) n++;
+  return n;
+}
+
+function rssMb(pid: number): number {
+  try {
+    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) / 1024 : NaN;
+  } catch {
+    return NaN;
+  }
+}
+
+/** A process's RSS sampled from /proc every 100 ms; stop() gives the max, in MB. */
+export function rssSampler(pid: number) {
+  let max = 0;
+  const t = setInterval(() => {
+    const v = rssMb(pid);
+    if (v > max) max = v;
+  }, 100);
+  return {
+    stop: () => {
+      clearInterval(t);
+      const v = rssMb(pid);
+      return Math.max(max, Number.isNaN(v) ? 0 : v);
+    },
+  };
+}
+
+/**
+ * Redis CPU (user + sys) in ms, from INFO cpu. (INFO commandstats would count a script twice:
+ * its EVALSHA and every command it calls are listed with their own usec, so a path made of
+ * scripts would look dearer than it is.)
+ */
+export async function redisCpuMs(r: Redis): Promise<number> {
+  const text = await r.info('cpu');
+  const user = Number(/used_cpu_user:([\d.]+)/.exec(text)?.[1] ?? NaN);
+  const sys = Number(/used_cpu_sys:([\d.]+)/.exec(text)?.[1] ?? NaN);
+  return (user + sys) * 1000;
+}
+
+/** The data of bench job `i`: a notify_oncall job (no NOTIFY_WEBHOOK_URLS: the cheapest real job). */
+export function notifyData(i: number) {
+  return {
+    alertname: 'BenchNoop',
+    annotations: { summary: `bench job ${i}` },
+    fingerprint: `bench-${i}`,
+    audit_id: `bench-${i}`,
+    requested_by: 'bench',
+  };
+}
+
+export const BENCH_JOB_OPTIONS = defaultJobOptions({ attempts: 5, backoffMs: 10000 });
+
+/** Queues `count` notify_oncall jobs (data numbered from `from`) with Queue.addBulk, 1,000 per call. */
+export async function addNotifyJobs(queue: Queue, from: number, count: number): Promise<void> {
+  for (let i = 0; i < count; i += 1000) {
+    const n = Math.min(1000, count - i);
+    await queue.addBulk(
+      Array.from({ length: n }, (_, k) => ({ name: JOB.notifyOncall, data: notifyData(from + i + k), opts: BENCH_JOB_OPTIONS })),
+    );
+  }
+}
+
+/** Jobs not finished yet: waiting, active, delayed, prioritized. */
+export async function pendingJobs(queue: Queue): Promise<number> {
+  const c = await queue.getJobCounts('waiting', 'active', 'delayed', 'prioritized');
+  return Object.values(c).reduce((a, b) => a + (b ?? 0), 0);
+}
+
+export async function drainedWithin(queue: Queue, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while ((await pendingJobs(queue)) > 0) {
+    if (Date.now() > deadline) throw new Error(`queue not drained within ${timeoutMs} ms`);
+    await sleep(20);
+  }
+}
+
+/** The worker's log line once it takes jobs (worker/index.ts READY_MESSAGE). */
+export const WORKER_READY = '"msg":"worker ready"';
+export const JOB_COMPLETED = '"msg":"job completed"';
+
+/**
+ * Starts the built worker (dist/worker/index.js) on `redisUrl`, its stdout to `logFile`, and
+ * resolves once it logs that it is ready (30 s at most); the process is added to `procs` so the
+ * caller stops it, ready or not.
+ */
+export async function startWorkerProcess(
+  procs: Proc[],
+  name: string,
+  redisUrl: string,
+  logFile: string,
+  opts: { concurrency?: string; nodeArgs?: string[] } = {},
+): Promise<Proc> {
+  const env: Record<string, string> = {
+    REDIS_URL: redisUrl,
+    METRICS_PORT: String(await freePort()),
+    LOG_LEVEL: 'info',
+    JOB_ATTEMPTS: '5',
+  };
+  if (opts.concurrency) env.WORKER_CONCURRENCY = opts.concurrency;
+  const worker = spawnNode(join(ROOT, 'dist/worker/index.js'), env, name, { logFile, nodeArgs: opts.nodeArgs });
+  procs.push(worker);
+  const readyBy = Date.now() + 30_000;
+  while (!readFileSync(logFile, 'utf8').includes(WORKER_READY)) {
+    if (Date.now() > readyBy || worker.child.exitCode !== null) throw new Error(`${name} not ready in 30 s`);
+    await sleep(100);
+  }
+  return worker;
 }
