@@ -3,13 +3,19 @@
 # compresses every ratio toward 1). Three servers, the same request stream, BENCH_ROUNDS interleaved
 # rounds, medians: bare Express, the spec-minimum control (bench/specMinimum.ts: SET NX EX + Queue.add,
 # nothing else) and the API as the chart runs it (its heap caps, rate limiter on with a limit never
-# reached); unique push events, duplicates and BENCH_ALERTS-alert payloads; then the worker's drain rate.
+# reached); unique push events, duplicates and BENCH_ALERTS-alert payloads, and in each round BullMQ's
+# Queue.addBulk of the same jobs alone; then the worker's drain rate.
 # Plus the API with REDIS_MIN_REPLICAS_ACK=1 and one local replica (unique and alert payloads): its cost
 # as a ratio to the plain API row.
+# Targets, each a ratio to a figure from the same run (median of the per-round ratios): unique intake
+# >= 0.75 x the control's req/s, duplicates >= 0.85 x; p99 at BENCH_CONNECTIONS <= 1.5 x the control's
+# (unique and duplicates); one alert payload at a time: API p50 <= 1.25 x addBulk's p50, API p99 <= 2 x
+# addBulk's p50; API RSS <= 150 MB under each load with the chart's heap settings; every server answered;
+# worker drain >= 4,000 jobs/s.
 # Knobs (environment): BENCH_DURATION (8 s per run), BENCH_WARMUP (2 s), BENCH_CONNECTIONS (64),
 # BENCH_ALERT_CONNECTIONS (2), BENCH_ALERTS (1000), BENCH_JOBS (20000), BENCH_RATE_LIMIT_RPS (1000000: limiter on,
 # never refusing), BENCH_WORKER_CONCURRENCY (worker default), BENCH_HEAP_CAP_MB / BENCH_SEMI_SPACE_MB (the chart's
-# api values), BENCH_ROUNDS (3), BENCH_STRICT=1 (exit non-zero when an intake target is missed),
+# api values), BENCH_ROUNDS (3), BENCH_STRICT=1 (exit non-zero when a target is missed),
 # BENCH_API_NODE_ARGS / BENCH_WORKER_NODE_ARGS (extra node flags, e.g. "--cpu-prof --cpu-prof-dir=artifacts/prof").
 # Results in artifacts/bench.{txt,json}; process logs in artifacts/bench-{api,worker}.log.
 ##@ Bench
