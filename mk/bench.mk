@@ -41,3 +41,17 @@ bench: deps redis tools-wrk build ## Benchmark intake (bare Express / spec minim
 bench-profile: deps redis tools-wrk build ## CPU per request by feature (API vs control vs bare Express) from V8 CPU profiles
 	node hack/build.mjs bench/tsconfig.json dist/bench
 	node dist/bench/bench/profile.js
+
+# `make bench-scale`: how intake and the worker scale with processes on one Redis, and a deep queue
+# (bench/scale.ts; not in `make test`). Intake (unique pushes, 64 connections in all) with 1, 2 and 4
+# APIs as the chart runs them: one wrk per API at once (wrk drives one host:port), 64/N connections each
+# (at least 8), req/s summed, p99 the max; the worker's drain with 1 and 2 workers; with
+# BENCH_SCALE_WAITING jobs waiting in the paused queue: Redis memory per job, one API's intake against
+# the same API's on an empty queue just before, and one worker draining them.
+# Knobs (environment): BENCH_DURATION (8 s per run), BENCH_WARMUP (2 s), BENCH_JOBS (20000),
+# BENCH_SCALE_APIS ("1,2,4"), BENCH_SCALE_WORKERS ("1,2"), BENCH_SCALE_WAITING (100000); an empty list
+# or 0 skips that part. Results in artifacts/bench-scale.{txt,json}; logs in artifacts/bench-scale-*.log.
+.PHONY: bench-scale
+bench-scale: deps redis tools-wrk build ## Intake with 1/2/4 APIs, drain with 1/2 workers, and the queue at 100k waiting jobs (memory, intake, drain)
+	node hack/build.mjs bench/tsconfig.json dist/bench
+	node dist/bench/bench/scale.js
