@@ -472,7 +472,9 @@ async function main() {
       floorRounds.map((f) => f.p50),
     );
     const heapOverridden = HEAP_CAP_MB !== CHART_HEAP_CAP_MB || SEMI_SPACE_MB !== CHART_SEMI_SPACE_MB;
-    const heap = `heap as the chart sets it: old ${HEAP_CAP_MB} / semi ${SEMI_SPACE_MB} MB${heapOverridden ? ', overridden by BENCH_HEAP_CAP_MB / BENCH_SEMI_SPACE_MB: not the chart values' : ''}`;
+    const heap = heapOverridden
+      ? `heap old ${HEAP_CAP_MB} / semi ${SEMI_SPACE_MB} MB from BENCH_HEAP_CAP_MB / BENCH_SEMI_SPACE_MB, not the chart's ${CHART_HEAP_CAP_MB} / ${CHART_SEMI_SPACE_MB} MB`
+      : `heap as the chart sets it: old ${HEAP_CAP_MB} / semi ${SEMI_SPACE_MB} MB`;
     const rssTarget = (m: Mode, what: string): [string, string, boolean] => {
       const v = fig(`api:${m}`).rssMb;
       return [`API RSS <= 150 MB, ${what} (${heap})`, `${fmt(v)} MB (max over rounds)`, v <= 150];
