@@ -141,6 +141,14 @@ export function redisOptions(profile: RedisProfile): RedisOptions {
     // Reconnect with capped backoff; never give up (the process stays up while Redis restarts).
     retryStrategy: (times) => Math.min(100 * 2 ** Math.min(times, 5), 2000),
     lazyConnect: false,
+    // A server that turned into a replica under an open connection answers every write READONLY,
+    // for as long as the connection lives: a primary demoted by a failover whose +switch-master
+    // this client missed (it was reconnecting), or a restarted old primary the sentinels turned
+    // into a replica. Reconnecting asks the sentinels for the primary again. The request profile
+    // lets the refused command fail (the request answers 503 and its sender retries); the
+    // blocking profile (BullMQ workers) sends it again on the new connection (a refused command
+    // did nothing).
+    reconnectOnError: (err) => (err.message.startsWith('READONLY') ? (profile === 'request' ? 1 : 2) : false),
   };
   if (profile === 'request') {
     return { ...common, enableOfflineQueue: false, maxRetriesPerRequest: 1, commandTimeout: 2000 };
