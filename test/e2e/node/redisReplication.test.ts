@@ -84,7 +84,7 @@ async function diagnostics(): Promise<string> {
   const out: string[] = [];
   for (const component of ['api', 'worker']) {
     for (const p of await releasePods(component)) {
-      const r = await kubectl(['-n', NS, 'logs', p.metadata.name as string, '--tail=40'], undefined, 15_000);
+      const r = await kubectl(['-n', NS, 'logs', p.metadata.name as string, '--tail=60'], undefined, 15_000);
       out.push(`--- logs ${p.metadata.name as string} (ready ${String(podReady(p))})`, r.stdout.trim());
     }
   }
@@ -99,6 +99,8 @@ interface Sent {
   jobIds: string[];
   /** Every answer of this event's attempts: [sent at, answered at, status or error]. */
   attempts: Array<[number, number, string]>;
+  /** The last failed attempt's answer detail or error (for a failure message). */
+  lastDetail?: string;
 }
 
 describe('charts/opsgate redis.architecture=replication on a real node', () => {
@@ -117,13 +119,17 @@ describe('charts/opsgate redis.architecture=replication on a real node', () => {
       try {
         const r = await http('POST', `${api}/webhook/alerts`, { headers: alertsHeaders, body, timeoutMs: 5000 });
         status = String(r.status);
+        if (r.status !== 202) s.lastDetail = String(r.body.detail ?? r.text.slice(0, 200));
         if (r.status === 202) s.jobIds.push(...((r.body.job_ids as string[] | undefined) ?? []));
       } catch (e) {
         status = (e as Error).name;
+        const cause = (e as { cause?: { code?: string; message?: string } }).cause;
+        s.lastDetail = `${(e as Error).message} ${cause?.code ?? cause?.message ?? ''}`;
       }
       s.attempts.push([t0, Date.now(), status]);
       if (status === '202' || abandoned()) return s;
-      if (Date.now() > deadline) throw new Error(`event ${fingerprint} never answered 202: ${JSON.stringify(s.attempts.slice(-5))}`);
+      if (Date.now() > deadline)
+        throw new Error(`event ${fingerprint} never answered 202: ${JSON.stringify(s.attempts.slice(-5))}; last: ${s.lastDetail}`);
       await new Promise((r) => setTimeout(r, 200));
     }
   }
@@ -274,7 +280,12 @@ describe('charts/opsgate redis.architecture=replication on a real node', () => {
       throw err;
     }
     await stopSenders();
-    if (senderErrors.length) throw senderErrors[0] as Error;
+    if (senderErrors.length) {
+      process.stderr.write(
+        `[e2e-ha] ${senderErrors.length} sender(s) failed: ${(senderErrors[0] as Error).message}\n${await diagnostics()}\n`,
+      );
+      throw senderErrors[0] as Error;
+    }
 
     const answers = events.flatMap((e) => e.attempts).filter((a) => a[0] >= killedAt);
     const failed = answers.filter((a) => a[2] !== '202');
