@@ -317,7 +317,12 @@ async function main() {
     const servers: ReadonlyArray<{ key: string; label: string; s: typeof bare; token: string; only?: readonly Mode[] }> = [
       { key: 'bare', label: 'bare Express', s: bare, token: '' },
       { key: 'control', label: 'spec minimum (SET NX + Queue.add)', s: control, token: '' },
-      { key: 'api', label: `opsgate API (chart: old ${HEAP_CAP_MB} / semi ${SEMI_SPACE_MB} MB, rate limit on)`, s: api, token: SCM_SECRET },
+      {
+        key: 'api',
+        label: `opsgate API (${HEAP_CAP_MB === CHART_HEAP_CAP_MB && SEMI_SPACE_MB === CHART_SEMI_SPACE_MB ? 'chart' : 'heap'}: old ${HEAP_CAP_MB} / semi ${SEMI_SPACE_MB} MB, rate limit on)`,
+        s: api,
+        token: SCM_SECRET,
+      },
       {
         key: 'apiAck',
         label: 'opsgate API, REDIS_MIN_REPLICAS_ACK=1 (one local replica)',
