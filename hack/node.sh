@@ -9,7 +9,7 @@
 #   hack/node.sh down    stop everything and restore every side effect (see below); idempotent
 #   hack/node.sh status  is it up?
 #
-# An OCI registry (docker-registry) on 127.0.0.1:35000 is part of the node: what is pushed there is
+# An OCI registry (docker-registry) on 127.0.0.1:25000 is part of the node: what is pushed there is
 # what the kubelet pulls (containerd's registry config), as from any registry.
 #
 # Network (workplace rule: only loopback or addresses the test creates): the script creates the bridge
@@ -34,7 +34,9 @@ DNS_IP=10.96.0.10
 API_PORT=6443
 # The node's OCI registry (Debian's docker-registry, CNCF distribution): loopback only; containerd
 # pulls from it over plain HTTP (hosts.toml below), `make push REGISTRY=$REGISTRY_ADDR/...` fills it.
-REGISTRY_ADDR=127.0.0.1:${OPSGATE_REGISTRY_PORT:-35000}
+# Its port is below Linux's ephemeral range (32768-60999): a port in that range can be held, at the
+# moment the registry binds, by any outgoing connection of the tests that ran before (bind fails).
+REGISTRY_ADDR=127.0.0.1:${OPSGATE_REGISTRY_PORT:-25000}
 NODE_NAME=opsgate-node
 K8S_VERSION=${K8S_VERSION:-v1.35.4}
 PAUSE_IMAGE=localhost/pause:$K8S_VERSION
