@@ -2,16 +2,14 @@ import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { QueueEvents, Worker, UnrecoverableError } from 'bullmq';
 import type { Express } from 'express';
 import request from 'supertest';
+import { credentialId } from '../../../src/shared/crypto.js';
+import { JOB, QUEUE_NAME } from '../../../src/shared/jobs.js';
+import type { OpsQueue } from '../../../src/shared/queue.js';
 import { createApp } from '../../../src/app.js';
 import { createKubeHostStatusProvider } from '../../../src/domain/kubeHostStatus.js';
-import { loadApiConfig } from '../../../src/shared/config.js';
-import { credentialId } from '../../../src/shared/crypto.js';
-import { emptyInventory } from '../../../src/shared/inventory.js';
-import { JOB, QUEUE_NAME } from '../../../src/shared/jobs.js';
 import { createLogger } from '../../../src/shared/logger.js';
 import { createMetrics } from '../../../src/shared/metrics.js';
-import { createOpsQueue, type OpsQueue } from '../../../src/shared/queue.js';
-import { createRedis } from '../../../src/shared/redis.js';
+import { createHarness, type Harness } from '../../helpers/apiHarness.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 
 /**
@@ -28,36 +26,24 @@ describe('Bull Board /admin/queues', () => {
   let redisServer: RedisServer;
   let app: Express;
   let queue: OpsQueue;
-  let redis: ReturnType<typeof createRedis>;
+  let redis: Harness['redis'];
   let worker: Worker;
   let events: QueueEvents;
-  const lines: Record<string, unknown>[] = [];
-  const metrics = createMetrics('api', 'test', { defaults: false });
+  let h: Harness;
   let failUntilFlipped = true;
   let deadJobId = '';
 
   beforeAll(async () => {
     redisServer = await startRedis();
-    const config = loadApiConfig({
-      OPS_API_KEY_ROLES: `${OPERATOR}:operator,${READONLY}:readonly`,
-      REDIS_URL: redisServer.url,
-      RATE_LIMIT_RPS: '0',
-      ADMIN_UI_ENABLED: 'true',
+    h = await createHarness(redisServer.url, {
+      env: {
+        OPS_API_KEY_ROLES: `${OPERATOR}:operator,${READONLY}:readonly`,
+        ADMIN_UI_ENABLED: 'true',
+        JOB_ATTEMPTS: '1',
+        JOB_BACKOFF_MS: '0',
+      },
     });
-    const logger = createLogger({ write: (l) => lines.push(JSON.parse(l) as Record<string, unknown>), secrets: [OPERATOR, READONLY] });
-    redis = createRedis(redisServer.url, 'request');
-    queue = createOpsQueue({ url: redisServer.url, policy: { attempts: 1, backoffMs: 0 }, logger, metrics });
-    // The queue's connection fails fast while not ready (no offline queue): wait for it before enqueueing, as adminWrites.test.ts does.
-    await queue.bull.waitUntilReady();
-    app = createApp({
-      config,
-      redis,
-      queue,
-      inventory: emptyInventory,
-      logger,
-      metrics,
-      hostStatus: createKubeHostStatusProvider(undefined),
-    });
+    ({ app, queue, redis } = h);
 
     // A real BullMQ worker on the same queue: the job fails (unrecoverably -> dead-lettered) until the flag flips.
     worker = new Worker(
@@ -83,8 +69,7 @@ describe('Bull Board /admin/queues', () => {
   afterAll(async () => {
     await worker?.close();
     await events?.close();
-    await queue?.close();
-    redis?.disconnect();
+    await h?.close();
     await redisServer?.destroy();
   });
 
@@ -162,7 +147,7 @@ describe('Bull Board /admin/queues', () => {
     await completed;
     expect(await queue.getJob(deadJobId)).toMatchObject({ state: 'completed' });
 
-    const audit = lines.filter((l) => l.audit === true && l.method === 'PUT');
+    const audit = h.logs().filter((l) => l.audit === true && l.method === 'PUT');
     const ok = audit.filter((l) => l.caller_request_id === 'retry-req-42');
     expect(ok).toHaveLength(1); // exactly one audit line per call
     expect(ok[0]).toMatchObject({
@@ -181,8 +166,8 @@ describe('Bull Board /admin/queues', () => {
       path: `/admin/queues/api/queues/ops/${deadJobId}/retry`,
     });
     // secrets never reach a log line
-    expect(JSON.stringify(lines)).not.toContain(OPERATOR);
-    expect(JSON.stringify(lines)).not.toContain(READONLY);
+    expect(JSON.stringify(h.logs())).not.toContain(OPERATOR);
+    expect(JSON.stringify(h.logs())).not.toContain(READONLY);
   });
 
   test('a cross-site state-changing call riding on Basic credentials is refused (CSRF), same-origin is fine', async () => {
@@ -203,17 +188,11 @@ describe('Bull Board /admin/queues', () => {
   });
 
   test('ADMIN_UI_ENABLED=false: no board at all (404 JSON)', async () => {
-    const config = loadApiConfig({
-      OPS_API_KEY_ROLES: `${OPERATOR}:operator`,
-      REDIS_URL: redisServer.url,
-      RATE_LIMIT_RPS: '0',
-      ADMIN_UI_ENABLED: 'false',
-    });
     const off = createApp({
-      config,
+      config: { ...h.config, ADMIN_UI_ENABLED: false },
       redis,
       queue,
-      inventory: emptyInventory,
+      inventory: h.inventory,
       logger: createLogger({ write: () => {} }),
       metrics: createMetrics('api', 'test', { defaults: false }),
       hostStatus: createKubeHostStatusProvider(undefined),
@@ -226,7 +205,7 @@ describe('Bull Board /admin/queues', () => {
   });
 
   test('auth failures are counted by scheme and reason', async () => {
-    const text = await metrics.registry.metrics();
+    const text = await h.metrics.registry.metrics();
     expect(text).toMatch(/opsgate_auth_failures_total\{scheme="basic",reason="missing"\} [1-9]/);
     expect(text).toMatch(/opsgate_auth_failures_total\{scheme="basic",reason="invalid"\} [1-9]/);
     expect(text).toMatch(/opsgate_auth_failures_total\{scheme="api_key",reason="forbidden_role"\} [1-9]/);

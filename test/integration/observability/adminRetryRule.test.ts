@@ -2,17 +2,11 @@ import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { UnrecoverableError, Worker } from 'bullmq';
 import type { Express } from 'express';
 import request from 'supertest';
-import { createApp } from '../../../src/app.js';
 import { coalesceId } from '../../../src/domain/restart.js';
-import { createKubeHostStatusProvider } from '../../../src/domain/kubeHostStatus.js';
-import { loadApiConfig } from '../../../src/shared/config.js';
-import { emptyInventory } from '../../../src/shared/inventory.js';
 import { JOB, QUEUE_NAME } from '../../../src/shared/jobs.js';
 import { restartedAtKey } from '../../../src/shared/keys.js';
-import { createLogger } from '../../../src/shared/logger.js';
-import { createMetrics } from '../../../src/shared/metrics.js';
-import { createOpsQueue, type OpsQueue } from '../../../src/shared/queue.js';
-import { createRedis } from '../../../src/shared/redis.js';
+import type { OpsQueue } from '../../../src/shared/queue.js';
+import { createHarness, type Harness } from '../../helpers/apiHarness.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 
 /**
@@ -32,8 +26,8 @@ describe('Bull Board retry goes through the API retry rule', () => {
   let redisServer: RedisServer;
   let app: Express;
   let queue: OpsQueue;
-  let redis: ReturnType<typeof createRedis>;
-  const lines: Record<string, unknown>[] = [];
+  let redis: Harness['redis'];
+  let h: Harness;
 
   const restart = (id: string) => queue.enqueue(JOB.restartService, data(id), { jobId: id, deduplication: { id: slot } });
   const state = async (id: string) => (await queue.bull.getJob(id))?.getState();
@@ -41,26 +35,10 @@ describe('Bull Board retry goes through the API retry rule', () => {
 
   beforeAll(async () => {
     redisServer = await startRedis();
-    const config = loadApiConfig({
-      OPS_API_KEY_ROLES: `${OPERATOR}:operator`,
-      REDIS_URL: redisServer.url,
-      RATE_LIMIT_RPS: '0',
-      ADMIN_UI_ENABLED: 'true',
+    h = await createHarness(redisServer.url, {
+      env: { OPS_API_KEY_ROLES: `${OPERATOR}:operator`, ADMIN_UI_ENABLED: 'true', JOB_ATTEMPTS: '1', JOB_BACKOFF_MS: '0' },
     });
-    const logger = createLogger({ write: (l) => lines.push(JSON.parse(l) as Record<string, unknown>), secrets: [OPERATOR] });
-    const metrics = createMetrics('api', 'test', { defaults: false });
-    redis = createRedis(redisServer.url, 'request');
-    queue = createOpsQueue({ url: redisServer.url, policy: { attempts: 1, backoffMs: 0 }, logger, metrics });
-    await queue.bull.waitUntilReady();
-    app = createApp({
-      config,
-      redis,
-      queue,
-      inventory: emptyInventory,
-      logger,
-      metrics,
-      hostStatus: createKubeHostStatusProvider(undefined),
-    });
+    ({ app, queue, redis } = h);
 
     // R1 is dead-lettered by a real worker (which stops before R2 is queued, so R2 stays waiting).
     const worker = new Worker(
@@ -81,8 +59,7 @@ describe('Bull Board retry goes through the API retry rule', () => {
   });
 
   afterAll(async () => {
-    await queue?.close();
-    redis?.disconnect();
+    await h?.close();
     await redisServer?.destroy();
   });
 
@@ -99,7 +76,7 @@ describe('Bull Board retry goes through the API retry rule', () => {
     expect(await state('R1')).toBe('failed');
     expect(await holder()).toBe('R2');
     expect(await redis.get(restartedAtKey('R1'))).not.toBeNull();
-    const audit = lines.filter((l) => l.msg === 'audit' && l.path === board('R1'));
+    const audit = h.logs().filter((l) => l.msg === 'audit' && l.path === board('R1'));
     expect(audit).toHaveLength(1);
     expect(audit[0]).toMatchObject({ status: 409, action: 'retry', job_id: 'R1' });
   });
@@ -115,6 +92,6 @@ describe('Bull Board retry goes through the API retry rule', () => {
     expect(await restart('R3')).toBe('R1');
     // and R1's restartedAt record is dropped, so its next run restarts the Deployment anew
     expect(await redis.get(restartedAtKey('R1'))).toBeNull();
-    expect(lines.some((l) => l.msg === 'dead-lettered job retried' && l.job_id === 'R1')).toBe(true);
+    expect(h.logs().some((l) => l.msg === 'dead-lettered job retried' && l.job_id === 'R1')).toBe(true);
   });
 });

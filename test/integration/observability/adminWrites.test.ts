@@ -2,16 +2,10 @@ import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { UnrecoverableError, Worker } from 'bullmq';
 import type { Express } from 'express';
 import request from 'supertest';
-import { createApp } from '../../../src/app.js';
-import { createKubeHostStatusProvider } from '../../../src/domain/kubeHostStatus.js';
-import { loadApiConfig } from '../../../src/shared/config.js';
 import { credentialId, sha256Hex } from '../../../src/shared/crypto.js';
-import { emptyInventory } from '../../../src/shared/inventory.js';
 import { JOB, QUEUE_NAME } from '../../../src/shared/jobs.js';
-import { createLogger } from '../../../src/shared/logger.js';
-import { createMetrics } from '../../../src/shared/metrics.js';
-import { createOpsQueue, type OpsQueue } from '../../../src/shared/queue.js';
-import { createRedis } from '../../../src/shared/redis.js';
+import type { OpsQueue } from '../../../src/shared/queue.js';
+import { createHarness, type Harness } from '../../helpers/apiHarness.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 
 /**
@@ -27,32 +21,16 @@ describe('Bull Board: only retry/removal of failed jobs', () => {
   let redisServer: RedisServer;
   let app: Express;
   let queue: OpsQueue;
-  let redis: ReturnType<typeof createRedis>;
-  const lines: Record<string, unknown>[] = [];
+  let h: Harness;
   const ids = { failed: '', failed2: '', completed: '', delayed: '', waiting: '' };
   const data = (alertname: string) => ({ alertname, annotations: {}, audit_id: `a-${alertname}`, requested_by: 'webhook:alerts' });
 
   beforeAll(async () => {
     redisServer = await startRedis();
-    const config = loadApiConfig({
-      OPS_API_KEY_ROLES: `${OPERATOR}:operator`,
-      REDIS_URL: redisServer.url,
-      RATE_LIMIT_RPS: '0',
-      ADMIN_UI_ENABLED: 'true',
+    h = await createHarness(redisServer.url, {
+      env: { OPS_API_KEY_ROLES: `${OPERATOR}:operator`, ADMIN_UI_ENABLED: 'true', JOB_ATTEMPTS: '1', JOB_BACKOFF_MS: '0' },
     });
-    const logger = createLogger({ write: (l) => lines.push(JSON.parse(l) as Record<string, unknown>), secrets: [OPERATOR] });
-    const metrics = createMetrics('api', 'test', { defaults: false });
-    redis = createRedis(redisServer.url, 'request');
-    queue = createOpsQueue({ url: redisServer.url, policy: { attempts: 1, backoffMs: 0 }, logger, metrics });
-    app = createApp({
-      config,
-      redis,
-      queue,
-      inventory: emptyInventory,
-      logger,
-      metrics,
-      hostStatus: createKubeHostStatusProvider(undefined),
-    });
+    ({ app, queue } = h);
 
     await queue.bull.waitUntilReady();
     // A real worker makes two dead-lettered jobs and one completed job, then stops.
@@ -80,8 +58,7 @@ describe('Bull Board: only retry/removal of failed jobs', () => {
   });
 
   afterAll(async () => {
-    await queue?.close();
-    redis?.disconnect();
+    await h?.close();
     await redisServer?.destroy();
   });
 
@@ -138,7 +115,7 @@ describe('Bull Board: only retry/removal of failed jobs', () => {
     }
     expect(await snapshot()).toEqual(before);
     // every refusal is an audit line (403) naming the operator key id, never the key
-    const refused = lines.filter((l) => l.audit === true && l.status === 403);
+    const refused = h.logs().filter((l) => l.audit === true && l.status === 403);
     expect(refused).toHaveLength(calls.length);
     for (const l of refused) expect(l.who).toBe(`key:${credentialId(OPERATOR)}`);
   });
@@ -161,7 +138,7 @@ describe('Bull Board: only retry/removal of failed jobs', () => {
       .send(body);
     expect(res.status).toBe(204);
     expect(await (await queue.bull.getJob(ids.failed))!.getState()).toBe('waiting');
-    const audit = lines.filter((l) => l.audit === true && l.action === 'retry' && l.status === 204);
+    const audit = h.logs().filter((l) => l.audit === true && l.action === 'retry' && l.status === 204);
     expect(audit).toHaveLength(1);
     expect(audit[0]).toMatchObject({
       who: `key:${credentialId(OPERATOR)}`,
@@ -179,7 +156,7 @@ describe('Bull Board: only retry/removal of failed jobs', () => {
     const res = await request(app).put(`${base}/api/queues/ops/${ids.failed2}/clean`).set({ 'X-API-Key': OPERATOR });
     expect(res.status).toBe(204);
     expect(await queue.bull.getJob(ids.failed2)).toBeUndefined();
-    const audit = lines.filter((l) => l.audit === true && l.action === 'remove' && l.status === 204);
+    const audit = h.logs().filter((l) => l.audit === true && l.action === 'remove' && l.status === 204);
     expect(audit).toHaveLength(1);
     expect(audit[0]).toMatchObject({
       who: `key:${credentialId(OPERATOR)}`,
@@ -187,6 +164,6 @@ describe('Bull Board: only retry/removal of failed jobs', () => {
       body_sha256: sha256Hex(''),
       status: 204,
     });
-    expect(JSON.stringify(lines)).not.toContain(OPERATOR);
+    expect(JSON.stringify(h.logs())).not.toContain(OPERATOR);
   });
 });
