@@ -2,6 +2,7 @@ import { createHmac } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { REPO, run, toolPath, type RunResult } from './cluster.js';
+import { waitFor as poll } from './waitFor.js';
 
 /**
  * What the end-to-end tests share: the real node started by hack/node.sh (globalSetup), kubectl and
@@ -57,29 +58,9 @@ export async function apply(yaml: string): Promise<void> {
   ok(await kubectl(['apply', '-f', '-'], yaml), 'kubectl apply');
 }
 
-/** Poll fn until it returns a truthy value; throws with the last value/error after timeoutMs. */
-export async function waitFor<T>(
-  what: string,
-  fn: () => Promise<T | undefined | null | false>,
-  timeoutMs: number,
-  intervalMs = 500,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v) return v;
-      last = v;
-    } catch (e) {
-      last = e;
-    }
-    if (Date.now() > deadline)
-      throw new Error(
-        `timed out after ${timeoutMs} ms waiting for ${what}; last: ${last instanceof Error ? last.message : JSON.stringify(last)}`,
-      );
-    await new Promise((r) => setTimeout(r, intervalMs));
-  }
+/** Polls fn until it returns a truthy value (test/helpers/waitFor.ts); throws with the last value/error after timeoutMs. */
+export function waitFor<T>(what: string, fn: () => Promise<T | undefined | null | false>, timeoutMs: number, intervalMs = 500): Promise<T> {
+  return poll(what, async () => (await fn()) || undefined, timeoutMs, intervalMs);
 }
 
 /** http://<ClusterIP>:<port> of a Service (reached through kube-proxy's rules on this host). */

@@ -3,7 +3,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { waitFor as until } from './reliability.js';
+import { waitFor as until } from './waitFor.js';
 import { freePort } from './redis.js';
 
 /**
@@ -75,7 +75,7 @@ function startProc(bin: string, args: string[], port: number): RedisProc {
   };
 }
 
-/** Polls until a value other than undefined/false; bounded (test/helpers/reliability.ts waitFor, one implementation). */
+/** Polls until a value other than undefined/false; bounded (test/helpers/waitFor.ts). */
 export { until };
 
 async function ask<T>(p: RedisProc, fn: (c: Redis) => Promise<T>): Promise<T> {

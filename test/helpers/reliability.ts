@@ -126,28 +126,7 @@ export function shuffle<T>(xs: T[], seed = 42): T[] {
   return xs;
 }
 
-export async function waitFor<T>(
-  what: string,
-  fn: () => Promise<T | undefined | false> | T | undefined | false,
-  timeoutMs = 30_000,
-  everyMs = 100,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v !== undefined && v !== false) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline)
-      throw new Error(
-        `timed out after ${timeoutMs} ms waiting for ${what}${last instanceof Error ? `: ${last.message}` : last ? `: ${JSON.stringify(last)}` : ''}`,
-      );
-    await new Promise((r) => setTimeout(r, everyMs));
-  }
-}
+export { waitFor } from './waitFor.js';
 
 /** A read-side view of the real "ops" queue. */
 export function inspectQueue(redisUrl: string) {
