@@ -27,6 +27,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { QUEUE_NAME } from '../src/shared/jobs.js';
+import { withTimeout } from '../src/shared/timeout.js';
 import { startRedis } from '../test/helpers/redis.js';
 import {
   addNotifyJobs,
@@ -73,20 +74,9 @@ function counts(name: string, fallback: string): number[] {
 const APIS = counts('BENCH_SCALE_APIS', '1,2,4');
 const WORKERS = counts('BENCH_SCALE_WORKERS', '1,2');
 
-/** Waits for `p` at most `ms`: a stop that hangs must not keep the bench (and what it started) from finishing. */
-async function bounded(p: Promise<unknown>, ms: number, what: string): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([
-    p.catch((err: unknown) => log(`${what}: ${err instanceof Error ? err.message : String(err)}`)),
-    new Promise<void>((res) => {
-      timer = setTimeout(() => {
-        log(`${what}: not done within ${ms} ms`);
-        res();
-      }, ms);
-    }),
-  ]);
-  clearTimeout(timer);
-}
+/** Waits for `p` at most `ms`, logging instead of throwing: a stop that hangs must not keep the bench (and what it started) from finishing. */
+const bounded = (p: Promise<unknown>, ms: number, what: string): Promise<unknown> =>
+  withTimeout(p, ms, what).catch((err: unknown) => log(`${what}: ${err instanceof Error ? err.message : String(err)}`));
 
 const stopAll = async (ps: Proc[]) => {
   for (const p of ps) await bounded(p.stop(), 35_000, `stopping pid ${p.child.pid}`);
