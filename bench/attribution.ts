@@ -36,9 +36,9 @@ const OURS: ReadonlyArray<[RegExp, string]> = [
   [/^src\/middleware\/body$/, 'body read, SHA-256, JSON.parse'],
   [/^src\/routes\//, 'route handler + JSON answer'],
   [/^src\/(domain\/(deploy|alerts)|shared\/jobs)$/, 'decide + validate (zod)'],
-  [/^src\/domain\/claim$/, 'claim protocol (claim + mark scripts)'],
-  [/^src\/shared\/queue$/, 'BullMQ add'],
-  // Helpers of several features: charged to their caller (a corked write under the queue's add is the add's,
+  [/^src\/domain\/claim$/, 'intake script call (claim + add)'],
+  [/^src\/shared\/queue$/, 'queue connection: the write, its time bound'],
+  // Helpers of several features: charged to their caller (a corked write under the queue connection's run is its,
   // the body's SHA-256 is the body reader's, the token's the auth's).
   [/^src\/shared\/(redisBatch|crypto|keys|lua|timeout|redisConnection)$/, ''],
   [/^bench\/specMinimum$/, 'control handler (SET NX, Queue.add, answer)'],

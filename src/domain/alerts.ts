@@ -10,14 +10,14 @@ import { alertSeenKey } from '../shared/keys.js';
 /**
  * /webhook/alerts rules 1-4 (Alertmanager payload). Plain values in, counts out.
  *
- * One payload costs two Redis round trips whatever its size: one write of the claims
- * (one script call per 250 fingerprints, the first with the request's rate-limit hit), one write of every add (BullMQ's
- * add script, as addBulk) and mark: src/domain/claim.ts.
+ * One payload costs one script call per 250 fingerprints, each claiming its alerts and adding
+ * their jobs in one step (src/domain/claim.ts): one Redis round trip, two when the payload needs
+ * more than one call (the first carries the request's rate-limit hit and is answered first).
  *
- * Failure handling (the spec is silent): when enqueueing fails, the seen records of the alerts
- * that were not queued are removed and the failure propagates (503 + Retry-After), so
- * Alertmanager retries the whole batch: alerts already queued are then duplicates (not queued
- * twice), the others are queued. No accepted alert is lost.
+ * Failure handling (the spec is silent): an alert is recorded together with its job or not at
+ * all; when a call fails the failure propagates (503 + Retry-After), so Alertmanager retries the
+ * whole batch: alerts already queued are then duplicates (not queued twice), the others are
+ * queued. No accepted alert is lost.
  *
  * Size: more than `maxAlerts` alerts in one payload -> 413, nothing recorded or queued
  * (ALERTS_MAX_PER_REQUEST; Alertmanager's receiver option `max_alerts` keeps it below).
@@ -28,7 +28,7 @@ const MAX_ALERTNAME = 1024;
 
 export interface AlertsDeps {
   redis: Redis;
-  queue: Pick<OpsQueue, 'addClaimed'>;
+  queue: Pick<OpsQueue, 'intake'>;
   logger: Logger;
 }
 
@@ -89,7 +89,7 @@ export function planAlerts(
   return { received: alerts.length, firing, planned };
 }
 
-/** Rule 3: per planned alert, SET NX EX 300 on its fingerprint; when recorded, enqueue notify_oncall (two round trips in all). */
+/** Rule 3: per planned alert, SET NX EX 300 on its fingerprint; when recorded, enqueue notify_oncall (in the same step). */
 export async function submitAlerts(
   deps: AlertsDeps,
   payload: unknown,

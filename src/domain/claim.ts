@@ -1,126 +1,79 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { callScript, corked, defineScript, settle, type Reply } from '../shared/redisBatch.js';
+import { callScript, defineScript, type Reply } from '../shared/redisBatch.js';
 import { loadLua } from '../shared/lua.js';
 import { RATE_HIT_LUA_PIECE, type DeferredRateHit } from '../shared/rateLimit.js';
 import type { JobDataByName, JobName } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
-import { QueueUnavailableError, type ClaimedJob, type OpsQueue } from '../shared/queue.js';
-import { dedupId } from '../shared/keys.js';
-import { ServiceUnavailableError } from '../shared/errors.js';
+import { QueueUnavailableError, type OpsQueue } from '../shared/queue.js';
 
 /**
- * Seen record + enqueue without a window in which a crash loses the event, in two Redis round
- * trips for a new event and one for a duplicate, the rate-limit hit included.
+ * Seen record and job in one atomic step: one Redis round trip for a new event and for a
+ * duplicate, the rate-limit hit included.
  *
  * The spec's flow is "SET seen NX, then enqueue; if enqueueing fails, delete seen" (rules 6-9).
- * An API process killed between the SET and the enqueue (SIGKILL, OOM, node eviction) would leave
- * a seen record with no job: every retry of the sender is then a "duplicate" for 24 h and the
- * event is lost. test/integration/reliability/faults.test.ts reproduces it by killing an API under load.
+ * Done as two steps, an API process killed between the SET and the enqueue (SIGKILL, OOM, node
+ * eviction) leaves a seen record with no job: every retry of the sender is then a "duplicate" for
+ * 24 h and the event is lost. test/integration/reliability/faults.test.ts kills APIs under load.
  *
- * So the record carries the job id the claimant will use, and a state:
- *   "p:<jobId>"  pending: claimed, job not confirmed on the queue yet;
- *   "q:<jobId>"  queued: the job was added.
- * Round trip 1 (one write on the request connection): the request's deferred rate-limit hit
- *   (src/shared/rateLimit.ts) and the claim script, one call per EVENTS_PER_CALL events (SET NX EX on every key of the
- *   event, else the current value; an event may have several keys, e.g. its content key and the
- *   sender's delivery id, claimed atomically together).
- *   - over the rate limit -> our fresh claims are removed, 429;
- *   - "q:<id>" -> duplicate of job <id>: done, one round trip;
- *   - any other value (a record without a job id) -> duplicate;
- *   - claimed, or "p:<id>" (the claimant is still in flight or died) -> round trip 2.
- * Round trip 2 (one write on the queue connection): BullMQ's add script for every job, with
- *   the claimed job id and BullMQ's own deduplication (id = the event, ttl = its window), then the
- *   "mark" script (one call per EVENTS_PER_CALL events) that turns our "p:" into "q:<the id on the queue>" only once the add
- *   has put it there. BullMQ's deduplication key survives the job's completion and its removal by
- *   the retention policy for the whole ttl (test/integration/reliability/claim.test.ts proves it on a real
- *   Redis), so re-adding a "p:" event never makes a second job, even when the first add's reply
- *   was lost or the job is long gone: the add answers the first job's id.
- *   - an add failed -> our "p:" record is removed (rule 9), 503;
- *   - the mark failed -> harmless: a later duplicate finds "p:" and re-adds (a no-op).
- * Job ids are per claim (not per event), so an alert that fires again after its 300 s window
- * gets a new job.
+ * So both run in one script on Redis (src/shared/lua/intake-*.lua), per event: when none of its
+ * keys exists (its content key, and a sender's delivery id, each with its own lifetime), BullMQ's
+ * own add script adds its job (src/shared/queue.ts: stored exactly as Queue#add stores it, for a
+ * plain BullMQ worker and Bull Board) and every key is set to "q:<job id>". Redis runs a script
+ * alone, and replicates its writes together; a command that fails inside it (Redis out of memory)
+ * stops it there, after the events before it were recorded with their jobs and before anything of
+ * the events after it. An event is recorded with its job or not at all. Answers, per event:
+ *   - new: accepted, with its job's id;
+ *   - "q:<id>": a duplicate of job <id>;
+ *   - any other value (a record that names no job): a duplicate.
+ * A call that fails or times out answers 503 (rule 9 holds: no record is left without its job).
+ * After a timeout the outcome is unknown; the sender's retry finds the record with its job (a
+ * duplicate) or nothing (a new claim): never two jobs.
+ *
+ * Rate limit: on one server the request's hit runs first inside the same script, and over the
+ * limit the script takes nothing in (429). On a Redis Cluster the rate-limit key (tagged by
+ * address) and the intake's keys (the {opsgate} slot, src/shared/keys.ts) may live on different
+ * primaries: the hit is its own command there, answered before the intake runs.
+ *
+ * Job ids are per claim (not per event), so an alert that fires again after its 300 s window gets
+ * a new job.
  */
-export const PENDING = 'p:';
 export const QUEUED = 'q:';
 
 /*
- * The three scripts take a batch of events in one call (one command per EVENTS_PER_CALL events,
- * not one per event: on a 1,000-alert payload the per-command cost of ioredis dominated). Every
- * key of a batch shares the {opsgate} hash tag (src/shared/keys.ts), so on a Redis Cluster
- * one call stays in one slot.
+ * One script call per EVENTS_PER_CALL events (not one per event: on a 1,000-alert payload the
+ * per-command cost of ioredis dominated), which also bounds how long one call holds Redis. Every
+ * key of a call shares the {opsgate} hash tag on a Redis Cluster, so one call stays in one slot.
  */
 const EVENTS_PER_CALL = 250;
 
-// The scripts' Lua: src/shared/lua/claim-*.lua (the rated claim runs the rate-limit hit first).
-const CLAIM = 'opsgateSeenClaimBatch';
-const CLAIM_LUA = loadLua('claim-events', 'claim');
-const CLAIM_RATED = 'opsgateSeenClaimBatchRated';
-/** One command for the hit and the claims where both keys live on one server (not a Cluster). */
-const CLAIM_RATED_LUA = loadLua(RATE_HIT_LUA_PIECE, 'claim-events', 'claim-rated');
-const RELEASE = 'opsgateSeenReleaseBatch';
-const RELEASE_LUA = loadLua('claim-release');
-const MARK = 'opsgateSeenMarkBatch';
-const MARK_LUA = loadLua('claim-mark');
-
-/** What the first call of a batch carries in front of the items (CLAIM_RATED's rate-limit hit). */
-interface Head {
-  name: string;
-  keys: string[];
-  args: Array<string | number>;
-}
-
-/** One script call per EVENTS_PER_CALL items: `encode` adds an item's keys and args; answers the calls' promises. */
-function batchedCalls<T>(
-  redis: Redis,
-  name: string,
-  items: readonly T[],
-  encode: (item: T, keys: string[], args: Array<string | number>) => void,
-  head?: Head,
-): Array<Promise<unknown>> {
-  const calls: Array<Promise<unknown>> = [];
-  for (let from = 0; from < items.length; from += EVENTS_PER_CALL) {
-    const first = from === 0 && head;
-    const keys: string[] = first ? [...head.keys] : [];
-    const args: Array<string | number> = first ? [...head.args] : [];
-    for (const item of items.slice(from, from + EVENTS_PER_CALL)) encode(item, keys, args);
-    calls.push(callScript(redis, first ? head.name : name, keys, args));
+const INTAKE = 'opsgateIntake';
+/** The request's rate-limit hit, then the intake, in one command (one server, not a Cluster). */
+const INTAKE_RATED = 'opsgateIntakeRated';
+/** The scripts of a queue: its BullMQ add and templates (OpsQueue.intake.lua), then the intake's own Lua. */
+const scripts = new WeakMap<OpsQueue['intake'], { plain: string; rated: string }>();
+function scriptsOf(intake: OpsQueue['intake']): { plain: string; rated: string } {
+  let s = scripts.get(intake);
+  if (!s) {
+    s = {
+      plain: loadLua({ lua: intake.lua }, 'intake-events', 'intake'),
+      rated: loadLua(RATE_HIT_LUA_PIECE, { lua: intake.lua }, 'intake-events', 'intake-rated'),
+    };
+    scripts.set(intake, s);
   }
-  return calls;
+  return s;
 }
-
-/**
- * The per-item answers of batchedCalls' replies, in item order: a string, or an error (its call
- * failed, or answered nothing for it). `skip`: leading values of the first reply that are not
- * per item (CLAIM_RATED's count and ttl).
- */
-function perItem(replies: ReadonlyArray<Reply>, count: number, skip = 0): Array<string | Error> {
-  const out: Array<string | Error> = [];
-  replies.forEach(([err, value], c) => {
-    const n = Math.min(EVENTS_PER_CALL, count - c * EVENTS_PER_CALL);
-    const values = Array.isArray(value) ? (value as unknown[]).slice(c === 0 ? skip : 0) : [];
-    for (let i = 0; i < n; i++) {
-      const v = values[i];
-      out.push(err ?? (typeof v === 'string' ? v : new Error(`unexpected script reply ${String(v)}`)));
-    }
-  });
-  return out;
-}
-
-function defineScripts(redis: Redis): void {
-  defineScript(redis, CLAIM, CLAIM_LUA);
-  defineScript(redis, CLAIM_RATED, CLAIM_RATED_LUA);
-  defineScript(redis, RELEASE, RELEASE_LUA);
-}
+/** What a rated call answers in front of the events' answers: the rate-limit count and ttl. */
+const RATED_HEAD = 2;
 
 export interface ClaimDeps {
   redis: Redis;
-  queue: Pick<OpsQueue, 'addClaimed'>;
+  queue: Pick<OpsQueue, 'intake'>;
   logger: Logger;
 }
 
 export interface ClaimRequest<N extends JobName = JobName> {
-  /** The event's seen key (spec: 24 h / 300 s), also its BullMQ deduplication id. */
+  /** The event's seen key (spec: 24 h / 300 s). */
   key: string;
   ttlSeconds: number;
   /** More keys of the same event (a sender's delivery id), each with its own lifetime. */
@@ -136,18 +89,14 @@ export interface ClaimOutcome {
   duplicate: boolean;
   /** The job that stands for the event (absent only for a record that names no job). */
   jobId?: string;
-  /** A duplicate that found a pending claim and made sure its job is on the queue. */
-  completedClaim?: boolean;
   /** Accepted: every seen key this claim wrote (the event's key and its delivery keys), e.g. for REDIS_MIN_REPLICAS_ACK's take-back. */
   keys?: string[];
 }
 
 export interface ClaimOptions {
-  /** The request's rate-limit hit, sent in the first round trip. */
+  /** The request's rate-limit hit, sent in the same round trip where Redis is one server. */
   rateHit?: DeferredRateHit;
 }
-
-const redisDown = () => new ServiceUnavailableError('redis unavailable; retry later', 5);
 
 export async function claimAndEnqueue<N extends JobName>(
   deps: ClaimDeps,
@@ -157,148 +106,107 @@ export async function claimAndEnqueue<N extends JobName>(
   return (await claimAndEnqueueMany(deps, [req], opts))[0]!;
 }
 
-/** The claim protocol above for a batch of events (one alert payload): two round trips in all, whatever its size. */
+/** One event's keys and script arguments, and the job it is claimed with. */
+interface Encoded {
+  keys: string[];
+  args: Array<string | number>;
+  jobId: string;
+  name: JobName;
+}
+
+/** The protocol above for a batch of events (one alert payload): one round trip, whatever its size. */
 export async function claimAndEnqueueMany(
   deps: ClaimDeps,
   reqs: readonly ClaimRequest[],
   opts: ClaimOptions = {},
 ): Promise<ClaimOutcome[]> {
-  defineScripts(deps.redis);
-  const keysOf = (r: ClaimRequest) => [r.key, ...(r.alsoKeys ?? []).map((k) => k.key)];
-  const ttlsOf = (r: ClaimRequest) => [r.ttlSeconds, ...(r.alsoKeys ?? []).map((k) => k.ttlSeconds)];
-  const pendings = reqs.map(() => PENDING + randomUUID());
-
-  // Round trip 1: rate limit + every claim, issued together in one write (src/shared/redisBatch.ts).
-  // On one server the hit runs inside the first claim call (CLAIM_RATED). On a Redis Cluster the
-  // rate-limit key (tagged by address) and the seen keys ({opsgate} slot) may sit on different
-  // primaries: the hit is its own command there, sent to its node in the same tick.
+  if (reqs.length === 0) return [];
+  const intake = deps.queue.intake;
   const inline = opts.rateHit && !deps.redis.isCluster ? opts.rateHit.inline() : undefined;
-  const head: Head | undefined = inline && { name: CLAIM_RATED, keys: [inline.key], args: [inline.windowMs, inline.rps] };
-  const [rateDecision, claimReplies] = corked(
-    deps.redis,
-    () =>
-      [
-        inline ? undefined : opts.rateHit?.sendOn(deps.redis),
-        settle(
-          batchedCalls(
-            deps.redis,
-            CLAIM,
-            reqs.map((r, i) => ({ r, i })),
-            ({ r, i }, keys, args) => {
-              const ks = keysOf(r);
-              keys.push(...ks);
-              args.push(ks.length, pendings[i]!, ...ttlsOf(r));
-            },
-            head,
-          ),
-        ),
-      ] as const,
-  );
-  const [separate, replies] = await Promise.all([rateDecision, claimReplies]);
-  let limited = separate;
-  if (inline) {
-    const [err, first] = replies[0]!;
-    limited = inline.decide(err ?? (Array.isArray(first) ? [Number(first[0]), Number(first[1])] : new Error('no rate-limit reply')));
+  if (opts.rateHit && !inline) {
+    const limited = await opts.rateHit.sendOn(deps.redis);
+    if (limited) throw limited;
   }
-  // null: claimed by us; a string: the record found; an Error: the claim's call failed (or, over
-  // the rate limit, was not made).
-  const claimed = perItem(replies, reqs.length, inline ? 2 : 0).map((v) => (v === '' ? null : v));
-  const ours = reqs.map((_, i) => i).filter((i) => claimed[i] === null);
-  const undo = () =>
-    releaseClaims(
-      deps,
-      ours.map((i) => ({ keys: keysOf(reqs[i]!), value: pendings[i]!, what: reqs[i]!.what })),
-    );
-  if (limited || claimed.some((c) => c instanceof Error)) {
-    await undo();
-    throw limited ?? redisDown();
+
+  const events = reqs.map((r): Encoded => {
+    const jobId = randomUUID();
+    const keys = [r.key];
+    const args: Encoded['args'] = [1 + (r.alsoKeys?.length ?? 0), jobId, r.ttlSeconds];
+    for (const k of r.alsoKeys ?? []) {
+      keys.push(k.key);
+      args.push(k.ttlSeconds);
+    }
+    args.push(JSON.stringify(r.data));
+    return { keys, args, jobId, name: r.name };
+  });
+  // One call per EVENTS_PER_CALL events of one job name (a call names its jobs' template).
+  const calls: Encoded[][] = [];
+  for (const e of events) {
+    const last = calls[calls.length - 1];
+    if (last && last.length < EVENTS_PER_CALL && last[0]!.name === e.name) last.push(e);
+    else calls.push([e]);
+  }
+
+  const send = (client: Redis, batch: readonly Encoded[], rated: boolean): Promise<unknown> => {
+    const keys: string[] = rated ? [inline!.key] : [];
+    const args: Encoded['args'] = rated ? [inline!.windowMs, inline!.rps] : [];
+    keys.push(...intake.keys);
+    args.push(Date.now(), batch[0]!.name);
+    for (const e of batch) {
+      keys.push(...e.keys);
+      args.push(...e.args);
+    }
+    defineScript(client, rated ? INTAKE_RATED : INTAKE, scriptsOf(intake)[rated ? 'rated' : 'plain']);
+    return callScript(client, rated ? INTAKE_RATED : INTAKE, keys, args);
+  };
+
+  // Over the rate limit nothing may be taken in: a payload of several calls sends the rest only
+  // once the first (rated) call has answered within the limit.
+  let replies: Reply[];
+  if (inline) {
+    replies = await intake.run((client) => [send(client, calls[0]!, true)]);
+    const [err, first] = replies[0]!;
+    const limited = inline.decide(err ?? (Array.isArray(first) ? [Number(first[0]), Number(first[1])] : new Error('no rate-limit reply')));
+    if (limited) throw limited;
+    if (calls.length > 1) replies = replies.concat(await intake.run((client) => calls.slice(1).map((c) => send(client, c, false))));
+  } else {
+    replies = await intake.run((client) => calls.map((c) => send(client, c, false)));
   }
 
   const outcomes = new Array<ClaimOutcome>(reqs.length);
-  const toAdd: Array<{ i: number; jobId: string; value: string; fresh: boolean }> = [];
-  reqs.forEach((_, i) => {
-    const current = claimed[i] as string | null;
-    if (current === null) toAdd.push({ i, jobId: pendings[i]!.slice(PENDING.length), value: pendings[i]!, fresh: true });
-    else if (current.startsWith(PENDING)) toAdd.push({ i, jobId: current.slice(PENDING.length), value: current, fresh: false });
-    else if (current.startsWith(QUEUED)) outcomes[i] = { accepted: false, duplicate: true, jobId: current.slice(QUEUED.length) };
-    else outcomes[i] = { accepted: false, duplicate: true };
-  });
-  if (toAdd.length === 0) return outcomes;
-
-  // Round trip 2: every add, then every mark.
-  const jobs: ClaimedJob[] = toAdd.map((a) => {
-    const r = reqs[a.i]!;
-    return { name: r.name, data: r.data, jobId: a.jobId, dedupId: dedupId(r.key), ttlMs: r.ttlSeconds * 1000 };
-  });
-  let added;
-  try {
-    added = await deps.queue.addClaimed(jobs, (client, dedupKey) => {
-      defineScript(client, MARK, MARK_LUA);
-      return batchedCalls(
-        client,
-        MARK,
-        toAdd.map((a, n) => ({ a, n })),
-        ({ a, n }, keys, args) => {
-          const ks = keysOf(reqs[a.i]!);
-          keys.push(dedupKey(jobs[n]!.dedupId), ...ks);
-          args.push(ks.length, a.value);
-        },
-      );
+  /** Index of each call's first event. */
+  const starts = calls.map((_, c) => calls.slice(0, c).reduce((n, call) => n + call.length, 0));
+  let failed = 0;
+  replies.forEach(([err, value], c) => {
+    const answers = Array.isArray(value) ? (value as unknown[]).slice(c === 0 && inline ? RATED_HEAD : 0) : [];
+    calls[c]!.forEach((e, j) => {
+      const i = starts[c]! + j;
+      const answer = answers[j];
+      if (err || typeof answer !== 'string') {
+        failed++;
+        return;
+      }
+      if (answer.startsWith('+')) {
+        const id = answer.slice(1);
+        if (id === e.jobId) {
+          intake.counted(reqs[i]!.name);
+          outcomes[i] = { accepted: true, duplicate: false, jobId: id, keys: e.keys };
+        } else {
+          outcomes[i] = { accepted: false, duplicate: true, jobId: id };
+        }
+      } else if (answer.startsWith(QUEUED)) {
+        outcomes[i] = { accepted: false, duplicate: true, jobId: answer.slice(QUEUED.length) };
+      } else {
+        outcomes[i] = { accepted: false, duplicate: true };
+      }
     });
-  } catch (err) {
-    await undo();
-    throw err;
-  }
-  const marks = perItem(added.then, toAdd.length);
-  const failed: number[] = [];
-  toAdd.forEach((a, n) => {
-    const id = added.ids[n]!;
-    if (id instanceof Error) {
-      failed.push(a.i);
-      return;
-    }
-    const mark = marks[n];
-    if (mark === undefined || mark instanceof Error) {
-      // Harmless: a later duplicate finds "p:" and re-adds with the same job id (a no-op).
-      deps.logger.warn('could not mark the seen record as queued', { what: reqs[a.i]!.what, err: mark });
-    }
-    outcomes[a.i] =
-      a.fresh && id === a.jobId
-        ? { accepted: true, duplicate: false, jobId: id, keys: keysOf(reqs[a.i]!) }
-        : { accepted: false, duplicate: true, jobId: id, ...(a.fresh ? {} : { completedClaim: true }) };
   });
-  if (failed.length > 0) {
-    // Rule 9: remove our own pending records of the events whose add failed, then propagate (503).
-    await releaseClaims(
-      deps,
-      failed.filter((i) => claimed[i] === null).map((i) => ({ keys: keysOf(reqs[i]!), value: pendings[i]!, what: reqs[i]!.what })),
-    );
-    deps.logger.warn('enqueue failed for part of an intake batch; the sender will retry', { failed: failed.length, of: reqs.length });
-    throw new QueueUnavailableError('submit');
+  if (failed > 0) {
+    // The events taken in before the failure stay (each with its job); the sender's retry finds
+    // them as duplicates and takes in the rest.
+    const err = replies.find(([e]) => e)?.[0];
+    deps.logger.warn('intake failed for part of a batch; the sender will retry', { failed, of: reqs.length, err });
+    throw new QueueUnavailableError('submit', true);
   }
   return outcomes;
-}
-
-/** Rule 9: remove our own pending records (one round trip); a few quick tries, and a loud log if they stay. */
-async function releaseClaims(deps: ClaimDeps, claims: ReadonlyArray<{ keys: string[]; value: string; what: string }>): Promise<void> {
-  if (claims.length === 0) return;
-  for (let attempt = 1; attempt <= 3; attempt++) {
-    try {
-      const out = await settle(
-        corked(deps.redis, () =>
-          batchedCalls(deps.redis, RELEASE, claims, (c, keys, args) => {
-            keys.push(...c.keys);
-            args.push(c.keys.length, c.value);
-          }),
-        ),
-      );
-      if (out.every(([err]) => !err)) return;
-    } catch {
-      // retried below
-    }
-    await new Promise((r) => setTimeout(r, 50 * attempt));
-  }
-  deps.logger.error('could not remove the seen record after a failed enqueue; a retry will complete the pending claim', {
-    what: claims.map((c) => c.what).slice(0, 10),
-  });
 }

@@ -120,7 +120,7 @@ export function decideGithubPush(eventHeader: string | undefined, payload: unkno
 
 export interface DeployDeps {
   redis: Redis;
-  queue: Pick<OpsQueue, 'addClaimed'>;
+  queue: Pick<OpsQueue, 'intake'>;
   logger: Logger;
 }
 

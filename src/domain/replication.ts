@@ -12,22 +12,21 @@ import { callScript, defineScript } from '../shared/redisBatch.js';
  * Redis replicates asynchronously: a primary that dies right after a write may take the seen
  * record and the job with it, although the API already answered 202. With N > 0, each route
  * calls `confirm` once, after its writes and before its success answer. It sends Redis `WAIT N
- * REDIS_ACK_TIMEOUT_MS` on the two connections that wrote (the request connection: seen records;
- * the queue's connection: jobs; on a Cluster, on every primary of each). WAIT returns once N
- * replicas acknowledged every write that connection made so far, so a success answer means the
- * record and the job are on N replicas and survive a failover to any of them.
+ * REDIS_ACK_TIMEOUT_MS` on the two connections that write (the queue's connection: jobs, with the
+ * intake's seen records written in the same script; the request connection: a restart's
+ * Idempotency-Key record; on a Cluster, on every primary of each). WAIT returns once N replicas
+ * acknowledged every write that connection made so far, so a success answer means the record and
+ * the job are on N replicas and survive a failover to any of them.
  *
  * When fewer than N acknowledge in time (or the primary is gone), the answer is 503 with
  * Retry-After, and what this request wrote is taken back, as spec rule 9 says for a failed
- * enqueue: each job no worker has taken yet is removed (BullMQ's removal also deletes the event's
- * deduplication key when it names that job, src/domain/claim.ts), then each record that still
- * names that job is deleted: the claim's seen and delivery keys ("p:<id>" or "q:<id>") and a
+ * enqueue: each job no worker has taken yet is removed, then each record that still names that
+ * job is deleted: the intake's seen and delivery keys ("q:<id>", src/domain/claim.ts) and a
  * restart's Idempotency-Key answer (JSON with job_id <id>). The sender's retry is then delivered
  * again and makes one job. A job a worker already took stays, and so do its records: the retry
  * is a duplicate. When the primary is gone, taking back fails too; after the failover the retry
- * then finds whatever was replicated: nothing (a new claim), a pending record (the claim
- * protocol re-adds the job under the same id, BullMQ's deduplication answers it if it is there)
- * or the queued record with its job (a duplicate). Never two jobs.
+ * then finds whatever was replicated: nothing (a new claim) or the record with its job (a
+ * duplicate; a replica receives a script's writes together). Never two jobs.
  *
  * Bounded: the step between the writes and the answer takes at most REDIS_ACK_TIMEOUT_MS +
  * CONFIRM_SLACK_MS (the WAITs, cut there even when the primary does not answer them: frozen, or

@@ -36,7 +36,7 @@ export interface WebhookDeps {
     | 'BODY_LIMIT'
   >;
   redis: Redis;
-  queue: Pick<OpsQueue, 'addClaimed'>;
+  queue: Pick<OpsQueue, 'intake'>;
   logger: Logger;
   metrics: Pick<Metrics, 'authFailures' | 'webhookEvents'>;
   /** REDIS_MIN_REPLICAS_ACK (src/domain/replication.ts); absent = off. */

@@ -10,12 +10,9 @@ import { redisTopology } from './redis.js';
  * tag: only the part inside them picks the slot.
  *
  * - Seen and delivery records live in the slot of SLOT_TAG, the same slot as the queue's keys on
- *   a cluster (queue prefix "{opsgate}"), so BullMQ's deduplication key of the event too. A claim
- *   and its job are then always on the same primary: an enqueue that fails because that primary
- *   died cannot be followed by a successful removal of the record on another, still healthy shard
- *   while the job itself survives on the promoted replica, which would let the retry make a second
- *   job. It also lets the mark script (src/domain/claim.ts) touch the seen records and BullMQ's
- *   deduplication key together.
+ *   a cluster (queue prefix "{opsgate}"). The intake's script (src/domain/claim.ts) writes an
+ *   event's records and its job together, which a script can do only within one slot; and a claim
+ *   and its job are then always on the same primary, so no failover can keep one without the other.
  * - Rate-limit counters are tagged by address: one key per script, spread over the cluster.
  */
 
@@ -47,8 +44,6 @@ export const seenKey = (id: string): string => SEEN_PREFIX + id;
 export const alertSeenKey = (fingerprint: string): string => seenKey(`alert:${fingerprint}`);
 /** A sender's own delivery id (X-GitHub-Delivery, X-Gitlab-Event-UUID, Idempotency-Key). */
 export const deliveryKey = (source: string, deliveryId: string): string => seenKey(`delivery:${source}:${deliveryId}`);
-/** BullMQ's deduplication id of an event (its key is `<queue prefix>:<queue>:de:<id>`, set by the add script). */
-export const dedupId = (eventKey: string): string => (eventKey.startsWith(SEEN_PREFIX) ? eventKey.slice(SEEN_PREFIX.length) : eventKey);
 
 export const RATE_LIMIT_PREFIX = `${KEY_PREFIX}rl:`;
 /** A client address's rate-limit counter (`address` as src/shared/rateLimit.ts addressKey makes it). */

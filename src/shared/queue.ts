@@ -1,7 +1,9 @@
+import { createRequire } from 'node:module';
 import { Job, Queue, type JobsOptions } from 'bullmq';
+import { Packr } from 'msgpackr';
 import { ReplyError, type Redis } from 'ioredis';
 import { QueueUnavailableError, UnprocessableError, type QueueOperation } from './errors.js';
-import { JOB, QUEUE_NAME, defaultJobOptions, jobDataSchemas, type JobDataByName, type JobName, type JobPolicy } from './jobs.js';
+import { JOB, JOB_NAMES, QUEUE_NAME, defaultJobOptions, jobDataSchemas, type JobDataByName, type JobName, type JobPolicy } from './jobs.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
 import { loadLua } from './lua.js';
@@ -49,22 +51,30 @@ export type RetryOutcome =
   | { outcome: 'not_failed'; state: string }
   | { outcome: 'busy'; holder: string };
 
-/** One job of an intake batch (src/domain/claim.ts): its id is chosen by the claim. */
-export interface ClaimedJob {
-  name: JobName;
-  data: JobDataByName[JobName];
-  jobId: string;
-  /** BullMQ deduplication: while `ttlMs` lasts, an add with this id is a no-op answering the first job's id. */
-  dedupId: string;
-  ttlMs: number;
-}
+/**
+ * BullMQ's own script for adding a standard job (no delay, priority or parent), from the BullMQ
+ * this process runs, so the intake's jobs are stored exactly as Queue#add stores them: a plain
+ * BullMQ worker takes them and Bull Board shows them.
+ */
+const BULL_ADD_SCRIPT = (
+  createRequire(import.meta.url)('bullmq/dist/cjs/scripts/addStandardJob-9.js') as {
+    addStandardJob: { name: string; content: string; keys: number };
+  }
+).addStandardJob;
 
-export interface ClaimedAddResult {
-  /** Per job, in order: the id of the job that stands for it on the queue, or the error of its add. */
-  ids: Array<string | Error>;
-  /** The replies of the commands `then` sent, in order. */
-  then: Reply[];
-}
+/**
+ * That script as a Lua function `bull_add(KEYS, ARGV)` for a script of ours to call (its KEYS and
+ * ARGV become the function's parameters): answers the job's id (an existing job's id when a job
+ * with that id exists), or a negative BullMQ error code.
+ */
+const BULL_ADD_LUA = `local function bull_add(KEYS, ARGV)\n${BULL_ADD_SCRIPT.content}\nend`;
+
+// BullMQ's msgpack settings for the add script's arguments (its redis-queue-backend).
+const unpack = (b: Buffer): unknown => new Packr({ useRecords: false, encodeUndefinedAsNil: true }).unpack(b);
+const TEMPLATE_ID = 'opsgate-template';
+/** A Lua string literal of any bytes (decimal escapes). */
+const luaString = (v: string | Buffer): string =>
+  `"${Array.from(typeof v === 'string' ? Buffer.from(v) : v, (b) => `\\${String(b).padStart(3, '0')}`).join('')}"`;
 
 export interface OpsQueue {
   /**
@@ -74,15 +84,24 @@ export interface OpsQueue {
    */
   enqueue<N extends JobName>(name: N, data: JobDataByName[N], opts?: Pick<JobsOptions, 'jobId' | 'deduplication'>): Promise<string>;
   /**
-   * Adds every job in ONE Redis round trip (BullMQ's add script per job, as addBulk does),
-   * followed in the same write by the commands `then` sends on the queue's connection (the
-   * claim's "mark queued"; it returns their reply promises). The jobs' data must already be
-   * validated against their schemas. A round trip that fails or times out throws 503.
+   * The intake's job creation (src/domain/claim.ts), which adds jobs from inside its own claim
+   * script so that a seen record and its job are written in one atomic step.
+   * - `lua`: a Lua piece for that script (src/shared/lua/intake-events.lua): `bull_add(KEYS,
+   *   ARGV)`, BullMQ's own add script as a function, and `bull_templates[name]`, per job name the
+   *   packed argument list and packed options of BullMQ's own encoding of an add (Queue#add's,
+   *   with the queue's default options), in which the script sets each job's id, timestamp and data.
+   * - `keys`: the add script's KEYS (the same for every job of the queue).
+   * - `run`: issues commands on the queue's connection in one write (src/shared/redisBatch.ts)
+   *   and settles their replies; 503 when the connection is down or the round trip takes longer
+   *   than the queue's timeout.
+   * - `counted`: counts jobs the intake added (opsgate_jobs_enqueued_total).
    */
-  addClaimed(
-    jobs: readonly ClaimedJob[],
-    then?: (client: Redis, dedupKey: (id: string) => string) => Array<Promise<unknown>>,
-  ): Promise<ClaimedAddResult>;
+  intake: {
+    readonly lua: string;
+    readonly keys: readonly string[];
+    run(issue: (client: Redis) => Array<Promise<unknown>>): Promise<Reply[]>;
+    counted(name: JobName): void;
+  };
   getJob(id: string): Promise<JobView | undefined>;
   /** One page of the jobs in a state, newest first (failed: the dead letters), and the state's total. */
   listJobs(state: ListableState, offset: number, limit: number): Promise<{ total: number; jobs: JobView[] }>;
@@ -159,6 +178,62 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
     }
   };
 
+  // The add script's arguments as BullMQ builds them for Queue#add, caught on their way to Redis,
+  // once per job name. Each intake job is that template with its own id, timestamp and data, set
+  // by the intake script: a BullMQ Job built and packed per job cost about 50 us of the API's CPU
+  // per request (`make bench-profile`), more than anything else on the duplicate path, where the
+  // job is sent before the script knows it is a duplicate. The templates are constants of the
+  // script's source (one EVAL per connection, then EVALSHA): nothing to decode per call.
+  const encoded = (name: JobName): { keys: string[]; args: Buffer; options: Buffer } => {
+    let captured: { name: string; args: unknown[] } | undefined;
+    const capture = {
+      runCommand(command: string, args: unknown[]) {
+        captured = { name: command, args };
+        return Promise.resolve(TEMPLATE_ID);
+      },
+    };
+    void new Job(bull, name, {}, { ...bull.defaultJobOptions, jobId: TEMPLATE_ID }, TEMPLATE_ID).addJob(capture as never);
+    const c = captured;
+    // The intake's jobs have no delay, priority or parent: BullMQ adds them with its standard script.
+    if (!c || !c.name.startsWith(`${BULL_ADD_SCRIPT.name}:`) || c.args.length !== BULL_ADD_SCRIPT.keys + 3) {
+      throw new Error(`BullMQ encoded an intake job with ${c?.name ?? 'nothing'}, not ${BULL_ADD_SCRIPT.name}`);
+    }
+    const [args, options] = [c.args[BULL_ADD_SCRIPT.keys], c.args[BULL_ADD_SCRIPT.keys + 2]] as [Buffer, Buffer];
+    const list = unpack(args) as unknown[];
+    if (
+      list[1] !== TEMPLATE_ID ||
+      list[2] !== name ||
+      typeof list[3] !== 'number' ||
+      (unpack(options) as { jobId?: unknown }).jobId !== TEMPLATE_ID
+    ) {
+      throw new Error("BullMQ's add arguments are not laid out as src/shared/lua/intake-events.lua expects");
+    }
+    return { keys: c.args.slice(0, BULL_ADD_SCRIPT.keys) as string[], args, options };
+  };
+  let built: { lua: string; keys: string[] } | undefined;
+  const build = () => {
+    if (built) return built;
+    const all = JOB_NAMES.map((name) => ({ name, ...encoded(name) }));
+    const entries = all.map((t) => `  [${luaString(t.name)}] = { args = ${luaString(t.args)}, opts = ${luaString(t.options)} },`);
+    built = { lua: `${BULL_ADD_LUA}\nlocal bull_templates = {\n${entries.join('\n')}\n}`, keys: all[0]!.keys };
+    return built;
+  };
+
+  const intake: OpsQueue['intake'] = {
+    get lua() {
+      return build().lua;
+    },
+    get keys() {
+      return build().keys;
+    },
+    run: (issue) =>
+      guard('submit', async () => {
+        const client = (await bull.backend.client) as unknown as Redis;
+        return settle(corked(client, () => issue(client)));
+      }),
+    counted: (name) => opts.metrics?.jobsEnqueued.inc({ name }),
+  };
+
   return {
     bull,
     isReady: () => connection.status === 'ready',
@@ -176,32 +251,7 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
       return job.id;
     },
 
-    async addClaimed(jobs, then) {
-      // The data was validated by the domain before anything was recorded (src/domain/deploy.ts,
-      // alerts.ts): validating it again here cost as much as the add's own work.
-      const dedupKey = (id: string) => `${bull.keys.de}:${id}`;
-      const replies = await guard('submit', async () => {
-        const client = (await bull.backend.client) as unknown as Redis;
-        // One write for every add and whatever `then` sends (src/shared/redisBatch.ts): as
-        // Queue#addBulk's pipeline, without the cost of a Pipeline on this 64-script connection.
-        const sent = corked(client, () => {
-          const adds = jobs.map((j) => {
-            const opts: JobsOptions = { ...bull.defaultJobOptions, jobId: j.jobId, deduplication: { id: j.dedupId, ttl: j.ttlMs } };
-            return new Job(bull, j.name, j.data, opts, j.jobId).addJob(client as never);
-          });
-          return [...adds, ...(then?.(client, dedupKey) ?? [])];
-        });
-        return settle(sent);
-      });
-      const ids = jobs.map((j, i): string | Error => {
-        const [err, id] = replies[i]!;
-        if (err) return err;
-        if (typeof id !== 'string' && typeof id !== 'number') return new Error(`unexpected add reply ${String(id)}`);
-        if (String(id) === j.jobId) opts.metrics?.jobsEnqueued.inc({ name: j.name }); // else deduplicated: not a new job
-        return String(id);
-      });
-      return { ids, then: replies.slice(jobs.length) };
-    },
+    intake,
 
     async waitReplicas(numReplicas, timeoutMs) {
       if (connection.status !== 'ready') throw new QueueUnavailableError('submit', true);

@@ -96,16 +96,14 @@ export async function startRoundTripCounter(targetPort: number): Promise<RoundTr
     client.setNoDelay(true);
     upstream.setNoDelay(true);
     client.on('data', (chunk: Buffer) => {
-      // A chunk that completes a command begun in the previous chunk is the rest of one write
-      // (the relay reads a large write in pieces, and Redis may have answered every complete
-      // command of the first pieces before the next is read): the same round trip.
-      const continuing = sentCount.partial();
+      // A chunk that continues a command begun in an earlier chunk is the rest of one write (the
+      // relay reads a large write in pieces, and Redis may have answered every complete command
+      // of the first pieces before the next is read): the same round trip. A chunk that begins a
+      // command while nothing is awaited begins a round trip, complete or not.
+      if (!sentCount.partial() && outstanding === 0) turns++;
       const n = sentCount.count(chunk);
-      if (n > 0) {
-        if (outstanding === 0 && !continuing) turns++;
-        outstanding += n;
-        commands += n;
-      }
+      outstanding += n;
+      commands += n;
       upstream.write(chunk);
     });
     upstream.on('data', (chunk: Buffer) => {

@@ -102,7 +102,7 @@ describe('REDIS_MIN_REPLICAS_ACK=1 without a replica: nothing is acknowledged', 
     expect(res.body.detail).toMatch(/not acknowledged by 1 Redis replica/);
     expect(await h.inspect.exists(scmKey('de1ivery'))).toBe(0);
     expect(await h.inspect.exists(deliveryKey('gitlab', 'uuid-take-back-1'))).toBe(0);
-    // BullMQ's deduplication key of the event would make the retry's add answer the removed job.
+    // No BullMQ deduplication key is left either, that could answer the retry with the removed job.
     expect(await h.inspect.keys('bull:ops:de:*')).toEqual([]);
     expect(await jobs()).toHaveLength(0);
     // The sender's retry, answered by an API that does not wait for replicas: a new job, not a duplicate.

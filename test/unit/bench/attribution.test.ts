@@ -33,7 +33,7 @@ describe('bench/attribution.ts', () => {
     const got = Object.fromEntries(attribute(profile));
     expect(got).toEqual({
       'audit line + metrics': 10, // pino's write under observe
-      'claim protocol (claim + mark scripts)': 40, // the socket write under corked (a helper) under the claim
+      'intake script call (claim + add)': 40, // the socket write under corked (a helper) under the claim
       'Express routing/dispatch': 5,
       GC: 7,
       [NODE_CORE]: 3 + 4, // reply parsing and the HTTP server's own frame
@@ -43,7 +43,7 @@ describe('bench/attribution.ts', () => {
   it('counts only the samples inside the window', () => {
     // sample times: 1010, 1030, 1050, 1055
     const profile: CpuProfile = { nodes, startTime: 1_000, samples: [5, 11, 11, 3], timeDeltas: [10, 20, 20, 5] };
-    expect(Object.fromEntries(attribute(profile, [1_020, 1_050]))).toEqual({ 'claim protocol (claim + mark scripts)': 40 });
+    expect(Object.fromEntries(attribute(profile, [1_020, 1_050]))).toEqual({ 'intake script call (claim + add)': 40 });
   });
 
   it('names the control and unknown files of ours, and leaves plain library frames to their caller', () => {
