@@ -41,10 +41,13 @@ local function intake_events(q, k, a, out)
   a = a + 2
   while a <= #ARGV do
     local n = tonumber(ARGV[a])
-    local found = false
+    local found, found_at = false, -1
     for i = 0, n - 1 do
       found = redis.call('GET', KEYS[k + i])
-      if found then break end
+      if found then
+        found_at = i
+        break
+      end
     end
     local value = found
     if found and string.sub(found, 1, 2) == 'p:' then
@@ -63,7 +66,7 @@ local function intake_events(q, k, a, out)
       out[#out + 1] = '+' .. string.sub(value, 3)
     end
     for i = 0, n - 1 do
-      redis.call('SET', KEYS[k + i], value, 'EX', ARGV[a + 2 + i], 'NX')
+      if i ~= found_at then redis.call('SET', KEYS[k + i], value, 'EX', ARGV[a + 2 + i], 'NX') end
     end
     k, a = k + n, a + 3 + n
   end
