@@ -561,6 +561,27 @@ async function main() {
     );
     out.push('', 'targets (ratio: median of the per-round ratios; figures: medians over rounds):');
     for (const [name, measured, ok] of targets) out.push(`  ${ok ? 'PASS' : 'FAIL'}  ${name}: ${measured}`);
+    // What the intake ratios are made of: on a shared machine req/s follows the CPU a request costs
+    // the server and Redis together, and a payload's p99 the floor's own tail.
+    const cpuPerReq = (f: LoadFigures) => f.cpuUsPerReq + f.redisMsPer1k;
+    out.push(
+      '',
+      'context (not targets; same rounds):',
+      ...(['unique', 'dup'] as const).map(
+        (m) =>
+          `  ${m === 'unique' ? 'unique pushes' : 'duplicates'}: CPU per request, server + Redis, API / control: ${fmt(ratio(`api:${m}`, `control:${m}`, cpuPerReq), 2)} x (API ${fmt(cpuPerReq(fig(`api:${m}`)))} us, control ${fmt(cpuPerReq(fig(`control:${m}`)))} us)`,
+      ),
+      `  ${alerts}: API p99 / Queue.addBulk's own p99: ${vs(
+        medianRatio(
+          runs['api:alerts1']!.map((f) => f.p99),
+          floorRounds.map((f) => f.p99),
+        ),
+        fig('api:alerts1').p99,
+        floor.p99,
+        'ms',
+        ['API p99', 'addBulk p99'],
+      )}; addBulk's own p99 / its p50: ${fmt(floor.p99 / floor.p50, 2)} x`,
+    );
     out.push(
       '',
       `  worker: drain ${fmt(w.drainRate)} jobs/s, enqueue-to-start p50 ${fmt(w.p50)} ms p99 ${fmt(w.p99)} ms (${w.latencySamples} paced jobs), RSS ${fmt(w.rssMb)} MB; ${w.completedLogged} "job completed" lines (expected ${JOBS + LATENCY_JOBS}), failed ${w.failed}, left ${w.leftover}`,
