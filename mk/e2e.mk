@@ -4,7 +4,7 @@
 # etcd, kube-apiserver, controller-manager, scheduler, containerd, kubelet, kube-proxy, CoreDNS), the chart installed as a user installs it, Prometheus and
 # Alertmanager (Debian packages) closing the alert loop. Needs root (bridge, iptables, mounts).
 NODE_APT := podman buildah debootstrap runc conmon containernetworking-plugins fuse-overlayfs uidmap iptables \
-  containerd conntrack catatonit prometheus prometheus-alertmanager libatomic1 gcc libc6-dev
+  iproute2 openssl containerd conntrack catatonit docker-registry prometheus prometheus-alertmanager libatomic1 gcc libc6-dev
 E2E_JEST_ARGS ?=
 # test/e2e/node/registry.test.ts runs last, on its own: once containerd (Debian's 1.6) has pulled an image
 # from the registry, its CRI no longer finds the same image under the side-loaded localhost/ name
@@ -13,7 +13,7 @@ E2E_JEST_ARGS ?=
 ##@ Cluster
 
 .PHONY: node-deps images node-up node-down e2e e2e-tools
-node-deps: ## Container engine, containerd, CNI plugins, Prometheus, Alertmanager (Debian packages, as root)
+node-deps: ## Container engine, containerd, CNI plugins, the node's OCI registry, Prometheus, Alertmanager (Debian packages, as root)
 	@missing=""; for p in $(NODE_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
