@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -25,16 +25,52 @@ export interface RedisServer {
   destroy(): Promise<void>;
 }
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+/*
+ * Ports for the servers tests start come from below the kernel's ephemeral range
+ * (net.ipv4.ip_local_port_range), which the local ports of outgoing connections are drawn from, and
+ * from a block of their own per jest worker. A port the kernel hands out as free can be taken before
+ * the server binds it, by another test file's freePort() or as the local port of any connection
+ * (the suites make thousands): the server then exits, or a test talks to another file's server.
+ */
+const PORT_BLOCK = 1000;
+const FIRST_PORT = 20000;
+const MAX_BLOCKS = 12;
+let portOffset = Math.floor(Math.random() * PORT_BLOCK);
+
+function ephemeralLow(): number {
+  try {
+    const low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
+    return Number.isInteger(low) && low > 0 ? low : 32768;
+  } catch {
+    return 32768;
+  }
+}
+
+function listenOnce(port: number): Promise<number | undefined> {
+  return new Promise((resolve) => {
     const srv = createServer();
     srv.unref();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
+    srv.on('error', () => resolve(undefined));
+    srv.listen(port, '127.0.0.1', () => {
       const addr = srv.address();
-      srv.close(() => (typeof addr === 'object' && addr ? resolve(addr.port) : reject(new Error('no port'))));
+      srv.close(() => resolve(typeof addr === 'object' && addr ? addr.port : undefined));
     });
   });
+}
+
+/** A port nothing listens on now (see above); a port the kernel picks when the range leaves no room below it. */
+export async function freePort(): Promise<number> {
+  const worker = Math.max(1, Number(process.env.JEST_WORKER_ID ?? 1) || 1);
+  const base = FIRST_PORT + ((worker - 1) % MAX_BLOCKS) * PORT_BLOCK;
+  if (base + PORT_BLOCK <= ephemeralLow()) {
+    for (let i = 0; i < PORT_BLOCK; i++) {
+      const port = await listenOnce(base + (portOffset++ % PORT_BLOCK));
+      if (port !== undefined) return port;
+    }
+  }
+  const port = await listenOnce(0);
+  if (port === undefined) throw new Error('no free port');
+  return port;
 }
 
 async function waitReady(url: string, timeoutMs = 10000): Promise<void> {

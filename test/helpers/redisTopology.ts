@@ -159,12 +159,14 @@ export async function startSentinelRedis(
       replicas.push(r);
       all.push(r);
     }
-    await until('primary with its replicas online', () =>
-      ask(primary, async (c) => {
+    await until('primary with its replicas online', () => {
+      const exited = [primary, ...replicas].filter((p) => !p.alive).map((p) => p.port);
+      if (exited.length) throw new Error(`redis-server exited (port ${exited.join(', ')})`);
+      return ask(primary, async (c) => {
         const info = await c.info('replication');
         return (info.match(/state=online/g) ?? []).length === nReplicas;
-      }),
-    );
+      });
+    });
     const sentinels: RedisProc[] = [];
     for (let i = 0; i < nSentinels; i++) {
       const port = await freePort();
