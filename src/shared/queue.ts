@@ -271,9 +271,12 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
     },
 
     async getJob(id) {
+      // The state first, then the job's hash: a job ends (state and reason) in one BullMQ script,
+      // so a hash read after a final state always carries that state's reason and times.
+      const state = await guard('read', () => bull.getJobState(id));
+      if (state === 'unknown') return undefined;
       const job = await guard('read', () => bull.getJob(id));
       if (!job) return undefined;
-      const state = await guard('read', () => job.getState());
       return jobView(job, state);
     },
 
