@@ -1,5 +1,6 @@
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 import { sha256Hex } from '../shared/crypto.js';
+import { lingeringClose } from './lingeringClose.js';
 import { InvalidJsonError, PayloadTooLargeError, UnprocessableError } from '../shared/errors.js';
 
 /** A size as BODY_LIMIT spells it (512kb, 1mb, 100 = bytes) in bytes. */
@@ -14,8 +15,9 @@ export function sizeInBytes(limit: string): number {
  * express.raw, except that an over-limit body is answered at once: a Content-Length above the
  * limit before a byte is read, a body without one (chunked) as soon as the bytes received pass it.
  * Either way the answer is 413 {detail} with `Connection: close`, and the connection is closed
- * after it, so the rest of the body is never read. (body-parser alone reads the body to its end
- * before it answers: 100 MB, or a declared 5 GB that never comes, until the request times out.)
+ * after it (a lingering close: src/middleware/lingeringClose.ts), so the rest of the body is not read. (body-parser alone reads the
+ * body to its end before it answers: 100 MB, or a declared 5 GB that never comes, until the
+ * request times out.)
  */
 export function boundedRaw(limit: string): RequestHandler {
   const max = sizeInBytes(limit);
@@ -26,7 +28,10 @@ export function boundedRaw(limit: string): RequestHandler {
       answered = true;
       req.pause();
       res.setHeader('Connection', 'close');
-      res.once('finish', () => req.socket?.destroySoon());
+      // Node ends a `Connection: close` answer with destroySoon(), a close that does not linger.
+      const socket = req.socket;
+      if (socket) socket.destroySoon = () => socket.end();
+      res.once('finish', () => lingeringClose(req.socket, req));
       next(new PayloadTooLargeError(`request body is larger than the limit of ${limit}`));
     };
     const declared = req.headers['content-length'];

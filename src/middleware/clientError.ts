@@ -2,6 +2,7 @@ import type { Server } from 'node:http';
 import { STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Logger } from '../shared/logger.js';
+import { lingeringClose } from './lingeringClose.js';
 
 /**
  * Requests that Node's HTTP parser refuses never reach Express: headers over the 16 KiB limit,
@@ -9,7 +10,7 @@ import type { Logger } from '../shared/logger.js';
  * default answer is a bare status line with no body (and CONNECT gets no answer at all); this
  * one answers the same status with the
  * API's usual JSON {detail} body (never echoing the request, so nothing a client sent, secret or
- * not, comes back), then closes the connection.
+ * not, comes back), then closes the connection (lingering: src/middleware/lingeringClose.ts).
  */
 export function jsonClientErrors(server: Server, logger?: Logger): void {
   // CONNECT never reaches Express either (without a listener Node just drops the socket).
@@ -24,7 +25,11 @@ export function jsonClientErrors(server: Server, logger?: Logger): void {
         body,
     );
   });
+  // Node's parser reports an error again for every later chunk of a refused request: the first
+  // answers, the rest are the lingering close's to drop.
+  const answered = new WeakSet<Duplex>();
   server.on('clientError', (err: Error & { code?: string }, socket: Duplex) => {
+    if (answered.has(socket)) return;
     // As Node's default handler: answer only if nothing was written on this connection yet
     // (otherwise a response is already out and a second one would corrupt the stream).
     if (err.code === 'ECONNRESET' || !socket.writable || (socket as Duplex & { bytesWritten?: number }).bytesWritten) {
@@ -44,12 +49,16 @@ export function jsonClientErrors(server: Server, logger?: Logger): void {
     }
     logger?.debug('HTTP parser refused a request', { status, code: err.code });
     const body = JSON.stringify({ detail });
-    socket.end(
+    answered.add(socket);
+    socket.on('error', () => socket.destroy());
+    socket.write(
       `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\n` +
         'Content-Type: application/json; charset=utf-8\r\n' +
         `Content-Length: ${Buffer.byteLength(body)}\r\n` +
         'Connection: close\r\n\r\n' +
         body,
     );
+    // The rest of the refused request (its body, say) may still be arriving.
+    lingeringClose(socket);
   });
 }

@@ -10,7 +10,10 @@ import { apiEnv, makeSecrets } from '../../helpers/reliability.js';
  * - a declared Content-Length of 5 GB with 2 bytes sent: 413 within seconds (not a 408 when the
  *   request times out), then the server closes the connection;
  * - a chunked body the client keeps writing (up to 256 MB): 413 once the limit is passed, and the
- *   server closes the connection while the client is still writing, having read a small part.
+ *   server closes the connection while the client is still writing, having read a small part;
+ * - a client that reads its answer only after it has sent a 4 MB body still gets the answer (413,
+ *   or 400 for a request line Node's parser refuses): the server's close lingers, so no TCP reset
+ *   discards the answer before the client reads it.
  */
 const secrets = makeSecrets('bodylimit');
 const LIMIT = 256 * 1024;
@@ -109,5 +112,35 @@ describe('BODY_LIMIT is enforced before the body is read', () => {
     const { text } = await ex.answer;
     expect(text).toMatch(/^HTTP\/1\.1 202 /);
     expect(text).toMatch(/"received":1/);
+  });
+
+  /** Sends `head` and a body of `bodyLength` bytes without reading, then reads what came once `readAfterMs` passed. */
+  function lateReader(head: string, bodyLength: number, readAfterMs: number): Promise<string> {
+    return new Promise((resolve) => {
+      const socket = connect(port, '127.0.0.1');
+      let text = '';
+      let error = '';
+      socket.pause();
+      socket.on('error', (e) => (error = e.message));
+      socket.once('connect', () => {
+        socket.write(`${head}Content-Length: ${bodyLength}\r\n\r\n`);
+        socket.write(Buffer.alloc(bodyLength, 0x61), () => undefined);
+        setTimeout(() => {
+          socket.on('data', (c: Buffer) => (text += c.toString('latin1')));
+          socket.resume();
+        }, readAfterMs);
+      });
+      socket.on('close', () => resolve(text || `nothing read (${error || 'closed'})`));
+    });
+  }
+
+  test('a client that reads late still gets the 413 of a 4 MB body', async () => {
+    expect(
+      await lateReader('POST /webhook/alerts HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n', 4 * 1024 * 1024, 1000),
+    ).toMatch(/^HTTP\/1\.1 413 /);
+  });
+
+  test('a client that reads late still gets the 400 of a refused request line with a 4 MB body', async () => {
+    expect(await lateReader('get /version HTTP/1.1\r\nHost: 127.0.0.1\r\n', 4 * 1024 * 1024, 1000)).toMatch(/^HTTP\/1\.1 400 /);
   });
 });
