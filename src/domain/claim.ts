@@ -6,6 +6,7 @@ import { RATE_HIT_LUA_PIECE, type DeferredRateHit } from '../shared/rateLimit.js
 import type { JobDataByName, JobName } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
 import { QueueUnavailableError, type OpsQueue } from '../shared/queue.js';
+import { SEEN_PREFIX } from '../shared/keys.js';
 
 /**
  * Seen record and job in one atomic step: one Redis round trip for a new event and for a
@@ -50,14 +51,16 @@ const EVENTS_PER_CALL = 250;
 const INTAKE = 'opsgateIntake';
 /** The request's rate-limit hit, then the intake, in one command (one server, not a Cluster). */
 const INTAKE_RATED = 'opsgateIntakeRated';
+/** The seen records' prefix for the intake script (a record of version 0.1.0 is found by its key's rest). */
+const SEEN_PREFIX_LUA = { lua: `local seen_prefix = ${JSON.stringify(SEEN_PREFIX)}` };
 /** The scripts of a queue: its BullMQ add and templates (OpsQueue.intake.lua), then the intake's own Lua. */
 const scripts = new WeakMap<OpsQueue['intake'], { plain: string; rated: string }>();
 function scriptsOf(intake: OpsQueue['intake']): { plain: string; rated: string } {
   let s = scripts.get(intake);
   if (!s) {
     s = {
-      plain: loadLua({ lua: intake.lua }, 'intake-events', 'intake'),
-      rated: loadLua(RATE_HIT_LUA_PIECE, { lua: intake.lua }, 'intake-events', 'intake-rated'),
+      plain: loadLua({ lua: intake.lua }, SEEN_PREFIX_LUA, 'intake-events', 'intake'),
+      rated: loadLua(RATE_HIT_LUA_PIECE, { lua: intake.lua }, SEEN_PREFIX_LUA, 'intake-events', 'intake-rated'),
     };
     scripts.set(intake, s);
   }

@@ -15,9 +15,9 @@ export function sizeInBytes(limit: string): number {
  * express.raw, except that an over-limit body is answered at once: a Content-Length above the
  * limit before a byte is read, a body without one (chunked) as soon as the bytes received pass it.
  * Either way the answer is 413 {detail} with `Connection: close`, and the connection is closed
- * after it (a lingering close: src/middleware/lingeringClose.ts), so the rest of the body is not read. (body-parser alone reads the
- * body to its end before it answers: 100 MB, or a declared 5 GB that never comes, until the
- * request times out.)
+ * after it (a lingering close: src/middleware/lingeringClose.ts), so the rest of the body is not
+ * read. (body-parser alone reads the body to its end before it answers: 100 MB, or a declared
+ * 5 GB that never comes, until the request times out.)
  */
 export function boundedRaw(limit: string): RequestHandler {
   const max = sizeInBytes(limit);
@@ -30,8 +30,8 @@ export function boundedRaw(limit: string): RequestHandler {
       res.setHeader('Connection', 'close');
       // Node ends a `Connection: close` answer with destroySoon(), a close that does not linger.
       const socket = req.socket;
-      if (socket) socket.destroySoon = () => socket.end();
-      res.once('finish', () => lingeringClose(req.socket, req));
+      socket.destroySoon = () => socket.end();
+      res.once('finish', () => lingeringClose(socket, req));
       next(new PayloadTooLargeError(`request body is larger than the limit of ${limit}`));
     };
     const declared = req.headers['content-length'];

@@ -37,7 +37,8 @@ export const queueKey = (prefix: string, queue: string, suffix: string): string 
 /** A key in its own slot by id. `prefix` must not contain braces. */
 export const taggedKey = (prefix: string, id: string): string => `${prefix}{${id}}`;
 
-const SEEN_PREFIX = `${SLOT_TAG}:seen:`;
+/** The prefix of every seen and delivery record. */
+export const SEEN_PREFIX = `${SLOT_TAG}:seen:`;
 /** An intake event's seen record (its content key: SCM ref + commit, alert fingerprint). */
 export const seenKey = (id: string): string => SEEN_PREFIX + id;
 /** An alert's seen record, by its Alertmanager fingerprint. */

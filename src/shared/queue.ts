@@ -89,7 +89,8 @@ export interface OpsQueue {
    * - `lua`: a Lua piece for that script (src/shared/lua/intake-events.lua): `bull_add(KEYS,
    *   ARGV)`, BullMQ's own add script as a function, and `bull_templates[name]`, per job name the
    *   packed argument list and packed options of BullMQ's own encoding of an add (Queue#add's,
-   *   with the queue's default options), in which the script sets each job's id, timestamp and data.
+   *   with the queue's default options), in which the script sets each job's id, timestamp and
+   *   data; `bull_dedup_prefix`, the prefix of the queue's deduplication keys.
    * - `keys`: the add script's KEYS (the same for every job of the queue).
    * - `run`: issues commands on the queue's connection in one write (src/shared/redisBatch.ts)
    *   and settles their replies; 503 when the connection is down or the round trip takes longer
@@ -215,7 +216,15 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
     if (built) return built;
     const all = JOB_NAMES.map((name) => ({ name, ...encoded(name) }));
     const entries = all.map((t) => `  [${luaString(t.name)}] = { args = ${luaString(t.args)}, opts = ${luaString(t.options)} },`);
-    built = { lua: `${BULL_ADD_LUA}\nlocal bull_templates = {\n${entries.join('\n')}\n}`, keys: all[0]!.keys };
+    built = {
+      lua: [
+        BULL_ADD_LUA,
+        `local bull_templates = {\n${entries.join('\n')}\n}`,
+        // BullMQ's deduplication key of an id: `<prefix>:<queue>:de:<id>`.
+        `local bull_dedup_prefix = ${luaString(`${bull.keys.de}:`)}`,
+      ].join('\n'),
+      keys: all[0]!.keys,
+    };
     return built;
   };
 

@@ -16,9 +16,9 @@
 -- A "p:<job id>" record is the pending claim of an API of version 0.1.0 (claim first, add
 -- second, with BullMQ's deduplication key of the event, named after its key without the seen
 -- prefix): its job is made sure of as that version's retry did (the deduplication key's job if
--- there is one, else an add under that id), and the record becomes "q:<that id>".
--- The seen records' prefix (src/shared/keys.ts).
-local SEEN_PREFIX = '{opsgate}:seen:'
+-- there is one, else an add under that id), and the record becomes "q:<that id>". The pieces
+-- before this one name those keys: seen_prefix, the seen records' prefix (src/shared/keys.ts),
+-- and bull_dedup_prefix, the queue's deduplication keys' (src/shared/queue.ts).
 local function intake_events(q, k, a, out)
   local add_keys = {}
   for i = 0, 8 do add_keys[i + 1] = KEYS[q + i] end
@@ -51,8 +51,7 @@ local function intake_events(q, k, a, out)
     end
     local value = found
     if found and string.sub(found, 1, 2) == 'p:' then
-      local queue_prefix = cmsgpack.unpack(template.args)[1]
-      local id = redis.call('GET', queue_prefix .. 'de:' .. string.sub(KEYS[k], #SEEN_PREFIX + 1))
+      local id = redis.call('GET', bull_dedup_prefix .. string.sub(KEYS[k], #seen_prefix + 1))
       if not id then id = add(string.sub(found, 3), ARGV[a + 2 + n]) end
       value = 'q:' .. id
       for i = 0, n - 1 do
