@@ -37,14 +37,15 @@ const FIRST_PORT = 20000;
 const MAX_BLOCKS = 12;
 let portOffset = Math.floor(Math.random() * PORT_BLOCK);
 
-function ephemeralLow(): number {
+/** The first port of the kernel's ephemeral range (Linux's default when it cannot be read). */
+const EPHEMERAL_LOW = ((): number => {
   try {
     const low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
     return Number.isInteger(low) && low > 0 ? low : 32768;
   } catch {
     return 32768;
   }
-}
+})();
 
 function listenOnce(port: number): Promise<number | undefined> {
   return new Promise((resolve) => {
@@ -62,7 +63,7 @@ function listenOnce(port: number): Promise<number | undefined> {
 export async function freePort(): Promise<number> {
   const worker = Math.max(1, Number(process.env.JEST_WORKER_ID ?? 1) || 1);
   const base = FIRST_PORT + ((worker - 1) % MAX_BLOCKS) * PORT_BLOCK;
-  if (base + PORT_BLOCK <= ephemeralLow()) {
+  if (base + PORT_BLOCK <= EPHEMERAL_LOW) {
     for (let i = 0; i < PORT_BLOCK; i++) {
       const port = await listenOnce(base + (portOffset++ % PORT_BLOCK));
       if (port !== undefined) return port;
