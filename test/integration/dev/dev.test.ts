@@ -204,6 +204,8 @@ describe('make dev (hack/dev.sh)', () => {
 
     // Terminal logs are pino-pretty's; the log files keep the JSON lines.
     expect(out).toMatch(/INFO: api listening/);
+    // The API writes its log lines asynchronously (pino): on a busy machine they reach the file later.
+    await until('an audit line in api.log', () => (auditLines().length > 0 ? true : undefined), 20_000);
     expect(auditLines().length).toBeGreaterThan(0);
   }, 90_000);
 
