@@ -4,8 +4,9 @@
  *   src/server.ts, src/app.ts        wiring: may import anything below
  *   src/openapi/                     describes the routes (reads their schemas); nothing imports it but the wiring
  *   src/routes/                      HTTP: may use domain, middleware, shared
- *   src/domain/   src/middleware/    intake and operations / request plumbing: shared only, never each other
- *   src/shared/                      the floor: imports nothing of opsgate above it
+ *   src/domain/   src/middleware/    intake and operations / request plumbing: shared and sources, never each other
+ *   src/sources/                     the webhook senders as data: src/shared only
+ *   src/shared/                      the floor: imports nothing of opsgate above it (but the senders' secret list)
  *   worker/                          the other process: src/shared only
  */
 /** @type {import('dependency-cruiser').IConfiguration} */
@@ -23,6 +24,13 @@ module.exports = {
       severity: 'error',
       comment: 'src/shared is used by both processes and imports nothing of opsgate above it.',
       from: { path: '^src/shared/' },
+      to: { path: '^(src/(domain|middleware|routes|openapi)/|src/(app|server)\\.ts$|worker/)' },
+    },
+    {
+      name: 'sources-are-data',
+      severity: 'error',
+      comment: 'A webhook sender is a declaration over src/shared: it knows nothing of HTTP plumbing, the intake or the routes.',
+      from: { path: '^src/sources/' },
       to: { path: '^(src/(domain|middleware|routes|openapi)/|src/(app|server)\\.ts$|worker/)' },
     },
     {

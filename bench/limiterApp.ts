@@ -37,7 +37,7 @@ if (process.env.LIMITER === 'rlf') {
     );
   };
 } else {
-  limiter = createRateLimiter({ redis, rps: RPS, deferPaths: [] });
+  limiter = createRateLimiter({ redis, rps: RPS });
 }
 
 const app = express();

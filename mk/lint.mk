@@ -12,3 +12,8 @@ lint: deps ## ESLint (type-aware) over src, worker, test, bench; prettier --chec
 
 format: deps ## Format the tree with Prettier (what `make lint` checks)
 	npx prettier --write --log-level=warn .
+
+##@ Build
+.PHONY: docs-senders
+docs-senders: build ## Rewrite the README's table of webhook senders from the registry (src/sources)
+	node hack/senders-table.mjs README.md

@@ -1,6 +1,7 @@
 import express, { type Express, type RequestHandler } from 'express';
 import type { Redis } from 'ioredis';
 import type { HostStatusProvider } from './domain/hostStatus.js';
+import { createIntake } from './domain/intake.js';
 import { replicationGate, retryReplicationGate } from './domain/replication.js';
 import { requestId } from './middleware/context.js';
 import { errorHandler, notFound } from './middleware/errors.js';
@@ -60,7 +61,7 @@ export function createApp(deps: AppDeps): Express {
   // REDIS_MIN_REPLICAS_ACK: one check before each success answer of a route that writes (no-op at 0).
   const replicated = replicationGate({
     redis: deps.redis,
-    queue: deps.queue,
+    queue: deps.queue.producer,
     logger: deps.logger,
     minReplicas: deps.config.REDIS_MIN_REPLICAS_ACK,
     timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
@@ -68,16 +69,17 @@ export function createApp(deps: AppDeps): Express {
   // The webhooks first: they carry the volume, and each router a request passes
   // through costs a match against every one of its routes. Paths do not overlap, so the order
   // changes nothing else.
-  app.use(webhooksRouter({ ...deps, replicated }));
+  const intake = createIntake({ producer: deps.queue.producer, jobs: deps.queue.jobs, redis: deps.redis, logger: deps.logger });
+  app.use(webhooksRouter({ ...deps, intake, replicated }));
   app.use(healthRouter({ redis: deps.redis, queue: deps.queue, version: deps.version ?? '0.0.0' }));
-  app.use(opsRouter({ ...deps, queue: deps.queue, hostStatus: deps.hostStatus, replicated }));
+  app.use(opsRouter({ ...deps, producer: deps.queue.producer, hostStatus: deps.hostStatus, replicated }));
   const retryReplicated = retryReplicationGate({
-    queue: deps.queue,
+    queue: deps.queue.producer,
     logger: deps.logger,
     minReplicas: deps.config.REDIS_MIN_REPLICAS_ACK,
     timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
   });
-  app.use(jobsRouter({ ...deps, retryReplicated }));
+  app.use(jobsRouter({ ...deps, jobs: deps.queue.jobs, deadLetters: deps.queue.deadLetters, retryReplicated }));
   app.use(openapiRouter({ version: deps.version, adminUI: deps.config.ADMIN_UI_ENABLED }));
   // Bull Board (operator only, audited): src/routes/admin.ts.
   if (deps.config.ADMIN_UI_ENABLED) {

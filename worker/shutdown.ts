@@ -3,23 +3,17 @@ import type { Redis } from 'ioredis';
 import type { Logger } from '../src/shared/logger.js';
 import { shutdownBudget, within } from '../src/shared/shutdown.js';
 
-/** Waits (at most ms) for BullMQ's blocking connection to leave the "reconnecting" state. */
-export async function settleBlockingConnection(worker: Worker, ms: number): Promise<void> {
-  // BullMQ internals (6.x: worker.backend.blockingConnection.client); absent -> nothing to do.
-  const holder = worker as unknown as { backend?: { blockingConnection?: { client?: Promise<Redis> } } };
-  const clientP = holder.backend?.blockingConnection?.client;
-  if (!clientP) return;
-  let client: Redis | undefined;
-  await within(
-    clientP.then((c) => (client = c)),
-    ms,
-  );
-  if (!client || client.status !== 'reconnecting') return;
-  const c = client;
+/**
+ * Waits (at most ms) for a connection to leave the "reconnecting" state. BullMQ's blocking
+ * connection is a duplicate of the worker's connection (same address, same retry strategy), so
+ * after a Redis restart both come back within one retry step of each other.
+ */
+export async function settleConnection(client: Redis, ms: number): Promise<void> {
+  if (client.status !== 'reconnecting' && client.status !== 'connecting') return;
   await within(
     new Promise<void>((resolve) => {
-      c.once('ready', () => resolve());
-      c.once('end', () => resolve());
+      client.once('ready', () => resolve());
+      client.once('end', () => resolve());
     }),
     ms,
   );
@@ -35,8 +29,8 @@ export async function closeWorker(worker: Worker, redis: Redis, logger: Logger, 
   // BullMQ's close interrupts its blocking BZPOPMIN by disconnecting that connection and then
   // waits for its 'end' event. ioredis never emits 'end' for a connection disconnected while
   // it waits to reconnect (status "reconnecting", e.g. just after a Redis restart): close()
-  // would wait forever. So a reconnecting blocking connection gets a bounded chance to come back first.
-  await settleBlockingConnection(worker, Math.min(5000, stepMs / 2));
+  // would wait forever. So a reconnecting worker gets a bounded chance to come back first.
+  await settleConnection(redis, Math.min(5000, stepMs / 2));
   const closed = worker.close();
   if (!(await within(closed, graceMs))) {
     logger.warn('shutdown grace period over; aborting active jobs (they will be retried)', { grace_ms: graceMs });

@@ -1,36 +1,25 @@
-import type { Redis } from 'ioredis';
-import type { DeferredRateHit } from '../shared/rateLimit.js';
 import { PayloadTooLargeError, UnprocessableError } from '../shared/errors.js';
-import { JOB, notifyOncallData, type NotifyOncallData } from '../shared/jobs.js';
-import type { Logger } from '../shared/logger.js';
-import type { OpsQueue } from '../shared/queue.js';
-import { claimAndEnqueueMany } from './claim.js';
-import { alertSeenKey } from '../shared/keys.js';
+import { notifyOncallData, type NotifyOncallData } from '../shared/jobs.js';
+import type { Intake } from './intake.js';
+import type { Written } from './replication.js';
 
 /**
- * /webhook/alerts rules 1-4 (Alertmanager payload). Plain values in, counts out.
+ * The Alertmanager payload: firing alerts with a fingerprint become notify_oncall jobs, each
+ * fingerprint at most once per 300 s. Plain values in, counts out.
  *
- * One payload costs one script call per 250 fingerprints, each claiming its alerts and adding
- * their jobs in one step (src/domain/claim.ts): one Redis round trip, two when the payload needs
- * more than one call (the first carries the request's rate-limit hit and is answered first).
+ * One payload is one BullMQ addBulk (one round trip), each job with its fingerprint as its
+ * deduplication record (src/domain/intake.ts).
  *
  * Failure handling (the spec is silent): an alert is recorded together with its job or not at
- * all; when a call fails the failure propagates (503 + Retry-After), so Alertmanager retries the
+ * all; when the call fails the failure propagates (503 + Retry-After), so Alertmanager retries the
  * whole batch: alerts already queued are then duplicates (not queued twice), the others are
  * queued. No accepted alert is lost.
  *
  * Size: more than `maxAlerts` alerts in one payload -> 413, nothing recorded or queued
  * (ALERTS_MAX_PER_REQUEST; Alertmanager's receiver option `max_alerts` keeps it below).
  */
-export const SEEN_ALERT_TTL_SECONDS = 300;
 export const DEFAULT_MAX_ALERTS = 1000;
 const MAX_ALERTNAME = 1024;
-
-export interface AlertsDeps {
-  redis: Redis;
-  queue: Pick<OpsQueue, 'intake'>;
-  logger: Logger;
-}
 
 export interface AlertsOutcome {
   received: number;
@@ -39,19 +28,18 @@ export interface AlertsOutcome {
   duplicates: number;
   /** The ids of the jobs this payload queued (new ones only), in payload order. */
   jobIds: string[];
-  /** The seen keys and job of each alert queued by this call (REDIS_MIN_REPLICAS_ACK takes them back). */
-  claims: Array<{ jobId: string; keys: string[] }>;
+  /** What this call wrote (REDIS_MIN_REPLICAS_ACK takes it back). */
+  written: Written[];
 }
 
 export interface AlertsOptions {
   /** ALERTS_MAX_PER_REQUEST. */
   maxAlerts?: number;
-  rateHit?: DeferredRateHit;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-interface Planned {
+export interface Planned {
   fingerprint: string;
   data: NotifyOncallData;
 }
@@ -89,28 +77,20 @@ export function planAlerts(
   return { received: alerts.length, firing, planned };
 }
 
-/** Rule 3: per planned alert, SET NX EX 300 on its fingerprint; when recorded, enqueue notify_oncall (in the same step). */
+/**
+ * Per planned alert, its fingerprint recorded as seen for 300 s (only if not already recorded) and,
+ * when recorded, one notify_oncall job, in the same step (src/domain/intake.ts).
+ */
 export async function submitAlerts(
-  deps: AlertsDeps,
+  intake: Pick<Intake, 'alerts'>,
   payload: unknown,
   auditId: string,
   requestedBy: string,
   opts: AlertsOptions = {},
 ): Promise<AlertsOutcome> {
   const plan = planAlerts(payload, auditId, requestedBy, opts.maxAlerts);
-  if (plan.planned.length === 0) return { received: plan.received, firing: plan.firing, queued: 0, duplicates: 0, jobIds: [], claims: [] };
-  const outs = await claimAndEnqueueMany(
-    deps,
-    plan.planned.map((p) => ({
-      key: alertSeenKey(p.fingerprint),
-      ttlSeconds: SEEN_ALERT_TTL_SECONDS,
-      name: JOB.notifyOncall,
-      data: p.data,
-      what: `alert:${p.fingerprint}`,
-    })),
-    { rateHit: opts.rateHit },
-  );
-  const claims = outs.filter((o) => o.accepted && o.jobId).map((o) => ({ jobId: o.jobId!, keys: o.keys ?? [] }));
-  const jobIds = claims.map((c) => c.jobId);
-  return { received: plan.received, firing: plan.firing, queued: jobIds.length, duplicates: outs.length - jobIds.length, jobIds, claims };
+  const outs = await intake.alerts(plan.planned);
+  const written = outs.flatMap((o) => (o.written ? [o.written] : []));
+  const jobIds = written.map((w) => w.jobId);
+  return { received: plan.received, firing: plan.firing, queued: jobIds.length, duplicates: outs.length - jobIds.length, jobIds, written };
 }

@@ -1,10 +1,9 @@
 import type { Redis } from 'ioredis';
 import { NotReplicatedError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
-import type { OpsQueue } from '../shared/queue.js';
+import type { Producer } from '../shared/producer.js';
 import { waitForReplicas } from '../shared/redis.js';
-import { loadLua } from '../shared/lua.js';
-import { callScript, defineScript } from '../shared/redisBatch.js';
+import { defineLua, loadLua } from '../shared/lua.js';
 
 /**
  * "Acknowledged means replicated" (REDIS_MIN_REPLICAS_ACK=N, opt-in; 0 = off).
@@ -58,7 +57,7 @@ export type ConfirmReplicated = (written: readonly Written[]) => Promise<void>;
 
 export interface ReplicationDeps {
   redis: Redis;
-  queue: Pick<OpsQueue, 'waitReplicas' | 'remove'>;
+  queue: Pick<Producer, 'waitReplicas' | 'remove'>;
   logger: Logger;
   minReplicas: number;
   timeoutMs: number;
@@ -71,8 +70,9 @@ const RELEASE_LUA = loadLua('replica-release');
 /** The one check every route calls before its success answer; a no-op when minReplicas is 0. */
 export function replicationGate(deps: ReplicationDeps): ConfirmReplicated {
   if (deps.minReplicas <= 0) return async () => {};
-  defineScript(deps.redis, RELEASE, RELEASE_LUA);
-  const release = (key: string, jobId: string) => callScript(deps.redis, RELEASE, [key], [jobId]);
+  defineLua(deps.redis, RELEASE, RELEASE_LUA, 1);
+  const release = (key: string, jobId: string) =>
+    (deps.redis as unknown as Record<string, (key: string, jobId: string) => Promise<unknown>>)[RELEASE]!(key, jobId);
   const { minReplicas, timeoutMs, logger } = deps;
 
   const takeBack = async (w: Written): Promise<void> => {

@@ -6,7 +6,8 @@ import { BadRequestError, NotFoundError, RestartNotConfirmedError, Unprocessable
 import { findHost, type Inventory } from '../shared/inventory.js';
 import { JOB } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
-import { QueueUnavailableError, type OpsQueue } from '../shared/queue.js';
+import { QueueUnavailableError } from '../shared/errors.js';
+import type { Producer } from '../shared/producer.js';
 import { idempotencyRecordKey } from '../shared/keys.js';
 import { redisCall } from './redisOps.js';
 
@@ -116,7 +117,7 @@ function parseStored(raw: string | null): StoredAnswer | undefined {
 
 export interface RestartDeps {
   inventory: Inventory;
-  queue: Pick<OpsQueue, 'enqueue'>;
+  producer: Pick<Producer, 'add'>;
   redis: Redis;
   logger: Logger;
 }
@@ -145,11 +146,12 @@ export async function submitRestart(deps: RestartDeps, req: RestartRequest): Pro
   const jobId = scope === undefined ? `restart-${randomUUID()}` : `restart-${scope}`;
   let id: string;
   try {
-    id = await deps.queue.enqueue(
-      JOB.restartService,
-      { host, service, audit_id: req.auditId, requested_by: req.requestedBy },
-      { jobId, deduplication: { id: coalesceId(namespace, service) } },
-    );
+    ({ jobId: id } = await deps.producer.add({
+      name: JOB.restartService,
+      data: { host, service, audit_id: req.auditId, requested_by: req.requestedBy },
+      jobId,
+      deduplication: { id: coalesceId(namespace, service) },
+    }));
   } catch (err) {
     if (err instanceof QueueUnavailableError && err.mayHaveLanded) throw new RestartNotConfirmedError(scope !== undefined);
     throw err;

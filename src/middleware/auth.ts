@@ -1,11 +1,14 @@
 import type { RequestHandler } from 'express';
+import type { Redis } from 'ioredis';
+import type { Source } from '../sources/index.js';
 import type { ApiKey, Role } from '../shared/config.js';
-import { credentialId, safeEqual, secretMatcher, verifySha256Signature } from '../shared/crypto.js';
-import { ForbiddenError, UnauthorizedError } from '../shared/errors.js';
+import { credentialId, hmacSha256, safeEqual, secretMatcher } from '../shared/crypto.js';
+import { ForbiddenError, ServiceUnavailableError, UnauthorizedError } from '../shared/errors.js';
+import { signatureSeenKey } from '../shared/keys.js';
 import type { Metrics } from '../shared/metrics.js';
 
 /**
- * Spec section 5. Every comparison is constant time (safeEqual) and the API key is compared with
+ * API keys, bearer tokens and webhook senders' proofs. Every comparison is constant time (safeEqual) and the API key is compared with
  * every configured key, without stopping at the first match, so timing reveals neither which
  * key matched nor how many are configured. Failures are counted in
  * opsgate_auth_failures_total{scheme,reason}; the audit line gets the principal.
@@ -38,7 +41,7 @@ export function requireApiKey(keys: readonly ApiKey[], metrics: AuthMetrics, req
       metrics.authFailures.inc({ scheme: 'api_key', reason: 'invalid' });
       throw new UnauthorizedError('invalid API key', 'invalid');
     }
-    // A key without a known role counts as readonly (spec 5, API key rule 5).
+    // A key without a known role counts as readonly.
     const role: Role = key.role === 'operator' ? 'operator' : 'readonly';
     res.locals.principal = `key:${key.id}`;
     res.locals.role = role;
@@ -89,62 +92,128 @@ export function requireBearer(
   };
 }
 
-/** Which token header a shared-secret webhook uses (X-Scm-Token by default; GitLab's X-Gitlab-Token for /webhook/gitlab). */
-export interface TokenHeader {
-  header: string;
-  scheme: string;
-  source: string;
-  what: string;
-}
-const SCM_TOKEN: TokenHeader = { header: 'X-Scm-Token', scheme: 'scm_token', source: 'scm', what: 'source-control' };
-
-/** `X-Scm-Token` must equal SCM_WEBHOOK_SECRET (constant time): not configured, missing or mismatch -> 403. Runs before the body is read. */
-export function requireScmToken(secret: string | undefined, metrics: AuthMetrics, h: TokenHeader = SCM_TOKEN): RequestHandler {
-  const fail = (detail: string, reason: string): never => {
-    metrics.authFailures.inc({ scheme: h.scheme, reason });
-    throw new ForbiddenError(detail, reason);
-  };
-  const matches = secret ? secretMatcher(secret) : undefined;
-  return (req, res, next) => {
-    if (secret === undefined || secret === '') fail(`${h.what} webhook secret is not configured`, 'not_configured');
-    const presented = req.get(h.header);
-    if (presented === undefined || presented === '') fail(`missing ${h.header} header`, 'missing');
-    if (!matches!(presented!)) {
-      res.locals.presentedCredential = `${h.scheme}:${credentialId(presented!)}`;
-      fail(`invalid ${h.header}`, 'invalid');
-    }
-    res.locals.principal = `webhook:${h.source}`;
-    next();
-  };
-}
-
 /**
- * Signature variant (spec 5): `<header>: sha256=<hex HMAC-SHA256(secret, raw body)>`. Split in two
- * so nothing is read for an unconfigured source or a missing/malformed header:
- * `before` runs before the body is read, `after` verifies the digest on the raw body.
+ * A webhook sender's verification (src/sources), split in two so nothing is read for an
+ * unconfigured sender or a missing or malformed header: `before` runs before the body is read,
+ * `after` checks what needs the raw body. Failures are 403 (401 for a bearer token), counted
+ * under the sender's scheme.
  */
-export function requireSignature(
-  secret: string | undefined,
-  headerName: string,
-  source: string,
-  metrics: AuthMetrics,
-): { before: RequestHandler; after: RequestHandler } {
+export interface SenderCheck {
+  before: RequestHandler;
+  after: RequestHandler;
+}
+
+export interface SenderVerifyOptions {
+  source: Pick<Source, 'name' | 'title' | 'verification'>;
+  secret: string | undefined;
+  metrics: AuthMetrics;
+  /** Where a timestamped signature is remembered, so its replay is refused. */
+  redis?: Redis;
+  /** Test clocks; default Date.now. */
+  now?: () => number;
+}
+
+const pass: RequestHandler = (_req, _res, next) => next();
+const TIMESTAMPED = /^t=(\d{1,12}),v1=([0-9a-f]{64})$/;
+
+export function verifySender(opts: SenderVerifyOptions): SenderCheck {
+  const { source, secret, metrics } = opts;
+  const v = source.verification;
+  const principal = `webhook:${source.name}`;
+  const scheme = v.kind === 'token' ? `${source.name}_token` : v.kind === 'bearer' ? `${source.name}_bearer` : 'signature';
   const fail = (detail: string, reason: string): never => {
-    metrics.authFailures.inc({ scheme: 'signature', reason });
+    metrics.authFailures.inc({ scheme, reason });
     throw new ForbiddenError(detail, reason);
   };
-  const before: RequestHandler = (req, _res, next) => {
-    if (secret === undefined || secret === '') fail(`${source} webhook secret is not configured`, 'not_configured');
-    const value = req.get(headerName);
-    if (value === undefined || value === '') fail(`missing signature (${headerName})`, 'missing');
-    if (!value!.startsWith('sha256=')) fail(`missing signature (${headerName} must start with sha256=)`, 'malformed');
-    next();
+  const notConfigured = () => fail(`${source.title} webhook secret is not configured`, 'not_configured');
+
+  if (v.kind === 'bearer') {
+    if (!secret) {
+      return {
+        before: (_req, res, next) => {
+          res.locals.principal = principal;
+          next();
+        },
+        after: pass,
+      };
+    }
+    return { before: requireBearer(secret, metrics, { scheme, realm: `opsgate-${source.name}`, principal }), after: pass };
+  }
+
+  if (v.kind === 'token') {
+    const matches = secret ? secretMatcher(secret) : undefined;
+    return {
+      before: (req, res, next) => {
+        if (!matches) notConfigured();
+        const presented = req.get(v.header);
+        if (presented === undefined || presented === '') fail(`missing ${v.header} header`, 'missing');
+        if (!matches!(presented!)) {
+          res.locals.presentedCredential = `${scheme}:${credentialId(presented!)}`;
+          fail(`invalid ${v.header}`, 'invalid');
+        }
+        res.locals.principal = principal;
+        next();
+      },
+      after: pass,
+    };
+  }
+
+  const rawOf = (body: unknown): Buffer => (Buffer.isBuffer(body) ? body : Buffer.alloc(0));
+
+  if (v.kind === 'hmac') {
+    const missing = v.prefix ? `missing signature (${v.header} must start with ${v.prefix})` : `missing signature (${v.header})`;
+    return {
+      before: (req, _res, next) => {
+        if (!secret) notConfigured();
+        const value = req.get(v.header);
+        if (value === undefined || value === '') fail(`missing signature (${v.header})`, 'missing');
+        if (!value!.startsWith(v.prefix)) fail(missing, 'malformed');
+        next();
+      },
+      after: (req, res, next) => {
+        const presented = req.get(v.header)!.slice(v.prefix.length);
+        const expected = hmacSha256(secret!, rawOf(req.body), v.encoding);
+        // Hex digests compare case-insensitively; base64 is case-sensitive.
+        const same = v.encoding === 'hex' ? safeEqual(presented.toLowerCase(), expected) : safeEqual(presented, expected);
+        if (!same) fail('signature mismatch', 'mismatch');
+        res.locals.principal = principal;
+        next();
+      },
+    };
+  }
+
+  // Timestamped: the timestamp bounds how long a captured delivery could be replayed, and the
+  // signature's record refuses a replay within that window.
+  const now = opts.now ?? Date.now;
+  const redis = opts.redis;
+  return {
+    before: (req, _res, next) => {
+      if (!secret) notConfigured();
+      const value = req.get(v.header);
+      if (value === undefined || value === '') fail(`missing signature (${v.header})`, 'missing');
+      const m = TIMESTAMPED.exec(value!.trim());
+      if (!m) fail(`missing signature (${v.header} must be t=<unix seconds>,v1=<hex HMAC-SHA256>)`, 'malformed');
+      const skew = Math.abs(now() / 1000 - Number(m![1]));
+      if (skew > v.toleranceSeconds) fail(`signature timestamp is more than ${v.toleranceSeconds} s from the server's clock`, 'stale');
+      next();
+    },
+    after: (req, res, next) => {
+      const [, t, sig] = TIMESTAMPED.exec(req.get(v.header)!.trim())!;
+      const expected = hmacSha256(secret!, Buffer.concat([Buffer.from(`${t}.`), rawOf(req.body)]), 'hex');
+      if (!safeEqual(sig!, expected)) fail('signature mismatch', 'mismatch');
+      res.locals.principal = principal;
+      if (!redis) return next();
+      // Remembered a little longer than a timestamp stays fresh, on either side of the clock.
+      redis.set(signatureSeenKey(source.name, sig!), '1', 'EX', v.toleranceSeconds * 2 + 60, 'NX').then(
+        (set) => {
+          if (set === null) {
+            metrics.authFailures.inc({ scheme, reason: 'replayed' });
+            return next(new ForbiddenError('signature already used (a replayed delivery)', 'replayed'));
+          }
+          next();
+        },
+        () => next(new ServiceUnavailableError('redis unavailable; retry later', 5)),
+      );
+    },
   };
-  const after: RequestHandler = (req, res, next) => {
-    const check = verifySha256Signature(secret!, Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0), req.get(headerName));
-    if (!check.ok) fail(check.reason === 'mismatch' ? 'signature mismatch' : `missing signature (${headerName})`, check.reason);
-    res.locals.principal = `webhook:${source}`;
-    next();
-  };
-  return { before, after };
 }

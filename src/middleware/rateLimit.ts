@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import { RATE_LIMIT_PREFIX, rateLimitKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
-import { addressKey, createRateCounter, type DeferredRateHit } from '../shared/rateLimit.js';
+import { addressKey, createRateCounter } from '../shared/rateLimit.js';
 
 /**
  * Per-client-address rate limit (RATE_LIMIT_RPS requests per second), shared by every API
@@ -23,12 +23,8 @@ import { addressKey, createRateCounter, type DeferredRateHit } from '../shared/r
  * endpoints that do not need Redis (/ops/hosts, auth errors), while the endpoints that do need
  * Redis (webhooks, restart) answer 503 + Retry-After on their own.
  *
- * Webhook intake (`deferPaths`, POST only): the hit is not sent at the start of the request but
- * handed to the route as a DeferredRateHit (res.locals), which runs it inside its first Redis call
- * (the claim script of src/domain/claim.ts; on a Cluster a command of its own in the same write),
- * so a duplicate delivery costs one round trip in all and a unique one two. The decision is the
- * same: over the limit -> 429, and nothing stays claimed. A delivery that never reaches Redis
- * (403, 400, 413, 422, ignored) sends the hit on its own before its answer.
+ * A plain middleware: one Redis call of its own per request, before the routes; nothing after it
+ * knows it exists.
  */
 export interface RateLimitOptions {
   /** A `request`-profile connection (fails fast when Redis is down). */
@@ -45,16 +41,6 @@ export interface RateLimitOptions {
   windowMs?: number;
   /** Give up on Redis after this long and fail open; default 250 ms. */
   timeoutMs?: number;
-  /** POST paths whose hit is deferred to the route's first Redis round trip; default the webhooks. */
-  deferPaths?: readonly string[];
-}
-
-export const DEFAULT_DEFER_PATHS = ['/webhook/scm', '/webhook/github', '/webhook/gitlab', '/webhook/alerts'] as const;
-
-/** The request's deferred hit while it has not been sent yet. */
-export function pendingRateHit(res: Response): DeferredRateHit | undefined {
-  const hit = res.locals.rateHit as DeferredRateHit | undefined;
-  return hit && !hit.sent ? hit : undefined;
 }
 
 export const DEFAULT_EXEMPT_PATHS = ['/health', '/ready'] as const;
@@ -67,7 +53,6 @@ export function createRateLimiter(opts: RateLimitOptions): RequestHandler {
   }
   const exempt = new Set(opts.exemptPaths ?? DEFAULT_EXEMPT_PATHS);
   const prefix = opts.keyPrefix ?? RATE_LIMIT_PREFIX;
-  const defer = new Set(opts.deferPaths ?? DEFAULT_DEFER_PATHS);
   const counter = createRateCounter({
     redis: opts.redis,
     rps,
@@ -77,13 +62,9 @@ export function createRateLimiter(opts: RateLimitOptions): RequestHandler {
     logger: opts.logger,
   });
 
-  return function rateLimit(req: Request, res: Response, next: NextFunction): void {
+  return function rateLimit(req: Request, _res: Response, next: NextFunction): void {
     if (exempt.has(req.path)) return next();
     const key = rateLimitKey(addressKey(req.ip ?? req.socket.remoteAddress), prefix);
-    if (req.method === 'POST' && defer.has(req.path)) {
-      res.locals.rateHit = counter.deferred(key);
-      return next();
-    }
     void counter.hit(key).then((err) => next(err));
   };
 }

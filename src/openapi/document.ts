@@ -10,7 +10,8 @@ import { z } from 'zod';
  * server gave would conform, and the conformance run (test/integration/api/conformance.test.ts)
  * could not catch an undocumented one.
  */
-export type SecuritySchemeName = 'apiKey' | 'bearer' | 'alertsBearer' | 'scmToken' | 'githubSignature' | 'gitlabToken' | 'basic';
+/** A security scheme: the API's own, or a webhook sender's (`<source>Webhook`, src/openapi/routes.ts). */
+export type SecuritySchemeName = string;
 
 export interface ResponseDoc {
   description: string;
@@ -57,25 +58,6 @@ const SECURITY_SCHEMES: Record<SecuritySchemeName, Record<string, unknown>> = {
     description: 'A key of OPS_API_KEY_ROLES; role readonly or operator (operations marked "operator" answer 403 to a readonly key).',
   },
   bearer: { type: 'http', scheme: 'bearer', description: 'OPS_BEARER_TOKEN (scheme word case-insensitive). Unset: every call 401.' },
-  alertsBearer: { type: 'http', scheme: 'bearer', description: 'ALERTS_WEBHOOK_TOKEN, required only when it is set.' },
-  scmToken: {
-    type: 'apiKey',
-    in: 'header',
-    name: 'X-Scm-Token',
-    description: 'Must equal SCM_WEBHOOK_SECRET. Unset secret: every call 403.',
-  },
-  githubSignature: {
-    type: 'apiKey',
-    in: 'header',
-    name: 'X-Hub-Signature-256',
-    description: '`sha256=<hex HMAC-SHA256 of the raw body keyed by GITHUB_WEBHOOK_SECRET>`. Unset secret: every call 403.',
-  },
-  gitlabToken: {
-    type: 'apiKey',
-    in: 'header',
-    name: 'X-Gitlab-Token',
-    description: 'GitLab\'s "Secret token": GITLAB_WEBHOOK_SECRET (or SCM_WEBHOOK_SECRET when unset).',
-  },
   basic: { type: 'http', scheme: 'basic', description: 'Browsers: any user name, an operator key as the password.' },
 };
 
@@ -99,7 +81,12 @@ function parameters(where: 'path' | 'query' | 'header', obj: z.ZodObject | undef
   });
 }
 
-export function buildOpenApiDocument(routes: readonly RouteDoc[], info: { version: string; description: string }): Record<string, unknown> {
+export function buildOpenApiDocument(
+  routes: readonly RouteDoc[],
+  info: { version: string; description: string },
+  /** Schemes beyond the API's own (the webhook senders'). */
+  schemes: Record<SecuritySchemeName, Record<string, unknown>> = {},
+): Record<string, unknown> {
   const paths: Record<string, Record<string, unknown>> = {};
   for (const r of routes) {
     const responses: Record<string, unknown> = {};
@@ -141,7 +128,7 @@ export function buildOpenApiDocument(routes: readonly RouteDoc[], info: { versio
     openapi: '3.1.0',
     info: { title: 'opsgate', version: info.version, description: info.description },
     jsonSchemaDialect: 'https://json-schema.org/draft/2020-12/schema',
-    components: { securitySchemes: SECURITY_SCHEMES },
+    components: { securitySchemes: { ...SECURITY_SCHEMES, ...schemes } },
     paths,
   };
 }

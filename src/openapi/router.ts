@@ -1,7 +1,7 @@
 import { Router } from 'express';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { buildOpenApiDocument } from './document.js';
-import { API_DESCRIPTION, API_ROUTES } from './routes.js';
+import { API_DESCRIPTION, API_ROUTES, WEBHOOK_SECURITY_SCHEMES } from './routes.js';
 import { ADMIN_BASE_PATH } from '../routes/admin.js';
 
 /**
@@ -11,7 +11,9 @@ import { ADMIN_BASE_PATH } from '../routes/admin.js';
 export function openapiRouter(deps: { version?: string; adminUI?: boolean }): Router {
   const r = Router();
   const routes = deps.adminUI ? API_ROUTES : API_ROUTES.filter((route) => !route.path.startsWith(ADMIN_BASE_PATH));
-  const doc = JSON.stringify(buildOpenApiDocument(routes, { version: deps.version ?? '0.0.0', description: API_DESCRIPTION }));
+  const doc = JSON.stringify(
+    buildOpenApiDocument(routes, { version: deps.version ?? '0.0.0', description: API_DESCRIPTION }, WEBHOOK_SECURITY_SCHEMES),
+  );
   r.route('/openapi.json')
     .get((_req, res) => {
       res.type('application/json').send(doc);

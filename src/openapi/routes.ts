@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { idempotencyKeySchema, restartAckSchema, restartQuerySchema } from '../domain/restart.js';
 import { jobListSchema, jobViewSchema, listJobsQuerySchema, retryAnswerSchema, retryBodySchema } from '../routes/jobs.js';
+import { SOURCES, type Source } from '../sources/index.js';
 import type { ResponseDoc, RouteDoc } from './document.js';
 
 /**
@@ -10,9 +11,9 @@ import type { ResponseDoc, RouteDoc } from './document.js';
  * request in that test produces.
  *
  * Request schemas are the ones the code validates with where the code validates with zod
- * (restart query, Idempotency-Key, jobs query, retry body); the webhook payloads are checked by
- * the domain's hand-written rules (src/domain/deploy.ts, alerts.ts, spec section 4) and are
- * described here by the fields those rules read.
+ * (restart query, Idempotency-Key, jobs query, retry body). The webhook routes are derived from
+ * the sender registry (src/sources): one per sender, its verification as its security scheme, its
+ * payload described by the fields its mapping reads.
  */
 
 // --- answers -----------------------------------------------------------------------------
@@ -57,18 +58,8 @@ const alertResult = z.object({
 
 // --- requests ------------------------------------------------------------------------------
 
-const scmPush = z.looseObject({
-  ref: z.string().optional().describe('branch reference; only refs/heads/main deploys'),
-  project: z.looseObject({ path_with_namespace: z.string().optional() }).optional(),
-  checkout_sha: z.string().describe('required for a push to main (422 when missing or empty)'),
-});
-const githubPush = z.looseObject({
-  ref: z.string().optional(),
-  after: z.string().describe('the pushed commit; required for a push to main'),
-  deleted: z.boolean().optional(),
-  repository: z.looseObject({ full_name: z.string().optional() }).optional(),
-});
-const githubForm = z.object({
+/** A push sender's body as one field `payload` holding the event as JSON text (GitHub's form setting). */
+const formPayload = z.object({
   payload: z.string().describe('the push event as JSON text (the fields of the application/json body)'),
 });
 const alertPayload = z.looseObject({
@@ -98,16 +89,108 @@ const E = {
   503: (d = 'Redis (queue) unavailable; nothing lost, retry'): ResponseDoc => ({ description: d, headers: { 'Retry-After': 'seconds' } }),
 };
 
-/** The answers of a push webhook (/webhook/scm, /github, /gitlab): only the 400/403/422 wording differs. */
-const pushResponses = (d: { invalid?: string; forbidden: string; unprocessable: string }): RouteDoc['responses'] => ({
-  202: { description: 'accepted, duplicate or ignored', schema: z.union([pushResult, ignored]) },
-  400: E[400](d.invalid),
-  403: { description: d.forbidden },
-  413: E[413],
-  422: E[422](d.unprocessable),
-  429: E[429],
-  503: E[503](),
-});
+// --- webhook senders (src/sources) --------------------------------------------------------
+
+const schemeName = (s: Source): string => `${s.name}Webhook`;
+
+function verificationScheme(s: Source): Record<string, unknown> {
+  const v = s.verification;
+  const secret = s.secret.fallbackEnv ? `${s.secret.env} (or ${s.secret.fallbackEnv} when unset)` : s.secret.env;
+  switch (v.kind) {
+    case 'token':
+      return { type: 'apiKey', in: 'header', name: v.header, description: `Must equal ${secret}. Unset secret: every call 403.` };
+    case 'hmac':
+      return {
+        type: 'apiKey',
+        in: 'header',
+        name: v.header,
+        description: `\`${v.prefix}<${v.encoding} HMAC-SHA256 of the raw body keyed by ${secret}>\`. Unset secret: every call 403.`,
+      };
+    case 'timestamped-hmac':
+      return {
+        type: 'apiKey',
+        in: 'header',
+        name: v.header,
+        description: `\`t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>" keyed by ${secret}>\`; a timestamp more than ${v.toleranceSeconds} s off, or a signature already used, is refused. Unset secret: every call 403.`,
+      };
+    case 'bearer':
+      return { type: 'http', scheme: 'bearer', description: `${secret}, required only when it is set.` };
+  }
+}
+
+/** The security schemes of the webhook senders, one per sender. */
+export const WEBHOOK_SECURITY_SCHEMES: Record<string, Record<string, unknown>> = Object.fromEntries(
+  SOURCES.map((s) => [schemeName(s), verificationScheme(s)]),
+);
+
+function webhookRoute(s: Source): RouteDoc {
+  const path = `/webhook/${s.name}`;
+  if (s.kind === 'alerts') {
+    return {
+      method: 'post',
+      path,
+      summary: `${s.title} notification -> notify jobs`,
+      tags: ['webhooks'],
+      security: [schemeName(s)],
+      securityOptional: true,
+      description: `Authenticated only when ${s.secret.env} is set (then 401 without it).`,
+      body: { contentTypes: ['application/json'], schema: alertPayload, required: true },
+      responses: {
+        202: { description: 'counted; firing alerts with a new fingerprint queued', schema: alertResult },
+        400: E[400](),
+        401: E[401](`${s.secret.env} set and the bearer token missing or wrong`),
+        413: { description: 'body over BODY_LIMIT, or more alerts than ALERTS_MAX_PER_REQUEST (nothing queued)' },
+        422: E[422]('alerts missing or not an array'),
+        429: E[429],
+        503: E[503](),
+      },
+    };
+  }
+  const headers: Record<string, z.ZodType> = {
+    [s.event.header]: z
+      .string()
+      .optional()
+      .describe(`must be ${JSON.stringify(s.event.push)}; anything else is ignored`),
+  };
+  for (const h of s.deliveryHeaders ?? []) {
+    headers[h] = z.string().max(128).optional().describe('the delivery id, remembered 30 days: a replayed delivery is a duplicate');
+  }
+  const v = s.verification;
+  const signed = v.kind !== 'token';
+  const proof = v.kind === 'bearer' ? 'Authorization' : v.header;
+  return {
+    method: 'post',
+    path,
+    summary: `${s.title} push -> deploy job`,
+    tags: ['webhooks'],
+    security: [schemeName(s)],
+    headers: z.object(headers),
+    body: {
+      contentTypes: s.formPayload ? ['application/json', 'application/x-www-form-urlencoded'] : ['application/json'],
+      schema: s.payload,
+      required: true,
+      ...(s.formPayload
+        ? {
+            description: 'JSON: the push event. Form-encoded: one field `payload` holding the same event as JSON text.',
+            schemaByType: { 'application/x-www-form-urlencoded': formPayload },
+          }
+        : {}),
+    },
+    responses: {
+      202: { description: 'accepted, duplicate or ignored', schema: z.union([pushResult, ignored]) },
+      400: E[400](signed ? 'invalid JSON (after the signature is verified)' : undefined),
+      403: {
+        description: signed
+          ? `${proof} missing, malformed, mismatching${v.kind === 'timestamped-hmac' ? ', stale or already used' : ''}, or secret not configured`
+          : `${proof} missing, secret not configured, or mismatch`,
+      },
+      413: E[413],
+      422: E[422](`${s.commitField} missing or empty; payload not an object; delivery id too long`),
+      429: E[429],
+      503: E[503](),
+    },
+  };
+}
 
 export const API_ROUTES: readonly RouteDoc[] = [
   {
@@ -257,79 +340,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
       ),
     },
   },
-  {
-    method: 'post',
-    path: '/webhook/scm',
-    summary: 'Source-control push (GitLab-style) -> deploy job',
-    tags: ['webhooks'],
-    security: ['scmToken'],
-    headers: z.object({ 'X-Scm-Event': z.string().optional().describe('must be "Push Hook"; anything else is ignored') }),
-    body: { contentTypes: ['application/json'], schema: scmPush, required: true },
-    responses: pushResponses({
-      forbidden: 'X-Scm-Token missing, secret not configured, or mismatch',
-      unprocessable: 'checkout_sha missing or empty; payload not an object',
-    }),
-  },
-  {
-    method: 'post',
-    path: '/webhook/github',
-    summary: 'GitHub push (signed) -> deploy job',
-    tags: ['webhooks'],
-    security: ['githubSignature'],
-    headers: z.object({
-      'X-GitHub-Event': z.string().optional().describe('must be "push"; anything else is ignored'),
-      'X-GitHub-Delivery': z.string().max(128).optional().describe('recorded 30 days: a replayed delivery is a duplicate'),
-    }),
-    body: {
-      contentTypes: ['application/json', 'application/x-www-form-urlencoded'],
-      schema: githubPush,
-      required: true,
-      description:
-        'JSON: the push event. Form-encoded (GitHub\'s "application/x-www-form-urlencoded"): one field `payload` holding the same event as JSON text.',
-      schemaByType: { 'application/x-www-form-urlencoded': githubForm },
-    },
-    responses: pushResponses({
-      invalid: 'invalid JSON (after the signature is verified)',
-      forbidden: 'signature missing, malformed, mismatching, or secret not configured',
-      unprocessable: 'after (the pushed commit) missing; payload not an object',
-    }),
-  },
-  {
-    method: 'post',
-    path: '/webhook/gitlab',
-    summary: "GitLab push with GitLab's native headers -> deploy job (same rules and event id as /webhook/scm)",
-    tags: ['webhooks'],
-    security: ['gitlabToken'],
-    headers: z.object({
-      'X-Gitlab-Event': z.string().optional().describe('must be "Push Hook"; anything else is ignored'),
-      'Idempotency-Key': z.string().max(128).optional().describe("GitLab 17.4+, the same on GitLab's retries; recorded 30 days"),
-      'X-Gitlab-Event-UUID': z.string().max(128).optional().describe('recorded 30 days when there is no Idempotency-Key'),
-    }),
-    body: { contentTypes: ['application/json'], schema: scmPush, required: true },
-    responses: pushResponses({
-      forbidden: 'X-Gitlab-Token missing, secret not configured, or mismatch',
-      unprocessable: 'checkout_sha missing or empty; payload not an object; delivery id too long',
-    }),
-  },
-  {
-    method: 'post',
-    path: '/webhook/alerts',
-    summary: 'Alertmanager notification -> notify jobs',
-    tags: ['webhooks'],
-    security: ['alertsBearer'],
-    securityOptional: true,
-    description: 'Authenticated only when ALERTS_WEBHOOK_TOKEN is set (then 401 without it).',
-    body: { contentTypes: ['application/json'], schema: alertPayload, required: true },
-    responses: {
-      202: { description: 'counted; firing alerts with a new fingerprint queued', schema: alertResult },
-      400: E[400](),
-      401: E[401]('ALERTS_WEBHOOK_TOKEN set and the bearer token missing or wrong'),
-      413: { description: 'body over BODY_LIMIT, or more alerts than ALERTS_MAX_PER_REQUEST (nothing queued)' },
-      422: E[422]('alerts missing or not an array'),
-      429: E[429],
-      503: E[503](),
-    },
-  },
+  ...SOURCES.map(webhookRoute),
   {
     method: 'get',
     path: '/admin/queues',

@@ -11,7 +11,7 @@ import { matchApiKey } from '../middleware/auth.js';
 import { boundedRaw } from '../middleware/body.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
-import type { OpsQueue } from '../shared/queue.js';
+import type { DeadLetters } from '../shared/deadLetters.js';
 
 /**
  * Bull Board at /admin/queues: the operator's view of the "ops" queue. Dead-lettered jobs (the
@@ -19,7 +19,7 @@ import type { OpsQueue } from '../shared/queue.js';
  *
  * Writes: only what dead-letter review needs (DESIGN.md, Bull Board): retry of a failed job and
  * removal of a failed job. A retry of a job of the ops queue is not Bull Board's own: it is the
- * API's retry (OpsQueue.retryFailed, as POST /ops/jobs/{id}/retry), so a restart whose Deployment
+ * API's retry (DeadLetters.retry, as POST /ops/jobs/{id}/retry), so a restart whose Deployment
  * already has another restart waiting or rolling out is refused (409 {detail}) and the same
  * bookkeeping is done; a success answers 204 as Bull Board's retry does. Every other state-changing call Bull Board offers (add a job, edit its
  * data/delay/priority, empty, clean, obliterate, pause/resume, promote, concurrency, rate limit,
@@ -60,8 +60,8 @@ export interface AdminRouterOptions {
   metrics?: Metrics;
   /** Where the router is mounted; Bull Board builds its links from it. */
   basePath?: string;
-  /** The ops queue: a retry of one of its jobs goes through its retryFailed (the API's rule). */
-  opsQueue?: Pick<OpsQueue, 'retryFailed' | 'bull'>;
+  /** The ops queue: a retry of one of its jobs goes through its dead letters' retry (the API's rule). */
+  opsQueue?: { bull: Queue; deadLetters: DeadLetters };
   /** REDIS_MIN_REPLICAS_ACK: WAIT before the retry's 204, as for POST /ops/jobs/{id}/retry. */
   retryReplicated?: () => Promise<void>;
 }
@@ -256,12 +256,12 @@ function writeGate(opts: AdminRouterOptions): [RequestHandler, RequestHandler] {
 
 /** The API's retry (src/routes/jobs.ts) answered the way Bull Board's client expects: 204 on success. */
 async function retryLikeTheApi(
-  opsQueue: Pick<OpsQueue, 'retryFailed'>,
+  opsQueue: { deadLetters: DeadLetters },
   opts: AdminRouterOptions,
   jobId: string,
   res: Response,
 ): Promise<void> {
-  const out = await opsQueue.retryFailed(jobId);
+  const out = await opsQueue.deadLetters.retry(jobId);
   switch (out.outcome) {
     case 'not_found':
       return refuse(res, 404, 'job not found');
@@ -274,11 +274,16 @@ async function retryLikeTheApi(
         `another restart of this Deployment is waiting or rolling out (job ${out.holder}); retry this one after it finished`,
       );
     case 'retried':
-      res.locals.auditFields = { ...(res.locals.auditFields as object), outcome: 'retried' };
+      res.locals.auditFields = {
+        ...(res.locals.auditFields as object),
+        outcome: 'retried',
+        ...(out.job.id !== jobId ? { retried_as: out.job.id } : {}),
+      };
       await opts.retryReplicated?.();
       opts.logger.info('dead-lettered job retried', {
         job_id: jobId,
         job_name: out.job.name,
+        ...(out.job.id !== jobId ? { retried_as: out.job.id } : {}),
         via: 'admin',
         request_id: res.locals.requestId,
       });

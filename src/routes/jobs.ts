@@ -8,7 +8,8 @@ import type { ApiConfig } from '../shared/config.js';
 import { ConflictError, NotFoundError, UnprocessableError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
-import { LISTABLE_STATES, type OpsQueue } from '../shared/queue.js';
+import type { DeadLetters } from '../shared/deadLetters.js';
+import { LISTABLE_STATES, type JobReads } from '../shared/jobReads.js';
 
 /**
  * Jobs without a browser (Bull Board stays for browsing):
@@ -23,7 +24,8 @@ import { LISTABLE_STATES, type OpsQueue } from '../shared/queue.js';
  */
 export interface JobsDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
-  queue: Pick<OpsQueue, 'getJob' | 'listJobs' | 'retryFailed'>;
+  jobs: JobReads;
+  deadLetters: DeadLetters;
   logger: Logger;
   metrics: Pick<Metrics, 'authFailures'>;
   /** REDIS_MIN_REPLICAS_ACK: WAIT before the retry's 200 (src/domain/replication.ts); absent = off. */
@@ -86,7 +88,7 @@ export function jobsRouter(deps: JobsDeps): Router {
       const q = listJobsQuerySchema.safeParse(req.query);
       if (!q.success) throw invalid(q.error, 'query parameter');
       const { state, offset, limit } = q.data;
-      const page = await deps.queue.listJobs(state, offset, limit);
+      const page = await deps.jobs.list(state, offset, limit);
       const next = offset + page.jobs.length;
       res.json({
         state,
@@ -103,7 +105,7 @@ export function jobsRouter(deps: JobsDeps): Router {
     .get(anyKey, async (req, res) => {
       const id = req.params.id;
       if (!JOB_ID.test(id)) throw new NotFoundError('job not found');
-      const job = await deps.queue.getJob(id);
+      const job = await deps.jobs.get(id);
       if (!job) throw new NotFoundError('job not found');
       res.json(job);
     })
@@ -116,7 +118,7 @@ export function jobsRouter(deps: JobsDeps): Router {
       const body = retryBodySchema.safeParse(parseJson(req.body as Buffer));
       if (!body.success) throw invalid(body.error, 'body field');
       res.locals.auditFields = { job_id: id, retry_reason: body.data.reason };
-      const out = await deps.queue.retryFailed(id);
+      const out = await deps.deadLetters.retry(id);
       switch (out.outcome) {
         case 'not_found':
           throw new NotFoundError('job not found');
@@ -127,9 +129,20 @@ export function jobsRouter(deps: JobsDeps): Router {
             `another restart of this Deployment is waiting or rolling out (job ${out.holder}); retry this one after it finished`,
           );
         case 'retried':
-          res.locals.auditFields = { job_id: id, job_name: out.job.name, retry_reason: body.data.reason, outcome: 'retried' };
+          res.locals.auditFields = {
+            job_id: id,
+            job_name: out.job.name,
+            retry_reason: body.data.reason,
+            outcome: 'retried',
+            ...(out.job.id !== id ? { retried_as: out.job.id } : {}),
+          };
           await deps.retryReplicated?.();
-          deps.logger.info('dead-lettered job retried', { job_id: id, job_name: out.job.name, request_id: res.locals.requestId });
+          deps.logger.info('dead-lettered job retried', {
+            job_id: id,
+            job_name: out.job.name,
+            ...(out.job.id !== id ? { retried_as: out.job.id } : {}),
+            request_id: res.locals.requestId,
+          });
           res.json({ retried: true, job: out.job });
       }
     })

@@ -11,13 +11,13 @@ import type { ApiConfig } from '../shared/config.js';
 import { hostNames, type Inventory } from '../shared/inventory.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
-import type { OpsQueue } from '../shared/queue.js';
+import type { Producer } from '../shared/producer.js';
 
 /** /ops/hosts, /ops/hosts/:host, /ops/restart, /ops/cache. */
 export interface OpsDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'OPS_BEARER_TOKEN' | 'BODY_LIMIT'>;
   redis: Redis;
-  queue: Pick<OpsQueue, 'enqueue'>;
+  producer: Pick<Producer, 'add'>;
   inventory: Inventory;
   hostStatus: HostStatusProvider;
   logger: Logger;

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { ConfigError, type ConfigProblem } from './errors.js';
 import { credentialId } from './crypto.js';
 import { parseRedisUrl, redisPasswords, RedisUrlError } from './redis.js';
+import { SOURCE_SECRET_ENVS } from '../sources/index.js';
 
 export type Role = 'readonly' | 'operator';
 
@@ -123,11 +124,8 @@ const apiSchema = commonSchema.extend({
   PORT: intFrom(8080),
   ...replicationSchema,
   OPS_BEARER_TOKEN: optionalSecret,
-  SCM_WEBHOOK_SECRET: optionalSecret,
-  GITHUB_WEBHOOK_SECRET: optionalSecret,
-  ALERTS_WEBHOOK_TOKEN: optionalSecret,
-  /** Secret token of /webhook/gitlab (GitLab's X-Gitlab-Token); unset: SCM_WEBHOOK_SECRET is used. */
-  GITLAB_WEBHOOK_SECRET: optionalSecret,
+  /** The webhook senders' secrets, one variable each, named by src/sources. */
+  ...Object.fromEntries(SOURCE_SECRET_ENVS.map((env) => [env, optionalSecret])),
   /** Alerts accepted in one /webhook/alerts payload; over it 413, nothing queued. */
   ALERTS_MAX_PER_REQUEST: intFrom(1000, 1),
   RATE_LIMIT_RPS: intFrom(50),
@@ -192,7 +190,8 @@ const workerSchema = commonSchema.extend({
 });
 
 export type CommonConfig = z.infer<typeof commonSchema>;
-export type ApiConfig = z.infer<typeof apiSchema> & { apiKeys: ApiKey[] };
+/** The senders' secrets are read by variable name (src/sources): `config[source.secret.env]`. */
+export type ApiConfig = z.infer<typeof apiSchema> & { apiKeys: ApiKey[] } & { readonly [sourceSecretEnv: string]: unknown };
 export type WorkerConfig = z.infer<typeof workerSchema>;
 
 type Env = Record<string, string | undefined>;
@@ -247,13 +246,7 @@ export function weakCredentialWarnings(config: Pick<ApiConfig, 'apiKeys' | 'OPS_
 
 /** Every secret value of a config, for the logger's last-line-of-defence redaction. */
 export function secretsOf(config: Partial<ApiConfig>): string[] {
-  const out = [
-    config.OPS_BEARER_TOKEN,
-    config.SCM_WEBHOOK_SECRET,
-    config.GITHUB_WEBHOOK_SECRET,
-    config.ALERTS_WEBHOOK_TOKEN,
-    config.GITLAB_WEBHOOK_SECRET,
-  ];
+  const out: unknown[] = [config.OPS_BEARER_TOKEN, ...SOURCE_SECRET_ENVS.map((env) => config[env])];
   for (const k of config.apiKeys ?? []) out.push(k.key);
   return out.filter((s): s is string => typeof s === 'string' && s.length > 0);
 }

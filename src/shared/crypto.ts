@@ -43,3 +43,8 @@ export function verifySha256Signature(secret: string, rawBody: Buffer, header: s
   const expected = 'sha256=' + createHmac('sha256', secret).update(rawBody).digest('hex');
   return safeEqual(header.toLowerCase(), expected) ? { ok: true } : { ok: false, reason: 'mismatch' };
 }
+
+/** HMAC-SHA256 of `data` keyed by `secret`, in `encoding`. */
+export function hmacSha256(secret: string, data: Buffer | string, encoding: 'hex' | 'base64'): string {
+  return createHmac('sha256', secret).update(data).digest(encoding);
+}

@@ -4,15 +4,13 @@ import { redisTopology } from './redis.js';
  * Every Redis key opsgate reads or writes is named here and nowhere else: the queue's prefix, the
  * intake's seen and delivery records, rate-limit counters, the restart Idempotency-Key records, the
  * host-status cache and the worker's own records. BullMQ names the keys under the queue prefix
- * itself (`<prefix>:<queue>:<suffix>`); queueKey spells that form for the few places that touch one.
+ * itself (`<prefix>:<queue>:<suffix>`); queueKey spells that form for WAIT's choice of primary.
  *
  * Key naming for Redis Cluster (harmless on a single server or Sentinel). The braces are a hash
  * tag: only the part inside them picks the slot.
  *
- * - Seen and delivery records live in the slot of SLOT_TAG, the same slot as the queue's keys on
- *   a cluster (queue prefix "{opsgate}"). The intake's script (src/domain/claim.ts) writes an
- *   event's records and its job together, which a script can do only within one slot; and a claim
- *   and its job are then always on the same primary, so no failover can keep one without the other.
+ * - Delivery aliases live in the slot of SLOT_TAG, the same slot as the queue's keys on a cluster
+ *   (queue prefix "{opsgate}"), so an alias and its job are on the same primary.
  * - Rate-limit counters are tagged by address: one key per script, spread over the cluster.
  */
 
@@ -37,14 +35,21 @@ export const queueKey = (prefix: string, queue: string, suffix: string): string 
 /** A key in its own slot by id. `prefix` must not contain braces. */
 export const taggedKey = (prefix: string, id: string): string => `${prefix}{${id}}`;
 
-/** The prefix of every seen and delivery record. */
+/**
+ * The intake's own records, beside BullMQ's deduplication records of the events themselves
+ * (src/domain/intake.ts): a sender's delivery-id aliases, and version 0.1's event records, read
+ * during an upgrade.
+ */
 export const SEEN_PREFIX = `${SLOT_TAG}:seen:`;
-/** An intake event's seen record (its content key: SCM ref + commit, alert fingerprint). */
-export const seenKey = (id: string): string => SEEN_PREFIX + id;
-/** An alert's seen record, by its Alertmanager fingerprint. */
-export const alertSeenKey = (fingerprint: string): string => seenKey(`alert:${fingerprint}`);
-/** A sender's own delivery id (X-GitHub-Delivery, X-Gitlab-Event-UUID, Idempotency-Key). */
-export const deliveryKey = (source: string, deliveryId: string): string => seenKey(`delivery:${source}:${deliveryId}`);
+/** A sender's own delivery id (X-GitHub-Delivery, X-Gitlab-Event-UUID, Idempotency-Key): "q:<job id>". */
+export const deliveryKey = (source: string, deliveryId: string): string => `${SEEN_PREFIX}delivery:${source}:${deliveryId}`;
+/** Version 0.1's record of an event (its identity: a push's event id, `alert:<fingerprint>`). */
+export const legacySeenKey = (identity: string): string => SEEN_PREFIX + identity;
+/** When this version's intake first ran against the Redis (ms since the epoch). */
+export const INTAKE_SINCE_KEY = `${KEY_PREFIX}intake:since`;
+
+/** A timestamped signature already used by a sender (its replay is refused while its timestamp is fresh). */
+export const signatureSeenKey = (source: string, signature: string): string => `${KEY_PREFIX}sig:${source}:${signature}`;
 
 export const RATE_LIMIT_PREFIX = `${KEY_PREFIX}rl:`;
 /** A client address's rate-limit counter (`address` as src/shared/rateLimit.ts addressKey makes it). */

@@ -4,17 +4,14 @@ import { Counter } from 'prom-client';
 import { sha256Hex } from './crypto.js';
 import { TooManyRequestsError } from './errors.js';
 import type { Logger } from './logger.js';
-import { loadLua } from './lua.js';
+import { defineLua, loadLua } from './lua.js';
 import type { Metrics } from './metrics.js';
-import { callScript, defineScript } from './redisBatch.js';
 
 /**
  * Rate-limit counting: a fixed window per client address, counted in Redis so every API replica
- * shares it. The Express side (which requests count, when the hit is sent) is
- * src/middleware/rateLimit.ts; the intake sends a deferred hit inside its claim script
- * (src/domain/claim.ts). Both sit above this file.
+ * shares it. The Express side (which requests count) is src/middleware/rateLimit.ts.
  *
- * One Lua script (src/shared/lua/rate-hit.lua) does INCR + PEXPIRE atomically in a single round
+ * One Lua script (src/shared/lua/rate-limit.lua) does INCR + PEXPIRE atomically in a single round
  * trip and returns the count and the window's remaining milliseconds. Over the limit: the 429
  * error, whose Retry-After is whole seconds, at least 1. Fixed windows allow a burst of up to 2x
  * the limit across a window boundary; that is the accepted trade-off for one key and one round
@@ -25,31 +22,9 @@ import { callScript, defineScript } from './redisBatch.js';
  * A Redis call that hangs is abandoned after `timeoutMs`, then fails open too.
  */
 
-/** The piece that counts a hit, for a caller's script that runs it first on the same server. */
-export const RATE_HIT_LUA_PIECE = 'rate-hit';
 const SCRIPT_NAME = 'opsgateRateLimitHit';
 /** KEYS[1] = counter key, ARGV[1] = window ms. Returns {count, remaining window ms}. */
-const HIT_SCRIPT = loadLua(RATE_HIT_LUA_PIECE, 'rate-limit');
-
-/** A rate-limit hit that the route sends with its own first Redis call. */
-export interface DeferredRateHit {
-  /**
-   * Sends the hit on `redis` now, synchronously, so it goes out in the same write as the
-   * commands the caller issues in this tick (src/shared/redisBatch.ts). Resolves with the
-   * decision, never rejects: the 429 error over the limit, else undefined (fails open on a Redis error).
-   */
-  sendOn(redis: Redis): Promise<TooManyRequestsError | undefined>;
-  /**
-   * For a caller that runs RATE_HIT_LUA_PIECE inside its own script (same server, one command less):
-   * the counter key, the window, the limit, and the decision for the script's {count, ttl}
-   * (an Error: the script failed, fail open). Marks the hit sent.
-   */
-  inline(): { key: string; windowMs: number; rps: number; decide(reply: [number, number] | Error): TooManyRequestsError | undefined };
-  /** Sends the hit on its own (one round trip, abandoned after the timeout); throws 429 over the limit. */
-  run(): Promise<void>;
-  /** True once sendOn or run has sent it (a hit is sent at most once). */
-  readonly sent: boolean;
-}
+const HIT_SCRIPT = loadLua('rate-limit');
 
 export interface RateCounterOptions {
   /** A `request`-profile connection (fails fast when Redis is down). */
@@ -64,10 +39,8 @@ export interface RateCounterOptions {
 }
 
 export interface RateCounter {
-  /** One hit on its own: resolves with the 429 error or undefined (fail open on error or timeout). */
+  /** One hit: resolves with the 429 error or undefined (fail open on error or timeout). */
   hit(key: string): Promise<TooManyRequestsError | undefined>;
-  /** A hit to be sent later, with the caller's own first Redis call. */
-  deferred(key: string): DeferredRateHit;
 }
 
 /** The Redis key part for an address: the IP itself, or a hash of anything that is not one. */
@@ -94,8 +67,9 @@ export function createRateCounter(opts: RateCounterOptions): RateCounter {
   const failOpen = errorsCounter(metrics);
 
   // EVALSHA with an automatic EVAL fallback (NOSCRIPT after a Redis restart).
-  defineScript(redis, SCRIPT_NAME, HIT_SCRIPT);
-  const send = (key: string) => callScript(redis, SCRIPT_NAME, [key], [windowMs]) as Promise<[number, number]>;
+  defineLua(redis, SCRIPT_NAME, HIT_SCRIPT, 1);
+  const send = (key: string) =>
+    (redis as unknown as Record<string, (key: string, windowMs: number) => Promise<[number, number]>>)[SCRIPT_NAME]!(key, windowMs);
 
   let lastWarn = 0;
   const onRedisError = (err: unknown) => {
@@ -142,42 +116,5 @@ export function createRateCounter(opts: RateCounterOptions): RateCounter {
       );
     });
 
-  const deferred = (key: string): DeferredRateHit => ({
-    sent: false,
-    sendOn(target) {
-      (this as { sent: boolean }).sent = true;
-      // Another connection (a Cluster's, the queue's) may not know the script yet: define it there once.
-      defineScript(target, SCRIPT_NAME, HIT_SCRIPT);
-      return callScript(target, SCRIPT_NAME, [key], [windowMs]).then(
-        (reply) => decide(reply),
-        (err: unknown) => {
-          onRedisError(err);
-          return undefined;
-        },
-      );
-    },
-    inline() {
-      (this as { sent: boolean }).sent = true;
-      return {
-        key,
-        windowMs,
-        rps,
-        decide: (reply) => {
-          if (reply instanceof Error) {
-            onRedisError(reply);
-            return undefined;
-          }
-          return decide(reply);
-        },
-      };
-    },
-    async run() {
-      if (this.sent) return;
-      (this as { sent: boolean }).sent = true;
-      const err = await hit(key);
-      if (err) throw err;
-    },
-  });
-
-  return { hit, deferred };
+  return { hit };
 }

@@ -16,6 +16,7 @@ import { QUEUE_NAME } from '../../src/shared/jobs.js';
 import { NoKubeConfigError } from '../../src/shared/kubeconfig.js';
 import { createProcessor } from '../../worker/processor.js';
 import { startRedis, type RedisServer } from './redis.js';
+import { senderSecretsEnv } from './senders.js';
 
 /**
  * One real API app per test file: real Redis (the file's startRedis()), real BullMQ queue, real
@@ -28,7 +29,7 @@ export const OP_KEY_2 = 'op-key-rotated-0003';
 export const BEARER = 'bearer-token-0004-xyz';
 export const SCM_SECRET = 'scm-secret-0005';
 export const GITHUB_SECRET = "It's a Secret to Everybody";
-export const SECRETS = [RO_KEY, OP_KEY, OP_KEY_2, BEARER, SCM_SECRET, GITHUB_SECRET];
+export const SECRETS = [RO_KEY, OP_KEY, OP_KEY_2, BEARER, SCM_SECRET, GITHUB_SECRET, ...Object.values(senderSecretsEnv())];
 
 export const INVENTORY_YAML = `
 hosts:
@@ -50,6 +51,7 @@ export function baseEnv(redisUrl: string): Record<string, string | undefined> {
     OPS_API_KEY_ROLES: `${RO_KEY}:readonly,${OP_KEY}:operator,${OP_KEY_2}:operator`,
     REDIS_URL: redisUrl,
     OPS_BEARER_TOKEN: BEARER,
+    ...senderSecretsEnv(),
     SCM_WEBHOOK_SECRET: SCM_SECRET,
     GITHUB_WEBHOOK_SECRET: GITHUB_SECRET,
     RATE_LIMIT_RPS: '0',

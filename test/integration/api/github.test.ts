@@ -3,7 +3,7 @@ import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { JOB } from '../../../src/shared/jobs.js';
 import { createHarness, GITHUB_SECRET, useHarness } from '../../helpers/apiHarness.js';
-import { seenKey } from '../../../src/shared/keys.js';
+import { dedupKey } from '../../helpers/queueOps.js';
 
 /** POST /webhook/github: HMAC-SHA256 X-Hub-Signature-256, X-GitHub-Event push, same deploy + dedup rules as scm. */
 const ctx = useHarness();
@@ -124,7 +124,7 @@ describe('event, ref, sha and dedup', () => {
     expect(jobs[0]!.id).toBe(a.body.job_id);
     expect(jobs[0]!.name).toBe(JOB.runDeployPipeline);
     expect(jobs[0]!.data).toMatchObject({ project: 'octo/app', ref: 'refs/heads/main', requested_by: 'webhook:github' });
-    const ttl = await ctx.h.inspect.ttl(seenKey('github:octo/app:refs/heads/main:feedface'));
+    const ttl = await ctx.h.inspect.ttl(dedupKey(ctx.h.queue, 'github:octo/app:refs/heads/main:feedface'));
     expect(ttl).toBeGreaterThan(86000);
   });
   it('audit line names the github source', async () => {

@@ -12,7 +12,8 @@ import { createHmac } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
-import { deliveryKey, seenKey } from '../../../src/shared/keys.js';
+import { deliveryKey } from '../../../src/shared/keys.js';
+import { dedupKey } from '../../helpers/queueOps.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { createHarness, GITHUB_SECRET, SCM_SECRET, useHarness } from '../../helpers/apiHarness.js';
 
@@ -73,16 +74,14 @@ describe('POST /webhook/gitlab (GitLab native headers)', () => {
     const uuid = 'c0ffee00-0000-4000-8000-000000000001';
     const first = await gitlab(onMain(GITLAB_DOC), { 'Idempotency-Key': uuid });
     expect(first.body.accepted).toBe(true);
-    // The 24 h window passes: the event record and BullMQ's deduplication key expire.
-    await ctx.h.inspect.del(seenKey(first.body.event_id));
-    await ctx.h.inspect.del(`bull:ops:de:${first.body.event_id}`);
+    // The 24 h window passes: the event's deduplication record expires.
+    await ctx.h.inspect.del(dedupKey(ctx.h.queue, first.body.event_id));
     expect(await ctx.h.inspect.ttl(deliveryKey('gitlab', uuid))).toBeGreaterThan(29 * 86400);
     const replay = await gitlab(onMain(GITLAB_DOC), { 'Idempotency-Key': uuid });
     expect(replay.body).toMatchObject({ accepted: false, duplicate: true, job_id: first.body.job_id });
     expect(await jobs()).toHaveLength(1);
     // Without a delivery id, the same push after the window is a new event (spec: 24 h window).
-    await ctx.h.inspect.del(seenKey(first.body.event_id));
-    await ctx.h.inspect.del(`bull:ops:de:${first.body.event_id}`);
+    await ctx.h.inspect.del(dedupKey(ctx.h.queue, first.body.event_id));
     expect((await gitlab(onMain(GITLAB_DOC))).body.accepted).toBe(true);
   });
 
@@ -188,8 +187,7 @@ describe('POST /webhook/github: delivery id, commit sha, form encoding', () => {
   it('a replayed delivery after the 24 h event window is a duplicate (X-GitHub-Delivery kept 30 days): no second deploy', async () => {
     const first = await github(json, { 'X-GitHub-Delivery': 'replay-1' });
     expect(first.body.accepted).toBe(true);
-    await ctx.h.inspect.del(seenKey(first.body.event_id));
-    await ctx.h.inspect.del(`bull:ops:de:${first.body.event_id}`);
+    await ctx.h.inspect.del(dedupKey(ctx.h.queue, first.body.event_id));
     const replay = await github(json, { 'X-GitHub-Delivery': 'replay-1' });
     expect(replay.body).toMatchObject({ accepted: false, duplicate: true, job_id: first.body.job_id });
     expect(await jobs()).toHaveLength(1);

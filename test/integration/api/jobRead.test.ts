@@ -5,6 +5,7 @@ import { JOB, QUEUE_NAME } from '../../../src/shared/jobs.js';
 import type { JobView } from '../../../src/shared/queue.js';
 import { useHarness } from '../../helpers/apiHarness.js';
 import { waitFor } from '../../helpers/waitFor.js';
+import { enqueue } from '../../helpers/queueOps.js';
 
 /**
  * GET /ops/jobs/{id} reads a job while a worker may be finishing it: a job seen in a final state
@@ -20,7 +21,7 @@ describe('reading a job while it fails', () => {
     const ids: string[] = [];
     for (let i = 0; i < JOBS; i++) {
       ids.push(
-        await ctx.h.queue.enqueue(JOB.notifyOncall, { alertname: `a${i}`, annotations: {}, audit_id: `x${i}`, requested_by: 'test' }),
+        await enqueue(ctx.h.queue, JOB.notifyOncall, { alertname: `a${i}`, annotations: {}, audit_id: `x${i}`, requested_by: 'test' }),
       );
     }
     const connection = new Redis(ctx.srv.url, { maxRetriesPerRequest: null });
@@ -41,7 +42,7 @@ describe('reading a job while it fails', () => {
           waitFor(
             `job ${id} read as failed`,
             async () => {
-              const v = await ctx.h.queue.getJob(id);
+              const v = await ctx.h.queue.jobs.get(id);
               if (v?.state === 'failed') seen.push(v);
               return v?.state === 'failed';
             },

@@ -5,6 +5,7 @@ import { credentialId } from '../../../src/shared/crypto.js';
 import { JOB, QUEUE_NAME } from '../../../src/shared/jobs.js';
 import { restartedAtKey } from '../../../src/shared/keys.js';
 import { BEARER, containsSecret, OP_KEY, RO_KEY, runWorkerUntil as runWorkerUntilOn, useHarness } from '../../helpers/apiHarness.js';
+import { enqueue } from '../../helpers/queueOps.js';
 
 /**
  * Dead letters without a browser: GET /ops/jobs?state=failed and
@@ -23,7 +24,7 @@ async function deadLetters(n: number): Promise<string[]> {
   const ids: string[] = [];
   for (let i = 0; i < n; i++) {
     ids.push(
-      await ctx.h.queue.enqueue(JOB.restartService, {
+      await enqueue(ctx.h.queue, JOB.restartService, {
         host: `gone-${i}`,
         service: 'api',
         audit_id: `a-${i}`,
@@ -132,7 +133,7 @@ describe('POST /ops/jobs/{id}/retry (operator key)', () => {
       retried: true,
       job: expect.objectContaining({ id, name: JOB.restartService, state: 'waiting', attempts_made: 0, failed_reason: null }),
     });
-    expect((await ctx.h.queue.getJob(id!))?.state).toBe('waiting');
+    expect((await ctx.h.queue.jobs.get(id!))?.state).toBe('waiting');
     const audit = ctx.h.audits().find((a) => a.path === `/ops/jobs/${id}/retry`);
     expect(audit).toMatchObject({
       who: `key:${credentialId(OP_KEY)}`,
@@ -144,8 +145,8 @@ describe('POST /ops/jobs/{id}/retry (operator key)', () => {
       body_sha256: expect.stringMatching(/^[0-9a-f]{64}$/),
     });
     // The replay runs and is dead-lettered again with its own attempt count.
-    await runWorkerUntil(async () => (await ctx.h.queue.getJob(id!))?.state === 'failed');
-    expect((await ctx.h.queue.getJob(id!))?.attempts_made).toBe(1);
+    await runWorkerUntil(async () => (await ctx.h.queue.jobs.get(id!))?.state === 'failed');
+    expect((await ctx.h.queue.jobs.get(id!))?.attempts_made).toBe(1);
   });
 
   it('a job that is not failed -> 409; unknown -> 404; a readonly key -> 403; nothing changes', async () => {
@@ -170,7 +171,7 @@ describe('POST /ops/jobs/{id}/retry (operator key)', () => {
     const res = await retry(id!, body);
     expect(res.status).toBe(status);
     expect(res.body.detail).toMatch(/reason/);
-    expect((await ctx.h.queue.getJob(id!))?.state).toBe('failed');
+    expect((await ctx.h.queue.jobs.get(id!))?.state).toBe('failed');
   });
 
   it('invalid JSON -> 400', async () => {
@@ -183,29 +184,35 @@ describe('POST /ops/jobs/{id}/retry (operator key)', () => {
     expect(Object.keys(res.body)).toEqual(['detail']);
   });
 
-  it('a retried restart is a new restart (its recorded restartedAt is dropped) and takes back its coalescing slot', async () => {
+  it('a retried restart is a new restart (<id>.retry, no restartedAt of the old one) holding its coalescing record; repeating the call answers it again', async () => {
     const first = await request(ctx.h.app).post('/ops/restart?host=web-1&service=checkout').set('Authorization', `Bearer ${BEARER}`);
     const id = first.body.job_id as string;
-    await runWorkerUntil(async () => (await ctx.h.queue.getJob(id))?.state === 'failed');
-    expect((await ctx.h.queue.getJob(id))?.failed_reason).toMatch(/^no Kubernetes configuration/);
+    await runWorkerUntil(async () => (await ctx.h.queue.jobs.get(id))?.state === 'failed');
+    expect((await ctx.h.queue.jobs.get(id))?.failed_reason).toMatch(/^no Kubernetes configuration/);
     await ctx.h.inspect.set(restartedAtKey(id), '2026-01-01T00:00:00Z');
 
-    expect((await retry(id)).status).toBe(200);
+    const res = await retry(id);
+    expect(res.status).toBe(200);
+    expect(res.body.job).toMatchObject({ id: `${id}.retry`, state: 'waiting', attempts_made: 0 });
     expect(await ctx.h.inspect.exists(restartedAtKey(id))).toBe(0);
+    expect(await ctx.h.queue.jobs.get(id)).toBeUndefined(); // the dead letter is replaced by its retry
     const joined = await request(ctx.h.app).post('/ops/restart?host=web-1&service=checkout').set('Authorization', `Bearer ${BEARER}`);
-    expect(joined.body).toMatchObject({ job_id: id, coalesced: true });
+    expect(joined.body).toMatchObject({ job_id: `${id}.retry`, coalesced: true });
+    const repeated = await retry(id);
+    expect(repeated.status).toBe(409);
+    expect(repeated.body).toEqual({ detail: 'job is waiting; only a failed (dead-lettered) job can be retried' });
   });
 
   it('a dead-lettered restart whose Deployment has another restart in progress -> 409, not a second restart', async () => {
     const first = await request(ctx.h.app).post('/ops/restart?host=web-1&service=frontend').set('Authorization', `Bearer ${BEARER}`);
     const id = first.body.job_id as string;
-    await runWorkerUntil(async () => (await ctx.h.queue.getJob(id))?.state === 'failed');
+    await runWorkerUntil(async () => (await ctx.h.queue.jobs.get(id))?.state === 'failed');
     const second = await request(ctx.h.app).post('/ops/restart?host=web-1&service=frontend').set('Authorization', `Bearer ${BEARER}`);
     expect(second.body.coalesced).toBe(false);
     const res = await retry(id);
     expect(res.status).toBe(409);
     expect(res.body.detail).toContain(`job ${second.body.job_id}`);
-    expect((await ctx.h.queue.getJob(id))?.state).toBe('failed');
+    expect((await ctx.h.queue.jobs.get(id))?.state).toBe('failed');
     expect(await ctx.h.inspect.get(`bull:${QUEUE_NAME}:de:${coalesceId('shop', 'frontend')}`)).toBe(second.body.job_id);
   });
 });

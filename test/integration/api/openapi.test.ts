@@ -1,4 +1,3 @@
-import { createHmac } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import type { Express } from 'express';
@@ -8,17 +7,10 @@ import { documentedStatuses, errorSchema } from '../../../src/openapi/document.j
 import { API_ROUTES } from '../../../src/openapi/routes.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
-import {
-  BEARER,
-  createHarness,
-  GITHUB_SECRET,
-  OP_KEY,
-  RO_KEY,
-  runWorkerUntil,
-  SCM_SECRET,
-  useHarness,
-  type Harness,
-} from '../../helpers/apiHarness.js';
+import { BEARER, createHarness, OP_KEY, RO_KEY, runWorkerUntil, useHarness, type Harness } from '../../helpers/apiHarness.js';
+import { enqueue } from '../../helpers/queueOps.js';
+import { harnessSecretOf, pushHeaders, pushSources } from '../../helpers/senders.js';
+import { SOURCES, type Source } from '../../../src/sources/index.js';
 
 /**
  * GET /openapi.json:
@@ -96,9 +88,9 @@ describe('the document', () => {
     const schemes = doc.components.securitySchemes;
     expect(schemes.apiKey).toMatchObject({ type: 'apiKey', in: 'header', name: 'X-API-Key' });
     expect(schemes.bearer).toMatchObject({ type: 'http', scheme: 'bearer' });
-    expect(schemes.scmToken).toMatchObject({ type: 'apiKey', in: 'header', name: 'X-Scm-Token' });
-    expect(schemes.githubSignature).toMatchObject({ type: 'apiKey', in: 'header', name: 'X-Hub-Signature-256' });
-    expect(schemes.gitlabToken).toMatchObject({ type: 'apiKey', in: 'header', name: 'X-Gitlab-Token' });
+    expect(schemes.scmWebhook).toMatchObject({ type: 'apiKey', in: 'header', name: 'X-Scm-Token' });
+    expect(schemes.githubWebhook).toMatchObject({ type: 'apiKey', in: 'header', name: 'X-Hub-Signature-256' });
+    expect(schemes.gitlabWebhook).toMatchObject({ type: 'apiKey', in: 'header', name: 'X-Gitlab-Token' });
     const ids = new Set<string>();
     for (const [path, ops] of Object.entries<Record<string, any>>(doc.paths)) {
       for (const [method, op] of Object.entries<any>(ops)) {
@@ -177,26 +169,27 @@ describe('the document', () => {
 // every documented status, produced
 
 type Res = request.Response;
-const sign = (body: string) => `sha256=${createHmac('sha256', GITHUB_SECRET).update(body).digest('hex')}`;
 const big = 'x'.repeat(1024 * 1024 + 10);
-const push = JSON.stringify({ ref: 'refs/heads/main', checkout_sha: 'abc123', project: { path_with_namespace: 'group/app' } });
-const ghPush = JSON.stringify({ ref: 'refs/heads/main', after: 'def456', repository: { full_name: 'group/app' } });
 const alerts = JSON.stringify({ alerts: [{ status: 'firing', fingerprint: 'fp-openapi', labels: { alertname: 'X' } }] });
 
 /** A dead letter made by the real worker processor (a restart of a host not in the inventory). */
 async function deadLetter(h: Harness): Promise<string> {
-  const id = await h.queue.enqueue(JOB.restartService, { host: 'gone', service: 'api', audit_id: 'a', requested_by: 'b' });
-  await runWorkerUntil(ctx.srv.url, async () => (await h.queue.getJob(id))?.state === 'failed');
+  const id = await enqueue(h.queue, JOB.restartService, { host: 'gone', service: 'api', audit_id: 'a', requested_by: 'b' });
+  await runWorkerUntil(ctx.srv.url, async () => (await h.queue.jobs.get(id))?.state === 'failed');
   return id;
 }
 
-/** Valid credentials for a route (by its first scheme). */
-function authed(r: request.Test, path: string): request.Test {
+const sourceOf = (path: string): Source | undefined => SOURCES.find((s) => path === `/webhook/${s.name}`);
+
+/**
+ * Credentials for a route (by its first scheme). A signing sender's proof is over `body`, or of
+ * the right form only (enough for what is refused before the signature is checked: 413, 429).
+ */
+function authed(r: request.Test, path: string, body = ''): request.Test {
   if (path === '/ops/restart') return r.set('Authorization', `Bearer ${BEARER}`);
-  if (path === '/webhook/scm') return r.set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook');
-  if (path === '/webhook/github') return r.set('X-Hub-Signature-256', 'sha256=00').set('X-GitHub-Event', 'push');
-  if (path === '/webhook/alerts') return r;
-  if (path === '/webhook/gitlab') return r.set('X-Gitlab-Token', SCM_SECRET).set('X-Gitlab-Event', 'Push Hook');
+  const source = sourceOf(path);
+  if (source?.kind === 'alerts') return r;
+  if (source) return r.set(pushHeaders(source, harnessSecretOf(source, ctx.h.config), body));
   return r.set('X-API-Key', OP_KEY);
 }
 
@@ -228,12 +221,11 @@ function generic(method: string, path: string, status: number): (() => Promise<R
           .send(big);
     case 503:
       return () => {
-        const req = authed(call(down.app, method, path === '/ops/restart' ? '/ops/restart?host=web-1&service=checkout' : p), path);
+        const source = sourceOf(path);
+        const body = source?.kind === 'push' ? JSON.stringify(source.example) : alerts;
+        const req = authed(call(down.app, method, path === '/ops/restart' ? '/ops/restart?host=web-1&service=checkout' : p), path, body);
         if (path === '/ops/jobs/{id}/retry') return req.set('Content-Type', 'application/json').send('{"reason":"r"}');
-        if (path === '/webhook/scm' || path === '/webhook/gitlab') return req.set('Content-Type', 'application/json').send(push);
-        if (path === '/webhook/github')
-          return req.set('X-Hub-Signature-256', sign(ghPush)).set('Content-Type', 'application/json').send(ghPush);
-        if (path === '/webhook/alerts') return req.set('Content-Type', 'application/json').send(alerts);
+        if (source) return req.set('Content-Type', 'application/json').send(body);
         return req;
       };
     default:
@@ -297,40 +289,24 @@ const PRODUCERS: Record<string, () => Promise<Res>> = {
   'POST /ops/jobs/{id}/retry 403': () => json(request(ctx.h.app).post('/ops/jobs/x/retry').set('X-API-Key', RO_KEY), '{"reason":"r"}'),
   'POST /ops/jobs/{id}/retry 404': () => json(request(ctx.h.app).post('/ops/jobs/nope/retry').set('X-API-Key', OP_KEY), '{"reason":"r"}'),
   'POST /ops/jobs/{id}/retry 409': async () => {
-    const id = await ctx.h.queue.enqueue(JOB.notifyOncall, { alertname: 'x', annotations: {}, audit_id: 'a', requested_by: 'b' });
+    const id = await enqueue(ctx.h.queue, JOB.notifyOncall, { alertname: 'x', annotations: {}, audit_id: 'a', requested_by: 'b' });
     return json(request(ctx.h.app).post(`/ops/jobs/${id}/retry`).set('X-API-Key', OP_KEY), '{"reason":"r"}');
   },
   'POST /ops/jobs/{id}/retry 422': () => json(request(ctx.h.app).post('/ops/jobs/x/retry').set('X-API-Key', OP_KEY), '{}'),
-  'POST /webhook/scm 202': () =>
-    json(request(ctx.h.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook'), push),
-  'POST /webhook/scm 400': () =>
-    json(request(ctx.h.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook'), '{nope'),
-  'POST /webhook/scm 403': () => json(request(ctx.h.app).post('/webhook/scm'), push),
-  'POST /webhook/scm 422': () =>
-    json(
-      request(ctx.h.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook'),
-      '{"ref":"refs/heads/main"}',
-    ),
-  'POST /webhook/github 202': () =>
-    json(request(ctx.h.app).post('/webhook/github').set('X-Hub-Signature-256', sign(ghPush)).set('X-GitHub-Event', 'push'), ghPush),
-  'POST /webhook/github 400': () =>
-    json(request(ctx.h.app).post('/webhook/github').set('X-Hub-Signature-256', sign('{nope')).set('X-GitHub-Event', 'push'), '{nope'),
-  'POST /webhook/github 403': () =>
-    json(request(ctx.h.app).post('/webhook/github').set('X-Hub-Signature-256', sign('other')).set('X-GitHub-Event', 'push'), ghPush),
-  'POST /webhook/github 422': () => {
-    const body = '{"ref":"refs/heads/main"}';
-    return json(request(ctx.h.app).post('/webhook/github').set('X-Hub-Signature-256', sign(body)).set('X-GitHub-Event', 'push'), body);
-  },
-  'POST /webhook/gitlab 202': () =>
-    json(request(ctx.h.app).post('/webhook/gitlab').set('X-Gitlab-Token', SCM_SECRET).set('X-Gitlab-Event', 'Push Hook'), push),
-  'POST /webhook/gitlab 400': () =>
-    json(request(ctx.h.app).post('/webhook/gitlab').set('X-Gitlab-Token', SCM_SECRET).set('X-Gitlab-Event', 'Push Hook'), '{nope'),
-  'POST /webhook/gitlab 403': () => json(request(ctx.h.app).post('/webhook/gitlab'), push),
-  'POST /webhook/gitlab 422': () =>
-    json(
-      request(ctx.h.app).post('/webhook/gitlab').set('X-Gitlab-Token', SCM_SECRET).set('X-Gitlab-Event', 'Push Hook'),
-      '{"ref":"refs/heads/main"}',
-    ),
+  ...Object.fromEntries(
+    pushSources().flatMap((source) => {
+      const path = `/webhook/${source.name}`;
+      const send = (body: string, headers: Record<string, string>) => request(ctx.h.app).post(path).set(headers).send(body);
+      const signed = (body: string) => send(body, pushHeaders(source, harnessSecretOf(source, ctx.h.config), body));
+      const example = JSON.stringify(source.example);
+      return [
+        [`POST ${path} 202`, () => signed(example)],
+        [`POST ${path} 400`, () => signed('{nope')],
+        [`POST ${path} 403`, () => send(example, { 'Content-Type': 'application/json', [source.event.header]: source.event.push })],
+        [`POST ${path} 422`, () => signed('[1]')],
+      ];
+    }),
+  ),
   'POST /webhook/alerts 202': () => json(request(ctx.h.app).post('/webhook/alerts'), alerts),
   'POST /webhook/alerts 400': () => json(request(ctx.h.app).post('/webhook/alerts'), '{nope'),
   'POST /webhook/alerts 422': () => json(request(ctx.h.app).post('/webhook/alerts'), '{"alerts":{}}'),

@@ -4,6 +4,7 @@ import { startRedis } from '../../helpers/redis.js';
 import { credentialId } from '../../../src/shared/crypto.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { BEARER, containsSecret, createHarness, OP_KEY, OP_KEY_2, RO_KEY, useHarness } from '../../helpers/apiHarness.js';
+import { enqueue } from '../../helpers/queueOps.js';
 
 /** /ops/hosts, /ops/restart, /ops/cache, /ops/jobs/:id with the auth rules of spec section 5. */
 const ctx = useHarness();
@@ -233,7 +234,7 @@ describe('GET /ops/jobs/:id (any valid key)', () => {
     expect(JSON.stringify(res.body)).not.toContain('audit_id');
   });
   it('reports a dead-lettered job with its failed reason', async () => {
-    const id = await ctx.h.queue.enqueue(JOB.restartService, { host: 'web-1', service: 'frontend', audit_id: 'a', requested_by: 'test' });
+    const id = await enqueue(ctx.h.queue, JOB.restartService, { host: 'web-1', service: 'frontend', audit_id: 'a', requested_by: 'test' });
     // Move it to failed the way a worker would (real BullMQ: take the job with a token, fail it).
     const { Worker } = await import('bullmq');
     const w = new Worker('ops', null, { connection: { url: ctx.srv.url }, autorun: false });

@@ -12,11 +12,12 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import { Worker } from 'bullmq';
 import request from 'supertest';
-import { deliveryKey, seenKey } from '../../../src/shared/keys.js';
+import { deliveryKey } from '../../../src/shared/keys.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 import { startReplica, until } from '../../helpers/redisTopology.js';
 import { BEARER, createHarness, OP_KEY, runWorkerUntil, SCM_SECRET, type Harness } from '../../helpers/apiHarness.js';
+import { dedupKey, enqueue } from '../../helpers/queueOps.js';
 
 let srv: RedisServer;
 let h: Harness;
@@ -55,12 +56,12 @@ const retry = (id: string) =>
     .send(JSON.stringify({ reason: 'replica test' }));
 /** A dead letter made by the real worker processor (a host not in the inventory). */
 async function deadLetter(host: string): Promise<string> {
-  const id = await h.queue.enqueue(JOB.restartService, { host, service: 'api', audit_id: `a-${host}`, requested_by: 'key:000000000000' });
-  await runWorkerUntil(srv.url, async () => (await h.queue.getJob(id))?.state === 'failed');
+  const id = await enqueue(h.queue, JOB.restartService, { host, service: 'api', audit_id: `a-${host}`, requested_by: 'key:000000000000' });
+  await runWorkerUntil(srv.url, async () => (await h.queue.jobs.get(id))?.state === 'failed');
   return id;
 }
 const RETRY_503 = /^retry not acknowledged by 1 Redis replica in time; it may still take effect; repeating it is safe/;
-const scmKey = (sha: string) => seenKey(`scm:group/app:refs/heads/main:${sha}`);
+const scmKey = (sha: string) => dedupKey(h.queue, `scm:group/app:refs/heads/main:${sha}`);
 
 describe('REDIS_MIN_REPLICAS_ACK=1 without a replica: nothing is acknowledged', () => {
   it('scm push -> 503 + Retry-After; seen record and job taken back; the retry is accepted again (not a duplicate)', async () => {
@@ -79,7 +80,7 @@ describe('REDIS_MIN_REPLICAS_ACK=1 without a replica: nothing is acknowledged', 
     const res = await alerts('fp-a', 'fp-b');
     expect(res.status).toBe(503);
     expect(res.headers['retry-after']).toMatch(/^\d+$/);
-    expect(await h.inspect.exists(seenKey('alert:fp-a'), seenKey('alert:fp-b'))).toBe(0);
+    expect(await h.inspect.exists(dedupKey(h.queue, 'alert:fp-a'), dedupKey(h.queue, 'alert:fp-b'))).toBe(0);
     expect(await jobs()).toHaveLength(0);
   });
   it('restart -> 503; the restart job taken back', async () => {
@@ -88,7 +89,7 @@ describe('REDIS_MIN_REPLICAS_ACK=1 without a replica: nothing is acknowledged', 
     expect(res.headers['retry-after']).toMatch(/^\d+$/);
     expect(await jobs()).toHaveLength(0);
   });
-  it('gitlab push with a delivery id -> 503; seen key, delivery key and BullMQ dedup key taken back, so the retry is a new job', async () => {
+  it('gitlab push with a delivery id -> 503; deduplication record and delivery alias taken back, so the retry is a new job', async () => {
     const gitlab = (app: Harness['app']) =>
       request(app)
         .post('/webhook/gitlab')
@@ -143,7 +144,7 @@ describe('REDIS_MIN_REPLICAS_ACK=1 without a replica: nothing is acknowledged', 
     expect(res.status).toBe(503);
     expect(res.headers['retry-after']).toMatch(/^\d+$/);
     expect(res.body).toEqual({ detail: expect.stringMatching(RETRY_503) });
-    expect((await h.queue.getJob(id))?.state).toBe('waiting');
+    expect((await h.queue.jobs.get(id))?.state).toBe('waiting');
     const again = await retry(id);
     expect(again.status).toBe(409);
     expect(again.body).toEqual({ detail: 'job is waiting; only a failed (dead-lettered) job can be retried' });
@@ -164,7 +165,7 @@ describe('REDIS_MIN_REPLICAS_ACK=1 without a replica: nothing is acknowledged', 
         if (Date.now() > deadline) throw new Error('job not taken by the worker');
         await new Promise((r) => setTimeout(r, 50));
       }
-      expect(await h.queue.remove('taken-1')).toBe(false);
+      expect(await h.queue.producer.remove('taken-1')).toBe(false);
       expect(await h.queue.bull.getJobState('taken-1')).toBe('active');
       release();
       const deadline2 = Date.now() + 10_000;
@@ -172,7 +173,7 @@ describe('REDIS_MIN_REPLICAS_ACK=1 without a replica: nothing is acknowledged', 
         if (Date.now() > deadline2) throw new Error('job not completed');
         await new Promise((r) => setTimeout(r, 50));
       }
-      expect(await h.queue.remove('taken-1')).toBe(false);
+      expect(await h.queue.producer.remove('taken-1')).toBe(false);
       expect(await h.queue.bull.getJobState('taken-1')).toBe('completed');
     } finally {
       release();
@@ -183,9 +184,9 @@ describe('REDIS_MIN_REPLICAS_ACK=1 without a replica: nothing is acknowledged', 
       { alertname: 'y', annotations: {}, audit_id: 'a', requested_by: 'r' },
       { jobId: 'waiting-1', delay: 60_000 },
     );
-    expect(await h.queue.remove('waiting-1')).toBe(true);
+    expect(await h.queue.producer.remove('waiting-1')).toBe(true);
     expect(await h.queue.bull.getJobState('waiting-1')).toBe('unknown');
-    expect(await h.queue.remove('no-such-job')).toBe(true);
+    expect(await h.queue.producer.remove('no-such-job')).toBe(true);
   });
 });
 
@@ -208,9 +209,8 @@ describe('REDIS_MIN_REPLICAS_ACK=1 with one real replica', () => {
     expect(res.body).toMatchObject({ accepted: true, duplicate: false });
     const onReplica = replica.client();
     try {
-      expect(await onReplica.get(scmKey('r3plicated'))).toMatch(/^q:/);
-      const jobId = (await onReplica.get(scmKey('r3plicated')))!.slice(2);
-      expect(await onReplica.exists(`bull:ops:${jobId}`)).toBe(1);
+      expect(await onReplica.get(scmKey('r3plicated'))).toBe(res.body.job_id);
+      expect(await onReplica.exists(`bull:ops:${res.body.job_id}`)).toBe(1);
     } finally {
       onReplica.disconnect();
     }

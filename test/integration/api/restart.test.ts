@@ -106,7 +106,7 @@ describe('coalescing identical restarts', () => {
 
   it('once the restart has finished (here: dead-lettered by the real worker processor), the next request is a new restart', async () => {
     const first = await restart(ctx.h.app, '?host=web-1&service=checkout');
-    await runWorkerUntil(ctx.srv.url, async () => (await ctx.h.queue.getJob(first.body.job_id))?.state === 'failed');
+    await runWorkerUntil(ctx.srv.url, async () => (await ctx.h.queue.jobs.get(first.body.job_id))?.state === 'failed');
     const next = await restart(ctx.h.app, '?host=web-1&service=checkout');
     expect(next.body.coalesced).toBe(false);
     expect(next.body.job_id).not.toBe(first.body.job_id);

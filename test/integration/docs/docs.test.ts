@@ -5,6 +5,8 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse as parseYaml } from 'yaml';
 import { docBlocks, docBlocksOf, docFiles, markerProblem, where } from '../../helpers/docBlocks.js';
+import { SOURCES, SOURCE_SECRET_ENVS } from '../../../src/sources/index.js';
+import { TABLE_BEGIN, TABLE_END, sendersTable } from '../../../src/sources/table.js';
 
 /**
  * The documentation cannot drift from the code: every shell block says how it is tested (or why
@@ -91,7 +93,16 @@ describe("README's variable tables", () => {
     const direct = [...config.matchAll(/\benv\.([A-Z][A-Z0-9_]+)/g)].map((m) => m[1]!);
     const vars = [...new Set([...schemaKeys, ...direct])].sort();
     expect(vars).toEqual(expect.arrayContaining(['REDIS_URL', 'OPS_API_KEY_ROLES', 'LOG_LEVEL', 'OPSGATE_VERSION']));
-    expect(tableNames(readme, '## Configuration', /^[A-Z][A-Z0-9_]+$/)).toEqual(vars);
+    // The senders' secrets are listed in the table of webhook senders (below), one row per sender.
+    expect(tableNames(readme, '## Configuration', /^[A-Z][A-Z0-9_]+$/)).toEqual(vars.filter((v) => !SOURCE_SECRET_ENVS.includes(v)));
+  });
+
+  test('the table of webhook senders is the one the registry renders (make docs-senders), naming every secret variable', () => {
+    const start = readme.indexOf(TABLE_BEGIN);
+    const end = readme.indexOf(TABLE_END);
+    expect(start).toBeGreaterThan(0);
+    expect(readme.slice(start, end + TABLE_END.length)).toBe(sendersTable(SOURCES));
+    for (const env of SOURCE_SECRET_ENVS) expect(sendersTable(SOURCES)).toContain(`\`${env}\``);
   });
 
   test('the make dev table lists exactly the variables hack/dev.sh reads', () => {

@@ -11,6 +11,7 @@ import { createLogger } from '../../../src/shared/logger.js';
 import { createMetrics } from '../../../src/shared/metrics.js';
 import { createHarness, type Harness } from '../../helpers/apiHarness.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
+import { enqueue } from '../../helpers/queueOps.js';
 
 /**
  * Bull Board at /admin/queues inside the real API app (createApp) on a real redis-server:
@@ -57,7 +58,7 @@ describe('Bull Board /admin/queues', () => {
     events = new QueueEvents(QUEUE_NAME, { connection: { url: redisServer.url } });
     await events.waitUntilReady();
     const failed = new Promise<void>((resolve) => worker.once('failed', () => resolve()));
-    deadJobId = await queue.enqueue(JOB.notifyOncall, {
+    deadJobId = await enqueue(queue, JOB.notifyOncall, {
       alertname: 'DiskFull',
       annotations: { summary: 'disk full' },
       audit_id: 'req-1',
@@ -136,7 +137,7 @@ describe('Bull Board /admin/queues', () => {
   test('readonly cannot retry (403, audited); operator retry re-runs the job and is audited', async () => {
     const denied = await request(app).put(`/admin/queues/api/queues/ops/${deadJobId}/retry`).set({ 'X-API-Key': READONLY });
     expect(denied.status).toBe(403);
-    expect(await queue.getJob(deadJobId)).toMatchObject({ state: 'failed' });
+    expect(await queue.jobs.get(deadJobId)).toMatchObject({ state: 'failed' });
 
     failUntilFlipped = false;
     const completed = new Promise<void>((resolve) => worker.once('completed', () => resolve()));
@@ -145,7 +146,7 @@ describe('Bull Board /admin/queues', () => {
       .set({ Authorization: basic('ops-person', OPERATOR), 'X-Request-Id': 'retry-req-42' });
     expect(res.status).toBe(204);
     await completed;
-    expect(await queue.getJob(deadJobId)).toMatchObject({ state: 'completed' });
+    expect(await queue.jobs.get(deadJobId)).toMatchObject({ state: 'completed' });
 
     const audit = h.logs().filter((l) => l.audit === true && l.method === 'PUT');
     const ok = audit.filter((l) => l.caller_request_id === 'retry-req-42');
@@ -178,7 +179,7 @@ describe('Bull Board /admin/queues', () => {
       expect(res.status).toBe(403);
       expect(res.body).toEqual({ detail: 'cross-site request refused' });
     }
-    expect(await queue.getJob(deadJobId)).toBeDefined(); // not cleaned
+    expect(await queue.jobs.get(deadJobId)).toBeDefined(); // not cleaned
     const page = await request(app)
       .get('/admin/queues')
       .set({ Authorization: basic('x', OPERATOR), 'Sec-Fetch-Site': 'cross-site' });

@@ -8,6 +8,7 @@ import { restartedAtKey } from '../../../src/shared/keys.js';
 import type { OpsQueue } from '../../../src/shared/queue.js';
 import { createHarness, type Harness } from '../../helpers/apiHarness.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
+import { enqueue } from '../../helpers/queueOps.js';
 
 /**
  * A retry from Bull Board follows the same domain rule as POST /ops/jobs/{id}/retry, over the real
@@ -29,7 +30,7 @@ describe('Bull Board retry goes through the API retry rule', () => {
   let redis: Harness['redis'];
   let h: Harness;
 
-  const restart = (id: string) => queue.enqueue(JOB.restartService, data(id), { jobId: id, deduplication: { id: slot } });
+  const restart = (id: string) => enqueue(queue, JOB.restartService, data(id), { jobId: id, deduplication: { id: slot } });
   const state = async (id: string) => (await queue.bull.getJob(id))?.getState();
   const holder = () => redis.get(`${queue.bull.toKey('de')}:${slot}`);
 
@@ -83,13 +84,15 @@ describe('Bull Board retry goes through the API retry rule', () => {
 
   test('nothing else holds the Deployment: the board retries R1 with the same bookkeeping as the API (204)', async () => {
     await queue.bull.remove('R2');
-    await redis.del(`${queue.bull.toKey('de')}:${slot}`);
+    expect(await holder()).toBeNull(); // BullMQ drops a removed job's record with it
     const res = await request(app).put(board('R1')).set('X-API-Key', OPERATOR);
     expect(res.status).toBe(204);
-    expect(await state('R1')).toBe('waiting');
-    // the Deployment's coalescing slot is R1's: a new restart joins it instead of queuing a second one
-    expect(await holder()).toBe('R1');
-    expect(await restart('R3')).toBe('R1');
+    // R1 is replaced by its retry, R1.retry, which holds the Deployment's coalescing record: a new
+    // restart joins it instead of queuing a second one
+    expect(await state('R1')).toBeUndefined();
+    expect(await state('R1.retry')).toBe('waiting');
+    expect(await holder()).toBe('R1.retry');
+    expect(await restart('R3')).toBe('R1.retry');
     // and R1's restartedAt record is dropped, so its next run restarts the Deployment anew
     expect(await redis.get(restartedAtKey('R1'))).toBeNull();
     expect(h.logs().some((l) => l.msg === 'dead-lettered job retried' && l.job_id === 'R1')).toBe(true);

@@ -7,6 +7,7 @@ import { JOB, QUEUE_NAME } from '../../../src/shared/jobs.js';
 import type { OpsQueue } from '../../../src/shared/queue.js';
 import { createHarness, type Harness } from '../../helpers/apiHarness.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
+import { enqueue } from '../../helpers/queueOps.js';
 
 /**
  * Bull Board writes, over the real Bull Board routes inside createApp on a real
@@ -48,9 +49,9 @@ describe('Bull Board: only retry/removal of failed jobs', () => {
       worker.on('failed', count);
       worker.on('completed', count);
     });
-    ids.failed = await queue.enqueue(JOB.notifyOncall, data('fail-1'));
-    ids.failed2 = await queue.enqueue(JOB.notifyOncall, data('fail-2'));
-    ids.completed = await queue.enqueue(JOB.notifyOncall, data('ok-1'));
+    ids.failed = await enqueue(queue, JOB.notifyOncall, data('fail-1'));
+    ids.failed2 = await enqueue(queue, JOB.notifyOncall, data('fail-2'));
+    ids.completed = await enqueue(queue, JOB.notifyOncall, data('ok-1'));
     await done;
     await worker.close();
     ids.delayed = String((await queue.bull.add(JOB.notifyOncall, data('later'), { delay: 3_600_000 })).id);

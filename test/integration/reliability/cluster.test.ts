@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Queue, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { queuePrefix, rateLimitKey, seenKey } from '../../../src/shared/keys.js';
+import { queuePrefix, rateLimitKey } from '../../../src/shared/keys.js';
 import { QUEUE_NAME } from '../../../src/shared/jobs.js';
 import { createRedis, primariesOf } from '../../../src/shared/redis.js';
 import { startApi, startWorkerProcess, type OpsProcess } from '../../helpers/processes.js';
@@ -37,6 +37,8 @@ import {
 } from '../../helpers/reliability.js';
 
 let cluster: RedisCluster;
+/** BullMQ's deduplication record of an event on the cluster (the queue's {opsgate} prefix). */
+const deKey = (id: string) => `${queuePrefix(cluster.url)}:${QUEUE_NAME}:de:${id}`;
 let receiver: Receiver;
 let inventoryDir: string;
 let inventoryFile: string;
@@ -161,14 +163,14 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
       expect(new Set(receiver.posts.map((p) => String(p.body.fingerprint)))).toEqual(new Set(['cl-fp-1', 'cl-fp-2']));
       expect(receiver.posts).toHaveLength(2);
 
-      // Keys: BullMQ's all under the {opsgate} hash tag; seen records with their own tags.
+      // Keys: BullMQ's all under the {opsgate} hash tag, the events' deduplication records among them.
       const keys = await allKeys(q.conn);
       const bullKeys = keys.filter((k) => k.startsWith('{opsgate}:'));
       expect(bullKeys.length).toBeGreaterThan(4);
       expect(keys.filter((k) => k.startsWith('bull:'))).toEqual([]);
-      expect(keys).toContain(seenKey('scm:team/cluster:refs/heads/main:c1a55e7'));
-      expect(keys).toContain(seenKey('alert:cl-fp-1'));
-      // The event's job: in the {opsgate} slot with its seen record (one script writes both).
+      expect(keys).toContain(deKey('scm:team/cluster:refs/heads/main:c1a55e7'));
+      expect(keys).toContain(deKey('alert:cl-fp-1'));
+      // The event's job: in the {opsgate} slot with its deduplication record (one script writes both).
       const scmJob = jobs.find((j) => j.data.event_id === 'scm:team/cluster:refs/heads/main:c1a55e7');
       expect(keys).toContain(`${queuePrefix(cluster.url)}:${QUEUE_NAME}:${scmJob?.id}`);
 
@@ -190,9 +192,9 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
     }
   }, 120_000);
 
-  it('rate limit on a cluster: the counter (tagged by address) on another primary than the claims; the hit still decides (429), and a 429 takes nothing in', async () => {
+  it('rate limit on a cluster: the counter (tagged by address) on another primary than the queue; the hit decides (429), and a 429 takes nothing in', async () => {
     // TRUST_PROXY=1: the test picks the client address, so the counter's slot is on a primary
-    // other than the {opsgate} slot's (one script cannot span two nodes: the hit is answered before the intake runs).
+    // other than the {opsgate} slot's.
     const claimsOn = (await cluster.primaryFor('{opsgate}')).port;
     let address = '';
     for (let i = 1; i < 255 && !address; i++) {
@@ -222,7 +224,7 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
       for (const b of burst) expect([202, 429]).toContain(b.res.status);
       for (const b of limited) {
         expect(b.res.headers.get('retry-after')).toMatch(/^\d+$/);
-        expect(await q.conn.exists(seenKey(`scm:team/rl:refs/heads/main:${b.sha}`))).toBe(0);
+        expect(await q.conn.exists(deKey(`scm:team/rl:refs/heads/main:${b.sha}`))).toBe(0);
       }
       expect(await q.conn.exists(rateLimitKey(address))).toBe(1);
       const jobs = (await q.all()).filter((j) => j.data.project === 'team/rl');

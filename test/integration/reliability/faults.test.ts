@@ -7,8 +7,8 @@
  *   off by the crash are accepted on the sender's retry; nothing is lost or doubled;
  * - Redis stopped -> 503 {detail} + Retry-After on the endpoints that need it, liveness and
  *   Redis-free endpoints keep answering (rate limiter fails open); the retry is accepted once
- *   Redis is back; when recording succeeds but enqueueing fails, the seen record is removed
- *   (spec rule 9), so the retry is accepted, not called a duplicate;
+ *   Redis is back; when enqueueing fails, no seen record is left, so the retry is accepted, not
+ *   called a duplicate;
  * - Redis SIGKILLed and restarted -> dedup records and queued jobs survive (AOF);
  * - notification endpoint failing -> retries with exponential backoff, then dead-lettered with
  *   the reason; an endpoint refusing (4xx) -> dead-lettered at once;
@@ -24,7 +24,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Job } from 'bullmq';
 import { Redis } from 'ioredis';
-import { seenKey } from '../../../src/shared/keys.js';
 import { startApi, startWorkerProcess, type OpsProcess } from '../../helpers/processes.js';
 import { freePort, startRedis, type RedisServer } from '../../helpers/redis.js';
 import {
@@ -284,10 +283,10 @@ describe('Redis stopped', () => {
     expect(a.exited).toBe(false);
   }, 120_000);
 
-  it('rule 9: when the seen record is written but enqueueing fails, the record is removed and the retry is accepted', async () => {
+  it('enqueueing fails inside the add: no seen record is left, and the retry is accepted', async () => {
     const a = await api();
-    // Make BullMQ's job-id counter unusable: SET NX of the seen record still works, the
-    // enqueue (INCR of bull:ops:id inside BullMQ's addJob script) fails.
+    // Make BullMQ's job-id counter unusable: its add script (which writes the deduplication
+    // record and the job) fails at its INCR of bull:ops:id, before it wrote anything.
     const first = await post(`${a.baseUrl}/webhook/scm`, scmPush('team/rule9', 'warmup'), scmHeaders());
     expect(first.status).toBe(202);
     const idCounter = await admin.get('bull:ops:id');
@@ -300,14 +299,14 @@ describe('Redis stopped', () => {
       expect(r.status).toBe(503);
       expect(Object.keys(r.json ?? {})).toEqual(['detail']);
       expect(r.headers.get('retry-after')).not.toBeNull();
-      expect(await admin.exists(seenKey(eventId))).toBe(0);
+      expect(await admin.exists(`bull:ops:de:${eventId}`)).toBe(0);
     } finally {
       await admin.set('bull:ops:id', idCounter!);
     }
     const retry = await post(`${a.baseUrl}/webhook/scm`, event, scmHeaders());
     expect(retry.status).toBe(202);
     expect(retry.json).toMatchObject({ accepted: true, duplicate: false, event_id: eventId });
-    expect(await admin.exists(seenKey(eventId))).toBe(1);
+    expect(await admin.exists(`bull:ops:de:${eventId}`)).toBe(1);
     expect((await allJobs()).filter((j) => j.data.event_id === eventId)).toHaveLength(1);
   }, 60_000);
 });

@@ -11,7 +11,8 @@ import type { AddressInfo } from 'node:net';
 import { createRateLimiter } from '../../../src/middleware/rateLimit.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 import { OP_KEY, RO_KEY, SCM_SECRET, createHarness, type Harness } from '../../helpers/apiHarness.js';
-import { rateLimitKey, seenKey } from '../../../src/shared/keys.js';
+import { rateLimitKey } from '../../../src/shared/keys.js';
+import { dedupKey } from '../../helpers/queueOps.js';
 
 let redis: RedisServer;
 const harnesses: Harness[] = [];
@@ -122,7 +123,7 @@ describe('rate limit in createApp: two replicas, one Redis, TRUST_PROXY from the
     expect(JSON.stringify(h.audits())).not.toMatch(/203\.0\.113\.99|198\.51\.100\./);
   }, 60_000);
 
-  it('webhook intake: the hit runs inside the claim script (one command); over the limit 429 {detail} + Retry-After, nothing claimed or queued, and the same event is accepted in the next window', async () => {
+  it('webhook intake: over the limit 429 {detail} + Retry-After before the route runs, nothing recorded or queued, and the same event is accepted in the next window', async () => {
     const a = await replica({ RATE_LIMIT_RPS: '2', TRUST_PROXY: '1' });
     const h = harnesses[harnesses.length - 1]!;
     const push = (sha: string) =>
@@ -150,7 +151,7 @@ describe('rate limit in createApp: two replicas, one Redis, TRUST_PROXY from the
     for (const r of out.slice(2)) {
       expect(Object.keys(r.body)).toEqual(['detail']);
       expect(r.retryAfter).toBe('1');
-      expect(await h.inspect.exists(seenKey(`scm:team/rl-inline:refs/heads/main:${r.sha}`))).toBe(0);
+      expect(await h.inspect.exists(dedupKey(h.queue, `scm:team/rl-inline:refs/heads/main:${r.sha}`))).toBe(0);
     }
     const jobs = (await h.queue.bull.getJobs(['waiting'])).filter((j) => j.data.project === 'team/rl-inline');
     expect(jobs.map((j) => j.data.sha).sort()).toEqual(['rl01', 'rl02']);

@@ -6,6 +6,7 @@ import { JOB } from '../../../src/shared/jobs.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 import { startReplica } from '../../helpers/redisTopology.js';
 import { createHarness, SCM_SECRET, type Harness } from '../../helpers/apiHarness.js';
+import { enqueue } from '../../helpers/queueOps.js';
 
 /**
  * REDIS_MIN_REPLICAS_ACK=1 with the largest REDIS_ACK_TIMEOUT_MS (1500), on a real primary with one
@@ -75,8 +76,14 @@ describe('the wait before a 503 is bounded', () => {
   });
 
   it('primary frozen right after the writes: the confirm step still ends in NotReplicatedError within the bound', async () => {
-    const confirm = replicationGate({ redis: h.redis, queue: h.queue, logger: h.logger, minReplicas: 1, timeoutMs: ACK_TIMEOUT_MS });
-    const jobId = await h.queue.enqueue(JOB.notifyOncall, { alertname: 'x', annotations: {}, audit_id: 'a', requested_by: 'b' });
+    const confirm = replicationGate({
+      redis: h.redis,
+      queue: h.queue.producer,
+      logger: h.logger,
+      minReplicas: 1,
+      timeoutMs: ACK_TIMEOUT_MS,
+    });
+    const jobId = await enqueue(h.queue, JOB.notifyOncall, { alertname: 'x', annotations: {}, audit_id: 'a', requested_by: 'b' });
     const record = 'opsgate:test:bound-record';
     await h.redis.set(record, `q:${jobId}`);
     primary.pause();

@@ -2,10 +2,11 @@
  * Redis round trips per delivery, counted on the wire (test/helpers/roundTrips.ts,
  * a relay in front of a real redis-server) with the real app, the real rate limiter (on, with a
  * budget never reached) and the real BullMQ producer:
- * - a unique push: 1 round trip, rate limit included (one script: hit, claim, add);
- * - a duplicate push: 1 round trip;
- * - an alert payload: 1 round trip per call of 250 alerts at most, and a second one for the
- *   calls after the first (they wait for the rate limit's answer): at most 2, whatever its size.
+ * - the rate limiter: 1 round trip of its own, before the route;
+ * - a push: 1 more, BullMQ's add (new or duplicate: its deduplication answers inside the add);
+ * - a push with a delivery id: the alias read before the add and its write after it (a replay
+ *   found by its alias stops at the read);
+ * - an alert payload: 1 more whatever its size (BullMQ's addBulk).
  * And the rate limiter really counted each of them (its counter is read at the end).
  */
 import { createHmac } from 'node:crypto';
@@ -85,38 +86,38 @@ describe('Redis round trips per delivery (rate limit on)', () => {
     await roundTrips(() => alerts('warm', 2));
   });
 
-  it('unique push: 1 round trip; duplicate: 1', async () => {
-    expect(await roundTrips(() => scm('u1'))).toBe(1);
-    expect(await roundTrips(() => scm('u1'))).toBe(1);
-    expect(await roundTrips(() => scm('u2'))).toBe(1);
-    expect(await roundTrips(() => scm('u2'))).toBe(1);
+  it('push: 2 round trips, the rate limit and the add; duplicate: 2', async () => {
+    expect(await roundTrips(() => scm('u1'))).toBe(2);
+    expect(await roundTrips(() => scm('u1'))).toBe(2);
+    expect(await roundTrips(() => scm('u2'))).toBe(2);
+    expect(await roundTrips(() => scm('u2'))).toBe(2);
   });
 
-  it('GitHub push with its delivery id (two seen keys): 1 round trip; the redelivery: 1', async () => {
-    expect(await roundTrips(() => github('g1', 'd-1'))).toBe(1);
-    expect(await roundTrips(() => github('g1', 'd-1'))).toBe(1);
+  it('GitHub push with its delivery id: 4 (rate limit, alias read, add, alias write); its redelivery: 2 (rate limit, alias read)', async () => {
+    expect(await roundTrips(() => github('g1', 'd-1'))).toBe(4);
+    expect(await roundTrips(() => github('g1', 'd-1'))).toBe(2);
   });
 
-  it('alert storm: 1 alert costs 1 round trip, 1,000 alerts 2 (the first call, then the other three together)', async () => {
-    expect(await roundTrips(() => alerts('one', 1))).toBe(1);
+  it('alert storm: 1 alert or 1,000 alerts, new or duplicate, cost 2 round trips (rate limit, addBulk)', async () => {
+    expect(await roundTrips(() => alerts('one', 1))).toBe(2);
     expect(await roundTrips(() => alerts('storm', 1000))).toBe(2);
     expect(await roundTrips(() => alerts('storm', 1000))).toBe(2); // all duplicates
     expect(await h.queue.bull.getJobCountByTypes('waiting')).toBeGreaterThanOrEqual(1001);
   }, 60_000);
 
-  it('commands per delivery: the rate-limit hit, the claims and the adds are one script call per 250 events, not one per event', async () => {
+  it('commands per delivery: the rate-limit hit, then one BullMQ add per job (an addBulk is one pipeline)', async () => {
     const commands = async (fn: () => PromiseLike<{ status: number }>) => {
       const before = relay.commands();
       expect((await fn()).status).toBe(202);
       return relay.commands() - before;
     };
-    expect(await commands(() => scm('c1'))).toBe(1); // rate limit, claim and add
-    expect(await commands(() => scm('c1'))).toBe(1); // the duplicate
-    expect(await commands(() => alerts('cmd-storm', 1000))).toBe(4); // 4 calls of 250 events, the first with the hit
-    expect(await commands(() => alerts('cmd-storm', 1000))).toBe(4); // redelivery: the same 4 calls
+    expect(await commands(() => scm('c1'))).toBe(2); // rate limit, add
+    expect(await commands(() => scm('c1'))).toBe(2); // the duplicate
+    expect(await commands(() => alerts('cmd-storm', 1000))).toBe(1 + 1000); // rate limit; 1,000 adds in one pipeline
+    expect(await commands(() => alerts('cmd-storm', 1000))).toBe(1 + 1000); // redelivery: the same
   }, 60_000);
 
-  it('an ignored delivery still counts against the rate limit (its hit is sent on its own: 1 round trip)', async () => {
+  it('an ignored delivery still counts against the rate limit (1 round trip, the hit)', async () => {
     sent++;
     const n = await roundTrips(() =>
       request(h.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Tag Push Hook').send(push('x')),
@@ -130,7 +131,7 @@ describe('Redis round trips per delivery (rate limit on)', () => {
 });
 
 describe('rate-limiter-flexible in the same slot', () => {
-  it('costs one more round trip per delivery: its consume() cannot ride in the intake script', async () => {
+  it('costs the same round trips as the hand-written limiter: one consume() per request, then the add', async () => {
     const rlf = await createHarness(relay.url, {
       env: { RATE_LIMIT_RPS: '100000', TRUST_PROXY: '0' },
       rateLimit: ({ redis }) => {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import express, { type RequestHandler } from 'express';
 import request from 'supertest';
-import { requireApiKey, requireBearer, requireScmToken, requireSignature } from '../../../src/middleware/auth.js';
+import { requireApiKey, requireBearer, verifySender } from '../../../src/middleware/auth.js';
 import { errorHandler } from '../../../src/middleware/errors.js';
 import { parseApiKeyRoles } from '../../../src/shared/config.js';
 import { createHash, createHmac } from 'node:crypto';
@@ -81,26 +81,34 @@ describe('requireBearer', () => {
   });
 });
 
-describe('requireScmToken', () => {
+const tokenSource = { name: 'scm', title: 'Source control', verification: { kind: 'token', header: 'X-Scm-Token' } } as const;
+const hmacSource = (prefix: string) =>
+  ({ name: 'test', title: 'Test', verification: { kind: 'hmac', header: 'x-sig', algorithm: 'sha256', prefix, encoding: 'hex' } }) as const;
+
+describe('verifySender: token', () => {
   it('missing/mismatch/unset -> 403; match -> principal webhook:scm', async () => {
     const m = createMetrics('api', 'test', { defaults: false });
-    const { app } = appWith(requireScmToken('scm-s', m));
+    const check = verifySender({ source: tokenSource, secret: 'scm-s', metrics: m });
+    const { app } = appWith(check.before, check.after);
     expect((await request(app).post('/x')).status).toBe(403);
     expect((await request(app).post('/x').set('X-Scm-Token', 'scm-S')).status).toBe(403);
     expect((await request(app).post('/x').set('X-Scm-Token', 'scm-s')).body.principal).toBe('webhook:scm');
-    const unset = appWith(requireScmToken(undefined, m));
-    expect((await request(unset.app).post('/x').set('X-Scm-Token', '')).status).toBe(403);
+    const unset = verifySender({ source: tokenSource, secret: undefined, metrics: m });
+    expect((await request(appWith(unset.before).app).post('/x').set('X-Scm-Token', '')).status).toBe(403);
+    const text = await m.registry.getSingleMetricAsString('opsgate_auth_failures_total');
+    for (const r of ['missing', 'invalid', 'not_configured']) expect(text).toContain(`scheme="scm_token",reason="${r}"`);
   });
 });
 
-describe('requireSignature', () => {
-  it('checks presence/prefix before the body and the digest after it', async () => {
+describe('verifySender: HMAC of the body', () => {
+  it('with a sha256= prefix: presence and prefix checked before the body, the digest after it', async () => {
     const m = createMetrics('api', 'test', { defaults: false });
-    const sig = requireSignature('k', 'x-sig', 'test', m);
+    const sig = verifySender({ source: hmacSource('sha256='), secret: 'k', metrics: m });
     const { app } = appWith(sig.before, express.raw({ type: () => true }), sig.after);
     const body = '{"a":1}';
     const good = 'sha256=' + createHmac('sha256', 'k').update(body).digest('hex');
     expect((await request(app).post('/x').set('x-sig', good).send(body)).body.principal).toBe('webhook:test');
+    expect((await request(app).post('/x').set('x-sig', good.toUpperCase().replace('SHA256=', 'sha256=')).send(body)).status).toBe(200);
     expect((await request(app).post('/x').send(body)).status).toBe(403);
     expect((await request(app).post('/x').set('x-sig', good.slice(7)).send(body)).status).toBe(403);
     expect(
@@ -113,5 +121,82 @@ describe('requireSignature', () => {
     ).toBe(403);
     const text = await m.registry.getSingleMetricAsString('opsgate_auth_failures_total');
     for (const r of ['missing', 'malformed', 'mismatch']) expect(text).toContain(`scheme="signature",reason="${r}"`);
+  });
+
+  it("GitHub's documented test vector verifies", async () => {
+    const m = createMetrics('api', 'test', { defaults: false });
+    const sig = verifySender({ source: hmacSource('sha256='), secret: "It's a Secret to Everybody", metrics: m });
+    const { app } = appWith(sig.before, express.raw({ type: () => true }), sig.after);
+    const vector = 'sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17';
+    expect((await request(app).post('/x').set('x-sig', vector).send('Hello, World!')).status).toBe(200);
+  });
+
+  it('without a prefix (Gitea): the bare hex digest', async () => {
+    const m = createMetrics('api', 'test', { defaults: false });
+    const sig = verifySender({ source: hmacSource(''), secret: 'k', metrics: m });
+    const { app } = appWith(sig.before, express.raw({ type: () => true }), sig.after);
+    const body = '{"b":2}';
+    const hex = createHmac('sha256', 'k').update(body).digest('hex');
+    expect((await request(app).post('/x').set('x-sig', hex).send(body)).status).toBe(200);
+    expect(
+      (
+        await request(app)
+          .post('/x')
+          .set('x-sig', 'sha256=' + hex)
+          .send(body)
+      ).status,
+    ).toBe(403);
+  });
+});
+
+describe('verifySender: timestamped HMAC', () => {
+  const source = {
+    name: 'generic',
+    title: 'Generic',
+    verification: { kind: 'timestamped-hmac', header: 'x-sig', toleranceSeconds: 300 },
+  } as const;
+  const sign = (t: number, body: string) => `t=${t},v1=${createHmac('sha256', 'k').update(`${t}.${body}`).digest('hex')}`;
+  it('signs "<t>.<body>"; a timestamp outside the window or a malformed header is 403 before the body is read', async () => {
+    const m = createMetrics('api', 'test', { defaults: false });
+    const now = 1_800_000_000_000;
+    const sig = verifySender({ source, secret: 'k', metrics: m, now: () => now });
+    const { app } = appWith(sig.before, express.raw({ type: () => true }), sig.after);
+    const body = '{"sha":"1"}';
+    const t = now / 1000;
+    expect(
+      (
+        await request(app)
+          .post('/x')
+          .set('x-sig', sign(t - 299, body))
+          .send(body)
+      ).status,
+    ).toBe(200);
+    expect(
+      (
+        await request(app)
+          .post('/x')
+          .set('x-sig', sign(t - 301, body))
+          .send(body)
+      ).status,
+    ).toBe(403);
+    expect(
+      (
+        await request(app)
+          .post('/x')
+          .set('x-sig', sign(t + 301, body))
+          .send(body)
+      ).status,
+    ).toBe(403);
+    expect(
+      (
+        await request(app)
+          .post('/x')
+          .set('x-sig', sign(t, body).replace(`t=${t}`, `t=${t - 1}`))
+          .send(body)
+      ).status,
+    ).toBe(403);
+    expect((await request(app).post('/x').set('x-sig', 'v1=abc').send(body)).status).toBe(403);
+    const text = await m.registry.getSingleMetricAsString('opsgate_auth_failures_total');
+    for (const r of ['stale', 'malformed', 'mismatch']) expect(text).toContain(`scheme="signature",reason="${r}"`);
   });
 });

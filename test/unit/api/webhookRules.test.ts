@@ -1,6 +1,12 @@
 import { describe, expect, it } from '@jest/globals';
 import { planAlerts } from '../../../src/domain/alerts.js';
-import { decideGithubPush, decideScmPush, scmEventId } from '../../../src/domain/deploy.js';
+import { decidePush, pushEventId } from '../../../src/domain/deploy.js';
+import { source as github } from '../../../src/sources/github.js';
+import { source as scm } from '../../../src/sources/scm.js';
+
+const decideScmPush = (event: string | undefined, payload: unknown) => decidePush(scm, event, payload);
+const decideGithubPush = (event: string | undefined, payload: unknown) => decidePush(github, event, payload);
+const scmEventId = (project: string, ref: string, sha: string) => pushEventId('scm', project, ref, sha);
 import { validateRestart } from '../../../src/domain/restart.js';
 import { matchApiKey } from '../../../src/middleware/auth.js';
 import { parseApiKeyRoles } from '../../../src/shared/config.js';
@@ -36,7 +42,7 @@ describe('event_id', () => {
   });
 });
 
-describe('decideScmPush (rules 3-5)', () => {
+describe("the contract's push rules on /webhook/scm: event, ref, checkout_sha", () => {
   it('ignores anything but exactly "Push Hook"', () => {
     for (const e of [undefined, '', 'push hook', 'Push Hook\t', 'Tag Push Hook']) {
       expect(decideScmPush(e, { ref: 'refs/heads/main', checkout_sha: 'x' })).toMatchObject({ kind: 'ignored' });

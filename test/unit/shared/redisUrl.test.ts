@@ -4,7 +4,7 @@
  * REDIS_URL and the problem, never the value (it may carry a password).
  */
 import { describe, expect, it } from '@jest/globals';
-import { queuePrefix, taggedKey, seenKey } from '../../../src/shared/keys.js';
+import { deliveryKey, queuePrefix, taggedKey } from '../../../src/shared/keys.js';
 import { loadApiConfig, loadWorkerConfig } from '../../../src/shared/config.js';
 import { ConfigError } from '../../../src/shared/errors.js';
 import { clusterOptions, parseRedisUrl, redisPasswords, sentinelOptions, type ParsedRedisUrl } from '../../../src/shared/redis.js';
@@ -88,7 +88,7 @@ describe('parseRedisUrl', () => {
   });
 
   it("seen records share the queue's hash tag; rate-limit counters have one of their own per address", () => {
-    expect(seenKey('scm:a/b:refs/heads/main:1')).toBe('{opsgate}:seen:scm:a/b:refs/heads/main:1');
+    expect(deliveryKey('github', 'd-1')).toBe('{opsgate}:seen:delivery:github:d-1');
     expect(taggedKey('opsgate:rl:', '10.0.0.1')).toBe('opsgate:rl:{10.0.0.1}');
   });
 
@@ -158,6 +158,6 @@ describe('keySlot (Redis Cluster hash slots, for WAIT on the right primary)', ()
     expect(keySlot('foo')).toBe(12182);
     expect(keySlot('{user1000}.following')).toBe(keySlot('{user1000}.followers'));
     expect(keySlot('{opsgate}:ops:id')).toBe(keySlot('opsgate'));
-    expect(keySlot(seenKey('scm:x'))).toBe(keySlot('{opsgate}:ops:wait'));
+    expect(keySlot(deliveryKey('gitlab', 'x'))).toBe(keySlot('{opsgate}:ops:wait'));
   });
 });

@@ -1,0 +1,127 @@
+import { randomUUID } from 'node:crypto';
+import type { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { QueueUnavailableError, UnprocessableError } from './errors.js';
+import { QUEUE_NAME, jobDataSchemas, type JobDataByName, type JobName } from './jobs.js';
+import { QUEUE_PREFIX_DEFAULT, queueKey } from './keys.js';
+import type { Metrics } from './metrics.js';
+import { waitForReplicas } from './redis.js';
+import type { QueueGuard } from './queueGuard.js';
+
+/**
+ * The API's producer side of the "ops" queue, on BullMQ's public API only: `Queue#add` and
+ * `Queue#addBulk`, with BullMQ's own deduplication.
+ *
+ * A deduplicated add is one BullMQ script: it sets the deduplication record (`deduplication.id`,
+ * kept `ttlMs` whatever becomes of the job; without a ttl, until the job finishes) and adds the
+ * job together, or finds the record and answers the job that holds it. A record therefore never
+ * exists without its job, nor a job without its record, whatever fails or is killed around the
+ * call; and a failure before the script ran leaves nothing, so the sender's retry is delivered
+ * again.
+ */
+export interface Deduplication {
+  id: string;
+  /** How long the record outlives its job; absent: until the job finishes. */
+  ttlMs?: number;
+}
+
+export interface AddRequest<N extends JobName = JobName> {
+  name: N;
+  data: JobDataByName[N];
+  /** Default: a new UUID. An add whose job id already exists adds nothing and answers that job. */
+  jobId?: string;
+  deduplication?: Deduplication;
+}
+
+export interface Added {
+  /** The job that stands for the request: the new one, or the one that held its id or deduplication record. */
+  jobId: string;
+  /** false: nothing was added (a job with that id or deduplication record existed). */
+  added: boolean;
+}
+
+export interface Producer {
+  /** Validates the data against its job's schema (422), then adds it. 503 when Redis is unavailable. */
+  add<N extends JobName>(req: AddRequest<N>): Promise<Added>;
+  /** Several adds in one round trip (BullMQ's addBulk), answers in order. */
+  addMany(reqs: readonly AddRequest[]): Promise<Added[]>;
+  /**
+   * Takes back a job no worker has taken yet, with its deduplication record. true: removed (or
+   * not there); false: it is active or finished, so it stays (and counts as accepted).
+   */
+  remove(id: string): Promise<boolean>;
+  /** WAIT on the queue's connection: how many replicas acknowledged every job added so far. */
+  waitReplicas(numReplicas: number, timeoutMs: number): Promise<number>;
+}
+
+export interface ProducerDeps {
+  bull: Queue;
+  /** The connection the Queue was given (so WAIT covers its writes). */
+  connection: Redis;
+  guard: QueueGuard;
+  metrics?: Pick<Metrics, 'jobsEnqueued'>;
+}
+
+function validated<N extends JobName>(req: AddRequest<N>): JobDataByName[N] {
+  const parsed = jobDataSchemas[req.name].safeParse(req.data);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    throw new UnprocessableError(`invalid ${issue.path.join('.') || 'job data'}: ${issue.message}`);
+  }
+  return parsed.data as JobDataByName[N];
+}
+
+function options(req: AddRequest, jobId: string) {
+  const d = req.deduplication;
+  return {
+    jobId,
+    ...(d ? { deduplication: d.ttlMs !== undefined ? { id: d.id, ttl: d.ttlMs } : { id: d.id } } : {}),
+  };
+}
+
+export function createProducer(deps: ProducerDeps): Producer {
+  const { bull, connection, guard } = deps;
+  const counted = (name: JobName, out: Added): Added => {
+    if (out.added) deps.metrics?.jobsEnqueued.inc({ name });
+    return out;
+  };
+
+  return {
+    async add(req) {
+      const data = validated(req);
+      const jobId = req.jobId ?? randomUUID();
+      const job = await guard('submit', () => bull.add(req.name, data, options(req, jobId)));
+      if (job.id === undefined) throw new QueueUnavailableError('submit', true);
+      return counted(req.name, { jobId: job.id, added: job.id === jobId });
+    },
+
+    async addMany(reqs) {
+      if (reqs.length === 0) return [];
+      const ids = reqs.map((r) => r.jobId ?? randomUUID());
+      const jobs = reqs.map((r, i) => ({ name: r.name, data: validated(r), opts: options(r, ids[i]!) }));
+      const added = await guard('submit', () => bull.addBulk(jobs));
+      return added.map((job, i) => {
+        if (job.id === undefined) throw new QueueUnavailableError('submit', true);
+        return counted(reqs[i]!.name, { jobId: job.id, added: job.id === ids[i] });
+      });
+    },
+
+    async remove(id) {
+      if (connection.status !== 'ready') throw new QueueUnavailableError('submit', true);
+      // Only a job no worker has taken yet is taken back: one that is active or already finished
+      // was accepted for real (removing it would let a retry run the work twice).
+      const state = await bull.getJobState(id);
+      if (state === 'unknown') return true;
+      if (!['waiting', 'delayed', 'prioritized', 'waiting-children'].includes(state)) return false;
+      // BullMQ's remove answers 0 when a worker locked the job in the meantime; it drops the
+      // job's deduplication record with it.
+      return (await bull.remove(id)) === 1;
+    },
+
+    async waitReplicas(numReplicas, timeoutMs) {
+      if (connection.status !== 'ready') throw new QueueUnavailableError('submit', true);
+      // Every key of the queue shares the prefix's hash tag: on a Cluster, one primary.
+      return waitForReplicas(connection, numReplicas, timeoutMs, [queueKey(bull.opts.prefix ?? QUEUE_PREFIX_DEFAULT, QUEUE_NAME, 'id')]);
+    },
+  };
+}

@@ -1,0 +1,37 @@
+import { UnprocessableError } from '../shared/errors.js';
+
+/** Helpers the senders' payload mappings share: typed reads that answer 422 naming the field. */
+export const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** The payload itself, which must be a JSON object. */
+export function objectPayload(payload: unknown): Record<string, unknown> {
+  if (!isObject(payload)) throw new UnprocessableError('payload must be a JSON object');
+  return payload;
+}
+
+/** A string field; `def` when absent or null; 422 when of another type. */
+export function stringField(obj: Record<string, unknown>, name: string, def: string, label = name): string {
+  const v = obj[name];
+  if (v === undefined || v === null) return def;
+  if (typeof v !== 'string') throw new UnprocessableError(`${label} must be a string`);
+  return v;
+}
+
+/** A nested object's string field (`repository.full_name`), `def` when either is absent. */
+export function nestedString(obj: Record<string, unknown>, parent: string, name: string, def: string): string {
+  const p = obj[parent];
+  if (p === undefined || p === null) return def;
+  if (!isObject(p)) throw new UnprocessableError(`${parent} must be an object`);
+  return stringField(p, name, def, `${parent}.${name}`);
+}
+
+/** A required non-empty string (the pushed commit): 422 naming it when missing or empty. */
+export function requiredString(obj: Record<string, unknown>, name: string, what = name): string {
+  const v = obj[name];
+  if (v === undefined || v === null || v === '') throw new UnprocessableError(`${what} is required`);
+  if (typeof v !== 'string') throw new UnprocessableError(`${name} must be a string`);
+  return v;
+}
+
+/** An all-zero commit id: the "after" of a branch deletion. */
+export const isZeroSha = (sha: string): boolean => /^0+$/.test(sha);

@@ -1,0 +1,37 @@
+import type { Source, Verification } from './types.js';
+
+/**
+ * The README's table of webhook senders, rendered from the registry (`make docs-senders` writes
+ * it between its markers; test/integration/docs/docs.test.ts fails when the README's differs).
+ */
+export const TABLE_BEGIN = '<!-- senders:begin (make docs-senders) -->';
+export const TABLE_END = '<!-- senders:end -->';
+
+function proof(v: Verification): string {
+  switch (v.kind) {
+    case 'token':
+      return `\`${v.header}\` equal to the secret`;
+    case 'hmac':
+      return `\`${v.header}: ${v.prefix}<${v.encoding} HMAC-SHA256 of the body>\``;
+    case 'timestamped-hmac':
+      return `\`${v.header}: t=<unix s>,v1=<hex HMAC-SHA256 of "t.body">\`, ${v.toleranceSeconds / 60} min window, no reuse`;
+    case 'bearer':
+      return '`Authorization: Bearer` when the secret is set';
+  }
+}
+
+export function sendersTable(sources: readonly Source[]): string {
+  const rows = sources.map((s) => {
+    const secret = s.secret.fallbackEnv ? `\`${s.secret.env}\` (else \`${s.secret.fallbackEnv}\`)` : `\`${s.secret.env}\``;
+    const event = s.kind === 'push' ? `\`${s.event.header}: ${s.event.push}\`` : 'firing alerts';
+    const delivery = s.kind === 'push' && s.deliveryHeaders?.length ? s.deliveryHeaders.map((h) => `\`${h}\``).join(', ') : '—';
+    return `| \`/webhook/${s.name}\` | ${s.title} | ${proof(s.verification)} | ${event} | ${delivery} | ${secret} | ${s.setup} |`;
+  });
+  return [
+    TABLE_BEGIN,
+    '| Path | Sender | Proof | Deploys / queues on | Delivery id (kept 30 days) | Secret variable | Where to set it up |',
+    '|---|---|---|---|---|---|---|',
+    ...rows,
+    TABLE_END,
+  ].join('\n');
+}

@@ -1,0 +1,95 @@
+import type { z } from 'zod';
+
+/**
+ * What a webhook sender is, as data: one module per sender in this folder, each exporting
+ * `source`. The router (src/routes/webhooks.ts), the OpenAPI document, the configuration's
+ * secret list and log redaction, and the README's table of senders are derived from them
+ * (src/sources/index.ts).
+ */
+
+/** How a delivery proves its sender. Every comparison is constant time. */
+export type Verification =
+  /** A header equal to the secret (GitLab's X-Gitlab-Token). */
+  | { kind: 'token'; header: string }
+  /**
+   * A header carrying the HMAC of the raw body keyed by the secret: `<prefix><digest>`, the digest
+   * in `encoding`. A value without the prefix is a missing signature (403).
+   */
+  | { kind: 'hmac'; header: string; algorithm: 'sha256'; prefix: string; encoding: 'hex' | 'base64' }
+  /**
+   * `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>">`. A timestamp further than
+   * `toleranceSeconds` from the server's clock, or a signature already used, is refused (403).
+   */
+  | { kind: 'timestamped-hmac'; header: string; toleranceSeconds: number }
+  /** `Authorization: Bearer <secret>` when the secret is set; open (and logged as such) when not. */
+  | { kind: 'bearer'; optional: true };
+
+/** A secret of a sender, read from the environment. */
+export interface SecretSpec {
+  env: string;
+  /** Used when `env` is unset (a sender that shares another's secret by default). */
+  fallbackEnv?: string;
+  description: string;
+}
+
+/** What a push carries, as read from its payload (checked by the intake's rules, in their order). */
+export interface PushFields {
+  /** "unknown" when the payload names none. */
+  project: string;
+  /** "" when the payload has none. */
+  ref: string;
+  /** The pushed commit as found (it must be a non-empty string to deploy). */
+  sha: unknown;
+  /** A branch deletion: nothing to deploy. */
+  deleted?: boolean;
+}
+
+/** The answer of a payload that passed verification: deploy these fields, or ignore it with a reason. */
+export type PushMapping = { kind: 'push'; fields: PushFields } | { kind: 'ignored'; reason: string };
+
+interface SourceBase {
+  /** The path segment: POST /webhook/<name>. Lower case, digits and dashes. */
+  name: string;
+  /** Who sends it, for the docs and the OpenAPI document. */
+  title: string;
+  verification: Verification;
+  secret: SecretSpec;
+  /** One line for the README's table of senders: where the sender's setting lives. */
+  setup: string;
+}
+
+/** A source-control sender: pushes to the deploy branch become run_deploy_pipeline jobs. */
+export interface PushSource extends SourceBase {
+  kind: 'push';
+  /** The event header and the value of a push; any other value (or none) is ignored with a reason. */
+  event: { header: string; push: string };
+  /**
+   * The event id's first part: `<eventPrefix>:<project>:<ref>:<sha>`. Senders of one system that
+   * must deduplicate together (GitLab through /webhook/scm and /webhook/gitlab) share it.
+   */
+  eventPrefix: string;
+  /** The sender's own delivery id headers, the first present wins (remembered 30 days). */
+  deliveryHeaders?: readonly string[];
+  /** The payload's fields that `map` reads, for the OpenAPI document. */
+  payload: z.ZodType;
+  /** A payload of a push to the deploy branch, as the sender documents it: for the docs and the tests. */
+  example: Record<string, unknown>;
+  /** The payload field of the pushed commit, for the 422 that names it. */
+  commitField: string;
+  /** Also accept `application/x-www-form-urlencoded` bodies with the JSON in `payload` (GitHub's form setting). */
+  formPayload?: boolean;
+  /**
+   * The payload (verified, parsed JSON) -> the push's fields, or ignored with a reason. Throws
+   * UnprocessableError for a payload that cannot be a push of this sender. The deploy-branch
+   * rule is applied after it, to `fields.ref`; a payload of several pushes (Bitbucket's
+   * changes) answers the one to `deployRef` when there is one.
+   */
+  map(payload: unknown, deployRef: string): PushMapping;
+}
+
+/** Alertmanager's webhook receiver: firing alerts become notify_oncall jobs. */
+export interface AlertsSource extends SourceBase {
+  kind: 'alerts';
+}
+
+export type Source = PushSource | AlertsSource;
