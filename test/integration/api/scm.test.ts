@@ -316,8 +316,8 @@ describe('method handling', () => {
     expect(res.headers.allow).toBe('POST');
     expect(res.headers['content-type']).toMatch(/application\/json/);
   });
-  it('unknown source /webhook/gitea -> 404 JSON', async () => {
-    const res = await request(ctx.h.app).post('/webhook/gitea').send('{}');
+  it('unknown source /webhook/nonesuch -> 404 JSON', async () => {
+    const res = await request(ctx.h.app).post('/webhook/nonesuch').send('{}');
     expect(res.status).toBe(404);
     expect(res.body).toEqual({ detail: expect.any(String) });
   });
