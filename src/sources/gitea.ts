@@ -1,0 +1,46 @@
+import { z } from 'zod';
+import { isZeroSha, nestedString, objectPayload, stringField } from './fields.js';
+import type { PushSource } from './types.js';
+
+/**
+ * Gitea and Forgejo: `X-Gitea-Signature` is the hex HMAC-SHA256 of the body, without a prefix
+ * (Forgejo sends the same header beside its own X-Forgejo-Signature). The push payload is shaped
+ * like GitHub's: ref, after, repository.full_name.
+ */
+export const source: PushSource = {
+  kind: 'push',
+  name: 'gitea',
+  title: 'Gitea / Forgejo',
+  verification: { kind: 'hmac', header: 'X-Gitea-Signature', algorithm: 'sha256', prefix: '', encoding: 'hex' },
+  secret: { env: 'GITEA_WEBHOOK_SECRET', description: 'secret of /webhook/gitea (X-Gitea-Signature)' },
+  event: { header: 'X-Gitea-Event', push: 'push' },
+  eventPrefix: 'gitea',
+  commitField: 'after',
+  example: {
+    ref: 'refs/heads/main',
+    before: '28e1879d029cb852e4844d9c718537df08844e03',
+    after: 'bffeb74224043ba2feb48d137756c8a9331c449a',
+    repository: { full_name: 'gitea/webhooks' },
+  },
+  payload: z.looseObject({
+    ref: z.string().optional().describe('branch reference; only refs/heads/main deploys'),
+    after: z.string().describe('the pushed commit; required for a push to main'),
+    repository: z.looseObject({ full_name: z.string().optional() }).optional(),
+  }),
+  deliveryHeaders: ['X-Gitea-Delivery'],
+  setup:
+    'repository → Settings → Webhooks → Add webhook → Gitea (or Forgejo): Target URL `…/webhook/gitea`, POST, application/json, Secret, "Push events"',
+  map(payload) {
+    const p = objectPayload(payload);
+    const sha = p.after;
+    return {
+      kind: 'push',
+      fields: {
+        ref: stringField(p, 'ref', ''),
+        project: nestedString(p, 'repository', 'full_name', 'unknown'),
+        sha,
+        deleted: typeof sha === 'string' && isZeroSha(sha),
+      },
+    };
+  },
+};
