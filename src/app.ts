@@ -2,6 +2,7 @@ import express, { type Express, type RequestHandler } from 'express';
 import type { Redis } from 'ioredis';
 import type { HostStatusProvider } from './domain/hostStatus.js';
 import { replicationGate, retryReplicationGate } from './domain/replication.js';
+import { requireClientCertificate } from './middleware/clientCert.js';
 import { requestId } from './middleware/context.js';
 import { errorHandler, notFound } from './middleware/errors.js';
 import { observe } from './middleware/observe.js';
@@ -68,7 +69,13 @@ export function createApp(deps: AppDeps): Express {
   // The webhooks first: they carry the volume, and each router a request passes
   // through costs a match against every one of its routes. Paths do not overlap, so the order
   // changes nothing else.
-  app.use(webhooksRouter({ ...deps, replicated }));
+  app.use(
+    webhooksRouter({
+      ...deps,
+      replicated,
+      ...(deps.config.TLS_CLIENT_CA_FILE ? { alertsClientCertificate: requireClientCertificate(deps.metrics) } : {}),
+    }),
+  );
   app.use(healthRouter({ redis: deps.redis, queue: deps.queue, version: deps.version ?? '0.0.0' }));
   app.use(opsRouter({ ...deps, queue: deps.queue, hostStatus: deps.hostStatus, replicated }));
   const retryReplicated = retryReplicationGate({

@@ -318,7 +318,8 @@ export const API_ROUTES: readonly RouteDoc[] = [
     tags: ['webhooks'],
     security: ['alertsBearer'],
     securityOptional: true,
-    description: 'Authenticated only when ALERTS_WEBHOOK_TOKEN is set (then 401 without it).',
+    description:
+      'Authenticated only when ALERTS_WEBHOOK_TOKEN is set (then 401 without it). With TLS_CLIENT_CA_FILE the connection must also present a client certificate signed by that CA (else 403 {detail}); when both are set, both are required.',
     body: { contentTypes: ['application/json'], schema: alertPayload, required: true },
     responses: {
       202: { description: 'counted; firing alerts with a new fingerprint queued', schema: alertResult },

@@ -41,6 +41,8 @@ export interface WebhookDeps {
   metrics: Pick<Metrics, 'authFailures' | 'webhookEvents'>;
   /** REDIS_MIN_REPLICAS_ACK (src/domain/replication.ts); absent = off. */
   replicated?: ConfirmReplicated;
+  /** TLS_CLIENT_CA_FILE: the client-certificate check of /webhook/alerts, before its token check (src/middleware/clientCert.ts). */
+  alertsClientCertificate?: RequestHandler;
 }
 
 type Outcome = 'accepted' | 'duplicate' | 'ignored' | 'rejected' | 'invalid' | 'failed';
@@ -194,13 +196,13 @@ export function webhooksRouter(deps: WebhookDeps): Router {
           next();
         }) as RequestHandler,
       ];
-  if (!deps.config.ALERTS_WEBHOOK_TOKEN) {
+  if (!deps.config.ALERTS_WEBHOOK_TOKEN && !deps.alertsClientCertificate) {
     deps.logger.warn(
       'ALERTS_WEBHOOK_TOKEN is not set: /webhook/alerts accepts unauthenticated calls; restrict it by network policy or set the token',
     );
   }
   r.route('/webhook/alerts')
-    .post(...alertsAuth, ...body, async (req, res) => {
+    .post(...(deps.alertsClientCertificate ? [deps.alertsClientCertificate] : []), ...alertsAuth, ...body, async (req, res) => {
       const payload = parseJson(req.body as Buffer);
       const out = await submitAlerts(domain, payload, res.locals.requestId, 'webhook:alerts', {
         maxAlerts: deps.config.ALERTS_MAX_PER_REQUEST,
