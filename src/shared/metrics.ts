@@ -90,7 +90,7 @@ export function createMetrics(component: Component, version: string, opts: { def
   });
   const authFailures = new Counter({
     name: 'opsgate_auth_failures_total',
-    help: 'Rejected credentials by scheme (api_key, bearer, scm_token, signature, basic) and reason.',
+    help: 'Rejected credentials by scheme (api_key, bearer, scm_token, signature, basic, client_certificate) and reason.',
     labelNames: ['scheme', 'reason'] as const,
     registers: [registry],
   });
