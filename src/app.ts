@@ -3,6 +3,7 @@ import type { Redis } from 'ioredis';
 import type { HostStatusProvider } from './domain/hostStatus.js';
 import { createIntake } from './domain/intake.js';
 import { replicationGate, retryReplicationGate } from './domain/replication.js';
+import { requireClientCertificate } from './middleware/clientCert.js';
 import { requestId } from './middleware/context.js';
 import { errorHandler, notFound } from './middleware/errors.js';
 import { observe } from './middleware/observe.js';
@@ -70,7 +71,14 @@ export function createApp(deps: AppDeps): Express {
   // through costs a match against every one of its routes. Paths do not overlap, so the order
   // changes nothing else.
   const intake = createIntake({ producer: deps.queue.producer, jobs: deps.queue.jobs, redis: deps.redis, logger: deps.logger });
-  app.use(webhooksRouter({ ...deps, intake, replicated }));
+  app.use(
+    webhooksRouter({
+      ...deps,
+      intake,
+      replicated,
+      ...(deps.config.TLS_CLIENT_CA_FILE ? { alertsClientCertificate: requireClientCertificate(deps.metrics) } : {}),
+    }),
+  );
   app.use(healthRouter({ redis: deps.redis, queue: deps.queue, version: deps.version ?? '0.0.0' }));
   app.use(opsRouter({ ...deps, producer: deps.queue.producer, hostStatus: deps.hostStatus, replicated }));
   const retryReplicated = retryReplicationGate({

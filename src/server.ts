@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { pathToFileURL } from 'node:url';
 import { createApp } from './app.js';
 import { createLazyKubeHostStatusProvider, kubeConfigPresent } from './domain/lazyHostStatus.js';
-import { loadApiConfig, secretsOf, weakCredentialWarnings, type ApiConfig } from './shared/config.js';
+import { apiTlsFiles, loadApiConfig, metricsTlsFiles, secretsOf, weakCredentialWarnings, type ApiConfig } from './shared/config.js';
 import { reportConfigError } from './shared/configReport.js';
 import { ConfigError } from './shared/errors.js';
 import { loadInventory } from './shared/inventory.js';
@@ -17,6 +17,7 @@ import { redisPasswords } from './shared/redis.js';
 import { connectRedis } from './shared/redisConnection.js';
 import { shutdownBudget, within } from './shared/shutdown.js';
 import { withTimeout } from './shared/timeout.js';
+import { createListener, loadTlsMaterial, type ListenerTls } from './shared/tls.js';
 import { packageVersion } from './shared/version.js';
 
 /**
@@ -44,6 +45,11 @@ export async function start(
   const exitOnDeadline = opts.exitOnDeadline ?? false;
   const config = loadApiConfig(env);
   const inventory = loadInventory(config.OPS_INVENTORY_FILE);
+  // Unreadable or mismatched certificate files stop the start like any bad configuration.
+  const listenerTls = (files: ReturnType<typeof apiTlsFiles>): ListenerTls | undefined =>
+    files ? { files, material: loadTlsMaterial(files), intervalMs: config.TLS_RELOAD_INTERVAL_MS } : undefined;
+  const apiTls = listenerTls(apiTlsFiles(config));
+  const metricsTls = listenerTls(metricsTlsFiles(config));
   const version = config.OPSGATE_VERSION ?? packageVersion();
   const logger = createLogger({
     level: config.LOG_LEVEL,
@@ -73,7 +79,8 @@ export async function start(
     rateLimit: createRateLimiter({ redis, rps: config.RATE_LIMIT_RPS, metrics, logger }),
   });
 
-  const server = app.listen(config.PORT);
+  const { server } = createListener(app, { tls: apiTls, listener: 'api', logger, metrics });
+  server.listen(config.PORT);
   // Parser-level refusals (431 oversized headers, 400 bad bytes) answer JSON {detail} too.
   jsonClientErrors(server, logger);
   await new Promise<void>((resolve, reject) => {
@@ -87,14 +94,20 @@ export async function start(
   const port = (server.address() as AddressInfo).port;
   let metricsServer: Awaited<ReturnType<typeof startMetricsServer>>;
   try {
-    metricsServer = await startMetricsServer({ registry: metrics.registry, port: config.METRICS_PORT, logger });
+    metricsServer = await startMetricsServer({ registry: metrics.registry, port: config.METRICS_PORT, logger, tls: metricsTls, metrics });
   } catch (err) {
     server.close();
     await withTimeout(queue.close(), 2000, 'queue close').catch(() => {});
     redis.disconnect();
     throw err;
   }
-  logger.info('api listening', { port, version, hosts: Object.keys(inventory.hosts).length });
+  logger.info('api listening', {
+    port,
+    version,
+    hosts: Object.keys(inventory.hosts).length,
+    scheme: apiTls ? 'https' : 'http',
+    client_certificates: apiTls?.files.caFile ? 'requested' : 'off',
+  });
 
   let stopping: Promise<boolean> | undefined;
   const stop = (graceMs?: number): Promise<boolean> => {

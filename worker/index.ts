@@ -1,7 +1,7 @@
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { loadWorkerConfig, type WorkerConfig } from '../src/shared/config.js';
+import { loadWorkerConfig, metricsTlsFiles, type WorkerConfig } from '../src/shared/config.js';
 import { reportConfigError } from '../src/shared/configReport.js';
 import { ConfigError } from '../src/shared/errors.js';
 import { startLoopMonitor } from '../src/shared/eventLoop.js';
@@ -14,6 +14,7 @@ import { startMetricsServer, type MetricsServer } from '../src/shared/metricsSer
 import { exportQueueDepth } from '../src/shared/queueDepth.js';
 import { connectRedis } from '../src/shared/redisConnection.js';
 import { within } from '../src/shared/shutdown.js';
+import { loadTlsMaterial, type ListenerTls } from '../src/shared/tls.js';
 import { packageVersion } from '../src/shared/version.js';
 import { kubeConfigFromEnv, type KubeConfigFactory } from './k8s.js';
 import { workerLiveness } from './liveness.js';
@@ -100,9 +101,12 @@ export async function startWorker(config: WorkerConfig, deps: WorkerDeps = {}): 
 export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> {
   let config: WorkerConfig;
   let inventory: Inventory;
+  let metricsTls: ListenerTls | undefined;
   try {
     config = loadWorkerConfig(env);
     inventory = loadInventory(config.OPS_INVENTORY_FILE);
+    const files = metricsTlsFiles(config);
+    if (files) metricsTls = { files, material: loadTlsMaterial(files), intervalMs: config.TLS_RELOAD_INTERVAL_MS };
   } catch (err) {
     if (err instanceof ConfigError) {
       reportConfigError('opsgate-worker', 'worker', err);
@@ -122,7 +126,14 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
   const loopMonitor = startLoopMonitor();
   const livez = workerLiveness({ monitor: loopMonitor, maxLagMs: config.WORKER_LIVENESS_MAX_LAG_MS, redis: () => handle?.redis });
   try {
-    metricsServer = await startMetricsServer({ registry: metrics.registry, port: config.METRICS_PORT, logger, livez });
+    metricsServer = await startMetricsServer({
+      registry: metrics.registry,
+      port: config.METRICS_PORT,
+      logger,
+      livez,
+      tls: metricsTls,
+      metrics,
+    });
   } catch (err) {
     logger.error('metrics server failed to start', { err, port: config.METRICS_PORT });
     await logger.flush();

@@ -1,4 +1,4 @@
-import { Router, type Request, type Response } from 'express';
+import { Router, type Request, type RequestHandler, type Response } from 'express';
 import type { Redis } from 'ioredis';
 import { submitAlerts } from '../domain/alerts.js';
 import { decidePush, deliveryIdOf, submitPush } from '../domain/deploy.js';
@@ -31,6 +31,8 @@ export interface WebhookDeps {
   replicated?: ConfirmReplicated;
   /** The senders to serve; default the registry. */
   sources?: readonly Source[];
+  /** TLS_CLIENT_CA_FILE: the client-certificate check of the alerts sender, before its token check (src/middleware/clientCert.ts). */
+  alertsClientCertificate?: RequestHandler;
 }
 
 type Outcome = 'accepted' | 'duplicate' | 'ignored' | 'rejected' | 'invalid' | 'failed';
@@ -104,7 +106,8 @@ export function webhooksRouter(deps: WebhookDeps): Router {
   for (const source of deps.sources ?? SOURCES) {
     const path = `/webhook/${source.name}`;
     const secret = sourceSecret(source, deps.config);
-    if (source.verification.kind === 'bearer' && !secret) {
+    const clientCertificate = source.kind === 'alerts' ? deps.alertsClientCertificate : undefined;
+    if (source.verification.kind === 'bearer' && !secret && !clientCertificate) {
       deps.logger.warn(
         `${source.secret.env} is not set: ${path} accepts unauthenticated calls; restrict it by network policy or set the token`,
       );
@@ -112,7 +115,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
     const check = verifySender({ source, secret, metrics: deps.metrics, redis: deps.redis });
     const handler = source.kind === 'push' ? pushHandler(source) : alertsHandler(source);
     r.route(path)
-      .post(check.before, ...body, check.after, handler)
+      .post(...(clientCertificate ? [clientCertificate] : []), check.before, ...body, check.after, handler)
       .all(methodNotAllowed(['POST']));
     // Counts a failed delivery for this sender, then passes the error on to the error middleware.
     r.use(path, (err: unknown, _req: Request, _res: Response, next: (e: unknown) => void) => {

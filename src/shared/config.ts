@@ -3,6 +3,7 @@ import { ConfigError, type ConfigProblem } from './errors.js';
 import { credentialId } from './crypto.js';
 import { parseRedisUrl, redisPasswords, RedisUrlError } from './redis.js';
 import { SOURCE_SECRET_ENVS } from '../sources/index.js';
+import { tlsPairProblems, type TlsFiles } from './tls.js';
 
 export type Role = 'readonly' | 'operator';
 
@@ -90,9 +91,19 @@ const redisUrl = z
   })
   .refine((v) => !redisPasswords(v).some((pw) => isPlaceholder(pw)), `password ${PLACEHOLDER_PROBLEM}`);
 
+const optionalPath = z
+  .string()
+  .optional()
+  .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim()));
+
 const commonSchema = z.object({
   REDIS_URL: redisUrl,
   METRICS_PORT: intFrom(9464),
+  /** HTTPS on METRICS_PORT: certificate and key files (both or neither), re-read when they change. */
+  METRICS_TLS_CERT_FILE: optionalPath,
+  METRICS_TLS_KEY_FILE: optionalPath,
+  /** How often the TLS files of the process' listeners are checked for a renewed certificate. */
+  TLS_RELOAD_INTERVAL_MS: intFrom(10000, 100),
   OPS_INVENTORY_FILE: z
     .string()
     .optional()
@@ -122,6 +133,14 @@ const replicationSchema = {
 
 const apiSchema = commonSchema.extend({
   PORT: intFrom(8080),
+  /** HTTPS on PORT: certificate (chain) and key files (both or neither), re-read when they change. */
+  TLS_CERT_FILE: optionalPath,
+  TLS_KEY_FILE: optionalPath,
+  /**
+   * CA bundle for client certificates: with it, /webhook/alerts needs a client certificate signed
+   * by one of its CAs (other paths do not ask for one). Needs TLS_CERT_FILE/TLS_KEY_FILE.
+   */
+  TLS_CLIENT_CA_FILE: optionalPath,
   ...replicationSchema,
   OPS_BEARER_TOKEN: optionalSecret,
   /** The webhook senders' secrets, one variable each, named by src/sources. */
@@ -212,9 +231,46 @@ function parseWith<S extends z.ZodType>(schema: S, env: Env, earlier: readonly C
   return result.data as z.infer<S>;
 }
 
+const isSet = (env: Env, v: string) => (env[v] ?? '').trim() !== '';
+
+function tlsProblems(env: Env, api: boolean): ConfigProblem[] {
+  const out = tlsPairProblems(env, 'METRICS_TLS_CERT_FILE', 'METRICS_TLS_KEY_FILE');
+  if (!api) return out;
+  out.push(...tlsPairProblems(env, 'TLS_CERT_FILE', 'TLS_KEY_FILE'));
+  // A client certificate can only be asked for on a TLS connection.
+  if (isSet(env, 'TLS_CLIENT_CA_FILE') && !isSet(env, 'TLS_CERT_FILE') && !isSet(env, 'TLS_KEY_FILE')) {
+    out.push({
+      variable: 'TLS_CLIENT_CA_FILE',
+      problem: 'needs TLS_CERT_FILE and TLS_KEY_FILE (client certificates are checked on HTTPS only)',
+    });
+  }
+  return out;
+}
+
+/** The API port's TLS files, or undefined when it serves plain HTTP. */
+export function apiTlsFiles(config: Pick<ApiConfig, 'TLS_CERT_FILE' | 'TLS_KEY_FILE' | 'TLS_CLIENT_CA_FILE'>): TlsFiles | undefined {
+  if (!config.TLS_CERT_FILE || !config.TLS_KEY_FILE) return undefined;
+  return {
+    certFile: config.TLS_CERT_FILE,
+    keyFile: config.TLS_KEY_FILE,
+    ...(config.TLS_CLIENT_CA_FILE ? { caFile: config.TLS_CLIENT_CA_FILE } : {}),
+    vars: { cert: 'TLS_CERT_FILE', key: 'TLS_KEY_FILE', ...(config.TLS_CLIENT_CA_FILE ? { ca: 'TLS_CLIENT_CA_FILE' } : {}) },
+  };
+}
+
+/** The metrics port's TLS files, or undefined when it serves plain HTTP. */
+export function metricsTlsFiles(config: Pick<CommonConfig, 'METRICS_TLS_CERT_FILE' | 'METRICS_TLS_KEY_FILE'>): TlsFiles | undefined {
+  if (!config.METRICS_TLS_CERT_FILE || !config.METRICS_TLS_KEY_FILE) return undefined;
+  return {
+    certFile: config.METRICS_TLS_CERT_FILE,
+    keyFile: config.METRICS_TLS_KEY_FILE,
+    vars: { cert: 'METRICS_TLS_CERT_FILE', key: 'METRICS_TLS_KEY_FILE' },
+  };
+}
+
 export function loadApiConfig(env: Env = process.env): ApiConfig {
   let apiKeys: ApiKey[] = [];
-  const problems: ConfigProblem[] = [];
+  const problems: ConfigProblem[] = tlsProblems(env, true);
   try {
     apiKeys = parseApiKeyRoles(env.OPS_API_KEY_ROLES);
   } catch (err) {
@@ -225,7 +281,7 @@ export function loadApiConfig(env: Env = process.env): ApiConfig {
 }
 
 export function loadWorkerConfig(env: Env = process.env): WorkerConfig {
-  return parseWith(workerSchema, env);
+  return parseWith(workerSchema, env, tlsProblems(env, false));
 }
 
 /**

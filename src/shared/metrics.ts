@@ -90,7 +90,7 @@ export function createMetrics(component: Component, version: string, opts: { def
   });
   const authFailures = new Counter({
     name: 'opsgate_auth_failures_total',
-    help: 'Rejected credentials by scheme (api_key, bearer, scm_token, signature, basic) and reason.',
+    help: 'Rejected credentials by scheme (api_key, bearer, scm_token, signature, basic, client_certificate) and reason.',
     labelNames: ['scheme', 'reason'] as const,
     registers: [registry],
   });
@@ -248,6 +248,26 @@ export function createMetrics(component: Component, version: string, opts: { def
     registers: [registry],
   });
 
+  // --- TLS of the process' own listeners (src/shared/tls.ts); listener = api or metrics ----------
+  const tlsReloads = new Counter({
+    name: 'opsgate_tls_reloads_total',
+    help: 'Changed TLS files checked by a listener (api, metrics), by outcome: reloaded (served to new connections) or refused (the last good certificate stays).',
+    labelNames: ['listener', 'outcome'] as const,
+    registers: [registry],
+  });
+  const tlsCertificateExpiry = new Gauge({
+    name: 'opsgate_tls_certificate_expiry_timestamp_seconds',
+    help: 'notAfter of the certificate a listener (api, metrics) serves, as a Unix timestamp.',
+    labelNames: ['listener'] as const,
+    registers: [registry],
+  });
+  const tlsHandshakeErrors = new Counter({
+    name: 'opsgate_tls_handshake_errors_total',
+    help: 'Connections to a TLS listener (api, metrics) closed because the TLS handshake failed (a plaintext HTTP client, an unsupported protocol).',
+    labelNames: ['listener'] as const,
+    registers: [registry],
+  });
+
   /** Export queue depth for these queues (call once the process has its BullMQ Queue). */
   const setQueueDepthSources = (sources: QueueCountsSource[], opts: { timeoutMs?: number } = {}) => {
     depthSources = [...sources];
@@ -262,6 +282,9 @@ export function createMetrics(component: Component, version: string, opts: { def
     deadLetterJobs,
     queueScrapeErrors,
     adminActions,
+    tlsReloads,
+    tlsCertificateExpiry,
+    tlsHandshakeErrors,
     setQueueDepthSources,
     setRedisMemorySource,
     buildInfo,

@@ -1,13 +1,16 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import type { Logger } from './logger.js';
+import { createListener, type ListenerTls, type TlsListenerMetrics } from './tls.js';
 
 /**
  * The separate metrics listener of each process (api and worker): METRICS_PORT, never the
  * public port. It serves the Prometheus text format at GET/HEAD /metrics and nothing else
  * (404 JSON {detail}; other methods on /metrics: 405). Scrapes run the registry's async
  * collectors (queue depth from Redis, bounded by a timeout), so a slow Redis never blocks it.
+ * With `tls` (METRICS_TLS_CERT_FILE/METRICS_TLS_KEY_FILE) it serves HTTPS and picks up a renewed
+ * certificate without a restart (src/shared/tls.ts).
  */
 export interface MetricsServerOptions {
   registry: Registry;
@@ -20,6 +23,10 @@ export interface MetricsServerOptions {
    * are the answer. Absent: /livez is 404 like any other path.
    */
   livez?: () => Promise<{ status: number; body: Record<string, unknown> }>;
+  /** HTTPS: the files loaded at start (loadTlsMaterial) and the renewal poll. Absent: plain HTTP. */
+  tls?: ListenerTls;
+  /** TLS reload and handshake counters (createMetrics' own). */
+  metrics?: TlsListenerMetrics;
 }
 
 export interface MetricsServer {
@@ -90,7 +97,12 @@ export function metricsHandler(registry: Registry, logger?: Logger, livez?: Metr
 }
 
 export async function startMetricsServer(opts: MetricsServerOptions): Promise<MetricsServer> {
-  const server = createServer(metricsHandler(opts.registry, opts.logger, opts.livez));
+  const { server } = createListener(metricsHandler(opts.registry, opts.logger, opts.livez), {
+    listener: 'metrics',
+    ...(opts.tls ? { tls: opts.tls } : {}),
+    ...(opts.logger ? { logger: opts.logger } : {}),
+    ...(opts.metrics ? { metrics: opts.metrics } : {}),
+  });
   // Scrapes are short; do not let idle keep-alive sockets hold a shutdown.
   server.keepAliveTimeout = 5000;
   server.headersTimeout = 10000;
@@ -103,7 +115,7 @@ export async function startMetricsServer(opts: MetricsServerOptions): Promise<Me
     });
   });
   const port = (server.address() as AddressInfo).port;
-  opts.logger?.info('metrics listening', { port, path: '/metrics' });
+  opts.logger?.info('metrics listening', { port, path: '/metrics', scheme: opts.tls ? 'https' : 'http' });
   return {
     server,
     port,

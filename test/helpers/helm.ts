@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
@@ -154,4 +155,23 @@ export function podSpecs(objs: K8sObject[]): { owner: string; spec: any }[] {
       out.push({ owner: `${o.kind}/${o.metadata.name}`, spec: o.spec.template.spec });
   }
   return out;
+}
+
+/**
+ * NOTES.txt as helm renders it. `helm template` drops NOTES, so a throw-away copy of the chart gets
+ * one extra template that includes templates/NOTES.txt into a ConfigMap.
+ */
+export async function renderNotes(file: string, set: Record<string, string> = {}, setString: Record<string, string> = {}): Promise<string> {
+  const dir = mkdtempSync(join(tmpdir(), 'opsgate-notes-'));
+  try {
+    cpSync(CHART, dir, { recursive: true });
+    writeFileSync(
+      join(dir, 'templates/zz-notes-for-test.yaml'),
+      'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes-for-test\ndata:\n  notes: {{ include (print .Template.BasePath "/NOTES.txt") . | toJson }}\n',
+    );
+    const objs = await render({ chart: dir, files: [file], set, setString });
+    return one(objs, 'ConfigMap', 'notes-for-test').data.notes as string;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 }

@@ -175,6 +175,17 @@ Render-time checks that the schema cannot express. Included by every workload te
 {{- fail (printf "opsgate: redis.maxmemory (%s) must be below redis.resources.limits.memory (%s), or the kernel kills Redis before it refuses writes (noeviction)" (toString .Values.redis.maxmemory) (toString .Values.redis.resources.limits.memory)) }}
 {{- end }}
 {{- end }}
+{{- if .Values.tls.enabled }}
+{{- if and .Values.tls.existingSecret .Values.tls.certManager.issuerRef.name }}
+{{- fail "opsgate: tls.existingSecret and tls.certManager.issuerRef.name are both set: the certificate comes from one of them (your Secret, or a cert-manager Certificate), not both" }}
+{{- end }}
+{{- if not (or .Values.tls.existingSecret .Values.tls.certManager.issuerRef.name) }}
+{{- fail "opsgate: tls.enabled needs a certificate: tls.existingSecret (a kubernetes.io/tls Secret) or tls.certManager.issuerRef.name (the chart renders a cert-manager Certificate)" }}
+{{- end }}
+{{- end }}
+{{- if and .Values.tls.clientAuth.enabled (not .Values.tls.enabled) }}
+{{- fail "opsgate: tls.clientAuth.enabled needs tls.enabled (client certificates are checked on HTTPS only)" }}
+{{- end }}
 {{- if and .Values.autoscaling.enabled (lt (int .Values.autoscaling.maxReplicas) (int .Values.autoscaling.minReplicas)) }}
 {{- fail "opsgate: autoscaling.maxReplicas must be >= autoscaling.minReplicas" }}
 {{- end }}
@@ -305,4 +316,62 @@ pod does not start without it rather than expose the webhook without a token.
 {{- define "opsgate.checksums" -}}
 checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
 checksum/secret: {{ include (print .Template.BasePath "/secret.yaml") . | sha256sum }}
+{{- end }}
+
+{{/*
+TLS inside the cluster. The Secret the pods mount: tls.existingSecret, else the one the chart's
+cert-manager Certificate writes.
+*/}}
+{{- define "opsgate.tlsSecretName" -}}
+{{- .Values.tls.existingSecret | default (printf "%s-tls" (include "opsgate.fullname" .)) }}
+{{- end }}
+
+{{/* The name clients verify the API's (and the metrics ports') certificate against. */}}
+{{- define "opsgate.tlsServerName" -}}
+{{- printf "%s-api.%s.svc" (include "opsgate.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/* "true" when a process's metrics port serves HTTPS. */}}
+{{- define "opsgate.metricsTls" -}}
+{{- if and .Values.tls.enabled .Values.tls.metrics }}true{{ end }}
+{{- end }}
+
+{{/*
+The TLS volumes of a pod (dict "ctx" . "clientCA" bool). Whole-Secret mounts, never subPath: the
+kubelet updates a mounted Secret in place (a `..data` symlink swap) only without subPath, and the
+processes re-read the files, so a renewed certificate needs no restart. Nothing here goes into the
+checksum annotations: a renewal changes the Secret, not the rendered pod.
+*/}}
+{{- define "opsgate.tlsVolumes" -}}
+- name: tls
+  secret:
+    secretName: {{ include "opsgate.tlsSecretName" .ctx }}
+    # 0440: the owner and the pod's fsGroup read it, nobody else.
+    defaultMode: 288
+{{- if and .clientCA .ctx.Values.tls.clientAuth.enabled .ctx.Values.tls.clientAuth.caSecret }}
+- name: tls-client-ca
+  secret:
+    secretName: {{ .ctx.Values.tls.clientAuth.caSecret }}
+    # 0440: the owner and the pod's fsGroup read it, nobody else.
+    defaultMode: 288
+    items:
+      - key: {{ .ctx.Values.tls.clientAuth.caKey }}
+        path: {{ .ctx.Values.tls.clientAuth.caKey }}
+{{- end }}
+{{- end }}
+
+{{- define "opsgate.tlsVolumeMounts" -}}
+- name: tls
+  mountPath: /etc/opsgate-tls
+  readOnly: true
+{{- if and .clientCA .ctx.Values.tls.clientAuth.enabled .ctx.Values.tls.clientAuth.caSecret }}
+- name: tls-client-ca
+  mountPath: /etc/opsgate-client-ca
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* TLS_CLIENT_CA_FILE in the pod. */}}
+{{- define "opsgate.tlsClientCaFile" -}}
+{{- if .Values.tls.clientAuth.caSecret }}/etc/opsgate-client-ca/{{ .Values.tls.clientAuth.caKey }}{{ else }}/etc/opsgate-tls/{{ .Values.tls.caKey }}{{ end }}
 {{- end }}

@@ -1,7 +1,6 @@
 import { beforeAll, describe, expect, jest, test } from '@jest/globals';
 import { createHash } from 'node:crypto';
-import { cpSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { parseInventory } from '../../../src/shared/inventory.js';
@@ -16,6 +15,7 @@ import {
   podSpecs,
   render,
   renderError,
+  renderNotes,
   type K8sObject,
 } from '../../helpers/helm.js';
 
@@ -234,9 +234,11 @@ describe.each(valueFiles)('%s', (file) => {
     const c = pod.spec.containers[0];
     expect(c.image).toBe(`${v.image.registry ? v.image.registry + '/' : ''}opsgate-api:${v.image.tag || '0.1.0'}`);
     expect(c.command).toBeUndefined(); // the image's CMD: node dist/src/server.js
-    expect(c.livenessProbe.httpGet).toEqual({ path: '/health', port: 'http' });
-    expect(c.readinessProbe.httpGet).toEqual({ path: '/ready', port: 'http' });
-    expect(c.startupProbe.httpGet).toEqual({ path: '/health', port: 'http' });
+    // With TLS the kubelet probes over HTTPS (it does not verify the certificate).
+    const scheme = v.tls.enabled ? { scheme: 'HTTPS' } : {};
+    expect(c.livenessProbe.httpGet).toEqual({ path: '/health', port: 'http', ...scheme });
+    expect(c.readinessProbe.httpGet).toEqual({ path: '/ready', port: 'http', ...scheme });
+    expect(c.startupProbe.httpGet).toEqual({ path: '/health', port: 'http', ...scheme });
     expect(c.ports).toEqual([
       { name: 'http', containerPort: v.config.port, protocol: 'TCP' },
       { name: 'metrics', containerPort: v.config.metricsPort, protocol: 'TCP' },
@@ -266,7 +268,11 @@ describe.each(valueFiles)('%s', (file) => {
     expect(drain).toBe(v.config.workerShutdownGraceSeconds);
     expect(d.spec.template.spec.terminationGracePeriodSeconds).toBeGreaterThan(drain);
     expect(d.spec.template.spec.containers[0].image).toMatch(/opsgate-worker:/);
-    expect(d.spec.template.spec.containers[0].livenessProbe.httpGet).toEqual({ path: '/livez', port: 'metrics' }); // event loop + Redis
+    expect(d.spec.template.spec.containers[0].livenessProbe.httpGet).toEqual({
+      path: '/livez',
+      port: 'metrics',
+      ...(v.tls.enabled && v.tls.metrics ? { scheme: 'HTTPS' } : {}),
+    }); // event loop + Redis
     const namespaces = Object.keys(v.inventory.hosts).length + Object.keys(v.inventory.projects).length;
     expect(d.spec.template.spec.automountServiceAccountToken).toBe(namespaces > 0);
     expect(one(objs(), 'Deployment', 'opsgate-api').spec.template.spec.automountServiceAccountToken).toBe(
@@ -429,25 +435,6 @@ test('NOTES.txt says the API keys were generated only when no key was given', as
     await renderNotes(join(VALUES_DIR, 'defaults-values.yaml'), {}, { 'secrets.apiKeyRoles': 'k-0123456789abcdef:operator' }),
   ).not.toMatch(generated);
 });
-
-/**
- * NOTES.txt as helm renders it. `helm template` drops NOTES, so a throw-away copy of the chart gets
- * one extra template that includes templates/NOTES.txt into a ConfigMap.
- */
-async function renderNotes(file: string, set: Record<string, string> = {}, setString: Record<string, string> = {}): Promise<string> {
-  const dir = mkdtempSync(join(tmpdir(), 'opsgate-notes-'));
-  try {
-    cpSync(join(ROOT, 'charts/opsgate'), dir, { recursive: true });
-    writeFileSync(
-      join(dir, 'templates/zz-notes-for-test.yaml'),
-      'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes-for-test\ndata:\n  notes: {{ include (print .Template.BasePath "/NOTES.txt") . | toJson }}\n',
-    );
-    const objs = await render({ chart: dir, files: [file], set, setString });
-    return one(objs, 'ConfigMap', 'notes-for-test').data.notes as string;
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-}
 
 describe('toggles', () => {
   test('defaults: no Ingress, NetworkPolicy, PDB, HPA, ServiceMonitor, PrometheusRule or dashboard; only built-in kinds', () => {

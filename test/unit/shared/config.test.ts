@@ -1,5 +1,13 @@
 import { describe, expect, it } from '@jest/globals';
-import { loadApiConfig, loadWorkerConfig, parseApiKeyRoles, secretsOf, weakCredentialWarnings } from '../../../src/shared/config.js';
+import {
+  apiTlsFiles,
+  loadApiConfig,
+  loadWorkerConfig,
+  metricsTlsFiles,
+  parseApiKeyRoles,
+  secretsOf,
+  weakCredentialWarnings,
+} from '../../../src/shared/config.js';
 import { credentialId } from '../../../src/shared/crypto.js';
 import { ConfigError } from '../../../src/shared/errors.js';
 
@@ -179,5 +187,36 @@ describe('placeholder secrets, repeated keys, short keys', () => {
       expect(w).not.toContain('tiny-token');
     }
     expect(weakCredentialWarnings(loadApiConfig({ ...base, OPS_BEARER_TOKEN: 'a-bearer-token-of-32-characters!' }))).toEqual([]);
+  });
+});
+
+describe('TLS files', () => {
+  const base = { OPS_API_KEY_ROLES: 'a-long-enough-key-0001:readonly', REDIS_URL: 'redis://127.0.0.1:6379' };
+  it('off by default: no files, plain HTTP', () => {
+    const c = loadApiConfig(base);
+    expect(apiTlsFiles(c)).toBeUndefined();
+    expect(metricsTlsFiles(c)).toBeUndefined();
+    expect(c.TLS_RELOAD_INTERVAL_MS).toBe(10000);
+  });
+  it('both files of a pair or neither, the client CA only with TLS, reported with the other problems at once', () => {
+    const err = refusal(() => loadApiConfig({ ...base, TLS_KEY_FILE: '/k', METRICS_TLS_CERT_FILE: '/c', PORT: 'eighty' }));
+    expect(err.problems.map((p) => p.variable).sort()).toEqual(['METRICS_TLS_KEY_FILE', 'PORT', 'TLS_CERT_FILE']);
+    expect(err.problems.find((p) => p.variable === 'TLS_CERT_FILE')?.problem).toBe('is required when TLS_KEY_FILE is set');
+    expect(refusal(() => loadApiConfig({ ...base, TLS_CLIENT_CA_FILE: '/ca' })).variable).toBe('TLS_CLIENT_CA_FILE');
+    expect(refusal(() => loadWorkerConfig({ REDIS_URL: base.REDIS_URL, METRICS_TLS_KEY_FILE: '/k' })).variable).toBe(
+      'METRICS_TLS_CERT_FILE',
+    );
+    expect(refusal(() => loadApiConfig({ ...base, TLS_RELOAD_INTERVAL_MS: '10' })).variable).toBe('TLS_RELOAD_INTERVAL_MS');
+  });
+  it('names the files and the variables that set them', () => {
+    const c = loadApiConfig({ ...base, TLS_CERT_FILE: '/t/tls.crt', TLS_KEY_FILE: '/t/tls.key', TLS_CLIENT_CA_FILE: '/t/ca.crt' });
+    expect(apiTlsFiles(c)).toEqual({
+      certFile: '/t/tls.crt',
+      keyFile: '/t/tls.key',
+      caFile: '/t/ca.crt',
+      vars: { cert: 'TLS_CERT_FILE', key: 'TLS_KEY_FILE', ca: 'TLS_CLIENT_CA_FILE' },
+    });
+    const w = loadWorkerConfig({ REDIS_URL: base.REDIS_URL, METRICS_TLS_CERT_FILE: '/t/tls.crt', METRICS_TLS_KEY_FILE: '/t/tls.key' });
+    expect(metricsTlsFiles(w)?.vars).toEqual({ cert: 'METRICS_TLS_CERT_FILE', key: 'METRICS_TLS_KEY_FILE' });
   });
 });

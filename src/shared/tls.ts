@@ -1,0 +1,314 @@
+import { createHash, createPrivateKey, X509Certificate } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
+import { createServer as createHttpServer, type RequestListener, type Server } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import { createSecureContext, type SecureContextOptions } from 'node:tls';
+import { ConfigError, type ConfigProblem } from './errors.js';
+import type { Logger } from './logger.js';
+
+/**
+ * TLS for opsgate's own listeners (the API port and the metrics port): a certificate, its key
+ * and, for client-certificate checks, a CA bundle, read from files (a mounted kubernetes.io/tls
+ * Secret). The files are polled and a changed set is swapped in with `server.setSecureContext()`:
+ * new connections get the new certificate, connections already open keep theirs, so nothing in
+ * flight is dropped. A changed set that is not a usable pair (unreadable, not PEM, key and
+ * certificate that do not belong together, a CA file without a certificate) is refused: logged,
+ * counted, and the last good context stays in place. Polling the contents (not inotify) follows
+ * the kubelet's update of a Secret volume, which swaps a `..data` symlink: a watch set on the old
+ * files would never fire again.
+ */
+
+/** Which files, and the variable names that set them (the names go into every problem report). */
+export interface TlsFiles {
+  certFile: string;
+  keyFile: string;
+  caFile?: string;
+  vars: { cert: string; key: string; ca?: string };
+}
+
+export interface TlsMaterial {
+  cert: Buffer;
+  key: Buffer;
+  ca?: Buffer;
+  /** notAfter of the served certificate. */
+  notAfter: Date;
+  /** SHA-256 fingerprint of the served certificate (public; names it in logs). */
+  fingerprint: string;
+}
+
+/** A problem with one TLS file: the variable naming it and what is wrong, never the contents. */
+export class TlsFileError extends Error {
+  readonly problem: ConfigProblem;
+  constructor(variable: string, problem: string) {
+    super(`${variable}: ${problem}`);
+    this.name = 'TlsFileError';
+    this.problem = { variable, problem };
+  }
+}
+
+const PEM_CERT = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
+
+/** Checks the bytes of a set and returns what to serve; throws TlsFileError naming the variable. */
+export function parseTlsMaterial(files: TlsFiles, bytes: { cert: Buffer; key: Buffer; ca?: Buffer }): TlsMaterial {
+  const certs = bytes.cert.toString('utf8').match(PEM_CERT);
+  if (!certs) throw new TlsFileError(files.vars.cert, 'holds no PEM certificate');
+  let leaf: X509Certificate;
+  try {
+    leaf = new X509Certificate(certs[0]);
+  } catch {
+    throw new TlsFileError(files.vars.cert, 'holds a certificate that cannot be parsed');
+  }
+  let privateKey;
+  try {
+    privateKey = createPrivateKey(bytes.key);
+  } catch {
+    throw new TlsFileError(files.vars.key, 'holds no usable PEM private key');
+  }
+  if (!leaf.checkPrivateKey(privateKey)) throw new TlsFileError(files.vars.key, `does not match the certificate of ${files.vars.cert}`);
+  if (bytes.ca !== undefined && files.vars.ca) {
+    const cas = bytes.ca.toString('utf8').match(PEM_CERT);
+    if (!cas) throw new TlsFileError(files.vars.ca, 'holds no PEM certificate');
+    for (const pem of cas) {
+      try {
+        new X509Certificate(pem);
+      } catch {
+        throw new TlsFileError(files.vars.ca, 'holds a certificate that cannot be parsed');
+      }
+    }
+  }
+  try {
+    // What the server will build from it: anything OpenSSL still refuses is refused here, not on a connection.
+    createSecureContext({ cert: bytes.cert, key: bytes.key, ...(bytes.ca ? { ca: bytes.ca } : {}) });
+  } catch {
+    throw new TlsFileError(files.vars.cert, `and ${files.vars.key} are refused by OpenSSL`);
+  }
+  return {
+    cert: bytes.cert,
+    key: bytes.key,
+    ...(bytes.ca ? { ca: bytes.ca } : {}),
+    notAfter: new Date(leaf.validTo),
+    fingerprint: leaf.fingerprint256,
+  };
+}
+
+function readOne(variable: string, path: string): Buffer {
+  try {
+    return readFileSync(path);
+  } catch (err) {
+    const code = (err as { code?: string }).code;
+    throw new TlsFileError(variable, `cannot be read${code ? ` (${code})` : ''}`);
+  }
+}
+
+/**
+ * Start-up: reads and checks the set; a problem is a ConfigError naming the variable (the process
+ * refuses to start, as for any bad configuration).
+ */
+export function loadTlsMaterial(files: TlsFiles): TlsMaterial {
+  try {
+    const cert = readOne(files.vars.cert, files.certFile);
+    const key = readOne(files.vars.key, files.keyFile);
+    const ca = files.caFile && files.vars.ca ? readOne(files.vars.ca, files.caFile) : undefined;
+    return parseTlsMaterial(files, { cert, key, ...(ca ? { ca } : {}) });
+  } catch (err) {
+    if (err instanceof TlsFileError) throw new ConfigError(err.problem.variable, err.problem.problem);
+    throw err;
+  }
+}
+
+/** The options of https.createServer / setSecureContext for a set. */
+export function secureContextOptions(m: TlsMaterial): SecureContextOptions {
+  return { cert: m.cert, key: m.key, ...(m.ca ? { ca: m.ca } : {}) };
+}
+
+/**
+ * Server options for a listener: with a CA, a client certificate is asked for on every connection
+ * but not required by the handshake (`rejectUnauthorized: false`), so paths that do not need one
+ * still work without; the route that needs one checks `socket.authorized`.
+ */
+export function tlsServerOptions(m: TlsMaterial): SecureContextOptions & { requestCert?: boolean; rejectUnauthorized?: boolean } {
+  return { ...secureContextOptions(m), ...(m.ca ? { requestCert: true, rejectUnauthorized: false } : {}) };
+}
+
+/** Anything with tls.Server's setSecureContext (https.Server is one). */
+export interface SecureContextTarget {
+  setSecureContext(options: SecureContextOptions): void;
+}
+
+export interface TlsReloadMetrics {
+  tlsReloads: { inc(labels: { listener: string; outcome: 'reloaded' | 'refused' }): void };
+  tlsCertificateExpiry: { set(labels: { listener: string }, value: number): void };
+}
+
+export interface TlsListenerMetrics extends TlsReloadMetrics {
+  tlsHandshakeErrors: { inc(labels: { listener: string }): void };
+}
+
+/** TLS of one listener: its files, what was loaded at start, and how often to look for a renewal. */
+export interface ListenerTls {
+  files: TlsFiles;
+  material: TlsMaterial;
+  intervalMs: number;
+}
+
+/**
+ * The HTTP server of a listener: plain HTTP without `tls`, else HTTPS with its files watched for
+ * renewal. A connection whose handshake fails (a plaintext HTTP request to the HTTPS port, a
+ * protocol the server does not speak) is closed by Node's TLS layer; here it is counted and logged
+ * at debug level (scanners would flood the log otherwise).
+ */
+export function createListener(
+  handler: RequestListener,
+  opts: { tls?: ListenerTls; listener: string; logger?: Logger; metrics?: TlsListenerMetrics },
+): { server: Server; reloader?: TlsReloader } {
+  if (!opts.tls) return { server: createHttpServer(handler) };
+  const server = createHttpsServer(tlsServerOptions(opts.tls.material), handler);
+  server.on('tlsClientError', (err: Error & { code?: string }) => {
+    opts.metrics?.tlsHandshakeErrors.inc({ listener: opts.listener });
+    opts.logger?.debug('tls handshake failed', { listener: opts.listener, code: err.code });
+  });
+  const reloader = watchTls({
+    server,
+    files: opts.tls.files,
+    initial: opts.tls.material,
+    intervalMs: opts.tls.intervalMs,
+    listener: opts.listener,
+    ...(opts.logger ? { logger: opts.logger } : {}),
+    ...(opts.metrics ? { metrics: opts.metrics } : {}),
+  });
+  server.once('close', () => reloader.close());
+  return { server, reloader };
+}
+
+export interface TlsReloader {
+  /** Checks the files now (the poll does the same on its own); resolves when done. */
+  check(): Promise<void>;
+  close(): void;
+}
+
+const digest = (parts: Array<Buffer | undefined>): string => {
+  const h = createHash('sha256');
+  for (const p of parts) {
+    h.update(p ? String(p.length) : '-');
+    h.update(':');
+    if (p) h.update(p);
+  }
+  return h.digest('hex');
+};
+
+/**
+ * Polls the files every intervalMs and swaps a changed, valid set into the server. A refused set
+ * is logged and counted once per distinct contents (not on every poll); a later change is checked
+ * again, so fixing the files is enough. Never throws: a reload problem must not take the listener down.
+ */
+export function watchTls(opts: {
+  server: SecureContextTarget;
+  files: TlsFiles;
+  /** The set the server started with. */
+  initial: TlsMaterial;
+  intervalMs: number;
+  /** Metric and log label: api or metrics. */
+  listener: string;
+  logger?: Logger;
+  metrics?: TlsReloadMetrics;
+}): TlsReloader {
+  const { files, listener, logger, metrics } = opts;
+  let served = digest([opts.initial.cert, opts.initial.key, opts.initial.ca]);
+  let refused: string | undefined;
+  let timer: NodeJS.Timeout | undefined;
+  let closed = false;
+  let running: Promise<void> | undefined;
+  metrics?.tlsCertificateExpiry.set({ listener }, opts.initial.notAfter.getTime() / 1000);
+
+  const read = async (variable: string, path: string): Promise<Buffer> => {
+    try {
+      return await readFile(path);
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      throw new TlsFileError(variable, `cannot be read${code ? ` (${code})` : ''}`);
+    }
+  };
+
+  const once = async (): Promise<void> => {
+    let seen: string | undefined;
+    let material: TlsMaterial;
+    try {
+      const [cert, key, ca] = await Promise.all([
+        read(files.vars.cert, files.certFile),
+        read(files.vars.key, files.keyFile),
+        files.caFile && files.vars.ca ? read(files.vars.ca, files.caFile) : Promise.resolve(undefined),
+      ]);
+      seen = digest([cert, key, ca]);
+      if (seen === served) {
+        // Back to what is served (a half-written update completed, or was undone): report anew next time.
+        refused = undefined;
+        return;
+      }
+      if (seen === refused) return;
+      material = parseTlsMaterial(files, { cert, key, ...(ca ? { ca } : {}) });
+    } catch (err) {
+      const problem = err instanceof TlsFileError ? err.problem : { variable: files.vars.cert, problem: 'could not be checked' };
+      // Refused contents are reported once; an unreadable file once per kind of problem.
+      const key = seen ?? `error:${problem.variable}:${problem.problem}`;
+      if (refused === key) return;
+      refused = key;
+      metrics?.tlsReloads.inc({ listener, outcome: 'refused' });
+      logger?.error('tls reload refused: keeping the certificate in use', { listener, ...problem });
+      return;
+    }
+    try {
+      opts.server.setSecureContext(secureContextOptions(material));
+    } catch {
+      refused = seen;
+      metrics?.tlsReloads.inc({ listener, outcome: 'refused' });
+      logger?.error('tls reload refused: keeping the certificate in use', {
+        listener,
+        variable: files.vars.cert,
+        problem: 'was refused by the server',
+      });
+      return;
+    }
+    served = seen;
+    refused = undefined;
+    metrics?.tlsReloads.inc({ listener, outcome: 'reloaded' });
+    metrics?.tlsCertificateExpiry.set({ listener }, material.notAfter.getTime() / 1000);
+    logger?.info('tls certificate reloaded', {
+      listener,
+      fingerprint: material.fingerprint,
+      not_after: material.notAfter.toISOString(),
+    });
+  };
+
+  const check = (): Promise<void> => {
+    running ??= once().finally(() => (running = undefined));
+    return running;
+  };
+  const schedule = () => {
+    if (closed) return;
+    timer = setTimeout(() => {
+      void check().finally(schedule);
+    }, opts.intervalMs);
+    // The poll alone never keeps a process alive.
+    timer.unref();
+  };
+  schedule();
+  return {
+    check,
+    close() {
+      closed = true;
+      if (timer) clearTimeout(timer);
+    },
+  };
+}
+
+/**
+ * Both files of a pair or neither: one problem naming the variable that is missing. Checked on the
+ * raw environment so it joins the rest of the start-up report.
+ */
+export function tlsPairProblems(env: Record<string, string | undefined>, certVar: string, keyVar: string): ConfigProblem[] {
+  const set = (v: string) => (env[v] ?? '').trim() !== '';
+  if (set(certVar) && !set(keyVar)) return [{ variable: keyVar, problem: `is required when ${certVar} is set` }];
+  if (set(keyVar) && !set(certVar)) return [{ variable: certVar, problem: `is required when ${keyVar} is set` }];
+  return [];
+}
