@@ -1,6 +1,7 @@
 import express, { type Express, type RequestHandler } from 'express';
 import type { Redis } from 'ioredis';
 import type { HostStatusProvider } from './domain/hostStatus.js';
+import { createDeliveryLog } from './domain/deliveries.js';
 import { createIntake } from './domain/intake.js';
 import { replicationGate, retryReplicationGate } from './domain/replication.js';
 import { requireClientCertificate } from './middleware/clientCert.js';
@@ -8,11 +9,12 @@ import { requestId } from './middleware/context.js';
 import { errorHandler, notFound } from './middleware/errors.js';
 import { observe } from './middleware/observe.js';
 import { ADMIN_BASE_PATH, createAdminRouter } from './routes/admin.js';
+import { deliveriesRouter } from './routes/deliveries.js';
 import { healthRouter } from './routes/health.js';
 import { jobsRouter } from './routes/jobs.js';
 import { openapiRouter } from './openapi/router.js';
 import { opsRouter } from './routes/ops.js';
-import { webhooksRouter } from './routes/webhooks.js';
+import { webhookFailures, webhooksRouter } from './routes/webhooks.js';
 import type { ApiConfig } from './shared/config.js';
 import type { Inventory } from './shared/inventory.js';
 import type { Logger } from './shared/logger.js';
@@ -71,10 +73,12 @@ export function createApp(deps: AppDeps): Express {
   // through costs a match against every one of its routes. Paths do not overlap, so the order
   // changes nothing else.
   const intake = createIntake({ producer: deps.queue.producer, jobs: deps.queue.jobs, redis: deps.redis, logger: deps.logger });
+  const deliveries = createDeliveryLog({ redis: deps.redis, logger: deps.logger, keep: deps.config.DELIVERIES_KEPT });
   app.use(
     webhooksRouter({
       ...deps,
       intake,
+      deliveries,
       replicated,
       ...(deps.config.TLS_CLIENT_CA_FILE ? { alertsClientCertificate: requireClientCertificate(deps.metrics) } : {}),
     }),
@@ -87,6 +91,7 @@ export function createApp(deps: AppDeps): Express {
     minReplicas: deps.config.REDIS_MIN_REPLICAS_ACK,
     timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
   });
+  app.use(deliveriesRouter({ ...deps, deliveries, intake, replicated }));
   app.use(jobsRouter({ ...deps, jobs: deps.queue.jobs, deadLetters: deps.queue.deadLetters, retryReplicated }));
   app.use(openapiRouter({ version: deps.version, adminUI: deps.config.ADMIN_UI_ENABLED }));
   // Bull Board (operator only, audited): src/routes/admin.ts.
@@ -105,6 +110,7 @@ export function createApp(deps: AppDeps): Express {
   }
 
   app.use(notFound);
+  app.use(webhookFailures({ deliveries }));
   app.use(errorHandler(deps.logger));
   return app;
 }

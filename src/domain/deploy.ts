@@ -21,8 +21,11 @@ export function deliveryIdOf(value: string | undefined, header: string): string 
   return value;
 }
 
+/** Why a push is ignored: another event, another branch, or the sender's own reason (a deletion). */
+export type IgnoredCode = 'not_a_push' | 'not_deploy_branch' | 'ignored';
+
 export type PushDecision =
-  { kind: 'ignored'; reason: string } | { kind: 'deploy'; project: string; ref: string; sha: string; eventId: string };
+  { kind: 'ignored'; code: IgnoredCode; reason: string } | { kind: 'deploy'; project: string; ref: string; sha: string; eventId: string };
 
 /** `<prefix>:<project>:<ref>:<sha>`: the contract's `scm:` form, one prefix per sender system. */
 export function pushEventId(prefix: string, project: string, ref: string, sha: string): string {
@@ -40,13 +43,17 @@ const quote = (s: string): string => JSON.stringify(s.length > 200 ? s.slice(0, 
 export function decidePush(source: PushSource, eventHeader: string | undefined, payload: unknown, deployRef = DEPLOY_REF): PushDecision {
   const { header, push } = source.event;
   if (eventHeader !== push) {
-    return { kind: 'ignored', reason: `event ${quote(eventHeader ?? '')} is not a push (${header} must be ${JSON.stringify(push)})` };
+    return {
+      kind: 'ignored',
+      code: 'not_a_push',
+      reason: `event ${quote(eventHeader ?? '')} is not a push (${header} must be ${JSON.stringify(push)})`,
+    };
   }
   const mapped = source.map(payload, deployRef);
-  if (mapped.kind === 'ignored') return mapped;
+  if (mapped.kind === 'ignored') return { kind: 'ignored', code: 'ignored', reason: mapped.reason };
   const { ref, sha, deleted } = mapped.fields;
-  if (ref !== deployRef) return { kind: 'ignored', reason: `ref ${quote(ref)} is not ${deployRef}` };
-  if (deleted) return { kind: 'ignored', reason: `ref ${quote(ref)} was deleted` };
+  if (ref !== deployRef) return { kind: 'ignored', code: 'not_deploy_branch', reason: `ref ${quote(ref)} is not ${deployRef}` };
+  if (deleted) return { kind: 'ignored', code: 'ignored', reason: `ref ${quote(ref)} was deleted` };
   if (sha === undefined || sha === null || sha === '') throw new UnprocessableError(`${source.commitField} is required`);
   if (typeof sha !== 'string') throw new UnprocessableError(`${source.commitField} must be a string`);
   if (mapped.fields.project.length > 255) throw new UnprocessableError('project is longer than 255 characters');

@@ -1,6 +1,8 @@
 import { z } from 'zod';
 import { idempotencyKeySchema, restartAckSchema, restartQuerySchema } from '../domain/restart.js';
 import { jobListSchema, jobViewSchema, listJobsQuerySchema, retryAnswerSchema, retryBodySchema } from '../routes/jobs.js';
+import { deliveryViewSchema } from '../domain/deliveries.js';
+import { deliveryListSchema, listDeliveriesQuerySchema, replayAnswerSchema, replayBodySchema } from '../routes/deliveries.js';
 import { SOURCES, type Source } from '../sources/index.js';
 import type { ResponseDoc, RouteDoc } from './document.js';
 
@@ -73,6 +75,7 @@ const alertPayload = z.looseObject({
   ),
 });
 
+const deliveryIdParam = z.object({ id: z.string().describe('a delivery id from GET /ops/deliveries (<sender>.<stream id>)') });
 const jobIdParam = z.object({ id: z.string().describe('a job id from an answer (job_id)') });
 const hostParam = z.object({ host: z.string().describe('an inventory host') });
 
@@ -338,6 +341,57 @@ export const API_ROUTES: readonly RouteDoc[] = [
       503: E[503](
         'Redis (queue) unavailable, or (REDIS_MIN_REPLICAS_ACK) the retry not acknowledged by enough replicas in time: it may still take effect, repeating it is safe',
       ),
+    },
+  },
+  {
+    method: 'get',
+    path: '/ops/deliveries',
+    summary: "The senders' last deliveries with their verdicts, newest first: why a push did or did not deploy",
+    tags: ['deliveries'],
+    security: ['apiKey'],
+    query: listDeliveriesQuerySchema,
+    responses: {
+      200: { description: 'one page', schema: deliveryListSchema },
+      401: E[401](),
+      422: E[422]('unknown source or verdict, bad limit or cursor'),
+      429: E[429],
+      503: E[503]('Redis unavailable'),
+    },
+  },
+  {
+    method: 'get',
+    path: '/ops/deliveries/{id}',
+    summary: 'One recorded delivery',
+    tags: ['deliveries'],
+    security: ['apiKey'],
+    pathParams: deliveryIdParam,
+    responses: {
+      200: { description: 'the delivery', schema: deliveryViewSchema },
+      401: E[401](),
+      404: E[404]('unknown delivery (or no longer kept)'),
+      429: E[429],
+      503: E[503]('Redis unavailable'),
+    },
+  },
+  {
+    method: 'post',
+    path: '/ops/deliveries/{id}/replay',
+    summary: 'Replay a recorded push through the same intake and deduplication (operator, audited with the reason)',
+    tags: ['deliveries'],
+    security: ['apiKey'],
+    pathParams: deliveryIdParam,
+    body: { contentTypes: ['application/json'], schema: replayBodySchema, required: true },
+    responses: {
+      200: { description: 'submitted: queued, or a duplicate of the job that stands for the event', schema: replayAnswerSchema },
+      400: E[400](),
+      401: E[401](),
+      403: E[403](),
+      404: E[404]('unknown delivery (or no longer kept)'),
+      409: { description: 'the delivery reached no push event (refused, invalid, ignored, rate-limited): have the sender redeliver it' },
+      413: E[413],
+      422: E[422]('reason missing, blank or too long'),
+      429: E[429],
+      503: E[503](),
     },
   },
   ...SOURCES.map(webhookRoute),

@@ -2,6 +2,7 @@ import { Router, type Request, type RequestHandler, type Response } from 'expres
 import type { Redis } from 'ioredis';
 import { submitAlerts } from '../domain/alerts.js';
 import { decidePush, deliveryIdOf, submitPush } from '../domain/deploy.js';
+import type { DeliveryEntry, DeliveryLog, Verdict } from '../domain/deliveries.js';
 import type { Intake } from '../domain/intake.js';
 import type { ConfirmReplicated } from '../domain/replication.js';
 import { verifySender } from '../middleware/auth.js';
@@ -31,11 +32,34 @@ export interface WebhookDeps {
   replicated?: ConfirmReplicated;
   /** The senders to serve; default the registry. */
   sources?: readonly Source[];
+  /** Each delivery's verdict, for GET /ops/deliveries (src/domain/deliveries.ts); absent = not kept. */
+  deliveries?: DeliveryLog;
   /** TLS_CLIENT_CA_FILE: the client-certificate check of the alerts sender, before its token check (src/middleware/clientCert.ts). */
   alertsClientCertificate?: RequestHandler;
 }
 
 type Outcome = 'accepted' | 'duplicate' | 'ignored' | 'rejected' | 'invalid' | 'failed';
+
+/** The verdict of a delivery that ended in an error, by its answer's status. */
+function failureVerdict(status: number): Verdict {
+  if (status === 429) return 'rate_limited';
+  if (status === 401 || status === 403) return 'bad_signature';
+  if (status >= 400 && status < 500) return 'invalid_payload';
+  return 'failed';
+}
+
+/** A delivery id header as recorded: only a well-formed one (the answer refuses the others). */
+function recordableDeliveryId(req: Request, headers: readonly string[] | undefined): string | undefined {
+  for (const h of headers ?? []) {
+    try {
+      const id = deliveryIdOf(req.get(h), h);
+      if (id) return id;
+    } catch {
+      return undefined;
+    }
+  }
+  return undefined;
+}
 
 /**
  * The outcome label of a delivery that ended in an error, seen as the error middleware will
@@ -53,6 +77,15 @@ export function webhooksRouter(deps: WebhookDeps): Router {
   const r = Router();
   const body = rawBody(deps.config.BODY_LIMIT);
   const count = (source: string, outcome: Outcome) => deps.metrics.webhookEvents.inc({ source, outcome });
+  const record = (res: Response, entry: Omit<DeliveryEntry, 'requestId' | 'bodySha256'>) => {
+    if (!deps.deliveries) return;
+    res.locals.deliveryRecorded = true;
+    deps.deliveries.record({
+      ...entry,
+      ...(typeof res.locals.requestId === 'string' ? { requestId: res.locals.requestId } : {}),
+      ...(typeof res.locals.bodySha256 === 'string' ? { bodySha256: res.locals.bodySha256 } : {}),
+    });
+  };
 
   const pushHandler = (source: PushSource) => async (req: Request, res: Response) => {
     const raw = req.body as Buffer;
@@ -60,6 +93,14 @@ export function webhooksRouter(deps: WebhookDeps): Router {
     const decision = decidePush(source, req.get(source.event.header), payload);
     if (decision.kind === 'ignored') {
       count(source.name, 'ignored');
+      const deliveryId = recordableDeliveryId(req, source.deliveryHeaders);
+      record(res, {
+        source: source.name,
+        verdict: decision.code,
+        status: 202,
+        detail: decision.reason,
+        ...(deliveryId ? { deliveryId } : {}),
+      });
       res.status(202).json({ ignored: true, reason: decision.reason });
       return;
     }
@@ -68,15 +109,39 @@ export function webhooksRouter(deps: WebhookDeps): Router {
       deliveryId = deliveryIdOf(req.get(h), h);
       if (deliveryId) break;
     }
-    const out = await submitPush(deps.intake, {
+    const push = { project: decision.project, ref: decision.ref, sha: decision.sha, eventId: decision.eventId };
+    let out: Awaited<ReturnType<typeof submitPush>>;
+    try {
+      out = await submitPush(deps.intake, {
+        source: source.name,
+        decision,
+        auditId: res.locals.requestId,
+        requestedBy: `webhook:${source.name}`,
+        ...(deliveryId ? { deliveryId } : {}),
+      });
+      await deps.replicated?.(out.written ? [out.written] : []);
+    } catch (err) {
+      // Kept with its event, so an operator can replay it once the cause is gone.
+      const status = toAppError(err)?.statusCode ?? 500;
+      record(res, {
+        source: source.name,
+        verdict: failureVerdict(status),
+        status,
+        detail: toAppError(err)?.message,
+        push,
+        ...(deliveryId ? { deliveryId } : {}),
+      });
+      throw err;
+    }
+    count(source.name, out.accepted ? 'accepted' : 'duplicate');
+    record(res, {
       source: source.name,
-      decision,
-      auditId: res.locals.requestId,
-      requestedBy: `webhook:${source.name}`,
+      verdict: out.accepted ? 'queued' : 'duplicate',
+      status: 202,
+      jobId: out.jobId,
+      push,
       ...(deliveryId ? { deliveryId } : {}),
     });
-    await deps.replicated?.(out.written ? [out.written] : []);
-    count(source.name, out.accepted ? 'accepted' : 'duplicate');
     // Carried by this request's audit line (one log line per delivery, not two).
     res.locals.auditFields = {
       event_id: decision.eventId,
@@ -99,7 +164,15 @@ export function webhooksRouter(deps: WebhookDeps): Router {
       maxAlerts: deps.config.ALERTS_MAX_PER_REQUEST,
     });
     await deps.replicated?.(out.written);
-    count(source.name, out.queued > 0 ? 'accepted' : out.duplicates > 0 ? 'duplicate' : 'ignored');
+    const outcome = out.queued > 0 ? 'accepted' : out.duplicates > 0 ? 'duplicate' : 'ignored';
+    count(source.name, outcome);
+    record(res, {
+      source: source.name,
+      verdict: outcome === 'accepted' ? 'queued' : outcome,
+      status: 202,
+      jobs: out.queued,
+      detail: `${out.received} alerts, ${out.firing} firing, ${out.queued} queued, ${out.duplicates} duplicates`,
+    });
     res.status(202).json({ received: out.received, firing: out.firing, job_ids: out.jobIds });
   };
 
@@ -118,11 +191,38 @@ export function webhooksRouter(deps: WebhookDeps): Router {
       .post(...(clientCertificate ? [clientCertificate] : []), check.before, ...body, check.after, handler)
       .all(methodNotAllowed(['POST']));
     // Counts a failed delivery for this sender, then passes the error on to the error middleware.
-    r.use(path, (err: unknown, _req: Request, _res: Response, next: (e: unknown) => void) => {
+    r.use(path, (err: unknown, req: Request, res: Response, next: (e: unknown) => void) => {
       const outcome = failureOutcome(err);
       if (outcome) count(source.name, outcome);
       next(err);
     });
   }
   return r;
+}
+
+/**
+ * Records a webhook delivery that ended in an error, wherever it was raised: in its route, or
+ * before it (the rate limiter's 429). Mounted after every router, before the error middleware.
+ */
+export function webhookFailures(deps: Pick<WebhookDeps, 'deliveries' | 'sources'>) {
+  const byPath = new Map((deps.sources ?? SOURCES).map((s) => [`/webhook/${s.name}`, s]));
+  return (err: unknown, req: Request, res: Response, next: (e: unknown) => void): void => {
+    const source = req.method === 'POST' ? byPath.get(req.path) : undefined;
+    if (source && deps.deliveries && !res.locals.deliveryRecorded) {
+      res.locals.deliveryRecorded = true;
+      const app = toAppError(err);
+      const status = app?.statusCode ?? 500;
+      const deliveryId = source.kind === 'push' ? recordableDeliveryId(req, source.deliveryHeaders) : undefined;
+      deps.deliveries.record({
+        source: source.name,
+        verdict: failureVerdict(status),
+        status,
+        ...(app ? { detail: app.message } : {}),
+        ...(deliveryId ? { deliveryId } : {}),
+        ...(typeof res.locals.requestId === 'string' ? { requestId: res.locals.requestId } : {}),
+        ...(typeof res.locals.bodySha256 === 'string' ? { bodySha256: res.locals.bodySha256 } : {}),
+      });
+    }
+    next(err);
+  };
 }

@@ -145,6 +145,8 @@ const apiSchema = commonSchema.extend({
   OPS_BEARER_TOKEN: optionalSecret,
   /** The webhook senders' secrets, one variable each, named by src/sources. */
   ...Object.fromEntries(SOURCE_SECRET_ENVS.map((env) => [env, optionalSecret])),
+  /** Each sender's last deliveries kept for GET /ops/deliveries (a capped stream per sender); 0 keeps none. */
+  DELIVERIES_KEPT: intFrom(1000, 0),
   /** Alerts accepted in one /webhook/alerts payload; over it 413, nothing queued. */
   ALERTS_MAX_PER_REQUEST: intFrom(1000, 1),
   RATE_LIMIT_RPS: intFrom(50),

@@ -51,6 +51,9 @@ export const INTAKE_SINCE_KEY = `${KEY_PREFIX}intake:since`;
 /** A timestamped signature already used by a sender (its replay is refused while its timestamp is fresh). */
 export const signatureSeenKey = (source: string, signature: string): string => `${KEY_PREFIX}sig:${source}:${signature}`;
 
+/** A sender's last deliveries (a capped stream), tagged by sender: on a Cluster each on its own slot. */
+export const deliveriesKey = (source: string): string => `${KEY_PREFIX}deliveries:{${source}}`;
+
 export const RATE_LIMIT_PREFIX = `${KEY_PREFIX}rl:`;
 /** A client address's rate-limit counter (`address` as src/shared/rateLimit.ts addressKey makes it). */
 export const rateLimitKey = (address: string, prefix: string = RATE_LIMIT_PREFIX): string => taggedKey(prefix, address);

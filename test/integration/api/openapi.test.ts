@@ -10,7 +10,8 @@ import { startRedis, type RedisServer } from '../../helpers/redis.js';
 import { BEARER, createHarness, OP_KEY, RO_KEY, runWorkerUntil, useHarness, type Harness } from '../../helpers/apiHarness.js';
 import { enqueue } from '../../helpers/queueOps.js';
 import { harnessSecretOf, pushHeaders, pushSources } from '../../helpers/senders.js';
-import { SOURCES, type Source } from '../../../src/sources/index.js';
+import { SOURCES, type PushSource, type Source } from '../../../src/sources/index.js';
+import { waitFor } from '../../helpers/waitFor.js';
 
 /**
  * GET /openapi.json:
@@ -172,6 +173,29 @@ type Res = request.Response;
 const big = 'x'.repeat(1024 * 1024 + 10);
 const alerts = JSON.stringify({ alerts: [{ status: 'firing', fingerprint: 'fp-openapi', labels: { alertname: 'X' } }] });
 
+/** A /webhook/scm push to `branch` as recorded in the deliveries log: its id. */
+async function recordedDelivery(branch: string): Promise<string> {
+  const source = SOURCES.find((x) => x.name === 'scm')!;
+  const body = JSON.stringify({
+    ref: `refs/heads/${branch}`,
+    checkout_sha: `sha-${branch}-${Date.now()}`,
+    project: { path_with_namespace: 'group/app' },
+  });
+  const res = await request(ctx.h.app)
+    .post('/webhook/scm')
+    .set(pushHeaders(source as PushSource, harnessSecretOf(source, ctx.h.config), body))
+    .send(body);
+  const sha = JSON.parse(body).checkout_sha as string;
+  return waitFor('the push in the deliveries log', async () => {
+    expect(res.status).toBe(202);
+    const list = await request(ctx.h.app).get('/ops/deliveries?source=scm&limit=200').set('X-API-Key', RO_KEY);
+    const found = (list.body.deliveries as Array<{ id: string; event: { sha: string } | null; detail: string | null }>).find(
+      (d) => d.event?.sha === sha || (d.detail ?? '').includes(`refs/heads/${branch}`),
+    );
+    return found?.id ?? false;
+  });
+}
+
 /** A dead letter made by the real worker processor (a restart of a host not in the inventory). */
 async function deadLetter(h: Harness): Promise<string> {
   const id = await enqueue(h.queue, JOB.restartService, { host: 'gone', service: 'api', audit_id: 'a', requested_by: 'b' });
@@ -199,7 +223,8 @@ const call = (app: Express, method: string, path: string) => {
 };
 
 /** The request path of a documented path (parameters filled in with something that exists when needed). */
-const concrete = (path: string) => path.replace('{host}', 'web-1').replace('{id}', 'some-job');
+const concrete = (path: string) =>
+  path.replace('{host}', 'web-1').replace('{id}', path.startsWith('/ops/deliveries/') ? 'scm.1-0' : 'some-job');
 
 /** Producers for the statuses every route of a kind shares. */
 function generic(method: string, path: string, status: number): (() => Promise<Res>) | undefined {
@@ -224,7 +249,7 @@ function generic(method: string, path: string, status: number): (() => Promise<R
         const source = sourceOf(path);
         const body = source?.kind === 'push' ? JSON.stringify(source.example) : alerts;
         const req = authed(call(down.app, method, path === '/ops/restart' ? '/ops/restart?host=web-1&service=checkout' : p), path, body);
-        if (path === '/ops/jobs/{id}/retry') return req.set('Content-Type', 'application/json').send('{"reason":"r"}');
+        if (path.endsWith('/retry') || path.endsWith('/replay')) return req.set('Content-Type', 'application/json').send('{"reason":"r"}');
         if (source) return req.set('Content-Type', 'application/json').send(body);
         return req;
       };
@@ -293,6 +318,35 @@ const PRODUCERS: Record<string, () => Promise<Res>> = {
     return json(request(ctx.h.app).post(`/ops/jobs/${id}/retry`).set('X-API-Key', OP_KEY), '{"reason":"r"}');
   },
   'POST /ops/jobs/{id}/retry 422': () => json(request(ctx.h.app).post('/ops/jobs/x/retry').set('X-API-Key', OP_KEY), '{}'),
+  'GET /ops/deliveries 200': () => request(ctx.h.app).get('/ops/deliveries').set('X-API-Key', RO_KEY),
+  'GET /ops/deliveries 422': () => request(ctx.h.app).get('/ops/deliveries?verdict=nope').set('X-API-Key', RO_KEY),
+  'GET /ops/deliveries/{id} 200': async () =>
+    request(ctx.h.app)
+      .get(`/ops/deliveries/${await recordedDelivery('main')}`)
+      .set('X-API-Key', RO_KEY),
+  'GET /ops/deliveries/{id} 404': () => request(ctx.h.app).get('/ops/deliveries/scm.1-0').set('X-API-Key', RO_KEY),
+  'POST /ops/deliveries/{id}/replay 200': async () =>
+    json(
+      request(ctx.h.app)
+        .post(`/ops/deliveries/${await recordedDelivery('main')}/replay`)
+        .set('X-API-Key', OP_KEY),
+      '{"reason":"r"}',
+    ),
+  'POST /ops/deliveries/{id}/replay 400': () =>
+    json(request(ctx.h.app).post('/ops/deliveries/scm.1-0/replay').set('X-API-Key', OP_KEY), '{nope'),
+  'POST /ops/deliveries/{id}/replay 403': () =>
+    json(request(ctx.h.app).post('/ops/deliveries/scm.1-0/replay').set('X-API-Key', RO_KEY), '{"reason":"r"}'),
+  'POST /ops/deliveries/{id}/replay 404': () =>
+    json(request(ctx.h.app).post('/ops/deliveries/scm.1-0/replay').set('X-API-Key', OP_KEY), '{"reason":"r"}'),
+  'POST /ops/deliveries/{id}/replay 409': async () =>
+    json(
+      request(ctx.h.app)
+        .post(`/ops/deliveries/${await recordedDelivery('dev')}/replay`)
+        .set('X-API-Key', OP_KEY),
+      '{"reason":"r"}',
+    ),
+  'POST /ops/deliveries/{id}/replay 422': () =>
+    json(request(ctx.h.app).post('/ops/deliveries/scm.1-0/replay').set('X-API-Key', OP_KEY), '{}'),
   ...Object.fromEntries(
     pushSources().flatMap((source) => {
       const path = `/webhook/${source.name}`;

@@ -51,9 +51,10 @@ describe("the contract's push rules on /webhook/scm: event, ref, checkout_sha", 
   it('ignores other refs, naming them; absent ref is ""', () => {
     expect(decideScmPush('Push Hook', { ref: 'refs/heads/main2', checkout_sha: 'x' })).toEqual({
       kind: 'ignored',
+      code: 'not_deploy_branch',
       reason: 'ref "refs/heads/main2" is not refs/heads/main',
     });
-    expect(decideScmPush('Push Hook', {})).toEqual({ kind: 'ignored', reason: 'ref "" is not refs/heads/main' });
+    expect(decideScmPush('Push Hook', {})).toEqual({ kind: 'ignored', code: 'not_deploy_branch', reason: 'ref "" is not refs/heads/main' });
   });
   it('422 for a missing, empty or non-string checkout_sha, and for non-object payloads or fields of the wrong type', () => {
     expect(status(() => decideScmPush('Push Hook', { ref: 'refs/heads/main' }))).toBe(422);

@@ -1,0 +1,183 @@
+import type { Redis } from 'ioredis';
+import { z } from 'zod';
+import { deliveriesKey } from '../shared/keys.js';
+import type { Logger } from '../shared/logger.js';
+import { redisCall } from './redisOps.js';
+
+/**
+ * "Why didn't my push deploy?": each sender's last deliveries, newest first, with the verdict the
+ * API gave each one. A capped Redis stream per sender (shared by every replica): the time, the
+ * verdict, the HTTP status and detail, the job it queued or was a duplicate of, the sender's
+ * delivery id and the body's SHA-256. Never the body, never a header, never a secret.
+ *
+ * A push that reached a decision (queued, duplicate, or failed while queueing) also keeps the
+ * event it stands for (project, ref, commit, event id): an operator can replay it through the
+ * same intake (src/routes/deliveries.ts).
+ *
+ * Recording never fails a delivery: a Redis error while recording is logged and the answer goes
+ * out as it would have.
+ */
+export const VERDICTS = [
+  'queued',
+  'duplicate',
+  'not_a_push',
+  'not_deploy_branch',
+  'ignored',
+  'bad_signature',
+  'invalid_payload',
+  'rate_limited',
+  'failed',
+] as const;
+export type Verdict = (typeof VERDICTS)[number];
+
+export interface DeliveryEntry {
+  source: string;
+  verdict: Verdict;
+  status: number;
+  /** The answer's reason or error detail (never a secret: the error catalog's texts). */
+  detail?: string;
+  /** The job it queued, or the job a duplicate stands for. */
+  jobId?: string;
+  /** An alert payload: how many jobs it queued. */
+  jobs?: number;
+  deliveryId?: string;
+  bodySha256?: string;
+  requestId?: string;
+  /** The push event (a decision was reached): what a replay submits again. */
+  push?: { project: string; ref: string; sha: string; eventId: string };
+  /** A replay: the delivery it replays, and who asked. */
+  replayOf?: string;
+}
+
+export const deliveryViewSchema = z.object({
+  id: z.string().describe('<sender>.<stream id>; newest first'),
+  at: z.string().describe('when the answer was given (RFC 3339)'),
+  source: z.string(),
+  verdict: z.enum(VERDICTS),
+  status: z.number().int().describe('the HTTP status of the answer'),
+  detail: z.string().nullable(),
+  job_id: z.string().nullable().describe('the job it queued, or the job a duplicate stands for'),
+  jobs_queued: z.number().int().nullable().describe('an alert payload: jobs queued'),
+  delivery_id: z.string().nullable().describe("the sender's own delivery id"),
+  body_sha256: z.string().nullable().describe('SHA-256 of the raw body (never the body)'),
+  request_id: z.string().nullable(),
+  event: z
+    .object({ project: z.string(), ref: z.string(), sha: z.string(), event_id: z.string() })
+    .nullable()
+    .describe('the push event, when a decision was reached (replayable)'),
+  replay_of: z.string().nullable(),
+});
+export type DeliveryView = z.infer<typeof deliveryViewSchema>;
+
+export interface DeliveryLog {
+  record(entry: DeliveryEntry): void;
+  /** Newest first, across `sources` (or one), optionally of one verdict, before a cursor id. */
+  list(opts: { sources: readonly string[]; verdict?: Verdict; limit: number; before?: string }): Promise<{
+    deliveries: DeliveryView[];
+    next: string | null;
+  }>;
+  get(id: string): Promise<DeliveryView | undefined>;
+}
+
+/** `<sender>.<stream id>`: the sender names the stream. */
+export const DELIVERY_ID = /^([a-z][a-z0-9-]*)\.(\d{1,15}-\d{1,10})$/;
+
+function toView(source: string, streamId: string, flat: string[]): DeliveryView {
+  const f: Record<string, string> = {};
+  for (let i = 0; i + 1 < flat.length; i += 2) f[flat[i]!] = flat[i + 1]!;
+  let event: DeliveryView['event'] = null;
+  if (f.push) {
+    try {
+      const p = JSON.parse(f.push) as { project: string; ref: string; sha: string; eventId: string };
+      event = { project: p.project, ref: p.ref, sha: p.sha, event_id: p.eventId };
+    } catch {
+      event = null;
+    }
+  }
+  const verdict = (VERDICTS as readonly string[]).includes(f.verdict ?? '') ? (f.verdict as Verdict) : 'failed';
+  return {
+    id: `${source}.${streamId}`,
+    at: new Date(Number(streamId.split('-')[0])).toISOString(),
+    source,
+    verdict,
+    status: Number(f.status ?? 0),
+    detail: f.detail ?? null,
+    job_id: f.job ?? null,
+    jobs_queued: f.jobs !== undefined ? Number(f.jobs) : null,
+    delivery_id: f.delivery ?? null,
+    body_sha256: f.sha256 ?? null,
+    request_id: f.request ?? null,
+    event,
+    replay_of: f.replay_of ?? null,
+  };
+}
+
+/** Newest first; entries of one millisecond by sequence, then by sender name. */
+const newestFirst = (a: Pick<DeliveryView, 'id' | 'source'>, b: Pick<DeliveryView, 'id' | 'source'>): number => {
+  const [am, as] = a.id
+    .slice(a.source.length + 1)
+    .split('-')
+    .map(Number) as [number, number];
+  const [bm, bs] = b.id
+    .slice(b.source.length + 1)
+    .split('-')
+    .map(Number) as [number, number];
+  return bm - am || bs - as || (a.source === b.source ? 0 : a.source < b.source ? -1 : 1);
+};
+
+export function createDeliveryLog(deps: { redis: Redis; logger: Logger; keep: number }): DeliveryLog {
+  const { redis, logger, keep } = deps;
+  let lastWarn = 0;
+
+  return {
+    record(e) {
+      if (keep <= 0) return;
+      const fields: Array<string | number> = ['verdict', e.verdict, 'status', e.status];
+      if (e.detail) fields.push('detail', e.detail.slice(0, 500));
+      if (e.jobId) fields.push('job', e.jobId);
+      if (e.jobs !== undefined) fields.push('jobs', e.jobs);
+      if (e.deliveryId) fields.push('delivery', e.deliveryId);
+      if (e.bodySha256) fields.push('sha256', e.bodySha256);
+      if (e.requestId) fields.push('request', e.requestId);
+      if (e.push) fields.push('push', JSON.stringify(e.push));
+      if (e.replayOf) fields.push('replay_of', e.replayOf);
+      redis.xadd(deliveriesKey(e.source), 'MAXLEN', '~', keep, '*', ...fields).catch((err: unknown) => {
+        const now = Date.now();
+        if (now - lastWarn < 10_000) return;
+        lastWarn = now;
+        logger.warn('could not record a webhook delivery (GET /ops/deliveries will miss it)', { source: e.source, err });
+      });
+    },
+
+    async list({ sources, verdict, limit, before }) {
+      const cursor =
+        before && DELIVERY_ID.test(before) ? ({ id: before, source: DELIVERY_ID.exec(before)![1]! } as DeliveryView) : undefined;
+      const streamBound = cursor ? DELIVERY_ID.exec(cursor.id)![2]! : '+';
+      const all: DeliveryView[] = [];
+      for (const source of sources) {
+        // A stream holds about `keep` entries: reading one whole (for a verdict filter) is bounded.
+        const rows = (await redisCall(
+          (r) => r.xrevrange(deliveriesKey(source), streamBound, '-', 'COUNT', verdict ? keep + 100 : limit + 2),
+          redis,
+        )) as Array<[string, string[]]>;
+        for (const [id, flat] of rows) {
+          const view = toView(source, id, flat);
+          if (verdict && view.verdict !== verdict) continue;
+          if (cursor && newestFirst(cursor, view) >= 0) continue;
+          all.push(view);
+        }
+      }
+      all.sort(newestFirst);
+      const page = all.slice(0, limit);
+      return { deliveries: page, next: all.length > limit ? page[page.length - 1]!.id : null };
+    },
+
+    async get(id) {
+      const m = DELIVERY_ID.exec(id);
+      if (!m) return undefined;
+      const rows = (await redisCall((r) => r.xrange(deliveriesKey(m[1]!), m[2]!, m[2]!), redis)) as Array<[string, string[]]>;
+      const row = rows[0];
+      return row ? toView(m[1]!, row[0], row[1]) : undefined;
+    },
+  };
+}

@@ -1,0 +1,151 @@
+import { Router } from 'express';
+import { z } from 'zod';
+import { DELIVERY_ID, VERDICTS, deliveryViewSchema, type DeliveryLog } from '../domain/deliveries.js';
+import { submitPush } from '../domain/deploy.js';
+import type { Intake } from '../domain/intake.js';
+import type { ConfirmReplicated } from '../domain/replication.js';
+import { requireApiKey } from '../middleware/auth.js';
+import { parseJson, rawBody } from '../middleware/body.js';
+import { methodNotAllowed } from '../middleware/errors.js';
+import type { ApiConfig } from '../shared/config.js';
+import { ConflictError, NotFoundError, UnprocessableError } from '../shared/errors.js';
+import type { Logger } from '../shared/logger.js';
+import type { Metrics } from '../shared/metrics.js';
+import { SOURCES } from '../sources/index.js';
+
+/**
+ * Why didn't my push deploy?
+ * - GET /ops/deliveries?source=&verdict=&limit=&before= (any valid key): the senders' last
+ *   deliveries with their verdicts, newest first, paged by the `next` cursor;
+ * - GET /ops/deliveries/:id (any valid key): one of them;
+ * - POST /ops/deliveries/:id/replay (operator key, body {reason}): submits a recorded push event
+ *   again through the same intake and deduplication (a duplicate answers with the job that stands
+ *   for it); audited with the principal and the reason, and recorded as a delivery of its own.
+ */
+export interface DeliveriesDeps {
+  config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
+  deliveries: DeliveryLog;
+  intake: Pick<Intake, 'push'>;
+  logger: Logger;
+  metrics: Pick<Metrics, 'authFailures'>;
+  replicated?: ConfirmReplicated;
+}
+
+const SOURCE_NAMES = SOURCES.map((s) => s.name);
+
+export const listDeliveriesQuerySchema = z.object({
+  source: z
+    .string()
+    .refine((s) => SOURCE_NAMES.includes(s), `must be one of ${SOURCE_NAMES.join(', ')}`)
+    .optional()
+    .describe('one sender; default all'),
+  verdict: z.enum(VERDICTS).optional(),
+  limit: z.coerce.number().int().min(1).max(200).default(50),
+  before: z
+    .string()
+    .regex(DELIVERY_ID, 'must be a delivery id from a previous page')
+    .optional()
+    .describe('the `next` of the previous page'),
+});
+
+export const deliveryListSchema = z.object({
+  deliveries: z.array(deliveryViewSchema),
+  next: z.string().nullable().describe('pass as `before` for the next page; null on the last'),
+});
+
+export const replayBodySchema = z.object({
+  reason: z.string().trim().min(1).max(500).describe('why the delivery is replayed; written to the audit line'),
+});
+
+export const replayAnswerSchema = z.object({
+  replayed: z.literal(true),
+  accepted: z.boolean(),
+  duplicate: z.boolean().describe('the event already has its job (job_id): nothing new was queued'),
+  job_id: z.string(),
+  event_id: z.string(),
+});
+
+function invalid(error: z.ZodError, what: string): UnprocessableError {
+  const issue = error.issues[0]!;
+  return new UnprocessableError(`invalid ${what} ${issue.path.join('.') || ''}: ${issue.message}`.replace(/ {2,}/g, ' '));
+}
+
+export function deliveriesRouter(deps: DeliveriesDeps): Router {
+  const r = Router();
+  const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics);
+  const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator');
+
+  r.route('/ops/deliveries')
+    .get(anyKey, async (req, res) => {
+      const q = listDeliveriesQuerySchema.safeParse(req.query);
+      if (!q.success) throw invalid(q.error, 'query parameter');
+      const page = await deps.deliveries.list({
+        sources: q.data.source ? [q.data.source] : SOURCE_NAMES,
+        limit: q.data.limit,
+        ...(q.data.verdict ? { verdict: q.data.verdict } : {}),
+        ...(q.data.before ? { before: q.data.before } : {}),
+      });
+      res.json(page);
+    })
+    .all(methodNotAllowed(['GET']));
+
+  r.route('/ops/deliveries/:id')
+    .get(anyKey, async (req, res) => {
+      const view = await deps.deliveries.get(String(req.params.id));
+      if (!view) throw new NotFoundError('delivery not found');
+      res.json(view);
+    })
+    .all(methodNotAllowed(['GET']));
+
+  r.route('/ops/deliveries/:id/replay')
+    .post(operatorKey, ...rawBody(deps.config.BODY_LIMIT), async (req, res) => {
+      const id = String(req.params.id);
+      const body = replayBodySchema.safeParse(parseJson(req.body as Buffer));
+      if (!body.success) throw invalid(body.error, 'body field');
+      res.locals.auditFields = { delivery: id, replay_reason: body.data.reason };
+      const view = await deps.deliveries.get(id);
+      if (!view) throw new NotFoundError('delivery not found');
+      const source = SOURCES.find((s) => s.name === view.source);
+      if (!view.event || source?.kind !== 'push') {
+        throw new ConflictError(`delivery ${id} (${view.verdict}) reached no push event to replay; have the sender redeliver it`);
+      }
+      const principal = typeof res.locals.principal === 'string' ? res.locals.principal : 'unknown';
+      const e = view.event;
+      const out = await submitPush(deps.intake, {
+        source: view.source,
+        decision: { kind: 'deploy', project: e.project, ref: e.ref, sha: e.sha, eventId: e.event_id },
+        auditId: res.locals.requestId,
+        requestedBy: principal,
+        ...(view.delivery_id ? { deliveryId: view.delivery_id } : {}),
+      });
+      await deps.replicated?.(out.written ? [out.written] : []);
+      deps.deliveries.record({
+        source: view.source,
+        verdict: out.accepted ? 'queued' : 'duplicate',
+        status: 200,
+        detail: `replay by ${principal}: ${body.data.reason}`,
+        jobId: out.jobId,
+        push: { project: e.project, ref: e.ref, sha: e.sha, eventId: e.event_id },
+        replayOf: id,
+        ...(view.delivery_id ? { deliveryId: view.delivery_id } : {}),
+        ...(typeof res.locals.requestId === 'string' ? { requestId: res.locals.requestId } : {}),
+      });
+      res.locals.auditFields = {
+        delivery: id,
+        replay_reason: body.data.reason,
+        job_id: out.jobId,
+        event_id: e.event_id,
+        outcome: out.accepted ? 'accepted' : 'duplicate',
+      };
+      deps.logger.info('webhook delivery replayed', {
+        delivery: id,
+        job_id: out.jobId,
+        accepted: out.accepted,
+        request_id: res.locals.requestId,
+      });
+      res.json({ replayed: true, accepted: out.accepted, duplicate: out.duplicate, job_id: out.jobId, event_id: e.event_id });
+    })
+    .all(methodNotAllowed(['POST']));
+
+  return r;
+}

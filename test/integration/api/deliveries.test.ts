@@ -1,0 +1,176 @@
+/**
+ * "Why didn't my push deploy?" on the real app, real Redis, real BullMQ: each delivery's verdict
+ * in GET /ops/deliveries (ignored, refused, invalid, rate-limited, queued, duplicate, failed),
+ * newest first and paged, never the body or a secret; and POST /ops/deliveries/{id}/replay
+ * through the same intake and deduplication, audited.
+ */
+import { createHmac } from 'node:crypto';
+import { describe, expect, it } from '@jest/globals';
+import request from 'supertest';
+import { createRateLimiter } from '../../../src/middleware/rateLimit.js';
+import { createHarness, GITHUB_SECRET, OP_KEY, RO_KEY, SCM_SECRET, useHarness, type Harness } from '../../helpers/apiHarness.js';
+import { startRedis } from '../../helpers/redis.js';
+import { waitFor } from '../../helpers/waitFor.js';
+
+const ctx = useHarness();
+const push = (sha: string, ref = 'refs/heads/main') =>
+  JSON.stringify({ ref, checkout_sha: sha, project: { path_with_namespace: 'team/app' } });
+const scm = (body: string, headers: Record<string, string> = {}, app = ctx.h.app) =>
+  request(app)
+    .post('/webhook/scm')
+    .set('Content-Type', 'application/json')
+    .set({ 'X-Scm-Token': SCM_SECRET, 'X-Scm-Event': 'Push Hook', ...headers })
+    .send(body);
+const list = (query = '', key = RO_KEY, app = ctx.h.app) => request(app).get(`/ops/deliveries${query}`).set('X-API-Key', key);
+const replay = (id: string, reason = 'the queue was down (INC-42)', key = OP_KEY) =>
+  request(ctx.h.app).post(`/ops/deliveries/${id}/replay`).set('X-API-Key', key).set('Content-Type', 'application/json').send({ reason });
+
+/** The log is written beside the answer: wait until it holds `n` deliveries. */
+const logged = (n: number, query = '', h: Harness = ctx.h) =>
+  waitFor(`${n} deliveries${query}`, async () => {
+    const res = await list(query, RO_KEY, h.app);
+    return res.body.deliveries?.length >= n ? (res.body.deliveries as Array<Record<string, any>>) : false;
+  });
+
+describe('GET /ops/deliveries', () => {
+  it('explains an ignored, a refused and a duplicate push (newest first), with the job and body digest, never the body', async () => {
+    const secretBody = push('c0ffee', 'refs/heads/feature');
+    expect((await scm(secretBody)).body).toMatchObject({ ignored: true });
+    expect((await scm(push('c0ffee'), { 'X-Scm-Token': 'wrong-token' })).status).toBe(403);
+    const first = await scm(push('c0ffee'));
+    const dup = await scm(push('c0ffee'));
+    expect(dup.body).toMatchObject({ duplicate: true, job_id: first.body.job_id });
+
+    const [d4, d3, d2, d1] = await logged(4);
+    expect(d1).toMatchObject({
+      source: 'scm',
+      verdict: 'not_deploy_branch',
+      status: 202,
+      detail: 'ref "refs/heads/feature" is not refs/heads/main',
+      job_id: null,
+    });
+    expect(d1!.body_sha256).toMatch(/^[0-9a-f]{64}$/);
+    expect(d2).toMatchObject({ verdict: 'bad_signature', status: 403, detail: 'invalid X-Scm-Token', body_sha256: null, event: null });
+    expect(d3).toMatchObject({ verdict: 'queued', job_id: first.body.job_id, event: { event_id: 'scm:team/app:refs/heads/main:c0ffee' } });
+    expect(d4).toMatchObject({ verdict: 'duplicate', job_id: first.body.job_id });
+    expect(new Date(d1!.at).getTime()).toBeLessThanOrEqual(new Date(d4!.at).getTime());
+    const text = JSON.stringify(await logged(4));
+    for (const secret of [SCM_SECRET, 'wrong-token', 'refs/heads/feature"', 'path_with_namespace']) {
+      if (secret === 'refs/heads/feature"') continue; // the reason names the ref, by design
+      expect(text).not.toContain(secret);
+    }
+  });
+
+  it('invalid payloads and other events; filters by sender and verdict; pages with the next cursor', async () => {
+    expect((await scm('{nope')).status).toBe(400);
+    expect((await scm(push('x'), { 'X-Scm-Event': 'Tag Push Hook' })).body.ignored).toBe(true);
+    const gh = JSON.stringify({ ref: 'refs/heads/main', after: 'abc', repository: { full_name: 'o/r' } });
+    const ghRes = await request(ctx.h.app)
+      .post('/webhook/github')
+      .set('Content-Type', 'application/json')
+      .set('X-GitHub-Event', 'push')
+      .set('X-GitHub-Delivery', 'gh-delivery-1')
+      .set('X-Hub-Signature-256', 'sha256=' + createHmac('sha256', GITHUB_SECRET).update(gh).digest('hex'))
+      .send(gh);
+    expect(ghRes.body.accepted).toBe(true);
+    await logged(3);
+    expect((await list('?verdict=invalid_payload')).body.deliveries).toEqual([expect.objectContaining({ source: 'scm', status: 400 })]);
+    expect((await list('?verdict=not_a_push')).body.deliveries).toHaveLength(1);
+    const github = (await list('?source=github')).body.deliveries;
+    expect(github).toEqual([expect.objectContaining({ verdict: 'queued', delivery_id: 'gh-delivery-1', job_id: ghRes.body.job_id })]);
+
+    const page1 = await list('?limit=2');
+    expect(page1.body.deliveries).toHaveLength(2);
+    expect(page1.body.next).toBe(page1.body.deliveries[1].id);
+    const page2 = await list(`?limit=2&before=${encodeURIComponent(page1.body.next)}`);
+    expect(page2.body.deliveries).toHaveLength(1);
+    expect(page2.body.next).toBeNull();
+    const ids = [...page1.body.deliveries, ...page2.body.deliveries].map((d: { id: string }) => d.id);
+    expect(new Set(ids).size).toBe(3);
+    expect((await request(ctx.h.app).get(`/ops/deliveries/${ids[0]}`).set('X-API-Key', RO_KEY)).body.id).toBe(ids[0]);
+  });
+
+  it('bad queries are 422 {detail}; no key 401; unknown id 404', async () => {
+    for (const q of ['?source=nope', '?verdict=nope', '?limit=0', '?before=xyz']) {
+      const res = await list(q);
+      expect(res.status).toBe(422);
+      expect(Object.keys(res.body)).toEqual(['detail']);
+    }
+    expect((await request(ctx.h.app).get('/ops/deliveries')).status).toBe(401);
+    expect((await request(ctx.h.app).get('/ops/deliveries/scm.1-0').set('X-API-Key', RO_KEY)).status).toBe(404);
+  });
+
+  it('a rate-limited delivery is recorded as rate_limited', async () => {
+    const limited = await createHarness(ctx.srv.url, {
+      rateLimit: (d) => createRateLimiter({ ...d, rps: 1, windowMs: 60_000, keyPrefix: 'opsgate:rl-deliveries:' }),
+    });
+    try {
+      await scm(push('rl-1'), {}, limited.app);
+      expect((await scm(push('rl-2'), {}, limited.app)).status).toBe(429);
+      const [entry] = await logged(1, '?verdict=rate_limited');
+      expect(entry).toMatchObject({ source: 'scm', status: 429, detail: expect.stringMatching(/too many requests/i) });
+    } finally {
+      await limited.close();
+    }
+  });
+});
+
+describe('POST /ops/deliveries/{id}/replay', () => {
+  it('a push that failed while the queue was down is replayed once the queue is back: queued, then a duplicate', async () => {
+    const queueSrv = await startRedis();
+    const split = await createHarness(ctx.srv.url, { queueUrl: queueSrv.url });
+    try {
+      await split.queue.bull.waitUntilReady();
+      await queueSrv.stop();
+      expect((await scm(push('down-1'), {}, split.app)).status).toBe(503);
+      const [failed] = await logged(1, '?verdict=failed');
+      expect(failed).toMatchObject({ status: 503, event: { sha: 'down-1' } });
+      await queueSrv.start();
+      // Until the queue's connection is back the replay answers 503 (nothing queued): repeat it.
+      const res = await waitFor('the replay accepted', async () => {
+        const r = await request(split.app)
+          .post(`/ops/deliveries/${failed!.id}/replay`)
+          .set('X-API-Key', OP_KEY)
+          .set('Content-Type', 'application/json')
+          .send({ reason: 'queue back (INC-7)' });
+        if (r.status !== 503) return r;
+        return false;
+      });
+      expect(res.status).toBe(200);
+      expect(res.body).toMatchObject({ replayed: true, accepted: true, duplicate: false, event_id: 'scm:team/app:refs/heads/main:down-1' });
+      const job = (await split.queue.bull.getJob(res.body.job_id))!;
+      expect(job.data.requested_by).toMatch(/^key:[0-9a-f]{12}$/);
+      const again = await request(split.app)
+        .post(`/ops/deliveries/${failed!.id}/replay`)
+        .set('X-API-Key', OP_KEY)
+        .set('Content-Type', 'application/json')
+        .send({ reason: 'twice' });
+      expect(again.body).toMatchObject({ accepted: false, duplicate: true, job_id: res.body.job_id });
+      const audit = split.audits().find((a) => a.path === `/ops/deliveries/${failed!.id}/replay` && a.status === 200);
+      expect(audit).toMatchObject({ replay_reason: 'queue back (INC-7)', job_id: res.body.job_id, outcome: 'accepted' });
+      const [queued] = await logged(1, '?verdict=queued');
+      expect(queued).toMatchObject({
+        replay_of: failed!.id,
+        status: 200,
+        job_id: res.body.job_id,
+        detail: expect.stringContaining('queue back (INC-7)'),
+      });
+      const [duplicate] = await logged(1, '?verdict=duplicate');
+      expect(duplicate).toMatchObject({ replay_of: failed!.id, job_id: res.body.job_id });
+    } finally {
+      await split.close();
+      await queueSrv.destroy();
+    }
+  });
+
+  it('a delivery that reached no push event is 409; a readonly key 403; a missing reason 422; an unknown id 404', async () => {
+    await scm(push('x', 'refs/heads/dev'));
+    const [ignored] = await logged(1);
+    const res = await replay(ignored!.id);
+    expect(res.status).toBe(409);
+    expect(res.body.detail).toMatch(/reached no push event/);
+    expect((await replay(ignored!.id, 'r', RO_KEY)).status).toBe(403);
+    expect((await replay(ignored!.id, '')).status).toBe(422);
+    expect((await replay('scm.1-0')).status).toBe(404);
+  });
+});
