@@ -166,6 +166,59 @@ describe('api and worker images', () => {
   });
 });
 
+describe('SBOM (hack/release.sh sbom, as make release writes it)', () => {
+  beforeAll(async () => {
+    const r = await run(join(REPO, 'hack', 'release.sh'), ['sbom'], { env: ENV, timeoutMs: 300_000 });
+    if (r.code !== 0) throw new Error(`release.sh sbom: ${r.stderr}`);
+  });
+
+  test.each(Object.entries(IMAGES))(
+    '%s: lists every npm package in the image, the Node version and the Debian packages',
+    async (target, image) => {
+      const bom = JSON.parse(readFileSync(join(REPO, 'artifacts', 'sbom', `opsgate-${target}-${TAG}.cdx.json`), 'utf8')) as {
+        bomFormat: string;
+        specVersion: string;
+        metadata: { component: { type: string; name: string; version: string; properties: Array<{ name: string; value: string }> } };
+        components: Array<{ type: string; name: string; version: string; purl?: string }>;
+      };
+      expect(bom.bomFormat).toBe('CycloneDX');
+      expect(bom.metadata.component).toMatchObject({ type: 'container', name: `opsgate-${target}`, version: TAG });
+      const id = (await inspect(image)).Id as string;
+      expect(bom.metadata.component.properties).toContainEqual({
+        name: 'oci:image:id',
+        value: id.startsWith('sha256:') ? id : `sha256:${id}`,
+      });
+      // what the image really carries: name@version of every package.json under /app/node_modules
+      const shipped = JSON.parse(
+        await nodeIn(
+          image,
+          `
+      const fs = require('fs'), path = require('path'), found = new Set();
+      const walk = (dir) => {
+        for (const e of fs.readdirSync(dir, { withFileTypes: true })) {
+          if (!e.isDirectory() || e.name === '.bin') continue;
+          const d = path.join(dir, e.name);
+          if (e.name.startsWith('@')) { walk(d); continue; }
+          const pj = path.join(d, 'package.json');
+          if (fs.existsSync(pj)) { const j = JSON.parse(fs.readFileSync(pj, 'utf8')); if (j.name && j.version) found.add(j.name + '@' + j.version); }
+          if (fs.existsSync(path.join(d, 'node_modules'))) walk(path.join(d, 'node_modules'));
+        }
+      };
+      walk('/app/node_modules');
+      console.log(JSON.stringify([...found]));`,
+        ),
+      ) as string[];
+      const listed = new Set(bom.components.filter((c) => c.purl?.startsWith('pkg:npm/')).map((c) => `${c.name}@${c.version}`));
+      expect(shipped.length).toBeGreaterThan(100);
+      expect(shipped.filter((p) => !listed.has(p))).toEqual([]);
+      for (const d of Object.keys(pkg.dependencies)) expect([...listed].some((p) => p.startsWith(`${d}@`))).toBe(true);
+      expect(bom.components).toContainEqual(expect.objectContaining({ type: 'platform', name: 'node', version: process.versions.node }));
+      const debs = bom.components.filter((c) => c.purl?.startsWith('pkg:deb/')).map((c) => c.name);
+      for (const p of ['libc6', 'libstdc++6', 'tzdata', 'ca-certificates']) expect(debs).toContain(p);
+    },
+  );
+});
+
 describe('entrypoints start and stop on a real Redis', () => {
   let redis: RedisServer;
   const sizes: Record<string, number> = {};
