@@ -125,7 +125,7 @@ report() {
     cid=$(podman create --quiet "$img")
     found=$(podman export "$cid" | tar -t | sed 's#^\./##' | grep -E "$FORBIDDEN" || true)
     podman rm --force "$cid" >/dev/null
-    layers+=("$(podman image inspect --format '{{join .RootFS.Layers " "}}' "$img")")
+    layers+=("$(podman image inspect --format '{{range .RootFS.Layers}}{{.}} {{end}}' "$img")")
     podman image inspect --format "{{index .RepoTags 0}} user={{.Config.User}} cmd={{.Config.Cmd}}" "$img"
     printf '  size %d bytes (%d MB, budget %d MB)%s\n' "$size" $((size / 1000000)) $((IMAGE_MAX_BYTES / 1000000)) \
       "$( ((size > IMAGE_MAX_BYTES)) && echo ': OVER BUDGET')"
