@@ -9,7 +9,7 @@
 #   hack/images.sh app        the Dockerfile's api and worker targets    -> localhost/opsgate-{api,worker}:<tag>
 #   hack/images.sh all        all of the above (each base is built once and kept)
 #   hack/images.sh load SOCK  export every image above into the containerd at SOCK (namespace k8s.io)
-#   hack/images.sh report     size and user of the app images
+#   hack/images.sh report     size (budget IMAGE_MAX_BYTES), user, no-shell check and shared layers of the app images
 #
 # A machine that can pull from Docker Hub builds the same Dockerfile unchanged
 # (NODE_IMAGE defaults to node:26-trixie-slim); this script only supplies the base the Dockerfile's
@@ -110,11 +110,37 @@ build_app() {
   done
 }
 
+# Size budget of each app image (bytes, uncompressed, as `podman image inspect` reports it).
+IMAGE_MAX_BYTES=${IMAGE_MAX_BYTES:-150000000}
+# What must not be in an app image: a shell, a package manager, npm.
+FORBIDDEN='^(usr/)?(local/)?s?bin/(sh|bash|dash|ash|busybox|apt|apt-get|dpkg|npm|npx|corepack)$|/node_modules/npm/'
+
+# Size, user, command, shell check and shared layers of the app images; exits 1 when an image is over
+# IMAGE_MAX_BYTES or holds anything FORBIDDEN names.
 report() {
-  local img
+  local img rc=0 layers=()
   for img in "$API_IMAGE" "$WORKER_IMAGE"; do
-    podman image inspect --format "{{.RepoTags}} user={{.Config.User}} size={{.Size}} cmd={{.Config.Cmd}}" "$img"
+    local size cid found
+    size=$(podman image inspect --format '{{.Size}}' "$img")
+    cid=$(podman create --quiet "$img")
+    found=$(podman export "$cid" | tar -t | sed 's#^\./##' | grep -E "$FORBIDDEN" || true)
+    podman rm --force "$cid" >/dev/null
+    layers+=("$(podman image inspect --format '{{range .RootFS.Layers}}{{.}} {{end}}' "$img")")
+    podman image inspect --format "{{index .RepoTags 0}} user={{.Config.User}} cmd={{.Config.Cmd}}" "$img"
+    printf '  size %d bytes (%d MB, budget %d MB)%s\n' "$size" $((size / 1000000)) $((IMAGE_MAX_BYTES / 1000000)) \
+      "$( ((size > IMAGE_MAX_BYTES)) && echo ': OVER BUDGET')"
+    if [[ -n $found ]]; then
+      echo "  shell/package manager present: $(echo $found)"; rc=1
+    else
+      echo "  no shell, no package manager, no npm"
+    fi
+    ((size <= IMAGE_MAX_BYTES)) || rc=1
   done
+  local a b shared=0 i
+  read -ra a <<<"${layers[0]}"; read -ra b <<<"${layers[1]}"
+  for ((i = 0; i < ${#a[@]} && i < ${#b[@]}; i++)); do [[ ${a[i]} == "${b[i]}" ]] && shared=$((shared + 1)) || break; done
+  echo "layers: api ${#a[@]}, worker ${#b[@]}, shared ${shared}"
+  return $rc
 }
 
 load() {

@@ -182,6 +182,34 @@ describe('charts/opsgate on a real node', () => {
     expect(t.stdout).toMatch(/TEST SUITE:\s+opsgate-test-health[\s\S]*Phase:\s+Succeeded/);
   });
 
+  test('api and worker run with a read-only root filesystem and no shell: kubectl exec sh fails, an exec-form node command runs', async () => {
+    for (const c of ['api', 'worker']) {
+      const pod = (await releasePods(c)).find(podReady)!;
+      const container = (pod.spec.containers as Obj[]).find((x) => x.name === c)!;
+      expect(container.securityContext.readOnlyRootFilesystem).toBe(true);
+      const sh = await kubectl(['-n', NS, 'exec', pod.metadata.name, '-c', c, '--', 'sh', '-c', 'true']);
+      expect(sh.code).not.toBe(0);
+      expect(sh.stderr).toMatch(/executable file not found|no such file or directory/);
+      // The image's only program: node, without a shell in between; the root filesystem refuses a write.
+      const probe = ok(
+        await kubectl([
+          '-n',
+          NS,
+          'exec',
+          pod.metadata.name,
+          '-c',
+          c,
+          '--',
+          'node',
+          '-e',
+          "let e = ''; try { require('fs').writeFileSync('/app/x', '') } catch (err) { e = err.code } process.stdout.write(process.getuid() + ' ' + e)",
+        ]),
+        `kubectl exec ${c} node`,
+      );
+      expect(probe.stdout).toBe('1000 EROFS');
+    }
+  });
+
   test('helm upgrade that changes Secret values: api and worker pods roll (checksum) and the API keeps serving', async () => {
     const before = {
       api: (await releasePods('api')).map((p) => p.metadata.name),

@@ -570,11 +570,11 @@ describe('admin UI', () => {
 
 describe('API preStop sleep', () => {
   const container = (o: K8sObject[]) => one(o, 'Deployment', 'opsgate-api').spec.template.spec.containers[0];
-  test('native sleep action on Kubernetes >= 1.30, a sleep command before; none when 0', async () => {
+  test('native sleep action on Kubernetes >= 1.30, before it a node command (the image has no shell or sleep); none when 0', async () => {
     const base = { files: ['defaults-values.yaml'] };
     expect(container(await render({ ...base, kubeVersion: '1.35.0' })).lifecycle).toEqual({ preStop: { sleep: { seconds: 5 } } });
     expect(container(await render({ ...base, kubeVersion: '1.29.0' })).lifecycle).toEqual({
-      preStop: { exec: { command: ['sleep', '5'] } },
+      preStop: { exec: { command: ['node', '-e', 'setTimeout(() => {}, 5000)'] } },
     });
     expect(container(await render({ ...base, set: { 'api.preStopSleepSeconds': '0' } })).lifecycle).toBeUndefined();
   });
