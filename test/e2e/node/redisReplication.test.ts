@@ -94,6 +94,59 @@ async function diagnostics(): Promise<string> {
   return out.join('\n');
 }
 
+/** The job a fingerprint's deduplication record names, read on the primary pod (BullMQ's record, for the report only). */
+async function dedupJobOf(primary: number, fingerprint: string): Promise<string | undefined> {
+  const r = await kubectl(
+    ['-n', NS, 'exec', redisPod(primary), '-c', 'redis', '--', 'redis-cli', '--no-auth-warning', 'GET', `bull:ops:de:alert:${fingerprint}`],
+    undefined,
+    15_000,
+  );
+  const v = r.code === 0 ? r.stdout.trim() : '';
+  return v === '' ? undefined : v;
+}
+
+/**
+ * Where every event's job is when they are not all completed: the count of each state, then each
+ * event whose job is not completed (or has none, or two) with the job's state, attempts and reason,
+ * and the answers its sender got: a lost job, a doubled one, one left active by a completion the
+ * old primary took with it, or one merely slow.
+ */
+async function jobsReport(api: string, events: readonly Sent[], primary: number): Promise<string> {
+  const out: string[] = [];
+  const counts: Record<string, number | string> = {};
+  for (const state of ['completed', 'failed', 'waiting', 'active', 'delayed']) {
+    const r = await http('GET', `${api}/ops/jobs?state=${state}&limit=1`, { headers: { 'X-API-Key': RO_KEY } });
+    counts[state] = r.status === 200 ? (r.body.total as number) : `HTTP ${r.status}`;
+  }
+  out.push(`job states: ${JSON.stringify(counts)}; ${events.length} load events`);
+  let listed = 0;
+  for (const e of events) {
+    const ids = e.jobIds.length > 0 ? e.jobIds : [await dedupJobOf(primary, e.fingerprint)];
+    const views: string[] = [];
+    let odd = ids.length !== 1 || ids[0] === undefined;
+    for (const id of ids) {
+      if (id === undefined) {
+        views.push('no job (no deduplication record)');
+        continue;
+      }
+      const r = await http('GET', `${api}/ops/jobs/${encodeURIComponent(id)}`, { headers: { 'X-API-Key': RO_KEY } });
+      const b = r.body as Record<string, unknown>;
+      if (r.status !== 200 || b.state !== 'completed') odd = true;
+      views.push(
+        r.status === 200
+          ? `${id} ${String(b.state)} attempts ${String(b.attempts_made)} processed ${String(b.processed_at)} finished ${String(b.finished_at)} reason ${JSON.stringify(b.failed_reason)}`
+          : `${id} HTTP ${r.status}`,
+      );
+    }
+    if (!odd) continue;
+    if (++listed > 25) continue;
+    const answers = e.attempts.map(([sent, got, status]) => `${new Date(sent).toISOString()}+${got - sent}ms ${status}`).join(', ');
+    out.push(`event ${e.fingerprint}: ${views.join(' | ')}; answers: ${answers}; last detail ${JSON.stringify(e.lastDetail ?? null)}`);
+  }
+  out.push(`${listed} event(s) whose job is not exactly one completed job${listed > 25 ? ' (first 25 listed)' : ''}`);
+  return out.join('\n');
+}
+
 interface Sent {
   fingerprint: string;
   jobIds: string[];
@@ -314,8 +367,9 @@ describe('charts/opsgate redis.architecture=replication on a real node', () => {
     const total = 10 + events.length;
     let completed = -1;
     await waitFor(`all ${total} jobs completed`, async () => (completed = await jobCount('completed')) === total, 120_000, 1000).catch(
-      (e: Error) => {
-        throw new Error(`${e.message}: ${completed} completed (a lost or doubled job)`);
+      async (e: Error) => {
+        process.stderr.write(`[e2e-ha] ${await jobsReport(api, events, promoted.p)}\n${await diagnostics()}\n`);
+        throw new Error(`${e.message}: ${completed} completed (a lost or doubled job; the report above names each)`);
       },
     );
     for (const s of ['failed', 'waiting', 'active', 'delayed']) expect([s, await jobCount(s)]).toEqual([s, 0]);
