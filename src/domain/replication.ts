@@ -12,20 +12,22 @@ import { defineLua, loadLua } from '../shared/lua.js';
  * record and the job with it, although the API already answered 202. With N > 0, each route
  * calls `confirm` once, after its writes and before its success answer. It sends Redis `WAIT N
  * REDIS_ACK_TIMEOUT_MS` on the two connections that write (the queue's connection: jobs, with the
- * intake's seen records written in the same script; the request connection: a restart's
- * Idempotency-Key record; on a Cluster, on every primary of each). WAIT returns once N replicas
+ * events' deduplication records written by the same BullMQ add; the request connection: a
+ * sender's delivery-id alias, a restart's Idempotency-Key record; on a Cluster, on every primary
+ * of each). WAIT returns once N replicas
  * acknowledged every write that connection made so far, so a success answer means the record and
  * the job are on N replicas and survive a failover to any of them.
  *
  * When fewer than N acknowledge in time (or the primary is gone), the answer is 503 with
- * Retry-After, and what this request wrote is taken back, as spec rule 9 says for a failed
- * enqueue: each job no worker has taken yet is removed, then each record that still names that
- * job is deleted: the intake's seen and delivery keys ("q:<id>", src/domain/claim.ts) and a
- * restart's Idempotency-Key answer (JSON with job_id <id>). The sender's retry is then delivered
+ * Retry-After, and what this request wrote is taken back, as the contract says for a failed
+ * enqueue (the seen record is removed so the sender's retry is delivered again): each job no
+ * worker has taken yet is removed with its deduplication record (BullMQ's remove), then each
+ * record that still names that job is deleted: a delivery-id alias ("q:<id>",
+ * src/domain/intake.ts) and a restart's Idempotency-Key answer (JSON with job_id <id>). The sender's retry is then delivered
  * again and makes one job. A job a worker already took stays, and so do its records: the retry
  * is a duplicate. When the primary is gone, taking back fails too; after the failover the retry
  * then finds whatever was replicated: nothing (a new claim) or the record with its job (a
- * duplicate; a replica receives a script's writes together). Never two jobs.
+ * duplicate; a replica receives a script's writes together, and the add is one script). Never two jobs.
  *
  * Bounded: the step between the writes and the answer takes at most REDIS_ACK_TIMEOUT_MS +
  * CONFIRM_SLACK_MS (the WAITs, cut there even when the primary does not answer them: frozen, or
@@ -88,7 +90,7 @@ export function replicationGate(deps: ReplicationDeps): ConfirmReplicated {
     let acked: number;
     try {
       const both = Promise.all([
-        // The seen records' primary (on a Cluster the queue's too; a single server or Sentinel: the one).
+        // The aliases' primary (on a Cluster the queue's too; a single server or Sentinel: the one).
         waitForReplicas(deps.redis, minReplicas, timeoutMs, deps.redis.isCluster ? written.flatMap((w) => w.keys ?? []) : undefined),
         deps.queue.waitReplicas(minReplicas, timeoutMs),
       ]);
