@@ -157,6 +157,35 @@ export function podSpecs(objs: K8sObject[]): { owner: string; spec: any }[] {
   return out;
 }
 
+/** The chart-made Secret's data, decoded. */
+export function secretData(objs: K8sObject[], name = 'opsgate'): Record<string, string> {
+  return Object.fromEntries(
+    Object.entries<string>(one(objs, 'Secret', name).data ?? {}).map(([k, v]) => [k, Buffer.from(v, 'base64').toString()]),
+  );
+}
+
+/**
+ * The environment a Deployment's container starts with, as the kubelet would give it: the
+ * ConfigMaps of envFrom, then env (values with their $(VAR) references expanded, secretKeyRef read
+ * from the rendered Secret; a missing optional key leaves the variable unset).
+ */
+export function containerEnv(objs: K8sObject[], deployment: string): Record<string, string> {
+  const c = one(objs, 'Deployment', deployment).spec.template.spec.containers[0];
+  const out: Record<string, string> = {};
+  for (const ef of c.envFrom ?? []) Object.assign(out, one(objs, 'ConfigMap', ef.configMapRef.name).data);
+  for (const e of c.env ?? []) {
+    if (typeof e.value === 'string')
+      out[e.name] = e.value.replace(/\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g, (m: string, v: string) => out[v] ?? m);
+    else if (e.valueFrom?.secretKeyRef) {
+      const ref = e.valueFrom.secretKeyRef;
+      const value = secretData(objs, ref.name)[ref.key];
+      if (value !== undefined) out[e.name] = value;
+      else if (!ref.optional) throw new Error(`${deployment}: ${e.name} needs key ${ref.key} of Secret ${ref.name}, which it lacks`);
+    } else throw new Error(`${deployment}: ${e.name} has a source this helper does not read`);
+  }
+  return out;
+}
+
 /**
  * NOTES.txt as helm renders it. `helm template` drops NOTES, so a throw-away copy of the chart gets
  * one extra template that includes templates/NOTES.txt into a ConfigMap.

@@ -165,6 +165,14 @@ Render-time checks that the schema cannot express. Included by every workload te
 {{- if ge (int .Values.api.preStopSleepSeconds) (int .Values.api.terminationGracePeriodSeconds) }}
 {{- fail (printf "opsgate: api.preStopSleepSeconds (%d) must be below api.terminationGracePeriodSeconds (%d), or Kubernetes kills the API before it drains" (int .Values.api.preStopSleepSeconds) (int .Values.api.terminationGracePeriodSeconds)) }}
 {{- end }}
+{{- /* After SIGTERM each process closes within config.shutdownTimeoutSeconds (the worker after its job drain): the grace period must hold that too. */}}
+{{- $close := int .Values.config.shutdownTimeoutSeconds }}
+{{- if le (int .Values.worker.terminationGracePeriodSeconds) (add (int .Values.config.workerShutdownGraceSeconds) $close) }}
+{{- fail (printf "opsgate: worker.terminationGracePeriodSeconds (%d) must be greater than config.workerShutdownGraceSeconds (%d) + config.shutdownTimeoutSeconds (%d), or Kubernetes kills the worker while it closes" (int .Values.worker.terminationGracePeriodSeconds) (int .Values.config.workerShutdownGraceSeconds) $close) }}
+{{- end }}
+{{- if le (int .Values.api.terminationGracePeriodSeconds) (add (int .Values.api.preStopSleepSeconds) $close) }}
+{{- fail (printf "opsgate: api.terminationGracePeriodSeconds (%d) must be greater than api.preStopSleepSeconds (%d) + config.shutdownTimeoutSeconds (%d), or Kubernetes kills the API while it closes" (int .Values.api.terminationGracePeriodSeconds) (int .Values.api.preStopSleepSeconds) $close) }}
+{{- end }}
 {{- if and (include "opsgate.ingressRoutesAlerts" .) (not .Values.secrets.alertsWebhookToken) (not .Values.secrets.existingSecret) }}
 {{- fail "opsgate: ingress.enabled would route /webhook/alerts to the outside without a token: set secrets.alertsWebhookToken (ALERTS_WEBHOOK_TOKEN; Alertmanager then sends it as a bearer token), or secrets.existingSecret with ALERTS_WEBHOOK_TOKEN, or ingress.routeAlertsWebhook=false to route only /webhook/scm, /webhook/github and /webhook/gitlab" }}
 {{- end }}
