@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
+import { SOURCE_SECRET_ENVS } from '../../src/sources/index.js';
 
 /**
  * Runs the real helm (built by `make tools-helm` into .tools/bin; HELM overrides) on charts/opsgate
@@ -21,17 +22,15 @@ export const RELEASE = 'opsgate';
 export const KUBE_VERSION = /^K8S_VERSION\s*\?=\s*v?(\S+)/m.exec(readFileSync(join(ROOT, 'mk/tools.mk'), 'utf8'))?.[1] ?? '1.35.0';
 export const NAMESPACE = 'opsgate';
 
-/** The Secret keys = environment variables that only ever come from a Secret. */
-export const SECRET_VARS = [
+/** The Secret keys = environment variables that only ever come from a Secret (every webhook sender's included). */
+export const SECRET_VARS: readonly string[] = [
   'OPS_API_KEY_ROLES',
   'OPS_BEARER_TOKEN',
-  'SCM_WEBHOOK_SECRET',
-  'GITHUB_WEBHOOK_SECRET',
-  'ALERTS_WEBHOOK_TOKEN',
+  ...SOURCE_SECRET_ENVS,
   'NOTIFY_WEBHOOK_URLS',
   'REDIS_URL',
   'REDIS_PASSWORD',
-] as const;
+];
 
 export function helmBin(): string {
   const bin = process.env.HELM ?? join(ROOT, '.tools/bin/helm');
