@@ -1,17 +1,27 @@
 #!/usr/bin/env node
-// Writes the README's table of webhook senders from the registry (src/sources, compiled to dist/ by
-// `make build`), between its markers. Usage: node hack/senders-table.mjs [README.md]
+// Writes the tables of webhook senders from the registry (src/sources, compiled to dist/ by
+// `make build`), each between its markers: the README's and the chart README's.
+// Usage: node hack/senders-table.mjs
 import { readFileSync, writeFileSync } from 'node:fs';
 import { SOURCES } from '../dist/src/sources/index.js';
-import { TABLE_BEGIN, TABLE_END, sendersTable } from '../dist/src/sources/table.js';
+import { CHART_TABLE_BEGIN, CHART_TABLE_END, TABLE_BEGIN, TABLE_END, chartSendersTable, sendersTable } from '../dist/src/sources/table.js';
 
-const file = process.argv[2] ?? 'README.md';
-const text = readFileSync(file, 'utf8');
-const start = text.indexOf(TABLE_BEGIN);
-const end = text.indexOf(TABLE_END);
-if (start < 0 || end < start) {
-  console.error(`${file}: no senders table markers (${TABLE_BEGIN} … ${TABLE_END})`);
-  process.exit(1);
+const tables = [
+  { file: 'README.md', begin: TABLE_BEGIN, end: TABLE_END, render: sendersTable },
+  { file: 'charts/opsgate/README.md', begin: CHART_TABLE_BEGIN, end: CHART_TABLE_END, render: chartSendersTable },
+];
+
+let failed = false;
+for (const { file, begin, end, render } of tables) {
+  const text = readFileSync(file, 'utf8');
+  const start = text.indexOf(begin);
+  const stop = text.indexOf(end);
+  if (start < 0 || stop < start) {
+    console.error(`${file}: no senders table markers (${begin} … ${end})`);
+    failed = true;
+    continue;
+  }
+  writeFileSync(file, text.slice(0, start) + render(SOURCES) + text.slice(stop + end.length));
+  console.log(`${file}: senders table written (${SOURCES.length} senders)`);
 }
-writeFileSync(file, text.slice(0, start) + sendersTable(SOURCES) + text.slice(end + TABLE_END.length));
-console.log(`${file}: senders table written (${SOURCES.length} senders)`);
+process.exit(failed ? 1 : 0);

@@ -210,6 +210,9 @@ const workerSchema = commonSchema.extend({
   WORKER_LIVENESS_MAX_LAG_MS: intFrom(5000, 50),
 });
 
+/** Every variable the worker reads (its schema's keys), so the chart can be held to setting each one. */
+export const WORKER_VARIABLES: readonly string[] = Object.keys(workerSchema.shape);
+
 export type CommonConfig = z.infer<typeof commonSchema>;
 /** The senders' secrets are read by variable name (src/sources): `config[source.secret.env]`. */
 export type ApiConfig = z.infer<typeof apiSchema> & { apiKeys: ApiKey[] } & { readonly [sourceSecretEnv: string]: unknown };

@@ -35,3 +35,26 @@ export function sendersTable(sources: readonly Source[]): string {
     TABLE_END,
   ].join('\n');
 }
+
+/**
+ * The chart README's table of senders (charts/opsgate/README.md, written by `make docs-senders` too):
+ * how an installation enables each one. The chart derives the variable from the name
+ * (<NAME>_WEBHOOK_SECRET, alerts: ALERTS_WEBHOOK_TOKEN); test/integration/chart/senders.test.ts
+ * holds every sender's `secret.env` to that rule, so the table shows the registry's name.
+ */
+export const CHART_TABLE_BEGIN = '<!-- chart-senders:begin (make docs-senders) -->';
+export const CHART_TABLE_END = '<!-- chart-senders:end -->';
+
+export function chartSendersTable(sources: readonly Source[]): string {
+  const rows = sources.map((s) => {
+    const fallback = s.secret.fallbackEnv ? ` (unset: \`${s.secret.fallbackEnv}\`)` : '';
+    return `| ${s.title} | \`webhooks.senders.${s.name}.enabled\` | \`secrets.webhookSecrets.${s.name}\` | \`${s.secret.env}\`${fallback} | \`/webhook/${s.name}\` |`;
+  });
+  return [
+    CHART_TABLE_BEGIN,
+    '| Sender | Enable | Its secret | Secret key = variable | Ingress path (Exact) |',
+    '|---|---|---|---|---|',
+    ...rows,
+    CHART_TABLE_END,
+  ].join('\n');
+}

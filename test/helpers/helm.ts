@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
+import { SOURCE_SECRET_ENVS } from '../../src/sources/index.js';
 
 /**
  * Runs the real helm (built by `make tools-helm` into .tools/bin; HELM overrides) on charts/opsgate
@@ -21,17 +22,15 @@ export const RELEASE = 'opsgate';
 export const KUBE_VERSION = /^K8S_VERSION\s*\?=\s*v?(\S+)/m.exec(readFileSync(join(ROOT, 'mk/tools.mk'), 'utf8'))?.[1] ?? '1.35.0';
 export const NAMESPACE = 'opsgate';
 
-/** The Secret keys = environment variables that only ever come from a Secret. */
-export const SECRET_VARS = [
+/** The Secret keys = environment variables that only ever come from a Secret (every webhook sender's included). */
+export const SECRET_VARS: readonly string[] = [
   'OPS_API_KEY_ROLES',
   'OPS_BEARER_TOKEN',
-  'SCM_WEBHOOK_SECRET',
-  'GITHUB_WEBHOOK_SECRET',
-  'ALERTS_WEBHOOK_TOKEN',
+  ...SOURCE_SECRET_ENVS,
   'NOTIFY_WEBHOOK_URLS',
   'REDIS_URL',
   'REDIS_PASSWORD',
-] as const;
+];
 
 export function helmBin(): string {
   const bin = process.env.HELM ?? join(ROOT, '.tools/bin/helm');
@@ -153,6 +152,35 @@ export function podSpecs(objs: K8sObject[]): { owner: string; spec: any }[] {
     if (o.kind === 'Pod') out.push({ owner: `Pod/${o.metadata.name}`, spec: o.spec });
     else if (['Deployment', 'StatefulSet', 'DaemonSet', 'Job'].includes(o.kind))
       out.push({ owner: `${o.kind}/${o.metadata.name}`, spec: o.spec.template.spec });
+  }
+  return out;
+}
+
+/** The chart-made Secret's data, decoded. */
+export function secretData(objs: K8sObject[], name = 'opsgate'): Record<string, string> {
+  return Object.fromEntries(
+    Object.entries<string>(one(objs, 'Secret', name).data ?? {}).map(([k, v]) => [k, Buffer.from(v, 'base64').toString()]),
+  );
+}
+
+/**
+ * The environment a Deployment's container starts with, as the kubelet would give it: the
+ * ConfigMaps of envFrom, then env (values with their $(VAR) references expanded, secretKeyRef read
+ * from the rendered Secret; a missing optional key leaves the variable unset).
+ */
+export function containerEnv(objs: K8sObject[], deployment: string): Record<string, string> {
+  const c = one(objs, 'Deployment', deployment).spec.template.spec.containers[0];
+  const out: Record<string, string> = {};
+  for (const ef of c.envFrom ?? []) Object.assign(out, one(objs, 'ConfigMap', ef.configMapRef.name).data);
+  for (const e of c.env ?? []) {
+    if (typeof e.value === 'string')
+      out[e.name] = e.value.replace(/\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g, (m: string, v: string) => out[v] ?? m);
+    else if (e.valueFrom?.secretKeyRef) {
+      const ref = e.valueFrom.secretKeyRef;
+      const value = secretData(objs, ref.name)[ref.key];
+      if (value !== undefined) out[e.name] = value;
+      else if (!ref.optional) throw new Error(`${deployment}: ${e.name} needs key ${ref.key} of Secret ${ref.name}, which it lacks`);
+    } else throw new Error(`${deployment}: ${e.name} has a source this helper does not read`);
   }
   return out;
 }

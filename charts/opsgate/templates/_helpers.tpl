@@ -143,7 +143,89 @@ else 0 (reached directly, X-Forwarded-For is the caller's own and never trusted)
 
 {{/* True ("true") when the Ingress routes /webhook/alerts. */}}
 {{- define "opsgate.ingressRoutesAlerts" -}}
-{{- if and .Values.ingress.enabled .Values.ingress.routeAlertsWebhook }}true{{ end }}
+{{- if and .Values.ingress.enabled .Values.ingress.routeAlertsWebhook (dig "alerts" "enabled" false .Values.webhooks.senders) }}true{{ end }}
+{{- end }}
+
+{{/*
+The webhook senders of this installation: the one place the chart turns webhooks.senders into the
+Secret's keys, the api's environment and the Ingress' paths, so a sender the API gains needs no
+template change here. Include with (dict "ctx" $ "part" <part>):
+  secretData    data entries of the chart-made Secret: each enabled sender given a secret
+  env           env entries of the api container: each enabled sender's variable by secretKeyRef of
+                the key of the same name (chart-made Secret or existingSecret), optional since every
+                sender runs without its secret (403, or alerts open); ALERTS_WEBHOOK_TOKEN is required
+                from an existingSecret while the Ingress routes /webhook/alerts (opsgate.optionalSecretEnv)
+  ingressPaths  YAML list of {path, pathType}: /webhook/<name> (Exact) of each enabled sender, alerts
+                only when ingress.routeAlertsWebhook
+  list          YAML list of {name, env, secret (bool: a value given)}, for NOTES.txt
+A sender's variable is <NAME>_WEBHOOK_SECRET (upper case, dashes as underscores), except alerts:
+ALERTS_WEBHOOK_TOKEN, the contract's name; test/integration/chart/senders.test.ts holds every
+src/sources/*.ts to this rule. Its secret: secrets.webhookSecrets.<name>, or for scm, github, gitlab
+and alerts the value of the same meaning kept for compatibility (secrets.scmWebhookSecret, ...).
+Every include checks the values: a secret for a sender not enabled, two different secrets for one
+sender, or /webhook/alerts routed without a token fail the render.
+*/}}
+{{- define "opsgate.webhookSenders" -}}
+{{- $v := .ctx.Values }}
+{{- $given := dict }}
+{{- range $name, $secret := ($v.secrets.webhookSecrets | default dict) }}
+{{- if $secret }}{{ $_ := set $given $name (toString $secret) }}{{ end }}
+{{- end }}
+{{- $compat := dict "scm" "scmWebhookSecret" "github" "githubWebhookSecret" "gitlab" "gitlabWebhookSecret" "alerts" "alertsWebhookToken" }}
+{{- range $name, $key := $compat }}
+{{- $secret := toString (index $v.secrets $key | default "") }}
+{{- if $secret }}
+{{- if and (hasKey $given $name) (ne (get $given $name) $secret) }}
+{{- fail (printf "opsgate: secrets.webhookSecrets.%s and secrets.%s are both set, to different values: keep one (secrets.%s is the same setting, kept for compatibility)" $name $key $key) }}
+{{- end }}
+{{- $_ := set $given $name $secret }}
+{{- end }}
+{{- end }}
+{{- $enabled := list }}
+{{- range $name, $sender := $v.webhooks.senders }}
+{{- if $sender.enabled }}{{ $enabled = append $enabled $name }}{{ end }}
+{{- end }}
+{{- range $name := keys $given | sortAlpha }}
+{{- if not (has $name $enabled) }}
+{{- fail (printf "opsgate: a secret is given for the webhook sender %q, which is not enabled: set webhooks.senders.%s.enabled=true, or remove the secret" $name $name) }}
+{{- end }}
+{{- end }}
+{{- if and (include "opsgate.ingressRoutesAlerts" .ctx) (not (hasKey $given "alerts")) (not $v.secrets.existingSecret) }}
+{{- fail "opsgate: ingress.enabled would route /webhook/alerts to the outside without a token: set secrets.webhookSecrets.alerts (ALERTS_WEBHOOK_TOKEN; Alertmanager then sends it as a bearer token), or secrets.existingSecret with ALERTS_WEBHOOK_TOKEN, or ingress.routeAlertsWebhook=false to route only the other senders" }}
+{{- end }}
+{{- $senders := list }}
+{{- range $name := $enabled | sortAlpha }}
+{{- $env := printf "%s_WEBHOOK_SECRET" (replace "-" "_" $name | upper) }}
+{{- if eq $name "alerts" }}{{ $env = "ALERTS_WEBHOOK_TOKEN" }}{{ end }}
+{{- $senders = append $senders (dict "name" $name "env" $env "secret" (get $given $name)) }}
+{{- end }}
+{{- if eq .part "secretData" }}
+{{- $lines := list }}
+{{- range $senders }}
+{{- if .secret }}{{ $lines = append $lines (printf "%s: %s" .env (.secret | b64enc | quote)) }}{{ end }}
+{{- end }}
+{{- join "\n" $lines }}
+{{- else if eq .part "env" }}
+{{- $entries := list }}
+{{- range $senders }}
+{{- $entries = append $entries (include "opsgate.optionalSecretEnv" (dict "ctx" $.ctx "name" .env)) }}
+{{- end }}
+{{- join "\n" $entries }}
+{{- else if eq .part "ingressPaths" }}
+{{- $paths := list }}
+{{- range $senders }}
+{{- if or (ne .name "alerts") (include "opsgate.ingressRoutesAlerts" $.ctx) }}
+{{- $paths = append $paths (dict "path" (printf "/webhook/%s" .name) "pathType" "Exact") }}
+{{- end }}
+{{- end }}
+{{- toYaml $paths }}
+{{- else if eq .part "list" }}
+{{- $out := list }}
+{{- range $senders }}{{ $out = append $out (dict "name" .name "env" .env "secret" (ne .secret "")) }}{{ end }}
+{{- toYaml $out }}
+{{- else }}
+{{- fail (printf "opsgate.webhookSenders: unknown part %q" .part) }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -165,9 +247,16 @@ Render-time checks that the schema cannot express. Included by every workload te
 {{- if ge (int .Values.api.preStopSleepSeconds) (int .Values.api.terminationGracePeriodSeconds) }}
 {{- fail (printf "opsgate: api.preStopSleepSeconds (%d) must be below api.terminationGracePeriodSeconds (%d), or Kubernetes kills the API before it drains" (int .Values.api.preStopSleepSeconds) (int .Values.api.terminationGracePeriodSeconds)) }}
 {{- end }}
-{{- if and (include "opsgate.ingressRoutesAlerts" .) (not .Values.secrets.alertsWebhookToken) (not .Values.secrets.existingSecret) }}
-{{- fail "opsgate: ingress.enabled would route /webhook/alerts to the outside without a token: set secrets.alertsWebhookToken (ALERTS_WEBHOOK_TOKEN; Alertmanager then sends it as a bearer token), or secrets.existingSecret with ALERTS_WEBHOOK_TOKEN, or ingress.routeAlertsWebhook=false to route only /webhook/scm, /webhook/github and /webhook/gitlab" }}
+{{- /* After SIGTERM each process closes within config.shutdownTimeoutSeconds (the worker after its job drain): the grace period must hold that too. */}}
+{{- $close := int .Values.config.shutdownTimeoutSeconds }}
+{{- if le (int .Values.worker.terminationGracePeriodSeconds) (add (int .Values.config.workerShutdownGraceSeconds) $close) }}
+{{- fail (printf "opsgate: worker.terminationGracePeriodSeconds (%d) must be greater than config.workerShutdownGraceSeconds (%d) + config.shutdownTimeoutSeconds (%d), or Kubernetes kills the worker while it closes" (int .Values.worker.terminationGracePeriodSeconds) (int .Values.config.workerShutdownGraceSeconds) $close) }}
 {{- end }}
+{{- if le (int .Values.api.terminationGracePeriodSeconds) (add (int .Values.api.preStopSleepSeconds) $close) }}
+{{- fail (printf "opsgate: api.terminationGracePeriodSeconds (%d) must be greater than api.preStopSleepSeconds (%d) + config.shutdownTimeoutSeconds (%d), or Kubernetes kills the API while it closes" (int .Values.api.terminationGracePeriodSeconds) (int .Values.api.preStopSleepSeconds) $close) }}
+{{- end }}
+{{- /* The webhook senders' values (secrets of senders not enabled, alerts routed without a token). */}}
+{{- $_ := include "opsgate.webhookSenders" (dict "ctx" . "part" "list") }}
 {{- if .Values.redis.enabled }}
 {{- $limit := include "opsgate.bytes" (dig "limits" "memory" "" .Values.redis.resources) }}
 {{- $max := include "opsgate.redisMaxmemory" . }}

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { parse } from 'yaml';
 import { REPO, TOOLS_BIN, freePort } from '../../helpers/cluster.js';
 import { CHART, LOCAL_IMAGES, NODE_DIR, apply, helm, kubectl, list, ok, waitFor, type Obj } from '../../helpers/nodeSupport.js';
+import { pushHeaders, pushSources, wrongProofHeaders } from '../../helpers/senders.js';
 
 /**
  * The chart's Ingress through a real Ingress controller: Traefik (hack/build-tool.sh traefik), its
@@ -14,7 +15,9 @@ import { CHART, LOCAL_IMAGES, NODE_DIR, apply, helm, kubectl, list, ok, waitFor,
  * 127.0.0.1. The chart is installed with k8s/examples/ingress-traefik.yaml; clients reach it by the
  * Ingress host name (Host header) from their own loopback addresses (127.0.0.7, 127.0.0.8), so the
  * address the API records can only be the client's if ingress.proxyHops is honoured: the controller
- * reaches the pods from the bridge address (10.244.0.1).
+ * reaches the pods from the bridge address (10.244.0.1). The release enables the gitea, bitbucket and
+ * generic senders by values alone (webhooks.senders, secrets.webhookSecrets) and leaves github out, so
+ * the Ingress routes exactly the enabled senders' paths.
  */
 jest.setTimeout(600_000);
 
@@ -26,6 +29,12 @@ const GITLAB_SECRET = `e2e-gitlab-${randomBytes(12).toString('hex')}`;
 const ALERTS_TOKEN = `e2e-alerts-${randomBytes(12).toString('hex')}`;
 const CLIENT = '127.0.0.7';
 const OTHER_CLIENT = '127.0.0.8';
+/** The senders the release adds to the defaults, each with its secret and a client address of its own (own rate-limit bucket). */
+const ADDED = ['gitea', 'bitbucket', 'generic'].map((name, i) => ({
+  source: pushSources().find((s) => s.name === name)!,
+  secret: `e2e-${name}-${randomBytes(12).toString('hex')}`,
+  from: `127.0.0.${21 + i}`,
+}));
 const RATE = 3;
 
 let traefik: ChildProcess | undefined;
@@ -134,6 +143,14 @@ subjects: [{kind: ServiceAccount, name: traefik, namespace: ${NS}}]
       `secrets.alertsWebhookToken=${ALERTS_TOKEN}`,
       '--set',
       `config.rateLimitRps=${RATE}`,
+      '--set',
+      'webhooks.senders.github.enabled=false',
+      ...ADDED.flatMap((a) => [
+        '--set',
+        `webhooks.senders.${a.source.name}.enabled=true`,
+        '--set',
+        `secrets.webhookSecrets.${a.source.name}=${a.secret}`,
+      ]),
       '--wait',
       '--timeout',
       '5m',
@@ -175,9 +192,33 @@ describe('webhooks through Traefik by the Ingress host name', () => {
     expect(am.status).toBe(202);
   });
 
-  test('only /webhook, /ops and /health are routed; /ready, /metrics and /admin are not', async () => {
+  test('gitea, bitbucket and generic pushes, signed as each sender signs them, are accepted (202 with a job)', async () => {
+    for (const { source, secret, from } of ADDED) {
+      const body = JSON.stringify(source.example);
+      const r = await send('POST', `/webhook/${source.name}`, { from, headers: pushHeaders(source, secret, body), body });
+      expect({ sender: source.name, status: r.status }).toEqual({ sender: source.name, status: 202 });
+      expect([source.name, JSON.parse(r.text)]).toEqual([
+        source.name,
+        expect.objectContaining({ accepted: true, job_id: expect.any(String) }),
+      ]);
+      // The secret of the values reached the API: a delivery signed with another one is refused.
+      const forged = await send('POST', `/webhook/${source.name}`, {
+        from,
+        headers: { ...wrongProofHeaders(source, body), [source.event.header]: source.event.push, 'Content-Type': 'application/json' },
+        body,
+      });
+      expect({ sender: source.name, status: forged.status }).toEqual({ sender: source.name, status: 403 });
+    }
+  });
+
+  test("only the enabled senders' /webhook/<name>, /ops and /health are routed; /ready, /metrics and /admin are not", async () => {
     expect((await send('GET', '/health')).status).toBe(200);
     expect((await send('GET', '/ops/hosts', { from: OTHER_CLIENT })).status).toBe(401); // the API's answer
+    // github is not enabled in this release; the senders' paths are Exact, there is no /webhook prefix.
+    for (const path of ['/webhook/github', '/webhook/gitea/more', '/webhook']) {
+      const r = await send('POST', path, { from: OTHER_CLIENT, headers: { 'Content-Type': 'application/json' }, body: '{}' });
+      expect({ path, status: r.status, text: r.text.trim() }).toEqual({ path, status: 404, text: '404 page not found' });
+    }
     for (const path of ['/ready', '/metrics', '/admin/queues', '/openapi.json']) {
       const r = await send('GET', path, { from: OTHER_CLIENT });
       expect({ path, status: r.status, text: r.text.trim() }).toEqual({ path, status: 404, text: '404 page not found' }); // Traefik's own 404

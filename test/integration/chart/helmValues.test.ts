@@ -116,7 +116,7 @@ describe('k8s/examples values files', () => {
   const files = readdirSync(dir).filter((f) => /\.ya?ml$/.test(f) && !f.startsWith('alertmanager-receiver'));
   // What an example's own header says to add on the command line (a secret no file should carry).
   const extra: Record<string, Record<string, string>> = {
-    'ingress-traefik.yaml': { 'secrets.alertsWebhookToken': 'render-test-token-0123456789' },
+    'ingress-traefik.yaml': { 'secrets.webhookSecrets.alerts': 'render-test-token-0123456789' },
   };
 
   test('the values files are the ones expected (a new example must be added here)', () => {

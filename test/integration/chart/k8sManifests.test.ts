@@ -96,8 +96,11 @@ describe('k8s/opsgate.yaml', () => {
 
   test('values.example.yaml carries only CHANGE-ME placeholders as secrets', () => {
     const v = parseYaml(readFileSync(join(K8S, 'examples/values.example.yaml'), 'utf8'));
-    const { apiKeys, ...rest } = v.secrets as { apiKeys: Array<{ key: string }> } & Record<string, string>;
-    const strings = [...Object.values(rest), ...apiKeys.map((k) => k.key), v.redis.auth.password];
+    const { apiKeys, webhookSecrets, ...rest } = v.secrets as {
+      apiKeys: Array<{ key: string }>;
+      webhookSecrets?: Record<string, string>;
+    } & Record<string, string>;
+    const strings = [...Object.values(rest), ...Object.values(webhookSecrets ?? {}), ...apiKeys.map((k) => k.key), v.redis.auth.password];
     expect(strings.length).toBeGreaterThan(3);
     for (const s of strings) expect(s).toMatch(/CHANGE-ME/);
   });

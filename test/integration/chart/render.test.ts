@@ -4,6 +4,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { parseInventory } from '../../../src/shared/inventory.js';
+import { SOURCES } from '../../../src/sources/index.js';
 import {
   ROOT,
   NAMESPACE,
@@ -48,6 +49,25 @@ function valuesOf(file: string): Values {
   return deepMerge(chartDefaults, parseYaml(readFileSync(join(VALUES_DIR, file), 'utf8')) ?? {});
 }
 
+/** The secret of each enabled webhook sender a values file gives, by its variable (the registry's name). */
+function senderSecrets(v: Values): Record<string, string> {
+  const compat: Record<string, string> = {
+    scm: v.secrets.scmWebhookSecret,
+    github: v.secrets.githubWebhookSecret,
+    gitlab: v.secrets.gitlabWebhookSecret,
+    alerts: v.secrets.alertsWebhookToken,
+  };
+  const out: Record<string, string> = {};
+  for (const s of SOURCES) {
+    const value = v.secrets.webhookSecrets?.[s.name] || compat[s.name];
+    if (v.webhooks.senders[s.name]?.enabled && value) out[s.secret.env] = value;
+  }
+  return out;
+}
+
+/** The variables of the enabled webhook senders of a values file. */
+const senderVars = (v: Values) => SOURCES.filter((s) => v.webhooks.senders[s.name]?.enabled).map((s) => s.secret.env);
+
 /** Every secret string a values file holds (and the API keys inside OPS_API_KEY_ROLES). */
 function secretStrings(v: Values): string[] {
   const s = v.secrets;
@@ -55,7 +75,9 @@ function secretStrings(v: Values): string[] {
     s.bearerToken,
     s.scmWebhookSecret,
     s.githubWebhookSecret,
+    s.gitlabWebhookSecret,
     s.alertsWebhookToken,
+    ...Object.values<string>(s.webhookSecrets ?? {}),
     s.notifyWebhookUrls,
     s.redisUrl,
     v.redis.auth.password,
@@ -115,7 +137,7 @@ describe.each(valueFiles)('%s', (file) => {
         for (const e of c.env ?? []) {
           if (typeof e.value === 'string')
             for (const s of secrets) expect([owner, e.name, e.value.includes(s)]).toEqual([owner, e.name, false]);
-          if (!(SECRET_VARS as readonly string[]).includes(e.name) && e.name !== 'REDISCLI_AUTH') continue;
+          if (!SECRET_VARS.includes(e.name) && e.name !== 'REDISCLI_AUTH') continue;
           if (e.name === 'REDIS_URL' && values().redis.enabled) {
             // In-chart Redis: the URL is composed by the kubelet from REDIS_PASSWORD (a secretKeyRef).
             if (values().redis.architecture === 'replication') {
@@ -152,14 +174,12 @@ describe.each(valueFiles)('%s', (file) => {
     const redisVars = values().redis.enabled ? ['REDIS_PASSWORD', 'REDIS_URL'] : ['REDIS_URL'];
     expect(
       envNames('Deployment', 'opsgate-api')
-        .filter((n: string) => (SECRET_VARS as readonly string[]).includes(n))
+        .filter((n: string) => SECRET_VARS.includes(n))
         .sort(),
-    ).toEqual(
-      ['OPS_API_KEY_ROLES', 'OPS_BEARER_TOKEN', 'SCM_WEBHOOK_SECRET', 'GITHUB_WEBHOOK_SECRET', 'ALERTS_WEBHOOK_TOKEN', ...redisVars].sort(),
-    );
+    ).toEqual(['OPS_API_KEY_ROLES', 'OPS_BEARER_TOKEN', ...senderVars(values()), ...redisVars].sort());
     expect(
       envNames('Deployment', 'opsgate-worker')
-        .filter((n: string) => (SECRET_VARS as readonly string[]).includes(n))
+        .filter((n: string) => SECRET_VARS.includes(n))
         .sort(),
     ).toEqual(['NOTIFY_WEBHOOK_URLS', ...redisVars].sort());
   });
@@ -178,12 +198,11 @@ describe.each(valueFiles)('%s', (file) => {
     expect(data.OPS_API_KEY_ROLES).toBe(v.secrets.apiKeyRoles);
     const optional: Record<string, string> = {
       OPS_BEARER_TOKEN: v.secrets.bearerToken,
-      SCM_WEBHOOK_SECRET: v.secrets.scmWebhookSecret,
-      GITHUB_WEBHOOK_SECRET: v.secrets.githubWebhookSecret,
-      ALERTS_WEBHOOK_TOKEN: v.secrets.alertsWebhookToken,
       NOTIFY_WEBHOOK_URLS: v.secrets.notifyWebhookUrls,
     };
     for (const [k, val] of Object.entries(optional)) expect([k, data[k]]).toEqual([k, val === '' ? undefined : val]);
+    const senders = senderSecrets(v);
+    for (const s of SOURCES) expect([s.secret.env, data[s.secret.env]]).toEqual([s.secret.env, senders[s.secret.env]]);
     if (v.redis.enabled) {
       expect(data.REDIS_URL).toBeUndefined();
       if (v.redis.auth.password) expect(data.REDIS_PASSWORD).toBe(v.redis.auth.password);
@@ -390,7 +409,7 @@ describe.each(valueFiles)('%s', (file) => {
     expect(c.volumeMounts.find((m: any) => m.mountPath === '/data').name).toBe('data');
   });
 
-  test('Ingress: webhook, ops and health paths; /admin only when adminUI.ingress', () => {
+  test("Ingress: each enabled sender's webhook path, ops and health paths; /admin only when adminUI.ingress", () => {
     const v = values();
     const ing = find(objs(), 'Ingress');
     if (!v.ingress.enabled) {
@@ -399,7 +418,9 @@ describe.each(valueFiles)('%s', (file) => {
     }
     const paths = ing[0]!.spec.rules[0].http.paths;
     const byPath = Object.fromEntries(paths.map((p: any) => [p.path, p.pathType]));
-    expect(byPath['/webhook']).toBe('Prefix');
+    const routed = SOURCES.filter((s) => v.webhooks.senders[s.name]?.enabled && (s.name !== 'alerts' || v.ingress.routeAlertsWebhook));
+    expect(Object.keys(byPath).filter((p) => p.startsWith('/webhook'))).toEqual(routed.map((s) => `/webhook/${s.name}`));
+    for (const s of routed) expect(byPath[`/webhook/${s.name}`]).toBe('Exact');
     expect(byPath['/ops']).toBe('Prefix');
     expect(byPath['/health']).toBe('Exact');
     expect('/admin' in byPath).toBe(Boolean(v.adminUI.ingress));
@@ -642,21 +663,30 @@ describe('security defaults', () => {
 
   test('an Ingress that would route /webhook/alerts without a token is refused with a clear message', async () => {
     const err = await renderError({ files: ['defaults-values.yaml'], set: ingressOn });
-    expect(err).toMatch(/ingress\.enabled would route \/webhook\/alerts to the outside without a token: set secrets\.alertsWebhookToken/);
+    expect(err).toMatch(
+      /ingress\.enabled would route \/webhook\/alerts to the outside without a token: set secrets\.webhookSecrets\.alerts/,
+    );
     expect(err).toMatch(/ingress\.routeAlertsWebhook=false/);
   });
 
-  test('with a token it routes /webhook; routeAlertsWebhook=false routes every webhook but alerts', async () => {
+  test("with a token it routes each enabled sender's path; routeAlertsWebhook=false routes every one but alerts", async () => {
     const [withToken, noAlerts] = await Promise.all([
       render({ files: ['defaults-values.yaml'], set: { ...ingressOn, 'secrets.alertsWebhookToken': 'fake-alerts-token-0009' } }),
       render({ files: ['defaults-values.yaml'], set: { ...ingressOn, 'ingress.routeAlertsWebhook': 'false' } }),
     ]);
-    expect(paths(withToken)['/webhook']).toBe('Prefix');
-    const p = paths(noAlerts);
-    expect(p).toEqual({
-      '/webhook/scm': 'Exact',
+    expect(paths(withToken)).toEqual({
+      '/webhook/alerts': 'Exact',
       '/webhook/github': 'Exact',
       '/webhook/gitlab': 'Exact',
+      '/webhook/scm': 'Exact',
+      '/ops': 'Prefix',
+      '/health': 'Exact',
+    });
+    const p = paths(noAlerts);
+    expect(p).toEqual({
+      '/webhook/github': 'Exact',
+      '/webhook/gitlab': 'Exact',
+      '/webhook/scm': 'Exact',
       '/ops': 'Prefix',
       '/health': 'Exact',
     });
@@ -792,7 +822,7 @@ describe('NOTES.txt warnings on risky values', () => {
       { 'config.trustProxy': '1' },
     );
     expect(risky).toMatch(/SECURITY WARNINGS:/);
-    expect(risky).toMatch(/WARNING: secrets\.alertsWebhookToken is empty/);
+    expect(risky).toMatch(/WARNING: secrets\.webhookSecrets\.alerts \(ALERTS_WEBHOOK_TOKEN\) is empty/);
     expect(risky).toMatch(/WARNING: config\.trustProxy="1" without the chart's Ingress/);
     expect(risky).toMatch(/WARNING: No NetworkPolicy/);
     expect(risky).toMatch(/WARNING: rbac\.admissionPolicy\.enabled=false/);

@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { parse as parseYaml } from 'yaml';
 import { docBlocks, docBlocksOf, docFiles, markerProblem, where } from '../../helpers/docBlocks.js';
 import { SOURCES, SOURCE_SECRET_ENVS } from '../../../src/sources/index.js';
-import { TABLE_BEGIN, TABLE_END, sendersTable } from '../../../src/sources/table.js';
+import { CHART_TABLE_BEGIN, CHART_TABLE_END, TABLE_BEGIN, TABLE_END, chartSendersTable, sendersTable } from '../../../src/sources/table.js';
 
 /**
  * The documentation cannot drift from the code: every shell block says how it is tested (or why
@@ -103,6 +103,15 @@ describe("README's variable tables", () => {
     expect(start).toBeGreaterThan(0);
     expect(readme.slice(start, end + TABLE_END.length)).toBe(sendersTable(SOURCES));
     for (const env of SOURCE_SECRET_ENVS) expect(sendersTable(SOURCES)).toContain(`\`${env}\``);
+  });
+
+  test("the chart README's table of senders is the one the registry renders (make docs-senders)", () => {
+    const md = read('charts/opsgate/README.md');
+    const start = md.indexOf(CHART_TABLE_BEGIN);
+    const end = md.indexOf(CHART_TABLE_END);
+    expect(start).toBeGreaterThan(0);
+    expect(md.slice(start, end + CHART_TABLE_END.length)).toBe(chartSendersTable(SOURCES));
+    for (const s of SOURCES) expect(chartSendersTable(SOURCES)).toContain(`\`webhooks.senders.${s.name}.enabled\``);
   });
 
   test('the make dev table lists exactly the variables hack/dev.sh reads', () => {

@@ -1,0 +1,99 @@
+import { describe, expect, jest, test } from '@jest/globals';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { WORKER_VARIABLES, loadWorkerConfig, type WorkerConfig } from '../../../src/shared/config.js';
+import { CHART, containerEnv, render, renderError } from '../../helpers/helm.js';
+
+/**
+ * Every variable the worker reads (src/shared/config.ts: its schema's keys) can be set through the
+ * chart and reaches the worker container: the test renders with real helm, builds the container's
+ * environment as the kubelet would (ConfigMap, env values, Secret keys) and parses it with the
+ * worker's own loadWorkerConfig. A variable added to the worker without its chart value fails here.
+ */
+jest.setTimeout(120_000);
+
+const schema = JSON.parse(readFileSync(join(CHART, 'values.schema.json'), 'utf8'));
+const REDIS_URL = 'redis://:fake-external-redis-password-0012@redis.example.internal:6379/3';
+const codeDefaults = loadWorkerConfig({ REDIS_URL }) as Record<string, unknown>;
+
+/** A worker variable's chart value: config.<camelCase of the variable>, unless listed in SPECIAL. */
+const camel = (v: string) => v.toLowerCase().replace(/_([a-z])/g, (_m, c: string) => c.toUpperCase());
+
+/** Variables set through other values than config.*: the values that set them, and what the worker gets. */
+const SPECIAL: Record<string, { set: Record<string, string>; expected: unknown }> = {
+  REDIS_URL: { set: { 'redis.enabled': 'false', 'secrets.redisUrl': REDIS_URL }, expected: REDIS_URL },
+  NOTIFY_WEBHOOK_URLS: {
+    set: { 'secrets.notifyWebhookUrls': '{https://chat.example.com/hooks/fake-0012,https://pager.example.com/fake-0012}' },
+    expected: ['https://chat.example.com/hooks/fake-0012', 'https://pager.example.com/fake-0012'],
+  },
+  OPS_INVENTORY_FILE: { set: {}, expected: '/etc/opsgate/inventory.yaml' },
+  OPSGATE_VERSION: { set: { 'image.tag': '9.8.7' }, expected: '9.8.7' },
+  METRICS_TLS_CERT_FILE: {
+    set: { 'tls.enabled': 'true', 'tls.existingSecret': 'opsgate-tls', 'tls.metrics': 'true' },
+    expected: '/etc/opsgate-tls/tls.crt',
+  },
+  METRICS_TLS_KEY_FILE: { set: {}, expected: '/etc/opsgate-tls/tls.key' },
+  TLS_RELOAD_INTERVAL_MS: { set: { 'tls.reloadIntervalMs': '2500' }, expected: 2500 },
+};
+
+/** A valid value other than the code's default, for a variable set through config.*. */
+function otherValue(variable: string): string | number {
+  const d = codeDefaults[variable];
+  if (variable === 'LOG_LEVEL') return 'warn';
+  if (typeof d === 'number') return d + 1;
+  throw new Error(`${variable}: no test value for a default of ${JSON.stringify(d)}; add one here`);
+}
+
+const configVars = WORKER_VARIABLES.filter((v) => !(v in SPECIAL));
+
+describe('every worker variable is settable through the chart', () => {
+  test('the worker schema is the one this test knows (names it reads from src/shared/config.ts)', () => {
+    expect(WORKER_VARIABLES).toEqual(expect.arrayContaining(['REDIS_URL', 'WORKER_CONCURRENCY', 'WORKER_LOCK_DURATION_MS']));
+    expect(Object.keys(SPECIAL).filter((v) => !WORKER_VARIABLES.includes(v))).toEqual([]);
+  });
+
+  test('each variable without a special route has its value config.<camelCase> in values.schema.json', () => {
+    const props = schema.properties.config.properties as Record<string, unknown>;
+    expect(configVars.filter((v) => !(camel(v) in props)).map((v) => `${v}: config.${camel(v)}`)).toEqual([]);
+  });
+
+  test('set to values other than the defaults, each reaches the worker and parses to that value', async () => {
+    const set: Record<string, string> = { 'secrets.apiKeyRoles': 'fake-operator-key-0012:operator' };
+    for (const s of Object.values(SPECIAL)) Object.assign(set, s.set);
+    for (const v of configVars) set[`config.${camel(v)}`] = String(otherValue(v));
+    const objs = await render({ set });
+    const env = containerEnv(objs, 'opsgate-worker');
+    const parsed = loadWorkerConfig(env) as Record<string, unknown>;
+    const got = Object.fromEntries(WORKER_VARIABLES.map((v) => [v, parsed[v]]));
+    const want = Object.fromEntries(WORKER_VARIABLES.map((v) => [v, v in SPECIAL ? SPECIAL[v]!.expected : otherValue(v)]));
+    expect(got).toEqual(want);
+    for (const v of WORKER_VARIABLES) expect([v, v in env]).toEqual([v, true]);
+  });
+
+  test("the chart's defaults are the code's, except where the chart says why not", async () => {
+    const objs = await render({ files: ['defaults-values.yaml'] });
+    const parsed = loadWorkerConfig(containerEnv(objs, 'opsgate-worker')) as Partial<WorkerConfig> & Record<string, unknown>;
+    // WORKER_SHUTDOWN_GRACE_SECONDS: the chart drains for 60 s inside its 90 s grace period (values.yaml);
+    // the rest are the release's own: its Redis, its mounted inventory, its image tag.
+    const differs = ['WORKER_SHUTDOWN_GRACE_SECONDS', 'REDIS_URL', 'OPS_INVENTORY_FILE', 'OPSGATE_VERSION'];
+    const same = WORKER_VARIABLES.filter((v) => !differs.includes(v));
+    expect(Object.fromEntries(same.map((v) => [v, parsed[v]]))).toEqual(Object.fromEntries(same.map((v) => [v, codeDefaults[v]])));
+    expect(parsed.WORKER_SHUTDOWN_GRACE_SECONDS).toBe(60);
+  });
+});
+
+describe('config.shutdownTimeoutSeconds fits the grace periods', () => {
+  test('the worker drains and closes, the api sleeps and closes, before Kubernetes kills them; otherwise the render fails', async () => {
+    const base = { files: ['defaults-values.yaml'] };
+    expect(await renderError({ ...base, set: { 'config.shutdownTimeoutSeconds': '30' } })).toMatch(
+      /worker\.terminationGracePeriodSeconds \(90\) must be greater than config\.workerShutdownGraceSeconds \(60\) \+ config\.shutdownTimeoutSeconds \(30\)/,
+    );
+    expect(
+      await renderError({ ...base, set: { 'config.shutdownTimeoutSeconds': '25', 'config.workerShutdownGraceSeconds': '10' } }),
+    ).toMatch(
+      /api\.terminationGracePeriodSeconds \(30\) must be greater than api\.preStopSleepSeconds \(5\) \+ config\.shutdownTimeoutSeconds \(25\)/,
+    );
+    const objs = await render({ ...base, set: { 'config.shutdownTimeoutSeconds': '24', 'config.workerShutdownGraceSeconds': '10' } });
+    expect(containerEnv(objs, 'opsgate-api').SHUTDOWN_TIMEOUT_SECONDS).toBe('24');
+  });
+});
