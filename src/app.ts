@@ -15,6 +15,7 @@ import { jobsRouter } from './routes/jobs.js';
 import { openapiRouter } from './openapi/router.js';
 import { opsRouter } from './routes/ops.js';
 import { webhookFailures, webhooksRouter } from './routes/webhooks.js';
+import { createKeyUsage } from './shared/apiKeyLifetime.js';
 import type { ApiConfig } from './shared/config.js';
 import type { Inventory } from './shared/inventory.js';
 import type { Logger } from './shared/logger.js';
@@ -38,6 +39,8 @@ export interface AppDeps {
   version?: string;
   /** Per-client rate limit (src/middleware/rateLimit.ts), applied before every route when given. */
   rateLimit?: RequestHandler;
+  /** The clock API-key expiry is judged by (ms since the epoch); default Date.now. */
+  now?: () => number;
 }
 
 export function parseTrustProxy(v: string): boolean | number | string {
@@ -69,6 +72,10 @@ export function createApp(deps: AppDeps): Express {
     minReplicas: deps.config.REDIS_MIN_REPLICAS_ACK,
     timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
   });
+  // API keys: expiry judged by one clock, last use shared through Redis.
+  const keyUsage = createKeyUsage({ redis: deps.redis });
+  const apiKeyPolicy = { warningDays: deps.config.API_KEY_EXPIRY_WARNING_DAYS, now: deps.now ?? Date.now, usage: keyUsage };
+
   // The webhooks first: they carry the volume, and each router a request passes
   // through costs a match against every one of its routes. Paths do not overlap, so the order
   // changes nothing else.
@@ -84,15 +91,15 @@ export function createApp(deps: AppDeps): Express {
     }),
   );
   app.use(healthRouter({ redis: deps.redis, queue: deps.queue, version: deps.version ?? '0.0.0' }));
-  app.use(opsRouter({ ...deps, producer: deps.queue.producer, hostStatus: deps.hostStatus, replicated }));
+  app.use(opsRouter({ ...deps, producer: deps.queue.producer, hostStatus: deps.hostStatus, replicated, apiKeyPolicy }));
   const retryReplicated = retryReplicationGate({
     queue: deps.queue.producer,
     logger: deps.logger,
     minReplicas: deps.config.REDIS_MIN_REPLICAS_ACK,
     timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
   });
-  app.use(deliveriesRouter({ ...deps, deliveries, intake, replicated }));
-  app.use(jobsRouter({ ...deps, jobs: deps.queue.jobs, deadLetters: deps.queue.deadLetters, retryReplicated }));
+  app.use(deliveriesRouter({ ...deps, deliveries, intake, replicated, apiKeyPolicy }));
+  app.use(jobsRouter({ ...deps, jobs: deps.queue.jobs, deadLetters: deps.queue.deadLetters, retryReplicated, apiKeyPolicy }));
   app.use(openapiRouter({ version: deps.version, adminUI: deps.config.ADMIN_UI_ENABLED }));
   // Bull Board (operator only, audited): src/routes/admin.ts.
   if (deps.config.ADMIN_UI_ENABLED) {

@@ -3,7 +3,15 @@ import type { AddressInfo } from 'node:net';
 import { pathToFileURL } from 'node:url';
 import { createApp } from './app.js';
 import { createLazyKubeHostStatusProvider, kubeConfigPresent } from './domain/lazyHostStatus.js';
-import { apiTlsFiles, loadApiConfig, metricsTlsFiles, secretsOf, weakCredentialWarnings, type ApiConfig } from './shared/config.js';
+import {
+  apiTlsFiles,
+  expiredKeyWarnings,
+  loadApiConfig,
+  metricsTlsFiles,
+  secretsOf,
+  weakCredentialWarnings,
+  type ApiConfig,
+} from './shared/config.js';
 import { reportConfigError } from './shared/configReport.js';
 import { ConfigError } from './shared/errors.js';
 import { loadInventory } from './shared/inventory.js';
@@ -56,7 +64,7 @@ export async function start(
     base: { component: 'api' },
     secrets: [...secretsOf(config), ...redisPasswords(config.REDIS_URL)],
   });
-  for (const warning of weakCredentialWarnings(config)) logger.warn(warning);
+  for (const warning of [...weakCredentialWarnings(config), ...expiredKeyWarnings(config)]) logger.warn(warning);
   const metrics = createMetrics('api', version);
   const redis = connectRedis({ url: config.REDIS_URL, profile: 'request', name: 'opsgate-api', logger });
   const queue = createOpsQueue({

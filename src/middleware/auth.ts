@@ -1,9 +1,11 @@
+import { timingSafeEqual } from 'node:crypto';
 import type { RequestHandler } from 'express';
 import type { Redis } from 'ioredis';
 import type { Source } from '../sources/index.js';
+import { expiryHeaders, keyStatus, rfc3339, type KeyUsage } from '../shared/apiKeyLifetime.js';
 import type { ApiKey, Role } from '../shared/config.js';
-import { credentialId, hmacSha256, safeEqual, secretMatcher } from '../shared/crypto.js';
-import { ForbiddenError, ServiceUnavailableError, UnauthorizedError } from '../shared/errors.js';
+import { credentialId, hmacSha256, safeEqual, secretMatcher, sha256Digest } from '../shared/crypto.js';
+import { ApiKeyExpiredError, ForbiddenError, ServiceUnavailableError, UnauthorizedError } from '../shared/errors.js';
 import { signatureSeenKey } from '../shared/keys.js';
 import type { Metrics } from '../shared/metrics.js';
 
@@ -17,30 +19,74 @@ type AuthMetrics = Pick<Metrics, 'authFailures'>;
 
 const header = (v: string | undefined): string => (v ?? '').trim();
 
-/** The role of a presented key, or undefined when it matches no configured key. */
-export function matchApiKey(keys: readonly ApiKey[], presented: string): ApiKey | undefined {
+/**
+ * The configured key a presented key is, expired or not, or undefined. The presented key is
+ * hashed once and its digest compared with every configured digest (a clear key's and a
+ * `sha256` entry's alike) in constant time.
+ */
+export function findApiKey(keys: readonly ApiKey[], presented: string): ApiKey | undefined {
+  const digest = sha256Digest(presented);
   let found: ApiKey | undefined;
   for (const k of keys) {
-    const eq = safeEqual(presented, k.key);
+    const eq = timingSafeEqual(digest, k.digest);
     if (eq && found === undefined) found = k;
   }
   return found;
 }
 
-/** `X-API-Key`: missing/empty/unknown 401; with `role: 'operator'`, a non-operator key 403. */
-export function requireApiKey(keys: readonly ApiKey[], metrics: AuthMetrics, required: Role = 'readonly'): RequestHandler {
+/** The key a presented key is, or undefined when it matches no configured key or its key has expired. */
+export function matchApiKey(keys: readonly ApiKey[], presented: string, now: number = Date.now()): ApiKey | undefined {
+  const key = findApiKey(keys, presented);
+  return key && (key.expiresAt === undefined || now < key.expiresAt) ? key : undefined;
+}
+
+/** What requireApiKey does with keys that expire, and where it notes their use. */
+export interface ApiKeyPolicy {
+  /** API_KEY_EXPIRY_WARNING_DAYS (default 14). */
+  warningDays?: number;
+  /** The clock expiry is judged by (ms); default Date.now. */
+  now?: () => number;
+  /** Last use, shared through Redis; absent: not recorded. */
+  usage?: Pick<KeyUsage, 'record'>;
+}
+
+/**
+ * `X-API-Key`: missing/empty/unknown 401; an expired key 401 naming it and its expiry; with
+ * `role: 'operator'`, a non-operator key 403. A key within the warning window works, and the
+ * answer (whatever its status) carries Deprecation and Sunset, the audit line a warning.
+ */
+export function requireApiKey(
+  keys: readonly ApiKey[],
+  metrics: AuthMetrics,
+  required: Role = 'readonly',
+  policy: ApiKeyPolicy = {},
+): RequestHandler {
+  const now = policy.now ?? Date.now;
+  const warningDays = policy.warningDays ?? 14;
   return (req, res, next) => {
     const presented = header(req.get('x-api-key'));
     if (presented === '') {
       metrics.authFailures.inc({ scheme: 'api_key', reason: 'missing' });
       throw new UnauthorizedError('missing X-API-Key header', 'missing');
     }
-    const key = matchApiKey(keys, presented);
+    const key = findApiKey(keys, presented);
     if (!key) {
       res.locals.presentedCredential = `key:${credentialId(presented)}`;
       metrics.authFailures.inc({ scheme: 'api_key', reason: 'invalid' });
       throw new UnauthorizedError('invalid API key', 'invalid');
     }
+    const at = now();
+    const status = keyStatus(key, at, warningDays);
+    if (status === 'expired') {
+      res.locals.presentedCredential = `key:${key.id}`;
+      metrics.authFailures.inc({ scheme: 'api_key', reason: 'expired' });
+      throw new ApiKeyExpiredError(key.id, rfc3339(key.expiresAt!));
+    }
+    if (status === 'expiring') {
+      for (const [name, value] of Object.entries(expiryHeaders(key.expiresAt!))) res.setHeader(name, value);
+      res.locals.credentialWarning = `API key ${key.id} expires at ${rfc3339(key.expiresAt!)}`;
+    }
+    policy.usage?.record(key.id, at);
     // A key without a known role counts as readonly.
     const role: Role = key.role === 'operator' ? 'operator' : 'readonly';
     res.locals.principal = `key:${key.id}`;

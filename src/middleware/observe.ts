@@ -74,6 +74,7 @@ function audit(logger: Logger, req: Request, res: Response, seconds: number): vo
     source: webhookSource(req.path),
     role: res.locals.role,
     presented_credential: res.locals.principal ? undefined : res.locals.presentedCredential,
+    warning: res.locals.credentialWarning,
     method: req.method,
     path: (req.originalUrl.split('?')[0] ?? req.path).slice(0, 512), // full path, also under mounted sub-apps (/admin/queues)
     route: routeTemplate(req),

@@ -4,7 +4,7 @@ import { DELIVERY_ID, VERDICTS, deliveryViewSchema, type DeliveryLog } from '../
 import { submitPush } from '../domain/deploy.js';
 import type { Intake } from '../domain/intake.js';
 import type { ConfirmReplicated } from '../domain/replication.js';
-import { requireApiKey } from '../middleware/auth.js';
+import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { ApiConfig } from '../shared/config.js';
@@ -28,6 +28,8 @@ export interface DeliveriesDeps {
   intake: Pick<Intake, 'push'>;
   logger: Logger;
   metrics: Pick<Metrics, 'authFailures'>;
+  /** Expiry warnings, the clock and last use of API keys (src/middleware/auth.ts). */
+  apiKeyPolicy?: ApiKeyPolicy;
   replicated?: ConfirmReplicated;
 }
 
@@ -72,8 +74,8 @@ function invalid(error: z.ZodError, what: string): UnprocessableError {
 
 export function deliveriesRouter(deps: DeliveriesDeps): Router {
   const r = Router();
-  const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics);
-  const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator');
+  const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
+  const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', deps.apiKeyPolicy);
 
   r.route('/ops/deliveries')
     .get(anyKey, async (req, res) => {

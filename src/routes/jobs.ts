@@ -1,7 +1,7 @@
 import { Router } from 'express';
 import { z } from 'zod';
 import type { ConfirmRetryReplicated } from '../domain/replication.js';
-import { requireApiKey } from '../middleware/auth.js';
+import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { ApiConfig } from '../shared/config.js';
@@ -28,6 +28,8 @@ export interface JobsDeps {
   deadLetters: DeadLetters;
   logger: Logger;
   metrics: Pick<Metrics, 'authFailures'>;
+  /** Expiry warnings, the clock and last use of API keys (src/middleware/auth.ts). */
+  apiKeyPolicy?: ApiKeyPolicy;
   /** REDIS_MIN_REPLICAS_ACK: WAIT before the retry's 200 (src/domain/replication.ts); absent = off. */
   retryReplicated?: ConfirmRetryReplicated;
 }
@@ -78,8 +80,8 @@ function invalid(error: z.ZodError, what: string): UnprocessableError {
 
 export function jobsRouter(deps: JobsDeps): Router {
   const r = Router();
-  const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics);
-  const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator');
+  const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
+  const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', deps.apiKeyPolicy);
 
   r.route('/ops/jobs')
     .get(anyKey, async (req, res) => {

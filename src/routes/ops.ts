@@ -4,7 +4,7 @@ import type { ConfirmReplicated } from '../domain/replication.js';
 import { clearCache, getHostStatus, type HostStatusProvider } from '../domain/hostStatus.js';
 import { idempotencyScope, submitRestart } from '../domain/restart.js';
 import { idempotencyRecordKey } from '../shared/keys.js';
-import { requireApiKey, requireBearer } from '../middleware/auth.js';
+import { requireApiKey, requireBearer, type ApiKeyPolicy } from '../middleware/auth.js';
 import { rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { ApiConfig } from '../shared/config.js';
@@ -22,14 +22,16 @@ export interface OpsDeps {
   hostStatus: HostStatusProvider;
   logger: Logger;
   metrics: Pick<Metrics, 'authFailures'>;
+  /** Expiry warnings, the clock and last use of API keys (src/middleware/auth.ts). */
+  apiKeyPolicy?: ApiKeyPolicy;
   /** REDIS_MIN_REPLICAS_ACK (src/domain/replication.ts); absent = off. */
   replicated?: ConfirmReplicated;
 }
 
 export function opsRouter(deps: OpsDeps): Router {
   const r = Router();
-  const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics);
-  const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator');
+  const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
+  const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', deps.apiKeyPolicy);
   const bearer = requireBearer(deps.config.OPS_BEARER_TOKEN, deps.metrics);
   const body = rawBody(deps.config.BODY_LIMIT);
 

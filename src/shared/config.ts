@@ -1,18 +1,34 @@
+import { readFileSync } from 'node:fs';
+import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { rfc3339 } from './apiKeyLifetime.js';
 import { ConfigError, type ConfigProblem } from './errors.js';
-import { credentialId } from './crypto.js';
+import { credentialId, sha256Digest } from './crypto.js';
 import { parseRedisUrl, redisPasswords, RedisUrlError } from './redis.js';
 import { SOURCE_SECRET_ENVS } from '../sources/index.js';
 import { tlsPairProblems, type TlsFiles } from './tls.js';
 
 export type Role = 'readonly' | 'operator';
 
+/** Where a key is configured: OPS_API_KEY_ROLES (the contract's form) or the keys file. */
+export type ApiKeySource = 'env' | 'file';
+
 export interface ApiKey {
-  /** The secret itself; only ever compared in constant time, never logged. */
-  readonly key: string;
-  readonly role: Role;
-  /** Audit identity: first 12 hex of SHA-256(key). */
+  /**
+   * Audit identity and metric label: a keys-file entry's `id`; for OPS_API_KEY_ROLES the first 12
+   * hex of SHA-256(key). Never the key.
+   */
   readonly id: string;
+  readonly role: Role;
+  /** SHA-256 of the key (32 bytes): a presented key is hashed and compared with it in constant time. */
+  readonly digest: Buffer;
+  /** The key itself when it is configured in clear (absent for a `sha256` entry); never logged. */
+  readonly key?: string;
+  /** When the key stops working (ms since the epoch); absent: it does not expire. */
+  readonly expiresAt?: number;
+  readonly source: ApiKeySource;
+  /** 1-based position in its source (item of OPS_API_KEY_ROLES, entry of the keys file), for start-up messages. */
+  readonly position: number;
 }
 
 /**
@@ -32,9 +48,13 @@ export const MIN_SECRET_LENGTH = 16;
  * (which role would win is a guess) and a key still holding the CHANGE-ME placeholder. Errors name the
  * variable and the item's position, never the key.
  */
-export function parseApiKeyRoles(raw: string | undefined): ApiKey[] {
+export function parseApiKeyRoles(raw: string | undefined, opts: { optional?: boolean } = {}): ApiKey[] {
   const name = 'OPS_API_KEY_ROLES';
-  if (raw === undefined || raw.trim() === '') throw new ConfigError(name, 'is required and must not be blank');
+  if (raw === undefined || raw.trim() === '') {
+    // With a keys file the file may hold every key (its entries can be hashes, so the Secret holds no usable key).
+    if (opts.optional) return [];
+    throw new ConfigError(name, 'is required and must not be blank (or set OPS_API_KEYS_FILE)');
+  }
   const items = raw.split(',').map((s) => s.trim());
   const keys: ApiKey[] = [];
   items.forEach((item, i) => {
@@ -51,10 +71,119 @@ export function parseApiKeyRoles(raw: string | undefined): ApiKey[] {
     if (isPlaceholder(key)) throw new ConfigError(name, `item ${i + 1} ${PLACEHOLDER_PROBLEM}`);
     const earlier = keys.findIndex((k) => k.key === key);
     if (earlier >= 0) throw new ConfigError(name, `item ${i + 1} repeats the key of item ${earlier + 1}; list each key once with one role`);
-    keys.push({ key, role, id: credentialId(key) });
+    keys.push({ key, role, id: credentialId(key), digest: sha256Digest(key), source: 'env', position: i + 1 });
   });
   if (keys.length === 0) throw new ConfigError(name, 'configures no key'); // unreachable after the checks above; kept as the spec's own rule
   return keys;
+}
+
+export const API_KEYS_FILE_VAR = 'OPS_API_KEYS_FILE';
+
+/** A keys-file id: it labels metrics and appears in headers, logs and answers, so it is kept short and plain. */
+export const API_KEY_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
+
+const FILE_FIELDS = ['id', 'role', 'key', 'sha256', 'expires'] as const;
+
+/** A field's message: `absent` when the entry lacks it, `wrong` when it holds something else. */
+const fieldError =
+  (absent: string, wrong: string) =>
+  (issue: { input?: unknown }): string =>
+    issue.input === undefined ? absent : wrong;
+
+/**
+ * One entry of the keys file. Unknown fields are refused: a misspelt `expires` would otherwise
+ * leave a key that never expires. Messages name the field, never its value.
+ */
+const keyEntrySchema = z
+  .strictObject({
+    id: z
+      .string({ error: fieldError('has no id', 'has an id that is not text (quote it)') })
+      .regex(API_KEY_ID, 'has an id that is not 1-63 letters, digits, ".", "_" or "-" (starting with a letter or digit)'),
+    role: z.enum(['readonly', 'operator'], { error: fieldError('has no role', 'has a role that is not readonly or operator') }),
+    key: z.string({ error: 'has a key that is not text (quote it)' }).min(1, 'has an empty key').optional(),
+    sha256: z
+      .string({ error: 'has a sha256 that is not text (quote it)' })
+      .regex(/^[0-9a-fA-F]{64}$/, 'has a sha256 that is not 64 hex characters (the SHA-256 of the key)')
+      .optional(),
+    expires: z
+      .string({ error: 'has an expires that is not text (quote it)' })
+      .pipe(z.iso.datetime({ offset: true, error: 'has an expires that is not an RFC 3339 date-time such as 2026-03-01T00:00:00Z' }))
+      .optional(),
+  })
+  .refine((e) => (e.key === undefined) !== (e.sha256 === undefined), 'needs exactly one of key or sha256');
+
+/** `entry 3 (id "ci")`; the id only when it is a valid one, so nothing else from the file is echoed. */
+function entryName(position: number, raw: unknown): string {
+  const id = typeof raw === 'object' && raw !== null ? (raw as { id?: unknown }).id : undefined;
+  return typeof id === 'string' && API_KEY_ID.test(id) ? `entry ${position} (id "${id}")` : `entry ${position}`;
+}
+
+/** The problem of one entry: zod's first issue, or a duplicate. */
+function keyEntry(raw: unknown, position: number, earlier: readonly ApiKey[], envKeys: readonly ApiKey[]): ApiKey | string {
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) return 'is not a mapping of id, role, key or sha256, expires';
+  const parsed = keyEntrySchema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    // The names of unknown fields are not repeated: a key pasted as a field name would be echoed.
+    return issue.code === 'unrecognized_keys' ? `has a field other than ${FILE_FIELDS.join(', ')}` : issue.message;
+  }
+  const e = parsed.data;
+  if (e.key !== undefined && isPlaceholder(e.key)) return `has a key that ${PLACEHOLDER_PROBLEM}`;
+  const digest = e.key !== undefined ? sha256Digest(e.key) : Buffer.from(e.sha256!, 'hex');
+  const sameId = earlier.find((k) => k.id === e.id);
+  if (sameId) return `repeats the id of entry ${sameId.position}`;
+  const envSameId = envKeys.find((k) => k.id === e.id);
+  if (envSameId) return `has the id of OPS_API_KEY_ROLES item ${envSameId.position}`;
+  const sameKey = earlier.find((k) => k.digest.equals(digest));
+  if (sameKey) return `holds the same key as ${entryName(sameKey.position, sameKey)}; list each key once`;
+  const envSameKey = envKeys.find((k) => k.digest.equals(digest));
+  if (envSameKey) return `holds the same key as OPS_API_KEY_ROLES item ${envSameKey.position}; list each key once`;
+  return {
+    id: e.id,
+    role: e.role,
+    digest,
+    ...(e.key !== undefined ? { key: e.key } : {}),
+    ...(e.expires !== undefined ? { expiresAt: Date.parse(e.expires) } : {}),
+    source: 'file',
+    position,
+  };
+}
+
+/**
+ * Parses the text of OPS_API_KEYS_FILE (YAML or JSON): a list of {id, role, key or sha256, expires?}.
+ * Every bad entry is reported at once, each by its position and id, never its key or hash; an id
+ * or a key listed twice (in the file, or also in `envKeys`, OPS_API_KEY_ROLES) is refused.
+ */
+export function parseApiKeysFile(text: string, envKeys: readonly ApiKey[] = []): ApiKey[] {
+  const variable = API_KEYS_FILE_VAR;
+  let raw: unknown;
+  try {
+    raw = parseYaml(text); // YAML is a superset of JSON
+  } catch {
+    throw new ConfigError(variable, 'is not valid YAML or JSON');
+  }
+  raw ??= [];
+  if (!Array.isArray(raw)) throw new ConfigError(variable, 'must hold a list of entries {id, role, key or sha256, expires}');
+  const problems: ConfigProblem[] = [];
+  const keys: ApiKey[] = [];
+  (raw as unknown[]).forEach((entry, i) => {
+    const out = keyEntry(entry, i + 1, keys, envKeys);
+    if (typeof out === 'string') problems.push({ variable, problem: `${entryName(i + 1, entry)} ${out}` });
+    else keys.push(out);
+  });
+  if (problems.length > 0) throw new ConfigError(problems);
+  return keys;
+}
+
+/** Reads and parses OPS_API_KEYS_FILE; an unreadable file is a problem of the variable (its path is not repeated). */
+export function loadApiKeysFile(file: string, envKeys: readonly ApiKey[] = []): ApiKey[] {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new ConfigError(API_KEYS_FILE_VAR, `cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+  }
+  return parseApiKeysFile(text, envKeys);
 }
 
 const optionalSecret = z
@@ -143,6 +272,13 @@ const apiSchema = commonSchema.extend({
   TLS_CLIENT_CA_FILE: optionalPath,
   ...replicationSchema,
   OPS_BEARER_TOKEN: optionalSecret,
+  /** Keys file (YAML or JSON list of {id, role, key or sha256, expires}), beside OPS_API_KEY_ROLES; read by loadApiConfig. */
+  OPS_API_KEYS_FILE: optionalPath,
+  /**
+   * A key this many days (or fewer) from its expiry still works, and every answer to it carries
+   * Deprecation and Sunset headers, so callers learn of the expiry before it happens.
+   */
+  API_KEY_EXPIRY_WARNING_DAYS: intFrom(14, 0),
   /** The webhook senders' secrets, one variable each, named by src/sources. */
   ...Object.fromEntries(SOURCE_SECRET_ENVS.map((env) => [env, optionalSecret])),
   /** Each sender's last deliveries kept for GET /ops/deliveries (a capped stream per sender); 0 keeps none. */
@@ -274,13 +410,23 @@ export function metricsTlsFiles(config: Pick<CommonConfig, 'METRICS_TLS_CERT_FIL
 }
 
 export function loadApiConfig(env: Env = process.env): ApiConfig {
-  let apiKeys: ApiKey[] = [];
   const problems: ConfigProblem[] = tlsProblems(env, true);
-  try {
-    apiKeys = parseApiKeyRoles(env.OPS_API_KEY_ROLES);
-  } catch (err) {
-    if (!(err instanceof ConfigError)) throw err;
-    problems.push(...err.problems);
+  const collect = (fn: () => ApiKey[]): ApiKey[] | undefined => {
+    try {
+      return fn();
+    } catch (err) {
+      if (!(err instanceof ConfigError)) throw err;
+      problems.push(...err.problems);
+      return undefined;
+    }
+  };
+  const keysFile = (env.OPS_API_KEYS_FILE ?? '').trim();
+  const envKeys = collect(() => parseApiKeyRoles(env.OPS_API_KEY_ROLES, { optional: keysFile !== '' }));
+  const fileKeys = keysFile === '' ? [] : collect(() => loadApiKeysFile(keysFile, envKeys ?? []));
+  const apiKeys = [...(envKeys ?? []), ...(fileKeys ?? [])];
+  // The contract's rule "no key configured: refuse to start", over both sources.
+  if (envKeys && fileKeys && apiKeys.length === 0) {
+    problems.push({ variable: API_KEYS_FILE_VAR, problem: 'configures no key, and OPS_API_KEY_ROLES is unset' });
   }
   return { ...parseWith(apiSchema, env, problems), apiKeys };
 }
@@ -295,10 +441,14 @@ export function loadWorkerConfig(env: Env = process.env): WorkerConfig {
  */
 export function weakCredentialWarnings(config: Pick<ApiConfig, 'apiKeys' | 'OPS_BEARER_TOKEN'>): string[] {
   const out: string[] = [];
-  config.apiKeys.forEach((k, i) => {
-    if (k.key.length < MIN_SECRET_LENGTH)
-      out.push(`OPS_API_KEY_ROLES: item ${i + 1} (key:${k.id}) is shorter than ${MIN_SECRET_LENGTH} characters; use a long random key`);
-  });
+  for (const k of config.apiKeys) {
+    if (k.key === undefined || k.key.length >= MIN_SECRET_LENGTH) continue;
+    const where =
+      k.source === 'env'
+        ? `OPS_API_KEY_ROLES: item ${k.position} (key:${k.id})`
+        : `${API_KEYS_FILE_VAR}: entry ${k.position} (id "${k.id}")`;
+    out.push(`${where} is shorter than ${MIN_SECRET_LENGTH} characters; use a long random key`);
+  }
   if (config.OPS_BEARER_TOKEN !== undefined && config.OPS_BEARER_TOKEN.length < MIN_SECRET_LENGTH) {
     out.push(`OPS_BEARER_TOKEN is shorter than ${MIN_SECRET_LENGTH} characters; use a long random token`);
   }
@@ -308,6 +458,19 @@ export function weakCredentialWarnings(config: Pick<ApiConfig, 'apiKeys' | 'OPS_
 /** Every secret value of a config, for the logger's last-line-of-defence redaction. */
 export function secretsOf(config: Partial<ApiConfig>): string[] {
   const out: unknown[] = [config.OPS_BEARER_TOKEN, ...SOURCE_SECRET_ENVS.map((env) => config[env])];
-  for (const k of config.apiKeys ?? []) out.push(k.key);
+  // A hash entry's digest is no usable key, but it is kept out of logs all the same.
+  for (const k of config.apiKeys ?? []) out.push(k.key ?? k.digest.toString('hex'));
   return out.filter((s): s is string => typeof s === 'string' && s.length > 0);
+}
+
+/**
+ * Start-up warnings about keys-file entries already past their expiry: accepted (a Secret may be
+ * updated late), every call with such a key answers 401. By id and date, never the key.
+ */
+export function expiredKeyWarnings(config: Pick<ApiConfig, 'apiKeys'>, now: number = Date.now()): string[] {
+  return config.apiKeys
+    .filter((k) => k.expiresAt !== undefined && k.expiresAt <= now)
+    .map(
+      (k) => `${API_KEYS_FILE_VAR}: entry ${k.position} (id "${k.id}") expired at ${rfc3339(k.expiresAt!)}; every call with it answers 401`,
+    );
 }

@@ -22,6 +22,11 @@ export function secretMatcher(secret: string): (presented: string) => boolean {
 // The hex form, decoded: measured faster than crypto.hash's 'buffer' output and than createHash().digest() (Node 26).
 const sha256 = (data: string | Buffer): Buffer => Buffer.from(hash('sha256', data, 'hex'), 'hex');
 
+/** SHA-256 as 32 bytes: what a configured API key is kept as, and compared with in constant time. */
+export function sha256Digest(data: string | Buffer): Buffer {
+  return sha256(data);
+}
+
 export function sha256Hex(data: string | Buffer): string {
   return hash('sha256', data, 'hex');
 }

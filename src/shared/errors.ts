@@ -47,6 +47,13 @@ export class UnauthorizedError extends AppError {
   }
 }
 
+/** An API key past its expiry: the caller is told which key and since when, so its owner can rotate it. */
+export class ApiKeyExpiredError extends UnauthorizedError {
+  constructor(id: string, expiredAt: string) {
+    super(`API key ${id} expired at ${expiredAt}`, 'expired');
+  }
+}
+
 export class ForbiddenError extends AppError {
   readonly reason: string;
   constructor(detail: string, reason = 'forbidden') {

@@ -61,6 +61,13 @@ export const rateLimitKey = (address: string, prefix: string = RATE_LIMIT_PREFIX
 /** The stored answer of a restart request's Idempotency-Key (scope: principal + key, hashed). */
 export const idempotencyRecordKey = (scope: string): string => `${KEY_PREFIX}idem:restart:${scope}`;
 
+/**
+ * When each API key was last accepted, by any replica: a sorted set, member = key id, score = Unix
+ * seconds (ZADD GT keeps the latest). Ids of keys no longer configured stay until overwritten, and
+ * are neither exported nor listed (only configured ids are read).
+ */
+export const API_KEY_LAST_USED_KEY = `${KEY_PREFIX}api-keys:last-used`;
+
 /** Every cache key starts with it, so DELETE /ops/cache can scan for them. */
 export const CACHE_PREFIX = `${KEY_PREFIX}cache:`;
 export const hostStatusKey = (host: string): string => `${CACHE_PREFIX}host-status:${host}`;

@@ -82,6 +82,8 @@ export interface HarnessOptions {
   hostStatus?: HostStatusProvider;
   /** Passed to createApp as its rate-limit slot. */
   rateLimit?: (deps: { redis: Redis; metrics: Metrics; logger: Logger }) => RequestHandler;
+  /** The app's clock for API-key expiry (createApp's `now`). */
+  now?: () => number;
 }
 
 export async function createHarness(redisUrl: string, opts: HarnessOptions = {}): Promise<Harness> {
@@ -112,6 +114,7 @@ export async function createHarness(redisUrl: string, opts: HarnessOptions = {})
     hostStatus: opts.hostStatus ?? createKubeHostStatusProvider(undefined),
     version: '9.9.9-test',
     rateLimit: opts.rateLimit?.({ redis, metrics, logger }),
+    ...(opts.now ? { now: opts.now } : {}),
   });
   const logs = () => lines.map((l) => JSON.parse(l) as Record<string, unknown>);
   return {
@@ -161,7 +164,7 @@ export function containsSecret(text: string): string | undefined {
  * The per-file set-up every API test file shares: its own redis-server and harness for the whole
  * file, torn down after it; with `flush` (default) Redis is emptied before each test.
  */
-export function useHarness(opts: { flush?: boolean; env?: Record<string, string | undefined> } = {}): {
+export function useHarness(opts: { flush?: boolean; env?: Record<string, string | undefined>; now?: () => number } = {}): {
   readonly srv: RedisServer;
   readonly h: Harness;
 } {
@@ -169,7 +172,7 @@ export function useHarness(opts: { flush?: boolean; env?: Record<string, string 
   let h: Harness | undefined;
   beforeAll(async () => {
     srv = await startRedis();
-    h = await createHarness(srv.url, { env: opts.env });
+    h = await createHarness(srv.url, { env: opts.env, ...(opts.now ? { now: opts.now } : {}) });
   });
   afterAll(async () => {
     await h?.close();
