@@ -12,6 +12,7 @@ import { ADMIN_BASE_PATH, createAdminRouter } from './routes/admin.js';
 import { deliveriesRouter } from './routes/deliveries.js';
 import { healthRouter } from './routes/health.js';
 import { jobsRouter } from './routes/jobs.js';
+import { keysRouter } from './routes/keys.js';
 import { openapiRouter } from './openapi/router.js';
 import { opsRouter } from './routes/ops.js';
 import { webhookFailures, webhooksRouter } from './routes/webhooks.js';
@@ -72,9 +73,10 @@ export function createApp(deps: AppDeps): Express {
     minReplicas: deps.config.REDIS_MIN_REPLICAS_ACK,
     timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
   });
-  // API keys: expiry judged by one clock, last use shared through Redis.
+  // API keys: expiry judged by one clock, last use shared through Redis and exported by metrics.
   const keyUsage = createKeyUsage({ redis: deps.redis });
   const apiKeyPolicy = { warningDays: deps.config.API_KEY_EXPIRY_WARNING_DAYS, now: deps.now ?? Date.now, usage: keyUsage };
+  deps.metrics.setApiKeys(deps.config.apiKeys, (ids) => keyUsage.lastUsed(ids));
 
   // The webhooks first: they carry the volume, and each router a request passes
   // through costs a match against every one of its routes. Paths do not overlap, so the order
@@ -92,6 +94,7 @@ export function createApp(deps: AppDeps): Express {
   );
   app.use(healthRouter({ redis: deps.redis, queue: deps.queue, version: deps.version ?? '0.0.0' }));
   app.use(opsRouter({ ...deps, producer: deps.queue.producer, hostStatus: deps.hostStatus, replicated, apiKeyPolicy }));
+  app.use(keysRouter({ ...deps, usage: keyUsage, apiKeyPolicy }));
   const retryReplicated = retryReplicationGate({
     queue: deps.queue.producer,
     logger: deps.logger,

@@ -3,6 +3,7 @@ import { idempotencyKeySchema, restartAckSchema, restartQuerySchema } from '../d
 import { jobListSchema, jobViewSchema, listJobsQuerySchema, retryAnswerSchema, retryBodySchema } from '../routes/jobs.js';
 import { deliveryViewSchema } from '../domain/deliveries.js';
 import { deliveryListSchema, listDeliveriesQuerySchema, replayAnswerSchema, replayBodySchema } from '../routes/deliveries.js';
+import { keyListSchema } from '../routes/keys.js';
 import { SOURCES, type Source } from '../sources/index.js';
 import type { ResponseDoc, RouteDoc } from './document.js';
 
@@ -287,6 +288,23 @@ export const API_ROUTES: readonly RouteDoc[] = [
       413: E[413],
       429: E[429],
       503: E[503]('Redis unavailable'),
+    },
+  },
+  {
+    method: 'get',
+    path: '/ops/keys',
+    summary: 'The configured API keys: id, role, source, expiry and last use (operator)',
+    description:
+      'Never a key or a hash. Last use is shared by every replica through Redis. ' +
+      'A key within API_KEY_EXPIRY_WARNING_DAYS of its expiry works, and every answer to it carries Deprecation and Sunset headers; past its expiry it is refused (401).',
+    tags: ['ops'],
+    security: ['apiKey'],
+    responses: {
+      200: { description: 'the keys', schema: keyListSchema },
+      401: E[401]('key missing, unknown or expired'),
+      403: E[403](),
+      429: E[429],
+      503: E[503]('Redis unavailable: last use cannot be read'),
     },
   },
   {

@@ -268,6 +268,38 @@ export function createMetrics(component: Component, version: string, opts: { def
     registers: [registry],
   });
 
+  // --- API keys (src/shared/apiKeyLifetime.ts); key_id takes only the ids of configured keys ----
+  const apiKeyExpiry = new Gauge({
+    name: 'opsgate_api_key_expiry_timestamp_seconds',
+    help: 'When an API key of the keys file stops working (its expires), as a Unix timestamp; keys without an expiry have no series.',
+    labelNames: ['key_id'] as const,
+    registers: [registry],
+  });
+  let keyIds: string[] = [];
+  let lastUsedSource: ((ids: readonly string[]) => Promise<Map<string, number>>) | undefined;
+  new Gauge({
+    name: 'opsgate_api_key_last_used_timestamp_seconds',
+    help: 'When an API key was last accepted by any replica (kept in Redis, written at most once a minute per key and process), as a Unix timestamp, read at scrape time; absent for a key never used, or when Redis does not answer in time.',
+    labelNames: ['key_id'] as const,
+    registers: [registry],
+    async collect() {
+      this.reset();
+      if (!lastUsedSource || keyIds.length === 0) return;
+      const seen = await withTimeout(lastUsedSource(keyIds), depthTimeoutMs, 'api key last use read').catch(() => undefined);
+      for (const [key_id, seconds] of seen ?? []) this.set({ key_id }, seconds);
+    },
+  });
+  /** Export the configured keys' expiry, and their last use from `lastUsed` (read at scrape time). */
+  const setApiKeys = (
+    keys: readonly { id: string; expiresAt?: number }[],
+    lastUsed: (ids: readonly string[]) => Promise<Map<string, number>>,
+  ) => {
+    apiKeyExpiry.reset();
+    for (const k of keys) if (k.expiresAt !== undefined) apiKeyExpiry.set({ key_id: k.id }, Math.floor(k.expiresAt / 1000));
+    keyIds = keys.map((k) => k.id);
+    lastUsedSource = lastUsed;
+  };
+
   /** Export queue depth for these queues (call once the process has its BullMQ Queue). */
   const setQueueDepthSources = (sources: QueueCountsSource[], opts: { timeoutMs?: number } = {}) => {
     depthSources = [...sources];
@@ -287,6 +319,8 @@ export function createMetrics(component: Component, version: string, opts: { def
     tlsHandshakeErrors,
     setQueueDepthSources,
     setRedisMemorySource,
+    apiKeyExpiry,
+    setApiKeys,
     buildInfo,
     httpRequests,
     httpDuration,

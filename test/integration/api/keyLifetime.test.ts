@@ -6,13 +6,13 @@ import { join } from 'node:path';
 import request from 'supertest';
 import { credentialId } from '../../../src/shared/crypto.js';
 import { API_KEY_LAST_USED_KEY } from '../../../src/shared/keys.js';
-import { createHarness, OP_KEY, RO_KEY, useHarness, type Harness } from '../../helpers/apiHarness.js';
+import { createHarness, OP_KEY, OP_KEY_2, RO_KEY, useHarness, type Harness } from '../../helpers/apiHarness.js';
 
 /**
  * Keys with a lifetime, on a real Redis through real HTTP, with the app's clock in the test's hand:
  * OPS_API_KEYS_FILE beside OPS_API_KEY_ROLES; Deprecation and Sunset on every answer to a key close
  * to its expiry, a warning in the audit line; 401 naming the key past it; last use shared through
- * Redis and written at most once a minute per key and process.
+ * Redis and written at most once a minute per key and process; the metrics; GET /ops/keys.
  */
 const DAY = 86_400_000;
 const T0 = Date.parse('2026-03-01T00:00:00Z');
@@ -186,8 +186,70 @@ describe('last use', () => {
           expect((await request(behind.app).get('/ops/hosts').set('X-API-Key', RO_KEY)).status).toBe(200);
           const id = credentialId(RO_KEY);
           expect(await lastUse(behind, id)).toBe((T0 + 10 * 60_000) / 1000);
+          // What one replica recorded, the other lists and exports.
+          expect((await request(behind.app).get('/ops/keys').set('X-API-Key', OP_KEY)).body.keys).toEqual(
+            expect.arrayContaining([expect.objectContaining({ id, last_used: '2026-03-01T00:10:00Z' })]),
+          );
+          const text = await behind.metrics.registry.getSingleMetricAsString('opsgate_api_key_last_used_timestamp_seconds');
+          expect(text).toContain(`opsgate_api_key_last_used_timestamp_seconds{key_id="${id}"} ${(T0 + 10 * 60_000) / 1000}`);
         },
         () => T0 + 5 * 60_000,
       );
     }));
+});
+
+describe('metrics', () => {
+  it('expiry of the keys that have one, last use of configured keys only', () =>
+    withApp(async (h) => {
+      await request(h.app).get('/ops/hosts').set('X-API-Key', SOON);
+      await h.inspect.zadd(API_KEY_LAST_USED_KEY, T0 / 1000, 'a-removed-key');
+      const text = await h.metrics.registry.metrics();
+      const series = (name: string) => text.split('\n').filter((l) => l.startsWith(`${name}{`));
+      expect(series('opsgate_api_key_expiry_timestamp_seconds').sort()).toEqual(
+        [
+          `opsgate_api_key_expiry_timestamp_seconds{key_id="gone"} ${secs(GONE_EXPIRES)}`,
+          `opsgate_api_key_expiry_timestamp_seconds{key_id="later"} ${secs(LATER_EXPIRES)}`,
+          `opsgate_api_key_expiry_timestamp_seconds{key_id="soon"} ${secs(SOON_EXPIRES)}`,
+        ].sort(),
+      );
+      expect(series('opsgate_api_key_last_used_timestamp_seconds')).toEqual([
+        `opsgate_api_key_last_used_timestamp_seconds{key_id="soon"} ${T0 / 1000}`,
+      ]);
+    }));
+});
+
+describe('GET /ops/keys (operator)', () => {
+  it('lists id, role, source, expiry, status and last use; never a key or a hash', () =>
+    withApp(async (h) => {
+      clock = T0 + 30 * 60_000;
+      await request(h.app).get('/ops/hosts').set('X-API-Key', LATER);
+      const res = await request(h.app).get('/ops/keys').set('X-API-Key', SOON);
+      expect(res.status).toBe(200);
+      expect(res.headers.sunset).toBeDefined(); // the caller's own key is close to its expiry
+      const used = '2026-03-01T00:30:00Z';
+      expect(res.body).toEqual({
+        keys: [
+          { id: credentialId(RO_KEY), role: 'readonly', source: 'env', expires: null, status: 'active', last_used: null },
+          { id: credentialId(OP_KEY), role: 'operator', source: 'env', expires: null, status: 'active', last_used: null },
+          { id: credentialId(OP_KEY_2), role: 'operator', source: 'env', expires: null, status: 'active', last_used: null },
+          { id: 'soon', role: 'operator', source: 'file', expires: SOON_EXPIRES, status: 'expiring', last_used: used },
+          { id: 'later', role: 'readonly', source: 'file', expires: LATER_EXPIRES, status: 'active', last_used: used },
+          { id: 'gone', role: 'operator', source: 'file', expires: GONE_EXPIRES, status: 'expiring', last_used: null },
+          { id: 'forever', role: 'readonly', source: 'file', expires: null, status: 'active', last_used: null },
+        ],
+      });
+      clock = T0 + DAY;
+      expect((await request(h.app).get('/ops/keys').set('X-API-Key', SOON)).body.keys[5]).toMatchObject({ id: 'gone', status: 'expired' });
+      for (const secret of [RO_KEY, OP_KEY, OP_KEY_2, SOON, LATER, GONE, FOREVER]) {
+        expect(res.text).not.toContain(secret);
+        expect(res.text).not.toContain(sha(secret));
+      }
+    }));
+
+  it('a readonly key 403, no key 401, an expired operator key 401', async () => {
+    expect((await get('/ops/keys', RO_KEY)).status).toBe(403);
+    expect((await get('/ops/keys')).status).toBe(401);
+    clock = T0 + DAY;
+    expect((await get('/ops/keys', GONE)).status).toBe(401);
+  });
 });

@@ -293,6 +293,8 @@ const PRODUCERS: Record<string, () => Promise<Res>> = {
   'POST /ops/restart 422': () => request(ctx.h.app).post('/ops/restart?host=web-1').set('Authorization', `Bearer ${BEARER}`),
   'DELETE /ops/cache 200': () => request(ctx.h.app).delete('/ops/cache').set('X-API-Key', OP_KEY),
   'DELETE /ops/cache 403': () => request(ctx.h.app).delete('/ops/cache').set('X-API-Key', RO_KEY),
+  'GET /ops/keys 200': () => request(ctx.h.app).get('/ops/keys').set('X-API-Key', OP_KEY),
+  'GET /ops/keys 403': () => request(ctx.h.app).get('/ops/keys').set('X-API-Key', RO_KEY),
   'GET /ops/jobs 200': async () => {
     await deadLetter(ctx.h);
     return request(ctx.h.app).get('/ops/jobs?state=failed').set('X-API-Key', RO_KEY);

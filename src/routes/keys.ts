@@ -1,0 +1,73 @@
+import { Router } from 'express';
+import { z } from 'zod';
+import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
+import { methodNotAllowed } from '../middleware/errors.js';
+import { keyStatus, rfc3339, type KeyUsage } from '../shared/apiKeyLifetime.js';
+import type { ApiConfig } from '../shared/config.js';
+import { ServiceUnavailableError } from '../shared/errors.js';
+import type { Metrics } from '../shared/metrics.js';
+
+/**
+ * GET /ops/keys (operator): the configured API keys by id, role, source, expiry and last use (any
+ * replica's, from Redis), so an operator sees which keys callers still use before one expires.
+ * Never a key or a hash.
+ */
+export interface KeysDeps {
+  config: Pick<ApiConfig, 'apiKeys' | 'API_KEY_EXPIRY_WARNING_DAYS'>;
+  metrics: Pick<Metrics, 'authFailures'>;
+  usage: Pick<KeyUsage, 'lastUsed'>;
+  apiKeyPolicy?: ApiKeyPolicy;
+}
+
+export const keyListSchema = z.object({
+  keys: z.array(
+    z.object({
+      id: z.string().describe('OPS_API_KEY_ROLES: the first 12 hex of the SHA-256 of the key; keys file: its id'),
+      role: z.enum(['readonly', 'operator']),
+      source: z.enum(['env', 'file']).describe('env: OPS_API_KEY_ROLES; file: OPS_API_KEYS_FILE'),
+      expires: z.string().nullable().describe('RFC 3339; null: the key does not expire'),
+      status: z.enum(['active', 'expiring', 'expired']).describe('expiring: within API_KEY_EXPIRY_WARNING_DAYS of its expiry'),
+      last_used: z
+        .string()
+        .nullable()
+        .describe(
+          'RFC 3339, by any replica, up to a minute early (each replica writes it at most once a minute per key); null: never used',
+        ),
+    }),
+  ),
+});
+
+export function keysRouter(deps: KeysDeps): Router {
+  const r = Router();
+  const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', deps.apiKeyPolicy);
+  const now = deps.apiKeyPolicy?.now ?? Date.now;
+
+  r.route('/ops/keys')
+    .get(operatorKey, async (_req, res) => {
+      const keys = deps.config.apiKeys;
+      let lastUsed: Map<string, number>;
+      try {
+        lastUsed = await deps.usage.lastUsed(keys.map((k) => k.id));
+      } catch {
+        throw new ServiceUnavailableError('redis unavailable: the last use of the keys cannot be read; retry later');
+      }
+      const at = now();
+      const body: z.infer<typeof keyListSchema> = {
+        keys: keys.map((k) => {
+          const seen = lastUsed.get(k.id);
+          return {
+            id: k.id,
+            role: k.role,
+            source: k.source,
+            expires: k.expiresAt === undefined ? null : rfc3339(k.expiresAt),
+            status: keyStatus(k, at, deps.config.API_KEY_EXPIRY_WARNING_DAYS),
+            last_used: seen === undefined ? null : rfc3339(seen * 1000),
+          };
+        }),
+      };
+      res.json(body);
+    })
+    .all(methodNotAllowed(['GET']));
+
+  return r;
+}
