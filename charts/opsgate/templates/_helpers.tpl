@@ -238,6 +238,9 @@ Render-time checks that the schema cannot express. Included by every workload te
 {{- fail "opsgate: redis.enabled is false, so secrets.redisUrl (REDIS_URL of the external Redis) is required, or set secrets.existingSecret to a Secret holding REDIS_URL" }}
 {{- end }}
 {{- end }}
+{{- if and .Values.secrets.existingSecretApiKeysFile (not .Values.secrets.existingSecret) }}
+{{- fail "opsgate: secrets.existingSecretApiKeysFile names a key of secrets.existingSecret, which is not set (the chart-made Secret gets its keys file from secrets.apiKeys entries with an id)" }}
+{{- end }}
 {{- if and .Values.adminUI.ingress (not .Values.adminUI.enabled) }}
 {{- fail "opsgate: adminUI.ingress needs adminUI.enabled (there is no /admin to route)" }}
 {{- end }}
@@ -281,31 +284,45 @@ Render-time checks that the schema cannot express. Included by every workload te
 {{- end }}
 
 {{/*
-OPS_API_KEY_ROLES of the chart-made Secret: the items of secrets.apiKeyRoles followed by those of
-secrets.apiKeys (both forms may be used together; a key listed twice fails the render), else the one already in the release's Secret
-(kept across upgrades), else generated once: one operator and one readonly key of 40 random
-characters (NOTES.txt tells how to read them). The spec's "no default secret": nothing is fixed
-in the chart; each installation gets its own keys.
+OPS_API_KEY_ROLES of the chart-made Secret: the items of secrets.apiKeyRoles followed by the
+secrets.apiKeys entries without an id (both forms may be used together), else the one already in
+the release's Secret (kept across upgrades), else generated once: one operator and one readonly
+key of 40 random characters (NOTES.txt tells how to read them). Nothing is generated when the keys
+file holds a key. The spec's "no default secret": nothing is fixed in the chart; each
+installation gets its own keys. Empty when the keys file holds every key.
+A key listed twice, as a key or as the hash of one, in either form, fails the render, as it would
+stop the API at start.
 */}}
 {{- define "opsgate.apiKeyRoles" -}}
 {{- $items := list }}
+{{- $digests := dict }}
 {{- range splitList "," (default "" .Values.secrets.apiKeyRoles) }}
 {{- if trim . }}{{ $items = append $items (trim .) }}{{ end }}
 {{- end }}
 {{- range $i, $k := (default list .Values.secrets.apiKeys) }}
+{{- if not (or $k.id $k.sha256 $k.expires) }}
 {{- $items = append $items (printf "%s:%s" $k.key $k.role) }}
 {{- end }}
-{{- $seen := dict }}
+{{- end }}
 {{- range $items }}
-{{- $key := regexReplaceAll ":[^:]*$" . "" }}
-{{- if hasKey $seen $key }}
+{{- $d := regexReplaceAll ":[^:]*$" . "" | sha256sum }}
+{{- if hasKey $digests $d }}
 {{- fail "opsgate: an API key is listed twice in secrets.apiKeys / secrets.apiKeyRoles (the API refuses to start with a duplicate key)" }}
 {{- end }}
-{{- $_ := set $seen $key true }}
+{{- $_ := set $digests $d true }}
+{{- end }}
+{{- range (default list .Values.secrets.apiKeys) }}
+{{- if or .id .sha256 .expires }}
+{{- $d := .sha256 | default (sha256sum (default "" .key)) | lower }}
+{{- if hasKey $digests $d }}
+{{- fail "opsgate: an API key is listed twice in secrets.apiKeys / secrets.apiKeyRoles, as a key or as its sha256 (the API refuses to start with a duplicate key)" }}
+{{- end }}
+{{- $_ := set $digests $d true }}
+{{- end }}
 {{- end }}
 {{- if $items }}
 {{- join "," $items }}
-{{- else }}
+{{- else if not (include "opsgate.apiKeysFile" .) }}
 {{- $cache := .Values.secrets }}
 {{- if not (hasKey $cache "_generatedKeys") }}
 {{- $existing := lookup "v1" "Secret" .Release.Namespace (include "opsgate.fullname" .) }}
@@ -316,6 +333,41 @@ in the chart; each installation gets its own keys.
 {{- end }}
 {{- end }}
 {{- index $cache "_generatedKeys" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The keys file (OPS_API_KEYS_FILE) of the chart-made Secret: the secrets.apiKeys entries with an
+id, each {id, role, key or sha256, expires}, as JSON (read as YAML by the API: no YAML typing of
+dates or numbers). Empty when there is none. An id listed twice fails the render.
+*/}}
+{{- define "opsgate.apiKeysFile" -}}
+{{- $entries := list }}
+{{- $ids := dict }}
+{{- range (default list .Values.secrets.apiKeys) }}
+{{- if or .id .sha256 .expires }}
+{{- if hasKey $ids (toString .id) }}
+{{- fail (printf "opsgate: secrets.apiKeys lists the id %q twice (ids name keys in metrics, logs and GET /ops/keys)" (toString .id)) }}
+{{- end }}
+{{- $_ := set $ids (toString .id) true }}
+{{- $e := dict "id" .id "role" .role }}
+{{- if .key }}{{ $_ := set $e "key" .key }}{{ else }}{{ $_ := set $e "sha256" .sha256 }}{{ end }}
+{{- with .expires }}{{ $_ := set $e "expires" (toString .) }}{{ end }}
+{{- $entries = append $entries $e }}
+{{- end }}
+{{- end }}
+{{- if $entries }}{{ toJson $entries }}{{ end }}
+{{- end }}
+
+{{/*
+The key of the pods' Secret that holds the keys file: secrets.existingSecretApiKeysFile with an
+existingSecret, api-keys.yaml in the chart-made one when secrets.apiKeys has entries with an id;
+empty: no keys file.
+*/}}
+{{- define "opsgate.apiKeysFileKey" -}}
+{{- if .Values.secrets.existingSecret }}
+{{- .Values.secrets.existingSecretApiKeysFile }}
+{{- else if include "opsgate.apiKeysFile" . }}api-keys.yaml
 {{- end }}
 {{- end }}
 
