@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -71,6 +72,36 @@ describe('start-up refusals (real process)', () => {
       expect(r.exit.code).toBe(1);
       expect(r.stderr).toHaveLength(1);
       expect(r.stderr[0]).toMatch(/^opsgate-api: configuration error: OPS_INVENTORY_FILE: /);
+    },
+    PROCESS_TIMEOUT,
+  );
+  it(
+    'bad entries of the keys file -> every one reported by position and id, with the other variables, never a key or a hash',
+    async () => {
+      const file = join(dir, 'api-keys.yaml');
+      const hash = createHash('sha256').update(SECRET_LOOKING).digest('hex');
+      writeFileSync(
+        file,
+        [
+          `- { id: ci, role: operator, key: ${SECRET_LOOKING} }`,
+          `- { id: ci, role: readonly, key: ${SECRET_LOOKING}-2 }`,
+          `- { id: dash, role: readonly, sha256: ${hash} }`,
+          `- { id: later, role: readonly, key: ${SECRET_LOOKING}-3, expires: next week }`,
+        ].join('\n'),
+      );
+      const r = await refusal({ ...good(), OPS_API_KEYS_FILE: file, PORT: 'eighty' });
+      expect(r.exit.code).toBe(1);
+      expect(r.stderr).toEqual([
+        'opsgate-api: configuration error: OPS_API_KEYS_FILE: entry 2 (id "ci") repeats the id of entry 1',
+        'opsgate-api: configuration error: OPS_API_KEYS_FILE: entry 3 (id "dash") holds the same key as entry 1 (id "ci"); list each key once',
+        'opsgate-api: configuration error: OPS_API_KEYS_FILE: entry 4 (id "later") has an expires that is not an RFC 3339 date-time such as 2026-03-01T00:00:00Z',
+        expect.stringMatching(/^opsgate-api: configuration error: PORT: /),
+      ]);
+      const line = JSON.parse(r.stdout[0]!) as { problems: Array<{ variable: string }> };
+      expect(line.problems.map((p) => p.variable)).toEqual(['OPS_API_KEYS_FILE', 'OPS_API_KEYS_FILE', 'OPS_API_KEYS_FILE', 'PORT']);
+      const all = [...r.stderr, ...r.stdout].join('\n');
+      expect(all).not.toContain(SECRET_LOOKING);
+      expect(all).not.toContain(hash);
     },
     PROCESS_TIMEOUT,
   );
