@@ -35,12 +35,12 @@ bench: deps redis tools-wrk build ## Benchmark intake (bare Express / spec minim
 	node hack/build.mjs bench/tsconfig.json dist/bench
 	node dist/bench/bench/run.js
 
-# `make bench-profile`: each server (bare Express, the spec-minimum control, the API as the chart runs it)
+# `make bench-profile`: each server (bare Express, the spec-minimum control, the public-API floor, the API as the chart runs it)
 # under node --cpu-prof and wrk, one at a time; main-thread us per request by feature (bench/attribution.ts),
 # so a missed target of `make bench` comes with where the time goes. Knobs: PROFILE_MODE (unique | dup | alerts: one payload at a time),
 # PROFILE_SECONDS (10), PROFILE_CONNECTIONS (64), BENCH_HEAP_CAP_MB / BENCH_SEMI_SPACE_MB (the chart's api values). Results in artifacts/bench-profile.{txt,json}.
 .PHONY: bench-profile
-bench-profile: deps redis tools-wrk build ## CPU per request by feature (API vs control vs bare Express) from V8 CPU profiles
+bench-profile: deps redis tools-wrk build ## CPU per request by feature (API vs floor vs control vs bare Express) from V8 CPU profiles
 	node hack/build.mjs bench/tsconfig.json dist/bench
 	node dist/bench/bench/profile.js
 
