@@ -5,7 +5,8 @@
  * Each sample is charged to the innermost frame on its stack that names a feature: a module of
  * ours (src/middleware/observe.js -> "audit line + metrics", ...), or Express's router dispatch
  * (the calls between middleware). Library code is charged to the feature of ours that called it:
- * pino's work under observe is the audit line's, ioredis's under the claim is the claim's.
+ * pino's work under observe is the audit line's, BullMQ's and ioredis's under the producer are the
+ * producer's.
  * A stack with no such frame (socket reads, HTTP parsing, ioredis reply parsing, timers, promise
  * jobs) is "node core"; GC, idle and V8's own (program) samples have their own rows.
  */
@@ -32,16 +33,21 @@ const OURS: ReadonlyArray<[RegExp, string]> = [
   [/^src\/middleware\/context$/, 'request id, security headers'],
   [/^src\/(middleware\/observe|shared\/logger|shared\/metrics)$/, 'audit line + metrics'],
   [/^src\/(middleware|shared)\/rateLimit$/, 'rate limit'],
-  [/^src\/middleware\/auth$/, 'sender auth (token)'],
+  [/^src\/middleware\/(auth|clientCert)$/, 'sender auth (token)'],
   [/^src\/middleware\/body$/, 'body read, SHA-256, JSON.parse'],
   [/^src\/routes\//, 'route handler + JSON answer'],
   [/^src\/(domain\/(deploy|alerts)|shared\/jobs)$/, 'decide + validate (zod)'],
-  [/^src\/domain\/claim$/, 'intake script call (claim + add)'],
-  [/^src\/shared\/queue$/, 'queue connection: the write, its time bound'],
-  // Helpers of several features: charged to their caller (a corked write under the queue connection's run is its,
-  // the body's SHA-256 is the body reader's, the token's the auth's).
-  [/^src\/shared\/(redisBatch|crypto|keys|lua|timeout|redisConnection)$/, ''],
+  [/^src\/domain\/intake$/, 'intake: delivery-id alias, version 0.1 records'],
+  [/^src\/shared\/producer$/, 'Queue#add / addBulk with deduplication (producer, its zod check)'],
+  [/^src\/domain\/deliveries$/, 'delivery record (XADD)'],
+  [/^src\/domain\/replication$/, 'replication check (REDIS_MIN_REPLICAS_ACK)'],
+  // Helpers of several features: charged to their caller (a sender's signature check is the auth's,
+  // its payload mapping the decision's, the body's SHA-256 the body reader's, the queue's time bound the producer's).
+  [/^src\/sources\//, ''],
+  [/^src\/shared\/(crypto|keys|lua|timeout|redis|redisConnection|queue|queueGuard|errors)$/, ''],
+  [/^src\/domain\/redisOps$/, ''],
   [/^bench\/specMinimum$/, 'control handler (SET NX, Queue.add, answer)'],
+  [/^bench\/publicFloor$/, 'floor handler (Queue#add with deduplication, answer)'],
   [/^bench\/bareExpress$/, 'bare handler (answer)'],
 ];
 

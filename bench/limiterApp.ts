@@ -1,8 +1,8 @@
 /**
  * In `make bench`: the rate limiter alone, in front of the smallest webhook
  * handler (express.json() + 202), on the API's own request-profile Redis connection. LIMITER:
- * - "hand": src/middleware/rateLimit.ts over src/shared/rateLimit.ts (its Lua INCR + PEXPIRE, fail open), deferral off so
- *   it runs here on its own like any middleware;
+ * - "hand": src/middleware/rateLimit.ts over src/shared/rateLimit.ts (its Lua INCR + PEXPIRE, fail open), as the
+ *   API mounts it;
  * - "rlf": rate-limiter-flexible's RateLimiterRedis with a RateLimiterMemory insurance limiter
  *   (fail open to the in-process count, as this service chose), 429 when it rejects.
  * Both with a limit never reached. Listens on 127.0.0.1:$PORT, Redis at $REDIS_URL.

@@ -4,8 +4,10 @@
  *
  * One server at a time, each under `node --cpu-prof`, loaded by wrk as `make bench` loads it
  * (bench/wrk.lua, PROFILE_CONNECTIONS (64) connections, PROFILE_MODE unique (default) or dup
- * push events, or alerts: BENCH_ALERTS-alert payloads one at a time): bare Express, the spec-minimum control, and the API as the chart runs it (its
- * heap caps, the images' MALLOC_ARENA_MAX, the rate limiter on with a limit never reached).
+ * push events, or alerts: BENCH_ALERTS-alert payloads one at a time): bare Express, the spec-minimum
+ * control, the public-API floor (bench/publicFloor.ts: one Queue#add / Queue#addBulk with
+ * deduplication) and the API as the chart runs it (its heap caps, the images' MALLOC_ARENA_MAX, the
+ * rate limiter on with a limit never reached).
  * Only the samples taken during the measured PROFILE_SECONDS (10) count (not start-up or
  * warm-up); each is charged to a feature by bench/attribution.ts. Printed as one table of
  * microseconds of main-thread time per request, plus each process's whole CPU per request
@@ -72,6 +74,14 @@ async function main() {
         key: 'control',
         label: 'spec minimum',
         script: 'dist/bench/bench/specMinimum.js',
+        env: { REDIS_URL: redis.url },
+        args: [],
+        token: '',
+      },
+      {
+        key: 'floor',
+        label: 'public-API floor',
+        script: 'dist/bench/bench/publicFloor.js',
         env: { REDIS_URL: redis.url },
         args: [],
         token: '',
@@ -160,7 +170,7 @@ async function main() {
     rule,
     ...rows.slice(names.length).map(line),
     rule,
-    "  Each sample is charged to the innermost frame of ours (or of Express's router dispatch) on its stack: library work counts for the feature that called it (pino under the audit line, ioredis under the claim). Socket writes made inside a feature are that feature's.",
+    "  Each sample is charged to the innermost frame of ours (or of Express's router dispatch) on its stack: library work counts for the feature that called it (pino under the audit line, BullMQ and ioredis under the producer). Socket writes made inside a feature are that feature's.",
     `  machine: ${os.cpus().length} CPUs, node ${process.version}, load average before ${load0.map((x) => x.toFixed(2)).join('/')} after ${load1.map((x) => x.toFixed(2)).join('/')}`,
   ].join('\n');
   process.stdout.write(text + '\n');

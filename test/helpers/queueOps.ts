@@ -16,3 +16,8 @@ export async function enqueue<N extends JobName>(
  * 24 h and 300 s) that BullMQ's API does not expose; the product never writes or reads it.
  */
 export const dedupKey = (queue: Pick<OpsQueue, 'bull'>, id: string): string => `${queue.bull.toKey('de')}:${id}`;
+
+/** Every key but the deliveries log's (which records refused deliveries too): what a delivery left of the intake's state. */
+export async function stateKeys(inspect: { keys(pattern: string): Promise<string[]> }): Promise<string[]> {
+  return (await inspect.keys('*')).filter((k) => !k.startsWith('opsgate:deliveries:')).sort();
+}

@@ -19,6 +19,7 @@ import { rateLimitKey } from '../../../src/shared/keys.js';
 import { createHarness, GITHUB_SECRET, SCM_SECRET, type Harness } from '../../helpers/apiHarness.js';
 import { startRoundTripCounter, type RoundTripCounter } from '../../helpers/roundTrips.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
+import { waitFor } from '../../helpers/waitFor.js';
 
 let srv: RedisServer;
 let relay: RoundTripCounter;
@@ -32,7 +33,8 @@ beforeAll(async () => {
   // A 10-minute window with a budget never reached: the limiter runs on every request, and its
   // counter at the end says how many it counted.
   h = await createHarness(relay.url, {
-    env: { RATE_LIMIT_RPS: '100000', TRUST_PROXY: '0' },
+    // The deliveries log's XADD goes out beside the answer, not waited for: it is counted on its own below.
+    env: { RATE_LIMIT_RPS: '100000', TRUST_PROXY: '0', DELIVERIES_KEPT: '0' },
     rateLimit: ({ redis, metrics, logger }) => createRateLimiter({ redis, rps: 100000, windowMs: 600_000, metrics, logger }),
   });
   admin = new Redis(srv.url);
@@ -130,10 +132,31 @@ describe('Redis round trips per delivery (rate limit on)', () => {
   });
 });
 
+describe('the deliveries log', () => {
+  it('adds one command per delivery (XADD), sent beside the answer', async () => {
+    const logged = await createHarness(relay.url, { env: { TRUST_PROXY: '0' } });
+    try {
+      const post = (sha: string) =>
+        request(logged.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook').send(push(sha));
+      const recorded = await admin.xlen('opsgate:deliveries:{scm}');
+      // The first delivery loads each script and reads the intake's start marker: not counted.
+      expect((await post('log-warm')).status).toBe(202);
+      await waitFor('the warm-up recorded', async () => (await admin.xlen('opsgate:deliveries:{scm}')) === recorded + 1);
+      const before = relay.commands();
+      expect((await post('log-1')).status).toBe(202);
+      // The add and the record (no rate limiter in this app); XLEN goes to Redis directly, not through the relay.
+      await waitFor('the delivery recorded', async () => (await admin.xlen('opsgate:deliveries:{scm}')) === recorded + 2);
+      expect(relay.commands() - before).toBe(2);
+    } finally {
+      await logged.close();
+    }
+  });
+});
+
 describe('rate-limiter-flexible in the same slot', () => {
   it('costs the same round trips as the hand-written limiter: one consume() per request, then the add', async () => {
     const rlf = await createHarness(relay.url, {
-      env: { RATE_LIMIT_RPS: '100000', TRUST_PROXY: '0' },
+      env: { RATE_LIMIT_RPS: '100000', TRUST_PROXY: '0', DELIVERIES_KEPT: '0' },
       rateLimit: ({ redis }) => {
         const rl = new RateLimiterRedis({
           storeClient: redis,
