@@ -6,8 +6,9 @@ import type { ExpressAdapter as ExpressAdapterClass } from '@bull-board/express'
 import type { Queue } from 'bullmq';
 import { Router, type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 import type { ApiKey } from '../shared/config.js';
-import { credentialId, sha256Hex } from '../shared/crypto.js';
-import { matchApiKey } from '../middleware/auth.js';
+import { sha256Hex } from '../shared/crypto.js';
+import { ConflictError, ForbiddenError, NotFoundError } from '../shared/errors.js';
+import { refuseCrossSiteWrites, requireOperatorKeyOrBasic } from '../middleware/auth.js';
 import { boundedRaw } from '../middleware/body.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
@@ -26,10 +27,10 @@ import type { DeadLetters } from '../shared/deadLetters.js';
  * retry of a completed or waiting job, bulk retry...) is refused with 403 {detail} before it
  * reaches Bull Board (see writeGate).
  *
- * Access: operator role only. Either header X-API-Key (scripts) or HTTP Basic with an operator
- * key as the password and any user name (browsers). No or bad credentials: 401 with
- * `WWW-Authenticate: Basic realm="opsgate"` so a browser prompts; a readonly key: 403. Bodies
- * are JSON {detail}; the key is never echoed or logged.
+ * Access: operator role only, through the API's auth module (requireOperatorKeyOrBasic): header
+ * X-API-Key (scripts) or HTTP Basic with an operator key as the password (browsers). Every refusal
+ * is an error of the catalog answered by the app's error middleware: JSON {detail}, the key never
+ * echoed or logged.
  *
  * Audit: every state-changing call (any method but GET/HEAD/OPTIONS), allowed or refused, is one
  * structured log line (msg "audit", from the app's observe middleware) with who (`key:<credential
@@ -37,7 +38,6 @@ import type { DeadLetters } from '../shared/deadLetters.js';
  * action (retry/remove), queue, job_id and job_name; refused keys appear as presented_credential.
  */
 export const ADMIN_BASE_PATH = '/admin/queues';
-export const BASIC_CHALLENGE = 'Basic realm="opsgate", charset="UTF-8"';
 
 /**
  * Bull Board is loaded when the UI is mounted, not when this module is: with ADMIN_UI_ENABLED off
@@ -57,7 +57,7 @@ export interface AdminRouterOptions {
   queues: Queue[];
   apiKeys: readonly ApiKey[];
   logger: Logger;
-  metrics?: Metrics;
+  metrics: Metrics;
   /** Where the router is mounted; Bull Board builds its links from it. */
   basePath?: string;
   /** The ops queue: a retry of one of its jobs goes through its dead letters' retry (the API's rule). */
@@ -67,29 +67,6 @@ export interface AdminRouterOptions {
 }
 
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
-
-type Credential =
-  | { ok: true; scheme: 'api_key' | 'basic'; key: ApiKey }
-  | { ok: false; scheme: 'api_key' | 'basic'; reason: 'missing' | 'malformed' | 'invalid'; presented?: string };
-
-function readCredential(req: Request, keys: readonly ApiKey[]): Credential {
-  const apiKey = req.get('x-api-key');
-  if (apiKey !== undefined && apiKey !== '') {
-    const key = matchApiKey(keys, apiKey);
-    return key ? { ok: true, scheme: 'api_key', key } : { ok: false, scheme: 'api_key', reason: 'invalid', presented: apiKey };
-  }
-  const auth = req.get('authorization');
-  if (auth === undefined || auth.trim() === '') return { ok: false, scheme: 'basic', reason: 'missing' };
-  const m = /^basic\s+([A-Za-z0-9+/=]+)\s*$/i.exec(auth);
-  if (!m) return { ok: false, scheme: 'basic', reason: 'malformed' };
-  const decoded = Buffer.from(m[1]!, 'base64').toString('utf8');
-  const colon = decoded.indexOf(':');
-  if (colon < 0) return { ok: false, scheme: 'basic', reason: 'malformed' };
-  const password = decoded.slice(colon + 1);
-  if (password === '') return { ok: false, scheme: 'basic', reason: 'invalid' };
-  const key = matchApiKey(keys, password);
-  return key ? { ok: true, scheme: 'basic', key } : { ok: false, scheme: 'basic', reason: 'invalid', presented: password };
-}
 
 function requestIdOf(res: Response): string {
   const fromLocals = (res.locals as { requestId?: unknown }).requestId;
@@ -105,69 +82,14 @@ function requestIdOf(res: Response): string {
  * Runs first, for state-changing calls only: pins the request id and counts the action once it is
  * answered (opsgate_admin_actions_total{method,status}). The audit line itself is written by the
  * app-wide observe middleware (src/middleware/observe.ts) for every state-changing call, with
- * who = res.locals.principal set below (`key:<credential id>`), method, full path, status and
- * request id, so an admin retry yields exactly one audit line.
+ * who = res.locals.principal (`key:<credential id>`, set by the auth middleware), method, full
+ * path, status and request id, so an admin retry yields exactly one audit line.
  */
-function adminActions(metrics?: Metrics): RequestHandler {
+function adminActions(metrics: Metrics): RequestHandler {
   return (req: Request, res: Response, next: NextFunction) => {
     if (SAFE_METHODS.has(req.method)) return next();
     requestIdOf(res);
-    res.once('finish', () => metrics?.adminActions.inc({ method: req.method, status: String(res.statusCode) }));
-    next();
-  };
-}
-
-function operatorOnly(keys: readonly ApiKey[], metrics?: Metrics): RequestHandler {
-  return (req: Request, res: Response, next: NextFunction) => {
-    const cred = readCredential(req, keys);
-    if (!cred.ok) {
-      if (cred.presented) res.locals.presentedCredential = `key:${credentialId(cred.presented)}`;
-      metrics?.authFailures.inc({ scheme: cred.scheme, reason: cred.reason });
-      const detail =
-        cred.reason === 'missing'
-          ? 'authentication required: X-API-Key or HTTP Basic with an operator key as password'
-          : cred.reason === 'malformed'
-            ? 'malformed Authorization header; use HTTP Basic or X-API-Key'
-            : 'invalid credentials';
-      res.status(401).set('WWW-Authenticate', BASIC_CHALLENGE).set('Cache-Control', 'no-store').json({ detail });
-      return;
-    }
-    // Same principal format as the API's auth middleware, so the app-level audit line agrees.
-    res.locals.principal = `key:${cred.key.id}`;
-    res.locals.role = cred.key.role;
-    if (cred.key.role !== 'operator') {
-      metrics?.authFailures.inc({ scheme: cred.scheme, reason: 'forbidden_role' });
-      res.status(403).set('Cache-Control', 'no-store').json({ detail: 'operator role required' });
-      return;
-    }
-    next();
-  };
-}
-
-/**
- * Browsers resend cached Basic credentials on any request to the origin, so a state-changing call
- * from another site could ride on an operator's login (CSRF). Such calls are refused: a
- * Sec-Fetch-Site other than same-origin/none, or an Origin whose host is not this host -> 403.
- * Scripts (curl with X-API-Key) send neither header and are unaffected.
- */
-function sameOriginOnly(metrics?: Metrics): RequestHandler {
-  return (req: Request, res: Response, next: NextFunction) => {
-    if (SAFE_METHODS.has(req.method)) return next();
-    const site = req.get('sec-fetch-site');
-    const origin = req.get('origin');
-    let crossSite = site !== undefined && site !== 'same-origin' && site !== 'none';
-    if (!crossSite && origin !== undefined) {
-      try {
-        crossSite = origin === 'null' || new URL(origin).host !== req.get('host');
-      } catch {
-        crossSite = true;
-      }
-    }
-    if (crossSite) {
-      metrics?.authFailures.inc({ scheme: 'basic', reason: 'cross_site' });
-      res.status(403).set('Cache-Control', 'no-store').json({ detail: 'cross-site request refused' });
-      return;
-    }
+    res.once('finish', () => metrics.adminActions.inc({ method: req.method, status: String(res.statusCode) }));
     next();
   };
 }
@@ -196,11 +118,6 @@ const RESERVED_SEGMENTS = new Set([
   'workers',
 ]);
 
-function refuse(res: Response, status: number, detail: string): void {
-  res.locals.error = { detail };
-  res.status(status).set('Cache-Control', 'no-store').json({ detail });
-}
-
 function decodeSegment(s: string): string | undefined {
   try {
     return decodeURIComponent(s);
@@ -227,26 +144,25 @@ function writeGate(opts: AdminRouterOptions): [RequestHandler, RequestHandler] {
     const queueName = m ? decodeSegment(m[1]!) : undefined;
     const jobId = m ? decodeSegment(m[2]!) : undefined;
     if (!m || queueName === undefined || jobId === undefined || RESERVED_SEGMENTS.has(jobId.toLowerCase())) {
-      refuse(res, 403, 'refused: Bull Board here only retries or removes failed (dead-lettered) jobs; other changes go through the API');
-      return;
+      throw new ForbiddenError(
+        'refused: Bull Board here only retries or removes failed (dead-lettered) jobs; other changes go through the API',
+        'refused',
+      );
     }
     const action = m[3]!.toLowerCase() === 'retry' ? 'retry' : 'remove';
     const queue = queues.find((q) => q.name === queueName);
-    if (!queue) {
-      refuse(res, 404, 'queue not found');
-      return;
-    }
+    if (!queue) throw new NotFoundError('queue not found');
     void (async () => {
       const job = await queue.getJob(jobId);
-      if (!job) return refuse(res, 404, 'job not found');
+      if (!job) throw new NotFoundError('job not found');
       const state = await job.getState();
       res.locals.auditFields = { action, queue: queueName, job_id: jobId, job_name: job.name, job_state: state };
-      if (state !== 'failed')
-        return refuse(
-          res,
-          403,
+      if (state !== 'failed') {
+        throw new ForbiddenError(
           `refused: only a failed (dead-lettered) job can be ${action === 'retry' ? 'retried' : 'removed'} here; this job is ${state}`,
+          'refused',
         );
+      }
       if (action === 'retry' && opsQueue && queue === opsQueue.bull) return retryLikeTheApi(opsQueue, opts, jobId, res);
       next();
     })().catch(next);
@@ -264,13 +180,11 @@ async function retryLikeTheApi(
   const out = await opsQueue.deadLetters.retry(jobId);
   switch (out.outcome) {
     case 'not_found':
-      return refuse(res, 404, 'job not found');
+      throw new NotFoundError('job not found');
     case 'not_failed':
-      return refuse(res, 409, `job is ${out.state}; only a failed (dead-lettered) job can be retried`);
+      throw new ConflictError(`job is ${out.state}; only a failed (dead-lettered) job can be retried`);
     case 'busy':
-      return refuse(
-        res,
-        409,
+      throw new ConflictError(
         `another restart of this Deployment is waiting or rolling out (job ${out.holder}); retry this one after it finished`,
       );
     case 'retried':
@@ -312,8 +226,8 @@ export function createAdminRouter(opts: AdminRouterOptions): Router {
   const router = Router();
   router.use(adminActions(opts.metrics));
   opts.logger.info('bull board mounted', { path: basePath, queues: opts.queues.map((q) => q.name) });
-  router.use(operatorOnly(opts.apiKeys, opts.metrics));
-  router.use(sameOriginOnly(opts.metrics));
+  router.use(requireOperatorKeyOrBasic(opts.apiKeys, opts.metrics));
+  router.use(refuseCrossSiteWrites(opts.metrics));
   router.use((_req, res, next) => {
     // Operator data: never stored by a shared proxy; the browser revalidates. Never framed.
     res.set('Cache-Control', 'private, no-cache');
@@ -324,9 +238,18 @@ export function createAdminRouter(opts: AdminRouterOptions): Router {
     next();
   });
   const [readBody, gate] = writeGate(opts);
-  router.use((req, res, next) =>
-    SAFE_METHODS.has(req.method) ? next() : readBody(req, res, (err?: unknown) => (err ? next(err) : gate(req, res, next))),
-  );
+  router.use((req, res, next) => {
+    if (SAFE_METHODS.has(req.method)) return next();
+    readBody(req, res, (err?: unknown) => {
+      if (err) return next(err);
+      // Called back by the body reader, outside Express's own catch: a refusal thrown here is handed on.
+      try {
+        gate(req, res, next);
+      } catch (refusal) {
+        next(refusal);
+      }
+    });
+  });
   router.use(serverAdapter.getRouter() as RequestHandler);
   return router;
 }
