@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { createRequire } from 'node:module';
 import type { createBullBoard as CreateBullBoard } from '@bull-board/api';
 import type { BullMQAdapter as BullMQAdapterClass } from '@bull-board/api/bullMQAdapter';
+import type { AppControllerRoute, AppViewRoute, ControllerHandlerReturnType, IServerAdapter } from '@bull-board/api/typings/app';
 import type { ExpressAdapter as ExpressAdapterClass } from '@bull-board/express';
 import type { Queue } from 'bullmq';
 import { Router, type NextFunction, type Request, type RequestHandler, type Response } from 'express';
@@ -16,16 +17,17 @@ import type { DeadLetters } from '../shared/deadLetters.js';
 
 /**
  * Bull Board at /admin/queues: the operator's view of the "ops" queue. Dead-lettered jobs (the
- * failed set) are listed with their failure reason and can be retried, cleaned, promoted...
+ * failed set) are listed with their failure reason and can be retried or removed.
  *
  * Writes: only what dead-letter review needs (DESIGN.md, Bull Board): retry of a failed job and
- * removal of a failed job. A retry of a job of the ops queue is not Bull Board's own: it is the
- * API's retry (DeadLetters.retry, as POST /ops/jobs/{id}/retry), so a restart whose Deployment
- * already has another restart waiting or rolling out is refused (409 {detail}) and the same
- * bookkeeping is done; a success answers 204 as Bull Board's retry does. Every other state-changing call Bull Board offers (add a job, edit its
- * data/delay/priority, empty, clean, obliterate, pause/resume, promote, concurrency, rate limit,
- * retry of a completed or waiting job, bulk retry...) is refused with 403 {detail} before it
- * reaches Bull Board (see writeGate).
+ * removal of a failed job. Which Bull Board route a call reaches is read from the route table
+ * bull-board hands its server adapter (see BoardRoute): every route that is not a GET is a write,
+ * and every write but those two is refused with 403 {detail} before it reaches Bull Board (add a
+ * job, edit its data, delay or priority, empty, clean, obliterate, pause, resume, promote,
+ * concurrency, rate limit, bulk retry, and whatever write a later Bull Board adds). A retry of a
+ * job of the ops queue is the API's retry (DeadLetters.retry, as POST /ops/jobs/{id}/retry), so a
+ * restart whose Deployment already has another restart waiting or rolling out is refused (409
+ * {detail}) and the same bookkeeping is done; a success answers 204 as Bull Board's retry does.
  *
  * Access: operator role only, through the API's auth module (requireOperatorKeyOrBasic): header
  * X-API-Key (scripts) or HTTP Basic with an operator key as the password (browsers). Every refusal
@@ -68,6 +70,92 @@ export interface AdminRouterOptions {
 
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
+/**
+ * One method and path of Bull Board's route table, as bull-board hands it to every server adapter
+ * (IServerAdapter.setEntryRoute and setApiRoutes) and as the adapter routes it: an Express path
+ * pattern, matched in table order.
+ */
+export interface BoardRoute {
+  /** Upper case: GET, PUT, PATCH, POST. */
+  method: string;
+  path: string;
+}
+
+export type BoardAction = 'retry' | 'remove';
+
+/**
+ * The writes opsgate lets through, by Bull Board route: retry of one job and removal ("clean") of
+ * one job, each only while the job is failed (dead-lettered). Their :queueName and :jobId are read
+ * by the write gate, so both routes must be in the table exactly as written here (checked when
+ * the board is built).
+ */
+export const ALLOWED_BOARD_WRITES: Readonly<Record<string, BoardAction>> = {
+  'PUT /api/queues/:queueName/:jobId/retry': 'retry',
+  'PUT /api/queues/:queueName/:jobId/clean': 'remove',
+};
+
+export const boardRouteKey = (r: BoardRoute): string => `${r.method} ${r.path}`;
+
+/** A GET reads; every other method writes, and only ALLOWED_BOARD_WRITES are let through. */
+export function classifyBoardRoute(r: BoardRoute): { write: false } | { write: true; allowed?: BoardAction } {
+  if (r.method === 'GET') return { write: false };
+  const allowed = ALLOWED_BOARD_WRITES[boardRouteKey(r)];
+  return allowed ? { write: true, allowed } : { write: true };
+}
+
+function tableRows(route: Pick<AppControllerRoute | AppViewRoute, 'method' | 'route'>): BoardRoute[] {
+  const methods = Array.isArray(route.method) ? route.method : [route.method];
+  const paths = Array.isArray(route.route) ? route.route : [route.route];
+  return methods.flatMap((m) => paths.map((path) => ({ method: m.toUpperCase(), path })));
+}
+
+/**
+ * A server adapter that keeps the route table createBullBoard gives it and hands every call on
+ * to `inner` (Express's adapter, or nothing when only the table is wanted).
+ */
+class TableKeepingAdapter implements IServerAdapter {
+  readonly routes: BoardRoute[] = [];
+  constructor(private readonly inner?: IServerAdapter) {}
+  setQueues(...a: Parameters<IServerAdapter['setQueues']>) {
+    this.inner?.setQueues(...a);
+    return this;
+  }
+  setViewsPath(viewPath: string) {
+    this.inner?.setViewsPath(viewPath);
+    return this;
+  }
+  setStaticPath(staticsRoute: string, staticsPath: string) {
+    this.inner?.setStaticPath(staticsRoute, staticsPath);
+    return this;
+  }
+  setEntryRoute(route: AppViewRoute) {
+    this.routes.push(...tableRows(route));
+    this.inner?.setEntryRoute(route);
+    return this;
+  }
+  setErrorHandler(handler: (error: Error) => ControllerHandlerReturnType) {
+    this.inner?.setErrorHandler(handler);
+    return this;
+  }
+  setApiRoutes(routes: AppControllerRoute[]) {
+    for (const r of routes) this.routes.push(...tableRows(r));
+    this.inner?.setApiRoutes(routes);
+    return this;
+  }
+  setUIConfig(...a: Parameters<IServerAdapter['setUIConfig']>) {
+    this.inner?.setUIConfig(...a);
+    return this;
+  }
+}
+
+/** Bull Board's route table, in the order its server adapter registers it (a board over no queue). */
+export function readBoardRoutes(): BoardRoute[] {
+  const { createBullBoard } = loadBullBoard();
+  const adapter = new TableKeepingAdapter();
+  createBullBoard({ queues: [], serverAdapter: adapter });
+  return adapter.routes;
+}
+
 function requestIdOf(res: Response): string {
   const fromLocals = (res.locals as { requestId?: unknown }).requestId;
   if (typeof fromLocals === 'string' && fromLocals) return fromLocals;
@@ -96,78 +184,66 @@ function adminActions(metrics: Metrics): RequestHandler {
 
 /** Largest body accepted on a state-changing board call (the allowed ones carry none). */
 const ADMIN_BODY_LIMIT = '16kb';
-/** PUT /api/queues/:queueName/:jobId/(retry|clean): the only writes let through (case-insensitive like Express routing). */
-const ALLOWED_WRITE = /^\/api\/queues\/([^/]+)\/([^/]+)\/(retry|clean)\/?$/i;
-/**
- * Words Bull Board routes at the :jobId position of a longer path (e.g. PUT
- * /api/queues/ops/clean/retry is "clean every job in state retry"): never taken as a job id.
- */
-const RESERVED_SEGMENTS = new Set([
-  'add',
-  'retry',
-  'clean',
-  'promote',
-  'pause',
-  'resume',
-  'concurrency',
-  'rate-limit',
-  'empty',
-  'obliterate',
-  'job-schedulers',
-  'metrics',
-  'workers',
-]);
 
-function decodeSegment(s: string): string | undefined {
-  try {
-    return decodeURIComponent(s);
-  } catch {
-    return undefined;
-  }
-}
+const REFUSED = 'refused: Bull Board here only retries or removes failed (dead-lettered) jobs; other changes go through the API';
 
 /**
- * Runs after the operator and same-origin checks, for state-changing calls only: reads the body
- * (bounded) to record its SHA-256 for the audit line, then lets through only a retry or removal of
- * a job that is in the failed (dead-letter) set right now; anything else -> 403 {detail}, an
- * unknown queue or job -> 404 {detail}. The allowed call is tagged for the audit line with
- * action, queue, job id and job name.
+ * Runs after the operator and same-origin checks, for state-changing calls only. The body is read
+ * (bounded) for its SHA-256 in the audit line. Then the call is matched against Bull Board's own
+ * write routes, in its order, with Express's matching (the matching of Bull Board's adapter), so
+ * the route found is the route Bull Board would run: an allowed route goes on to Bull Board only
+ * when its job is in the failed (dead-letter) set right now (unknown queue or job: 404 {detail});
+ * any other write, and a write Bull Board does not serve, is refused with 403 {detail}. The
+ * allowed call is tagged for the audit line with action, queue, job id and job name.
  */
-function writeGate(opts: AdminRouterOptions): [RequestHandler, RequestHandler] {
+function writeGate(opts: AdminRouterOptions, table: readonly BoardRoute[]): RequestHandler {
   const { queues, opsQueue } = opts;
-  const reader = boundedRaw(ADMIN_BODY_LIMIT);
-  const gate: RequestHandler = (req, res, next) => {
-    const buf = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
-    res.locals.bodySha256 = sha256Hex(buf);
-    req.body = {}; // the allowed calls take no body; Bull Board's own parser sees the stream as read
-    const m = req.method === 'PUT' ? ALLOWED_WRITE.exec(req.path) : null;
-    const queueName = m ? decodeSegment(m[1]!) : undefined;
-    const jobId = m ? decodeSegment(m[2]!) : undefined;
-    if (!m || queueName === undefined || jobId === undefined || RESERVED_SEGMENTS.has(jobId.toLowerCase())) {
-      throw new ForbiddenError(
-        'refused: Bull Board here only retries or removes failed (dead-lettered) jobs; other changes go through the API',
-        'refused',
-      );
-    }
-    const action = m[3]!.toLowerCase() === 'retry' ? 'retry' : 'remove';
-    const queue = queues.find((q) => q.name === queueName);
-    if (!queue) throw new NotFoundError('queue not found');
-    void (async () => {
-      const job = await queue.getJob(jobId);
-      if (!job) throw new NotFoundError('job not found');
-      const state = await job.getState();
-      res.locals.auditFields = { action, queue: queueName, job_id: jobId, job_name: job.name, job_state: state };
-      if (state !== 'failed') {
-        throw new ForbiddenError(
-          `refused: only a failed (dead-lettered) job can be ${action === 'retry' ? 'retried' : 'removed'} here; this job is ${state}`,
-          'refused',
-        );
-      }
-      if (action === 'retry' && opsQueue && queue === opsQueue.bull) return retryLikeTheApi(opsQueue, opts, jobId, res);
-      next();
-    })().catch(next);
+  const readBody = boundedRaw(ADMIN_BODY_LIMIT);
+  const refuse = () => {
+    throw new ForbiddenError(REFUSED, 'refused');
   };
-  return [reader, gate];
+  const allowed =
+    (action: BoardAction): RequestHandler =>
+    (req, res, next) => {
+      const queueName = String(req.params.queueName);
+      const jobId = String(req.params.jobId);
+      const queue = queues.find((q) => q.name === queueName);
+      if (!queue) throw new NotFoundError('queue not found');
+      void (async () => {
+        const job = await queue.getJob(jobId);
+        if (!job) throw new NotFoundError('job not found');
+        const state = await job.getState();
+        res.locals.auditFields = { action, queue: queueName, job_id: jobId, job_name: job.name, job_state: state };
+        if (state !== 'failed') {
+          throw new ForbiddenError(
+            `refused: only a failed (dead-lettered) job can be ${action === 'retry' ? 'retried' : 'removed'} here; this job is ${state}`,
+            'refused',
+          );
+        }
+        if (action === 'retry' && opsQueue && queue === opsQueue.bull) return retryLikeTheApi(opsQueue, opts, jobId, res);
+        next('router'); // on to Bull Board
+      })().catch(next);
+    };
+
+  const writes = Router();
+  for (const route of table) {
+    const c = classifyBoardRoute(route);
+    if (!c.write) continue;
+    const method = route.method.toLowerCase() as 'put' | 'patch' | 'post';
+    writes[method](route.path, c.allowed ? allowed(c.allowed) : refuse);
+  }
+  writes.use(refuse); // a write Bull Board does not serve
+
+  return (req, res, next) => {
+    if (SAFE_METHODS.has(req.method)) return next();
+    readBody(req, res, (err?: unknown) => {
+      if (err) return next(err);
+      const buf = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
+      res.locals.bodySha256 = sha256Hex(buf);
+      req.body = {}; // the allowed calls take no body; Bull Board's own parser sees the stream as read
+      writes(req, res, next);
+    });
+  };
 }
 
 /** The API's retry (src/routes/jobs.ts) answered the way Bull Board's client expects: 204 on success. */
@@ -210,6 +286,7 @@ export function createAdminRouter(opts: AdminRouterOptions): Router {
   const { createBullBoard, BullMQAdapter, ExpressAdapter } = loadBullBoard();
   const serverAdapter = new ExpressAdapter();
   serverAdapter.setBasePath(basePath);
+  const board = new TableKeepingAdapter(serverAdapter);
   createBullBoard({
     queues: opts.queues.map(
       (q) =>
@@ -219,9 +296,14 @@ export function createAdminRouter(opts: AdminRouterOptions): Router {
           description: 'opsgate jobs; failed = dead-lettered (attempts exhausted or unrecoverable)',
         }),
     ),
-    serverAdapter,
+    serverAdapter: board,
     options: { uiConfig: { boardTitle: 'opsgate', hideDocsLink: true } },
   });
+  const served = new Set(board.routes.map(boardRouteKey));
+  const missing = Object.keys(ALLOWED_BOARD_WRITES).filter((k) => !served.has(k));
+  if (missing.length > 0) {
+    throw new Error(`Bull Board does not serve ${missing.join(', ')}: the write gate of src/routes/admin.ts needs review`);
+  }
 
   const router = Router();
   router.use(adminActions(opts.metrics));
@@ -237,19 +319,7 @@ export function createAdminRouter(opts: AdminRouterOptions): Router {
     res.set('Referrer-Policy', 'same-origin');
     next();
   });
-  const [readBody, gate] = writeGate(opts);
-  router.use((req, res, next) => {
-    if (SAFE_METHODS.has(req.method)) return next();
-    readBody(req, res, (err?: unknown) => {
-      if (err) return next(err);
-      // Called back by the body reader, outside Express's own catch: a refusal thrown here is handed on.
-      try {
-        gate(req, res, next);
-      } catch (refusal) {
-        next(refusal);
-      }
-    });
-  });
+  router.use(writeGate(opts, board.routes));
   router.use(serverAdapter.getRouter() as RequestHandler);
   return router;
 }
