@@ -15,8 +15,8 @@ import { createRateLimiter } from './middleware/rateLimit.js';
 import { createOpsQueue } from './shared/queue.js';
 import { redisPasswords } from './shared/redis.js';
 import { connectRedis } from './shared/redisConnection.js';
-import { shutdownBudget, within } from './shared/shutdown.js';
-import { withTimeout } from './shared/timeout.js';
+import { shutdownBudget } from './shared/shutdown.js';
+import { settlesWithin, withTimeout } from './shared/timeout.js';
 import { createListener, loadTlsMaterial, type ListenerTls } from './shared/tls.js';
 import { packageVersion } from './shared/version.js';
 
@@ -125,7 +125,7 @@ export async function start(
           const closed = new Promise<void>((resolve) => server.close(() => resolve()));
           server.closeIdleConnections();
           // In-flight requests get drainMs; then their connections are cut.
-          if (!(await within(closed, drainMs))) server.closeAllConnections();
+          if (!(await settlesWithin(closed, drainMs))) server.closeAllConnections();
           await closed;
         },
         drainMs + 1000,
@@ -134,7 +134,7 @@ export async function start(
         'metrics server',
         async () => {
           const closing = metricsServer.close();
-          if (!(await within(closing, 1000))) metricsServer.server.closeAllConnections();
+          if (!(await settlesWithin(closing, 1000))) metricsServer.server.closeAllConnections();
           await closing;
         },
         3000,

@@ -4,6 +4,7 @@ import type { Logger } from '../shared/logger.js';
 import type { Producer } from '../shared/producer.js';
 import { waitForReplicas } from '../shared/redis.js';
 import { defineLua, loadLua } from '../shared/lua.js';
+import { withFallback } from '../shared/timeout.js';
 
 /**
  * "Acknowledged means replicated" (REDIS_MIN_REPLICAS_ACK=N, opt-in; 0 = off).
@@ -38,15 +39,6 @@ import { defineLua, loadLua } from '../shared/lua.js';
 export const CONFIRM_SLACK_MS = 100;
 export const TAKE_BACK_BUDGET_MS = 400;
 
-/** `p`, or `onTimeout()` once `ms` passed (p goes on; its outcome is ignored). */
-async function within<T>(p: Promise<T>, ms: number, onTimeout: () => T): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<T>((resolve) => {
-    timer = setTimeout(() => resolve(onTimeout()), ms);
-  });
-  p.catch(() => undefined);
-  return Promise.race([p, late]).finally(() => clearTimeout(timer));
-}
 export interface Written {
   jobId: string;
   /** The records that name this job: a claim's seen and delivery keys, a restart's Idempotency-Key record. */
@@ -92,7 +84,7 @@ export function replicationGate(deps: ReplicationDeps): ConfirmReplicated {
         waitForReplicas(deps.redis, minReplicas, timeoutMs, deps.redis.isCluster ? written.flatMap((w) => w.keys ?? []) : undefined),
         deps.queue.waitReplicas(minReplicas, timeoutMs),
       ]);
-      const [onRecords, onJobs] = await within(both, timeoutMs + CONFIRM_SLACK_MS, () => [-1, -1]);
+      const [onRecords, onJobs] = await withFallback(both, timeoutMs + CONFIRM_SLACK_MS, () => [-1, -1]);
       acked = Math.min(onRecords, onJobs);
     } catch (err) {
       logger.debug('WAIT failed', { err });
@@ -109,7 +101,7 @@ export function replicationGate(deps: ReplicationDeps): ConfirmReplicated {
       for (const w of written) await takeBack(w);
       return true;
     })();
-    if (!(await within(takenBack, TAKE_BACK_BUDGET_MS, () => false))) {
+    if (!(await withFallback(takenBack, TAKE_BACK_BUDGET_MS, () => false))) {
       logger.warn('taking back the writes that were not replicated did not finish in time; answering 503', {
         budget_ms: TAKE_BACK_BUDGET_MS,
         jobs: written.length,
@@ -140,7 +132,7 @@ export function retryReplicationGate(deps: Omit<ReplicationDeps, 'redis'>): Conf
   return async () => {
     let acked = -1;
     try {
-      acked = await within(deps.queue.waitReplicas(minReplicas, timeoutMs), timeoutMs + CONFIRM_SLACK_MS, () => -1);
+      acked = await withFallback(deps.queue.waitReplicas(minReplicas, timeoutMs), timeoutMs + CONFIRM_SLACK_MS, () => -1);
     } catch (err) {
       logger.debug('WAIT failed', { err });
     }
