@@ -2,10 +2,11 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pathToFileURL } from 'node:url';
 import { createApp } from './app.js';
-import { createLazyKubeHostStatusProvider, kubeConfigPresent } from './domain/lazyHostStatus.js';
+import { createKubeHostStatusProvider } from './domain/kubeHostStatus.js';
 import { apiTlsFiles, loadApiConfig, metricsTlsFiles, secretsOf, weakCredentialWarnings, type ApiConfig } from './shared/config.js';
 import { reportConfigError } from './shared/configReport.js';
 import { ConfigError } from './shared/errors.js';
+import { findKubeConfig, kubeConfigFromEnv, NoKubeConfigError } from './shared/kubeconfig.js';
 import { loadInventory } from './shared/inventory.js';
 import { createLogger, type Logger } from './shared/logger.js';
 import { createMetrics, queueCountsSource } from './shared/metrics.js';
@@ -66,7 +67,12 @@ export async function start(
     metrics,
   });
   metrics.setQueueDepthSources([queueCountsSource(queue.bull)]);
-  if (!kubeConfigPresent(env)) logger.warn('no Kubernetes configuration found: GET /ops/hosts/{host} will answer 503');
+  try {
+    findKubeConfig(env);
+  } catch (err) {
+    if (!(err instanceof NoKubeConfigError)) throw err;
+    logger.warn(`${err.message}; GET /ops/hosts/{host} answers 503 until there is one`);
+  }
   const app = createApp({
     config,
     redis,
@@ -74,7 +80,7 @@ export async function start(
     inventory,
     logger,
     metrics,
-    hostStatus: createLazyKubeHostStatusProvider(env),
+    hostStatus: createKubeHostStatusProvider(kubeConfigFromEnv(env)),
     version,
     rateLimit: createRateLimiter({ redis, rps: config.RATE_LIMIT_RPS, metrics, logger }),
   });

@@ -16,7 +16,7 @@ import { connectRedis } from '../src/shared/redisConnection.js';
 import { settlesWithin } from '../src/shared/timeout.js';
 import { loadTlsMaterial, type ListenerTls } from '../src/shared/tls.js';
 import { packageVersion } from '../src/shared/version.js';
-import { kubeConfigFromEnv, type KubeConfigFactory } from './k8s.js';
+import { kubeConfigFromEnv, type KubeConfigFactory } from '../src/shared/kubeconfig.js';
 import { workerLiveness } from './liveness.js';
 import { observeJobs, type JobMetrics } from './outcomes.js';
 import { createProcessor } from './processor.js';

@@ -90,7 +90,7 @@ export async function restartService(
   const name = data.service;
   const what = `Deployment ${namespace}/${name}`;
 
-  const kc = resolveKubeConfig(ctx.kubeConfig);
+  const kc = await resolveKubeConfig(ctx.kubeConfig);
   const apps = kc.makeApiClient(AppsV1Api);
   const jobId = String(ctx.job.id);
   const event = (reason: 'OpsgateRestart' | 'OpsgateRestartRefused', d: V1Deployment, detail?: string) =>
