@@ -21,6 +21,3 @@ export interface JobContext {
 }
 
 export type Handler<D> = (data: D, ctx: JobContext) => Promise<unknown>;
-
-/** How long per-job idempotency records live (longer than any retry schedule). */
-export const IDEMPOTENCY_TTL_SECONDS = 7 * 24 * 3600;

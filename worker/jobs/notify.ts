@@ -1,8 +1,8 @@
 import { UnrecoverableError } from 'bullmq';
 import { sha256Hex } from '../../src/shared/crypto.js';
-import type { NotifyOncallData } from '../../src/shared/jobs.js';
+import { IDEMPOTENCY_TTL_SECONDS, type NotifyOncallData } from '../../src/shared/jobs.js';
 import { notifyDeliveryKey } from '../../src/shared/keys.js';
-import { IDEMPOTENCY_TTL_SECONDS, type JobContext } from '../context.js';
+import type { JobContext } from '../context.js';
 import { abortReason } from '../k8s.js';
 
 /**
