@@ -10,9 +10,9 @@ import { restartService } from './jobs/restart.js';
  * The worker's processor: dispatch by job name to its handler, with
  * - validation: an unknown job name or data failing the job's zod schema is an
  *   UnrecoverableError (dead-lettered at once: retrying cannot fix it);
- * - the per-attempt timeout (JOB_TIMEOUT_SECONDS, spec: 900 s): the handler's AbortSignal is
- *   aborted at the deadline and the attempt fails with "timed out after Ns" (retried per policy),
- *   even if the handler ignores the signal;
+ * - the per-attempt timeout (JOB_TIMEOUT_SECONDS, the contract's 900 s by default): the handler's
+ *   AbortSignal is aborted at the deadline and the attempt fails with "timed out after Ns"
+ *   (retried per policy), even if the handler ignores the signal;
  * - shutdown: BullMQ's own signal (worker.cancelAllJobs) aborts the handler too.
  */
 export const handlers: { [N in JobName]: Handler<never> } = {

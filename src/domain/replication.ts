@@ -19,11 +19,11 @@ import { withFallback } from '../shared/timeout.js';
  * the job are on N replicas and survive a failover to any of them.
  *
  * When fewer than N acknowledge in time (or the primary is gone), the answer is 503 with
- * Retry-After, and what this request wrote is taken back, as spec rule 9 says for a failed
- * enqueue: each job no worker has taken yet is removed, then each record that still names that
- * job is deleted: the intake's seen and delivery keys ("q:<id>", src/domain/claim.ts) and a
- * restart's Idempotency-Key answer (JSON with job_id <id>). The sender's retry is then delivered
- * again and makes one job. A job a worker already took stays, and so do its records: the retry
+ * Retry-After, and what this request wrote is taken back, as for a failed enqueue (no seen record
+ * is left without its job, so the sender's retry is delivered again): each job no worker has taken
+ * yet is removed (BullMQ removes its deduplication record with it), then each record that still
+ * names that job is deleted: the intake's delivery keys ("q:<id>", src/domain/intake.ts) and a
+ * restart's Idempotency-Key answer (JSON with job_id <id>). The sender's retry then makes one job. A job a worker already took stays, and so do its records: the retry
  * is a duplicate. When the primary is gone, taking back fails too; after the failover the retry
  * then finds whatever was replicated: nothing (a new claim) or the record with its job (a
  * duplicate; a replica receives a script's writes together). Never two jobs.

@@ -53,7 +53,8 @@ export function parseApiKeyRoles(raw: string | undefined): ApiKey[] {
     if (earlier >= 0) throw new ConfigError(name, `item ${i + 1} repeats the key of item ${earlier + 1}; list each key once with one role`);
     keys.push({ key, role, id: credentialId(key) });
   });
-  if (keys.length === 0) throw new ConfigError(name, 'configures no key'); // unreachable after the checks above; kept as the spec's own rule
+  // Unreachable after the checks above; kept because the contract names it: no configured key, no start.
+  if (keys.length === 0) throw new ConfigError(name, 'configures no key');
   return keys;
 }
 

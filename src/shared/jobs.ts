@@ -3,7 +3,7 @@ import { z } from 'zod';
 /**
  * The queue contract shared by the API (producer) and the worker (consumer): queue name,
  * job names, the schema of each job's data and the default job options.
- * Job names are the spec's importable function names on queue "ops".
+ * Job names are the contract's worker function names (`ops_worker.<name>`) on queue "ops".
  */
 export const QUEUE_NAME = 'ops';
 

@@ -15,7 +15,7 @@ import { createHash, createHmac } from 'node:crypto';
 import { silentLogger } from '../../../src/shared/logger.js';
 import { createMetrics } from '../../../src/shared/metrics.js';
 
-/** Spec section 5 on each auth middleware alone (in-process Express app, no Redis). */
+/** Each auth middleware alone: API keys, bearer token, Bull Board's operator check, webhook senders (in-process Express app, no Redis). */
 function appWith(...guards: RequestHandler[]) {
   const metrics = createMetrics('api', 'test', { defaults: false });
   const app = express();
