@@ -557,7 +557,7 @@ async function main() {
     const handVsRlf = median(limiterRuns.hand!.map((f, i) => f.rps / limiterRuns.rlf![i]!.rps));
     out.push('', lsep, lrow(lt[0]!), lsep, ...lt.slice(1).map(lrow), lsep);
     out.push(
-      `  hand-written / rate-limiter-flexible: ${fmt(handVsRlf, 2)} x req/s (median of per-round ratios). On the intake paths the hand-written hit also runs inside the claim script (0 extra round trips, 0 extra commands); rate-limiter-flexible's consume() is a round trip of its own.`,
+      `  hand-written / rate-limiter-flexible: ${fmt(handVsRlf, 2)} x req/s (median of per-round ratios). Both are a round trip of their own per request, before the route (test/integration/reliability/roundTrips.test.ts).`,
     );
     out.push('', 'targets (ratio: median of the per-round ratios; figures: medians over rounds):');
     for (const [name, measured, ok] of targets) out.push(`  ${ok ? 'PASS' : 'FAIL'}  ${name}: ${measured}`);
