@@ -2,9 +2,9 @@
  * The spec-minimum control of `make bench`: what the spec's rules need and nothing
  * else, built from the same libraries as the API: Express 5 + express.json(), `SET NX EX` of the
  * event (24 h) / each fingerprint (300 s) with ioredis, and BullMQ `Queue.add` of the job when
- * the record was new; on a failed add the record is deleted (rule 9). No auth, rate limit,
- * metrics, audit log, request id, validation or crash-safety. Listens on 127.0.0.1:$PORT,
- * Redis at $REDIS_URL.
+ * the record was new; on a failed add the record is deleted, so the sender's retry is delivered
+ * again. No auth, rate limit, metrics, audit log, request id, validation or crash-safety.
+ * Listens on 127.0.0.1:$PORT, Redis at $REDIS_URL.
  */
 import express from 'express';
 import { Queue } from 'bullmq';

@@ -2,7 +2,7 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pathToFileURL } from 'node:url';
 import { createApp } from './app.js';
-import { createLazyKubeHostStatusProvider, kubeConfigPresent } from './domain/lazyHostStatus.js';
+import { createKubeHostStatusProvider } from './domain/kubeHostStatus.js';
 import {
   apiTlsFiles,
   expiredKeyWarnings,
@@ -14,6 +14,7 @@ import {
 } from './shared/config.js';
 import { reportConfigError } from './shared/configReport.js';
 import { ConfigError } from './shared/errors.js';
+import { findKubeConfig, kubeConfigFromEnv, NoKubeConfigError } from './shared/kubeconfig.js';
 import { loadInventory } from './shared/inventory.js';
 import { createLogger, type Logger } from './shared/logger.js';
 import { createMetrics, queueCountsSource } from './shared/metrics.js';
@@ -23,8 +24,8 @@ import { createRateLimiter } from './middleware/rateLimit.js';
 import { createOpsQueue } from './shared/queue.js';
 import { redisPasswords } from './shared/redis.js';
 import { connectRedis } from './shared/redisConnection.js';
-import { shutdownBudget, within } from './shared/shutdown.js';
-import { withTimeout } from './shared/timeout.js';
+import { shutdownBudget } from './shared/shutdown.js';
+import { settlesWithin, withTimeout } from './shared/timeout.js';
 import { createListener, loadTlsMaterial, type ListenerTls } from './shared/tls.js';
 import { packageVersion } from './shared/version.js';
 
@@ -74,7 +75,12 @@ export async function start(
     metrics,
   });
   metrics.setQueueDepthSources([queueCountsSource(queue.bull)]);
-  if (!kubeConfigPresent(env)) logger.warn('no Kubernetes configuration found: GET /ops/hosts/{host} will answer 503');
+  try {
+    findKubeConfig(env);
+  } catch (err) {
+    if (!(err instanceof NoKubeConfigError)) throw err;
+    logger.warn(`${err.message}; GET /ops/hosts/{host} answers 503 until there is one`);
+  }
   const app = createApp({
     config,
     redis,
@@ -82,7 +88,7 @@ export async function start(
     inventory,
     logger,
     metrics,
-    hostStatus: createLazyKubeHostStatusProvider(env),
+    hostStatus: createKubeHostStatusProvider(kubeConfigFromEnv(env)),
     version,
     rateLimit: createRateLimiter({ redis, rps: config.RATE_LIMIT_RPS, metrics, logger }),
   });
@@ -133,7 +139,7 @@ export async function start(
           const closed = new Promise<void>((resolve) => server.close(() => resolve()));
           server.closeIdleConnections();
           // In-flight requests get drainMs; then their connections are cut.
-          if (!(await within(closed, drainMs))) server.closeAllConnections();
+          if (!(await settlesWithin(closed, drainMs))) server.closeAllConnections();
           await closed;
         },
         drainMs + 1000,
@@ -142,7 +148,7 @@ export async function start(
         'metrics server',
         async () => {
           const closing = metricsServer.close();
-          if (!(await within(closing, 1000))) metricsServer.server.closeAllConnections();
+          if (!(await settlesWithin(closing, 1000))) metricsServer.server.closeAllConnections();
           await closing;
         },
         3000,

@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import type { WorkerConfig } from '../src/shared/config.js';
 import type { Inventory } from '../src/shared/inventory.js';
 import type { Logger } from '../src/shared/logger.js';
-import type { KubeConfigFactory } from './k8s.js';
+import type { KubeConfigFactory } from '../src/shared/kubeconfig.js';
 
 /** What a job handler gets besides its validated data. */
 export interface JobContext {
@@ -21,6 +21,3 @@ export interface JobContext {
 }
 
 export type Handler<D> = (data: D, ctx: JobContext) => Promise<unknown>;
-
-/** How long per-job idempotency records live (longer than any retry schedule). */
-export const IDEMPOTENCY_TTL_SECONDS = 7 * 24 * 3600;

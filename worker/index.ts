@@ -13,10 +13,10 @@ import { createMetrics } from '../src/shared/metrics.js';
 import { startMetricsServer, type MetricsServer } from '../src/shared/metricsServer.js';
 import { exportQueueDepth } from '../src/shared/queueDepth.js';
 import { connectRedis } from '../src/shared/redisConnection.js';
-import { within } from '../src/shared/shutdown.js';
+import { settlesWithin } from '../src/shared/timeout.js';
 import { loadTlsMaterial, type ListenerTls } from '../src/shared/tls.js';
 import { packageVersion } from '../src/shared/version.js';
-import { kubeConfigFromEnv, type KubeConfigFactory } from './k8s.js';
+import { kubeConfigFromEnv, type KubeConfigFactory } from '../src/shared/kubeconfig.js';
 import { workerLiveness } from './liveness.js';
 import { observeJobs, type JobMetrics } from './outcomes.js';
 import { createProcessor } from './processor.js';
@@ -150,7 +150,7 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
         run: async () => {
           const closing = metricsServer?.close();
           // A scrape still running (Redis frozen) must not hold the listener open.
-          if (closing !== undefined && !(await within(closing, 1000))) metricsServer?.server.closeAllConnections();
+          if (closing !== undefined && !(await settlesWithin(closing, 1000))) metricsServer?.server.closeAllConnections();
           await closing;
         },
       },

@@ -1,21 +1,12 @@
 import { KubeConfig } from '@kubernetes/client-node';
 import { UnrecoverableError } from 'bullmq';
-import { loadKubeConfig, NoKubeConfigError, type KubeEnv } from '../src/shared/kubeconfig.js';
-
-export { loadKubeConfig, NoKubeConfigError, SERVICEACCOUNT_DIR, type KubeEnv } from '../src/shared/kubeconfig.js';
+import { NoKubeConfigError, type KubeConfigFactory } from '../src/shared/kubeconfig.js';
 
 /**
- * Kubernetes access for the worker's jobs. The KubeConfig comes from a factory (WorkerDeps.kubeConfig)
- * so tests and the cluster suite can point the worker at any API server; the default factory reads
- * the process environment the way kubectl/client-go do, except that it refuses to fall back to
- * client-node's implicit "http://localhost:8080" when nothing is configured.
+ * Kubernetes access for the worker's jobs. The KubeConfig comes from a factory (WorkerDeps.kubeConfig,
+ * by default kubeConfigFromEnv of src/shared/kubeconfig.ts, the loader the API uses too), called
+ * for each job, so tests and the cluster suite can point the worker at any API server.
  */
-export type KubeConfigFactory = () => KubeConfig;
-
-/** A factory over a fixed environment (what the worker uses by default). */
-export function kubeConfigFromEnv(env: KubeEnv = process.env): KubeConfigFactory {
-  return () => loadKubeConfig(env);
-}
 
 /** A KubeConfig for a bare API server URL and bearer token (handy for the cluster test suite). */
 export function kubeConfigForToken(server: string, token: string, opts: { caData?: string; skipTLSVerify?: boolean } = {}): KubeConfig {
@@ -30,9 +21,9 @@ export function kubeConfigForToken(server: string, token: string, opts: { caData
 }
 
 /** Calls the factory; a missing/unreadable configuration becomes an UnrecoverableError. */
-export function resolveKubeConfig(factory: KubeConfigFactory): KubeConfig {
+export async function resolveKubeConfig(factory: KubeConfigFactory): Promise<KubeConfig> {
   try {
-    return factory();
+    return await factory();
   } catch (err) {
     if (err instanceof NoKubeConfigError) throw new UnrecoverableError(err.message);
     throw new UnrecoverableError(`no Kubernetes configuration: ${(err as Error).message}`);

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { LoopMonitor } from '../src/shared/eventLoop.js';
-import { within } from '../src/shared/shutdown.js';
+import { settlesWithin } from '../src/shared/timeout.js';
 
 /**
  * GET /livez on the worker's metrics port (its liveness probe). 503 when the event loop lagged
@@ -16,7 +16,7 @@ export function workerLiveness(deps: { monitor: LoopMonitor; maxLagMs: number; r
     let redisState: string;
     if (!client) redisState = 'connecting';
     else if (client.status !== 'ready') redisState = client.status;
-    else redisState = (await within(client.ping(), deps.timeoutMs ?? 1000)) ? 'ready' : 'unresponsive';
+    else redisState = (await settlesWithin(client.ping(), deps.timeoutMs ?? 1000)) ? 'ready' : 'unresponsive';
     const loopOk = lag <= deps.maxLagMs;
     return {
       status: loopOk ? 200 : 503,

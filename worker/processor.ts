@@ -1,5 +1,6 @@
 import { UnrecoverableError, type Job } from 'bullmq';
 import { JOB, jobDataSchemas, type JobName } from '../src/shared/jobs.js';
+import { withTimeout } from '../src/shared/timeout.js';
 import type { Handler, JobContext } from './context.js';
 import { runDeployPipeline } from './jobs/deploy.js';
 import { notifyOncall } from './jobs/notify.js';
@@ -9,9 +10,9 @@ import { restartService } from './jobs/restart.js';
  * The worker's processor: dispatch by job name to its handler, with
  * - validation: an unknown job name or data failing the job's zod schema is an
  *   UnrecoverableError (dead-lettered at once: retrying cannot fix it);
- * - the per-attempt timeout (JOB_TIMEOUT_SECONDS, spec: 900 s): the handler's AbortSignal is
- *   aborted at the deadline and the attempt fails with "timed out after Ns" (retried per policy),
- *   even if the handler ignores the signal;
+ * - the per-attempt timeout (JOB_TIMEOUT_SECONDS, the contract's 900 s by default): the handler's
+ *   AbortSignal is aborted at the deadline and the attempt fails with "timed out after Ns"
+ *   (retried per policy), even if the handler ignores the signal;
  * - shutdown: BullMQ's own signal (worker.cancelAllJobs) aborts the handler too.
  */
 export const handlers: { [N in JobName]: Handler<never> } = {
@@ -54,13 +55,7 @@ export function createProcessor(base: Omit<JobContext, 'job' | 'signal' | 'logge
     }
     const logger = base.logger.child({ job_id: job.id, job_name: job.name, attempt: job.attemptsMade + 1 });
     const controller = new AbortController();
-    let timer: NodeJS.Timeout | undefined;
-    const stop = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        const err = new JobTimeoutError(timeoutSeconds);
-        controller.abort(err);
-        reject(err);
-      }, timeoutSeconds * 1000);
+    const cancelled = new Promise<never>((_, reject) => {
       const onCancel = () => {
         const reason: unknown = bullSignal?.reason;
         const err = new JobCancelledError(
@@ -74,12 +69,13 @@ export function createProcessor(base: Omit<JobContext, 'job' | 'signal' | 'logge
     });
     const handler = handlers[job.name] as Handler<unknown>;
     const run = handler(parsed.data, { ...base, job, signal: controller.signal, logger });
-    // If the deadline wins, the handler's own (later) rejection must not become unhandled.
-    run.catch(() => undefined);
     try {
-      return await Promise.race([run, stop]);
+      return await withTimeout(Promise.race([run, cancelled]), timeoutSeconds * 1000, () => {
+        const err = new JobTimeoutError(timeoutSeconds);
+        controller.abort(err);
+        return err;
+      });
     } finally {
-      clearTimeout(timer);
       if (!controller.signal.aborted) controller.abort(new JobCancelledError('attempt finished'));
     }
   };

@@ -1,7 +1,8 @@
 import type { Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from '../src/shared/logger.js';
-import { shutdownBudget, within } from '../src/shared/shutdown.js';
+import { shutdownBudget } from '../src/shared/shutdown.js';
+import { settlesWithin } from '../src/shared/timeout.js';
 
 /**
  * Waits (at most ms) for a connection to leave the "reconnecting" state. BullMQ's blocking
@@ -10,7 +11,7 @@ import { shutdownBudget, within } from '../src/shared/shutdown.js';
  */
 export async function settleConnection(client: Redis, ms: number): Promise<void> {
   if (client.status !== 'reconnecting' && client.status !== 'connecting') return;
-  await within(
+  await settlesWithin(
     new Promise<void>((resolve) => {
       client.once('ready', () => resolve());
       client.once('end', () => resolve());
@@ -32,16 +33,16 @@ export async function closeWorker(worker: Worker, redis: Redis, logger: Logger, 
   // would wait forever. So a reconnecting worker gets a bounded chance to come back first.
   await settleConnection(redis, Math.min(5000, stepMs / 2));
   const closed = worker.close();
-  if (!(await within(closed, graceMs))) {
+  if (!(await settlesWithin(closed, graceMs))) {
     logger.warn('shutdown grace period over; aborting active jobs (they will be retried)', { grace_ms: graceMs });
     worker.cancelAllJobs('worker shutting down');
-    if (!(await within(closed, Math.min(5000, stepMs / 2)))) {
+    if (!(await settlesWithin(closed, Math.min(5000, stepMs / 2)))) {
       // worker.close(true) would return the same pending promise: nothing more to wait for.
       logger.error('shutdown step timed out: the queue worker did not close (active jobs are recovered as stalled)', { step: 'worker' });
       clean = false;
     }
   }
-  if (!(await within(redis.quit(), Math.min(2000, stepMs / 4)))) {
+  if (!(await settlesWithin(redis.quit(), Math.min(2000, stepMs / 4)))) {
     redis.disconnect();
     logger.error('shutdown step timed out: redis quit; disconnected', { step: 'redis' });
     clean = false;

@@ -10,7 +10,7 @@ import type { Written } from './replication.js';
  * One payload is one BullMQ addBulk (one round trip), each job with its fingerprint as its
  * deduplication record (src/domain/intake.ts).
  *
- * Failure handling (the spec is silent): an alert is recorded together with its job or not at
+ * Failure handling (the contract leaves it open): an alert is recorded together with its job or not at
  * all; when the call fails the failure propagates (503 + Retry-After), so Alertmanager retries the
  * whole batch: alerts already queued are then duplicates (not queued twice), the others are
  * queued. No accepted alert is lost.
@@ -44,7 +44,10 @@ export interface Planned {
   data: NotifyOncallData;
 }
 
-/** Rules 1-2 and the job data of every firing alert with a fingerprint (validated before anything is recorded). */
+/**
+ * The payload's shape (an object with an `alerts` array, else 422), its firing alerts, and the job
+ * data of every firing alert with a fingerprint (validated before anything is recorded).
+ */
 export function planAlerts(
   payload: unknown,
   auditId: string,
@@ -65,7 +68,7 @@ export function planAlerts(
     if (!isObject(a) || a.status !== 'firing') return;
     firing++;
     const fp = a.fingerprint;
-    if (typeof fp !== 'string' || fp === '') return; // counted, not queued (spec 2)
+    if (typeof fp !== 'string' || fp === '') return; // a firing alert without a fingerprint: counted, not queued
     if (fp.length > 256) throw new UnprocessableError(`alerts[${i}].fingerprint is longer than 256 characters`);
     const labels = isObject(a.labels) ? a.labels : {};
     let alertname = typeof labels.alertname === 'string' && labels.alertname !== '' ? labels.alertname : 'unknown';

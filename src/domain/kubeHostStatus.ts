@@ -1,26 +1,19 @@
-import { AppsV1Api, KubeConfig, type V1Deployment } from '@kubernetes/client-node';
-import { loadKubeConfig as loadSharedKubeConfig, NoKubeConfigError, type KubeEnv } from '../shared/kubeconfig.js';
-import { ClusterUnavailableError, type DeploymentStatus, type HostStatusProvider } from './hostStatus.js';
+import type { AppsV1Api, V1Deployment } from '@kubernetes/client-node';
+import { NoKubeConfigError, type KubeConfigFactory } from '../shared/kubeconfig.js';
 import { withTimeout } from '../shared/timeout.js';
+import { ClusterUnavailableError, type DeploymentStatus, type HostStatusProvider } from './hostStatus.js';
 
 /**
  * The real HostStatusProvider: AppsV1Api.readNamespacedDeployment for each Deployment.
  * A missing Deployment is reported (found: false); an unreachable or refusing API server is a 503.
+ *
+ * The configuration comes from a KubeConfigFactory (src/shared/kubeconfig.ts: the loader the
+ * worker uses too), and the client is built on the first GET /ops/hosts/{host}: every other
+ * request (webhooks, restart submissions) never touches Kubernetes, and @kubernetes/client-node
+ * costs about 78 MB of RSS at import (measured by `make bench`). No configuration: 503, and it is
+ * looked for again on the next request; once built, the client is kept.
  */
 const RESTARTED_AT = 'kubectl.kubernetes.io/restartedAt';
-
-/**
- * Kubernetes credentials in kubectl's order (KUBECONFIG path list, ~/.kube/config, in-cluster
- * ServiceAccount), shared with the worker (src/shared/kubeconfig.ts); undefined when there are none.
- */
-export function loadKubeConfig(env: KubeEnv = process.env): KubeConfig | undefined {
-  try {
-    return loadSharedKubeConfig(env);
-  } catch (err) {
-    if (err instanceof NoKubeConfigError) return undefined;
-    throw err;
-  }
-}
 
 function statusOf(name: string, d: V1Deployment): DeploymentStatus {
   return {
@@ -34,17 +27,24 @@ function statusOf(name: string, d: V1Deployment): DeploymentStatus {
   };
 }
 
-export function createKubeHostStatusProvider(kc: KubeConfig | undefined, opts: { timeoutMs?: number } = {}): HostStatusProvider {
+export function createKubeHostStatusProvider(kubeConfig: KubeConfigFactory, opts: { timeoutMs?: number } = {}): HostStatusProvider {
   const timeoutMs = opts.timeoutMs ?? 5000;
-  if (!kc) {
-    return {
-      deployments: () =>
-        Promise.reject(new ClusterUnavailableError('no Kubernetes cluster configured (no kubeconfig or in-cluster service account)')),
-    };
-  }
-  const api = kc.makeApiClient(AppsV1Api);
+  let client: Promise<AppsV1Api> | undefined;
+  const apps = (): Promise<AppsV1Api> =>
+    (client ??= (async () => {
+      const kc = await kubeConfig();
+      const { AppsV1Api } = await import('@kubernetes/client-node');
+      return kc.makeApiClient(AppsV1Api);
+    })().catch((err: unknown) => {
+      client = undefined; // looked for again on the next request
+      if (err instanceof NoKubeConfigError) {
+        throw new ClusterUnavailableError('no Kubernetes cluster configured (no kubeconfig or in-cluster service account)');
+      }
+      throw new ClusterUnavailableError('Kubernetes client could not be initialised; retry later');
+    }));
   return {
     async deployments(namespace, names) {
+      const api = await apps();
       return Promise.all(
         names.map(async (name) => {
           try {

@@ -4,6 +4,7 @@ import type { Logger } from '../shared/logger.js';
 import type { Producer } from '../shared/producer.js';
 import { waitForReplicas } from '../shared/redis.js';
 import { defineLua, loadLua } from '../shared/lua.js';
+import { withFallback } from '../shared/timeout.js';
 
 /**
  * "Acknowledged means replicated" (REDIS_MIN_REPLICAS_ACK=N, opt-in; 0 = off).
@@ -19,12 +20,11 @@ import { defineLua, loadLua } from '../shared/lua.js';
  * the job are on N replicas and survive a failover to any of them.
  *
  * When fewer than N acknowledge in time (or the primary is gone), the answer is 503 with
- * Retry-After, and what this request wrote is taken back, as the contract says for a failed
- * enqueue (the seen record is removed so the sender's retry is delivered again): each job no
- * worker has taken yet is removed with its deduplication record (BullMQ's remove), then each
- * record that still names that job is deleted: a delivery-id alias ("q:<id>",
- * src/domain/intake.ts) and a restart's Idempotency-Key answer (JSON with job_id <id>). The sender's retry is then delivered
- * again and makes one job. A job a worker already took stays, and so do its records: the retry
+ * Retry-After, and what this request wrote is taken back, as for a failed enqueue (no seen record
+ * is left without its job, so the sender's retry is delivered again): each job no worker has taken
+ * yet is removed (BullMQ removes its deduplication record with it), then each record that still
+ * names that job is deleted: the intake's delivery keys ("q:<id>", src/domain/intake.ts) and a
+ * restart's Idempotency-Key answer (JSON with job_id <id>). The sender's retry then makes one job. A job a worker already took stays, and so do its records: the retry
  * is a duplicate. When the primary is gone, taking back fails too; after the failover the retry
  * then finds whatever was replicated: nothing (a new claim) or the record with its job (a
  * duplicate; a replica receives a script's writes together, and the add is one script). Never two jobs.
@@ -40,15 +40,6 @@ import { defineLua, loadLua } from '../shared/lua.js';
 export const CONFIRM_SLACK_MS = 100;
 export const TAKE_BACK_BUDGET_MS = 400;
 
-/** `p`, or `onTimeout()` once `ms` passed (p goes on; its outcome is ignored). */
-async function within<T>(p: Promise<T>, ms: number, onTimeout: () => T): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<T>((resolve) => {
-    timer = setTimeout(() => resolve(onTimeout()), ms);
-  });
-  p.catch(() => undefined);
-  return Promise.race([p, late]).finally(() => clearTimeout(timer));
-}
 export interface Written {
   jobId: string;
   /** The records that name this job: a claim's seen and delivery keys, a restart's Idempotency-Key record. */
@@ -94,7 +85,7 @@ export function replicationGate(deps: ReplicationDeps): ConfirmReplicated {
         waitForReplicas(deps.redis, minReplicas, timeoutMs, deps.redis.isCluster ? written.flatMap((w) => w.keys ?? []) : undefined),
         deps.queue.waitReplicas(minReplicas, timeoutMs),
       ]);
-      const [onRecords, onJobs] = await within(both, timeoutMs + CONFIRM_SLACK_MS, () => [-1, -1]);
+      const [onRecords, onJobs] = await withFallback(both, timeoutMs + CONFIRM_SLACK_MS, () => [-1, -1]);
       acked = Math.min(onRecords, onJobs);
     } catch (err) {
       logger.debug('WAIT failed', { err });
@@ -111,7 +102,7 @@ export function replicationGate(deps: ReplicationDeps): ConfirmReplicated {
       for (const w of written) await takeBack(w);
       return true;
     })();
-    if (!(await within(takenBack, TAKE_BACK_BUDGET_MS, () => false))) {
+    if (!(await withFallback(takenBack, TAKE_BACK_BUDGET_MS, () => false))) {
       logger.warn('taking back the writes that were not replicated did not finish in time; answering 503', {
         budget_ms: TAKE_BACK_BUDGET_MS,
         jobs: written.length,
@@ -142,7 +133,7 @@ export function retryReplicationGate(deps: Omit<ReplicationDeps, 'redis'>): Conf
   return async () => {
     let acked = -1;
     try {
-      acked = await within(deps.queue.waitReplicas(minReplicas, timeoutMs), timeoutMs + CONFIRM_SLACK_MS, () => -1);
+      acked = await withFallback(deps.queue.waitReplicas(minReplicas, timeoutMs), timeoutMs + CONFIRM_SLACK_MS, () => -1);
     } catch (err) {
       logger.debug('WAIT failed', { err });
     }

@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { sha256Hex } from '../shared/crypto.js';
 import { BadRequestError, NotFoundError, RestartNotConfirmedError, UnprocessableError } from '../shared/errors.js';
 import { findHost, type Inventory } from '../shared/inventory.js';
-import { JOB } from '../shared/jobs.js';
+import { IDEMPOTENCY_TTL_SECONDS, JOB } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
 import { QueueUnavailableError } from '../shared/errors.js';
 import type { Producer } from '../shared/producer.js';
@@ -20,7 +20,7 @@ import { redisCall } from './redisOps.js';
  * collision, no probing of someone else's keys). BullMQ ignores an add whose job id exists, so a
  * retry of a call whose answer was lost (a 503 while Redis was paused, a dropped connection)
  * never makes a second job: it answers with the original job id. The answer itself is also
- * remembered for IDEMPOTENCY_TTL_SECONDS, so a repeat answers exactly as the first call did (even
+ * remembered for IDEMPOTENCY_TTL_SECONDS (src/shared/jobs.ts), so a repeat answers exactly as the first call did (even
  * a first call that joined another restart), and a key reused for another target is a 422.
  *
  * Coalescing: every restart job carries the BullMQ deduplication id `restart:<ns>/<deployment>`.
@@ -65,7 +65,9 @@ export const restartQuerySchema = z.object({
 export const idempotencyKeySchema = z
   .string()
   .regex(/^[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?$/, 'must be 1-255 printable ASCII characters')
-  .describe('makes a retried call return the original job instead of queuing a second one (remembered 24 h)');
+  .describe(
+    `makes a retried call return the original job instead of queuing a second one (remembered ${IDEMPOTENCY_TTL_SECONDS / 3600} h)`,
+  );
 
 export const restartAckSchema = z.object({
   host: z.string(),
@@ -75,8 +77,6 @@ export const restartAckSchema = z.object({
   coalesced: z.boolean().describe('true when an identical restart was still waiting or rolling out and this request joined it'),
 });
 
-/** How long an Idempotency-Key's answer is remembered (as long as a completed job is kept). */
-export const IDEMPOTENCY_TTL_SECONDS = 24 * 3600;
 export const coalesceId = (namespace: string, deployment: string): string => `restart:${namespace}/${deployment}`;
 
 export function validateRestart(

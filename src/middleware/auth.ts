@@ -99,6 +99,82 @@ export function requireApiKey(
   };
 }
 
+/** The challenge that makes a browser prompt for HTTP Basic credentials. */
+export const BASIC_CHALLENGE = 'Basic realm="opsgate", charset="UTF-8"';
+
+const BASIC = /^basic\s+([A-Za-z0-9+/=]+)\s*$/i;
+
+/**
+ * An operator key for a page a browser opens (Bull Board): `X-API-Key` (scripts), or HTTP Basic
+ * with the key as the password and any user name (a browser has no other way to send a header).
+ * No, malformed or unknown credentials: 401 with the Basic challenge, so the browser prompts; a
+ * key of another role: 403. Counted under the scheme presented (api_key or basic).
+ */
+export function requireOperatorKeyOrBasic(keys: readonly ApiKey[], metrics: AuthMetrics): RequestHandler {
+  const fail = (scheme: string, reason: string, detail: string): never => {
+    metrics.authFailures.inc({ scheme, reason });
+    throw new UnauthorizedError(detail, reason, { 'WWW-Authenticate': BASIC_CHALLENGE });
+  };
+  return (req, res, next) => {
+    let scheme: 'api_key' | 'basic' = 'api_key';
+    let presented = header(req.get('x-api-key'));
+    if (presented === '') {
+      scheme = 'basic';
+      const auth = header(req.get('authorization'));
+      if (auth === '') fail(scheme, 'missing', 'authentication required: X-API-Key or HTTP Basic with an operator key as password');
+      const m = BASIC.exec(auth);
+      const decoded = m ? Buffer.from(m[1]!, 'base64').toString('utf8') : '';
+      const colon = decoded.indexOf(':');
+      if (colon < 0) fail(scheme, 'malformed', 'malformed Authorization header; use HTTP Basic or X-API-Key');
+      presented = decoded.slice(colon + 1);
+      if (presented === '') fail(scheme, 'invalid', 'invalid credentials');
+    }
+    const key = matchApiKey(keys, presented);
+    if (!key) {
+      res.locals.presentedCredential = `key:${credentialId(presented)}`;
+      fail(scheme, 'invalid', 'invalid credentials');
+    }
+    const role: Role = key!.role === 'operator' ? 'operator' : 'readonly';
+    res.locals.principal = `key:${key!.id}`;
+    res.locals.role = role;
+    if (role !== 'operator') {
+      metrics.authFailures.inc({ scheme, reason: 'forbidden_role' });
+      throw new ForbiddenError('operator role required', 'forbidden_role');
+    }
+    next();
+  };
+}
+
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+/**
+ * A browser resends cached Basic credentials on any request to the origin, so a state-changing
+ * call from another site could ride on an operator's login (CSRF). Such calls get 403: a
+ * Sec-Fetch-Site other than same-origin or none, or an Origin whose host is not this host.
+ * Scripts (curl with X-API-Key) send neither header and are unaffected; reads (a top-level
+ * navigation) stay possible.
+ */
+export function refuseCrossSiteWrites(metrics: AuthMetrics): RequestHandler {
+  return (req, _res, next) => {
+    if (SAFE_METHODS.has(req.method)) return next();
+    const site = req.get('sec-fetch-site');
+    const origin = req.get('origin');
+    let crossSite = site !== undefined && site !== 'same-origin' && site !== 'none';
+    if (!crossSite && origin !== undefined) {
+      try {
+        crossSite = origin === 'null' || new URL(origin).host !== req.get('host');
+      } catch {
+        crossSite = true;
+      }
+    }
+    if (crossSite) {
+      metrics.authFailures.inc({ scheme: 'basic', reason: 'cross_site' });
+      throw new ForbiddenError('cross-site request refused', 'cross_site');
+    }
+    next();
+  };
+}
+
 const BEARER = /^(\S+)(?:\s+(.*))?$/;
 
 /**

@@ -83,6 +83,8 @@ export function errorHandler(logger: Logger): ErrorRequestHandler {
       res.destroy();
       return;
     }
+    // An error answer is never stored, whatever a router set for its pages (Bull Board's).
+    res.setHeader('Cache-Control', 'no-store');
     for (const [k, v] of Object.entries(appErr.headers)) res.setHeader(k, v);
     res.status(appErr.statusCode).json({ detail: appErr.detail });
   };

@@ -12,8 +12,8 @@ export function routeTemplate(req: Request): string {
 const STATE_CHANGING = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 
 /**
- * HTTP metrics for every request, and the audit line (spec 5, operational recommendations) for
- * every state-changing call and every webhook: who, method, path, body SHA-256, status, request id.
+ * HTTP metrics for every request, and the audit line for every state-changing call and every
+ * webhook: who, method, path, body SHA-256, status, request id.
  */
 export function observe(deps: { metrics: Pick<Metrics, 'httpRequests' | 'httpDuration'>; logger: Logger }): RequestHandler {
   return (req, res, next) => {

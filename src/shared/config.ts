@@ -73,7 +73,8 @@ export function parseApiKeyRoles(raw: string | undefined, opts: { optional?: boo
     if (earlier >= 0) throw new ConfigError(name, `item ${i + 1} repeats the key of item ${earlier + 1}; list each key once with one role`);
     keys.push({ key, role, id: credentialId(key), digest: sha256Digest(key), source: 'env', position: i + 1 });
   });
-  if (keys.length === 0) throw new ConfigError(name, 'configures no key'); // unreachable after the checks above; kept as the spec's own rule
+  // Unreachable after the checks above; kept because the contract names it: no configured key, no start.
+  if (keys.length === 0) throw new ConfigError(name, 'configures no key');
   return keys;
 }
 

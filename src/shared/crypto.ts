@@ -39,7 +39,8 @@ export function credentialId(secret: string): string {
 export type SignatureCheck = { ok: true } | { ok: false; reason: 'missing' | 'malformed' | 'mismatch' };
 
 /**
- * Verifies `sha256=<hex>` = HMAC-SHA256(secret, rawBody), per spec section 5 (signature variant).
+ * Verifies `sha256=<hex>` = HMAC-SHA256(secret, rawBody): the signature variant for senders that
+ * sign the body.
  * Missing value or no `sha256=` prefix: missing/malformed; digest mismatch (constant time): mismatch.
  */
 export function verifySha256Signature(secret: string, rawBody: Buffer, header: string | undefined): SignatureCheck {

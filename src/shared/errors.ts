@@ -4,8 +4,8 @@
  * and a human-readable detail that never carries a secret. The error middleware
  * (src/middleware/errors.ts) turns them into `{detail}` bodies with their headers. Answers that
  * never pass through Express's error path write the same `{detail}` shape themselves: the HTTP
- * parser's refusals (src/middleware/clientError.ts), the Bull Board guard (src/routes/admin.ts)
- * and the metrics port (src/shared/metricsServer.ts).
+ * parser's refusals (src/middleware/clientError.ts) and the metrics port
+ * (src/shared/metricsServer.ts).
  */
 export class AppError extends Error {
   readonly code: string;

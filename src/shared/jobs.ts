@@ -3,7 +3,7 @@ import { z } from 'zod';
 /**
  * The queue contract shared by the API (producer) and the worker (consumer): queue name,
  * job names, the schema of each job's data and the default job options.
- * Job names are the spec's importable function names on queue "ops".
+ * Job names are the contract's worker function names (`ops_worker.<name>`) on queue "ops".
  */
 export const QUEUE_NAME = 'ops';
 
@@ -86,15 +86,28 @@ export interface JobPolicy {
 }
 
 /**
+ * How long a job's identity is remembered, in both processes: a completed job is kept this long
+ * (so GET /ops/jobs/{id} can report it), a restart's Idempotency-Key answer names its job this
+ * long, and the worker's records of a job's steps (a notification delivered, a restart's
+ * restartedAt) live this long. A record keyed by a job id must not outlive the job: a restart
+ * asked again with the same Idempotency-Key once both are gone gets the same job id, and a
+ * restartedAt left from the first job would turn its patch into a no-op instead of a restart.
+ * A day is far longer than a job's tries under the default policy (5 tries from 10 s apart, each
+ * at most JOB_TIMEOUT_SECONDS); a dead letter retried after it repeats its steps (notifications
+ * are at-least-once, and a retried restart is a new restart).
+ */
+export const IDEMPOTENCY_TTL_SECONDS = 24 * 3600;
+
+/**
  * Default options of every job on "ops": retries with exponential backoff, then the job stays
  * in the failed set (= dead-lettered) with its reason: removeOnFail is false, nothing is dropped.
- * Completed jobs are kept for a day (bounded) so GET /ops/jobs/{id} can report them.
+ * Completed jobs are kept for IDEMPOTENCY_TTL_SECONDS (and at most 10,000 of them).
  */
 export function defaultJobOptions(policy: JobPolicy) {
   return {
     attempts: policy.attempts,
     backoff: { type: 'exponential' as const, delay: policy.backoffMs },
-    removeOnComplete: { age: 24 * 3600, count: 10000 },
+    removeOnComplete: { age: IDEMPOTENCY_TTL_SECONDS, count: 10000 },
     removeOnFail: false,
   };
 }

@@ -2,13 +2,18 @@ import { existsSync } from 'node:fs';
 import { isIPv6 } from 'node:net';
 import { homedir } from 'node:os';
 import { delimiter, join } from 'node:path';
-import { KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
 
 /**
- * Kubernetes client configuration for both processes (the worker's jobs, the API's host status),
- * read the way kubectl/client-go do, except that nothing configured is an error rather than
- * client-node's implicit "http://localhost:8080" (our own API port in development).
- * Importing this module loads @kubernetes/client-node: the API imports it lazily.
+ * The one Kubernetes configuration loader of both processes (the worker's jobs, the API's host
+ * status), read the way kubectl and client-go do, except that nothing configured is an error
+ * rather than client-node's implicit "http://localhost:8080" (the API's own port in development).
+ *
+ * One contract: loadKubeConfig resolves with a configuration that names a current cluster, or
+ * rejects with NoKubeConfigError naming what was looked for (never the content of a file).
+ * findKubeConfig answers where that configuration is without reading it, and @kubernetes/client-node
+ * (about 78 MB of RSS at import) is loaded only when a configuration is first built, so the API,
+ * which needs it for one read-only endpoint, can import this module at start-up.
  */
 export const SERVICEACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 
@@ -27,61 +32,80 @@ export interface KubeEnv {
   KUBERNETES_SERVICE_PORT?: string;
 }
 
+export interface KubeConfigLookup {
+  /** Prefix of the ServiceAccount directory (tests). */
+  pathPrefix?: string;
+}
+
+/** Where the configuration is: kubeconfig files (merged in order), or the in-cluster ServiceAccount. */
+export type KubeConfigSource = { kind: 'files'; name: string; files: string[] } | { kind: 'in-cluster'; server: string; saDir: string };
+
 /**
- * Loads the cluster configuration, in kubectl's order: $KUBECONFIG (path list), ~/.kube/config,
- * then in-cluster (KUBERNETES_SERVICE_HOST/PORT + the mounted ServiceAccount token).
- * Throws NoKubeConfigError naming what was looked for; never the content of any file.
+ * kubectl's order: $KUBECONFIG (a path list, every file must exist), ~/.kube/config, then
+ * in-cluster (KUBERNETES_SERVICE_HOST/PORT and the mounted ServiceAccount token). Reads no file.
+ * Throws NoKubeConfigError naming what was looked for.
  */
-export function loadKubeConfig(env: KubeEnv = process.env, opts: { pathPrefix?: string } = {}): KubeConfig {
-  const kc = new KubeConfig();
-  const prefix = opts.pathPrefix ?? '';
-  const saDir = prefix + SERVICEACCOUNT_DIR;
+export function findKubeConfig(env: KubeEnv = process.env, opts: KubeConfigLookup = {}): KubeConfigSource {
   const kubeconfig = env.KUBECONFIG?.trim();
   if (kubeconfig) {
     const files = kubeconfig.split(delimiter).filter(Boolean);
     for (const f of files) {
       if (!existsSync(f)) throw new NoKubeConfigError(`KUBECONFIG names ${f}, which does not exist`);
     }
-    try {
-      kc.loadFromFile(files[0]!);
-      for (const f of files.slice(1)) {
-        const more = new KubeConfig();
-        more.loadFromFile(f);
-        kc.mergeConfig(more);
-      }
-    } catch (err) {
-      throw new NoKubeConfigError(`KUBECONFIG could not be parsed (${(err as Error).name})`);
-    }
-    return requireCluster(kc, 'KUBECONFIG');
+    return { kind: 'files', name: 'KUBECONFIG', files };
   }
   const home = env.HOME ?? homedir();
   const userConfig = home ? join(home, '.kube', 'config') : undefined;
-  if (userConfig && existsSync(userConfig)) {
-    try {
-      kc.loadFromFile(userConfig);
-    } catch (err) {
-      throw new NoKubeConfigError(`${userConfig} could not be parsed (${(err as Error).name})`);
-    }
-    return requireCluster(kc, userConfig);
-  }
+  if (userConfig && existsSync(userConfig)) return { kind: 'files', name: userConfig, files: [userConfig] };
+  const saDir = (opts.pathPrefix ?? '') + SERVICEACCOUNT_DIR;
   const host = env.KUBERNETES_SERVICE_HOST;
   const port = env.KUBERNETES_SERVICE_PORT;
   if (host && port && existsSync(join(saDir, 'token'))) {
     // Like KubeConfig.loadFromCluster(), but from `env` rather than process.env.
     const scheme = port === '80' || port === '8080' || port === '8001' ? 'http' : 'https';
-    const server = `${scheme}://${isIPv6(host) ? `[${host}]` : host}:${port}`;
+    return { kind: 'in-cluster', server: `${scheme}://${isIPv6(host) ? `[${host}]` : host}:${port}`, saDir };
+  }
+  throw new NoKubeConfigError(
+    'KUBECONFIG is not set, ~/.kube/config does not exist and this process is not running in a cluster ' +
+      '(KUBERNETES_SERVICE_HOST and a mounted ServiceAccount token)',
+  );
+}
+
+/** The configuration findKubeConfig finds, read; rejects with NoKubeConfigError when there is none or it cannot be parsed. */
+export async function loadKubeConfig(env: KubeEnv = process.env, opts: KubeConfigLookup = {}): Promise<KubeConfig> {
+  const source = findKubeConfig(env, opts);
+  const { KubeConfig } = await import('@kubernetes/client-node');
+  const kc = new KubeConfig();
+  if (source.kind === 'in-cluster') {
     kc.loadFromOptions({
-      clusters: [{ name: 'inCluster', server, caFile: join(saDir, 'ca.crt'), skipTLSVerify: false }],
-      users: [{ name: 'inClusterUser', authProvider: { name: 'tokenFile', config: { tokenFile: join(saDir, 'token') } } }],
+      clusters: [{ name: 'inCluster', server: source.server, caFile: join(source.saDir, 'ca.crt'), skipTLSVerify: false }],
+      users: [{ name: 'inClusterUser', authProvider: { name: 'tokenFile', config: { tokenFile: join(source.saDir, 'token') } } }],
       contexts: [{ name: 'inClusterContext', cluster: 'inCluster', user: 'inClusterUser' }],
       currentContext: 'inClusterContext',
     });
     return requireCluster(kc, 'in-cluster ServiceAccount');
   }
-  throw new NoKubeConfigError(
-    'KUBECONFIG is not set, ~/.kube/config does not exist and the worker is not running in a cluster ' +
-      '(KUBERNETES_SERVICE_HOST and a mounted ServiceAccount token)',
-  );
+  try {
+    kc.loadFromFile(source.files[0]!);
+    for (const f of source.files.slice(1)) {
+      const more = new KubeConfig();
+      more.loadFromFile(f);
+      kc.mergeConfig(more);
+    }
+  } catch (err) {
+    throw new NoKubeConfigError(`${source.name} could not be parsed (${(err as Error).name})`);
+  }
+  return requireCluster(kc, source.name);
+}
+
+/**
+ * Where a process gets its configuration: the environment's (kubeConfigFromEnv) in production;
+ * tests and the cluster suites point either process at any API server with their own.
+ */
+export type KubeConfigFactory = () => KubeConfig | Promise<KubeConfig>;
+
+export function kubeConfigFromEnv(env: KubeEnv = process.env, opts: KubeConfigLookup = {}): KubeConfigFactory {
+  return () => loadKubeConfig(env, opts);
 }
 
 function requireCluster(kc: KubeConfig, source: string): KubeConfig {

@@ -1,4 +1,5 @@
 import { pino, type DestinationStream, type Logger as PinoLogger } from 'pino';
+import { withFallback } from './timeout.js';
 
 /**
  * Structured JSON logs, one object per line on stdout, written by pino (asynchronously: a line is
@@ -100,26 +101,23 @@ interface AsyncDestination extends DestinationStream {
 }
 
 /** Waits until the asynchronous destination has nothing in flight or buffered (at most timeoutMs), then writes any rest synchronously. */
-function settle(dest: AsyncDestination, timeoutMs: number): Promise<void> {
-  return new Promise<void>((resolve) => {
-    const idle = () => !dest._writing && (dest._len ?? 0) === 0;
-    const finish = () => {
-      clearTimeout(timer);
-      dest.off('drain', check);
-      try {
-        // Anything still buffered (only when the timeout fired) goes out synchronously.
-        if (!dest._writing && (dest._len ?? 0) > 0) dest.flushSync();
-      } catch {
-        /* destination gone (EPIPE, closed): nothing more can be written */
-      }
-      resolve();
-    };
+async function settle(dest: AsyncDestination, timeoutMs: number): Promise<void> {
+  const idle = () => !dest._writing && (dest._len ?? 0) === 0;
+  let check = () => {};
+  const drained = new Promise<void>((resolve) => {
     // Re-checked after every drain: a drain listener may have written again (the dropped-lines warning).
-    const check = () => (idle() ? finish() : undefined);
-    const timer = setTimeout(finish, timeoutMs);
-    if (idle()) return finish();
+    check = () => (idle() ? resolve() : undefined);
     dest.on('drain', check);
+    check();
   });
+  await withFallback(drained, timeoutMs, () => undefined);
+  dest.off('drain', check);
+  try {
+    // Anything still buffered (only when the deadline passed) goes out synchronously.
+    if (!dest._writing && (dest._len ?? 0) > 0) dest.flushSync();
+  } catch {
+    /* destination gone (EPIPE, closed): nothing more can be written */
+  }
 }
 
 export function createLogger(opts: LoggerOptions = {}): Logger {

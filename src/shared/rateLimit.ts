@@ -6,6 +6,7 @@ import { TooManyRequestsError } from './errors.js';
 import type { Logger } from './logger.js';
 import { defineLua, loadLua } from './lua.js';
 import type { Metrics } from './metrics.js';
+import { withFallback } from './timeout.js';
 
 /**
  * Rate-limit counting: a fixed window per client address, counted in Redis so every API replica
@@ -90,30 +91,14 @@ export function createRateCounter(opts: RateCounterOptions): RateCounter {
     return new TooManyRequestsError(Math.max(1, Math.ceil((ttlMs > 0 ? ttlMs : windowMs) / 1000)));
   };
 
+  // A late answer after the fail-open is ignored: each hit fails open (and is counted) once.
   const hit = (key: string): Promise<TooManyRequestsError | undefined> =>
-    new Promise((resolve) => {
-      let settled = false;
-      const timer = setTimeout(() => {
-        if (settled) return;
-        settled = true;
-        onRedisError(new Error(`rate limit: Redis did not answer within ${timeoutMs} ms`));
-        resolve(undefined);
-      }, timeoutMs);
-      send(key).then(
-        (reply) => {
-          clearTimeout(timer);
-          if (settled) return;
-          settled = true;
-          resolve(decide(reply));
-        },
-        (err: unknown) => {
-          clearTimeout(timer);
-          if (settled) return;
-          settled = true;
-          onRedisError(err);
-          resolve(undefined);
-        },
-      );
+    withFallback(send(key).then(decide), timeoutMs, (): TooManyRequestsError | undefined => {
+      onRedisError(new Error(`rate limit: Redis did not answer within ${timeoutMs} ms`));
+      return undefined;
+    }).catch((err: unknown) => {
+      onRedisError(err);
+      return undefined;
     });
 
   return { hit };

@@ -188,8 +188,9 @@ export function clusterOptions(p: Extract<ParsedRedisUrl, { topology: 'cluster' 
     clusterRetryStrategy: (times) => Math.min(100 * 2 ** Math.min(times, 5), 2000),
     // A failover moves slots: follow MOVED/ASK, retry on CLUSTERDOWN / TRYAGAIN / a closed node.
     // The request profile gives up within ~200 ms, far below any failover (>= cluster-node-timeout):
-    // a command of a request that already failed (e.g. rule 9's removal of a seen record after a
-    // failed enqueue) must never land on the promoted replica, where the job may have survived.
+    // a command of a request that already failed (e.g. removing a seen record after a failed
+    // enqueue, so the sender's retry is delivered again) must never land on the promoted replica,
+    // where the job may have survived.
     ...(profile === 'request'
       ? { maxRedirections: 4, retryDelayOnFailover: 50, retryDelayOnClusterDown: 50, retryDelayOnTryAgain: 50 }
       : { maxRedirections: 16, retryDelayOnFailover: 200, retryDelayOnClusterDown: 200, retryDelayOnTryAgain: 200 }),

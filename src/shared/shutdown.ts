@@ -1,4 +1,5 @@
 import type { Logger } from './logger.js';
+import { settlesWithin } from './timeout.js';
 
 /**
  * Bounded shutdown for both processes. Every close step (HTTP server, metrics
@@ -8,23 +9,6 @@ import type { Logger } from './logger.js';
  * still running (msg "shutdown deadline passed; timed out"), so SIGTERM never hangs on a Redis that
  * is down, frozen or still reconnecting.
  */
-
-/** true when p settles (resolves or rejects) within ms; false otherwise (p keeps running, ignored). */
-export function within(p: Promise<unknown>, ms: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const t = setTimeout(() => resolve(false), Math.max(0, ms));
-    p.then(
-      () => {
-        clearTimeout(t);
-        resolve(true);
-      },
-      () => {
-        clearTimeout(t);
-        resolve(true);
-      },
-    );
-  });
-}
 
 export interface ShutdownBudget {
   /** Milliseconds left before the hard deadline (never below 0). */
@@ -59,7 +43,7 @@ export function shutdownBudget(logger: Logger, totalMs: number, onDeadline: () =
       const p = (async () => run())().catch((err: unknown) => {
         failed = err;
       });
-      const finished = await within(p, ms);
+      const finished = await settlesWithin(p, ms);
       if (!finished) {
         unfinished.push(name);
         logger.error('shutdown step timed out', { step: name, timeout_ms: ms });

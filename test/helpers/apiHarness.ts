@@ -111,7 +111,11 @@ export async function createHarness(redisUrl: string, opts: HarnessOptions = {})
     inventory,
     logger,
     metrics,
-    hostStatus: opts.hostStatus ?? createKubeHostStatusProvider(undefined),
+    hostStatus:
+      opts.hostStatus ??
+      createKubeHostStatusProvider(() => {
+        throw new NoKubeConfigError('none in this test');
+      }),
     version: '9.9.9-test',
     rateLimit: opts.rateLimit?.({ redis, metrics, logger }),
     ...(opts.now ? { now: opts.now } : {}),

@@ -150,7 +150,7 @@ export async function runDeployPipeline(
   });
   const what = `Job ${entry.namespace}/${name}`;
 
-  const kc = resolveKubeConfig(ctx.kubeConfig);
+  const kc = await resolveKubeConfig(ctx.kubeConfig);
   const batch = kc.makeApiClient(BatchV1Api);
   let created = true;
   let uid: string | undefined;

@@ -1,13 +1,13 @@
 import { UnrecoverableError } from 'bullmq';
 import { sha256Hex } from '../../src/shared/crypto.js';
-import type { NotifyOncallData } from '../../src/shared/jobs.js';
+import { IDEMPOTENCY_TTL_SECONDS, type NotifyOncallData } from '../../src/shared/jobs.js';
 import { notifyDeliveryKey } from '../../src/shared/keys.js';
-import { IDEMPOTENCY_TTL_SECONDS, type JobContext } from '../context.js';
+import type { JobContext } from '../context.js';
 import { abortReason } from '../k8s.js';
 
 /**
- * notify_oncall(alertname, annotations): logs the alert name and its `summary` annotation (spec
- * section 6), then posts a Slack-compatible JSON message to every NOTIFY_WEBHOOK_URLS endpoint.
+ * notify_oncall(alertname, annotations): logs the alert name and its `summary` annotation, then
+ * posts a Slack-compatible JSON message to every NOTIFY_WEBHOOK_URLS endpoint.
  *
  * Per endpoint: 2xx = delivered; 408/429/5xx/network error/timeout = retried (the attempt fails
  * and BullMQ retries with backoff); any other 3xx/4xx = rejected for good.

@@ -1,9 +1,9 @@
 import { AppsV1Api, PatchStrategy, setHeaderOptions, type V1Deployment } from '@kubernetes/client-node';
 import { UnrecoverableError } from 'bullmq';
 import { findHost } from '../../src/shared/inventory.js';
-import type { RestartServiceData } from '../../src/shared/jobs.js';
+import { IDEMPOTENCY_TTL_SECONDS, type RestartServiceData } from '../../src/shared/jobs.js';
 import { restartedAtKey } from '../../src/shared/keys.js';
-import { IDEMPOTENCY_TTL_SECONDS, type JobContext } from '../context.js';
+import type { JobContext } from '../context.js';
 import { recordEvent } from '../events.js';
 import { k8sFailure, resolveKubeConfig, rfc3339, sleep } from '../k8s.js';
 
@@ -90,7 +90,7 @@ export async function restartService(
   const name = data.service;
   const what = `Deployment ${namespace}/${name}`;
 
-  const kc = resolveKubeConfig(ctx.kubeConfig);
+  const kc = await resolveKubeConfig(ctx.kubeConfig);
   const apps = kc.makeApiClient(AppsV1Api);
   const jobId = String(ctx.job.id);
   const event = (reason: 'OpsgateRestart' | 'OpsgateRestartRefused', d: V1Deployment, detail?: string) =>

@@ -331,7 +331,7 @@ describe('worker on a real cluster, as its ServiceAccount', () => {
       inventory: inv,
       logger: createLogger({ level: 'warn', secrets: secretsOf(config), write: () => {} }),
       metrics: createMetrics('api', 'test', { defaults: false }),
-      hostStatus: createKubeHostStatusProvider(kubeConfigForToken(cluster.server, apiToken, { caData: caData() })),
+      hostStatus: createKubeHostStatusProvider(() => kubeConfigForToken(cluster.server, apiToken, { caData: caData() })),
       version: 'k8s-test',
     });
     try {

@@ -5,7 +5,7 @@ import { JOB } from '../../../src/shared/jobs.js';
 import { createHarness, eventually, useHarness } from '../../helpers/apiHarness.js';
 import { dedupKey } from '../../helpers/queueOps.js';
 
-/** POST /webhook/alerts rules 1-4 (+ optional ALERTS_WEBHOOK_TOKEN) on a real Redis and BullMQ queue. */
+/** POST /webhook/alerts as the contract describes it (+ optional ALERTS_WEBHOOK_TOKEN) on a real Redis and BullMQ queue. */
 const ctx = useHarness();
 
 const alert = (fp: string | undefined, status = 'firing', extra: Record<string, unknown> = {}) => ({
@@ -24,7 +24,7 @@ const post = (body: unknown) =>
 
 const waiting = () => ctx.h.queue.bull.getJobs(['waiting']);
 
-describe('rule 1: payload shape', () => {
+describe('payload shape: an object with an "alerts" array, else 422', () => {
   it('invalid JSON -> 400', async () => {
     const res = await post('{"alerts": [');
     expect(res.status).toBe(400);
@@ -41,7 +41,7 @@ describe('rule 1: payload shape', () => {
   });
 });
 
-describe('rules 2-4: firing alerts with a fingerprint are deduplicated and queued', () => {
+describe('firing alerts with a fingerprint are deduplicated (300 s) and queued; the counts are answered', () => {
   it('counts received and firing; queues one notify_oncall per firing alert with a fingerprint', async () => {
     const res = await post({
       version: '4',

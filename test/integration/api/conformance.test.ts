@@ -17,9 +17,9 @@ import { apiEnv, makeSecrets } from '../../helpers/reliability.js';
  * a 500 and of a stack trace) during the run.
  *
  * Left out: negative_data_rejection and positive_data_acceptance. The webhook bodies are documented
- * by the fields the rules read, and a sender's event outside them is answered 202 "ignored" as the
- * contract says (spec section 4), not refused; those two checks test validation strictness, which
- * the contract does not ask for.
+ * by the fields the rules read, and a sender's event outside them is answered 202 "ignored", as the
+ * contract says for an event that is not a push, not refused; those two checks test validation
+ * strictness, which the contract does not ask for.
  *
  * The harness is checked too: the same run against a copy of the document with one status of
  * GET /ops/hosts removed fails on status-code conformance.

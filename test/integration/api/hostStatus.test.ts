@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -7,8 +7,8 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/glo
 import { KubeConfig } from '@kubernetes/client-node';
 import request from 'supertest';
 import { freePort, startRedis, type RedisServer } from '../../helpers/redis.js';
-import { createKubeHostStatusProvider, loadKubeConfig } from '../../../src/domain/kubeHostStatus.js';
-import { createLazyKubeHostStatusProvider, kubeConfigPresent } from '../../../src/domain/lazyHostStatus.js';
+import { createKubeHostStatusProvider } from '../../../src/domain/kubeHostStatus.js';
+import { findKubeConfig, kubeConfigFromEnv, loadKubeConfig, NoKubeConfigError } from '../../../src/shared/kubeconfig.js';
 import { createHarness, OP_KEY, RO_KEY, type Harness } from '../../helpers/apiHarness.js';
 
 /**
@@ -61,7 +61,7 @@ beforeAll(async () => {
     contexts: [{ name: 'ctx', cluster: 'local', user: 'u' }],
     currentContext: 'ctx',
   });
-  h = await createHarness(srv.url, { hostStatus: createKubeHostStatusProvider(kc) });
+  h = await createHarness(srv.url, { hostStatus: createKubeHostStatusProvider(() => kc) });
 });
 afterAll(async () => {
   await h?.close();
@@ -143,7 +143,7 @@ describe('GET /ops/hosts/:host', () => {
       contexts: [{ name: 'ctx', cluster: 'local', user: 'u' }],
       currentContext: 'ctx',
     });
-    const hh = await createHarness(own.url, { hostStatus: createKubeHostStatusProvider(kc) });
+    const hh = await createHarness(own.url, { hostStatus: createKubeHostStatusProvider(() => kc) });
     try {
       await own.stop();
       const res = await request(hh.app).get('/ops/hosts/db-1').set('X-API-Key', RO_KEY);
@@ -178,7 +178,7 @@ describe('no cluster reachable', () => {
       contexts: [{ name: 'ctx', cluster: 'gone', user: 'u' }],
       currentContext: 'ctx',
     });
-    const gone = await createHarness(srv.url, { hostStatus: createKubeHostStatusProvider(kc, { timeoutMs: 3000 }) });
+    const gone = await createHarness(srv.url, { hostStatus: createKubeHostStatusProvider(() => kc, { timeoutMs: 3000 }) });
     try {
       const res = await request(gone.app).get('/ops/hosts/web-1').set('X-API-Key', RO_KEY);
       expect(res.status).toBe(503);
@@ -187,15 +187,13 @@ describe('no cluster reachable', () => {
       await gone.close();
     }
   });
-  it('loadKubeConfig finds nothing in an empty environment (no silent localhost:8080 fallback)', () => {
-    expect(loadKubeConfig({ HOME: '/nonexistent-home' })).toBeUndefined();
+  it('loadKubeConfig finds nothing in an empty environment (no silent localhost:8080 fallback)', async () => {
+    await expect(loadKubeConfig({ HOME: '/nonexistent-home' })).rejects.toThrow(NoKubeConfigError);
   });
 });
 
-describe('lazy provider (what src/server.ts uses: client-node loaded on first use)', () => {
-  it('reads the cluster named by KUBECONFIG on the first request, like the eager provider', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'opsgate-kubeconfig-'));
-    const file = join(dir, 'config');
+describe("the environment's configuration (what src/server.ts uses: read by the worker's loader, client-node loaded on first use)", () => {
+  const writeKubeConfig = (file: string) => {
     const kc = new KubeConfig();
     kc.loadFromOptions({
       clusters: [{ name: 'local', server: `http://127.0.0.1:${(api.address() as AddressInfo).port}`, skipTLSVerify: true }],
@@ -204,9 +202,15 @@ describe('lazy provider (what src/server.ts uses: client-node loaded on first us
       currentContext: 'ctx',
     });
     writeFileSync(file, kc.exportConfig());
-    const lazy = await createHarness(srv.url, { hostStatus: createLazyKubeHostStatusProvider({ KUBECONFIG: file }) });
+  };
+
+  it('reads the cluster named by KUBECONFIG on the first request', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'opsgate-kubeconfig-'));
+    const file = join(dir, 'config');
+    writeKubeConfig(file);
+    const fromEnv = await createHarness(srv.url, { hostStatus: createKubeHostStatusProvider(kubeConfigFromEnv({ KUBECONFIG: file })) });
     try {
-      const res = await request(lazy.app).get('/ops/hosts/web-1').set('X-API-Key', RO_KEY);
+      const res = await request(fromEnv.app).get('/ops/hosts/web-1').set('X-API-Key', RO_KEY);
       expect(res.status).toBe(200);
       expect(res.body.deployments.find((d: { name: string }) => d.name === 'frontend')).toMatchObject({
         found: true,
@@ -214,27 +218,40 @@ describe('lazy provider (what src/server.ts uses: client-node loaded on first us
       });
       expect(calls.some((c) => c.startsWith('GET /apis/apps/v1/namespaces/'))).toBe(true);
     } finally {
-      await lazy.close();
+      await fromEnv.close();
       rmSync(dir, { recursive: true, force: true });
     }
   });
-  it('with no configuration it answers 503 like the eager provider', async () => {
-    const lazy = await createHarness(srv.url, { hostStatus: createLazyKubeHostStatusProvider({}) });
+
+  it('with no configuration it answers 503, and finds one that appears later on the next request', async () => {
+    const home = mkdtempSync(join(tmpdir(), 'opsgate-home-'));
+    const fromEnv = await createHarness(srv.url, { hostStatus: createKubeHostStatusProvider(kubeConfigFromEnv({ HOME: home })) });
     try {
-      const res = await request(lazy.app).get('/ops/hosts/web-1').set('X-API-Key', RO_KEY);
-      // HOME of this process may hold a ~/.kube/config; only assert the no-config outcome when it does not.
-      if (!kubeConfigPresent({})) {
-        expect(res.status).toBe(503);
-        expect(res.body.detail).toMatch(/no Kubernetes cluster configured/);
-      } else {
-        expect([200, 503]).toContain(res.status);
-      }
+      const res = await request(fromEnv.app).get('/ops/hosts/web-1').set('X-API-Key', RO_KEY);
+      expect(res.status).toBe(503);
+      expect(res.body).toEqual({ detail: 'no Kubernetes cluster configured (no kubeconfig or in-cluster service account)' });
+      mkdirSync(join(home, '.kube'));
+      writeKubeConfig(join(home, '.kube', 'config'));
+      const again = await request(fromEnv.app).get('/ops/hosts/web-1').set('X-API-Key', RO_KEY);
+      expect(again.status).toBe(200);
     } finally {
-      await lazy.close();
+      await fromEnv.close();
+      rmSync(home, { recursive: true, force: true });
     }
   });
-  it('kubeConfigPresent follows KUBECONFIG and the in-cluster variables', () => {
-    expect(kubeConfigPresent({ KUBECONFIG: '/some/file' })).toBe(true);
-    expect(kubeConfigPresent({ KUBERNETES_SERVICE_HOST: '10.0.0.1' })).toBe(true);
+
+  it('findKubeConfig follows the loader, without reading a file: KUBECONFIG, ~/.kube/config, in-cluster', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'opsgate-kubeconfig-'));
+    try {
+      const file = join(dir, 'config');
+      writeFileSync(file, 'not yaml at all: [');
+      expect(findKubeConfig({ KUBECONFIG: file })).toEqual({ kind: 'files', name: 'KUBECONFIG', files: [file] });
+      expect(() => findKubeConfig({ KUBECONFIG: join(dir, 'missing') })).toThrow(NoKubeConfigError);
+      expect(() =>
+        findKubeConfig({ HOME: dir, KUBERNETES_SERVICE_HOST: '10.0.0.1', KUBERNETES_SERVICE_PORT: '443' }, { pathPrefix: dir }),
+      ).toThrow(NoKubeConfigError);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -1,5 +1,5 @@
 /**
- * Intake additions around the spec (issues 9 and 11), each on the real app, real Redis, real
+ * Intake additions around the contract, each on the real app, real Redis, real
  * BullMQ, with the senders' own sample payloads (test/fixtures):
  * - POST /webhook/gitlab with GitLab's native headers (X-Gitlab-Token, X-Gitlab-Event,
  *   Idempotency-Key / X-Gitlab-Event-UUID), same rules and event id as /webhook/scm;

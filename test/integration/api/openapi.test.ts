@@ -5,7 +5,7 @@ import request from 'supertest';
 import { createRateLimiter } from '../../../src/middleware/rateLimit.js';
 import { documentedStatuses, errorSchema } from '../../../src/openapi/document.js';
 import { API_ROUTES } from '../../../src/openapi/routes.js';
-import { JOB } from '../../../src/shared/jobs.js';
+import { IDEMPOTENCY_TTL_SECONDS, JOB } from '../../../src/shared/jobs.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 import { BEARER, createHarness, OP_KEY, RO_KEY, runWorkerUntil, useHarness, type Harness } from '../../helpers/apiHarness.js';
 import { enqueue } from '../../helpers/queueOps.js';
@@ -119,6 +119,9 @@ describe('the document', () => {
         }),
       ]),
     );
+    // the Idempotency-Key's lifetime as the code keeps it (IDEMPOTENCY_TTL_SECONDS)
+    const idem = restart.parameters.find((p: any) => p.name === 'Idempotency-Key');
+    expect(JSON.stringify(idem)).toContain(`remembered ${IDEMPOTENCY_TTL_SECONDS / 3600} h`);
     const list = doc.paths['/ops/jobs'].get.parameters;
     expect(list.find((p: any) => p.name === 'limit')).toMatchObject({
       required: false,

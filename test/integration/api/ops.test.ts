@@ -6,7 +6,10 @@ import { JOB } from '../../../src/shared/jobs.js';
 import { BEARER, containsSecret, createHarness, OP_KEY, OP_KEY_2, RO_KEY, useHarness } from '../../helpers/apiHarness.js';
 import { enqueue } from '../../helpers/queueOps.js';
 
-/** /ops/hosts, /ops/restart, /ops/cache, /ops/jobs/:id with the auth rules of spec section 5. */
+/**
+ * /ops/hosts, /ops/restart, /ops/cache, /ops/jobs/:id with the contract's auth: X-API-Key (missing
+ * or unknown 401, a readonly key on an operator endpoint 403) and the bearer token (401).
+ */
 const ctx = useHarness();
 
 describe('GET /ops/hosts (any valid X-API-Key)', () => {

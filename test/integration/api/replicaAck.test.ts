@@ -2,7 +2,7 @@
  * REDIS_MIN_REPLICAS_ACK (src/domain/replication.ts) on a real redis-server, first without a
  * replica (WAIT can never be satisfied), then with one real replica attached.
  * - Not acknowledged in time: 503 {detail} + Retry-After, and what the request wrote is taken
- *   back (spec rule 9): no seen record, no job, so the sender's retry is delivered again.
+ *   back as after a failed enqueue: no seen record, no job, so the sender's retry is delivered again.
  * - Acknowledged: the usual answers, and the seen record and the job are on the replica at the
  *   moment the answer arrives (that is the guarantee).
  * - POST /ops/jobs/{id}/retry: 200 only once the re-queued job is on the replica; not in time

@@ -5,7 +5,7 @@ import { JOB } from '../../../src/shared/jobs.js';
 import { containsSecret, createHarness, eventually, SCM_SECRET, useHarness } from '../../helpers/apiHarness.js';
 import { dedupKey, stateKeys } from '../../helpers/queueOps.js';
 
-/** POST /webhook/scm rules 1-9, in order, on a real Redis with the real BullMQ queue. */
+/** POST /webhook/scm as the contract describes it, rule after rule in its order, on a real Redis with the real BullMQ queue. */
 const ctx = useHarness();
 
 const push = (sha = 'a1b2c3', overrides: Record<string, unknown> = {}) => ({
@@ -26,7 +26,7 @@ const post = (body: unknown, headers: Record<string, string> = {}) => {
 
 const jobsInQueue = async () => ctx.h.queue.bull.getJobs(['waiting', 'delayed', 'active', 'completed', 'failed', 'prioritized']);
 
-describe('rule 1: token verified first (403)', () => {
+describe('the token is verified first (403)', () => {
   it('missing token -> 403 {detail}', async () => {
     const res = await post(push(), { 'X-Scm-Token': '' });
     expect(res.status).toBe(403);
@@ -70,7 +70,7 @@ describe('rule 1: token verified first (403)', () => {
   });
 });
 
-describe('rule 2: parse JSON after verification', () => {
+describe('the body is parsed as JSON after verification', () => {
   it('valid token + invalid JSON -> 400 {detail}', async () => {
     const res = await post('{not json');
     expect(res.status).toBe(400);
@@ -91,7 +91,7 @@ describe('rule 2: parse JSON after verification', () => {
   });
 });
 
-describe('rule 3: event header must be exactly "Push Hook"', () => {
+describe('the event header must be exactly "Push Hook"', () => {
   it.each([['Tag Push Hook'], ['push hook'], ['Push  Hook'], ['PUSH HOOK'], ['']])('X-Scm-Event %j -> 202 ignored', async (event) => {
     const res = await post(push(), { 'X-Scm-Event': event });
     expect(res.status).toBe(202);
@@ -106,7 +106,7 @@ describe('rule 3: event header must be exactly "Push Hook"', () => {
   });
 });
 
-describe('rule 4: ref must be exactly refs/heads/main', () => {
+describe('the ref must be exactly refs/heads/main', () => {
   it('another ref -> 202 ignored, the reason names the ref', async () => {
     const res = await post(push('abc', { ref: 'refs/heads/feature-x' }));
     expect(res.status).toBe(202);
@@ -124,7 +124,7 @@ describe('rule 4: ref must be exactly refs/heads/main', () => {
   });
 });
 
-describe('rule 5: checkout_sha required', () => {
+describe('checkout_sha is required (422)', () => {
   it.each([[undefined], [''], [null]])('checkout_sha %j -> 422 {detail}', async (sha) => {
     const body: Record<string, unknown> = { ref: 'refs/heads/main', project: { path_with_namespace: 'g/p' } };
     if (sha !== undefined) body.checkout_sha = sha;
@@ -139,7 +139,7 @@ describe('rule 5: checkout_sha required', () => {
   });
 });
 
-describe('rules 6-8: event_id, seen record, one job, duplicates', () => {
+describe('event_id, seen record for 24 h, one job, duplicates', () => {
   it('accepts, records the event for 24 h and enqueues exactly one run_deploy_pipeline job', async () => {
     const res = await post(push('deadbeef'));
     expect(res.status).toBe(202);
@@ -236,7 +236,7 @@ describe('rules 6-8: event_id, seen record, one job, duplicates', () => {
   });
 });
 
-describe('rule 9 and Redis failures: 503 + Retry-After, never lost', () => {
+describe('a failed enqueue leaves no seen record, and Redis failures: 503 + Retry-After, never lost', () => {
   it('enqueue fails (queue Redis down) -> nothing recorded, 503 with Retry-After; retry accepted once the queue is back', async () => {
     const queueSrv = await startRedis();
     const split = await createHarness(ctx.srv.url, { queueUrl: queueSrv.url });

@@ -226,7 +226,7 @@ describe('make dev (hack/dev.sh)', () => {
     expect(await json('guide-gitlab-native')).toMatchObject({ accepted: true, duplicate: false, project: 'acme/storefront' });
     expect(await json('guide-gitlab-native')).toMatchObject({ accepted: false, duplicate: true, project: 'acme/storefront' });
 
-    // GitLab, spec headers: accepted, then the same push again a duplicate.
+    // GitLab with the contract's headers (X-Scm-Token, X-Scm-Event): accepted, then the same push again a duplicate.
     expect(await json('guide-gitlab-scm')).toMatchObject({ accepted: true, duplicate: false, project: 'acme/storefront' });
     expect(await json('guide-gitlab-scm')).toMatchObject({ accepted: false, duplicate: true, project: 'acme/storefront' });
 

@@ -7,6 +7,7 @@ import { JOB, QUEUE_NAME } from '../../../src/shared/jobs.js';
 import type { OpsQueue } from '../../../src/shared/queue.js';
 import { createApp } from '../../../src/app.js';
 import { createKubeHostStatusProvider } from '../../../src/domain/kubeHostStatus.js';
+import { NoKubeConfigError } from '../../../src/shared/kubeconfig.js';
 import { createLogger } from '../../../src/shared/logger.js';
 import { createMetrics } from '../../../src/shared/metrics.js';
 import { createHarness, type Harness } from '../../helpers/apiHarness.js';
@@ -196,7 +197,9 @@ describe('Bull Board /admin/queues', () => {
       inventory: h.inventory,
       logger: createLogger({ write: () => {} }),
       metrics: createMetrics('api', 'test', { defaults: false }),
-      hostStatus: createKubeHostStatusProvider(undefined),
+      hostStatus: createKubeHostStatusProvider(() => {
+        throw new NoKubeConfigError('none in this test');
+      }),
     });
     for (const path of ['/admin/queues', '/admin/queues/api/queues']) {
       const res = await request(off).get(path).set({ 'X-API-Key': OPERATOR });

@@ -93,7 +93,7 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
     procs.push(worker);
     const scmHeaders = { 'X-Scm-Token': secrets.scm, 'X-Scm-Event': 'Push Hook' };
 
-    // scm rules 3-8
+    // scm: accepted, duplicate, another ref or event ignored, no checkout_sha 422, bad token 403
     const first = await post(`${api.baseUrl}/webhook/scm`, scmPush('team/cluster', 'c1a55e7'), scmHeaders);
     expect(first.status).toBe(202);
     expect(first.json).toEqual({
@@ -116,7 +116,7 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
       403,
     );
 
-    // alerts rules 1-4: 2 firing with fingerprints (one twice), 1 resolved, 1 without fingerprint
+    // alerts: 2 firing with fingerprints (one twice), 1 resolved, 1 without fingerprint
     const a = await post(
       `${api.baseUrl}/webhook/alerts`,
       alertPayload([

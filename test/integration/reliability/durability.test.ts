@@ -9,10 +9,10 @@ import { startApi, startWorkerProcess, type OpsProcess } from '../../helpers/pro
 import { startReceiver, waitForFinal, type Receiver } from '../../helpers/workerSupport.js';
 
 /**
- * Durability proof (spec section 1: work accepted by the API must survive an API process
- * restart): two real processes sharing only Redis. The API accepts webhooks while no worker is
- * running, is SIGKILLed (no graceful anything), and only then is the worker started: every job
- * the API accepted is processed.
+ * Durability proof (work accepted by the API must survive an API process restart): two real
+ * processes sharing only Redis. The API accepts webhooks while no worker is running, is SIGKILLed
+ * (no graceful anything), and only then is the worker started: every job the API accepted is
+ * processed.
  */
 let redis: RedisServer;
 let receiver: Receiver;

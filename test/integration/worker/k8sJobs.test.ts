@@ -9,7 +9,8 @@ import { JOB, QUEUE_NAME, defaultJobOptions } from '../../../src/shared/jobs.js'
 import type { Inventory } from '../../../src/shared/inventory.js';
 import { freePort, startRedis, type RedisServer } from '../../helpers/redis.js';
 import { startWorker, type WorkerHandle } from '../../../worker/index.js';
-import { kubeConfigForToken, kubeConfigFromEnv, loadKubeConfig, type KubeConfigFactory } from '../../../worker/k8s.js';
+import { kubeConfigFromEnv, loadKubeConfig, type KubeConfigFactory } from '../../../src/shared/kubeconfig.js';
+import { kubeConfigForToken } from '../../../worker/k8s.js';
 import { audit, collectLogs, metricValue, testMetrics, waitForFinal, workerConfig } from '../../helpers/workerSupport.js';
 
 /**
@@ -72,20 +73,20 @@ async function start(kubeConfig: KubeConfigFactory) {
 const noClusterEnv = () => ({ HOME: emptyHome });
 
 describe('missing cluster configuration', () => {
-  it('loadKubeConfig names what it looked for', () => {
-    expect(() => loadKubeConfig(noClusterEnv())).toThrow(
-      /^no Kubernetes configuration: KUBECONFIG is not set, ~\/\.kube\/config does not exist and the worker is not running in a cluster/,
+  it('loadKubeConfig names what it looked for', async () => {
+    await expect(loadKubeConfig(noClusterEnv())).rejects.toThrow(
+      /^no Kubernetes configuration: KUBECONFIG is not set, ~\/\.kube\/config does not exist and this process is not running in a cluster/,
     );
-    expect(() => loadKubeConfig({ KUBECONFIG: join(emptyHome, 'missing.yaml') })).toThrow(
+    await expect(loadKubeConfig({ KUBECONFIG: join(emptyHome, 'missing.yaml') })).rejects.toThrow(
       `no Kubernetes configuration: KUBECONFIG names ${join(emptyHome, 'missing.yaml')}, which does not exist`,
     );
     // In-cluster variables without a mounted token are not a configuration either.
-    expect(() =>
+    await expect(
       loadKubeConfig({ ...noClusterEnv(), KUBERNETES_SERVICE_HOST: '10.0.0.1', KUBERNETES_SERVICE_PORT: '443' }, { pathPrefix: emptyHome }),
-    ).toThrow(/^no Kubernetes configuration/);
+    ).rejects.toThrow(/^no Kubernetes configuration/);
   });
 
-  it('loadKubeConfig finds ~/.kube/config and the in-cluster ServiceAccount', () => {
+  it('loadKubeConfig finds ~/.kube/config and the in-cluster ServiceAccount', async () => {
     const home = mkdtempSync(join(tmpdir(), 'opsgate-home-'));
     try {
       mkdirSync(join(home, '.kube'));
@@ -100,12 +101,12 @@ describe('missing cluster configuration', () => {
           'current-context: x',
         ].join('\n'),
       );
-      expect(loadKubeConfig({ HOME: home }).getCurrentCluster()?.server).toBe('https://10.1.2.3:6443');
+      expect((await loadKubeConfig({ HOME: home })).getCurrentCluster()?.server).toBe('https://10.1.2.3:6443');
 
       const sa = join(home, 'sa');
       mkdirSync(join(sa, 'var/run/secrets/kubernetes.io/serviceaccount'), { recursive: true });
       writeFileSync(join(sa, 'var/run/secrets/kubernetes.io/serviceaccount/token'), 'tok');
-      const kc = loadKubeConfig(
+      const kc = await loadKubeConfig(
         { HOME: emptyHome, KUBERNETES_SERVICE_HOST: '10.0.0.1', KUBERNETES_SERVICE_PORT: '443' },
         { pathPrefix: sa },
       );

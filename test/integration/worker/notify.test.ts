@@ -1,7 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import { JOB, QUEUE_NAME, defaultJobOptions } from '../../../src/shared/jobs.js';
+import { IDEMPOTENCY_TTL_SECONDS, JOB, QUEUE_NAME, defaultJobOptions } from '../../../src/shared/jobs.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 import { startWorker, type WorkerHandle } from '../../../worker/index.js';
 import { notifyRecordKey } from '../../../worker/jobs/notify.js';
@@ -162,6 +162,11 @@ describe('notify_oncall', () => {
     expect(receiver.requests(flaky.path)).toHaveLength(2);
     expect(await inspect.get(notifyRecordKey(job.id!, good.url))).toBe('sent');
     expect(await inspect.get(notifyRecordKey(job.id!, flaky.url))).toBe('sent');
+    // Kept as long as the completed job, not longer (IDEMPOTENCY_TTL_SECONDS).
+    const ttl = await inspect.ttl(notifyRecordKey(job.id!, good.url));
+    expect(ttl).toBeGreaterThan(IDEMPOTENCY_TTL_SECONDS - 60);
+    expect(ttl).toBeLessThanOrEqual(IDEMPOTENCY_TTL_SECONDS);
+    expect(defaultJobOptions({ attempts: 1, backoffMs: 0 }).removeOnComplete.age).toBe(IDEMPOTENCY_TTL_SECONDS);
     expect(logs.find('notification endpoint already handled by an earlier attempt; not posting again')).toHaveLength(1);
   });
 

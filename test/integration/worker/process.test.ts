@@ -119,7 +119,7 @@ describe('secret redaction', () => {
     const path = `/services/T1/B2/${token}`;
     const url = new URL(redis.url);
     const p = await worker({ REDIS_URL: `redis://:${password}@${url.host}`, NOTIFY_WEBHOOK_URLS: receiver.url(path) });
-    // An alert whose summary happens to contain both secrets: it is logged (spec), so redaction must catch it.
+    // An alert whose summary happens to contain both secrets: it is logged (the worker logs every alert's summary), so redaction must catch it.
     const job = await queue.add(JOB.notifyOncall, {
       alertname: 'Leaky',
       annotations: { summary: `pw=${password} url=${receiver.url(path)}` },

@@ -1,14 +1,21 @@
 import { describe, expect, it } from '@jest/globals';
 import express, { type RequestHandler } from 'express';
 import request from 'supertest';
-import { requireApiKey, requireBearer, verifySender } from '../../../src/middleware/auth.js';
+import {
+  BASIC_CHALLENGE,
+  refuseCrossSiteWrites,
+  requireApiKey,
+  requireBearer,
+  requireOperatorKeyOrBasic,
+  verifySender,
+} from '../../../src/middleware/auth.js';
 import { errorHandler } from '../../../src/middleware/errors.js';
 import { parseApiKeyRoles } from '../../../src/shared/config.js';
 import { createHash, createHmac } from 'node:crypto';
 import { silentLogger } from '../../../src/shared/logger.js';
 import { createMetrics } from '../../../src/shared/metrics.js';
 
-/** Spec section 5 on each auth middleware alone (in-process Express app, no Redis). */
+/** Each auth middleware alone: API keys, bearer token, Bull Board's operator check, webhook senders (in-process Express app, no Redis). */
 function appWith(...guards: RequestHandler[]) {
   const metrics = createMetrics('api', 'test', { defaults: false });
   const app = express();
@@ -46,6 +53,62 @@ describe('requireApiKey', () => {
     const guarded = appWith(requireApiKey(keys, metrics));
     expect((await request(guarded.app).post('/x').set('x-api-key', 'op-1')).status).toBe(200);
     expect((await request(guarded.app).post('/x').set('X-API-Key', 'OP-1')).status).toBe(401);
+  });
+});
+
+describe('requireOperatorKeyOrBasic (Bull Board)', () => {
+  const basic = (user: string, pass: string) => 'Basic ' + Buffer.from(`${user}:${pass}`).toString('base64');
+  it('an operator key as X-API-Key or as the Basic password (any user name) -> 200', async () => {
+    const metrics = createMetrics('api', 'test', { defaults: false });
+    const { app } = appWith(requireOperatorKeyOrBasic(keys, metrics));
+    for (const h of [{ 'X-API-Key': 'op-1' }, { Authorization: basic('anyone', 'op-2') }, { Authorization: basic('', 'op-1') }]) {
+      const res = await request(app).post('/x').set(h);
+      expect(res.status).toBe(200);
+      expect(res.body.role).toBe('operator');
+    }
+  });
+  it.each([
+    ['nothing', {}, 'missing', 'basic'],
+    ['a Bearer token', { Authorization: 'Bearer op-1' }, 'malformed', 'basic'],
+    ['Basic without a colon', { Authorization: 'Basic ' + Buffer.from('op-1').toString('base64') }, 'malformed', 'basic'],
+    ['Basic with an empty password', { Authorization: basic('op-1', '') }, 'invalid', 'basic'],
+    ['Basic with an unknown key', { Authorization: basic('u', 'nope') }, 'invalid', 'basic'],
+    ['an unknown X-API-Key', { 'X-API-Key': 'nope' }, 'invalid', 'api_key'],
+  ])('%s -> 401 {detail} with the Basic challenge, counted', async (_name, h, reason, scheme) => {
+    const metrics = createMetrics('api', 'test', { defaults: false });
+    const { app } = appWith(requireOperatorKeyOrBasic(keys, metrics));
+    const res = await request(app).post('/x').set(h);
+    expect(res.status).toBe(401);
+    expect(res.headers['www-authenticate']).toBe(BASIC_CHALLENGE);
+    expect(Object.keys(res.body)).toEqual(['detail']);
+    expect(res.text).not.toContain('op-1');
+    const text = await metrics.registry.getSingleMetricAsString('opsgate_auth_failures_total');
+    expect(text).toContain(`scheme="${scheme}",reason="${reason}"} 1`);
+  });
+  it('a readonly key -> 403 {detail: "operator role required"}', async () => {
+    const metrics = createMetrics('api', 'test', { defaults: false });
+    const { app } = appWith(requireOperatorKeyOrBasic(keys, metrics));
+    for (const h of [{ 'X-API-Key': 'ro:1' }, { Authorization: basic('u', 'ro:1') }]) {
+      const res = await request(app).post('/x').set(h);
+      expect(res.status).toBe(403);
+      expect(res.body).toEqual({ detail: 'operator role required' });
+    }
+  });
+  it('refuseCrossSiteWrites: a write from another site -> 403; same origin and scripts pass', async () => {
+    const metrics = createMetrics('api', 'test', { defaults: false });
+    const { app } = appWith(refuseCrossSiteWrites(metrics));
+    for (const h of [
+      { 'Sec-Fetch-Site': 'cross-site' },
+      { 'Sec-Fetch-Site': 'same-site' },
+      { Origin: 'https://evil.example' },
+      { Origin: 'null' },
+    ]) {
+      const res = await request(app).post('/x').set(h);
+      expect(res.status).toBe(403);
+      expect(res.body).toEqual({ detail: 'cross-site request refused' });
+    }
+    expect((await request(app).post('/x')).status).toBe(200);
+    expect((await request(app).post('/x').set({ 'Sec-Fetch-Site': 'same-origin' })).status).toBe(200);
   });
 });
 

@@ -86,7 +86,7 @@ describe('decideGithubPush', () => {
   });
 });
 
-describe('planAlerts (rules 1-2)', () => {
+describe('planAlerts: payload shape, firing alerts', () => {
   it('422 unless an object with an alerts array', () => {
     for (const p of [null, [], 'x', 1, {}, { alerts: {} }, { alerts: null }]) expect(status(() => planAlerts(p, 'a', 'w'))).toBe(422);
   });

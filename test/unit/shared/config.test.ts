@@ -11,7 +11,10 @@ import {
 import { credentialId } from '../../../src/shared/crypto.js';
 import { ConfigError } from '../../../src/shared/errors.js';
 
-/** OPS_API_KEY_ROLES and the API environment (spec 2 and 5: refuse to start on every listed case). */
+/**
+ * OPS_API_KEY_ROLES and the API environment: refuse to start when the variable is missing or blank,
+ * an item lacks the key:role form, a key is empty, a role is unknown or no key is configured.
+ */
 const SECRET = 'k3y-th4t-must-n0t-leak';
 
 function refusal(fn: () => unknown): ConfigError {
