@@ -3,7 +3,7 @@
 # images built by podman (hack/images.sh), a single-node cluster whose kubelet runs them (hack/node.sh:
 # etcd, kube-apiserver, controller-manager, scheduler, containerd, kubelet, kube-proxy, CoreDNS), the chart installed as a user installs it, Prometheus and
 # Alertmanager (Debian packages) closing the alert loop. Needs root (bridge, iptables, mounts).
-NODE_APT := podman buildah debootstrap runc conmon containernetworking-plugins fuse-overlayfs uidmap iptables gnupg jq \
+NODE_APT := podman buildah debootstrap runc conmon containernetworking-plugins fuse-overlayfs uidmap iptables gnupg jq qemu-user-static binfmt-support \
   iproute2 openssl containerd conntrack catatonit docker-registry prometheus prometheus-alertmanager libatomic1 gcc libc6-dev
 E2E_JEST_ARGS ?=
 # The release's platforms make e2e builds and tests: test/e2e/node/images.test.ts runs each image of
@@ -16,7 +16,7 @@ E2E_PLATFORMS ?= linux/amd64,linux/arm64
 ##@ Cluster
 
 .PHONY: node-deps images node-up node-down e2e e2e-tools
-node-deps: ## Container engine, containerd, CNI plugins, the node's OCI registry, Prometheus, Alertmanager (Debian packages, as root)
+node-deps: ## Container engine, qemu-user-static (the arm64 images), containerd, CNI plugins, the node's OCI registry, Prometheus, Alertmanager, gnupg (Debian packages, as root)
 	@missing=""; for p in $(NODE_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
