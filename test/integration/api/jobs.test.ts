@@ -2,7 +2,7 @@ import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { coalesceId } from '../../../src/domain/restart.js';
 import { credentialId } from '../../../src/shared/crypto.js';
-import { JOB, QUEUE_NAME } from '../../../src/shared/jobs.js';
+import { JOB } from '../../../src/shared/jobs.js';
 import { restartedAtKey } from '../../../src/shared/keys.js';
 import { BEARER, containsSecret, OP_KEY, RO_KEY, runWorkerUntil as runWorkerUntilOn, useHarness } from '../../helpers/apiHarness.js';
 import { enqueue } from '../../helpers/queueOps.js';
@@ -213,6 +213,6 @@ describe('POST /ops/jobs/{id}/retry (operator key)', () => {
     expect(res.status).toBe(409);
     expect(res.body.detail).toContain(`job ${second.body.job_id}`);
     expect((await ctx.h.queue.jobs.get(id))?.state).toBe('failed');
-    expect(await ctx.h.inspect.get(`bull:${QUEUE_NAME}:de:${coalesceId('shop', 'frontend')}`)).toBe(second.body.job_id);
+    expect(await ctx.h.queue.bull.getDeduplicationJobId(coalesceId('shop', 'frontend'))).toBe(second.body.job_id);
   });
 });
