@@ -94,7 +94,9 @@ describe("README's variable tables", () => {
     const direct = [...config.matchAll(/\benv\.([A-Z][A-Z0-9_]+)/g)].map((m) => m[1]!);
     // The schemas' keys as the processes see them too: variables the text does not spell (the senders' _FILE ones).
     const vars = [...new Set([...schemaKeys, ...direct, ...API_VARIABLES, ...WORKER_VARIABLES])].sort();
-    expect(vars).toEqual(expect.arrayContaining(['REDIS_URL', 'OPS_API_KEY_ROLES', 'LOG_LEVEL', 'OPSGATE_VERSION', 'SECRETS_RELOAD_INTERVAL_MS']));
+    expect(vars).toEqual(
+      expect.arrayContaining(['REDIS_URL', 'OPS_API_KEY_ROLES', 'LOG_LEVEL', 'OPSGATE_VERSION', 'SECRETS_RELOAD_INTERVAL_MS']),
+    );
     expect(vars).toEqual(expect.arrayContaining([...SOURCE_SECRET_FILE_ENVS]));
     // The senders' secrets and their files are listed in the table of webhook senders (below), one row per sender.
     const senders = [...SOURCE_SECRET_ENVS, ...SOURCE_SECRET_FILE_ENVS];
