@@ -524,6 +524,11 @@ cert-manager Certificate writes.
 {{- .Values.tls.existingSecret | default (printf "%s-tls" (include "opsgate.fullname" .)) }}
 {{- end }}
 
+{{/* The API Service's port: api.service.port, else 443 with tls.enabled, else 80. */}}
+{{- define "opsgate.apiServicePort" -}}
+{{- if .Values.api.service.port }}{{ int .Values.api.service.port }}{{ else if .Values.tls.enabled }}443{{ else }}80{{ end }}
+{{- end }}
+
 {{/* The name clients verify the API's (and the metrics ports') certificate against. */}}
 {{- define "opsgate.tlsServerName" -}}
 {{- printf "%s-api.%s.svc" (include "opsgate.fullname" .) .Release.Namespace }}

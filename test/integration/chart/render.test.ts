@@ -443,7 +443,7 @@ describe.each(valueFiles)('%s', (file) => {
     const notes = await renderNotes(file);
     expect(notes).toMatch(/X-API-Key: \$KEY/);
     expect(notes).toMatch(/\/ops\/hosts/);
-    expect(notes).toMatch(/port-forward svc\/opsgate-api 8080:80/);
+    expect(notes).toContain(`port-forward svc/opsgate-api 8080:${values().tls.enabled ? 443 : 80}`);
     for (const hook of ['/webhook/scm', '/webhook/gitlab', '/webhook/github', '/webhook/alerts']) expect(notes).toContain(`POST ${hook} `);
     if (values().adminUI.enabled) expect(notes).toMatch(/http:\/\/127\.0\.0\.1:8080\/admin\/queues/);
     else expect(notes).toMatch(/disabled \(adminUI\.enabled=false\)/);
