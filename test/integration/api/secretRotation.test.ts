@@ -234,6 +234,9 @@ describe('rotation under traffic, no restart', () => {
     }
     const keys = await (await fetch(`${api.baseUrl}/ops/keys`, { headers: { 'X-API-Key': NEW_KEY } })).json();
     expect((keys as { keys: Array<{ id: string }> }).keys.map((k) => k.id)).toEqual([expect.stringMatching(/^[0-9a-f]{12}$/), 'ci-new']);
+    // The metrics follow the keys in use: the removed key's series are gone (cardinality bounded by the configuration).
+    expect(await metric('opsgate_api_key_last_used_timestamp_seconds', 'key_id="ci-new"')).toBeGreaterThan(0);
+    expect(await metric('opsgate_api_key_last_used_timestamp_seconds', 'key_id="ci-old"')).toBeNaN();
     const leaked = ALL_SECRETS.filter((s) => api.lines.join('\n').includes(s));
     expect(leaked).toEqual([]);
   }, 180_000);
