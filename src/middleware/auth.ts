@@ -286,18 +286,15 @@ export function verifySender(opts: SenderVerifyOptions): SenderCheck {
   };
 
   if (v.kind === 'bearer') {
-    // Open or not is decided once: a secret file can be changed but never emptied (src/shared/config.ts refuses it).
-    if (values().length === 0) {
-      return {
-        before: (_req, res, next) => {
-          res.locals.principal = principal;
-          next();
-        },
-        after: pass,
-      };
-    }
+    // Open while no token is configured; a token file that appears later closes it (a file in use is
+    // never emptied: src/shared/credentialReload.ts refuses that).
+    const bearer = requireBearer(values, metrics, { scheme, realm: `opsgate-${source.name}`, principal, noteMatch: true });
     return {
-      before: requireBearer(values, metrics, { scheme, realm: `opsgate-${source.name}`, principal, noteMatch: true }),
+      before: (req, res, next) => {
+        if (values().length > 0) return bearer(req, res, next);
+        res.locals.principal = principal;
+        next();
+      },
       after: pass,
     };
   }

@@ -390,7 +390,7 @@ export type ApiConfig = z.infer<typeof apiSchema> & {
   senderSecrets: Readonly<Record<string, SecretValues>>;
   /** The files re-read while the API runs: the keys file and the senders' secret files, as loaded at start. */
   credentialFiles: readonly CredentialFile[];
-  /** Senders' _FILE variables naming a file that did not exist at start: those senders are not configured. */
+  /** Senders' _FILE variables naming a file that did not exist at start: those senders are not configured until it appears. */
   absentSecretFiles: readonly string[];
 } & { readonly [sourceSecretEnv: string]: unknown };
 export type WorkerConfig = z.infer<typeof workerSchema>;
@@ -465,8 +465,9 @@ function readCredentialFile(variable: string, path: string): { text: string; fil
 /**
  * The senders' secrets: each variable's value, or its file's values; both set is a problem of the
  * file variable. A file that does not exist leaves its sender unconfigured, as an unset variable
- * does (an optional key absent from a mounted Secret): it is named in `absent` for a warning, and
- * not re-read (a key added to the Secret later is read after a restart).
+ * does (an optional key absent from a mounted Secret, or one the kubelet has not written yet): it
+ * is named in `absent` for a warning, and watched like the others, so its sender is configured
+ * when it appears.
  */
 function loadSenderSecrets(env: Env, problems: ConfigProblem[], files: CredentialFile[], absent: string[]): Record<string, SecretValues> {
   const out: Record<string, SecretValues> = {};
@@ -484,12 +485,13 @@ function loadSenderSecrets(env: Env, problems: ConfigProblem[], files: Credentia
     }
     if (!existsSync(path)) {
       absent.push(fileVar);
+      files.push({ variable: fileVar, path, digest: contentsDigest([undefined]), optional: true });
       continue;
     }
     try {
       const { text, file } = readCredentialFile(fileVar, path);
       out[name] = parseSecretFile(text, fileVar);
-      files.push(file);
+      files.push({ ...file, optional: true });
     } catch (err) {
       if (!(err instanceof ConfigError)) throw err;
       problems.push(...err.problems);
@@ -583,7 +585,7 @@ export function secretsOf(config: Partial<ApiConfig>): string[] {
 export function absentSecretFileWarnings(config: Pick<ApiConfig, 'absentSecretFiles'>): string[] {
   return config.absentSecretFiles.map(
     (v) =>
-      `${v} names a file that does not exist: its sender is not configured, as if ${v.replace(/_FILE$/, '')} were unset (a file added later is read after a restart)`,
+      `${v} names a file that does not exist: its sender is not configured, as if ${v.replace(/_FILE$/, '')} were unset, until the file appears`,
   );
 }
 

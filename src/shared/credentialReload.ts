@@ -1,3 +1,4 @@
+import { ConfigError } from './errors.js';
 import { API_KEYS_FILE_VAR, expiredKeyWarnings, parseSecretFile, reloadApiKeys, weakCredentialWarnings, type ApiConfig } from './config.js';
 import type { FileReloader } from './fileReload.js';
 import { watchCredentialFile, type CredentialReloadMetrics, type SenderSecrets } from './liveSecrets.js';
@@ -7,7 +8,8 @@ import { SOURCE_SECRET_ENVS, secretFileVar } from '../sources/index.js';
 /**
  * The API's reload of its credential files while it runs (the files loadApiConfig read at start,
  * config.credentialFiles): the keys file replaces the keys of the file in config.apiKeys (those of
- * OPS_API_KEY_ROLES stay), a sender's secret file replaces that sender's values in `senderSecrets`.
+ * OPS_API_KEY_ROLES stay), a sender's secret file replaces that sender's values in `senderSecrets`
+ * (a file that did not exist at start is watched too: when it appears, its sender is configured).
  * Every new value is added to the logger's redaction before it is in use. An invalid file is
  * refused (src/shared/liveSecrets.ts): the last good keys or secret stay in use.
  */
@@ -31,7 +33,7 @@ export function watchCredentials(opts: {
           intervalMs,
           logger,
           metrics,
-          parse: (text) => reloadApiKeys(text, envKeys),
+          parse: (text) => reloadApiKeys(text ?? '', envKeys),
           apply(keys) {
             logger.addSecrets(keys.map((k) => k.key ?? k.digest.toString('hex')));
             // In place: every holder of config.apiKeys sees the new set at once.
@@ -52,7 +54,11 @@ export function watchCredentials(opts: {
         intervalMs,
         logger,
         metrics,
-        parse: (text) => parseSecretFile(text, file.variable),
+        // Once in use, a secret file that goes away is refused like any invalid one: the last good secret stays.
+        parse: (text) => {
+          if (text === undefined) throw new ConfigError(file.variable, 'cannot be read (ENOENT)');
+          return parseSecretFile(text, file.variable);
+        },
         apply(values) {
           logger.addSecrets(values);
           senderSecrets.set(env, values);

@@ -21,6 +21,12 @@ import { ConfigError, type ConfigProblem } from './errors.js';
 export interface WatchedFile {
   variable: string;
   path: string;
+  /**
+   * The file may not exist (an optional key of a mounted Secret): its absence is a state like any
+   * contents (undefined for `parse`), not a read error. A file that appears later is then checked
+   * like a changed one.
+   */
+  optional?: boolean;
 }
 
 /** A problem with one file: the variable naming it and what is wrong, never the contents. */
@@ -76,8 +82,11 @@ export interface WatchFilesOptions<T> {
   /** contentsDigest of the contents in use when the watch starts. */
   initialDigest: string;
   intervalMs: number;
-  /** Checks changed contents (one Buffer per file, in order); throws a FileProblem or a ConfigError to refuse them. */
-  parse(contents: Buffer[]): T;
+  /**
+   * Checks changed contents (one Buffer per file, in order; undefined for an optional file that does
+   * not exist); throws a FileProblem or a ConfigError to refuse them.
+   */
+  parse(contents: Array<Buffer | undefined>): T;
   /** Puts a checked value in use; throws a FileProblem when it cannot (the contents are then refused). */
   apply(value: T): void;
   /** After apply: the new contents are in use. */
@@ -99,10 +108,11 @@ export function watchFiles<T>(opts: WatchFilesOptions<T>): FileReloader {
   let closed = false;
   let running: Promise<void> | undefined;
 
-  const read = async (file: WatchedFile): Promise<Buffer> => {
+  const read = async (file: WatchedFile): Promise<Buffer | undefined> => {
     try {
       return await readFile(file.path);
     } catch (err) {
+      if (file.optional && (err as { code?: string }).code === 'ENOENT') return undefined;
       throw readProblem(file.variable, err);
     }
   };

@@ -60,8 +60,10 @@ export interface CredentialFile {
   /** The variable naming the file (OPS_API_KEYS_FILE, GITHUB_WEBHOOK_SECRET_FILE...). */
   variable: string;
   path: string;
-  /** contentsDigest of the contents loaded at start. */
+  /** contentsDigest of the contents loaded at start (of an absent optional file: its absence). */
   digest: string;
+  /** A sender's secret file may not exist (an optional key of the Secret): its sender is then not configured. */
+  optional?: boolean;
 }
 
 export interface CredentialReloadMetrics {
@@ -78,7 +80,8 @@ export interface CredentialReloadMetrics {
 export function watchCredentialFile<T>(opts: {
   file: CredentialFile;
   intervalMs: number;
-  parse(text: string): T;
+  /** The file's text; undefined when an optional file does not exist. */
+  parse(text: string | undefined): T;
   apply(value: T): void;
   describe(value: T): Record<string, unknown>;
   logger: Logger;
@@ -87,10 +90,10 @@ export function watchCredentialFile<T>(opts: {
   const { variable } = opts.file;
   opts.metrics?.secretReloadRefused.set({ variable }, 0);
   return watchFiles<T>({
-    files: [{ variable, path: opts.file.path }],
+    files: [{ variable, path: opts.file.path, ...(opts.file.optional ? { optional: true } : {}) }],
     initialDigest: opts.file.digest,
     intervalMs: opts.intervalMs,
-    parse: ([bytes]) => opts.parse(bytes!.toString('utf8')),
+    parse: ([bytes]) => opts.parse(bytes?.toString('utf8')),
     apply: (value) => opts.apply(value),
     onApplied(value) {
       opts.metrics?.secretReloads.inc({ variable, outcome: 'reloaded' });

@@ -198,6 +198,7 @@ export function watchTls(opts: {
     // The same files in the same order as each poll reads them.
     initialDigest: contentsDigest([opts.initial.cert, opts.initial.key, ...(opts.initial.ca ? [opts.initial.ca] : [])]),
     intervalMs: opts.intervalMs,
+    // None of these files is optional: a missing one is a read error before parse.
     parse: ([cert, key, ca]) => parseTlsMaterial(files, { cert: cert!, key: key!, ...(ca ? { ca } : {}) }),
     apply(material) {
       try {

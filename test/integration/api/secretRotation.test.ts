@@ -304,6 +304,60 @@ describe('an invalid new file is refused: logged, counted, the last good credent
   }, 120_000);
 });
 
+describe('a secret file that does not exist yet (an optional key the kubelet has not written)', () => {
+  it('its sender is unconfigured until the file appears, then configured without a restart; /webhook/alerts closes when its token appears', async () => {
+    const late = new SecretVolume(join(dir, 'late'));
+    late.write({ 'api-keys.yaml': keysFile({ id: 'ci-late', key: NEW_KEY }) });
+    const p = await startApi({
+      env: {
+        PORT: String(await freePort()),
+        METRICS_PORT: String(await freePort()),
+        REDIS_URL: srv.url,
+        OPS_API_KEYS_FILE: late.path('api-keys.yaml'),
+        GITHUB_WEBHOOK_SECRET_FILE: late.path('GITHUB_WEBHOOK_SECRET'),
+        ALERTS_WEBHOOK_TOKEN_FILE: late.path('ALERTS_WEBHOOK_TOKEN'),
+        SECRETS_RELOAD_INTERVAL_MS: String(RELOAD_MS),
+        RATE_LIMIT_RPS: '0',
+      },
+      readyTimeoutMs: 60_000,
+    });
+    const post = async (path: string, headers: Record<string, string>, body: string) =>
+      (await fetch(`${p.baseUrl}${path}`, { method: 'POST', headers, body, signal: AbortSignal.timeout(10_000) })).status;
+    const alert = () => JSON.stringify({ alerts: [{ status: 'firing', labels: { alertname: 'Late' }, fingerprint: `late-${++seq}` }] });
+    try {
+      expect(p.logs().filter((l) => l.level === 'warn' && String(l.msg).includes('names a file that does not exist'))).toHaveLength(2);
+      const body = pushPayload(github);
+      expect(await post('/webhook/github', pushHeaders(github, NEW.GITHUB_WEBHOOK_SECRET!, body), body)).toBe(403);
+      expect(await post('/webhook/alerts', { 'Content-Type': 'application/json' }, alert())).toBe(202);
+
+      late.write({
+        'api-keys.yaml': keysFile({ id: 'ci-late', key: NEW_KEY }),
+        GITHUB_WEBHOOK_SECRET: `${NEW.GITHUB_WEBHOOK_SECRET}\n`,
+        ALERTS_WEBHOOK_TOKEN: `${NEW.ALERTS_WEBHOOK_TOKEN}\n`,
+      });
+      await waitFor(
+        'the github secret in use',
+        async () => {
+          const b = pushPayload(github);
+          return (await post('/webhook/github', pushHeaders(github, NEW.GITHUB_WEBHOOK_SECRET!, b), b)) === 202;
+        },
+        20_000,
+      );
+      await waitFor(
+        '/webhook/alerts closed',
+        async () => (await post('/webhook/alerts', { 'Content-Type': 'application/json' }, alert())) === 401,
+        20_000,
+      );
+      expect(
+        await post('/webhook/alerts', { 'Content-Type': 'application/json', Authorization: `Bearer ${NEW.ALERTS_WEBHOOK_TOKEN}` }, alert()),
+      ).toBe(202);
+      expect(p.exited).toBe(false);
+    } finally {
+      await p.stop();
+    }
+  }, 120_000);
+});
+
 describe('start-up', () => {
   it('an invalid secret file, and a variable set with its _FILE: exit 1, one stderr line each, no value', async () => {
     const bad = new SecretVolume(join(dir, 'bad'));

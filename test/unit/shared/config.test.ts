@@ -291,12 +291,19 @@ describe('secret files', () => {
     expect(c.SECRETS_RELOAD_INTERVAL_MS).toBe(10000);
   });
 
-  it('a file that does not exist leaves its sender unconfigured, like an unset variable, with a warning', () => {
+  it('a file that does not exist leaves its sender unconfigured, like an unset variable, with a warning; it is watched for', () => {
     const c = loadApiConfig({ ...base, GITLAB_WEBHOOK_SECRET_FILE: join(dir, 'absent'), SCM_WEBHOOK_SECRET: 'scm-env-secret' });
     expect(c.senderSecrets.GITLAB_WEBHOOK_SECRET).toBeUndefined();
-    expect(c.credentialFiles).toEqual([]);
+    expect(c.credentialFiles).toEqual([
+      {
+        variable: 'GITLAB_WEBHOOK_SECRET_FILE',
+        path: join(dir, 'absent'),
+        digest: expect.stringMatching(/^[0-9a-f]{64}$/),
+        optional: true,
+      },
+    ]);
     expect(absentSecretFileWarnings(c)).toEqual([
-      'GITLAB_WEBHOOK_SECRET_FILE names a file that does not exist: its sender is not configured, as if GITLAB_WEBHOOK_SECRET were unset (a file added later is read after a restart)',
+      'GITLAB_WEBHOOK_SECRET_FILE names a file that does not exist: its sender is not configured, as if GITLAB_WEBHOOK_SECRET were unset, until the file appears',
     ]);
   });
 
