@@ -19,6 +19,7 @@ import { webhookFailures, webhooksRouter } from './routes/webhooks.js';
 import { createKeyUsage } from './shared/apiKeyLifetime.js';
 import type { ApiConfig } from './shared/config.js';
 import type { Inventory } from './shared/inventory.js';
+import type { SenderSecrets } from './shared/liveSecrets.js';
 import type { Logger } from './shared/logger.js';
 import type { Metrics } from './shared/metrics.js';
 import type { OpsQueue } from './shared/queue.js';
@@ -42,6 +43,8 @@ export interface AppDeps {
   rateLimit?: RequestHandler;
   /** The clock API-key expiry is judged by (ms since the epoch); default Date.now. */
   now?: () => number;
+  /** The webhook senders' secrets in use, reloaded from their files (src/server.ts); default: config.senderSecrets, fixed. */
+  senderSecrets?: SenderSecrets;
 }
 
 export function parseTrustProxy(v: string): boolean | number | string {

@@ -4,6 +4,7 @@ import { pathToFileURL } from 'node:url';
 import { createApp } from './app.js';
 import { createKubeHostStatusProvider } from './domain/kubeHostStatus.js';
 import {
+  absentSecretFileWarnings,
   apiTlsFiles,
   expiredKeyWarnings,
   loadApiConfig,
@@ -13,9 +14,11 @@ import {
   type ApiConfig,
 } from './shared/config.js';
 import { reportConfigError } from './shared/configReport.js';
+import { watchCredentials } from './shared/credentialReload.js';
 import { ConfigError } from './shared/errors.js';
 import { findKubeConfig, kubeConfigFromEnv, NoKubeConfigError } from './shared/kubeconfig.js';
 import { loadInventory } from './shared/inventory.js';
+import { createSenderSecrets } from './shared/liveSecrets.js';
 import { createLogger, type Logger } from './shared/logger.js';
 import { createMetrics, queueCountsSource } from './shared/metrics.js';
 import { startMetricsServer } from './shared/metricsServer.js';
@@ -65,8 +68,13 @@ export async function start(
     base: { component: 'api' },
     secrets: [...secretsOf(config), ...redisPasswords(config.REDIS_URL)],
   });
-  for (const warning of [...weakCredentialWarnings(config), ...expiredKeyWarnings(config)]) logger.warn(warning);
+  for (const warning of [...weakCredentialWarnings(config), ...expiredKeyWarnings(config), ...absentSecretFileWarnings(config)]) {
+    logger.warn(warning);
+  }
   const metrics = createMetrics('api', version);
+  // The keys file and the senders' secret files, re-read while the process runs.
+  const senderSecrets = createSenderSecrets(config.senderSecrets);
+  const credentials = watchCredentials({ config, senderSecrets, logger, metrics });
   const redis = connectRedis({ url: config.REDIS_URL, profile: 'request', name: 'opsgate-api', logger });
   const queue = createOpsQueue({
     url: config.REDIS_URL,
@@ -91,6 +99,7 @@ export async function start(
     hostStatus: createKubeHostStatusProvider(kubeConfigFromEnv(env)),
     version,
     rateLimit: createRateLimiter({ redis, rps: config.RATE_LIMIT_RPS, metrics, logger }),
+    senderSecrets,
   });
 
   const { server } = createListener(app, { tls: apiTls, listener: 'api', logger, metrics });
@@ -110,6 +119,7 @@ export async function start(
   try {
     metricsServer = await startMetricsServer({ registry: metrics.registry, port: config.METRICS_PORT, logger, tls: metricsTls, metrics });
   } catch (err) {
+    credentials.close();
     server.close();
     await withTimeout(queue.close(), 2000, 'queue close').catch(() => {});
     redis.disconnect();
@@ -121,6 +131,8 @@ export async function start(
     hosts: Object.keys(inventory.hosts).length,
     scheme: apiTls ? 'https' : 'http',
     client_certificates: apiTls?.files.caFile ? 'requested' : 'off',
+    // Re-read every SECRETS_RELOAD_INTERVAL_MS.
+    credential_files: config.credentialFiles.map((f) => f.variable),
   });
 
   let stopping: Promise<boolean> | undefined;
@@ -133,6 +145,7 @@ export async function start(
       });
       const drainMs = graceMs ?? Math.min(10_000, totalMs / 2);
       logger.info('api stopping: draining in-flight requests', { drain_ms: drainMs, shutdown_timeout_s: config.SHUTDOWN_TIMEOUT_SECONDS });
+      credentials.close();
       await budget.step(
         'http server',
         async () => {

@@ -9,9 +9,10 @@ import { verifySender } from '../middleware/auth.js';
 import { parseJson, parseWebhookBody, rawBody } from '../middleware/body.js';
 import { methodNotAllowed, toAppError } from '../middleware/errors.js';
 import type { ApiConfig } from '../shared/config.js';
+import { createSenderSecrets, type SenderSecrets } from '../shared/liveSecrets.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
-import { SOURCES, sourceSecret, type AlertsSource, type PushSource, type Source } from '../sources/index.js';
+import { SOURCES, SOURCE_SECRET_ENVS, type AlertsSource, type PushSource, type Source } from '../sources/index.js';
 
 /**
  * POST /webhook/<source> for every sender of the registry (src/sources). The sender is verified
@@ -36,6 +37,23 @@ export interface WebhookDeps {
   deliveries?: DeliveryLog;
   /** TLS_CLIENT_CA_FILE: the client-certificate check of the alerts sender, before its token check (src/middleware/clientCert.ts). */
   alertsClientCertificate?: RequestHandler;
+  /**
+   * The senders' secrets in use, read at each delivery (reloaded from their files while the API
+   * runs: src/shared/liveSecrets.ts). Default: config.senderSecrets, else each variable's value, fixed.
+   */
+  senderSecrets?: SenderSecrets;
+}
+
+/** The senders' secrets of a configuration, fixed: loadApiConfig's values, or each variable's value. */
+function fixedSecrets(config: WebhookDeps['config']): SenderSecrets {
+  const loaded = config.senderSecrets as Readonly<Record<string, readonly string[]>> | undefined;
+  if (loaded) return createSenderSecrets(loaded);
+  const values: Record<string, readonly string[]> = {};
+  for (const env of SOURCE_SECRET_ENVS) {
+    const v = config[env];
+    if (typeof v === 'string' && v !== '') values[env] = [v];
+  }
+  return createSenderSecrets(values);
 }
 
 type Outcome = 'accepted' | 'duplicate' | 'ignored' | 'rejected' | 'invalid' | 'failed';
@@ -176,11 +194,12 @@ export function webhooksRouter(deps: WebhookDeps): Router {
     res.status(202).json({ received: out.received, firing: out.firing, job_ids: out.jobIds });
   };
 
+  const secrets = deps.senderSecrets ?? fixedSecrets(deps.config);
   for (const source of deps.sources ?? SOURCES) {
     const path = `/webhook/${source.name}`;
-    const secret = sourceSecret(source, deps.config);
+    const secret = secrets.of(source);
     const clientCertificate = source.kind === 'alerts' ? deps.alertsClientCertificate : undefined;
-    if (source.verification.kind === 'bearer' && !secret && !clientCertificate) {
+    if (source.verification.kind === 'bearer' && secret().length === 0 && !clientCertificate) {
       deps.logger.warn(
         `${source.secret.env} is not set: ${path} accepts unauthenticated calls; restrict it by network policy or set the token`,
       );

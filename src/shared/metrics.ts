@@ -268,14 +268,33 @@ export function createMetrics(component: Component, version: string, opts: { def
     registers: [registry],
   });
 
+  // --- Credentials re-read while the API runs (src/shared/liveSecrets.ts); variable = the file's variable
+  const secretReloads = new Counter({
+    name: 'opsgate_secret_reloads_total',
+    help: "Changed credential files (OPS_API_KEYS_FILE, a webhook sender's <VARIABLE>_FILE) checked by the API, by variable and outcome: reloaded (in use) or refused (invalid: the last good values stay in use).",
+    labelNames: ['variable', 'outcome'] as const,
+    registers: [registry],
+  });
+  const secretReloadRefused = new Gauge({
+    name: 'opsgate_secret_reload_refused',
+    help: '1 while a credential file (by variable) holds contents the API refused, so it still uses the last good ones; 0 once the file is valid again or back to what is in use.',
+    labelNames: ['variable'] as const,
+    registers: [registry],
+  });
+
   // --- API keys (src/shared/apiKeyLifetime.ts); key_id takes only the ids of configured keys ----
+  // The configured keys, read at scrape time: a reload of the keys file is exported without a call.
+  let apiKeys: readonly { id: string; expiresAt?: number }[] = [];
   const apiKeyExpiry = new Gauge({
     name: 'opsgate_api_key_expiry_timestamp_seconds',
     help: 'When an API key of the keys file stops working (its expires), as a Unix timestamp; keys without an expiry have no series.',
     labelNames: ['key_id'] as const,
     registers: [registry],
+    collect() {
+      this.reset();
+      for (const k of apiKeys) if (k.expiresAt !== undefined) this.set({ key_id: k.id }, Math.floor(k.expiresAt / 1000));
+    },
   });
-  let keyIds: string[] = [];
   let lastUsedSource: ((ids: readonly string[]) => Promise<Map<string, number>>) | undefined;
   new Gauge({
     name: 'opsgate_api_key_last_used_timestamp_seconds',
@@ -284,19 +303,21 @@ export function createMetrics(component: Component, version: string, opts: { def
     registers: [registry],
     async collect() {
       this.reset();
+      const keyIds = apiKeys.map((k) => k.id);
       if (!lastUsedSource || keyIds.length === 0) return;
       const seen = await withTimeout(lastUsedSource(keyIds), depthTimeoutMs, 'api key last use read').catch(() => undefined);
       for (const [key_id, seconds] of seen ?? []) this.set({ key_id }, seconds);
     },
   });
-  /** Export the configured keys' expiry, and their last use from `lastUsed` (read at scrape time). */
+  /**
+   * Export the configured keys' expiry, and their last use from `lastUsed`, both read at scrape
+   * time from `keys` (the config's array, whose contents a reload of the keys file replaces).
+   */
   const setApiKeys = (
     keys: readonly { id: string; expiresAt?: number }[],
     lastUsed: (ids: readonly string[]) => Promise<Map<string, number>>,
   ) => {
-    apiKeyExpiry.reset();
-    for (const k of keys) if (k.expiresAt !== undefined) apiKeyExpiry.set({ key_id: k.id }, Math.floor(k.expiresAt / 1000));
-    keyIds = keys.map((k) => k.id);
+    apiKeys = keys;
     lastUsedSource = lastUsed;
   };
 
@@ -321,6 +342,8 @@ export function createMetrics(component: Component, version: string, opts: { def
     setRedisMemorySource,
     apiKeyExpiry,
     setApiKeys,
+    secretReloads,
+    secretReloadRefused,
     buildInfo,
     httpRequests,
     httpDuration,
