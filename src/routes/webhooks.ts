@@ -3,6 +3,7 @@ import type { Redis } from 'ioredis';
 import { submitAlerts } from '../domain/alerts.js';
 import { decidePush, deliveryIdOf, submitPush } from '../domain/deploy.js';
 import type { DeliveryEntry, DeliveryLog, Verdict } from '../domain/deliveries.js';
+import type { Guards } from '../domain/guards.js';
 import type { Intake } from '../domain/intake.js';
 import type { ConfirmReplicated } from '../domain/replication.js';
 import { verifySender } from '../middleware/auth.js';
@@ -11,6 +12,7 @@ import { methodNotAllowed, toAppError } from '../middleware/errors.js';
 import type { ApiConfig } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
+import { guardFields } from './deliveries.js';
 import { SOURCES, sourceSecret, type AlertsSource, type PushSource, type Source } from '../sources/index.js';
 
 /**
@@ -36,6 +38,8 @@ export interface WebhookDeps {
   deliveries?: DeliveryLog;
   /** TLS_CLIENT_CA_FILE: the client-certificate check of the alerts sender, before its token check (src/middleware/clientCert.ts). */
   alertsClientCertificate?: RequestHandler;
+  /** Guarded changes: a push meets its project's approval policy, freezes and windows (src/domain/deploy.ts). */
+  guards?: Guards;
 }
 
 type Outcome = 'accepted' | 'duplicate' | 'ignored' | 'rejected' | 'invalid' | 'failed';
@@ -112,13 +116,17 @@ export function webhooksRouter(deps: WebhookDeps): Router {
     const push = { project: decision.project, ref: decision.ref, sha: decision.sha, eventId: decision.eventId };
     let out: Awaited<ReturnType<typeof submitPush>>;
     try {
-      out = await submitPush(deps.intake, {
-        source: source.name,
-        decision,
-        auditId: res.locals.requestId,
-        requestedBy: `webhook:${source.name}`,
-        ...(deliveryId ? { deliveryId } : {}),
-      });
+      out = await submitPush(
+        deps.intake,
+        {
+          source: source.name,
+          decision,
+          auditId: res.locals.requestId,
+          requestedBy: `webhook:${source.name}`,
+          ...(deliveryId ? { deliveryId } : {}),
+        },
+        deps.guards,
+      );
       await deps.replicated?.(out.written ? [out.written] : []);
     } catch (err) {
       // Kept with its event, so an operator can replay it once the cause is gone.
@@ -139,6 +147,11 @@ export function webhooksRouter(deps: WebhookDeps): Router {
       verdict: out.accepted ? 'queued' : 'duplicate',
       status: 202,
       jobId: out.jobId,
+      ...(out.approval
+        ? { detail: `pending approval ${out.approval.id} until ${out.approval.expires_at}` }
+        : out.held
+          ? { detail: `held until ${out.held.until}: ${out.held.reasons}` }
+          : {}),
       push,
       ...(deliveryId ? { deliveryId } : {}),
     });
@@ -148,6 +161,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
       job_id: out.jobId,
       outcome: out.accepted ? 'accepted' : 'duplicate',
       ...(deliveryId ? { delivery_id: deliveryId } : {}),
+      ...guardFields(out),
     };
     res.status(202).json({
       accepted: out.accepted,
@@ -155,6 +169,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
       project: decision.project,
       event_id: decision.eventId,
       job_id: out.jobId,
+      ...guardFields(out),
     });
   };
 

@@ -82,13 +82,15 @@ export interface HarnessOptions {
   hostStatus?: HostStatusProvider;
   /** Passed to createApp as its rate-limit slot. */
   rateLimit?: (deps: { redis: Redis; metrics: Metrics; logger: Logger }) => RequestHandler;
-  /** The app's clock for API-key expiry (createApp's `now`). */
+  /** The app's clock for API-key expiry and the guards of changes (createApp's `now`). */
   now?: () => number;
+  /** Another inventory than INVENTORY_YAML (policies of guarded changes). */
+  inventoryYaml?: string;
 }
 
 export async function createHarness(redisUrl: string, opts: HarnessOptions = {}): Promise<Harness> {
   const config = loadApiConfig({ ...baseEnv(redisUrl), ...(opts.env ?? {}) });
-  const inventory = parseInventory(INVENTORY_YAML);
+  const inventory = parseInventory(opts.inventoryYaml ?? INVENTORY_YAML);
   const lines: string[] = [];
   const logger = createLogger({ level: 'debug', secrets: secretsOf(config), write: (l) => lines.push(l) });
   const metrics = createMetrics('api', 'test', { defaults: false });
@@ -168,7 +170,9 @@ export function containsSecret(text: string): string | undefined {
  * The per-file set-up every API test file shares: its own redis-server and harness for the whole
  * file, torn down after it; with `flush` (default) Redis is emptied before each test.
  */
-export function useHarness(opts: { flush?: boolean; env?: Record<string, string | undefined>; now?: () => number } = {}): {
+export function useHarness(
+  opts: { flush?: boolean; env?: Record<string, string | undefined>; now?: () => number; inventoryYaml?: string } = {},
+): {
   readonly srv: RedisServer;
   readonly h: Harness;
 } {
@@ -176,7 +180,11 @@ export function useHarness(opts: { flush?: boolean; env?: Record<string, string 
   let h: Harness | undefined;
   beforeAll(async () => {
     srv = await startRedis();
-    h = await createHarness(srv.url, { env: opts.env, ...(opts.now ? { now: opts.now } : {}) });
+    h = await createHarness(srv.url, {
+      env: opts.env,
+      ...(opts.now ? { now: opts.now } : {}),
+      ...(opts.inventoryYaml ? { inventoryYaml: opts.inventoryYaml } : {}),
+    });
   });
   afterAll(async () => {
     await h?.close();
