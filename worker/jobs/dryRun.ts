@@ -32,7 +32,10 @@ function refusal(err: unknown): Pick<DryRunResult, 'admitted' | 'refused_by' | '
   if (status === undefined) throw err;
   const message = messageOf(err);
   let by: DryRunResult['refused_by'] = 'api';
-  if (status === 403) by = /ValidatingAdmissionPolicy|admission webhook|denied (the )?request/i.test(message) ? 'admission' : 'rbac';
+  // A policy's refusal is 403 or 422 (its validation's reason: Forbidden, Invalid...), a webhook's
+  // whatever it answers: the API server's message names it.
+  if (status < 500 && /ValidatingAdmissionPolicy|admission webhook|denied (the )?request/i.test(message)) by = 'admission';
+  else if (status === 403) by = 'rbac';
   else if (status === 404) by = 'not_found';
   else if (status === 422 || status === 400) by = 'invalid';
   else if (status >= 500 || status === 429) throw err;
