@@ -308,7 +308,7 @@ spec: {policyName: ${policy}, validationActions: [Deny]}
         /a Job must use the image and ServiceAccount of an inventory project/,
       );
     } finally {
-      await worker!.close(5000);
+      await worker.close(5000);
       worker = await startWorker(
         loadWorkerConfig({ REDIS_URL: redis.url, ROLLOUT_POLL_INTERVAL_MS: '200', ROLLOUT_TIMEOUT_SECONDS: '120', JOB_ATTEMPTS: '1' }),
         {
