@@ -21,6 +21,7 @@ import { opsRouter } from './routes/ops.js';
 import { webhookFailures, webhooksRouter } from './routes/webhooks.js';
 import { createKeyUsage } from './shared/apiKeyLifetime.js';
 import type { ApiConfig } from './shared/config.js';
+import type { FreezeWatch } from './shared/freezes.js';
 import type { Inventory } from './shared/inventory.js';
 import type { Logger } from './shared/logger.js';
 import type { Metrics } from './shared/metrics.js';
@@ -41,6 +42,11 @@ export interface AppDeps {
   /** Deployment status for GET /ops/hosts/:host (the real one: createKubeHostStatusProvider). */
   hostStatus: HostStatusProvider;
   version?: string;
+  /**
+   * The freezes kept in memory, told of changes through Redis pub/sub (src/shared/freezes.ts): a
+   * push or a restart then costs no round trip for them. Absent: read from Redis per change.
+   */
+  freezeWatch?: FreezeWatch;
   /** Per-client rate limit (src/middleware/rateLimit.ts), applied before every route when given. */
   rateLimit?: RequestHandler;
   /**
@@ -98,6 +104,7 @@ export function createApp(deps: AppDeps): Express {
     metrics: deps.metrics,
     now: deps.now ?? Date.now,
     dryRunTimeoutMs: deps.config.DRY_RUN_TIMEOUT_MS,
+    ...(deps.freezeWatch ? { freezeWatch: deps.freezeWatch } : {}),
   });
   const deliveries = createDeliveryLog({ redis: deps.redis, logger: deps.logger, keep: deps.config.DELIVERIES_KEPT });
   app.use(

@@ -21,8 +21,9 @@ import { createMetrics, queueCountsSource } from './shared/metrics.js';
 import { startMetricsServer } from './shared/metricsServer.js';
 import { jsonClientErrors } from './middleware/clientError.js';
 import { createRateLimiter } from './middleware/rateLimit.js';
+import { createFreezeStore, watchFreezes } from './shared/freezes.js';
 import { createOpsQueue } from './shared/queue.js';
-import { redisPasswords } from './shared/redis.js';
+import { createRedis, redisPasswords } from './shared/redis.js';
 import { connectRedis } from './shared/redisConnection.js';
 import { shutdownBudget } from './shared/shutdown.js';
 import { settlesWithin, withTimeout } from './shared/timeout.js';
@@ -75,6 +76,12 @@ export async function start(
     metrics,
   });
   metrics.setQueueDepthSources([queueCountsSource(queue.bull)]);
+  // The freezes in memory, kept current through pub/sub (its own subscriber connection).
+  const freezeWatch = watchFreezes({
+    store: createFreezeStore(redis),
+    subscriber: createRedis(config.REDIS_URL, 'blocking', 'opsgate-api-freezes'),
+    logger,
+  });
   try {
     findKubeConfig(env);
   } catch (err) {
@@ -91,6 +98,7 @@ export async function start(
     hostStatus: createKubeHostStatusProvider(kubeConfigFromEnv(env)),
     version,
     rateLimit: createRateLimiter({ redis, rps: config.RATE_LIMIT_RPS, metrics, logger }),
+    freezeWatch,
   });
 
   const { server } = createListener(app, { tls: apiTls, listener: 'api', logger, metrics });
@@ -111,6 +119,7 @@ export async function start(
     metricsServer = await startMetricsServer({ registry: metrics.registry, port: config.METRICS_PORT, logger, tls: metricsTls, metrics });
   } catch (err) {
     server.close();
+    await freezeWatch.close();
     await withTimeout(queue.close(), 2000, 'queue close').catch(() => {});
     redis.disconnect();
     throw err;
@@ -153,6 +162,7 @@ export async function start(
         },
         3000,
       );
+      await budget.step('freezes subscriber', () => freezeWatch.close(), 1000);
       // With Redis unreachable BullMQ's close would wait for a connection forever.
       await budget.step('queue', () => queue.close(), 5000);
       // Not connected: nothing to flush (no offline queue on this profile); just drop it.

@@ -148,6 +148,7 @@ export async function declareFreeze(g: Guards, body: FreezeBody, by: string): Pr
     ends_at: endsAt,
   };
   await redisCall(() => g.freezes.create(freeze), g.redis);
+  await g.freezeWatch?.changed();
   g.metrics?.freezes.inc({ action: 'declared' });
   return freezeView(freeze, now);
 }
@@ -169,6 +170,7 @@ export async function liftFreeze(g: Guards, id: string): Promise<{ lifted: true;
   const now = g.now();
   const f = await redisCall(() => g.freezes.remove(id, now), g.redis);
   if (!f) throw new NotFoundError('freeze not found (or already ended)');
+  await g.freezeWatch?.changed();
   g.metrics?.freezes.inc({ action: 'lifted' });
   const released: string[] = [];
   const holds = await redisCall(() => g.holds.all(), g.redis);

@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import { createApprovalStore, type ApprovalStore } from '../shared/approvals.js';
 import { createBudgets, type BudgetLimit, type Budgets } from '../shared/budget.js';
 import { BudgetExhaustedError } from '../shared/errors.js';
-import { createFreezeStore, type FreezeStore } from '../shared/freezes.js';
+import { createFreezeStore, type FreezeStore, type FreezeWatch } from '../shared/freezes.js';
 import { describeReasons, gate, type GateVerdict } from '../shared/gate.js';
 import { createHoldStore, type Hold, type HoldStore } from '../shared/holds.js';
 import { findProject, hostPolicy, projectPolicy, type Inventory } from '../shared/inventory.js';
@@ -36,6 +36,8 @@ export interface GuardDeps {
   now: () => number;
   /** DRY_RUN_TIMEOUT_MS. */
   dryRunTimeoutMs?: number;
+  /** The freezes kept in memory (src/shared/freezes.ts): no Redis round trip per change; absent: read per change. */
+  freezeWatch?: FreezeWatch;
 }
 
 export interface Guards extends GuardDeps {
@@ -56,8 +58,11 @@ export function createGuards(deps: GuardDeps): Guards {
 }
 
 /** The gate of a restart of a host's Deployment at `now`: the freezes of its namespace or of everything, the host's windows. */
+/** The freezes not yet ended: from memory when this process watches them, else from Redis. */
+const freezesNow = (g: Guards, now: number) => redisCall(() => (g.freezeWatch ?? g.freezes).list(now), g.redis);
+
 export async function restartGate(g: Guards, host: string, namespace: string, now: number): Promise<GateVerdict> {
-  const freezes = await redisCall(() => g.freezes.list(now), g.redis);
+  const freezes = await freezesNow(g, now);
   return gate(freezes, hostPolicy(g.inventory, host).windows, { namespace }, now);
 }
 
@@ -68,7 +73,7 @@ export function projectNamespace(inventory: Inventory, project: string): string 
 
 /** The gate of a project's deploy at `now`. */
 export async function deployGate(g: Guards, project: string, now: number): Promise<GateVerdict> {
-  const freezes = await redisCall(() => g.freezes.list(now), g.redis);
+  const freezes = await freezesNow(g, now);
   return gate(freezes, projectPolicy(g.inventory, project).windows, { namespace: projectNamespace(g.inventory, project), project }, now);
 }
 

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { FREEZES_KEY } from './keys.js';
+import { FREEZES_CHANNEL, FREEZES_KEY } from './keys.js';
+import type { Logger } from './logger.js';
 
 /**
  * Change freezes, declared by operators (POST /ops/freezes) and kept in one Redis hash shared by
@@ -8,6 +9,11 @@ import { FREEZES_KEY } from './keys.js';
  * namespace (restarts of its hosts' Deployments, deploys of projects whose Jobs run there) or the
  * deploys of one project, from `starts_at` (default: when it is declared) until `ends_at`.
  * Freezes past their end are dropped when next read.
+ *
+ * Every change is published on FREEZES_CHANNEL with the write (one MULTI), so each API process can
+ * keep the freezes in memory (watchFreezes) and a push or a restart costs no Redis round trip for
+ * them. A process learns of another's change a moment later; a change it misses in that moment is
+ * caught by the worker, which reads the freezes afresh when it takes a job (worker/report.ts).
  */
 export const FREEZE_SCOPES = ['all', 'namespace', 'project'] as const;
 export type FreezeScope = (typeof FREEZE_SCOPES)[number];
@@ -68,7 +74,7 @@ function parse(raw: string | null | undefined): Freeze | undefined {
 export function createFreezeStore(redis: Redis): FreezeStore {
   return {
     async create(f) {
-      await redis.hset(FREEZES_KEY, f.id, JSON.stringify(f));
+      await redis.multi().hset(FREEZES_KEY, f.id, JSON.stringify(f)).publish(FREEZES_CHANNEL, f.id).exec();
     },
     async list(now) {
       const all = await redis.hgetall(FREEZES_KEY);
@@ -93,7 +99,90 @@ export function createFreezeStore(redis: Redis): FreezeStore {
       const f = parse(await redis.hget(FREEZES_KEY, id));
       // HDEL answers 1 to one caller only: two operators lifting the same freeze release its holds once.
       const removed = await redis.hdel(FREEZES_KEY, id);
+      if (removed === 1) await redis.publish(FREEZES_CHANNEL, id).catch(() => 0);
       return removed === 1 && f && f.ends_at > now ? f : undefined;
+    },
+  };
+}
+
+/**
+ * The freezes kept in memory by an API process: loaded at start, reloaded whenever FREEZES_CHANNEL
+ * says they changed (and after every reconnection of the subscriber, which may have missed a
+ * message), read from Redis only while the subscription is not live. Changes made through the API
+ * are published; one made by hand in Redis is seen at the next change or reconnection (or publish
+ * on FREEZES_CHANNEL).
+ */
+export interface FreezeWatch {
+  /** The freezes not yet ended at `now`. */
+  list(now: number): Promise<Freeze[]>;
+  /** They changed (this process changed them; the message comes a moment later): reload now. Resolves once reloaded. */
+  changed(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export function watchFreezes(deps: { store: FreezeStore; subscriber: Redis; logger?: Logger }): FreezeWatch {
+  const { store, subscriber, logger } = deps;
+  let cached: Freeze[] | undefined;
+  let live = false;
+  let started = false;
+  let generation = 0;
+  let inflight: Promise<void> | undefined;
+  const reload = (): Promise<void> => {
+    const mine = ++generation;
+    const p = (async () => {
+      try {
+        const list = await store.list(Date.now());
+        // Two reloads in flight: the later one's answer stands.
+        if (mine === generation) cached = list;
+      } catch (err) {
+        if (mine === generation) cached = undefined;
+        logger?.warn('could not load the freezes; reading them per request until it works', { err });
+      }
+    })().finally(() => {
+      if (inflight === p) inflight = undefined;
+    });
+    inflight = p;
+    return p;
+  };
+  const onMessage = (channel: string) => {
+    if (channel === FREEZES_CHANNEL) void reload();
+  };
+  const onReady = () => {
+    // A reconnection: ioredis subscribes again by itself; what changed meanwhile is read now.
+    if (started) void reload().then(() => (live = cached !== undefined));
+  };
+  const onClose = () => {
+    live = false;
+  };
+  subscriber.on('message', onMessage);
+  subscriber.on('ready', onReady);
+  subscriber.on('close', onClose);
+  subscriber.on('error', (err: Error) => logger?.debug('freezes subscriber error', { err }));
+  void subscriber
+    .subscribe(FREEZES_CHANNEL)
+    .then(() => reload())
+    .then(() => {
+      started = true;
+      live = cached !== undefined;
+    })
+    .catch((err: unknown) => logger?.warn('could not subscribe to the freezes channel; reading them per request', { err }));
+
+  return {
+    async list(now) {
+      // A reload in flight was asked for by a change: its answer is the one to use.
+      if (inflight) await inflight;
+      if (live && cached) return cached.filter((f) => f.ends_at > now);
+      return store.list(now);
+    },
+    changed() {
+      return reload();
+    },
+    async close() {
+      live = false;
+      subscriber.off('message', onMessage);
+      subscriber.off('ready', onReady);
+      subscriber.off('close', onClose);
+      subscriber.disconnect();
     },
   };
 }

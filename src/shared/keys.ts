@@ -103,5 +103,7 @@ export const approvalIndexKey = (identity: string): string => `${GUARD_PREFIX}ap
 export const budgetKey = (namespace: string): string => `${GUARD_PREFIX}budget:restart:${namespace}`;
 /** The freezes: a hash, field = freeze id, value = JSON. */
 export const FREEZES_KEY = `${KEY_PREFIX}freezes`;
+/** Pub/sub channel told of every change of the freezes (each API process keeps them in memory). */
+export const FREEZES_CHANNEL = `${KEY_PREFIX}freezes:changed`;
 /** The deploys held by a freeze or outside their windows: a hash, field = job id, value = JSON (reasons, until). */
 export const HOLDS_KEY = `${KEY_PREFIX}holds`;

@@ -95,6 +95,22 @@ describe('declaring, reading and lifting freezes', () => {
     else expect(res.body.detail).toMatch(detail);
   });
 
+  it('each API process keeps the freezes in memory, told of changes through pub/sub: one declared on another replica stops restarts here', async () => {
+    const other = await createHarness(ctx.srv.url, { inventoryYaml: GUARDED_INVENTORY_YAML });
+    try {
+      expect((await restartAs(other.app, '?host=web-1&service=frontend')).status).toBe(200);
+      const f = await declare(ctx.h.app, { scope: 'namespace', namespace: 'shop', reason: 'replica test', duration: '1h' });
+      await waitFor('the other replica to refuse', async () => (await restartAs(other.app, '?host=web-1&service=checkout')).status === 409);
+      await lift(ctx.h.app, f.body.id);
+      await waitFor(
+        'the other replica to accept again',
+        async () => (await restartAs(other.app, '?host=web-1&service=checkout')).status === 200,
+      );
+    } finally {
+      await other.close();
+    }
+  });
+
   it('a freeze that starts later holds nothing yet', async () => {
     const starts = new Date(Date.now() + 3600_000).toISOString();
     const f = await declare(ctx.h.app, { scope: 'all', reason: 'planned', starts_at: starts, duration: '1h' });
