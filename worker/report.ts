@@ -119,7 +119,14 @@ export async function checkGate(c: ChangeData, ctx: JobContext): Promise<void> {
   throw new DelayedError();
 }
 
-/** Records how a restart or deploy ended: its progress, the metric, the report. */
+/** Whether an outcome goes to the notification endpoints (REPORT_OUTCOMES; no endpoint: nothing to queue). */
+function reported(ctx: Pick<JobContext, 'config'>, outcome: Outcome): boolean {
+  const { REPORT_OUTCOMES: which, NOTIFY_WEBHOOK_URLS: urls } = ctx.config;
+  if (urls.length === 0 || which === 'none') return false;
+  return which === 'all' || !['rolled_out', 'created'].includes(outcome.result);
+}
+
+/** Records how a restart or deploy ended: its progress, the metric, the report (REPORT_OUTCOMES). */
 export async function recordOutcome(c: ChangeData, ctx: JobContext, outcome: Outcome): Promise<void> {
   const jobId = String(ctx.job.id);
   const previous = typeof ctx.job.progress === 'object' && ctx.job.progress !== null ? (ctx.job.progress as Record<string, unknown>) : {};
@@ -131,6 +138,7 @@ export async function recordOutcome(c: ChangeData, ctx: JobContext, outcome: Out
   const g = ctx.guards;
   g?.metrics?.changeOutcomes.inc({ change: c.name, result: outcome.result });
   ctx.logger.info('change outcome', { change: c.name, result: outcome.result, duration_s: outcome.duration_s, reason: outcome.reason });
+  if (!reported(ctx, outcome)) return;
   await g
     ?.report(`report.${jobId}.outcome`, {
       event: 'outcome',

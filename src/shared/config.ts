@@ -345,6 +345,12 @@ const workerSchema = commonSchema.extend({
     .optional()
     .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim().replace(/\/+$/, '')))
     .refine((v) => v === undefined || /^https?:\/\/[^\s]+$/.test(v), 'must be an http(s) URL'),
+  /**
+   * Which ends of restarts and deploys the worker posts to NOTIFY_WEBHOOK_URLS: all, failures
+   * (failed, past its progress deadline, refused) or none. The news of guards (an approval asked for,
+   * rejected or expired, an override, a hold) is always posted; the outcome is always on the job.
+   */
+  REPORT_OUTCOMES: z.enum(['all', 'failures', 'none']).optional().default('all'),
   NOTIFY_TIMEOUT_MS: intFrom(5000, 1),
   ROLLOUT_TIMEOUT_SECONDS: intFrom(600, 1),
   /** How often restart_service polls the Deployment while waiting for its rollout. */
