@@ -24,8 +24,9 @@ import { createMetrics, queueCountsSource } from './shared/metrics.js';
 import { startMetricsServer } from './shared/metricsServer.js';
 import { jsonClientErrors } from './middleware/clientError.js';
 import { createRateLimiter } from './middleware/rateLimit.js';
+import { createFreezeStore, watchFreezes } from './shared/freezes.js';
 import { createOpsQueue } from './shared/queue.js';
-import { redisPasswords } from './shared/redis.js';
+import { createRedis, redisPasswords } from './shared/redis.js';
 import { connectRedis } from './shared/redisConnection.js';
 import { shutdownBudget } from './shared/shutdown.js';
 import { settlesWithin, withTimeout } from './shared/timeout.js';
@@ -83,6 +84,12 @@ export async function start(
     metrics,
   });
   metrics.setQueueDepthSources([queueCountsSource(queue.bull)]);
+  // The freezes in memory, kept current through pub/sub (its own subscriber connection).
+  const freezeWatch = watchFreezes({
+    store: createFreezeStore(redis),
+    subscriber: createRedis(config.REDIS_URL, 'blocking', 'opsgate-api-freezes'),
+    logger,
+  });
   try {
     findKubeConfig(env);
   } catch (err) {
@@ -100,6 +107,7 @@ export async function start(
     version,
     rateLimit: createRateLimiter({ redis, rps: config.RATE_LIMIT_RPS, metrics, logger }),
     senderSecrets,
+    freezeWatch,
   });
 
   const { server } = createListener(app, { tls: apiTls, listener: 'api', logger, metrics });
@@ -121,6 +129,7 @@ export async function start(
   } catch (err) {
     credentials.close();
     server.close();
+    await freezeWatch.close();
     await withTimeout(queue.close(), 2000, 'queue close').catch(() => {});
     redis.disconnect();
     throw err;
@@ -166,6 +175,7 @@ export async function start(
         },
         3000,
       );
+      await budget.step('freezes subscriber', () => freezeWatch.close(), 1000);
       // With Redis unreachable BullMQ's close would wait for a connection forever.
       await budget.step('queue', () => queue.close(), 5000);
       // Not connected: nothing to flush (no offline queue on this profile); just drop it.

@@ -1,8 +1,11 @@
-import { Router } from 'express';
+import { Router, type Request, type RequestHandler } from 'express';
 import type { Redis } from 'ioredis';
+import { dryRunRestart } from '../domain/dryRun.js';
+import type { Guards } from '../domain/guards.js';
 import type { ConfirmReplicated } from '../domain/replication.js';
 import { clearCache, getHostStatus, type HostStatusProvider } from '../domain/hostStatus.js';
-import { idempotencyScope, submitRestart } from '../domain/restart.js';
+import { idempotencyScope, restartOptions, submitRestart, validateRestart } from '../domain/restart.js';
+import { credentialId } from '../shared/crypto.js';
 import { idempotencyRecordKey } from '../shared/keys.js';
 import { requireApiKey, requireBearer, type ApiKeyPolicy } from '../middleware/auth.js';
 import { rawBody } from '../middleware/body.js';
@@ -26,6 +29,20 @@ export interface OpsDeps {
   apiKeyPolicy?: ApiKeyPolicy;
   /** REDIS_MIN_REPLICAS_ACK (src/domain/replication.ts); absent = off. */
   replicated?: ConfirmReplicated;
+  /** Guarded changes: the policies, freezes, approvals and budgets (src/domain/guards.ts). */
+  guards: Guards;
+}
+
+/**
+ * The id of the secret a request presented (its API key or bearer token): four eyes compares
+ * requester and approver by it, whatever scheme each used, so one secret cannot approve what it
+ * asked for under another name.
+ */
+export function presentedCredential(req: Request): string {
+  const key = (req.get('x-api-key') ?? '').trim();
+  if (key !== '') return credentialId(key);
+  const m = /^\S+\s+(.+)$/.exec((req.get('authorization') ?? '').trim());
+  return m ? credentialId(m[1]!.trim()) : '';
 }
 
 export function opsRouter(deps: OpsDeps): Router {
@@ -33,6 +50,11 @@ export function opsRouter(deps: OpsDeps): Router {
   const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
   const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', deps.apiKeyPolicy);
   const bearer = requireBearer(deps.config.OPS_BEARER_TOKEN, deps.metrics);
+  // POST /ops/restart: the contract's bearer token, or an operator's own key (so each operator has
+  // an identity of their own for four eyes). A request with an X-API-Key and no Authorization
+  // header is judged by its key; any other by the bearer rules.
+  const bearerOrOperator: RequestHandler = (req, res, next) =>
+    req.get('x-api-key') !== undefined && req.get('authorization') === undefined ? operatorKey(req, res, next) : bearer(req, res, next);
   const body = rawBody(deps.config.BODY_LIMIT);
 
   r.route('/ops/hosts')
@@ -52,15 +74,44 @@ export function opsRouter(deps: OpsDeps): Router {
     .all(methodNotAllowed(['GET']));
 
   r.route('/ops/restart')
-    .post(bearer, ...body, async (req, res) => {
+    .post(bearerOrOperator, ...body, async (req, res) => {
+      const opts = restartOptions(req.query);
+      const principal = res.locals.principal!;
+      if (opts.dry_run) {
+        const target = validateRestart(deps.inventory, req.query.host, req.query.service);
+        res.locals.auditFields = { dry_run: true, ...(opts.reason ? { reason: opts.reason } : {}) };
+        const answer = await dryRunRestart(deps.guards, {
+          ...target,
+          override: opts.override,
+          auditId: res.locals.requestId,
+          requestedBy: principal,
+        });
+        res.locals.auditFields = { dry_run: true, would: answer.would, admitted: answer.kubernetes.admitted ?? null };
+        res.json(answer);
+        return;
+      }
       const ack = await submitRestart(deps, {
         host: req.query.host,
         service: req.query.service,
         auditId: res.locals.requestId,
-        requestedBy: res.locals.principal!,
+        requestedBy: principal,
         idempotencyKey: req.get('idempotency-key'),
+        credential: presentedCredential(req),
+        override: opts.override,
+        ...(opts.reason ? { reason: opts.reason } : {}),
       });
-      res.locals.auditFields = { job_id: ack.job_id, coalesced: ack.coalesced };
+      if (ack.kind === 'pending_approval') {
+        const { kind: _kind, ...answer } = ack;
+        res.locals.auditFields = { approval_id: ack.approval_id, status: ack.status, coalesced: ack.coalesced, reason: opts.reason };
+        res.status(202).json(answer);
+        return;
+      }
+      res.locals.auditFields = {
+        job_id: ack.job_id,
+        coalesced: ack.coalesced,
+        ...(opts.reason ? { reason: opts.reason } : {}),
+        ...(opts.override ? { override: true } : {}),
+      };
       // REDIS_MIN_REPLICAS_ACK: a restart that joined another one (coalesced) wrote no job of its own.
       const idem = req.get('idempotency-key');
       await deps.replicated?.(
@@ -68,7 +119,8 @@ export function opsRouter(deps: OpsDeps): Router {
           ? []
           : [{ jobId: ack.job_id, keys: idem === undefined ? [] : [idempotencyRecordKey(idempotencyScope(res.locals.principal!, idem))] }],
       );
-      res.json(ack);
+      const { kind: _kind, ...answer } = ack;
+      res.json(answer);
     })
     .all(methodNotAllowed(['POST']));
 

@@ -3,6 +3,7 @@ import type { Redis } from 'ioredis';
 import { submitAlerts } from '../domain/alerts.js';
 import { decidePush, deliveryIdOf, submitPush } from '../domain/deploy.js';
 import type { DeliveryEntry, DeliveryLog, Verdict } from '../domain/deliveries.js';
+import type { Guards } from '../domain/guards.js';
 import type { Intake } from '../domain/intake.js';
 import type { ConfirmReplicated } from '../domain/replication.js';
 import { verifySender } from '../middleware/auth.js';
@@ -12,6 +13,7 @@ import type { ApiConfig } from '../shared/config.js';
 import { createSenderSecrets, type SenderSecrets } from '../shared/liveSecrets.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
+import { guardFields } from './deliveries.js';
 import { SOURCES, SOURCE_SECRET_ENVS, type AlertsSource, type PushSource, type Source } from '../sources/index.js';
 
 /**
@@ -42,6 +44,8 @@ export interface WebhookDeps {
    * runs: src/shared/liveSecrets.ts). Default: config.senderSecrets, else each variable's value, fixed.
    */
   senderSecrets?: SenderSecrets;
+  /** Guarded changes: a push meets its project's approval policy, freezes and windows (src/domain/deploy.ts). */
+  guards?: Guards;
 }
 
 /** The senders' secrets of a configuration, fixed: loadApiConfig's values, or each variable's value. */
@@ -130,13 +134,17 @@ export function webhooksRouter(deps: WebhookDeps): Router {
     const push = { project: decision.project, ref: decision.ref, sha: decision.sha, eventId: decision.eventId };
     let out: Awaited<ReturnType<typeof submitPush>>;
     try {
-      out = await submitPush(deps.intake, {
-        source: source.name,
-        decision,
-        auditId: res.locals.requestId,
-        requestedBy: `webhook:${source.name}`,
-        ...(deliveryId ? { deliveryId } : {}),
-      });
+      out = await submitPush(
+        deps.intake,
+        {
+          source: source.name,
+          decision,
+          auditId: res.locals.requestId,
+          requestedBy: `webhook:${source.name}`,
+          ...(deliveryId ? { deliveryId } : {}),
+        },
+        deps.guards,
+      );
       await deps.replicated?.(out.written ? [out.written] : []);
     } catch (err) {
       // Kept with its event, so an operator can replay it once the cause is gone.
@@ -157,6 +165,11 @@ export function webhooksRouter(deps: WebhookDeps): Router {
       verdict: out.accepted ? 'queued' : 'duplicate',
       status: 202,
       jobId: out.jobId,
+      ...(out.approval
+        ? { detail: `pending approval ${out.approval.id} until ${out.approval.expires_at}` }
+        : out.held
+          ? { detail: `held until ${out.held.until}: ${out.held.reasons}` }
+          : {}),
       push,
       ...(deliveryId ? { deliveryId } : {}),
     });
@@ -166,6 +179,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
       job_id: out.jobId,
       outcome: out.accepted ? 'accepted' : 'duplicate',
       ...(deliveryId ? { delivery_id: deliveryId } : {}),
+      ...guardFields(out),
     };
     res.status(202).json({
       accepted: out.accepted,
@@ -173,6 +187,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
       project: decision.project,
       event_id: decision.eventId,
       job_id: out.jobId,
+      ...guardFields(out),
     });
   };
 

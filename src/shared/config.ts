@@ -323,6 +323,11 @@ const apiSchema = commonSchema.extend({
     .string()
     .optional()
     .transform((v) => (v === undefined || v.trim() === '' ? '0' : v.trim())),
+  /**
+   * How long a dry run (POST /ops/restart?dry_run=true, a replay's dry_run) waits for the worker's
+   * rehearsal against the Kubernetes API; past it the answer says the cluster was not asked.
+   */
+  DRY_RUN_TIMEOUT_MS: intFrom(10000, 100),
   /** Bull Board at /admin/queues. Off unless asked for: it is a write-capable UI. */
   ADMIN_UI_ENABLED: z
     .enum(['true', 'false', '1', '0', ''])
@@ -352,6 +357,21 @@ const workerSchema = commonSchema.extend({
       return urls;
     }),
   WORKER_CONCURRENCY: intFrom(8, 1),
+  /**
+   * The API's address as operators reach it, for the notifications of guarded changes ("approve:
+   * POST <url>/ops/approvals/<id>/approve"); unset: the path alone.
+   */
+  OPSGATE_PUBLIC_URL: z
+    .string()
+    .optional()
+    .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim().replace(/\/+$/, '')))
+    .refine((v) => v === undefined || /^https?:\/\/[^\s]+$/.test(v), 'must be an http(s) URL'),
+  /**
+   * Which ends of restarts and deploys the worker posts to NOTIFY_WEBHOOK_URLS: all, failures
+   * (failed, past its progress deadline, refused) or none. The news of guards (an approval asked for,
+   * rejected or expired, an override, a hold) is always posted; the outcome is always on the job.
+   */
+  REPORT_OUTCOMES: z.enum(['all', 'failures', 'none']).optional().default('all'),
   NOTIFY_TIMEOUT_MS: intFrom(5000, 1),
   ROLLOUT_TIMEOUT_SECONDS: intFrom(600, 1),
   /** How often restart_service polls the Deployment while waiting for its rollout. */

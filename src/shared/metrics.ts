@@ -241,6 +241,55 @@ export function createMetrics(component: Component, version: string, opts: { def
     redisMemorySource = fn;
   };
 
+  // --- guarded changes (src/domain/guards.ts, worker/report.ts); namespace takes inventory namespaces only
+  const budgetExhausted = new Counter({
+    name: 'opsgate_budget_exhausted_total',
+    help: "Restarts refused with 429 because their namespace's restart budget (the inventory's policy) was spent, by namespace.",
+    labelNames: ['namespace'] as const,
+    registers: [registry],
+  });
+  const approvals = new Counter({
+    name: 'opsgate_approvals_total',
+    help: 'Approval events of guarded changes, by change (restart, deploy) and event (requested, approved, recorded = one of several, rejected, refused_self, expired).',
+    labelNames: ['change', 'event'] as const,
+    registers: [registry],
+  });
+  const guardRefusals = new Counter({
+    name: 'opsgate_guard_refusals_total',
+    help: 'Restarts refused with 409 by a freeze or outside their change windows, by guard (freeze, window).',
+    labelNames: ['guard'] as const,
+    registers: [registry],
+  });
+  const guardOverrides = new Counter({
+    name: 'opsgate_guard_overrides_total',
+    help: 'Restarts let through a freeze or outside their change windows by an operator (override=true with a reason).',
+    registers: [registry],
+  });
+  const holds = new Counter({
+    name: 'opsgate_holds_total',
+    help: 'Deploys held as delayed jobs by a freeze or outside their change windows, by who held them (api at intake, worker when a held job woke to a closed gate) and guard (freeze, window).',
+    labelNames: ['by', 'guard'] as const,
+    registers: [registry],
+  });
+  const freezes = new Counter({
+    name: 'opsgate_freezes_total',
+    help: 'Freezes declared and lifted (DELETE /ops/freezes/{id}), by action.',
+    labelNames: ['action'] as const,
+    registers: [registry],
+  });
+  const dryRuns = new Counter({
+    name: 'opsgate_dry_runs_total',
+    help: "Dry runs by change (restart, deploy) and the Kubernetes API server's verdict on the worker's identity (admitted, refused, unknown = no worker answered in time or the cluster could not be asked).",
+    labelNames: ['change', 'verdict'] as const,
+    registers: [registry],
+  });
+  const changeOutcomes = new Counter({
+    name: 'opsgate_change_outcomes_total',
+    help: 'How restarts and deploys ended, by change and result (rolled_out, created, failed, progress_deadline_exceeded, refused, held, rejected, expired).',
+    labelNames: ['change', 'result'] as const,
+    registers: [registry],
+  });
+
   const adminActions = new Counter({
     name: 'opsgate_admin_actions_total',
     help: 'State-changing calls under /admin (Bull Board retry, clean, promote, remove...), by method and status code.',
@@ -356,6 +405,14 @@ export function createMetrics(component: Component, version: string, opts: { def
     jobRetries,
     jobsStalled,
     workerErrors,
+    budgetExhausted,
+    approvals,
+    guardRefusals,
+    guardOverrides,
+    holds,
+    freezes,
+    dryRuns,
+    changeOutcomes,
   };
 }
 

@@ -62,7 +62,9 @@ describe('GET /ops/jobs?state=failed (any valid key)', () => {
           attempts_made: 1,
           attempts_max: 5,
           failed_reason: 'host "gone-0" is not in the inventory',
-          progress: 0,
+          // the worker's outcome of the restart, in its progress and on the view
+          progress: { outcome: { result: 'failed', reason: 'host "gone-0" is not in the inventory', duration_s: expect.any(Number) } },
+          outcome: { result: 'failed', reason: 'host "gone-0" is not in the inventory', duration_s: expect.any(Number) },
           created_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
           processed_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
           finished_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),

@@ -352,7 +352,8 @@ describe.each(valueFiles)('%s', (file) => {
         ]);
       } else expect(dep).toHaveLength(0);
       const jobs = rules.filter((r) => r.resources.includes('jobs'));
-      expect(jobs).toEqual(e.jobs ? [{ apiGroups: ['batch'], resources: ['jobs'], verbs: ['create'] }] : []); // no get/list/watch: never used
+      // create, and get to wait for the Job's outcome; no list/watch: never used
+      expect(jobs).toEqual(e.jobs ? [{ apiGroups: ['batch'], resources: ['jobs'], verbs: ['create', 'get'] }] : []);
       const events = rules.filter((r) => r.resources.includes('events'));
       expect(events).toEqual([{ apiGroups: ['events.k8s.io'], resources: ['events'], verbs: ['create'] }]);
       expect(rules).toHaveLength(dep.length + jobs.length + events.length);
