@@ -91,6 +91,7 @@ export function requireApiKey(
     // A key without a known role counts as readonly.
     const role: Role = key.role === 'operator' ? 'operator' : 'readonly';
     res.locals.principal = `key:${key.id}`;
+    res.locals.credential = credentialId(presented);
     res.locals.role = role;
     if (required === 'operator' && role !== 'operator') {
       metrics.authFailures.inc({ scheme: 'api_key', reason: 'forbidden_role' });
@@ -137,6 +138,7 @@ export function requireOperatorKeyOrBasic(keys: readonly ApiKey[], metrics: Auth
     }
     const role: Role = key!.role === 'operator' ? 'operator' : 'readonly';
     res.locals.principal = `key:${key!.id}`;
+    res.locals.credential = credentialId(presented);
     res.locals.role = role;
     if (role !== 'operator') {
       metrics.authFailures.inc({ scheme, reason: 'forbidden_role' });
@@ -231,9 +233,28 @@ export function requireBearer(
       fail('invalid bearer token', 'invalid', 'invalid_token');
     }
     res.locals.principal = opts.principal ?? `bearer:${credentialId(presented)}`;
+    res.locals.credential = credentialId(presented);
     if (opts.noteMatch) noteMatch(res, index);
     next();
   };
+}
+
+/**
+ * POST /ops/restart: the contract's bearer token, or an operator's own API key, so that each
+ * operator has an identity of their own for four eyes. A request with an X-API-Key and no
+ * Authorization header is judged by its key (operator role required); any other by the bearer
+ * rules, so a request with neither is the contract's 401.
+ */
+export function requireBearerOrOperatorKey(
+  keys: readonly ApiKey[],
+  token: SecretSource,
+  metrics: AuthMetrics,
+  policy: ApiKeyPolicy = {},
+): RequestHandler {
+  const operatorKey = requireApiKey(keys, metrics, 'operator', policy);
+  const bearer = requireBearer(token, metrics);
+  return (req, res, next) =>
+    req.get('x-api-key') !== undefined && req.get('authorization') === undefined ? operatorKey(req, res, next) : bearer(req, res, next);
 }
 
 /**

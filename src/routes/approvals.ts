@@ -10,7 +10,6 @@ import type { ApiConfig } from '../shared/config.js';
 import { NotFoundError, UnprocessableError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
-import { presentedCredential } from './ops.js';
 
 /**
  * Four-eyes approvals (src/domain/approvals.ts):
@@ -68,7 +67,7 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
           id,
           action,
           by: res.locals.principal!,
-          credential: presentedCredential(req),
+          credential: res.locals.credential!,
           reason: body.data.reason,
           ...(body.data.override ? { override: true } : {}),
           auditId: res.locals.requestId,

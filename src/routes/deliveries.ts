@@ -14,7 +14,6 @@ import { ConflictError, NotFoundError, UnprocessableError } from '../shared/erro
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 import { SOURCES } from '../sources/index.js';
-import { presentedCredential } from './ops.js';
 
 /** The guard fields of an intake outcome, for an answer: a pending approval or a hold. */
 export function guardFields(out: Outcome): Record<string, string> {
@@ -159,7 +158,7 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
           decision: { kind: 'deploy', project: e.project, ref: e.ref, sha: e.sha, eventId: e.event_id },
           auditId: res.locals.requestId,
           requestedBy: principal,
-          credential: presentedCredential(req),
+          credential: res.locals.credential!,
           reason: body.data.reason,
           ...(view.delivery_id ? { deliveryId: view.delivery_id } : {}),
         },

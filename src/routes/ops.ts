@@ -1,13 +1,12 @@
-import { Router, type Request, type RequestHandler } from 'express';
+import { Router } from 'express';
 import type { Redis } from 'ioredis';
 import { dryRunRestart } from '../domain/dryRun.js';
 import type { Guards } from '../domain/guards.js';
 import type { ConfirmReplicated } from '../domain/replication.js';
 import { clearCache, getHostStatus, type HostStatusProvider } from '../domain/hostStatus.js';
 import { idempotencyScope, restartOptions, submitRestart, validateRestart } from '../domain/restart.js';
-import { credentialId } from '../shared/crypto.js';
 import { idempotencyRecordKey } from '../shared/keys.js';
-import { requireApiKey, requireBearer, type ApiKeyPolicy } from '../middleware/auth.js';
+import { requireApiKey, requireBearerOrOperatorKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { ApiConfig } from '../shared/config.js';
@@ -33,28 +32,11 @@ export interface OpsDeps {
   guards: Guards;
 }
 
-/**
- * The id of the secret a request presented (its API key or bearer token): four eyes compares
- * requester and approver by it, whatever scheme each used, so one secret cannot approve what it
- * asked for under another name.
- */
-export function presentedCredential(req: Request): string {
-  const key = (req.get('x-api-key') ?? '').trim();
-  if (key !== '') return credentialId(key);
-  const m = /^\S+\s+(.+)$/.exec((req.get('authorization') ?? '').trim());
-  return m ? credentialId(m[1]!.trim()) : '';
-}
-
 export function opsRouter(deps: OpsDeps): Router {
   const r = Router();
   const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
   const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', deps.apiKeyPolicy);
-  const bearer = requireBearer(deps.config.OPS_BEARER_TOKEN, deps.metrics);
-  // POST /ops/restart: the contract's bearer token, or an operator's own key (so each operator has
-  // an identity of their own for four eyes). A request with an X-API-Key and no Authorization
-  // header is judged by its key; any other by the bearer rules.
-  const bearerOrOperator: RequestHandler = (req, res, next) =>
-    req.get('x-api-key') !== undefined && req.get('authorization') === undefined ? operatorKey(req, res, next) : bearer(req, res, next);
+  const bearerOrOperator = requireBearerOrOperatorKey(deps.config.apiKeys, deps.config.OPS_BEARER_TOKEN, deps.metrics, deps.apiKeyPolicy);
   const body = rawBody(deps.config.BODY_LIMIT);
 
   r.route('/ops/hosts')
@@ -96,7 +78,7 @@ export function opsRouter(deps: OpsDeps): Router {
         auditId: res.locals.requestId,
         requestedBy: principal,
         idempotencyKey: req.get('idempotency-key'),
-        credential: presentedCredential(req),
+        credential: res.locals.credential!,
         override: opts.override,
         ...(opts.reason ? { reason: opts.reason } : {}),
       });
