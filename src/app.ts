@@ -4,7 +4,7 @@ import type { HostStatusProvider } from './domain/hostStatus.js';
 import { createDeliveryLog } from './domain/deliveries.js';
 import { createGuards } from './domain/guards.js';
 import { createIntake } from './domain/intake.js';
-import { replicationGate, retryReplicationGate } from './domain/replication.js';
+import { changeReplicationGate, replicationGate, retryReplicationGate } from './domain/replication.js';
 import { requireClientCertificate } from './middleware/clientCert.js';
 import { requestId } from './middleware/context.js';
 import { errorHandler, notFound } from './middleware/errors.js';
@@ -88,6 +88,13 @@ export function createApp(deps: AppDeps): Express {
     minReplicas: deps.config.REDIS_MIN_REPLICAS_ACK,
     timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
   });
+  const changed = changeReplicationGate({
+    redis: deps.redis,
+    queue: deps.queue.producer,
+    logger: deps.logger,
+    minReplicas: deps.config.REDIS_MIN_REPLICAS_ACK,
+    timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
+  });
   // API keys: expiry judged by one clock, last use shared through Redis and exported by metrics.
   const keyUsage = createKeyUsage({ redis: deps.redis });
   const apiKeyPolicy = { warningDays: deps.config.API_KEY_EXPIRY_WARNING_DAYS, now: deps.now ?? Date.now, usage: keyUsage };
@@ -116,14 +123,15 @@ export function createApp(deps: AppDeps): Express {
       intake,
       deliveries,
       replicated,
+      changed,
       guards,
       ...(deps.config.TLS_CLIENT_CA_FILE ? { alertsClientCertificate: requireClientCertificate(deps.metrics) } : {}),
     }),
   );
   app.use(healthRouter({ redis: deps.redis, queue: deps.queue, version: deps.version ?? '0.0.0' }));
-  app.use(opsRouter({ ...deps, producer: deps.queue.producer, hostStatus: deps.hostStatus, replicated, apiKeyPolicy, guards }));
-  app.use(approvalsRouter({ ...deps, guards, apiKeyPolicy }));
-  app.use(freezesRouter({ ...deps, guards, jobs: deps.queue.jobs, apiKeyPolicy }));
+  app.use(opsRouter({ ...deps, producer: deps.queue.producer, hostStatus: deps.hostStatus, replicated, changed, apiKeyPolicy, guards }));
+  app.use(approvalsRouter({ ...deps, guards, apiKeyPolicy, changed }));
+  app.use(freezesRouter({ ...deps, guards, jobs: deps.queue.jobs, apiKeyPolicy, changed }));
   app.use(keysRouter({ ...deps, usage: keyUsage, apiKeyPolicy }));
   const retryReplicated = retryReplicationGate({
     queue: deps.queue.producer,
@@ -131,7 +139,7 @@ export function createApp(deps: AppDeps): Express {
     minReplicas: deps.config.REDIS_MIN_REPLICAS_ACK,
     timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
   });
-  app.use(deliveriesRouter({ ...deps, deliveries, intake, replicated, apiKeyPolicy, guards }));
+  app.use(deliveriesRouter({ ...deps, deliveries, intake, replicated, changed, apiKeyPolicy, guards }));
   app.use(jobsRouter({ ...deps, jobs: deps.queue.jobs, deadLetters: deps.queue.deadLetters, retryReplicated, apiKeyPolicy, guards }));
   app.use(openapiRouter({ version: deps.version, adminUI: deps.config.ADMIN_UI_ENABLED }));
   // Bull Board (operator only, audited): src/routes/admin.ts.

@@ -121,7 +121,9 @@ const decisionResponses = (action: 'approve' | 'reject'): RouteDoc['responses'] 
       'over RATE_LIMIT_RPS, or (the last approval of a restart) its namespace restart budget is spent: nothing decided, approve again after Retry-After',
     headers: { 'Retry-After': 'seconds' },
   },
-  503: E[503]('Redis unavailable'),
+  503: E[503](
+    'Redis unavailable, or (REDIS_MIN_REPLICAS_ACK) the change not acknowledged by the replicas in time: it may still take effect, read it back before repeating it',
+  ),
 });
 
 // --- shared answers ------------------------------------------------------------------------
@@ -555,7 +557,9 @@ export const API_ROUTES: readonly RouteDoc[] = [
       413: E[413],
       422: E[422]('unknown scope, namespace or project; no or two ends; an end in the past or more than 30 days away; no reason'),
       429: E[429],
-      503: E[503]('Redis unavailable'),
+      503: E[503](
+        'Redis unavailable, or (REDIS_MIN_REPLICAS_ACK) the change not acknowledged by the replicas in time: it may still take effect, read it back before repeating it',
+      ),
     },
   },
   {
@@ -590,7 +594,9 @@ export const API_ROUTES: readonly RouteDoc[] = [
       413: E[413],
       422: E[422]('reason missing, blank or too long'),
       429: E[429],
-      503: E[503]('Redis unavailable'),
+      503: E[503](
+        'Redis unavailable, or (REDIS_MIN_REPLICAS_ACK) the change not acknowledged by the replicas in time: it may still take effect, read it back before repeating it',
+      ),
     },
   },
   {

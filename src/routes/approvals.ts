@@ -2,11 +2,13 @@ import { Router } from 'express';
 import { z } from 'zod';
 import { approvalView, approvalViewSchema, decideApproval, decisionBodySchema } from '../domain/approvals.js';
 import type { Guards } from '../domain/guards.js';
+import type { ConfirmChange } from '../domain/replication.js';
 import { redisCall } from '../domain/redisOps.js';
 import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { ApiConfig } from '../shared/config.js';
+import { approvalKey } from '../shared/keys.js';
 import { NotFoundError, UnprocessableError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
@@ -24,6 +26,8 @@ export interface ApprovalsDeps {
   logger: Logger;
   metrics: Pick<Metrics, 'authFailures'>;
   apiKeyPolicy?: ApiKeyPolicy;
+  /** REDIS_MIN_REPLICAS_ACK for a decision and the job it queues (src/domain/replication.ts); absent = off. */
+  changed?: ConfirmChange;
 }
 
 export const approvalListSchema = z.object({ approvals: z.array(approvalViewSchema) });
@@ -80,6 +84,7 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
           ...(out.job_id ? { job_id: out.job_id } : {}),
           ...(body.data.override ? { override: true } : {}),
         };
+        await deps.changed?.(`approval ${id} ${action === 'approve' ? 'approved' : 'rejected'}`, [approvalKey(id)]);
         deps.logger.info(`approval ${action === 'approve' ? 'given' : 'rejected'}`, {
           approval_id: id,
           by: res.locals.principal,

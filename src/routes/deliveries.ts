@@ -5,12 +5,13 @@ import { submitPush } from '../domain/deploy.js';
 import { dryRunDeploy } from '../domain/dryRun.js';
 import type { Guards } from '../domain/guards.js';
 import type { Intake, Outcome } from '../domain/intake.js';
-import type { ConfirmReplicated } from '../domain/replication.js';
+import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
 import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { ApiConfig } from '../shared/config.js';
 import { ConflictError, NotFoundError, UnprocessableError } from '../shared/errors.js';
+import { approvalKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 import { SOURCES } from '../sources/index.js';
@@ -40,6 +41,8 @@ export interface DeliveriesDeps {
   /** Expiry warnings, the clock and last use of API keys (src/middleware/auth.ts). */
   apiKeyPolicy?: ApiKeyPolicy;
   replicated?: ConfirmReplicated;
+  /** REDIS_MIN_REPLICAS_ACK for a push that asks for an approval (src/domain/replication.ts); absent = off. */
+  changed?: ConfirmChange;
   /** Guarded changes (src/domain/guards.ts): a replayed push meets the same guards as a delivered one. */
   guards?: Guards;
 }
@@ -164,7 +167,9 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
         },
         deps.guards,
       );
-      await deps.replicated?.(out.written ? [out.written] : []);
+      // REDIS_MIN_REPLICAS_ACK: a pending approval is a change of the guards' state (nothing to take back).
+      if (out.approval) await deps.changed?.(`approval ${out.approval.id} requested`, [approvalKey(out.approval.id)]);
+      else await deps.replicated?.(out.written ? [out.written] : []);
       deps.deliveries.record({
         source: view.source,
         verdict: out.accepted ? 'queued' : 'duplicate',

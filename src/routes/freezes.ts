@@ -12,12 +12,14 @@ import {
   listHolds,
 } from '../domain/freezes.js';
 import type { Guards } from '../domain/guards.js';
+import type { ConfirmChange } from '../domain/replication.js';
 import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { ApiConfig } from '../shared/config.js';
 import { UnprocessableError } from '../shared/errors.js';
 import type { JobReads } from '../shared/jobReads.js';
+import { FREEZES_KEY, HOLDS_KEY } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 
@@ -35,6 +37,8 @@ export interface FreezesDeps {
   logger: Logger;
   metrics: Pick<Metrics, 'authFailures'>;
   apiKeyPolicy?: ApiKeyPolicy;
+  /** REDIS_MIN_REPLICAS_ACK for a freeze declared or lifted and the deploys it releases (src/domain/replication.ts); absent = off. */
+  changed?: ConfirmChange;
 }
 
 export const freezeListSchema = z.object({ freezes: z.array(freezeViewSchema) });
@@ -62,6 +66,7 @@ export function freezesRouter(deps: FreezesDeps): Router {
       res.locals.auditFields = { scope: parsed.data.scope, reason: parsed.data.reason };
       const freeze = await declareFreeze(g, parsed.data, res.locals.principal!);
       res.locals.auditFields = { freeze_id: freeze.id, scope: freeze.scope, reason: freeze.reason, ends_at: freeze.ends_at };
+      await deps.changed?.(`freeze ${freeze.id} declared`, [FREEZES_KEY]);
       deps.logger.info('freeze declared', { freeze_id: freeze.id, scope: freeze.scope, ends_at: freeze.ends_at, by: res.locals.principal });
       res.status(201).json(freeze);
     })
@@ -78,6 +83,7 @@ export function freezesRouter(deps: FreezesDeps): Router {
       res.locals.auditFields = { freeze_id: id, reason: parsed.data.reason };
       const out = await liftFreeze(g, id);
       res.locals.auditFields = { freeze_id: id, reason: parsed.data.reason, released: out.released };
+      await deps.changed?.(`freeze ${id} lifted`, [FREEZES_KEY, HOLDS_KEY]);
       deps.logger.info('freeze lifted', { freeze_id: id, by: res.locals.principal, released: out.released.length });
       res.json(out);
     })

@@ -2,10 +2,10 @@ import { Router } from 'express';
 import type { Redis } from 'ioredis';
 import { dryRunRestart } from '../domain/dryRun.js';
 import type { Guards } from '../domain/guards.js';
-import type { ConfirmReplicated } from '../domain/replication.js';
+import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
 import { clearCache, getHostStatus, type HostStatusProvider } from '../domain/hostStatus.js';
 import { idempotencyScope, restartOptions, submitRestart, validateRestart } from '../domain/restart.js';
-import { idempotencyRecordKey } from '../shared/keys.js';
+import { approvalKey, idempotencyRecordKey } from '../shared/keys.js';
 import { requireApiKey, requireBearerOrOperatorKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
@@ -28,6 +28,8 @@ export interface OpsDeps {
   apiKeyPolicy?: ApiKeyPolicy;
   /** REDIS_MIN_REPLICAS_ACK (src/domain/replication.ts); absent = off. */
   replicated?: ConfirmReplicated;
+  /** REDIS_MIN_REPLICAS_ACK for a change of the guarded-changes state (a pending approval); absent = off. */
+  changed?: ConfirmChange;
   /** Guarded changes: the policies, freezes, approvals and budgets (src/domain/guards.ts). */
   guards: Guards;
 }
@@ -85,6 +87,7 @@ export function opsRouter(deps: OpsDeps): Router {
       if (ack.kind === 'pending_approval') {
         const { kind: _kind, ...answer } = ack;
         res.locals.auditFields = { approval_id: ack.approval_id, status: ack.status, coalesced: ack.coalesced, reason: opts.reason };
+        await deps.changed?.(`approval ${ack.approval_id} requested`, [approvalKey(ack.approval_id)]);
         res.status(202).json(answer);
         return;
       }

@@ -5,12 +5,13 @@ import { decidePush, deliveryIdOf, submitPush } from '../domain/deploy.js';
 import type { DeliveryEntry, DeliveryLog, Verdict } from '../domain/deliveries.js';
 import type { Guards } from '../domain/guards.js';
 import type { Intake } from '../domain/intake.js';
-import type { ConfirmReplicated } from '../domain/replication.js';
+import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
 import { verifySender } from '../middleware/auth.js';
 import { parseJson, parseWebhookBody, rawBody } from '../middleware/body.js';
 import { methodNotAllowed, toAppError } from '../middleware/errors.js';
 import type { ApiConfig } from '../shared/config.js';
 import { createSenderSecrets, type SenderSecrets } from '../shared/liveSecrets.js';
+import { approvalKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 import { guardFields } from './deliveries.js';
@@ -33,6 +34,8 @@ export interface WebhookDeps {
   metrics: Pick<Metrics, 'authFailures' | 'webhookEvents'>;
   /** REDIS_MIN_REPLICAS_ACK (src/domain/replication.ts); absent = off. */
   replicated?: ConfirmReplicated;
+  /** REDIS_MIN_REPLICAS_ACK for a push that asks for an approval (src/domain/replication.ts); absent = off. */
+  changed?: ConfirmChange;
   /** The senders to serve; default the registry. */
   sources?: readonly Source[];
   /** Each delivery's verdict, for GET /ops/deliveries (src/domain/deliveries.ts); absent = not kept. */
@@ -145,7 +148,9 @@ export function webhooksRouter(deps: WebhookDeps): Router {
         },
         deps.guards,
       );
-      await deps.replicated?.(out.written ? [out.written] : []);
+      // REDIS_MIN_REPLICAS_ACK: a pending approval is a change of the guards' state (nothing to take back).
+      if (out.approval) await deps.changed?.(`approval ${out.approval.id} requested`, [approvalKey(out.approval.id)]);
+      else await deps.replicated?.(out.written ? [out.written] : []);
     } catch (err) {
       // Kept with its event, so an operator can replay it once the cause is gone.
       const status = toAppError(err)?.statusCode ?? 500;
