@@ -32,6 +32,7 @@ fi
 
 rand() { node -e 'process.stdout.write(require("crypto").randomBytes(18).toString("base64url"))'; }
 OPERATOR_KEY="op_$(rand)"
+APPROVER_KEY="op_$(rand)"
 READONLY_KEY="ro_$(rand)"
 BEARER="bt_$(rand)"
 SCM_SECRET="scm_$(rand)"
@@ -62,7 +63,8 @@ up() { for _ in $(seq 100); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
 up redis-cli -p "$REDIS_PORT" ping || { echo "redis-server did not start (see $DEV_DIR/redis.log)" >&2; exit 1; }
 
 export REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
-export OPS_API_KEY_ROLES="$OPERATOR_KEY:operator,$READONLY_KEY:readonly"
+# Two operator keys: one asks for a guarded change, the other approves it (four eyes).
+export OPS_API_KEY_ROLES="$OPERATOR_KEY:operator,$APPROVER_KEY:operator,$READONLY_KEY:readonly"
 export OPS_BEARER_TOKEN="$BEARER"
 export SCM_WEBHOOK_SECRET="$SCM_SECRET"
 export GITHUB_WEBHOOK_SECRET="$GITHUB_SECRET"
@@ -71,6 +73,8 @@ export OPS_INVENTORY_FILE="$PWD/hack/dev-inventory.yaml"
 export PORT
 # Bull Board is off unless asked for; the dev setup shows it (see the banner).
 export ADMIN_UI_ENABLED=true
+# The worker's notifications of guarded changes say where to approve.
+export OPSGATE_PUBLIC_URL="http://127.0.0.1:$PORT"
 export JOB_ATTEMPTS=${JOB_ATTEMPTS:-2} JOB_BACKOFF_MS=${JOB_BACKOFF_MS:-1000}
 
 METRICS_PORT=$API_METRICS_PORT node dist/src/server.js > >(tee "$DEV_DIR/api.log" | pretty) 2>&1 &
@@ -86,6 +90,7 @@ cat <<MSG
  opsgate dev is up: API http://127.0.0.1:$PORT   metrics :$API_METRICS_PORT (api) :$WORKER_METRICS_PORT (worker)
  Demo credentials (this run only):
    operator API key     : $OPERATOR_KEY
+   approver API key     : $APPROVER_KEY (a second operator, for four eyes)
    readonly API key     : $READONLY_KEY
    bearer token         : $BEARER
    SCM webhook token    : $SCM_SECRET
@@ -101,7 +106,7 @@ cat <<MSG
         'http://127.0.0.1:$PORT/ops/restart?host=web-01&service=storefront'
    Bull Board: http://127.0.0.1:$PORT/admin/queues  (any user name, operator key as password)
  For the README's commands (jobs, setup guides for GitLab, GitHub, Alertmanager), in another terminal:
-   export OPSGATE_URL=http://127.0.0.1:$PORT OPS_API_KEY=$READONLY_KEY OPS_OPERATOR_KEY=$OPERATOR_KEY SCM_WEBHOOK_SECRET=$SCM_SECRET GITHUB_WEBHOOK_SECRET=$GITHUB_SECRET ALERTS_WEBHOOK_TOKEN=$ALERTS_TOKEN
+   export OPSGATE_URL=http://127.0.0.1:$PORT OPS_API_KEY=$READONLY_KEY OPS_OPERATOR_KEY=$OPERATOR_KEY OPS_APPROVER_KEY=$APPROVER_KEY SCM_WEBHOOK_SECRET=$SCM_SECRET GITHUB_WEBHOOK_SECRET=$GITHUB_SECRET ALERTS_WEBHOOK_TOKEN=$ALERTS_TOKEN
  Without a Kubernetes cluster the restart/deploy jobs are dead-lettered with a clear
  reason (see GET /ops/jobs/<job_id> or Bull Board). Ctrl-C stops everything.
 ──────────────────────────────────────────────────────────────────────────────

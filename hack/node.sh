@@ -268,6 +268,10 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 maxPods: 60
+# A changed Secret reaches its mounted volume at the pod's next sync: every syncFrequency, up to
+# 1.5 times it with the kubelet's jitter (default 1m). Shorter here so the rotation e2e
+# (test/e2e/node/tlsRotation.test.ts) waits seconds, not minutes; kubelet.yaml is read by that test.
+syncFrequency: 10s
 EOF
   start kubelet "$BIN/kubelet" --config "$STATE/kubelet.yaml" --kubeconfig "$STATE/kubelet.kubeconfig" \
     --root-dir "$STATE/kubelet" --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" --v=1

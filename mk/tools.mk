@@ -36,8 +36,9 @@ tools-coredns: ## CoreDNS (COREDNS_VERSION), only the plugins the test node uses
 tools-prometheus: ## Prometheus (PROMETHEUS_VERSION) with Kubernetes service discovery for the e2e alert loop (built once per version and machine; cold times: README, Tests)
 	@hack/build-tool.sh prometheus $(PROMETHEUS_VERSION)
 
-tools-traefik: ## Traefik (TRAEFIK_VERSION), the e2e's Ingress controller, from github.com/traefik/traefik/v3 (built once per version and machine; cold times: README, Tests)
+tools-traefik: ## Traefik (TRAEFIK_VERSION), the e2e's Ingress controller, from github.com/traefik/traefik/v3, and its CRDs (built once per version and machine; cold times: README, Tests)
 	@hack/build-tool.sh traefik $(TRAEFIK_VERSION)
+	@hack/traefik-crds.sh $(TRAEFIK_VERSION) .tools/traefik
 
 tools-cosign: ## cosign (COSIGN_VERSION) from github.com/sigstore/cosign/v3, to sign and verify the release (built once per version and machine; cold times: README, Tests)
 	@hack/build-tool.sh cosign $(COSIGN_VERSION)

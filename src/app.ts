@@ -2,13 +2,16 @@ import express, { type Express, type RequestHandler } from 'express';
 import type { Redis } from 'ioredis';
 import type { HostStatusProvider } from './domain/hostStatus.js';
 import { createDeliveryLog } from './domain/deliveries.js';
+import { createGuards } from './domain/guards.js';
 import { createIntake } from './domain/intake.js';
-import { replicationGate, retryReplicationGate } from './domain/replication.js';
+import { changeReplicationGate, replicationGate, retryReplicationGate } from './domain/replication.js';
 import { requireClientCertificate } from './middleware/clientCert.js';
 import { requestId } from './middleware/context.js';
 import { errorHandler, notFound } from './middleware/errors.js';
 import { observe } from './middleware/observe.js';
 import { ADMIN_BASE_PATH, createAdminRouter } from './routes/admin.js';
+import { approvalsRouter } from './routes/approvals.js';
+import { freezesRouter } from './routes/freezes.js';
 import { deliveriesRouter } from './routes/deliveries.js';
 import { healthRouter } from './routes/health.js';
 import { jobsRouter } from './routes/jobs.js';
@@ -18,7 +21,9 @@ import { opsRouter } from './routes/ops.js';
 import { webhookFailures, webhooksRouter } from './routes/webhooks.js';
 import { createKeyUsage } from './shared/apiKeyLifetime.js';
 import type { ApiConfig } from './shared/config.js';
+import type { FreezeWatch } from './shared/freezes.js';
 import type { Inventory } from './shared/inventory.js';
+import type { SenderSecrets } from './shared/liveSecrets.js';
 import type { Logger } from './shared/logger.js';
 import type { Metrics } from './shared/metrics.js';
 import type { OpsQueue } from './shared/queue.js';
@@ -38,10 +43,20 @@ export interface AppDeps {
   /** Deployment status for GET /ops/hosts/:host (the real one: createKubeHostStatusProvider). */
   hostStatus: HostStatusProvider;
   version?: string;
+  /**
+   * The freezes kept in memory, told of changes through Redis pub/sub (src/shared/freezes.ts): a
+   * push or a restart then costs no round trip for them. Absent: read from Redis per change.
+   */
+  freezeWatch?: FreezeWatch;
   /** Per-client rate limit (src/middleware/rateLimit.ts), applied before every route when given. */
   rateLimit?: RequestHandler;
-  /** The clock API-key expiry is judged by (ms since the epoch); default Date.now. */
+  /**
+   * The clock (ms since the epoch) API-key expiry and every guard of a change (windows, freezes,
+   * approvals' expiry, restart budgets) are judged by; default Date.now.
+   */
   now?: () => number;
+  /** The webhook senders' secrets in use, reloaded from their files (src/server.ts); default: config.senderSecrets, fixed. */
+  senderSecrets?: SenderSecrets;
 }
 
 export function parseTrustProxy(v: string): boolean | number | string {
@@ -73,6 +88,13 @@ export function createApp(deps: AppDeps): Express {
     minReplicas: deps.config.REDIS_MIN_REPLICAS_ACK,
     timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
   });
+  const changed = changeReplicationGate({
+    redis: deps.redis,
+    queue: deps.queue.producer,
+    logger: deps.logger,
+    minReplicas: deps.config.REDIS_MIN_REPLICAS_ACK,
+    timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
+  });
   // API keys: expiry judged by one clock, last use shared through Redis and exported by metrics.
   const keyUsage = createKeyUsage({ redis: deps.redis });
   const apiKeyPolicy = { warningDays: deps.config.API_KEY_EXPIRY_WARNING_DAYS, now: deps.now ?? Date.now, usage: keyUsage };
@@ -82,6 +104,18 @@ export function createApp(deps: AppDeps): Express {
   // through costs a match against every one of its routes. Paths do not overlap, so the order
   // changes nothing else.
   const intake = createIntake({ producer: deps.queue.producer, jobs: deps.queue.jobs, redis: deps.redis, logger: deps.logger });
+  // Guarded changes: one set of stores and one clock for every route that changes something.
+  const guards = createGuards({
+    inventory: deps.inventory,
+    redis: deps.redis,
+    producer: deps.queue.producer,
+    probe: deps.queue.probe,
+    logger: deps.logger,
+    metrics: deps.metrics,
+    now: deps.now ?? Date.now,
+    dryRunTimeoutMs: deps.config.DRY_RUN_TIMEOUT_MS,
+    ...(deps.freezeWatch ? { freezeWatch: deps.freezeWatch } : {}),
+  });
   const deliveries = createDeliveryLog({ redis: deps.redis, logger: deps.logger, keep: deps.config.DELIVERIES_KEPT });
   app.use(
     webhooksRouter({
@@ -89,11 +123,15 @@ export function createApp(deps: AppDeps): Express {
       intake,
       deliveries,
       replicated,
+      changed,
+      guards,
       ...(deps.config.TLS_CLIENT_CA_FILE ? { alertsClientCertificate: requireClientCertificate(deps.metrics) } : {}),
     }),
   );
   app.use(healthRouter({ redis: deps.redis, queue: deps.queue, version: deps.version ?? '0.0.0' }));
-  app.use(opsRouter({ ...deps, producer: deps.queue.producer, hostStatus: deps.hostStatus, replicated, apiKeyPolicy }));
+  app.use(opsRouter({ ...deps, producer: deps.queue.producer, hostStatus: deps.hostStatus, replicated, changed, apiKeyPolicy, guards }));
+  app.use(approvalsRouter({ ...deps, guards, apiKeyPolicy, changed }));
+  app.use(freezesRouter({ ...deps, guards, jobs: deps.queue.jobs, apiKeyPolicy, changed }));
   app.use(keysRouter({ ...deps, usage: keyUsage, apiKeyPolicy }));
   const retryReplicated = retryReplicationGate({
     queue: deps.queue.producer,
@@ -101,8 +139,8 @@ export function createApp(deps: AppDeps): Express {
     minReplicas: deps.config.REDIS_MIN_REPLICAS_ACK,
     timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
   });
-  app.use(deliveriesRouter({ ...deps, deliveries, intake, replicated, apiKeyPolicy }));
-  app.use(jobsRouter({ ...deps, jobs: deps.queue.jobs, deadLetters: deps.queue.deadLetters, retryReplicated, apiKeyPolicy }));
+  app.use(deliveriesRouter({ ...deps, deliveries, intake, replicated, changed, apiKeyPolicy, guards }));
+  app.use(jobsRouter({ ...deps, jobs: deps.queue.jobs, deadLetters: deps.queue.deadLetters, retryReplicated, apiKeyPolicy, guards }));
   app.use(openapiRouter({ version: deps.version, adminUI: deps.config.ADMIN_UI_ENABLED }));
   // Bull Board (operator only, audited): src/routes/admin.ts.
   if (deps.config.ADMIN_UI_ENABLED) {

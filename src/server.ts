@@ -4,6 +4,7 @@ import { pathToFileURL } from 'node:url';
 import { createApp } from './app.js';
 import { createKubeHostStatusProvider } from './domain/kubeHostStatus.js';
 import {
+  absentSecretFileWarnings,
   apiTlsFiles,
   expiredKeyWarnings,
   loadApiConfig,
@@ -13,16 +14,19 @@ import {
   type ApiConfig,
 } from './shared/config.js';
 import { reportConfigError } from './shared/configReport.js';
+import { watchCredentials } from './shared/credentialReload.js';
 import { ConfigError } from './shared/errors.js';
 import { findKubeConfig, kubeConfigFromEnv, NoKubeConfigError } from './shared/kubeconfig.js';
 import { loadInventory } from './shared/inventory.js';
+import { createSenderSecrets } from './shared/liveSecrets.js';
 import { createLogger, type Logger } from './shared/logger.js';
 import { createMetrics, queueCountsSource } from './shared/metrics.js';
 import { startMetricsServer } from './shared/metricsServer.js';
 import { jsonClientErrors } from './middleware/clientError.js';
 import { createRateLimiter } from './middleware/rateLimit.js';
+import { createFreezeStore, watchFreezes } from './shared/freezes.js';
 import { createOpsQueue } from './shared/queue.js';
-import { redisPasswords } from './shared/redis.js';
+import { createRedis, redisPasswords } from './shared/redis.js';
 import { connectRedis } from './shared/redisConnection.js';
 import { shutdownBudget } from './shared/shutdown.js';
 import { settlesWithin, withTimeout } from './shared/timeout.js';
@@ -65,8 +69,13 @@ export async function start(
     base: { component: 'api' },
     secrets: [...secretsOf(config), ...redisPasswords(config.REDIS_URL)],
   });
-  for (const warning of [...weakCredentialWarnings(config), ...expiredKeyWarnings(config)]) logger.warn(warning);
+  for (const warning of [...weakCredentialWarnings(config), ...expiredKeyWarnings(config), ...absentSecretFileWarnings(config)]) {
+    logger.warn(warning);
+  }
   const metrics = createMetrics('api', version);
+  // The keys file and the senders' secret files, re-read while the process runs.
+  const senderSecrets = createSenderSecrets(config.senderSecrets);
+  const credentials = watchCredentials({ config, senderSecrets, logger, metrics });
   const redis = connectRedis({ url: config.REDIS_URL, profile: 'request', name: 'opsgate-api', logger });
   const queue = createOpsQueue({
     url: config.REDIS_URL,
@@ -75,6 +84,12 @@ export async function start(
     metrics,
   });
   metrics.setQueueDepthSources([queueCountsSource(queue.bull)]);
+  // The freezes in memory, kept current through pub/sub (its own subscriber connection).
+  const freezeWatch = watchFreezes({
+    store: createFreezeStore(redis),
+    subscriber: createRedis(config.REDIS_URL, 'blocking', 'opsgate-api-freezes'),
+    logger,
+  });
   try {
     findKubeConfig(env);
   } catch (err) {
@@ -91,6 +106,8 @@ export async function start(
     hostStatus: createKubeHostStatusProvider(kubeConfigFromEnv(env)),
     version,
     rateLimit: createRateLimiter({ redis, rps: config.RATE_LIMIT_RPS, metrics, logger }),
+    senderSecrets,
+    freezeWatch,
   });
 
   const { server } = createListener(app, { tls: apiTls, listener: 'api', logger, metrics });
@@ -110,7 +127,9 @@ export async function start(
   try {
     metricsServer = await startMetricsServer({ registry: metrics.registry, port: config.METRICS_PORT, logger, tls: metricsTls, metrics });
   } catch (err) {
+    credentials.close();
     server.close();
+    await freezeWatch.close();
     await withTimeout(queue.close(), 2000, 'queue close').catch(() => {});
     redis.disconnect();
     throw err;
@@ -121,6 +140,8 @@ export async function start(
     hosts: Object.keys(inventory.hosts).length,
     scheme: apiTls ? 'https' : 'http',
     client_certificates: apiTls?.files.caFile ? 'requested' : 'off',
+    // Re-read every SECRETS_RELOAD_INTERVAL_MS.
+    credential_files: config.credentialFiles.map((f) => f.variable),
   });
 
   let stopping: Promise<boolean> | undefined;
@@ -133,6 +154,7 @@ export async function start(
       });
       const drainMs = graceMs ?? Math.min(10_000, totalMs / 2);
       logger.info('api stopping: draining in-flight requests', { drain_ms: drainMs, shutdown_timeout_s: config.SHUTDOWN_TIMEOUT_SECONDS });
+      credentials.close();
       await budget.step(
         'http server',
         async () => {
@@ -153,6 +175,7 @@ export async function start(
         },
         3000,
       );
+      await budget.step('freezes subscriber', () => freezeWatch.close(), 1000);
       // With Redis unreachable BullMQ's close would wait for a connection forever.
       await budget.step('queue', () => queue.close(), 5000);
       // Not connected: nothing to flush (no offline queue on this profile); just drop it.

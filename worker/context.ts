@@ -1,14 +1,36 @@
 import type { Job } from 'bullmq';
 import type { Redis } from 'ioredis';
+import type { ApprovalStore } from '../src/shared/approvals.js';
 import type { WorkerConfig } from '../src/shared/config.js';
+import type { FreezeStore } from '../src/shared/freezes.js';
+import type { HoldStore } from '../src/shared/holds.js';
 import type { Inventory } from '../src/shared/inventory.js';
+import type { ReportChangeData } from '../src/shared/jobs.js';
 import type { Logger } from '../src/shared/logger.js';
+import type { Metrics } from '../src/shared/metrics.js';
 import type { KubeConfigFactory } from '../src/shared/kubeconfig.js';
+
+/**
+ * What the worker needs of guarded changes: the freezes and holds (a held deploy is checked again
+ * when it wakes), the approvals (an expiry report expires its approval), a way to queue a report,
+ * the metrics of outcomes and holds, and the clock.
+ */
+export interface WorkerGuards {
+  freezes: FreezeStore;
+  holds: HoldStore;
+  approvals: ApprovalStore;
+  /** Queues a report_change job under `jobId` (one job per id: a repeat adds nothing). */
+  report(jobId: string, data: ReportChangeData, delayMs?: number): Promise<void>;
+  metrics?: Pick<Metrics, 'changeOutcomes' | 'holds'>;
+  now: () => number;
+}
 
 /** What a job handler gets besides its validated data. */
 export interface JobContext {
-  /** The BullMQ job (id, attempts, updateProgress). */
-  job: Pick<Job, 'id' | 'name' | 'attemptsMade' | 'opts' | 'updateProgress'>;
+  /** The BullMQ job (id, attempts, updateProgress, moveToDelayed for a held deploy). */
+  job: Pick<Job, 'id' | 'name' | 'attemptsMade' | 'opts' | 'updateProgress' | 'progress'> & Partial<Pick<Job, 'moveToDelayed'>>;
+  /** The job's lock token (BullMQ's Job#moveToDelayed needs it). */
+  token?: string;
   /** Aborted at the per-attempt deadline (JOB_TIMEOUT_SECONDS) or when the worker shuts down. */
   signal: AbortSignal;
   /** Bound to job id and name. */
@@ -18,6 +40,8 @@ export interface JobContext {
   /** The worker's Redis connection (for idempotency records). */
   redis: Redis;
   kubeConfig: KubeConfigFactory;
+  /** Guarded changes; absent in a processor built without them (then nothing is held or reported). */
+  guards?: WorkerGuards;
 }
 
 export type Handler<D> = (data: D, ctx: JobContext) => Promise<unknown>;

@@ -8,8 +8,11 @@ import { apiStatus } from './k8s.js';
  * Kubernetes Events (events.k8s.io/v1) for what the worker does to a cluster object, so
  * `kubectl describe` and every cluster event pipeline show who restarted or deployed what:
  * reason `OpsgateRestart` on the Deployment, `OpsgateDeploy` on the deploy Job, `OpsgateRestartRefused`
- * (Warning) on a Deployment the worker refused to restart. The note carries the principal's key
- * id, the audit id and the queue job id (never a secret: requested_by is a credential id).
+ * (Warning) on a Deployment the worker refused to restart; and how it ended: `OpsgateRolledOut` /
+ * `OpsgateRolloutFailed` (Warning) on the Deployment, `OpsgateDeployed` / `OpsgateDeployFailed` on the
+ * Job, `OpsgateRestartRejected` / `OpsgateRestartExpired` on a Deployment whose restart was not
+ * approved. The note carries the principal's key id, the approvers, the audit id and the queue job
+ * id (never a secret: requested_by is a credential id).
  *
  * The Event name derives from the queue job id and reason, so a retried attempt finds its own
  * Event (409) instead of writing a second one. An Event is a record, not the work: failing to
@@ -17,7 +20,29 @@ import { apiStatus } from './k8s.js';
  */
 export const REPORTING_CONTROLLER = 'opsgate.io/worker';
 
-export type EventReason = 'OpsgateRestart' | 'OpsgateRestartRefused' | 'OpsgateDeploy';
+export type EventReason =
+  | 'OpsgateRestart'
+  | 'OpsgateRestartRefused'
+  | 'OpsgateDeploy'
+  // How a guarded change ended (worker/report.ts): on the Deployment, or on the deploy Job.
+  | 'OpsgateRolledOut'
+  | 'OpsgateRolloutFailed'
+  | 'OpsgateDeployed'
+  | 'OpsgateDeployFailed'
+  | 'OpsgateRestartRejected'
+  | 'OpsgateRestartExpired';
+
+const WHAT: Record<EventReason, string> = {
+  OpsgateRestart: 'rollout restart',
+  OpsgateRestartRefused: 'rollout restart refused',
+  OpsgateDeploy: 'deploy',
+  OpsgateRolledOut: 'rollout restart rolled out',
+  OpsgateRolloutFailed: 'rollout restart failed',
+  OpsgateDeployed: 'deploy succeeded',
+  OpsgateDeployFailed: 'deploy failed',
+  OpsgateRestartRejected: 'rollout restart rejected',
+  OpsgateRestartExpired: 'rollout restart approval expired',
+};
 
 export interface OpsgateEvent {
   namespace: string;
@@ -31,12 +56,14 @@ export interface OpsgateEvent {
   requestedBy: string;
   /** Extra text after the standard part (bounded). */
   detail?: string;
+  /** Who approved the change (four eyes), when it was approved. */
+  approvers?: readonly string[];
 }
 
 /** The note: "<what> requested by <key id> (audit <id>, job <id>)[: detail]", at most 1 kB as the API requires. */
-export function eventNote(e: Pick<OpsgateEvent, 'reason' | 'requestedBy' | 'auditId' | 'queueJobId' | 'detail'>): string {
-  const what = e.reason === 'OpsgateDeploy' ? 'deploy' : e.reason === 'OpsgateRestart' ? 'rollout restart' : 'rollout restart refused';
-  const note = `${what} requested by ${e.requestedBy} (audit ${e.auditId}, job ${e.queueJobId})${e.detail ? `: ${e.detail}` : ''}`;
+export function eventNote(e: Pick<OpsgateEvent, 'reason' | 'requestedBy' | 'auditId' | 'queueJobId' | 'detail' | 'approvers'>): string {
+  const approved = e.approvers && e.approvers.length > 0 ? `, approved by ${e.approvers.join(', ')}` : '';
+  const note = `${WHAT[e.reason]} requested by ${e.requestedBy}${approved} (audit ${e.auditId}, job ${e.queueJobId})${e.detail ? `: ${e.detail}` : ''}`;
   return note.length > 1024 ? `${note.slice(0, 1021)}...` : note;
 }
 

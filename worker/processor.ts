@@ -1,10 +1,14 @@
 import { UnrecoverableError, type Job } from 'bullmq';
-import { JOB, jobDataSchemas, type JobName } from '../src/shared/jobs.js';
+import { JOB, jobDataSchemas, type JobName, type RestartServiceData, type RunDeployPipelineData } from '../src/shared/jobs.js';
 import { withTimeout } from '../src/shared/timeout.js';
 import type { Handler, JobContext } from './context.js';
+import { JobCancelledError, JobTimeoutError } from './errors.js';
 import { runDeployPipeline } from './jobs/deploy.js';
+import { dryRun } from './jobs/dryRun.js';
 import { notifyOncall } from './jobs/notify.js';
+import { reportChange } from './jobs/report.js';
 import { restartService } from './jobs/restart.js';
+import { checkGate, failureOutcome, isFinal, recordOutcome } from './report.js';
 
 /**
  * The worker's processor: dispatch by job name to its handler, with
@@ -13,27 +17,20 @@ import { restartService } from './jobs/restart.js';
  * - the per-attempt timeout (JOB_TIMEOUT_SECONDS, the contract's 900 s by default): the handler's
  *   AbortSignal is aborted at the deadline and the attempt fails with "timed out after Ns"
  *   (retried per policy), even if the handler ignores the signal;
- * - shutdown: BullMQ's own signal (worker.cancelAllJobs) aborts the handler too.
+ * - shutdown: BullMQ's own signal (worker.cancelAllJobs) aborts the handler too;
+ * - guarded changes (worker/report.ts): a restart or deploy meets its gate before the handler runs
+ *   (a deploy is held again, a restart refused), and its outcome is recorded when it ends: a
+ *   success, or a failure that no retry follows.
  */
 export const handlers: { [N in JobName]: Handler<never> } = {
   [JOB.restartService]: restartService,
   [JOB.runDeployPipeline]: runDeployPipeline,
   [JOB.notifyOncall]: notifyOncall,
+  [JOB.dryRun]: dryRun,
+  [JOB.reportChange]: reportChange,
 };
 
-export class JobTimeoutError extends Error {
-  constructor(seconds: number) {
-    super(`timed out after ${seconds}s`);
-    this.name = 'JobTimeoutError';
-  }
-}
-
-export class JobCancelledError extends Error {
-  constructor(reason: string) {
-    super(reason);
-    this.name = 'JobCancelledError';
-  }
-}
+export { JobCancelledError, JobTimeoutError };
 
 function isJobName(name: string): name is JobName {
   return Object.hasOwn(handlers, name);
@@ -41,10 +38,19 @@ function isJobName(name: string): name is JobName {
 
 export type Processor = (job: Job, token?: string, signal?: AbortSignal) => Promise<unknown>;
 
-export function createProcessor(base: Omit<JobContext, 'job' | 'signal' | 'logger'> & { logger: JobContext['logger'] }): Processor {
+/** A restart or deploy: the changes whose gate and outcome are guarded. */
+function changeOf(name: JobName, data: unknown) {
+  if (name === JOB.restartService) return { name: 'restart' as const, data: data as RestartServiceData };
+  if (name === JOB.runDeployPipeline) return { name: 'deploy' as const, data: data as RunDeployPipelineData };
+  return undefined;
+}
+
+export function createProcessor(
+  base: Omit<JobContext, 'job' | 'signal' | 'logger' | 'token'> & { logger: JobContext['logger'] },
+): Processor {
   const timeoutSeconds = base.config.JOB_TIMEOUT_SECONDS;
   // Three declared parameters: BullMQ passes the cancellation signal only to processors that take it.
-  return async function process(job: Job, _token?: string, bullSignal?: AbortSignal): Promise<unknown> {
+  return async function process(job: Job, token?: string, bullSignal?: AbortSignal): Promise<unknown> {
     if (!isJobName(job.name)) {
       throw new UnrecoverableError(`unknown job name ${JSON.stringify(job.name).slice(0, 200)}`);
     }
@@ -68,13 +74,28 @@ export function createProcessor(base: Omit<JobContext, 'job' | 'signal' | 'logge
       else bullSignal?.addEventListener('abort', onCancel, { once: true });
     });
     const handler = handlers[job.name] as Handler<unknown>;
-    const run = handler(parsed.data, { ...base, job, signal: controller.signal, logger });
+    const ctx: JobContext = { ...base, job, ...(token !== undefined ? { token } : {}), signal: controller.signal, logger };
+    const change = changeOf(job.name, parsed.data);
+    const started = Date.now();
     try {
-      return await withTimeout(Promise.race([run, cancelled]), timeoutSeconds * 1000, () => {
+      if (change) await checkGate(change, ctx);
+      const value = await withTimeout(Promise.race([handler(parsed.data, ctx), cancelled]), timeoutSeconds * 1000, () => {
         const err = new JobTimeoutError(timeoutSeconds);
         controller.abort(err);
         return err;
       });
+      if (change) {
+        const own = (value as { outcome?: { result?: string; reason?: string } } | undefined)?.outcome;
+        await recordOutcome(change, ctx, {
+          result: own?.result === 'created' ? 'created' : 'rolled_out',
+          ...(own?.reason ? { reason: own.reason } : {}),
+          duration_s: Math.round((Date.now() - started) / 100) / 10,
+        });
+      }
+      return value;
+    } catch (err) {
+      if (change && isFinal(err, ctx)) await recordOutcome(change, ctx, failureOutcome(err, (Date.now() - started) / 1000));
+      throw err;
     } finally {
       if (!controller.signal.aborted) controller.abort(new JobCancelledError('attempt finished'));
     }

@@ -25,7 +25,15 @@ export async function settleConnection(client: Redis, ms: number): Promise<void>
  * aborted (their attempt fails and is retried later). Then Redis is quit. Every step is bounded
  * (by stepMs); resolves false when one did not finish in time.
  */
-export async function closeWorker(worker: Worker, redis: Redis, logger: Logger, graceMs: number, stepMs: number): Promise<boolean> {
+export async function closeWorker(
+  worker: Worker,
+  redis: Redis,
+  logger: Logger,
+  graceMs: number,
+  stepMs: number,
+  /** Closed after the jobs drained, before Redis is quit (the report producer's Queue), bounded. */
+  alsoClose?: () => Promise<unknown>,
+): Promise<boolean> {
   let clean = true;
   // BullMQ's close interrupts its blocking BZPOPMIN by disconnecting that connection and then
   // waits for its 'end' event. ioredis never emits 'end' for a connection disconnected while
@@ -41,6 +49,16 @@ export async function closeWorker(worker: Worker, redis: Redis, logger: Logger, 
       logger.error('shutdown step timed out: the queue worker did not close (active jobs are recovered as stalled)', { step: 'worker' });
       clean = false;
     }
+  }
+  if (
+    alsoClose &&
+    !(await settlesWithin(
+      alsoClose().catch(() => undefined),
+      Math.min(2000, stepMs / 4),
+    ))
+  ) {
+    logger.error('shutdown step timed out: the report producer did not close', { step: 'report producer' });
+    clean = false;
   }
   if (!(await settlesWithin(redis.quit(), Math.min(2000, stepMs / 4)))) {
     redis.disconnect();

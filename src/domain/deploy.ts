@@ -1,6 +1,11 @@
+import { randomUUID } from 'node:crypto';
 import { UnprocessableError } from '../shared/errors.js';
+import { describeReasons } from '../shared/gate.js';
+import { projectPolicy } from '../shared/inventory.js';
 import { runDeployPipelineData } from '../shared/jobs.js';
 import type { PushSource } from '../sources/index.js';
+import { requestApproval } from './approvals.js';
+import { deployGate, projectNamespace, recordHold, reportHold, type Guards } from './guards.js';
 import type { Intake, Outcome } from './intake.js';
 
 /**
@@ -68,14 +73,23 @@ export interface PushRequest {
   requestedBy: string;
   /** The sender's own delivery id: remembered 30 days, so its replay is a duplicate after the event's 24 h. */
   deliveryId?: string;
+  /** The credential id of the requester (a replay's operator key), for four eyes. */
+  credential?: string;
+  /** A replay's reason. */
+  reason?: string;
 }
 
 /**
  * A push to the deploy branch: one run_deploy_pipeline job per event id within 24 h. The job's
  * data is validated before anything is recorded, so a payload that would be refused never marks
  * the event seen.
+ *
+ * With guards (the project's policy in the inventory, the freezes): a project whose policy asks
+ * for approval gets a pending approval instead of a job (the same event again joins it); a deploy
+ * covered by a freeze or outside its windows is queued held, a BullMQ delayed job due when the
+ * gate opens, with the reasons recorded (src/shared/holds.ts) and reported.
  */
-export async function submitPush(intake: Pick<Intake, 'push'>, req: PushRequest): Promise<Outcome> {
+export async function submitPush(intake: Pick<Intake, 'push'>, req: PushRequest, guards?: Guards): Promise<Outcome> {
   const d = req.decision;
   const parsed = runDeployPipelineData.safeParse({
     project: d.project,
@@ -87,10 +101,55 @@ export async function submitPush(intake: Pick<Intake, 'push'>, req: PushRequest)
     requested_by: req.requestedBy,
   });
   if (!parsed.success) throw new UnprocessableError(`invalid ${parsed.error.issues[0]!.path.join('.')}`);
-  return intake.push({
+  const event = {
     source: req.source,
     eventId: d.eventId,
     ...(req.deliveryId ? { deliveryId: req.deliveryId } : {}),
     data: parsed.data,
-  });
+  };
+  if (!guards) return intake.push(event);
+  const g = guards;
+  const now = g.now();
+  const policy = projectPolicy(g.inventory, d.project);
+
+  if (policy.approval) {
+    // Already let through (approved before, or queued before the policy): a duplicate of that job.
+    const holder = await g.producer.deduplicationHolder(d.eventId);
+    if (holder !== null) return { accepted: false, duplicate: true, jobId: holder };
+    const pending = await requestApproval(g, {
+      change: {
+        kind: 'deploy',
+        project: d.project,
+        ref: d.ref,
+        namespace: projectNamespace(g.inventory, d.project),
+        sha: d.sha,
+        event_id: d.eventId,
+        ...(req.deliveryId ? { delivery_id: req.deliveryId } : {}),
+      },
+      identity: `deploy:${d.eventId}`,
+      requester: req.requestedBy,
+      requesterCredential: req.credential ?? '',
+      ...(req.reason ? { reason: req.reason } : {}),
+      auditId: req.auditId,
+      policy: policy.approval,
+    });
+    return {
+      accepted: pending.created,
+      duplicate: !pending.created,
+      jobId: pending.approval_id,
+      approval: { id: pending.approval_id, expires_at: pending.expires_at, required: pending.required },
+    };
+  }
+
+  const verdict = await deployGate(g, d.project, now);
+  if (!verdict.blocked) return intake.push(event);
+  const jobId = randomUUID();
+  const { delayMs, hold } = await recordHold(g, jobId, parsed.data, verdict, now);
+  const out = await intake.push({ ...event, jobId, delayMs });
+  if (out.accepted && out.jobId === jobId) {
+    await reportHold(g, hold, parsed.data);
+    return { ...out, held: { until: new Date(hold.until).toISOString(), reasons: describeReasons(verdict.reasons) } };
+  }
+  await g.holds.remove(jobId).catch(() => undefined);
+  return out;
 }

@@ -58,6 +58,9 @@ export interface PushEvent {
   eventId: string;
   deliveryId?: string;
   data: JobDataByName[typeof JOB.runDeployPipeline];
+  /** A held deploy (src/domain/deploy.ts): its job id, chosen before its hold is recorded, and its delay. */
+  jobId?: string;
+  delayMs?: number;
 }
 
 export interface Outcome {
@@ -67,6 +70,10 @@ export interface Outcome {
   jobId: string;
   /** Accepted: what the intake wrote, for REDIS_MIN_REPLICAS_ACK's take-back. */
   written?: Written;
+  /** The deploy waits for approval (no job yet; its job id will be the approval id). */
+  approval?: { id: string; expires_at: string; required: number };
+  /** The deploy is held by a freeze or outside its windows: a delayed job until then. */
+  held?: { until: string; reasons: string };
 }
 
 export interface AlertEvent {
@@ -138,11 +145,14 @@ export function createIntake(deps: IntakeDeps): Intake {
       if (prior?.duplicateOf) {
         out = { accepted: false, duplicate: true, jobId: prior.duplicateOf };
       } else {
+        const delay = event.delayMs ?? 0;
         out = await add({
           name: JOB.runDeployPipeline,
           data: event.data,
-          ...(prior?.pendingId ? { jobId: prior.pendingId } : {}),
-          deduplication: { id: pushDedupId(event.eventId), ttlMs: SEEN_EVENT_TTL_SECONDS * 1000 },
+          ...(prior?.pendingId ? { jobId: prior.pendingId } : event.jobId ? { jobId: event.jobId } : {}),
+          // A held event stays deduplicated for 24 h after it is due, not after it arrived.
+          deduplication: { id: pushDedupId(event.eventId), ttlMs: SEEN_EVENT_TTL_SECONDS * 1000 + delay },
+          ...(delay > 0 ? { delay } : {}),
         });
         if (prior?.pendingId) out = await settlePending(legacySeenKey(event.eventId), out);
       }

@@ -60,6 +60,30 @@ const RELEASE = 'opsgateReplicaRelease';
 /** src/shared/lua/replica-release.lua: deletes a record only while it names the job. */
 const RELEASE_LUA = loadLua('replica-release');
 
+/**
+ * How many replicas acknowledged every write of both writing connections so far (the request
+ * connection's on the primaries of `keys` on a Cluster), cut at timeoutMs + CONFIRM_SLACK_MS;
+ * -1 when WAIT failed or was cut.
+ */
+async function ackedOnBoth(
+  deps: Omit<ReplicationDeps, 'queue'> & { queue: Pick<Producer, 'waitReplicas'> },
+  keys: readonly string[],
+): Promise<number> {
+  const { minReplicas, timeoutMs } = deps;
+  try {
+    const both = Promise.all([
+      // The records' primary (on a Cluster the queue's too; a single server or Sentinel: the one).
+      waitForReplicas(deps.redis, minReplicas, timeoutMs, deps.redis.isCluster ? keys : undefined),
+      deps.queue.waitReplicas(minReplicas, timeoutMs),
+    ]);
+    const [onRecords, onJobs] = await withFallback(both, timeoutMs + CONFIRM_SLACK_MS, () => [-1, -1]);
+    return Math.min(onRecords, onJobs);
+  } catch (err) {
+    deps.logger.debug('WAIT failed', { err });
+    return -1;
+  }
+}
+
 /** The one check every route calls before its success answer; a no-op when minReplicas is 0. */
 export function replicationGate(deps: ReplicationDeps): ConfirmReplicated {
   if (deps.minReplicas <= 0) return async () => {};
@@ -78,19 +102,10 @@ export function replicationGate(deps: ReplicationDeps): ConfirmReplicated {
   };
 
   return async (written) => {
-    let acked: number;
-    try {
-      const both = Promise.all([
-        // The aliases' primary (on a Cluster the queue's too; a single server or Sentinel: the one).
-        waitForReplicas(deps.redis, minReplicas, timeoutMs, deps.redis.isCluster ? written.flatMap((w) => w.keys ?? []) : undefined),
-        deps.queue.waitReplicas(minReplicas, timeoutMs),
-      ]);
-      const [onRecords, onJobs] = await withFallback(both, timeoutMs + CONFIRM_SLACK_MS, () => [-1, -1]);
-      acked = Math.min(onRecords, onJobs);
-    } catch (err) {
-      logger.debug('WAIT failed', { err });
-      acked = -1;
-    }
+    const acked = await ackedOnBoth(
+      deps,
+      written.flatMap((w) => w.keys ?? []),
+    );
     if (acked >= minReplicas) return;
     logger.warn('writes not acknowledged by enough Redis replicas; answering 503', {
       replicas_required: minReplicas,
@@ -146,6 +161,40 @@ export function retryReplicationGate(deps: Omit<ReplicationDeps, 'redis'>): Conf
     throw new NotReplicatedError(
       minReplicas,
       `retry not acknowledged by ${minReplicas} Redis replica${minReplicas === 1 ? '' : 's'} in time; it may still take effect; repeating it is safe (409 "job is waiting" then means it did)`,
+    );
+  };
+}
+
+/** A change of the guarded-changes state, named for its 503: "approval abc123 approved", "freeze f1 declared". */
+export type ConfirmChange = (change: string, keys?: readonly string[]) => Promise<void>;
+
+/**
+ * REDIS_MIN_REPLICAS_ACK for the guarded-changes routes (a pending approval, an approval's decision
+ * and the job it queues, a freeze declared or lifted with the deploys it releases): one WAIT on each
+ * writing connection before the success answer, as for the intake.
+ *
+ * Not acknowledged in time: 503 + Retry-After, and nothing is taken back. Each of these changes is
+ * a state transition other callers may already have seen or acted on (an approver racing, a worker
+ * taking a released deploy), so undoing it would be a second change, not a take-back. The answer
+ * says the change may still take effect; the caller reads it back (GET /ops/approvals/{id},
+ * GET /ops/freezes) before repeating it, and a repeat of one that took effect is answered as such
+ * (409 "already approved", or the pending approval joined).
+ */
+export function changeReplicationGate(deps: Omit<ReplicationDeps, 'queue'> & { queue: Pick<Producer, 'waitReplicas'> }): ConfirmChange {
+  if (deps.minReplicas <= 0) return async () => {};
+  const { minReplicas, timeoutMs, logger } = deps;
+  return async (change, keys = []) => {
+    const acked = await ackedOnBoth(deps, keys);
+    if (acked >= minReplicas) return;
+    logger.warn('change not acknowledged by enough Redis replicas; answering 503', {
+      change,
+      replicas_required: minReplicas,
+      replicas_acked: acked < 0 ? null : acked,
+      timeout_ms: timeoutMs,
+    });
+    throw new NotReplicatedError(
+      minReplicas,
+      `${change}, not acknowledged by ${minReplicas} Redis replica${minReplicas === 1 ? '' : 's'} in time; it may still take effect: read it back before repeating it`,
     );
   };
 }

@@ -4,9 +4,10 @@ import type { Redis } from 'ioredis';
 import type { Source } from '../sources/index.js';
 import { expiryHeaders, keyStatus, rfc3339, type KeyUsage } from '../shared/apiKeyLifetime.js';
 import type { ApiKey, Role } from '../shared/config.js';
-import { credentialId, hmacSha256, safeEqual, secretMatcher, sha256Digest } from '../shared/crypto.js';
+import { credentialId, firstMatch, hmacSha256, secretsMatcher, sha256Digest } from '../shared/crypto.js';
 import { ApiKeyExpiredError, ForbiddenError, ServiceUnavailableError, UnauthorizedError } from '../shared/errors.js';
 import { signatureSeenKey } from '../shared/keys.js';
+import { SECRET_ROLES, type SecretValues } from '../shared/liveSecrets.js';
 import type { Metrics } from '../shared/metrics.js';
 
 /**
@@ -90,6 +91,7 @@ export function requireApiKey(
     // A key without a known role counts as readonly.
     const role: Role = key.role === 'operator' ? 'operator' : 'readonly';
     res.locals.principal = `key:${key.id}`;
+    res.locals.credential = credentialId(presented);
     res.locals.role = role;
     if (required === 'operator' && role !== 'operator') {
       metrics.authFailures.inc({ scheme: 'api_key', reason: 'forbidden_role' });
@@ -136,6 +138,7 @@ export function requireOperatorKeyOrBasic(keys: readonly ApiKey[], metrics: Auth
     }
     const role: Role = key!.role === 'operator' ? 'operator' : 'readonly';
     res.locals.principal = `key:${key!.id}`;
+    res.locals.credential = credentialId(presented);
     res.locals.role = role;
     if (role !== 'operator') {
       metrics.authFailures.inc({ scheme, reason: 'forbidden_role' });
@@ -178,13 +181,31 @@ export function refuseCrossSiteWrites(metrics: AuthMetrics): RequestHandler {
 const BEARER = /^(\S+)(?:\s+(.*))?$/;
 
 /**
+ * A secret as a check reads it: a fixed value (unset or empty: not configured), or the values in
+ * use at each request (a sender's secret reloaded from its file: [current] or [current, previous]).
+ */
+export type SecretSource = string | undefined | (() => SecretValues);
+
+const valuesOf = (secret: SecretSource): (() => SecretValues) => {
+  if (typeof secret === 'function') return secret;
+  const fixed: SecretValues = secret ? [secret] : [];
+  return () => fixed;
+};
+
+/** Notes which value of a secret a request proved (current or previous), for its audit line. */
+const noteMatch = (res: { locals: Record<string, unknown> }, index: number): void => {
+  res.locals.matchedSecret = SECRET_ROLES[index] ?? 'current';
+};
+
+/**
  * `Authorization: Bearer <token>` (scheme case-insensitive). Missing credentials, another scheme,
- * token not configured or mismatch: 401 with WWW-Authenticate. `scheme` labels the metric.
+ * token not configured or mismatch: 401 with WWW-Authenticate. `scheme` labels the metric. With
+ * `noteMatch`, the audit line says which value of the token matched.
  */
 export function requireBearer(
-  token: string | undefined,
+  token: SecretSource,
   metrics: AuthMetrics,
-  opts: { scheme?: string; realm?: string; principal?: string } = {},
+  opts: { scheme?: string; realm?: string; principal?: string; noteMatch?: boolean } = {},
 ): RequestHandler {
   const scheme = opts.scheme ?? 'bearer';
   const realm = opts.realm ?? 'opsgate';
@@ -195,7 +216,8 @@ export function requireBearer(
     metrics.authFailures.inc({ scheme, reason });
     throw new UnauthorizedError(detail, reason, challenge(error));
   };
-  const matches = token ? secretMatcher(token) : undefined;
+  const values = valuesOf(token);
+  const match = secretsMatcher(values);
   return (req, res, next) => {
     const raw = header(req.get('authorization'));
     if (raw === '') fail('missing bearer credentials', 'missing');
@@ -204,14 +226,35 @@ export function requireBearer(
     const presented = (m?.[2] ?? '').trim();
     if (word.toLowerCase() !== 'bearer') fail('authorization scheme must be Bearer', 'scheme', 'invalid_request');
     if (presented === '') fail('missing bearer token', 'missing', 'invalid_request');
-    if (token === undefined || token === '') fail('bearer authentication is not configured', 'not_configured', 'invalid_token');
-    if (!matches!(presented)) {
+    if (values().length === 0) fail('bearer authentication is not configured', 'not_configured', 'invalid_token');
+    const index = match(presented);
+    if (index < 0) {
       res.locals.presentedCredential = `bearer:${credentialId(presented)}`;
       fail('invalid bearer token', 'invalid', 'invalid_token');
     }
     res.locals.principal = opts.principal ?? `bearer:${credentialId(presented)}`;
+    res.locals.credential = credentialId(presented);
+    if (opts.noteMatch) noteMatch(res, index);
     next();
   };
+}
+
+/**
+ * POST /ops/restart: the contract's bearer token, or an operator's own API key, so that each
+ * operator has an identity of their own for four eyes. A request with an X-API-Key and no
+ * Authorization header is judged by its key (operator role required); any other by the bearer
+ * rules, so a request with neither is the contract's 401.
+ */
+export function requireBearerOrOperatorKey(
+  keys: readonly ApiKey[],
+  token: SecretSource,
+  metrics: AuthMetrics,
+  policy: ApiKeyPolicy = {},
+): RequestHandler {
+  const operatorKey = requireApiKey(keys, metrics, 'operator', policy);
+  const bearer = requireBearer(token, metrics);
+  return (req, res, next) =>
+    req.get('x-api-key') !== undefined && req.get('authorization') === undefined ? operatorKey(req, res, next) : bearer(req, res, next);
 }
 
 /**
@@ -227,7 +270,8 @@ export interface SenderCheck {
 
 export interface SenderVerifyOptions {
   source: Pick<Source, 'name' | 'title' | 'verification'>;
-  secret: string | undefined;
+  /** The sender's secret: one value, or the values in use at each request (src/shared/liveSecrets.ts). */
+  secret: SecretSource;
   metrics: AuthMetrics;
   /** Where a timestamped signature is remembered, so its replay is refused. */
   redis?: Redis;
@@ -238,8 +282,13 @@ export interface SenderVerifyOptions {
 const pass: RequestHandler = (_req, _res, next) => next();
 const TIMESTAMPED = /^t=(\d{1,12}),v1=([0-9a-f]{64})$/;
 
+/**
+ * Every proof is checked against each value of the secret (during a rotation the current and the
+ * previous one), all of them, each in constant time; the audit line says which one matched.
+ */
 export function verifySender(opts: SenderVerifyOptions): SenderCheck {
-  const { source, secret, metrics } = opts;
+  const { source, metrics } = opts;
+  const values = valuesOf(opts.secret);
   const v = source.verification;
   const principal = `webhook:${source.name}`;
   const scheme = v.kind === 'token' ? `${source.name}_token` : v.kind === 'bearer' ? `${source.name}_bearer` : 'signature';
@@ -248,32 +297,43 @@ export function verifySender(opts: SenderVerifyOptions): SenderCheck {
     throw new ForbiddenError(detail, reason);
   };
   const notConfigured = () => fail(`${source.title} webhook secret is not configured`, 'not_configured');
+  /** Index of the value whose HMAC of `data` equals `presented` (hex compared case-insensitively), or -1. */
+  const hmacMatch = (data: Buffer, presented: string, encoding: 'hex' | 'base64'): number => {
+    const given = sha256Digest(encoding === 'hex' ? presented.toLowerCase() : presented);
+    return firstMatch(
+      given,
+      values().map((secret) => sha256Digest(hmacSha256(secret, data, encoding))),
+    );
+  };
 
   if (v.kind === 'bearer') {
-    if (!secret) {
-      return {
-        before: (_req, res, next) => {
-          res.locals.principal = principal;
-          next();
-        },
-        after: pass,
-      };
-    }
-    return { before: requireBearer(secret, metrics, { scheme, realm: `opsgate-${source.name}`, principal }), after: pass };
+    // Open while no token is configured; a token file that appears later closes it (a file in use is
+    // never emptied: src/shared/credentialReload.ts refuses that).
+    const bearer = requireBearer(values, metrics, { scheme, realm: `opsgate-${source.name}`, principal, noteMatch: true });
+    return {
+      before: (req, res, next) => {
+        if (values().length > 0) return bearer(req, res, next);
+        res.locals.principal = principal;
+        next();
+      },
+      after: pass,
+    };
   }
 
   if (v.kind === 'token') {
-    const matches = secret ? secretMatcher(secret) : undefined;
+    const match = secretsMatcher(values);
     return {
       before: (req, res, next) => {
-        if (!matches) notConfigured();
+        if (values().length === 0) notConfigured();
         const presented = req.get(v.header);
         if (presented === undefined || presented === '') fail(`missing ${v.header} header`, 'missing');
-        if (!matches!(presented!)) {
+        const index = match(presented!);
+        if (index < 0) {
           res.locals.presentedCredential = `${scheme}:${credentialId(presented!)}`;
           fail(`invalid ${v.header}`, 'invalid');
         }
         res.locals.principal = principal;
+        noteMatch(res, index);
         next();
       },
       after: pass,
@@ -286,7 +346,7 @@ export function verifySender(opts: SenderVerifyOptions): SenderCheck {
     const missing = v.prefix ? `missing signature (${v.header} must start with ${v.prefix})` : `missing signature (${v.header})`;
     return {
       before: (req, _res, next) => {
-        if (!secret) notConfigured();
+        if (values().length === 0) notConfigured();
         const value = req.get(v.header);
         if (value === undefined || value === '') fail(`missing signature (${v.header})`, 'missing');
         if (!value!.startsWith(v.prefix)) fail(missing, 'malformed');
@@ -294,11 +354,10 @@ export function verifySender(opts: SenderVerifyOptions): SenderCheck {
       },
       after: (req, res, next) => {
         const presented = req.get(v.header)!.slice(v.prefix.length);
-        const expected = hmacSha256(secret!, rawOf(req.body), v.encoding);
-        // Hex digests compare case-insensitively; base64 is case-sensitive.
-        const same = v.encoding === 'hex' ? safeEqual(presented.toLowerCase(), expected) : safeEqual(presented, expected);
-        if (!same) fail('signature mismatch', 'mismatch');
+        const index = hmacMatch(rawOf(req.body), presented, v.encoding);
+        if (index < 0) fail('signature mismatch', 'mismatch');
         res.locals.principal = principal;
+        noteMatch(res, index);
         next();
       },
     };
@@ -310,7 +369,7 @@ export function verifySender(opts: SenderVerifyOptions): SenderCheck {
   const redis = opts.redis;
   return {
     before: (req, _res, next) => {
-      if (!secret) notConfigured();
+      if (values().length === 0) notConfigured();
       const value = req.get(v.header);
       if (value === undefined || value === '') fail(`missing signature (${v.header})`, 'missing');
       const m = TIMESTAMPED.exec(value!.trim());
@@ -321,9 +380,10 @@ export function verifySender(opts: SenderVerifyOptions): SenderCheck {
     },
     after: (req, res, next) => {
       const [, t, sig] = TIMESTAMPED.exec(req.get(v.header)!.trim())!;
-      const expected = hmacSha256(secret!, Buffer.concat([Buffer.from(`${t}.`), rawOf(req.body)]), 'hex');
-      if (!safeEqual(sig!, expected)) fail('signature mismatch', 'mismatch');
+      const index = hmacMatch(Buffer.concat([Buffer.from(`${t}.`), rawOf(req.body)]), sig!, 'hex');
+      if (index < 0) fail('signature mismatch', 'mismatch');
       res.locals.principal = principal;
+      noteMatch(res, index);
       if (!redis) return next();
       // Remembered a little longer than a timestamp stays fresh, on either side of the clock.
       redis.set(signatureSeenKey(source.name, sig!), '1', 'EX', v.toleranceSeconds * 2 + 60, 'NX').then(

@@ -12,6 +12,12 @@ declare module 'express-serve-static-core' {
     /** Who made the call: `key:<id>`, `bearer:<id>`, `webhook:<source>`; unset when unauthenticated. */
     principal?: string;
     role?: Role;
+    /**
+     * credentialId of the accepted secret itself (API key or bearer token), whatever its id or
+     * scheme: four eyes compares requester and approver by it, so one secret cannot approve what it
+     * asked for under another name.
+     */
+    credential?: string;
     /** Audit id of a credential that was presented but rejected (never the credential). */
     presentedCredential?: string;
     /** Why the accepted credential needs attention (an API key close to its expiry), for the audit line. */

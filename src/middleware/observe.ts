@@ -13,7 +13,8 @@ const STATE_CHANGING = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 
 /**
  * HTTP metrics for every request, and the audit line for every state-changing call and every
- * webhook: who, method, path, body SHA-256, status, request id.
+ * webhook: who, method, path, body SHA-256, status, request id; for a webhook, which value of its
+ * sender's secret matched.
  */
 export function observe(deps: { metrics: Pick<Metrics, 'httpRequests' | 'httpDuration'>; logger: Logger }): RequestHandler {
   return (req, res, next) => {
@@ -74,6 +75,8 @@ function audit(logger: Logger, req: Request, res: Response, seconds: number): vo
     source: webhookSource(req.path),
     role: res.locals.role,
     presented_credential: res.locals.principal ? undefined : res.locals.presentedCredential,
+    // Which value of a sender's secret the delivery proved (current, or previous during a rotation); never the value.
+    matched_secret: res.locals.matchedSecret,
     warning: res.locals.credentialWarning,
     method: req.method,
     path: (req.originalUrl.split('?')[0] ?? req.path).slice(0, 512), // full path, also under mounted sub-apps (/admin/queues)

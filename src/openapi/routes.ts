@@ -1,5 +1,10 @@
 import { z } from 'zod';
-import { idempotencyKeySchema, restartAckSchema, restartQuerySchema } from '../domain/restart.js';
+import { approvalViewSchema, decisionAnswerSchema, decisionBodySchema, pendingApprovalSchema } from '../domain/approvals.js';
+import { deployDryRunSchema, restartDryRunSchema } from '../domain/dryRun.js';
+import { freezeBodySchema, freezeViewSchema, liftAnswerSchema, liftBodySchema } from '../domain/freezes.js';
+import { idempotencyKeySchema, restartAckSchema, restartOptionsSchema, restartQuerySchema } from '../domain/restart.js';
+import { approvalListSchema } from '../routes/approvals.js';
+import { freezeListSchema, holdListSchema } from '../routes/freezes.js';
 import { jobListSchema, jobViewSchema, listJobsQuerySchema, retryAnswerSchema, retryBodySchema } from '../routes/jobs.js';
 import { deliveryViewSchema } from '../domain/deliveries.js';
 import { deliveryListSchema, listDeliveriesQuerySchema, replayAnswerSchema, replayBodySchema } from '../routes/deliveries.js';
@@ -52,6 +57,13 @@ const pushResult = z.object({
     .string()
     .optional()
     .describe('the job standing for the event (a duplicate carries the original job id), for GET /ops/jobs/{id}'),
+  status: z
+    .enum(['pending_approval', 'held'])
+    .optional()
+    .describe("guarded by the project's policy: pending_approval (job_id is the approval id) or held (a delayed job until held_until)"),
+  approval_id: z.string().optional(),
+  expires_at: z.string().optional(),
+  held_until: z.string().optional(),
 });
 const alertResult = z.object({
   received: z.number().int(),
@@ -79,6 +91,40 @@ const alertPayload = z.looseObject({
 const deliveryIdParam = z.object({ id: z.string().describe('a delivery id from GET /ops/deliveries (<sender>.<stream id>)') });
 const jobIdParam = z.object({ id: z.string().describe('a job id from an answer (job_id)') });
 const hostParam = z.object({ host: z.string().describe('an inventory host') });
+const approvalIdParam = z.object({ id: z.string().describe('an approval id (apr-...), also the id of the job it lets through') });
+const freezeIdParam = z.object({ id: z.string().describe('a freeze id (frz-...)') });
+const restartPending = pendingApprovalSchema.extend({ host: z.string(), service: z.string() });
+
+/** The statuses every guarded read and decision shares. */
+const decisionResponses = (action: 'approve' | 'reject'): RouteDoc['responses'] => ({
+  200: {
+    description:
+      action === 'approve'
+        ? 'recorded (status pending: more approvals needed) or approved (the change is queued: job_id)'
+        : 'rejected (or withdrawn by its requester): nothing is queued; the on-call channel is told',
+    schema: decisionAnswerSchema,
+  },
+  400: E[400](),
+  401: E[401](),
+  403: E[403](action === 'approve' ? 'a readonly key, or the requester approving their own change (four eyes)' : 'a readonly key'),
+  404: E[404]('unknown approval'),
+  409: {
+    description:
+      action === 'approve'
+        ? 'already decided, expired, already approved by this operator, or (the last approval of a restart) a freeze or the change windows refuse it now: approve with override'
+        : 'already decided or expired',
+  },
+  413: E[413],
+  422: E[422]('reason missing, blank or too long; override on reject'),
+  429: {
+    description:
+      'over RATE_LIMIT_RPS, or (the last approval of a restart) its namespace restart budget is spent: nothing decided, approve again after Retry-After',
+    headers: { 'Retry-After': 'seconds' },
+  },
+  503: E[503](
+    'Redis unavailable, or (REDIS_MIN_REPLICAS_ACK) the change not acknowledged by the replicas in time: it may still take effect, read it back before repeating it',
+  ),
+});
 
 // --- shared answers ------------------------------------------------------------------------
 
@@ -255,23 +301,43 @@ export const API_ROUTES: readonly RouteDoc[] = [
   {
     method: 'post',
     path: '/ops/restart',
-    summary: 'Submit a rollout restart of one Deployment of a host',
+    summary: 'Submit a rollout restart of one Deployment of a host (guarded by its policy; dry_run rehearses it)',
     description:
       'Queues restart_service. With Idempotency-Key, a retried call answers the original job and never queues a second one. ' +
       'A restart of a Deployment whose restart is still waiting or rolling out joins it (coalesced: true). ' +
-      'A 503 saying the restart "may still be queued" means Redis took the submission but did not confirm it: retry with the same Idempotency-Key.',
+      'A 503 saying the restart "may still be queued" means Redis took the submission but did not confirm it: retry with the same Idempotency-Key. ' +
+      "The host's policy (inventory) guards it: a freeze or its change windows refuse it (409, unless override=true with a reason); an approval policy makes it wait for other operators (202); its namespace's restart budget answers 429 when spent. " +
+      "dry_run=true changes nothing and answers what would happen, with the Kubernetes API server's verdict on the worker's own identity (a server-side dry run). " +
+      'Authenticated by the bearer token or an operator key.',
     tags: ['ops'],
-    security: ['bearer'],
-    query: restartQuerySchema,
+    security: ['bearer', 'apiKey'],
+    query: restartQuerySchema.extend(restartOptionsSchema.shape),
     headers: z.object({ 'Idempotency-Key': idempotencyKeySchema.optional() }),
     responses: {
-      200: { description: 'submitted (or joined / repeated)', schema: restartAckSchema },
+      200: {
+        description: 'submitted (or joined / repeated); with dry_run, the rehearsal',
+        schema: z.union([restartAckSchema, restartDryRunSchema]),
+      },
+      202: {
+        description: 'waits for approval by other operators (POST /ops/approvals/{id}/approve); nothing is queued yet',
+        schema: restartPending,
+      },
       400: E[400]('malformed Idempotency-Key'),
-      401: E[401]('bearer credentials missing, wrong scheme, not configured or mismatch'),
+      401: E[401]('bearer credentials missing, wrong scheme, not configured or mismatch; or an unknown key'),
+      403: E[403]('a readonly key'),
       404: E[404]('unknown host, or service not a Deployment of that host'),
+      409: {
+        description:
+          'refused by a freeze or outside the change windows (the detail names them); override=true with a reason lets it through',
+      },
       413: E[413],
-      422: E[422]('host or service missing or repeated; Idempotency-Key reused for another target'),
-      429: E[429],
+      422: E[422](
+        'host or service missing or repeated; Idempotency-Key reused for another target; a bad dry_run/override; override without reason',
+      ),
+      429: {
+        description: "over RATE_LIMIT_RPS for this client address, or the namespace's restart budget is spent (the detail names it)",
+        headers: { 'Retry-After': 'seconds' },
+      },
       503: E[503]('queue unavailable; the detail says whether the restart may still be queued'),
     },
   },
@@ -400,7 +466,11 @@ export const API_ROUTES: readonly RouteDoc[] = [
     pathParams: deliveryIdParam,
     body: { contentTypes: ['application/json'], schema: replayBodySchema, required: true },
     responses: {
-      200: { description: 'submitted: queued, or a duplicate of the job that stands for the event', schema: replayAnswerSchema },
+      200: {
+        description:
+          "submitted: queued (or held, or waiting for approval, by the project's policy), or a duplicate of the job that stands for the event; with dry_run, the rehearsal",
+        schema: z.union([replayAnswerSchema, deployDryRunSchema]),
+      },
       400: E[400](),
       401: E[401](),
       403: E[403](),
@@ -410,6 +480,136 @@ export const API_ROUTES: readonly RouteDoc[] = [
       422: E[422]('reason missing, blank or too long'),
       429: E[429],
       503: E[503](),
+    },
+  },
+  {
+    method: 'get',
+    path: '/ops/approvals',
+    summary: 'The pending approvals of guarded changes, soonest expiry first',
+    tags: ['guards'],
+    security: ['apiKey'],
+    responses: {
+      200: { description: 'pending approvals', schema: approvalListSchema },
+      401: E[401](),
+      429: E[429],
+      503: E[503]('Redis unavailable'),
+    },
+  },
+  {
+    method: 'get',
+    path: '/ops/approvals/{id}',
+    summary: 'One approval, whatever became of it (kept a day after its decision or expiry)',
+    tags: ['guards'],
+    security: ['apiKey'],
+    pathParams: approvalIdParam,
+    responses: {
+      200: { description: 'the approval', schema: approvalViewSchema },
+      401: E[401](),
+      404: E[404]('unknown approval'),
+      429: E[429],
+      503: E[503]('Redis unavailable'),
+    },
+  },
+  {
+    method: 'post',
+    path: '/ops/approvals/{id}/approve',
+    summary: 'Approve a guarded change (operator other than its requester; audited with the reason)',
+    description:
+      'Of operators approving at once, exactly one gives the last approval and queues the change, under the job id that is the approval id. ' +
+      'The last approval of a restart meets its gate now (override) and takes a place of its namespace restart budget.',
+    tags: ['guards'],
+    security: ['apiKey'],
+    pathParams: approvalIdParam,
+    body: { contentTypes: ['application/json'], schema: decisionBodySchema, required: true },
+    responses: decisionResponses('approve'),
+  },
+  {
+    method: 'post',
+    path: '/ops/approvals/{id}/reject',
+    summary: 'Reject a guarded change (any operator; its requester withdraws it); audited with the reason',
+    tags: ['guards'],
+    security: ['apiKey'],
+    pathParams: approvalIdParam,
+    body: { contentTypes: ['application/json'], schema: decisionBodySchema.omit({ override: true }), required: true },
+    responses: decisionResponses('reject'),
+  },
+  {
+    method: 'get',
+    path: '/ops/freezes',
+    summary: 'The freezes not yet ended',
+    tags: ['guards'],
+    security: ['apiKey'],
+    responses: { 200: { description: 'freezes', schema: freezeListSchema }, 401: E[401](), 429: E[429], 503: E[503]('Redis unavailable') },
+  },
+  {
+    method: 'post',
+    path: '/ops/freezes',
+    summary: 'Declare a freeze of everything, a namespace or a project until an end time (operator, audited)',
+    description: 'While in force, a restart it covers is refused (409 unless overridden) and a deploy it covers is held until it ends.',
+    tags: ['guards'],
+    security: ['apiKey'],
+    body: { contentTypes: ['application/json'], schema: freezeBodySchema, required: true },
+    responses: {
+      201: { description: 'declared', schema: freezeViewSchema },
+      400: E[400](),
+      401: E[401](),
+      403: E[403](),
+      413: E[413],
+      422: E[422]('unknown scope, namespace or project; no or two ends; an end in the past or more than 30 days away; no reason'),
+      429: E[429],
+      503: E[503](
+        'Redis unavailable, or (REDIS_MIN_REPLICAS_ACK) the change not acknowledged by the replicas in time: it may still take effect, read it back before repeating it',
+      ),
+    },
+  },
+  {
+    method: 'get',
+    path: '/ops/freezes/{id}',
+    summary: 'One freeze',
+    tags: ['guards'],
+    security: ['apiKey'],
+    pathParams: freezeIdParam,
+    responses: {
+      200: { description: 'the freeze', schema: freezeViewSchema },
+      401: E[401](),
+      404: E[404]('unknown or ended freeze'),
+      429: E[429],
+      503: E[503]('Redis unavailable'),
+    },
+  },
+  {
+    method: 'delete',
+    path: '/ops/freezes/{id}',
+    summary: 'Lift a freeze early, releasing the deploys it held (operator, audited with the reason)',
+    tags: ['guards'],
+    security: ['apiKey'],
+    pathParams: freezeIdParam,
+    body: { contentTypes: ['application/json'], schema: liftBodySchema, required: true },
+    responses: {
+      200: { description: 'lifted; released: the held jobs promoted', schema: liftAnswerSchema },
+      400: E[400](),
+      401: E[401](),
+      403: E[403](),
+      404: E[404]('unknown or ended freeze'),
+      413: E[413],
+      422: E[422]('reason missing, blank or too long'),
+      429: E[429],
+      503: E[503](
+        'Redis unavailable, or (REDIS_MIN_REPLICAS_ACK) the change not acknowledged by the replicas in time: it may still take effect, read it back before repeating it',
+      ),
+    },
+  },
+  {
+    method: 'get',
+    path: '/ops/holds',
+    summary: 'The deploys held now by a freeze or outside their change windows, with why and until when',
+    tags: ['guards'],
+    security: ['apiKey'],
+    responses: {
+      200: { description: 'held deploys', schema: holdListSchema },
+      401: E[401](),
+      429: E[429],
+      503: E[503]('Redis unavailable'),
     },
   },
   ...SOURCES.map(webhookRoute),

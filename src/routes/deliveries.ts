@@ -2,16 +2,26 @@ import { Router } from 'express';
 import { z } from 'zod';
 import { DELIVERY_ID, VERDICTS, deliveryViewSchema, type DeliveryLog } from '../domain/deliveries.js';
 import { submitPush } from '../domain/deploy.js';
-import type { Intake } from '../domain/intake.js';
-import type { ConfirmReplicated } from '../domain/replication.js';
+import { dryRunDeploy } from '../domain/dryRun.js';
+import type { Guards } from '../domain/guards.js';
+import type { Intake, Outcome } from '../domain/intake.js';
+import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
 import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { ApiConfig } from '../shared/config.js';
 import { ConflictError, NotFoundError, UnprocessableError } from '../shared/errors.js';
+import { approvalKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 import { SOURCES } from '../sources/index.js';
+
+/** The guard fields of an intake outcome, for an answer: a pending approval or a hold. */
+export function guardFields(out: Outcome): Record<string, string> {
+  if (out.approval) return { status: 'pending_approval', approval_id: out.approval.id, expires_at: out.approval.expires_at };
+  if (out.held) return { status: 'held', held_until: out.held.until };
+  return {};
+}
 
 /**
  * Why didn't my push deploy?
@@ -31,6 +41,10 @@ export interface DeliveriesDeps {
   /** Expiry warnings, the clock and last use of API keys (src/middleware/auth.ts). */
   apiKeyPolicy?: ApiKeyPolicy;
   replicated?: ConfirmReplicated;
+  /** REDIS_MIN_REPLICAS_ACK for a push that asks for an approval (src/domain/replication.ts); absent = off. */
+  changed?: ConfirmChange;
+  /** Guarded changes (src/domain/guards.ts): a replayed push meets the same guards as a delivered one. */
+  guards?: Guards;
 }
 
 const SOURCE_NAMES = SOURCES.map((s) => s.name);
@@ -57,6 +71,12 @@ export const deliveryListSchema = z.object({
 
 export const replayBodySchema = z.object({
   reason: z.string().trim().min(1).max(500).describe('why the delivery is replayed; written to the audit line'),
+  dry_run: z
+    .boolean()
+    .optional()
+    .describe(
+      "change nothing: answer what the replay would do (the guards' verdicts) and what the Kubernetes API server says to the worker's own identity about the deploy Job",
+    ),
 });
 
 export const replayAnswerSchema = z.object({
@@ -65,6 +85,13 @@ export const replayAnswerSchema = z.object({
   duplicate: z.boolean().describe('the event already has its job (job_id): nothing new was queued'),
   job_id: z.string(),
   event_id: z.string(),
+  status: z
+    .enum(['queued', 'pending_approval', 'held'])
+    .optional()
+    .describe('pending_approval: job_id is the approval id (POST /ops/approvals/{id}/approve); held: a delayed job until held_until'),
+  approval_id: z.string().optional(),
+  expires_at: z.string().optional(),
+  held_until: z.string().optional(),
 });
 
 function invalid(error: z.ZodError, what: string): UnprocessableError {
@@ -113,14 +140,36 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
       }
       const principal = typeof res.locals.principal === 'string' ? res.locals.principal : 'unknown';
       const e = view.event;
-      const out = await submitPush(deps.intake, {
-        source: view.source,
-        decision: { kind: 'deploy', project: e.project, ref: e.ref, sha: e.sha, eventId: e.event_id },
-        auditId: res.locals.requestId,
-        requestedBy: principal,
-        ...(view.delivery_id ? { deliveryId: view.delivery_id } : {}),
-      });
-      await deps.replicated?.(out.written ? [out.written] : []);
+      if (body.data.dry_run) {
+        if (!deps.guards) throw new ConflictError('dry runs are not available in this process');
+        const answer = await dryRunDeploy(deps.guards, {
+          project: e.project,
+          ref: e.ref,
+          sha: e.sha,
+          eventId: e.event_id,
+          auditId: res.locals.requestId,
+          requestedBy: principal,
+        });
+        res.locals.auditFields = { delivery: id, replay_reason: body.data.reason, dry_run: true, would: answer.would };
+        res.json(answer);
+        return;
+      }
+      const out = await submitPush(
+        deps.intake,
+        {
+          source: view.source,
+          decision: { kind: 'deploy', project: e.project, ref: e.ref, sha: e.sha, eventId: e.event_id },
+          auditId: res.locals.requestId,
+          requestedBy: principal,
+          credential: res.locals.credential!,
+          reason: body.data.reason,
+          ...(view.delivery_id ? { deliveryId: view.delivery_id } : {}),
+        },
+        deps.guards,
+      );
+      // REDIS_MIN_REPLICAS_ACK: a pending approval is a change of the guards' state (nothing to take back).
+      if (out.approval) await deps.changed?.(`approval ${out.approval.id} requested`, [approvalKey(out.approval.id)]);
+      else await deps.replicated?.(out.written ? [out.written] : []);
       deps.deliveries.record({
         source: view.source,
         verdict: out.accepted ? 'queued' : 'duplicate',
@@ -145,7 +194,14 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
         accepted: out.accepted,
         request_id: res.locals.requestId,
       });
-      res.json({ replayed: true, accepted: out.accepted, duplicate: out.duplicate, job_id: out.jobId, event_id: e.event_id });
+      res.json({
+        replayed: true,
+        accepted: out.accepted,
+        duplicate: out.duplicate,
+        job_id: out.jobId,
+        event_id: e.event_id,
+        ...guardFields(out),
+      });
     })
     .all(methodNotAllowed(['POST']));
 

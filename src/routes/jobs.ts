@@ -1,6 +1,13 @@
 import { Router } from 'express';
 import { z } from 'zod';
+import { approvalView, approvalViewSchema } from '../domain/approvals.js';
+import { holdView, holdViewSchema } from '../domain/freezes.js';
+import type { Guards } from '../domain/guards.js';
+import { redisCall } from '../domain/redisOps.js';
 import type { ConfirmRetryReplicated } from '../domain/replication.js';
+import { APPROVAL_ID, effectiveStatus } from '../shared/approvals.js';
+import { describeReasons } from '../shared/gate.js';
+import { JOB, outcomeSchema } from '../shared/jobs.js';
 import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
@@ -32,6 +39,8 @@ export interface JobsDeps {
   apiKeyPolicy?: ApiKeyPolicy;
   /** REDIS_MIN_REPLICAS_ACK: WAIT before the retry's 200 (src/domain/replication.ts); absent = off. */
   retryReplicated?: ConfirmRetryReplicated;
+  /** Guarded changes: a held job's reasons, an approval that has no job yet. */
+  guards?: Pick<Guards, 'holds' | 'approvals' | 'redis' | 'now'>;
 }
 
 export const JOB_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -59,6 +68,15 @@ export const jobViewSchema = z.object({
   created_at: z.string().nullable(),
   processed_at: z.string().nullable(),
   finished_at: z.string().nullable(),
+  outcome: outcomeSchema
+    .optional()
+    .describe(
+      'a restart or deploy: how it ended (rolled_out with duration_s, failed or progress_deadline_exceeded with reason), or why it waits (held, with until)',
+    ),
+  hold: holdViewSchema.optional().describe('state held: the freeze or window that holds it (the job is a delayed job until then)'),
+  approval: approvalViewSchema
+    .optional()
+    .describe('a change waiting for approval, or rejected or expired: the approval (its id is the job id the change gets)'),
 });
 
 export const jobListSchema = z.object({
@@ -108,8 +126,47 @@ export function jobsRouter(deps: JobsDeps): Router {
       const id = req.params.id;
       if (!JOB_ID.test(id)) throw new NotFoundError('job not found');
       const job = await deps.jobs.get(id);
-      if (!job) throw new NotFoundError('job not found');
-      res.json(job);
+      const g = deps.guards;
+      if (job && job.state === 'delayed' && g) {
+        const hold = await redisCall(() => g.holds.get(id), g.redis);
+        if (hold) {
+          res.json({
+            ...job,
+            state: 'held',
+            outcome: { result: 'held', reason: describeReasons(hold.reasons), until: new Date(hold.until).toISOString() },
+            hold: holdView(hold),
+          });
+          return;
+        }
+      }
+      if (job) {
+        res.json(job);
+        return;
+      }
+      // A change still waiting for approval (or rejected, expired) has no job: its approval stands for it.
+      const approval = g && APPROVAL_ID.test(id) ? await redisCall(() => g.approvals.get(id), g.redis) : undefined;
+      if (!approval) throw new NotFoundError('job not found');
+      const now = g!.now();
+      const status = effectiveStatus(approval, now);
+      const view = approvalView(approval, now);
+      res.json({
+        id,
+        name: approval.change.kind === 'restart' ? JOB.restartService : JOB.runDeployPipeline,
+        state: status === 'pending' ? 'pending_approval' : status,
+        attempts_made: 0,
+        attempts_max: 0,
+        failed_reason: null,
+        progress: null,
+        created_at: view.created_at,
+        processed_at: null,
+        finished_at: status === 'pending' ? null : (view.decided_at ?? view.expires_at),
+        ...(status === 'rejected'
+          ? { outcome: { result: 'rejected', reason: `${view.rejected?.by}: ${view.rejected?.reason}` } }
+          : status === 'expired'
+            ? { outcome: { result: 'expired', reason: `nobody approved it before ${view.expires_at}` } }
+            : {}),
+        approval: view,
+      });
     })
     .all(methodNotAllowed(['GET']));
 

@@ -44,7 +44,8 @@ export function keysRouter(deps: KeysDeps): Router {
 
   r.route('/ops/keys')
     .get(operatorKey, async (_req, res) => {
-      const keys = deps.config.apiKeys;
+      // A snapshot: a reload of the keys file during the read below must not mix two sets.
+      const keys = [...deps.config.apiKeys];
       let lastUsed: Map<string, number>;
       try {
         lastUsed = await deps.usage.lastUsed(keys.map((k) => k.id));

@@ -1,10 +1,12 @@
 import { Router } from 'express';
 import type { Redis } from 'ioredis';
-import type { ConfirmReplicated } from '../domain/replication.js';
+import { dryRunRestart } from '../domain/dryRun.js';
+import type { Guards } from '../domain/guards.js';
+import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
 import { clearCache, getHostStatus, type HostStatusProvider } from '../domain/hostStatus.js';
-import { idempotencyScope, submitRestart } from '../domain/restart.js';
-import { idempotencyRecordKey } from '../shared/keys.js';
-import { requireApiKey, requireBearer, type ApiKeyPolicy } from '../middleware/auth.js';
+import { idempotencyScope, restartOptions, submitRestart, validateRestart } from '../domain/restart.js';
+import { approvalKey, idempotencyRecordKey } from '../shared/keys.js';
+import { requireApiKey, requireBearerOrOperatorKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { ApiConfig } from '../shared/config.js';
@@ -26,13 +28,17 @@ export interface OpsDeps {
   apiKeyPolicy?: ApiKeyPolicy;
   /** REDIS_MIN_REPLICAS_ACK (src/domain/replication.ts); absent = off. */
   replicated?: ConfirmReplicated;
+  /** REDIS_MIN_REPLICAS_ACK for a change of the guarded-changes state (a pending approval); absent = off. */
+  changed?: ConfirmChange;
+  /** Guarded changes: the policies, freezes, approvals and budgets (src/domain/guards.ts). */
+  guards: Guards;
 }
 
 export function opsRouter(deps: OpsDeps): Router {
   const r = Router();
   const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
   const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', deps.apiKeyPolicy);
-  const bearer = requireBearer(deps.config.OPS_BEARER_TOKEN, deps.metrics);
+  const bearerOrOperator = requireBearerOrOperatorKey(deps.config.apiKeys, deps.config.OPS_BEARER_TOKEN, deps.metrics, deps.apiKeyPolicy);
   const body = rawBody(deps.config.BODY_LIMIT);
 
   r.route('/ops/hosts')
@@ -52,15 +58,45 @@ export function opsRouter(deps: OpsDeps): Router {
     .all(methodNotAllowed(['GET']));
 
   r.route('/ops/restart')
-    .post(bearer, ...body, async (req, res) => {
+    .post(bearerOrOperator, ...body, async (req, res) => {
+      const opts = restartOptions(req.query);
+      const principal = res.locals.principal!;
+      if (opts.dry_run) {
+        const target = validateRestart(deps.inventory, req.query.host, req.query.service);
+        res.locals.auditFields = { dry_run: true, ...(opts.reason ? { reason: opts.reason } : {}) };
+        const answer = await dryRunRestart(deps.guards, {
+          ...target,
+          override: opts.override,
+          auditId: res.locals.requestId,
+          requestedBy: principal,
+        });
+        res.locals.auditFields = { dry_run: true, would: answer.would, admitted: answer.kubernetes.admitted ?? null };
+        res.json(answer);
+        return;
+      }
       const ack = await submitRestart(deps, {
         host: req.query.host,
         service: req.query.service,
         auditId: res.locals.requestId,
-        requestedBy: res.locals.principal!,
+        requestedBy: principal,
         idempotencyKey: req.get('idempotency-key'),
+        credential: res.locals.credential!,
+        override: opts.override,
+        ...(opts.reason ? { reason: opts.reason } : {}),
       });
-      res.locals.auditFields = { job_id: ack.job_id, coalesced: ack.coalesced };
+      if (ack.kind === 'pending_approval') {
+        const { kind: _kind, ...answer } = ack;
+        res.locals.auditFields = { approval_id: ack.approval_id, status: ack.status, coalesced: ack.coalesced, reason: opts.reason };
+        await deps.changed?.(`approval ${ack.approval_id} requested`, [approvalKey(ack.approval_id)]);
+        res.status(202).json(answer);
+        return;
+      }
+      res.locals.auditFields = {
+        job_id: ack.job_id,
+        coalesced: ack.coalesced,
+        ...(opts.reason ? { reason: opts.reason } : {}),
+        ...(opts.override ? { override: true } : {}),
+      };
       // REDIS_MIN_REPLICAS_ACK: a restart that joined another one (coalesced) wrote no job of its own.
       const idem = req.get('idempotency-key');
       await deps.replicated?.(
@@ -68,7 +104,8 @@ export function opsRouter(deps: OpsDeps): Router {
           ? []
           : [{ jobId: ack.job_id, keys: idem === undefined ? [] : [idempotencyRecordKey(idempotencyScope(res.locals.principal!, idem))] }],
       );
-      res.json(ack);
+      const { kind: _kind, ...answer } = ack;
+      res.json(answer);
     })
     .all(methodNotAllowed(['POST']));
 

@@ -3,15 +3,19 @@ import type { Redis } from 'ioredis';
 import { submitAlerts } from '../domain/alerts.js';
 import { decidePush, deliveryIdOf, submitPush } from '../domain/deploy.js';
 import type { DeliveryEntry, DeliveryLog, Verdict } from '../domain/deliveries.js';
+import type { Guards } from '../domain/guards.js';
 import type { Intake } from '../domain/intake.js';
-import type { ConfirmReplicated } from '../domain/replication.js';
+import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
 import { verifySender } from '../middleware/auth.js';
 import { parseJson, parseWebhookBody, rawBody } from '../middleware/body.js';
 import { methodNotAllowed, toAppError } from '../middleware/errors.js';
 import type { ApiConfig } from '../shared/config.js';
+import { createSenderSecrets, type SenderSecrets } from '../shared/liveSecrets.js';
+import { approvalKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
-import { SOURCES, sourceSecret, type AlertsSource, type PushSource, type Source } from '../sources/index.js';
+import { guardFields } from './deliveries.js';
+import { SOURCES, SOURCE_SECRET_ENVS, type AlertsSource, type PushSource, type Source } from '../sources/index.js';
 
 /**
  * POST /webhook/<source> for every sender of the registry (src/sources). The sender is verified
@@ -30,12 +34,33 @@ export interface WebhookDeps {
   metrics: Pick<Metrics, 'authFailures' | 'webhookEvents'>;
   /** REDIS_MIN_REPLICAS_ACK (src/domain/replication.ts); absent = off. */
   replicated?: ConfirmReplicated;
+  /** REDIS_MIN_REPLICAS_ACK for a push that asks for an approval (src/domain/replication.ts); absent = off. */
+  changed?: ConfirmChange;
   /** The senders to serve; default the registry. */
   sources?: readonly Source[];
   /** Each delivery's verdict, for GET /ops/deliveries (src/domain/deliveries.ts); absent = not kept. */
   deliveries?: DeliveryLog;
   /** TLS_CLIENT_CA_FILE: the client-certificate check of the alerts sender, before its token check (src/middleware/clientCert.ts). */
   alertsClientCertificate?: RequestHandler;
+  /**
+   * The senders' secrets in use, read at each delivery (reloaded from their files while the API
+   * runs: src/shared/liveSecrets.ts). Default: config.senderSecrets, else each variable's value, fixed.
+   */
+  senderSecrets?: SenderSecrets;
+  /** Guarded changes: a push meets its project's approval policy, freezes and windows (src/domain/deploy.ts). */
+  guards?: Guards;
+}
+
+/** The senders' secrets of a configuration, fixed: loadApiConfig's values, or each variable's value. */
+function fixedSecrets(config: WebhookDeps['config']): SenderSecrets {
+  const loaded = config.senderSecrets as Readonly<Record<string, readonly string[]>> | undefined;
+  if (loaded) return createSenderSecrets(loaded);
+  const values: Record<string, readonly string[]> = {};
+  for (const env of SOURCE_SECRET_ENVS) {
+    const v = config[env];
+    if (typeof v === 'string' && v !== '') values[env] = [v];
+  }
+  return createSenderSecrets(values);
 }
 
 type Outcome = 'accepted' | 'duplicate' | 'ignored' | 'rejected' | 'invalid' | 'failed';
@@ -112,14 +137,20 @@ export function webhooksRouter(deps: WebhookDeps): Router {
     const push = { project: decision.project, ref: decision.ref, sha: decision.sha, eventId: decision.eventId };
     let out: Awaited<ReturnType<typeof submitPush>>;
     try {
-      out = await submitPush(deps.intake, {
-        source: source.name,
-        decision,
-        auditId: res.locals.requestId,
-        requestedBy: `webhook:${source.name}`,
-        ...(deliveryId ? { deliveryId } : {}),
-      });
-      await deps.replicated?.(out.written ? [out.written] : []);
+      out = await submitPush(
+        deps.intake,
+        {
+          source: source.name,
+          decision,
+          auditId: res.locals.requestId,
+          requestedBy: `webhook:${source.name}`,
+          ...(deliveryId ? { deliveryId } : {}),
+        },
+        deps.guards,
+      );
+      // REDIS_MIN_REPLICAS_ACK: a pending approval is a change of the guards' state (nothing to take back).
+      if (out.approval) await deps.changed?.(`approval ${out.approval.id} requested`, [approvalKey(out.approval.id)]);
+      else await deps.replicated?.(out.written ? [out.written] : []);
     } catch (err) {
       // Kept with its event, so an operator can replay it once the cause is gone.
       const status = toAppError(err)?.statusCode ?? 500;
@@ -139,6 +170,11 @@ export function webhooksRouter(deps: WebhookDeps): Router {
       verdict: out.accepted ? 'queued' : 'duplicate',
       status: 202,
       jobId: out.jobId,
+      ...(out.approval
+        ? { detail: `pending approval ${out.approval.id} until ${out.approval.expires_at}` }
+        : out.held
+          ? { detail: `held until ${out.held.until}: ${out.held.reasons}` }
+          : {}),
       push,
       ...(deliveryId ? { deliveryId } : {}),
     });
@@ -148,6 +184,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
       job_id: out.jobId,
       outcome: out.accepted ? 'accepted' : 'duplicate',
       ...(deliveryId ? { delivery_id: deliveryId } : {}),
+      ...guardFields(out),
     };
     res.status(202).json({
       accepted: out.accepted,
@@ -155,6 +192,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
       project: decision.project,
       event_id: decision.eventId,
       job_id: out.jobId,
+      ...guardFields(out),
     });
   };
 
@@ -176,11 +214,12 @@ export function webhooksRouter(deps: WebhookDeps): Router {
     res.status(202).json({ received: out.received, firing: out.firing, job_ids: out.jobIds });
   };
 
+  const secrets = deps.senderSecrets ?? fixedSecrets(deps.config);
   for (const source of deps.sources ?? SOURCES) {
     const path = `/webhook/${source.name}`;
-    const secret = sourceSecret(source, deps.config);
+    const secret = secrets.of(source);
     const clientCertificate = source.kind === 'alerts' ? deps.alertsClientCertificate : undefined;
-    if (source.verification.kind === 'bearer' && !secret && !clientCertificate) {
+    if (source.verification.kind === 'bearer' && secret().length === 0 && !clientCertificate) {
       deps.logger.warn(
         `${source.secret.env} is not set: ${path} accepts unauthenticated calls; restrict it by network policy or set the token`,
       );

@@ -1,11 +1,13 @@
-import { readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { rfc3339 } from './apiKeyLifetime.js';
 import { ConfigError, type ConfigProblem } from './errors.js';
 import { credentialId, sha256Digest } from './crypto.js';
 import { parseRedisUrl, redisPasswords, RedisUrlError } from './redis.js';
-import { SOURCE_SECRET_ENVS } from '../sources/index.js';
+import { secretFileVar, SOURCE_SECRET_ENVS, SOURCE_SECRET_FILE_ENVS } from '../sources/index.js';
+import { contentsDigest, FileProblem, readWatchedFile } from './fileReload.js';
+import type { CredentialFile, SecretValues } from './liveSecrets.js';
 import { tlsPairProblems, type TlsFiles } from './tls.js';
 
 export type Role = 'readonly' | 'operator';
@@ -176,15 +178,27 @@ export function parseApiKeysFile(text: string, envKeys: readonly ApiKey[] = []):
   return keys;
 }
 
-/** Reads and parses OPS_API_KEYS_FILE; an unreadable file is a problem of the variable (its path is not repeated). */
-export function loadApiKeysFile(file: string, envKeys: readonly ApiKey[] = []): ApiKey[] {
-  let text: string;
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch (err) {
-    throw new ConfigError(API_KEYS_FILE_VAR, `cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
-  }
-  return parseApiKeysFile(text, envKeys);
+/**
+ * The text of a sender's secret file (`<VARIABLE>_FILE`): the secret on the first line and, during
+ * a rotation, the previous one on the second; line ends (LF or CRLF, and a final one) are not part
+ * of a value. Refused, naming the line and never its text: no secret, an empty line, more than two
+ * values, spaces or tabs around a value (a pasting mistake no sender would reproduce), a
+ * placeholder.
+ */
+export function parseSecretFile(text: string, variable: string): string[] {
+  const lines = text.split('\n').map((l) => (l.endsWith('\r') ? l.slice(0, -1) : l));
+  if (lines.length > 1 && lines[lines.length - 1] === '') lines.pop();
+  const fail = (problem: string): never => {
+    throw new ConfigError(variable, problem);
+  };
+  if (lines[0] === '') fail('holds no secret (its first line is empty)');
+  if (lines.length > 2) fail('holds more than two lines (the secret in use, then at most the previous one)');
+  lines.forEach((l, i) => {
+    if (l === '') fail(`line ${i + 1} is empty`);
+    if (l.trim() !== l) fail(`line ${i + 1} has spaces or tabs around the secret`);
+    if (isPlaceholder(l)) fail(`line ${i + 1} ${PLACEHOLDER_PROBLEM}`);
+  });
+  return lines;
 }
 
 const optionalSecret = z
@@ -282,6 +296,13 @@ const apiSchema = commonSchema.extend({
   API_KEY_EXPIRY_WARNING_DAYS: intFrom(14, 0),
   /** The webhook senders' secrets, one variable each, named by src/sources. */
   ...Object.fromEntries(SOURCE_SECRET_ENVS.map((env) => [env, optionalSecret])),
+  /**
+   * File mode of each: `<VARIABLE>_FILE`, a file holding the secret (and during a rotation the
+   * previous one on a second line), re-read every SECRETS_RELOAD_INTERVAL_MS; read by loadApiConfig.
+   */
+  ...Object.fromEntries(SOURCE_SECRET_FILE_ENVS.map((env) => [env, optionalPath])),
+  /** How often the keys file and the senders' secret files are re-read, so a rotation needs no restart. */
+  SECRETS_RELOAD_INTERVAL_MS: intFrom(10000, 100),
   /** Each sender's last deliveries kept for GET /ops/deliveries (a capped stream per sender); 0 keeps none. */
   DELIVERIES_KEPT: intFrom(1000, 0),
   /** Alerts accepted in one /webhook/alerts payload; over it 413, nothing queued. */
@@ -302,6 +323,11 @@ const apiSchema = commonSchema.extend({
     .string()
     .optional()
     .transform((v) => (v === undefined || v.trim() === '' ? '0' : v.trim())),
+  /**
+   * How long a dry run (POST /ops/restart?dry_run=true, a replay's dry_run) waits for the worker's
+   * rehearsal against the Kubernetes API; past it the answer says the cluster was not asked.
+   */
+  DRY_RUN_TIMEOUT_MS: intFrom(10000, 100),
   /** Bull Board at /admin/queues. Off unless asked for: it is a write-capable UI. */
   ADMIN_UI_ENABLED: z
     .enum(['true', 'false', '1', '0', ''])
@@ -331,6 +357,21 @@ const workerSchema = commonSchema.extend({
       return urls;
     }),
   WORKER_CONCURRENCY: intFrom(8, 1),
+  /**
+   * The API's address as operators reach it, for the notifications of guarded changes ("approve:
+   * POST <url>/ops/approvals/<id>/approve"); unset: the path alone.
+   */
+  OPSGATE_PUBLIC_URL: z
+    .string()
+    .optional()
+    .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim().replace(/\/+$/, '')))
+    .refine((v) => v === undefined || /^https?:\/\/[^\s]+$/.test(v), 'must be an http(s) URL'),
+  /**
+   * Which ends of restarts and deploys the worker posts to NOTIFY_WEBHOOK_URLS: all, failures
+   * (failed, past its progress deadline, refused) or none. The news of guards (an approval asked for,
+   * rejected or expired, an override, a hold) is always posted; the outcome is always on the job.
+   */
+  REPORT_OUTCOMES: z.enum(['all', 'failures', 'none']).optional().default('all'),
   NOTIFY_TIMEOUT_MS: intFrom(5000, 1),
   ROLLOUT_TIMEOUT_SECONDS: intFrom(600, 1),
   /** How often restart_service polls the Deployment while waiting for its rollout. */
@@ -351,8 +392,27 @@ const workerSchema = commonSchema.extend({
 export const WORKER_VARIABLES: readonly string[] = Object.keys(workerSchema.shape);
 
 export type CommonConfig = z.infer<typeof commonSchema>;
-/** The senders' secrets are read by variable name (src/sources): `config[source.secret.env]`. */
-export type ApiConfig = z.infer<typeof apiSchema> & { apiKeys: ApiKey[] } & { readonly [sourceSecretEnv: string]: unknown };
+/** Every variable the API reads (its schema's keys). */
+export const API_VARIABLES: readonly string[] = Object.keys(apiSchema.shape);
+
+/**
+ * The senders' secrets are read by variable name (src/sources): `config[source.secret.env]` is
+ * the variable as set; `senderSecrets` holds what the API uses, from the variable or its file.
+ */
+export type ApiConfig = z.infer<typeof apiSchema> & {
+  /**
+   * Every configured key. One array for the life of the process: a reload of the keys file replaces
+   * its contents in place, so whatever holds it (the routes' key checks, Bull Board, the metrics)
+   * sees the new set at once.
+   */
+  apiKeys: ApiKey[];
+  /** Each sender secret variable's values at start ([current] or [current, previous]), from the variable or its _FILE. */
+  senderSecrets: Readonly<Record<string, SecretValues>>;
+  /** The files re-read while the API runs: the keys file and the senders' secret files, as loaded at start. */
+  credentialFiles: readonly CredentialFile[];
+  /** Senders' _FILE variables naming a file that did not exist at start: those senders are not configured until it appears. */
+  absentSecretFiles: readonly string[];
+} & { readonly [sourceSecretEnv: string]: unknown };
 export type WorkerConfig = z.infer<typeof workerSchema>;
 
 type Env = Record<string, string | undefined>;
@@ -410,9 +470,59 @@ export function metricsTlsFiles(config: Pick<CommonConfig, 'METRICS_TLS_CERT_FIL
   };
 }
 
+/** Reads a credential file at start-up: its text and what the reload poll compares with. */
+function readCredentialFile(variable: string, path: string): { text: string; file: CredentialFile } {
+  let bytes: Buffer;
+  try {
+    bytes = readWatchedFile({ variable, path });
+  } catch (err) {
+    if (err instanceof FileProblem) throw new ConfigError(variable, err.problem.problem);
+    throw err;
+  }
+  return { text: bytes.toString('utf8'), file: { variable, path, digest: contentsDigest([bytes]) } };
+}
+
+/**
+ * The senders' secrets: each variable's value, or its file's values; both set is a problem of the
+ * file variable. A file that does not exist leaves its sender unconfigured, as an unset variable
+ * does (an optional key absent from a mounted Secret, or one the kubelet has not written yet): it
+ * is named in `absent` for a warning, and watched like the others, so its sender is configured
+ * when it appears.
+ */
+function loadSenderSecrets(env: Env, problems: ConfigProblem[], files: CredentialFile[], absent: string[]): Record<string, SecretValues> {
+  const out: Record<string, SecretValues> = {};
+  for (const name of SOURCE_SECRET_ENVS) {
+    const fileVar = secretFileVar(name);
+    const path = (env[fileVar] ?? '').trim();
+    if (path === '') {
+      const value = env[name];
+      if (value !== undefined && value !== '' && !isPlaceholder(value)) out[name] = [value];
+      continue;
+    }
+    if (isSet(env, name)) {
+      problems.push({ variable: fileVar, problem: `is set together with ${name}; set one of them` });
+      continue;
+    }
+    if (!existsSync(path)) {
+      absent.push(fileVar);
+      files.push({ variable: fileVar, path, digest: contentsDigest([undefined]), optional: true });
+      continue;
+    }
+    try {
+      const { text, file } = readCredentialFile(fileVar, path);
+      out[name] = parseSecretFile(text, fileVar);
+      files.push({ ...file, optional: true });
+    } catch (err) {
+      if (!(err instanceof ConfigError)) throw err;
+      problems.push(...err.problems);
+    }
+  }
+  return out;
+}
+
 export function loadApiConfig(env: Env = process.env): ApiConfig {
   const problems: ConfigProblem[] = tlsProblems(env, true);
-  const collect = (fn: () => ApiKey[]): ApiKey[] | undefined => {
+  const collect = <T>(fn: () => T): T | undefined => {
     try {
       return fn();
     } catch (err) {
@@ -421,15 +531,38 @@ export function loadApiConfig(env: Env = process.env): ApiConfig {
       return undefined;
     }
   };
+  const credentialFiles: CredentialFile[] = [];
   const keysFile = (env.OPS_API_KEYS_FILE ?? '').trim();
   const envKeys = collect(() => parseApiKeyRoles(env.OPS_API_KEY_ROLES, { optional: keysFile !== '' }));
-  const fileKeys = keysFile === '' ? [] : collect(() => loadApiKeysFile(keysFile, envKeys ?? []));
+  const fileKeys =
+    keysFile === ''
+      ? []
+      : collect(() => {
+          const { text, file } = readCredentialFile(API_KEYS_FILE_VAR, keysFile);
+          const keys = parseApiKeysFile(text, envKeys ?? []);
+          credentialFiles.push(file);
+          return keys;
+        });
   const apiKeys = [...(envKeys ?? []), ...(fileKeys ?? [])];
   // The contract's rule "no key configured: refuse to start", over both sources.
   if (envKeys && fileKeys && apiKeys.length === 0) {
     problems.push({ variable: API_KEYS_FILE_VAR, problem: 'configures no key, and OPS_API_KEY_ROLES is unset' });
   }
-  return { ...parseWith(apiSchema, env, problems), apiKeys };
+  const absentSecretFiles: string[] = [];
+  const senderSecrets = loadSenderSecrets(env, problems, credentialFiles, absentSecretFiles);
+  return { ...parseWith(apiSchema, env, problems), apiKeys, senderSecrets, credentialFiles, absentSecretFiles };
+}
+
+/**
+ * The keys of a new keys file, checked as at start against the keys of OPS_API_KEY_ROLES (which
+ * stay): every problem of the file, or no key left at all, is a ConfigError.
+ */
+export function reloadApiKeys(text: string, envKeys: readonly ApiKey[]): ApiKey[] {
+  const fileKeys = parseApiKeysFile(text, envKeys);
+  if (envKeys.length + fileKeys.length === 0) {
+    throw new ConfigError(API_KEYS_FILE_VAR, 'configures no key, and OPS_API_KEY_ROLES is unset');
+  }
+  return [...envKeys, ...fileKeys];
 }
 
 export function loadWorkerConfig(env: Env = process.env): WorkerConfig {
@@ -458,10 +591,22 @@ export function weakCredentialWarnings(config: Pick<ApiConfig, 'apiKeys' | 'OPS_
 
 /** Every secret value of a config, for the logger's last-line-of-defence redaction. */
 export function secretsOf(config: Partial<ApiConfig>): string[] {
-  const out: unknown[] = [config.OPS_BEARER_TOKEN, ...SOURCE_SECRET_ENVS.map((env) => config[env])];
+  const out: unknown[] = [
+    config.OPS_BEARER_TOKEN,
+    ...SOURCE_SECRET_ENVS.map((env) => config[env]),
+    ...Object.values(config.senderSecrets ?? {}).flat(),
+  ];
   // A hash entry's digest is no usable key, but it is kept out of logs all the same.
   for (const k of config.apiKeys ?? []) out.push(k.key ?? k.digest.toString('hex'));
-  return out.filter((s): s is string => typeof s === 'string' && s.length > 0);
+  return [...new Set(out.filter((s): s is string => typeof s === 'string' && s.length > 0))];
+}
+
+/** Start-up warnings about secret files that do not exist: their senders run unconfigured, as with the variable unset. */
+export function absentSecretFileWarnings(config: Pick<ApiConfig, 'absentSecretFiles'>): string[] {
+  return config.absentSecretFiles.map(
+    (v) =>
+      `${v} names a file that does not exist: its sender is not configured, as if ${v.replace(/_FILE$/, '')} were unset, until the file appears`,
+  );
 }
 
 /**

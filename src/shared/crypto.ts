@@ -11,12 +11,33 @@ export function safeEqual(a: string, b: string): boolean {
 }
 
 /**
- * safeEqual against one configured secret, its digest computed once (a webhook token is checked
- * on every delivery): the same constant-time comparison, one hash per call instead of two.
+ * Which of several configured secrets a presented one equals (a secret in rotation: the current
+ * value first, the previous one second): its index, or -1. Every value is compared, each in
+ * constant time and without stopping at a match, so timing tells neither which one matched nor
+ * how many are configured. `values` is read at each call (secrets reloaded from a file); their
+ * digests are computed again only when it returns another list.
  */
-export function secretMatcher(secret: string): (presented: string) => boolean {
-  const digest = sha256(secret);
-  return (presented) => timingSafeEqual(sha256(presented), digest);
+export function secretsMatcher(values: () => readonly string[]): (presented: string) => number {
+  let last: readonly string[] | undefined;
+  let digests: Buffer[] = [];
+  return (presented) => {
+    const current = values();
+    if (current !== last) {
+      last = current;
+      digests = current.map((v) => sha256(v));
+    }
+    return firstMatch(sha256(presented), digests);
+  };
+}
+
+/** The index of the first of `candidates` equal to `digest` (all compared, constant time each), or -1. */
+export function firstMatch(digest: Buffer, candidates: readonly Buffer[]): number {
+  let found = -1;
+  candidates.forEach((c, i) => {
+    const eq = c.length === digest.length && timingSafeEqual(c, digest);
+    if (eq && found < 0) found = i;
+  });
+  return found;
 }
 
 // The hex form, decoded: measured faster than crypto.hash's 'buffer' output and than createHash().digest() (Node 26).

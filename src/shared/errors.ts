@@ -105,6 +105,18 @@ export class TooManyRequestsError extends AppError {
   }
 }
 
+/**
+ * A restart over its namespace's restart budget (the inventory's policy): 429 with Retry-After,
+ * the budget in the detail. Nothing was queued.
+ */
+export class BudgetExhaustedError extends AppError {
+  readonly namespace: string;
+  constructor(namespace: string, detail: string, retryAfterSeconds: number) {
+    super('budget_exhausted', 429, detail, { 'Retry-After': String(Math.max(1, Math.ceil(retryAfterSeconds))) });
+    this.namespace = namespace;
+  }
+}
+
 export class ServiceUnavailableError extends AppError {
   constructor(detail = 'service temporarily unavailable; retry later', retryAfterSeconds = 5) {
     super('unavailable', 503, detail, { 'Retry-After': String(retryAfterSeconds) });

@@ -3,6 +3,7 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { ConfigError } from './errors.js';
 import { dnsLabel, dnsSubdomain } from './jobs.js';
+import { hostPolicySchema, mergePolicy, projectPolicySchema, type HostPolicy, type ProjectPolicy } from './policy.js';
 
 /**
  * The inventory (OPS_INVENTORY_FILE, YAML or JSON) is the allow-list of what opsgate may touch:
@@ -10,10 +11,13 @@ import { dnsLabel, dnsSubdomain } from './jobs.js';
  * - projects: source-control project -> how its deploy Job is built (image, command, the
  *   restricted ServiceAccount it runs as). Job arguments are never taken from a request: the
  *   project and ref reach the Job only as environment variables.
+ * - policy (top level, per host, per project): the guards of a change (src/shared/policy.ts):
+ *   approval, change windows, a restart budget per namespace.
  */
 const hostSchema = z.object({
   namespace: dnsLabel,
   deployments: z.array(dnsSubdomain).min(1),
+  policy: hostPolicySchema.optional(),
 });
 
 const projectSchema = z.object({
@@ -28,18 +32,62 @@ const projectSchema = z.object({
   activeDeadlineSeconds: z.number().int().positive().max(900).default(900),
   backoffLimit: z.number().int().min(0).max(6).default(0),
   ttlSecondsAfterFinished: z.number().int().min(0).default(86400),
+  /**
+   * run_deploy_pipeline waits for the deploy Job to succeed or fail and reports that outcome
+   * (needs `get` on the project namespace's Jobs, which the chart grants); false: the queue job
+   * ends once the Job is created.
+   */
+  waitForCompletion: z.boolean().default(true),
+  policy: projectPolicySchema.optional(),
 });
 
-export const inventorySchema = z.object({
-  hosts: z.record(z.string().min(1).max(253), hostSchema).default({}),
-  projects: z.record(z.string().min(1).max(255), projectSchema).default({}),
-});
+export const inventorySchema = z
+  .object({
+    /** The default policy of every host and project (each may replace its fields). */
+    policy: hostPolicySchema.optional(),
+    hosts: z.record(z.string().min(1).max(253), hostSchema).default({}),
+    projects: z.record(z.string().min(1).max(255), projectSchema).default({}),
+  })
+  .superRefine((inv, ctx) => {
+    // A restart budget counts per namespace: hosts sharing one must agree on it.
+    const seen = new Map<string, { host: string; budget: string }>();
+    for (const [host, h] of Object.entries(inv.hosts)) {
+      const budget = JSON.stringify(mergePolicy(inv.policy, h.policy).budget ?? null);
+      const other = seen.get(h.namespace);
+      if (other && other.budget !== budget) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['hosts', host, 'policy', 'budget'],
+          message: `differs from the budget of host ${JSON.stringify(other.host)} in the same namespace ${h.namespace} (a restart budget counts per namespace)`,
+        });
+      }
+      if (!other) seen.set(h.namespace, { host, budget });
+    }
+  });
 
 export type Inventory = z.infer<typeof inventorySchema>;
 export type HostEntry = z.infer<typeof hostSchema>;
 export type ProjectEntry = z.infer<typeof projectSchema>;
 
 export const emptyInventory: Inventory = { hosts: {}, projects: {} };
+
+/** The effective policy of a host's restarts (the inventory's default, replaced field by field by the host's own). */
+export function hostPolicy(inv: Inventory, host: string): HostPolicy {
+  const h = findHost(inv, host);
+  return mergePolicy(inv.policy, h?.policy);
+}
+
+/** The effective policy of a project's deploys (a budget applies to restarts only). */
+export function projectPolicy(inv: Inventory, project: string): ProjectPolicy {
+  const { budget: _restartsOnly, ...defaults } = inv.policy ?? {};
+  return mergePolicy<ProjectPolicy>(defaults, findProject(inv, project)?.policy);
+}
+
+/** A namespace's restart budget (the same for every host in it; see the schema's check). */
+export function namespaceBudget(inv: Inventory, namespace: string): HostPolicy['budget'] {
+  for (const [host, h] of Object.entries(inv.hosts)) if (h.namespace === namespace) return hostPolicy(inv, host).budget;
+  return inv.policy?.budget;
+}
 
 export function parseInventory(text: string, source = 'OPS_INVENTORY_FILE'): Inventory {
   let raw: unknown;

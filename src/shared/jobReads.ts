@@ -1,4 +1,5 @@
 import type { Job, Queue } from 'bullmq';
+import { outcomeSchema, type Outcome } from './jobs.js';
 import type { QueueGuard } from './queueGuard.js';
 
 /** What GET /ops/jobs/{id} shows: state and bookkeeping, never the job's data or return value. */
@@ -13,6 +14,15 @@ export interface JobView {
   created_at: string | null;
   processed_at: string | null;
   finished_at: string | null;
+  /** How a restart or deploy ended (or why it is held): from its progress, written by the worker. */
+  outcome?: Outcome;
+}
+
+/** The outcome a worker wrote into a job's progress (`{..., outcome}`), if any. */
+export function outcomeOf(progress: unknown): Outcome | undefined {
+  if (typeof progress !== 'object' || progress === null || !('outcome' in progress)) return undefined;
+  const parsed = outcomeSchema.safeParse(progress.outcome);
+  return parsed.success ? parsed.data : undefined;
 }
 
 /** States GET /ops/jobs lists. */
@@ -35,6 +45,7 @@ const iso = (ms: number | undefined | null): string | null =>
   typeof ms === 'number' && Number.isFinite(ms) && ms > 0 ? new Date(ms).toISOString() : null;
 
 export function jobView(job: Job, state: string): JobView {
+  const outcome = outcomeOf(job.progress);
   return {
     id: String(job.id),
     name: job.name,
@@ -46,6 +57,7 @@ export function jobView(job: Job, state: string): JobView {
     created_at: iso(job.timestamp),
     processed_at: iso(job.processedOn),
     finished_at: iso(job.finishedOn),
+    ...(outcome ? { outcome } : {}),
   };
 }
 

@@ -11,6 +11,10 @@ export const JOB = {
   restartService: 'ops_worker.restart_service',
   runDeployPipeline: 'ops_worker.run_deploy_pipeline',
   notifyOncall: 'ops_worker.notify_oncall',
+  /** A rehearsal: what the worker's own identity would be allowed to do (server-side dry run); changes nothing. */
+  dryRun: 'ops_worker.dry_run',
+  /** A guarded change's news to the notification endpoints (and its Kubernetes Event where the API cannot write one). */
+  reportChange: 'ops_worker.report_change',
 } as const;
 export type JobName = (typeof JOB)[keyof typeof JOB];
 export const JOB_NAMES: readonly JobName[] = Object.values(JOB);
@@ -39,9 +43,22 @@ export const dnsSubdomain = z
   .max(253)
   .regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/, 'must be a DNS-1123 subdomain');
 
+/** A guarded change's approval, carried by the job it let through (and shown in its Kubernetes Event). */
+const approvalFields = {
+  /** The approval that let the change through; the job id is the approval id. */
+  approval_id: z.string().min(1).max(64).optional(),
+  /** Who approved it (principals, never secrets). */
+  approvers: z.array(z.string().min(1).max(64)).max(5).optional(),
+  /** The requester's reason, when given. */
+  reason: z.string().max(500).optional(),
+};
+
 export const restartServiceData = z.object({
   host: z.string().min(1).max(253),
   service: dnsSubdomain,
+  ...approvalFields,
+  /** A restart let through a freeze or outside its windows by an operator: who and why (audited, notified). */
+  override: z.object({ by: z.string().min(1).max(64), reason: z.string().min(1).max(500) }).optional(),
   ...auditFields,
 });
 
@@ -54,6 +71,7 @@ export const runDeployPipelineData = z.object({
   sha: z.string().min(1).max(255).optional(),
   /** The sender's delivery id (X-GitHub-Delivery, X-Gitlab-Event-UUID), for tracing. */
   delivery_id: z.string().min(1).max(255).optional(),
+  ...approvalFields,
   ...auditFields,
 });
 
@@ -64,7 +82,109 @@ export const notifyOncallData = z.object({
   ...auditFields,
 });
 
+/** What a dry run rehearses: the worker's server-side dry run of the patch or the Job create. */
+export const dryRunData = z.discriminatedUnion('change', [
+  z.object({ change: z.literal('restart'), host: z.string().min(1).max(253), service: dnsSubdomain, ...auditFields }),
+  z.object({
+    change: z.literal('deploy'),
+    project: z.string().min(1).max(255),
+    ref: z.string().min(1).max(255),
+    sha: z.string().min(1).max(255).optional(),
+    ...auditFields,
+  }),
+]);
+
+/**
+ * What a dry run found (its job's return value): the object the change would touch as the worker
+ * reads it, and whether the Kubernetes API server admits the change from the worker's own
+ * identity (RBAC, then admission: ValidatingAdmissionPolicies and webhooks), asked with a
+ * server-side dry run (dryRun=All), which persists nothing.
+ */
+export const DRY_RUN_REFUSALS = ['rbac', 'admission', 'not_found', 'invalid', 'api'] as const;
+export const dryRunResultSchema = z.object({
+  identity: z.string().nullable().describe("the worker's user name as the API server sees it (SelfSubjectReview), when it may ask"),
+  object: z
+    .object({
+      kind: z.enum(['Deployment', 'Job']),
+      namespace: z.string(),
+      name: z.string(),
+      found: z.boolean().nullable().describe('Deployment: read with the worker identity (null: it may not read it)'),
+      resource_version: z.string().nullable(),
+      replicas: z.number().int().nullable(),
+      ready_replicas: z.number().int().nullable(),
+      updated_replicas: z.number().int().nullable(),
+      paused: z.boolean().nullable(),
+      progress_deadline_seconds: z.number().int().nullable(),
+      rollout: z
+        .object({ done: z.boolean(), failed: z.boolean(), message: z.string() })
+        .nullable()
+        .describe('as `kubectl rollout status` tells it: a rollout in progress, done, or past its progress deadline'),
+      service_account: z.string().nullable().describe('Job: the ServiceAccount it would run as'),
+      image: z.string().nullable().describe('Job: its image'),
+    })
+    .nullable(),
+  admitted: z.boolean().describe('the API server accepted the dry-run patch (restart) or create (deploy) from the worker identity'),
+  refused_by: z
+    .enum(DRY_RUN_REFUSALS)
+    .nullable()
+    .describe(
+      'rbac: the worker may not; admission: a ValidatingAdmissionPolicy or webhook refused; not_found; invalid; api: another answer',
+    ),
+  status: z.number().int().nullable().describe("the API server's HTTP status"),
+  message: z.string().nullable().describe("the API server's message"),
+});
+export type DryRunResult = z.infer<typeof dryRunResultSchema>;
+
+/** How a restart or deploy ended (GET /ops/jobs/{id}, its Kubernetes Event, the notification). */
+export const OUTCOME_RESULTS = [
+  'rolled_out',
+  'created',
+  'failed',
+  'progress_deadline_exceeded',
+  'refused',
+  'held',
+  'rejected',
+  'expired',
+] as const;
+export type OutcomeResult = (typeof OUTCOME_RESULTS)[number];
+
+export const outcomeSchema = z.object({
+  result: z.enum(OUTCOME_RESULTS),
+  reason: z.string().max(1000).optional(),
+  duration_s: z.number().min(0).optional(),
+  /** A hold: when the change is expected to run (RFC 3339). */
+  until: z.string().optional(),
+});
+export type Outcome = z.infer<typeof outcomeSchema>;
+
+export const REPORT_EVENTS = ['approval_requested', 'approval_rejected', 'approval_expiry', 'override', 'held', 'outcome'] as const;
+
+/**
+ * A report about a guarded change, posted to NOTIFY_WEBHOOK_URLS. approval_expiry is added
+ * delayed until the approval's expiry: when it runs, it expires the approval if nobody decided it
+ * and reports that.
+ */
+export const reportChangeData = z.object({
+  event: z.enum(REPORT_EVENTS),
+  change: z.enum(['restart', 'deploy']),
+  /** The restart's host and Deployment, or the deploy's project and ref. */
+  host: z.string().max(253).optional(),
+  service: z.string().max(253).optional(),
+  project: z.string().max(255).optional(),
+  ref: z.string().max(255).optional(),
+  namespace: z.string().max(63),
+  /** The job the report is about (for an approval: the job it lets through, same id). */
+  job_id: z.string().max(128).optional(),
+  approval_id: z.string().max(64).optional(),
+  outcome: outcomeSchema.optional(),
+  approvers: z.array(z.string().max(64)).max(5).default([]),
+  reason: z.string().max(1000).optional(),
+  ...auditFields,
+});
+
 export type RestartServiceData = z.infer<typeof restartServiceData>;
+export type DryRunData = z.infer<typeof dryRunData>;
+export type ReportChangeData = z.infer<typeof reportChangeData>;
 export type RunDeployPipelineData = z.infer<typeof runDeployPipelineData>;
 export type NotifyOncallData = z.infer<typeof notifyOncallData>;
 
@@ -72,13 +192,20 @@ export interface JobDataByName {
   [JOB.restartService]: RestartServiceData;
   [JOB.runDeployPipeline]: RunDeployPipelineData;
   [JOB.notifyOncall]: NotifyOncallData;
+  [JOB.dryRun]: DryRunData;
+  [JOB.reportChange]: ReportChangeData;
 }
 
 export const jobDataSchemas = {
   [JOB.restartService]: restartServiceData,
   [JOB.runDeployPipeline]: runDeployPipelineData,
   [JOB.notifyOncall]: notifyOncallData,
+  [JOB.dryRun]: dryRunData,
+  [JOB.reportChange]: reportChangeData,
 } as const;
+
+/** A dry run's answer is wanted within seconds or not at all: kept an hour, tried once. */
+export const DRY_RUN_JOB_OPTIONS = { attempts: 1, removeOnComplete: { age: 3600 }, removeOnFail: { age: 3600 } } as const;
 
 export interface JobPolicy {
   attempts: number;

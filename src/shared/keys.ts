@@ -82,3 +82,28 @@ export const WORKER_KEY_PREFIX = `${KEY_PREFIX}worker`;
 export const restartedAtKey = (jobId: string): string => `${WORKER_KEY_PREFIX}:restart:${jobId}`;
 /** A notify job's record of one delivered notification; `urlHash`, never the URL (it carries a secret). */
 export const notifyDeliveryKey = (jobId: string, urlHash: string): string => `${WORKER_KEY_PREFIX}:notify:${jobId}:${urlHash}`;
+
+/**
+ * Guarded changes (src/shared/approvals.ts, budget.ts, freezes.ts, holds.ts). Approvals and
+ * restart budgets share the SLOT_TAG hash tag: the approval's decision and the budget it takes
+ * are one script over both (on a Cluster, one slot).
+ */
+export const GUARD_PREFIX = `${SLOT_TAG}:guard:`;
+/** One approval (JSON), kept until a while after its decision or expiry. */
+export const approvalKey = (id: string): string => `${GUARD_PREFIX}approval:${id}`;
+/** The pending approvals: a sorted set, member = approval id, score = expiry (ms). */
+export const APPROVALS_PENDING_KEY = `${GUARD_PREFIX}approvals:pending`;
+/**
+ * The pending approval of one change identity (a restart's Deployment, a push's event id): a
+ * second request for the same change joins it instead of asking again. Lives until the approval
+ * expires and is dropped with its decision.
+ */
+export const approvalIndexKey = (identity: string): string => `${GUARD_PREFIX}approval-for:${identity}`;
+/** A namespace's restarts in the budget's sliding window: a sorted set, member = job id, score = when (ms). */
+export const budgetKey = (namespace: string): string => `${GUARD_PREFIX}budget:restart:${namespace}`;
+/** The freezes: a hash, field = freeze id, value = JSON. */
+export const FREEZES_KEY = `${KEY_PREFIX}freezes`;
+/** Pub/sub channel told of every change of the freezes (each API process keeps them in memory). */
+export const FREEZES_CHANNEL = `${KEY_PREFIX}freezes:changed`;
+/** The deploys held by a freeze or outside their windows: a hash, field = job id, value = JSON (reasons, until). */
+export const HOLDS_KEY = `${KEY_PREFIX}holds`;

@@ -28,6 +28,11 @@ export interface Logger {
   child(fields: Record<string, unknown>): Logger;
   /** Resolves once every line logged so far has been written to the destination (at most `timeoutMs`, default 2000). */
   flush(timeoutMs?: number): Promise<void>;
+  /**
+   * Adds values to redact from every line of this logger and its children from now on (a credential
+   * reloaded from its file while the process runs). Values already registered are kept.
+   */
+  addSecrets(values: readonly string[]): void;
 }
 
 export interface LoggerOptions {
@@ -69,13 +74,22 @@ const LINE_SEPARATORS = /[\u2028\u2029]/g;
 const escapeLineSeparators = (line: string): string =>
   HAS_LINE_SEPARATOR.test(line) ? line.replace(LINE_SEPARATORS, (c) => (c === '\u2028' ? '\\u2028' : '\\u2029')) : line;
 
-function redactor(secrets: readonly string[]): (line: string) => string {
-  const needles = redactionNeedles(secrets);
-  if (needles.length === 0) return escapeLineSeparators;
-  return (line) => {
-    let out = line;
-    for (const s of needles) if (out.includes(s)) out = out.split(s).join(REDACTED);
-    return escapeLineSeparators(out);
+/** The redaction step over a set of secrets that may grow (addSecrets), the needles recomputed on each addition. */
+function redactor(initial: readonly string[]): { redact: (line: string) => string; add: (values: readonly string[]) => void } {
+  const secrets = new Set(initial);
+  let needles = redactionNeedles([...secrets]);
+  return {
+    redact(line) {
+      if (needles.length === 0) return escapeLineSeparators(line);
+      let out = line;
+      for (const s of needles) if (out.includes(s)) out = out.split(s).join(REDACTED);
+      return escapeLineSeparators(out);
+    },
+    add(values) {
+      const before = secrets.size;
+      for (const v of values) secrets.add(v);
+      if (secrets.size !== before) needles = redactionNeedles([...secrets]);
+    },
   };
 }
 
@@ -121,7 +135,7 @@ async function settle(dest: AsyncDestination, timeoutMs: number): Promise<void> 
 }
 
 export function createLogger(opts: LoggerOptions = {}): Logger {
-  const redact = redactor(opts.secrets ?? []);
+  const redaction = redactor(opts.secrets ?? []);
   let dest: DestinationStream;
   let stdout: AsyncDestination | undefined;
   if (opts.write) {
@@ -147,7 +161,7 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
         level: (label) => ({ level: label }),
         log: formatLogObject,
       },
-      hooks: { streamWrite: redact },
+      hooks: { streamWrite: redaction.redact },
     },
     dest,
   );
@@ -177,6 +191,7 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
     error: (msg, fields) => (fields ? p.error(fields, msg) : p.error(msg)),
     child: (fields) => wrap(p.child(fields)),
     flush,
+    addSecrets: redaction.add,
   });
   return wrap(root);
 }

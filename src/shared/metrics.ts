@@ -241,6 +241,55 @@ export function createMetrics(component: Component, version: string, opts: { def
     redisMemorySource = fn;
   };
 
+  // --- guarded changes (src/domain/guards.ts, worker/report.ts); namespace takes inventory namespaces only
+  const budgetExhausted = new Counter({
+    name: 'opsgate_budget_exhausted_total',
+    help: "Restarts refused with 429 because their namespace's restart budget (the inventory's policy) was spent, by namespace.",
+    labelNames: ['namespace'] as const,
+    registers: [registry],
+  });
+  const approvals = new Counter({
+    name: 'opsgate_approvals_total',
+    help: 'Approval events of guarded changes, by change (restart, deploy) and event (requested, approved, recorded = one of several, rejected, refused_self, expired).',
+    labelNames: ['change', 'event'] as const,
+    registers: [registry],
+  });
+  const guardRefusals = new Counter({
+    name: 'opsgate_guard_refusals_total',
+    help: 'Restarts refused with 409 by a freeze or outside their change windows, by guard (freeze, window).',
+    labelNames: ['guard'] as const,
+    registers: [registry],
+  });
+  const guardOverrides = new Counter({
+    name: 'opsgate_guard_overrides_total',
+    help: 'Restarts let through a freeze or outside their change windows by an operator (override=true with a reason).',
+    registers: [registry],
+  });
+  const holds = new Counter({
+    name: 'opsgate_holds_total',
+    help: 'Deploys held as delayed jobs by a freeze or outside their change windows, by who held them (api at intake, worker when a held job woke to a closed gate) and guard (freeze, window).',
+    labelNames: ['by', 'guard'] as const,
+    registers: [registry],
+  });
+  const freezes = new Counter({
+    name: 'opsgate_freezes_total',
+    help: 'Freezes declared and lifted (DELETE /ops/freezes/{id}), by action.',
+    labelNames: ['action'] as const,
+    registers: [registry],
+  });
+  const dryRuns = new Counter({
+    name: 'opsgate_dry_runs_total',
+    help: "Dry runs by change (restart, deploy) and the Kubernetes API server's verdict on the worker's identity (admitted, refused, unknown = no worker answered in time or the cluster could not be asked).",
+    labelNames: ['change', 'verdict'] as const,
+    registers: [registry],
+  });
+  const changeOutcomes = new Counter({
+    name: 'opsgate_change_outcomes_total',
+    help: 'How restarts and deploys ended, by change and result (rolled_out, created, failed, progress_deadline_exceeded, refused, held, rejected, expired).',
+    labelNames: ['change', 'result'] as const,
+    registers: [registry],
+  });
+
   const adminActions = new Counter({
     name: 'opsgate_admin_actions_total',
     help: 'State-changing calls under /admin (Bull Board retry, clean, promote, remove...), by method and status code.',
@@ -268,14 +317,33 @@ export function createMetrics(component: Component, version: string, opts: { def
     registers: [registry],
   });
 
+  // --- Credentials re-read while the API runs (src/shared/liveSecrets.ts); variable = the file's variable
+  const secretReloads = new Counter({
+    name: 'opsgate_secret_reloads_total',
+    help: "Changed credential files (OPS_API_KEYS_FILE, a webhook sender's <VARIABLE>_FILE) checked by the API, by variable and outcome: reloaded (in use) or refused (invalid: the last good values stay in use).",
+    labelNames: ['variable', 'outcome'] as const,
+    registers: [registry],
+  });
+  const secretReloadRefused = new Gauge({
+    name: 'opsgate_secret_reload_refused',
+    help: '1 while a credential file (by variable) holds contents the API refused, so it still uses the last good ones; 0 once the file is valid again or back to what is in use.',
+    labelNames: ['variable'] as const,
+    registers: [registry],
+  });
+
   // --- API keys (src/shared/apiKeyLifetime.ts); key_id takes only the ids of configured keys ----
+  // The configured keys, read at scrape time: a reload of the keys file is exported without a call.
+  let apiKeys: readonly { id: string; expiresAt?: number }[] = [];
   const apiKeyExpiry = new Gauge({
     name: 'opsgate_api_key_expiry_timestamp_seconds',
     help: 'When an API key of the keys file stops working (its expires), as a Unix timestamp; keys without an expiry have no series.',
     labelNames: ['key_id'] as const,
     registers: [registry],
+    collect() {
+      this.reset();
+      for (const k of apiKeys) if (k.expiresAt !== undefined) this.set({ key_id: k.id }, Math.floor(k.expiresAt / 1000));
+    },
   });
-  let keyIds: string[] = [];
   let lastUsedSource: ((ids: readonly string[]) => Promise<Map<string, number>>) | undefined;
   new Gauge({
     name: 'opsgate_api_key_last_used_timestamp_seconds',
@@ -284,19 +352,21 @@ export function createMetrics(component: Component, version: string, opts: { def
     registers: [registry],
     async collect() {
       this.reset();
+      const keyIds = apiKeys.map((k) => k.id);
       if (!lastUsedSource || keyIds.length === 0) return;
       const seen = await withTimeout(lastUsedSource(keyIds), depthTimeoutMs, 'api key last use read').catch(() => undefined);
       for (const [key_id, seconds] of seen ?? []) this.set({ key_id }, seconds);
     },
   });
-  /** Export the configured keys' expiry, and their last use from `lastUsed` (read at scrape time). */
+  /**
+   * Export the configured keys' expiry, and their last use from `lastUsed`, both read at scrape
+   * time from `keys` (the config's array, whose contents a reload of the keys file replaces).
+   */
   const setApiKeys = (
     keys: readonly { id: string; expiresAt?: number }[],
     lastUsed: (ids: readonly string[]) => Promise<Map<string, number>>,
   ) => {
-    apiKeyExpiry.reset();
-    for (const k of keys) if (k.expiresAt !== undefined) apiKeyExpiry.set({ key_id: k.id }, Math.floor(k.expiresAt / 1000));
-    keyIds = keys.map((k) => k.id);
+    apiKeys = keys;
     lastUsedSource = lastUsed;
   };
 
@@ -321,6 +391,8 @@ export function createMetrics(component: Component, version: string, opts: { def
     setRedisMemorySource,
     apiKeyExpiry,
     setApiKeys,
+    secretReloads,
+    secretReloadRefused,
     buildInfo,
     httpRequests,
     httpDuration,
@@ -333,6 +405,14 @@ export function createMetrics(component: Component, version: string, opts: { def
     jobRetries,
     jobsStalled,
     workerErrors,
+    budgetExhausted,
+    approvals,
+    guardRefusals,
+    guardOverrides,
+    holds,
+    freezes,
+    dryRuns,
+    changeOutcomes,
   };
 }
 

@@ -31,6 +31,10 @@ export interface AddRequest<N extends JobName = JobName> {
   /** Default: a new UUID. An add whose job id already exists adds nothing and answers that job. */
   jobId?: string;
   deduplication?: Deduplication;
+  /** A held job: processed no earlier than this many ms from now (BullMQ's delayed jobs). */
+  delay?: number;
+  /** Options that differ from the queue's defaults (a dry run's single short-lived attempt). */
+  jobOptions?: { attempts?: number; removeOnComplete?: { age: number }; removeOnFail?: { age: number } };
 }
 
 export interface Added {
@@ -52,6 +56,13 @@ export interface Producer {
   remove(id: string): Promise<boolean>;
   /** WAIT on the queue's connection: how many replicas acknowledged every job added so far. */
   waitReplicas(numReplicas: number, timeoutMs: number): Promise<number>;
+  /**
+   * Runs a delayed (held) job as soon as a worker is free (BullMQ's Job#promote). true: promoted;
+   * false: it is not delayed (already running, finished, or gone).
+   */
+  promote(id: string): Promise<boolean>;
+  /** The job holding a deduplication id (a restart coalesced on its Deployment), or null. */
+  deduplicationHolder(dedupId: string): Promise<string | null>;
 }
 
 export interface ProducerDeps {
@@ -76,6 +87,8 @@ function options(req: AddRequest, jobId: string) {
   return {
     jobId,
     ...(d ? { deduplication: d.ttlMs !== undefined ? { id: d.id, ttl: d.ttlMs } : { id: d.id } } : {}),
+    ...(req.delay !== undefined && req.delay > 0 ? { delay: Math.ceil(req.delay) } : {}),
+    ...(req.jobOptions ?? {}),
   };
 }
 
@@ -122,6 +135,23 @@ export function createProducer(deps: ProducerDeps): Producer {
       if (connection.status !== 'ready') throw new QueueUnavailableError('submit', true);
       // Every key of the queue shares the prefix's hash tag: on a Cluster, one primary.
       return waitForReplicas(connection, numReplicas, timeoutMs, [queueKey(bull.opts.prefix ?? QUEUE_PREFIX_DEFAULT, QUEUE_NAME, 'id')]);
+    },
+
+    async promote(id) {
+      const job = await guard('retry', () => bull.getJob(id));
+      if (!job || (await guard('read', () => job.getState())) !== 'delayed') return false;
+      try {
+        await guard('retry', () => job.promote());
+        return true;
+      } catch {
+        // Promoted or started by another caller in the meantime (not delayed any more), or Redis
+        // is unavailable (the read answers 503 then).
+        return (await guard('read', () => job.getState())) !== 'delayed';
+      }
+    },
+
+    async deduplicationHolder(dedupId) {
+      return guard('read', () => bull.getDeduplicationJobId(dedupId));
     },
   };
 }

@@ -6,6 +6,7 @@ import { QUEUE_NAME, defaultJobOptions, type JobPolicy } from './jobs.js';
 import { queuePrefix } from './keys.js';
 import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
+import { createProber, type Prober } from './probe.js';
 import { createProducer, type Producer } from './producer.js';
 import { createQueueGuard } from './queueGuard.js';
 import { createRedis } from './redis.js';
@@ -15,7 +16,8 @@ import { createRedis } from './redis.js';
  * (no offline queue, one retry, command timeout), seen as three parts:
  * - `producer` (src/shared/producer.ts): adds jobs, deduplicated by BullMQ;
  * - `jobs` (src/shared/jobReads.ts): reads them for GET /ops/jobs;
- * - `deadLetters` (src/shared/deadLetters.ts): re-queues failed ones.
+ * - `deadLetters` (src/shared/deadLetters.ts): re-queues failed ones;
+ * - `probe` (src/shared/probe.ts): a job whose answer the API waits for (a dry run).
  * Every operation is bounded by `timeoutMs` and fails fast while Redis is down, as a 503 with
  * Retry-After (src/shared/queueGuard.ts).
  */
@@ -32,6 +34,7 @@ export interface OpsQueue {
   readonly producer: Producer;
   readonly jobs: JobReads;
   readonly deadLetters: DeadLetters;
+  readonly probe: Prober;
   /** The BullMQ Queue itself (Bull Board mounts it). */
   readonly bull: Queue;
   /** Redis reachable from the queue's connection (for /ready). */
@@ -53,15 +56,19 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
   // Without a listener an 'error' event would crash the process; connection errors surface as 503s.
   bull.on('error', (err) => opts.logger?.debug('queue connection error', { err }));
   const guard = createQueueGuard(connection, opts.timeoutMs ?? 3000, opts.logger);
+  const producer = createProducer({ bull, connection, guard, metrics: opts.metrics });
+  const probe = createProber({ bull, url: opts.url, producer, guard, ...(opts.logger ? { logger: opts.logger } : {}) });
 
   return {
     bull,
-    producer: createProducer({ bull, connection, guard, metrics: opts.metrics }),
+    producer,
+    probe,
     jobs: createJobReads(bull, guard),
     deadLetters: createDeadLetters(bull, connection, guard),
     isReady: () => connection.status === 'ready',
 
     async close() {
+      await probe.close();
       if (connection.status !== 'ready') {
         // Not connected: nothing is pending (no offline queue) and BullMQ's close would wait for
         // a connection that may never come back. Drop the connection and let BullMQ wind down.

@@ -1,22 +1,19 @@
-import { createHash, createPrivateKey, X509Certificate } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
-import { readFileSync } from 'node:fs';
+import { createPrivateKey, X509Certificate } from 'node:crypto';
 import { createServer as createHttpServer, type RequestListener, type Server } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import { createSecureContext, type SecureContextOptions } from 'node:tls';
 import { ConfigError, type ConfigProblem } from './errors.js';
+import { contentsDigest, FileProblem, readWatchedFile, watchFiles, type FileReloader, type WatchedFile } from './fileReload.js';
 import type { Logger } from './logger.js';
 
 /**
  * TLS for opsgate's own listeners (the API port and the metrics port): a certificate, its key
  * and, for client-certificate checks, a CA bundle, read from files (a mounted kubernetes.io/tls
- * Secret). The files are polled and a changed set is swapped in with `server.setSecureContext()`:
- * new connections get the new certificate, connections already open keep theirs, so nothing in
- * flight is dropped. A changed set that is not a usable pair (unreadable, not PEM, key and
- * certificate that do not belong together, a CA file without a certificate) is refused: logged,
- * counted, and the last good context stays in place. Polling the contents (not inotify) follows
- * the kubelet's update of a Secret volume, which swaps a `..data` symlink: a watch set on the old
- * files would never fire again.
+ * Secret). The files are re-read by the reload poll of src/shared/fileReload.ts and a changed set
+ * is swapped in with `server.setSecureContext()`: new connections get the new certificate,
+ * connections already open keep theirs, so nothing in flight is dropped. A changed set that is not
+ * a usable pair (unreadable, not PEM, key and certificate that do not belong together, a CA file
+ * without a certificate) is refused: logged, counted, and the last good context stays in place.
  */
 
 /** Which files, and the variable names that set them (the names go into every problem report). */
@@ -38,12 +35,10 @@ export interface TlsMaterial {
 }
 
 /** A problem with one TLS file: the variable naming it and what is wrong, never the contents. */
-export class TlsFileError extends Error {
-  readonly problem: ConfigProblem;
+export class TlsFileError extends FileProblem {
   constructor(variable: string, problem: string) {
-    super(`${variable}: ${problem}`);
+    super(variable, problem);
     this.name = 'TlsFileError';
-    this.problem = { variable, problem };
   }
 }
 
@@ -92,13 +87,13 @@ export function parseTlsMaterial(files: TlsFiles, bytes: { cert: Buffer; key: Bu
   };
 }
 
-function readOne(variable: string, path: string): Buffer {
-  try {
-    return readFileSync(path);
-  } catch (err) {
-    const code = (err as { code?: string }).code;
-    throw new TlsFileError(variable, `cannot be read${code ? ` (${code})` : ''}`);
-  }
+/** The files of a set, in the order their contents are read: certificate, key, then the CA when there is one. */
+function watchedFiles(files: TlsFiles): WatchedFile[] {
+  return [
+    { variable: files.vars.cert, path: files.certFile },
+    { variable: files.vars.key, path: files.keyFile },
+    ...(files.caFile && files.vars.ca ? [{ variable: files.vars.ca, path: files.caFile }] : []),
+  ];
 }
 
 /**
@@ -107,12 +102,10 @@ function readOne(variable: string, path: string): Buffer {
  */
 export function loadTlsMaterial(files: TlsFiles): TlsMaterial {
   try {
-    const cert = readOne(files.vars.cert, files.certFile);
-    const key = readOne(files.vars.key, files.keyFile);
-    const ca = files.caFile && files.vars.ca ? readOne(files.vars.ca, files.caFile) : undefined;
-    return parseTlsMaterial(files, { cert, key, ...(ca ? { ca } : {}) });
+    const [cert, key, ca] = watchedFiles(files).map(readWatchedFile);
+    return parseTlsMaterial(files, { cert: cert!, key: key!, ...(ca ? { ca } : {}) });
   } catch (err) {
-    if (err instanceof TlsFileError) throw new ConfigError(err.problem.variable, err.problem.problem);
+    if (err instanceof FileProblem) throw new ConfigError(err.problem.variable, err.problem.problem);
     throw err;
   }
 }
@@ -181,26 +174,11 @@ export function createListener(
   return { server, reloader };
 }
 
-export interface TlsReloader {
-  /** Checks the files now (the poll does the same on its own); resolves when done. */
-  check(): Promise<void>;
-  close(): void;
-}
-
-const digest = (parts: Array<Buffer | undefined>): string => {
-  const h = createHash('sha256');
-  for (const p of parts) {
-    h.update(p ? String(p.length) : '-');
-    h.update(':');
-    if (p) h.update(p);
-  }
-  return h.digest('hex');
-};
+export type TlsReloader = FileReloader;
 
 /**
- * Polls the files every intervalMs and swaps a changed, valid set into the server. A refused set
- * is logged and counted once per distinct contents (not on every poll); a later change is checked
- * again, so fixing the files is enough. Never throws: a reload problem must not take the listener down.
+ * Polls the files every intervalMs and swaps a changed, valid set into the server
+ * (src/shared/fileReload.ts: refused sets are reported once per distinct contents, never thrown).
  */
 export function watchTls(opts: {
   server: SecureContextTarget;
@@ -214,92 +192,35 @@ export function watchTls(opts: {
   metrics?: TlsReloadMetrics;
 }): TlsReloader {
   const { files, listener, logger, metrics } = opts;
-  let served = digest([opts.initial.cert, opts.initial.key, opts.initial.ca]);
-  let refused: string | undefined;
-  let timer: NodeJS.Timeout | undefined;
-  let closed = false;
-  let running: Promise<void> | undefined;
   metrics?.tlsCertificateExpiry.set({ listener }, opts.initial.notAfter.getTime() / 1000);
-
-  const read = async (variable: string, path: string): Promise<Buffer> => {
-    try {
-      return await readFile(path);
-    } catch (err) {
-      const code = (err as { code?: string }).code;
-      throw new TlsFileError(variable, `cannot be read${code ? ` (${code})` : ''}`);
-    }
-  };
-
-  const once = async (): Promise<void> => {
-    let seen: string | undefined;
-    let material: TlsMaterial;
-    try {
-      const [cert, key, ca] = await Promise.all([
-        read(files.vars.cert, files.certFile),
-        read(files.vars.key, files.keyFile),
-        files.caFile && files.vars.ca ? read(files.vars.ca, files.caFile) : Promise.resolve(undefined),
-      ]);
-      seen = digest([cert, key, ca]);
-      if (seen === served) {
-        // Back to what is served (a half-written update completed, or was undone): report anew next time.
-        refused = undefined;
-        return;
+  return watchFiles<TlsMaterial>({
+    files: watchedFiles(files),
+    // The same files in the same order as each poll reads them.
+    initialDigest: contentsDigest([opts.initial.cert, opts.initial.key, ...(opts.initial.ca ? [opts.initial.ca] : [])]),
+    intervalMs: opts.intervalMs,
+    // None of these files is optional: a missing one is a read error before parse.
+    parse: ([cert, key, ca]) => parseTlsMaterial(files, { cert: cert!, key: key!, ...(ca ? { ca } : {}) }),
+    apply(material) {
+      try {
+        opts.server.setSecureContext(secureContextOptions(material));
+      } catch {
+        throw new TlsFileError(files.vars.cert, 'was refused by the server');
       }
-      if (seen === refused) return;
-      material = parseTlsMaterial(files, { cert, key, ...(ca ? { ca } : {}) });
-    } catch (err) {
-      const problem = err instanceof TlsFileError ? err.problem : { variable: files.vars.cert, problem: 'could not be checked' };
-      // Refused contents are reported once; an unreadable file once per kind of problem.
-      const key = seen ?? `error:${problem.variable}:${problem.problem}`;
-      if (refused === key) return;
-      refused = key;
-      metrics?.tlsReloads.inc({ listener, outcome: 'refused' });
-      logger?.error('tls reload refused: keeping the certificate in use', { listener, ...problem });
-      return;
-    }
-    try {
-      opts.server.setSecureContext(secureContextOptions(material));
-    } catch {
-      refused = seen;
-      metrics?.tlsReloads.inc({ listener, outcome: 'refused' });
-      logger?.error('tls reload refused: keeping the certificate in use', {
-        listener,
-        variable: files.vars.cert,
-        problem: 'was refused by the server',
-      });
-      return;
-    }
-    served = seen;
-    refused = undefined;
-    metrics?.tlsReloads.inc({ listener, outcome: 'reloaded' });
-    metrics?.tlsCertificateExpiry.set({ listener }, material.notAfter.getTime() / 1000);
-    logger?.info('tls certificate reloaded', {
-      listener,
-      fingerprint: material.fingerprint,
-      not_after: material.notAfter.toISOString(),
-    });
-  };
-
-  const check = (): Promise<void> => {
-    running ??= once().finally(() => (running = undefined));
-    return running;
-  };
-  const schedule = () => {
-    if (closed) return;
-    timer = setTimeout(() => {
-      void check().finally(schedule);
-    }, opts.intervalMs);
-    // The poll alone never keeps a process alive.
-    timer.unref();
-  };
-  schedule();
-  return {
-    check,
-    close() {
-      closed = true;
-      if (timer) clearTimeout(timer);
     },
-  };
+    onApplied(material) {
+      metrics?.tlsReloads.inc({ listener, outcome: 'reloaded' });
+      metrics?.tlsCertificateExpiry.set({ listener }, material.notAfter.getTime() / 1000);
+      logger?.info('tls certificate reloaded', {
+        listener,
+        fingerprint: material.fingerprint,
+        not_after: material.notAfter.toISOString(),
+      });
+    },
+    onRefused(problems) {
+      metrics?.tlsReloads.inc({ listener, outcome: 'refused' });
+      logger?.error('tls reload refused: keeping the certificate in use', { listener, ...problems[0] });
+    },
+  });
 }
 
 /**

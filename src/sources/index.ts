@@ -37,6 +37,15 @@ function checked(sources: Source[]): Source[] {
 /** Every environment variable that holds a sender's secret. */
 export const SOURCE_SECRET_ENVS: readonly string[] = [...new Set(SOURCES.map((s) => s.secret.env))];
 
+/**
+ * The file-mode variable of a sender's secret variable (GITHUB_WEBHOOK_SECRET ->
+ * GITHUB_WEBHOOK_SECRET_FILE): a file holding the secret, re-read while the API runs.
+ */
+export const secretFileVar = (env: string): string => `${env}_FILE`;
+
+/** Every file-mode variable of the senders' secrets. */
+export const SOURCE_SECRET_FILE_ENVS: readonly string[] = SOURCE_SECRET_ENVS.map(secretFileVar);
+
 /** A sender's secret from the configuration: its own variable, else its fallback's. */
 export function sourceSecret(s: Source, env: Readonly<Record<string, unknown>>): string | undefined {
   const own = env[s.secret.env];

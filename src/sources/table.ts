@@ -1,3 +1,4 @@
+import { secretFileVar } from './index.js';
 import type { Source, Verification } from './types.js';
 
 /**
@@ -22,14 +23,15 @@ function proof(v: Verification): string {
 
 export function sendersTable(sources: readonly Source[]): string {
   const rows = sources.map((s) => {
-    const secret = s.secret.fallbackEnv ? `\`${s.secret.env}\` (else \`${s.secret.fallbackEnv}\`)` : `\`${s.secret.env}\``;
+    const own = `\`${s.secret.env}\` or \`${secretFileVar(s.secret.env)}\``;
+    const secret = s.secret.fallbackEnv ? `${own} (else \`${s.secret.fallbackEnv}\`)` : own;
     const event = s.kind === 'push' ? `\`${s.event.header}: ${s.event.push}\`` : 'firing alerts';
     const delivery = s.kind === 'push' && s.deliveryHeaders?.length ? s.deliveryHeaders.map((h) => `\`${h}\``).join(', ') : '—';
     return `| \`/webhook/${s.name}\` | ${s.title} | ${proof(s.verification)} | ${event} | ${delivery} | ${secret} | ${s.setup} |`;
   });
   return [
     TABLE_BEGIN,
-    '| Path | Sender | Proof | Deploys / queues on | Delivery id (kept 30 days) | Secret variable | Where to set it up |',
+    '| Path | Sender | Proof | Deploys / queues on | Delivery id (kept 30 days) | Secret variable, or its file | Where to set it up |',
     '|---|---|---|---|---|---|---|',
     ...rows,
     TABLE_END,

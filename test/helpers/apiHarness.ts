@@ -10,6 +10,8 @@ import { createLogger, type Logger } from '../../src/shared/logger.js';
 import { createMetrics, type Metrics } from '../../src/shared/metrics.js';
 import { createOpsQueue, type OpsQueue } from '../../src/shared/queue.js';
 import { createRedis } from '../../src/shared/redis.js';
+import { createFreezeStore, watchFreezes } from '../../src/shared/freezes.js';
+import { FREEZES_CHANNEL } from '../../src/shared/keys.js';
 import { Worker } from 'bullmq';
 import { loadWorkerConfig } from '../../src/shared/config.js';
 import { QUEUE_NAME } from '../../src/shared/jobs.js';
@@ -72,6 +74,8 @@ export interface Harness {
   audits(): Array<Record<string, unknown>>;
   /** A plain client for inspecting Redis in assertions (not the app's). */
   inspect: Redis;
+  /** Redis was emptied behind the app's back: tell every process watching the freezes, and wait for this one's reload. */
+  freezesFlushed(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -82,13 +86,15 @@ export interface HarnessOptions {
   hostStatus?: HostStatusProvider;
   /** Passed to createApp as its rate-limit slot. */
   rateLimit?: (deps: { redis: Redis; metrics: Metrics; logger: Logger }) => RequestHandler;
-  /** The app's clock for API-key expiry (createApp's `now`). */
+  /** The app's clock for API-key expiry and the guards of changes (createApp's `now`). */
   now?: () => number;
+  /** Another inventory than INVENTORY_YAML (policies of guarded changes). */
+  inventoryYaml?: string;
 }
 
 export async function createHarness(redisUrl: string, opts: HarnessOptions = {}): Promise<Harness> {
   const config = loadApiConfig({ ...baseEnv(redisUrl), ...(opts.env ?? {}) });
-  const inventory = parseInventory(INVENTORY_YAML);
+  const inventory = parseInventory(opts.inventoryYaml ?? INVENTORY_YAML);
   const lines: string[] = [];
   const logger = createLogger({ level: 'debug', secrets: secretsOf(config), write: (l) => lines.push(l) });
   const metrics = createMetrics('api', 'test', { defaults: false });
@@ -104,6 +110,12 @@ export async function createHarness(redisUrl: string, opts: HarnessOptions = {})
   if (!opts.queueUrl) await queue.bull.waitUntilReady();
   const inspect = new Redis(redisUrl, { maxRetriesPerRequest: 1, lazyConnect: false });
   inspect.on('error', () => {});
+  // As src/server.ts wires it: the freezes in memory, kept current through pub/sub.
+  const freezeWatch = watchFreezes({
+    store: createFreezeStore(redis),
+    subscriber: createRedis(redisUrl, 'blocking', 'test-api-freezes'),
+    logger,
+  });
   const app = createApp({
     config,
     redis,
@@ -119,6 +131,7 @@ export async function createHarness(redisUrl: string, opts: HarnessOptions = {})
     version: '9.9.9-test',
     rateLimit: opts.rateLimit?.({ redis, metrics, logger }),
     ...(opts.now ? { now: opts.now } : {}),
+    freezeWatch,
   });
   const logs = () => lines.map((l) => JSON.parse(l) as Record<string, unknown>);
   return {
@@ -133,7 +146,12 @@ export async function createHarness(redisUrl: string, opts: HarnessOptions = {})
     logs,
     audits: () => logs().filter((l) => l.msg === 'audit'),
     inspect,
+    freezesFlushed: async () => {
+      await inspect.publish(FREEZES_CHANNEL, 'flushed');
+      await freezeWatch.changed();
+    },
     close: async () => {
+      await freezeWatch.close();
       await queue.close();
       redis.disconnect();
       inspect.disconnect();
@@ -168,7 +186,9 @@ export function containsSecret(text: string): string | undefined {
  * The per-file set-up every API test file shares: its own redis-server and harness for the whole
  * file, torn down after it; with `flush` (default) Redis is emptied before each test.
  */
-export function useHarness(opts: { flush?: boolean; env?: Record<string, string | undefined>; now?: () => number } = {}): {
+export function useHarness(
+  opts: { flush?: boolean; env?: Record<string, string | undefined>; now?: () => number; inventoryYaml?: string } = {},
+): {
   readonly srv: RedisServer;
   readonly h: Harness;
 } {
@@ -176,7 +196,11 @@ export function useHarness(opts: { flush?: boolean; env?: Record<string, string 
   let h: Harness | undefined;
   beforeAll(async () => {
     srv = await startRedis();
-    h = await createHarness(srv.url, { env: opts.env, ...(opts.now ? { now: opts.now } : {}) });
+    h = await createHarness(srv.url, {
+      env: opts.env,
+      ...(opts.now ? { now: opts.now } : {}),
+      ...(opts.inventoryYaml ? { inventoryYaml: opts.inventoryYaml } : {}),
+    });
   });
   afterAll(async () => {
     await h?.close();
@@ -185,6 +209,7 @@ export function useHarness(opts: { flush?: boolean; env?: Record<string, string 
   if (opts.flush !== false) {
     beforeEach(async () => {
       await h!.inspect.flushall();
+      await h!.freezesFlushed();
     });
   }
   return {

@@ -2,6 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { randomBytes, X509Certificate } from 'node:crypto';
 import { mkdirSync, readFileSync, readdirSync, renameSync, rmSync, symlinkSync, writeFileSync, existsSync } from 'node:fs';
 import { request as httpsRequest, type Agent } from 'node:https';
+import type { IncomingHttpHeaders } from 'node:http';
 import { join } from 'node:path';
 import type { TLSSocket } from 'node:tls';
 
@@ -58,14 +59,25 @@ export function makeCa(dir: string, name: string): Pem {
   return read(dir, base);
 }
 
-/** A leaf signed by `ca`: a server certificate for 127.0.0.1/localhost, or a client certificate. */
-export function makeLeaf(dir: string, ca: Pem, name: string, usage: 'server' | 'client' = 'server'): Pem {
+/**
+ * A leaf signed by `ca`: a server certificate for `names` (default 127.0.0.1 and localhost; a
+ * name that is an IPv4 address is an IP SAN), or a client certificate.
+ */
+export function makeLeaf(
+  dir: string,
+  ca: Pem,
+  name: string,
+  usage: 'server' | 'client' = 'server',
+  names: readonly string[] = ['127.0.0.1', 'localhost'],
+): Pem {
   const base = `${name}-${++seq}`;
   writeFileSync(join(dir, `${base}-ca.crt`), ca.cert);
   writeFileSync(join(dir, `${base}-ca.key`), ca.key, { mode: 0o600 });
   writeFileSync(
     join(dir, `${base}.ext`),
-    usage === 'server' ? 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' : 'extendedKeyUsage=clientAuth\n',
+    usage === 'server'
+      ? `subjectAltName=${names.map((n) => (/^\d+\.\d+\.\d+\.\d+$/.test(n) ? `IP:${n}` : `DNS:${n}`)).join(',')}\nextendedKeyUsage=serverAuth\n`
+      : 'extendedKeyUsage=clientAuth\n',
   );
   openssl(
     [
@@ -139,6 +151,7 @@ export class SecretVolume {
 export interface HttpsAnswer {
   status: number;
   body: string;
+  headers: IncomingHttpHeaders;
   /** fingerprint256 of the certificate the server presented on this connection. */
   served: string;
   /** The request went out on a kept-alive connection opened by an earlier request. */
@@ -146,6 +159,10 @@ export interface HttpsAnswer {
 }
 
 export interface HttpsCall {
+  /** Default 127.0.0.1. */
+  host?: string;
+  /** The name the server's certificate is verified for (SNI too); default: the host. */
+  servername?: string;
   port: number;
   path: string;
   method?: string;
@@ -155,6 +172,8 @@ export interface HttpsCall {
   ca: string | string[];
   agent?: Agent | false;
   clientCert?: Pem;
+  /** Socket inactivity bound (ms); none by default. */
+  timeoutMs?: number;
   /** Sends the first part of `body`, then awaits this before sending the rest (a request in flight). */
   hold?: Promise<unknown>;
   onSent?: () => void;
@@ -166,7 +185,8 @@ export function httpsCall(c: HttpsCall): Promise<HttpsAnswer> {
     const body = c.body ?? '';
     const req = httpsRequest(
       {
-        host: '127.0.0.1',
+        host: c.host ?? '127.0.0.1',
+        ...(c.servername ? { servername: c.servername } : {}),
         port: c.port,
         path: c.path,
         method: c.method ?? 'GET',
@@ -180,11 +200,15 @@ export function httpsCall(c: HttpsCall): Promise<HttpsAnswer> {
         let text = '';
         res.setEncoding('utf8');
         res.on('data', (d: string) => (text += d));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text, served, reusedSocket: req.reusedSocket }));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, body: text, headers: res.headers, served, reusedSocket: req.reusedSocket }),
+        );
         res.on('error', reject);
       },
     );
     req.on('error', reject);
+    if (c.timeoutMs !== undefined)
+      req.setTimeout(c.timeoutMs, () => req.destroy(new Error(`${c.path}: no answer within ${c.timeoutMs} ms`)));
     if (c.hold) {
       const cut = Math.floor(body.length / 2);
       req.write(body.slice(0, cut), () => c.onSent?.());

@@ -38,6 +38,8 @@ export function inventory(ns: Namespaces) {
         refs: ['refs/heads/main'],
         env: { DEPLOY_ENV: 'production' },
         activeDeadlineSeconds: 600,
+        // No kubelet here: a deploy Job's pod never runs, so the worker does not wait for it to end.
+        waitForCompletion: false,
       },
     },
   };

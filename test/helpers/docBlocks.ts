@@ -10,7 +10,10 @@ import { join } from 'node:path';
  * blank lines allowed in between:
  *   <!-- doc-test: dev [label] -->              run against a running API + worker + Redis (make dev)
  *   <!-- doc-test: helm -->                     run with real helm, offline
- *   <!-- doc-test: helm install-as-template --> `helm install` run as `helm template`, same arguments
+ *   <!-- doc-test: helm install-as-template --> `helm install` run as `helm template`, same arguments,
+ *                                               and installed as written on the real node by the e2e suite
+ *   <!-- doc-test: helm template-only -->       `helm install` run as `helm template` only: it renders a
+ *                                               resource whose operator the test node does not run (cert-manager)
  *   <!-- doc-test: node [label] -->             run on the real node by the e2e suite
  *   <!-- illustration: <short reason> -->       not run
  *
@@ -34,12 +37,12 @@ export interface DocBlock {
 export const SHELL_LANGS = ['sh', 'bash', 'shell', 'console'] as const;
 export const MARKERS = ['dev', 'helm', 'node', 'illustration'] as const;
 /**
- * The arguments a doc-test marker accepts: `helm` only `install-as-template`; `dev` and `node` a
+ * The arguments a doc-test marker accepts: `helm` only `install-as-template` or `template-only`; `dev` and `node` a
  * label (letters, digits, dashes) a test may use to check that block's answers; illustrations free text.
  */
 export const MARKER_ARGS: Record<string, RegExp> = {
   dev: /^[\w-]+$/,
-  helm: /^install-as-template$/,
+  helm: /^(install-as-template|template-only)$/,
   node: /^[\w-]+$/,
 };
 

@@ -44,6 +44,12 @@ export interface Monitoring {
   emptyDashboardPanels(): Promise<string[]>;
   /** The alert once Alertmanager has delivered it to the webhook receiver without a failure. */
   waitForAlertDelivered(alertname: string, timeoutMs: number): Promise<Obj>;
+  /** Alertmanager's webhook notifications so far: sent (attempted) and failed. */
+  webhookNotifications(): Promise<{ sent: number; failed: number }>;
+  /** Posts a firing alert to Alertmanager's API (as Prometheus would). */
+  postAlert(alertname: string, labels?: Record<string, string>): Promise<void>;
+  /** Replaces the opsgate receiver's webhook_configs entry and has Alertmanager reload its configuration. */
+  setReceiver(webhookConfig: Obj): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -71,32 +77,32 @@ export async function startMonitoring(opts: {
   release: string;
   alertsUrl: string;
   alertsToken: string;
+  /** The metrics ports serve HTTPS (tls.enabled): scrape them as the chart's ServiceMonitor says, CA and server name. */
+  scrapeTls?: { caFile: string; serverName: string };
+  /** The receiver's webhook_configs entry, instead of a plain one to alertsUrl with the bearer token. */
+  webhookConfig?: Obj;
 }): Promise<Monitoring> {
   const dir = mkdtempSync(join(tmpdir(), 'opsgate-monitoring-'));
   const [promPort, amPort] = [await freePort(), await freePort()];
   const pki = join(NODE_DIR, 'pki');
   const tls = { ca_file: join(pki, 'ca.crt'), cert_file: join(pki, 'admin.crt'), key_file: join(pki, 'admin.key') };
 
-  writeFileSync(
-    join(dir, 'alertmanager.yml'),
-    stringify({
-      route: { receiver: 'opsgate', group_by: ['alertname'], group_wait: '1s', group_interval: '5s', repeat_interval: '1h' },
-      receivers: [
-        {
-          name: 'opsgate',
-          webhook_configs: [
-            {
-              url: opts.alertsUrl,
-              send_resolved: false,
-              max_alerts: 1000,
-              http_config: { authorization: { type: 'Bearer', credentials: opts.alertsToken } },
-            },
-          ],
-        },
-      ],
-    }),
-    { mode: 0o600 },
-  );
+  const plainWebhook: Obj = {
+    url: opts.alertsUrl,
+    send_resolved: false,
+    max_alerts: 1000,
+    http_config: { authorization: { type: 'Bearer', credentials: opts.alertsToken } },
+  };
+  const writeAlertmanagerConfig = (webhookConfig: Obj) =>
+    writeFileSync(
+      join(dir, 'alertmanager.yml'),
+      stringify({
+        route: { receiver: 'opsgate', group_by: ['alertname'], group_wait: '1s', group_interval: '5s', repeat_interval: '1h' },
+        receivers: [{ name: 'opsgate', webhook_configs: [webhookConfig] }],
+      }),
+      { mode: 0o600 },
+    );
+  writeAlertmanagerConfig(opts.webhookConfig ?? plainWebhook);
   writeFileSync(
     join(dir, 'prometheus.yml'),
     stringify({
@@ -125,6 +131,9 @@ export async function startMonitoring(opts: {
             { source_labels: ['__meta_kubernetes_namespace'], target_label: 'namespace' },
             { source_labels: ['__meta_kubernetes_pod_name'], target_label: 'pod' },
           ],
+          ...(opts.scrapeTls
+            ? { scheme: 'https', tls_config: { ca_file: opts.scrapeTls.caFile, server_name: opts.scrapeTls.serverName } }
+            : {}),
         },
       ],
     }),
@@ -249,6 +258,28 @@ export async function startMonitoring(opts: {
       const failed = await metric(alertmanager, 'alertmanager_notifications_failed_total', 'integration="webhook"');
       if (failed > 0) throw new Error(`Alertmanager failed ${failed} webhook notification(s)\n${logTail()}`);
       return { ...alert, status: 'firing' };
+    },
+    async webhookNotifications() {
+      return {
+        sent: await metric(alertmanager, 'alertmanager_notifications_total', 'integration="webhook"'),
+        failed: await metric(alertmanager, 'alertmanager_notifications_failed_total', 'integration="webhook"'),
+      };
+    },
+    async postAlert(alertname, labels = {}) {
+      const r = await fetch(`${alertmanager}/api/v2/alerts`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify([
+          { labels: { alertname, severity: 'warning', ...labels }, annotations: { summary: `${alertname} from the e2e` } },
+        ]),
+        signal: AbortSignal.timeout(5000),
+      });
+      if (!r.ok) throw new Error(`POST /api/v2/alerts: ${r.status} ${await r.text()}`);
+    },
+    async setReceiver(webhookConfig) {
+      writeAlertmanagerConfig(webhookConfig);
+      const r = await fetch(`${alertmanager}/-/reload`, { method: 'POST', signal: AbortSignal.timeout(10_000) });
+      if (!r.ok) throw new Error(`alertmanager reload: ${r.status} ${await r.text()}\n${logTail()}`);
     },
     stop: stopAll,
   };

@@ -4,8 +4,9 @@ import { sha256Hex } from '../../src/shared/crypto.js';
 import { findProject, type ProjectEntry } from '../../src/shared/inventory.js';
 import type { RunDeployPipelineData } from '../../src/shared/jobs.js';
 import type { JobContext } from '../context.js';
-import { recordEvent } from '../events.js';
-import { apiStatus, k8sFailure, resolveKubeConfig } from '../k8s.js';
+import { recordEvent, type EventReason } from '../events.js';
+import { apiStatus, k8sFailure, resolveKubeConfig, sleep } from '../k8s.js';
+import { ChangeFailedError, isFinal } from '../report.js';
 
 /**
  * run_deploy_pipeline(project, ref): creates a Kubernetes batch/v1 Job from the project's template
@@ -15,6 +16,12 @@ import { apiStatus, k8sFailure, resolveKubeConfig } from '../k8s.js';
  * The Job name is derived from the queue job id (+ audit id), so a retried attempt finds its own
  * Job (409 AlreadyExists = already created) instead of starting a second deployment.
  * A Kubernetes Event (reason OpsgateDeploy) on the Job records who asked (worker/events.ts).
+ *
+ * With the project's waitForCompletion (the default), the job then waits for the deploy Job to
+ * succeed or fail (its Complete / Failed condition, polled every ROLLOUT_POLL_INTERVAL_MS, for at
+ * most its activeDeadlineSeconds and a minute) and ends with that outcome, recorded as the Event
+ * OpsgateDeployed or OpsgateDeployFailed (Warning) on the Job. A worker whose RBAC does not let it
+ * read Jobs reports the Job created, and says it could not wait.
  */
 export const MANAGED_BY = 'opsgate';
 export const AUDIT_LABEL = 'opsgate.io/audit-id';
@@ -126,10 +133,22 @@ export function buildDeployJob(i: DeployJobInput): V1Job {
   };
 }
 
+/** The Job's end, as its conditions tell it: succeeded, failed (with the reason), or not yet. */
+export function jobEnd(j: V1Job): { done: false } | { done: true; succeeded: boolean; message: string } {
+  for (const c of j.status?.conditions ?? []) {
+    if (c.status !== 'True') continue;
+    if (c.type === 'Complete' || c.type === 'SuccessCriteriaMet') return { done: true, succeeded: true, message: 'completed' };
+    if (c.type === 'Failed' || c.type === 'FailureTarget') {
+      return { done: true, succeeded: false, message: [c.reason, c.message].filter(Boolean).join(': ') || 'failed' };
+    }
+  }
+  return { done: false };
+}
+
 export async function runDeployPipeline(
   data: RunDeployPipelineData,
   ctx: JobContext,
-): Promise<{ namespace: string; job: string; created: boolean }> {
+): Promise<{ namespace: string; job: string; created: boolean; outcome: { result: 'rolled_out' | 'created'; reason?: string } }> {
   const entry = findProject(ctx.inventory, data.project);
   if (!entry) throw new UnrecoverableError(`project ${JSON.stringify(data.project)} is not in the inventory`);
   if (!entry.refs.includes(data.ref)) {
@@ -167,21 +186,61 @@ export async function runDeployPipeline(
     k8s_job: name,
     service_account: entry.serviceAccountName,
   });
-  await recordEvent(
-    kc,
-    {
-      namespace: entry.namespace,
-      regarding: { apiVersion: 'batch/v1', kind: 'Job', name, namespace: entry.namespace, uid },
-      reason: 'OpsgateDeploy',
-      action: 'Create',
-      type: 'Normal',
-      queueJobId,
-      auditId: data.audit_id,
-      requestedBy: data.requested_by,
-      detail: `${data.project} ${data.ref}`,
-    },
-    ctx.logger,
-  );
+  const event = (reason: EventReason, detail: string) =>
+    recordEvent(
+      kc,
+      {
+        namespace: entry.namespace,
+        regarding: { apiVersion: 'batch/v1', kind: 'Job', name, namespace: entry.namespace, ...(uid ? { uid } : {}) },
+        reason,
+        action: reason === 'OpsgateDeploy' ? 'Create' : reason === 'OpsgateDeployed' ? 'Complete' : 'Fail',
+        type: reason === 'OpsgateDeployFailed' ? 'Warning' : 'Normal',
+        queueJobId,
+        auditId: data.audit_id,
+        requestedBy: data.requested_by,
+        ...(data.approvers ? { approvers: data.approvers } : {}),
+        detail,
+      },
+      ctx.logger,
+    );
+  await event('OpsgateDeploy', `${data.project} ${data.ref}`);
   await ctx.job.updateProgress({ phase: 'created', namespace: entry.namespace, k8s_job: name });
-  return { namespace: entry.namespace, job: name, created };
+  if (!entry.waitForCompletion) return { namespace: entry.namespace, job: name, created, outcome: { result: 'created' } };
+
+  const started = Date.now();
+  const deadline = started + (entry.activeDeadlineSeconds + 60) * 1000;
+  try {
+    for (;;) {
+      let j: V1Job;
+      try {
+        j = await batch.readNamespacedJob({ name, namespace: entry.namespace });
+      } catch (err) {
+        if (apiStatus(err) === 403) {
+          const reason = `the worker may not read Jobs in ${entry.namespace} (RBAC): created, not waited for`;
+          ctx.logger.warn(reason, { k8s_job: name });
+          return { namespace: entry.namespace, job: name, created, outcome: { result: 'created', reason } };
+        }
+        throw k8sFailure(err, what, 'read');
+      }
+      uid ??= j.metadata?.uid;
+      const end = jobEnd(j);
+      if (end.done) {
+        const seconds = Math.round((Date.now() - started) / 100) / 10;
+        if (!end.succeeded) throw new ChangeFailedError(`${what} failed: ${end.message}`, 'failed');
+        await ctx.job.updateProgress({ phase: 'done', namespace: entry.namespace, k8s_job: name, message: 'deploy Job completed' });
+        await event('OpsgateDeployed', `completed in ${seconds} s`);
+        return { namespace: entry.namespace, job: name, created, outcome: { result: 'rolled_out' } };
+      }
+      if (Date.now() + ctx.config.ROLLOUT_POLL_INTERVAL_MS > deadline) {
+        throw new ChangeFailedError(
+          `${what} did not finish within its activeDeadlineSeconds (${entry.activeDeadlineSeconds}) and a minute`,
+          'failed',
+        );
+      }
+      await sleep(ctx.config.ROLLOUT_POLL_INTERVAL_MS, ctx.signal);
+    }
+  } catch (err) {
+    if (isFinal(err, ctx)) await event('OpsgateDeployFailed', (err as Error).message);
+    throw err;
+  }
 }

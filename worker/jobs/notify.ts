@@ -111,17 +111,26 @@ async function postOnce(url: string, body: string, deliveryId: string, timeoutMs
 }
 
 export async function notifyOncall(data: NotifyOncallData, ctx: JobContext): Promise<{ delivered: number; endpoints: number }> {
-  const { config, logger, redis, signal } = ctx;
   const summary = summaryOf(data.annotations);
-  logger.info('alert notification', { alertname: data.alertname, summary: summary ?? null });
-
-  const urls = config.NOTIFY_WEBHOOK_URLS;
-  if (urls.length === 0) {
-    logger.info('no NOTIFY_WEBHOOK_URLS configured; alert logged only', { alertname: data.alertname });
+  ctx.logger.info('alert notification', { alertname: data.alertname, summary: summary ?? null });
+  if (ctx.config.NOTIFY_WEBHOOK_URLS.length === 0) {
+    ctx.logger.info('no NOTIFY_WEBHOOK_URLS configured; alert logged only', { alertname: data.alertname });
     return { delivered: 0, endpoints: 0 };
   }
+  return deliver(notificationBody(data, String(ctx.job.id)), ctx);
+}
+
+/**
+ * Posts one JSON message to every NOTIFY_WEBHOOK_URLS endpoint with the rules above (per-endpoint
+ * records under the job id, retryable and final failures, the delivery header): notify_oncall's
+ * alerts and report_change's news of guarded changes (worker/jobs/report.ts) go out the same way.
+ */
+export async function deliver(message: Record<string, unknown>, ctx: JobContext): Promise<{ delivered: number; endpoints: number }> {
+  const { config, logger, redis, signal } = ctx;
+  const urls = config.NOTIFY_WEBHOOK_URLS;
+  if (urls.length === 0) return { delivered: 0, endpoints: 0 };
   const jobId = String(ctx.job.id);
-  const body = JSON.stringify(notificationBody(data, jobId));
+  const body = JSON.stringify(message);
 
   const results = await Promise.all(
     urls.map(async (url) => {

@@ -4,8 +4,9 @@ import { findHost } from '../../src/shared/inventory.js';
 import { IDEMPOTENCY_TTL_SECONDS, type RestartServiceData } from '../../src/shared/jobs.js';
 import { restartedAtKey } from '../../src/shared/keys.js';
 import type { JobContext } from '../context.js';
-import { recordEvent } from '../events.js';
+import { recordEvent, type EventReason } from '../events.js';
 import { k8sFailure, resolveKubeConfig, rfc3339, sleep } from '../k8s.js';
+import { ChangeFailedError, isFinal } from '../report.js';
 
 /**
  * restart_service(host, service): what `kubectl rollout restart deployment/<service> -n <ns>` does
@@ -21,7 +22,10 @@ import { k8sFailure, resolveKubeConfig, rfc3339, sleep } from '../k8s.js';
  * scaled to 0 is patched (as kubectl does); its rollout ends as soon as the controller observed
  * the new template (nothing to wait for) and the job's progress and result say no pod was restarted.
  * Each restart writes a Kubernetes Event on the Deployment (worker/events.ts): OpsgateRestart,
- * or OpsgateRestartRefused (Warning) for a refusal.
+ * or OpsgateRestartRefused (Warning) for a refusal; and its outcome: OpsgateRolledOut with the
+ * duration, or OpsgateRolloutFailed (Warning) with the reason once no retry follows. A rollout
+ * whose Deployment reports ProgressDeadlineExceeded (its progressDeadlineSeconds passed without
+ * progress) is a failure, final at once: waiting longer cannot make it succeed.
  */
 export const RESTARTED_AT_ANNOTATION = 'kubectl.kubernetes.io/restartedAt';
 
@@ -93,22 +97,35 @@ export async function restartService(
   const kc = await resolveKubeConfig(ctx.kubeConfig);
   const apps = kc.makeApiClient(AppsV1Api);
   const jobId = String(ctx.job.id);
-  const event = (reason: 'OpsgateRestart' | 'OpsgateRestartRefused', d: V1Deployment, detail?: string) =>
+  const ACTION: Partial<Record<EventReason, string>> = {
+    OpsgateRestart: 'Restart',
+    OpsgateRolledOut: 'RolledOut',
+    OpsgateRolloutFailed: 'Fail',
+  };
+  const event = (
+    reason: 'OpsgateRestart' | 'OpsgateRestartRefused' | 'OpsgateRolledOut' | 'OpsgateRolloutFailed',
+    d: V1Deployment | undefined,
+    detail?: string,
+  ) =>
     recordEvent(
       kc,
       {
         namespace,
-        regarding: { apiVersion: 'apps/v1', kind: 'Deployment', name, namespace, uid: d.metadata?.uid },
+        regarding: { apiVersion: 'apps/v1', kind: 'Deployment', name, namespace, uid: d?.metadata?.uid },
         reason,
-        action: reason === 'OpsgateRestart' ? 'Restart' : 'Refuse',
-        type: reason === 'OpsgateRestart' ? 'Normal' : 'Warning',
+        action: ACTION[reason] ?? 'Refuse',
+        type: reason === 'OpsgateRestart' || reason === 'OpsgateRolledOut' ? 'Normal' : 'Warning',
         queueJobId: jobId,
         auditId: data.audit_id,
         requestedBy: data.requested_by,
-        detail,
+        ...(data.approvers ? { approvers: data.approvers } : {}),
+        detail: [detail, data.override ? `gate overridden by ${data.override.by}: ${data.override.reason}` : undefined]
+          .filter(Boolean)
+          .join('; '),
       },
       logger,
     );
+  const started = Date.now();
 
   // What kubectl checks before it patches: a paused Deployment is refused, with kubectl's words.
   let current: V1Deployment;
@@ -154,27 +171,41 @@ export async function restartService(
 
   const deadline = Date.now() + config.ROLLOUT_TIMEOUT_SECONDS * 1000;
   let last: RolloutState | undefined;
-  for (;;) {
-    let d: V1Deployment;
-    try {
-      d = await apps.readNamespacedDeployment({ name, namespace });
-    } catch (err) {
-      throw k8sFailure(err, what, 'read');
+  let lastSeen: V1Deployment = patched;
+  try {
+    for (;;) {
+      let d: V1Deployment;
+      try {
+        d = await apps.readNamespacedDeployment({ name, namespace });
+      } catch (err) {
+        throw k8sFailure(err, what, 'read');
+      }
+      lastSeen = d;
+      // Paused while we wait: the rollout cannot progress until someone resumes it.
+      if (d.spec?.paused) throw new UnrecoverableError(`${pausedReason(namespace, name)}; it was paused during the rollout`);
+      const state = rolloutState(d);
+      if (!last || state.message !== last.message) {
+        await ctx.job.updateProgress({ phase: state.done ? 'done' : 'rolling_out', namespace, deployment: name, ...state });
+        logger.info('rollout status', { namespace, deployment: name, status: state.message });
+      }
+      last = state;
+      if (state.done) break;
+      if (state.failed) {
+        throw new ChangeFailedError(
+          `${what}: ${state.message} (progressDeadlineSeconds ${d.spec?.progressDeadlineSeconds ?? 600})`,
+          'progress_deadline_exceeded',
+        );
+      }
+      if (Date.now() + config.ROLLOUT_POLL_INTERVAL_MS > deadline) {
+        throw new Error(`${what}: rollout did not finish within ${config.ROLLOUT_TIMEOUT_SECONDS}s (${state.message})`);
+      }
+      await sleep(config.ROLLOUT_POLL_INTERVAL_MS, signal);
     }
-    // Paused while we wait: the rollout cannot progress until someone resumes it.
-    if (d.spec?.paused) throw new UnrecoverableError(`${pausedReason(namespace, name)}; it was paused during the rollout`);
-    const state = rolloutState(d);
-    if (!last || state.message !== last.message) {
-      await ctx.job.updateProgress({ phase: state.done ? 'done' : 'rolling_out', namespace, deployment: name, ...state });
-      logger.info('rollout status', { namespace, deployment: name, status: state.message });
-    }
-    last = state;
-    if (state.done) break;
-    if (state.failed) throw new UnrecoverableError(`${what}: ${state.message}`);
-    if (Date.now() + config.ROLLOUT_POLL_INTERVAL_MS > deadline) {
-      throw new Error(`${what}: rollout did not finish within ${config.ROLLOUT_TIMEOUT_SECONDS}s (${state.message})`);
-    }
-    await sleep(config.ROLLOUT_POLL_INTERVAL_MS, signal);
+  } catch (err) {
+    if (isFinal(err, ctx)) await event('OpsgateRolloutFailed', lastSeen, (err as Error).message);
+    throw err;
   }
+  const seconds = Math.round((Date.now() - started) / 100) / 10;
+  await event('OpsgateRolledOut', lastSeen, `${last?.message ?? 'successfully rolled out'} in ${seconds} s`);
   return { namespace, deployment: name, restartedAt, ...(last?.desired === 0 ? { replicas: 0 as const, note: SCALED_TO_ZERO } : {}) };
 }

@@ -154,7 +154,12 @@ template change here. Include with (dict "ctx" $ "part" <part>):
   env           env entries of the api container: each enabled sender's variable by secretKeyRef of
                 the key of the same name (chart-made Secret or existingSecret), optional since every
                 sender runs without its secret (403, or alerts open); ALERTS_WEBHOOK_TOKEN is required
-                from an existingSecret while the Ingress routes /webhook/alerts (opsgate.optionalSecretEnv)
+                from an existingSecret while the Ingress routes /webhook/alerts (opsgate.optionalSecretEnv).
+                With secrets.asFiles: <VARIABLE>_FILE, the path of that key in the webhook-secrets volume
+  volume        with secrets.asFiles, the api pod's webhook-secrets volume: a projected volume of the
+                enabled senders' keys of the Secret, optional like their variables (an absent key is an
+                absent file: the sender is not configured), but ALERTS_WEBHOOK_TOKEN when it is required;
+                empty when no sender is enabled
   ingressPaths  YAML list of {path, pathType}: /webhook/<name> (Exact) of each enabled sender, alerts
                 only when ingress.routeAlertsWebhook
   list          YAML list of {name, env, secret (bool: a value given)}, for NOTES.txt
@@ -162,6 +167,8 @@ A sender's variable is <NAME>_WEBHOOK_SECRET (upper case, dashes as underscores)
 ALERTS_WEBHOOK_TOKEN, the contract's name; test/integration/chart/senders.test.ts holds every
 src/sources/*.ts to this rule. Its secret: secrets.webhookSecrets.<name>, or for scm, github, gitlab
 and alerts the value of the same meaning kept for compatibility (secrets.scmWebhookSecret, ...).
+With secrets.asFiles a secret may be a list of two: the secret in use, then the previous one
+(a rotation), written to the Secret as two lines.
 Every include checks the values: a secret for a sender not enabled, two different secrets for one
 sender, or /webhook/alerts routed without a token fail the render.
 */}}
@@ -169,6 +176,12 @@ sender, or /webhook/alerts routed without a token fail the render.
 {{- $v := .ctx.Values }}
 {{- $given := dict }}
 {{- range $name, $secret := ($v.secrets.webhookSecrets | default dict) }}
+{{- if kindIs "slice" $secret }}
+{{- if not $v.secrets.asFiles }}
+{{- fail (printf "opsgate: secrets.webhookSecrets.%s is a list (the secret in use and the previous one): two values need secrets.asFiles=true, since only a secret file is re-read while the API runs" $name) }}
+{{- end }}
+{{- $secret = join "\n" $secret }}
+{{- end }}
 {{- if $secret }}{{ $_ := set $given $name (toString $secret) }}{{ end }}
 {{- end }}
 {{- $compat := dict "scm" "scmWebhookSecret" "github" "githubWebhookSecret" "gitlab" "gitlabWebhookSecret" "alerts" "alertsWebhookToken" }}
@@ -208,9 +221,37 @@ sender, or /webhook/alerts routed without a token fail the render.
 {{- else if eq .part "env" }}
 {{- $entries := list }}
 {{- range $senders }}
+{{- if $v.secrets.asFiles }}
+{{- $entries = append $entries (printf "- name: %s_FILE\n  value: %s/%s" .env (include "opsgate.webhookSecretsDir" $.ctx) .env) }}
+{{- else }}
 {{- $entries = append $entries (include "opsgate.optionalSecretEnv" (dict "ctx" $.ctx "name" .env)) }}
 {{- end }}
+{{- end }}
 {{- join "\n" $entries }}
+{{- else if eq .part "volume" }}
+{{- $optional := list }}
+{{- $required := list }}
+{{- range $senders }}
+{{- $item := dict "key" .env "path" .env }}
+{{- if and (eq .name "alerts") $v.secrets.existingSecret (include "opsgate.ingressRoutesAlerts" $.ctx) }}
+{{- $required = append $required $item }}
+{{- else }}
+{{- $optional = append $optional $item }}
+{{- end }}
+{{- end }}
+{{- /* Never a source without items: it would project every key of the Secret. */}}
+{{- $sources := list }}
+{{- with $optional }}{{ $sources = append $sources (dict "secret" (dict "name" (include "opsgate.secretName" $.ctx) "optional" true "items" .)) }}{{ end }}
+{{- with $required }}{{ $sources = append $sources (dict "secret" (dict "name" (include "opsgate.secretName" $.ctx) "items" .)) }}{{ end }}
+{{- with $sources -}}
+- name: webhook-secrets
+  # The whole volume, never a subPath: the kubelet updates the files in place when the Secret changes,
+  # and the API re-reads them (0440: the owner and the pod's fsGroup read them, nobody else).
+  projected:
+    defaultMode: 288
+    sources:
+      {{- toYaml . | nindent 6 }}
+{{- end }}
 {{- else if eq .part "ingressPaths" }}
 {{- $paths := list }}
 {{- range $senders }}
@@ -453,10 +494,26 @@ pod does not start without it rather than expose the webhook without a token.
       optional: {{ not (and (eq .name "ALERTS_WEBHOOK_TOKEN") .ctx.Values.secrets.existingSecret (include "opsgate.ingressRoutesAlerts" .ctx)) }}
 {{- end }}
 
-{{/* Checksums that roll the pods when their configuration changes. */}}
+{{/* Where the api pod finds the webhook senders' secret files (secrets.asFiles). */}}
+{{- define "opsgate.webhookSecretsDir" -}}
+/etc/opsgate-secrets
+{{- end }}
+
+{{/*
+Checksums that roll the pods when their configuration changes. checksum/secret covers the whole
+chart-made Secret; with secrets.asFiles only what the processes read from their environment
+(OPS_API_KEY_ROLES, OPS_BEARER_TOKEN, NOTIFY_WEBHOOK_URLS, the Redis credentials): the keys file
+and the webhook secrets are files the API re-reads, so rotating them rolls no pod.
+*/}}
 {{- define "opsgate.checksums" -}}
 checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
+{{- if .Values.secrets.asFiles }}
+{{- $s := .Values.secrets }}
+{{- $env := dict "OPS_API_KEY_ROLES" (include "opsgate.apiKeyRoles" .) "OPS_BEARER_TOKEN" (toString $s.bearerToken) "NOTIFY_WEBHOOK_URLS" (kindIs "slice" $s.notifyWebhookUrls | ternary (join "," $s.notifyWebhookUrls) (toString $s.notifyWebhookUrls)) "REDIS_PASSWORD" (ternary (include "opsgate.redisPassword" .) "" .Values.redis.enabled) "REDIS_URL" (toString $s.redisUrl) "existingSecret" (toString $s.existingSecret) }}
+checksum/secret: {{ toJson $env | sha256sum }}
+{{- else }}
 checksum/secret: {{ include (print .Template.BasePath "/secret.yaml") . | sha256sum }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -465,6 +522,11 @@ cert-manager Certificate writes.
 */}}
 {{- define "opsgate.tlsSecretName" -}}
 {{- .Values.tls.existingSecret | default (printf "%s-tls" (include "opsgate.fullname" .)) }}
+{{- end }}
+
+{{/* The API Service's port: api.service.port, else 443 with tls.enabled, else 80. */}}
+{{- define "opsgate.apiServicePort" -}}
+{{- if .Values.api.service.port }}{{ int .Values.api.service.port }}{{ else if .Values.tls.enabled }}443{{ else }}80{{ end }}
 {{- end }}
 
 {{/* The name clients verify the API's (and the metrics ports') certificate against. */}}

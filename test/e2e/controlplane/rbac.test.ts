@@ -66,8 +66,8 @@ describe('RBAC of the chart: worker and api ServiceAccounts', () => {
     ['get', 'secrets/opsgate', 'release', false],
     ['get', 'secrets', 'deploy', false],
     ['create', 'jobs.batch', 'deploy', true],
-    // run_deploy_pipeline only creates its Job: it needs no get/list/watch
-    ['get', 'jobs.batch', 'deploy', false],
+    // run_deploy_pipeline creates its Job and reads it until it ends: no list/watch
+    ['get', 'jobs.batch', 'deploy', true],
     ['list', 'jobs.batch', 'deploy', false],
     ['watch', 'jobs.batch', 'deploy', false],
     ['delete', 'jobs.batch', 'deploy', false],

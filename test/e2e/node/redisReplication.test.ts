@@ -106,6 +106,32 @@ async function dedupJobOf(primary: number, fingerprint: string): Promise<string 
 }
 
 /**
+ * What the worker's log says of jobs run again after the failover: the jobs the stall check moved
+ * back to waiting, and the jobs completed more than once (a completion the promoted replica never
+ * received).
+ */
+async function reruns(): Promise<string> {
+  const stalled = new Set<string>();
+  const completions = new Map<string, number>();
+  for (const p of await releasePods('worker')) {
+    const r = await kubectl(['-n', NS, 'logs', p.metadata.name as string], undefined, 30_000);
+    for (const line of r.stdout.split('\n')) {
+      let l: { msg?: string; job_id?: string };
+      try {
+        l = JSON.parse(line) as typeof l;
+      } catch {
+        continue;
+      }
+      if (!l.job_id) continue;
+      if (l.msg?.startsWith('job stalled')) stalled.add(l.job_id);
+      if (l.msg === 'job completed') completions.set(l.job_id, (completions.get(l.job_id) ?? 0) + 1);
+    }
+  }
+  const twice = [...completions.values()].filter((n) => n > 1).length;
+  return `worker log: ${stalled.size} job(s) found stalled and run again, ${twice} job(s) completed more than once`;
+}
+
+/**
  * Where every event's job is when they are not all completed: the count of each state, then each
  * event whose job is not completed (or has none, or two) with the job's state, attempts and reason,
  * and the answers its sender got: a lost job, a doubled one, one left active by a completion the
@@ -372,6 +398,9 @@ describe('charts/opsgate redis.architecture=replication on a real node', () => {
         throw new Error(`${e.message}: ${completed} completed (a lost or doubled job; the report above names each)`);
       },
     );
+    // How much of the deadline the completions took: a job completed on the deleted primary whose
+    // completion had not reached the replica runs again after the stall check finds it.
+    process.stderr.write(`[e2e-ha] all ${total} jobs completed ${Date.now() - killedAt!} ms after the kill; ${await reruns()}\n`);
     for (const s of ['failed', 'waiting', 'active', 'delayed']) expect([s, await jobCount(s)]).toEqual([s, 0]);
     const ids = events.flatMap((e) => e.jobIds);
     expect(new Set(ids).size).toBe(ids.length);

@@ -2,7 +2,7 @@ import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { coalesceId } from '../../../src/domain/restart.js';
 import { credentialId } from '../../../src/shared/crypto.js';
-import { JOB, QUEUE_NAME } from '../../../src/shared/jobs.js';
+import { JOB } from '../../../src/shared/jobs.js';
 import { restartedAtKey } from '../../../src/shared/keys.js';
 import { BEARER, containsSecret, OP_KEY, RO_KEY, runWorkerUntil as runWorkerUntilOn, useHarness } from '../../helpers/apiHarness.js';
 import { enqueue } from '../../helpers/queueOps.js';
@@ -62,7 +62,9 @@ describe('GET /ops/jobs?state=failed (any valid key)', () => {
           attempts_made: 1,
           attempts_max: 5,
           failed_reason: 'host "gone-0" is not in the inventory',
-          progress: 0,
+          // the worker's outcome of the restart, in its progress and on the view
+          progress: { outcome: { result: 'failed', reason: 'host "gone-0" is not in the inventory', duration_s: expect.any(Number) } },
+          outcome: { result: 'failed', reason: 'host "gone-0" is not in the inventory', duration_s: expect.any(Number) },
           created_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
           processed_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
           finished_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
@@ -213,6 +215,6 @@ describe('POST /ops/jobs/{id}/retry (operator key)', () => {
     expect(res.status).toBe(409);
     expect(res.body.detail).toContain(`job ${second.body.job_id}`);
     expect((await ctx.h.queue.jobs.get(id))?.state).toBe('failed');
-    expect(await ctx.h.inspect.get(`bull:${QUEUE_NAME}:de:${coalesceId('shop', 'frontend')}`)).toBe(second.body.job_id);
+    expect(await ctx.h.queue.bull.getDeduplicationJobId(coalesceId('shop', 'frontend'))).toBe(second.body.job_id);
   });
 });

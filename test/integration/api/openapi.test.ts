@@ -7,11 +7,12 @@ import { documentedStatuses, errorSchema } from '../../../src/openapi/document.j
 import { API_ROUTES } from '../../../src/openapi/routes.js';
 import { IDEMPOTENCY_TTL_SECONDS, JOB } from '../../../src/shared/jobs.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
-import { BEARER, createHarness, OP_KEY, RO_KEY, runWorkerUntil, useHarness, type Harness } from '../../helpers/apiHarness.js';
+import { BEARER, createHarness, OP_KEY, OP_KEY_2, RO_KEY, runWorkerUntil, useHarness, type Harness } from '../../helpers/apiHarness.js';
 import { enqueue } from '../../helpers/queueOps.js';
 import { harnessSecretOf, pushHeaders, pushSources } from '../../helpers/senders.js';
 import { SOURCES, type PushSource, type Source } from '../../../src/sources/index.js';
 import { waitFor } from '../../helpers/waitFor.js';
+import { GUARDED_INVENTORY_YAML, decide, restartAs } from '../../helpers/guards.js';
 
 /**
  * GET /openapi.json:
@@ -26,6 +27,7 @@ const ctx = useHarness({ env: { ADMIN_UI_ENABLED: 'true' } }); // the admin UI i
 const ALERTS_TOKEN = 'alerts-token-0006-openapi';
 
 let limited: Harness; // RATE_LIMIT 1 per minute: the second request of a client is 429
+let guarded: Harness; // the inventory with policies of guarded changes (test/helpers/guards.ts)
 let tokened: Harness; // ALERTS_WEBHOOK_TOKEN set
 let down: Harness; // its Redis stopped
 let downSrv: RedisServer;
@@ -35,6 +37,7 @@ beforeAll(async () => {
     rateLimit: (d) => createRateLimiter({ ...d, rps: 1, windowMs: 60_000, keyPrefix: 'opsgate:rl-openapi:' }),
   });
   tokened = await createHarness(ctx.srv.url, { env: { ALERTS_WEBHOOK_TOKEN: ALERTS_TOKEN } });
+  guarded = await createHarness(ctx.srv.url, { inventoryYaml: GUARDED_INVENTORY_YAML, env: { DRY_RUN_TIMEOUT_MS: '200' } });
   downSrv = await startRedis();
   down = await createHarness(downSrv.url);
   await downSrv.stop();
@@ -44,6 +47,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await limited?.close();
   await tokened?.close();
+  await guarded?.close();
   await down?.close();
   await downSrv?.destroy();
 });
@@ -127,7 +131,10 @@ describe('the document', () => {
       required: false,
       schema: { type: 'integer', minimum: 1, maximum: 100, default: 20 },
     });
-    expect(doc.paths['/ops/restart'].post.responses['200'].content['application/json'].schema.required).toContain('coalesced');
+    const answers = doc.paths['/ops/restart'].post.responses['200'].content['application/json'].schema.anyOf;
+    expect(answers[0].required).toContain('coalesced');
+    expect(answers[1].required).toEqual(expect.arrayContaining(['dry_run', 'verdicts', 'kubernetes']));
+    expect(restart.parameters.map((p: any) => p.name)).toEqual(expect.arrayContaining(['dry_run', 'override', 'reason']));
   });
 
   it('/admin/queues is documented as HTML, and only where the admin UI is mounted', async () => {
@@ -263,6 +270,15 @@ function generic(method: string, path: string, status: number): (() => Promise<R
 
 const json = (r: request.Test, body: string) => r.set('Content-Type', 'application/json').send(body);
 
+/** A pending approval of a restart (pay-1's policy asks for one): its id. */
+async function pending(): Promise<string> {
+  return (await restartAs(guarded.app, '?host=pay-1&service=ledger')).body.approval_id as string;
+}
+const freeze = (h: Harness, body: Record<string, unknown>) =>
+  json(request(h.app).post('/ops/freezes').set('X-API-Key', OP_KEY), JSON.stringify(body));
+const lift = (h: Harness, id: string, key = OP_KEY) =>
+  json(request(h.app).delete(`/ops/freezes/${id}`).set('X-API-Key', key), '{"reason":"r"}');
+
 const PRODUCERS: Record<string, () => Promise<Res>> = {
   'GET /health 200': () => request(ctx.h.app).get('/health'),
   'GET /ready 200': () => request(ctx.h.app).get('/ready'),
@@ -369,6 +385,84 @@ const PRODUCERS: Record<string, () => Promise<Res>> = {
   'POST /webhook/alerts 202': () => json(request(ctx.h.app).post('/webhook/alerts'), alerts),
   'POST /webhook/alerts 400': () => json(request(ctx.h.app).post('/webhook/alerts'), '{nope'),
   'POST /webhook/alerts 422': () => json(request(ctx.h.app).post('/webhook/alerts'), '{"alerts":{}}'),
+  'POST /ops/restart 202': () => restartAs(guarded.app, '?host=pay-1&service=api'),
+  'POST /ops/restart 403': () => request(ctx.h.app).post('/ops/restart?host=web-1&service=checkout').set('X-API-Key', RO_KEY),
+  'POST /ops/restart 409': async () => {
+    await freeze(guarded, { scope: 'namespace', namespace: 'shop', reason: 'r', duration: '1h' });
+    return restartAs(guarded.app, '?host=web-1&service=frontend');
+  },
+  'GET /ops/approvals 200': async () => {
+    await pending();
+    return request(guarded.app).get('/ops/approvals').set('X-API-Key', RO_KEY);
+  },
+  'GET /ops/approvals/{id} 200': async () =>
+    request(guarded.app)
+      .get(`/ops/approvals/${await pending()}`)
+      .set('X-API-Key', RO_KEY),
+  'GET /ops/approvals/{id} 404': () => request(guarded.app).get('/ops/approvals/apr-00000000000000000000').set('X-API-Key', RO_KEY),
+  'GET /ops/approvals/{id} 503': () => request(down.app).get('/ops/approvals/apr-00000000000000000000').set('X-API-Key', RO_KEY),
+  ...Object.fromEntries(
+    (['approve', 'reject'] as const).flatMap((action) => {
+      const path = `POST /ops/approvals/{id}/${action}`;
+      return [
+        [`${path} 200`, async () => decide(guarded.app, await pending(), action, OP_KEY)],
+        [
+          `${path} 400`,
+          () => json(request(guarded.app).post(`/ops/approvals/apr-00000000000000000000/${action}`).set('X-API-Key', OP_KEY), '{nope'),
+        ],
+        [`${path} 403`, async () => decide(guarded.app, await pending(), action, RO_KEY)],
+        [`${path} 404`, () => decide(guarded.app, 'apr-00000000000000000000', action, OP_KEY)],
+        [
+          `${path} 409`,
+          async () => {
+            const id = await pending();
+            await decide(guarded.app, id, action, OP_KEY);
+            return decide(guarded.app, id, action, OP_KEY_2);
+          },
+        ],
+        [`${path} 422`, async () => decide(guarded.app, await pending(), action, OP_KEY, {})],
+        [`${path} 503`, () => decide(down.app, 'apr-00000000000000000000', action, OP_KEY)],
+      ];
+    }),
+  ),
+  'GET /ops/freezes 200': () => request(guarded.app).get('/ops/freezes').set('X-API-Key', RO_KEY),
+  'POST /ops/freezes 201': () => freeze(guarded, { scope: 'all', reason: 'r', duration: '1h' }),
+  'POST /ops/freezes 400': () => json(request(guarded.app).post('/ops/freezes').set('X-API-Key', OP_KEY), '{nope'),
+  'POST /ops/freezes 403': () => json(request(guarded.app).post('/ops/freezes').set('X-API-Key', RO_KEY), '{}'),
+  'POST /ops/freezes 422': () => freeze(guarded, { scope: 'all', reason: 'r' }),
+  'POST /ops/freezes 503': () => freeze(down, { scope: 'all', reason: 'r', duration: '1h' }),
+  'GET /ops/freezes/{id} 200': async () =>
+    request(guarded.app)
+      .get(`/ops/freezes/${(await freeze(guarded, { scope: 'all', reason: 'r', duration: '1h' })).body.id}`)
+      .set('X-API-Key', RO_KEY),
+  'GET /ops/freezes/{id} 404': () => request(guarded.app).get('/ops/freezes/frz-0000000000000000').set('X-API-Key', RO_KEY),
+  'GET /ops/freezes/{id} 503': () => request(down.app).get('/ops/freezes/frz-0000000000000000').set('X-API-Key', RO_KEY),
+  'DELETE /ops/freezes/{id} 200': async () => lift(guarded, (await freeze(guarded, { scope: 'all', reason: 'r', duration: '1h' })).body.id),
+  'DELETE /ops/freezes/{id} 400': () =>
+    json(request(guarded.app).delete('/ops/freezes/frz-0000000000000000').set('X-API-Key', OP_KEY), '{nope'),
+  'DELETE /ops/freezes/{id} 403': () => lift(guarded, 'frz-0000000000000000', RO_KEY),
+  'DELETE /ops/freezes/{id} 404': () => lift(guarded, 'frz-0000000000000000'),
+  'DELETE /ops/freezes/{id} 422': () =>
+    json(request(guarded.app).delete('/ops/freezes/frz-0000000000000000').set('X-API-Key', OP_KEY), '{}'),
+  'DELETE /ops/freezes/{id} 503': () => lift(down, 'frz-0000000000000000'),
+  'GET /ops/holds 200': async () => {
+    await freeze(guarded, { scope: 'project', project: 'group/app', reason: 'r', duration: '1h' });
+    const body = JSON.stringify({ ref: 'refs/heads/main', checkout_sha: 'held', project: { path_with_namespace: 'group/app' } });
+    await request(guarded.app)
+      .post('/webhook/scm')
+      .set(
+        pushHeaders(
+          SOURCES.find((x) => x.name === 'scm') as PushSource,
+          harnessSecretOf(
+            SOURCES.find((x) => x.name === 'scm')!,
+            guarded.config,
+          ),
+          body,
+        ),
+      )
+      .send(body);
+    return request(guarded.app).get('/ops/holds').set('X-API-Key', RO_KEY);
+  },
   'GET /admin/queues 200': () => request(ctx.h.app).get('/admin/queues').set('X-API-Key', OP_KEY),
   'GET /admin/queues 403': () => request(ctx.h.app).get('/admin/queues').set('X-API-Key', RO_KEY),
 };

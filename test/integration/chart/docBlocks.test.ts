@@ -17,7 +17,7 @@ import { KUBE_VERSION, ROOT, helmBin } from '../../helpers/helm.js';
  * Every documented shell block marked `<!-- doc-test: helm -->` runs as printed with the real helm,
  * offline, in a clean bash: from a directory that mirrors the repository's top level (so
  * `charts/opsgate` and `k8s/examples/...` resolve, and files the block writes stay out of the
- * repository). `install-as-template` runs `helm install` / `helm upgrade --install` as
+ * repository). `install-as-template` and `template-only` run `helm install` / `helm upgrade --install` as
  * `helm template` with the same arguments; without it a block that installs fails, since there is
  * no cluster here. helm is given `--kube-version` of the cluster tests, because a helm built from
  * source without the release ldflags assumes a version below the chart's kubeVersion.
@@ -53,7 +53,7 @@ function runBlock(b: DocBlock): Promise<ShellResult> {
       PATH: `${dirname(helmBin())}:${process.env.PATH ?? ''}`,
       HOME: work,
       KUBE_VERSION,
-      INSTALL_AS_TEMPLATE: b.arg === 'install-as-template' ? '1' : '0',
+      INSTALL_AS_TEMPLATE: b.arg === 'install-as-template' || b.arg === 'template-only' ? '1' : '0',
     },
     60_000,
   );

@@ -49,7 +49,10 @@ function valuesOf(file: string): Values {
   return deepMerge(chartDefaults, parseYaml(readFileSync(join(VALUES_DIR, file), 'utf8')) ?? {});
 }
 
-/** The secret of each enabled webhook sender a values file gives, by its variable (the registry's name). */
+/**
+ * The secret of each enabled webhook sender a values file gives, by its variable (the registry's
+ * name); a secret in rotation (a list, secrets.asFiles) is its lines.
+ */
 function senderSecrets(v: Values): Record<string, string> {
   const compat: Record<string, string> = {
     scm: v.secrets.scmWebhookSecret,
@@ -59,11 +62,16 @@ function senderSecrets(v: Values): Record<string, string> {
   };
   const out: Record<string, string> = {};
   for (const s of SOURCES) {
-    const value = v.secrets.webhookSecrets?.[s.name] || compat[s.name];
+    const given = v.secrets.webhookSecrets?.[s.name];
+    const value = (Array.isArray(given) ? given.join('\n') : given) || compat[s.name];
     if (v.webhooks.senders[s.name]?.enabled && value) out[s.secret.env] = value;
   }
   return out;
 }
+
+/** The values give a keys file (secrets.apiKeys entries with an id, or existingSecretApiKeysFile): OPS_API_KEY_ROLES may then be absent. */
+const hasKeysFile = (v: Values): boolean =>
+  Boolean(v.secrets.existingSecretApiKeysFile) || (v.secrets.apiKeys ?? []).some((k: any) => k.id || k.sha256 || k.expires);
 
 /** The variables of the enabled webhook senders of a values file. */
 const senderVars = (v: Values) => SOURCES.filter((s) => v.webhooks.senders[s.name]?.enabled).map((s) => s.secret.env);
@@ -77,7 +85,7 @@ function secretStrings(v: Values): string[] {
     s.githubWebhookSecret,
     s.gitlabWebhookSecret,
     s.alertsWebhookToken,
-    ...Object.values<string>(s.webhookSecrets ?? {}),
+    ...Object.values<string | string[]>(s.webhookSecrets ?? {}).flat(),
     s.notifyWebhookUrls,
     s.redisUrl,
     v.redis.auth.password,
@@ -156,7 +164,7 @@ describe.each(valueFiles)('%s', (file) => {
           expect([owner, e.name, ref?.name]).toEqual([owner, e.name, secretName]);
           const key = e.name === 'REDISCLI_AUTH' ? 'REDIS_PASSWORD' : e.name;
           expect(ref.key).toBe(key);
-          const required = ['OPS_API_KEY_ROLES', 'REDIS_URL', 'REDIS_PASSWORD'].includes(key);
+          const required = ['REDIS_URL', 'REDIS_PASSWORD'].includes(key) || (key === 'OPS_API_KEY_ROLES' && !hasKeysFile(values()));
           expect([e.name, ref.optional === true]).toEqual([e.name, !required]);
         }
       }
@@ -176,7 +184,10 @@ describe.each(valueFiles)('%s', (file) => {
       envNames('Deployment', 'opsgate-api')
         .filter((n: string) => SECRET_VARS.includes(n))
         .sort(),
-    ).toEqual(['OPS_API_KEY_ROLES', 'OPS_BEARER_TOKEN', ...senderVars(values()), ...redisVars].sort());
+    ).toEqual(
+      // In file mode the senders' secrets are files (<VARIABLE>_FILE, test/integration/chart/secretFiles.test.ts).
+      ['OPS_API_KEY_ROLES', 'OPS_BEARER_TOKEN', ...(values().secrets.asFiles ? [] : senderVars(values())), ...redisVars].sort(),
+    );
     expect(
       envNames('Deployment', 'opsgate-worker')
         .filter((n: string) => SECRET_VARS.includes(n))
@@ -211,7 +222,7 @@ describe.each(valueFiles)('%s', (file) => {
       expect(data.REDIS_URL).toBe(v.secrets.redisUrl);
       expect(data.REDIS_PASSWORD).toBeUndefined();
     }
-    for (const k of Object.keys(data)) expect(SECRET_VARS).toContain(k);
+    for (const k of Object.keys(data)) expect([...SECRET_VARS, ...(hasKeysFile(v) ? ['api-keys.yaml'] : [])]).toContain(k);
   });
 
   test('pods are hardened: non-root, seccomp RuntimeDefault, read-only root with a /tmp emptyDir, no privilege escalation, ALL capabilities dropped', () => {
@@ -341,7 +352,8 @@ describe.each(valueFiles)('%s', (file) => {
         ]);
       } else expect(dep).toHaveLength(0);
       const jobs = rules.filter((r) => r.resources.includes('jobs'));
-      expect(jobs).toEqual(e.jobs ? [{ apiGroups: ['batch'], resources: ['jobs'], verbs: ['create'] }] : []); // no get/list/watch: never used
+      // create, and get to wait for the Job's outcome; no list/watch: never used
+      expect(jobs).toEqual(e.jobs ? [{ apiGroups: ['batch'], resources: ['jobs'], verbs: ['create', 'get'] }] : []);
       const events = rules.filter((r) => r.resources.includes('events'));
       expect(events).toEqual([{ apiGroups: ['events.k8s.io'], resources: ['events'], verbs: ['create'] }]);
       expect(rules).toHaveLength(dep.length + jobs.length + events.length);
@@ -432,7 +444,7 @@ describe.each(valueFiles)('%s', (file) => {
     const notes = await renderNotes(file);
     expect(notes).toMatch(/X-API-Key: \$KEY/);
     expect(notes).toMatch(/\/ops\/hosts/);
-    expect(notes).toMatch(/port-forward svc\/opsgate-api 8080:80/);
+    expect(notes).toContain(`port-forward svc/opsgate-api 8080:${values().tls.enabled ? 443 : 80}`);
     for (const hook of ['/webhook/scm', '/webhook/gitlab', '/webhook/github', '/webhook/alerts']) expect(notes).toContain(`POST ${hook} `);
     if (values().adminUI.enabled) expect(notes).toMatch(/http:\/\/127\.0\.0\.1:8080\/admin\/queues/);
     else expect(notes).toMatch(/disabled \(adminUI\.enabled=false\)/);

@@ -57,6 +57,14 @@ describe('tls-values.yaml: cert-manager, mutual TLS, Traefik, ServiceMonitor', (
     expect(podSpec(objs, 'opsgate-worker').volumes.some((v: any) => v.name === 'tls-client-ca')).toBe(false);
   });
 
+  test('the API Service listens on 443 (HTTPS) unless api.service.port says otherwise; its port name stays http', async () => {
+    expect(one(objs, 'Service', 'opsgate-api').spec.ports[0]).toEqual({ name: 'http', port: 443, targetPort: 'http', protocol: 'TCP' });
+    const other = await render({ files: ['tls-values.yaml'], set: { 'api.service.port': '8443' } });
+    expect(one(other, 'Service', 'opsgate-api').spec.ports[0].port).toBe(8443);
+    const plain = await render({ files: ['tls-values.yaml'], set: { 'tls.enabled': 'false', 'tls.clientAuth.enabled': 'false' } });
+    expect(one(plain, 'Service', 'opsgate-api').spec.ports[0].port).toBe(80);
+  });
+
   test('probes use HTTPS', () => {
     const api = podSpec(objs, 'opsgate-api').containers[0];
     for (const p of ['startupProbe', 'livenessProbe', 'readinessProbe']) expect([p, api[p].httpGet.scheme]).toEqual([p, 'HTTPS']);
@@ -91,7 +99,7 @@ describe('tls-values.yaml: cert-manager, mutual TLS, Traefik, ServiceMonitor', (
 
   test('the helm test pod checks /health over HTTPS with the CA only (readable by its user)', () => {
     const pod = one(objs, 'Pod', 'opsgate-test-health');
-    expect(pod.spec.containers[0].command.join(' ')).toContain(`--cacert /etc/opsgate-ca/ca.crt "https://${SERVER_NAME}:80/health"`);
+    expect(pod.spec.containers[0].command.join(' ')).toContain(`--cacert /etc/opsgate-ca/ca.crt "https://${SERVER_NAME}:443/health"`);
     expect(pod.spec.volumes.find((v: any) => v.name === 'ca').secret).toEqual({
       secretName: 'opsgate-tls',
       items: [{ key: 'ca.crt', path: 'ca.crt', mode: 0o444 }],
@@ -104,7 +112,7 @@ describe('tls-values.yaml: cert-manager, mutual TLS, Traefik, ServiceMonitor', (
     expect(notes).toContain(`ogcurl -s https://${SERVER_NAME}:8080/health`);
     expect(notes).toContain('http_config.tls_config.ca_file');
     expect(notes).toContain('http_config.tls_config.cert_file/key_file');
-    expect(notes).toContain(`url: https://${SERVER_NAME}:80/webhook/alerts`);
+    expect(notes).toContain(`url: https://${SERVER_NAME}:443/webhook/alerts`);
     for (const secret of ['fake-alerts-token-0008', 'fake-operator-key-0008']) expect(notes).not.toContain(secret);
   });
 });

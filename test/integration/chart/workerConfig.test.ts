@@ -34,12 +34,14 @@ const SPECIAL: Record<string, { set: Record<string, string>; expected: unknown }
   },
   METRICS_TLS_KEY_FILE: { set: {}, expected: '/etc/opsgate-tls/tls.key' },
   TLS_RELOAD_INTERVAL_MS: { set: { 'tls.reloadIntervalMs': '2500' }, expected: 2500 },
+  OPSGATE_PUBLIC_URL: { set: { 'config.publicUrl': 'https://opsgate.example.com/' }, expected: 'https://opsgate.example.com' },
 };
 
 /** A valid value other than the code's default, for a variable set through config.*. */
 function otherValue(variable: string): string | number {
   const d = codeDefaults[variable];
   if (variable === 'LOG_LEVEL') return 'warn';
+  if (variable === 'REPORT_OUTCOMES') return 'failures';
   if (typeof d === 'number') return d + 1;
   throw new Error(`${variable}: no test value for a default of ${JSON.stringify(d)}; add one here`);
 }

@@ -129,7 +129,7 @@ describe('make dev (hack/dev.sh)', () => {
   it('prints demo credentials that work against the running API and worker', async () => {
     const hosts = await fetch(`${base}/ops/hosts`, { headers: { 'X-API-Key': cred('readonly API key') } });
     expect(hosts.status).toBe(200);
-    expect(((await hosts.json()) as { hosts: string[] }).hosts).toEqual(['web-01', 'worker-01']);
+    expect(((await hosts.json()) as { hosts: string[] }).hosts).toEqual(['payments-01', 'web-01', 'worker-01']);
 
     const push = await fetch(`${base}/webhook/scm`, {
       method: 'POST',
@@ -210,7 +210,7 @@ describe('make dev (hack/dev.sh)', () => {
   }, 90_000);
 
   it("runs the README's setup guides as printed and gets the documented answers", async () => {
-    const guides = readmeGuides();
+    const guides = new Map([...readmeGuides()].filter(([label]) => label.startsWith('guide-')));
     const expected = ['guide-gitlab-native', 'guide-gitlab-scm', 'guide-github', 'guide-alertmanager', 'guide-alertmanager-send'];
     expect([...guides.keys()].sort()).toEqual([...expected].sort());
     const work = join(dir, 'guides');
@@ -287,6 +287,50 @@ describe('make dev (hack/dev.sh)', () => {
     );
     alertmanager.kill('SIGTERM');
   }, 150_000);
+
+  it("runs the README's Guarded changes as printed: a dry run, four eyes, a freeze with its override and a held deploy", async () => {
+    const guards = new Map([...readmeGuides()].filter(([label]) => label.startsWith('guards-')));
+    expect([...guards.keys()].sort()).toEqual(['guards-approval', 'guards-dry-run', 'guards-freeze']);
+    const work = join(dir, 'guards');
+    mkdirSync(work);
+    const lines = async (name: string): Promise<string[]> => {
+      const block = guards.get(name)!;
+      const r = await sh(blockScript(block), work);
+      expect({ block: where(block), code: r.code, stderr: r.stderr }).toEqual({ block: where(block), code: 0, stderr: '' });
+      return r.stdout.trim().split('\n');
+    };
+    const json = (l: string | undefined) => JSON.parse(l ?? 'null') as Record<string, any>;
+
+    // the dry run: verdicts, no cluster to ask here, nothing queued
+    const [dry] = await lines('guards-dry-run');
+    expect(json(dry)).toMatchObject({ dry_run: true, change: 'restart', host: 'web-01', would: 'queue', kubernetes: { checked: false } });
+
+    // four eyes: pending, listed, 403 for the requester, approved by the other operator, the job carries its id
+    const [pending, self, approved, job] = await lines('guards-approval');
+    const approval = json(pending).approvals[0];
+    expect(approval).toMatchObject({ status: 'pending', host: 'payments-01', service: 'api', reason: 'heap at 95%' });
+    expect(self).toBe('403');
+    expect(json(approved)).toMatchObject({
+      status: 'approved',
+      job_id: approval.id,
+      approval: { approvals: [{ reason: 'dashboards agree (CHG-7)' }] },
+    });
+    expect(json(job)).toMatchObject({ id: approval.id, name: 'ops_worker.restart_service' });
+
+    // a freeze: the restart refused, overridden with a reason, the push held, both freezes lifted releasing it
+    const [refused, forced, heldJob, holds, liftProject, liftNamespace] = await lines('guards-freeze');
+    expect(json(refused).detail).toMatch(
+      /^restart of Deployment shop\/checkout refused: freeze frz-[0-9a-f]+ of namespace shop until .* \(black friday\)/,
+    );
+    expect(json(forced)).toMatchObject({ host: 'web-01', service: 'checkout', status: 'submitted' });
+    expect(json(heldJob)).toMatchObject({ name: 'ops_worker.run_deploy_pipeline', state: 'held', outcome: { result: 'held' } });
+    expect(json(holds).holds.map((h: { job_id: string }) => h.job_id)).toEqual([json(heldJob).id]);
+    expect(json(liftProject)).toMatchObject({ lifted: true, released: [json(heldJob).id] });
+    expect(json(liftNamespace)).toMatchObject({ lifted: true, released: [] });
+    // the override and the decisions are audited with who and why
+    await until('the audit lines of the guarded changes', () => (auditLines().some((l) => l.override === true) ? true : undefined), 20_000);
+    expect(auditLines().find((l) => l.decision === 'approve' && l.status === 200)).toMatchObject({ reason: 'dashboards agree (CHG-7)' });
+  }, 120_000);
 
   it('runs every other documented dev block as printed, each with exit code 0', async () => {
     const blocks = devBlocks().filter((b) => !b.arg);

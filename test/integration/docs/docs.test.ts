@@ -5,7 +5,8 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse as parseYaml } from 'yaml';
 import { docBlocks, docBlocksOf, docFiles, markerProblem, where } from '../../helpers/docBlocks.js';
-import { SOURCES, SOURCE_SECRET_ENVS } from '../../../src/sources/index.js';
+import { SOURCES, SOURCE_SECRET_ENVS, SOURCE_SECRET_FILE_ENVS } from '../../../src/sources/index.js';
+import { API_VARIABLES, WORKER_VARIABLES } from '../../../src/shared/config.js';
 import { CHART_TABLE_BEGIN, CHART_TABLE_END, TABLE_BEGIN, TABLE_END, chartSendersTable, sendersTable } from '../../../src/sources/table.js';
 
 /**
@@ -91,10 +92,15 @@ describe("README's variable tables", () => {
     const config = read('src/shared/config.ts');
     const schemaKeys = [...config.matchAll(/^\s+([A-Z][A-Z0-9_]+): /gm)].map((m) => m[1]!);
     const direct = [...config.matchAll(/\benv\.([A-Z][A-Z0-9_]+)/g)].map((m) => m[1]!);
-    const vars = [...new Set([...schemaKeys, ...direct])].sort();
-    expect(vars).toEqual(expect.arrayContaining(['REDIS_URL', 'OPS_API_KEY_ROLES', 'LOG_LEVEL', 'OPSGATE_VERSION']));
-    // The senders' secrets are listed in the table of webhook senders (below), one row per sender.
-    expect(tableNames(readme, '## Configuration', /^[A-Z][A-Z0-9_]+$/)).toEqual(vars.filter((v) => !SOURCE_SECRET_ENVS.includes(v)));
+    // The schemas' keys as the processes see them too: variables the text does not spell (the senders' _FILE ones).
+    const vars = [...new Set([...schemaKeys, ...direct, ...API_VARIABLES, ...WORKER_VARIABLES])].sort();
+    expect(vars).toEqual(
+      expect.arrayContaining(['REDIS_URL', 'OPS_API_KEY_ROLES', 'LOG_LEVEL', 'OPSGATE_VERSION', 'SECRETS_RELOAD_INTERVAL_MS']),
+    );
+    expect(vars).toEqual(expect.arrayContaining([...SOURCE_SECRET_FILE_ENVS]));
+    // The senders' secrets and their files are listed in the table of webhook senders (below), one row per sender.
+    const senders = [...SOURCE_SECRET_ENVS, ...SOURCE_SECRET_FILE_ENVS];
+    expect(tableNames(readme, '## Configuration', /^[A-Z][A-Z0-9_]+$/)).toEqual(vars.filter((v) => !senders.includes(v)));
   });
 
   test('the table of webhook senders is the one the registry renders (make docs-senders), naming every secret variable', () => {
@@ -102,7 +108,7 @@ describe("README's variable tables", () => {
     const end = readme.indexOf(TABLE_END);
     expect(start).toBeGreaterThan(0);
     expect(readme.slice(start, end + TABLE_END.length)).toBe(sendersTable(SOURCES));
-    for (const env of SOURCE_SECRET_ENVS) expect(sendersTable(SOURCES)).toContain(`\`${env}\``);
+    for (const env of [...SOURCE_SECRET_ENVS, ...SOURCE_SECRET_FILE_ENVS]) expect(sendersTable(SOURCES)).toContain(`\`${env}\``);
   });
 
   test("the chart README's table of senders is the one the registry renders (make docs-senders)", () => {

@@ -88,7 +88,7 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
     const api = await startApi({ env: await apiEnv(cluster.url, secrets, { OPS_INVENTORY_FILE: inventoryFile, JOB_ATTEMPTS: '1' }) });
     procs.push(api);
     const worker = await startWorkerProcess({
-      env: await workerEnv(cluster.url, { NOTIFY_WEBHOOK_URLS: receiver.url, OPS_INVENTORY_FILE: inventoryFile }),
+      env: await workerEnv(cluster.url, { NOTIFY_WEBHOOK_URLS: receiver.url, REPORT_OUTCOMES: 'none', OPS_INVENTORY_FILE: inventoryFile }),
     });
     procs.push(worker);
     const scmHeaders = { 'X-Scm-Token': secrets.scm, 'X-Scm-Event': 'Push Hook' };
@@ -247,6 +247,7 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
     const worker = await startWorkerProcess({
       env: await workerEnv(cluster.url, {
         NOTIFY_WEBHOOK_URLS: receiver.url,
+        REPORT_OUTCOMES: 'none',
         WORKER_CONCURRENCY: '8',
         WORKER_STALLED_INTERVAL_MS: '2000',
         WORKER_LOCK_DURATION_MS: '4000',

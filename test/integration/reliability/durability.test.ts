@@ -106,7 +106,12 @@ describe('durability across an API crash', () => {
 
     // 3. Only now a worker starts; it shares nothing with the dead API but Redis.
     const worker = await startWorkerProcess({
-      env: { ...common, METRICS_PORT: String(await freePort()), NOTIFY_WEBHOOK_URLS: receiver.url('/durable/hook') },
+      env: {
+        ...common,
+        METRICS_PORT: String(await freePort()),
+        NOTIFY_WEBHOOK_URLS: receiver.url('/durable/hook'),
+        REPORT_OUTCOMES: 'none',
+      },
     });
     procs.push(worker);
 

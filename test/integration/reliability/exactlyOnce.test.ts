@@ -55,6 +55,8 @@ beforeAll(async () => {
   worker = await startWorkerProcess({
     env: await workerEnv(redis.url, {
       NOTIFY_WEBHOOK_URLS: receiver.url,
+      // This test counts the alerts' posts: the ends of restarts and deploys are not posted (test/integration/worker/outcomes.test.ts covers them).
+      REPORT_OUTCOMES: 'none',
       WORKER_CONCURRENCY: '16',
       JOB_BACKOFF_MS: '100',
       NOTIFY_TIMEOUT_MS: '60000',

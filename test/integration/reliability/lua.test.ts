@@ -11,7 +11,7 @@ import { startRedis, type RedisServer } from '../../helpers/redis.js';
 
 let server: RedisServer;
 let redis: Redis;
-const TESTED = ['rate-limit', 'replica-release'];
+const TESTED = ['rate-limit', 'replica-release', 'approval-create', 'approval-decide', 'budget-take'];
 
 beforeAll(async () => {
   server = await startRedis();
@@ -93,5 +93,173 @@ describe('replica-release.lua: KEYS[1] record, ARGV[1] job id -> deleted only wh
     expect(await release('broken', 'job-1')).toBe(0);
     expect(await release('missing', 'job-1')).toBe(0);
     expect(await redis.get('other')).toBe('job-1');
+  });
+});
+
+describe('approval-create.lua: KEYS[1] record, KEYS[2] index, KEYS[3] pending set; ARGV id, record, expiry, keep ms, now', () => {
+  const create = (id: string, identity: string, expires: number, now: number) =>
+    redis.eval(
+      loadLua('approval-create'),
+      3,
+      `rec:${id}`,
+      `idx:${identity}`,
+      'pending',
+      id,
+      JSON.stringify({ id }),
+      expires,
+      expires - now + 60_000,
+      now,
+    ) as Promise<[number, string]>;
+
+  it('records a new approval: its record (kept past its expiry), its index until the expiry, its place in the pending set', async () => {
+    const now = Date.now();
+    expect(await create('apr-1', 'restart:shop/web', now + 30_000, now)).toEqual([1, 'apr-1']);
+    expect(JSON.parse((await redis.get('rec:apr-1'))!)).toEqual({ id: 'apr-1' });
+    expect(await redis.get('idx:restart:shop/web')).toBe('apr-1');
+    const idxTtl = await redis.pttl('idx:restart:shop/web');
+    expect(idxTtl).toBeGreaterThan(25_000);
+    expect(idxTtl).toBeLessThanOrEqual(30_000);
+    expect(await redis.pttl('rec:apr-1')).toBeGreaterThan(30_000);
+    expect(Number(await redis.zscore('pending', 'apr-1'))).toBe(now + 30_000);
+  });
+
+  it('a second approval of the same change answers the pending one and records nothing; the same id again answers itself', async () => {
+    const now = Date.now();
+    await create('apr-1', 'restart:shop/web', now + 30_000, now);
+    expect(await create('apr-2', 'restart:shop/web', now + 30_000, now)).toEqual([0, 'apr-1']);
+    expect(await redis.exists('rec:apr-2')).toBe(0);
+    await redis.del('idx:restart:shop/web'); // decided: the index is gone
+    expect(await create('apr-1', 'restart:shop/web', now + 30_000, now)).toEqual([0, 'apr-1']);
+    expect(await redis.zcard('pending')).toBe(1);
+  });
+});
+
+describe('approval-decide.lua: KEYS record, pending set, index, budget; ARGV action, by, credential, reason, now, budget, window, keep', () => {
+  const now = Date.now();
+  const record = (over: Record<string, unknown> = {}) =>
+    JSON.stringify({
+      id: 'apr-1',
+      status: 'pending',
+      requester: 'key:req',
+      requester_credential: 'c-req',
+      required: 1,
+      approvers: [],
+      expires_at: now + 60_000,
+      ...over,
+    });
+  const setUp = async (over: Record<string, unknown> = {}) => {
+    await redis.set('rec', record(over), 'PX', 120_000);
+    await redis.set('idx', 'apr-1');
+    await redis.zadd('pending', now + 60_000, 'apr-1');
+  };
+  const decide = (action: string, by: string, credential: string, at = now, budget = 0, windowMs = 0) =>
+    redis.eval(
+      loadLua('approval-decide'),
+      4,
+      'rec',
+      'pending',
+      'idx',
+      'budget',
+      action,
+      by,
+      credential,
+      'because',
+      at,
+      budget,
+      windowMs,
+      5_000,
+    ) as Promise<[string, string, number]>;
+  const stored = async () => JSON.parse((await redis.get('rec'))!);
+
+  it('the last approval approves: the record says who and why, the index and the pending place are gone, the record is kept `keep` ms', async () => {
+    await setUp();
+    const [verdict, raw] = await decide('approve', 'key:op2', 'c-op2');
+    expect(verdict).toBe('approved');
+    expect(JSON.parse(raw)).toMatchObject({
+      status: 'approved',
+      decided_at: now,
+      approvers: [{ by: 'key:op2', credential: 'c-op2', reason: 'because', at: now }],
+    });
+    expect(await redis.exists('idx')).toBe(0);
+    expect(await redis.zcard('pending')).toBe(0);
+    expect(await redis.pttl('rec')).toBeLessThanOrEqual(5_000);
+    expect((await decide('approve', 'key:op3', 'c-op3'))[0]).toBe('decided');
+  });
+
+  it('the requester may not approve (by principal or by credential), but may withdraw (reject)', async () => {
+    await setUp();
+    expect((await decide('approve', 'key:req', 'x'))[0]).toBe('self');
+    expect((await decide('approve', 'bearer:other-name', 'c-req'))[0]).toBe('self');
+    expect((await stored()).status).toBe('pending');
+    const [verdict, raw] = await decide('reject', 'key:req', 'c-req');
+    expect(verdict).toBe('rejected');
+    expect(JSON.parse(raw)).toMatchObject({ status: 'rejected', rejected: { by: 'key:req', reason: 'because' } });
+  });
+
+  it('two approvals needed: the first is recorded (its TTL kept), the same operator again is refused, another one approves', async () => {
+    await setUp({ required: 2 });
+    const ttl = await redis.pttl('rec');
+    expect((await decide('approve', 'key:op2', 'c-op2'))[0]).toBe('recorded');
+    expect((await stored()).approvers).toHaveLength(1);
+    expect(await redis.pttl('rec')).toBeGreaterThan(ttl - 1000);
+    expect(await redis.get('idx')).toBe('apr-1');
+    expect((await decide('approve', 'key:op2-again', 'c-op2'))[0]).toBe('again');
+    expect((await decide('approve', 'key:op3', 'c-op3'))[0]).toBe('approved');
+    expect((await stored()).approvers.map((a: { by: string }) => a.by)).toEqual(['key:op2', 'key:op3']);
+  });
+
+  it('past its expiry: approving marks it expired; `expire` before it changes nothing, after it expires it', async () => {
+    await setUp();
+    expect((await decide('expire', 'opsgate', '', now + 1000))[0]).toBe('pending');
+    expect((await decide('approve', 'key:op2', 'c-op2', now + 60_000))[0]).toBe('expired');
+    expect((await stored()).status).toBe('expired');
+    expect(await redis.zcard('pending')).toBe(0);
+    await setUp();
+    expect((await decide('expire', 'opsgate', '', now + 61_000))[0]).toBe('expired');
+  });
+
+  it('the last approval takes a place of the budget, and is refused (nothing changed) when the budget is spent', async () => {
+    await setUp();
+    await redis.zadd('budget', String(now - 1000), 'restart-a', String(now - 500), 'restart-b');
+    const [verdict, , retry] = await decide('approve', 'key:op2', 'c-op2', now, 2, 10_000);
+    expect(verdict).toBe('budget');
+    expect(retry).toBe(9_000); // restart-a leaves the 10 s window in 9 s
+    expect((await stored()).status).toBe('pending');
+    expect(await redis.zcard('budget')).toBe(2);
+    // 9 s later restart-a has left the window: the approval takes its place
+    expect((await decide('approve', 'key:op2', 'c-op2', now + 9_000, 2, 10_000))[0]).toBe('approved');
+    expect(await redis.zrange('budget', '0', '-1')).toEqual(['restart-b', 'apr-1']);
+  });
+
+  it('many operators approving at once: exactly one sees approved', async () => {
+    await setUp();
+    const all = await Promise.all(Array.from({ length: 20 }, (_, i) => decide('approve', `key:op${i}`, `c-op${i}`)));
+    expect(all.filter(([v]) => v === 'approved')).toHaveLength(1);
+    expect(all.filter(([v]) => v === 'decided')).toHaveLength(19);
+  });
+
+  it('an unknown approval', async () => {
+    expect((await decide('approve', 'key:x', 'c'))[0]).toBe('not_found');
+  });
+});
+
+describe('budget-take.lua: KEYS[1] budget; ARGV now, window ms, restarts, job id -> {taken, used, retry ms}', () => {
+  const take = (id: string, now: number, max = 3, windowMs = 600_000) =>
+    redis.eval(loadLua('budget-take'), 1, 'b', now, windowMs, max, id) as Promise<[number, number, number]>;
+
+  it('takes up to the limit in the window, then refuses until the oldest leaves it', async () => {
+    const t = 1_000_000;
+    expect(await take('a', t)).toEqual([1, 1, 0]);
+    expect(await take('b', t + 1000)).toEqual([1, 2, 0]);
+    expect(await take('c', t + 2000)).toEqual([1, 3, 0]);
+    expect(await take('d', t + 3000)).toEqual([0, 3, 597_000]);
+    expect(await take('d', t + 600_000)).toEqual([1, 3, 0]); // a left the window exactly at t + 600 s
+    expect(await redis.pttl('b')).toBeGreaterThan(0);
+  });
+
+  it('the same job taking again takes nothing more (a retried request)', async () => {
+    expect(await take('a', 5000, 1)).toEqual([1, 1, 0]);
+    expect(await take('a', 5001, 1)).toEqual([1, 1, 0]);
+    expect((await take('b', 5002, 1))[0]).toBe(0);
   });
 });

@@ -145,12 +145,13 @@ describe('no secret in any log line of a full run', () => {
     const q = inspectQueue(redis.url);
     try {
       // Dead: restart + 3 deploys (scm x2, github; Kubernetes unreachable) + alert fail-1 (HTTP 500).
-      // Completed: alerts a and ok-1.
+      // Completed: alerts a and ok-1, and the 4 reports of how the restart and the deploys ended
+      // (posted too: their text must hold no secret either).
       await waitFor(
-        '5 jobs dead-lettered and 2 completed',
+        '5 jobs dead-lettered and 6 completed',
         async () => {
           const c = await q.counts();
-          return c.failed === 5 && c.completed === 2;
+          return c.failed === 5 && c.completed === 6;
         },
         90_000,
         200,

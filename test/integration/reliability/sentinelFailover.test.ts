@@ -115,6 +115,8 @@ async function scenario(ack: number): Promise<Figures> {
   const worker: OpsProcess = await startWorkerProcess({
     env: await workerEnv(topo.url, {
       NOTIFY_WEBHOOK_URLS: receiver.url,
+      // This test counts the alerts' posts: the ends of restarts and deploys are not posted (test/integration/worker/outcomes.test.ts covers them).
+      REPORT_OUTCOMES: 'none',
       WORKER_CONCURRENCY: '8',
       JOB_BACKOFF_MS: '200',
       WORKER_STALLED_INTERVAL_MS: '2000',

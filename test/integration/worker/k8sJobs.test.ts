@@ -31,6 +31,7 @@ const inventory: Inventory = {
       activeDeadlineSeconds: 900,
       backoffLimit: 0,
       ttlSecondsAfterFinished: 3600,
+      waitForCompletion: true,
     },
   },
 };

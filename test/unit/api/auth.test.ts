@@ -263,3 +263,96 @@ describe('verifySender: timestamped HMAC', () => {
     for (const r of ['stale', 'malformed', 'mismatch']) expect(text).toContain(`scheme="signature",reason="${r}"`);
   });
 });
+
+describe('a secret in rotation: the current value and the previous one', () => {
+  /** A guard's verdict and which value it noted for the audit line. */
+  function appNoting(...guards: RequestHandler[]) {
+    const app = express();
+    app.post('/x', ...guards, (_req, res) => {
+      res.json({ principal: res.locals.principal ?? null, matched: res.locals.matchedSecret ?? null });
+    });
+    app.use(errorHandler(silentLogger));
+    return app;
+  }
+  let values: readonly string[] = ['new-secret-2', 'old-secret-1'];
+  const live = () => values;
+  const hmacHex = (secret: string, body: string) => createHmac('sha256', secret).update(body).digest('hex');
+
+  it('token: either value is accepted and named (current, previous); a third is refused; a change applies to the next request', async () => {
+    values = ['new-secret-2', 'old-secret-1'];
+    const m = createMetrics('api', 'test', { defaults: false });
+    const check = verifySender({ source: tokenSource, secret: live, metrics: m });
+    const app = appNoting(check.before, check.after);
+    expect((await request(app).post('/x').set('X-Scm-Token', 'new-secret-2')).body).toEqual({
+      principal: 'webhook:scm',
+      matched: 'current',
+    });
+    expect((await request(app).post('/x').set('X-Scm-Token', 'old-secret-1')).body).toEqual({
+      principal: 'webhook:scm',
+      matched: 'previous',
+    });
+    expect((await request(app).post('/x').set('X-Scm-Token', 'other')).status).toBe(403);
+    values = ['new-secret-2'];
+    expect((await request(app).post('/x').set('X-Scm-Token', 'old-secret-1')).status).toBe(403);
+    expect((await request(app).post('/x').set('X-Scm-Token', 'new-secret-2')).body.matched).toBe('current');
+  });
+
+  it('HMAC of the body: a signature by either value verifies and is named; one by neither is a mismatch', async () => {
+    values = ['new-secret-2', 'old-secret-1'];
+    const m = createMetrics('api', 'test', { defaults: false });
+    const sig = verifySender({ source: hmacSource('sha256='), secret: live, metrics: m });
+    const app = appNoting(sig.before, express.raw({ type: () => true }), sig.after);
+    const body = '{"rotation":true}';
+    for (const [secret, matched] of [
+      ['new-secret-2', 'current'],
+      ['old-secret-1', 'previous'],
+    ] as const) {
+      const res = await request(app)
+        .post('/x')
+        .set('x-sig', `sha256=${hmacHex(secret, body)}`)
+        .send(body);
+      expect([secret, res.status, res.body.matched]).toEqual([secret, 200, matched]);
+    }
+    expect(
+      (
+        await request(app)
+          .post('/x')
+          .set('x-sig', `sha256=${hmacHex('third', body)}`)
+          .send(body)
+      ).status,
+    ).toBe(403);
+  });
+
+  it('timestamped HMAC and bearer: either value, named', async () => {
+    values = ['new-secret-2', 'old-secret-1'];
+    const m = createMetrics('api', 'test', { defaults: false });
+    const now = 1_800_000_000_000;
+    const source = {
+      name: 'generic',
+      title: 'Generic',
+      verification: { kind: 'timestamped-hmac', header: 'x-sig', toleranceSeconds: 300 },
+    } as const;
+    const sig = verifySender({ source, secret: live, metrics: m, now: () => now });
+    const app = appNoting(sig.before, express.raw({ type: () => true }), sig.after);
+    const t = now / 1000;
+    const body = '{"sha":"2"}';
+    const res = await request(app)
+      .post('/x')
+      .set('x-sig', `t=${t},v1=${hmacHex('old-secret-1', `${t}.${body}`)}`)
+      .send(body);
+    expect([res.status, res.body.matched]).toEqual([200, 'previous']);
+
+    const alerts = { name: 'alerts', title: 'Alertmanager', verification: { kind: 'bearer', optional: true } } as const;
+    const bearer = verifySender({ source: alerts, secret: live, metrics: m });
+    const bapp = appNoting(bearer.before, bearer.after);
+    expect((await request(bapp).post('/x').set('Authorization', 'Bearer new-secret-2')).body.matched).toBe('current');
+    expect((await request(bapp).post('/x').set('Authorization', 'Bearer old-secret-1')).body.matched).toBe('previous');
+    expect((await request(bapp).post('/x').set('Authorization', 'Bearer neither')).status).toBe(401);
+  });
+
+  it('a fixed secret (OPS_BEARER_TOKEN) notes no match: only senders say which value matched', async () => {
+    const m = createMetrics('api', 'test', { defaults: false });
+    const app = appNoting(requireBearer('fixed-token-123', m));
+    expect((await request(app).post('/x').set('Authorization', 'Bearer fixed-token-123')).body.matched).toBeNull();
+  });
+});

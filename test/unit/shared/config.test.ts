@@ -1,15 +1,23 @@
 import { describe, expect, it } from '@jest/globals';
 import {
+  absentSecretFileWarnings,
   apiTlsFiles,
   loadApiConfig,
   loadWorkerConfig,
   metricsTlsFiles,
   parseApiKeyRoles,
+  parseSecretFile,
+  reloadApiKeys,
   secretsOf,
   weakCredentialWarnings,
 } from '../../../src/shared/config.js';
 import { credentialId } from '../../../src/shared/crypto.js';
 import { ConfigError } from '../../../src/shared/errors.js';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll } from '@jest/globals';
+import { SOURCE_SECRET_ENVS, SOURCE_SECRET_FILE_ENVS } from '../../../src/sources/index.js';
 
 /**
  * OPS_API_KEY_ROLES and the API environment: refuse to start when the variable is missing or blank,
@@ -221,5 +229,126 @@ describe('TLS files', () => {
     });
     const w = loadWorkerConfig({ REDIS_URL: base.REDIS_URL, METRICS_TLS_CERT_FILE: '/t/tls.crt', METRICS_TLS_KEY_FILE: '/t/tls.key' });
     expect(metricsTlsFiles(w)?.vars).toEqual({ cert: 'METRICS_TLS_CERT_FILE', key: 'METRICS_TLS_KEY_FILE' });
+  });
+});
+
+/** File mode of the senders' secrets: <VARIABLE>_FILE, one value or two (current, then previous). */
+describe('secret files', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'opsgate-secret-files-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  let n = 0;
+  const file = (text: string) => {
+    const f = join(dir, `s${++n}`);
+    writeFileSync(f, text);
+    return f;
+  };
+  const base = { OPS_API_KEY_ROLES: 'some-long-readonly-key-1:readonly', REDIS_URL: 'redis://127.0.0.1:6379' };
+
+  it('every sender secret variable has its _FILE variable', () => {
+    expect(SOURCE_SECRET_FILE_ENVS).toEqual(SOURCE_SECRET_ENVS.map((e) => `${e}_FILE`));
+    expect(SOURCE_SECRET_FILE_ENVS).toContain('GITHUB_WEBHOOK_SECRET_FILE');
+  });
+
+  it.each([
+    ['one value', 'current-1', ['current-1']],
+    ['one value and a final newline', 'current-1\n', ['current-1']],
+    ['current and previous', 'current-1\nprevious-0\n', ['current-1', 'previous-0']],
+    ['CRLF line ends', 'current-1\r\nprevious-0\r\n', ['current-1', 'previous-0']],
+    ['inner spaces are part of a value', 'a b c', ['a b c']],
+  ])('%s', (_n, text, values) => {
+    expect(parseSecretFile(text, 'X_FILE')).toEqual(values);
+  });
+
+  it.each([
+    ['empty', '', /holds no secret/],
+    ['a newline only', '\n', /holds no secret/],
+    ['three values', 'first-value\nsecond-value\nthird-value', /more than two lines/],
+    ['an empty line before the previous value', 'first-value\n\nsecond-value', /more than two lines/],
+    ['an empty line after the secret', 'first-value\n\n', /line 2 is empty/],
+    ['a trailing space', 'secret-1 \n', /line 1 has spaces or tabs/],
+    ['a tab before the previous value', 'secret-1\n\tsecret-0', /line 2 has spaces or tabs/],
+    ['the placeholder', 'CHANGE-ME-github', /line 1 still holds the CHANGE-ME placeholder/],
+  ])('refused: %s, naming the variable, never the text', (_n, text, problem) => {
+    const err = refusal(() => parseSecretFile(text, 'GITHUB_WEBHOOK_SECRET_FILE'));
+    expect(err.variable).toBe('GITHUB_WEBHOOK_SECRET_FILE');
+    expect(err.problems[0]!.problem).toMatch(problem);
+    const first = text.trim().split('\n')[0]!;
+    if (first.length > 0) expect(err.message).not.toContain(first);
+  });
+
+  it("loadApiConfig reads each _FILE at start: its values are the sender's, the file is kept for its reload, its values for redaction", () => {
+    const c = loadApiConfig({
+      ...base,
+      GITHUB_WEBHOOK_SECRET_FILE: file('gh-new-secret\ngh-old-secret\n'),
+      SCM_WEBHOOK_SECRET: 'scm-env-secret',
+    });
+    expect(c.senderSecrets.GITHUB_WEBHOOK_SECRET).toEqual(['gh-new-secret', 'gh-old-secret']);
+    expect(c.senderSecrets.SCM_WEBHOOK_SECRET).toEqual(['scm-env-secret']);
+    expect(c.GITHUB_WEBHOOK_SECRET).toBeUndefined();
+    expect(c.credentialFiles.map((f) => f.variable)).toEqual(['GITHUB_WEBHOOK_SECRET_FILE']);
+    expect(c.credentialFiles[0]!.digest).toMatch(/^[0-9a-f]{64}$/);
+    expect(secretsOf(c)).toEqual(expect.arrayContaining(['gh-new-secret', 'gh-old-secret', 'scm-env-secret']));
+    expect(c.SECRETS_RELOAD_INTERVAL_MS).toBe(10000);
+  });
+
+  it('a file that does not exist leaves its sender unconfigured, like an unset variable, with a warning; it is watched for', () => {
+    const c = loadApiConfig({ ...base, GITLAB_WEBHOOK_SECRET_FILE: join(dir, 'absent'), SCM_WEBHOOK_SECRET: 'scm-env-secret' });
+    expect(c.senderSecrets.GITLAB_WEBHOOK_SECRET).toBeUndefined();
+    expect(c.credentialFiles).toEqual([
+      {
+        variable: 'GITLAB_WEBHOOK_SECRET_FILE',
+        path: join(dir, 'absent'),
+        digest: expect.stringMatching(/^[0-9a-f]{64}$/),
+        optional: true,
+      },
+    ]);
+    expect(absentSecretFileWarnings(c)).toEqual([
+      'GITLAB_WEBHOOK_SECRET_FILE names a file that does not exist: its sender is not configured, as if GITLAB_WEBHOOK_SECRET were unset, until the file appears',
+    ]);
+  });
+
+  it('refused at start, all at once: a variable set with its _FILE, an unreadable file, an invalid one; never a value or a path', () => {
+    const missing = dir; // a directory: not a readable file
+    const err = refusal(() =>
+      loadApiConfig({
+        ...base,
+        GITHUB_WEBHOOK_SECRET: 'gh-env-secret-value',
+        GITHUB_WEBHOOK_SECRET_FILE: file('gh-file-secret'),
+        GITLAB_WEBHOOK_SECRET_FILE: missing,
+        GITEA_WEBHOOK_SECRET_FILE: file('a\nb\nthird-gitea-value'),
+        SECRETS_RELOAD_INTERVAL_MS: '50',
+      }),
+    );
+    expect(err.problems).toEqual(
+      expect.arrayContaining([
+        { variable: 'GITHUB_WEBHOOK_SECRET_FILE', problem: 'is set together with GITHUB_WEBHOOK_SECRET; set one of them' },
+        { variable: 'GITLAB_WEBHOOK_SECRET_FILE', problem: 'cannot be read (EISDIR)' },
+        { variable: 'GITEA_WEBHOOK_SECRET_FILE', problem: expect.stringMatching(/more than two lines/) },
+        { variable: 'SECRETS_RELOAD_INTERVAL_MS', problem: 'must be an integer >= 100' },
+      ]),
+    );
+    for (const leak of ['gh-env-secret-value', 'gh-file-secret', 'third-gitea-value', missing]) expect(err.message).not.toContain(leak);
+  });
+});
+
+describe('reloadApiKeys: a new keys file, checked as at start', () => {
+  const envKeys = parseApiKeyRoles('env-readonly-key-0001:readonly');
+  it("keeps the keys of OPS_API_KEY_ROLES first, then the file's", () => {
+    const keys = reloadApiKeys('- {id: ci, role: operator, key: ci-operator-key-0001}\n', envKeys);
+    expect(keys.map((k) => [k.id, k.source])).toEqual([
+      [envKeys[0]!.id, 'env'],
+      ['ci', 'file'],
+    ]);
+  });
+  it('refuses every bad entry at once, a key also in OPS_API_KEY_ROLES, and a file leaving no key at all', () => {
+    const bad = refusal(() =>
+      reloadApiKeys('- {id: a, role: admin, key: a-key-000001}\n- {id: b, role: readonly, key: env-readonly-key-0001}\n', envKeys),
+    );
+    expect(bad.problems.map((p) => p.problem)).toEqual([
+      'entry 1 (id "a") has a role that is not readonly or operator',
+      'entry 2 (id "b") holds the same key as OPS_API_KEY_ROLES item 1; list each key once',
+    ]);
+    expect(bad.message).not.toContain('env-readonly-key-0001');
+    expect(refusal(() => reloadApiKeys('[]', [])).problems[0]!.problem).toMatch(/configures no key/);
   });
 });

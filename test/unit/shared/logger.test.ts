@@ -50,6 +50,16 @@ describe('logger', () => {
     expect(JSON.parse(lines[0]!)).toMatchObject({ level: 'warn', msg: 'bad key [REDACTED]', presented: '[REDACTED]' });
   });
 
+  it('addSecrets: a credential reloaded while the process runs is redacted from then on, by children too', () => {
+    const { logger, lines } = collect({ secrets: ['topsecret-key'] });
+    const child = logger.child({ component: 'api' });
+    child.info('before rotated-secret-0042');
+    logger.addSecrets(['rotated-secret-0042']);
+    child.info('after rotated-secret-0042 and topsecret-key');
+    expect(JSON.parse(lines[0]!).msg).toBe('before rotated-secret-0042');
+    expect(JSON.parse(lines[1]!).msg).toBe('after [REDACTED] and [REDACTED]');
+  });
+
   it('keeps the field names the audit contract and dashboards read: level label, ISO time, msg', () => {
     const { logger, records } = collect();
     logger.info('audit', {

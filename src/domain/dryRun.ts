@@ -1,0 +1,232 @@
+import { z } from 'zod';
+import { gateReasonSchema, describeReasons, type GateVerdict } from '../shared/gate.js';
+import { hostPolicy, projectPolicy } from '../shared/inventory.js';
+import { DRY_RUN_JOB_OPTIONS, JOB, dryRunResultSchema, type DryRunData } from '../shared/jobs.js';
+import { formatDuration } from '../shared/policy.js';
+import { coalesceId, deployGate, describeBudget, projectNamespace, restartGate, type Guards } from './guards.js';
+import { redisCall } from './redisOps.js';
+
+/**
+ * Dry runs: what a restart (POST /ops/restart?dry_run=true) or a deploy replay (`dry_run` in its
+ * body) would do, with nothing queued as work, nothing taken from a budget, nothing patched.
+ *
+ * The guards' verdicts are the API's own (the same functions the real request runs, read-only).
+ * Whether the Kubernetes API server would admit the change is the worker's to find out: the API
+ * holds none of the worker's rights (its ServiceAccount may only read the inventory's
+ * Deployments), so it queues a `dry_run` job and waits for it (DRY_RUN_TIMEOUT_MS). The worker
+ * reads the object and sends the very patch (or Job) it would send, with dryRun=All: the API
+ * server runs authentication, RBAC and admission (ValidatingAdmissionPolicies, webhooks) and
+ * persists nothing, so the object's resourceVersion does not move. The alternative, the API
+ * impersonating the worker's ServiceAccount, would give the API the `impersonate` verb and with
+ * it every right of the worker: a dry run is not worth that. A dry-run job is one attempt, kept an
+ * hour; one no worker took in time is taken back, and the answer says the cluster was not asked.
+ */
+export const kubernetesVerdictSchema = z.object({
+  checked: z
+    .boolean()
+    .describe(
+      'false: the API server was not asked (no worker answered within DRY_RUN_TIMEOUT_MS, or the worker has no cluster); reason says why',
+    ),
+  reason: z.string().nullable(),
+  ...dryRunResultSchema.partial().shape,
+});
+export type KubernetesVerdict = z.infer<typeof kubernetesVerdictSchema>;
+
+const gateViewSchema = z.object({
+  open: z.boolean().describe('no freeze covers the change and a change window is open (or there are none)'),
+  reasons: z.array(gateReasonSchema),
+  until: z.string().nullable().describe('closed: when it is expected to open'),
+  override: z.boolean().describe('override=true was given (a restart goes through a closed gate)'),
+});
+
+const approvalVerdictSchema = z
+  .object({ required: z.number().int(), ttl: z.string() })
+  .nullable()
+  .describe('the approval the policy asks for; null: none');
+
+export const restartDryRunSchema = z.object({
+  dry_run: z.literal(true),
+  change: z.literal('restart'),
+  host: z.string(),
+  service: z.string(),
+  namespace: z.string(),
+  would: z
+    .enum(['queue', 'join', 'pending_approval', 'refuse', 'over_budget'])
+    .describe('what the same request without dry_run would do now'),
+  detail: z.string(),
+  verdicts: z.object({
+    gate: gateViewSchema,
+    approval: approvalVerdictSchema,
+    coalescing: z.object({
+      joins: z.string().nullable().describe('the restart of this Deployment still waiting or rolling out, which it would join'),
+    }),
+    budget: z
+      .object({
+        restarts: z.number().int(),
+        per: z.string(),
+        used: z.number().int(),
+        remaining: z.number().int(),
+        retry_after_s: z.number().int().describe('0 while there is room'),
+      })
+      .nullable(),
+  }),
+  kubernetes: kubernetesVerdictSchema,
+});
+export type RestartDryRun = z.infer<typeof restartDryRunSchema>;
+
+export const deployDryRunSchema = z.object({
+  dry_run: z.literal(true),
+  change: z.literal('deploy'),
+  project: z.string(),
+  ref: z.string(),
+  namespace: z.string(),
+  event_id: z.string(),
+  would: z.enum(['queue', 'duplicate', 'pending_approval', 'hold']).describe('what the same replay without dry_run would do now'),
+  detail: z.string(),
+  verdicts: z.object({
+    gate: gateViewSchema,
+    approval: approvalVerdictSchema,
+    duplicate: z.object({ job_id: z.string().nullable().describe('the job that already stands for this event') }),
+  }),
+  kubernetes: kubernetesVerdictSchema,
+});
+export type DeployDryRun = z.infer<typeof deployDryRunSchema>;
+
+function gateView(v: GateVerdict, override = false): z.infer<typeof gateViewSchema> {
+  return { open: !v.blocked, reasons: v.reasons, until: v.until !== undefined ? new Date(v.until).toISOString() : null, override };
+}
+
+/** Asks the worker; never throws for what the cluster says, only for a queue that is down (503). */
+async function askWorker(g: Guards, data: DryRunData): Promise<KubernetesVerdict> {
+  if (!g.probe) return { checked: false, reason: 'dry runs against the cluster are not configured in this process' };
+  const timeoutMs = g.dryRunTimeoutMs ?? 10_000;
+  const out = await g.probe.run({ name: JOB.dryRun, data, jobOptions: DRY_RUN_JOB_OPTIONS }, timeoutMs);
+  let verdict: KubernetesVerdict;
+  if (out.state === 'timeout') {
+    verdict = {
+      checked: false,
+      reason: `no worker answered within ${timeoutMs} ms (dry-run job ${out.jobId} taken back); the cluster was not asked`,
+    };
+  } else if (out.state === 'failed') {
+    verdict = { checked: false, reason: `the worker could not ask the cluster: ${out.reason}` };
+  } else {
+    const parsed = dryRunResultSchema.safeParse(out.value);
+    verdict = parsed.success
+      ? { checked: true, reason: null, ...parsed.data }
+      : { checked: false, reason: 'the worker answered something unexpected' };
+  }
+  g.metrics?.dryRuns.inc({ change: data.change, verdict: !verdict.checked ? 'unknown' : verdict.admitted ? 'admitted' : 'refused' });
+  return verdict;
+}
+
+export async function dryRunRestart(
+  g: Guards,
+  req: { host: string; service: string; namespace: string; override: boolean; auditId: string; requestedBy: string },
+): Promise<RestartDryRun> {
+  const now = g.now();
+  const policy = hostPolicy(g.inventory, req.host);
+  const verdict = await restartGate(g, req.host, req.namespace, now);
+  const joins = await g.producer.deduplicationHolder(coalesceId(req.namespace, req.service));
+  let budget: RestartDryRun['verdicts']['budget'] = null;
+  if (policy.budget) {
+    const b = policy.budget;
+    const use = await redisCall(() => g.budgets.peek(req.namespace, b, now), g.redis);
+    budget = {
+      restarts: b.restarts,
+      per: formatDuration(b.per),
+      used: use.used,
+      remaining: Math.max(0, b.restarts - use.used),
+      retry_after_s: Math.ceil(use.retryMs / 1000),
+    };
+  }
+  let would: RestartDryRun['would'];
+  let detail: string;
+  if (verdict.blocked && !req.override) {
+    would = 'refuse';
+    detail = `refused (409): ${describeReasons(verdict.reasons)}`;
+  } else if (policy.approval) {
+    would = 'pending_approval';
+    detail = `waits for ${policy.approval.required} approval(s) from other operators within ${formatDuration(policy.approval.ttl)}`;
+  } else if (joins !== null) {
+    would = 'join';
+    detail = `joins restart ${joins}, still waiting or rolling out`;
+  } else if (budget && budget.remaining === 0) {
+    would = 'over_budget';
+    detail = `refused (429): restart budget of namespace ${req.namespace} (${describeBudget(policy.budget!)}) is spent for ${budget.retry_after_s} s`;
+  } else {
+    would = 'queue';
+    detail = verdict.blocked ? `queued despite the gate (override): ${describeReasons(verdict.reasons)}` : 'queued';
+  }
+  const kubernetes = await askWorker(g, {
+    change: 'restart',
+    host: req.host,
+    service: req.service,
+    audit_id: req.auditId,
+    requested_by: req.requestedBy,
+  });
+  return {
+    dry_run: true,
+    change: 'restart',
+    host: req.host,
+    service: req.service,
+    namespace: req.namespace,
+    would,
+    detail,
+    verdicts: {
+      gate: gateView(verdict, req.override),
+      approval: policy.approval ? { required: policy.approval.required, ttl: formatDuration(policy.approval.ttl) } : null,
+      coalescing: { joins },
+      budget,
+    },
+    kubernetes,
+  };
+}
+
+export async function dryRunDeploy(
+  g: Guards,
+  req: { project: string; ref: string; sha: string; eventId: string; auditId: string; requestedBy: string },
+): Promise<DeployDryRun> {
+  const now = g.now();
+  const policy = projectPolicy(g.inventory, req.project);
+  const verdict = await deployGate(g, req.project, now);
+  const duplicateOf = await g.producer.deduplicationHolder(req.eventId);
+  let would: DeployDryRun['would'];
+  let detail: string;
+  if (duplicateOf !== null) {
+    would = 'duplicate';
+    detail = `a duplicate of job ${duplicateOf}: nothing new would be queued`;
+  } else if (policy.approval) {
+    would = 'pending_approval';
+    detail = `waits for ${policy.approval.required} approval(s) within ${formatDuration(policy.approval.ttl)}`;
+  } else if (verdict.blocked) {
+    would = 'hold';
+    detail = `held until ${new Date(verdict.until!).toISOString()}: ${describeReasons(verdict.reasons)}`;
+  } else {
+    would = 'queue';
+    detail = 'queued';
+  }
+  const kubernetes = await askWorker(g, {
+    change: 'deploy',
+    project: req.project,
+    ref: req.ref,
+    sha: req.sha,
+    audit_id: req.auditId,
+    requested_by: req.requestedBy,
+  });
+  return {
+    dry_run: true,
+    change: 'deploy',
+    project: req.project,
+    ref: req.ref,
+    namespace: projectNamespace(g.inventory, req.project),
+    event_id: req.eventId,
+    would,
+    detail,
+    verdicts: {
+      gate: gateView(verdict),
+      approval: policy.approval ? { required: policy.approval.required, ttl: formatDuration(policy.approval.ttl) } : null,
+      duplicate: { job_id: duplicateOf },
+    },
+    kubernetes,
+  };
+}

@@ -1,0 +1,100 @@
+import { Router } from 'express';
+import { z } from 'zod';
+import { approvalView, approvalViewSchema, decideApproval, decisionBodySchema } from '../domain/approvals.js';
+import type { Guards } from '../domain/guards.js';
+import type { ConfirmChange } from '../domain/replication.js';
+import { redisCall } from '../domain/redisOps.js';
+import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
+import { parseJson, rawBody } from '../middleware/body.js';
+import { methodNotAllowed } from '../middleware/errors.js';
+import type { ApiConfig } from '../shared/config.js';
+import { approvalKey } from '../shared/keys.js';
+import { NotFoundError, UnprocessableError } from '../shared/errors.js';
+import type { Logger } from '../shared/logger.js';
+import type { Metrics } from '../shared/metrics.js';
+
+/**
+ * Four-eyes approvals (src/domain/approvals.ts):
+ * - GET /ops/approvals (any valid key): the pending approvals, soonest expiry first;
+ * - GET /ops/approvals/:id (any valid key): one approval, whatever became of it;
+ * - POST /ops/approvals/:id/approve, /reject (operator key, body {reason}, approve also
+ *   {override}): audited with the principal, its key id and the reason.
+ */
+export interface ApprovalsDeps {
+  config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
+  guards: Guards;
+  logger: Logger;
+  metrics: Pick<Metrics, 'authFailures'>;
+  apiKeyPolicy?: ApiKeyPolicy;
+  /** REDIS_MIN_REPLICAS_ACK for a decision and the job it queues (src/domain/replication.ts); absent = off. */
+  changed?: ConfirmChange;
+}
+
+export const approvalListSchema = z.object({ approvals: z.array(approvalViewSchema) });
+
+function invalid(error: z.ZodError): UnprocessableError {
+  const issue = error.issues[0]!;
+  return new UnprocessableError(`invalid body field ${issue.path.join('.')}: ${issue.message}`.replace(/ {2,}/g, ' '));
+}
+
+export function approvalsRouter(deps: ApprovalsDeps): Router {
+  const r = Router();
+  const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
+  const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', deps.apiKeyPolicy);
+  const g = deps.guards;
+
+  r.route('/ops/approvals')
+    .get(anyKey, async (_req, res) => {
+      const now = g.now();
+      const pending = await redisCall(() => g.approvals.pending(now), g.redis);
+      res.json({ approvals: pending.map((a) => approvalView(a, now)) });
+    })
+    .all(methodNotAllowed(['GET']));
+
+  r.route('/ops/approvals/:id')
+    .get(anyKey, async (req, res) => {
+      const a = await redisCall(() => g.approvals.get(String(req.params.id)), g.redis);
+      if (!a) throw new NotFoundError('approval not found');
+      res.json(approvalView(a, g.now()));
+    })
+    .all(methodNotAllowed(['GET']));
+
+  for (const action of ['approve', 'reject'] as const) {
+    r.route(`/ops/approvals/:id/${action}`)
+      .post(operatorKey, ...rawBody(deps.config.BODY_LIMIT), async (req, res) => {
+        const id = String(req.params.id);
+        const body = decisionBodySchema.safeParse(parseJson(req.body as Buffer));
+        if (!body.success) throw invalid(body.error);
+        if (action === 'reject' && body.data.override !== undefined) throw new UnprocessableError('override applies to approve only');
+        res.locals.auditFields = { approval_id: id, decision: action, reason: body.data.reason };
+        const out = await decideApproval(g, {
+          id,
+          action,
+          by: res.locals.principal!,
+          credential: res.locals.credential!,
+          reason: body.data.reason,
+          ...(body.data.override ? { override: true } : {}),
+          auditId: res.locals.requestId,
+        });
+        res.locals.auditFields = {
+          approval_id: id,
+          decision: action,
+          reason: body.data.reason,
+          status: out.status,
+          ...(out.job_id ? { job_id: out.job_id } : {}),
+          ...(body.data.override ? { override: true } : {}),
+        };
+        await deps.changed?.(`approval ${id} ${action === 'approve' ? 'approved' : 'rejected'}`, [approvalKey(id)]);
+        deps.logger.info(`approval ${action === 'approve' ? 'given' : 'rejected'}`, {
+          approval_id: id,
+          by: res.locals.principal,
+          status: out.status,
+          job_id: out.job_id,
+          request_id: res.locals.requestId,
+        });
+        res.json(out);
+      })
+      .all(methodNotAllowed(['POST']));
+  }
+  return r;
+}

@@ -1,0 +1,99 @@
+import { Router } from 'express';
+import { z } from 'zod';
+import {
+  declareFreeze,
+  freezeBodySchema,
+  freezeViewSchema,
+  getFreeze,
+  holdViewSchema,
+  liftBodySchema,
+  liftFreeze,
+  listFreezes,
+  listHolds,
+} from '../domain/freezes.js';
+import type { Guards } from '../domain/guards.js';
+import type { ConfirmChange } from '../domain/replication.js';
+import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
+import { parseJson, rawBody } from '../middleware/body.js';
+import { methodNotAllowed } from '../middleware/errors.js';
+import type { ApiConfig } from '../shared/config.js';
+import { UnprocessableError } from '../shared/errors.js';
+import type { JobReads } from '../shared/jobReads.js';
+import { FREEZES_KEY, HOLDS_KEY } from '../shared/keys.js';
+import type { Logger } from '../shared/logger.js';
+import type { Metrics } from '../shared/metrics.js';
+
+/**
+ * Freezes and holds (src/domain/freezes.ts):
+ * - GET /ops/freezes, GET /ops/freezes/:id (any valid key): the freezes not yet ended;
+ * - POST /ops/freezes (operator key): declare one; DELETE /ops/freezes/:id (operator key, body
+ *   {reason}): lift it early, releasing the deploys it held; both audited with the reason;
+ * - GET /ops/holds (any valid key): the deploys held now, with why and until when.
+ */
+export interface FreezesDeps {
+  config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
+  guards: Guards;
+  jobs: Pick<JobReads, 'get'>;
+  logger: Logger;
+  metrics: Pick<Metrics, 'authFailures'>;
+  apiKeyPolicy?: ApiKeyPolicy;
+  /** REDIS_MIN_REPLICAS_ACK for a freeze declared or lifted and the deploys it releases (src/domain/replication.ts); absent = off. */
+  changed?: ConfirmChange;
+}
+
+export const freezeListSchema = z.object({ freezes: z.array(freezeViewSchema) });
+export const holdListSchema = z.object({ holds: z.array(holdViewSchema) });
+
+function invalid(error: z.ZodError): UnprocessableError {
+  const issue = error.issues[0]!;
+  return new UnprocessableError(`invalid body field ${issue.path.join('.')}: ${issue.message}`.replace(/ {2,}/g, ' '));
+}
+
+export function freezesRouter(deps: FreezesDeps): Router {
+  const r = Router();
+  const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
+  const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', deps.apiKeyPolicy);
+  const body = rawBody(deps.config.BODY_LIMIT);
+  const g = deps.guards;
+
+  r.route('/ops/freezes')
+    .get(anyKey, async (_req, res) => {
+      res.json({ freezes: await listFreezes(g) });
+    })
+    .post(operatorKey, ...body, async (req, res) => {
+      const parsed = freezeBodySchema.safeParse(parseJson(req.body as Buffer));
+      if (!parsed.success) throw invalid(parsed.error);
+      res.locals.auditFields = { scope: parsed.data.scope, reason: parsed.data.reason };
+      const freeze = await declareFreeze(g, parsed.data, res.locals.principal!);
+      res.locals.auditFields = { freeze_id: freeze.id, scope: freeze.scope, reason: freeze.reason, ends_at: freeze.ends_at };
+      await deps.changed?.(`freeze ${freeze.id} declared`, [FREEZES_KEY]);
+      deps.logger.info('freeze declared', { freeze_id: freeze.id, scope: freeze.scope, ends_at: freeze.ends_at, by: res.locals.principal });
+      res.status(201).json(freeze);
+    })
+    .all(methodNotAllowed(['GET', 'POST']));
+
+  r.route('/ops/freezes/:id')
+    .get(anyKey, async (req, res) => {
+      res.json(await getFreeze(g, String(req.params.id)));
+    })
+    .delete(operatorKey, ...body, async (req, res) => {
+      const id = String(req.params.id);
+      const parsed = liftBodySchema.safeParse(parseJson(req.body as Buffer));
+      if (!parsed.success) throw invalid(parsed.error);
+      res.locals.auditFields = { freeze_id: id, reason: parsed.data.reason };
+      const out = await liftFreeze(g, id);
+      res.locals.auditFields = { freeze_id: id, reason: parsed.data.reason, released: out.released };
+      await deps.changed?.(`freeze ${id} lifted`, [FREEZES_KEY, HOLDS_KEY]);
+      deps.logger.info('freeze lifted', { freeze_id: id, by: res.locals.principal, released: out.released.length });
+      res.json(out);
+    })
+    .all(methodNotAllowed(['GET', 'DELETE']));
+
+  r.route('/ops/holds')
+    .get(anyKey, async (_req, res) => {
+      res.json({ holds: await listHolds(g, async (id) => (await deps.jobs.get(id))?.state) });
+    })
+    .all(methodNotAllowed(['GET']));
+
+  return r;
+}

@@ -1,0 +1,181 @@
+import { randomBytes } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { z } from 'zod';
+import { APPROVALS_PENDING_KEY, approvalIndexKey, approvalKey, budgetKey } from './keys.js';
+import { IDEMPOTENCY_TTL_SECONDS } from './jobs.js';
+import { defineLua, loadLua } from './lua.js';
+
+/**
+ * Four-eyes approvals of guarded changes, kept in Redis and decided by one script
+ * (src/shared/lua/approval-decide.lua), so two operators approving at once see one 'approved'
+ * between them, and only that one queues the change. The change's job id is the approval id: a
+ * repeated add of it (a retried approval call, an API killed between the decision and the add)
+ * adds nothing.
+ *
+ * The record (JSON) holds what the change is (a restart's host and service, or a deploy's job
+ * data), who asked (principal and credential id, never a secret), the required count, the expiry
+ * and every approver with their reason. It is kept IDEMPOTENCY_TTL_SECONDS after its expiry, so
+ * GET /ops/approvals/{id} and GET /ops/jobs/{id} still tell what became of it.
+ */
+export const APPROVAL_ID = /^apr-[a-z0-9]{20}$/;
+
+export const APPROVAL_STATES = ['pending', 'approved', 'rejected', 'expired'] as const;
+export type ApprovalState = (typeof APPROVAL_STATES)[number];
+
+export const approverSchema = z.object({
+  by: z.string(),
+  reason: z.string(),
+  at: z.string().describe('RFC 3339'),
+});
+
+/** What a restart or deploy approval stands for. */
+export type ApprovalChange =
+  | { kind: 'restart'; host: string; service: string; namespace: string; override?: { by: string; reason: string } }
+  | { kind: 'deploy'; project: string; ref: string; namespace: string; sha?: string; event_id?: string; delivery_id?: string };
+
+export interface Approval {
+  id: string;
+  status: ApprovalState;
+  change: ApprovalChange;
+  /** Who asked (principal: `key:<id>`, `bearer:<id>`, `webhook:<sender>`). */
+  requester: string;
+  /** The credential id of the requester's secret (first 12 hex of its SHA-256); '' for a webhook. */
+  requester_credential: string;
+  /** The requester's reason, when given. */
+  reason: string;
+  required: number;
+  approvers: Array<{ by: string; credential: string; reason: string; at: number }>;
+  rejected?: { by: string; credential: string; reason: string; at: number };
+  created_at: number;
+  expires_at: number;
+  decided_at?: number;
+  /** The audit id of the request that asked for it (the job carries it). */
+  audit_id: string;
+  /** The identity whose pending approval a second request joins (a Deployment, an event id). */
+  identity: string;
+}
+
+/** A new approval id: `apr-` + 20 base-36 characters (about 103 bits). */
+export function newApprovalId(): string {
+  const bytes = randomBytes(20);
+  let s = '';
+  for (const b of bytes) s += (b % 36).toString(36);
+  return `apr-${s}`;
+}
+
+/** An approval id derived from an Idempotency-Key scope (hex), so a retried request finds its approval. */
+export function approvalIdFor(scopeHex: string): string {
+  let s = '';
+  for (let i = 0; i < 20; i++) s += (parseInt(scopeHex.slice(i * 2, i * 2 + 2) || '0', 16) % 36).toString(36);
+  return `apr-${s}`;
+}
+
+/** A record as Redis holds it (Lua's cjson writes an empty list as {}). */
+export function parseApproval(raw: string | null | undefined): Approval | undefined {
+  if (!raw) return undefined;
+  try {
+    const a = JSON.parse(raw) as Approval;
+    if (!Array.isArray(a.approvers)) a.approvers = [];
+    return a;
+  } catch {
+    return undefined;
+  }
+}
+
+/** pending past its expiry reads as expired, whether or not a script marked it yet. */
+export function effectiveStatus(a: Approval, now: number): ApprovalState {
+  return a.status === 'pending' && now >= a.expires_at ? 'expired' : a.status;
+}
+
+export type Decision = 'approve' | 'reject' | 'expire';
+
+export type DecideVerdict =
+  'not_found' | 'decided' | 'expired' | 'pending' | 'self' | 'again' | 'budget' | 'recorded' | 'approved' | 'rejected';
+
+export interface DecideResult {
+  verdict: DecideVerdict;
+  approval?: Approval;
+  /** 'budget': ms until the namespace's budget has room. */
+  retryMs: number;
+}
+
+export interface ApprovalStore {
+  /** Records it, or answers the approval that already stands for its identity (created: false). */
+  create(a: Approval): Promise<{ created: boolean; id: string }>;
+  get(id: string): Promise<Approval | undefined>;
+  /** Pending approvals, soonest expiry first. */
+  pending(now: number): Promise<Approval[]>;
+  decide(
+    id: string,
+    d: {
+      action: Decision;
+      by: string;
+      credential: string;
+      reason: string;
+      now: number;
+      /** The restart budget the last approval takes (restarts of a namespace with one). */
+      budget?: { namespace: string; restarts: number; perMs: number };
+    },
+  ): Promise<DecideResult>;
+}
+
+const CREATE = 'opsgateApprovalCreate';
+const DECIDE = 'opsgateApprovalDecide';
+const CREATE_LUA = loadLua('approval-create');
+const DECIDE_LUA = loadLua('approval-decide');
+const KEEP_MS = IDEMPOTENCY_TTL_SECONDS * 1000;
+
+type Scripts = Record<string, (...args: Array<string | number>) => Promise<unknown>>;
+
+export function createApprovalStore(redis: Redis): ApprovalStore {
+  defineLua(redis, CREATE, CREATE_LUA, 3);
+  defineLua(redis, DECIDE, DECIDE_LUA, 4);
+  const call = redis as unknown as Scripts;
+  return {
+    async create(a) {
+      const [created, id] = (await call[CREATE]!(
+        approvalKey(a.id),
+        approvalIndexKey(a.identity),
+        APPROVALS_PENDING_KEY,
+        a.id,
+        JSON.stringify(a),
+        a.expires_at,
+        a.expires_at - a.created_at + KEEP_MS,
+        a.created_at,
+      )) as [number, string];
+      return { created: created === 1, id };
+    },
+
+    async get(id) {
+      if (!APPROVAL_ID.test(id)) return undefined;
+      return parseApproval(await redis.get(approvalKey(id)));
+    },
+
+    async pending(now) {
+      const ids = await redis.zrangebyscore(APPROVALS_PENDING_KEY, now + 1, '+inf');
+      if (ids.length === 0) return [];
+      const raws = await redis.mget(...ids.map(approvalKey));
+      return raws.map(parseApproval).filter((a): a is Approval => a !== undefined && effectiveStatus(a, now) === 'pending');
+    },
+
+    async decide(id, d) {
+      const b = d.budget;
+      const [verdict, raw, retry] = (await call[DECIDE]!(
+        approvalKey(id),
+        APPROVALS_PENDING_KEY,
+        // The index is named by the record; its key is only known once it is read.
+        approvalIndexKey((await this.get(id))?.identity ?? id),
+        budgetKey(b?.namespace ?? '-'),
+        d.action,
+        d.by,
+        d.credential,
+        d.reason,
+        d.now,
+        b?.restarts ?? 0,
+        b?.perMs ?? 0,
+        KEEP_MS,
+      )) as [DecideVerdict, string, number];
+      return { verdict, ...(raw ? { approval: parseApproval(raw) } : {}), retryMs: Number(retry) };
+    },
+  };
+}

@@ -1,0 +1,55 @@
+import type { Redis } from 'ioredis';
+import { budgetKey } from './keys.js';
+import { defineLua, loadLua } from './lua.js';
+
+/**
+ * Restart budgets: at most N restarts of a namespace's Deployments per sliding window, counted in
+ * Redis (src/shared/lua/budget-take.lua), so every API replica, caller and webhook draws on the
+ * same budget. A member is the restart's job id: taking twice for one job takes once, and a
+ * restart that turned out not to run (it joined another one, or was never added) gives its place
+ * back. An approved restart takes its place in the approval's own decision
+ * (src/shared/lua/approval-decide.lua), on the same key.
+ */
+export interface BudgetLimit {
+  restarts: number;
+  /** The window, in seconds. */
+  per: number;
+}
+
+export interface BudgetUse {
+  /** Restarts in the window (after this one, when taken). */
+  used: number;
+  /** Spent: ms until the oldest restart of the window leaves it. */
+  retryMs: number;
+}
+
+export interface Budgets {
+  take(namespace: string, limit: BudgetLimit, jobId: string, now: number): Promise<{ taken: boolean } & BudgetUse>;
+  giveBack(namespace: string, jobId: string): Promise<void>;
+  /** Without taking anything (a dry run): what is used now, and when a place frees when none is left. */
+  peek(namespace: string, limit: BudgetLimit, now: number): Promise<BudgetUse>;
+}
+
+const TAKE = 'opsgateBudgetTake';
+const TAKE_LUA = loadLua('budget-take');
+
+export function createBudgets(redis: Redis): Budgets {
+  defineLua(redis, TAKE, TAKE_LUA, 1);
+  const scripts = redis as unknown as Record<string, (...a: Array<string | number>) => Promise<[number, number, number]>>;
+  return {
+    async take(namespace, limit, jobId, now) {
+      const [taken, used, retry] = await scripts[TAKE]!(budgetKey(namespace), now, limit.per * 1000, limit.restarts, jobId);
+      return { taken: taken === 1, used: Number(used), retryMs: Number(retry) };
+    },
+    async giveBack(namespace, jobId) {
+      await redis.zrem(budgetKey(namespace), jobId);
+    },
+    async peek(namespace, limit, now) {
+      const since = now - limit.per * 1000;
+      const inWindow = await redis.zrangebyscore(budgetKey(namespace), `(${since}`, '+inf', 'WITHSCORES');
+      const used = inWindow.length / 2;
+      const oldest = Number(inWindow[1] ?? now);
+      return { used, retryMs: used >= limit.restarts ? Math.max(1, oldest + limit.per * 1000 - now) : 0 };
+    },
+  };
+}

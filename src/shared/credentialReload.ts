@@ -1,0 +1,79 @@
+import { ConfigError } from './errors.js';
+import { API_KEYS_FILE_VAR, expiredKeyWarnings, parseSecretFile, reloadApiKeys, weakCredentialWarnings, type ApiConfig } from './config.js';
+import type { FileReloader } from './fileReload.js';
+import { watchCredentialFile, type CredentialReloadMetrics, type SenderSecrets } from './liveSecrets.js';
+import type { Logger } from './logger.js';
+import { SOURCE_SECRET_ENVS, secretFileVar } from '../sources/index.js';
+
+/**
+ * The API's reload of its credential files while it runs (the files loadApiConfig read at start,
+ * config.credentialFiles): the keys file replaces the keys of the file in config.apiKeys (those of
+ * OPS_API_KEY_ROLES stay), a sender's secret file replaces that sender's values in `senderSecrets`
+ * (a file that did not exist at start is watched too: when it appears, its sender is configured).
+ * Every new value is added to the logger's redaction before it is in use. An invalid file is
+ * refused (src/shared/liveSecrets.ts): the last good keys or secret stay in use.
+ */
+export function watchCredentials(opts: {
+  config: Pick<ApiConfig, 'apiKeys' | 'credentialFiles' | 'SECRETS_RELOAD_INTERVAL_MS' | 'OPS_BEARER_TOKEN'>;
+  senderSecrets: SenderSecrets;
+  logger: Logger;
+  metrics?: CredentialReloadMetrics;
+}): FileReloader {
+  const { config, senderSecrets, logger, metrics } = opts;
+  const intervalMs = config.SECRETS_RELOAD_INTERVAL_MS;
+  const envKeys = config.apiKeys.filter((k) => k.source === 'env');
+  const secretEnvOf = new Map(SOURCE_SECRET_ENVS.map((env) => [secretFileVar(env), env]));
+  const reloaders: FileReloader[] = [];
+
+  for (const file of config.credentialFiles) {
+    if (file.variable === API_KEYS_FILE_VAR) {
+      reloaders.push(
+        watchCredentialFile({
+          file,
+          intervalMs,
+          logger,
+          metrics,
+          parse: (text) => reloadApiKeys(text ?? '', envKeys),
+          apply(keys) {
+            logger.addSecrets(keys.map((k) => k.key ?? k.digest.toString('hex')));
+            // In place: every holder of config.apiKeys sees the new set at once.
+            config.apiKeys.splice(0, config.apiKeys.length, ...keys);
+            const fileKeys = { apiKeys: keys.filter((k) => k.source === 'file'), OPS_BEARER_TOKEN: undefined };
+            for (const warning of [...weakCredentialWarnings(fileKeys), ...expiredKeyWarnings(fileKeys)]) logger.warn(warning);
+          },
+          describe: (keys) => ({ key_ids: keys.filter((k) => k.source === 'file').map((k) => k.id) }),
+        }),
+      );
+      continue;
+    }
+    const env = secretEnvOf.get(file.variable);
+    if (!env) continue;
+    reloaders.push(
+      watchCredentialFile({
+        file,
+        intervalMs,
+        logger,
+        metrics,
+        // Once in use, a secret file that goes away is refused like any invalid one: the last good secret stays.
+        parse: (text) => {
+          if (text === undefined) throw new ConfigError(file.variable, 'cannot be read (ENOENT)');
+          return parseSecretFile(text, file.variable);
+        },
+        apply(values) {
+          logger.addSecrets(values);
+          senderSecrets.set(env, values);
+        },
+        // How many values are in use: 2 while a previous secret is still accepted.
+        describe: (values) => ({ values: values.length }),
+      }),
+    );
+  }
+  return {
+    async check() {
+      await Promise.all(reloaders.map((r) => r.check()));
+    },
+    close() {
+      for (const r of reloaders) r.close();
+    },
+  };
+}

@@ -1,0 +1,188 @@
+import { randomBytes } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { FREEZES_CHANNEL, FREEZES_KEY } from './keys.js';
+import type { Logger } from './logger.js';
+
+/**
+ * Change freezes, declared by operators (POST /ops/freezes) and kept in one Redis hash shared by
+ * every API replica and the worker. A freeze covers every change (`all`), the changes of one
+ * namespace (restarts of its hosts' Deployments, deploys of projects whose Jobs run there) or the
+ * deploys of one project, from `starts_at` (default: when it is declared) until `ends_at`.
+ * Freezes past their end are dropped when next read.
+ *
+ * Every change is published on FREEZES_CHANNEL with the write (one MULTI), so each API process can
+ * keep the freezes in memory (watchFreezes) and a push or a restart costs no Redis round trip for
+ * them. A process learns of another's change a moment later; a change it misses in that moment is
+ * caught by the worker, which reads the freezes afresh when it takes a job (worker/report.ts).
+ */
+export const FREEZE_SCOPES = ['all', 'namespace', 'project'] as const;
+export type FreezeScope = (typeof FREEZE_SCOPES)[number];
+export const FREEZE_ID = /^frz-[0-9a-f]{16}$/;
+
+export interface Freeze {
+  id: string;
+  scope: FreezeScope;
+  /** scope namespace */
+  namespace?: string;
+  /** scope project */
+  project?: string;
+  reason: string;
+  created_by: string;
+  created_at: number;
+  starts_at: number;
+  ends_at: number;
+}
+
+/** What a freeze can cover. */
+export interface FreezeTarget {
+  namespace: string;
+  /** A deploy's project; absent for a restart. */
+  project?: string;
+}
+
+export function covers(f: Freeze, t: FreezeTarget): boolean {
+  if (f.scope === 'all') return true;
+  if (f.scope === 'namespace') return f.namespace === t.namespace;
+  return t.project !== undefined && f.project === t.project;
+}
+
+/** "namespace shop", "project group/app", "everything". */
+export function describeScope(f: Pick<Freeze, 'scope' | 'namespace' | 'project'>): string {
+  return f.scope === 'all' ? 'everything' : f.scope === 'namespace' ? `namespace ${f.namespace}` : `project ${f.project}`;
+}
+
+export const newFreezeId = (): string => `frz-${randomBytes(8).toString('hex')}`;
+
+export interface FreezeStore {
+  create(f: Freeze): Promise<void>;
+  /** Every freeze not yet ended (those that start later included), soonest end first. */
+  list(now: number): Promise<Freeze[]>;
+  get(id: string, now: number): Promise<Freeze | undefined>;
+  /** Removes it; answers the freeze that was removed, or undefined when there was none (or it had ended). */
+  remove(id: string, now: number): Promise<Freeze | undefined>;
+}
+
+function parse(raw: string | null | undefined): Freeze | undefined {
+  if (!raw) return undefined;
+  try {
+    return JSON.parse(raw) as Freeze;
+  } catch {
+    return undefined;
+  }
+}
+
+export function createFreezeStore(redis: Redis): FreezeStore {
+  return {
+    async create(f) {
+      await redis.multi().hset(FREEZES_KEY, f.id, JSON.stringify(f)).publish(FREEZES_CHANNEL, f.id).exec();
+    },
+    async list(now) {
+      const all = await redis.hgetall(FREEZES_KEY);
+      const out: Freeze[] = [];
+      const ended: string[] = [];
+      for (const [id, raw] of Object.entries(all)) {
+        const f = parse(raw);
+        if (!f || f.ends_at <= now) ended.push(id);
+        else out.push(f);
+      }
+      // A freeze read as ended by this replica is ended for every replica: dropping it is safe.
+      if (ended.length > 0) await redis.hdel(FREEZES_KEY, ...ended).catch(() => undefined);
+      return out.sort((a, b) => a.ends_at - b.ends_at || a.id.localeCompare(b.id));
+    },
+    async get(id, now) {
+      if (!FREEZE_ID.test(id)) return undefined;
+      const f = parse(await redis.hget(FREEZES_KEY, id));
+      return f && f.ends_at > now ? f : undefined;
+    },
+    async remove(id, now) {
+      if (!FREEZE_ID.test(id)) return undefined;
+      const f = parse(await redis.hget(FREEZES_KEY, id));
+      // HDEL answers 1 to one caller only: two operators lifting the same freeze release its holds once.
+      const removed = await redis.hdel(FREEZES_KEY, id);
+      if (removed === 1) await redis.publish(FREEZES_CHANNEL, id).catch(() => 0);
+      return removed === 1 && f && f.ends_at > now ? f : undefined;
+    },
+  };
+}
+
+/**
+ * The freezes kept in memory by an API process: loaded at start, reloaded whenever FREEZES_CHANNEL
+ * says they changed (and after every reconnection of the subscriber, which may have missed a
+ * message), read from Redis only while the subscription is not live. Changes made through the API
+ * are published; one made by hand in Redis is seen at the next change or reconnection (or publish
+ * on FREEZES_CHANNEL).
+ */
+export interface FreezeWatch {
+  /** The freezes not yet ended at `now`. */
+  list(now: number): Promise<Freeze[]>;
+  /** They changed (this process changed them; the message comes a moment later): reload now. Resolves once reloaded. */
+  changed(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export function watchFreezes(deps: { store: FreezeStore; subscriber: Redis; logger?: Logger }): FreezeWatch {
+  const { store, subscriber, logger } = deps;
+  let cached: Freeze[] | undefined;
+  let live = false;
+  let started = false;
+  let generation = 0;
+  let inflight: Promise<void> | undefined;
+  const reload = (): Promise<void> => {
+    const mine = ++generation;
+    const p = (async () => {
+      try {
+        const list = await store.list(Date.now());
+        // Two reloads in flight: the later one's answer stands.
+        if (mine === generation) cached = list;
+      } catch (err) {
+        if (mine === generation) cached = undefined;
+        logger?.warn('could not load the freezes; reading them per request until it works', { err });
+      }
+    })().finally(() => {
+      if (inflight === p) inflight = undefined;
+    });
+    inflight = p;
+    return p;
+  };
+  const onMessage = (channel: string) => {
+    if (channel === FREEZES_CHANNEL) void reload();
+  };
+  const onReady = () => {
+    // A reconnection: ioredis subscribes again by itself; what changed meanwhile is read now.
+    if (started) void reload().then(() => (live = cached !== undefined));
+  };
+  const onClose = () => {
+    live = false;
+  };
+  subscriber.on('message', onMessage);
+  subscriber.on('ready', onReady);
+  subscriber.on('close', onClose);
+  subscriber.on('error', (err: Error) => logger?.debug('freezes subscriber error', { err }));
+  void subscriber
+    .subscribe(FREEZES_CHANNEL)
+    .then(() => reload())
+    .then(() => {
+      started = true;
+      live = cached !== undefined;
+    })
+    .catch((err: unknown) => logger?.warn('could not subscribe to the freezes channel; reading them per request', { err }));
+
+  return {
+    async list(now) {
+      // A reload in flight was asked for by a change: its answer is the one to use.
+      if (inflight) await inflight;
+      if (live && cached) return cached.filter((f) => f.ends_at > now);
+      return store.list(now);
+    },
+    changed() {
+      return reload();
+    },
+    async close() {
+      live = false;
+      subscriber.off('message', onMessage);
+      subscriber.off('ready', onReady);
+      subscriber.off('close', onClose);
+      subscriber.disconnect();
+    },
+  };
+}

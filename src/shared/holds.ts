@@ -1,0 +1,60 @@
+import type { Redis } from 'ioredis';
+import { HOLDS_KEY } from './keys.js';
+import type { GateReason } from './gate.js';
+
+/**
+ * Deploys held by a freeze or outside their project's change windows: each is a BullMQ delayed
+ * job (it wakes when the gate is expected to open), and this record says why, for GET /ops/jobs/{id},
+ * GET /ops/holds and the release of a lifted freeze (DELETE /ops/freezes/{id} promotes the jobs
+ * its freeze held). Written before the job is added or delayed, dropped when the worker lets the
+ * job run; a record whose job is gone is ignored by every reader.
+ */
+export interface Hold {
+  job_id: string;
+  project: string;
+  namespace: string;
+  ref: string;
+  reasons: GateReason[];
+  /** When the gate is expected to open (ms): the job's delay. */
+  until: number;
+  held_at: number;
+  /** Who held it: the API when it queued it, the worker when it woke and found the gate closed. */
+  by: 'api' | 'worker';
+  requested_by: string;
+}
+
+export interface HoldStore {
+  set(h: Hold): Promise<void>;
+  get(jobId: string): Promise<Hold | undefined>;
+  remove(jobId: string): Promise<void>;
+  all(): Promise<Hold[]>;
+}
+
+function parse(raw: string | null | undefined): Hold | undefined {
+  if (!raw) return undefined;
+  try {
+    return JSON.parse(raw) as Hold;
+  } catch {
+    return undefined;
+  }
+}
+
+export function createHoldStore(redis: Redis): HoldStore {
+  return {
+    async set(h) {
+      await redis.hset(HOLDS_KEY, h.job_id, JSON.stringify(h));
+    },
+    async get(jobId) {
+      return parse(await redis.hget(HOLDS_KEY, jobId));
+    },
+    async remove(jobId) {
+      await redis.hdel(HOLDS_KEY, jobId);
+    },
+    async all() {
+      return Object.values(await redis.hgetall(HOLDS_KEY))
+        .map(parse)
+        .filter((h): h is Hold => h !== undefined)
+        .sort((a, b) => a.until - b.until);
+    },
+  };
+}

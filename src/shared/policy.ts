@@ -1,0 +1,97 @@
+import { z } from 'zod';
+import { isTimeZone, WEEKDAYS, type ChangeWindow } from './windows.js';
+
+/**
+ * Guarded changes: the policy of a host (its restarts) or a project (its deploys), from the
+ * inventory (src/shared/inventory.ts). The inventory's top-level `policy` is the default of every
+ * host and project; a host's or project's own `policy` replaces it field by field.
+ *
+ * - approval: {required, ttl}: the change waits for `required` operators other than the requester
+ *   to approve it within `ttl` (four-eyes).
+ * - windows: recurring change windows (src/shared/windows.ts). Outside them a restart is refused
+ *   (409, unless overridden with a reason) and a deploy is held until the next one opens.
+ * - budget (hosts only): at most `restarts` restarts of Deployments of the host's namespace per
+ *   `per`, counted across every API replica, caller and webhook. Hosts sharing a namespace share
+ *   its budget, so they must give the same one.
+ */
+
+/** "90s", "10m", "1h", "1h30m", "2d" or a number of seconds -> seconds. */
+export function parseDuration(v: string | number): number | undefined {
+  if (typeof v === 'number') return Number.isInteger(v) && v > 0 ? v : undefined;
+  const m = /^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$/.exec(v.trim());
+  if (!m || v.trim() === '') return /^\d+$/.test(v.trim()) && Number(v) > 0 ? Number(v) : undefined;
+  const s = Number(m[1] ?? 0) * 86400 + Number(m[2] ?? 0) * 3600 + Number(m[3] ?? 0) * 60 + Number(m[4] ?? 0);
+  return s > 0 ? s : undefined;
+}
+
+/** A duration in seconds, written "90s", "10m", "1h", "1h30m", "2d" or as a number of seconds. */
+export const durationSchema = (max: number, what: string) =>
+  z.union([z.string(), z.number()]).transform((v, ctx) => {
+    const s = parseDuration(v);
+    if (s === undefined || s > max) {
+      ctx.addIssue({ code: 'custom', message: `${what} must be a duration such as 90s, 10m or 1h, at most ${max} s` });
+      return z.NEVER;
+    }
+    return s;
+  });
+
+/** "1h", "10m", "90s": the shortest plain form of a number of seconds, for answers and messages. */
+export function formatDuration(seconds: number): string {
+  const parts: string[] = [];
+  let s = Math.round(seconds);
+  for (const [unit, size] of [
+    ['d', 86400],
+    ['h', 3600],
+    ['m', 60],
+  ] as const) {
+    if (s >= size) {
+      parts.push(`${Math.floor(s / size)}${unit}`);
+      s %= size;
+    }
+  }
+  if (s > 0 || parts.length === 0) parts.push(`${s}s`);
+  return parts.join('');
+}
+
+const hhmm = z.string().regex(/^([01]\d|2[0-3]):[0-5]\d$/, 'must be HH:MM (00:00-23:59)');
+
+export const windowSchema = z
+  .strictObject({
+    days: z.array(z.enum(WEEKDAYS)).min(1, 'needs at least one day'),
+    start: hhmm,
+    end: z.string().regex(/^(([01]\d|2[0-3]):[0-5]\d|24:00)$/, 'must be HH:MM (00:00-24:00)'),
+    timeZone: z.string().refine(isTimeZone, 'is not an IANA time zone this runtime knows (e.g. Europe/Paris, UTC)'),
+  })
+  .refine((w) => w.start !== w.end, 'start and end must differ (a window across midnight ends before it starts)');
+
+export const approvalPolicySchema = z.strictObject({
+  required: z.number().int().min(1).max(5).default(1),
+  /** How long the approval may be given, in seconds. */
+  ttl: durationSchema(7 * 86400, 'ttl').default(3600),
+});
+
+export const budgetPolicySchema = z.strictObject({
+  restarts: z.number().int().min(1).max(10000),
+  /** The sliding window, in seconds. */
+  per: durationSchema(7 * 86400, 'per'),
+});
+
+export const projectPolicySchema = z.strictObject({
+  approval: approvalPolicySchema.optional(),
+  windows: z.array(windowSchema).max(50).optional(),
+});
+
+export const hostPolicySchema = projectPolicySchema.extend({
+  budget: budgetPolicySchema.optional(),
+});
+
+export type ApprovalPolicy = z.infer<typeof approvalPolicySchema>;
+export type BudgetPolicy = z.infer<typeof budgetPolicySchema>;
+export type HostPolicy = z.infer<typeof hostPolicySchema>;
+export type ProjectPolicy = z.infer<typeof projectPolicySchema>;
+export type Windows = readonly ChangeWindow[];
+
+/** The effective policy: the default's fields, each replaced by the entry's own when it gives it. */
+export function mergePolicy<P extends ProjectPolicy>(defaults: P | undefined, own: P | undefined): P {
+  return { ...(defaults ?? {}), ...(own ?? {}) } as P;
+}

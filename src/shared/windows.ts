@@ -1,0 +1,164 @@
+/**
+ * Recurring change windows: weekdays and hours of the wall clock in an IANA time zone, e.g.
+ * `{days: [mon, tue, wed, thu], start: "09:00", end: "17:00", timeZone: "Europe/Paris"}`.
+ *
+ * Everything is computed with the runtime's own time-zone database (Intl.DateTimeFormat), so
+ * daylight-saving changes follow the zone's rules and no dependency is added. A window whose end is
+ * not after its start spans midnight (22:00-06:00): its days name the day it opens. "24:00" ends a
+ * window at midnight. A wall-clock time that does not exist (the hour skipped when clocks go
+ * forward) moves forward by the length of the gap; one that exists twice (clocks go back) is its
+ * first occurrence.
+ *
+ * The clock is always passed in (`now`, ms since the epoch): the tests control it.
+ */
+export const WEEKDAYS = ['sun', 'mon', 'tue', 'wed', 'thu', 'fri', 'sat'] as const;
+export type Weekday = (typeof WEEKDAYS)[number];
+
+export interface ChangeWindow {
+  days: readonly Weekday[];
+  /** "HH:MM", 00:00-23:59. */
+  start: string;
+  /** "HH:MM", 00:00-24:00. */
+  end: string;
+  timeZone: string;
+}
+
+export interface WindowState {
+  /** Now is inside one of the windows (or there are none: always open). */
+  open: boolean;
+  /** Open: when the window that contains now closes (ms); absent when always open. */
+  closesAt?: number;
+  /** Closed: when the next window opens (ms). */
+  opensAt?: number;
+}
+
+const formatters = new Map<string, Intl.DateTimeFormat>();
+function formatter(timeZone: string): Intl.DateTimeFormat {
+  let f = formatters.get(timeZone);
+  if (!f) {
+    f = new Intl.DateTimeFormat('en-US', {
+      timeZone,
+      hourCycle: 'h23',
+      year: 'numeric',
+      month: 'numeric',
+      day: 'numeric',
+      hour: 'numeric',
+      minute: 'numeric',
+      second: 'numeric',
+      weekday: 'short',
+    });
+    formatters.set(timeZone, f);
+  }
+  return f;
+}
+
+/** Whether the runtime knows the zone (an unknown one makes Intl throw a RangeError). */
+export function isTimeZone(tz: string): boolean {
+  try {
+    formatter(tz);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** "HH:MM" -> minutes since midnight. */
+export function minutesOf(hhmm: string): number {
+  const [h, m] = hhmm.split(':').map(Number) as [number, number];
+  return h * 60 + m;
+}
+
+interface Local {
+  year: number;
+  month: number;
+  day: number;
+  /** 0 = Sunday */
+  weekday: number;
+  /** minutes since local midnight, with seconds as a fraction */
+  minutes: number;
+}
+
+const DAY_MS = 86_400_000;
+
+const WEEKDAY_INDEX: Record<string, number> = { Sun: 0, Mon: 1, Tue: 2, Wed: 3, Thu: 4, Fri: 5, Sat: 6 };
+
+function local(ms: number, timeZone: string): Local {
+  const parts: Record<string, string> = {};
+  for (const p of formatter(timeZone).formatToParts(new Date(ms))) parts[p.type] = p.value;
+  return {
+    year: Number(parts.year),
+    month: Number(parts.month),
+    day: Number(parts.day),
+    weekday: WEEKDAY_INDEX[parts.weekday!]!,
+    minutes: Number(parts.hour) * 60 + Number(parts.minute) + Number(parts.second) / 60,
+  };
+}
+
+/** The zone's offset from UTC at an instant, in ms (local wall clock - UTC). */
+function offsetAt(ms: number, timeZone: string): number {
+  const l = local(ms, timeZone);
+  const wall = Date.UTC(l.year, l.month - 1, l.day, 0, 0, 0) + Math.round(l.minutes * 60) * 1000;
+  return wall - Math.floor(ms / 1000) * 1000;
+}
+
+/**
+ * The instant a wall-clock time of a local date has in a zone (see the header for the skipped
+ * and repeated hours of daylight-saving changes). `day` may overflow the month and `minutes` the
+ * day (Date.UTC normalises both).
+ *
+ * The zone's offsets half a day before and after are the only candidates (no zone changes its
+ * offset twice within a day): each gives an instant, and the earliest that shows this wall time
+ * wins. None shows it when the wall time was skipped: then the offset from before the change
+ * applies, which moves it forward by the length of the gap (02:30 becomes 03:30), as Temporal's
+ * "compatible" disambiguation does.
+ */
+export function zonedInstant(year: number, month: number, day: number, minutes: number, timeZone: string): number {
+  const wall = Date.UTC(year, month - 1, day, 0, minutes, 0);
+  const before = offsetAt(wall - DAY_MS / 2, timeZone);
+  const after = offsetAt(wall + DAY_MS / 2, timeZone);
+  const shows = (t: number) => Math.round(local(t, timeZone).minutes) === ((minutes % 1440) + 1440) % 1440;
+  const candidates = [...new Set([wall - before, wall - after])].sort((a, b) => a - b);
+  return candidates.find(shows) ?? wall - before;
+}
+
+/** The [open, close) instants of one window for the local date `offsetDays` from now's local date. */
+function occurrence(w: ChangeWindow, base: Local, offsetDays: number): [number, number] | undefined {
+  // The weekday of the local date base + offsetDays.
+  const weekday = (((base.weekday + offsetDays) % 7) + 7) % 7;
+  if (!w.days.includes(WEEKDAYS[weekday]!)) return undefined;
+  const start = minutesOf(w.start);
+  let end = minutesOf(w.end);
+  if (end <= start) end += 1440; // spans midnight
+  const opens = zonedInstant(base.year, base.month, base.day + offsetDays, start, w.timeZone);
+  const closes = zonedInstant(base.year, base.month, base.day + offsetDays, end, w.timeZone);
+  return [opens, closes];
+}
+
+/**
+ * Whether `now` is inside one of the windows, and when that changes. No windows: always open.
+ * Looks up to 8 days ahead (every window opens at least once a week).
+ */
+export function windowState(windows: readonly ChangeWindow[] | undefined, now: number): WindowState {
+  if (!windows || windows.length === 0) return { open: true };
+  let closesAt: number | undefined;
+  let opensAt: number | undefined;
+  for (const w of windows) {
+    const base = local(now, w.timeZone);
+    // Yesterday's occurrence may still be open (a window across midnight).
+    for (let d = -1; d <= 8; d++) {
+      const occ = occurrence(w, base, d);
+      if (!occ) continue;
+      const [o, c] = occ;
+      if (o <= now && now < c) closesAt = closesAt === undefined ? c : Math.max(closesAt, c);
+      else if (o > now && (opensAt === undefined || o < opensAt)) opensAt = o;
+    }
+  }
+  if (closesAt !== undefined) return { open: true, closesAt };
+  // Every window has at least one day: it opens within 8 days unless the zone's data is broken.
+  return { open: false, opensAt: opensAt ?? now + DAY_MS };
+}
+
+/** One line for an answer or a notification: "Mon-Thu 09:00-17:00 Europe/Paris". */
+export function describeWindow(w: ChangeWindow): string {
+  return `${w.days.join(',')} ${w.start}-${w.end} ${w.timeZone}`;
+}

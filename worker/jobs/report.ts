@@ -1,0 +1,139 @@
+import { DelayedError } from 'bullmq';
+import { effectiveStatus, type Approval } from '../../src/shared/approvals.js';
+import type { ReportChangeData } from '../../src/shared/jobs.js';
+import type { JobContext } from '../context.js';
+import { recordEvent, type EventReason } from '../events.js';
+import { resolveKubeConfig } from '../k8s.js';
+import { deliver, escapeSlack } from './notify.js';
+
+/**
+ * report_change: news of a guarded change for the on-call channel, posted to every
+ * NOTIFY_WEBHOOK_URLS endpoint as notify_oncall posts (worker/jobs/notify.ts: at least once, the
+ * job id in X-Opsgate-Delivery): an approval asked for (with how to approve it), rejected or
+ * expired; a gate overridden; a deploy held; how a restart or deploy ended. The message is
+ * Slack-compatible `text` plus the fields a receiver can act on: the job id, the requester, the
+ * approvers, the outcome with its duration or reason.
+ *
+ * approval_expiry runs at the approval's expiry (a delayed job): it expires the approval if nobody
+ * decided it (the decision script: a decision and the expiry cannot both win) and reports the
+ * expiry; an approval decided in time makes it a no-op. A rejected or expired restart gets its
+ * Kubernetes Event on the Deployment here (the API writes none); a deploy that never ran has no
+ * object to carry one.
+ */
+const ICON: Record<ReportChangeData['event'], string> = {
+  approval_requested: ':lock:',
+  approval_rejected: ':no_entry:',
+  approval_expiry: ':hourglass:',
+  override: ':warning:',
+  held: ':double_vertical_bar:',
+  outcome: ':checkered_flag:',
+};
+
+function what(d: ReportChangeData): string {
+  return d.change === 'restart'
+    ? `restart of Deployment ${d.namespace}/${d.service ?? '?'} (host ${d.host ?? '?'})`
+    : `deploy of ${d.project ?? '?'} ${d.ref ?? ''}`.trim();
+}
+
+function headline(d: ReportChangeData, base: string): string {
+  const s = `${what(d)} requested by ${d.requested_by}`;
+  switch (d.event) {
+    case 'approval_requested':
+      return `Approval needed: ${s}${d.reason ? ` (${d.reason})` : ''}. Another operator approves it with POST ${base}/ops/approvals/${d.approval_id}/approve (X-API-Key, body {"reason": "..."}), or rejects it with /reject`;
+    case 'approval_rejected':
+      return `Rejected: ${s}. ${d.outcome?.reason ?? ''}`.trim();
+    case 'approval_expiry':
+      return `Expired: ${s}; nobody approved it in time`;
+    case 'override':
+      return `Gate overridden: ${s}: ${d.reason ?? ''}`;
+    case 'held':
+      return `Held: ${s}, until ${d.outcome?.until ?? '?'}: ${d.outcome?.reason ?? ''}`;
+    case 'outcome': {
+      const o = d.outcome;
+      const approved = d.approvers.length > 0 ? `, approved by ${d.approvers.join(', ')}` : '';
+      const took = o?.duration_s !== undefined ? ` in ${o.duration_s} s` : '';
+      if (o?.result === 'rolled_out') return `Rolled out${took}: ${s}${approved}`;
+      if (o?.result === 'created') return `Deploy Job created${took}: ${s}${approved}`;
+      return `${o?.result === 'progress_deadline_exceeded' ? 'Progress deadline exceeded' : o?.result === 'refused' ? 'Refused' : 'Failed'}${took}: ${s}${approved}: ${o?.reason ?? ''}`;
+    }
+  }
+}
+
+export function reportBody(d: ReportChangeData, jobId: string, publicUrl: string | undefined): Record<string, unknown> {
+  const text = `${ICON[d.event]} ${escapeSlack(headline(d, publicUrl ?? ''))}`;
+  return {
+    text,
+    event: d.event,
+    change: d.change,
+    namespace: d.namespace,
+    ...(d.host ? { host: d.host, service: d.service } : {}),
+    ...(d.project ? { project: d.project, ref: d.ref } : {}),
+    job_id: d.job_id ?? null,
+    approval_id: d.approval_id ?? null,
+    ...(d.event === 'approval_requested' && d.approval_id
+      ? {
+          approve_url: `${publicUrl ?? ''}/ops/approvals/${d.approval_id}/approve`,
+          reject_url: `${publicUrl ?? ''}/ops/approvals/${d.approval_id}/reject`,
+        }
+      : {}),
+    requester: d.requested_by,
+    approvers: d.approvers,
+    outcome: d.outcome ?? null,
+    duration_s: d.outcome?.duration_s ?? null,
+    reason: d.reason ?? null,
+    audit_id: d.audit_id,
+    report_id: jobId,
+  };
+}
+
+/** A rejected or expired restart's Event on its Deployment (the Event is a record: failing to write it is logged). */
+async function restartEvent(d: ReportChangeData, ctx: JobContext, reason: EventReason, detail: string): Promise<void> {
+  if (d.change !== 'restart' || !d.service || !d.namespace) return;
+  try {
+    const kc = await resolveKubeConfig(ctx.kubeConfig);
+    await recordEvent(
+      kc,
+      {
+        namespace: d.namespace,
+        regarding: { apiVersion: 'apps/v1', kind: 'Deployment', name: d.service, namespace: d.namespace },
+        reason,
+        action: 'Decide',
+        type: 'Warning',
+        queueJobId: d.job_id ?? String(ctx.job.id),
+        auditId: d.audit_id,
+        requestedBy: d.requested_by,
+        detail,
+      },
+      ctx.logger,
+    );
+  } catch (err) {
+    ctx.logger.warn('no Kubernetes Event for the decision', { reason, err: (err as Error).message });
+  }
+}
+
+export async function reportChange(d: ReportChangeData, ctx: JobContext): Promise<{ delivered: number; endpoints: number; event: string }> {
+  let data = d;
+  if (d.event === 'approval_expiry') {
+    const g = ctx.guards;
+    if (!g || !d.approval_id) return { delivered: 0, endpoints: 0, event: 'skipped' };
+    const now = g.now();
+    const out = await g.approvals.decide(d.approval_id, { action: 'expire', by: 'opsgate', credential: '', reason: 'expired', now });
+    const a: Approval | undefined = out.approval;
+    if (out.verdict === 'pending' && a && ctx.job.moveToDelayed && ctx.token) {
+      // Woken before the expiry (clocks differ by a little): wait for it.
+      await ctx.job.moveToDelayed(Date.now() + Math.max(1, a.expires_at + 1 - now), ctx.token);
+      throw new DelayedError();
+    }
+    if (!a || effectiveStatus(a, now) !== 'expired') return { delivered: 0, endpoints: 0, event: 'decided in time' };
+    g.metrics?.changeOutcomes.inc({ change: d.change, result: 'expired' });
+    data = { ...d, outcome: { result: 'expired', reason: `nobody approved it before ${new Date(a.expires_at).toISOString()}` } };
+    await restartEvent(data, ctx, 'OpsgateRestartExpired', `approval ${d.approval_id} expired`);
+  } else if (d.event === 'approval_rejected') {
+    ctx.guards?.metrics?.changeOutcomes.inc({ change: d.change, result: 'rejected' });
+    await restartEvent(d, ctx, 'OpsgateRestartRejected', `approval ${d.approval_id} rejected: ${d.outcome?.reason ?? ''}`);
+  }
+  const body = reportBody(data, String(ctx.job.id), ctx.config.OPSGATE_PUBLIC_URL);
+  ctx.logger.info('change report', { event: d.event, change: d.change, job: d.job_id, text: body.text });
+  const sent = await deliver(body, ctx);
+  return { ...sent, event: d.event };
+}

@@ -1,0 +1,155 @@
+import { DelayedError, UnrecoverableError } from 'bullmq';
+import { describeReasons, gate } from '../src/shared/gate.js';
+import { findHost, findProject, hostPolicy, projectPolicy } from '../src/shared/inventory.js';
+import type { Outcome, OutcomeResult, RestartServiceData, RunDeployPipelineData } from '../src/shared/jobs.js';
+import type { JobContext } from './context.js';
+import { JobCancelledError, JobTimeoutError } from './errors.js';
+
+/**
+ * The guarded side of restart_service and run_deploy_pipeline in the worker:
+ * - the gate again at the start of an attempt: a held deploy that wakes to a closed gate (a freeze
+ *   declared meanwhile, a window not open yet) is delayed again with BullMQ's public API
+ *   (Job#moveToDelayed with the job's token, then DelayedError); a restart queued before a freeze
+ *   and run during it is refused, unless an operator overrode the gate;
+ * - the outcome at the end: rolled out (with its duration), created, failed, or past its progress
+ *   deadline, written into the job's progress (GET /ops/jobs/{id} shows it), counted, and reported
+ *   to the notification endpoints with the job id, requester, approvers and duration. The handlers
+ *   write the Kubernetes Event of the outcome themselves, on the object they touched.
+ */
+
+/** A final failure with the outcome it stands for (e.g. progress_deadline_exceeded). */
+export class ChangeFailedError extends UnrecoverableError {
+  readonly result: OutcomeResult;
+  constructor(message: string, result: OutcomeResult) {
+    super(message);
+    this.result = result;
+  }
+}
+
+/** Whether this failure ends the job (no retry follows): unrecoverable, or its last attempt. */
+export function isFinal(err: unknown, ctx: Pick<JobContext, 'job'>): boolean {
+  if (err instanceof DelayedError || err instanceof JobCancelledError) return false;
+  if (err instanceof UnrecoverableError) return true;
+  return ctx.job.attemptsMade + 1 >= (ctx.job.opts.attempts ?? 1);
+}
+
+export function failureOutcome(err: unknown, seconds: number): Outcome {
+  const result: OutcomeResult = err instanceof ChangeFailedError ? err.result : 'failed';
+  const reason = err instanceof JobTimeoutError ? `attempt ${err.message}` : err instanceof Error ? err.message : String(err);
+  return { result, reason: reason.slice(0, 1000), duration_s: Math.round(seconds * 10) / 10 };
+}
+
+type ChangeData = { name: 'restart'; data: RestartServiceData } | { name: 'deploy'; data: RunDeployPipelineData };
+
+function target(c: ChangeData, ctx: JobContext) {
+  if (c.name === 'restart') {
+    return {
+      change: 'restart' as const,
+      host: c.data.host,
+      service: c.data.service,
+      namespace: findHost(ctx.inventory, c.data.host)?.namespace ?? '',
+    };
+  }
+  return {
+    change: 'deploy' as const,
+    project: c.data.project,
+    ref: c.data.ref,
+    namespace: findProject(ctx.inventory, c.data.project)?.namespace ?? '',
+  };
+}
+
+/**
+ * The gate at the start of an attempt. A deploy it closes is delayed until it opens (this throws
+ * DelayedError, which tells BullMQ the job was moved); a restart it closes is refused.
+ */
+export async function checkGate(c: ChangeData, ctx: JobContext): Promise<void> {
+  const g = ctx.guards;
+  if (!g) return;
+  const now = g.now();
+  const t = target(c, ctx);
+  const windows =
+    c.name === 'restart' ? hostPolicy(ctx.inventory, c.data.host).windows : projectPolicy(ctx.inventory, c.data.project).windows;
+  const verdict = gate(
+    await g.freezes.list(now),
+    windows,
+    { namespace: t.namespace, ...(c.name === 'deploy' ? { project: c.data.project } : {}) },
+    now,
+  );
+  const jobId = String(ctx.job.id);
+  if (!verdict.blocked) {
+    if (c.name === 'deploy') await g.holds.remove(jobId);
+    return;
+  }
+  if (c.name === 'restart') {
+    if (c.data.override) {
+      ctx.logger.warn('restart runs through a closed gate (overridden)', {
+        by: c.data.override.by,
+        reasons: describeReasons(verdict.reasons),
+      });
+      return;
+    }
+    throw new ChangeFailedError(`restart refused: ${describeReasons(verdict.reasons)}`, 'refused');
+  }
+  if (!ctx.job.moveToDelayed || !ctx.token) return;
+  const until = verdict.until!;
+  await g.holds.set({
+    job_id: jobId,
+    project: c.data.project,
+    namespace: t.namespace,
+    ref: c.data.ref,
+    reasons: verdict.reasons,
+    until,
+    held_at: now,
+    by: 'worker',
+    requested_by: c.data.requested_by,
+  });
+  for (const r of verdict.reasons) g.metrics?.holds.inc({ by: 'worker', guard: r.guard });
+  ctx.logger.info('deploy held', { until: new Date(until).toISOString(), reasons: describeReasons(verdict.reasons) });
+  await g.report(`report.${jobId}.held`, {
+    event: 'held',
+    ...t,
+    job_id: jobId,
+    outcome: { result: 'held', reason: describeReasons(verdict.reasons), until: new Date(until).toISOString() },
+    approvers: c.data.approvers ?? [],
+    audit_id: c.data.audit_id,
+    requested_by: c.data.requested_by,
+  });
+  // The delay is relative: BullMQ schedules on the process's own clock, the gate on the guards' one.
+  await ctx.job.moveToDelayed(Date.now() + Math.max(1, until - now), ctx.token);
+  throw new DelayedError();
+}
+
+/** Whether an outcome goes to the notification endpoints (REPORT_OUTCOMES; no endpoint: nothing to queue). */
+function reported(ctx: Pick<JobContext, 'config'>, outcome: Outcome): boolean {
+  const { REPORT_OUTCOMES: which, NOTIFY_WEBHOOK_URLS: urls } = ctx.config;
+  if (urls.length === 0 || which === 'none') return false;
+  return which === 'all' || !['rolled_out', 'created'].includes(outcome.result);
+}
+
+/** Records how a restart or deploy ended: its progress, the metric, the report (REPORT_OUTCOMES). */
+export async function recordOutcome(c: ChangeData, ctx: JobContext, outcome: Outcome): Promise<void> {
+  const jobId = String(ctx.job.id);
+  const previous = typeof ctx.job.progress === 'object' && ctx.job.progress !== null ? (ctx.job.progress as Record<string, unknown>) : {};
+  try {
+    await ctx.job.updateProgress({ ...previous, outcome });
+  } catch (err) {
+    ctx.logger.warn('could not record the outcome on the job', { err });
+  }
+  const g = ctx.guards;
+  g?.metrics?.changeOutcomes.inc({ change: c.name, result: outcome.result });
+  ctx.logger.info('change outcome', { change: c.name, result: outcome.result, duration_s: outcome.duration_s, reason: outcome.reason });
+  if (!reported(ctx, outcome)) return;
+  await g
+    ?.report(`report.${jobId}.outcome`, {
+      event: 'outcome',
+      ...target(c, ctx),
+      job_id: jobId,
+      ...(c.data.approval_id ? { approval_id: c.data.approval_id } : {}),
+      outcome,
+      approvers: c.data.approvers ?? [],
+      ...(c.data.reason ? { reason: c.data.reason } : {}),
+      audit_id: c.data.audit_id,
+      requested_by: c.data.requested_by,
+    })
+    .catch((err: unknown) => ctx.logger.warn('could not queue the outcome report', { err }));
+}
