@@ -9,6 +9,7 @@
 #   hack/build-tool.sh coredns <version> -> coredns        (github.com/coredns/coredns)
 #   hack/build-tool.sh prometheus <v0.x> -> prometheus     (github.com/prometheus/prometheus, Kubernetes SD only)
 #   hack/build-tool.sh traefik <v3.x>    -> traefik        (github.com/traefik/traefik/v3, the e2e's Ingress controller)
+#   hack/build-tool.sh cosign <v3.x>     -> cosign         (github.com/sigstore/cosign/v3, signs the release)
 #
 # Binaries are real files in ${XDG_CACHE_HOME:-$HOME/.cache}/opsgate-tools/<tool>-<version>/
 # (shared by every clone on the machine, so CI's fresh clone reuses them) and are
@@ -30,7 +31,8 @@ case $tool in
   coredns) bins=(coredns) ;;
   prometheus) bins=(prometheus) ;;
   traefik) bins=(traefik) ;;
-  *) echo "build-tool.sh: unknown tool '$tool' (helm|etcd|k8s|coredns|prometheus|traefik)" >&2; exit 2 ;;
+  cosign) bins=(cosign) ;;
+  *) echo "build-tool.sh: unknown tool '$tool' (helm|etcd|k8s|coredns|prometheus|traefik|cosign)" >&2; exit 2 ;;
 esac
 
 log() { echo "[build-tool $tool $version] $*" >&2; }
@@ -254,6 +256,23 @@ EOF
     log "compiling traefik (slow: ~10 min cold on 2 cores)"
     "${NICE[@]}" go build -p "$GO_P" -ldflags "-s -w -X github.com/traefik/traefik/v3/pkg/version.Version=$version" \
       -o "$stage/traefik" github.com/traefik/traefik/v3/cmd/traefik
+    ;;
+
+  cosign)
+    # As cosign's own release build (its Makefile): CGO off, the version stamped into release-utils,
+    # which `cosign version` prints. Its go.mod has no replace directives: a plain wrapper module.
+    cat >go.mod <<EOF
+module opsgate.local/tools/cosign
+
+go 1.26.0
+
+require github.com/sigstore/cosign/v3 $version
+EOF
+    log "resolving modules"
+    go get "github.com/sigstore/cosign/v3/cmd/cosign@$version"
+    ld="-s -w -buildid= -X sigs.k8s.io/release-utils/version.gitVersion=$version -X sigs.k8s.io/release-utils/version.gitTreeState=clean"
+    log "compiling cosign"
+    "${NICE[@]}" go build -p "$GO_P" -ldflags "$ld" -o "$stage/cosign" github.com/sigstore/cosign/v3/cmd/cosign
     ;;
 esac
 

@@ -28,6 +28,8 @@ const facts = JSON.parse(
     '--network',
     'none',
     '--read-only',
+    '--platform',
+    `${inspect.Os}/${inspect.Architecture}`,
     '--user',
     '1000:1000',
     '--entrypoint',
@@ -68,9 +70,11 @@ const debs = facts.dpkg.map((text) => {
 const npm = JSON.parse(readFileSync(npmSbomFile, 'utf8'));
 const app = npm.metadata.component;
 const repo = image.replace(/^localhost\//, '').replace(/:[^/:]*$/, '');
-const tag = /:([^/:]+)$/.exec(image)?.[1] ?? 'latest';
+const localTag = /:([^/:]+)$/.exec(image)?.[1] ?? 'latest';
+// hack/images.sh tags another architecture's image <version>-<arch>; the release's tag is <version>.
+const tag = localTag.endsWith(`-${inspect.Architecture}`) ? localTag.slice(0, -inspect.Architecture.length - 1) : localTag;
 const name = repo.slice(repo.lastIndexOf('/') + 1);
-const subjectRef = `pkg:oci/${name}@${encodeURIComponent(digest ?? inspect.Id.replace(/^(sha256:)?/, 'sha256:'))}?tag=${tag}`;
+const subjectRef = `pkg:oci/${name}@${encodeURIComponent(digest ?? inspect.Id.replace(/^(sha256:)?/, 'sha256:'))}?arch=${inspect.Architecture}&tag=${tag}`;
 const nodeRef = `pkg:generic/node@${facts.node}`;
 const runtime = {
   'bom-ref': nodeRef,
@@ -122,5 +126,5 @@ const bom = {
 };
 writeFileSync(out, JSON.stringify(bom, null, 2) + '\n');
 console.log(
-  `sbom.mjs: ${out}: ${npm.components.length} npm packages, node ${facts.node}, ${debs.length} Debian packages (${os.PRETTY_NAME})`,
+  `sbom.mjs: ${out}: ${npm.components.length} npm packages, node ${facts.node} (${facts.arch}), ${debs.length} Debian packages (${os.PRETTY_NAME})`,
 );

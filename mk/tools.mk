@@ -11,11 +11,14 @@ COREDNS_VERSION ?= v1.15.0
 PROMETHEUS_VERSION ?= v0.316.0
 # Traefik: the Ingress controller of the e2e (v3.7 needs a nested module the module proxy refuses).
 TRAEFIK_VERSION ?= v3.6.12
+# cosign signs the release (images and chart) and the e2e verifies it. v3.1.x is the newest line the
+# Go module proxy serves.
+COSIGN_VERSION ?= v3.1.3
 TOOLS_CACHE  ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/opsgate-tools
 export OPSGATE_TOOLS_CACHE := $(TOOLS_CACHE)
 
 ##@ Build
-.PHONY: tools tools-helm tools-k8s tools-etcd tools-coredns tools-prometheus tools-traefik
+.PHONY: tools tools-helm tools-k8s tools-etcd tools-coredns tools-prometheus tools-traefik tools-cosign
 tools: tools-helm tools-etcd tools-k8s tools-coredns tools-prometheus tools-traefik ## Build/link helm, etcd, Kubernetes (apiserver, controller-manager, scheduler, kubelet, kube-proxy, kubectl), CoreDNS, Prometheus, Traefik into .tools/bin
 
 tools-helm: ## helm (HELM_VERSION) built from helm.sh/helm/v3 (built once per version and machine; cold times: README, Tests)
@@ -36,3 +39,6 @@ tools-prometheus: ## Prometheus (PROMETHEUS_VERSION) with Kubernetes service dis
 tools-traefik: ## Traefik (TRAEFIK_VERSION), the e2e's Ingress controller, from github.com/traefik/traefik/v3, and its CRDs (built once per version and machine; cold times: README, Tests)
 	@hack/build-tool.sh traefik $(TRAEFIK_VERSION)
 	@hack/traefik-crds.sh $(TRAEFIK_VERSION) .tools/traefik
+
+tools-cosign: ## cosign (COSIGN_VERSION) from github.com/sigstore/cosign/v3, to sign and verify the release (built once per version and machine; cold times: README, Tests)
+	@hack/build-tool.sh cosign $(COSIGN_VERSION)

@@ -50,7 +50,7 @@ const REPO_ROOT = findRepoRoot();
 export const TOOLS_BIN = process.env.OPSGATE_TOOLS_BIN ?? join(REPO_ROOT, '.tools', 'bin');
 export const SHARED_CLUSTER_ENV = 'OPSGATE_K8S_CLUSTER';
 
-export function toolPath(name: 'etcd' | 'kube-apiserver' | 'kube-controller-manager' | 'kubectl' | 'helm'): string {
+export function toolPath(name: 'etcd' | 'kube-apiserver' | 'kube-controller-manager' | 'kubectl' | 'helm' | 'cosign'): string {
   const p = join(TOOLS_BIN, name);
   if (!existsSync(p)) {
     throw new Error(`${p} is missing: run \`make tools\` (mk/tools.mk builds it from Go modules)`);

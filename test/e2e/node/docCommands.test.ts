@@ -11,7 +11,7 @@ import { KUBECONFIG, NODE_DIR, helm, kubectl, ok, waitFor } from '../../helpers/
  * cluster can run (`doc-test: node`), file by file in document order, with the real helm and
  * kubectl. A node block with a label (`doc-test: node <label>`) is a step of a longer story that
  * its own test runs within its release: the chart README's `tls-*` and `rotation-*` blocks
- * (test/e2e/node/tlsRotation.test.ts). Each file starts from a cluster without the release and its namespace; the namespace
+ * (test/e2e/node/tlsRotation.test.ts) and `registry-*` blocks (test/e2e/node/registry.test.ts). Each file starts from a cluster without the release and its namespace; the namespace
  * the example inventory names exists first, as the docs ask. Blocks run from a directory that
  * mirrors the repository's top level, so files a block writes stay out of the clone.
  */
@@ -22,7 +22,11 @@ const INVENTORY_NS = 'shop';
 const work = mirrorRepo(REPO, 'opsgate-doccommands-');
 
 /** Labels of node blocks run by a test of their own, and that test. */
-const LABELLED_NODE_BLOCKS = { pattern: /^(tls|rotation)-[a-z-]+$/, test: 'test/e2e/node/tlsRotation.test.ts' };
+const LABELLED_NODE_BLOCKS = [
+  { pattern: /^(tls|rotation)-[a-z-]+$/, test: 'test/e2e/node/tlsRotation.test.ts' },
+  // against a signed release in the node's registry
+  { pattern: /^registry-[a-z-]+$/, test: 'test/e2e/node/registry.test.ts' },
+];
 
 function clusterBlocks(): Map<string, DocBlock[]> {
   const byFile = new Map<string, DocBlock[]>();
@@ -68,7 +72,7 @@ afterAll(async () => {
 describe('documented install commands on the node', () => {
   test('every labelled node block belongs to a test that runs it', () => {
     const labelled = allDocBlocks(REPO).filter((b) => b.marker === 'node' && b.arg !== undefined);
-    expect(labelled.filter((b) => !LABELLED_NODE_BLOCKS.pattern.test(b.arg!)).map(where)).toEqual([]);
+    expect(labelled.filter((b) => !LABELLED_NODE_BLOCKS.some((l) => l.pattern.test(b.arg!))).map(where)).toEqual([]);
   });
 
   test('the chart README and README.md have install commands to run here', () => {

@@ -4,28 +4,41 @@ import { join } from 'node:path';
 import { REPO, run } from '../../helpers/cluster.js';
 import { freePort, startRedis, type RedisServer } from '../../helpers/redis.js';
 import { waitFor } from '../../helpers/nodeSupport.js';
+import {
+  ELF_MACHINE,
+  HOST_ARCH,
+  NODE_ARCH,
+  PODMAN_ENV,
+  TAG,
+  imageRef,
+  podman,
+  releasePlatforms,
+  type Arch,
+  type Target,
+} from '../../helpers/images.js';
 
 /**
- * The images `make images` built with podman from the Dockerfile (not a replay of it): who they run
- * as, what node_modules they carry, that nothing else is in them (no shell, no package manager, no
- * npm: node, its libraries, CA certificates and tzdata), that both share their layers, that each
- * entrypoint starts and serves on a real Redis with the chart's read-only root filesystem, and how big
- * they are (at most 150 MB; artifacts/images.json).
+ * The images `make images` / `make release` built with podman from the Dockerfile (not a replay of
+ * it), for every platform of the release (linux/amd64 and linux/arm64 in make e2e): who they run as,
+ * what node_modules they carry, that nothing else is in them (no shell, no package manager, no npm:
+ * node, its libraries, CA certificates and tzdata), that every ELF file in them is of the image's
+ * architecture and none is in node_modules, that both share their layers, that each entrypoint starts
+ * and serves on a real Redis with the chart's read-only root filesystem, and how big they are (at most
+ * 150 MB; artifacts/images.json). An image of another architecture than this machine's runs here
+ * through qemu-user-static (binfmt_misc), as hack/images.sh built it.
  */
-jest.setTimeout(300_000);
+jest.setTimeout(600_000);
 
 const pkg = JSON.parse(readFileSync(join(REPO, 'package.json'), 'utf8')) as {
   version: string;
   dependencies: Record<string, string>;
   devDependencies: Record<string, string>;
 };
-const TAG = process.env.APP_TAG ?? pkg.version;
-const IMAGES = { api: `localhost/opsgate-api:${TAG}`, worker: `localhost/opsgate-worker:${TAG}` };
-const ENV = { CONTAINERS_CONF: join(REPO, 'hack', 'images', 'containers.conf') };
-
-function podman(args: string[], timeoutMs = 120_000) {
-  return run('podman', args, { env: ENV, timeoutMs });
-}
+const ARCHES = releasePlatforms();
+const TARGETS: Target[] = ['api', 'worker'];
+const CASES = ARCHES.flatMap((arch) => TARGETS.map((target) => [imageRef(target, arch), target, arch] as [string, Target, Arch]));
+/** Emulated, a process starts several times slower than natively. */
+const startMs = (arch: Arch) => (arch === HOST_ARCH ? 60_000 : 240_000);
 
 async function inspect(image: string) {
   const r = await podman(['image', 'inspect', image]);
@@ -34,42 +47,54 @@ async function inspect(image: string) {
 }
 
 /** Run node inside the image (no network, read-only root as the chart runs it) and return stdout. */
-async function nodeIn(image: string, script: string): Promise<string> {
-  const r = await podman([
-    'run',
-    '--rm',
-    '--network',
-    'none',
-    '--read-only',
-    '--tmpfs',
-    '/tmp',
-    '--entrypoint',
-    'node',
-    image,
-    '-e',
-    script,
-  ]);
+async function nodeIn(image: string, arch: Arch, script: string): Promise<string> {
+  const r = await podman(
+    [
+      'run',
+      '--rm',
+      '--network',
+      'none',
+      '--read-only',
+      '--tmpfs',
+      '/tmp',
+      '--platform',
+      `linux/${arch}`,
+      '--entrypoint',
+      'node',
+      image,
+      '-e',
+      script,
+    ],
+    300_000,
+  );
   if (r.code !== 0) throw new Error(`node in ${image} exited ${r.code}: ${r.stderr}`);
   return r.stdout;
 }
 
-describe.each(Object.entries(IMAGES))('image %s', (target, image) => {
-  test('runs as UID/GID 1000 with an exec-form CMD of the compiled entrypoint (node is PID 1 and gets SIGTERM)', async () => {
+test('the release covers every platform make e2e builds', () => {
+  expect(ARCHES).toContain(HOST_ARCH);
+  if (process.env.PLATFORMS) expect(ARCHES.map((a) => `linux/${a}`).join(',')).toBe(process.env.PLATFORMS);
+});
+
+describe.each(CASES)('image %s', (image, target, arch) => {
+  test('runs as UID/GID 1000 with an exec-form CMD of the compiled entrypoint (node is PID 1 and gets SIGTERM), on its platform', async () => {
     const i = await inspect(image);
+    expect(`${i.Os}/${i.Architecture}`).toBe(`linux/${arch}`);
     expect(i.Config.User).toBe('1000:1000');
     expect(i.Config.Cmd).toEqual(['node', target === 'api' ? 'dist/src/server.js' : 'dist/worker/index.js']);
     expect(i.Config.WorkingDir).toBe('/app');
     expect(i.Config.Env).toContain('NODE_ENV=production');
     expect(i.Config.Env).toContain('MALLOC_ARENA_MAX=2');
-    expect(await nodeIn(image, 'process.stdout.write(`${process.getuid()}:${process.getgid()} ${process.version}`)')).toBe(
-      `1000:1000 v${process.versions.node}`,
-    );
+    expect(
+      await nodeIn(image, arch, 'process.stdout.write(`${process.getuid()}:${process.getgid()} ${process.version} ${process.arch}`)'),
+    ).toBe(`1000:1000 v${process.versions.node} ${NODE_ARCH[arch]}`);
   });
 
   test('carries every production dependency and no package the lockfile marks dev-only; the app files are not writable by the app user', async () => {
     const out = JSON.parse(
       await nodeIn(
         image,
+        arch,
         `
       const fs = require('fs'), path = require('path');
       const found = [];
@@ -103,6 +128,7 @@ describe.each(Object.entries(IMAGES))('image %s', (target, image) => {
     const out = JSON.parse(
       await nodeIn(
         image,
+        arch,
         `
       const fs = require('fs'), path = require('path'), tls = require('tls');
       const programs = [], all = [];
@@ -150,32 +176,99 @@ describe.each(Object.entries(IMAGES))('image %s', (target, image) => {
     for (const p of ['libc6', 'libstdc++6', 'libgcc-s1', 'tzdata', 'ca-certificates']) expect(out.dpkg).toContain(p);
   });
 
+  test('every ELF file is of its architecture: node, the loader and the libraries node links; node_modules holds none (no native addon)', async () => {
+    const out = JSON.parse(
+      await nodeIn(
+        image,
+        arch,
+        `
+      const fs = require('fs'), path = require('path'), elf = [];
+      const walk = (dir) => {
+        for (const e of fs.readdirSync(dir, { withFileTypes: true })) {
+          const p = path.join(dir, e.name);
+          if (['/proc', '/sys', '/dev', '/tmp', '/run'].includes(p)) continue;
+          if (e.isDirectory()) { walk(p); continue; }
+          if (!e.isFile()) continue;
+          const fd = fs.openSync(p, 'r'), b = Buffer.alloc(20);
+          const n = fs.readSync(fd, b, 0, 20, 0); fs.closeSync(fd);
+          if (n === 20 && b.readUInt32BE(0) === 0x7f454c46) elf.push([p, b[5] === 2 ? b.readUInt16BE(18) : b.readUInt16LE(18)]);
+        }
+      };
+      walk('/');
+      console.log(JSON.stringify(elf));`,
+      ),
+    ) as Array<[string, number]>;
+    const paths = out.map(([p]) => p);
+    expect(paths).toContain('/usr/local/bin/node');
+    expect(paths.some((p) => /\/ld-linux-(x86-64|aarch64)\.so\.\d$/.test(p))).toBe(true);
+    for (const lib of ['libc.so.6', 'libstdc++.so.6', 'libgcc_s.so.1']) expect(paths.some((p) => p.endsWith(`/${lib}`))).toBe(true);
+    expect(out.filter(([, m]) => m !== ELF_MACHINE[arch])).toEqual([]);
+    expect(paths.filter((p) => p.startsWith('/app/'))).toEqual([]);
+  });
+
   test('a shell cannot be started in it: exec of sh fails with "not found"', async () => {
-    const r = await podman(['run', '--rm', '--network', 'none', '--read-only', '--entrypoint', 'sh', image, '-c', 'true']);
+    const r = await podman([
+      'run',
+      '--rm',
+      '--network',
+      'none',
+      '--read-only',
+      '--platform',
+      `linux/${arch}`,
+      '--entrypoint',
+      'sh',
+      image,
+      '-c',
+      'true',
+    ]);
     expect(r.code).not.toBe(0);
     expect(r.stderr).toMatch(/executable file `sh` not found|executable file not found|no such file or directory/);
   });
 });
 
-describe('api and worker images', () => {
+describe.each(ARCHES)('api and worker images of linux/%s', (arch) => {
   test('share every layer but the last', async () => {
-    const [api, worker] = [(await inspect(IMAGES.api)).RootFS.Layers as string[], (await inspect(IMAGES.worker)).RootFS.Layers as string[]];
+    const [api, worker] = [
+      (await inspect(imageRef('api', arch))).RootFS.Layers as string[],
+      (await inspect(imageRef('worker', arch))).RootFS.Layers as string[],
+    ];
     expect(api.length).toBeGreaterThanOrEqual(3);
     expect(worker.length).toBe(api.length);
     expect(worker.slice(0, -1)).toEqual(api.slice(0, -1));
   });
 });
 
+describe('the release index', () => {
+  test.each(TARGETS)('with more than one platform, localhost/opsgate-%s:<version>-index lists the image of each', async (target) => {
+    const r = await podman(['manifest', 'inspect', `localhost/opsgate-${target}:${TAG}-index`]);
+    if (ARCHES.length === 1) return expect(ARCHES).toEqual([HOST_ARCH]); // one platform: make push pushes the image itself
+    expect(r.code).toBe(0);
+    const index = JSON.parse(r.stdout) as { manifests: Array<{ digest: string; platform: { os: string; architecture: string } }> };
+    expect(index.manifests.map((m) => `${m.platform.os}/${m.platform.architecture}`).sort()).toEqual(
+      ARCHES.map((a) => `linux/${a}`).sort(),
+    );
+    for (const arch of ARCHES) {
+      const digest = (await podman(['image', 'inspect', '--format', '{{.Digest}}', imageRef(target, arch)])).stdout.trim();
+      expect(index.manifests.map((m) => m.digest)).toContain(digest);
+    }
+  });
+});
+
 describe('SBOM (hack/release.sh sbom, as make release writes it)', () => {
   beforeAll(async () => {
-    const r = await run(join(REPO, 'hack', 'release.sh'), ['sbom'], { env: ENV, timeoutMs: 300_000 });
+    const r = await run(join(REPO, 'hack', 'release.sh'), ['sbom'], {
+      env: { ...PODMAN_ENV, PLATFORMS: ARCHES.map((a) => `linux/${a}`).join(',') },
+      timeoutMs: 600_000,
+    });
     if (r.code !== 0) throw new Error(`release.sh sbom: ${r.stderr}`);
   });
 
-  test.each(Object.entries(IMAGES))(
-    '%s: lists every npm package in the image, the Node version and the Debian packages',
-    async (target, image) => {
-      const bom = JSON.parse(readFileSync(join(REPO, 'artifacts', 'sbom', `opsgate-${target}-${TAG}.cdx.json`), 'utf8')) as {
+  test.each(CASES)(
+    '%s: lists every npm package in the image, the Node version and the Debian packages of its architecture',
+    async (image, target, arch) => {
+      const bom = JSON.parse(
+        readFileSync(join(REPO, 'artifacts', 'sbom', `${image.replace(/^localhost\//, '').replace(':', '-')}.cdx.json`), 'utf8'),
+      ) as {
         bomFormat: string;
         specVersion: string;
         metadata: { component: { type: string; name: string; version: string; properties: Array<{ name: string; value: string }> } };
@@ -183,6 +276,7 @@ describe('SBOM (hack/release.sh sbom, as make release writes it)', () => {
       };
       expect(bom.bomFormat).toBe('CycloneDX');
       expect(bom.metadata.component).toMatchObject({ type: 'container', name: `opsgate-${target}`, version: TAG });
+      expect(bom.metadata.component.properties).toContainEqual({ name: 'oci:image:architecture', value: arch });
       const id = (await inspect(image)).Id as string;
       expect(bom.metadata.component.properties).toContainEqual({
         name: 'oci:image:id',
@@ -192,6 +286,7 @@ describe('SBOM (hack/release.sh sbom, as make release writes it)', () => {
       const shipped = JSON.parse(
         await nodeIn(
           image,
+          arch,
           `
       const fs = require('fs'), path = require('path'), found = new Set();
       const walk = (dir) => {
@@ -213,8 +308,10 @@ describe('SBOM (hack/release.sh sbom, as make release writes it)', () => {
       expect(shipped.filter((p) => !listed.has(p))).toEqual([]);
       for (const d of Object.keys(pkg.dependencies)) expect([...listed].some((p) => p.startsWith(`${d}@`))).toBe(true);
       expect(bom.components).toContainEqual(expect.objectContaining({ type: 'platform', name: 'node', version: process.versions.node }));
-      const debs = bom.components.filter((c) => c.purl?.startsWith('pkg:deb/')).map((c) => c.name);
-      for (const p of ['libc6', 'libstdc++6', 'tzdata', 'ca-certificates']) expect(debs).toContain(p);
+      const debs = bom.components.filter((c) => c.purl?.startsWith('pkg:deb/'));
+      for (const p of ['libc6', 'libstdc++6', 'tzdata', 'ca-certificates']) expect(debs.map((c) => c.name)).toContain(p);
+      // the libraries are the architecture's own packages (tzdata and ca-certificates are arch "all")
+      for (const p of ['libc6', 'libstdc++6']) expect(debs.find((c) => c.name === p)?.purl).toContain(`arch=${arch}`);
     },
   );
 });
@@ -232,7 +329,7 @@ describe('entrypoints start and stop on a real Redis', () => {
     writeFileSync(join(REPO, 'artifacts', 'images.json'), JSON.stringify(sizes, null, 2));
   });
 
-  async function runDetached(image: string, env: Record<string, string>): Promise<string> {
+  async function runDetached(image: string, arch: Arch, env: Record<string, string>): Promise<string> {
     const r = await podman([
       'run',
       '-d',
@@ -241,6 +338,8 @@ describe('entrypoints start and stop on a real Redis', () => {
       '--read-only',
       '--tmpfs',
       '/tmp',
+      '--platform',
+      `linux/${arch}`,
       ...Object.entries(env).flatMap(([k, v]) => ['-e', `${k}=${v}`]),
       image,
     ]);
@@ -248,16 +347,16 @@ describe('entrypoints start and stop on a real Redis', () => {
     return r.stdout.trim();
   }
 
-  async function stopGracefully(id: string): Promise<number> {
-    await podman(['stop', '--time', '20', id], 60_000);
+  async function stopGracefully(id: string, arch: Arch): Promise<number> {
+    await podman(['stop', '--time', arch === HOST_ARCH ? '20' : '60', id], 120_000);
     const code = Number((await podman(['inspect', '--format', '{{.State.ExitCode}}', id])).stdout.trim());
     await podman(['rm', '-f', id]);
     return code;
   }
 
-  test.each(Object.entries(IMAGES))('%s', async (target, image) => {
+  test.each(CASES)('%s', async (image, target, arch) => {
     const [port, metricsPort] = [await freePort(), await freePort()];
-    const id = await runDetached(image, {
+    const id = await runDetached(image, arch, {
       OPS_API_KEY_ROLES: 'image-test-operator-key-0001:operator',
       REDIS_URL: redis.url,
       PORT: String(port),
@@ -272,7 +371,7 @@ describe('entrypoints start and stop on a real Redis', () => {
             const r = await fetch(`http://127.0.0.1:${port}/health`).catch(() => undefined);
             return r?.ok ? await r.json() : undefined;
           },
-          60_000,
+          startMs(arch),
         );
         expect(health).toEqual({ status: 'ok' });
         expect((await fetch(`http://127.0.0.1:${port}/ready`)).status).toBe(200);
@@ -283,12 +382,12 @@ describe('entrypoints start and stop on a real Redis', () => {
           const r = await fetch(`http://127.0.0.1:${metricsPort}/metrics`).catch(() => undefined);
           return r?.ok ? await r.text() : undefined;
         },
-        60_000,
+        startMs(arch),
       );
       expect(metrics).toMatch(new RegExp(`opsgate_build_info\\{[^}]*component="${target}"`));
     } finally {
-      // SIGTERM -> graceful shutdown -> exit 0 within podman's 20 s
-      expect(await stopGracefully(id)).toBe(0);
+      // SIGTERM -> graceful shutdown -> exit 0 within podman's 20 s (60 s emulated)
+      expect(await stopGracefully(id, arch)).toBe(0);
     }
     const size = (await inspect(image)).Size as number;
     sizes[image] = size;
