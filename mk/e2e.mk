@@ -34,7 +34,12 @@ node-up: tools node-deps images ## Start the single-node test cluster (hack/node
 node-down: ## Stop the test cluster and restore every side effect (sysctls, iptables, bridge, mounts)
 	hack/node.sh down
 
-e2e-tools: deps redis tools tools-cosign node-deps images ## Install/build what `make e2e` uses (Kubernetes, etcd, CoreDNS, Prometheus, Traefik, cosign from source; images; the release for E2E_PLATFORMS)
+# The tool builds and the images side by side: a Go build leaves a core idle while it downloads
+# modules and links, the image build (every platform of E2E_PLATFORMS) while it downloads and
+# unpacks packages.
+E2E_TOOLS_JOBS ?= 3
+e2e-tools: deps redis node-deps ## Install/build what `make e2e` uses (Kubernetes, etcd, CoreDNS, Prometheus, Traefik, cosign from source; images; the release for E2E_PLATFORMS)
+	$(MAKE) -j$(E2E_TOOLS_JOBS) tools tools-cosign images PLATFORMS=$(E2E_PLATFORMS)
 	$(MAKE) release PLATFORMS=$(E2E_PLATFORMS)
 
 ##@ Test

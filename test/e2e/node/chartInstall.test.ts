@@ -381,13 +381,14 @@ describe('charts/opsgate on a real node', () => {
       release: RELEASE,
       alertsUrl: `${api}/webhook/alerts`,
       alertsToken: secrets.alertsWebhookToken,
+      forOverride: { OpsgateWorkerDown: '20s' },
     });
     await monitoring.waitForTargets(['api', 'worker']);
     const empty = await monitoring.emptyDashboardPanels();
     expect(empty).toEqual([]);
 
     ok(await kubectl(['-n', NS, 'scale', `deployment/${RELEASE}-worker`, '--replicas=0']), 'scale worker to 0');
-    const alert = await monitoring.waitForAlertDelivered('OpsgateWorkerDown', 540_000);
+    const alert = await monitoring.waitForAlertDelivered('OpsgateWorkerDown', 240_000);
     expect(alert.status).toBe('firing');
 
     ok(await kubectl(['-n', NS, 'scale', `deployment/${RELEASE}-worker`, '--replicas=1']), 'scale worker to 1');
