@@ -13,12 +13,17 @@
  * microseconds of main-thread time per request, plus each process's whole CPU per request
  * (/proc, every thread: GC helpers included) and its req/s under the profiler (slower than
  * without it: compare rows, not these rates with `make bench`).
+ * The API's intake is an installation past version 0.1's window (PROFILE_INTAKE=steady, the
+ * default), or inside it (PROFILE_INTAKE=upgrade: the 25 h after an upgrade, when each event's
+ * version 0.1 record is read too; src/domain/intake.ts).
  * Results: artifacts/bench-profile.{txt,json}; the profiles in artifacts/profile/<server>/.
  */
 import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import { LEGACY_WINDOW_MS } from '../src/domain/intake.js';
+import { INTAKE_SINCE_KEY } from '../src/shared/keys.js';
 import { startRedis } from '../test/helpers/redis.js';
 import { attribute, type CpuProfile } from './attribution.js';
 import {
@@ -45,6 +50,7 @@ const ALERTS_PER_PAYLOAD = Number(process.env.BENCH_ALERTS ?? 1000);
 const HEAP_CAP_MB = Number(process.env.BENCH_HEAP_CAP_MB ?? CHART_HEAP_CAP_MB);
 const SEMI_SPACE_MB = Number(process.env.BENCH_SEMI_SPACE_MB ?? CHART_SEMI_SPACE_MB);
 const WARMUP = 2;
+const INTAKE = process.env.PROFILE_INTAKE ?? 'steady';
 
 interface Measured {
   key: string;
@@ -61,6 +67,7 @@ const monotonicUs = () => Number(process.hrtime.bigint() / 1000n);
 
 async function main() {
   if (!['unique', 'dup', 'alerts'].includes(MODE)) throw new Error(`PROFILE_MODE must be unique, dup or alerts, not ${MODE}`);
+  if (!['steady', 'upgrade'].includes(INTAKE)) throw new Error(`PROFILE_INTAKE must be steady or upgrade, not ${INTAKE}`);
   const load0 = os.loadavg();
   const redis = await startRedis();
   const admin = new Redis(redis.url);
@@ -88,7 +95,7 @@ async function main() {
       },
       {
         key: 'api',
-        label: `opsgate API (heap: old ${HEAP_CAP_MB} / semi ${SEMI_SPACE_MB} MB)`,
+        label: `opsgate API (heap: old ${HEAP_CAP_MB} / semi ${SEMI_SPACE_MB} MB${INTAKE === 'upgrade' ? ', upgrade window' : ''})`,
         script: 'dist/src/server.js',
         env: await apiEnv(redis.url, '1000000'),
         args: chartHeapArgs(HEAP_CAP_MB, SEMI_SPACE_MB),
@@ -113,6 +120,10 @@ async function main() {
         BENCH_TOKEN: sv.token,
         BENCH_ALERTS: String(ALERTS_PER_PAYLOAD),
       };
+      // The intake's state, read once per process at its first push (see above).
+      if (sv.key === 'api') {
+        await admin.set(INTAKE_SINCE_KEY, String(INTAKE === 'upgrade' ? Date.now() : Date.now() - LEGACY_WINDOW_MS - 3600_000));
+      }
       log(`${sv.key}: warm-up ${WARMUP}s`);
       await runWrk(url, env, CONNECTIONS, WARMUP);
       await admin.flushall();
@@ -162,7 +173,7 @@ async function main() {
     '| ' + cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join(' | ') + ' |';
   const rule = '+' + widths.map((w) => '-'.repeat(w + 2)).join('+') + '+';
   const text = [
-    `opsgate bench-profile, ${new Date().toISOString()}: ${MODE === 'alerts' ? `${fmt(ALERTS_PER_PAYLOAD)}-alert payloads (a request is one payload)` : `${MODE} push events`}, wrk ${CONNECTIONS} connections, ${SECONDS} s per server under node --cpu-prof`,
+    `opsgate bench-profile, ${new Date().toISOString()}: ${MODE === 'alerts' ? `${fmt(ALERTS_PER_PAYLOAD)}-alert payloads (a request is one payload)` : `${MODE} push events`}, API intake ${INTAKE === 'upgrade' ? 'in the upgrade window (version 0.1 records read)' : 'past the upgrade window'}, wrk ${CONNECTIONS} connections, ${SECONDS} s per server under node --cpu-prof`,
     rule,
     line(head),
     rule,

@@ -18,7 +18,11 @@
  *   reached (RATE_LIMIT_RPS=1000000), stdout to a file as a container runtime takes it;
  * - the same API with REDIS_MIN_REPLICAS_ACK=1 (the cost of "acknowledged means replicated"), with one local replica of the bench's Redis (redis-server --replicaof on
  *   127.0.0.1, started and stopped here; FLUSHALL replicates, so it is flushed with the primary);
- *   unique pushes and alert payloads only (a duplicate writes nothing, so it has nothing to WAIT for).
+ *   unique pushes and alert payloads only (a duplicate writes nothing, so it has nothing to WAIT for);
+ * - the same API in the upgrade window: the 25 h after an upgrade from version 0.1, when the intake
+ *   also reads that version's record of each event (src/domain/intake.ts); its own row, not a target.
+ * Every API is given its intake's state before its first push: the rows above are an installation
+ * past that window (the state it spends all but its first day in), the upgrade row one inside it.
  * Scenarios: unique push events (a new checkout_sha per request), duplicates (one event), and
  * payloads of BENCH_ALERTS (1000) firing alerts with new fingerprints (BENCH_ALERT_CONNECTIONS
  * connections, and one at a time: the latency of one payload, which the alert targets are about).
@@ -46,6 +50,8 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { JOB, QUEUE_NAME } from '../src/shared/jobs.js';
+import { INTAKE_SINCE_KEY } from '../src/shared/keys.js';
+import { LEGACY_WINDOW_MS } from '../src/domain/intake.js';
 import { startRedis, type RedisServer } from '../test/helpers/redis.js';
 import { startReplica } from '../test/helpers/redisTopology.js';
 import {
@@ -318,7 +324,20 @@ async function main() {
     // The same API waiting for one local replica before each 202.
     replica = await startReplica(redis.port);
     const apiAck = await startApi('api-ack', { REDIS_MIN_REPLICAS_ACK: '1' }, 'bench-api-ack.log');
-    const servers: ReadonlyArray<{ key: string; label: string; s: typeof bare; token: string; only?: readonly Mode[] }> = [
+    // The intake's state, set before an API's first push (it is read once per process):
+    // steady: an installation past version 0.1's window (its records are not read);
+    // upgrade: the 25 h after an upgrade from version 0.1, which read them with each event.
+    const steady = () => Date.now() - LEGACY_WINDOW_MS - 3600_000;
+    const upgrade = () => Date.now();
+    const apiUpgrade = await startApi('api-upgrade', {}, 'bench-api-upgrade.log');
+    const servers: ReadonlyArray<{
+      key: string;
+      label: string;
+      s: typeof bare;
+      token: string;
+      only?: readonly Mode[];
+      intakeSince?: () => number;
+    }> = [
       { key: 'bare', label: 'bare Express', s: bare, token: '' },
       { key: 'control', label: 'spec minimum (SET NX + Queue.add)', s: control, token: '' },
       { key: 'floor', label: 'public-API floor (Queue#add / addBulk with deduplication)', s: publicFloor, token: '' },
@@ -327,6 +346,7 @@ async function main() {
         label: `opsgate API (${HEAP_CAP_MB === CHART_HEAP_CAP_MB && SEMI_SPACE_MB === CHART_SEMI_SPACE_MB ? 'chart' : 'heap'}: old ${HEAP_CAP_MB} / semi ${SEMI_SPACE_MB} MB, rate limit on)`,
         s: api,
         token: SCM_SECRET,
+        intakeSince: steady,
       },
       {
         key: 'apiAck',
@@ -334,6 +354,15 @@ async function main() {
         s: apiAck,
         token: SCM_SECRET,
         only: ['unique', 'alerts'],
+        intakeSince: steady,
+      },
+      {
+        key: 'apiUpgrade',
+        label: 'opsgate API, upgrade window (reads version 0.1 records)',
+        s: apiUpgrade,
+        token: SCM_SECRET,
+        only: ['unique', 'dup', 'alerts1'],
+        intakeSince: upgrade,
       },
     ];
     const runsMode = (sv: (typeof servers)[number], m: Mode) => !sv.only || sv.only.includes(m);
@@ -358,6 +387,9 @@ async function main() {
         for (const sv of servers) {
           if (!runsMode(sv, m.mode)) continue;
           const k = `${sv.key}:${m.mode}`;
+          if (r === 0 && m === modes.find((x) => runsMode(sv, x.mode)) && sv.intakeSince) {
+            await admin.set(INTAKE_SINCE_KEY, String(sv.intakeSince()));
+          }
           (runs[k] ??= []).push(
             await load(sv.key, sv.s.url, m.mode, sv.s.p.child.pid!, admin, sv.token, {
               warm: r === 0,
@@ -628,6 +660,21 @@ async function main() {
           const p = fig(`api:${m.mode}`);
           return `  REDIS_MIN_REPLICAS_ACK=1 cost (${m.label}): ${fmt(ratio(`apiAck:${m.mode}`, `api:${m.mode}`), 2)} x the plain API's req/s (${fmt(p.rps)} -> ${fmt(a.rps)}), p50 ${fmt(p.p50, 1)} -> ${fmt(a.p50, 1)} ms, p99 ${fmt(p.p99, 1)} -> ${fmt(a.p99, 1)} ms; ${a.non2xx} non-2xx (503: WAIT timed out)`;
         }),
+      // The 25 h after an upgrade from version 0.1: one more read (MGET) with each event, not a target.
+      ...(['unique', 'dup'] as const).map(
+        (m) =>
+          `  upgrade window (version 0.1 records read), ${m === 'unique' ? 'unique pushes' : 'duplicates'}: ${vs(ratio(`apiUpgrade:${m}`, `floor:${m}`), fig(`apiUpgrade:${m}`).rps, fig(`floor:${m}`).rps, 'req/s', ['API', 'floor'])} the floor's req/s; ${fmt(ratio(`apiUpgrade:${m}`, `api:${m}`), 2)} x the steady API's; CPU per request, server + Redis, ${fmt(cpuPerReq(fig(`apiUpgrade:${m}`)))} us (steady API ${fmt(cpuPerReq(fig(`api:${m}`)))} us); RSS ${fmt(fig(`apiUpgrade:${m}`).rssMb)} MB`,
+      ),
+      `  upgrade window, ${alerts}: API p50 / addBulk p50 ${vs(
+        medianRatio(
+          runs['apiUpgrade:alerts1']!.map((f) => f.p50),
+          bulkRounds.map((f) => f.p50),
+        ),
+        fig('apiUpgrade:alerts1').p50,
+        bulk.p50,
+        'ms',
+        ['API p50', 'addBulk p50'],
+      )}`,
       `  errors/timeouts/non-2xx: ${servers
         .map(
           (sv) =>

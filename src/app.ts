@@ -1,7 +1,7 @@
 import express, { type Express, type RequestHandler } from 'express';
 import type { Redis } from 'ioredis';
 import type { HostStatusProvider } from './domain/hostStatus.js';
-import { createDeliveryLog } from './domain/deliveries.js';
+import { createDeliveryLog, type DeliveryLog } from './domain/deliveries.js';
 import { createGuards } from './domain/guards.js';
 import { createIntake } from './domain/intake.js';
 import { changeReplicationGate, replicationGate, retryReplicationGate } from './domain/replication.js';
@@ -57,6 +57,11 @@ export interface AppDeps {
   now?: () => number;
   /** The webhook senders' secrets in use, reloaded from their files (src/server.ts); default: config.senderSecrets, fixed. */
   senderSecrets?: SenderSecrets;
+  /**
+   * The deliveries log (src/domain/deliveries.ts), given by whoever stops the process so it can
+   * send the last verdicts before Redis closes (src/server.ts); default: one made here.
+   */
+  deliveries?: DeliveryLog;
 }
 
 export function parseTrustProxy(v: string): boolean | number | string {
@@ -116,7 +121,7 @@ export function createApp(deps: AppDeps): Express {
     dryRunTimeoutMs: deps.config.DRY_RUN_TIMEOUT_MS,
     ...(deps.freezeWatch ? { freezeWatch: deps.freezeWatch } : {}),
   });
-  const deliveries = createDeliveryLog({ redis: deps.redis, logger: deps.logger, keep: deps.config.DELIVERIES_KEPT });
+  const deliveries = deps.deliveries ?? createDeliveryLog({ redis: deps.redis, logger: deps.logger, keep: deps.config.DELIVERIES_KEPT });
   app.use(
     webhooksRouter({
       ...deps,

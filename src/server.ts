@@ -2,6 +2,7 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pathToFileURL } from 'node:url';
 import { createApp } from './app.js';
+import { createDeliveryLog } from './domain/deliveries.js';
 import { createKubeHostStatusProvider } from './domain/kubeHostStatus.js';
 import {
   absentSecretFileWarnings,
@@ -96,6 +97,7 @@ export async function start(
     if (!(err instanceof NoKubeConfigError)) throw err;
     logger.warn(`${err.message}; GET /ops/hosts/{host} answers 503 until there is one`);
   }
+  const deliveries = createDeliveryLog({ redis, logger, keep: config.DELIVERIES_KEPT });
   const app = createApp({
     config,
     redis,
@@ -108,6 +110,7 @@ export async function start(
     rateLimit: createRateLimiter({ redis, rps: config.RATE_LIMIT_RPS, metrics, logger }),
     senderSecrets,
     freezeWatch,
+    deliveries,
   });
 
   const { server } = createListener(app, { tls: apiTls, listener: 'api', logger, metrics });
@@ -175,6 +178,8 @@ export async function start(
         },
         3000,
       );
+      // The verdicts of the last requests, still waiting to be written (src/domain/deliveries.ts).
+      await budget.step('deliveries log', () => deliveries.flush(), 1000);
       await budget.step('freezes subscriber', () => freezeWatch.close(), 1000);
       // With Redis unreachable BullMQ's close would wait for a connection forever.
       await budget.step('queue', () => queue.close(), 5000);

@@ -1,5 +1,5 @@
 import { PayloadTooLargeError, UnprocessableError } from '../shared/errors.js';
-import { notifyOncallData, type NotifyOncallData } from '../shared/jobs.js';
+import { JOB, parseJobData, type NotifyOncallData } from '../shared/jobs.js';
 import type { Intake } from './intake.js';
 import type { Written } from './replication.js';
 
@@ -74,8 +74,15 @@ export function planAlerts(
     let alertname = typeof labels.alertname === 'string' && labels.alertname !== '' ? labels.alertname : 'unknown';
     if (alertname.length > MAX_ALERTNAME) alertname = alertname.slice(0, MAX_ALERTNAME);
     const annotations = isObject(a.annotations) ? a.annotations : {};
-    const data = notifyOncallData.parse({ alertname, annotations, fingerprint: fp, audit_id: auditId, requested_by: requestedBy });
-    planned.push({ fingerprint: fp, data });
+    const parsed = parseJobData(JOB.notifyOncall, {
+      alertname,
+      annotations,
+      fingerprint: fp,
+      audit_id: auditId,
+      requested_by: requestedBy,
+    });
+    if (!parsed.success) throw parsed.error;
+    planned.push({ fingerprint: fp, data: parsed.data });
   });
   return { received: alerts.length, firing, planned };
 }

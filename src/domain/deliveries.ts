@@ -16,7 +16,20 @@ import { redisCall } from './redisOps.js';
  *
  * Recording never fails a delivery: a Redis error while recording is logged and the answer goes
  * out as it would have.
+ *
+ * Writing: the verdicts of one short interval (FLUSH_INTERVAL_MS, or FLUSH_MAX entries, whichever
+ * comes first) go out together, one pipeline of XADDs in the order they were recorded, instead of
+ * one write per delivery: under load that is one socket write and one Redis read for many
+ * deliveries. `list` and `get` send what is waiting first (this process reads its own verdicts),
+ * and `flush` sends it at shutdown. It is a diagnostic log, not the delivery: a process killed
+ * without its shutdown loses the verdicts of its last interval (the answers went out, the jobs are
+ * queued; only their lines in GET /ops/deliveries are missing), as an XADD written but not yet
+ * applied by Redis would be lost either way.
  */
+/** The longest a recorded verdict waits before it is sent. */
+export const FLUSH_INTERVAL_MS = 5;
+/** Verdicts waiting that are sent at once, without waiting for the interval. */
+export const FLUSH_MAX = 256;
 export const VERDICTS = [
   'queued',
   'duplicate',
@@ -70,7 +83,10 @@ export const deliveryViewSchema = z.object({
 export type DeliveryView = z.infer<typeof deliveryViewSchema>;
 
 export interface DeliveryLog {
+  /** Queues the verdict for the next write (see above); never throws, never waits. */
   record(entry: DeliveryEntry): void;
+  /** Sends every verdict recorded so far; resolves once Redis answered them (or failed: logged). */
+  flush(): Promise<void>;
   /** Newest first, across `sources` (or one), optionally of one verdict, before a cursor id. */
   list(opts: { sources: readonly string[]; verdict?: Verdict; limit: number; before?: string }): Promise<{
     deliveries: DeliveryView[];
@@ -128,6 +144,48 @@ const newestFirst = (a: Pick<DeliveryView, 'id' | 'source'>, b: Pick<DeliveryVie
 export function createDeliveryLog(deps: { redis: Redis; logger: Logger; keep: number }): DeliveryLog {
   const { redis, logger, keep } = deps;
   let lastWarn = 0;
+  const warn = (source: string | undefined, err: unknown) => {
+    const now = Date.now();
+    if (now - lastWarn < 10_000) return;
+    lastWarn = now;
+    logger.warn('could not record a webhook delivery (GET /ops/deliveries will miss it)', { source, err });
+  };
+
+  // Recorded, not yet sent: [stream key, fields], in the order recorded.
+  let waiting: Array<[string, Array<string | number>]> = [];
+  let timer: NodeJS.Timeout | undefined;
+  // The last pipeline sent: flush() resolves once it (and every earlier one, same connection) is answered.
+  let lastSent: Promise<void> = Promise.resolve();
+
+  const send = (): Promise<void> => {
+    if (timer) {
+      clearTimeout(timer);
+      timer = undefined;
+    }
+    if (waiting.length === 0) return lastSent;
+    const batch = waiting;
+    waiting = [];
+    // One pipeline per stream (on a Cluster each sender's stream has its own slot), in the order recorded.
+    const byStream = new Map<string, Array<Array<string | number>>>();
+    for (const [key, fields] of batch) {
+      const list = byStream.get(key);
+      if (list) list.push(fields);
+      else byStream.set(key, [fields]);
+    }
+    const sent = [...byStream].map(([key, entries]) => {
+      const pipeline = redis.pipeline();
+      for (const fields of entries) pipeline.xadd(key, 'MAXLEN', '~', keep, '*', ...fields);
+      return pipeline.exec().then(
+        (replies) => {
+          const failed = replies?.find(([err]) => err);
+          if (failed) warn(key, failed[0]);
+        },
+        (err: unknown) => warn(key, err),
+      );
+    });
+    lastSent = sent.length === 1 ? sent[0]! : Promise.all(sent).then(() => undefined);
+    return lastSent;
+  };
 
   return {
     record(e) {
@@ -141,15 +199,16 @@ export function createDeliveryLog(deps: { redis: Redis; logger: Logger; keep: nu
       if (e.requestId) fields.push('request', e.requestId);
       if (e.push) fields.push('push', JSON.stringify(e.push));
       if (e.replayOf) fields.push('replay_of', e.replayOf);
-      redis.xadd(deliveriesKey(e.source), 'MAXLEN', '~', keep, '*', ...fields).catch((err: unknown) => {
-        const now = Date.now();
-        if (now - lastWarn < 10_000) return;
-        lastWarn = now;
-        logger.warn('could not record a webhook delivery (GET /ops/deliveries will miss it)', { source: e.source, err });
-      });
+      waiting.push([deliveriesKey(e.source), fields]);
+      if (waiting.length >= FLUSH_MAX) void send();
+      else timer ??= setTimeout(send, FLUSH_INTERVAL_MS);
     },
 
+    flush: send,
+
     async list({ sources, verdict, limit, before }) {
+      // Sent before the read, on the same connection: Redis applies them first.
+      void send();
       const cursor =
         before && DELIVERY_ID.test(before) ? ({ id: before, source: DELIVERY_ID.exec(before)![1]! } as DeliveryView) : undefined;
       const streamBound = cursor ? DELIVERY_ID.exec(cursor.id)![2]! : '+';
@@ -175,6 +234,7 @@ export function createDeliveryLog(deps: { redis: Redis; logger: Logger; keep: nu
     async get(id) {
       const m = DELIVERY_ID.exec(id);
       if (!m) return undefined;
+      void send();
       const rows = (await redisCall((r) => r.xrange(deliveriesKey(m[1]!), m[2]!, m[2]!), redis)) as Array<[string, string[]]>;
       const row = rows[0];
       return row ? toView(m[1]!, row[0], row[1]) : undefined;

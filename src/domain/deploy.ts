@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { UnprocessableError } from '../shared/errors.js';
 import { describeReasons } from '../shared/gate.js';
 import { projectPolicy } from '../shared/inventory.js';
-import { runDeployPipelineData } from '../shared/jobs.js';
+import { JOB, parseJobData } from '../shared/jobs.js';
 import type { PushSource } from '../sources/index.js';
 import { requestApproval } from './approvals.js';
 import { deployGate, projectNamespace, recordHold, reportHold, type Guards } from './guards.js';
@@ -91,7 +91,7 @@ export interface PushRequest {
  */
 export async function submitPush(intake: Pick<Intake, 'push'>, req: PushRequest, guards?: Guards): Promise<Outcome> {
   const d = req.decision;
-  const parsed = runDeployPipelineData.safeParse({
+  const parsed = parseJobData(JOB.runDeployPipeline, {
     project: d.project,
     ref: d.ref,
     sha: d.sha,

@@ -204,6 +204,24 @@ export const jobDataSchemas = {
   [JOB.reportChange]: reportChangeData,
 } as const;
 
+/** Job data that came out of its schema's parse in this process (parseJobData): not parsed again. */
+const parsedJobData = new WeakSet<object>();
+
+/**
+ * Parses job data against its job's schema, as the producer would; a success's data is remembered,
+ * so the producer adds it without parsing it a second time. The data must not be changed after.
+ */
+export function parseJobData<N extends JobName>(name: N, data: unknown): z.ZodSafeParseResult<JobDataByName[N]> {
+  const parsed = jobDataSchemas[name].safeParse(data) as z.ZodSafeParseResult<JobDataByName[N]>;
+  if (parsed.success) parsedJobData.add(parsed.data as object);
+  return parsed;
+}
+
+/** The data is parseJobData's answer for this job (the same object). */
+export function isParsedJobData(data: unknown): boolean {
+  return typeof data === 'object' && data !== null && parsedJobData.has(data);
+}
+
 /** A dry run's answer is wanted within seconds or not at all: kept an hour, tried once. */
 export const DRY_RUN_JOB_OPTIONS = { attempts: 1, removeOnComplete: { age: 3600 }, removeOnFail: { age: 3600 } } as const;
 

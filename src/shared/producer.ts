@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { QueueUnavailableError, UnprocessableError } from './errors.js';
-import { QUEUE_NAME, jobDataSchemas, type JobDataByName, type JobName } from './jobs.js';
+import { QUEUE_NAME, isParsedJobData, jobDataSchemas, type JobDataByName, type JobName } from './jobs.js';
 import { QUEUE_PREFIX_DEFAULT, queueKey } from './keys.js';
 import type { Metrics } from './metrics.js';
 import { waitForReplicas } from './redis.js';
@@ -74,6 +74,8 @@ export interface ProducerDeps {
 }
 
 function validated<N extends JobName>(req: AddRequest<N>): JobDataByName[N] {
+  // Parsed already by its caller (parseJobData): the same schema would answer the same.
+  if (isParsedJobData(req.data)) return req.data;
   const parsed = jobDataSchemas[req.name].safeParse(req.data);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;

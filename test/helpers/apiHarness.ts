@@ -2,6 +2,7 @@ import { afterAll, beforeAll, beforeEach } from '@jest/globals';
 import type { Express, RequestHandler } from 'express';
 import { Redis } from 'ioredis';
 import { createApp } from '../../src/app.js';
+import { createDeliveryLog, type DeliveryLog } from '../../src/domain/deliveries.js';
 import { createKubeHostStatusProvider } from '../../src/domain/kubeHostStatus.js';
 import type { HostStatusProvider } from '../../src/domain/hostStatus.js';
 import { loadApiConfig, secretsOf, type ApiConfig } from '../../src/shared/config.js';
@@ -76,6 +77,8 @@ export interface Harness {
   inspect: Redis;
   /** Redis was emptied behind the app's back: tell every process watching the freezes, and wait for this one's reload. */
   freezesFlushed(): Promise<void>;
+  /** The app's deliveries log (its verdicts are written a moment after each answer; flush() sends them now). */
+  deliveries: DeliveryLog;
   close(): Promise<void>;
 }
 
@@ -116,6 +119,8 @@ export async function createHarness(redisUrl: string, opts: HarnessOptions = {})
     subscriber: createRedis(redisUrl, 'blocking', 'test-api-freezes'),
     logger,
   });
+  // As src/server.ts wires it: the log whose last verdicts are sent at close.
+  const deliveries = createDeliveryLog({ redis, logger, keep: config.DELIVERIES_KEPT });
   const app = createApp({
     config,
     redis,
@@ -132,6 +137,7 @@ export async function createHarness(redisUrl: string, opts: HarnessOptions = {})
     rateLimit: opts.rateLimit?.({ redis, metrics, logger }),
     ...(opts.now ? { now: opts.now } : {}),
     freezeWatch,
+    deliveries,
   });
   const logs = () => lines.map((l) => JSON.parse(l) as Record<string, unknown>);
   return {
@@ -150,7 +156,9 @@ export async function createHarness(redisUrl: string, opts: HarnessOptions = {})
       await inspect.publish(FREEZES_CHANNEL, 'flushed');
       await freezeWatch.changed();
     },
+    deliveries,
     close: async () => {
+      await deliveries.flush();
       await freezeWatch.close();
       await queue.close();
       redis.disconnect();

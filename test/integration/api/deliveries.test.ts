@@ -7,8 +7,11 @@
 import { createHmac } from 'node:crypto';
 import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
+import { createDeliveryLog, FLUSH_MAX, type Verdict } from '../../../src/domain/deliveries.js';
 import { createRateLimiter } from '../../../src/middleware/rateLimit.js';
-import { createHarness, GITHUB_SECRET, OP_KEY, RO_KEY, SCM_SECRET, useHarness, type Harness } from '../../helpers/apiHarness.js';
+import { createLogger } from '../../../src/shared/logger.js';
+import { createRedis } from '../../../src/shared/redis.js';
+import { createHarness, GITHUB_SECRET, OP_KEY, RO_KEY, SCM_SECRET, useHarness, waitReady, type Harness } from '../../helpers/apiHarness.js';
 import { startRedis } from '../../helpers/redis.js';
 import { waitFor } from '../../helpers/waitFor.js';
 
@@ -25,7 +28,7 @@ const list = (query = '', key = RO_KEY, app = ctx.h.app) => request(app).get(`/o
 const replay = (id: string, reason = 'the queue was down (INC-42)', key = OP_KEY) =>
   request(ctx.h.app).post(`/ops/deliveries/${id}/replay`).set('X-API-Key', key).set('Content-Type', 'application/json').send({ reason });
 
-/** The log is written beside the answer: wait until it holds `n` deliveries. */
+/** The log is written a moment after the answer: wait until it holds `n` deliveries. */
 const logged = (n: number, query = '', h: Harness = ctx.h) =>
   waitFor(`${n} deliveries${query}`, async () => {
     const res = await list(query, RO_KEY, h.app);
@@ -172,5 +175,41 @@ describe('POST /ops/deliveries/{id}/replay', () => {
     expect((await replay(ignored!.id, 'r', RO_KEY)).status).toBe(403);
     expect((await replay(ignored!.id, '')).status).toBe(422);
     expect((await replay('scm.1-0')).status).toBe(404);
+  });
+});
+
+describe('the log is written in batches', () => {
+  /** The details of a sender's stream, oldest first. */
+  const details = async (source: string) =>
+    (await ctx.h.inspect.xrange(`opsgate:deliveries:{${source}}`, '-', '+')).map(([, f]) => f[f.indexOf('detail') + 1]);
+
+  it('keeps every verdict of a burst larger than one batch, in the order recorded, per sender', async () => {
+    const n = FLUSH_MAX * 2 + 37;
+    for (let i = 0; i < n; i++) {
+      ctx.h.deliveries.record({ source: i % 3 === 0 ? 'github' : 'scm', verdict: 'queued' as Verdict, status: 202, detail: `burst ${i}` });
+    }
+    await ctx.h.deliveries.flush();
+    const all = Array.from({ length: n }, (_, i) => `burst ${i}`);
+    expect(await details('github')).toEqual(all.filter((_, i) => i % 3 === 0));
+    expect(await details('scm')).toEqual(all.filter((_, i) => i % 3 !== 0));
+  });
+
+  it('sends what waits before its connection closes at shutdown (flush), none lost', async () => {
+    const redis = createRedis(ctx.srv.url, 'request', 'test-deliveries-shutdown');
+    await waitReady(redis);
+    const log = createDeliveryLog({ redis, logger: createLogger({ level: 'error', write: () => {} }), keep: 1000 });
+    for (let i = 0; i < 5; i++) log.record({ source: 'scm', verdict: 'duplicate', status: 202, detail: `last ${i}` });
+    // As src/server.ts stops: flush, then QUIT (which waits for the replies of what was sent).
+    await log.flush();
+    await redis.quit();
+    expect(await details('scm')).toEqual(['last 0', 'last 1', 'last 2', 'last 3', 'last 4']);
+  });
+
+  it('GET /ops/deliveries right after a burst of answers lists every one (the process reads its own verdicts)', async () => {
+    const answers = await Promise.all(Array.from({ length: 40 }, (_, i) => scm(push(`burst-${i}`))));
+    expect(answers.every((a) => a.status === 202)).toBe(true);
+    const res = await list('?limit=100');
+    expect(res.body.deliveries).toHaveLength(40);
+    expect(new Set(res.body.deliveries.map((d: { job_id: string }) => d.job_id))).toEqual(new Set(answers.map((a) => a.body.job_id)));
   });
 });

@@ -268,6 +268,9 @@ describe('running process', () => {
         const r = new Redis(srv.url);
         try {
           expect(await r.llen('bull:ops:wait')).toBe(2);
+          // Its verdict too: the deliveries log sends what waits before Redis closes.
+          const logged = await r.xrange('opsgate:deliveries:{scm}', '-', '+');
+          expect(logged.map(([, f]) => f[f.indexOf('verdict') + 1])).toEqual(['queued']);
         } finally {
           r.disconnect();
         }

@@ -33,7 +33,7 @@ beforeAll(async () => {
   // A 10-minute window with a budget never reached: the limiter runs on every request, and its
   // counter at the end says how many it counted.
   h = await createHarness(relay.url, {
-    // The deliveries log's XADD goes out beside the answer, not waited for: it is counted on its own below.
+    // The deliveries log's XADD goes out after the answer, not waited for: it is counted on its own below.
     env: { RATE_LIMIT_RPS: '100000', TRUST_PROXY: '0', DELIVERIES_KEPT: '0' },
     rateLimit: ({ redis, metrics, logger }) => createRateLimiter({ redis, rps: 100000, windowMs: 600_000, metrics, logger }),
   });
@@ -133,7 +133,7 @@ describe('Redis round trips per delivery (rate limit on)', () => {
 });
 
 describe('the deliveries log', () => {
-  it('adds one command per delivery (XADD), sent beside the answer', async () => {
+  it('adds one command per delivery (XADD), sent after the answer (batched with the others of its moment)', async () => {
     const logged = await createHarness(relay.url, { env: { TRUST_PROXY: '0' } });
     try {
       const post = (sha: string) =>
