@@ -201,7 +201,7 @@ export function createDeliveryLog(deps: { redis: Redis; logger: Logger; keep: nu
       if (e.replayOf) fields.push('replay_of', e.replayOf);
       waiting.push([deliveriesKey(e.source), fields]);
       if (waiting.length >= FLUSH_MAX) void send();
-      else timer ??= setTimeout(send, FLUSH_INTERVAL_MS);
+      else timer ??= setTimeout(() => void send(), FLUSH_INTERVAL_MS);
     },
 
     flush: send,

@@ -213,7 +213,7 @@ const parsedJobData = new WeakSet<object>();
  */
 export function parseJobData<N extends JobName>(name: N, data: unknown): z.ZodSafeParseResult<JobDataByName[N]> {
   const parsed = jobDataSchemas[name].safeParse(data) as z.ZodSafeParseResult<JobDataByName[N]>;
-  if (parsed.success) parsedJobData.add(parsed.data as object);
+  if (parsed.success) parsedJobData.add(parsed.data);
   return parsed;
 }
 

@@ -7,7 +7,7 @@
 import { createHmac } from 'node:crypto';
 import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
-import { createDeliveryLog, FLUSH_MAX, type Verdict } from '../../../src/domain/deliveries.js';
+import { createDeliveryLog, FLUSH_MAX } from '../../../src/domain/deliveries.js';
 import { createRateLimiter } from '../../../src/middleware/rateLimit.js';
 import { createLogger } from '../../../src/shared/logger.js';
 import { createRedis } from '../../../src/shared/redis.js';
@@ -186,7 +186,7 @@ describe('the log is written in batches', () => {
   it('keeps every verdict of a burst larger than one batch, in the order recorded, per sender', async () => {
     const n = FLUSH_MAX * 2 + 37;
     for (let i = 0; i < n; i++) {
-      ctx.h.deliveries.record({ source: i % 3 === 0 ? 'github' : 'scm', verdict: 'queued' as Verdict, status: 202, detail: `burst ${i}` });
+      ctx.h.deliveries.record({ source: i % 3 === 0 ? 'github' : 'scm', verdict: 'queued', status: 202, detail: `burst ${i}` });
     }
     await ctx.h.deliveries.flush();
     const all = Array.from({ length: n }, (_, i) => `burst ${i}`);
