@@ -36,10 +36,10 @@ node-down: ## Stop the test cluster and restore every side effect (sysctls, ipta
 
 # The tool builds and the images side by side: a Go build leaves a core idle while it downloads
 # modules and links, the image build (every platform of E2E_PLATFORMS) while it downloads and
-# unpacks packages.
+# unpacks packages. The images go first: make starts the goals in the order named.
 E2E_TOOLS_JOBS ?= 3
 e2e-tools: deps redis node-deps ## Install/build what `make e2e` uses (Kubernetes, etcd, CoreDNS, Prometheus, Traefik, cosign from source; images; the release for E2E_PLATFORMS)
-	$(MAKE) -j$(E2E_TOOLS_JOBS) tools tools-cosign images PLATFORMS=$(E2E_PLATFORMS)
+	$(MAKE) -j$(E2E_TOOLS_JOBS) images tools tools-cosign PLATFORMS=$(E2E_PLATFORMS)
 	$(MAKE) release PLATFORMS=$(E2E_PLATFORMS)
 
 ##@ Test

@@ -737,8 +737,9 @@ describe('rotation without a restart', () => {
 
   test("every labelled node block of the chart README's TLS and rotation sections ran here", () => {
     const labels = allDocBlocks(REPO)
-      .filter((b) => b.file === CHART_README && b.marker === 'node' && b.arg !== undefined)
+      .filter((b) => b.file === CHART_README && b.marker === 'node' && /^(tls|rotation)-/.test(b.arg ?? ''))
       .map((b) => b.arg!);
+    expect(labels.length).toBeGreaterThan(0);
     expect([...ran].sort()).toEqual([...new Set(labels)].sort());
   });
 });
