@@ -34,12 +34,15 @@ node-up: tools node-deps images ## Start the single-node test cluster (hack/node
 node-down: ## Stop the test cluster and restore every side effect (sysctls, iptables, bridge, mounts)
 	hack/node.sh down
 
-# The tool builds and the images side by side: a Go build leaves a core idle while it downloads
-# modules and links, the image build (every platform of E2E_PLATFORMS) while it downloads and
-# unpacks packages. The images go first: make starts the goals in the order named.
-E2E_TOOLS_JOBS ?= 3
+# The images (every platform of E2E_PLATFORMS) beside the tool builds, E2E_TOOLS_JOBS of those at a
+# time: a Go build leaves a core idle while it downloads modules and links, the image build while it
+# downloads and unpacks packages. The images start at once in their own make, since one make -j
+# picks among ready targets in no fixed order and would queue them behind the Go builds.
+E2E_TOOLS_JOBS ?= 2
 e2e-tools: deps redis node-deps ## Install/build what `make e2e` uses (Kubernetes, etcd, CoreDNS, Prometheus, Traefik, cosign from source; images; the release for E2E_PLATFORMS)
-	$(MAKE) -j$(E2E_TOOLS_JOBS) images tools tools-cosign PLATFORMS=$(E2E_PLATFORMS)
+	@$(MAKE) images PLATFORMS=$(E2E_PLATFORMS) & images=$$!; \
+	$(MAKE) -j$(E2E_TOOLS_JOBS) tools tools-cosign; rc=$$?; \
+	wait $$images || rc=1; exit $$rc
 	$(MAKE) release PLATFORMS=$(E2E_PLATFORMS)
 
 ##@ Test
