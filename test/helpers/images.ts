@@ -40,9 +40,3 @@ export function imageRef(target: Target, arch: Arch): string {
 export function podman(args: string[], timeoutMs = 120_000): Promise<RunResult> {
   return run('podman', args, { env: PODMAN_ENV, timeoutMs });
 }
-
-/** The ELF e_machine of a file's header, or undefined when it is no ELF file. */
-export function elfMachine(header: Buffer): number | undefined {
-  if (header.length < 20 || header.readUInt32BE(0) !== 0x7f454c46) return undefined;
-  return header[5] === 2 ? header.readUInt16BE(18) : header.readUInt16LE(18);
-}
