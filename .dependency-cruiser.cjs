@@ -3,11 +3,13 @@
  *
  *   src/server.ts, src/app.ts        wiring: may import anything below
  *   src/openapi/                     describes the routes (reads their schemas); nothing imports it but the wiring
- *   src/routes/                      HTTP: may use domain, middleware, shared
+ *   src/routes/                      HTTP: may use changes, domain, middleware, shared
+ *   src/changes/                     the change pipeline (planner, executor, its stores, scripts and views); its
+ *                                    routes (src/changes/<concept>/routes.ts) are HTTP and may use middleware
  *   src/domain/   src/middleware/    intake and operations / request plumbing: shared and sources, never each other
  *   src/sources/                     the webhook senders as data: src/shared only
  *   src/shared/                      the floor: imports nothing of opsgate above it (but the senders' secret list)
- *   worker/                          the other process: src/shared only
+ *   worker/                          the other process: src/shared and src/changes (never its routes)
  */
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {
@@ -24,7 +26,21 @@ module.exports = {
       severity: 'error',
       comment: 'src/shared is used by both processes and imports nothing of opsgate above it.',
       from: { path: '^src/shared/' },
-      to: { path: '^(src/(domain|middleware|routes|openapi)/|src/(app|server)\\.ts$|worker/)' },
+      to: { path: '^(src/(changes|domain|middleware|routes|openapi)/|src/(app|server)\\.ts$|worker/)' },
+    },
+    {
+      name: 'changes-below-http',
+      severity: 'error',
+      comment: 'The change pipeline takes values, not HTTP: only its routes know Express plumbing.',
+      from: { path: '^src/changes/', pathNot: '/routes\\.ts$' },
+      to: { path: '^(src/(middleware|routes|openapi)/|src/(app|server)\\.ts$|worker/|src/changes/.*/routes\\.ts$)' },
+    },
+    {
+      name: 'domain-does-not-plan',
+      severity: 'error',
+      comment: 'The change pipeline uses the intake; the domain never reaches back into the pipeline.',
+      from: { path: '^src/domain/' },
+      to: { path: '^src/changes/' },
     },
     {
       name: 'sources-are-data',
@@ -63,9 +79,15 @@ module.exports = {
     {
       name: 'worker-uses-shared-only',
       severity: 'error',
-      comment: 'The worker shares src/shared with the API and nothing of its HTTP side.',
+      comment: 'The worker shares src/shared and the change pipeline with the API, and nothing of its HTTP side.',
       from: { path: '^worker/' },
-      to: { path: '^src/', pathNot: '^src/shared/' },
+      to: { path: '^src/', pathNot: '^src/(shared|changes)/' },
+    },
+    {
+      name: 'worker-not-http',
+      severity: 'error',
+      from: { path: '^worker/' },
+      to: { path: '^src/changes/.*/routes\\.ts$' },
     },
   ],
   options: {

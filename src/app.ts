@@ -2,7 +2,8 @@ import express, { type Express, type RequestHandler } from 'express';
 import type { Redis } from 'ioredis';
 import type { HostStatusProvider } from './domain/hostStatus.js';
 import { createDeliveryLog, type DeliveryLog } from './domain/deliveries.js';
-import { createGuards } from './domain/guards.js';
+import { changeRetry } from './changes/retry.js';
+import { createGuards } from './changes/guards.js';
 import { createIntake } from './domain/intake.js';
 import { changeReplicationGate, replicationGate, retryReplicationGate } from './domain/replication.js';
 import { requireClientCertificate } from './middleware/clientCert.js';
@@ -10,8 +11,8 @@ import { requestId } from './middleware/context.js';
 import { errorHandler, notFound } from './middleware/errors.js';
 import { observe } from './middleware/observe.js';
 import { ADMIN_BASE_PATH, createAdminRouter } from './routes/admin.js';
-import { approvalsRouter } from './routes/approvals.js';
-import { freezesRouter } from './routes/freezes.js';
+import { approvalsRouter } from './changes/approvals/routes.js';
+import { freezesRouter } from './changes/freezes/routes.js';
 import { deliveriesRouter } from './routes/deliveries.js';
 import { healthRouter } from './routes/health.js';
 import { jobsRouter } from './routes/jobs.js';
@@ -21,7 +22,7 @@ import { opsRouter } from './routes/ops.js';
 import { webhookFailures, webhooksRouter } from './routes/webhooks.js';
 import { createKeyUsage } from './shared/apiKeyLifetime.js';
 import type { ApiConfig } from './shared/config.js';
-import type { FreezeWatch } from './shared/freezes.js';
+import type { FreezeWatch } from './changes/freezes/store.js';
 import type { Inventory } from './shared/inventory.js';
 import type { SenderSecrets } from './shared/liveSecrets.js';
 import type { Logger } from './shared/logger.js';
@@ -114,6 +115,7 @@ export function createApp(deps: AppDeps): Express {
     inventory: deps.inventory,
     redis: deps.redis,
     producer: deps.queue.producer,
+    intake,
     probe: deps.queue.probe,
     logger: deps.logger,
     metrics: deps.metrics,
@@ -134,7 +136,7 @@ export function createApp(deps: AppDeps): Express {
     }),
   );
   app.use(healthRouter({ redis: deps.redis, queue: deps.queue, version: deps.version ?? '0.0.0' }));
-  app.use(opsRouter({ ...deps, producer: deps.queue.producer, hostStatus: deps.hostStatus, replicated, changed, apiKeyPolicy, guards }));
+  app.use(opsRouter({ ...deps, hostStatus: deps.hostStatus, replicated, changed, apiKeyPolicy, guards }));
   app.use(approvalsRouter({ ...deps, guards, apiKeyPolicy, changed }));
   app.use(freezesRouter({ ...deps, guards, jobs: deps.queue.jobs, apiKeyPolicy, changed }));
   app.use(keysRouter({ ...deps, usage: keyUsage, apiKeyPolicy }));
@@ -145,7 +147,9 @@ export function createApp(deps: AppDeps): Express {
     timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
   });
   app.use(deliveriesRouter({ ...deps, deliveries, intake, replicated, changed, apiKeyPolicy, guards }));
-  app.use(jobsRouter({ ...deps, jobs: deps.queue.jobs, deadLetters: deps.queue.deadLetters, retryReplicated, apiKeyPolicy, guards }));
+  // Dead letters: a restart's or deploy's retry is a new change through the pipeline, from the API and Bull Board alike.
+  const deadLetters = deps.queue.deadLetters(changeRetry(guards, deps.queue.jobs));
+  app.use(jobsRouter({ ...deps, jobs: deps.queue.jobs, deadLetters, retryReplicated, apiKeyPolicy, guards }));
   app.use(openapiRouter({ version: deps.version, adminUI: deps.config.ADMIN_UI_ENABLED }));
   // Bull Board (operator only, audited): src/routes/admin.ts.
   if (deps.config.ADMIN_UI_ENABLED) {
@@ -153,7 +157,7 @@ export function createApp(deps: AppDeps): Express {
       ADMIN_BASE_PATH,
       createAdminRouter({
         queues: [deps.queue.bull],
-        opsQueue: deps.queue,
+        opsQueue: { bull: deps.queue.bull, deadLetters },
         retryReplicated,
         apiKeys: deps.config.apiKeys,
         logger: deps.logger,

@@ -25,7 +25,7 @@ import { createMetrics, queueCountsSource } from './shared/metrics.js';
 import { startMetricsServer } from './shared/metricsServer.js';
 import { jsonClientErrors } from './middleware/clientError.js';
 import { createRateLimiter } from './middleware/rateLimit.js';
-import { createFreezeStore, watchFreezes } from './shared/freezes.js';
+import { createFreezeStore, watchFreezes } from './changes/freezes/store.js';
 import { createOpsQueue } from './shared/queue.js';
 import { createRedis, redisPasswords } from './shared/redis.js';
 import { connectRedis } from './shared/redisConnection.js';

@@ -1,9 +1,10 @@
 import type { Job } from 'bullmq';
 import type { Redis } from 'ioredis';
-import type { ApprovalStore } from '../src/shared/approvals.js';
+import type { Budgets } from '../src/changes/budget/store.js';
+import type { ApprovalStore } from '../src/changes/approvals/store.js';
 import type { WorkerConfig } from '../src/shared/config.js';
-import type { FreezeStore } from '../src/shared/freezes.js';
-import type { HoldStore } from '../src/shared/holds.js';
+import type { FreezeStore } from '../src/changes/freezes/store.js';
+import type { HoldStore } from '../src/changes/holds.js';
 import type { Inventory } from '../src/shared/inventory.js';
 import type { ReportChangeData } from '../src/shared/jobs.js';
 import type { Logger } from '../src/shared/logger.js';
@@ -19,6 +20,9 @@ export interface WorkerGuards {
   freezes: FreezeStore;
   holds: HoldStore;
   approvals: ApprovalStore;
+  budgets: Pick<Budgets, 'giveBack'>;
+  /** Whether a job of that id is on the queue (an approval left approving: was its change added?). */
+  jobExists(id: string): Promise<boolean>;
   /** Queues a report_change job under `jobId` (one job per id: a repeat adds nothing). */
   report(jobId: string, data: ReportChangeData, delayMs?: number): Promise<void>;
   metrics?: Pick<Metrics, 'changeOutcomes' | 'holds'>;

@@ -1,20 +1,15 @@
 import { fileURLToPath } from 'node:url';
-import { Queue, Worker } from 'bullmq';
+import { Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { createApprovalStore } from '../src/shared/approvals.js';
 import { loadWorkerConfig, metricsTlsFiles, type WorkerConfig } from '../src/shared/config.js';
 import { reportConfigError } from '../src/shared/configReport.js';
 import { ConfigError } from '../src/shared/errors.js';
 import { startLoopMonitor } from '../src/shared/eventLoop.js';
-import { createFreezeStore } from '../src/shared/freezes.js';
-import { createHoldStore } from '../src/shared/holds.js';
 import { loadInventory, type Inventory } from '../src/shared/inventory.js';
-import { JOB, QUEUE_NAME, defaultJobOptions } from '../src/shared/jobs.js';
+import { QUEUE_NAME } from '../src/shared/jobs.js';
 import { queuePrefix } from '../src/shared/keys.js';
 import { createLogger, type Logger } from '../src/shared/logger.js';
 import { createMetrics } from '../src/shared/metrics.js';
-import { createProducer } from '../src/shared/producer.js';
-import { createQueueGuard } from '../src/shared/queueGuard.js';
 import { startMetricsServer, type MetricsServer } from '../src/shared/metricsServer.js';
 import { exportQueueDepth } from '../src/shared/queueDepth.js';
 import { connectRedis } from '../src/shared/redisConnection.js';
@@ -22,7 +17,7 @@ import { settlesWithin } from '../src/shared/timeout.js';
 import { loadTlsMaterial, type ListenerTls } from '../src/shared/tls.js';
 import { packageVersion } from '../src/shared/version.js';
 import { kubeConfigFromEnv, type KubeConfigFactory } from '../src/shared/kubeconfig.js';
-import type { WorkerGuards } from './context.js';
+import { createWorkerGuards } from './guards.js';
 import { workerLiveness } from './liveness.js';
 import { observeJobs, type JobMetrics } from './outcomes.js';
 import { createProcessor } from './processor.js';
@@ -72,27 +67,15 @@ export async function startWorker(config: WorkerConfig, deps: WorkerDeps = {}): 
   const kubeConfig = deps.kubeConfig ?? kubeConfigFromEnv(process.env);
   const redis = connectRedis({ url: config.REDIS_URL, profile: 'blocking', name: deps.name ?? 'opsgate-worker', logger });
 
-  // Guarded changes: the stores the API writes, and a producer for the reports this worker queues
-  // (one BullMQ Queue on the worker's connection).
-  const reportQueue = new Queue(QUEUE_NAME, {
-    connection: redis,
-    prefix: queuePrefix(config.REDIS_URL),
-    defaultJobOptions: defaultJobOptions({ attempts: config.JOB_ATTEMPTS, backoffMs: config.JOB_BACKOFF_MS }),
-  });
-  reportQueue.on('error', (err) => logger.debug('report queue connection error', { err }));
-  const reports = createProducer({ bull: reportQueue, connection: redis, guard: createQueueGuard(redis, 5000, logger) });
   const m = deps.metrics;
   const guardMetrics = m?.changeOutcomes && m.holds ? { changeOutcomes: m.changeOutcomes, holds: m.holds } : undefined;
-  const guards: WorkerGuards = {
-    freezes: createFreezeStore(redis),
-    holds: createHoldStore(redis),
-    approvals: createApprovalStore(redis),
-    report: async (jobId, data, delayMs) => {
-      await reports.add({ name: JOB.reportChange, data, jobId, ...(delayMs !== undefined ? { delay: delayMs } : {}) });
-    },
-    ...(guardMetrics ? { metrics: guardMetrics } : {}),
+  const { guards, reportQueue } = createWorkerGuards({
+    redis,
+    config,
+    logger,
     now: deps.now ?? Date.now,
-  };
+    ...(guardMetrics ? { metrics: guardMetrics } : {}),
+  });
   const processor = createProcessor({ config, inventory, redis, kubeConfig, logger, guards });
   const worker = new Worker(QUEUE_NAME, processor, {
     connection: redis,

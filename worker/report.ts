@@ -1,7 +1,8 @@
 import { DelayedError, UnrecoverableError } from 'bullmq';
-import { describeReasons, gate } from '../src/shared/gate.js';
-import { findHost, findProject, hostPolicy, projectPolicy } from '../src/shared/inventory.js';
-import type { Outcome, OutcomeResult, RestartServiceData, RunDeployPipelineData } from '../src/shared/jobs.js';
+import { describeReasons } from '../src/changes/gate.js';
+import { planWake, type ChangeJob } from '../src/changes/wake.js';
+import { findHost, findProject } from '../src/shared/inventory.js';
+import type { Outcome, OutcomeResult } from '../src/shared/jobs.js';
 import type { JobContext } from './context.js';
 import { JobCancelledError, JobTimeoutError } from './errors.js';
 
@@ -39,7 +40,7 @@ export function failureOutcome(err: unknown, seconds: number): Outcome {
   return { result, reason: reason.slice(0, 1000), duration_s: Math.round(seconds * 10) / 10 };
 }
 
-type ChangeData = { name: 'restart'; data: RestartServiceData } | { name: 'deploy'; data: RunDeployPipelineData };
+type ChangeData = ChangeJob;
 
 function target(c: ChangeData, ctx: JobContext) {
   if (c.name === 'restart') {
@@ -59,64 +60,66 @@ function target(c: ChangeData, ctx: JobContext) {
 }
 
 /**
- * The gate at the start of an attempt. A deploy it closes is delayed until it opens (this throws
- * DelayedError, which tells BullMQ the job was moved); a restart it closes is refused.
+ * The gate at the start of an attempt, decided by the change pipeline's planner (origin `wake`). A
+ * deploy it closes is delayed until it opens (this throws DelayedError, which tells BullMQ the job
+ * was moved); a restart it closes is refused. Without its stores or the job's lock token the check
+ * cannot be made or carried out: the attempt fails (and is retried), it never runs unchecked.
  */
 export async function checkGate(c: ChangeData, ctx: JobContext): Promise<void> {
   const g = ctx.guards;
-  if (!g) return;
+  if (!g) throw new Error('the change gate cannot be checked (no guard stores in this worker); not running the change');
   const now = g.now();
-  const t = target(c, ctx);
-  const windows =
-    c.name === 'restart' ? hostPolicy(ctx.inventory, c.data.host).windows : projectPolicy(ctx.inventory, c.data.project).windows;
-  const verdict = gate(
-    await g.freezes.list(now),
-    windows,
-    { namespace: t.namespace, ...(c.name === 'deploy' ? { project: c.data.project } : {}) },
-    now,
-  );
   const jobId = String(ctx.job.id);
-  if (!verdict.blocked) {
-    if (c.name === 'deploy') await g.holds.remove(jobId);
-    return;
-  }
-  if (c.name === 'restart') {
-    if (c.data.override) {
-      ctx.logger.warn('restart runs through a closed gate (overridden)', {
-        by: c.data.override.by,
-        reasons: describeReasons(verdict.reasons),
-      });
+  const { change, decision } = planWake(ctx.inventory, await g.freezes.list(now), c, jobId, now);
+  const t = target(c, ctx);
+  switch (decision.kind) {
+    case 'queue':
+      if (decision.overridden.length > 0) {
+        ctx.logger.warn(`${c.name} runs through a closed gate (overridden)`, {
+          by: change.override?.by,
+          owner: change.override?.owner,
+          reasons: describeReasons(decision.overridden),
+        });
+      }
+      if (c.name === 'deploy') await g.holds.remove(jobId);
       return;
+    case 'refuse':
+      throw new ChangeFailedError(`restart refused: ${describeReasons(decision.reasons)}`, 'refused');
+    case 'hold': {
+      if (c.name !== 'deploy') throw new ChangeFailedError(`restart refused: ${describeReasons(decision.reasons)}`, 'refused');
+      if (!ctx.job.moveToDelayed || !ctx.token) {
+        throw new Error(`deploy held (${describeReasons(decision.reasons)}) but its lock token is missing; not running it`);
+      }
+      const until = decision.until;
+      await g.holds.set({
+        job_id: jobId,
+        project: c.data.project,
+        namespace: t.namespace,
+        ref: c.data.ref,
+        reasons: decision.reasons,
+        until,
+        held_at: now,
+        by: 'worker',
+        requested_by: c.data.requested_by,
+      });
+      for (const r of decision.reasons) g.metrics?.holds.inc({ by: 'worker', guard: r.guard });
+      ctx.logger.info('deploy held', { until: new Date(until).toISOString(), reasons: describeReasons(decision.reasons) });
+      await g.report(`report.${jobId}.held`, {
+        event: 'held',
+        ...t,
+        job_id: jobId,
+        outcome: { result: 'held', reason: describeReasons(decision.reasons), until: new Date(until).toISOString() },
+        approvers: c.data.approvers ?? [],
+        audit_id: c.data.audit_id,
+        requested_by: c.data.requested_by,
+      });
+      // The delay is relative: BullMQ schedules on the process's own clock, the gate on the guards' one.
+      await ctx.job.moveToDelayed(Date.now() + Math.max(1, until - now), ctx.token);
+      throw new DelayedError();
     }
-    throw new ChangeFailedError(`restart refused: ${describeReasons(verdict.reasons)}`, 'refused');
+    default:
+      throw new Error(`unexpected decision for a job waking: ${decision.kind}`);
   }
-  if (!ctx.job.moveToDelayed || !ctx.token) return;
-  const until = verdict.until!;
-  await g.holds.set({
-    job_id: jobId,
-    project: c.data.project,
-    namespace: t.namespace,
-    ref: c.data.ref,
-    reasons: verdict.reasons,
-    until,
-    held_at: now,
-    by: 'worker',
-    requested_by: c.data.requested_by,
-  });
-  for (const r of verdict.reasons) g.metrics?.holds.inc({ by: 'worker', guard: r.guard });
-  ctx.logger.info('deploy held', { until: new Date(until).toISOString(), reasons: describeReasons(verdict.reasons) });
-  await g.report(`report.${jobId}.held`, {
-    event: 'held',
-    ...t,
-    job_id: jobId,
-    outcome: { result: 'held', reason: describeReasons(verdict.reasons), until: new Date(until).toISOString() },
-    approvers: c.data.approvers ?? [],
-    audit_id: c.data.audit_id,
-    requested_by: c.data.requested_by,
-  });
-  // The delay is relative: BullMQ schedules on the process's own clock, the gate on the guards' one.
-  await ctx.job.moveToDelayed(Date.now() + Math.max(1, until - now), ctx.token);
-  throw new DelayedError();
 }
 
 /** Whether an outcome goes to the notification endpoints (REPORT_OUTCOMES; no endpoint: nothing to queue). */

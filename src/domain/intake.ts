@@ -55,12 +55,14 @@ export interface IntakeDeps {
 export interface PushEvent {
   /** The sender's name (a key of the source registry): names its delivery ids. */
   source: string;
-  eventId: string;
+  /** The event's dedup identity (absent: an operator's explicit deploy, not deduplicated by event). */
+  eventId?: string;
   deliveryId?: string;
-  data: JobDataByName[typeof JOB.runDeployPipeline];
-  /** A held deploy (src/domain/deploy.ts): its job id, chosen before its hold is recorded, and its delay. */
-  jobId?: string;
-  delayMs?: number;
+  /**
+   * The deploy job, as the change pipeline's executor built it (src/changes/execute.ts): its data,
+   * and for a held or approved deploy its job id and delay. The intake adds its dedup record.
+   */
+  job: Omit<AddRequest<typeof JOB.runDeployPipeline>, 'deduplication'>;
 }
 
 export interface Outcome {
@@ -137,7 +139,7 @@ export function createIntake(deps: IntakeDeps): Intake {
   return {
     async push(event) {
       const alias = event.deliveryId ? deliveryKey(event.source, event.deliveryId) : undefined;
-      const reads = [...(alias ? [alias] : []), ...((await legacyOpen()) ? [legacySeenKey(event.eventId)] : [])];
+      const reads = [...(alias ? [alias] : []), ...(event.eventId && (await legacyOpen()) ? [legacySeenKey(event.eventId)] : [])];
       const found = reads.length > 0 ? (await redisCall((r) => r.mget(...reads), redis)).map(parseRecord) : [];
       const prior = found.find((r) => r.duplicateOf || r.pendingId);
 
@@ -145,16 +147,14 @@ export function createIntake(deps: IntakeDeps): Intake {
       if (prior?.duplicateOf) {
         out = { accepted: false, duplicate: true, jobId: prior.duplicateOf };
       } else {
-        const delay = event.delayMs ?? 0;
+        const delay = event.job.delay ?? 0;
         out = await add({
-          name: JOB.runDeployPipeline,
-          data: event.data,
-          ...(prior?.pendingId ? { jobId: prior.pendingId } : event.jobId ? { jobId: event.jobId } : {}),
+          ...event.job,
+          ...(prior?.pendingId ? { jobId: prior.pendingId } : {}),
           // A held event stays deduplicated for 24 h after it is due, not after it arrived.
-          deduplication: { id: pushDedupId(event.eventId), ttlMs: SEEN_EVENT_TTL_SECONDS * 1000 + delay },
-          ...(delay > 0 ? { delay } : {}),
+          ...(event.eventId ? { deduplication: { id: pushDedupId(event.eventId), ttlMs: SEEN_EVENT_TTL_SECONDS * 1000 + delay } } : {}),
         });
-        if (prior?.pendingId) out = await settlePending(legacySeenKey(event.eventId), out);
+        if (prior?.pendingId && event.eventId) out = await settlePending(legacySeenKey(event.eventId), out);
       }
       if (alias && found[0]?.duplicateOf === undefined) {
         try {

@@ -18,6 +18,10 @@ declare module 'express-serve-static-core' {
      * asked for under another name.
      */
     credential?: string;
+    /** The person or service the accepted credential belongs to (four eyes compares these). */
+    owner?: string;
+    /** false: nobody is named for the credential (a shared bearer token without an owner). */
+    ownerKnown?: boolean;
     /** Audit id of a credential that was presented but rejected (never the credential). */
     presentedCredential?: string;
     /** Why the accepted credential needs attention (an API key close to its expiry), for the audit line. */

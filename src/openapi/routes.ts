@@ -1,10 +1,10 @@
 import { z } from 'zod';
-import { approvalViewSchema, decisionAnswerSchema, decisionBodySchema, pendingApprovalSchema } from '../domain/approvals.js';
-import { deployDryRunSchema, restartDryRunSchema } from '../domain/dryRun.js';
-import { freezeBodySchema, freezeViewSchema, liftAnswerSchema, liftBodySchema } from '../domain/freezes.js';
-import { idempotencyKeySchema, restartAckSchema, restartOptionsSchema, restartQuerySchema } from '../domain/restart.js';
-import { approvalListSchema } from '../routes/approvals.js';
-import { freezeListSchema, holdListSchema } from '../routes/freezes.js';
+import { approvalViewSchema, decisionAnswerSchema, decisionBodySchema, pendingApprovalSchema } from '../changes/approvals/view.js';
+import { deployDryRunSchema, restartDryRunSchema } from '../changes/dryRun.js';
+import { freezeBodySchema, freezeViewSchema, liftAnswerSchema, liftBodySchema } from '../changes/freezes/service.js';
+import { idempotencyKeySchema, restartAckSchema, restartOptionsSchema, restartQuerySchema } from '../routes/restartQuery.js';
+import { approvalListSchema } from '../changes/approvals/routes.js';
+import { freezeListSchema, holdListSchema } from '../changes/freezes/routes.js';
 import { jobListSchema, jobViewSchema, listJobsQuerySchema, retryAnswerSchema, retryBodySchema } from '../routes/jobs.js';
 import { deliveryViewSchema } from '../domain/deliveries.js';
 import { deliveryListSchema, listDeliveriesQuerySchema, replayAnswerSchema, replayBodySchema } from '../routes/deliveries.js';

@@ -14,6 +14,7 @@ import { boundedRaw } from '../middleware/body.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 import type { DeadLetters } from '../shared/deadLetters.js';
+import { principalOf } from './principal.js';
 
 /**
  * Bull Board at /admin/queues: the operator's view of the "ops" queue. Dead-lettered jobs (the
@@ -253,7 +254,11 @@ async function retryLikeTheApi(
   jobId: string,
   res: Response,
 ): Promise<void> {
-  const out = await opsQueue.deadLetters.retry(jobId);
+  const out = await opsQueue.deadLetters.retry(jobId, {
+    requester: principalOf(res),
+    reason: 'retried from Bull Board',
+    auditId: String(res.locals.requestId),
+  });
   switch (out.outcome) {
     case 'not_found':
       throw new NotFoundError('job not found');
@@ -263,6 +268,10 @@ async function retryLikeTheApi(
       throw new ConflictError(
         `another restart of this Deployment is waiting or rolling out (job ${out.holder}); retry this one after it finished`,
       );
+    case 'pending_approval':
+      res.locals.auditFields = { ...(res.locals.auditFields as object), outcome: 'pending_approval', approval_id: out.approval_id };
+      res.status(202).json(out);
+      return;
     case 'retried':
       res.locals.auditFields = {
         ...(res.locals.auditFields as object),

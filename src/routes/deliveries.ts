@@ -1,9 +1,11 @@
 import { Router } from 'express';
 import { z } from 'zod';
 import { DELIVERY_ID, VERDICTS, deliveryViewSchema, type DeliveryLog } from '../domain/deliveries.js';
-import { submitPush } from '../domain/deploy.js';
-import { dryRunDeploy } from '../domain/dryRun.js';
-import type { Guards } from '../domain/guards.js';
+import { pushChange, submitPush } from '../changes/push.js';
+import type { Change, DeployTarget } from '../changes/types.js';
+import { principalOf } from './principal.js';
+import { dryRunDeploy } from '../changes/dryRun.js';
+import type { Guards } from '../changes/guards.js';
 import type { Intake, Outcome } from '../domain/intake.js';
 import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
 import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
@@ -44,7 +46,7 @@ export interface DeliveriesDeps {
   /** REDIS_MIN_REPLICAS_ACK for a push that asks for an approval (src/domain/replication.ts); absent = off. */
   changed?: ConfirmChange;
   /** Guarded changes (src/domain/guards.ts): a replayed push meets the same guards as a delivered one. */
-  guards?: Guards;
+  guards: Guards;
 }
 
 const SOURCE_NAMES = SOURCES.map((s) => s.name);
@@ -138,35 +140,30 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
       if (!view.event || source?.kind !== 'push') {
         throw new ConflictError(`delivery ${id} (${view.verdict}) reached no push event to replay; have the sender redeliver it`);
       }
-      const principal = typeof res.locals.principal === 'string' ? res.locals.principal : 'unknown';
+      const requester = principalOf(res);
+      const principal = requester.principal;
       const e = view.event;
+      const request = {
+        source: view.source,
+        project: e.project,
+        ref: e.ref,
+        sha: e.sha,
+        eventId: e.event_id,
+        auditId: res.locals.requestId,
+        requester,
+        reason: body.data.reason,
+        origin: 'replay' as const,
+        ...(view.delivery_id ? { deliveryId: view.delivery_id } : {}),
+      };
       if (body.data.dry_run) {
-        if (!deps.guards) throw new ConflictError('dry runs are not available in this process');
-        const answer = await dryRunDeploy(deps.guards, {
-          project: e.project,
-          ref: e.ref,
-          sha: e.sha,
-          eventId: e.event_id,
-          auditId: res.locals.requestId,
-          requestedBy: principal,
+        const answer = await dryRunDeploy(deps.guards, { ...pushChange(deps.guards, request), dryRun: true } as Change & {
+          target: DeployTarget;
         });
         res.locals.auditFields = { delivery: id, replay_reason: body.data.reason, dry_run: true, would: answer.would };
         res.json(answer);
         return;
       }
-      const out = await submitPush(
-        deps.intake,
-        {
-          source: view.source,
-          decision: { kind: 'deploy', project: e.project, ref: e.ref, sha: e.sha, eventId: e.event_id },
-          auditId: res.locals.requestId,
-          requestedBy: principal,
-          credential: res.locals.credential!,
-          reason: body.data.reason,
-          ...(view.delivery_id ? { deliveryId: view.delivery_id } : {}),
-        },
-        deps.guards,
-      );
+      const out = await submitPush(deps.guards, request);
       // REDIS_MIN_REPLICAS_ACK: a pending approval is a change of the guards' state (nothing to take back).
       if (out.approval) await deps.changed?.(`approval ${out.approval.id} requested`, [approvalKey(out.approval.id)]);
       else await deps.replicated?.(out.written ? [out.written] : []);

@@ -1,12 +1,12 @@
 import { Router } from 'express';
 import { z } from 'zod';
-import { approvalView, approvalViewSchema } from '../domain/approvals.js';
-import { holdView, holdViewSchema } from '../domain/freezes.js';
-import type { Guards } from '../domain/guards.js';
+import { approvalView, approvalViewSchema } from '../changes/approvals/view.js';
+import { holdView, holdViewSchema } from '../changes/freezes/service.js';
+import type { Guards } from '../changes/guards.js';
 import { redisCall } from '../domain/redisOps.js';
 import type { ConfirmRetryReplicated } from '../domain/replication.js';
-import { APPROVAL_ID, effectiveStatus } from '../shared/approvals.js';
-import { describeReasons } from '../shared/gate.js';
+import { APPROVAL_ID, effectiveStatus } from '../changes/approvals/store.js';
+import { describeReasons } from '../changes/gate.js';
 import { JOB, outcomeSchema } from '../shared/jobs.js';
 import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { parseJson, rawBody } from '../middleware/body.js';
@@ -16,6 +16,7 @@ import { ConflictError, NotFoundError, UnprocessableError } from '../shared/erro
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 import type { DeadLetters } from '../shared/deadLetters.js';
+import { principalOf } from './principal.js';
 import { LISTABLE_STATES, type JobReads } from '../shared/jobReads.js';
 
 /**
@@ -177,7 +178,11 @@ export function jobsRouter(deps: JobsDeps): Router {
       const body = retryBodySchema.safeParse(parseJson(req.body as Buffer));
       if (!body.success) throw invalid(body.error, 'body field');
       res.locals.auditFields = { job_id: id, retry_reason: body.data.reason };
-      const out = await deps.deadLetters.retry(id);
+      const out = await deps.deadLetters.retry(id, {
+        requester: principalOf(res),
+        reason: body.data.reason,
+        auditId: res.locals.requestId,
+      });
       switch (out.outcome) {
         case 'not_found':
           throw new NotFoundError('job not found');
@@ -187,6 +192,15 @@ export function jobsRouter(deps: JobsDeps): Router {
           throw new ConflictError(
             `another restart of this Deployment is waiting or rolling out (job ${out.holder}); retry this one after it finished`,
           );
+        case 'pending_approval':
+          res.locals.auditFields = {
+            job_id: id,
+            retry_reason: body.data.reason,
+            outcome: 'pending_approval',
+            approval_id: out.approval_id,
+          };
+          res.status(202).json({ retried: false, ...out });
+          return;
         case 'retried':
           res.locals.auditFields = {
             job_id: id,
@@ -202,7 +216,7 @@ export function jobsRouter(deps: JobsDeps): Router {
             ...(out.job.id !== id ? { retried_as: out.job.id } : {}),
             request_id: res.locals.requestId,
           });
-          res.json({ retried: true, job: out.job });
+          res.json({ retried: true, job: out.job, ...(out.held_until ? { held_until: out.held_until } : {}) });
       }
     })
     .all(methodNotAllowed(['POST']));

@@ -1,10 +1,13 @@
 import { Router } from 'express';
 import type { Redis } from 'ioredis';
-import { dryRunRestart } from '../domain/dryRun.js';
-import type { Guards } from '../domain/guards.js';
+import { dryRunRestart } from '../changes/dryRun.js';
+import type { Guards } from '../changes/guards.js';
 import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
 import { clearCache, getHostStatus, type HostStatusProvider } from '../domain/hostStatus.js';
-import { idempotencyScope, restartOptions, submitRestart, validateRestart } from '../domain/restart.js';
+import { idempotencyScope, restartChange, submitRestart } from '../changes/restart.js';
+import { idempotencyKeySchema, restartOptions, restartTargetQuery } from './restartQuery.js';
+import { principalOf } from './principal.js';
+import { BadRequestError } from '../shared/errors.js';
 import { approvalKey, idempotencyRecordKey } from '../shared/keys.js';
 import { requireApiKey, requireBearerOrOperatorKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { rawBody } from '../middleware/body.js';
@@ -13,13 +16,11 @@ import type { ApiConfig } from '../shared/config.js';
 import { hostNames, type Inventory } from '../shared/inventory.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
-import type { Producer } from '../shared/producer.js';
 
 /** /ops/hosts, /ops/hosts/:host, /ops/restart, /ops/cache. */
 export interface OpsDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'OPS_BEARER_TOKEN' | 'BODY_LIMIT'>;
   redis: Redis;
-  producer: Pick<Producer, 'add'>;
   inventory: Inventory;
   hostStatus: HostStatusProvider;
   logger: Logger;
@@ -60,27 +61,36 @@ export function opsRouter(deps: OpsDeps): Router {
   r.route('/ops/restart')
     .post(bearerOrOperator, ...body, async (req, res) => {
       const opts = restartOptions(req.query);
-      const principal = res.locals.principal!;
+      const { host, service } = restartTargetQuery(req.query);
+      const requester = principalOf(res);
+      const override = opts.override && opts.reason ? { reason: opts.reason } : undefined;
       if (opts.dry_run) {
-        const target = validateRestart(deps.inventory, req.query.host, req.query.service);
-        res.locals.auditFields = { dry_run: true, ...(opts.reason ? { reason: opts.reason } : {}) };
-        const answer = await dryRunRestart(deps.guards, {
-          ...target,
-          override: opts.override,
+        const change = restartChange(deps, {
+          host,
+          service,
+          requester,
           auditId: res.locals.requestId,
-          requestedBy: principal,
+          ...(opts.reason ? { reason: opts.reason } : {}),
         });
+        res.locals.auditFields = { dry_run: true, ...(opts.reason ? { reason: opts.reason } : {}) };
+        const answer = await dryRunRestart(deps.guards, { ...change, dryRun: true }, override);
         res.locals.auditFields = { dry_run: true, would: answer.would, admitted: answer.kubernetes.admitted ?? null };
         res.json(answer);
         return;
       }
+      const rawKey = req.get('idempotency-key');
+      let idempotencyKey: string | undefined;
+      if (rawKey !== undefined) {
+        const key = idempotencyKeySchema.safeParse(rawKey);
+        if (!key.success) throw new BadRequestError('Idempotency-Key header must be 1-255 printable ASCII characters');
+        idempotencyKey = key.data;
+      }
       const ack = await submitRestart(deps, {
-        host: req.query.host,
-        service: req.query.service,
+        host,
+        service,
+        requester,
         auditId: res.locals.requestId,
-        requestedBy: principal,
-        idempotencyKey: req.get('idempotency-key'),
-        credential: res.locals.credential!,
+        ...(idempotencyKey !== undefined ? { idempotencyKey } : {}),
         override: opts.override,
         ...(opts.reason ? { reason: opts.reason } : {}),
       });
@@ -98,11 +108,15 @@ export function opsRouter(deps: OpsDeps): Router {
         ...(opts.override ? { override: true } : {}),
       };
       // REDIS_MIN_REPLICAS_ACK: a restart that joined another one (coalesced) wrote no job of its own.
-      const idem = req.get('idempotency-key');
       await deps.replicated?.(
         ack.coalesced
           ? []
-          : [{ jobId: ack.job_id, keys: idem === undefined ? [] : [idempotencyRecordKey(idempotencyScope(res.locals.principal!, idem))] }],
+          : [
+              {
+                jobId: ack.job_id,
+                keys: idempotencyKey === undefined ? [] : [idempotencyRecordKey(idempotencyScope(requester.principal, idempotencyKey))],
+              },
+            ],
       );
       const { kind: _kind, ...answer } = ack;
       res.json(answer);

@@ -1,9 +1,10 @@
 import { Router, type Request, type RequestHandler, type Response } from 'express';
 import type { Redis } from 'ioredis';
 import { submitAlerts } from '../domain/alerts.js';
-import { decidePush, deliveryIdOf, submitPush } from '../domain/deploy.js';
+import { decidePush, deliveryIdOf } from '../domain/deploy.js';
+import { submitPush } from '../changes/push.js';
 import type { DeliveryEntry, DeliveryLog, Verdict } from '../domain/deliveries.js';
-import type { Guards } from '../domain/guards.js';
+import type { Guards } from '../changes/guards.js';
 import type { Intake } from '../domain/intake.js';
 import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
 import { verifySender } from '../middleware/auth.js';
@@ -48,7 +49,7 @@ export interface WebhookDeps {
    */
   senderSecrets?: SenderSecrets;
   /** Guarded changes: a push meets its project's approval policy, freezes and windows (src/domain/deploy.ts). */
-  guards?: Guards;
+  guards: Guards;
 }
 
 /** The senders' secrets of a configuration, fixed: loadApiConfig's values, or each variable's value. */
@@ -137,17 +138,17 @@ export function webhooksRouter(deps: WebhookDeps): Router {
     const push = { project: decision.project, ref: decision.ref, sha: decision.sha, eventId: decision.eventId };
     let out: Awaited<ReturnType<typeof submitPush>>;
     try {
-      out = await submitPush(
-        deps.intake,
-        {
-          source: source.name,
-          decision,
-          auditId: res.locals.requestId,
-          requestedBy: `webhook:${source.name}`,
-          ...(deliveryId ? { deliveryId } : {}),
-        },
-        deps.guards,
-      );
+      out = await submitPush(deps.guards, {
+        source: source.name,
+        project: decision.project,
+        ref: decision.ref,
+        sha: decision.sha,
+        eventId: decision.eventId,
+        auditId: res.locals.requestId,
+        requester: { principal: `webhook:${source.name}`, credential: '', owner: `webhook:${source.name}`, ownerKnown: true },
+        origin: 'webhook',
+        ...(deliveryId ? { deliveryId } : {}),
+      });
       // REDIS_MIN_REPLICAS_ACK: a pending approval is a change of the guards' state (nothing to take back).
       if (out.approval) await deps.changed?.(`approval ${out.approval.id} requested`, [approvalKey(out.approval.id)]);
       else await deps.replicated?.(out.written ? [out.written] : []);

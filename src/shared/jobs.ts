@@ -48,17 +48,35 @@ const approvalFields = {
   /** The approval that let the change through; the job id is the approval id. */
   approval_id: z.string().min(1).max(64).optional(),
   /** Who approved it (principals, never secrets). */
-  approvers: z.array(z.string().min(1).max(64)).max(5).optional(),
+  approvers: z.array(z.string().min(1).max(64)).max(6).optional(),
   /** The requester's reason, when given. */
   reason: z.string().max(500).optional(),
+};
+
+/** Who asked, as a person: the owner of the requester's credential and that credential's id (never a secret). */
+const requesterFields = {
+  requested_owner: z.string().min(1).max(256).optional(),
+  requested_credential: z.string().min(1).max(64).optional(),
 };
 
 export const restartServiceData = z.object({
   host: z.string().min(1).max(253),
   service: dnsSubdomain,
   ...approvalFields,
-  /** A restart let through a freeze or outside its windows by an operator: who and why (audited, notified). */
-  override: z.object({ by: z.string().min(1).max(64), reason: z.string().min(1).max(500) }).optional(),
+  /**
+   * A restart let through a freeze or outside its windows by an operator: who (principal and
+   * owner), why, and which gate reasons it covers (`freeze:<id>`, `window`); a freeze declared
+   * after it is not covered, and the worker refuses the restart when it meets one (audited, notified).
+   */
+  override: z
+    .object({
+      by: z.string().min(1).max(256),
+      owner: z.string().min(1).max(256).optional(),
+      reason: z.string().min(1).max(500),
+      covers: z.array(z.string().min(1).max(128)).max(64).optional(),
+    })
+    .optional(),
+  ...requesterFields,
   ...auditFields,
 });
 
@@ -72,6 +90,7 @@ export const runDeployPipelineData = z.object({
   /** The sender's delivery id (X-GitHub-Delivery, X-Gitlab-Event-UUID), for tracing. */
   delivery_id: z.string().min(1).max(255).optional(),
   ...approvalFields,
+  ...requesterFields,
   ...auditFields,
 });
 
@@ -177,7 +196,7 @@ export const reportChangeData = z.object({
   job_id: z.string().max(128).optional(),
   approval_id: z.string().max(64).optional(),
   outcome: outcomeSchema.optional(),
-  approvers: z.array(z.string().max(64)).max(5).default([]),
+  approvers: z.array(z.string().max(64)).max(6).default([]),
   reason: z.string().max(1000).optional(),
   ...auditFields,
 });

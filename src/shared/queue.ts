@@ -1,6 +1,6 @@
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { createDeadLetters, type DeadLetters } from './deadLetters.js';
+import { createDeadLetters, type ChangeRetry, type DeadLetters } from './deadLetters.js';
 import { createJobReads, type JobReads } from './jobReads.js';
 import { QUEUE_NAME, defaultJobOptions, type JobPolicy } from './jobs.js';
 import { queuePrefix } from './keys.js';
@@ -33,7 +33,8 @@ export interface OpsQueueOptions {
 export interface OpsQueue {
   readonly producer: Producer;
   readonly jobs: JobReads;
-  readonly deadLetters: DeadLetters;
+  /** The dead letters; a restart's or deploy's retry goes through the change pipeline given here. */
+  deadLetters(changeRetry?: ChangeRetry): DeadLetters;
   readonly probe: Prober;
   /** The BullMQ Queue itself (Bull Board mounts it). */
   readonly bull: Queue;
@@ -64,7 +65,7 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
     producer,
     probe,
     jobs: createJobReads(bull, guard),
-    deadLetters: createDeadLetters(bull, connection, guard),
+    deadLetters: (changeRetry) => createDeadLetters(bull, connection, guard, changeRetry),
     isReady: () => connection.status === 'ready',
 
     async close() {

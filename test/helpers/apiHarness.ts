@@ -11,12 +11,13 @@ import { createLogger, type Logger } from '../../src/shared/logger.js';
 import { createMetrics, type Metrics } from '../../src/shared/metrics.js';
 import { createOpsQueue, type OpsQueue } from '../../src/shared/queue.js';
 import { createRedis } from '../../src/shared/redis.js';
-import { createFreezeStore, watchFreezes } from '../../src/shared/freezes.js';
+import { createFreezeStore, watchFreezes } from '../../src/changes/freezes/store.js';
 import { FREEZES_CHANNEL } from '../../src/shared/keys.js';
 import { Worker } from 'bullmq';
 import { loadWorkerConfig } from '../../src/shared/config.js';
 import { QUEUE_NAME } from '../../src/shared/jobs.js';
 import { NoKubeConfigError } from '../../src/shared/kubeconfig.js';
+import { createWorkerGuards } from '../../worker/guards.js';
 import { createProcessor } from '../../worker/processor.js';
 import { startRedis, type RedisServer } from './redis.js';
 import { senderSecretsEnv } from './senders.js';
@@ -236,11 +237,15 @@ export function useHarness(
  */
 export async function runWorkerUntil(redisUrl: string, done: () => Promise<boolean>, timeoutMs = 20000): Promise<void> {
   const redis = new Redis(redisUrl, { maxRetriesPerRequest: null });
+  const config = loadWorkerConfig({ REDIS_URL: redisUrl });
+  const logger = createLogger({ level: 'error', write: () => {} });
+  const { guards, reportQueue } = createWorkerGuards({ redis, config, logger, now: Date.now });
   const processor = createProcessor({
-    config: loadWorkerConfig({ REDIS_URL: redisUrl }),
+    config,
     inventory: parseInventory(INVENTORY_YAML),
     redis,
-    logger: createLogger({ level: 'error', write: () => {} }),
+    logger,
+    guards,
     kubeConfig: () => {
       throw new NoKubeConfigError('none in this test');
     },
@@ -250,6 +255,7 @@ export async function runWorkerUntil(redisUrl: string, done: () => Promise<boole
     await eventually(done, timeoutMs);
   } finally {
     await worker.close();
+    await reportQueue.close();
     redis.disconnect();
   }
 }

@@ -1,5 +1,5 @@
 import { DelayedError } from 'bullmq';
-import { effectiveStatus, type Approval } from '../../src/shared/approvals.js';
+import { effectiveStatus, type Approval } from '../../src/changes/approvals/store.js';
 import type { ReportChangeData } from '../../src/shared/jobs.js';
 import type { JobContext } from '../context.js';
 import { recordEvent, type EventReason } from '../events.js';
@@ -117,7 +117,19 @@ export async function reportChange(d: ReportChangeData, ctx: JobContext): Promis
     const g = ctx.guards;
     if (!g || !d.approval_id) return { delivered: 0, endpoints: 0, event: 'skipped' };
     const now = g.now();
-    const out = await g.approvals.decide(d.approval_id, { action: 'expire', by: 'opsgate', credential: '', reason: 'expired', now });
+    const decide = (action: 'expire' | 'finish' | 'abandon', reason: string) =>
+      g.approvals.decide(d.approval_id!, { action, by: 'opsgate', owner: 'opsgate', credential: '', reason, now });
+    let out = await decide('expire', 'expired');
+    if (out.verdict === 'approving' && out.approval) {
+      // Approved, its change not confirmed carried out: the job under the approval's id says whether it was.
+      const id = out.approval.id;
+      if (await g.jobExists(id)) {
+        await decide('finish', id);
+        return { delivered: 0, endpoints: 0, event: 'decided in time' };
+      }
+      out = await decide('abandon', `expired before its change could be carried out: ${out.approval.last_error ?? 'no job was added'}`);
+      await g.budgets.giveBack(out.approval?.change.namespace ?? '', id).catch(() => undefined);
+    }
     const a: Approval | undefined = out.approval;
     if (out.verdict === 'pending' && a && ctx.job.moveToDelayed && ctx.token) {
       // Woken before the expiry (clocks differ by a little): wait for it.

@@ -104,7 +104,7 @@ describe('POST /ops/restart?dry_run=true', () => {
       would: 'refuse',
       verdicts: { gate: { open: false, reasons: [{ guard: 'freeze', freeze_id: f.body.id }] } },
     });
-    expect(frozen.body.detail).toMatch(/^refused \(409\): freeze/);
+    expect(frozen.body.detail).toMatch(/^refused: freeze/);
     const forced = await dry('?host=web-1&service=checkout&override=true&reason=test');
     expect(forced.body).toMatchObject({ would: 'queue', verdicts: { gate: { open: false, override: true } } });
     expect(

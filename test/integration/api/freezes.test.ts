@@ -151,14 +151,22 @@ describe('a restart a freeze covers', () => {
     expect(await metricValue(ctx.h.metrics as never, 'opsgate_guard_overrides_total', {})).toBe(1);
   });
 
-  it('a restart queued before the freeze and taken by the worker during it is refused (outcome refused), unless it was overridden', async () => {
+  it('a restart queued before the freeze and taken by the worker during it is refused (outcome refused), unless an override covers that freeze', async () => {
     const jobId = await enqueue(ctx.h.queue, JOB.restartService, {
       host: 'web-1',
       service: 'checkout',
       audit_id: 'a',
       requested_by: 'key:x',
     });
-    await declare(ctx.h.app, { scope: 'all', reason: 'incident', duration: '1h' });
+    const freeze = await declare(ctx.h.app, { scope: 'all', reason: 'incident', duration: '1h' });
+    // An override of another (earlier) freeze, or one that names no freeze, does not cover this one.
+    const stale = await enqueue(ctx.h.queue, JOB.restartService, {
+      host: 'web-1',
+      service: 'api',
+      override: { by: 'key:ops', reason: 'stuck', covers: ['freeze:frz-0000000000000000'] },
+      audit_id: 'a',
+      requested_by: 'key:ops',
+    });
     worker = await guardedWorker(ctx.srv.url);
     const done = await waitFor('the restart refused', async () => {
       const j = await getJob(ctx.h.app, jobId);
@@ -166,10 +174,15 @@ describe('a restart a freeze covers', () => {
     });
     expect(done.failed_reason).toMatch(/^restart refused: freeze frz-[0-9a-f]+ of everything until .* \(incident\)$/);
     expect(done.outcome).toMatchObject({ result: 'refused' });
+    const staleDone = await waitFor('the stale override refused', async () => {
+      const j = await getJob(ctx.h.app, stale);
+      return j.state === 'failed' ? j : undefined;
+    });
+    expect(staleDone.outcome).toMatchObject({ result: 'refused' });
     const forced = await enqueue(ctx.h.queue, JOB.restartService, {
       host: 'web-1',
       service: 'frontend',
-      override: { by: 'key:ops', reason: 'stuck' },
+      override: { by: 'key:ops', reason: 'stuck', covers: [`freeze:${freeze.body.id}`] },
       audit_id: 'a',
       requested_by: 'key:ops',
     });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
-import { coalesceId } from '../../../src/domain/restart.js';
+import { coalesceId } from '../../../src/changes/restart.js';
 import { credentialId } from '../../../src/shared/crypto.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { restartedAtKey } from '../../../src/shared/keys.js';
@@ -127,15 +127,25 @@ describe('GET /ops/jobs?state=failed (any valid key)', () => {
 });
 
 describe('POST /ops/jobs/{id}/retry (operator key)', () => {
-  it('re-queues a dead letter with a fresh attempt budget; audited with principal, job and reason', async () => {
+  it('re-queues a dead-lettered restart as a new change <id>.retry with a fresh attempt budget; audited with principal, job and reason', async () => {
     const [id] = await deadLetters(1);
     const res = await retry(id!, { reason: 'inventory fixed (CHG-1234)' });
     expect(res.status).toBe(200);
     expect(res.body).toEqual({
       retried: true,
-      job: expect.objectContaining({ id, name: JOB.restartService, state: 'waiting', attempts_made: 0, failed_reason: null }),
+      job: expect.objectContaining({
+        id: `${id}.retry`,
+        name: JOB.restartService,
+        state: 'waiting',
+        attempts_made: 0,
+        failed_reason: null,
+      }),
     });
-    expect((await ctx.h.queue.jobs.get(id!))?.state).toBe('waiting');
+    expect((await ctx.h.queue.jobs.get(`${id}.retry`))?.state).toBe('waiting');
+    expect(await ctx.h.queue.jobs.get(id!)).toBeUndefined();
+    // the retry is the operator's change, with their reason
+    const data = (await ctx.h.queue.bull.getJob(`${id}.retry`))!.data as { requested_by: string; reason: string };
+    expect(data).toMatchObject({ requested_by: `key:${credentialId(OP_KEY)}`, reason: 'inventory fixed (CHG-1234)' });
     const audit = ctx.h.audits().find((a) => a.path === `/ops/jobs/${id}/retry`);
     expect(audit).toMatchObject({
       who: `key:${credentialId(OP_KEY)}`,
@@ -146,9 +156,9 @@ describe('POST /ops/jobs/{id}/retry (operator key)', () => {
       retry_reason: 'inventory fixed (CHG-1234)',
       body_sha256: expect.stringMatching(/^[0-9a-f]{64}$/),
     });
-    // The replay runs and is dead-lettered again with its own attempt count.
-    await runWorkerUntil(async () => (await ctx.h.queue.jobs.get(id!))?.state === 'failed');
-    expect((await ctx.h.queue.jobs.get(id!))?.attempts_made).toBe(1);
+    // The retry runs and is dead-lettered again with its own attempt count.
+    await runWorkerUntil(async () => (await ctx.h.queue.jobs.get(`${id}.retry`))?.state === 'failed');
+    expect((await ctx.h.queue.jobs.get(`${id}.retry`))?.attempts_made).toBe(1);
   });
 
   it('a job that is not failed -> 409; unknown -> 404; a readonly key -> 403; nothing changes', async () => {

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Redis } from 'ioredis';
 import request from 'supertest';
-import { idempotencyScope } from '../../../src/domain/restart.js';
+import { idempotencyScope } from '../../../src/changes/restart.js';
 import { idempotencyRecordKey } from '../../../src/shared/keys.js';
 import { credentialId } from '../../../src/shared/crypto.js';
 import { IDEMPOTENCY_TTL_SECONDS, JOB } from '../../../src/shared/jobs.js';

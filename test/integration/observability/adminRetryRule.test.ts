@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { UnrecoverableError, Worker } from 'bullmq';
 import type { Express } from 'express';
 import request from 'supertest';
-import { coalesceId } from '../../../src/domain/restart.js';
+import { coalesceId } from '../../../src/changes/restart.js';
 import { JOB, QUEUE_NAME } from '../../../src/shared/jobs.js';
 import { restartedAtKey } from '../../../src/shared/keys.js';
 import type { OpsQueue } from '../../../src/shared/queue.js';

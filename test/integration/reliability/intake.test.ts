@@ -33,7 +33,12 @@ const data = (sha: string) => ({
   requested_by: 'webhook:scm',
 });
 const push = (sha: string, deliveryId?: string, on: Intake = intake) =>
-  on.push({ source: 'gitlab', eventId: eventId(sha), ...(deliveryId ? { deliveryId } : {}), data: data(sha) });
+  on.push({
+    source: 'gitlab',
+    eventId: eventId(sha),
+    ...(deliveryId ? { deliveryId } : {}),
+    job: { name: JOB.runDeployPipeline, data: data(sha) },
+  });
 const alert = (fp: string) => ({
   fingerprint: fp,
   data: { alertname: 'Storm', annotations: {}, fingerprint: fp, audit_id: 'req-2', requested_by: 'webhook:alerts' },

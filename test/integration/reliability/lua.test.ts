@@ -1,17 +1,25 @@
 /**
- * Every Lua script of opsgate (src/shared/lua/*.lua) alone, on a real redis-server: each is a
+ * Every Lua script of opsgate (every `.lua` file under src/) alone, on a real redis-server: each is a
  * whole script whose KEYS and ARGV are documented at its top, run here with EVAL exactly as
  * documented. A new script without a test here fails the first case.
  */
 import { readdirSync } from 'node:fs';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import { Redis } from 'ioredis';
-import { loadLua } from '../../../src/shared/lua.js';
+import { loadLua as loadFile } from '../../../src/shared/lua.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 
 let server: RedisServer;
 let redis: Redis;
 const TESTED = ['rate-limit', 'replica-release', 'approval-create', 'approval-decide', 'budget-take'];
+const SRC = new URL('../../../src/', import.meta.url);
+/** Every script under src/, by its file name. */
+const SCRIPTS = new Map(
+  readdirSync(SRC, { recursive: true, encoding: 'utf8' })
+    .filter((f) => f.endsWith('.lua'))
+    .map((f) => [f.split('/').pop()!.slice(0, -4), new URL(f, SRC)] as const),
+);
+const loadLua = (name: string): string => loadFile(SCRIPTS.get(name) ?? new URL(`missing/${name}.lua`, SRC));
 
 beforeAll(async () => {
   server = await startRedis();
@@ -25,9 +33,8 @@ afterAll(async () => {
   await server?.destroy();
 });
 
-it('every script in src/shared/lua has its tests here, and documents its KEYS and ARGV', () => {
-  const files = readdirSync(new URL('../../../src/shared/lua/', import.meta.url)).filter((f) => f.endsWith('.lua'));
-  expect(files.map((f) => f.slice(0, -4)).sort()).toEqual([...TESTED].sort());
+it('every script under src/ has its tests here, and documents its KEYS and ARGV', () => {
+  expect([...SCRIPTS.keys()].sort()).toEqual([...TESTED].sort());
   for (const name of TESTED) {
     const head = loadLua(name)
       .split('\n')
@@ -134,7 +141,7 @@ describe('approval-create.lua: KEYS[1] record, KEYS[2] index, KEYS[3] pending se
   });
 });
 
-describe('approval-decide.lua: KEYS record, pending set, index, budget; ARGV action, by, credential, reason, now, budget, window, keep', () => {
+describe('approval-decide.lua: KEYS record, pending set, index; ARGV action, by, owner, credential, reason, now, keep, coalesced', () => {
   const now = Date.now();
   const record = (over: Record<string, unknown> = {}) =>
     JSON.stringify({
@@ -142,6 +149,7 @@ describe('approval-decide.lua: KEYS record, pending set, index, budget; ARGV act
       status: 'pending',
       requester: 'key:req',
       requester_credential: 'c-req',
+      requester_owner: 'alice',
       required: 1,
       approvers: [],
       expires_at: now + 60_000,
@@ -152,94 +160,106 @@ describe('approval-decide.lua: KEYS record, pending set, index, budget; ARGV act
     await redis.set('idx', 'apr-1');
     await redis.zadd('pending', now + 60_000, 'apr-1');
   };
-  const decide = (action: string, by: string, credential: string, at = now, budget = 0, windowMs = 0) =>
+  const decide = (action: string, by: string, owner: string, credential: string, at = now, reason = 'because', coalesced = 0) =>
     redis.eval(
       loadLua('approval-decide'),
-      4,
+      3,
       'rec',
       'pending',
       'idx',
-      'budget',
       action,
       by,
+      owner,
       credential,
-      'because',
+      reason,
       at,
-      budget,
-      windowMs,
       5_000,
-    ) as Promise<[string, string, number]>;
+      coalesced,
+    ) as Promise<[string, string]>;
   const stored = async () => JSON.parse((await redis.get('rec'))!);
 
-  it('the last approval approves: the record says who and why, the index and the pending place are gone, the record is kept `keep` ms', async () => {
+  it('the last approval makes it approving (still pending and indexed); finish approves it with its job, drops the index and the pending place, keeps it `keep` ms', async () => {
     await setUp();
-    const [verdict, raw] = await decide('approve', 'key:op2', 'c-op2');
-    expect(verdict).toBe('approved');
+    const [verdict, raw] = await decide('approve', 'key:op2', 'bob', 'c-op2');
+    expect(verdict).toBe('approving');
     expect(JSON.parse(raw)).toMatchObject({
-      status: 'approved',
-      decided_at: now,
-      approvers: [{ by: 'key:op2', credential: 'c-op2', reason: 'because', at: now }],
+      status: 'approving',
+      approving_at: now,
+      approvers: [{ by: 'key:op2', owner: 'bob', credential: 'c-op2', reason: 'because', at: now }],
     });
+    expect(await redis.get('idx')).toBe('apr-1');
+    expect(await redis.zcard('pending')).toBe(1);
+    // another approve or an expiry meanwhile: told it is approving (its caller finishes it)
+    expect((await decide('approve', 'key:op3', 'carol', 'c-op3'))[0]).toBe('approving');
+    expect((await decide('expire', 'opsgate', 'opsgate', '', now + 61_000))[0]).toBe('approving');
+    const [done, rawDone] = await decide('finish', 'opsgate', 'opsgate', '', now, 'apr-1', 0);
+    expect(done).toBe('approved');
+    expect(JSON.parse(rawDone)).toMatchObject({ status: 'approved', decided_at: now, job_id: 'apr-1', coalesced: false });
     expect(await redis.exists('idx')).toBe(0);
     expect(await redis.zcard('pending')).toBe(0);
     expect(await redis.pttl('rec')).toBeLessThanOrEqual(5_000);
-    expect((await decide('approve', 'key:op3', 'c-op3'))[0]).toBe('decided');
+    expect((await decide('approve', 'key:op3', 'carol', 'c-op3'))[0]).toBe('decided');
   });
 
-  it('the requester may not approve (by principal or by credential), but may withdraw (reject)', async () => {
+  it('fail keeps the error on the approving record; abandon expires it; neither touches a pending one', async () => {
     await setUp();
-    expect((await decide('approve', 'key:req', 'x'))[0]).toBe('self');
-    expect((await decide('approve', 'bearer:other-name', 'c-req'))[0]).toBe('self');
-    expect((await stored()).status).toBe('pending');
-    const [verdict, raw] = await decide('reject', 'key:req', 'c-req');
-    expect(verdict).toBe('rejected');
-    expect(JSON.parse(raw)).toMatchObject({ status: 'rejected', rejected: { by: 'key:req', reason: 'because' } });
+    expect((await decide('fail', 'opsgate', 'opsgate', '', now, 'redis down'))[0]).toBe('pending');
+    await decide('approve', 'key:op2', 'bob', 'c-op2');
+    const [failed, raw] = await decide('fail', 'opsgate', 'opsgate', '', now, 'redis down');
+    expect(failed).toBe('failed');
+    expect(JSON.parse(raw)).toMatchObject({ status: 'approving', last_error: 'redis down' });
+    expect((await decide('abandon', 'opsgate', 'opsgate', '', now, 'no job'))[0]).toBe('expired');
+    expect(await stored()).toMatchObject({ status: 'expired', last_error: 'no job' });
+    expect(await redis.zcard('pending')).toBe(0);
   });
 
-  it('two approvals needed: the first is recorded (its TTL kept), the same operator again is refused, another one approves', async () => {
+  it("four eyes between people: no credential of the requester's owner approves (another key, the same principal), but the requester may withdraw (reject)", async () => {
+    await setUp();
+    expect((await decide('approve', 'key:alice-ci', 'alice', 'x'))[0]).toBe('self');
+    expect((await decide('approve', 'key:req', 'someone', 'c-other'))[0]).toBe('self');
+    expect((await stored()).status).toBe('pending');
+    const [verdict, raw] = await decide('reject', 'key:req', 'alice', 'c-req');
+    expect(verdict).toBe('rejected');
+    expect(JSON.parse(raw)).toMatchObject({ status: 'rejected', rejected: { by: 'key:req', owner: 'alice', reason: 'because' } });
+  });
+
+  it('two approvals needed: the first is recorded (its TTL kept), the same owner again (another key) is refused, another person completes it', async () => {
     await setUp({ required: 2 });
     const ttl = await redis.pttl('rec');
-    expect((await decide('approve', 'key:op2', 'c-op2'))[0]).toBe('recorded');
+    expect((await decide('approve', 'key:op2', 'bob', 'c-op2'))[0]).toBe('recorded');
     expect((await stored()).approvers).toHaveLength(1);
     expect(await redis.pttl('rec')).toBeGreaterThan(ttl - 1000);
     expect(await redis.get('idx')).toBe('apr-1');
-    expect((await decide('approve', 'key:op2-again', 'c-op2'))[0]).toBe('again');
-    expect((await decide('approve', 'key:op3', 'c-op3'))[0]).toBe('approved');
-    expect((await stored()).approvers.map((a: { by: string }) => a.by)).toEqual(['key:op2', 'key:op3']);
+    expect((await decide('approve', 'key:op2-laptop', 'bob', 'c-op2b'))[0]).toBe('again');
+    expect((await decide('approve', 'key:op3', 'carol', 'c-op3'))[0]).toBe('approving');
+    expect((await stored()).approvers.map((a: { owner: string }) => a.owner)).toEqual(['bob', 'carol']);
   });
 
   it('past its expiry: approving marks it expired; `expire` before it changes nothing, after it expires it', async () => {
     await setUp();
-    expect((await decide('expire', 'opsgate', '', now + 1000))[0]).toBe('pending');
-    expect((await decide('approve', 'key:op2', 'c-op2', now + 60_000))[0]).toBe('expired');
+    expect((await decide('expire', 'opsgate', 'opsgate', '', now + 1000))[0]).toBe('pending');
+    expect((await decide('approve', 'key:op2', 'bob', 'c-op2', now + 60_000))[0]).toBe('expired');
     expect((await stored()).status).toBe('expired');
     expect(await redis.zcard('pending')).toBe(0);
     await setUp();
-    expect((await decide('expire', 'opsgate', '', now + 61_000))[0]).toBe('expired');
+    expect((await decide('expire', 'opsgate', 'opsgate', '', now + 61_000))[0]).toBe('expired');
   });
 
-  it('the last approval takes a place of the budget, and is refused (nothing changed) when the budget is spent', async () => {
+  it('many people approving at once: exactly one makes it approving', async () => {
     await setUp();
-    await redis.zadd('budget', String(now - 1000), 'restart-a', String(now - 500), 'restart-b');
-    const [verdict, , retry] = await decide('approve', 'key:op2', 'c-op2', now, 2, 10_000);
-    expect(verdict).toBe('budget');
-    expect(retry).toBe(9_000); // restart-a leaves the 10 s window in 9 s
-    expect((await stored()).status).toBe('pending');
-    expect(await redis.zcard('budget')).toBe(2);
-    // 9 s later restart-a has left the window: the approval takes its place
-    expect((await decide('approve', 'key:op2', 'c-op2', now + 9_000, 2, 10_000))[0]).toBe('approved');
-    expect(await redis.zrange('budget', '0', '-1')).toEqual(['restart-b', 'apr-1']);
+    const all = await Promise.all(Array.from({ length: 20 }, (_, i) => decide('approve', `key:op${i}`, `person${i}`, `c-op${i}`)));
+    expect(all.filter(([v]) => v === 'approving')).toHaveLength(20);
+    // one approver recorded: the others found it approving already
+    expect((await stored()).approvers).toHaveLength(1);
   });
 
-  it('many operators approving at once: exactly one sees approved', async () => {
-    await setUp();
-    const all = await Promise.all(Array.from({ length: 20 }, (_, i) => decide('approve', `key:op${i}`, `c-op${i}`)));
-    expect(all.filter(([v]) => v === 'approved')).toHaveLength(1);
-    expect(all.filter(([v]) => v === 'decided')).toHaveLength(19);
+  it('an old record without an owner compares principals', async () => {
+    await setUp({ requester_owner: undefined });
+    expect((await decide('approve', 'key:req', 'key:req', 'c-req'))[0]).toBe('self');
   });
 
   it('an unknown approval', async () => {
-    expect((await decide('approve', 'key:x', 'c'))[0]).toBe('not_found');
+    expect((await decide('approve', 'key:x', 'x', 'c'))[0]).toBe('not_found');
   });
 });
 
@@ -261,5 +281,16 @@ describe('budget-take.lua: KEYS[1] budget; ARGV now, window ms, restarts, job id
     expect(await take('a', 5000, 1)).toEqual([1, 1, 0]);
     expect(await take('a', 5001, 1)).toEqual([1, 1, 0]);
     expect((await take('b', 5002, 1))[0]).toBe(0);
+  });
+
+  it("peek answers as a take would and takes nothing (a dry run's look at the same window)", async () => {
+    const peek = (now: number, max = 2) =>
+      redis.eval(loadLua('budget-take'), 1, 'b', now, 10_000, max, '', 'peek') as Promise<[number, number, number]>;
+    expect(await peek(1000)).toEqual([1, 0, 0]);
+    await take('a', 1000, 2, 10_000);
+    await take('b', 2000, 2, 10_000);
+    expect(await peek(3000)).toEqual([0, 2, 8_000]);
+    expect(await redis.zcard('b')).toBe(2);
+    expect(await peek(11_000)).toEqual([1, 1, 0]); // a left the window
   });
 });

@@ -7,7 +7,8 @@ import { source as scm } from '../../../src/sources/scm.js';
 const decideScmPush = (event: string | undefined, payload: unknown) => decidePush(scm, event, payload);
 const decideGithubPush = (event: string | undefined, payload: unknown) => decidePush(github, event, payload);
 const scmEventId = (project: string, ref: string, sha: string) => pushEventId('scm', project, ref, sha);
-import { validateRestart } from '../../../src/domain/restart.js';
+import { validateRestart } from '../../../src/changes/restart.js';
+import { restartTargetQuery } from '../../../src/routes/restartQuery.js';
 import { matchApiKey } from '../../../src/middleware/auth.js';
 import { parseApiKeyRoles } from '../../../src/shared/config.js';
 import { AppError } from '../../../src/shared/errors.js';
@@ -115,13 +116,13 @@ describe('planAlerts: payload shape, firing alerts', () => {
 describe('validateRestart', () => {
   const inv = parseInventory('hosts:\n  web-1:\n    namespace: shop\n    deployments: [frontend]\n');
   it('422 for missing or repeated parameters, 404 outside the inventory', () => {
-    expect(status(() => validateRestart(inv, undefined, 'frontend'))).toBe(422);
-    expect(status(() => validateRestart(inv, 'web-1', undefined))).toBe(422);
-    expect(status(() => validateRestart(inv, ['web-1', 'web-1'], 'frontend'))).toBe(422);
+    expect(status(() => restartTargetQuery({ service: 'frontend' }))).toBe(422);
+    expect(status(() => restartTargetQuery({ host: 'web-1' }))).toBe(422);
+    expect(status(() => restartTargetQuery({ host: ['web-1', 'web-1'], service: 'frontend' }))).toBe(422);
     expect(status(() => validateRestart(inv, 'web-2', 'frontend'))).toBe(404);
     expect(status(() => validateRestart(inv, 'web-1', 'backend'))).toBe(404);
     expect(status(() => validateRestart(inv, 'toString', 'frontend'))).toBe(404);
-    expect(validateRestart(inv, 'web-1', 'frontend')).toEqual({ host: 'web-1', service: 'frontend', namespace: 'shop' });
+    expect(validateRestart(inv, 'web-1', 'frontend')).toEqual({ kind: 'restart', host: 'web-1', service: 'frontend', namespace: 'shop' });
   });
 });
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
-import { gate } from '../../../src/shared/gate.js';
-import type { Freeze } from '../../../src/shared/freezes.js';
+import { gate } from '../../../src/changes/gate.js';
+import type { Freeze } from '../../../src/changes/freezes/store.js';
 import { inventorySchema, hostPolicy, namespaceBudget, parseInventory, projectPolicy } from '../../../src/shared/inventory.js';
 import { formatDuration, parseDuration } from '../../../src/shared/policy.js';
 import { windowState, zonedInstant, type ChangeWindow } from '../../../src/shared/windows.js';

@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { covers, describeScope, type Freeze, type FreezeTarget } from './freezes.js';
-import { describeWindow, windowState, type ChangeWindow } from './windows.js';
+import { covers, describeScope, type Freeze, type FreezeTarget } from './freezes/store.js';
+import { describeWindow, windowState, type ChangeWindow } from '../shared/windows.js';
 
 /**
  * The gate of a change: the freezes that cover it and its change windows, at a given instant.

@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { HOLDS_KEY } from './keys.js';
+import { HOLDS_KEY } from '../shared/keys.js';
 import type { GateReason } from './gate.js';
 
 /**

@@ -10,18 +10,18 @@ import {
   liftFreeze,
   listFreezes,
   listHolds,
-} from '../domain/freezes.js';
-import type { Guards } from '../domain/guards.js';
-import type { ConfirmChange } from '../domain/replication.js';
-import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
-import { parseJson, rawBody } from '../middleware/body.js';
-import { methodNotAllowed } from '../middleware/errors.js';
-import type { ApiConfig } from '../shared/config.js';
-import { UnprocessableError } from '../shared/errors.js';
-import type { JobReads } from '../shared/jobReads.js';
-import { FREEZES_KEY, HOLDS_KEY } from '../shared/keys.js';
-import type { Logger } from '../shared/logger.js';
-import type { Metrics } from '../shared/metrics.js';
+} from './service.js';
+import type { Guards } from '../guards.js';
+import type { ConfirmChange } from '../../domain/replication.js';
+import { requireApiKey, type ApiKeyPolicy } from '../../middleware/auth.js';
+import { parseJson, rawBody } from '../../middleware/body.js';
+import { methodNotAllowed } from '../../middleware/errors.js';
+import type { ApiConfig } from '../../shared/config.js';
+import { UnprocessableError } from '../../shared/errors.js';
+import type { JobReads } from '../../shared/jobReads.js';
+import { FREEZES_KEY, HOLDS_KEY } from '../../shared/keys.js';
+import type { Logger } from '../../shared/logger.js';
+import type { Metrics } from '../../shared/metrics.js';
 
 /**
  * Freezes and holds (src/domain/freezes.ts):

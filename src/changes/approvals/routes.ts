@@ -1,17 +1,19 @@
 import { Router } from 'express';
 import { z } from 'zod';
-import { approvalView, approvalViewSchema, decideApproval, decisionBodySchema } from '../domain/approvals.js';
-import type { Guards } from '../domain/guards.js';
-import type { ConfirmChange } from '../domain/replication.js';
-import { redisCall } from '../domain/redisOps.js';
-import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
-import { parseJson, rawBody } from '../middleware/body.js';
-import { methodNotAllowed } from '../middleware/errors.js';
-import type { ApiConfig } from '../shared/config.js';
-import { approvalKey } from '../shared/keys.js';
-import { NotFoundError, UnprocessableError } from '../shared/errors.js';
-import type { Logger } from '../shared/logger.js';
-import type { Metrics } from '../shared/metrics.js';
+import { decideApproval } from './decide.js';
+import { approvalView, approvalViewSchema, decisionBodySchema } from './view.js';
+import { principalOf } from '../../routes/principal.js';
+import type { Guards } from '../guards.js';
+import type { ConfirmChange } from '../../domain/replication.js';
+import { redisCall } from '../../domain/redisOps.js';
+import { requireApiKey, type ApiKeyPolicy } from '../../middleware/auth.js';
+import { parseJson, rawBody } from '../../middleware/body.js';
+import { methodNotAllowed } from '../../middleware/errors.js';
+import type { ApiConfig } from '../../shared/config.js';
+import { approvalKey } from '../../shared/keys.js';
+import { NotFoundError, UnprocessableError } from '../../shared/errors.js';
+import type { Logger } from '../../shared/logger.js';
+import type { Metrics } from '../../shared/metrics.js';
 
 /**
  * Four-eyes approvals (src/domain/approvals.ts):
@@ -70,8 +72,7 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
         const out = await decideApproval(g, {
           id,
           action,
-          by: res.locals.principal!,
-          credential: res.locals.credential!,
+          by: principalOf(res),
           reason: body.data.reason,
           ...(body.data.override ? { override: true } : {}),
           auditId: res.locals.requestId,
@@ -88,6 +89,7 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
         deps.logger.info(`approval ${action === 'approve' ? 'given' : 'rejected'}`, {
           approval_id: id,
           by: res.locals.principal,
+          owner: res.locals.owner,
           status: out.status,
           job_id: out.job_id,
           request_id: res.locals.requestId,

@@ -1,14 +1,14 @@
 import type { Redis } from 'ioredis';
-import { budgetKey } from './keys.js';
-import { defineLua, loadLua } from './lua.js';
+import { budgetKey } from '../../shared/keys.js';
+import { defineLua, loadLua } from '../../shared/lua.js';
 
 /**
  * Restart budgets: at most N restarts of a namespace's Deployments per sliding window, counted in
  * Redis (src/shared/lua/budget-take.lua), so every API replica, caller and webhook draws on the
  * same budget. A member is the restart's job id: taking twice for one job takes once, and a
  * restart that turned out not to run (it joined another one, or was never added) gives its place
- * back. An approved restart takes its place in the approval's own decision
- * (src/shared/lua/approval-decide.lua), on the same key.
+ * back. An approved restart takes its place when the change pipeline carries it out, under the
+ * approval's id (the job's id), like any other restart.
  */
 export interface BudgetLimit {
   restarts: number;
@@ -31,7 +31,7 @@ export interface Budgets {
 }
 
 const TAKE = 'opsgateBudgetTake';
-const TAKE_LUA = loadLua('budget-take');
+const TAKE_LUA = loadLua(new URL('./budget-take.lua', import.meta.url));
 
 export function createBudgets(redis: Redis): Budgets {
   defineLua(redis, TAKE, TAKE_LUA, 1);
@@ -45,11 +45,8 @@ export function createBudgets(redis: Redis): Budgets {
       await redis.zrem(budgetKey(namespace), jobId);
     },
     async peek(namespace, limit, now) {
-      const since = now - limit.per * 1000;
-      const inWindow = await redis.zrangebyscore(budgetKey(namespace), `(${since}`, '+inf', 'WITHSCORES');
-      const used = inWindow.length / 2;
-      const oldest = Number(inWindow[1] ?? now);
-      return { used, retryMs: used >= limit.restarts ? Math.max(1, oldest + limit.per * 1000 - now) : 0 };
+      const [, used, retry] = await scripts[TAKE]!(budgetKey(namespace), now, limit.per * 1000, limit.restarts, '', 'peek');
+      return { used: Number(used), retryMs: Number(retry) };
     },
   };
 }

@@ -1,13 +1,13 @@
 import { z } from 'zod';
-import { NotFoundError, UnprocessableError } from '../shared/errors.js';
-import { FREEZE_SCOPES, newFreezeId, type Freeze } from '../shared/freezes.js';
-import { gateReasonSchema } from '../shared/gate.js';
-import type { Hold } from '../shared/holds.js';
-import { findProject } from '../shared/inventory.js';
-import { dnsLabel } from '../shared/jobs.js';
-import { parseDuration } from '../shared/policy.js';
-import type { Guards } from './guards.js';
-import { redisCall } from './redisOps.js';
+import { NotFoundError, UnprocessableError } from '../../shared/errors.js';
+import { FREEZE_SCOPES, newFreezeId, type Freeze } from './store.js';
+import { gateReasonSchema } from '../gate.js';
+import type { Hold } from '../holds.js';
+import { findProject } from '../../shared/inventory.js';
+import { dnsLabel } from '../../shared/jobs.js';
+import { parseDuration } from '../../shared/policy.js';
+import type { Guards } from '../guards.js';
+import { redisCall } from '../../domain/redisOps.js';
 
 /**
  * Freezes (POST/GET/DELETE /ops/freezes): an operator stops changes to everything, a namespace or a

@@ -1,9 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
-import { APPROVALS_PENDING_KEY, approvalIndexKey, approvalKey, budgetKey } from './keys.js';
-import { IDEMPOTENCY_TTL_SECONDS } from './jobs.js';
-import { defineLua, loadLua } from './lua.js';
+import type { Origin, Override } from '../types.js';
+import { APPROVALS_PENDING_KEY, approvalIndexKey, approvalKey } from '../../shared/keys.js';
+import { IDEMPOTENCY_TTL_SECONDS } from '../../shared/jobs.js';
+import { defineLua, loadLua } from '../../shared/lua.js';
 
 /**
  * Four-eyes approvals of guarded changes, kept in Redis and decided by one script
@@ -19,7 +20,14 @@ import { defineLua, loadLua } from './lua.js';
  */
 export const APPROVAL_ID = /^apr-[a-z0-9]{20}$/;
 
-export const APPROVAL_STATES = ['pending', 'approved', 'rejected', 'expired'] as const;
+/**
+ * `approving`: the last approval was given and the change is being carried out (its budget place
+ * taken, its job added under the approval's id); it reads as pending, with `last_error` when the
+ * carrying out failed, until the next approve call or the expiry finishes it or gives the place back.
+ */
+export const APPROVAL_STATES = ['pending', 'approving', 'approved', 'rejected', 'expired'] as const;
+/** What GET /ops/approvals shows: `approving` reads as pending. */
+export const APPROVAL_VIEW_STATES = ['pending', 'approved', 'rejected', 'expired'] as const;
 export type ApprovalState = (typeof APPROVAL_STATES)[number];
 
 export const approverSchema = z.object({
@@ -30,8 +38,17 @@ export const approverSchema = z.object({
 
 /** What a restart or deploy approval stands for. */
 export type ApprovalChange =
-  | { kind: 'restart'; host: string; service: string; namespace: string; override?: { by: string; reason: string } }
-  | { kind: 'deploy'; project: string; ref: string; namespace: string; sha?: string; event_id?: string; delivery_id?: string };
+  | { kind: 'restart'; host: string; service: string; namespace: string; override?: Override }
+  | {
+      kind: 'deploy';
+      project: string;
+      ref: string;
+      namespace: string;
+      sha?: string;
+      event_id?: string;
+      delivery_id?: string;
+      source?: string;
+    };
 
 export interface Approval {
   id: string;
@@ -41,11 +58,17 @@ export interface Approval {
   requester: string;
   /** The credential id of the requester's secret (first 12 hex of its SHA-256); '' for a webhook. */
   requester_credential: string;
+  /** The person or service behind the requester's credential: four eyes compares owners. */
+  requester_owner: string;
+  /** false: nobody is named for the credential (a shared bearer token); `required` counts one approver more. */
+  requester_owner_known: boolean;
+  /** The way the change came in (src/changes/types.ts). */
+  origin: Origin;
   /** The requester's reason, when given. */
   reason: string;
   required: number;
-  approvers: Array<{ by: string; credential: string; reason: string; at: number }>;
-  rejected?: { by: string; credential: string; reason: string; at: number };
+  approvers: Array<{ by: string; owner: string; credential: string; reason: string; at: number }>;
+  rejected?: { by: string; owner: string; credential: string; reason: string; at: number };
   created_at: number;
   expires_at: number;
   decided_at?: number;
@@ -53,6 +76,13 @@ export interface Approval {
   audit_id: string;
   /** The identity whose pending approval a second request joins (a Deployment, an event id). */
   identity: string;
+  /** Approved: the job that carries the change (a restart that joined another: that one). */
+  job_id?: string;
+  coalesced?: boolean;
+  /** Approving: why carrying it out failed last time. */
+  last_error?: string;
+  /** When the last approval was given (ms): an approve call soon after, with no error yet, is a racer. */
+  approving_at?: number;
 }
 
 /** A new approval id: `apr-` + 20 base-36 characters (about 103 bits). */
@@ -82,21 +112,20 @@ export function parseApproval(raw: string | null | undefined): Approval | undefi
   }
 }
 
-/** pending past its expiry reads as expired, whether or not a script marked it yet. */
-export function effectiveStatus(a: Approval, now: number): ApprovalState {
+/** pending past its expiry reads as expired, whether or not a script marked it yet; approving reads as pending. */
+export function effectiveStatus(a: Approval, now: number): (typeof APPROVAL_VIEW_STATES)[number] {
+  if (a.status === 'approving') return 'pending';
   return a.status === 'pending' && now >= a.expires_at ? 'expired' : a.status;
 }
 
-export type Decision = 'approve' | 'reject' | 'expire';
+export type Decision = 'approve' | 'reject' | 'expire' | 'finish' | 'fail' | 'abandon';
 
 export type DecideVerdict =
-  'not_found' | 'decided' | 'expired' | 'pending' | 'self' | 'again' | 'budget' | 'recorded' | 'approved' | 'rejected';
+  'not_found' | 'decided' | 'expired' | 'pending' | 'self' | 'again' | 'recorded' | 'approving' | 'approved' | 'rejected' | 'failed';
 
 export interface DecideResult {
   verdict: DecideVerdict;
   approval?: Approval;
-  /** 'budget': ms until the namespace's budget has room. */
-  retryMs: number;
 }
 
 export interface ApprovalStore {
@@ -110,26 +139,28 @@ export interface ApprovalStore {
     d: {
       action: Decision;
       by: string;
+      owner: string;
       credential: string;
+      /** The reason; for `finish` the job id, for `fail` the error. */
       reason: string;
       now: number;
-      /** The restart budget the last approval takes (restarts of a namespace with one). */
-      budget?: { namespace: string; restarts: number; perMs: number };
+      /** finish: the carried change joined another job. */
+      coalesced?: boolean;
     },
   ): Promise<DecideResult>;
 }
 
 const CREATE = 'opsgateApprovalCreate';
 const DECIDE = 'opsgateApprovalDecide';
-const CREATE_LUA = loadLua('approval-create');
-const DECIDE_LUA = loadLua('approval-decide');
+const CREATE_LUA = loadLua(new URL('./approval-create.lua', import.meta.url));
+const DECIDE_LUA = loadLua(new URL('./approval-decide.lua', import.meta.url));
 const KEEP_MS = IDEMPOTENCY_TTL_SECONDS * 1000;
 
 type Scripts = Record<string, (...args: Array<string | number>) => Promise<unknown>>;
 
 export function createApprovalStore(redis: Redis): ApprovalStore {
   defineLua(redis, CREATE, CREATE_LUA, 3);
-  defineLua(redis, DECIDE, DECIDE_LUA, 4);
+  defineLua(redis, DECIDE, DECIDE_LUA, 3);
   const call = redis as unknown as Scripts;
   return {
     async create(a) {
@@ -159,23 +190,21 @@ export function createApprovalStore(redis: Redis): ApprovalStore {
     },
 
     async decide(id, d) {
-      const b = d.budget;
-      const [verdict, raw, retry] = (await call[DECIDE]!(
+      const [verdict, raw] = (await call[DECIDE]!(
         approvalKey(id),
         APPROVALS_PENDING_KEY,
         // The index is named by the record; its key is only known once it is read.
         approvalIndexKey((await this.get(id))?.identity ?? id),
-        budgetKey(b?.namespace ?? '-'),
         d.action,
         d.by,
+        d.owner,
         d.credential,
         d.reason,
         d.now,
-        b?.restarts ?? 0,
-        b?.perMs ?? 0,
         KEEP_MS,
-      )) as [DecideVerdict, string, number];
-      return { verdict, ...(raw ? { approval: parseApproval(raw) } : {}), retryMs: Number(retry) };
+        d.coalesced ? 1 : 0,
+      )) as [DecideVerdict, string];
+      return { verdict, ...(raw ? { approval: parseApproval(raw) } : {}) };
     },
   };
 }

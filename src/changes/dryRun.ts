@@ -1,10 +1,10 @@
 import { z } from 'zod';
-import { gateReasonSchema, describeReasons, type GateVerdict } from '../shared/gate.js';
-import { hostPolicy, projectPolicy } from '../shared/inventory.js';
+import { gateReasonSchema, describeReasons, type GateVerdict } from './gate.js';
 import { DRY_RUN_JOB_OPTIONS, JOB, dryRunResultSchema, type DryRunData } from '../shared/jobs.js';
 import { formatDuration } from '../shared/policy.js';
-import { coalesceId, deployGate, describeBudget, projectNamespace, restartGate, type Guards } from './guards.js';
-import { redisCall } from './redisOps.js';
+import { describeBudget, type Guards } from './guards.js';
+import { planChange, type OverrideAsk } from './pipeline.js';
+import type { Change, Decision, DeployTarget, RestartTarget } from './types.js';
 
 /**
  * Dry runs: what a restart (POST /ops/restart?dry_run=true) or a deploy replay (`dry_run` in its
@@ -119,113 +119,119 @@ async function askWorker(g: Guards, data: DryRunData): Promise<KubernetesVerdict
   return verdict;
 }
 
-export async function dryRunRestart(
-  g: Guards,
-  req: { host: string; service: string; namespace: string; override: boolean; auditId: string; requestedBy: string },
-): Promise<RestartDryRun> {
-  const now = g.now();
-  const policy = hostPolicy(g.inventory, req.host);
-  const verdict = await restartGate(g, req.host, req.namespace, now);
-  const joins = await g.producer.deduplicationHolder(coalesceId(req.namespace, req.service));
+const WOULD: Record<Decision['kind'], RestartDryRun['would']> = {
+  refuse: 'refuse',
+  pending_approval: 'pending_approval',
+  join: 'join',
+  over_budget: 'over_budget',
+  queue: 'queue',
+  hold: 'refuse',
+};
+
+/** A restart's dry run: the pipeline's plan of the same change, and the worker's server-side dry run. */
+export async function dryRunRestart(g: Guards, change: Change & { target: RestartTarget }, ask?: OverrideAsk): Promise<RestartDryRun> {
+  const t = change.target;
+  const p = await planChange(g, change, ask, true);
+  const { facts, decision } = p;
   let budget: RestartDryRun['verdicts']['budget'] = null;
-  if (policy.budget) {
-    const b = policy.budget;
-    const use = await redisCall(() => g.budgets.peek(req.namespace, b, now), g.redis);
+  if (facts.budget) {
+    const use = facts.budgetUse ?? { used: 0, retryMs: 0 };
     budget = {
-      restarts: b.restarts,
-      per: formatDuration(b.per),
+      restarts: facts.budget.restarts,
+      per: formatDuration(facts.budget.per),
       used: use.used,
-      remaining: Math.max(0, b.restarts - use.used),
+      remaining: Math.max(0, facts.budget.restarts - use.used),
       retry_after_s: Math.ceil(use.retryMs / 1000),
     };
   }
-  let would: RestartDryRun['would'];
   let detail: string;
-  if (verdict.blocked && !req.override) {
-    would = 'refuse';
-    detail = `refused (409): ${describeReasons(verdict.reasons)}`;
-  } else if (policy.approval) {
-    would = 'pending_approval';
-    detail = `waits for ${policy.approval.required} approval(s) from other operators within ${formatDuration(policy.approval.ttl)}`;
-  } else if (joins !== null) {
-    would = 'join';
-    detail = `joins restart ${joins}, still waiting or rolling out`;
-  } else if (budget && budget.remaining === 0) {
-    would = 'over_budget';
-    detail = `refused (429): restart budget of namespace ${req.namespace} (${describeBudget(policy.budget!)}) is spent for ${budget.retry_after_s} s`;
-  } else {
-    would = 'queue';
-    detail = verdict.blocked ? `queued despite the gate (override): ${describeReasons(verdict.reasons)}` : 'queued';
+  switch (decision.kind) {
+    case 'refuse':
+    case 'hold':
+      detail = `refused: ${describeReasons(decision.reasons)}`;
+      break;
+    case 'pending_approval':
+      detail = `waits for ${decision.required} approval(s) from other people within ${formatDuration(decision.ttl)}`;
+      break;
+    case 'join':
+      detail = `joins restart ${decision.jobId}, still waiting or rolling out`;
+      break;
+    case 'over_budget':
+      detail = `refused: restart budget of namespace ${t.namespace} (${describeBudget(facts.budget!)}) is spent for ${Math.ceil(decision.retryMs / 1000)} s`;
+      break;
+    case 'queue':
+      detail = decision.overridden.length > 0 ? `queued despite the gate (override): ${describeReasons(decision.overridden)}` : 'queued';
+      break;
   }
   const kubernetes = await askWorker(g, {
     change: 'restart',
-    host: req.host,
-    service: req.service,
-    audit_id: req.auditId,
-    requested_by: req.requestedBy,
+    host: t.host,
+    service: t.service,
+    audit_id: change.auditId,
+    requested_by: change.requester.principal,
   });
   return {
     dry_run: true,
     change: 'restart',
-    host: req.host,
-    service: req.service,
-    namespace: req.namespace,
-    would,
+    host: t.host,
+    service: t.service,
+    namespace: t.namespace,
+    would: WOULD[decision.kind],
     detail,
     verdicts: {
-      gate: gateView(verdict, req.override),
-      approval: policy.approval ? { required: policy.approval.required, ttl: formatDuration(policy.approval.ttl) } : null,
-      coalescing: { joins },
+      gate: gateView(facts.gate, ask !== undefined),
+      approval: facts.approval ? { required: facts.approval.required, ttl: formatDuration(facts.approval.ttl) } : null,
+      coalescing: { joins: facts.holder ?? null },
       budget,
     },
     kubernetes,
   };
 }
 
-export async function dryRunDeploy(
-  g: Guards,
-  req: { project: string; ref: string; sha: string; eventId: string; auditId: string; requestedBy: string },
-): Promise<DeployDryRun> {
-  const now = g.now();
-  const policy = projectPolicy(g.inventory, req.project);
-  const verdict = await deployGate(g, req.project, now);
-  const duplicateOf = await g.producer.deduplicationHolder(req.eventId);
+/** A deploy's dry run (a delivery's replay): the pipeline's plan of the same change, and the worker's server-side dry run. */
+export async function dryRunDeploy(g: Guards, change: Change & { target: DeployTarget }): Promise<DeployDryRun> {
+  const t = change.target;
+  const { facts, decision } = await planChange(g, change, undefined, true);
   let would: DeployDryRun['would'];
   let detail: string;
-  if (duplicateOf !== null) {
-    would = 'duplicate';
-    detail = `a duplicate of job ${duplicateOf}: nothing new would be queued`;
-  } else if (policy.approval) {
-    would = 'pending_approval';
-    detail = `waits for ${policy.approval.required} approval(s) within ${formatDuration(policy.approval.ttl)}`;
-  } else if (verdict.blocked) {
-    would = 'hold';
-    detail = `held until ${new Date(verdict.until!).toISOString()}: ${describeReasons(verdict.reasons)}`;
-  } else {
-    would = 'queue';
-    detail = 'queued';
+  switch (decision.kind) {
+    case 'join':
+      would = 'duplicate';
+      detail = `a duplicate of job ${decision.jobId}: nothing new would be queued`;
+      break;
+    case 'pending_approval':
+      would = 'pending_approval';
+      detail = `waits for ${decision.required} approval(s) within ${formatDuration(decision.ttl)}`;
+      break;
+    case 'hold':
+      would = 'hold';
+      detail = `held until ${new Date(decision.until).toISOString()}: ${describeReasons(decision.reasons)}`;
+      break;
+    default:
+      would = 'queue';
+      detail = 'queued';
   }
   const kubernetes = await askWorker(g, {
     change: 'deploy',
-    project: req.project,
-    ref: req.ref,
-    sha: req.sha,
-    audit_id: req.auditId,
-    requested_by: req.requestedBy,
+    project: t.project,
+    ref: t.ref,
+    ...(t.sha ? { sha: t.sha } : {}),
+    audit_id: change.auditId,
+    requested_by: change.requester.principal,
   });
   return {
     dry_run: true,
     change: 'deploy',
-    project: req.project,
-    ref: req.ref,
-    namespace: projectNamespace(g.inventory, req.project),
-    event_id: req.eventId,
+    project: t.project,
+    ref: t.ref,
+    namespace: t.namespace,
+    event_id: t.eventId ?? '',
     would,
     detail,
     verdicts: {
-      gate: gateView(verdict),
-      approval: policy.approval ? { required: policy.approval.required, ttl: formatDuration(policy.approval.ttl) } : null,
-      duplicate: { job_id: duplicateOf },
+      gate: gateView(facts.gate),
+      approval: facts.approval ? { required: facts.approval.required, ttl: formatDuration(facts.approval.ttl) } : null,
+      duplicate: { job_id: facts.duplicateOf ?? null },
     },
     kubernetes,
   };

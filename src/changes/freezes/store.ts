@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { FREEZES_CHANNEL, FREEZES_KEY } from './keys.js';
-import type { Logger } from './logger.js';
+import { FREEZES_CHANNEL, FREEZES_KEY } from '../../shared/keys.js';
+import type { Logger } from '../../shared/logger.js';
 
 /**
  * Change freezes, declared by operators (POST /ops/freezes) and kept in one Redis hash shared by

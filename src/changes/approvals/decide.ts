@@ -1,0 +1,233 @@
+import { ConflictError, ForbiddenError, NotFoundError, UnprocessableError } from '../../shared/errors.js';
+import { redisCall } from '../../domain/redisOps.js';
+import { refusal, targetFields, type ApprovedBy, type Carried } from '../execute.js';
+import { queueReport, type Guards } from '../guards.js';
+import { planChange, submitChange, type OverrideAsk } from '../pipeline.js';
+import type { Change, Principal, Target } from '../types.js';
+import { effectiveStatus, type Approval, type DecideResult } from './store.js';
+import { approvalView, type DecisionAnswer } from './view.js';
+
+/**
+ * Four-eyes approval of guarded changes. A restart or deploy whose policy asks for approval waits
+ * as a pending approval (the pipeline's executor records it: src/changes/execute.ts). People other
+ * than the requester approve or reject it with a reason; the decision is one Redis script
+ * (approval-decide.lua), which compares owners, not credentials: nobody whose credential belongs to
+ * the requester's owner can approve, and one owner approves once whatever keys they hold.
+ *
+ * The last approval is carried out in this order, so an approval never reads approved without
+ * its job:
+ *   1. the plan of the change as it stands (origin `approval`): a closed gate refuses it before
+ *      anything is recorded (409; an approver may override with a reason);
+ *   2. the script records the approval and marks the record `approving` (exactly one caller of
+ *      racing approvers gets there);
+ *   3. the pipeline carries the change out under the approval's id as its job id (the budget's
+ *      place, then the job; a repeated add adds nothing);
+ *   4. the record is marked approved, naming its job.
+ * A failure in 3 (a spent budget, a freeze declared meanwhile, Redis) leaves `approving` with its
+ * last error, read as pending: the next approve call, or the expiry (worker/jobs/report.ts),
+ * finishes it or gives its budget place back.
+ */
+/**
+ * An approval left approving without an error this long after its last approval was given is
+ * taken to be abandoned (its API died while carrying it out): the next approve call finishes it.
+ * Sooner, another call is still at it, and a racer is told so (409).
+ */
+export const APPROVING_GRACE_MS = 30_000;
+
+export interface DecisionRequest {
+  id: string;
+  action: 'approve' | 'reject';
+  by: Principal;
+  reason: string;
+  override?: boolean;
+  auditId: string;
+}
+
+/** The change an approval stands for, as the pipeline takes it (origin `approval`, job id = approval id). */
+export function changeOfApproval(a: Approval): Change {
+  const c = a.change;
+  const target: Target =
+    c.kind === 'restart'
+      ? { kind: 'restart', host: c.host, service: c.service, namespace: c.namespace }
+      : {
+          kind: 'deploy',
+          project: c.project,
+          ref: c.ref,
+          namespace: c.namespace,
+          ...(c.sha ? { sha: c.sha } : {}),
+          ...(c.event_id ? { eventId: c.event_id } : {}),
+          ...(c.delivery_id ? { deliveryId: c.delivery_id } : {}),
+          ...(c.source ? { source: c.source } : {}),
+        };
+  const override =
+    c.kind === 'restart' && c.override
+      ? { ...c.override, owner: c.override.owner ?? c.override.by, covers: c.override.covers ?? [] }
+      : undefined;
+  return {
+    target,
+    requester: {
+      principal: a.requester,
+      credential: a.requester_credential,
+      owner: a.requester_owner || a.requester,
+      ownerKnown: a.requester_owner_known ?? true,
+    },
+    ...(a.reason ? { reason: a.reason } : {}),
+    ...(override ? { override } : {}),
+    dryRun: false,
+    origin: 'approval',
+    auditId: a.audit_id,
+    jobId: a.id,
+  };
+}
+
+/** A principal, and its owner when that is someone else's name. */
+const who = (p: Principal): string => (p.owner === p.principal ? p.principal : `${p.principal} (${p.owner})`);
+
+const selfApproval = (owner: string) =>
+  new ForbiddenError(
+    `the requester cannot approve their own change: the credential belongs to ${owner}, who asked for it (four eyes: another person must approve it)`,
+    'self_approval',
+  );
+
+function answer(a: Approval, now: number, extra: Partial<DecisionAnswer> = {}): DecisionAnswer {
+  const status = effectiveStatus(a, now);
+  return {
+    status,
+    approval: approvalView(a, now),
+    job_id: null,
+    coalesced: false,
+    held_until: null,
+    approvals_needed: status === 'pending' ? Math.max(0, a.required - a.approvers.length) : 0,
+    ...extra,
+  };
+}
+
+const decide = (g: Guards, id: string, action: 'finish' | 'fail' | 'abandon', detail: string, coalesced = false): Promise<DecideResult> =>
+  redisCall(
+    () => g.approvals.decide(id, { action, by: 'opsgate', owner: 'opsgate', credential: '', reason: detail, now: g.now(), coalesced }),
+    g.redis,
+  );
+
+/**
+ * Carries out an approving approval's change and marks it approved with its job; a failure stays on
+ * the record as its last error and is thrown. Also what the expiry runs for a record left approving.
+ */
+export async function finishApproval(g: Guards, a: Approval, ask?: OverrideAsk): Promise<{ approval: Approval; carried: Carried }> {
+  const approved: ApprovedBy = { approvalId: a.id, approvers: a.approvers.map((x) => x.by) };
+  let carried: Carried;
+  try {
+    carried = await submitChange(g, changeOfApproval(a), ask, approved);
+  } catch (err) {
+    const message = err instanceof Error ? err.message : String(err);
+    await decide(g, a.id, 'fail', message.slice(0, 1000)).catch(() => undefined);
+    throw err;
+  }
+  const done = await decide(g, a.id, 'finish', carried.jobId, carried.coalesced);
+  g.metrics?.approvals.inc({ change: a.change.kind, event: 'approved' });
+  return { approval: done.approval ?? a, carried };
+}
+
+/**
+ * One operator's decision. Errors: 404 unknown; 403 the requester's own owner approving; 409
+ * already decided, expired, approved twice by the same owner, or (the last approval) refused by
+ * a freeze or its windows unless `override`; 429 the restart budget is spent (the approval stays,
+ * approve again later).
+ */
+export async function decideApproval(g: Guards, req: DecisionRequest): Promise<DecisionAnswer> {
+  const now = g.now();
+  const current = await redisCall(() => g.approvals.get(req.id), g.redis);
+  if (!current) throw new NotFoundError('approval not found');
+  const kind = current.change.kind;
+  const ask: OverrideAsk | undefined = req.override ? { reason: req.reason, by: req.by } : undefined;
+  const requesterOwner = current.requester_owner || current.requester;
+
+  const last =
+    req.action === 'approve' &&
+    req.by.owner !== requesterOwner &&
+    (current.status === 'approving' || (effectiveStatus(current, now) === 'pending' && current.approvers.length + 1 >= current.required));
+  if (last) {
+    // The last approval lets the change through now: a closed gate refuses it before anything is recorded.
+    const p = await planChange(g, changeOfApproval(current), ask);
+    if (p.decision.kind === 'refuse') throw refusal(g, p.change, p.decision.reasons);
+  }
+
+  let a = current;
+  if (current.status !== 'approving') {
+    const d = await redisCall(
+      () =>
+        g.approvals.decide(req.id, {
+          action: req.action,
+          by: req.by.principal,
+          owner: req.by.owner,
+          credential: req.by.credential,
+          reason: req.reason,
+          now,
+        }),
+      g.redis,
+    );
+    a = d.approval ?? current;
+    switch (d.verdict) {
+      case 'not_found':
+        throw new NotFoundError('approval not found');
+      case 'decided':
+        throw new ConflictError(
+          a.status === 'approved'
+            ? `approval ${req.id} is already approved (job ${a.job_id ?? a.id})`
+            : `approval ${req.id} is already ${a.status}`,
+        );
+      case 'expired':
+        g.metrics?.approvals.inc({ change: kind, event: 'expired' });
+        throw new ConflictError(`approval ${req.id} expired at ${new Date(a.expires_at).toISOString()}; ask for the change again`);
+      case 'pending':
+      case 'failed':
+        throw new UnprocessableError('nothing to decide');
+      case 'self':
+        g.metrics?.approvals.inc({ change: kind, event: 'refused_self' });
+        throw selfApproval(requesterOwner);
+      case 'again':
+        throw new ConflictError(
+          `${req.by.owner} already approved ${req.id}; it needs ${a.required - a.approvers.length} more approval(s) from other people`,
+        );
+      case 'recorded':
+        g.metrics?.approvals.inc({ change: kind, event: 'recorded' });
+        return answer(a, now);
+      case 'rejected':
+        g.metrics?.approvals.inc({ change: kind, event: 'rejected' });
+        await queueReport(g, `report.${a.id}.rejected`, {
+          event: 'approval_rejected',
+          ...targetFields(changeOfApproval(a).target),
+          job_id: a.id,
+          approval_id: a.id,
+          outcome: { result: 'rejected', reason: `${who(req.by)}: ${req.reason}` },
+          approvers: a.approvers.map((x) => x.by),
+          audit_id: a.audit_id,
+          requested_by: a.requester,
+        });
+        return answer(a, now);
+      case 'approving':
+        // Another call gave the last approval a moment ago and is carrying it out: this one is a racer.
+        if (!(a.approvers.at(-1)?.owner === req.by.owner && a.approving_at === now)) {
+          if (a.last_error === undefined && now - (a.approving_at ?? 0) < APPROVING_GRACE_MS) {
+            throw new ConflictError(`approval ${req.id} is already approved; its change is being carried out by another call`);
+          }
+        }
+        break;
+      case 'approved':
+        break;
+    }
+  } else if (req.action === 'reject') {
+    throw new ConflictError(`approval ${req.id} is already approved; its change is being carried out`);
+  } else if (req.by.owner === requesterOwner) {
+    g.metrics?.approvals.inc({ change: kind, event: 'refused_self' });
+    throw selfApproval(requesterOwner);
+  } else if (current.last_error === undefined && now - (current.approving_at ?? 0) < APPROVING_GRACE_MS) {
+    throw new ConflictError(`approval ${req.id} is already approved; its change is being carried out by another call`);
+  }
+
+  const { approval, carried } = await finishApproval(g, a, ask);
+  return answer(approval, g.now(), {
+    job_id: carried.jobId,
+    coalesced: carried.coalesced,
+    held_until: carried.held ? new Date(carried.held.until).toISOString() : null,
+  });
+}

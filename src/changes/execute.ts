@@ -1,0 +1,337 @@
+import { randomUUID } from 'node:crypto';
+import { ConflictError, QueueUnavailableError, RestartNotConfirmedError, UnprocessableError } from '../shared/errors.js';
+import {
+  JOB,
+  parseJobData,
+  type JobName,
+  type ReportChangeData,
+  type RestartServiceData,
+  type RunDeployPipelineData,
+  type JobDataByName,
+} from '../shared/jobs.js';
+import { redisCall } from '../domain/redisOps.js';
+import type { Written } from '../domain/replication.js';
+import { newApprovalId, type Approval, type ApprovalChange } from './approvals/store.js';
+import { describeReasons, type GateReason } from './gate.js';
+import { budgetError, coalesceId, queueReport, type Guards } from './guards.js';
+import type { Hold } from './holds.js';
+import type { Change, Decision, DeployTarget, RestartTarget } from './types.js';
+
+/**
+ * The executor: carries out the planner's decision (src/changes/plan.ts). The only code that adds a
+ * restart_service or run_deploy_pipeline job (test/unit/changes/oneAdder.test.ts fails when another
+ * file does). Each write is atomic where the store allows it:
+ * - a restart: the budget's place (one script), then BullMQ's add with the Deployment's coalescing
+ *   record (one script); a place whose restart was not added, or joined another, is given back;
+ * - a deploy: through the intake (src/domain/intake.ts): BullMQ's add with the event's dedup record,
+ *   then the sender's delivery alias; a held one writes its hold record first (a record without
+ *   its job is ignored by every reader), and its job is delayed until the gate should open;
+ * - a pending approval: its record, its index and its place in the pending set (one script), then
+ *   the on-call report and the expiry job;
+ * - every override and hold is reported.
+ */
+
+/** What carrying out a decision left behind. */
+export interface Carried {
+  decision: Decision;
+  /** The job that carries the change (a joined one's id), or the approval's id while it waits. */
+  jobId: string;
+  /** The change joined a job of the same restart or push event instead of adding one. */
+  coalesced: boolean;
+  held?: { until: number; reasons: GateReason[] };
+  approval?: { approval: Approval; created: boolean; coalesced: boolean };
+  /** A push whose delivery id or event was already recorded: a duplicate. */
+  duplicate?: boolean;
+  /** What was written, for REDIS_MIN_REPLICAS_ACK's take-back. */
+  written?: Written;
+}
+
+/** A restart or deploy refused by a freeze or outside its windows (409). */
+export class ChangeRefusedError extends ConflictError {
+  readonly reasons: GateReason[];
+  constructor(detail: string, reasons: GateReason[]) {
+    super(detail);
+    this.reasons = reasons;
+  }
+}
+
+export const describeTarget = (t: RestartTarget | DeployTarget): string =>
+  t.kind === 'restart' ? `restart of Deployment ${t.namespace}/${t.service}` : `deploy of ${t.project} ${t.ref}`;
+
+/** The report fields of a change's target. */
+export function targetFields(t: RestartTarget | DeployTarget) {
+  return t.kind === 'restart'
+    ? { change: 'restart' as const, host: t.host, service: t.service, namespace: t.namespace }
+    : { change: 'deploy' as const, project: t.project, ref: t.ref, namespace: t.namespace };
+}
+
+/** Who asked, as the job carries it (the Event and the report name the owner and the credential id). */
+function requesterFields(c: Change) {
+  return {
+    audit_id: c.auditId,
+    requested_by: c.requester.principal,
+    requested_owner: c.requester.owner,
+    ...(c.requester.credential ? { requested_credential: c.requester.credential } : {}),
+  };
+}
+
+/** Approval fields of a job an approval let through. */
+export interface ApprovedBy {
+  approvalId: string;
+  approvers: string[];
+}
+
+export function restartJobData(c: Change & { target: RestartTarget }, approved?: ApprovedBy): RestartServiceData {
+  return {
+    host: c.target.host,
+    service: c.target.service,
+    ...(approved ? { approval_id: approved.approvalId, approvers: approved.approvers } : {}),
+    ...(c.reason ? { reason: c.reason } : {}),
+    ...(c.override ? { override: c.override } : {}),
+    ...requesterFields(c),
+  };
+}
+
+export function deployJobData(c: Change & { target: DeployTarget }, approved?: ApprovedBy): RunDeployPipelineData {
+  const t = c.target;
+  return {
+    project: t.project,
+    ref: t.ref,
+    ...(t.sha ? { sha: t.sha } : {}),
+    ...(t.eventId ? { event_id: t.eventId } : {}),
+    ...(t.deliveryId ? { delivery_id: t.deliveryId } : {}),
+    ...(approved ? { approval_id: approved.approvalId, approvers: approved.approvers } : {}),
+    ...(c.reason ? { reason: c.reason } : {}),
+    ...requesterFields(c),
+  };
+}
+
+/** The identity a second request for the same change joins while its approval is pending. */
+export const approvalIdentity = (t: RestartTarget | DeployTarget): string =>
+  t.kind === 'restart' ? coalesceId(t.namespace, t.service) : `deploy:${t.eventId ?? `${t.project}:${t.ref}:${t.sha ?? ''}`}`;
+
+export function approvalChangeOf(c: Change): ApprovalChange {
+  const t = c.target;
+  return t.kind === 'restart'
+    ? { kind: 'restart', host: t.host, service: t.service, namespace: t.namespace, ...(c.override ? { override: c.override } : {}) }
+    : {
+        kind: 'deploy',
+        project: t.project,
+        ref: t.ref,
+        namespace: t.namespace,
+        ...(t.sha ? { sha: t.sha } : {}),
+        ...(t.eventId ? { event_id: t.eventId } : {}),
+        ...(t.deliveryId ? { delivery_id: t.deliveryId } : {}),
+        ...(t.source ? { source: t.source } : {}),
+      };
+}
+
+/**
+ * The job's data, parsed by its schema before anything is written (422 naming the field), so a
+ * change that could not be added never takes a budget place, a hold or an approval's decision.
+ * The producer adds the parsed data without parsing it again.
+ */
+function parsed<N extends JobName>(name: N, data: JobDataByName[N]): JobDataByName[N] {
+  const p = parseJobData(name, data);
+  if (!p.success) throw new UnprocessableError(`invalid ${p.error.issues[0]!.path.join('.')}: ${p.error.issues[0]!.message}`);
+  return p.data;
+}
+
+/** The refusal of a closed gate, counted. */
+export function refusal(g: Guards, c: Change, reasons: GateReason[]): ChangeRefusedError {
+  for (const r of reasons) g.metrics?.guardRefusals.inc({ guard: r.guard });
+  const how =
+    c.origin === 'approval'
+      ? '; approve with "override": true to restart anyway'
+      : c.origin === 'api'
+        ? '. An operator may restart anyway with override=true and a reason'
+        : '';
+  return new ChangeRefusedError(`${describeTarget(c.target)} refused: ${describeReasons(reasons)}${how}`, reasons);
+}
+
+export async function execute(g: Guards, change: Change, decision: Decision, now: number, approved?: ApprovedBy): Promise<Carried> {
+  switch (decision.kind) {
+    case 'refuse':
+      throw refusal(g, change, decision.reasons);
+    case 'over_budget': {
+      const t = change.target as RestartTarget;
+      throw budgetError(g, t.namespace, g.budgetOf(t.namespace)!, decision.retryMs);
+    }
+    case 'join':
+      return { decision, jobId: decision.jobId, coalesced: true, duplicate: change.target.kind === 'deploy' };
+    case 'pending_approval':
+      return pendingApproval(g, change, decision, now);
+    case 'queue':
+    case 'hold':
+      return change.target.kind === 'restart'
+        ? queueRestart(g, change as Change & { target: RestartTarget }, decision as Extract<Decision, { kind: 'queue' }>, approved)
+        : queueDeploy(g, change as Change & { target: DeployTarget }, decision, now, approved);
+  }
+}
+
+async function reportOverride(g: Guards, change: Change, jobId: string, overridden: GateReason[], approved?: ApprovedBy) {
+  if (!change.override || overridden.length === 0) return;
+  g.metrics?.guardOverrides.inc();
+  await queueReport(g, `report.${jobId}.override`, {
+    event: 'override',
+    ...targetFields(change.target),
+    job_id: jobId,
+    ...(approved ? { approval_id: approved.approvalId } : {}),
+    approvers: approved?.approvers ?? [],
+    reason: `${change.override.reason} (overriding: ${describeReasons(overridden)}; by ${change.override.by})`,
+    audit_id: change.auditId,
+    requested_by: change.requester.principal,
+  });
+}
+
+async function queueRestart(
+  g: Guards,
+  change: Change & { target: RestartTarget },
+  decision: Extract<Decision, { kind: 'queue' }>,
+  approved?: ApprovedBy,
+): Promise<Carried> {
+  const t = change.target;
+  const data = parsed(JOB.restartService, restartJobData(change, approved));
+  const jobId = change.jobId ?? `restart-${randomUUID()}`;
+  const budget = decision.takeBudget ? g.budgetOf(t.namespace) : undefined;
+  if (budget) {
+    const use = await redisCall(() => g.budgets.take(t.namespace, budget, jobId, g.now()), g.redis);
+    if (!use.taken) throw budgetError(g, t.namespace, budget, use.retryMs);
+  }
+  let id: string;
+  try {
+    ({ jobId: id } = await g.producer.add({
+      name: JOB.restartService,
+      data,
+      jobId,
+      deduplication: { id: coalesceId(t.namespace, t.service) },
+    }));
+  } catch (err) {
+    // Not added (or not known to be): its budget place is given back; an add that lands later
+    // restarts within the budget's tolerance of one.
+    if (budget) await g.budgets.giveBack(t.namespace, jobId).catch(() => undefined);
+    if (err instanceof QueueUnavailableError && err.mayHaveLanded && change.origin === 'api') {
+      throw new RestartNotConfirmedError(change.jobId !== undefined);
+    }
+    throw err;
+  }
+  // Joined a restart already in progress: this one never runs, its budget place is free again.
+  if (budget && id !== jobId) await g.budgets.giveBack(t.namespace, jobId).catch(() => undefined);
+  if (id === jobId) await reportOverride(g, change, jobId, decision.overridden, approved);
+  return { decision, jobId: id, coalesced: id !== jobId, ...(id === jobId ? { written: { jobId: id } } : {}) };
+}
+
+async function queueDeploy(
+  g: Guards,
+  change: Change & { target: DeployTarget },
+  decision: Extract<Decision, { kind: 'queue' | 'hold' }>,
+  now: number,
+  approved?: ApprovedBy,
+): Promise<Carried> {
+  const t = change.target;
+  const data = parsed(JOB.runDeployPipeline, deployJobData(change, approved));
+  const held = decision.kind === 'hold';
+  const jobId = change.jobId ?? (held ? randomUUID() : undefined);
+  let hold: Hold | undefined;
+  if (held) {
+    hold = {
+      job_id: jobId!,
+      project: t.project,
+      namespace: t.namespace,
+      ref: t.ref,
+      reasons: decision.reasons,
+      until: decision.until,
+      held_at: now,
+      by: 'api',
+      requested_by: change.requester.principal,
+    };
+    await redisCall(() => g.holds.set(hold!), g.redis);
+    for (const r of decision.reasons) g.metrics?.holds.inc({ by: 'api', guard: r.guard });
+  }
+  const out = await g.intake.push({
+    source: t.source ?? 'api',
+    ...(t.eventId && change.origin !== 'retry' ? { eventId: t.eventId } : {}),
+    ...(t.deliveryId ? { deliveryId: t.deliveryId } : {}),
+    job: {
+      name: JOB.runDeployPipeline,
+      data,
+      ...(jobId ? { jobId } : {}),
+      ...(held ? { delay: Math.max(1, decision.until - now) } : {}),
+    },
+  });
+  const mine = out.accepted && (jobId === undefined || out.jobId === jobId);
+  if (hold && mine) {
+    await queueReport(g, `report.${hold.job_id}.held`, {
+      event: 'held',
+      ...targetFields(t),
+      job_id: hold.job_id,
+      outcome: { result: 'held', reason: describeReasons(hold.reasons), until: new Date(hold.until).toISOString() },
+      approvers: approved?.approvers ?? [],
+      audit_id: change.auditId,
+      requested_by: change.requester.principal,
+    });
+  } else if (hold) {
+    await g.holds.remove(hold.job_id).catch(() => undefined);
+  }
+  return {
+    decision,
+    jobId: out.jobId,
+    coalesced: !out.accepted,
+    duplicate: out.duplicate,
+    ...(hold && mine ? { held: { until: hold.until, reasons: hold.reasons } } : {}),
+    ...(out.written ? { written: out.written } : {}),
+  };
+}
+
+async function pendingApproval(
+  g: Guards,
+  change: Change,
+  decision: Extract<Decision, { kind: 'pending_approval' }>,
+  now: number,
+): Promise<Carried> {
+  const id = change.approvalId ?? newApprovalId();
+  const approval: Approval = {
+    id,
+    status: 'pending',
+    change: approvalChangeOf(change),
+    requester: change.requester.principal,
+    requester_credential: change.requester.credential,
+    requester_owner: change.requester.owner,
+    requester_owner_known: change.requester.ownerKnown,
+    origin: change.origin,
+    reason: change.reason ?? '',
+    required: decision.required,
+    approvers: [],
+    created_at: now,
+    expires_at: now + decision.ttl * 1000,
+    audit_id: change.auditId,
+    identity: approvalIdentity(change.target),
+  };
+  const out = await redisCall(() => g.approvals.create(approval), g.redis);
+  const stored = out.created ? approval : await redisCall(() => g.approvals.get(out.id), g.redis);
+  if (!stored) throw new ConflictError('the approval of this change could not be read back; retry');
+  if (out.created) {
+    g.metrics?.approvals.inc({ change: change.target.kind, event: 'requested' });
+    const base: Omit<ReportChangeData, 'event'> = {
+      ...targetFields(change.target),
+      job_id: id,
+      approval_id: id,
+      approvers: [],
+      audit_id: change.auditId,
+      requested_by: change.requester.principal,
+    };
+    await queueReport(g, `report.${id}.requested`, {
+      ...base,
+      event: 'approval_requested',
+      ...(change.reason ? { reason: change.reason } : {}),
+    });
+    // Runs at the expiry: expires the approval if nobody decided it (or finishes one left approving), and says so.
+    await queueReport(g, `report.${id}.expiry`, { ...base, event: 'approval_expiry' }, approval.expires_at - now);
+  }
+  return {
+    decision,
+    jobId: stored.id,
+    coalesced: !out.created,
+    approval: { approval: stored, created: out.created, coalesced: !out.created && stored.id !== id },
+  };
+}

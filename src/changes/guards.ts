@@ -1,0 +1,105 @@
+import type { Redis } from 'ioredis';
+import { createApprovalStore, type ApprovalStore } from './approvals/store.js';
+import { createBudgets, type BudgetLimit, type Budgets } from './budget/store.js';
+import { BudgetExhaustedError } from '../shared/errors.js';
+import { createFreezeStore, type FreezeStore, type FreezeWatch } from './freezes/store.js';
+import { createHoldStore, type HoldStore } from './holds.js';
+import { findProject, namespaceBudget, type Inventory } from '../shared/inventory.js';
+import { JOB, type ReportChangeData } from '../shared/jobs.js';
+import type { Logger } from '../shared/logger.js';
+import type { Metrics } from '../shared/metrics.js';
+import { formatDuration } from '../shared/policy.js';
+import type { Producer } from '../shared/producer.js';
+import type { Prober } from '../shared/probe.js';
+import type { Intake } from '../domain/intake.js';
+
+/**
+ * What the change pipeline needs (src/changes/): the inventory's policies, the Redis stores of
+ * approvals, freezes, holds and budgets, the producer and the intake, one clock. Plain values in
+ * and out; no HTTP here.
+ */
+export type GuardMetrics = Pick<
+  Metrics,
+  'budgetExhausted' | 'approvals' | 'guardRefusals' | 'guardOverrides' | 'holds' | 'freezes' | 'dryRuns'
+>;
+
+export interface GuardDeps {
+  inventory: Inventory;
+  /** A `request`-profile connection (fails fast when Redis is down). */
+  redis: Redis;
+  producer: Pick<Producer, 'add' | 'remove' | 'promote' | 'deduplicationHolder'>;
+  /** Deploys go through the intake: the event's dedup record, the delivery alias. */
+  intake: Pick<Intake, 'push'>;
+  probe?: Pick<Prober, 'run'>;
+  logger: Logger;
+  metrics?: GuardMetrics;
+  /** The clock of every guard (ms since the epoch); tests control it. */
+  now: () => number;
+  /** DRY_RUN_TIMEOUT_MS. */
+  dryRunTimeoutMs?: number;
+  /** The freezes kept in memory (src/changes/freezes/store.ts): no Redis round trip per change; absent: read per change. */
+  freezeWatch?: FreezeWatch;
+}
+
+export interface Guards extends GuardDeps {
+  approvals: ApprovalStore;
+  freezes: FreezeStore;
+  holds: HoldStore;
+  budgets: Budgets;
+  /** The restart budget of a namespace (hosts sharing one agree: checked at start). */
+  budgetOf(namespace: string): BudgetLimit | undefined;
+}
+
+export function createGuards(deps: GuardDeps): Guards {
+  return {
+    ...deps,
+    approvals: createApprovalStore(deps.redis),
+    freezes: createFreezeStore(deps.redis),
+    holds: createHoldStore(deps.redis),
+    budgets: createBudgets(deps.redis),
+    budgetOf: (namespace) => namespaceBudget(deps.inventory, namespace),
+  };
+}
+
+/** The namespace a project's deploy Job runs in ('' for a project the inventory lacks: only a freeze of everything covers it). */
+export function projectNamespace(inventory: Inventory, project: string): string {
+  return findProject(inventory, project)?.namespace ?? '';
+}
+
+/** "3 restarts per 10m". */
+export const describeBudget = (b: BudgetLimit): string =>
+  `${b.restarts} restart${b.restarts === 1 ? '' : 's'} per ${formatDuration(b.per)}`;
+
+export function budgetError(g: Pick<Guards, 'metrics'>, namespace: string, budget: BudgetLimit, retryMs: number): BudgetExhaustedError {
+  g.metrics?.budgetExhausted.inc({ namespace });
+  const seconds = Math.max(1, Math.ceil(retryMs / 1000));
+  return new BudgetExhaustedError(
+    namespace,
+    `restart budget of namespace ${namespace} exhausted: at most ${describeBudget(budget)}; the next restart fits in ${seconds} s`,
+    seconds,
+  );
+}
+
+/**
+ * Queues a report of a guarded change for the notification endpoints (the worker's report_change).
+ * A report is news, not the change: failing to queue it is logged, never answered as an error of
+ * the change it reports. `jobId` makes a repeated report of the same thing one job.
+ */
+export async function queueReport(
+  g: Pick<Guards, 'producer' | 'logger'>,
+  jobId: string,
+  data: ReportChangeData,
+  delayMs?: number,
+): Promise<void> {
+  try {
+    await g.producer.add({ name: JOB.reportChange, data, jobId, ...(delayMs !== undefined ? { delay: delayMs } : {}) });
+  } catch (err) {
+    g.logger.warn('could not queue the report of a guarded change', { report: data.event, job_id: jobId, err });
+  }
+}
+
+/**
+ * Every restart job carries the BullMQ deduplication id `restart:<ns>/<deployment>`: while one
+ * restart of a Deployment waits or rolls out, another request joins it.
+ */
+export const coalesceId = (namespace: string, deployment: string): string => `restart:${namespace}/${deployment}`;

@@ -1,0 +1,53 @@
+import { execute, type ApprovedBy, type Carried } from './execute.js';
+import { gatherFacts } from './facts.js';
+import type { Guards } from './guards.js';
+import { overrideOf, plan } from './plan.js';
+import type { Change, Decision, Facts, Principal } from './types.js';
+
+/**
+ * Every way into a restart or deploy (the restart API, every push sender, a delivery's replay, the
+ * last approval, a dead letter's retry, and later remediation and CI) calls `submitChange`: the
+ * stores' facts, the planner's decision, the executor. A dry run calls `planChange` and carries
+ * nothing out. The worker's check of a job waking uses the same planner (src/changes/wake.ts).
+ */
+
+/** An operator's request to let the change through a closed gate: resolved against the gate as it stands. */
+export interface OverrideAsk {
+  reason: string;
+  /** Who overrides (an approver); default the requester. */
+  by?: Principal;
+}
+
+/**
+ * The change with the override its requester asked for, covering exactly the reasons the gate
+ * gives now (a freeze declared later is not covered). No reasons: no override to record.
+ */
+export function resolveOverride(change: Change, facts: Facts, ask: OverrideAsk | undefined): Change {
+  if (!ask || facts.gate.reasons.length === 0) return change;
+  const by = ask.by ?? change.requester;
+  const mine = overrideOf(facts.gate.reasons, by.principal, by.owner, ask.reason);
+  // An earlier override (carried by an approval) keeps what it covered; the new one adds the rest.
+  const covers = [...new Set([...(change.override?.covers ?? []), ...mine.covers])];
+  return { ...change, override: { ...mine, covers } };
+}
+
+export interface Planned {
+  change: Change;
+  facts: Facts;
+  decision: Decision;
+  now: number;
+}
+
+/** Facts and decision, nothing carried out. `peek` reads every fact (a dry run). */
+export async function planChange(g: Guards, change: Change, ask?: OverrideAsk, peek = false): Promise<Planned> {
+  const now = g.now();
+  const facts = await gatherFacts(g, change, now, peek);
+  const resolved = resolveOverride(change, facts, ask);
+  return { change: resolved, facts, decision: plan(resolved, facts, now), now };
+}
+
+/** Plans the change and carries the decision out. */
+export async function submitChange(g: Guards, change: Change, ask?: OverrideAsk, approved?: ApprovedBy): Promise<Carried> {
+  const p = await planChange(g, change, ask);
+  return execute(g, p.change, p.decision, p.now, approved);
+}

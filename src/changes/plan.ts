@@ -1,0 +1,65 @@
+import type { GateReason } from './gate.js';
+import type { Change, Decision, Facts, Origin, Override } from './types.js';
+
+/**
+ * The planner: every restart and deploy, whatever way it came in, is decided here, from the change
+ * and what the stores answered. Pure: no I/O, no clock of its own (`now` is given), so a table of
+ * cases pins every guard and origin (test/unit/changes/plan.test.ts).
+ *
+ * The order, for a restart:
+ *   1. the gate (freezes, then windows) less what an override covers: closed -> refuse
+ *      (a restart answers something happening now; running it hours later could do harm);
+ *   2. an approval policy -> pending approval (the approval itself and a job waking skip it);
+ *   3. a restart of the same Deployment still waiting or rolling out -> join it (no budget taken);
+ *   4. the namespace's budget spent -> over budget, with when a place frees;
+ *   5. queue, taking a place of the budget.
+ * For a deploy:
+ *   1. the same push event already queued within its dedup window -> join that job;
+ *   2. an approval policy -> pending approval;
+ *   3. the gate closed -> hold until it is expected to open (a delayed job);
+ *   4. queue.
+ * A job waking (origin `wake`) meets the gate again with the override it carries: a freeze declared
+ * since refuses the restart or holds the deploy again.
+ */
+
+/** The origins that ask for approval when the policy wants one: all but the approval itself and a job already let through. */
+const ASKS_APPROVAL: ReadonlySet<Origin> = new Set(['api', 'webhook', 'replay', 'retry', 'remediation', 'ci']);
+/** The origins of a job already counted against the budget or let through (no budget taken again, no coalescing). */
+const ALREADY_LET_THROUGH: ReadonlySet<Origin> = new Set(['wake']);
+
+/** What an override records of a gate reason: a freeze by its id, the windows as `window`. */
+export const coverOf = (r: GateReason): string => (r.guard === 'freeze' ? `freeze:${r.freeze_id}` : 'window');
+
+/** An override of these reasons, by `by` (owner `owner`), for `reason`. */
+export function overrideOf(reasons: readonly GateReason[], by: string, owner: string, reason: string): Override {
+  return { by, owner, reason, covers: reasons.map(coverOf) };
+}
+
+/** The approvals a change needs: the policy's, one more when nobody is named for the requester's credential. */
+export function requiredApprovals(required: number, change: Pick<Change, 'requester'>): number {
+  return required + (change.requester.ownerKnown ? 0 : 1);
+}
+
+export function plan(change: Change, facts: Facts, now: number): Decision {
+  const covered = new Set(change.override?.covers ?? []);
+  const blocking = facts.gate.reasons.filter((r) => !covered.has(coverOf(r)));
+  const overridden = facts.gate.reasons.filter((r) => covered.has(coverOf(r)));
+  const asks = facts.approval !== undefined && ASKS_APPROVAL.has(change.origin);
+  const through = ALREADY_LET_THROUGH.has(change.origin);
+
+  if (change.target.kind === 'restart') {
+    if (blocking.length > 0) return { kind: 'refuse', reasons: blocking };
+    if (asks) return { kind: 'pending_approval', required: requiredApprovals(facts.approval!.required, change), ttl: facts.approval!.ttl };
+    if (through) return { kind: 'queue', takeBudget: false, overridden };
+    if (facts.holder && facts.holder !== change.jobId) return { kind: 'join', jobId: facts.holder };
+    if (facts.budget && facts.budgetUse && facts.budgetUse.used >= facts.budget.restarts) {
+      return { kind: 'over_budget', retryMs: Math.max(1, facts.budgetUse.retryMs) };
+    }
+    return { kind: 'queue', takeBudget: facts.budget !== undefined, overridden };
+  }
+
+  if (!through && facts.duplicateOf) return { kind: 'join', jobId: facts.duplicateOf };
+  if (asks) return { kind: 'pending_approval', required: requiredApprovals(facts.approval!.required, change), ttl: facts.approval!.ttl };
+  if (blocking.length > 0) return { kind: 'hold', until: Math.max(now + 1, facts.gate.until ?? now + 1), reasons: blocking };
+  return { kind: 'queue', takeBudget: false, overridden };
+}

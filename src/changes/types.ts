@@ -1,0 +1,107 @@
+import type { ApprovalPolicy, BudgetPolicy } from '../shared/policy.js';
+import type { GateReason, GateVerdict } from './gate.js';
+
+/**
+ * The vocabulary of the change pipeline: what a change is, what the stores answered about it
+ * (facts), and what the planner decided. Plain values: no HTTP, no Redis, no clock.
+ */
+
+/** Where a change came from. Every way into a restart or deploy is one of these. */
+export const ORIGINS = ['api', 'webhook', 'replay', 'approval', 'retry', 'wake', 'remediation', 'ci'] as const;
+export type Origin = (typeof ORIGINS)[number];
+
+/**
+ * Who asks: the credential's principal (`key:<id>`, `bearer:<id>`, `webhook:<sender>`), the id of
+ * the secret presented (12 hex of its SHA-256; '' for none), and the owner behind it (a person or a
+ * service). Four eyes compares owners. `ownerKnown` is false for a shared secret nobody is named
+ * for (the bearer token without OPS_BEARER_TOKEN_OWNER): its change needs one approver more.
+ */
+export interface Principal {
+  principal: string;
+  credential: string;
+  owner: string;
+  ownerKnown: boolean;
+}
+
+/**
+ * An operator's decision to let a change through a closed gate: who, why, and exactly which
+ * reasons it covers (freeze ids, and `window` for the change windows). A freeze declared after it
+ * has another id, so it is not covered.
+ */
+export interface Override {
+  by: string;
+  owner: string;
+  reason: string;
+  covers: string[];
+}
+
+export interface RestartTarget {
+  kind: 'restart';
+  host: string;
+  service: string;
+  namespace: string;
+}
+
+export interface DeployTarget {
+  kind: 'deploy';
+  project: string;
+  ref: string;
+  sha?: string;
+  namespace: string;
+  /** The dedup identity of the push event (absent for a deploy asked for without one). */
+  eventId?: string;
+  /** The sender (a key of the source registry) and its delivery id. */
+  source?: string;
+  deliveryId?: string;
+}
+
+export type Target = RestartTarget | DeployTarget;
+
+export interface Change {
+  target: Target;
+  requester: Principal;
+  reason?: string;
+  /** Asked for: let a restart through a closed gate (needs a reason). Resolved into an Override by the pipeline. */
+  override?: Override;
+  dryRun: boolean;
+  origin: Origin;
+  auditId: string;
+  /**
+   * The job id the change is carried out under, when it has one already: an approval's id, a
+   * held job waking, a retry's `<id>.retry`, an Idempotency-Key's derived id.
+   */
+  jobId?: string;
+  /** The id its approval gets when it waits for one (derived from an Idempotency-Key, so a retry finds it). */
+  approvalId?: string;
+}
+
+/** What the stores answered about a change, read before the plan. */
+export interface Facts {
+  /** Freezes and windows at `now`, for this target. */
+  gate: GateVerdict;
+  approval?: ApprovalPolicy;
+  budget?: BudgetPolicy;
+  /** Restarts of the namespace in the budget's window, and ms until a place frees when none is left. */
+  budgetUse?: { used: number; retryMs: number };
+  /** A restart of the same Deployment still waiting or rolling out (coalescing). */
+  holder?: string | null;
+  /** A push event's job within its dedup window (undefined: not read, the add will tell). */
+  duplicateOf?: string | null;
+}
+
+/** What the planner decided. */
+export type Decision =
+  | { kind: 'refuse'; reasons: GateReason[] }
+  | { kind: 'pending_approval'; required: number; ttl: number }
+  | { kind: 'join'; jobId: string }
+  | { kind: 'over_budget'; retryMs: number }
+  | { kind: 'hold'; until: number; reasons: GateReason[] }
+  | {
+      kind: 'queue';
+      /** Take a place of the namespace's restart budget for this job. */
+      takeBudget: boolean;
+      /** The gate reasons an override let through (reported). */
+      overridden: GateReason[];
+    };
+
+export type DecisionKind = Decision['kind'];

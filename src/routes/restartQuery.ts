@@ -1,0 +1,81 @@
+import { z } from 'zod';
+import { UnprocessableError } from '../shared/errors.js';
+import { IDEMPOTENCY_TTL_SECONDS } from '../shared/jobs.js';
+
+/**
+ * The query of POST /ops/restart, parsed here so the change pipeline receives values: the target
+ * (`host`, `service`, each given once), the guard options (`dry_run`, `override`, `reason`) and
+ * the Idempotency-Key header's form. What the values mean (an inventory host, its Deployment) is
+ * the pipeline's to check (src/changes/restart.ts).
+ */
+/** A query parameter must be given exactly once and be non-empty. */
+const queryParam = (name: string) =>
+  z
+    .string({
+      error: (iss) =>
+        iss.input === undefined ? `query parameter "${name}" is required` : `query parameter "${name}" must be given once, as a string`,
+    })
+    .min(1, `query parameter "${name}" is required`);
+
+/** Query of POST /ops/restart: what validates it, and the OpenAPI parameters. */
+export const restartQuerySchema = z.object({
+  host: queryParam('host').describe('an inventory host (GET /ops/hosts)'),
+  service: queryParam('service').describe("one of the host's Deployments in the inventory"),
+});
+
+/** IETF draft "The Idempotency-Key HTTP Header Field": an opaque string; we accept 1-255 printable ASCII characters. */
+export const idempotencyKeySchema = z
+  .string()
+  .regex(/^[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?$/, 'must be 1-255 printable ASCII characters')
+  .describe(
+    `makes a retried call return the original job instead of queuing a second one (remembered ${IDEMPOTENCY_TTL_SECONDS / 3600} h)`,
+  );
+
+export const restartAckSchema = z.object({
+  host: z.string(),
+  service: z.string(),
+  status: z.literal('submitted'),
+  job_id: z.string().describe('follow it with GET /ops/jobs/{id}'),
+  coalesced: z.boolean().describe('true when an identical restart was still waiting or rolling out and this request joined it'),
+});
+
+const flag = (name: string) =>
+  z
+    .enum(['true', 'false', '1', '0'], { error: `query parameter "${name}" must be true or false` })
+    .optional()
+    .transform((v) => v === 'true' || v === '1');
+
+/** The guard options of POST /ops/restart (query parameters). */
+export const restartOptionsSchema = z.object({
+  dry_run: flag('dry_run').describe(
+    "change nothing: answer what would happen (the guards' verdicts) and what the Kubernetes API server says to the worker's own identity (a server-side dry run)",
+  ),
+  override: flag('override').describe('restart although a freeze or the change windows refuse it (needs reason; audited and notified)'),
+  reason: z
+    .string()
+    .trim()
+    .min(1, 'query parameter "reason" must not be blank')
+    .max(500)
+    .optional()
+    .describe('why: audited, carried by the job, the approval and the notification'),
+});
+export type RestartOptions = z.infer<typeof restartOptionsSchema>;
+
+/** Parses the guard options from a request's query; a repeated parameter is a 422. */
+export function restartOptions(query: Record<string, unknown>): RestartOptions {
+  const raw = { dry_run: query.dry_run, override: query.override, reason: query.reason };
+  for (const [k, v] of Object.entries(raw)) {
+    if (v !== undefined && typeof v !== 'string') throw new UnprocessableError(`query parameter "${k}" must be given once, as a string`);
+  }
+  const parsed = restartOptionsSchema.safeParse(raw);
+  if (!parsed.success) throw new UnprocessableError(parsed.error.issues[0]!.message);
+  if (parsed.data.override && !parsed.data.reason) throw new UnprocessableError('override=true needs a reason (query parameter "reason")');
+  return parsed.data;
+}
+
+/** The target's query parameters, each given once and non-empty (422 otherwise). */
+export function restartTargetQuery(query: Record<string, unknown>): { host: string; service: string } {
+  const q = restartQuerySchema.safeParse({ host: query.host, service: query.service });
+  if (!q.success) throw new UnprocessableError(q.error.issues[0]!.message);
+  return q.data;
+}
