@@ -28,11 +28,18 @@ export function metricJobName(name: string): JobName | 'unknown' {
   return (JOB_NAMES as readonly string[]).includes(name) ? (name as JobName) : 'unknown';
 }
 
+/**
+ * The longest identity a job records (requested_by, approvers, override.by): a principal such as
+ * `key:<id>` or an owner. The configuration refuses any credential whose principal or owner would
+ * not fit (src/shared/identity.ts), so every accepted caller can be written into every job.
+ */
+export const MAX_PRINCIPAL = 256;
+
 const auditFields = {
   /** Correlates the API request, its audit line, the job and (for deploys) the Kubernetes Job label. */
   audit_id: z.string().min(1).max(64),
   /** Who asked: a credential id (12 hex), or the webhook source. Never a secret. */
-  requested_by: z.string().min(1).max(64),
+  requested_by: z.string().min(1).max(MAX_PRINCIPAL),
 };
 
 /** DNS-1123 label: what a Kubernetes namespace/Deployment name must be. */
@@ -48,7 +55,7 @@ const approvalFields = {
   /** The approval that let the change through; the job id is the approval id. */
   approval_id: z.string().min(1).max(64).optional(),
   /** Who approved it (principals, never secrets). */
-  approvers: z.array(z.string().min(1).max(64)).max(5).optional(),
+  approvers: z.array(z.string().min(1).max(MAX_PRINCIPAL)).max(5).optional(),
   /** The requester's reason, when given. */
   reason: z.string().max(500).optional(),
 };
@@ -58,7 +65,7 @@ export const restartServiceData = z.object({
   service: dnsSubdomain,
   ...approvalFields,
   /** A restart let through a freeze or outside its windows by an operator: who and why (audited, notified). */
-  override: z.object({ by: z.string().min(1).max(64), reason: z.string().min(1).max(500) }).optional(),
+  override: z.object({ by: z.string().min(1).max(MAX_PRINCIPAL), reason: z.string().min(1).max(500) }).optional(),
   ...auditFields,
 });
 
@@ -177,7 +184,7 @@ export const reportChangeData = z.object({
   job_id: z.string().max(128).optional(),
   approval_id: z.string().max(64).optional(),
   outcome: outcomeSchema.optional(),
-  approvers: z.array(z.string().max(64)).max(5).default([]),
+  approvers: z.array(z.string().max(MAX_PRINCIPAL)).max(5).default([]),
   reason: z.string().max(1000).optional(),
   ...auditFields,
 });
