@@ -6,6 +6,7 @@ import { expiryHeaders, keyStatus, rfc3339, type KeyUsage } from '../shared/apiK
 import type { ApiKey, Role } from '../shared/config.js';
 import { credentialId, firstMatch, hmacSha256, secretsMatcher, sha256Digest } from '../shared/crypto.js';
 import { ApiKeyExpiredError, ForbiddenError, ServiceUnavailableError, UnauthorizedError } from '../shared/errors.js';
+import { bearerIdentity, keyIdentity, senderIdentity, type Identity } from '../shared/identity.js';
 import { signatureSeenKey } from '../shared/keys.js';
 import { SECRET_ROLES, type SecretValues } from '../shared/liveSecrets.js';
 import type { Metrics } from '../shared/metrics.js';
@@ -14,11 +15,20 @@ import type { Metrics } from '../shared/metrics.js';
  * API keys, bearer tokens and webhook senders' proofs. Every comparison is constant time (safeEqual) and the API key is compared with
  * every configured key, without stopping at the first match, so timing reveals neither which
  * key matched nor how many are configured. Failures are counted in
- * opsgate_auth_failures_total{scheme,reason}; the audit line gets the principal.
+ * opsgate_auth_failures_total{scheme,reason}. Every accepted credential sets res.locals.principal,
+ * .owner and .ownerKnown (src/shared/identity.ts), and .credential for a secret the caller presented
+ * itself; the audit line names them.
  */
 type AuthMetrics = Pick<Metrics, 'authFailures'>;
 
 const header = (v: string | undefined): string => (v ?? '').trim();
+
+/** Who the request is, for everything after the check (routes, four eyes, the audit line). */
+function setIdentity(res: { locals: Record<string, unknown> }, identity: Identity): void {
+  res.locals.principal = identity.principal;
+  res.locals.owner = identity.owner;
+  res.locals.ownerKnown = identity.ownerKnown;
+}
 
 /**
  * The configured key a presented key is, expired or not, or undefined. The presented key is
@@ -90,7 +100,7 @@ export function requireApiKey(
     policy.usage?.record(key.id, at);
     // A key without a known role counts as readonly.
     const role: Role = key.role === 'operator' ? 'operator' : 'readonly';
-    res.locals.principal = `key:${key.id}`;
+    setIdentity(res, keyIdentity(key));
     res.locals.credential = credentialId(presented);
     res.locals.role = role;
     if (required === 'operator' && role !== 'operator') {
@@ -137,7 +147,7 @@ export function requireOperatorKeyOrBasic(keys: readonly ApiKey[], metrics: Auth
       fail(scheme, 'invalid', 'invalid credentials');
     }
     const role: Role = key!.role === 'operator' ? 'operator' : 'readonly';
-    res.locals.principal = `key:${key!.id}`;
+    setIdentity(res, keyIdentity(key!));
     res.locals.credential = credentialId(presented);
     res.locals.role = role;
     if (role !== 'operator') {
@@ -200,12 +210,13 @@ const noteMatch = (res: { locals: Record<string, unknown> }, index: number): voi
 /**
  * `Authorization: Bearer <token>` (scheme case-insensitive). Missing credentials, another scheme,
  * token not configured or mismatch: 401 with WWW-Authenticate. `scheme` labels the metric. With
- * `noteMatch`, the audit line says which value of the token matched.
+ * `noteMatch`, the audit line says which value of the token matched. The caller is `identity`
+ * (default: principal `bearer:<credential id>`, owner `owner` when given, else unknown).
  */
 export function requireBearer(
   token: SecretSource,
   metrics: AuthMetrics,
-  opts: { scheme?: string; realm?: string; principal?: string; noteMatch?: boolean } = {},
+  opts: { scheme?: string; realm?: string; owner?: string; identity?: Identity; noteMatch?: boolean } = {},
 ): RequestHandler {
   const scheme = opts.scheme ?? 'bearer';
   const realm = opts.realm ?? 'opsgate';
@@ -232,8 +243,9 @@ export function requireBearer(
       res.locals.presentedCredential = `bearer:${credentialId(presented)}`;
       fail('invalid bearer token', 'invalid', 'invalid_token');
     }
-    res.locals.principal = opts.principal ?? `bearer:${credentialId(presented)}`;
-    res.locals.credential = credentialId(presented);
+    const credential = credentialId(presented);
+    setIdentity(res, opts.identity ?? bearerIdentity(credential, opts.owner));
+    res.locals.credential = credential;
     if (opts.noteMatch) noteMatch(res, index);
     next();
   };
@@ -243,16 +255,18 @@ export function requireBearer(
  * POST /ops/restart: the contract's bearer token, or an operator's own API key, so that each
  * operator has an identity of their own for four eyes. A request with an X-API-Key and no
  * Authorization header is judged by its key (operator role required); any other by the bearer
- * rules, so a request with neither is the contract's 401.
+ * rules, so a request with neither is the contract's 401. `bearerOwner` (OPS_BEARER_TOKEN_OWNER)
+ * is who holds the token; without it the token's owner is unknown.
  */
 export function requireBearerOrOperatorKey(
   keys: readonly ApiKey[],
   token: SecretSource,
   metrics: AuthMetrics,
   policy: ApiKeyPolicy = {},
+  bearerOwner?: string,
 ): RequestHandler {
   const operatorKey = requireApiKey(keys, metrics, 'operator', policy);
-  const bearer = requireBearer(token, metrics);
+  const bearer = requireBearer(token, metrics, { owner: bearerOwner });
   return (req, res, next) =>
     req.get('x-api-key') !== undefined && req.get('authorization') === undefined ? operatorKey(req, res, next) : bearer(req, res, next);
 }
@@ -290,7 +304,7 @@ export function verifySender(opts: SenderVerifyOptions): SenderCheck {
   const { source, metrics } = opts;
   const values = valuesOf(opts.secret);
   const v = source.verification;
-  const principal = `webhook:${source.name}`;
+  const verified = senderIdentity(source.name, true);
   const scheme = v.kind === 'token' ? `${source.name}_token` : v.kind === 'bearer' ? `${source.name}_bearer` : 'signature';
   const fail = (detail: string, reason: string): never => {
     metrics.authFailures.inc({ scheme, reason });
@@ -309,11 +323,13 @@ export function verifySender(opts: SenderVerifyOptions): SenderCheck {
   if (v.kind === 'bearer') {
     // Open while no token is configured; a token file that appears later closes it (a file in use is
     // never emptied: src/shared/credentialReload.ts refuses that).
-    const bearer = requireBearer(values, metrics, { scheme, realm: `opsgate-${source.name}`, principal, noteMatch: true });
+    const bearer = requireBearer(values, metrics, { scheme, realm: `opsgate-${source.name}`, identity: verified, noteMatch: true });
+    // Open: the path alone names the sender, and nothing proves who sent the delivery.
+    const unproven = senderIdentity(source.name, false);
     return {
       before: (req, res, next) => {
         if (values().length > 0) return bearer(req, res, next);
-        res.locals.principal = principal;
+        setIdentity(res, unproven);
         next();
       },
       after: pass,
@@ -332,7 +348,7 @@ export function verifySender(opts: SenderVerifyOptions): SenderCheck {
           res.locals.presentedCredential = `${scheme}:${credentialId(presented!)}`;
           fail(`invalid ${v.header}`, 'invalid');
         }
-        res.locals.principal = principal;
+        setIdentity(res, verified);
         noteMatch(res, index);
         next();
       },
@@ -356,7 +372,7 @@ export function verifySender(opts: SenderVerifyOptions): SenderCheck {
         const presented = req.get(v.header)!.slice(v.prefix.length);
         const index = hmacMatch(rawOf(req.body), presented, v.encoding);
         if (index < 0) fail('signature mismatch', 'mismatch');
-        res.locals.principal = principal;
+        setIdentity(res, verified);
         noteMatch(res, index);
         next();
       },
@@ -382,7 +398,7 @@ export function verifySender(opts: SenderVerifyOptions): SenderCheck {
       const [, t, sig] = TIMESTAMPED.exec(req.get(v.header)!.trim())!;
       const index = hmacMatch(Buffer.concat([Buffer.from(`${t}.`), rawOf(req.body)]), sig!, 'hex');
       if (index < 0) fail('signature mismatch', 'mismatch');
-      res.locals.principal = principal;
+      setIdentity(res, verified);
       noteMatch(res, index);
       if (!redis) return next();
       // Remembered a little longer than a timestamp stays fresh, on either side of the clock.

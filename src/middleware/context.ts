@@ -11,17 +11,26 @@ declare module 'express-serve-static-core' {
     callerRequestId?: string;
     /** Who made the call: `key:<id>`, `bearer:<id>`, `webhook:<source>`; unset when unauthenticated. */
     principal?: string;
+    /**
+     * Who holds the accepted credential (src/shared/identity.ts), set with `principal` by every
+     * check that accepts one: a person or service, so that four eyes can compare people. A key's owner (a
+     * keys-file entry's `owner`, default its id; `env:<id>` for OPS_API_KEY_ROLES),
+     * OPS_BEARER_TOKEN_OWNER for the bearer token, `webhook:<sender>` for a sender. Unset when
+     * unauthenticated.
+     */
+    owner?: string;
+    /**
+     * Whether `owner` names a known holder. False for the bearer token without
+     * OPS_BEARER_TOKEN_OWNER (owner `bearer:<credential id>`: the token alone) and for
+     * /webhook/alerts open without a token; true for every other accepted credential.
+     */
+    ownerKnown?: boolean;
     role?: Role;
     /**
      * credentialId of the accepted secret itself (API key or bearer token), whatever its id or
-     * scheme: four eyes compares requester and approver by it, so one secret cannot approve what it
-     * asked for under another name.
+     * scheme, for the audit line and the approval record (never the secret).
      */
     credential?: string;
-    /** The person or service the accepted credential belongs to (four eyes compares these). */
-    owner?: string;
-    /** false: nobody is named for the credential (a shared bearer token without an owner). */
-    ownerKnown?: boolean;
     /** Audit id of a credential that was presented but rejected (never the credential). */
     presentedCredential?: string;
     /** Why the accepted credential needs attention (an API key close to its expiry), for the audit line. */

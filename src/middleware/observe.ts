@@ -13,8 +13,8 @@ const STATE_CHANGING = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 
 /**
  * HTTP metrics for every request, and the audit line for every state-changing call and every
- * webhook: who, method, path, body SHA-256, status, request id; for a webhook, which value of its
- * sender's secret matched.
+ * webhook: who (principal, owner, credential id), method, path, body SHA-256, status, request id;
+ * for a webhook, which value of its sender's secret matched.
  */
 export function observe(deps: { metrics: Pick<Metrics, 'httpRequests' | 'httpDuration'>; logger: Logger }): RequestHandler {
   return (req, res, next) => {
@@ -72,6 +72,10 @@ function audit(logger: Logger, req: Request, res: Response, seconds: number): vo
     request_id: res.locals.requestId,
     caller_request_id: res.locals.callerRequestId,
     who: res.locals.principal ?? 'anonymous',
+    // The person or service behind the credential, and the credential's own id (first 12 hex of the SHA-256 of the secret presented).
+    owner: res.locals.owner,
+    owner_known: res.locals.ownerKnown,
+    credential: res.locals.credential,
     source: webhookSource(req.path),
     role: res.locals.role,
     presented_credential: res.locals.principal ? undefined : res.locals.presentedCredential,

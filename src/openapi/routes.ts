@@ -359,9 +359,10 @@ export const API_ROUTES: readonly RouteDoc[] = [
   {
     method: 'get',
     path: '/ops/keys',
-    summary: 'The configured API keys: id, role, source, expiry and last use (operator)',
+    summary: 'The configured API keys: id, owner, role, source, expiry and last use (operator)',
     description:
-      'Never a key or a hash. Last use is shared by every replica through Redis. ' +
+      "Never a key or a hash. The owner is who holds the key (a keys-file entry's owner, else its id; env:<id> for OPS_API_KEY_ROLES). " +
+      'Last use is shared by every replica through Redis. ' +
       'A key within API_KEY_EXPIRY_WARNING_DAYS of its expiry works, and every answer to it carries Deprecation and Sunset headers; past its expiry it is refused (401).',
     tags: ['ops'],
     security: ['apiKey'],

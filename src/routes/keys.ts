@@ -8,9 +8,9 @@ import { ServiceUnavailableError } from '../shared/errors.js';
 import type { Metrics } from '../shared/metrics.js';
 
 /**
- * GET /ops/keys (operator): the configured API keys by id, role, source, expiry and last use (any
- * replica's, from Redis), so an operator sees which keys callers still use before one expires.
- * Never a key or a hash.
+ * GET /ops/keys (operator): the configured API keys by id, owner, role, source, expiry and last use
+ * (any replica's, from Redis), so an operator sees which keys callers still use before one expires,
+ * and who holds each. Never a key or a hash.
  */
 export interface KeysDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'API_KEY_EXPIRY_WARNING_DAYS'>;
@@ -23,6 +23,9 @@ export const keyListSchema = z.object({
   keys: z.array(
     z.object({
       id: z.string().describe('OPS_API_KEY_ROLES: the first 12 hex of the SHA-256 of the key; keys file: its id'),
+      owner: z
+        .string()
+        .describe('who holds the key, a person or a service: keys file: its owner, else its id; OPS_API_KEY_ROLES: env:<id>'),
       role: z.enum(['readonly', 'operator']),
       source: z.enum(['env', 'file']).describe('env: OPS_API_KEY_ROLES; file: OPS_API_KEYS_FILE'),
       expires: z.string().nullable().describe('RFC 3339; null: the key does not expire'),
@@ -58,6 +61,7 @@ export function keysRouter(deps: KeysDeps): Router {
           const seen = lastUsed.get(k.id);
           return {
             id: k.id,
+            owner: k.owner,
             role: k.role,
             source: k.source,
             expires: k.expiresAt === undefined ? null : rfc3339(k.expiresAt),

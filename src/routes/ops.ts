@@ -19,7 +19,7 @@ import type { Metrics } from '../shared/metrics.js';
 
 /** /ops/hosts, /ops/hosts/:host, /ops/restart, /ops/cache. */
 export interface OpsDeps {
-  config: Pick<ApiConfig, 'apiKeys' | 'OPS_BEARER_TOKEN' | 'BODY_LIMIT'>;
+  config: Pick<ApiConfig, 'apiKeys' | 'OPS_BEARER_TOKEN' | 'OPS_BEARER_TOKEN_OWNER' | 'BODY_LIMIT'>;
   redis: Redis;
   inventory: Inventory;
   hostStatus: HostStatusProvider;
@@ -39,7 +39,13 @@ export function opsRouter(deps: OpsDeps): Router {
   const r = Router();
   const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
   const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', deps.apiKeyPolicy);
-  const bearerOrOperator = requireBearerOrOperatorKey(deps.config.apiKeys, deps.config.OPS_BEARER_TOKEN, deps.metrics, deps.apiKeyPolicy);
+  const bearerOrOperator = requireBearerOrOperatorKey(
+    deps.config.apiKeys,
+    deps.config.OPS_BEARER_TOKEN,
+    deps.metrics,
+    deps.apiKeyPolicy,
+    deps.config.OPS_BEARER_TOKEN_OWNER,
+  );
   const body = rawBody(deps.config.BODY_LIMIT);
 
   r.route('/ops/hosts')

@@ -14,6 +14,6 @@ export function principalOf(res: Response): Principal {
     principal,
     credential: l.credential ?? '',
     owner: l.owner ?? principal,
-    ownerKnown: l.ownerKnown ?? !principal.startsWith('bearer:'),
+    ownerKnown: l.ownerKnown === true,
   };
 }

@@ -3,6 +3,7 @@ import type { Redis } from 'ioredis';
 import { submitAlerts } from '../domain/alerts.js';
 import { decidePush, deliveryIdOf } from '../domain/deploy.js';
 import { submitPush } from '../changes/push.js';
+import { principalOf } from './principal.js';
 import type { DeliveryEntry, DeliveryLog, Verdict } from '../domain/deliveries.js';
 import type { Guards } from '../changes/guards.js';
 import type { Intake } from '../domain/intake.js';
@@ -145,7 +146,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
         sha: decision.sha,
         eventId: decision.eventId,
         auditId: res.locals.requestId,
-        requester: { principal: `webhook:${source.name}`, credential: '', owner: `webhook:${source.name}`, ownerKnown: true },
+        requester: principalOf(res),
         origin: 'webhook',
         ...(deliveryId ? { deliveryId } : {}),
       });

@@ -7,6 +7,7 @@ import { credentialId, sha256Digest } from './crypto.js';
 import { parseRedisUrl, redisPasswords, RedisUrlError } from './redis.js';
 import { secretFileVar, SOURCE_SECRET_ENVS, SOURCE_SECRET_FILE_ENVS } from '../sources/index.js';
 import { contentsDigest, FileProblem, readWatchedFile } from './fileReload.js';
+import { envKeyOwner, keyPrincipal, ownerProblem, widthProblem } from './identity.js';
 import type { CredentialFile, SecretValues } from './liveSecrets.js';
 import { tlsPairProblems, type TlsFiles } from './tls.js';
 
@@ -21,6 +22,12 @@ export interface ApiKey {
    * hex of SHA-256(key). Never the key.
    */
   readonly id: string;
+  /**
+   * Who holds the key (a person or a service; src/shared/identity.ts): a keys-file entry's `owner`,
+   * else its id; `env:<id>` for a key of OPS_API_KEY_ROLES, which names none. Two keys with one
+   * owner are one person.
+   */
+  readonly owner: string;
   readonly role: Role;
   /** SHA-256 of the key (32 bytes): a presented key is hashed and compared with it in constant time. */
   readonly digest: Buffer;
@@ -73,7 +80,10 @@ export function parseApiKeyRoles(raw: string | undefined, opts: { optional?: boo
     if (isPlaceholder(key)) throw new ConfigError(name, `item ${i + 1} ${PLACEHOLDER_PROBLEM}`);
     const earlier = keys.findIndex((k) => k.key === key);
     if (earlier >= 0) throw new ConfigError(name, `item ${i + 1} repeats the key of item ${earlier + 1}; list each key once with one role`);
-    keys.push({ key, role, id: credentialId(key), digest: sha256Digest(key), source: 'env', position: i + 1 });
+    const id = credentialId(key);
+    const tooWide = widthProblem(keyPrincipal(id));
+    if (tooWide) throw new ConfigError(name, `item ${i + 1} has a principal key:<id> that ${tooWide}`);
+    keys.push({ key, role, id, owner: envKeyOwner(id), digest: sha256Digest(key), source: 'env', position: i + 1 });
   });
   // Unreachable after the checks above; kept because the contract names it: no configured key, no start.
   if (keys.length === 0) throw new ConfigError(name, 'configures no key');
@@ -85,7 +95,7 @@ export const API_KEYS_FILE_VAR = 'OPS_API_KEYS_FILE';
 /** A keys-file id: it labels metrics and appears in headers, logs and answers, so it is kept short and plain. */
 export const API_KEY_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
 
-const FILE_FIELDS = ['id', 'role', 'key', 'sha256', 'expires'] as const;
+const FILE_FIELDS = ['id', 'role', 'key', 'sha256', 'expires', 'owner'] as const;
 
 /** A field's message: `absent` when the entry lacks it, `wrong` when it holds something else. */
 const fieldError =
@@ -112,6 +122,13 @@ const keyEntrySchema = z
       .string({ error: 'has an expires that is not text (quote it)' })
       .pipe(z.iso.datetime({ offset: true, error: 'has an expires that is not an RFC 3339 date-time such as 2026-03-01T00:00:00Z' }))
       .optional(),
+    owner: z
+      .string({ error: 'has an owner that is not text (quote it)' })
+      .superRefine((v, ctx) => {
+        const problem = ownerProblem(v);
+        if (problem) ctx.addIssue({ code: 'custom', message: `has an owner that ${problem}` });
+      })
+      .optional(),
   })
   .refine((e) => (e.key === undefined) !== (e.sha256 === undefined), 'needs exactly one of key or sha256');
 
@@ -123,7 +140,7 @@ function entryName(position: number, raw: unknown): string {
 
 /** The problem of one entry: zod's first issue, or a duplicate. */
 function keyEntry(raw: unknown, position: number, earlier: readonly ApiKey[], envKeys: readonly ApiKey[]): ApiKey | string {
-  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) return 'is not a mapping of id, role, key or sha256, expires';
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) return 'is not a mapping of id, role, key or sha256, expires, owner';
   const parsed = keyEntrySchema.safeParse(raw);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
@@ -131,6 +148,8 @@ function keyEntry(raw: unknown, position: number, earlier: readonly ApiKey[], en
     return issue.code === 'unrecognized_keys' ? `has a field other than ${FILE_FIELDS.join(', ')}` : issue.message;
   }
   const e = parsed.data;
+  const tooWide = widthProblem(keyPrincipal(e.id));
+  if (tooWide) return `has an id whose principal key:<id> ${tooWide}`;
   if (e.key !== undefined && isPlaceholder(e.key)) return `has a key that ${PLACEHOLDER_PROBLEM}`;
   const digest = e.key !== undefined ? sha256Digest(e.key) : Buffer.from(e.sha256!, 'hex');
   const sameId = earlier.find((k) => k.id === e.id);
@@ -143,6 +162,7 @@ function keyEntry(raw: unknown, position: number, earlier: readonly ApiKey[], en
   if (envSameKey) return `holds the same key as OPS_API_KEY_ROLES item ${envSameKey.position}; list each key once`;
   return {
     id: e.id,
+    owner: e.owner ?? e.id,
     role: e.role,
     digest,
     ...(e.key !== undefined ? { key: e.key } : {}),
@@ -153,7 +173,7 @@ function keyEntry(raw: unknown, position: number, earlier: readonly ApiKey[], en
 }
 
 /**
- * Parses the text of OPS_API_KEYS_FILE (YAML or JSON): a list of {id, role, key or sha256, expires?}.
+ * Parses the text of OPS_API_KEYS_FILE (YAML or JSON): a list of {id, role, key or sha256, expires?, owner?}.
  * Every bad entry is reported at once, each by its position and id, never its key or hash; an id
  * or a key listed twice (in the file, or also in `envKeys`, OPS_API_KEY_ROLES) is refused.
  */
@@ -166,7 +186,7 @@ export function parseApiKeysFile(text: string, envKeys: readonly ApiKey[] = []):
     throw new ConfigError(variable, 'is not valid YAML or JSON');
   }
   raw ??= [];
-  if (!Array.isArray(raw)) throw new ConfigError(variable, 'must hold a list of entries {id, role, key or sha256, expires}');
+  if (!Array.isArray(raw)) throw new ConfigError(variable, 'must hold a list of entries {id, role, key or sha256, expires, owner}');
   const problems: ConfigProblem[] = [];
   const keys: ApiKey[] = [];
   (raw as unknown[]).forEach((entry, i) => {
@@ -287,7 +307,19 @@ const apiSchema = commonSchema.extend({
   TLS_CLIENT_CA_FILE: optionalPath,
   ...replicationSchema,
   OPS_BEARER_TOKEN: optionalSecret,
-  /** Keys file (YAML or JSON list of {id, role, key or sha256, expires}), beside OPS_API_KEY_ROLES; read by loadApiConfig. */
+  /**
+   * Who holds OPS_BEARER_TOKEN (an owner, src/shared/identity.ts), so four eyes can tell its holder
+   * from the operators. Unset: the token's owner is unknown.
+   */
+  OPS_BEARER_TOKEN_OWNER: z
+    .string()
+    .optional()
+    .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim()))
+    .superRefine((v, ctx) => {
+      const problem = v === undefined ? undefined : ownerProblem(v);
+      if (problem) ctx.addIssue({ code: 'custom', message: problem });
+    }),
+  /** Keys file (YAML or JSON list of {id, role, key or sha256, expires, owner}), beside OPS_API_KEY_ROLES; read by loadApiConfig. */
   OPS_API_KEYS_FILE: optionalPath,
   /**
    * A key this many days (or fewer) from its expiry still works, and every answer to it carries

@@ -28,11 +28,18 @@ export function metricJobName(name: string): JobName | 'unknown' {
   return (JOB_NAMES as readonly string[]).includes(name) ? (name as JobName) : 'unknown';
 }
 
+/**
+ * The longest identity a job records (requested_by, approvers, override.by): a principal such as
+ * `key:<id>` or an owner. The configuration refuses any credential whose principal or owner would
+ * not fit (src/shared/identity.ts), so every accepted caller can be written into every job.
+ */
+export const MAX_PRINCIPAL = 256;
+
 const auditFields = {
   /** Correlates the API request, its audit line, the job and (for deploys) the Kubernetes Job label. */
   audit_id: z.string().min(1).max(64),
   /** Who asked: a credential id (12 hex), or the webhook source. Never a secret. */
-  requested_by: z.string().min(1).max(64),
+  requested_by: z.string().min(1).max(MAX_PRINCIPAL),
 };
 
 /** DNS-1123 label: what a Kubernetes namespace/Deployment name must be. */
@@ -48,14 +55,14 @@ const approvalFields = {
   /** The approval that let the change through; the job id is the approval id. */
   approval_id: z.string().min(1).max(64).optional(),
   /** Who approved it (principals, never secrets). */
-  approvers: z.array(z.string().min(1).max(64)).max(6).optional(),
+  approvers: z.array(z.string().min(1).max(MAX_PRINCIPAL)).max(6).optional(),
   /** The requester's reason, when given. */
   reason: z.string().max(500).optional(),
 };
 
 /** Who asked, as a person: the owner of the requester's credential and that credential's id (never a secret). */
 const requesterFields = {
-  requested_owner: z.string().min(1).max(256).optional(),
+  requested_owner: z.string().min(1).max(MAX_PRINCIPAL).optional(),
   requested_credential: z.string().min(1).max(64).optional(),
 };
 
@@ -70,8 +77,8 @@ export const restartServiceData = z.object({
    */
   override: z
     .object({
-      by: z.string().min(1).max(256),
-      owner: z.string().min(1).max(256).optional(),
+      by: z.string().min(1).max(MAX_PRINCIPAL),
+      owner: z.string().min(1).max(MAX_PRINCIPAL).optional(),
       reason: z.string().min(1).max(500),
       covers: z.array(z.string().min(1).max(128)).max(64).optional(),
     })
@@ -196,7 +203,7 @@ export const reportChangeData = z.object({
   job_id: z.string().max(128).optional(),
   approval_id: z.string().max(64).optional(),
   outcome: outcomeSchema.optional(),
-  approvers: z.array(z.string().max(64)).max(6).default([]),
+  approvers: z.array(z.string().max(MAX_PRINCIPAL)).max(6).default([]),
   reason: z.string().max(1000).optional(),
   ...auditFields,
 });

@@ -31,6 +31,8 @@ export const RO_KEY = 'ro-key:with:colons-0001';
 export const OP_KEY = 'op-key-0002-abcdef';
 export const OP_KEY_2 = 'op-key-rotated-0003';
 export const BEARER = 'bearer-token-0004-xyz';
+/** Who holds BEARER (OPS_BEARER_TOKEN_OWNER). */
+export const BEARER_OWNER = 'oncall-rotation';
 export const SCM_SECRET = 'scm-secret-0005';
 export const GITHUB_SECRET = "It's a Secret to Everybody";
 export const SECRETS = [RO_KEY, OP_KEY, OP_KEY_2, BEARER, SCM_SECRET, GITHUB_SECRET, ...Object.values(senderSecretsEnv())];
@@ -55,6 +57,8 @@ export function baseEnv(redisUrl: string): Record<string, string | undefined> {
     OPS_API_KEY_ROLES: `${RO_KEY}:readonly,${OP_KEY}:operator,${OP_KEY_2}:operator`,
     REDIS_URL: redisUrl,
     OPS_BEARER_TOKEN: BEARER,
+    // The on-call rotation holds the bearer token here; tests of a token nobody is named for unset it.
+    OPS_BEARER_TOKEN_OWNER: BEARER_OWNER,
     ...senderSecretsEnv(),
     SCM_WEBHOOK_SECRET: SCM_SECRET,
     GITHUB_WEBHOOK_SECRET: GITHUB_SECRET,

@@ -9,9 +9,9 @@
 -- Answers {verdict, record as it is afterwards (JSON)}:
 --   'not_found' (no record); 'decided' (already approved, rejected or expired: nothing changed);
 --   'expired' (past its expiry: marked expired now); 'pending' ('expire' before the expiry);
---   'self' (an approval by the requester's own owner: four eyes compares people, not credentials;
---   the requester may reject, i.e. withdraw, their own request); 'again' (this owner already
---   approved); 'recorded' (approved, more approvals needed); 'approving' (the last approval: the
+--   'self' (an approval by the requester's own owner, principal or secret: four eyes compares
+--   people, and one secret is one person whatever names it has; the requester may reject, i.e.
+--   withdraw, their own request); 'again' (this owner, principal or secret already approved); 'recorded' (approved, more approvals needed); 'approving' (the last approval: the
 --   record is `approving` until the change is carried out; also the answer to 'approve', 'reject'
 --   and 'expire' of a record already approving, whose caller finishes it);
 --   'approved' ('finish': approving -> approved, with its job); 'failed' ('fail': the error kept on
@@ -66,11 +66,13 @@ if action == 'reject' then
 end
 local requester_owner = a.requester_owner
 if type(requester_owner) ~= 'string' or requester_owner == '' then requester_owner = a.requester end
-if ARGV[3] == requester_owner or ARGV[2] == a.requester then return {'self', raw} end
+if ARGV[3] == requester_owner or ARGV[2] == a.requester or (ARGV[4] ~= '' and ARGV[4] == a.requester_credential) then
+  return {'self', raw}
+end
 local approvers = a.approvers
 if type(approvers) ~= 'table' then approvers = {} end
 for _, x in ipairs(approvers) do
-  if x.owner == ARGV[3] or x.by == ARGV[2] then return {'again', raw} end
+  if x.owner == ARGV[3] or x.by == ARGV[2] or (ARGV[4] ~= '' and x.credential == ARGV[4]) then return {'again', raw} end
 end
 local n = #approvers + 1
 approvers[n] = {by = ARGV[2], owner = ARGV[3], credential = ARGV[4], reason = ARGV[5], at = now}

@@ -186,7 +186,7 @@ export async function decideApproval(g: Guards, req: DecisionRequest): Promise<D
         throw selfApproval(requesterOwner);
       case 'again':
         throw new ConflictError(
-          `${req.by.owner} already approved ${req.id}; it needs ${a.required - a.approvers.length} more approval(s) from other people`,
+          `you already approved ${req.id} (as ${req.by.owner}); it needs ${a.required - a.approvers.length} more approval(s) from other people`,
         );
       case 'recorded':
         g.metrics?.approvals.inc({ change: kind, event: 'recorded' });

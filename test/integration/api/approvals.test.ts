@@ -143,6 +143,8 @@ describe('a restart whose host asks for approval', () => {
       reason: 'deadlock',
       audit_id: expect.any(String),
       requested_by: keyId(OP_KEY),
+      requested_owner: `env:${credentialId(OP_KEY)}`,
+      requested_credential: credentialId(OP_KEY),
     });
     expect(ctx.h.audits().at(-1)).toMatchObject({
       who: keyId(OP_KEY_2),
@@ -225,7 +227,10 @@ describe('a restart whose host asks for approval', () => {
     });
     expect(await jobsNamed(ctx.h, JOB.restartService)).toEqual([]);
     const report = (await jobsNamed(ctx.h, JOB.reportChange)).find((j) => j.data.event === 'approval_rejected');
-    expect(report?.data.outcome).toEqual({ result: 'rejected', reason: `${keyId(OP_KEY)}: not during the sale` });
+    expect(report?.data.outcome).toEqual({
+      result: 'rejected',
+      reason: `${keyId(OP_KEY)} (env:${credentialId(OP_KEY)}): not during the sale`,
+    });
     const job = await request(ctx.h.app).get(`/ops/jobs/${body.approval_id}`).set('X-API-Key', RO_KEY);
     expect(job.body).toMatchObject({ state: 'rejected', outcome: { result: 'rejected', reason: `${keyId(OP_KEY)}: not during the sale` } });
     expect((await decide(ctx.h.app, body.approval_id, 'approve', OP_KEY_2)).status).toBe(409);

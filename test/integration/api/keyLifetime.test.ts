@@ -219,7 +219,7 @@ describe('metrics', () => {
 });
 
 describe('GET /ops/keys (operator)', () => {
-  it('lists id, role, source, expiry, status and last use; never a key or a hash', () =>
+  it('lists id, owner, role, source, expiry, status and last use; never a key or a hash', () =>
     withApp(async (h) => {
       clock = T0 + 30 * 60_000;
       await request(h.app).get('/ops/hosts').set('X-API-Key', LATER);
@@ -229,13 +229,37 @@ describe('GET /ops/keys (operator)', () => {
       const used = '2026-03-01T00:30:00Z';
       expect(res.body).toEqual({
         keys: [
-          { id: credentialId(RO_KEY), role: 'readonly', source: 'env', expires: null, status: 'active', last_used: null },
-          { id: credentialId(OP_KEY), role: 'operator', source: 'env', expires: null, status: 'active', last_used: null },
-          { id: credentialId(OP_KEY_2), role: 'operator', source: 'env', expires: null, status: 'active', last_used: null },
-          { id: 'soon', role: 'operator', source: 'file', expires: SOON_EXPIRES, status: 'expiring', last_used: used },
-          { id: 'later', role: 'readonly', source: 'file', expires: LATER_EXPIRES, status: 'active', last_used: used },
-          { id: 'gone', role: 'operator', source: 'file', expires: GONE_EXPIRES, status: 'expiring', last_used: null },
-          { id: 'forever', role: 'readonly', source: 'file', expires: null, status: 'active', last_used: null },
+          {
+            id: credentialId(RO_KEY),
+            owner: `env:${credentialId(RO_KEY)}`,
+            role: 'readonly',
+            source: 'env',
+            expires: null,
+            status: 'active',
+            last_used: null,
+          },
+          {
+            id: credentialId(OP_KEY),
+            owner: `env:${credentialId(OP_KEY)}`,
+            role: 'operator',
+            source: 'env',
+            expires: null,
+            status: 'active',
+            last_used: null,
+          },
+          {
+            id: credentialId(OP_KEY_2),
+            owner: `env:${credentialId(OP_KEY_2)}`,
+            role: 'operator',
+            source: 'env',
+            expires: null,
+            status: 'active',
+            last_used: null,
+          },
+          { id: 'soon', owner: 'soon', role: 'operator', source: 'file', expires: SOON_EXPIRES, status: 'expiring', last_used: used },
+          { id: 'later', owner: 'later', role: 'readonly', source: 'file', expires: LATER_EXPIRES, status: 'active', last_used: used },
+          { id: 'gone', owner: 'gone', role: 'operator', source: 'file', expires: GONE_EXPIRES, status: 'expiring', last_used: null },
+          { id: 'forever', owner: 'forever', role: 'readonly', source: 'file', expires: null, status: 'active', last_used: null },
         ],
       });
       clock = T0 + DAY;

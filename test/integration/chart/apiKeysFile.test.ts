@@ -122,6 +122,58 @@ describe('secrets.apiKeys entries with an id: the keys file', () => {
   });
 });
 
+describe('owners: who holds each credential', () => {
+  test("an entry's owner goes into the keys file, read by the API as written; without one the id is the owner", async () => {
+    const f = valuesFile(
+      'owners.yaml',
+      `secrets:
+  apiKeys:
+    - { id: alice-laptop, role: operator, key: ${OP}, owner: alice@example.com }
+    - { id: grafana, role: readonly, sha256: ${sha(RO)} }
+    - { key: ${ENV}, role: readonly }
+`,
+    );
+    const keys = apiKeysOf(await render({ files: [f] }));
+    const envId = parseApiKeyRoles(`${ENV}:readonly`)[0]!.id;
+    expect(keys.map((k) => [k.id, k.owner])).toEqual([
+      [envId, `env:${envId}`],
+      ['alice-laptop', 'alice@example.com'],
+      ['grafana', 'grafana'],
+    ]);
+  });
+
+  test('config.bearerTokenOwner is OPS_BEARER_TOKEN_OWNER in the ConfigMap, which the API accepts; empty (default): not set', async () => {
+    expect(one(await render({}), 'ConfigMap', 'opsgate-config').data.OPS_BEARER_TOKEN_OWNER).toBeUndefined();
+    const data = one(await render({ set: { 'config.bearerTokenOwner': 'ci:deploy-bot' } }), 'ConfigMap', 'opsgate-config').data;
+    expect(data.OPS_BEARER_TOKEN_OWNER).toBe('ci:deploy-bot');
+    const config = loadApiConfig({ REDIS_URL: 'redis://r:6379', OPS_API_KEY_ROLES: `${ENV}:readonly`, ...data });
+    expect(config.OPS_BEARER_TOKEN_OWNER).toBe('ci:deploy-bot');
+  });
+
+  test.each([
+    [
+      'an entry owner with a space',
+      {
+        'secrets.apiKeys[0].id': 'a',
+        'secrets.apiKeys[0].role': 'readonly',
+        'secrets.apiKeys[0].key': OP,
+        'secrets.apiKeys[0].owner': 'alice smith',
+      },
+      /apiKeys\/0\/owner'/,
+    ],
+    [
+      'an entry owner without an id',
+      { 'secrets.apiKeys[0].role': 'readonly', 'secrets.apiKeys[0].key': OP, 'secrets.apiKeys[0].owner': 'alice' },
+      /apiKeys\/0': missing property 'id'/,
+    ],
+    ['a bearer token owner of 129 characters', { 'config.bearerTokenOwner': 'o'.repeat(129) }, /config\/bearerTokenOwner'/],
+  ])('refused at render: %s', async (_name, setString, message) => {
+    const err = await renderError({ setString });
+    expect(err).toMatch(message);
+    expect(err).not.toContain(OP);
+  });
+});
+
 describe('an existingSecret holding the keys file', () => {
   test('secrets.existingSecretApiKeysFile names its key: mounted as api-keys.yaml, OPS_API_KEY_ROLES optional', async () => {
     const objs = await render({ set: { 'secrets.existingSecret': 'mine', 'secrets.existingSecretApiKeysFile': 'keys.json' } });

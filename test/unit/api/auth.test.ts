@@ -6,11 +6,13 @@ import {
   refuseCrossSiteWrites,
   requireApiKey,
   requireBearer,
+  requireBearerOrOperatorKey,
   requireOperatorKeyOrBasic,
   verifySender,
 } from '../../../src/middleware/auth.js';
 import { errorHandler } from '../../../src/middleware/errors.js';
-import { parseApiKeyRoles } from '../../../src/shared/config.js';
+import { parseApiKeyRoles, parseApiKeysFile } from '../../../src/shared/config.js';
+import { credentialId } from '../../../src/shared/crypto.js';
 import { createHash, createHmac } from 'node:crypto';
 import { silentLogger } from '../../../src/shared/logger.js';
 import { createMetrics } from '../../../src/shared/metrics.js';
@@ -354,5 +356,100 @@ describe('a secret in rotation: the current value and the previous one', () => {
     const m = createMetrics('api', 'test', { defaults: false });
     const app = appNoting(requireBearer('fixed-token-123', m));
     expect((await request(app).post('/x').set('Authorization', 'Bearer fixed-token-123')).body.matched).toBeNull();
+  });
+});
+
+describe('who holds the credential: res.locals.owner and ownerKnown', () => {
+  /** What the auth checks leave for the routes: the identity and the credential id. */
+  function appWho(...guards: RequestHandler[]) {
+    const app = express();
+    app.post('/x', ...guards, (_req, res) => {
+      const { principal, owner, ownerKnown, credential } = res.locals;
+      res.json({ principal, owner, ownerKnown, credential });
+    });
+    app.use(errorHandler(silentLogger));
+    return app;
+  }
+  const fileKeys = parseApiKeysFile(
+    '- { id: alice-laptop, role: operator, key: alice-key-0001, owner: alice@example.com }\n- { id: ci, role: operator, key: ci-key-0001 }\n',
+    keys,
+  );
+  const all = [...keys, ...fileKeys];
+  const basic = (pass: string) => 'Basic ' + Buffer.from(`u:${pass}`).toString('base64');
+
+  it('an API key: key:<id> with its owner (a keys-file owner, else its id; env:<id> for OPS_API_KEY_ROLES), known', async () => {
+    const m = createMetrics('api', 'test', { defaults: false });
+    for (const app of [appWho(requireApiKey(all, m)), appWho(requireOperatorKeyOrBasic(all, m))]) {
+      expect((await request(app).post('/x').set('X-API-Key', 'alice-key-0001')).body).toEqual({
+        principal: 'key:alice-laptop',
+        owner: 'alice@example.com',
+        ownerKnown: true,
+        credential: credentialId('alice-key-0001'),
+      });
+      expect((await request(app).post('/x').set('X-API-Key', 'ci-key-0001')).body).toMatchObject({ owner: 'ci', ownerKnown: true });
+      expect((await request(app).post('/x').set('X-API-Key', 'op-1')).body).toEqual({
+        principal: `key:${credentialId('op-1')}`,
+        owner: `env:${credentialId('op-1')}`,
+        ownerKnown: true,
+        credential: credentialId('op-1'),
+      });
+    }
+    const viaBasic = await request(appWho(requireOperatorKeyOrBasic(all, m)))
+      .post('/x')
+      .set('Authorization', basic('alice-key-0001'));
+    expect(viaBasic.body).toMatchObject({ principal: 'key:alice-laptop', owner: 'alice@example.com', ownerKnown: true });
+  });
+
+  it('the bearer token: OPS_BEARER_TOKEN_OWNER, known; without it its owner is bearer:<credential id>, unknown', async () => {
+    const m = createMetrics('api', 'test', { defaults: false });
+    const id = credentialId('bearer-token-0001');
+    const owned = appWho(requireBearerOrOperatorKey(all, 'bearer-token-0001', m, {}, 'ci:deploy-bot'));
+    const unowned = appWho(requireBearerOrOperatorKey(all, 'bearer-token-0001', m));
+    const bearer = { Authorization: 'Bearer bearer-token-0001' };
+    expect((await request(owned).post('/x').set(bearer)).body).toEqual({
+      principal: `bearer:${id}`,
+      owner: 'ci:deploy-bot',
+      ownerKnown: true,
+      credential: id,
+    });
+    expect((await request(unowned).post('/x').set(bearer)).body).toEqual({
+      principal: `bearer:${id}`,
+      owner: `bearer:${id}`,
+      ownerKnown: false,
+      credential: id,
+    });
+    expect(
+      (
+        await request(appWho(requireBearer('bearer-token-0001', m)))
+          .post('/x')
+          .set(bearer)
+      ).body.ownerKnown,
+    ).toBe(false);
+    // An operator's own key on the same route is that key's owner, whatever the bearer token's is.
+    expect((await request(owned).post('/x').set('X-API-Key', 'alice-key-0001')).body).toMatchObject({
+      owner: 'alice@example.com',
+      ownerKnown: true,
+    });
+  });
+
+  it('a webhook sender is webhook:<sender>, its own owner: known once its proof is checked, unknown while /webhook/alerts runs open', async () => {
+    const m = createMetrics('api', 'test', { defaults: false });
+    const token = verifySender({ source: tokenSource, secret: 'scm-s', metrics: m });
+    expect((await request(appWho(token.before, token.after)).post('/x').set('X-Scm-Token', 'scm-s')).body).toEqual({
+      principal: 'webhook:scm',
+      owner: 'webhook:scm',
+      ownerKnown: true,
+    });
+    const alerts = { name: 'alerts', title: 'Alertmanager', verification: { kind: 'bearer', optional: true } } as const;
+    const withToken = verifySender({ source: alerts, secret: 'alerts-token-0001', metrics: m });
+    expect(
+      (await request(appWho(withToken.before, withToken.after)).post('/x').set('Authorization', 'Bearer alerts-token-0001')).body,
+    ).toEqual({ principal: 'webhook:alerts', owner: 'webhook:alerts', ownerKnown: true, credential: credentialId('alerts-token-0001') });
+    const open = verifySender({ source: alerts, secret: undefined, metrics: m });
+    expect((await request(appWho(open.before, open.after)).post('/x')).body).toEqual({
+      principal: 'webhook:alerts',
+      owner: 'webhook:alerts',
+      ownerKnown: false,
+    });
   });
 });

@@ -8,9 +8,11 @@ import {
   loadApiConfig,
   parseApiKeyRoles,
   parseApiKeysFile,
+  reloadApiKeys,
   secretsOf,
   weakCredentialWarnings,
 } from '../../../src/shared/config.js';
+import { credentialId } from '../../../src/shared/crypto.js';
 import { ConfigError } from '../../../src/shared/errors.js';
 
 /**
@@ -98,12 +100,12 @@ describe('parseApiKeysFile', () => {
       'entry 6 (id "admin") has a role that is not readonly or operator',
       'entry 7 (id "date-only") has an expires that is not an RFC 3339 date-time such as 2026-03-01T00:00:00Z',
       'entry 8 (id "no-offset") has an expires that is not an RFC 3339 date-time such as 2026-03-01T00:00:00Z',
-      'entry 9 (id "typo") has a field other than id, role, key, sha256, expires',
+      'entry 9 (id "typo") has a field other than id, role, key, sha256, expires, owner',
       'entry 10 has an id that is not 1-63 letters, digits, ".", "_" or "-" (starting with a letter or digit)',
       'entry 11 has no id',
       'entry 12 (id "empty") has an empty key',
       'entry 13 (id "placeholder") has a key that still holds the CHANGE-ME placeholder of the plain manifests; set a real secret',
-      'entry 14 is not a mapping of id, role, key or sha256, expires',
+      'entry 14 is not a mapping of id, role, key or sha256, expires, owner',
       'entry 15 has an id that is not text (quote it)',
     ]);
   });
@@ -132,7 +134,7 @@ describe('parseApiKeysFile', () => {
 
   it('refuses what is not a list of entries', () => {
     expect(refusal(() => parseApiKeysFile('keys: {a: 1}')).message).toBe(
-      'OPS_API_KEYS_FILE: must hold a list of entries {id, role, key or sha256, expires}',
+      'OPS_API_KEYS_FILE: must hold a list of entries {id, role, key or sha256, expires, owner}',
     );
     expect(refusal(() => parseApiKeysFile('- [unclosed')).message).toBe('OPS_API_KEYS_FILE: is not valid YAML or JSON');
   });
@@ -205,5 +207,66 @@ describe('loadApiConfig with OPS_API_KEYS_FILE', () => {
     expect(expiredKeyWarnings(c, Date.parse('2026-01-01T00:00:00Z'))).toEqual([
       'OPS_API_KEYS_FILE: entry 2 (id "old") expired at 2020-01-01T00:00:00Z; every call with it answers 401',
     ]);
+  });
+});
+
+describe('owners: who holds each key', () => {
+  it('a keys-file entry names its owner, else its id is; a key of OPS_API_KEY_ROLES is its own owner, env:<id>', () => {
+    const env = parseApiKeyRoles(`${ENV_KEY}:operator`);
+    expect(env.map((k) => [k.id, k.owner])).toEqual([[credentialId(ENV_KEY), `env:${credentialId(ENV_KEY)}`]]);
+    const longest = 'o'.repeat(127) + 'x';
+    const keys = parseApiKeysFile(
+      `
+- { id: alice-laptop, role: operator, key: ${KEY}, owner: alice@example.com }
+- { id: alice-ci, role: operator, sha256: ${sha(OTHER)}, owner: "alice@example.com" }
+- { id: grafana, role: readonly, key: ${KEY}-grafana }
+- { id: oncall, role: readonly, key: ${KEY}-oncall, owner: "team:payments/on-call+1_a.b-c" }
+- { id: longest, role: readonly, key: ${KEY}-longest, owner: ${longest} }
+`,
+      env,
+    );
+    expect(keys.map((k) => [k.id, k.owner])).toEqual([
+      ['alice-laptop', 'alice@example.com'],
+      ['alice-ci', 'alice@example.com'],
+      ['grafana', 'grafana'],
+      ['oncall', 'team:payments/on-call+1_a.b-c'],
+      ['longest', longest],
+    ]);
+  });
+
+  const BAD_OWNERS = `
+- { id: empty, role: readonly, key: ${KEY}-1, owner: "" }
+- { id: spaced, role: readonly, key: ${KEY}-2, owner: "alice smith" }
+- { id: too-long, role: readonly, key: ${KEY}-3, owner: ${'o'.repeat(129)} }
+- { id: number, role: readonly, key: ${KEY}-4, owner: 12 }
+- { id: comma, role: readonly, key: ${KEY}-5, owner: "alice,bob" }
+- { id: accent, role: readonly, key: ${KEY}-6, owner: "zoë" }
+- { id: no-role, key: ${KEY}-7, owner: fine }
+`;
+  const RULE = 'has an owner that is not 1-128 letters, digits or the characters . _ : @ / + -';
+  const BAD_OWNER_PROBLEMS = [
+    `entry 1 (id "empty") ${RULE}`,
+    `entry 2 (id "spaced") ${RULE}`,
+    `entry 3 (id "too-long") ${RULE}`,
+    'entry 4 (id "number") has an owner that is not text (quote it)',
+    `entry 5 (id "comma") ${RULE}`,
+    `entry 6 (id "accent") ${RULE}`,
+    'entry 7 (id "no-role") has no role',
+  ];
+
+  it('a bad owner is refused with every other problem at once, by position and id, never the owner itself', () => {
+    const err = refusal(() => parseApiKeysFile(BAD_OWNERS));
+    expect(err.problems.map((p) => p.problem)).toEqual(BAD_OWNER_PROBLEMS);
+    for (const owner of ['alice smith', 'alice,bob', 'zoë', 'o'.repeat(129)]) expect(err.message).not.toContain(owner);
+  });
+
+  it('at start (loadApiConfig, beside the other variables) and on reload (reloadApiKeys) alike', () => {
+    const atStart = refusal(() => loadApiConfig({ ...base, OPS_API_KEYS_FILE: file(BAD_OWNERS), PORT: 'eighty' }));
+    expect(atStart.problems).toEqual([
+      ...BAD_OWNER_PROBLEMS.map((problem) => ({ variable: 'OPS_API_KEYS_FILE', problem })),
+      { variable: 'PORT', problem: 'must be an integer >= 0' },
+    ]);
+    const onReload = refusal(() => reloadApiKeys(BAD_OWNERS, parseApiKeyRoles(`${ENV_KEY}:operator`)));
+    expect(onReload.problems.map((p) => p.problem)).toEqual(BAD_OWNER_PROBLEMS);
   });
 });

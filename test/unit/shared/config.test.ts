@@ -127,6 +127,27 @@ describe('loadApiConfig', () => {
     expect(err.variable).toBe(variable);
     expect(err.message).not.toContain(SECRET);
   });
+  it('OPS_BEARER_TOKEN_OWNER names who holds the bearer token: unset or blank is no owner, spaces around it are dropped', () => {
+    expect(loadApiConfig(base).OPS_BEARER_TOKEN_OWNER).toBeUndefined();
+    expect(loadApiConfig({ ...base, OPS_BEARER_TOKEN_OWNER: '  ' }).OPS_BEARER_TOKEN_OWNER).toBeUndefined();
+    expect(loadApiConfig({ ...base, OPS_BEARER_TOKEN_OWNER: ' ci:deploy-bot@example.com ' }).OPS_BEARER_TOKEN_OWNER).toBe(
+      'ci:deploy-bot@example.com',
+    );
+    expect(loadApiConfig({ ...base, OPS_BEARER_TOKEN_OWNER: 'x'.repeat(128) }).OPS_BEARER_TOKEN_OWNER).toHaveLength(128);
+  });
+  it.each([
+    ['a space inside', 'alice smith'],
+    ['a comma', 'alice,bob'],
+    ['129 characters', 'x'.repeat(129)],
+    ['a character outside the set', 'zoë'],
+  ])('OPS_BEARER_TOKEN_OWNER with %s is refused beside the other problems, never repeated', (_name, owner) => {
+    const err = refusal(() => loadApiConfig({ ...base, OPS_BEARER_TOKEN_OWNER: owner, PORT: 'eighty' }));
+    expect(err.problems).toEqual([
+      { variable: 'PORT', problem: 'must be an integer >= 0' },
+      { variable: 'OPS_BEARER_TOKEN_OWNER', problem: 'is not 1-128 letters, digits or the characters . _ : @ / + -' },
+    ]);
+    expect(err.message).not.toContain(owner);
+  });
   it('secretsOf lists every secret for log redaction', () => {
     const c = loadApiConfig({
       ...base,

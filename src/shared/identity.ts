@@ -1,0 +1,72 @@
+import { MAX_PRINCIPAL } from './jobs.js';
+
+/**
+ * Who a caller is. Every credential the API accepts resolves to a principal (which credential:
+ * `key:<id>`, `bearer:<credential id>`, `webhook:<sender>`) and an owner (the person or service
+ * holding it), so four eyes can compare people: two keys with one owner are one person, whatever
+ * their ids. Owners compare as plain strings: giving two credentials the same owner makes them one
+ * person.
+ */
+export interface Identity {
+  /** Which credential: `key:<id>`, `bearer:<credential id>`, `webhook:<sender>`. */
+  principal: string;
+  /**
+   * Who holds it: a keys-file entry's `owner` (default its id), `env:<id>` for a key of
+   * OPS_API_KEY_ROLES, OPS_BEARER_TOKEN_OWNER for the bearer token, `webhook:<sender>` for a sender.
+   */
+  owner: string;
+  /**
+   * False when nobody said who holds the credential: the bearer token without
+   * OPS_BEARER_TOKEN_OWNER (its owner is then `bearer:<credential id>`, standing for the token
+   * alone), and /webhook/alerts while it runs open (no token configured, so no proof of its sender).
+   */
+  ownerKnown: boolean;
+}
+
+/** Longest owner a configuration may name. */
+export const OWNER_MAX = 128;
+
+/**
+ * What an owner may be: 1-128 letters, digits and `. _ : @ / + -`, enough for a user name, an
+ * e-mail address, `team:payments` or `ci:group/project`, and nothing a log line or a chat
+ * message would have to escape.
+ */
+export const OWNER = new RegExp(`^[A-Za-z0-9._:@/+-]{1,${OWNER_MAX}}$`);
+
+const OWNER_RULE = `is not 1-${OWNER_MAX} letters, digits or the characters . _ : @ / + -`;
+
+export const keyPrincipal = (id: string): string => `key:${id}`;
+/** The owner of a key of OPS_API_KEY_ROLES, which names no owner: the key alone (its id is the first 12 hex of its SHA-256). */
+export const envKeyOwner = (id: string): string => `env:${id}`;
+export const bearerPrincipal = (credential: string): string => `bearer:${credential}`;
+export const senderPrincipal = (sender: string): string => `webhook:${sender}`;
+
+/** An API key's identity: its principal and its configured owner. */
+export function keyIdentity(key: { readonly id: string; readonly owner: string }): Identity {
+  return { principal: keyPrincipal(key.id), owner: key.owner, ownerKnown: true };
+}
+
+/** The bearer token's identity: OPS_BEARER_TOKEN_OWNER when set, else an unknown owner standing for the token. */
+export function bearerIdentity(credential: string, owner: string | undefined): Identity {
+  const principal = bearerPrincipal(credential);
+  return owner === undefined ? { principal, owner: principal, ownerKnown: false } : { principal, owner, ownerKnown: true };
+}
+
+/** A webhook sender's identity: the sender is its own owner, known when its proof was checked. */
+export function senderIdentity(sender: string, verified: boolean): Identity {
+  const principal = senderPrincipal(sender);
+  return { principal, owner: principal, ownerKnown: verified };
+}
+
+/**
+ * Why a principal or an owner would not fit the job fields it reaches (requested_by, approvers,
+ * override.by: MAX_PRINCIPAL characters), or undefined; worded to follow "<principal|owner> ".
+ */
+export function widthProblem(value: string): string | undefined {
+  return value.length > MAX_PRINCIPAL ? `is longer than ${MAX_PRINCIPAL} characters, the width of a job's identity fields` : undefined;
+}
+
+/** Why `owner` cannot be an owner (its syntax, then its width), or undefined; worded to follow "<owner> ", never repeating it. */
+export function ownerProblem(owner: string): string | undefined {
+  return OWNER.test(owner) ? widthProblem(owner) : OWNER_RULE;
+}
