@@ -80,6 +80,8 @@ export interface PushRequest {
   credential?: string;
   /** A replay's reason. */
   reason?: string;
+  /** An operator's replay: deploys a push the intake's commit-pair rule ignores (src/domain/intake.ts). */
+  allowRedeploy?: boolean;
 }
 
 /**
@@ -108,6 +110,8 @@ export async function submitPush(intake: Pick<Intake, 'push'>, req: PushRequest,
     source: req.source,
     eventId: d.eventId,
     ...(req.deliveryId ? { deliveryId: req.deliveryId } : {}),
+    ...(d.before !== undefined ? { before: d.before } : {}),
+    ...(req.allowRedeploy ? { allowRedeploy: true } : {}),
     data: parsed.data,
   };
   if (!guards) return intake.push(event);

@@ -30,7 +30,8 @@ export function guardFields(out: Outcome): Record<string, string> {
  * - GET /ops/deliveries/:id (any valid key): one of them;
  * - POST /ops/deliveries/:id/replay (operator key, body {reason}): submits a recorded push event
  *   again through the same intake and deduplication (a duplicate answers with the job that stands
- *   for it); audited with the principal and the reason, and recorded as a delivery of its own.
+ *   for it), past the signed senders' commit-pair rule (a push ignored as queued before deploys);
+ *   audited with the principal and the reason, and recorded as a delivery of its own.
  */
 export interface DeliveriesDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
@@ -163,6 +164,8 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
           requestedBy: principal,
           credential: res.locals.credential!,
           reason: body.data.reason,
+          // An operator may deploy a signed push again that a delivery may not (its commit pair was queued).
+          allowRedeploy: true,
           ...(view.delivery_id ? { deliveryId: view.delivery_id } : {}),
         },
         deps.guards,

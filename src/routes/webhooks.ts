@@ -164,6 +164,28 @@ export function webhooksRouter(deps: WebhookDeps): Router {
       });
       throw err;
     }
+    if (out.ignored) {
+      // A signed push whose commit pair was queued before (src/domain/intake.ts): kept with its
+      // event and the earlier job, so an operator can replay it.
+      count(source.name, 'ignored');
+      record(res, {
+        source: source.name,
+        verdict: 'ignored',
+        status: 202,
+        detail: out.ignored.reason,
+        jobId: out.jobId,
+        push,
+        ...(deliveryId ? { deliveryId } : {}),
+      });
+      res.locals.auditFields = {
+        event_id: decision.eventId,
+        job_id: out.jobId,
+        outcome: 'ignored',
+        ...(deliveryId ? { delivery_id: deliveryId } : {}),
+      };
+      res.status(202).json({ ignored: true, reason: out.ignored.reason });
+      return;
+    }
     count(source.name, out.accepted ? 'accepted' : 'duplicate');
     record(res, {
       source: source.name,
