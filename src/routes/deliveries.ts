@@ -155,11 +155,13 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
         res.json(answer);
         return;
       }
+      // A signed sender's commit pair: the replay deploys it and the pair names the replay's job.
+      const before = e.before !== undefined ? { before: e.before } : {};
       const out = await submitPush(
         deps.intake,
         {
           source: view.source,
-          decision: { kind: 'deploy', project: e.project, ref: e.ref, sha: e.sha, eventId: e.event_id },
+          decision: { kind: 'deploy', project: e.project, ref: e.ref, sha: e.sha, eventId: e.event_id, ...before },
           auditId: res.locals.requestId,
           requestedBy: principal,
           credential: res.locals.credential!,
@@ -179,7 +181,7 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
         status: 200,
         detail: `replay by ${principal}: ${body.data.reason}`,
         jobId: out.jobId,
-        push: { project: e.project, ref: e.ref, sha: e.sha, eventId: e.event_id },
+        push: { project: e.project, ref: e.ref, sha: e.sha, eventId: e.event_id, ...before },
         replayOf: id,
         ...(view.delivery_id ? { deliveryId: view.delivery_id } : {}),
         ...(typeof res.locals.requestId === 'string' ? { requestId: res.locals.requestId } : {}),

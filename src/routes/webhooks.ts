@@ -134,7 +134,13 @@ export function webhooksRouter(deps: WebhookDeps): Router {
       deliveryId = deliveryIdOf(req.get(h), h);
       if (deliveryId) break;
     }
-    const push = { project: decision.project, ref: decision.ref, sha: decision.sha, eventId: decision.eventId };
+    const push = {
+      project: decision.project,
+      ref: decision.ref,
+      sha: decision.sha,
+      eventId: decision.eventId,
+      ...(decision.before !== undefined ? { before: decision.before } : {}),
+    };
     let out: Awaited<ReturnType<typeof submitPush>>;
     try {
       out = await submitPush(

@@ -160,8 +160,10 @@ describe('POST /ops/deliveries/{id}/replay of an ignored push', () => {
     expect((await deliver('github', A, B, 'op-2')).body).toMatchObject({ ignored: true });
     const [ignored] = await waitFor('the ignored delivery logged', async () => {
       const res = await request(ctx.h.app).get('/ops/deliveries?source=github&verdict=ignored').set('X-API-Key', RO_KEY);
-      return res.body.deliveries?.length === 1 ? (res.body.deliveries as Array<{ id: string }>) : false;
+      return res.body.deliveries?.length === 1 ? (res.body.deliveries as Array<{ id: string; event: Record<string, string> }>) : false;
     });
+    // Its event keeps the commit before the push: the replay submits the same pair.
+    expect(ignored!.event).toMatchObject({ before: A, sha: B, event_id: first.body.event_id });
 
     const replay = await request(ctx.h.app)
       .post(`/ops/deliveries/${ignored!.id}/replay`)
@@ -181,9 +183,13 @@ describe('POST /ops/deliveries/{id}/replay of an ignored push', () => {
       outcome: 'accepted',
     });
 
-    // The replayed delivery id now stands for the operator's job; a delivery still deploys nothing.
+    // The replayed delivery id stands for the operator's job, and so does the pair: within the
+    // replay's 24 h a delivery of it is a duplicate of that job, after them it is ignored naming it.
     expect((await deliver('github', A, B, 'op-2')).body).toMatchObject({ duplicate: true, job_id: replay.body.job_id });
-    expect((await deliver('github', A, B, 'op-3')).body).toMatchObject({ ignored: true });
+    expect((await deliver('github', A, B, 'op-3')).body).toMatchObject({ duplicate: true, job_id: replay.body.job_id });
+    await windowPasses(first.body.event_id);
+    const later = await deliver('github', A, B, 'op-4');
+    expect(later.body).toEqual({ ignored: true, reason: expect.stringContaining(`job ${replay.body.job_id}`) });
     expect(await jobs()).toHaveLength(2);
   });
 });
