@@ -109,7 +109,13 @@ export function createApp(deps: AppDeps): Express {
   // The webhooks first: they carry the volume, and each router a request passes
   // through costs a match against every one of its routes. Paths do not overlap, so the order
   // changes nothing else.
-  const intake = createIntake({ producer: deps.queue.producer, jobs: deps.queue.jobs, redis: deps.redis, logger: deps.logger });
+  const intake = createIntake({
+    producer: deps.queue.producer,
+    jobs: deps.queue.jobs,
+    redis: deps.redis,
+    logger: deps.logger,
+    ...(deps.now ? { now: deps.now } : {}),
+  });
   // Guarded changes: one set of stores and one clock for every route that changes something.
   const guards = createGuards({
     inventory: deps.inventory,

@@ -42,6 +42,8 @@ export interface Carried {
   approval?: { approval: Approval; created: boolean; coalesced: boolean };
   /** A push whose delivery id or event was already recorded: a duplicate. */
   duplicate?: boolean;
+  /** A signed push whose commit pair a delivery already deployed: nothing queued, the reason names that job. */
+  ignored?: { reason: string };
   /** What was written, for REDIS_MIN_REPLICAS_ACK's take-back. */
   written?: Written;
 }
@@ -252,6 +254,10 @@ async function queueDeploy(
     source: t.source ?? 'api',
     ...(t.eventId && change.origin !== 'retry' ? { eventId: t.eventId } : {}),
     ...(t.deliveryId ? { deliveryId: t.deliveryId } : {}),
+    // A retry is the operator's own deploy of the job's commit, not a delivery.
+    ...(t.before !== undefined && change.origin !== 'retry' ? { before: t.before } : {}),
+    // An operator's replay may deploy again a signed push whose commit pair a delivery may not.
+    ...(change.origin === 'replay' ? { allowRedeploy: true } : {}),
     job: {
       name: JOB.runDeployPipeline,
       data,
@@ -259,6 +265,10 @@ async function queueDeploy(
       ...(held ? { delay: Math.max(1, decision.until - now) } : {}),
     },
   });
+  if (out.ignored) {
+    if (hold) await g.holds.remove(hold.job_id).catch(() => undefined);
+    return { decision, jobId: out.jobId, coalesced: false, ignored: out.ignored };
+  }
   const mine = out.accepted && (jobId === undefined || out.jobId === jobId);
   if (hold && mine) {
     await queueReport(g, `report.${hold.job_id}.held`, {

@@ -6,7 +6,9 @@ import type { Change, Origin, Principal } from './types.js';
 
 /**
  * A push to the deploy branch, from a sender (origin `webhook`) or an operator's replay of a
- * recorded delivery (origin `replay`): one run_deploy_pipeline job per event id within 24 h, through
+ * recorded delivery (origin `replay`): one run_deploy_pipeline job per event id within 24 h (and,
+ * from a signed sender without a timestamp, one per commit pair a delivery brings in 30 days; a
+ * replay may deploy it again), through
  * the pipeline: a project whose policy asks for approval gets a pending approval instead of a job
  * (the same event again joins it); a deploy covered by a freeze or outside its windows is queued
  * held, a BullMQ delayed job due when the gate opens, with the reasons recorded and reported.
@@ -24,6 +26,8 @@ export interface PushRequest {
   /** A replay's reason. */
   reason?: string;
   origin: Extract<Origin, 'webhook' | 'replay'>;
+  /** A signed sender's commit before the push (its replay guard). */
+  before?: string;
 }
 
 export function pushChange(g: Pick<Guards, 'inventory'>, req: PushRequest): Change {
@@ -37,6 +41,7 @@ export function pushChange(g: Pick<Guards, 'inventory'>, req: PushRequest): Chan
       eventId: req.eventId,
       source: req.source,
       ...(req.deliveryId ? { deliveryId: req.deliveryId } : {}),
+      ...(req.before !== undefined ? { before: req.before } : {}),
     },
     requester: req.requester,
     ...(req.reason ? { reason: req.reason } : {}),
@@ -57,6 +62,7 @@ export async function submitPush(g: Guards, req: PushRequest): Promise<Outcome> 
       approval: { id: a.id, expires_at: new Date(a.expires_at).toISOString(), required: a.required },
     };
   }
+  if (carried.ignored) return { accepted: false, duplicate: false, jobId: carried.jobId, ignored: carried.ignored };
   return {
     accepted: !carried.coalesced,
     duplicate: carried.coalesced,

@@ -53,6 +53,11 @@ export interface DeployTarget {
   /** The sender (a key of the source registry) and its delivery id. */
   source?: string;
   deliveryId?: string;
+  /**
+   * The branch's commit before the push, from a signed sender without a timestamp: a delivery of a
+   * (project, before, after) queued in the last 30 days is ignored (src/domain/intake.ts).
+   */
+  before?: string;
 }
 
 export type Target = RestartTarget | DeployTarget;

@@ -10,9 +10,10 @@ import { redisCall } from './redisOps.js';
  * verdict, the HTTP status and detail, the job it queued or was a duplicate of, the sender's
  * delivery id and the body's SHA-256. Never the body, never a header, never a secret.
  *
- * A push that reached a decision (queued, duplicate, or failed while queueing) also keeps the
- * event it stands for (project, ref, commit, event id): an operator can replay it through the
- * same intake (src/routes/deliveries.ts).
+ * A push that reached a decision (queued, duplicate, ignored as queued before, or failed while
+ * queueing) also keeps the event it stands for (project, ref, commit, event id, and the commit
+ * before it for a `replayGuard` sender): an operator can replay it through the same intake
+ * (src/routes/deliveries.ts), which may deploy a push a delivery may not (`allowRedeploy`).
  *
  * Recording never fails a delivery: a Redis error while recording is logged and the answer goes
  * out as it would have.
@@ -57,7 +58,7 @@ export interface DeliveryEntry {
   bodySha256?: string;
   requestId?: string;
   /** The push event (a decision was reached): what a replay submits again. */
-  push?: { project: string; ref: string; sha: string; eventId: string };
+  push?: { project: string; ref: string; sha: string; eventId: string; before?: string };
   /** A replay: the delivery it replays, and who asked. */
   replayOf?: string;
 }
@@ -75,7 +76,13 @@ export const deliveryViewSchema = z.object({
   body_sha256: z.string().nullable().describe('SHA-256 of the raw body (never the body)'),
   request_id: z.string().nullable(),
   event: z
-    .object({ project: z.string(), ref: z.string(), sha: z.string(), event_id: z.string() })
+    .object({
+      project: z.string(),
+      ref: z.string(),
+      sha: z.string(),
+      event_id: z.string(),
+      before: z.string().optional().describe('the commit before the push (GitHub, Gitea, Bitbucket; "" for a new branch)'),
+    })
     .nullable()
     .describe('the push event, when a decision was reached (replayable)'),
   replay_of: z.string().nullable(),
@@ -104,8 +111,14 @@ function toView(source: string, streamId: string, flat: string[]): DeliveryView 
   let event: DeliveryView['event'] = null;
   if (f.push) {
     try {
-      const p = JSON.parse(f.push) as { project: string; ref: string; sha: string; eventId: string };
-      event = { project: p.project, ref: p.ref, sha: p.sha, event_id: p.eventId };
+      const p = JSON.parse(f.push) as { project: string; ref: string; sha: string; eventId: string; before?: unknown };
+      event = {
+        project: p.project,
+        ref: p.ref,
+        sha: p.sha,
+        event_id: p.eventId,
+        ...(typeof p.before === 'string' ? { before: p.before } : {}),
+      };
     } catch {
       event = null;
     }

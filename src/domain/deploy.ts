@@ -24,7 +24,9 @@ export function deliveryIdOf(value: string | undefined, header: string): string 
 export type IgnoredCode = 'not_a_push' | 'not_deploy_branch' | 'ignored';
 
 export type PushDecision =
-  { kind: 'ignored'; code: IgnoredCode; reason: string } | { kind: 'deploy'; project: string; ref: string; sha: string; eventId: string };
+  | { kind: 'ignored'; code: IgnoredCode; reason: string }
+  /** `before`: a `replayGuard` sender's commit before the push (src/sources/types.ts). */
+  | { kind: 'deploy'; project: string; ref: string; sha: string; eventId: string; before?: string };
 
 /** `<prefix>:<project>:<ref>:<sha>`: the contract's `scm:` form, one prefix per sender system. */
 export function pushEventId(prefix: string, project: string, ref: string, sha: string): string {
@@ -57,5 +59,6 @@ export function decidePush(source: PushSource, eventHeader: string | undefined, 
   if (typeof sha !== 'string') throw new UnprocessableError(`${source.commitField} must be a string`);
   if (mapped.fields.project.length > 255) throw new UnprocessableError('project is longer than 255 characters');
   const project = mapped.fields.project === '' ? 'unknown' : mapped.fields.project;
-  return { kind: 'deploy', project, ref, sha, eventId: pushEventId(source.eventPrefix, project, ref, sha) };
+  const before = source.replayGuard ? { before: mapped.fields.before ?? '' } : {};
+  return { kind: 'deploy', project, ref, sha, eventId: pushEventId(source.eventPrefix, project, ref, sha), ...before };
 }

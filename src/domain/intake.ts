@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { JOB, type JobDataByName, type JobName } from '../shared/jobs.js';
-import { INTAKE_SINCE_KEY, deliveryKey, legacySeenKey } from '../shared/keys.js';
+import { INTAKE_SINCE_KEY, deliveryKey, legacySeenKey, pushPairKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import type { JobReads } from '../shared/jobReads.js';
 import type { AddRequest, Producer } from '../shared/producer.js';
@@ -22,6 +22,16 @@ import type { Written } from './replication.js';
  *   deploy again. It is read before the add and written after it ("q:<job id>", SET NX), so it is
  *   at most one step behind its job: an API killed between the add and the alias leaves the event
  *   deduplicated by its identity for 24 h, and its delivery id unknown after that.
+ * - A push of a signed sender without a timestamp (`replayGuard`, src/sources/types.ts: GitHub,
+ *   Gitea, Bitbucket) carries its `before` commit. A delivery captured once verifies forever, and
+ *   a new delivery id would make it a new delivery after the event's 24 h: the old commit deployed
+ *   again, a rollback by anyone who kept one delivery. So its (project, before, after) is kept 30
+ *   days beside the alias ("<until>:<job id>", `until` the end of the event's own deduplication,
+ *   ms): read by the same MGET, written by the same MULTI after the add, so a push costs no round
+ *   trip more. Found with its window over, the push is ignored, naming that job; within the window
+ *   the add goes ahead and BullMQ's record answers, as for any push. A force-push back to an old
+ *   commit has another `before`: another pair, deployed. An operator's replay (`allowRedeploy`)
+ *   skips the rule. The token senders (/webhook/scm, GitLab) keep the contract's 24 h rule.
  * - Upgrade: version 0.1 kept an event's record under `{opsgate}:seen:<identity>` ("q:<job id>",
  *   or "p:<job id>" for a claim whose job it may not have added). For the lifetime of such records
  *   after this version first ran against a queue that already held jobs (LEGACY_WINDOW_MS), the
@@ -36,6 +46,14 @@ export const SEEN_ALERT_TTL_SECONDS = 300;
  * 3-day redelivery limit, so a replayed delivery never deploys again.
  */
 export const SEEN_DELIVERY_TTL_SECONDS = 30 * 86400;
+/** How long a push's commit pair is remembered (`replayGuard` senders): as long as a delivery id. */
+export const SEEN_PAIR_TTL_SECONDS = SEEN_DELIVERY_TTL_SECONDS;
+/**
+ * How far the API's clock may lag Redis's (or another replica's) before a pair found near the end
+ * of its event's window could reach an add whose deduplication record already expired: the rule
+ * answers from this long before the window's end.
+ */
+export const PAIR_CLOCK_SKEW_MS = 60_000;
 /** An alias value: the job the delivery stands for. */
 export const QUEUED = 'q:';
 const LEGACY_PENDING = 'p:';
@@ -63,6 +81,13 @@ export interface PushEvent {
    * and for a held or approved deploy its job id and delay. The intake adds its dedup record.
    */
   job: Omit<AddRequest<typeof JOB.runDeployPipeline>, 'deduplication'>;
+  /**
+   * The branch's commit before the push ("" for a new branch), given for the senders with
+   * `replayGuard`: its (project, before, after) is deployed once by a delivery in 30 days.
+   */
+  before?: string;
+  /** An operator's replay: deploys a push the commit-pair rule ignores (the event's 24 h still hold). */
+  allowRedeploy?: boolean;
 }
 
 export interface Outcome {
@@ -76,6 +101,8 @@ export interface Outcome {
   approval?: { id: string; expires_at: string; required: number };
   /** The deploy is held by a freeze or outside its windows: a delayed job until then. */
   held?: { until: string; reasons: string };
+  /** Not deployed: its commit pair was queued as `jobId` in the last 30 days (`before` above). */
+  ignored?: { reason: string };
 }
 
 export interface AlertEvent {
@@ -89,6 +116,33 @@ export interface Intake {
   alerts(events: readonly AlertEvent[]): Promise<Outcome[]>;
 }
 
+/** A record the intake writes after an add: SET key value EX ttl, with NX when `nx`. */
+interface RecordWrite {
+  key: string;
+  value: string;
+  ttl: number;
+  nx: boolean;
+}
+
+/** The records as one command, or one MULTI (one round trip either way; on a Cluster they share a slot): whether each was set. */
+async function writeRecords(redis: Redis, writes: readonly RecordWrite[]): Promise<boolean[]> {
+  if (writes.length === 1) {
+    const { key, value, ttl, nx } = writes[0]!;
+    return [(nx ? await redis.set(key, value, 'EX', ttl, 'NX') : await redis.set(key, value, 'EX', ttl)) !== null];
+  }
+  const tx = redis.multi();
+  for (const { key, value, ttl, nx } of writes) {
+    if (nx) tx.set(key, value, 'EX', ttl, 'NX');
+    else tx.set(key, value, 'EX', ttl);
+  }
+  const replies = await tx.exec();
+  if (!replies) throw new Error('MULTI aborted');
+  return replies.map(([err, reply]) => {
+    if (err) throw err;
+    return reply !== null;
+  });
+}
+
 const pushDedupId = (eventId: string): string => eventId;
 const alertDedupId = (fingerprint: string): string => `alert:${fingerprint}`;
 
@@ -98,6 +152,23 @@ function parseRecord(v: string | null | undefined): { duplicateOf?: string; pend
   if (v.startsWith(QUEUED)) return { duplicateOf: v.slice(QUEUED.length) };
   if (v.startsWith(LEGACY_PENDING)) return { pendingId: v.slice(LEGACY_PENDING.length) };
   return {};
+}
+
+/** A commit pair's record: "<until ms>:<job id>"; undefined when absent or unreadable. */
+function parsePair(v: string | null | undefined): { until: number; jobId: string } | undefined {
+  const at = v ? v.indexOf(':') : -1;
+  if (!v || at <= 0 || at === v.length - 1) return undefined;
+  const until = Number(v.slice(0, at));
+  return Number.isFinite(until) ? { until, jobId: v.slice(at + 1) } : undefined;
+}
+
+/** The answer of an ignored push: the pair and the job that deployed it. */
+function pairReason(before: string, sha: string, jobId: string): string {
+  const from = before === '' ? 'a new branch' : before;
+  return (
+    `the push from ${from} to ${sha} was queued as job ${jobId} in the last 30 days: ` +
+    'a delivery does not deploy it again (an operator can replay this delivery)'
+  );
 }
 
 export function createIntake(deps: IntakeDeps): Intake {
@@ -139,15 +210,25 @@ export function createIntake(deps: IntakeDeps): Intake {
   return {
     async push(event) {
       const alias = event.deliveryId ? deliveryKey(event.source, event.deliveryId) : undefined;
-      const reads = [...(alias ? [alias] : []), ...(event.eventId && (await legacyOpen()) ? [legacySeenKey(event.eventId)] : [])];
-      const found = reads.length > 0 ? (await redisCall((r) => r.mget(...reads), redis)).map(parseRecord) : [];
-      const prior = found.find((r) => r.duplicateOf || r.pendingId);
+      const pair = event.before !== undefined && event.eventId ? pushPairKey(event.eventId, event.before) : undefined;
+      const legacy = event.eventId && (await legacyOpen()) ? legacySeenKey(event.eventId) : undefined;
+      const reads = [alias, pair, legacy].filter((k): k is string => k !== undefined);
+      const values = reads.length > 0 ? await redisCall((r) => r.mget(...reads), redis) : [];
+      const valueOf = (key: string | undefined) => (key === undefined ? undefined : values[reads.indexOf(key)]);
+      const aliasRecord = parseRecord(valueOf(alias));
+      const prior = [aliasRecord, parseRecord(valueOf(legacy))].find((r) => r.duplicateOf || r.pendingId);
+      const queuedPair = parsePair(valueOf(pair));
+      const delay = event.job.delay ?? 0;
 
       let out: Outcome;
       if (prior?.duplicateOf) {
         out = { accepted: false, duplicate: true, jobId: prior.duplicateOf };
+      } else if (queuedPair && !event.allowRedeploy && now() >= queuedPair.until - PAIR_CLOCK_SKEW_MS) {
+        // No alias for it: it queued nothing, and the same delivery again meets the same rule.
+        // The pair keeps naming its job: an ignored push is not a new deploy of it.
+        const reason = pairReason(event.before ?? '', event.job.data.sha ?? '', queuedPair.jobId);
+        return { accepted: false, duplicate: false, jobId: queuedPair.jobId, ignored: { reason } };
       } else {
-        const delay = event.job.delay ?? 0;
         out = await add({
           ...event.job,
           ...(prior?.pendingId ? { jobId: prior.pendingId } : {}),
@@ -156,13 +237,36 @@ export function createIntake(deps: IntakeDeps): Intake {
         });
         if (prior?.pendingId && event.eventId) out = await settlePending(legacySeenKey(event.eventId), out);
       }
-      if (alias && found[0]?.duplicateOf === undefined) {
+
+      // After the add, one step: the alias (unless it was the answer) and the pair. An accepted
+      // push's pair names its job with the end of the deduplication record the add just wrote. A
+      // duplicate's pair, when none is kept (another push to the same commit queued it), names the
+      // job that holds the event; that record's end is only known to be later than now, and a
+      // later end could let a delivery through to an add after the record expired. So it says now:
+      // the same pair again is ignored at once, naming that job, where it would have been a
+      // duplicate of it; neither deploys.
+      const writes: RecordWrite[] = [];
+      if (alias && aliasRecord.duplicateOf === undefined) {
+        writes.push({ key: alias, value: QUEUED + out.jobId, ttl: SEEN_DELIVERY_TTL_SECONDS, nx: true });
+      }
+      if (pair && !prior?.duplicateOf) {
+        const at = now();
+        if (out.accepted) {
+          const until = at + SEEN_EVENT_TTL_SECONDS * 1000 + delay;
+          writes.push({ key: pair, value: `${until}:${out.jobId}`, ttl: SEEN_PAIR_TTL_SECONDS, nx: false });
+        } else if (!queuedPair) {
+          writes.push({ key: pair, value: `${at}:${out.jobId}`, ttl: SEEN_PAIR_TTL_SECONDS, nx: true });
+        }
+      }
+      if (writes.length > 0) {
         try {
-          const set = await redis.set(alias, QUEUED + out.jobId, 'EX', SEEN_DELIVERY_TTL_SECONDS, 'NX');
-          if (set !== null && out.written) out.written = { jobId: out.jobId, keys: [alias] };
+          const set = await writeRecords(redis, writes);
+          // REDIS_MIN_REPLICAS_ACK's take-back deletes the alias with its job ("q:<id>"); a pair left
+          // behind names a job that is gone, and the sender's retry (within the window) adds it again.
+          if (writes[0]!.key === alias && set[0] && out.written) out.written = { jobId: out.jobId, keys: [alias] };
         } catch (err) {
           // The job is queued and its event deduplicated for 24 h; a 503 now would only invite a retry.
-          logger.warn('could not record the delivery id of a queued event', { job_id: out.jobId, err });
+          logger.warn('could not record the delivery id or commit pair of a queued event', { job_id: out.jobId, err });
         }
       }
       return out;

@@ -32,7 +32,8 @@ export function guardFields(out: Outcome): Record<string, string> {
  * - GET /ops/deliveries/:id (any valid key): one of them;
  * - POST /ops/deliveries/:id/replay (operator key, body {reason}): submits a recorded push event
  *   again through the same intake and deduplication (a duplicate answers with the job that stands
- *   for it); audited with the principal and the reason, and recorded as a delivery of its own.
+ *   for it), past the signed senders' commit-pair rule (a push ignored as queued before deploys);
+ *   audited with the principal and the reason, and recorded as a delivery of its own.
  */
 export interface DeliveriesDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
@@ -153,6 +154,8 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
         requester,
         reason: body.data.reason,
         origin: 'replay' as const,
+        // A signed sender's commit pair: the replay deploys it and the pair names the replay's job.
+        ...(e.before !== undefined ? { before: e.before } : {}),
         ...(view.delivery_id ? { deliveryId: view.delivery_id } : {}),
       };
       if (body.data.dry_run) {
@@ -173,7 +176,7 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
         status: 200,
         detail: `replay by ${principal}: ${body.data.reason}`,
         jobId: out.jobId,
-        push: { project: e.project, ref: e.ref, sha: e.sha, eventId: e.event_id },
+        push: { project: e.project, ref: e.ref, sha: e.sha, eventId: e.event_id, ...(e.before !== undefined ? { before: e.before } : {}) },
         replayOf: id,
         ...(view.delivery_id ? { deliveryId: view.delivery_id } : {}),
         ...(typeof res.locals.requestId === 'string' ? { requestId: res.locals.requestId } : {}),

@@ -136,7 +136,13 @@ export function webhooksRouter(deps: WebhookDeps): Router {
       deliveryId = deliveryIdOf(req.get(h), h);
       if (deliveryId) break;
     }
-    const push = { project: decision.project, ref: decision.ref, sha: decision.sha, eventId: decision.eventId };
+    const push = {
+      project: decision.project,
+      ref: decision.ref,
+      sha: decision.sha,
+      eventId: decision.eventId,
+      ...(decision.before !== undefined ? { before: decision.before } : {}),
+    };
     let out: Awaited<ReturnType<typeof submitPush>>;
     try {
       out = await submitPush(deps.guards, {
@@ -145,6 +151,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
         ref: decision.ref,
         sha: decision.sha,
         eventId: decision.eventId,
+        ...(decision.before !== undefined ? { before: decision.before } : {}),
         auditId: res.locals.requestId,
         requester: principalOf(res),
         origin: 'webhook',
@@ -165,6 +172,28 @@ export function webhooksRouter(deps: WebhookDeps): Router {
         ...(deliveryId ? { deliveryId } : {}),
       });
       throw err;
+    }
+    if (out.ignored) {
+      // A signed push whose commit pair was queued before (src/domain/intake.ts): kept with its
+      // event and the earlier job, so an operator can replay it.
+      count(source.name, 'ignored');
+      record(res, {
+        source: source.name,
+        verdict: 'ignored',
+        status: 202,
+        detail: out.ignored.reason,
+        jobId: out.jobId,
+        push,
+        ...(deliveryId ? { deliveryId } : {}),
+      });
+      res.locals.auditFields = {
+        event_id: decision.eventId,
+        job_id: out.jobId,
+        outcome: 'ignored',
+        ...(deliveryId ? { delivery_id: deliveryId } : {}),
+      };
+      res.status(202).json({ ignored: true, reason: out.ignored.reason });
+      return;
     }
     count(source.name, out.accepted ? 'accepted' : 'duplicate');
     record(res, {

@@ -9,8 +9,9 @@ import { redisTopology } from './redis.js';
  * Key naming for Redis Cluster (harmless on a single server or Sentinel). The braces are a hash
  * tag: only the part inside them picks the slot.
  *
- * - Delivery aliases live in the slot of SLOT_TAG, the same slot as the queue's keys on a cluster
- *   (queue prefix "{opsgate}"), so an alias and its job are on the same primary.
+ * - Delivery aliases and push commit pairs live in the slot of SLOT_TAG, the same slot as the
+ *   queue's keys on a cluster (queue prefix "{opsgate}"), so they and their job are on the same
+ *   primary, and one MGET or MULTI covers both.
  * - Rate-limit counters are tagged by address: one key per script, spread over the cluster.
  */
 
@@ -37,12 +38,19 @@ export const taggedKey = (prefix: string, id: string): string => `${prefix}{${id
 
 /**
  * The intake's own records, beside BullMQ's deduplication records of the events themselves
- * (src/domain/intake.ts): a sender's delivery-id aliases, and version 0.1's event records, read
- * during an upgrade.
+ * (src/domain/intake.ts): a sender's delivery-id aliases, the commit pairs of the signed senders'
+ * pushes, and version 0.1's event records, read during an upgrade.
  */
 export const SEEN_PREFIX = `${SLOT_TAG}:seen:`;
 /** A sender's own delivery id (X-GitHub-Delivery, X-Gitlab-Event-UUID, Idempotency-Key): "q:<job id>". */
 export const deliveryKey = (source: string, deliveryId: string): string => `${SEEN_PREFIX}delivery:${source}:${deliveryId}`;
+/**
+ * A push's commit pair, for the senders with `replayGuard` (src/sources/types.ts): the push of
+ * `before` to the commit of `eventId` was queued as a job ("<until ms>:<job id>", see
+ * src/domain/intake.ts). Beside the delivery alias, in its slot: read by the same MGET, written by
+ * the same MULTI.
+ */
+export const pushPairKey = (eventId: string, before: string): string => `${SEEN_PREFIX}pair:${before}:${eventId}`;
 /** Version 0.1's record of an event (its identity: a push's event id, `alert:<fingerprint>`). */
 export const legacySeenKey = (identity: string): string => SEEN_PREFIX + identity;
 /** When this version's intake first ran against the Redis (ms since the epoch). */

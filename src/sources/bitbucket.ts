@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { UnprocessableError } from '../shared/errors.js';
-import { isObject, nestedString, objectPayload } from './fields.js';
+import { commitOrNone, isObject, nestedString, objectPayload } from './fields.js';
 import type { PushSource } from './types.js';
 
 const BRANCH_PREFIX = 'refs/heads/';
@@ -9,7 +9,7 @@ const BRANCH_PREFIX = 'refs/heads/';
  * Bitbucket Cloud: `X-Hub-Signature: sha256=<hex>` over the body, event `X-Event-Key: repo:push`,
  * `X-Request-UUID` as the delivery id. One delivery may carry several pushes (`push.changes`):
  * the change to the deploy branch is the one that counts; a change whose `new` is null deleted
- * its branch.
+ * its branch. The change's `old.target.hash` is the commit before it (`replayGuard`).
  */
 export const source: PushSource = {
   kind: 'push',
@@ -40,11 +40,18 @@ export const source: PushSource = {
             .looseObject({ type: z.string(), name: z.string(), target: z.looseObject({ hash: z.string() }) })
             .nullable()
             .describe('the branch after the push; null when it was deleted'),
-          old: z.looseObject({ type: z.string(), name: z.string() }).nullable().optional(),
+          old: z
+            .looseObject({ type: z.string(), name: z.string(), target: z.looseObject({ hash: z.string() }).optional() })
+            .nullable()
+            .optional()
+            .describe(
+              'the branch before the push; null when it was created. A push of the same old and new commit is deployed once by a delivery in 30 days',
+            ),
         }),
       ),
     }),
   }),
+  replayGuard: true,
   deliveryHeaders: ['X-Request-UUID'],
   setup: 'repository → Repository settings → Webhooks → Add webhook: URL `…/webhook/bitbucket`, Secret, trigger "Repository push"',
   map(payload, deployRef) {
@@ -58,10 +65,11 @@ export const source: PushSource = {
       const name = side && typeof side.name === 'string' ? side.name : '';
       const isBranch = side?.type === 'branch';
       const target = isObject(c.new) && isObject(c.new.target) ? c.new.target : undefined;
-      return { ref: isBranch ? BRANCH_PREFIX + name : name, sha: target?.hash, deleted: !isObject(c.new) };
+      const before = isObject(c.old) && isObject(c.old.target) ? commitOrNone(c.old.target.hash) : '';
+      return { ref: isBranch ? BRANCH_PREFIX + name : name, sha: target?.hash, before, deleted: !isObject(c.new) };
     });
     if (changes.length === 0) return { kind: 'ignored', reason: 'push.changes is empty' };
     const chosen = changes.find((c) => c.ref === deployRef) ?? changes[0]!;
-    return { kind: 'push', fields: { project, ref: chosen.ref, sha: chosen.sha, deleted: chosen.deleted } };
+    return { kind: 'push', fields: { project, ref: chosen.ref, sha: chosen.sha, before: chosen.before, deleted: chosen.deleted } };
   },
 };

@@ -35,3 +35,14 @@ export function requiredString(obj: Record<string, unknown>, name: string, what 
 
 /** An all-zero commit id: the "after" of a branch deletion. */
 export const isZeroSha = (sha: string): boolean => /^0+$/.test(sha);
+
+/** The longest commit id read from a field other than the pushed commit (a SHA-256 commit id is 64). */
+export const MAX_COMMIT_LENGTH = 255;
+
+/**
+ * A commit id read from a field other than the pushed commit (`before`): "" when absent, null or
+ * not a string of at most MAX_COMMIT_LENGTH characters. Never a 422: the field decides nothing
+ * that the contract orders (a push to another branch is still ignored first), and "" is the
+ * stricter reading (every such push of one commit is one pair).
+ */
+export const commitOrNone = (v: unknown): string => (typeof v === 'string' && v.length <= MAX_COMMIT_LENGTH ? v : '');

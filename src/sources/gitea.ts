@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { isZeroSha, nestedString, objectPayload, stringField } from './fields.js';
+import { commitOrNone, isZeroSha, nestedString, objectPayload, stringField } from './fields.js';
 import type { PushSource } from './types.js';
 
 /**
@@ -24,9 +24,14 @@ export const source: PushSource = {
   },
   payload: z.looseObject({
     ref: z.string().optional().describe('branch reference; only refs/heads/main deploys'),
+    before: z
+      .string()
+      .optional()
+      .describe('the branch before the push: a push of the same before and after is deployed once by a delivery in 30 days'),
     after: z.string().describe('the pushed commit; required for a push to main'),
     repository: z.looseObject({ full_name: z.string().optional() }).optional(),
   }),
+  replayGuard: true,
   deliveryHeaders: ['X-Gitea-Delivery'],
   setup:
     'repository → Settings → Webhooks → Add webhook → Gitea (or Forgejo): Target URL `…/webhook/gitea`, POST, application/json, Secret, "Push events"',
@@ -39,6 +44,7 @@ export const source: PushSource = {
         ref: stringField(p, 'ref', ''),
         project: nestedString(p, 'repository', 'full_name', 'unknown'),
         sha,
+        before: commitOrNone(p.before),
         deleted: typeof sha === 'string' && isZeroSha(sha),
       },
     };

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { isZeroSha, nestedString, objectPayload, stringField } from './fields.js';
+import { commitOrNone, isZeroSha, nestedString, objectPayload, stringField } from './fields.js';
 import type { PushSource } from './types.js';
 
 /** GitHub: HMAC-SHA256 signature, `push` events, sha from `after`, project from repository.full_name. */
@@ -21,10 +21,15 @@ export const source: PushSource = {
   },
   payload: z.looseObject({
     ref: z.string().optional().describe('branch reference; only refs/heads/main deploys'),
+    before: z
+      .string()
+      .optional()
+      .describe('the branch before the push: a push of the same before and after is deployed once by a delivery in 30 days'),
     after: z.string().describe('the pushed commit; required for a push to main'),
     deleted: z.boolean().optional().describe('a branch deletion is ignored'),
     repository: z.looseObject({ full_name: z.string().optional() }).optional(),
   }),
+  replayGuard: true,
   deliveryHeaders: ['X-GitHub-Delivery'],
   formPayload: true,
   setup: 'repository → Settings → Webhooks: Payload URL `…/webhook/github`, Secret, "Just the push event"',
@@ -37,6 +42,7 @@ export const source: PushSource = {
         ref: stringField(p, 'ref', ''),
         project: nestedString(p, 'repository', 'full_name', 'unknown'),
         sha,
+        before: commitOrNone(p.before),
         // A branch deletion: nothing to deploy.
         deleted: p.deleted === true || (typeof sha === 'string' && isZeroSha(sha)),
       },

@@ -42,6 +42,11 @@ export interface PushFields {
   sha: unknown;
   /** A branch deletion: nothing to deploy. */
   deleted?: boolean;
+  /**
+   * The branch's commit before the push ("" when the push created the branch), read by the
+   * senders with `replayGuard`.
+   */
+  before?: string;
 }
 
 /** The answer of a payload that passed verification: deploy these fields, or ignore it with a reason. */
@@ -70,6 +75,16 @@ export interface PushSource extends SourceBase {
   eventPrefix: string;
   /** The sender's own delivery id headers, the first present wins (remembered 30 days). */
   deliveryHeaders?: readonly string[];
+  /**
+   * A signed sender whose signature carries no timestamp (GitHub, Gitea, Bitbucket): a delivery
+   * captured once verifies forever, and a new delivery id makes it a new delivery. With this set,
+   * `map` reads the push's `before` commit, and a push whose (project, before, after) was queued
+   * in the last 30 days is not deployed again by a delivery once its event's 24 h have passed
+   * (202 ignored, naming the earlier job; src/domain/intake.ts); an operator's replay still can.
+   * A push to the same commit from another `before` (a force-push back) is another push. Token
+   * senders keep the contract's 24 h rule; a timestamped signature is refused once stale.
+   */
+  replayGuard?: true;
   /** The payload's fields that `map` reads, for the OpenAPI document. */
   payload: z.ZodType;
   /** A payload of a push to the deploy branch, as the sender documents it: for the docs and the tests. */

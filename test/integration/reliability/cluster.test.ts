@@ -6,20 +6,22 @@
  * 1. The contract on a cluster: scm rules (accepted, duplicate, ignored, 422), alerts dedup
  *    and counts, restart, /ready, DELETE /ops/cache, GET /ops/jobs/{id}; the worker processes
  *    the jobs (notifications posted, deploys dead-lettered without an inventory). BullMQ's keys
- *    all carry the hash tag {opsgate} (one slot), opsgate's seen records their own tags.
+ *    all carry the hash tag {opsgate} (one slot), opsgate's seen records their own tags; a
+ *    signed push's delivery alias and commit pair share the queue's slot (one MULTI writes both).
  * 2. A primary failover under load: the primary holding the queue's slot is SIGKILLed while two
  *    APIs take unique and duplicate deliveries (REDIS_MIN_REPLICAS_ACK=1, senders retry until
  *    202); its replica takes over, the killed node is started again and rejoins as a replica
  *    (until then that shard has no replica, so WAIT 1 cannot be met there and intake answers
  *    503); every event answered 202 has exactly one job, and the worker drains them all.
  */
+import { createHmac } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Queue, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { queuePrefix, rateLimitKey } from '../../../src/shared/keys.js';
+import { deliveryKey, pushPairKey, queuePrefix, rateLimitKey } from '../../../src/shared/keys.js';
 import { QUEUE_NAME } from '../../../src/shared/jobs.js';
 import { createRedis, primariesOf } from '../../../src/shared/redis.js';
 import { startApi, startWorkerProcess, type OpsProcess } from '../../helpers/processes.js';
@@ -116,6 +118,15 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
       403,
     );
 
+    // A signed push with its delivery id: the alias and the commit pair, written by one MULTI (one slot).
+    const ghBody = JSON.stringify({ ref: 'refs/heads/main', before: 'b4', after: 'c1a55e8', repository: { full_name: 'team/cluster' } });
+    const gh = await post(`${api.baseUrl}/webhook/github`, ghBody, {
+      'X-GitHub-Event': 'push',
+      'X-GitHub-Delivery': 'cl-delivery-1',
+      'X-Hub-Signature-256': 'sha256=' + createHmac('sha256', secrets.github).update(ghBody).digest('hex'),
+    });
+    expect(gh.json).toMatchObject({ accepted: true, event_id: 'github:team/cluster:refs/heads/main:c1a55e8' });
+
     // alerts: 2 firing with fingerprints (one twice), 1 resolved, 1 without fingerprint
     const a = await post(
       `${api.baseUrl}/webhook/alerts`,
@@ -144,7 +155,7 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
     expect(((await view.json()) as { name: string }).name).toBe('ops_worker.restart_service');
     expect((await fetch(`${api.baseUrl}/ready`)).status).toBe(200);
 
-    // The worker: 2 notifications posted, the deploy dead-lettered (not in the inventory), the
+    // The worker: 2 notifications posted, the deploys dead-lettered (not in the inventory), the
     // restart dead-lettered (no Kubernetes here, JOB_ATTEMPTS=1).
     await until('two notifications posted', async () => receiver.posts.length >= 2, 30_000);
     const q = queueView(cluster.url);
@@ -153,13 +164,13 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
         'every job finished',
         async () => {
           const c = await q.counts();
-          return c.completed === 2 && c.failed === 2;
+          return c.completed === 2 && c.failed === 3;
         },
         60_000,
         200,
       );
       const jobs = await q.all();
-      expect(jobs).toHaveLength(4);
+      expect(jobs).toHaveLength(5);
       expect(new Set(receiver.posts.map((p) => String(p.body.fingerprint)))).toEqual(new Set(['cl-fp-1', 'cl-fp-2']));
       expect(receiver.posts).toHaveLength(2);
 
@@ -173,6 +184,11 @@ describe('Redis Cluster (3 primaries + 3 replicas, real redis-server)', () => {
       // The event's job: in the {opsgate} slot with its deduplication record (one script writes both).
       const scmJob = jobs.find((j) => j.data.event_id === 'scm:team/cluster:refs/heads/main:c1a55e7');
       expect(keys).toContain(`${queuePrefix(cluster.url)}:${QUEUE_NAME}:${scmJob?.id}`);
+      // The signed push's delivery alias and commit pair: both written, on the queue's primary.
+      const pair = pushPairKey('github:team/cluster:refs/heads/main:c1a55e8', 'b4');
+      expect(keys).toContain(deliveryKey('github', 'cl-delivery-1'));
+      expect(keys).toContain(pair);
+      expect((await cluster.primaryFor(pair)).port).toBe((await cluster.primaryFor(deKey('alert:cl-fp-1'))).port);
 
       // DELETE /ops/cache scans every primary (a cache entry planted on each shard).
       const planted = ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'].map((s) => `opsgate:cache:host:${s}`);

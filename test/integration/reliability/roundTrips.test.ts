@@ -5,7 +5,8 @@
  * - the rate limiter: 1 round trip of its own, before the route;
  * - a push: 1 more, BullMQ's add (new or duplicate: its deduplication answers inside the add);
  * - a push with a delivery id: the alias read before the add and its write after it (a replay
- *   found by its alias stops at the read);
+ *   found by its alias stops at the read); a signed sender's commit pair rides in the same read
+ *   and the same write;
  * - an alert payload: 1 more whatever its size (BullMQ's addBulk).
  * And the rate limiter really counted each of them (its counter is read at the end).
  */
@@ -15,7 +16,7 @@ import { Redis } from 'ioredis';
 import request from 'supertest';
 import { RateLimiterMemory, RateLimiterRedis } from 'rate-limiter-flexible';
 import { createRateLimiter } from '../../../src/middleware/rateLimit.js';
-import { rateLimitKey } from '../../../src/shared/keys.js';
+import { pushPairKey, rateLimitKey } from '../../../src/shared/keys.js';
 import { createHarness, GITHUB_SECRET, SCM_SECRET, type Harness } from '../../helpers/apiHarness.js';
 import { startRoundTripCounter, type RoundTripCounter } from '../../helpers/roundTrips.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
@@ -97,7 +98,11 @@ describe('Redis round trips per delivery (rate limit on)', () => {
 
   it('GitHub push with its delivery id: 4 (rate limit, alias read, add, alias write); its redelivery: 2 (rate limit, alias read)', async () => {
     expect(await roundTrips(() => github('g1', 'd-1'))).toBe(4);
+    // The commit pair was read with the alias and written with it.
+    expect(await admin.exists(pushPairKey('github:octo/app:refs/heads/main:g1', ''))).toBe(1);
     expect(await roundTrips(() => github('g1', 'd-1'))).toBe(2);
+    // The same push under another delivery id: the pair found within the event's 24 h, BullMQ's add answers.
+    expect(await roundTrips(() => github('g1', 'd-2'))).toBe(4);
   });
 
   it('alert storm: 1 alert or 1,000 alerts, new or duplicate, cost 2 round trips (rate limit, addBulk)', async () => {

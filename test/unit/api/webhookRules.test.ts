@@ -1,7 +1,10 @@
 import { describe, expect, it } from '@jest/globals';
 import { planAlerts } from '../../../src/domain/alerts.js';
 import { decidePush, pushEventId } from '../../../src/domain/deploy.js';
+import { source as bitbucket } from '../../../src/sources/bitbucket.js';
+import { source as gitea } from '../../../src/sources/gitea.js';
 import { source as github } from '../../../src/sources/github.js';
+import { source as gitlab } from '../../../src/sources/gitlab.js';
 import { source as scm } from '../../../src/sources/scm.js';
 
 const decideScmPush = (event: string | undefined, payload: unknown) => decidePush(scm, event, payload);
@@ -84,6 +87,39 @@ describe('decideGithubPush', () => {
     expect(decideGithubPush('ping', {})).toMatchObject({ kind: 'ignored' });
     expect(decideGithubPush('push', { ref: 'refs/tags/v1', after: 'a' })).toMatchObject({ kind: 'ignored' });
     expect(decideGithubPush('push', { ref: 'refs/heads/main', after: '0'.repeat(40), deleted: true })).toMatchObject({ kind: 'ignored' });
+  });
+});
+
+describe('the commit before a push (replayGuard senders only)', () => {
+  const main = { ref: 'refs/heads/main', after: 'abc', repository: { full_name: 'o/r' } };
+  it('GitHub and Gitea: `before`; absent, not a string or longer than 255 -> "" (never a 422)', () => {
+    for (const source of [github, gitea]) {
+      expect(decidePush(source, 'push', { ...main, before: 'f00' })).toMatchObject({ kind: 'deploy', before: 'f00' });
+      expect(decidePush(source, 'push', main)).toMatchObject({ kind: 'deploy', before: '' });
+      expect(decidePush(source, 'push', { ...main, before: 42 })).toMatchObject({ kind: 'deploy', before: '' });
+      expect(decidePush(source, 'push', { ...main, before: 'f'.repeat(256) })).toMatchObject({ kind: 'deploy', before: '' });
+      // A push to another branch is still ignored first, whatever its before.
+      expect(decidePush(source, 'push', { ...main, ref: 'refs/heads/dev', before: 42 })).toMatchObject({ kind: 'ignored' });
+    }
+  });
+  it('Bitbucket: the chosen change\'s old.target.hash; a created branch (old: null) -> ""', () => {
+    const change = (old: unknown) => ({
+      repository: { full_name: 'o/r' },
+      push: { changes: [{ new: { type: 'branch', name: 'main', target: { hash: 'abc' } }, old }] },
+    });
+    expect(decidePush(bitbucket, 'repo:push', change({ type: 'branch', name: 'main', target: { hash: 'f00' } }))).toMatchObject({
+      before: 'f00',
+      sha: 'abc',
+    });
+    expect(decidePush(bitbucket, 'repo:push', change(null))).toMatchObject({ kind: 'deploy', before: '' });
+  });
+  it('the token senders carry none: their pushes keep the contract rule', () => {
+    expect(github.replayGuard && gitea.replayGuard && bitbucket.replayGuard).toBe(true);
+    expect(scm.replayGuard).toBeUndefined();
+    expect(gitlab.replayGuard).toBeUndefined();
+    const scmPush = { ref: 'refs/heads/main', before: 'f00', checkout_sha: 'abc' };
+    expect(decideScmPush('Push Hook', scmPush)).not.toHaveProperty('before');
+    expect(decidePush(gitlab, 'Push Hook', scmPush)).not.toHaveProperty('before');
   });
 });
 
