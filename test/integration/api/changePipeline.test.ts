@@ -113,6 +113,25 @@ describe('four eyes between people', () => {
   });
 });
 
+describe('an Idempotency-Key names one change', () => {
+  it('reused for another target: 422 on a host that needs approval as on any other, before anything is recorded', async () => {
+    const first = await restartAs(ctx.h.app, '?host=pay-1&service=api', { ...asKey(KEYS.bob), 'Idempotency-Key': 'k-1' });
+    expect(first.status).toBe(202);
+    const again = await restartAs(ctx.h.app, '?host=pay-1&service=api', { ...asKey(KEYS.bob), 'Idempotency-Key': 'k-1' });
+    expect(again.body).toMatchObject({ status: 'pending_approval', approval_id: first.body.approval_id });
+    for (const qs of ['?host=pay-1&service=ledger', '?host=web-1&service=checkout']) {
+      const other = await restartAs(ctx.h.app, qs, { ...asKey(KEYS.bob), 'Idempotency-Key': 'k-1' });
+      expect(other.status).toBe(422);
+      expect(other.body.detail).toBe('this Idempotency-Key was already used for a restart of another host or service');
+    }
+    const queued = await restartAs(ctx.h.app, '?host=web-1&service=frontend', { ...asKey(KEYS.bob), 'Idempotency-Key': 'k-2' });
+    expect(queued.status).toBe(200);
+    const otherHost = await restartAs(ctx.h.app, '?host=pay-1&service=api', { ...asKey(KEYS.bob), 'Idempotency-Key': 'k-2' });
+    expect(otherHost.status).toBe(422);
+    expect((await request(ctx.h.app).get('/ops/approvals').set(asKey(KEYS.bob))).body.approvals).toHaveLength(1);
+  });
+});
+
 describe('an approval never reads approved without its job', () => {
   it('its job cannot be added (the budget spent meanwhile): it stays pending with its last error, 429; later approved with its job', async () => {
     // batch-2 asks for approval and shares namespace batch's budget of 3 restarts per 10 minutes.
