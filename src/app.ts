@@ -45,7 +45,7 @@ export interface AppDeps {
   hostStatus: HostStatusProvider;
   version?: string;
   /**
-   * The freezes kept in memory, told of changes through Redis pub/sub (src/shared/freezes.ts): a
+   * The freezes kept in memory, told of changes through Redis pub/sub (src/changes/freezes/store.ts): a
    * push or a restart then costs no round trip for them. Absent: read from Redis per change.
    */
   freezeWatch?: FreezeWatch;

@@ -60,6 +60,18 @@ export interface OpsgateEvent {
   approvers?: readonly string[];
 }
 
+/**
+ * Who asked for a change, as an Event names them: the principal, and the owner behind it and the
+ * credential id where the principal does not already say them (never a secret).
+ */
+export function describeRequester(d: { requested_by: string; requested_owner?: string; requested_credential?: string }): string {
+  const extra = [
+    ...(d.requested_owner && d.requested_owner !== d.requested_by ? [`owner ${d.requested_owner}`] : []),
+    ...(d.requested_credential && !d.requested_by.includes(d.requested_credential) ? [`credential ${d.requested_credential}`] : []),
+  ];
+  return extra.length > 0 ? `${d.requested_by} (${extra.join(', ')})` : d.requested_by;
+}
+
 /** The note: "<what> requested by <key id> (audit <id>, job <id>)[: detail]", at most 1 kB as the API requires. */
 export function eventNote(e: Pick<OpsgateEvent, 'reason' | 'requestedBy' | 'auditId' | 'queueJobId' | 'detail' | 'approvers'>): string {
   const approved = e.approvers && e.approvers.length > 0 ? `, approved by ${e.approvers.join(', ')}` : '';

@@ -46,7 +46,7 @@ export interface DeliveriesDeps {
   replicated?: ConfirmReplicated;
   /** REDIS_MIN_REPLICAS_ACK for a push that asks for an approval (src/domain/replication.ts); absent = off. */
   changed?: ConfirmChange;
-  /** Guarded changes (src/domain/guards.ts): a replayed push meets the same guards as a delivered one. */
+  /** The change pipeline's dependencies (src/changes/guards.ts): a replayed push is a change like a delivered one. */
   guards: Guards;
 }
 

@@ -31,7 +31,7 @@ export interface OpsDeps {
   replicated?: ConfirmReplicated;
   /** REDIS_MIN_REPLICAS_ACK for a change of the guarded-changes state (a pending approval); absent = off. */
   changed?: ConfirmChange;
-  /** Guarded changes: the policies, freezes, approvals and budgets (src/domain/guards.ts). */
+  /** The change pipeline's dependencies: the policies, freezes, approvals and budgets (src/changes/guards.ts). */
   guards: Guards;
 }
 

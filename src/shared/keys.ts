@@ -92,7 +92,7 @@ export const restartedAtKey = (jobId: string): string => `${WORKER_KEY_PREFIX}:r
 export const notifyDeliveryKey = (jobId: string, urlHash: string): string => `${WORKER_KEY_PREFIX}:notify:${jobId}:${urlHash}`;
 
 /**
- * Guarded changes (src/shared/approvals.ts, budget.ts, freezes.ts, holds.ts). Approvals and
+ * Guarded changes (src/changes/approvals/store.ts, budget/store.ts, freezes/store.ts, holds.ts). Approvals and
  * restart budgets share the SLOT_TAG hash tag: the approval's decision and the budget it takes
  * are one script over both (on a Cluster, one slot).
  */

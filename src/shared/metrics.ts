@@ -241,7 +241,7 @@ export function createMetrics(component: Component, version: string, opts: { def
     redisMemorySource = fn;
   };
 
-  // --- guarded changes (src/domain/guards.ts, worker/report.ts); namespace takes inventory namespaces only
+  // --- guarded changes (src/changes/, worker/report.ts); namespace takes inventory namespaces only
   const budgetExhausted = new Counter({
     name: 'opsgate_budget_exhausted_total',
     help: "Restarts refused with 429 because their namespace's restart budget (the inventory's policy) was spent, by namespace.",

@@ -4,7 +4,7 @@ import { sha256Hex } from '../../src/shared/crypto.js';
 import { findProject, type ProjectEntry } from '../../src/shared/inventory.js';
 import type { RunDeployPipelineData } from '../../src/shared/jobs.js';
 import type { JobContext } from '../context.js';
-import { recordEvent, type EventReason } from '../events.js';
+import { describeRequester, recordEvent, type EventReason } from '../events.js';
 import { apiStatus, k8sFailure, resolveKubeConfig, sleep } from '../k8s.js';
 import { ChangeFailedError, isFinal } from '../report.js';
 
@@ -197,7 +197,7 @@ export async function runDeployPipeline(
         type: reason === 'OpsgateDeployFailed' ? 'Warning' : 'Normal',
         queueJobId,
         auditId: data.audit_id,
-        requestedBy: data.requested_by,
+        requestedBy: describeRequester(data),
         ...(data.approvers ? { approvers: data.approvers } : {}),
         detail,
       },

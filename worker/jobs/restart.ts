@@ -4,7 +4,7 @@ import { findHost } from '../../src/shared/inventory.js';
 import { IDEMPOTENCY_TTL_SECONDS, type RestartServiceData } from '../../src/shared/jobs.js';
 import { restartedAtKey } from '../../src/shared/keys.js';
 import type { JobContext } from '../context.js';
-import { recordEvent, type EventReason } from '../events.js';
+import { describeRequester, recordEvent, type EventReason } from '../events.js';
 import { k8sFailure, resolveKubeConfig, rfc3339, sleep } from '../k8s.js';
 import { ChangeFailedError, isFinal } from '../report.js';
 
@@ -117,7 +117,7 @@ export async function restartService(
         type: reason === 'OpsgateRestart' || reason === 'OpsgateRolledOut' ? 'Normal' : 'Warning',
         queueJobId: jobId,
         auditId: data.audit_id,
-        requestedBy: data.requested_by,
+        requestedBy: describeRequester(data),
         ...(data.approvers ? { approvers: data.approvers } : {}),
         detail: [detail, data.override ? `gate overridden by ${data.override.by}: ${data.override.reason}` : undefined]
           .filter(Boolean)

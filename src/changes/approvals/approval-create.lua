@@ -1,4 +1,4 @@
--- Records a new approval, or finds the one that already stands for the same change (src/shared/approvals.ts).
+-- Records a new approval, or finds the one that already stands for the same change (src/changes/approvals/store.ts).
 -- KEYS[1]: the new approval's record. KEYS[2]: the change's index (approval-for:<identity>).
 -- KEYS[3]: the pending set (member = approval id, score = expiry in ms).
 -- ARGV[1]: the approval id. ARGV[2]: its record (JSON). ARGV[3]: its expiry (ms since the epoch).

@@ -16,7 +16,7 @@ import type { Logger } from '../../shared/logger.js';
 import type { Metrics } from '../../shared/metrics.js';
 
 /**
- * Four-eyes approvals (src/domain/approvals.ts):
+ * Four-eyes approvals (./decide.ts):
  * - GET /ops/approvals (any valid key): the pending approvals, soonest expiry first;
  * - GET /ops/approvals/:id (any valid key): one approval, whatever became of it;
  * - POST /ops/approvals/:id/approve, /reject (operator key, body {reason}, approve also

@@ -24,7 +24,7 @@ import type { Logger } from '../../shared/logger.js';
 import type { Metrics } from '../../shared/metrics.js';
 
 /**
- * Freezes and holds (src/domain/freezes.ts):
+ * Freezes and holds (./service.ts):
  * - GET /ops/freezes, GET /ops/freezes/:id (any valid key): the freezes not yet ended;
  * - POST /ops/freezes (operator key): declare one; DELETE /ops/freezes/:id (operator key, body
  *   {reason}): lift it early, releasing the deploys it held; both audited with the reason;

@@ -123,6 +123,7 @@ describe('dry runs and outcomes on a real API server, as the worker ServiceAccou
     const config = loadApiConfig({
       OPS_API_KEY_ROLES: `${RO_KEY}:readonly,${OP_KEY}:operator`,
       OPS_BEARER_TOKEN: BEARER,
+      OPS_BEARER_TOKEN_OWNER: 'oncall',
       REDIS_URL: redis.url,
       RATE_LIMIT_RPS: '0',
       DRY_RUN_TIMEOUT_MS: '30000',
@@ -339,7 +340,7 @@ spec: {policyName: ${policy}, validationActions: [Deny]}
     expect(rolled).toMatchObject({ type: 'Normal', action: 'RolledOut' });
     expect(rolled.note).toMatch(
       new RegExp(
-        `^rollout restart rolled out requested by bearer:${credentialId(BEARER)}, approved by ${approver} \\(audit .*, job ${id}\\): .* in [0-9.]+ s$`,
+        `^rollout restart rolled out requested by bearer:${credentialId(BEARER)} \\(owner oncall\\), approved by ${approver} \\(audit .*, job ${id}\\): .* in [0-9.]+ s$`,
       ),
     );
   });

@@ -3,7 +3,7 @@ import { UnrecoverableError } from 'bullmq';
 import { ApiException, type V1Deployment } from '@kubernetes/client-node';
 import { buildDeployJob, deployJobName, labelValue } from '../../../worker/jobs/deploy.js';
 import { pausedReason, rolloutState, SCALED_TO_ZERO } from '../../../worker/jobs/restart.js';
-import { eventName, eventNote } from '../../../worker/events.js';
+import { describeRequester, eventName, eventNote } from '../../../worker/events.js';
 import { k8sFailure, rfc3339 } from '../../../worker/k8s.js';
 import { inventorySchema } from '../../../src/shared/inventory.js';
 
@@ -186,6 +186,16 @@ describe('Kubernetes Events (worker/events.ts)', () => {
       'deploy requested by bearer:0123456789ab (audit req-1, job restart-abc): group/app refs/heads/main',
     );
     expect(eventNote({ ...base, reason: 'OpsgateRestartRefused', detail: 'x'.repeat(5000) }).length).toBe(1024);
+  });
+  it('the requester is named with the owner and the credential id the principal does not already say', () => {
+    expect(
+      describeRequester({ requested_by: 'key:0123456789ab', requested_owner: 'env:0123456789ab', requested_credential: '0123456789ab' }),
+    ).toBe('key:0123456789ab (owner env:0123456789ab)');
+    expect(describeRequester({ requested_by: 'key:alice-ci', requested_owner: 'alice', requested_credential: 'fedcba987654' })).toBe(
+      'key:alice-ci (owner alice, credential fedcba987654)',
+    );
+    expect(describeRequester({ requested_by: 'webhook:github', requested_owner: 'webhook:github' })).toBe('webhook:github');
+    expect(describeRequester({ requested_by: 'key:old-job' })).toBe('key:old-job');
   });
   it('the name is deterministic per queue job and reason (a retried attempt finds its own Event)', () => {
     const regarding = { apiVersion: 'apps/v1', kind: 'Deployment', name: 'checkout', namespace: 'shop' };
