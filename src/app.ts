@@ -127,7 +127,14 @@ export function createApp(deps: AppDeps): Express {
     dryRunTimeoutMs: deps.config.DRY_RUN_TIMEOUT_MS,
     ...(deps.freezeWatch ? { freezeWatch: deps.freezeWatch } : {}),
   });
-  const deliveries = deps.deliveries ?? createDeliveryLog({ redis: deps.redis, logger: deps.logger, keep: deps.config.DELIVERIES_KEPT });
+  const deliveries =
+    deps.deliveries ??
+    createDeliveryLog({
+      redis: deps.redis,
+      logger: deps.logger,
+      keep: deps.config.DELIVERIES_KEPT,
+      keepUnverified: deps.config.DELIVERIES_UNVERIFIED_KEPT,
+    });
   const allowedNames = deps.allowedNames ?? createAllowedNames(deps.config.clientAllowedNames ?? []);
   app.use(
     webhooksRouter({

@@ -106,7 +106,7 @@ export async function start(
     if (!(err instanceof NoKubeConfigError)) throw err;
     logger.warn(`${err.message}; GET /ops/hosts/{host} answers 503 until there is one`);
   }
-  const deliveries = createDeliveryLog({ redis, logger, keep: config.DELIVERIES_KEPT });
+  const deliveries = createDeliveryLog({ redis, logger, keep: config.DELIVERIES_KEPT, keepUnverified: config.DELIVERIES_UNVERIFIED_KEPT });
   // The client certificates allowed on /webhook/alerts: read at each request, replaced when their file changes.
   const allowedNames = createAllowedNames(config.clientAllowedNames);
   const app = createApp({

@@ -88,7 +88,9 @@ const alertPayload = z.looseObject({
   ),
 });
 
-const deliveryIdParam = z.object({ id: z.string().describe('a delivery id from GET /ops/deliveries (<sender>.<stream id>)') });
+const deliveryIdParam = z.object({
+  id: z.string().describe('a delivery id from GET /ops/deliveries (<sender>.<stream id>, or <sender>.unverified.<stream id>)'),
+});
 const jobIdParam = z.object({ id: z.string().describe('a job id from an answer (job_id)') });
 const hostParam = z.object({ host: z.string().describe('an inventory host') });
 const approvalIdParam = z.object({ id: z.string().describe('an approval id (apr-...), also the id of the job it lets through') });

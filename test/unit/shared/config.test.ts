@@ -317,6 +317,15 @@ describe('allowed client certificates (TLS_CLIENT_ALLOWED_NAMES, TLS_CLIENT_ALLO
   });
 });
 
+describe('deliveries kept', () => {
+  it('each sender keeps 1000 verified and 100 unverified deliveries by default; 0 keeps none', () => {
+    const base = { OPS_API_KEY_ROLES: 'a-long-enough-key-0001:readonly', REDIS_URL: 'redis://127.0.0.1:6379' };
+    expect(loadApiConfig(base)).toMatchObject({ DELIVERIES_KEPT: 1000, DELIVERIES_UNVERIFIED_KEPT: 100 });
+    expect(loadApiConfig({ ...base, DELIVERIES_UNVERIFIED_KEPT: '0' }).DELIVERIES_UNVERIFIED_KEPT).toBe(0);
+    expect(refusal(() => loadApiConfig({ ...base, DELIVERIES_UNVERIFIED_KEPT: '-1' })).variable).toBe('DELIVERIES_UNVERIFIED_KEPT');
+  });
+});
+
 /** File mode of the senders' secrets: <VARIABLE>_FILE, one value or two (current, then previous). */
 describe('secret files', () => {
   const dir = mkdtempSync(join(tmpdir(), 'opsgate-secret-files-'));
