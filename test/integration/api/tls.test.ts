@@ -1,6 +1,7 @@
 import { connect } from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
-import type { TLSSocket } from 'node:tls';
+import { connect as tlsConnect, type TLSSocket } from 'node:tls';
+import type { AddressInfo } from 'node:net';
 import { Agent } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,6 +11,7 @@ import { API_ENTRY, WORKER_ENTRY, spawnNode, type OpsProcess } from '../../helpe
 import { RO_KEY, SCM_SECRET } from '../../helpers/apiHarness.js';
 import { httpsCall, makeCa, makeLeaf, SecretVolume, type Pem } from '../../helpers/certs.js';
 import { waitFor } from '../../helpers/waitFor.js';
+import { createListener, loadTlsMaterial } from '../../../src/shared/tls.js';
 
 /**
  * TLS on the real processes (dist/, spawned): HTTPS on the API and metrics ports from a Secret
@@ -487,6 +489,47 @@ describe('allowed client certificates on /webhook/alerts: a CA that signs for ev
       },
       PROCESS_TIMEOUT,
     );
+  });
+});
+
+describe('createListener: a handshake under way when the client CA changes (in process)', () => {
+  it('a connection accepted before the change and verified after it is closed at the end of its handshake; a later one is served', async () => {
+    const vol = new SecretVolume(join(dir, 'listener-tls'));
+    vol.write({ 'tls.crt': certA.cert, 'tls.key': certA.key, 'ca.crt': clusterCa.cert });
+    const files = {
+      certFile: vol.path('tls.crt'),
+      keyFile: vol.path('tls.key'),
+      caFile: vol.path('ca.crt'),
+      vars: { cert: 'TLS_CERT_FILE', key: 'TLS_KEY_FILE', ca: 'TLS_CLIENT_CA_FILE' },
+    };
+    const { server, clientConnections } = createListener((_req, res) => res.end('ok'), {
+      tls: { files, material: loadTlsMaterial(files), intervalMs: 60_000 },
+      listener: 'api',
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const port = (server.address() as AddressInfo).port;
+    const connections = () => new Promise<number>((resolve, reject) => server.getConnections((e, n) => (e ? reject(e) : resolve(n))));
+    try {
+      // Accepted (TCP), its handshake not begun: then the change.
+      const raw = connect(port, '127.0.0.1');
+      await new Promise<void>((resolve) => raw.once('connect', () => resolve()));
+      await waitFor('the server to accept the connection', async () => (await connections()) === 1);
+      expect(clientConnections!.closeAll()).toBe(0);
+      // The handshake now, verified by the context the connection was accepted with.
+      const late = tlsConnect({ socket: raw, ca: ca.cert, cert: amByCluster.cert, key: amByCluster.key, servername: 'localhost' });
+      let answered = '';
+      late.on('data', (d: Buffer) => (answered += d.toString('latin1')));
+      late.on('error', () => {}); // a reset is a close too
+      late.once('secureConnect', () => late.write('GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n'));
+      await waitFor('the late connection closed', () => late.destroyed || late.closed, 10_000);
+      expect(answered).toBe('');
+      // Accepted after the change: served.
+      const after = await httpsCall({ port, path: '/', ca: ca.cert, clientCert: amByCluster });
+      expect([after.status, after.body]).toEqual([200, 'ok']);
+    } finally {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
   });
 });
 
