@@ -21,6 +21,7 @@ import { openapiRouter } from './openapi/router.js';
 import { opsRouter } from './routes/ops.js';
 import { webhookFailures, webhooksRouter } from './routes/webhooks.js';
 import { createKeyUsage } from './shared/apiKeyLifetime.js';
+import { createAllowedNames, type AllowedNames } from './shared/clientNames.js';
 import type { ApiConfig } from './shared/config.js';
 import type { FreezeWatch } from './changes/freezes/store.js';
 import type { Inventory } from './shared/inventory.js';
@@ -63,6 +64,11 @@ export interface AppDeps {
    * send the last verdicts before Redis closes (src/server.ts); default: one made here.
    */
   deliveries?: DeliveryLog;
+  /**
+   * The client certificates allowed on /webhook/alerts with TLS_CLIENT_CA_FILE, replaced when their
+   * file changes (src/server.ts); default: config.clientAllowedNames, fixed.
+   */
+  allowedNames?: AllowedNames;
 }
 
 export function parseTrustProxy(v: string): boolean | number | string {
@@ -129,7 +135,15 @@ export function createApp(deps: AppDeps): Express {
     dryRunTimeoutMs: deps.config.DRY_RUN_TIMEOUT_MS,
     ...(deps.freezeWatch ? { freezeWatch: deps.freezeWatch } : {}),
   });
-  const deliveries = deps.deliveries ?? createDeliveryLog({ redis: deps.redis, logger: deps.logger, keep: deps.config.DELIVERIES_KEPT });
+  const deliveries =
+    deps.deliveries ??
+    createDeliveryLog({
+      redis: deps.redis,
+      logger: deps.logger,
+      keep: deps.config.DELIVERIES_KEPT,
+      keepUnverified: deps.config.DELIVERIES_UNVERIFIED_KEPT,
+    });
+  const allowedNames = deps.allowedNames ?? createAllowedNames(deps.config.clientAllowedNames ?? []);
   app.use(
     webhooksRouter({
       ...deps,
@@ -138,7 +152,9 @@ export function createApp(deps: AppDeps): Express {
       replicated,
       changed,
       guards,
-      ...(deps.config.TLS_CLIENT_CA_FILE ? { alertsClientCertificate: requireClientCertificate(deps.metrics) } : {}),
+      ...(deps.config.TLS_CLIENT_CA_FILE
+        ? { alertsClientCertificate: requireClientCertificate(deps.metrics, () => allowedNames.current()) }
+        : {}),
     }),
   );
   app.use(healthRouter({ redis: deps.redis, queue: deps.queue, version: deps.version ?? '0.0.0' }));

@@ -7,19 +7,22 @@ import { createKubeHostStatusProvider } from './domain/kubeHostStatus.js';
 import {
   absentSecretFileWarnings,
   apiTlsFiles,
+  clientCertificateWarnings,
   expiredKeyWarnings,
   loadApiConfig,
   metricsTlsFiles,
+  parseAllowedNamesFile,
   secretsOf,
   weakCredentialWarnings,
   type ApiConfig,
 } from './shared/config.js';
 import { reportConfigError } from './shared/configReport.js';
+import { createAllowedNames } from './shared/clientNames.js';
 import { watchCredentials } from './shared/credentialReload.js';
 import { ConfigError } from './shared/errors.js';
 import { findKubeConfig, kubeConfigFromEnv, NoKubeConfigError } from './shared/kubeconfig.js';
 import { loadInventory } from './shared/inventory.js';
-import { createSenderSecrets } from './shared/liveSecrets.js';
+import { createSenderSecrets, watchCredentialFile } from './shared/liveSecrets.js';
 import { createLogger, type Logger } from './shared/logger.js';
 import { createMetrics, queueCountsSource } from './shared/metrics.js';
 import { startMetricsServer } from './shared/metricsServer.js';
@@ -31,6 +34,7 @@ import { createRedis, redisPasswords } from './shared/redis.js';
 import { connectRedis } from './shared/redisConnection.js';
 import { shutdownBudget } from './shared/shutdown.js';
 import { settlesWithin, withTimeout } from './shared/timeout.js';
+import type { FileReloader } from './shared/fileReload.js';
 import { createListener, loadTlsMaterial, type ListenerTls } from './shared/tls.js';
 import { packageVersion } from './shared/version.js';
 
@@ -70,7 +74,12 @@ export async function start(
     base: { component: 'api' },
     secrets: [...secretsOf(config), ...redisPasswords(config.REDIS_URL)],
   });
-  for (const warning of [...weakCredentialWarnings(config), ...expiredKeyWarnings(config), ...absentSecretFileWarnings(config)]) {
+  for (const warning of [
+    ...weakCredentialWarnings(config),
+    ...expiredKeyWarnings(config),
+    ...absentSecretFileWarnings(config),
+    ...clientCertificateWarnings(config),
+  ]) {
     logger.warn(warning);
   }
   const metrics = createMetrics('api', version);
@@ -97,7 +106,9 @@ export async function start(
     if (!(err instanceof NoKubeConfigError)) throw err;
     logger.warn(`${err.message}; GET /ops/hosts/{host} answers 503 until there is one`);
   }
-  const deliveries = createDeliveryLog({ redis, logger, keep: config.DELIVERIES_KEPT });
+  const deliveries = createDeliveryLog({ redis, logger, keep: config.DELIVERIES_KEPT, keepUnverified: config.DELIVERIES_UNVERIFIED_KEPT });
+  // The client certificates allowed on /webhook/alerts: read at each request, replaced when their file changes.
+  const allowedNames = createAllowedNames(config.clientAllowedNames);
   const app = createApp({
     config,
     redis,
@@ -111,9 +122,35 @@ export async function start(
     senderSecrets,
     freezeWatch,
     deliveries,
+    allowedNames,
   });
 
-  const { server } = createListener(app, { tls: apiTls, listener: 'api', logger, metrics });
+  const { server, clientConnections } = createListener(app, { tls: apiTls, listener: 'api', logger, metrics });
+  // A changed list closes the connections that presented a certificate under the old one (src/shared/tls.ts).
+  let namesReloader: FileReloader | undefined;
+  if (config.clientAllowedNamesFile) {
+    let closed = 0;
+    namesReloader = watchCredentialFile({
+      file: config.clientAllowedNamesFile,
+      intervalMs: config.TLS_RELOAD_INTERVAL_MS,
+      logger,
+      metrics,
+      parse: (text) => parseAllowedNamesFile(text ?? ''),
+      apply(list) {
+        // A file rewritten with the same entries (a comment, their order) judges no one differently.
+        const same = (l: readonly { text: string }[]) =>
+          l
+            .map((e) => e.text)
+            .sort()
+            .join('\n');
+        const changed = same(list) !== same(allowedNames.current());
+        allowedNames.set(list);
+        closed = changed ? (clientConnections?.closeAll() ?? 0) : 0;
+      },
+      describe: (list) => ({ allowed_names: list.map((e) => e.text), closed_connections: closed }),
+    });
+    server.once('close', () => namesReloader?.close());
+  }
   server.listen(config.PORT);
   // Parser-level refusals (431 oversized headers, 400 bad bytes) answer JSON {detail} too.
   jsonClientErrors(server, logger);
@@ -131,6 +168,7 @@ export async function start(
     metricsServer = await startMetricsServer({ registry: metrics.registry, port: config.METRICS_PORT, logger, tls: metricsTls, metrics });
   } catch (err) {
     credentials.close();
+    namesReloader?.close();
     server.close();
     await freezeWatch.close();
     await withTimeout(queue.close(), 2000, 'queue close').catch(() => {});
@@ -143,6 +181,7 @@ export async function start(
     hosts: Object.keys(inventory.hosts).length,
     scheme: apiTls ? 'https' : 'http',
     client_certificates: apiTls?.files.caFile ? 'requested' : 'off',
+    client_allowed_names: config.clientAllowedNames.map((e) => e.text),
     // Re-read every SECRETS_RELOAD_INTERVAL_MS.
     credential_files: config.credentialFiles.map((f) => f.variable),
   });
@@ -158,6 +197,7 @@ export async function start(
       const drainMs = graceMs ?? Math.min(10_000, totalMs / 2);
       logger.info('api stopping: draining in-flight requests', { drain_ms: drainMs, shutdown_timeout_s: config.SHUTDOWN_TIMEOUT_SECONDS });
       credentials.close();
+      namesReloader?.close();
       await budget.step(
         'http server',
         async () => {

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
-import { deliveriesKey } from '../shared/keys.js';
+import { deliveriesKey, unverifiedDeliveriesKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import { redisCall } from './redisOps.js';
 
@@ -15,17 +15,24 @@ import { redisCall } from './redisOps.js';
  * before it for a `replayGuard` sender): an operator can replay it through the same intake
  * (src/routes/deliveries.ts), which may deploy a push a delivery may not (`allowRedeploy`).
  *
+ * Unverified deliveries (the sender's proof missing or wrong, or refused before it was checked: a
+ * rate-limited one) are kept apart, in a smaller stream of their own per sender
+ * (DELIVERIES_UNVERIFIED_KEPT): anyone can send those, with any delivery id, as fast as the rate
+ * limit lets them, and in the sender's stream they would push its genuine deliveries out (and with
+ * them the pushes an operator would replay). The listing reads both streams, merged newest first.
+ *
  * Recording never fails a delivery: a Redis error while recording is logged and the answer goes
  * out as it would have.
  *
  * Writing: the verdicts of one short interval (FLUSH_INTERVAL_MS, or FLUSH_MAX entries, whichever
- * comes first) go out together, one pipeline of XADDs in the order they were recorded, instead of
- * one write per delivery: under load that is one socket write and one Redis read for many
- * deliveries. `list` and `get` send what is waiting first (this process reads its own verdicts),
- * and `flush` sends it at shutdown. It is a diagnostic log, not the delivery: a process killed
- * without its shutdown loses the verdicts of its last interval (the answers went out, the jobs are
- * queued; only their lines in GET /ops/deliveries are missing), as an XADD written but not yet
- * applied by Redis would be lost either way.
+ * comes first) go out together, one pipeline of XADDs per sender (its two streams share its slot)
+ * in the order they were recorded, instead of one write per delivery: under load that is one
+ * socket write and one Redis read for many deliveries. `list` and `get` send what is waiting
+ * first (this process reads its own verdicts), and `flush` sends it at shutdown. It is a
+ * diagnostic log, not the delivery: a process killed without its shutdown loses the verdicts of
+ * its last interval (the answers went out, the jobs are queued; only their lines in GET
+ * /ops/deliveries are missing), as an XADD written but not yet applied by Redis would be lost
+ * either way.
  */
 /** The longest a recorded verdict waits before it is sent. */
 export const FLUSH_INTERVAL_MS = 5;
@@ -61,10 +68,21 @@ export interface DeliveryEntry {
   push?: { project: string; ref: string; sha: string; eventId: string; before?: string };
   /** A replay: the delivery it replays, and who asked. */
   replayOf?: string;
+  /**
+   * The sender's proof was missing or wrong, or the delivery was refused before it was checked:
+   * kept in the sender's stream of unverified deliveries. `bad_signature` and `rate_limited` are
+   * unverified whatever this says.
+   */
+  unverified?: boolean;
 }
 
+/** Verdicts no verified delivery gets: their deliveries are unverified by definition. */
+const UNVERIFIED_VERDICTS: ReadonlySet<Verdict> = new Set(['bad_signature', 'rate_limited']);
+const isUnverified = (e: Pick<DeliveryEntry, 'verdict' | 'unverified'>): boolean =>
+  e.unverified === true || UNVERIFIED_VERDICTS.has(e.verdict);
+
 export const deliveryViewSchema = z.object({
-  id: z.string().describe('<sender>.<stream id>; newest first'),
+  id: z.string().describe('<sender>.<stream id>, or <sender>.unverified.<stream id> for an unverified delivery; newest first'),
   at: z.string().describe('when the answer was given (RFC 3339)'),
   source: z.string(),
   verdict: z.enum(VERDICTS),
@@ -86,6 +104,11 @@ export const deliveryViewSchema = z.object({
     .nullable()
     .describe('the push event, when a decision was reached (replayable)'),
   replay_of: z.string().nullable(),
+  verified: z
+    .boolean()
+    .describe(
+      "false: the sender's proof was missing or wrong, or the delivery was refused before it was checked (rate-limited); kept apart, fewer of them (DELIVERIES_UNVERIFIED_KEPT)",
+    ),
 });
 export type DeliveryView = z.infer<typeof deliveryViewSchema>;
 
@@ -102,10 +125,18 @@ export interface DeliveryLog {
   get(id: string): Promise<DeliveryView | undefined>;
 }
 
-/** `<sender>.<stream id>`: the sender names the stream. */
-export const DELIVERY_ID = /^([a-z][a-z0-9-]*)\.(\d{1,15}-\d{1,10})$/;
+/** `<sender>.<stream id>` or `<sender>.unverified.<stream id>`: the sender and the kind name the stream. */
+export const DELIVERY_ID = /^([a-z][a-z0-9-]*)\.(?:(unverified)\.)?(\d{1,15}-\d{1,10})$/;
 
-function toView(source: string, streamId: string, flat: string[]): DeliveryView {
+/** The parts of a delivery id. */
+function parseId(id: string): { source: string; verified: boolean; streamId: string } | undefined {
+  const m = DELIVERY_ID.exec(id);
+  return m ? { source: m[1]!, verified: m[2] === undefined, streamId: m[3]! } : undefined;
+}
+
+const streamKey = (source: string, verified: boolean): string => (verified ? deliveriesKey(source) : unverifiedDeliveriesKey(source));
+
+function toView(source: string, verified: boolean, streamId: string, flat: string[]): DeliveryView {
   const f: Record<string, string> = {};
   for (let i = 0; i + 1 < flat.length; i += 2) f[flat[i]!] = flat[i + 1]!;
   let event: DeliveryView['event'] = null;
@@ -125,7 +156,7 @@ function toView(source: string, streamId: string, flat: string[]): DeliveryView 
   }
   const verdict = (VERDICTS as readonly string[]).includes(f.verdict ?? '') ? (f.verdict as Verdict) : 'failed';
   return {
-    id: `${source}.${streamId}`,
+    id: verified ? `${source}.${streamId}` : `${source}.unverified.${streamId}`,
     at: new Date(Number(streamId.split('-')[0])).toISOString(),
     source,
     verdict,
@@ -138,24 +169,34 @@ function toView(source: string, streamId: string, flat: string[]): DeliveryView 
     request_id: f.request ?? null,
     event,
     replay_of: f.replay_of ?? null,
+    verified,
   };
 }
 
-/** Newest first; entries of one millisecond by sequence, then by sender name. */
-const newestFirst = (a: Pick<DeliveryView, 'id' | 'source'>, b: Pick<DeliveryView, 'id' | 'source'>): number => {
-  const [am, as] = a.id
-    .slice(a.source.length + 1)
-    .split('-')
-    .map(Number) as [number, number];
-  const [bm, bs] = b.id
-    .slice(b.source.length + 1)
-    .split('-')
-    .map(Number) as [number, number];
-  return bm - am || bs - as || (a.source === b.source ? 0 : a.source < b.source ? -1 : 1);
+/** Newest first; entries of one millisecond by sequence, then by sender name, then verified first. */
+const newestFirst = (a: Pick<DeliveryView, 'id'>, b: Pick<DeliveryView, 'id'>): number => {
+  const pa = parseId(a.id)!;
+  const pb = parseId(b.id)!;
+  const [am, as] = pa.streamId.split('-').map(Number) as [number, number];
+  const [bm, bs] = pb.streamId.split('-').map(Number) as [number, number];
+  return (
+    bm - am ||
+    bs - as ||
+    (pa.source === pb.source ? 0 : pa.source < pb.source ? -1 : 1) ||
+    (pa.verified === pb.verified ? 0 : pa.verified ? -1 : 1)
+  );
 };
 
-export function createDeliveryLog(deps: { redis: Redis; logger: Logger; keep: number }): DeliveryLog {
-  const { redis, logger, keep } = deps;
+export function createDeliveryLog(deps: {
+  redis: Redis;
+  logger: Logger;
+  /** Each sender's verified deliveries kept (DELIVERIES_KEPT); 0 keeps none. */
+  keep: number;
+  /** Each sender's unverified deliveries kept (DELIVERIES_UNVERIFIED_KEPT); 0 keeps none. */
+  keepUnverified: number;
+}): DeliveryLog {
+  const { redis, logger, keep, keepUnverified } = deps;
+  const capOf = (verified: boolean) => (verified ? keep : keepUnverified);
   let lastWarn = 0;
   const warn = (source: string | undefined, err: unknown) => {
     const now = Date.now();
@@ -164,8 +205,8 @@ export function createDeliveryLog(deps: { redis: Redis; logger: Logger; keep: nu
     logger.warn('could not record a webhook delivery (GET /ops/deliveries will miss it)', { source, err });
   };
 
-  // Recorded, not yet sent: [stream key, fields], in the order recorded.
-  let waiting: Array<[string, Array<string | number>]> = [];
+  // Recorded, not yet sent: [sender, verified, fields], in the order recorded.
+  let waiting: Array<[string, boolean, Array<string | number>]> = [];
   let timer: NodeJS.Timeout | undefined;
   // The last pipeline sent: flush() resolves once it (and every earlier one, same connection) is answered.
   let lastSent: Promise<void> = Promise.resolve();
@@ -178,22 +219,22 @@ export function createDeliveryLog(deps: { redis: Redis; logger: Logger; keep: nu
     if (waiting.length === 0) return lastSent;
     const batch = waiting;
     waiting = [];
-    // One pipeline per stream (on a Cluster each sender's stream has its own slot), in the order recorded.
-    const byStream = new Map<string, Array<Array<string | number>>>();
-    for (const [key, fields] of batch) {
-      const list = byStream.get(key);
-      if (list) list.push(fields);
-      else byStream.set(key, [fields]);
+    // One pipeline per sender (on a Cluster each sender has its own slot, both its streams in it), in the order recorded.
+    const bySender = new Map<string, Array<[boolean, Array<string | number>]>>();
+    for (const [source, verified, fields] of batch) {
+      const list = bySender.get(source);
+      if (list) list.push([verified, fields]);
+      else bySender.set(source, [[verified, fields]]);
     }
-    const sent = [...byStream].map(([key, entries]) => {
+    const sent = [...bySender].map(([source, entries]) => {
       const pipeline = redis.pipeline();
-      for (const fields of entries) pipeline.xadd(key, 'MAXLEN', '~', keep, '*', ...fields);
+      for (const [verified, fields] of entries) pipeline.xadd(streamKey(source, verified), 'MAXLEN', '~', capOf(verified), '*', ...fields);
       return pipeline.exec().then(
         (replies) => {
           const failed = replies?.find(([err]) => err);
-          if (failed) warn(key, failed[0]);
+          if (failed) warn(source, failed[0]);
         },
-        (err: unknown) => warn(key, err),
+        (err: unknown) => warn(source, err),
       );
     });
     lastSent = sent.length === 1 ? sent[0]! : Promise.all(sent).then(() => undefined);
@@ -202,7 +243,8 @@ export function createDeliveryLog(deps: { redis: Redis; logger: Logger; keep: nu
 
   return {
     record(e) {
-      if (keep <= 0) return;
+      const verified = !isUnverified(e);
+      if (capOf(verified) <= 0) return;
       const fields: Array<string | number> = ['verdict', e.verdict, 'status', e.status];
       if (e.detail) fields.push('detail', e.detail.slice(0, 500));
       if (e.jobId) fields.push('job', e.jobId);
@@ -212,7 +254,7 @@ export function createDeliveryLog(deps: { redis: Redis; logger: Logger; keep: nu
       if (e.requestId) fields.push('request', e.requestId);
       if (e.push) fields.push('push', JSON.stringify(e.push));
       if (e.replayOf) fields.push('replay_of', e.replayOf);
-      waiting.push([deliveriesKey(e.source), fields]);
+      waiting.push([e.source, verified, fields]);
       if (waiting.length >= FLUSH_MAX) void send();
       else timer ??= setTimeout(() => void send(), FLUSH_INTERVAL_MS);
     },
@@ -222,21 +264,25 @@ export function createDeliveryLog(deps: { redis: Redis; logger: Logger; keep: nu
     async list({ sources, verdict, limit, before }) {
       // Sent before the read, on the same connection: Redis applies them first.
       void send();
-      const cursor =
-        before && DELIVERY_ID.test(before) ? ({ id: before, source: DELIVERY_ID.exec(before)![1]! } as DeliveryView) : undefined;
-      const streamBound = cursor ? DELIVERY_ID.exec(cursor.id)![2]! : '+';
+      const cursor = before && parseId(before) ? { id: before } : undefined;
+      const streamBound = cursor ? parseId(cursor.id)!.streamId : '+';
+      // A verdict only one kind of delivery gets is read from that kind's stream alone.
+      const kinds = verdict && UNVERIFIED_VERDICTS.has(verdict) ? [false] : [true, false];
       const all: DeliveryView[] = [];
       for (const source of sources) {
-        // A stream holds about `keep` entries: reading one whole (for a verdict filter) is bounded.
-        const rows = (await redisCall(
-          (r) => r.xrevrange(deliveriesKey(source), streamBound, '-', 'COUNT', verdict ? keep + 100 : limit + 2),
-          redis,
-        )) as Array<[string, string[]]>;
-        for (const [id, flat] of rows) {
-          const view = toView(source, id, flat);
-          if (verdict && view.verdict !== verdict) continue;
-          if (cursor && newestFirst(cursor, view) >= 0) continue;
-          all.push(view);
+        for (const verified of kinds) {
+          const cap = capOf(verified);
+          // A stream holds about its cap of entries: reading one whole (for a verdict filter) is bounded.
+          const rows = (await redisCall(
+            (r) => r.xrevrange(streamKey(source, verified), streamBound, '-', 'COUNT', verdict ? cap + 100 : limit + 2),
+            redis,
+          )) as Array<[string, string[]]>;
+          for (const [id, flat] of rows) {
+            const view = toView(source, verified, id, flat);
+            if (verdict && view.verdict !== verdict) continue;
+            if (cursor && newestFirst(cursor, view) >= 0) continue;
+            all.push(view);
+          }
         }
       }
       all.sort(newestFirst);
@@ -245,12 +291,14 @@ export function createDeliveryLog(deps: { redis: Redis; logger: Logger; keep: nu
     },
 
     async get(id) {
-      const m = DELIVERY_ID.exec(id);
-      if (!m) return undefined;
+      const p = parseId(id);
+      if (!p) return undefined;
       void send();
-      const rows = (await redisCall((r) => r.xrange(deliveriesKey(m[1]!), m[2]!, m[2]!), redis)) as Array<[string, string[]]>;
+      const rows = (await redisCall((r) => r.xrange(streamKey(p.source, p.verified), p.streamId, p.streamId), redis)) as Array<
+        [string, string[]]
+      >;
       const row = rows[0];
-      return row ? toView(m[1]!, row[0], row[1]) : undefined;
+      return row ? toView(p.source, p.verified, row[0], row[1]) : undefined;
     },
   };
 }

@@ -1,5 +1,6 @@
 import type { RequestHandler } from 'express';
 import type { TLSSocket } from 'node:tls';
+import { matchAllowedName, type AllowedName } from '../shared/clientNames.js';
 import { ForbiddenError } from '../shared/errors.js';
 import type { Metrics } from '../shared/metrics.js';
 
@@ -7,11 +8,18 @@ import type { Metrics } from '../shared/metrics.js';
  * Mutual TLS for one route (TLS_CLIENT_CA_FILE). The API port asks every connection for a client
  * certificate without requiring one in the handshake (src/shared/tls.ts), so the paths that need
  * none keep working; this check refuses the request (403 {detail}) unless the connection presented
- * a certificate that verified against the CA file in use when it was opened (a reloaded CA applies
- * to new connections). It is one more gate: a bearer token configured for the same route is still
- * required (src/routes/webhooks.ts).
+ * a certificate that verified against the CA file in use when it was opened and, when a list of
+ * allowed names is configured (TLS_CLIENT_ALLOWED_NAMES, src/shared/clientNames.ts), one whose
+ * subject or subjectAltName is on it. A change of the CA or of the list closes the connections that
+ * presented a certificate before it (src/shared/tls.ts), so none goes on under what was refused. It
+ * is one more gate: a bearer token configured for the same route is still required
+ * (src/routes/webhooks.ts).
  */
-export function requireClientCertificate(metrics: Pick<Metrics, 'authFailures'>): RequestHandler {
+export function requireClientCertificate(
+  metrics: Pick<Metrics, 'authFailures'>,
+  /** The allowed names in use, read at each request; empty: any certificate of the CA. */
+  allowedNames: () => readonly AllowedName[] = () => [],
+): RequestHandler {
   const fail = (detail: string, reason: string): never => {
     metrics.authFailures.inc({ scheme: 'client_certificate', reason });
     throw new ForbiddenError(detail, reason);
@@ -28,7 +36,18 @@ export function requireClientCertificate(metrics: Pick<Metrics, 'authFailures'>)
       res.locals.presentedCredential = id;
       fail('client certificate is not signed by a trusted CA', 'untrusted');
     }
-    res.locals.auditFields = { ...(res.locals.auditFields as Record<string, unknown> | undefined), client_certificate: id };
+    const list = allowedNames();
+    const matched = list.length > 0 ? matchAllowedName(list, peer) : undefined;
+    if (list.length > 0 && !matched) {
+      res.locals.presentedCredential = id;
+      fail('client certificate is not on the list of allowed names', 'not_allowed');
+    }
+    res.locals.auditFields = {
+      ...(res.locals.auditFields as Record<string, unknown> | undefined),
+      client_certificate: id,
+      // The entry of the list it matched (configuration, not a secret).
+      ...(matched ? { client_name: matched.text } : {}),
+    };
     next();
   };
 }

@@ -88,7 +88,9 @@ const alertPayload = z.looseObject({
   ),
 });
 
-const deliveryIdParam = z.object({ id: z.string().describe('a delivery id from GET /ops/deliveries (<sender>.<stream id>)') });
+const deliveryIdParam = z.object({
+  id: z.string().describe('a delivery id from GET /ops/deliveries (<sender>.<stream id>, or <sender>.unverified.<stream id>)'),
+});
 const jobIdParam = z.object({ id: z.string().describe('a job id from an answer (job_id)') });
 const hostParam = z.object({ host: z.string().describe('an inventory host') });
 const approvalIdParam = z.object({ id: z.string().describe('an approval id (apr-...), also the id of the job it lets through') });
@@ -183,7 +185,7 @@ function webhookRoute(s: Source): RouteDoc {
       tags: ['webhooks'],
       security: [schemeName(s)],
       securityOptional: true,
-      description: `Authenticated only when ${s.secret.env} is set (then 401 without it). With TLS_CLIENT_CA_FILE the connection must also present a client certificate signed by that CA (else 403 {detail}); when both are set, both are required.`,
+      description: `Authenticated only when ${s.secret.env} is set (then 401 without it). With TLS_CLIENT_CA_FILE the connection must also present a client certificate signed by that CA, and with TLS_CLIENT_ALLOWED_NAMES one whose subject or subjectAltName is on that list (else 403 {detail}); when a token and a CA are both set, both are required.`,
       body: { contentTypes: ['application/json'], schema: alertPayload, required: true },
       responses: {
         202: { description: 'counted; firing alerts with a new fingerprint queued', schema: alertResult },

@@ -283,10 +283,14 @@ export function webhookFailures(deps: Pick<WebhookDeps, 'deliveries' | 'sources'
       const app = toAppError(err);
       const status = app?.statusCode ?? 500;
       const deliveryId = source.kind === 'push' ? recordableDeliveryId(req, source.deliveryHeaders) : undefined;
+      // Verified: the sender's proof passed (verifySender names the principal then) and the answer is
+      // not a refusal of it (a timestamped signature used twice is refused after its check).
+      const verified = res.locals.principal === `webhook:${source.name}` && status !== 401 && status !== 403;
       deps.deliveries.record({
         source: source.name,
         verdict: failureVerdict(status),
         status,
+        ...(verified ? {} : { unverified: true }),
         ...(app ? { detail: app.message } : {}),
         ...(deliveryId ? { deliveryId } : {}),
         ...(typeof res.locals.requestId === 'string' ? { requestId: res.locals.requestId } : {}),

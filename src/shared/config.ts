@@ -10,6 +10,7 @@ import { contentsDigest, FileProblem, readWatchedFile } from './fileReload.js';
 import { envKeyOwner, keyPrincipal, ownerProblem, widthProblem } from './identity.js';
 import type { CredentialFile, SecretValues } from './liveSecrets.js';
 import { tlsPairProblems, type TlsFiles } from './tls.js';
+import { ALLOWED_NAMES_FILE_VAR, ALLOWED_NAMES_VAR, parseAllowedNames, type AllowedName } from './clientNames.js';
 
 export type Role = 'readonly' | 'operator';
 
@@ -305,6 +306,14 @@ const apiSchema = commonSchema.extend({
    * by one of its CAs (other paths do not ask for one). Needs TLS_CERT_FILE/TLS_KEY_FILE.
    */
   TLS_CLIENT_CA_FILE: optionalPath,
+  /**
+   * Which certificates of that CA may call /webhook/alerts (src/shared/clientNames.ts): comma-separated
+   * `DNS:<name>`, `URI:<uri>`, `<ATTR>=<value>`; empty: any certificate the CA signed (a warning at
+   * start). Parsed by loadApiConfig.
+   */
+  TLS_CLIENT_ALLOWED_NAMES: z.string().optional(),
+  /** The same list in a file (one or more entries a line), re-read every TLS_RELOAD_INTERVAL_MS; read by loadApiConfig. */
+  TLS_CLIENT_ALLOWED_NAMES_FILE: optionalPath,
   ...replicationSchema,
   OPS_BEARER_TOKEN: optionalSecret,
   /**
@@ -337,6 +346,12 @@ const apiSchema = commonSchema.extend({
   SECRETS_RELOAD_INTERVAL_MS: intFrom(10000, 100),
   /** Each sender's last deliveries kept for GET /ops/deliveries (a capped stream per sender); 0 keeps none. */
   DELIVERIES_KEPT: intFrom(1000, 0),
+  /**
+   * Each sender's last unverified deliveries (its proof missing or wrong, or refused before it was
+   * checked: rate-limited), kept apart in a smaller stream so that anyone's flood of them evicts
+   * none of the verified ones; 0 keeps none.
+   */
+  DELIVERIES_UNVERIFIED_KEPT: intFrom(100, 0),
   /** Alerts accepted in one /webhook/alerts payload; over it 413, nothing queued. */
   ALERTS_MAX_PER_REQUEST: intFrom(1000, 1),
   RATE_LIMIT_RPS: intFrom(50),
@@ -444,6 +459,10 @@ export type ApiConfig = z.infer<typeof apiSchema> & {
   credentialFiles: readonly CredentialFile[];
   /** Senders' _FILE variables naming a file that did not exist at start: those senders are not configured until it appears. */
   absentSecretFiles: readonly string[];
+  /** The client certificates allowed on /webhook/alerts at start (TLS_CLIENT_ALLOWED_NAMES or its file); empty: any of the CA. */
+  clientAllowedNames: readonly AllowedName[];
+  /** TLS_CLIENT_ALLOWED_NAMES_FILE as loaded at start, for the reload poll. */
+  clientAllowedNamesFile?: CredentialFile;
 } & { readonly [sourceSecretEnv: string]: unknown };
 export type WorkerConfig = z.infer<typeof workerSchema>;
 
@@ -477,6 +496,11 @@ function tlsProblems(env: Env, api: boolean): ConfigProblem[] {
       variable: 'TLS_CLIENT_CA_FILE',
       problem: 'needs TLS_CERT_FILE and TLS_KEY_FILE (client certificates are checked on HTTPS only)',
     });
+  }
+  for (const v of [ALLOWED_NAMES_VAR, ALLOWED_NAMES_FILE_VAR]) {
+    if (isSet(env, v) && !isSet(env, 'TLS_CLIENT_CA_FILE')) {
+      out.push({ variable: v, problem: 'needs TLS_CLIENT_CA_FILE (the names are those of client certificates its CA signed)' });
+    }
   }
   return out;
 }
@@ -582,7 +606,59 @@ export function loadApiConfig(env: Env = process.env): ApiConfig {
   }
   const absentSecretFiles: string[] = [];
   const senderSecrets = loadSenderSecrets(env, problems, credentialFiles, absentSecretFiles);
-  return { ...parseWith(apiSchema, env, problems), apiKeys, senderSecrets, credentialFiles, absentSecretFiles };
+  const names = loadAllowedNames(env, problems);
+  return {
+    ...parseWith(apiSchema, env, problems),
+    apiKeys,
+    senderSecrets,
+    credentialFiles,
+    absentSecretFiles,
+    clientAllowedNames: names.list,
+    ...(names.file ? { clientAllowedNamesFile: names.file } : {}),
+  };
+}
+
+/**
+ * The text of TLS_CLIENT_ALLOWED_NAMES_FILE: the list, which must name someone. An empty file
+ * would let in every certificate of the CA; that is what leaving the variables unset says, so an
+ * emptied file (a key gone from a ConfigMap, a truncated write) is refused instead of meaning it.
+ */
+export function parseAllowedNamesFile(text: string): AllowedName[] {
+  const list = parseAllowedNames(text, ALLOWED_NAMES_FILE_VAR, { file: true });
+  if (list.length === 0) {
+    throw new ConfigError(ALLOWED_NAMES_FILE_VAR, `lists no name (to accept any certificate of the CA, unset ${ALLOWED_NAMES_FILE_VAR})`);
+  }
+  return list;
+}
+
+/** TLS_CLIENT_ALLOWED_NAMES, or its file (not both). */
+function loadAllowedNames(env: Env, problems: ConfigProblem[]): { list: AllowedName[]; file?: CredentialFile } {
+  try {
+    const path = (env[ALLOWED_NAMES_FILE_VAR] ?? '').trim();
+    if (path === '') return { list: parseAllowedNames(env[ALLOWED_NAMES_VAR], ALLOWED_NAMES_VAR) };
+    if (isSet(env, ALLOWED_NAMES_VAR)) {
+      problems.push({ variable: ALLOWED_NAMES_FILE_VAR, problem: `is set together with ${ALLOWED_NAMES_VAR}; set one of them` });
+      return { list: [] };
+    }
+    const { text, file } = readCredentialFile(ALLOWED_NAMES_FILE_VAR, path);
+    return { list: parseAllowedNamesFile(text), file };
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    problems.push(...err.problems);
+    return { list: [] };
+  }
+}
+
+/**
+ * Start-up warning: client certificates are checked against a CA, and every certificate it signed
+ * is accepted. Right for a CA of Alertmanager's alone; with a CA that signs for other workloads
+ * (a cluster issuer) any of them can post alerts.
+ */
+export function clientCertificateWarnings(config: Pick<ApiConfig, 'TLS_CLIENT_CA_FILE' | 'clientAllowedNames'>): string[] {
+  if (!config.TLS_CLIENT_CA_FILE || config.clientAllowedNames.length > 0) return [];
+  return [
+    `TLS_CLIENT_CA_FILE is set without ${ALLOWED_NAMES_VAR}: /webhook/alerts accepts every client certificate its CA signed; list the names of Alertmanager's certificate (DNS:<name>, URI:<uri> or CN=<name>)`,
+  ];
 }
 
 /**

@@ -61,6 +61,11 @@ export const signatureSeenKey = (source: string, signature: string): string => `
 
 /** A sender's last deliveries (a capped stream), tagged by sender: on a Cluster each on its own slot. */
 export const deliveriesKey = (source: string): string => `${KEY_PREFIX}deliveries:{${source}}`;
+/**
+ * A sender's last unverified deliveries (a smaller capped stream): anyone can send those, so they
+ * are kept apart from the verified ones. The sender's tag too: one slot with its verified stream.
+ */
+export const unverifiedDeliveriesKey = (source: string): string => `${KEY_PREFIX}deliveries:unverified:{${source}}`;
 
 export const RATE_LIMIT_PREFIX = `${KEY_PREFIX}rl:`;
 /** A client address's rate-limit counter (`address` as src/shared/rateLimit.ts addressKey makes it). */

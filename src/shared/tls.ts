@@ -1,7 +1,8 @@
 import { createPrivateKey, X509Certificate } from 'node:crypto';
 import { createServer as createHttpServer, type RequestListener, type Server } from 'node:http';
-import { createServer as createHttpsServer } from 'node:https';
-import { createSecureContext, type SecureContextOptions } from 'node:tls';
+import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https';
+import type { Socket } from 'node:net';
+import { createSecureContext, type SecureContextOptions, type TLSSocket } from 'node:tls';
 import { ConfigError, type ConfigProblem } from './errors.js';
 import { contentsDigest, FileProblem, readWatchedFile, watchFiles, type FileReloader, type WatchedFile } from './fileReload.js';
 import type { Logger } from './logger.js';
@@ -11,7 +12,9 @@ import type { Logger } from './logger.js';
  * and, for client-certificate checks, a CA bundle, read from files (a mounted kubernetes.io/tls
  * Secret). The files are re-read by the reload poll of src/shared/fileReload.ts and a changed set
  * is swapped in with `server.setSecureContext()`: new connections get the new certificate,
- * connections already open keep theirs, so nothing in flight is dropped. A changed set that is not
+ * connections already open keep theirs, so nothing in flight is dropped; a changed CA bundle is
+ * the exception: the connections that presented a client certificate are closed, since their
+ * certificate was judged by the CA they were opened under (below). A changed set that is not
  * a usable pair (unreadable, not PEM, key and certificate that do not belong together, a CA file
  * without a certificate) is refused: logged, counted, and the last good context stays in place.
  */
@@ -138,6 +141,60 @@ export interface TlsListenerMetrics extends TlsReloadMetrics {
   tlsHandshakeErrors: { inc(labels: { listener: string }): void };
 }
 
+/**
+ * The connections of a listener that presented a client certificate. A certificate is verified
+ * once, in the handshake, against the CA in use then, and the route that needs one reads that
+ * verdict (src/middleware/clientCert.ts); when what judges certificates changes (the CA bundle, the
+ * list of allowed names) these connections are closed, so a client holding a certificate that is
+ * no longer trusted must connect again, and is judged again. Connections without a certificate
+ * stay: no change makes them pass.
+ */
+export interface ClientCertificateConnections {
+  /**
+   * Closes every connection that presented a client certificate, including those whose handshake
+   * was under way (they are closed when it ends); returns how many were open.
+   */
+  closeAll(): number;
+}
+
+function trackClientCertificateConnections(server: HttpsServer): ClientCertificateConnections {
+  // Bumped by each closeAll: a connection accepted under an earlier one is closed when its handshake ends.
+  let generation = 0;
+  // Accepted TCP connections (before their handshake), by peer address and port: the generation they came in under.
+  const accepted = new Map<string, { raw: Socket; generation: number }>();
+  const open = new Set<TLSSocket>();
+  const peerOf = (s: Socket) => (s.remoteAddress === undefined ? undefined : `${s.remoteAddress}|${s.remotePort}`);
+  server.on('connection', (raw: Socket) => {
+    const key = peerOf(raw);
+    if (key === undefined) return;
+    accepted.set(key, { raw, generation });
+    raw.once('close', () => {
+      if (accepted.get(key)?.raw === raw) accepted.delete(key);
+    });
+  });
+  server.on('secureConnection', (socket: TLSSocket) => {
+    const peer = socket.getPeerCertificate();
+    if (!peer || Object.keys(peer).length === 0) return;
+    const key = peerOf(socket);
+    const at = key === undefined ? undefined : accepted.get(key)?.generation;
+    if (at !== undefined && at < generation) {
+      socket.destroy();
+      return;
+    }
+    open.add(socket);
+    socket.once('close', () => open.delete(socket));
+  });
+  return {
+    closeAll() {
+      generation += 1;
+      const n = open.size;
+      for (const s of open) s.destroy();
+      open.clear();
+      return n;
+    },
+  };
+}
+
 /** TLS of one listener: its files, what was loaded at start, and how often to look for a renewal. */
 export interface ListenerTls {
   files: TlsFiles;
@@ -154,9 +211,10 @@ export interface ListenerTls {
 export function createListener(
   handler: RequestListener,
   opts: { tls?: ListenerTls; listener: string; logger?: Logger; metrics?: TlsListenerMetrics },
-): { server: Server; reloader?: TlsReloader } {
+): { server: Server; reloader?: TlsReloader; clientConnections?: ClientCertificateConnections } {
   if (!opts.tls) return { server: createHttpServer(handler) };
   const server = createHttpsServer(tlsServerOptions(opts.tls.material), handler);
+  const clientConnections = opts.tls.material.ca ? trackClientCertificateConnections(server) : undefined;
   server.on('tlsClientError', (err: Error & { code?: string }) => {
     opts.metrics?.tlsHandshakeErrors.inc({ listener: opts.listener });
     opts.logger?.debug('tls handshake failed', { listener: opts.listener, code: err.code });
@@ -169,9 +227,10 @@ export function createListener(
     listener: opts.listener,
     ...(opts.logger ? { logger: opts.logger } : {}),
     ...(opts.metrics ? { metrics: opts.metrics } : {}),
+    ...(clientConnections ? { clientConnections } : {}),
   });
   server.once('close', () => reloader.close());
-  return { server, reloader };
+  return { server, reloader, ...(clientConnections ? { clientConnections } : {}) };
 }
 
 export type TlsReloader = FileReloader;
@@ -190,8 +249,11 @@ export function watchTls(opts: {
   listener: string;
   logger?: Logger;
   metrics?: TlsReloadMetrics;
+  /** Closed when a reload changes the CA bundle. */
+  clientConnections?: ClientCertificateConnections;
 }): TlsReloader {
   const { files, listener, logger, metrics } = opts;
+  let inUse = opts.initial;
   metrics?.tlsCertificateExpiry.set({ listener }, opts.initial.notAfter.getTime() / 1000);
   return watchFiles<TlsMaterial>({
     files: watchedFiles(files),
@@ -208,6 +270,12 @@ export function watchTls(opts: {
       }
     },
     onApplied(material) {
+      const caChanged = !(material.ca && inUse.ca ? material.ca.equals(inUse.ca) : material.ca === inUse.ca);
+      inUse = material;
+      if (caChanged && opts.clientConnections) {
+        const closed = opts.clientConnections.closeAll();
+        logger?.info('tls client CA changed: connections that presented a client certificate closed', { listener, closed });
+      }
       metrics?.tlsReloads.inc({ listener, outcome: 'reloaded' });
       metrics?.tlsCertificateExpiry.set({ listener }, material.notAfter.getTime() / 1000);
       logger?.info('tls certificate reloaded', {

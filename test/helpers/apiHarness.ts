@@ -125,7 +125,7 @@ export async function createHarness(redisUrl: string, opts: HarnessOptions = {})
     logger,
   });
   // As src/server.ts wires it: the log whose last verdicts are sent at close.
-  const deliveries = createDeliveryLog({ redis, logger, keep: config.DELIVERIES_KEPT });
+  const deliveries = createDeliveryLog({ redis, logger, keep: config.DELIVERIES_KEPT, keepUnverified: config.DELIVERIES_UNVERIFIED_KEPT });
   const app = createApp({
     config,
     redis,

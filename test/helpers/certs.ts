@@ -60,24 +60,25 @@ export function makeCa(dir: string, name: string): Pem {
 }
 
 /**
- * A leaf signed by `ca`: a server certificate for `names` (default 127.0.0.1 and localhost; a
- * name that is an IPv4 address is an IP SAN), or a client certificate.
+ * A leaf signed by `ca`, its subject CN=`name`: a server certificate for `names` (default 127.0.0.1
+ * and localhost), or a client certificate (default: no subjectAltName). A name that is an IPv4
+ * address is an IP SAN, one written with its type (`URI:spiffe://...`, `DNS:...`) is taken as it
+ * is, any other a DNS SAN.
  */
 export function makeLeaf(
   dir: string,
   ca: Pem,
   name: string,
   usage: 'server' | 'client' = 'server',
-  names: readonly string[] = ['127.0.0.1', 'localhost'],
+  names: readonly string[] = usage === 'server' ? ['127.0.0.1', 'localhost'] : [],
 ): Pem {
   const base = `${name}-${++seq}`;
   writeFileSync(join(dir, `${base}-ca.crt`), ca.cert);
   writeFileSync(join(dir, `${base}-ca.key`), ca.key, { mode: 0o600 });
+  const san = names.map((n) => (/^(DNS|URI|IP):/.test(n) ? n : /^\d+\.\d+\.\d+\.\d+$/.test(n) ? `IP:${n}` : `DNS:${n}`)).join(',');
   writeFileSync(
     join(dir, `${base}.ext`),
-    usage === 'server'
-      ? `subjectAltName=${names.map((n) => (/^\d+\.\d+\.\d+\.\d+$/.test(n) ? `IP:${n}` : `DNS:${n}`)).join(',')}\nextendedKeyUsage=serverAuth\n`
-      : 'extendedKeyUsage=clientAuth\n',
+    `${san ? `subjectAltName=${san}\n` : ''}extendedKeyUsage=${usage === 'server' ? 'serverAuth' : 'clientAuth'}\n`,
   );
   openssl(
     [
@@ -156,6 +157,8 @@ export interface HttpsAnswer {
   served: string;
   /** The request went out on a kept-alive connection opened by an earlier request. */
   reusedSocket: boolean;
+  /** The connection it went out on (kept open by a keep-alive agent). */
+  socket: TLSSocket;
 }
 
 export interface HttpsCall {
@@ -196,12 +199,13 @@ export function httpsCall(c: HttpsCall): Promise<HttpsAnswer> {
         headers: { ...(c.body !== undefined ? { 'Content-Length': String(Buffer.byteLength(body)) } : {}), ...c.headers },
       },
       (res) => {
-        const served = (res.socket as TLSSocket).getPeerCertificate().fingerprint256;
+        const socket = res.socket as TLSSocket;
+        const served = socket.getPeerCertificate().fingerprint256;
         let text = '';
         res.setEncoding('utf8');
         res.on('data', (d: string) => (text += d));
         res.on('end', () =>
-          resolve({ status: res.statusCode ?? 0, body: text, headers: res.headers, served, reusedSocket: req.reusedSocket }),
+          resolve({ status: res.statusCode ?? 0, body: text, headers: res.headers, served, reusedSocket: req.reusedSocket, socket }),
         );
         res.on('error', reject);
       },

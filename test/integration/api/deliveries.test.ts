@@ -118,6 +118,105 @@ describe('GET /ops/deliveries', () => {
   });
 });
 
+describe('unverified deliveries are kept apart', () => {
+  const ghBody = (sha: string) => JSON.stringify({ ref: 'refs/heads/main', after: sha, repository: { full_name: 'o/r' } });
+  const github = (app: Harness['app'], body: string, delivery: string, secret = GITHUB_SECRET) =>
+    request(app)
+      .post('/webhook/github')
+      .set('Content-Type', 'application/json')
+      .set('X-GitHub-Event', 'push')
+      .set('X-GitHub-Delivery', delivery)
+      .set('X-Hub-Signature-256', 'sha256=' + createHmac('sha256', secret).update(body).digest('hex'))
+      .send(body);
+
+  it('a flood of bad signatures, many times the verified stream, evicts no genuine delivery: it is still listed and replayed', async () => {
+    // Small streams, so the flood is many times the verified one's cap (and past Redis' trimming
+    // granularity: MAXLEN ~ drops whole nodes, of up to 100 entries).
+    const small = await createHarness(ctx.srv.url, { env: { DELIVERIES_KEPT: '20', DELIVERIES_UNVERIFIED_KEPT: '10' } });
+    try {
+      const genuine = await github(small.app, ghBody('genuine-1'), 'gh-genuine-1');
+      expect(genuine.body).toMatchObject({ accepted: true });
+      const refused = await github(small.app, ghBody('genuine-2'), 'gh-genuine-2', 'a-stale-secret');
+      expect(refused.status).toBe(403);
+      // Strangers: wrong signatures with delivery ids of their choosing, 300 of them.
+      for (let round = 0; round < 6; round++) {
+        const answers = await Promise.all(
+          Array.from({ length: 50 }, (_, i) => github(small.app, ghBody(`flood-${round}-${i}`), `flood-${round}-${i}`, 'not-the-secret')),
+        );
+        expect(answers.every((a) => a.status === 403)).toBe(true);
+      }
+      await small.deliveries.flush();
+      // The sender's stream holds the genuine delivery alone; the strangers' stream its cap and at most a node more.
+      expect(await small.inspect.xlen('opsgate:deliveries:{github}')).toBe(1);
+      expect(await small.inspect.xlen('opsgate:deliveries:unverified:{github}')).toBeLessThanOrEqual(10 + 100);
+
+      const listed = (await list('?source=github&limit=200', RO_KEY, small.app)).body.deliveries as Array<Record<string, any>>;
+      const queued = listed.filter((d) => d.verdict === 'queued');
+      expect(queued).toEqual([
+        expect.objectContaining({ delivery_id: 'gh-genuine-1', job_id: genuine.body.job_id, verified: true, event: expect.any(Object) }),
+      ]);
+      // The unverified ones are listed too, newest first, and told apart.
+      expect(listed[0]).toMatchObject({ verdict: 'bad_signature', verified: false, id: expect.stringMatching(/^github\.unverified\./) });
+      expect((await list('?verdict=queued', RO_KEY, small.app)).body.deliveries).toEqual([queued[0]]);
+      const bad = (await list('?source=github&verdict=bad_signature&limit=200', RO_KEY, small.app)).body.deliveries;
+      expect(bad.length).toBeGreaterThanOrEqual(10);
+      expect(bad.every((d: { verified: boolean }) => !d.verified)).toBe(true);
+      expect(bad[0].delivery_id).toBe('flood-5-49');
+      // The flood pushed out the oldest unverified ones: the genuine sender's refused delivery among them.
+      expect(bad.some((d: { delivery_id: string }) => d.delivery_id === 'gh-genuine-2')).toBe(false);
+
+      const res = await request(small.app)
+        .post(`/ops/deliveries/${queued[0]!.id}/replay`)
+        .set('X-API-Key', OP_KEY)
+        .set('Content-Type', 'application/json')
+        .send({ reason: 'after the flood' });
+      expect(res.status).toBe(200);
+      expect(res.body).toMatchObject({ replayed: true, duplicate: true, job_id: genuine.body.job_id });
+      const [replayed] = await logged(1, '?verdict=duplicate', small);
+      expect(replayed).toMatchObject({ replay_of: queued[0]!.id, verified: true });
+    } finally {
+      await small.close();
+    }
+  }, 60_000);
+
+  it('pages through both streams newest first; an unverified delivery is read by its id and has nothing to replay', async () => {
+    expect((await scm(push('pg-1'))).status).toBe(202);
+    expect((await scm(push('pg-2'), { 'X-Scm-Token': 'wrong' })).status).toBe(403);
+    expect((await scm(push('pg-3'))).status).toBe(202);
+    expect((await scm(push('pg-4'), { 'X-Scm-Token': 'wrong' })).status).toBe(403);
+    const all = await logged(4);
+    // Newest first to the millisecond (one millisecond's entries of two streams: verified first).
+    expect(all.map((d) => [d.verdict, d.verified, d.event?.sha]).sort()).toEqual([
+      ['bad_signature', false, undefined],
+      ['bad_signature', false, undefined],
+      ['queued', true, 'pg-1'],
+      ['queued', true, 'pg-3'],
+    ]);
+    const at = all.map((d) => Date.parse(d.at));
+    expect(at).toEqual([...at].sort((a, b) => b - a));
+    const seen: string[] = [];
+    let next: string | null = null;
+    do {
+      const res = await list(`?limit=1${next ? `&before=${encodeURIComponent(next)}` : ''}`);
+      expect(res.status).toBe(200);
+      seen.push(...res.body.deliveries.map((d: { id: string }) => d.id));
+      next = res.body.next;
+    } while (next);
+    expect(seen).toEqual(all.map((d) => d.id));
+    const unverified = all.find((d) => !d.verified)!;
+    const one = await request(ctx.h.app).get(`/ops/deliveries/${unverified.id}`).set('X-API-Key', RO_KEY);
+    expect(one.body).toEqual(unverified);
+    expect((await replay(unverified.id)).status).toBe(409);
+  });
+
+  it('a delivery refused after its sender proved itself (a payload that cannot be read) stays with the verified ones', async () => {
+    expect((await scm('{nope')).status).toBe(400);
+    const [d] = await logged(1);
+    expect(d).toMatchObject({ verdict: 'invalid_payload', verified: true, id: expect.stringMatching(/^scm\.\d/) });
+    expect(await ctx.h.inspect.exists('opsgate:deliveries:unverified:{scm}')).toBe(0);
+  });
+});
+
 describe('POST /ops/deliveries/{id}/replay', () => {
   it('a push that failed while the queue was down is replayed once the queue is back: queued, then a duplicate', async () => {
     const queueSrv = await startRedis();
@@ -197,7 +296,7 @@ describe('the log is written in batches', () => {
   it('sends what waits before its connection closes at shutdown (flush), none lost', async () => {
     const redis = createRedis(ctx.srv.url, 'request', 'test-deliveries-shutdown');
     await waitReady(redis);
-    const log = createDeliveryLog({ redis, logger: createLogger({ level: 'error', write: () => {} }), keep: 1000 });
+    const log = createDeliveryLog({ redis, logger: createLogger({ level: 'error', write: () => {} }), keep: 1000, keepUnverified: 100 });
     for (let i = 0; i < 5; i++) log.record({ source: 'scm', verdict: 'duplicate', status: 202, detail: `last ${i}` });
     // As src/server.ts stops: flush, then QUIT (which waits for the replies of what was sent).
     await log.flush();

@@ -1,5 +1,7 @@
 import { connect } from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { connect as tlsConnect, type TLSSocket } from 'node:tls';
+import type { AddressInfo } from 'node:net';
 import { Agent } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -9,6 +11,7 @@ import { API_ENTRY, WORKER_ENTRY, spawnNode, type OpsProcess } from '../../helpe
 import { RO_KEY, SCM_SECRET } from '../../helpers/apiHarness.js';
 import { httpsCall, makeCa, makeLeaf, SecretVolume, type Pem } from '../../helpers/certs.js';
 import { waitFor } from '../../helpers/waitFor.js';
+import { createListener, loadTlsMaterial } from '../../../src/shared/tls.js';
 
 /**
  * TLS on the real processes (dist/, spawned): HTTPS on the API and metrics ports from a Secret
@@ -28,6 +31,12 @@ let clientCa: Pem;
 let client: Pem;
 let rogueCa: Pem;
 let rogueClient: Pem;
+// One issuer for every workload of a cluster (the chart's default client CA: the TLS Secret's ca.crt).
+let clusterCa: Pem;
+let amByCluster: Pem;
+let billing: Pem;
+let vmalert: Pem;
+const AM_SPIFFE = 'spiffe://cluster.local/ns/monitoring/sa/alertmanager';
 
 beforeAll(async () => {
   srv = await startRedis();
@@ -39,6 +48,10 @@ beforeAll(async () => {
   client = makeLeaf(dir, clientCa, 'alertmanager', 'client');
   rogueCa = makeCa(dir, 'rogue-ca');
   rogueClient = makeLeaf(dir, rogueCa, 'rogue', 'client');
+  clusterCa = makeCa(dir, 'cluster-issuer');
+  amByCluster = makeLeaf(dir, clusterCa, 'alertmanager', 'client', [`URI:${AM_SPIFFE}`, 'DNS:alertmanager.monitoring.svc']);
+  billing = makeLeaf(dir, clusterCa, 'billing', 'client', ['URI:spiffe://cluster.local/ns/billing/sa/billing', 'DNS:billing.billing.svc']);
+  vmalert = makeLeaf(dir, clusterCa, 'vmalert', 'client');
 }, 60_000);
 afterAll(async () => {
   await srv?.destroy();
@@ -250,6 +263,12 @@ describe('API and metrics over HTTPS (real process)', () => {
       });
 
     it('no certificate or one of another CA: 403 {detail}; a trusted certificate still needs the token; both: 202; other paths need no certificate', async () => {
+      // No list of allowed names: every certificate of the CA is accepted, and the start said so.
+      expect(
+        api
+          .logs()
+          .find((l) => l.level === 'warn' && String(l.msg).startsWith('TLS_CLIENT_CA_FILE is set without TLS_CLIENT_ALLOWED_NAMES')),
+      ).toBeDefined();
       const none = await post({ token: ALERTS_TOKEN });
       expect(none.status).toBe(403);
       expect(JSON.parse(none.body)).toEqual({ detail: 'a client certificate is required' });
@@ -284,6 +303,233 @@ describe('API and metrics over HTTPS (real process)', () => {
       );
       expect((await post({ clientCert: client, token: ALERTS_TOKEN })).status).toBe(202);
     });
+  });
+});
+
+/** Alerts to /webhook/alerts (no token configured: the client certificate is the only gate). */
+const postAlerts = (port: number, clientCert: Pem | undefined, agent?: Agent) =>
+  httpsCall({
+    port,
+    path: '/webhook/alerts',
+    method: 'POST',
+    ca: ca.cert,
+    ...(clientCert ? { clientCert } : {}),
+    ...(agent ? { agent } : {}),
+    headers: { 'Content-Type': 'application/json' },
+    body: alerts,
+  });
+
+/** A keep-alive client presenting `cert`: two deliveries on one connection, which it returns. */
+async function keptAlive(port: number, cert: Pem): Promise<{ agent: Agent; socket: TLSSocket }> {
+  const agent = new Agent({ keepAlive: true, maxSockets: 1, ca: ca.cert, cert: cert.cert, key: cert.key });
+  const first = await postAlerts(port, cert, agent);
+  const second = await postAlerts(port, cert, agent);
+  expect([first.status, second.status, second.reusedSocket, second.socket === first.socket]).toEqual([202, 202, true, true]);
+  return { agent, socket: first.socket };
+}
+
+/** Requests every 200 ms on one kept-alive connection presenting no certificate, until stopped. */
+function liveWithoutCertificate(port: number) {
+  const agent = new Agent({ keepAlive: true, maxSockets: 1, ca: ca.cert });
+  const seen: Array<{ status: number; reusedSocket: boolean }> = [];
+  let stop = false;
+  const loop = (async () => {
+    while (!stop) {
+      const r = await httpsCall({ port, path: '/health', ca: ca.cert, agent });
+      seen.push({ status: r.status, reusedSocket: r.reusedSocket });
+      await new Promise((res) => setTimeout(res, 200));
+    }
+  })();
+  return {
+    seen,
+    async stop() {
+      stop = true;
+      await loop.catch(() => {});
+      agent.destroy();
+    },
+  };
+}
+
+describe('allowed client certificates on /webhook/alerts: a CA that signs for every workload (real process)', () => {
+  const spawnApi = async (vol: SecretVolume, env: Record<string, string>) => {
+    const port = await freePort();
+    const p = spawnNode(API_ENTRY, {
+      env: {
+        PORT: String(port),
+        METRICS_PORT: String(await freePort()),
+        REDIS_URL: srv.url,
+        OPS_API_KEY_ROLES: `${RO_KEY}:readonly`,
+        RATE_LIMIT_RPS: '0',
+        TLS_CERT_FILE: vol.path('tls.crt'),
+        TLS_KEY_FILE: vol.path('tls.key'),
+        TLS_CLIENT_CA_FILE: vol.path('ca.crt'),
+        TLS_RELOAD_INTERVAL_MS: '200',
+        ...env,
+      },
+    });
+    await p.waitForLog((l) => l.msg === 'api listening', 60_000);
+    await waitFor('API ready over HTTPS', async () => (await httpsCall({ port, path: '/ready', ca: ca.cert })).status === 200, 60_000);
+    return { p, port };
+  };
+
+  describe('TLS_CLIENT_ALLOWED_NAMES', () => {
+    let vol: SecretVolume;
+    let api: OpsProcess;
+    let port: number;
+    beforeAll(async () => {
+      vol = new SecretVolume(join(dir, 'allowed-env-tls'));
+      vol.write({ 'tls.crt': certA.cert, 'tls.key': certA.key, 'ca.crt': clusterCa.cert });
+      ({ p: api, port } = await spawnApi(vol, { TLS_CLIENT_ALLOWED_NAMES: `URI:${AM_SPIFFE}, CN=vmalert` }));
+    }, PROCESS_TIMEOUT);
+    afterAll(async () => {
+      await api?.stop();
+    });
+
+    it("another workload's certificate of the same CA, not on the list: 403 {detail}; a listed one, by URI or by subject: 202", async () => {
+      expect(api.logs().find((l) => l.msg === 'api listening')).toMatchObject({
+        client_certificates: 'requested',
+        client_allowed_names: [`URI:${AM_SPIFFE}`, 'CN=vmalert'],
+      });
+      expect(api.logs().some((l) => l.level === 'warn' && String(l.msg).includes('TLS_CLIENT_ALLOWED_NAMES'))).toBe(false);
+
+      const other = await postAlerts(port, billing);
+      expect(other.status).toBe(403);
+      expect(JSON.parse(other.body)).toEqual({ detail: 'client certificate is not on the list of allowed names' });
+      expect((await postAlerts(port, undefined)).status).toBe(403);
+
+      const am = await postAlerts(port, amByCluster);
+      expect(am.status).toBe(202);
+      expect(JSON.parse(am.body)).toMatchObject({ received: 1, firing: 1 });
+      expect((await postAlerts(port, vmalert)).status).toBe(202);
+      const audits = await waitFor('the audit lines of both accepted deliveries', () => {
+        const a = api.logs().filter((l) => l.msg === 'audit' && l.path === '/webhook/alerts' && l.status === 202);
+        return a.length === 2 ? a : false;
+      });
+      expect(audits.map((a) => a.client_name)).toEqual([`URI:${AM_SPIFFE}`, 'CN=vmalert']);
+      const refused = api.logs().find((l) => l.msg === 'audit' && l.path === '/webhook/alerts' && l.status === 403);
+      expect(refused).toBeDefined();
+    });
+
+    it(
+      'a changed CA closes the connections that presented a certificate before it; their next request is judged again; connections without one stay',
+      async () => {
+        const live = liveWithoutCertificate(port);
+        const { agent, socket } = await keptAlive(port, amByCluster);
+        try {
+          await waitFor('the live client to run', () => live.seen.length >= 2);
+          // The cluster issuer is no longer trusted: only Alertmanager's own CA is.
+          vol.write({ 'tls.crt': certA.cert, 'tls.key': certA.key, 'ca.crt': clientCa.cert });
+          const changed = await api.waitForLog(
+            (l) => l.msg === 'tls client CA changed: connections that presented a client certificate closed',
+            30_000,
+          );
+          expect(changed).toMatchObject({ listener: 'api', closed: 1 });
+          await waitFor('the kept-alive connection closed', () => socket.destroyed, 5_000);
+          const next = await postAlerts(port, amByCluster, agent);
+          expect([next.status, next.reusedSocket]).toEqual([403, false]);
+          expect(JSON.parse(next.body)).toEqual({ detail: 'client certificate is not signed by a trusted CA' });
+          const n = live.seen.length;
+          await waitFor('the live client to go on', () => live.seen.length >= n + 2);
+        } finally {
+          await live.stop();
+          agent.destroy();
+        }
+        expect(live.seen.every((r) => r.status === 200)).toBe(true);
+        expect(live.seen.slice(1).every((r) => r.reusedSocket)).toBe(true);
+      },
+      PROCESS_TIMEOUT,
+    );
+  });
+
+  describe('TLS_CLIENT_ALLOWED_NAMES_FILE', () => {
+    let vol: SecretVolume;
+    let names: SecretVolume;
+    let api: OpsProcess;
+    let port: number;
+    beforeAll(async () => {
+      vol = new SecretVolume(join(dir, 'allowed-file-tls'));
+      vol.write({ 'tls.crt': certA.cert, 'tls.key': certA.key, 'ca.crt': clusterCa.cert });
+      names = new SecretVolume(join(dir, 'allowed-file-names'));
+      names.write({ 'allowed-names': `# Alertmanager, by its ServiceAccount\nURI:${AM_SPIFFE}\n` });
+      ({ p: api, port } = await spawnApi(vol, { TLS_CLIENT_ALLOWED_NAMES_FILE: names.path('allowed-names') }));
+    }, PROCESS_TIMEOUT);
+    afterAll(async () => {
+      await api?.stop();
+    });
+
+    it(
+      'a changed list applies at once and closes the connections that presented a certificate before it; an emptied file is refused',
+      async () => {
+        expect((await postAlerts(port, billing)).status).toBe(403);
+        const { agent, socket } = await keptAlive(port, amByCluster);
+        try {
+          names.write({ 'allowed-names': 'DNS:billing.billing.svc\n' });
+          const reloaded = await api.waitForLog(
+            (l) => l.msg === 'credentials reloaded' && l.variable === 'TLS_CLIENT_ALLOWED_NAMES_FILE',
+            30_000,
+          );
+          expect(reloaded).toMatchObject({ allowed_names: ['DNS:billing.billing.svc'], closed_connections: 1 });
+          await waitFor('the kept-alive connection closed', () => socket.destroyed, 5_000);
+          const next = await postAlerts(port, amByCluster, agent);
+          expect([next.status, next.reusedSocket]).toEqual([403, false]);
+          expect((await postAlerts(port, billing)).status).toBe(202);
+        } finally {
+          agent.destroy();
+        }
+
+        // An emptied file would let every certificate of the CA in: refused, the last list stays.
+        names.write({ 'allowed-names': '# nobody\n' });
+        const refused = await api.waitForLog((l) => l.msg === 'credentials reload refused: keeping the ones in use', 30_000);
+        expect(refused).toMatchObject({
+          variable: 'TLS_CLIENT_ALLOWED_NAMES_FILE',
+          problems: [{ variable: 'TLS_CLIENT_ALLOWED_NAMES_FILE', problem: expect.stringContaining('lists no name') }],
+        });
+        expect((await postAlerts(port, amByCluster)).status).toBe(403);
+        expect((await postAlerts(port, billing)).status).toBe(202);
+      },
+      PROCESS_TIMEOUT,
+    );
+  });
+});
+
+describe('createListener: a handshake under way when the client CA changes (in process)', () => {
+  it('a connection accepted before the change and verified after it is closed at the end of its handshake; a later one is served', async () => {
+    const vol = new SecretVolume(join(dir, 'listener-tls'));
+    vol.write({ 'tls.crt': certA.cert, 'tls.key': certA.key, 'ca.crt': clusterCa.cert });
+    const files = {
+      certFile: vol.path('tls.crt'),
+      keyFile: vol.path('tls.key'),
+      caFile: vol.path('ca.crt'),
+      vars: { cert: 'TLS_CERT_FILE', key: 'TLS_KEY_FILE', ca: 'TLS_CLIENT_CA_FILE' },
+    };
+    const { server, clientConnections } = createListener((_req, res) => res.end('ok'), {
+      tls: { files, material: loadTlsMaterial(files), intervalMs: 60_000 },
+      listener: 'api',
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const port = (server.address() as AddressInfo).port;
+    const connections = () => new Promise<number>((resolve, reject) => server.getConnections((e, n) => (e ? reject(e) : resolve(n))));
+    try {
+      // Accepted (TCP), its handshake not begun: then the change.
+      const raw = connect(port, '127.0.0.1');
+      await new Promise<void>((resolve) => raw.once('connect', () => resolve()));
+      await waitFor('the server to accept the connection', async () => (await connections()) === 1);
+      expect(clientConnections!.closeAll()).toBe(0);
+      // The handshake now, verified by the context the connection was accepted with.
+      const late = tlsConnect({ socket: raw, ca: ca.cert, cert: amByCluster.cert, key: amByCluster.key, servername: 'localhost' });
+      let answered = '';
+      late.on('data', (d: Buffer) => (answered += d.toString('latin1')));
+      late.on('error', () => {}); // a reset is a close too
+      late.once('secureConnect', () => late.write('GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n'));
+      await waitFor('the late connection closed', () => late.destroyed || late.closed, 10_000);
+      expect(answered).toBe('');
+      // Accepted after the change: served.
+      const after = await httpsCall({ port, path: '/', ca: ca.cert, clientCert: amByCluster });
+      expect([after.status, after.body]).toEqual([200, 'ok']);
+    } finally {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
   });
 });
 
@@ -333,6 +579,16 @@ describe('start-up refusals (real process)', () => {
       name: 'a client CA without TLS',
       env: (v: SecretVolume) => ({ TLS_CLIENT_CA_FILE: v.path('tls.crt') }),
       variable: 'TLS_CLIENT_CA_FILE',
+    },
+    {
+      name: 'an allowed name that is not DNS:<name>, URI:<uri> or <ATTR>=<value>',
+      env: (v: SecretVolume) => ({
+        TLS_CERT_FILE: v.path('tls.crt'),
+        TLS_KEY_FILE: v.path('tls.key'),
+        TLS_CLIENT_CA_FILE: v.path('tls.crt'),
+        TLS_CLIENT_ALLOWED_NAMES: 'URI:spiffe://cluster.local/ns/monitoring/sa/alertmanager,alertmanager',
+      }),
+      variable: 'TLS_CLIENT_ALLOWED_NAMES',
     },
   ])(
     '$name -> exit 1, one stderr line naming $variable, no key material',

@@ -41,6 +41,7 @@ describe('tls-values.yaml: cert-manager, mutual TLS, Traefik, ServiceMonitor', (
       METRICS_TLS_CERT_FILE: '/etc/opsgate-tls/tls.crt',
       METRICS_TLS_KEY_FILE: '/etc/opsgate-tls/tls.key',
       TLS_CLIENT_CA_FILE: '/etc/opsgate-client-ca/ca.crt',
+      TLS_CLIENT_ALLOWED_NAMES: 'URI:spiffe://cluster.local/ns/monitoring/sa/alertmanager,CN=alertmanager',
       TLS_RELOAD_INTERVAL_MS: '10000',
     });
     for (const name of ['opsgate-api', 'opsgate-worker']) {
@@ -113,6 +114,9 @@ describe('tls-values.yaml: cert-manager, mutual TLS, Traefik, ServiceMonitor', (
     expect(notes).toContain('http_config.tls_config.ca_file');
     expect(notes).toContain('http_config.tls_config.cert_file/key_file');
     expect(notes).toContain(`url: https://${SERVER_NAME}:443/webhook/alerts`);
+    expect(notes).toContain(
+      'allowed certificates (TLS_CLIENT_ALLOWED_NAMES): URI:spiffe://cluster.local/ns/monitoring/sa/alertmanager, CN=alertmanager; any other: 403',
+    );
     for (const secret of ['fake-alerts-token-0008', 'fake-operator-key-0008']) expect(notes).not.toContain(secret);
   });
 });
@@ -168,6 +172,43 @@ describe('where the certificate comes from', () => {
     [{ 'tls.reloadIntervalMs': '10' }, /reloadIntervalMs/],
   ])('refused: %j', async (set, message) => {
     expect(await renderError({ files: ['tls-values.yaml'], set })).toMatch(message);
+  });
+});
+
+describe('tls.clientAuth.allowedNames: which certificates of the client CA may post alerts', () => {
+  test('empty (the default): no TLS_CLIENT_ALLOWED_NAMES, and NOTES.txt warns that every certificate of the issuer passes', async () => {
+    // The defaults with mutual TLS on, the CA being the TLS Secret's own (a cluster issuer's).
+    const set = { 'tls.enabled': 'true', 'tls.existingSecret': 'my-opsgate-tls', 'tls.clientAuth.enabled': 'true' };
+    const objs = await render({ files: ['defaults-values.yaml'], set });
+    expect(cm(objs).TLS_CLIENT_CA_FILE).toBe('/etc/opsgate-tls/ca.crt');
+    expect(cm(objs).TLS_CLIENT_ALLOWED_NAMES).toBeUndefined();
+    const notes = await renderNotes('defaults-values.yaml', set);
+    expect(notes).toContain(
+      'WARNING: tls.clientAuth.allowedNames is empty: every certificate the issuer of "my-opsgate-tls" (any workload it serves) signed is accepted',
+    );
+  });
+
+  test('a change of the list rolls the api pods (the ConfigMap checksum): no connection outlives it', async () => {
+    const [base, changed] = await Promise.all([
+      render({ files: ['tls-values.yaml'] }),
+      render({ files: ['tls-values.yaml'], set: { 'tls.clientAuth.allowedNames[0]': 'DNS:alertmanager.monitoring.svc' } }),
+    ]);
+    expect(cm(changed).TLS_CLIENT_ALLOWED_NAMES).toBe('DNS:alertmanager.monitoring.svc,CN=alertmanager');
+    const checksum = (objs: K8sObject[]) => one(objs, 'Deployment', 'opsgate-api').spec.template.metadata.annotations['checksum/config'];
+    expect(checksum(changed)).not.toBe(checksum(base));
+  });
+
+  test.each([
+    ['alertmanager'],
+    // Helm's --set takes "\\," as a comma inside the value: two entries in one.
+    ['DNS:a\\,DNS:b'],
+    ['URI:spiffe://x y'],
+    ['dns:alertmanager'],
+    ['CN='],
+  ])('the schema refuses the entry %j', async (entry) => {
+    const err = await renderError({ files: ['tls-values.yaml'], set: { 'tls.clientAuth.allowedNames[0]': entry } });
+    expect(err).toMatch(/values don't meet the specifications of the schema/);
+    expect(err).toMatch(/allowedNames/);
   });
 });
 

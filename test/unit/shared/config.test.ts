@@ -2,6 +2,7 @@ import { describe, expect, it } from '@jest/globals';
 import {
   absentSecretFileWarnings,
   apiTlsFiles,
+  clientCertificateWarnings,
   loadApiConfig,
   loadWorkerConfig,
   metricsTlsFiles,
@@ -250,6 +251,99 @@ describe('TLS files', () => {
     });
     const w = loadWorkerConfig({ REDIS_URL: base.REDIS_URL, METRICS_TLS_CERT_FILE: '/t/tls.crt', METRICS_TLS_KEY_FILE: '/t/tls.key' });
     expect(metricsTlsFiles(w)?.vars).toEqual({ cert: 'METRICS_TLS_CERT_FILE', key: 'METRICS_TLS_KEY_FILE' });
+  });
+});
+
+describe('allowed client certificates (TLS_CLIENT_ALLOWED_NAMES, TLS_CLIENT_ALLOWED_NAMES_FILE)', () => {
+  const base = {
+    OPS_API_KEY_ROLES: 'a-long-enough-key-0001:readonly',
+    REDIS_URL: 'redis://127.0.0.1:6379',
+    TLS_CERT_FILE: '/t/tls.crt',
+    TLS_KEY_FILE: '/t/tls.key',
+    TLS_CLIENT_CA_FILE: '/t/ca.crt',
+  };
+  const dir = mkdtempSync(join(tmpdir(), 'opsgate-allowed-names-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  const file = (text: string) => {
+    const path = join(dir, `names-${Math.random().toString(36).slice(2)}`);
+    writeFileSync(path, text);
+    return path;
+  };
+
+  it('parses DNS:, URI: and subject entries; unset: none, with a start-up warning while a client CA is set', () => {
+    const c = loadApiConfig({
+      ...base,
+      TLS_CLIENT_ALLOWED_NAMES:
+        ' dns:Alertmanager.monitoring.svc , URI:spiffe://cluster.local/ns/monitoring/sa/alertmanager,CN=vmalert+O=monitoring',
+    });
+    expect(c.clientAllowedNames.map((e) => e.text)).toEqual([
+      'DNS:alertmanager.monitoring.svc',
+      'URI:spiffe://cluster.local/ns/monitoring/sa/alertmanager',
+      'CN=vmalert+O=monitoring',
+    ]);
+    expect(clientCertificateWarnings(c)).toEqual([]);
+    const open = loadApiConfig(base);
+    expect(open.clientAllowedNames).toEqual([]);
+    expect(clientCertificateWarnings(open)).toEqual([
+      expect.stringMatching(/^TLS_CLIENT_CA_FILE is set without TLS_CLIENT_ALLOWED_NAMES: /),
+    ]);
+    expect(clientCertificateWarnings(loadApiConfig({ OPS_API_KEY_ROLES: base.OPS_API_KEY_ROLES, REDIS_URL: base.REDIS_URL }))).toEqual([]);
+  });
+
+  it('refuses an entry of no known form, an empty one, a wildcard, a relative URI, a repeat; by position', () => {
+    const problems = (v: string) => refusal(() => loadApiConfig({ ...base, TLS_CLIENT_ALLOWED_NAMES: v })).problems;
+    expect(problems('alertmanager')).toEqual([
+      { variable: 'TLS_CLIENT_ALLOWED_NAMES', problem: 'entry 1 is not DNS:<name>, URI:<uri> or <ATTR>=<value> (such as CN=alertmanager)' },
+    ]);
+    expect(problems('CN=a,,DNS:*.svc,URI:not a uri,CN=a').map((p) => p.problem)).toEqual([
+      'entry 2 is empty',
+      expect.stringMatching(/^entry 3 has a DNS name with characters other than/),
+      expect.stringMatching(/^entry 4 has a URI that is not an absolute URI/),
+      'entry 5 repeats an earlier entry',
+    ]);
+    expect(problems('DNS:')[0]!.problem).toBe('entry 1 has an empty DNS name');
+  });
+
+  it('only with a client CA; the file or the variable, not both', () => {
+    const noCa = { ...base, TLS_CLIENT_CA_FILE: '' };
+    expect(refusal(() => loadApiConfig({ ...noCa, TLS_CLIENT_ALLOWED_NAMES: 'CN=a' })).problems).toEqual([
+      {
+        variable: 'TLS_CLIENT_ALLOWED_NAMES',
+        problem: 'needs TLS_CLIENT_CA_FILE (the names are those of client certificates its CA signed)',
+      },
+    ]);
+    expect(refusal(() => loadApiConfig({ ...noCa, TLS_CLIENT_ALLOWED_NAMES_FILE: file('CN=a') })).variable).toBe(
+      'TLS_CLIENT_ALLOWED_NAMES_FILE',
+    );
+    expect(
+      refusal(() => loadApiConfig({ ...base, TLS_CLIENT_ALLOWED_NAMES: 'CN=a', TLS_CLIENT_ALLOWED_NAMES_FILE: file('CN=b') })).problems,
+    ).toEqual([{ variable: 'TLS_CLIENT_ALLOWED_NAMES_FILE', problem: 'is set together with TLS_CLIENT_ALLOWED_NAMES; set one of them' }]);
+  });
+
+  it('the file: entries by line or comma, comments skipped; a file that names no one or cannot be read is refused', () => {
+    const path = file('# Alertmanager\nURI:spiffe://cluster.local/ns/monitoring/sa/alertmanager\r\n\nDNS:a.svc, CN=b\n');
+    const c = loadApiConfig({ ...base, TLS_CLIENT_ALLOWED_NAMES_FILE: path });
+    expect(c.clientAllowedNames.map((e) => e.text)).toEqual([
+      'URI:spiffe://cluster.local/ns/monitoring/sa/alertmanager',
+      'DNS:a.svc',
+      'CN=b',
+    ]);
+    expect(c.clientAllowedNamesFile).toMatchObject({ variable: 'TLS_CLIENT_ALLOWED_NAMES_FILE', path });
+    expect(refusal(() => loadApiConfig({ ...base, TLS_CLIENT_ALLOWED_NAMES_FILE: file('# none\n\n') })).problems[0]!.problem).toMatch(
+      /^lists no name/,
+    );
+    expect(refusal(() => loadApiConfig({ ...base, TLS_CLIENT_ALLOWED_NAMES_FILE: join(dir, 'missing') })).problems).toEqual([
+      { variable: 'TLS_CLIENT_ALLOWED_NAMES_FILE', problem: 'cannot be read (ENOENT)' },
+    ]);
+  });
+});
+
+describe('deliveries kept', () => {
+  it('each sender keeps 1000 verified and 100 unverified deliveries by default; 0 keeps none', () => {
+    const base = { OPS_API_KEY_ROLES: 'a-long-enough-key-0001:readonly', REDIS_URL: 'redis://127.0.0.1:6379' };
+    expect(loadApiConfig(base)).toMatchObject({ DELIVERIES_KEPT: 1000, DELIVERIES_UNVERIFIED_KEPT: 100 });
+    expect(loadApiConfig({ ...base, DELIVERIES_UNVERIFIED_KEPT: '0' }).DELIVERIES_UNVERIFIED_KEPT).toBe(0);
+    expect(refusal(() => loadApiConfig({ ...base, DELIVERIES_UNVERIFIED_KEPT: '-1' })).variable).toBe('DELIVERIES_UNVERIFIED_KEPT');
   });
 });
 
