@@ -80,9 +80,6 @@ export function changeOfApproval(a: Approval): Change {
   };
 }
 
-/** A principal, and its owner when that is someone else's name. */
-const who = (p: Principal): string => (p.owner === p.principal ? p.principal : `${p.principal} (${p.owner})`);
-
 const selfApproval = (owner: string) =>
   new ForbiddenError(
     `the requester cannot approve their own change: the credential belongs to ${owner}, who asked for it (four eyes: another person must approve it)`,
@@ -198,7 +195,7 @@ export async function decideApproval(g: Guards, req: DecisionRequest): Promise<D
           ...targetFields(changeOfApproval(a).target),
           job_id: a.id,
           approval_id: a.id,
-          outcome: { result: 'rejected', reason: `${who(req.by)}: ${req.reason}` },
+          outcome: { result: 'rejected', reason: `${req.by.principal}: ${req.reason}` },
           approvers: a.approvers.map((x) => x.by),
           audit_id: a.audit_id,
           requested_by: a.requester,

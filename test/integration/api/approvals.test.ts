@@ -229,7 +229,7 @@ describe('a restart whose host asks for approval', () => {
     const report = (await jobsNamed(ctx.h, JOB.reportChange)).find((j) => j.data.event === 'approval_rejected');
     expect(report?.data.outcome).toEqual({
       result: 'rejected',
-      reason: `${keyId(OP_KEY)} (env:${credentialId(OP_KEY)}): not during the sale`,
+      reason: `${keyId(OP_KEY)}: not during the sale`,
     });
     const job = await request(ctx.h.app).get(`/ops/jobs/${body.approval_id}`).set('X-API-Key', RO_KEY);
     expect(job.body).toMatchObject({ state: 'rejected', outcome: { result: 'rejected', reason: `${keyId(OP_KEY)}: not during the sale` } });

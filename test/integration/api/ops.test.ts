@@ -3,7 +3,7 @@ import request from 'supertest';
 import { startRedis } from '../../helpers/redis.js';
 import { credentialId } from '../../../src/shared/crypto.js';
 import { JOB } from '../../../src/shared/jobs.js';
-import { BEARER, containsSecret, createHarness, OP_KEY, OP_KEY_2, RO_KEY, useHarness } from '../../helpers/apiHarness.js';
+import { BEARER, BEARER_OWNER, containsSecret, createHarness, OP_KEY, OP_KEY_2, RO_KEY, useHarness } from '../../helpers/apiHarness.js';
 import { enqueue } from '../../helpers/queueOps.js';
 
 /**
@@ -69,6 +69,8 @@ describe('POST /ops/restart (bearer)', () => {
       service: 'checkout',
       audit_id: res.headers['x-request-id'], // our id, never the caller's X-Request-Id
       requested_by: `bearer:${credentialId(BEARER)}`,
+      requested_owner: BEARER_OWNER,
+      requested_credential: credentialId(BEARER),
     });
   });
   it.each([['bearer'], ['BEARER'], ['BeArEr']])('scheme %s is accepted (case-insensitive)', async (scheme) => {
