@@ -2,7 +2,13 @@ import { z } from 'zod';
 import { approvalViewSchema, decisionAnswerSchema, decisionBodySchema, pendingApprovalSchema } from '../changes/approvals/view.js';
 import { deployDryRunSchema, restartDryRunSchema } from '../changes/dryRun.js';
 import { freezeBodySchema, freezeViewSchema, liftAnswerSchema, liftBodySchema } from '../changes/freezes/service.js';
-import { idempotencyKeySchema, restartAckSchema, restartOptionsSchema, restartQuerySchema } from '../routes/restartQuery.js';
+import {
+  dryRunQuerySchema,
+  idempotencyKeySchema,
+  restartAckSchema,
+  restartOptionsSchema,
+  restartQuerySchema,
+} from '../routes/restartQuery.js';
 import { approvalListSchema } from '../changes/approvals/routes.js';
 import { freezeListSchema, holdListSchema } from '../changes/freezes/routes.js';
 import { jobListSchema, jobViewSchema, listJobsQuerySchema, retryAnswerSchema, retryBodySchema } from '../routes/jobs.js';
@@ -467,6 +473,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
     tags: ['deliveries'],
     security: ['apiKey'],
     pathParams: deliveryIdParam,
+    query: dryRunQuerySchema,
     body: { contentTypes: ['application/json'], schema: replayBodySchema, required: true },
     responses: {
       200: {

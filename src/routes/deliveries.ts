@@ -4,6 +4,7 @@ import { DELIVERY_ID, VERDICTS, deliveryViewSchema, type DeliveryLog } from '../
 import { pushChange, submitPush } from '../changes/push.js';
 import type { Change, DeployTarget } from '../changes/types.js';
 import { principalOf } from './principal.js';
+import { dryRunQuery } from './restartQuery.js';
 import { dryRunDeploy } from '../changes/dryRun.js';
 import type { Guards } from '../changes/guards.js';
 import type { Intake, Outcome } from '../domain/intake.js';
@@ -78,7 +79,7 @@ export const replayBodySchema = z.object({
     .boolean()
     .optional()
     .describe(
-      "change nothing: answer what the replay would do (the guards' verdicts) and what the Kubernetes API server says to the worker's own identity about the deploy Job",
+      "change nothing: answer what the replay would do (the guards' verdicts) and what the Kubernetes API server says to the worker's own identity about the deploy Job; also given as ?dry_run=true, as on POST /ops/restart",
     ),
 });
 
@@ -158,7 +159,8 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
         ...(e.before !== undefined ? { before: e.before } : {}),
         ...(view.delivery_id ? { deliveryId: view.delivery_id } : {}),
       };
-      if (body.data.dry_run) {
+      // dry_run as on POST /ops/restart (the query), or in the body.
+      if (dryRunQuery(req.query) || body.data.dry_run) {
         const answer = await dryRunDeploy(deps.guards, { ...pushChange(deps.guards, request), dryRun: true } as Change & {
           target: DeployTarget;
         });

@@ -79,3 +79,18 @@ export function restartTargetQuery(query: Record<string, unknown>): { host: stri
   if (!q.success) throw new UnprocessableError(q.error.issues[0]!.message);
   return q.data;
 }
+
+/** `?dry_run=true` of a change's route (a restart, a delivery's replay): given once, true or false (422 otherwise). */
+export const dryRunQuerySchema = z.object({
+  dry_run: flag('dry_run').describe(
+    "change nothing: answer what would happen (the guards' verdicts) and what the Kubernetes API server says to the worker's own identity (a server-side dry run)",
+  ),
+});
+
+export function dryRunQuery(query: Record<string, unknown>): boolean {
+  const v = query.dry_run;
+  if (v !== undefined && typeof v !== 'string') throw new UnprocessableError('query parameter "dry_run" must be given once, as a string');
+  const parsed = dryRunQuerySchema.safeParse({ dry_run: v });
+  if (!parsed.success) throw new UnprocessableError(parsed.error.issues[0]!.message);
+  return parsed.data.dry_run;
+}

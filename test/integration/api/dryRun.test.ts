@@ -153,6 +153,20 @@ describe('POST /ops/deliveries/{id}/replay with dry_run', () => {
       verdicts: { duplicate: { job_id: sent.body.job_id }, approval: null, gate: { open: true } },
       kubernetes: { checked: false },
     });
+    // dry_run given as on POST /ops/restart: the query parameter
+    const byQuery = await request(ctx.h.app)
+      .post(`/ops/deliveries/${delivery}/replay?dry_run=true`)
+      .set('X-API-Key', OP_KEY)
+      .set('Content-Type', 'application/json')
+      .send(JSON.stringify({ reason: 'check' }));
+    expect(byQuery.status).toBe(200);
+    expect(byQuery.body).toMatchObject({ dry_run: true, change: 'deploy', would: 'duplicate' });
+    const bad = await request(ctx.h.app)
+      .post(`/ops/deliveries/${delivery}/replay?dry_run=maybe`)
+      .set('X-API-Key', OP_KEY)
+      .set('Content-Type', 'application/json')
+      .send(JSON.stringify({ reason: 'check' }));
+    expect(bad.status).toBe(422);
     expect((await allJobs(ctx.h)).length).toBe(before);
   });
 });
