@@ -129,7 +129,7 @@ function parseJsonText(text: string): unknown {
     throw new InvalidJsonError();
   }
   if (valueDeeperThan(value, MAX_JSON_DEPTH)) {
-    throw new UnprocessableError(`payload is nested deeper than ${MAX_JSON_DEPTH} levels`);
+    throw new UnprocessableError(`payload is nested deeper than ${MAX_JSON_DEPTH} levels`, 'payload_too_deep');
   }
   return value;
 }

@@ -100,7 +100,7 @@ describe('a restart whose host asks for approval', () => {
     for (const action of ['approve', 'reject'] as const) {
       const r = await decide(ctx.h.app, body.approval_id, action, RO_KEY);
       expect(r.status).toBe(403);
-      expect(r.body).toEqual({ detail: 'this operation requires an operator key' });
+      expect(r.body).toEqual({ detail: 'this operation requires an operator key', code: 'operator_role_required' });
     }
     expect((await request(ctx.h.app).get('/ops/approvals').set('X-API-Key', RO_KEY)).body.approvals[0].status).toBe('pending');
   });
@@ -250,20 +250,27 @@ describe('a restart whose host asks for approval', () => {
     }
   });
 
-  it('errors are {detail}: unknown approval 404, no reason 422, bad JSON 400, override on reject 422', async () => {
+  it('errors are {detail, code}: unknown approval 404, no reason 422, bad JSON 400, override on reject 422', async () => {
     expect((await decide(ctx.h.app, 'apr-aaaaaaaaaaaaaaaaaaaa', 'approve', OP_KEY)).status).toBe(404);
-    expect((await request(ctx.h.app).get('/ops/approvals/nope').set('X-API-Key', RO_KEY)).body).toEqual({ detail: 'approval not found' });
+    expect((await request(ctx.h.app).get('/ops/approvals/nope').set('X-API-Key', RO_KEY)).body).toEqual({
+      detail: 'approval not found',
+      code: 'approval_not_found',
+    });
     const { body } = await restartAs(ctx.h.app, '?host=pay-1&service=api');
     const noReason = await decide(ctx.h.app, body.approval_id, 'approve', OP_KEY_2, {});
     expect(noReason.status).toBe(422);
     expect(noReason.body.detail).toMatch(/^invalid body field reason/);
+    expect(noReason.body.code).toBe('invalid_body');
     const bad = await request(ctx.h.app)
       .post(`/ops/approvals/${body.approval_id}/approve`)
       .set('X-API-Key', OP_KEY_2)
       .set('Content-Type', 'application/json')
       .send('{nope');
     expect(bad.status).toBe(400);
-    expect((await decide(ctx.h.app, body.approval_id, 'reject', OP_KEY_2, { reason: 'x', override: true })).status).toBe(422);
+    expect(bad.body.code).toBe('invalid_json');
+    const overrideOnReject = await decide(ctx.h.app, body.approval_id, 'reject', OP_KEY_2, { reason: 'x', override: true });
+    expect(overrideOnReject.status).toBe(422);
+    expect(overrideOnReject.body).toEqual({ detail: 'override applies to approve only', code: 'invalid_body' });
   });
 
   it('an Idempotency-Key makes a retried request find its approval', async () => {

@@ -93,14 +93,16 @@ describe('GET /ops/deliveries', () => {
     expect((await request(ctx.h.app).get(`/ops/deliveries/${ids[0]}`).set('X-API-Key', RO_KEY)).body.id).toBe(ids[0]);
   });
 
-  it('bad queries are 422 {detail}; no key 401; unknown id 404', async () => {
+  it('bad queries are 422 {detail, code}; no key 401; unknown id 404', async () => {
     for (const q of ['?source=nope', '?verdict=nope', '?limit=0', '?before=xyz']) {
       const res = await list(q);
       expect(res.status).toBe(422);
-      expect(Object.keys(res.body)).toEqual(['detail']);
+      expect(res.body).toEqual({ detail: expect.any(String), code: 'invalid_query' });
     }
     expect((await request(ctx.h.app).get('/ops/deliveries')).status).toBe(401);
-    expect((await request(ctx.h.app).get('/ops/deliveries/scm.1-0').set('X-API-Key', RO_KEY)).status).toBe(404);
+    const unknown = await request(ctx.h.app).get('/ops/deliveries/scm.1-0').set('X-API-Key', RO_KEY);
+    expect(unknown.status).toBe(404);
+    expect(unknown.body).toEqual({ detail: 'delivery not found', code: 'delivery_not_found' });
   });
 
   it('a rate-limited delivery is recorded as rate_limited', async () => {

@@ -88,10 +88,11 @@ describe('declaring, reading and lifting freezes', () => {
     [{ scope: 'all', reason: 'r', duration: 'soon' }, 'duration must be a duration such as 90m, 2h or 3d'],
     [{ scope: 'all', reason: ' ', duration: '1h' }, /^invalid body field reason/],
     [{ scope: 'galaxy', reason: 'r', duration: '1h' }, /^invalid body field scope/],
-  ])('refused with 422 {detail}: %j', async (body, detail) => {
+  ])('refused with 422 {detail, code: invalid_body}: %j', async (body, detail) => {
     const res = await declare(ctx.h.app, body);
     expect(res.status).toBe(422);
-    if (typeof detail === 'string') expect(res.body).toEqual({ detail });
+    expect(res.body.code).toBe('invalid_body');
+    if (typeof detail === 'string') expect(res.body).toEqual({ detail, code: 'invalid_body' });
     else expect(res.body.detail).toMatch(detail);
   });
 
@@ -136,7 +137,7 @@ describe('a restart a freeze covers', () => {
 
     const noReason = await restartAs(ctx.h.app, '?host=web-1&service=frontend&override=true');
     expect(noReason.status).toBe(422);
-    expect(noReason.body).toEqual({ detail: 'override=true needs a reason (query parameter "reason")' });
+    expect(noReason.body).toEqual({ detail: 'override=true needs a reason (query parameter "reason")', code: 'unprocessable' });
 
     const forced = await restartAs(ctx.h.app, '?host=web-1&service=frontend&override=true&reason=payment%20pods%20stuck', op);
     expect(forced.status).toBe(200);

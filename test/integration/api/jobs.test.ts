@@ -111,10 +111,11 @@ describe('GET /ops/jobs?state=failed (any valid key)', () => {
     ['limit not a number', '?limit=ten', /limit/],
     ['negative offset', '?offset=-1', /offset/],
     ['state given twice', '?state=failed&state=completed', /"state" must be given once/],
-  ])('%s -> 422 {detail}', async (_name, qs, detail) => {
+  ])('%s -> 422 {detail, code: invalid_query}', async (_name, qs, detail) => {
     const res = await list(qs);
     expect(res.status).toBe(422);
-    expect(Object.keys(res.body)).toEqual(['detail']);
+    expect(Object.keys(res.body)).toEqual(['detail', 'code']);
+    expect(res.body.code).toBe('invalid_query');
     expect(res.body.detail).toMatch(detail);
   });
 
@@ -156,7 +157,7 @@ describe('POST /ops/jobs/{id}/retry (operator key)', () => {
     expect((await retry(id!)).status).toBe(200);
     const again = await retry(id!);
     expect(again.status).toBe(409);
-    expect(again.body).toEqual({ detail: 'job is waiting; only a failed (dead-lettered) job can be retried' });
+    expect(again.body).toEqual({ detail: 'job is waiting; only a failed (dead-lettered) job can be retried', code: 'job_not_failed' });
     expect((await retry('no-such-job')).status).toBe(404);
     expect((await retry('bad id!')).status).toBe(404);
     const ro = await retry(id!, { reason: 'x' }, RO_KEY);
@@ -183,7 +184,7 @@ describe('POST /ops/jobs/{id}/retry (operator key)', () => {
       .set('Content-Type', 'application/json')
       .send('{nope');
     expect(res.status).toBe(400);
-    expect(Object.keys(res.body)).toEqual(['detail']);
+    expect(res.body).toEqual({ detail: expect.any(String), code: 'invalid_json' });
   });
 
   it('a retried restart is a new restart (<id>.retry, no restartedAt of the old one) holding its coalescing record; repeating the call answers it again', async () => {
@@ -202,7 +203,7 @@ describe('POST /ops/jobs/{id}/retry (operator key)', () => {
     expect(joined.body).toMatchObject({ job_id: `${id}.retry`, coalesced: true });
     const repeated = await retry(id);
     expect(repeated.status).toBe(409);
-    expect(repeated.body).toEqual({ detail: 'job is waiting; only a failed (dead-lettered) job can be retried' });
+    expect(repeated.body).toEqual({ detail: 'job is waiting; only a failed (dead-lettered) job can be retried', code: 'job_not_failed' });
   });
 
   it('a dead-lettered restart whose Deployment has another restart in progress -> 409, not a second restart', async () => {

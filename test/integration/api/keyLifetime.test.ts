@@ -129,7 +129,7 @@ describe('a key past its expiry', () => {
     const before = await ctx.h.metrics.registry.getSingleMetricAsString('opsgate_auth_failures_total');
     const res = await get('/ops/hosts', GONE);
     expect(res.status).toBe(401);
-    expect(res.body).toEqual({ detail: `API key gone expired at ${GONE_EXPIRES}` });
+    expect(res.body).toEqual({ detail: `API key gone expired at ${GONE_EXPIRES}`, code: 'api_key_expired' });
     expect(res.headers.sunset).toBeUndefined();
     const count = (t: string) => Number(/scheme="api_key",reason="expired"} (\d+)/.exec(t)?.[1] ?? 0);
     expect(count(await ctx.h.metrics.registry.getSingleMetricAsString('opsgate_auth_failures_total'))).toBe(count(before) + 1);

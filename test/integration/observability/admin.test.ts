@@ -88,11 +88,12 @@ describe('Bull Board /admin/queues', () => {
     ['malformed Basic', { Authorization: 'Basic %%%' }],
     ['Bearer is not accepted here', { Authorization: `Bearer ${OPERATOR}` }],
     ['unknown X-API-Key', { 'X-API-Key': 'unknown-key-value' }],
-  ])('%s -> 401 {detail}, never echoing the secret', async (_name, headers) => {
+  ])('%s -> 401 {detail, code}, never echoing the secret', async (_name, headers) => {
     const res = await request(app).get('/admin/queues/api/queues').set(headers);
     expect(res.status).toBe(401);
     expect(res.headers['www-authenticate']).toMatch(/^Basic realm="opsgate"/);
     expect(typeof res.body.detail).toBe('string');
+    expect(['malformed_credentials', 'invalid_credentials']).toContain(res.body.code);
     expect(res.text).not.toContain(OPERATOR);
   });
 
@@ -100,7 +101,7 @@ describe('Bull Board /admin/queues', () => {
     for (const headers of [{ 'X-API-Key': READONLY }, { Authorization: basic('alice', READONLY) }]) {
       const res = await request(app).get('/admin/queues').set(headers);
       expect(res.status).toBe(403);
-      expect(res.body).toEqual({ detail: 'operator role required' });
+      expect(res.body).toEqual({ detail: 'operator role required', code: 'operator_role_required' });
     }
   });
 
@@ -178,7 +179,7 @@ describe('Bull Board /admin/queues', () => {
         .put(`/admin/queues/api/queues/ops/${deadJobId}/clean`)
         .set({ Authorization: basic('ops-person', OPERATOR), ...headers });
       expect(res.status).toBe(403);
-      expect(res.body).toEqual({ detail: 'cross-site request refused' });
+      expect(res.body).toEqual({ detail: 'cross-site request refused', code: 'cross_site_request' });
     }
     expect(await queue.jobs.get(deadJobId)).toBeDefined(); // not cleaned
     const page = await request(app)
