@@ -34,7 +34,7 @@ export const approvalListSchema = z.object({ approvals: z.array(approvalViewSche
 
 function invalid(error: z.ZodError): UnprocessableError {
   const issue = error.issues[0]!;
-  return new UnprocessableError(`invalid body field ${issue.path.join('.')}: ${issue.message}`.replace(/ {2,}/g, ' '));
+  return new UnprocessableError(`invalid body field ${issue.path.join('.')}: ${issue.message}`.replace(/ {2,}/g, ' '), 'invalid_body');
 }
 
 export function approvalsRouter(deps: ApprovalsDeps): Router {
@@ -54,7 +54,7 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
   r.route('/ops/approvals/:id')
     .get(anyKey, async (req, res) => {
       const a = await redisCall(() => g.approvals.get(String(req.params.id)), g.redis);
-      if (!a) throw new NotFoundError('approval not found');
+      if (!a) throw new NotFoundError('approval not found', 'approval_not_found');
       res.json(approvalView(a, g.now()));
     })
     .all(methodNotAllowed(['GET']));
@@ -65,7 +65,9 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
         const id = String(req.params.id);
         const body = decisionBodySchema.safeParse(parseJson(req.body as Buffer));
         if (!body.success) throw invalid(body.error);
-        if (action === 'reject' && body.data.override !== undefined) throw new UnprocessableError('override applies to approve only');
+        if (action === 'reject' && body.data.override !== undefined) {
+          throw new UnprocessableError('override applies to approve only', 'invalid_body');
+        }
         res.locals.auditFields = { approval_id: id, decision: action, reason: body.data.reason };
         const out = await decideApproval(g, {
           id,

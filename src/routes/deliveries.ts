@@ -94,9 +94,12 @@ export const replayAnswerSchema = z.object({
   held_until: z.string().optional(),
 });
 
-function invalid(error: z.ZodError, what: string): UnprocessableError {
+function invalid(error: z.ZodError, what: 'query parameter' | 'body field'): UnprocessableError {
   const issue = error.issues[0]!;
-  return new UnprocessableError(`invalid ${what} ${issue.path.join('.') || ''}: ${issue.message}`.replace(/ {2,}/g, ' '));
+  return new UnprocessableError(
+    `invalid ${what} ${issue.path.join('.') || ''}: ${issue.message}`.replace(/ {2,}/g, ' '),
+    what === 'query parameter' ? 'invalid_query' : 'invalid_body',
+  );
 }
 
 export function deliveriesRouter(deps: DeliveriesDeps): Router {
@@ -121,7 +124,7 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
   r.route('/ops/deliveries/:id')
     .get(anyKey, async (req, res) => {
       const view = await deps.deliveries.get(String(req.params.id));
-      if (!view) throw new NotFoundError('delivery not found');
+      if (!view) throw new NotFoundError('delivery not found', 'delivery_not_found');
       res.json(view);
     })
     .all(methodNotAllowed(['GET']));
@@ -133,15 +136,18 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
       if (!body.success) throw invalid(body.error, 'body field');
       res.locals.auditFields = { delivery: id, replay_reason: body.data.reason };
       const view = await deps.deliveries.get(id);
-      if (!view) throw new NotFoundError('delivery not found');
+      if (!view) throw new NotFoundError('delivery not found', 'delivery_not_found');
       const source = SOURCES.find((s) => s.name === view.source);
       if (!view.event || source?.kind !== 'push') {
-        throw new ConflictError(`delivery ${id} (${view.verdict}) reached no push event to replay; have the sender redeliver it`);
+        throw new ConflictError(
+          `delivery ${id} (${view.verdict}) reached no push event to replay; have the sender redeliver it`,
+          'delivery_not_replayable',
+        );
       }
       const principal = typeof res.locals.principal === 'string' ? res.locals.principal : 'unknown';
       const e = view.event;
       if (body.data.dry_run) {
-        if (!deps.guards) throw new ConflictError('dry runs are not available in this process');
+        if (!deps.guards) throw new ConflictError('dry runs are not available in this process', 'dry_run_unavailable');
         const answer = await dryRunDeploy(deps.guards, {
           project: e.project,
           ref: e.ref,

@@ -46,7 +46,7 @@ export const holdListSchema = z.object({ holds: z.array(holdViewSchema) });
 
 function invalid(error: z.ZodError): UnprocessableError {
   const issue = error.issues[0]!;
-  return new UnprocessableError(`invalid body field ${issue.path.join('.')}: ${issue.message}`.replace(/ {2,}/g, ' '));
+  return new UnprocessableError(`invalid body field ${issue.path.join('.')}: ${issue.message}`.replace(/ {2,}/g, ' '), 'invalid_body');
 }
 
 export function freezesRouter(deps: FreezesDeps): Router {

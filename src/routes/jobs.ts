@@ -91,9 +91,12 @@ export const jobListSchema = z.object({
 export const retryAnswerSchema = z.object({ retried: z.literal(true), job: jobViewSchema });
 
 /** The first zod issue as a {detail} naming the parameter. */
-function invalid(error: z.ZodError, what: string): UnprocessableError {
+function invalid(error: z.ZodError, what: 'query parameter' | 'body field'): UnprocessableError {
   const issue = error.issues[0]!;
-  return new UnprocessableError(`invalid ${what} ${issue.path.join('.') || ''}: ${issue.message}`.replace(/ {2,}/g, ' '));
+  return new UnprocessableError(
+    `invalid ${what} ${issue.path.join('.') || ''}: ${issue.message}`.replace(/ {2,}/g, ' '),
+    what === 'query parameter' ? 'invalid_query' : 'invalid_body',
+  );
 }
 
 export function jobsRouter(deps: JobsDeps): Router {
@@ -104,7 +107,7 @@ export function jobsRouter(deps: JobsDeps): Router {
   r.route('/ops/jobs')
     .get(anyKey, async (req, res) => {
       const repeated = Object.entries(req.query).find(([, v]) => typeof v !== 'string');
-      if (repeated) throw new UnprocessableError(`query parameter "${repeated[0]}" must be given once, as a string`);
+      if (repeated) throw new UnprocessableError(`query parameter "${repeated[0]}" must be given once, as a string`, 'invalid_query');
       const q = listJobsQuerySchema.safeParse(req.query);
       if (!q.success) throw invalid(q.error, 'query parameter');
       const { state, offset, limit } = q.data;
@@ -124,7 +127,7 @@ export function jobsRouter(deps: JobsDeps): Router {
   r.route('/ops/jobs/:id')
     .get(anyKey, async (req, res) => {
       const id = req.params.id;
-      if (!JOB_ID.test(id)) throw new NotFoundError('job not found');
+      if (!JOB_ID.test(id)) throw new NotFoundError('job not found', 'job_not_found');
       const job = await deps.jobs.get(id);
       const g = deps.guards;
       if (job && job.state === 'delayed' && g) {
@@ -145,7 +148,7 @@ export function jobsRouter(deps: JobsDeps): Router {
       }
       // A change still waiting for approval (or rejected, expired) has no job: its approval stands for it.
       const approval = g && APPROVAL_ID.test(id) ? await redisCall(() => g.approvals.get(id), g.redis) : undefined;
-      if (!approval) throw new NotFoundError('job not found');
+      if (!approval) throw new NotFoundError('job not found', 'job_not_found');
       const now = g!.now();
       const status = effectiveStatus(approval, now);
       const view = approvalView(approval, now);
@@ -173,19 +176,20 @@ export function jobsRouter(deps: JobsDeps): Router {
   r.route('/ops/jobs/:id/retry')
     .post(operatorKey, ...rawBody(deps.config.BODY_LIMIT), async (req, res) => {
       const id = req.params.id;
-      if (!JOB_ID.test(id)) throw new NotFoundError('job not found');
+      if (!JOB_ID.test(id)) throw new NotFoundError('job not found', 'job_not_found');
       const body = retryBodySchema.safeParse(parseJson(req.body as Buffer));
       if (!body.success) throw invalid(body.error, 'body field');
       res.locals.auditFields = { job_id: id, retry_reason: body.data.reason };
       const out = await deps.deadLetters.retry(id);
       switch (out.outcome) {
         case 'not_found':
-          throw new NotFoundError('job not found');
+          throw new NotFoundError('job not found', 'job_not_found');
         case 'not_failed':
-          throw new ConflictError(`job is ${out.state}; only a failed (dead-lettered) job can be retried`);
+          throw new ConflictError(`job is ${out.state}; only a failed (dead-lettered) job can be retried`, 'job_not_failed');
         case 'busy':
           throw new ConflictError(
             `another restart of this Deployment is waiting or rolling out (job ${out.holder}); retry this one after it finished`,
+            'restart_in_progress',
           );
         case 'retried':
           res.locals.auditFields = {

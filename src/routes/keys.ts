@@ -4,7 +4,7 @@ import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { keyStatus, rfc3339, type KeyUsage } from '../shared/apiKeyLifetime.js';
 import type { ApiConfig } from '../shared/config.js';
-import { ServiceUnavailableError } from '../shared/errors.js';
+import { RedisUnavailableError } from '../shared/errors.js';
 import type { Metrics } from '../shared/metrics.js';
 
 /**
@@ -50,7 +50,7 @@ export function keysRouter(deps: KeysDeps): Router {
       try {
         lastUsed = await deps.usage.lastUsed(keys.map((k) => k.id));
       } catch {
-        throw new ServiceUnavailableError('redis unavailable: the last use of the keys cannot be read; retry later');
+        throw new RedisUnavailableError('redis unavailable: the last use of the keys cannot be read; retry later');
       }
       const at = now();
       const body: z.infer<typeof keyListSchema> = {
