@@ -123,6 +123,15 @@ describe('Bull Board /admin/queues', () => {
     expect((await request(app).get(`/admin/queues/${js}`)).status).toBe(401);
   });
 
+  test("Bull Board's own error answers keep the fields its page reads and add detail and code", async () => {
+    const res = await request(app).get('/admin/queues/api/queues/nope/1').set({ 'X-API-Key': OPERATOR });
+    expect(res.status).toBe(404);
+    expect(res.body).toEqual({ error: { key: 'ERRORS.QUEUE_NOT_FOUND' }, detail: 'Bull Board: queue not found', code: 'queue_not_found' });
+    const job = await request(app).get('/admin/queues/api/queues/ops/no-such-job').set({ 'X-API-Key': OPERATOR });
+    expect(job.status).toBe(404);
+    expect(job.body).toMatchObject({ detail: 'Bull Board: job not found', code: 'job_not_found' });
+  });
+
   test('the dead-lettered job is listed in the failed set with its reason', async () => {
     const res = await request(app).get('/admin/queues/api/queues?activeQueue=ops&status=failed&page=1').set({ 'X-API-Key': OPERATOR });
     expect(res.status).toBe(200);
