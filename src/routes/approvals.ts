@@ -12,10 +12,12 @@ import { approvalKey } from '../shared/keys.js';
 import { NotFoundError, UnprocessableError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
+import { keysetPage, nextCursorSchema, pageQueryShape, singleValued } from './paging.js';
 
 /**
  * Four-eyes approvals (src/domain/approvals.ts):
- * - GET /ops/approvals (any valid key): the pending approvals, soonest expiry first;
+ * - GET /ops/approvals (any valid key): the pending approvals, soonest expiry first, paged with
+ *   limit and cursor (src/routes/paging.ts);
  * - GET /ops/approvals/:id (any valid key): one approval, whatever became of it;
  * - POST /ops/approvals/:id/approve, /reject (operator key, body {reason}, approve also
  *   {override}): audited with the principal, its key id and the reason.
@@ -30,11 +32,19 @@ export interface ApprovalsDeps {
   changed?: ConfirmChange;
 }
 
-export const approvalListSchema = z.object({ approvals: z.array(approvalViewSchema) });
+export const approvalListSchema = z.object({ approvals: z.array(approvalViewSchema), next_cursor: nextCursorSchema });
+
+/** Query of GET /ops/approvals. */
+export const listApprovalsQuerySchema = z.object(pageQueryShape(100, 500));
 
 function invalid(error: z.ZodError): UnprocessableError {
   const issue = error.issues[0]!;
   return new UnprocessableError(`invalid body field ${issue.path.join('.')}: ${issue.message}`.replace(/ {2,}/g, ' '), 'invalid_body');
+}
+
+function invalidQuery(error: z.ZodError): UnprocessableError {
+  const issue = error.issues[0]!;
+  return new UnprocessableError(`invalid query parameter ${issue.path.join('.')}: ${issue.message}`, 'invalid_query');
 }
 
 export function approvalsRouter(deps: ApprovalsDeps): Router {
@@ -44,10 +54,14 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
   const g = deps.guards;
 
   r.route('/ops/approvals')
-    .get(anyKey, async (_req, res) => {
+    .get(anyKey, async (req, res) => {
+      singleValued(req.query);
+      const q = listApprovalsQuerySchema.safeParse(req.query);
+      if (!q.success) throw invalidQuery(q.error);
       const now = g.now();
       const pending = await redisCall(() => g.approvals.pending(now), g.redis);
-      res.json({ approvals: pending.map((a) => approvalView(a, now)) });
+      const page = keysetPage('approvals', pending, (a) => [a.expires_at, a.id], q.data);
+      res.json({ approvals: page.items.map((a) => approvalView(a, now)), next_cursor: page.next_cursor });
     })
     .all(methodNotAllowed(['GET']));
 

@@ -15,6 +15,7 @@ import { approvalKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 import { SOURCES } from '../sources/index.js';
+import { decodeCursor, encodeCursor, nextCursorSchema, pageQueryShape, singleValued } from './paging.js';
 
 /** The guard fields of an intake outcome, for an answer: a pending approval or a hold. */
 export function guardFields(out: Outcome): Record<string, string> {
@@ -25,8 +26,9 @@ export function guardFields(out: Outcome): Record<string, string> {
 
 /**
  * Why didn't my push deploy?
- * - GET /ops/deliveries?source=&verdict=&limit=&before= (any valid key): the senders' last
- *   deliveries with their verdicts, newest first, paged by the `next` cursor;
+ * - GET /ops/deliveries?source=&verdict=&limit=&cursor= (any valid key): the senders' last
+ *   deliveries with their verdicts, newest first, paged with limit and cursor (src/routes/paging.ts;
+ *   `before`, with the `next` of the answer, still works);
  * - GET /ops/deliveries/:id (any valid key): one of them;
  * - POST /ops/deliveries/:id/replay (operator key, body {reason}): submits a recorded push event
  *   again through the same intake and deduplication (a duplicate answers with the job that stands
@@ -56,17 +58,18 @@ export const listDeliveriesQuerySchema = z.object({
     .optional()
     .describe('one sender; default all'),
   verdict: z.enum(VERDICTS).optional(),
-  limit: z.coerce.number().int().min(1).max(200).default(50),
   before: z
     .string()
     .regex(DELIVERY_ID, 'must be a delivery id from a previous page')
     .optional()
-    .describe('the `next` of the previous page'),
+    .describe('the `next` of the previous page; the older way to page, instead of cursor'),
+  ...pageQueryShape(50, 200),
 });
 
 export const deliveryListSchema = z.object({
   deliveries: z.array(deliveryViewSchema),
   next: z.string().nullable().describe('pass as `before` for the next page; null on the last'),
+  next_cursor: nextCursorSchema,
 });
 
 export const replayBodySchema = z.object({
@@ -109,15 +112,25 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
 
   r.route('/ops/deliveries')
     .get(anyKey, async (req, res) => {
+      singleValued(req.query);
       const q = listDeliveriesQuerySchema.safeParse(req.query);
       if (!q.success) throw invalid(q.error, 'query parameter');
+      let { source, verdict, before } = q.data;
+      if (q.data.cursor !== undefined) {
+        if (before !== undefined) throw new UnprocessableError('give cursor or before, not both', 'invalid_query');
+        const c = decodeCursor('deliveries', q.data.cursor, z.string().regex(DELIVERY_ID), { source, verdict });
+        const filters = listDeliveriesQuerySchema.pick({ source: true, verdict: true }).safeParse(c.filters);
+        if (!filters.success) throw new UnprocessableError('cursor is not a next_cursor of this list', 'invalid_cursor');
+        ({ source, verdict } = filters.data);
+        before = c.position;
+      }
       const page = await deps.deliveries.list({
-        sources: q.data.source ? [q.data.source] : SOURCE_NAMES,
+        sources: source ? [source] : SOURCE_NAMES,
         limit: q.data.limit,
-        ...(q.data.verdict ? { verdict: q.data.verdict } : {}),
-        ...(q.data.before ? { before: q.data.before } : {}),
+        ...(verdict ? { verdict } : {}),
+        ...(before ? { before } : {}),
       });
-      res.json(page);
+      res.json({ ...page, next_cursor: page.next === null ? null : encodeCursor('deliveries', page.next, { source, verdict }) });
     })
     .all(methodNotAllowed(['GET']));
 

@@ -17,12 +17,14 @@ import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 import type { DeadLetters } from '../shared/deadLetters.js';
 import { LISTABLE_STATES, type JobReads } from '../shared/jobReads.js';
+import { decodeCursor, encodeCursor, nextCursorSchema, pageQueryShape, singleValued } from './paging.js';
 
 /**
  * Jobs without a browser (Bull Board stays for browsing):
  * - GET /ops/jobs/:id (any valid key): state and bookkeeping of one job, never its data;
  * - GET /ops/jobs?state=failed (any valid key): the dead letters (or another state), newest
- *   first, paginated with offset/limit; the same view as one job: never data or return values;
+ *   first, paged with limit and cursor (src/routes/paging.ts; offset still works); the same view
+ *   as one job: never data or return values;
  * - POST /ops/jobs/:id/retry (operator key, body {reason}): re-queues a dead-lettered job with a
  *   fresh attempt budget; audited with the principal, the reason and the job; 409 when the job is
  *   not failed (or, for a restart, when another restart of its Deployment is in progress);
@@ -45,11 +47,19 @@ export interface JobsDeps {
 
 export const JOB_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
+const MAX_OFFSET = 100000;
+
 /** Query of GET /ops/jobs (also the OpenAPI parameters). */
 export const listJobsQuerySchema = z.object({
   state: z.enum(LISTABLE_STATES).default('failed').describe('failed = the dead letters'),
-  offset: z.coerce.number().int().min(0).max(100000).default(0),
-  limit: z.coerce.number().int().min(1).max(100).default(20),
+  offset: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .max(MAX_OFFSET)
+    .optional()
+    .describe('jobs to skip (default 0); the older way to page, instead of cursor'),
+  ...pageQueryShape(20, 100),
 });
 
 /** Body of POST /ops/jobs/{id}/retry. */
@@ -85,6 +95,7 @@ export const jobListSchema = z.object({
   offset: z.number().int(),
   limit: z.number().int(),
   next_offset: z.number().int().nullable().describe('offset of the next page; null on the last page'),
+  next_cursor: nextCursorSchema,
   jobs: z.array(jobViewSchema),
 });
 
@@ -106,19 +117,32 @@ export function jobsRouter(deps: JobsDeps): Router {
 
   r.route('/ops/jobs')
     .get(anyKey, async (req, res) => {
-      const repeated = Object.entries(req.query).find(([, v]) => typeof v !== 'string');
-      if (repeated) throw new UnprocessableError(`query parameter "${repeated[0]}" must be given once, as a string`, 'invalid_query');
+      singleValued(req.query);
       const q = listJobsQuerySchema.safeParse(req.query);
       if (!q.success) throw invalid(q.error, 'query parameter');
-      const { state, offset, limit } = q.data;
+      const { limit, cursor } = q.data;
+      let { state, offset = 0 } = q.data;
+      if (cursor !== undefined) {
+        if (q.data.offset !== undefined) throw new UnprocessableError('give cursor or offset, not both', 'invalid_query');
+        const c = decodeCursor('jobs', cursor, z.number().int().min(0).max(MAX_OFFSET), {
+          state: typeof req.query.state === 'string' ? state : undefined,
+        });
+        const s = z.enum(LISTABLE_STATES).safeParse(c.filters.state);
+        if (!s.success) throw new UnprocessableError('cursor is not a next_cursor of this list', 'invalid_cursor');
+        offset = c.position;
+        state = s.data;
+      }
       const page = await deps.jobs.list(state, offset, limit);
       const next = offset + page.jobs.length;
+      const more = next < page.total && page.jobs.length > 0;
       res.json({
         state,
         total: page.total,
         offset,
         limit,
-        next_offset: next < page.total && page.jobs.length > 0 ? next : null,
+        next_offset: more ? next : null,
+        // A cursor past the deepest offset would be refused: the last reachable page has none.
+        next_cursor: more && next <= MAX_OFFSET ? encodeCursor('jobs', next, { state }) : null,
         jobs: page.jobs,
       });
     })

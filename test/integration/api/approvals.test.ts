@@ -112,6 +112,19 @@ describe('a restart whose host asks for approval', () => {
     expect(b.body).toMatchObject({ approval_id: a.body.approval_id, coalesced: true });
     const c = await restartAs(ctx.h.app, '?host=pay-1&service=ledger');
     expect(c.body.approval_id).not.toBe(a.body.approval_id);
+    // the pending approvals, one per page, soonest expiry first
+    const list = (qs: string) => request(ctx.h.app).get(`/ops/approvals${qs}`).set('X-API-Key', RO_KEY);
+    const all = (await list('')).body;
+    expect(all.next_cursor).toBeNull();
+    const page1 = await list('?limit=1');
+    expect(page1.body.approvals).toEqual([all.approvals[0]]);
+    const page2 = await list(`?limit=1&cursor=${encodeURIComponent(page1.body.next_cursor)}`);
+    expect(page2.body.approvals).toEqual(all.approvals.slice(1, 2));
+    const ids = [...page1.body.approvals, ...page2.body.approvals].map((x: { id: string }) => x.id);
+    expect(ids.sort()).toEqual([a.body.approval_id, c.body.approval_id].sort());
+    expect(page2.body.next_cursor).toBeNull();
+    expect((await list('?limit=0')).body.code).toBe('invalid_query');
+    expect((await list('?cursor=nope')).body.code).toBe('invalid_cursor');
   });
 
   it('the requester cannot approve their own change (403, by key or by the same secret as bearer); another operator approves: one job, id = approval id, approvers in its data', async () => {

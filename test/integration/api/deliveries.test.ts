@@ -88,6 +88,22 @@ describe('GET /ops/deliveries', () => {
     const page2 = await list(`?limit=2&before=${encodeURIComponent(page1.body.next)}`);
     expect(page2.body.deliveries).toHaveLength(1);
     expect(page2.body.next).toBeNull();
+    expect(page2.body.next_cursor).toBeNull();
+    // the cursor pages the same way, and carries the filters of its query
+    const byCursor = await list(`?limit=2&cursor=${encodeURIComponent(page1.body.next_cursor)}`);
+    expect(byCursor.body).toEqual(page2.body);
+    const scmPage1 = await list('?source=scm&limit=1');
+    const scmPage2 = await list(`?limit=1&cursor=${encodeURIComponent(scmPage1.body.next_cursor)}`);
+    expect(scmPage2.body.deliveries).toEqual([expect.objectContaining({ source: 'scm' })]);
+    expect(scmPage2.body.next_cursor).toBeNull();
+    for (const [q, code] of [
+      [`?source=github&cursor=${encodeURIComponent(scmPage1.body.next_cursor)}`, 'invalid_cursor'],
+      [`?cursor=${encodeURIComponent(page1.body.next_cursor)}&before=${encodeURIComponent(page1.body.next)}`, 'invalid_query'],
+      ['?cursor=xyz', 'invalid_cursor'],
+    ]) {
+      const res = await list(q!);
+      expect([q, res.status, res.body.code]).toEqual([q, 422, code]);
+    }
     const ids = [...page1.body.deliveries, ...page2.body.deliveries].map((d: { id: string }) => d.id);
     expect(new Set(ids).size).toBe(3);
     expect((await request(ctx.h.app).get(`/ops/deliveries/${ids[0]}`).set('X-API-Key', RO_KEY)).body.id).toBe(ids[0]);
