@@ -20,7 +20,9 @@ import { keysetPage, nextCursorSchema, pageQueryShape, singleValued } from './pa
  *   limit and cursor (src/routes/paging.ts);
  * - GET /ops/approvals/:id (any valid key): one approval, whatever became of it;
  * - POST /ops/approvals/:id/approve, /reject (operator key, body {reason}, approve also
- *   {override}): audited with the principal, its key id and the reason.
+ *   {override}): audited with the principal, its key id and the reason. An approval recorded while
+ *   the change still needs others answers 202 (the change still waits for approval, as a restart
+ *   that asks for one); a decision answers 200 (approved: the change is queued; rejected).
  */
 export interface ApprovalsDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
@@ -108,7 +110,7 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
           job_id: out.job_id,
           request_id: res.locals.requestId,
         });
-        res.json(out);
+        res.status(out.status === 'pending' ? 202 : 200).json(out);
       })
       .all(methodNotAllowed(['POST']));
   }

@@ -33,6 +33,7 @@ export function guardFields(out: Outcome): Record<string, string> {
  * - POST /ops/deliveries/:id/replay (operator key, body {reason}): submits a recorded push event
  *   again through the same intake and deduplication (a duplicate answers with the job that stands
  *   for it); audited with the principal and the reason, and recorded as a delivery of its own.
+ *   Queued, held or a duplicate: 200; waiting for approval: 202 (nothing queued yet), as a restart.
  */
 export interface DeliveriesDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
@@ -192,7 +193,7 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
       deps.deliveries.record({
         source: view.source,
         verdict: out.accepted ? 'queued' : 'duplicate',
-        status: 200,
+        status: out.approval ? 202 : 200,
         detail: `replay by ${principal}: ${body.data.reason}`,
         jobId: out.jobId,
         push: { project: e.project, ref: e.ref, sha: e.sha, eventId: e.event_id },
@@ -213,7 +214,7 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
         accepted: out.accepted,
         request_id: res.locals.requestId,
       });
-      res.json({
+      res.status(out.approval ? 202 : 200).json({
         replayed: true,
         accepted: out.accepted,
         duplicate: out.duplicate,

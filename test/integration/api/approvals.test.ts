@@ -5,6 +5,7 @@ import { JOB } from '../../../src/shared/jobs.js';
 import { approvalIndexKey } from '../../../src/shared/keys.js';
 import { BEARER, OP_KEY, OP_KEY_2, RO_KEY, createHarness, useHarness, type Harness } from '../../helpers/apiHarness.js';
 import { GUARDED_INVENTORY_YAML, decide, restartAs } from '../../helpers/guards.js';
+import { waitFor } from '../../helpers/waitFor.js';
 import { metricValue } from '../../helpers/workerSupport.js';
 
 /**
@@ -210,7 +211,7 @@ describe('a restart whose host asks for approval', () => {
     const { body } = await restartAs(ctx.h.app, '?host=vault-1&service=core');
     expect(body.required).toBe(2);
     const first = await decide(ctx.h.app, body.approval_id, 'approve', OP_KEY);
-    expect(first.status).toBe(200);
+    expect(first.status).toBe(202); // recorded: the change still waits for approval
     expect(first.body).toMatchObject({ status: 'pending', job_id: null, approvals_needed: 1 });
     expect(await jobsNamed(ctx.h, JOB.restartService)).toEqual([]);
     const twice = await decide(ctx.h.app, body.approval_id, 'approve', OP_KEY);
@@ -317,6 +318,19 @@ describe('a deploy whose project asks for approval', () => {
     expect(await jobsNamed(ctx.h, JOB.runDeployPipeline)).toEqual([]);
     const again = await send();
     expect(again.body).toMatchObject({ accepted: false, duplicate: true, approval_id: first.body.approval_id });
+    // a replay of the delivery joins the approval too: the change still waits for it (202, as a restart)
+    const delivery = await waitFor('the push in the deliveries log', async () => {
+      const list = await request(ctx.h.app).get('/ops/deliveries?source=scm&verdict=duplicate').set('X-API-Key', RO_KEY);
+      return (list.body.deliveries as Array<{ id: string }>)[0]?.id;
+    });
+    const replay = await request(ctx.h.app)
+      .post(`/ops/deliveries/${delivery}/replay`)
+      .set('X-API-Key', OP_KEY_2)
+      .set('Content-Type', 'application/json')
+      .send({ reason: 'redeliver' });
+    expect(replay.status).toBe(202);
+    expect(replay.body).toMatchObject({ replayed: true, duplicate: true, status: 'pending_approval', approval_id: first.body.approval_id });
+    expect(await jobsNamed(ctx.h, JOB.runDeployPipeline)).toEqual([]);
 
     const ok = await decide(ctx.h.app, first.body.approval_id, 'approve', OP_KEY);
     expect(ok.body).toMatchObject({ status: 'approved', job_id: first.body.approval_id, held_until: null });
