@@ -14,7 +14,7 @@ export function sizeInBytes(limit: string): number {
 /**
  * express.raw, except that an over-limit body is answered at once: a Content-Length above the
  * limit before a byte is read, a body without one (chunked) as soon as the bytes received pass it.
- * Either way the answer is 413 {detail} with `Connection: close`, and the connection is closed
+ * Either way the answer is 413 {detail, code} with `Connection: close`, and the connection is closed
  * after it (a lingering close: src/middleware/lingeringClose.ts), so the rest of the body is not
  * read. (body-parser alone reads the body to its end before it answers: 100 MB, or a declared
  * 5 GB that never comes, until the request times out.)

@@ -6,7 +6,7 @@ import { redisProblem, watchRedis } from '../shared/redisConnection.js';
 import type { OpsQueue } from '../shared/queue.js';
 
 /**
- * GET /health (liveness, `{"status":"ok"}`), GET /ready (Redis reachable; 503 {detail} says why not),
+ * GET /health (liveness, `{"status":"ok"}`), GET /ready (Redis reachable; 503 {detail, code} says why not),
  * GET /version. No authentication.
  */
 export interface HealthDeps {

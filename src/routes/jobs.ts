@@ -101,7 +101,7 @@ export const jobListSchema = z.object({
 
 export const retryAnswerSchema = z.object({ retried: z.literal(true), job: jobViewSchema });
 
-/** The first zod issue as a {detail} naming the parameter. */
+/** The first zod issue as a {detail, code} naming the parameter. */
 function invalid(error: z.ZodError, what: 'query parameter' | 'body field'): UnprocessableError {
   const issue = error.issues[0]!;
   return new UnprocessableError(

@@ -11,11 +11,15 @@
  *
  * A class serves the conditions of its status; where it serves several, the thrower names the
  * condition with its code (typed: only a code of that status is accepted). The generic codes
- * (`bad_request`, `conflict`, `unprocessable`) stand for a throw site that names no condition.
+ * (`bad_request`, `conflict`, `unprocessable`) stand for a throw site (or one of Bull Board's own
+ * answers: src/routes/admin.ts) that names no condition.
  */
 export const ERROR_CODES = {
   // 400
-  bad_request: { status: 400, meaning: 'generic: the request cannot be served as sent (a throw site that names no condition)' },
+  bad_request: {
+    status: 400,
+    meaning: 'generic: the request cannot be served as sent (a throw site, or a Bull Board answer, that names no condition)',
+  },
   malformed_request: {
     status: 400,
     meaning: "the request line, a header or the path cannot be read (Node's HTTP parser or the router refused it)",
@@ -65,7 +69,10 @@ export const ERROR_CODES = {
   method_not_allowed: { status: 405, meaning: 'the path exists, not with this method (Allow lists the methods)' },
   request_timeout: { status: 408, meaning: 'the request did not arrive in time' },
   // 409
-  conflict: { status: 409, meaning: 'generic: the resource is not in a state that allows this (a throw site that names no condition)' },
+  conflict: {
+    status: 409,
+    meaning: 'generic: the resource is not in a state that allows this (a throw site, or a Bull Board answer, that names no condition)',
+  },
   change_refused: {
     status: 409,
     meaning:

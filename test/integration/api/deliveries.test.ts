@@ -101,7 +101,7 @@ describe('GET /ops/deliveries', () => {
       [`?cursor=${encodeURIComponent(page1.body.next_cursor)}&before=${encodeURIComponent(page1.body.next)}`, 'invalid_query'],
       ['?cursor=xyz', 'invalid_cursor'],
     ]) {
-      const res = await list(q!);
+      const res = await list(q);
       expect([q, res.status, res.body.code]).toEqual([q, 422, code]);
     }
     const ids = [...page1.body.deliveries, ...page2.body.deliveries].map((d: { id: string }) => d.id);
