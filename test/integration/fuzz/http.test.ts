@@ -508,6 +508,11 @@ describe('fuzz: payloads behind valid credentials', () => {
 describe('the queue after all of the above', () => {
   it('holds exactly the jobs the 202 answers announced, nothing else', async () => {
     expect(checked).toBeGreaterThan(1000);
+    // the error answers named their conditions (each checked against its status above), among them
+    // those the deterministic cases above always meet
+    expect([...codesSeen]).toEqual(
+      expect.arrayContaining(['payload_too_deep', 'payload_too_large', 'invalid_webhook_token', 'invalid_api_key']),
+    );
     const q = inspectQueue(redis.url);
     try {
       const jobs = await q.all();
