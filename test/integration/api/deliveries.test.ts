@@ -50,10 +50,18 @@ describe('GET /ops/deliveries', () => {
       verdict: 'not_deploy_branch',
       status: 202,
       detail: 'ref "refs/heads/feature" is not refs/heads/main',
+      code: null,
       job_id: null,
     });
     expect(d1!.body_sha256).toMatch(/^[0-9a-f]{64}$/);
-    expect(d2).toMatchObject({ verdict: 'bad_signature', status: 403, detail: 'invalid X-Scm-Token', body_sha256: null, event: null });
+    expect(d2).toMatchObject({
+      verdict: 'bad_signature',
+      status: 403,
+      detail: 'invalid X-Scm-Token',
+      code: 'invalid_webhook_token',
+      body_sha256: null,
+      event: null,
+    });
     expect(d3).toMatchObject({ verdict: 'queued', job_id: first.body.job_id, event: { event_id: 'scm:team/app:refs/heads/main:c0ffee' } });
     expect(d4).toMatchObject({ verdict: 'duplicate', job_id: first.body.job_id });
     expect(new Date(d1!.at).getTime()).toBeLessThanOrEqual(new Date(d4!.at).getTime());
@@ -129,7 +137,12 @@ describe('GET /ops/deliveries', () => {
       await scm(push('rl-1'), {}, limited.app);
       expect((await scm(push('rl-2'), {}, limited.app)).status).toBe(429);
       const [entry] = await logged(1, '?verdict=rate_limited');
-      expect(entry).toMatchObject({ source: 'scm', status: 429, detail: expect.stringMatching(/too many requests/i) });
+      expect(entry).toMatchObject({
+        source: 'scm',
+        status: 429,
+        detail: expect.stringMatching(/too many requests/i),
+        code: 'rate_limited',
+      });
     } finally {
       await limited.close();
     }
@@ -145,7 +158,7 @@ describe('POST /ops/deliveries/{id}/replay', () => {
       await queueSrv.stop();
       expect((await scm(push('down-1'), {}, split.app)).status).toBe(503);
       const [failed] = await logged(1, '?verdict=failed');
-      expect(failed).toMatchObject({ status: 503, event: { sha: 'down-1' } });
+      expect(failed).toMatchObject({ status: 503, code: 'queue_unavailable', event: { sha: 'down-1' } });
       await queueSrv.start();
       // Until the queue's connection is back the replay answers 503 (nothing queued): repeat it.
       const res = await waitFor('the replay accepted', async () => {
