@@ -586,7 +586,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
       404: E[404]('unknown delivery (or no longer kept)', ['delivery_not_found']),
       409: E[409]('the delivery reached no push event (refused, invalid, ignored, rate-limited): have the sender redeliver it', [
         'delivery_not_replayable',
-        'dry_run_unavailable',
+        'guards_unavailable',
         'approval_changed',
         'conflict',
       ]),

@@ -161,7 +161,7 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
       const principal = typeof res.locals.principal === 'string' ? res.locals.principal : 'unknown';
       const e = view.event;
       if (body.data.dry_run) {
-        if (!deps.guards) throw new ConflictError('dry runs are not available in this process', 'dry_run_unavailable');
+        if (!deps.guards) throw new ConflictError('dry runs are not available in this process', 'guards_unavailable');
         const answer = await dryRunDeploy(deps.guards, {
           project: e.project,
           ref: e.ref,

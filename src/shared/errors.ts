@@ -55,6 +55,7 @@ export const ERROR_CODES = {
   replayed_signature: { status: 403, meaning: 'a timestamped signature already used (a replayed delivery)' },
   client_certificate_required: { status: 403, meaning: 'the route needs a client certificate and the connection presented none' },
   untrusted_client_certificate: { status: 403, meaning: 'the client certificate is not signed by a trusted CA' },
+  client_certificate_not_allowed: { status: 403, meaning: 'the client certificate names none of the names allowed for the route' },
   self_approval: { status: 403, meaning: 'the requester of a change approving it (four eyes: another operator must)' },
   // 404
   not_found: { status: 404, meaning: 'no route has this path' },
@@ -85,7 +86,7 @@ export const ERROR_CODES = {
   job_not_failed: { status: 409, meaning: 'only a failed (dead-lettered) job can be retried; the detail names its state' },
   restart_in_progress: { status: 409, meaning: 'another restart of this Deployment is waiting or rolling out: retry after it finished' },
   delivery_not_replayable: { status: 409, meaning: 'the delivery reached no push event to replay: have the sender redeliver it' },
-  dry_run_unavailable: { status: 409, meaning: 'this process has no guards to rehearse a change with' },
+  guards_unavailable: { status: 409, meaning: 'this process has no change pipeline (no guards) to rehearse or carry out the change with' },
   // 413, 415
   payload_too_large: { status: 413, meaning: 'the body is larger than BODY_LIMIT' },
   too_many_alerts: { status: 413, meaning: 'more alerts in one payload than ALERTS_MAX_PER_REQUEST; nothing was queued' },

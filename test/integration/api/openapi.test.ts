@@ -178,6 +178,7 @@ describe('the document', () => {
         'queue_not_found',
         'client_certificate_required',
         'untrusted_client_certificate',
+        'client_certificate_not_allowed',
         'unsupported_encoding',
       ].sort(),
     );
