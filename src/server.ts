@@ -152,7 +152,7 @@ export async function start(
     server.once('close', () => namesReloader?.close());
   }
   server.listen(config.PORT);
-  // Parser-level refusals (431 oversized headers, 400 bad bytes) answer JSON {detail} too.
+  // Parser-level refusals (431 oversized headers, 400 bad bytes) answer JSON {detail, code} too.
   jsonClientErrors(server, logger);
   await new Promise<void>((resolve, reject) => {
     server.once('listening', () => resolve());

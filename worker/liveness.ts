@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { errorBody } from '../src/shared/errors.js';
 import type { LoopMonitor } from '../src/shared/eventLoop.js';
 import { settlesWithin } from '../src/shared/timeout.js';
 
@@ -25,7 +26,7 @@ export function workerLiveness(deps: { monitor: LoopMonitor; maxLagMs: number; r
         event_loop_lag_ms: lag,
         event_loop_max_lag_ms: deps.maxLagMs,
         redis: redisState,
-        ...(loopOk ? {} : { detail: `event loop lagged ${lag} ms (limit ${deps.maxLagMs} ms) within the last 10 s` }),
+        ...(loopOk ? {} : errorBody('event_loop_blocked', `event loop lagged ${lag} ms (limit ${deps.maxLagMs} ms) within the last 10 s`)),
       },
     };
   };

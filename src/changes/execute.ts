@@ -52,7 +52,7 @@ export interface Carried {
 export class ChangeRefusedError extends ConflictError {
   readonly reasons: GateReason[];
   constructor(detail: string, reasons: GateReason[]) {
-    super(detail);
+    super(detail, 'change_refused');
     this.reasons = reasons;
   }
 }
@@ -135,7 +135,8 @@ export function approvalChangeOf(c: Change): ApprovalChange {
  */
 function parsed<N extends JobName>(name: N, data: JobDataByName[N]): JobDataByName[N] {
   const p = parseJobData(name, data);
-  if (!p.success) throw new UnprocessableError(`invalid ${p.error.issues[0]!.path.join('.')}: ${p.error.issues[0]!.message}`);
+  if (!p.success)
+    throw new UnprocessableError(`invalid ${p.error.issues[0]!.path.join('.')}: ${p.error.issues[0]!.message}`, 'invalid_job_data');
   return p.data;
 }
 
@@ -319,7 +320,7 @@ async function pendingApproval(
   };
   const out = await redisCall(() => g.approvals.create(approval), g.redis);
   const stored = out.created ? approval : await redisCall(() => g.approvals.get(out.id), g.redis);
-  if (!stored) throw new ConflictError('the approval of this change could not be read back; retry');
+  if (!stored) throw new ConflictError('the approval of this change could not be read back; retry', 'approval_changed');
   if (out.created) {
     g.metrics?.approvals.inc({ change: change.target.kind, event: 'requested' });
     const base: Omit<ReportChangeData, 'event'> = {

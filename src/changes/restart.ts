@@ -57,8 +57,8 @@ export interface RestartAck {
 /** The inventory's host and Deployment (404 otherwise), with the namespace. */
 export function validateRestart(inventory: Inventory, host: string, service: string): RestartTarget {
   const entry = findHost(inventory, host);
-  if (!entry) throw new NotFoundError('unknown host');
-  if (!entry.deployments.includes(service)) throw new NotFoundError('unknown service for this host');
+  if (!entry) throw new NotFoundError('unknown host', 'unknown_host');
+  if (!entry.deployments.includes(service)) throw new NotFoundError('unknown service for this host', 'unknown_service');
   return { kind: 'restart', host, service, namespace: entry.namespace };
 }
 
@@ -96,7 +96,8 @@ export interface RestartDeps {
 export type RestartAnswer =
   ({ kind: 'submitted' } & RestartAck) | ({ kind: 'pending_approval'; host: string; service: string } & PendingApproval);
 
-const reused = () => new UnprocessableError('this Idempotency-Key was already used for a restart of another host or service');
+const reused = () =>
+  new UnprocessableError('this Idempotency-Key was already used for a restart of another host or service', 'idempotency_key_reused');
 
 /** The change a restart request stands for. */
 export function restartChange(

@@ -17,7 +17,7 @@ export function changeRetry(g: Guards, jobs: Pick<JobReads, 'get'>): ChangeRetry
   return async (job, by) => {
     const name = job.name === JOB.restartService ? 'restart' : 'deploy';
     const parsed = jobDataSchemas[job.name === JOB.restartService ? JOB.restartService : JOB.runDeployPipeline].safeParse(job.data);
-    if (!parsed.success) throw new UnprocessableError(`job ${job.id} holds no valid ${name} to retry`);
+    if (!parsed.success) throw new UnprocessableError(`job ${job.id} holds no valid ${name} to retry`, 'invalid_job_data');
     const old = changeOfJob(g.inventory, { name, data: parsed.data } as ChangeJob, `${job.id}.retry`);
     const { override: _dropped, ...rest } = old;
     const carried = await submitChange(g, {

@@ -54,12 +54,13 @@ export function planAlerts(
   requestedBy: string,
   maxAlerts = DEFAULT_MAX_ALERTS,
 ): { received: number; firing: number; planned: Planned[] } {
-  if (!isObject(payload)) throw new UnprocessableError('payload must be a JSON object with an "alerts" array');
+  if (!isObject(payload)) throw new UnprocessableError('payload must be a JSON object with an "alerts" array', 'invalid_alerts');
   const alerts = payload.alerts;
-  if (!Array.isArray(alerts)) throw new UnprocessableError('"alerts" must be an array');
+  if (!Array.isArray(alerts)) throw new UnprocessableError('"alerts" must be an array', 'invalid_alerts');
   if (alerts.length > maxAlerts) {
     throw new PayloadTooLargeError(
       `payload has ${alerts.length} alerts; at most ${maxAlerts} are accepted per request (ALERTS_MAX_PER_REQUEST; set max_alerts in the Alertmanager receiver)`,
+      'too_many_alerts',
     );
   }
   let firing = 0;
@@ -69,7 +70,7 @@ export function planAlerts(
     firing++;
     const fp = a.fingerprint;
     if (typeof fp !== 'string' || fp === '') return; // a firing alert without a fingerprint: counted, not queued
-    if (fp.length > 256) throw new UnprocessableError(`alerts[${i}].fingerprint is longer than 256 characters`);
+    if (fp.length > 256) throw new UnprocessableError(`alerts[${i}].fingerprint is longer than 256 characters`, 'invalid_payload');
     const labels = isObject(a.labels) ? a.labels : {};
     let alertname = typeof labels.alertname === 'string' && labels.alertname !== '' ? labels.alertname : 'unknown';
     if (alertname.length > MAX_ALERTNAME) alertname = alertname.slice(0, MAX_ALERTNAME);

@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
+import type { ErrorCode } from '../shared/errors.js';
 import { deliveriesKey, unverifiedDeliveriesKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import { redisCall } from './redisOps.js';
@@ -57,6 +58,8 @@ export interface DeliveryEntry {
   status: number;
   /** The answer's reason or error detail (never a secret: the error catalog's texts). */
   detail?: string;
+  /** An error answer: its code (src/shared/errors.ts). */
+  code?: ErrorCode;
   /** The job it queued, or the job a duplicate stands for. */
   jobId?: string;
   /** An alert payload: how many jobs it queued. */
@@ -88,6 +91,7 @@ export const deliveryViewSchema = z.object({
   verdict: z.enum(VERDICTS),
   status: z.number().int().describe('the HTTP status of the answer'),
   detail: z.string().nullable(),
+  code: z.string().nullable().describe('an error answer: its code (the error catalog), e.g. invalid_signature'),
   job_id: z.string().nullable().describe('the job it queued, or the job a duplicate stands for'),
   jobs_queued: z.number().int().nullable().describe('an alert payload: jobs queued'),
   delivery_id: z.string().nullable().describe("the sender's own delivery id"),
@@ -162,6 +166,7 @@ function toView(source: string, verified: boolean, streamId: string, flat: strin
     verdict,
     status: Number(f.status ?? 0),
     detail: f.detail ?? null,
+    code: f.code ?? null,
     job_id: f.job ?? null,
     jobs_queued: f.jobs !== undefined ? Number(f.jobs) : null,
     delivery_id: f.delivery ?? null,
@@ -247,6 +252,7 @@ export function createDeliveryLog(deps: {
       if (capOf(verified) <= 0) return;
       const fields: Array<string | number> = ['verdict', e.verdict, 'status', e.status];
       if (e.detail) fields.push('detail', e.detail.slice(0, 500));
+      if (e.code) fields.push('code', e.code);
       if (e.jobId) fields.push('job', e.jobId);
       if (e.jobs !== undefined) fields.push('jobs', e.jobs);
       if (e.deliveryId) fields.push('delivery', e.deliveryId);

@@ -15,7 +15,7 @@ export const MAX_DELIVERY_ID = 128;
 export function deliveryIdOf(value: string | undefined, header: string): string | undefined {
   if (value === undefined || value === '') return undefined;
   if (value.length > MAX_DELIVERY_ID || !/^[\x21-\x7e]+$/.test(value)) {
-    throw new UnprocessableError(`${header} must be at most ${MAX_DELIVERY_ID} printable characters`);
+    throw new UnprocessableError(`${header} must be at most ${MAX_DELIVERY_ID} printable characters`, 'invalid_delivery_id');
   }
   return value;
 }
@@ -55,9 +55,9 @@ export function decidePush(source: PushSource, eventHeader: string | undefined, 
   const { ref, sha, deleted } = mapped.fields;
   if (ref !== deployRef) return { kind: 'ignored', code: 'not_deploy_branch', reason: `ref ${quote(ref)} is not ${deployRef}` };
   if (deleted) return { kind: 'ignored', code: 'ignored', reason: `ref ${quote(ref)} was deleted` };
-  if (sha === undefined || sha === null || sha === '') throw new UnprocessableError(`${source.commitField} is required`);
-  if (typeof sha !== 'string') throw new UnprocessableError(`${source.commitField} must be a string`);
-  if (mapped.fields.project.length > 255) throw new UnprocessableError('project is longer than 255 characters');
+  if (sha === undefined || sha === null || sha === '') throw new UnprocessableError(`${source.commitField} is required`, 'missing_commit');
+  if (typeof sha !== 'string') throw new UnprocessableError(`${source.commitField} must be a string`, 'invalid_payload');
+  if (mapped.fields.project.length > 255) throw new UnprocessableError('project is longer than 255 characters', 'invalid_payload');
   const project = mapped.fields.project === '' ? 'unknown' : mapped.fields.project;
   const before = source.replayGuard ? { before: mapped.fields.before ?? '' } : {};
   return { kind: 'deploy', project, ref, sha, eventId: pushEventId(source.eventPrefix, project, ref, sha), ...before };

@@ -40,7 +40,7 @@ export interface HostStatus {
 
 export class ClusterUnavailableError extends ServiceUnavailableError {
   constructor(detail = 'Kubernetes API unavailable; retry later') {
-    super(detail, 10);
+    super(detail, 'cluster_unavailable', 10);
   }
 }
 
@@ -55,7 +55,7 @@ export interface HostStatusDeps {
 
 export async function getHostStatus(deps: HostStatusDeps, host: string): Promise<HostStatus> {
   const entry = findHost(deps.inventory, host);
-  if (!entry) throw new NotFoundError('unknown host');
+  if (!entry) throw new NotFoundError('unknown host', 'unknown_host');
   const key = hostStatusKey(host);
   try {
     const hit = await deps.redis.get(key);

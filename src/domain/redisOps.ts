@@ -1,11 +1,11 @@
 import type { Redis } from 'ioredis';
-import { ServiceUnavailableError } from '../shared/errors.js';
+import { RedisUnavailableError } from '../shared/errors.js';
 
 /** Runs one Redis operation; any Redis failure (down, timeout) becomes 503 + Retry-After. */
 export async function redisCall<T>(op: (r: Redis) => Promise<T>, redis: Redis): Promise<T> {
   try {
     return await op(redis);
   } catch {
-    throw new ServiceUnavailableError('redis unavailable; retry later', 5);
+    throw new RedisUnavailableError();
   }
 }

@@ -5,7 +5,7 @@ import type { Source } from '../sources/index.js';
 import { expiryHeaders, keyStatus, rfc3339, type KeyUsage } from '../shared/apiKeyLifetime.js';
 import type { ApiKey, Role } from '../shared/config.js';
 import { credentialId, firstMatch, hmacSha256, secretsMatcher, sha256Digest } from '../shared/crypto.js';
-import { ApiKeyExpiredError, ForbiddenError, ServiceUnavailableError, UnauthorizedError } from '../shared/errors.js';
+import { ApiKeyExpiredError, ForbiddenError, RedisUnavailableError, UnauthorizedError, type ErrorCodeOf } from '../shared/errors.js';
 import { bearerIdentity, keyIdentity, senderIdentity, type Identity } from '../shared/identity.js';
 import { signatureSeenKey } from '../shared/keys.js';
 import { SECRET_ROLES, type SecretValues } from '../shared/liveSecrets.js';
@@ -78,13 +78,13 @@ export function requireApiKey(
     const presented = header(req.get('x-api-key'));
     if (presented === '') {
       metrics.authFailures.inc({ scheme: 'api_key', reason: 'missing' });
-      throw new UnauthorizedError('missing X-API-Key header', 'missing');
+      throw new UnauthorizedError('missing X-API-Key header', 'missing_api_key');
     }
     const key = findApiKey(keys, presented);
     if (!key) {
       res.locals.presentedCredential = `key:${credentialId(presented)}`;
       metrics.authFailures.inc({ scheme: 'api_key', reason: 'invalid' });
-      throw new UnauthorizedError('invalid API key', 'invalid');
+      throw new UnauthorizedError('invalid API key', 'invalid_api_key');
     }
     const at = now();
     const status = keyStatus(key, at, warningDays);
@@ -105,7 +105,7 @@ export function requireApiKey(
     res.locals.role = role;
     if (required === 'operator' && role !== 'operator') {
       metrics.authFailures.inc({ scheme: 'api_key', reason: 'forbidden_role' });
-      throw new ForbiddenError('this operation requires an operator key', 'forbidden_role');
+      throw new ForbiddenError('this operation requires an operator key', 'operator_role_required');
     }
     next();
   };
@@ -123,9 +123,9 @@ const BASIC = /^basic\s+([A-Za-z0-9+/=]+)\s*$/i;
  * key of another role: 403. Counted under the scheme presented (api_key or basic).
  */
 export function requireOperatorKeyOrBasic(keys: readonly ApiKey[], metrics: AuthMetrics): RequestHandler {
-  const fail = (scheme: string, reason: string, detail: string): never => {
+  const fail = (scheme: string, reason: string, detail: string, code: ErrorCodeOf<401>): never => {
     metrics.authFailures.inc({ scheme, reason });
-    throw new UnauthorizedError(detail, reason, { 'WWW-Authenticate': BASIC_CHALLENGE });
+    throw new UnauthorizedError(detail, code, { 'WWW-Authenticate': BASIC_CHALLENGE });
   };
   return (req, res, next) => {
     let scheme: 'api_key' | 'basic' = 'api_key';
@@ -133,18 +133,20 @@ export function requireOperatorKeyOrBasic(keys: readonly ApiKey[], metrics: Auth
     if (presented === '') {
       scheme = 'basic';
       const auth = header(req.get('authorization'));
-      if (auth === '') fail(scheme, 'missing', 'authentication required: X-API-Key or HTTP Basic with an operator key as password');
+      if (auth === '') {
+        fail(scheme, 'missing', 'authentication required: X-API-Key or HTTP Basic with an operator key as password', 'missing_credentials');
+      }
       const m = BASIC.exec(auth);
       const decoded = m ? Buffer.from(m[1]!, 'base64').toString('utf8') : '';
       const colon = decoded.indexOf(':');
-      if (colon < 0) fail(scheme, 'malformed', 'malformed Authorization header; use HTTP Basic or X-API-Key');
+      if (colon < 0) fail(scheme, 'malformed', 'malformed Authorization header; use HTTP Basic or X-API-Key', 'malformed_credentials');
       presented = decoded.slice(colon + 1);
-      if (presented === '') fail(scheme, 'invalid', 'invalid credentials');
+      if (presented === '') fail(scheme, 'invalid', 'invalid credentials', 'invalid_credentials');
     }
     const key = matchApiKey(keys, presented);
     if (!key) {
       res.locals.presentedCredential = `key:${credentialId(presented)}`;
-      fail(scheme, 'invalid', 'invalid credentials');
+      fail(scheme, 'invalid', 'invalid credentials', 'invalid_credentials');
     }
     const role: Role = key!.role === 'operator' ? 'operator' : 'readonly';
     setIdentity(res, keyIdentity(key!));
@@ -152,7 +154,7 @@ export function requireOperatorKeyOrBasic(keys: readonly ApiKey[], metrics: Auth
     res.locals.role = role;
     if (role !== 'operator') {
       metrics.authFailures.inc({ scheme, reason: 'forbidden_role' });
-      throw new ForbiddenError('operator role required', 'forbidden_role');
+      throw new ForbiddenError('operator role required', 'operator_role_required');
     }
     next();
   };
@@ -182,7 +184,7 @@ export function refuseCrossSiteWrites(metrics: AuthMetrics): RequestHandler {
     }
     if (crossSite) {
       metrics.authFailures.inc({ scheme: 'basic', reason: 'cross_site' });
-      throw new ForbiddenError('cross-site request refused', 'cross_site');
+      throw new ForbiddenError('cross-site request refused', 'cross_site_request');
     }
     next();
   };
@@ -223,25 +225,26 @@ export function requireBearer(
   const challenge = (error?: string) => ({
     'WWW-Authenticate': error ? `Bearer realm="${realm}", error="${error}"` : `Bearer realm="${realm}"`,
   });
-  const fail = (detail: string, reason: string, error?: string): never => {
+  const fail = (detail: string, reason: string, code: ErrorCodeOf<401>, error?: string): never => {
     metrics.authFailures.inc({ scheme, reason });
-    throw new UnauthorizedError(detail, reason, challenge(error));
+    throw new UnauthorizedError(detail, code, challenge(error));
   };
   const values = valuesOf(token);
   const match = secretsMatcher(values);
   return (req, res, next) => {
     const raw = header(req.get('authorization'));
-    if (raw === '') fail('missing bearer credentials', 'missing');
+    if (raw === '') fail('missing bearer credentials', 'missing', 'missing_credentials');
     const m = BEARER.exec(raw);
     const word = m?.[1] ?? '';
     const presented = (m?.[2] ?? '').trim();
-    if (word.toLowerCase() !== 'bearer') fail('authorization scheme must be Bearer', 'scheme', 'invalid_request');
-    if (presented === '') fail('missing bearer token', 'missing', 'invalid_request');
-    if (values().length === 0) fail('bearer authentication is not configured', 'not_configured', 'invalid_token');
+    if (word.toLowerCase() !== 'bearer')
+      fail('authorization scheme must be Bearer', 'scheme', 'unsupported_auth_scheme', 'invalid_request');
+    if (presented === '') fail('missing bearer token', 'missing', 'missing_credentials', 'invalid_request');
+    if (values().length === 0) fail('bearer authentication is not configured', 'not_configured', 'bearer_not_configured', 'invalid_token');
     const index = match(presented);
     if (index < 0) {
       res.locals.presentedCredential = `bearer:${credentialId(presented)}`;
-      fail('invalid bearer token', 'invalid', 'invalid_token');
+      fail('invalid bearer token', 'invalid', 'invalid_bearer_token', 'invalid_token');
     }
     const credential = credentialId(presented);
     setIdentity(res, opts.identity ?? bearerIdentity(credential, opts.owner));
@@ -306,11 +309,11 @@ export function verifySender(opts: SenderVerifyOptions): SenderCheck {
   const v = source.verification;
   const verified = senderIdentity(source.name, true);
   const scheme = v.kind === 'token' ? `${source.name}_token` : v.kind === 'bearer' ? `${source.name}_bearer` : 'signature';
-  const fail = (detail: string, reason: string): never => {
+  const fail = (detail: string, reason: string, code: ErrorCodeOf<403>): never => {
     metrics.authFailures.inc({ scheme, reason });
-    throw new ForbiddenError(detail, reason);
+    throw new ForbiddenError(detail, code);
   };
-  const notConfigured = () => fail(`${source.title} webhook secret is not configured`, 'not_configured');
+  const notConfigured = () => fail(`${source.title} webhook secret is not configured`, 'not_configured', 'webhook_secret_not_configured');
   /** Index of the value whose HMAC of `data` equals `presented` (hex compared case-insensitively), or -1. */
   const hmacMatch = (data: Buffer, presented: string, encoding: 'hex' | 'base64'): number => {
     const given = sha256Digest(encoding === 'hex' ? presented.toLowerCase() : presented);
@@ -342,11 +345,11 @@ export function verifySender(opts: SenderVerifyOptions): SenderCheck {
       before: (req, res, next) => {
         if (values().length === 0) notConfigured();
         const presented = req.get(v.header);
-        if (presented === undefined || presented === '') fail(`missing ${v.header} header`, 'missing');
+        if (presented === undefined || presented === '') fail(`missing ${v.header} header`, 'missing', 'missing_webhook_token');
         const index = match(presented!);
         if (index < 0) {
           res.locals.presentedCredential = `${scheme}:${credentialId(presented!)}`;
-          fail(`invalid ${v.header}`, 'invalid');
+          fail(`invalid ${v.header}`, 'invalid', 'invalid_webhook_token');
         }
         setIdentity(res, verified);
         noteMatch(res, index);
@@ -364,14 +367,14 @@ export function verifySender(opts: SenderVerifyOptions): SenderCheck {
       before: (req, _res, next) => {
         if (values().length === 0) notConfigured();
         const value = req.get(v.header);
-        if (value === undefined || value === '') fail(`missing signature (${v.header})`, 'missing');
-        if (!value!.startsWith(v.prefix)) fail(missing, 'malformed');
+        if (value === undefined || value === '') fail(`missing signature (${v.header})`, 'missing', 'missing_signature');
+        if (!value!.startsWith(v.prefix)) fail(missing, 'malformed', 'malformed_signature');
         next();
       },
       after: (req, res, next) => {
         const presented = req.get(v.header)!.slice(v.prefix.length);
         const index = hmacMatch(rawOf(req.body), presented, v.encoding);
-        if (index < 0) fail('signature mismatch', 'mismatch');
+        if (index < 0) fail('signature mismatch', 'mismatch', 'invalid_signature');
         setIdentity(res, verified);
         noteMatch(res, index);
         next();
@@ -387,17 +390,19 @@ export function verifySender(opts: SenderVerifyOptions): SenderCheck {
     before: (req, _res, next) => {
       if (values().length === 0) notConfigured();
       const value = req.get(v.header);
-      if (value === undefined || value === '') fail(`missing signature (${v.header})`, 'missing');
+      if (value === undefined || value === '') fail(`missing signature (${v.header})`, 'missing', 'missing_signature');
       const m = TIMESTAMPED.exec(value!.trim());
-      if (!m) fail(`missing signature (${v.header} must be t=<unix seconds>,v1=<hex HMAC-SHA256>)`, 'malformed');
+      if (!m) fail(`missing signature (${v.header} must be t=<unix seconds>,v1=<hex HMAC-SHA256>)`, 'malformed', 'malformed_signature');
       const skew = Math.abs(now() / 1000 - Number(m![1]));
-      if (skew > v.toleranceSeconds) fail(`signature timestamp is more than ${v.toleranceSeconds} s from the server's clock`, 'stale');
+      if (skew > v.toleranceSeconds) {
+        fail(`signature timestamp is more than ${v.toleranceSeconds} s from the server's clock`, 'stale', 'stale_signature');
+      }
       next();
     },
     after: (req, res, next) => {
       const [, t, sig] = TIMESTAMPED.exec(req.get(v.header)!.trim())!;
       const index = hmacMatch(Buffer.concat([Buffer.from(`${t}.`), rawOf(req.body)]), sig!, 'hex');
-      if (index < 0) fail('signature mismatch', 'mismatch');
+      if (index < 0) fail('signature mismatch', 'mismatch', 'invalid_signature');
       setIdentity(res, verified);
       noteMatch(res, index);
       if (!redis) return next();
@@ -406,11 +411,11 @@ export function verifySender(opts: SenderVerifyOptions): SenderCheck {
         (set) => {
           if (set === null) {
             metrics.authFailures.inc({ scheme, reason: 'replayed' });
-            return next(new ForbiddenError('signature already used (a replayed delivery)', 'replayed'));
+            return next(new ForbiddenError('signature already used (a replayed delivery)', 'replayed_signature'));
           }
           next();
         },
-        () => next(new ServiceUnavailableError('redis unavailable; retry later', 5)),
+        () => next(new RedisUnavailableError()),
       );
     },
   };

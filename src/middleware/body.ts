@@ -14,7 +14,7 @@ export function sizeInBytes(limit: string): number {
 /**
  * express.raw, except that an over-limit body is answered at once: a Content-Length above the
  * limit before a byte is read, a body without one (chunked) as soon as the bytes received pass it.
- * Either way the answer is 413 {detail} with `Connection: close`, and the connection is closed
+ * Either way the answer is 413 {detail, code} with `Connection: close`, and the connection is closed
  * after it (a lingering close: src/middleware/lingeringClose.ts), so the rest of the body is not
  * read. (body-parser alone reads the body to its end before it answers: 100 MB, or a declared
  * 5 GB that never comes, until the request times out.)
@@ -129,7 +129,7 @@ function parseJsonText(text: string): unknown {
     throw new InvalidJsonError();
   }
   if (valueDeeperThan(value, MAX_JSON_DEPTH)) {
-    throw new UnprocessableError(`payload is nested deeper than ${MAX_JSON_DEPTH} levels`);
+    throw new UnprocessableError(`payload is nested deeper than ${MAX_JSON_DEPTH} levels`, 'payload_too_deep');
   }
   return value;
 }

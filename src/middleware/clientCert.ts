@@ -1,13 +1,13 @@
 import type { RequestHandler } from 'express';
 import type { TLSSocket } from 'node:tls';
 import { matchAllowedName, type AllowedName } from '../shared/clientNames.js';
-import { ForbiddenError } from '../shared/errors.js';
+import { ForbiddenError, type ErrorCodeOf } from '../shared/errors.js';
 import type { Metrics } from '../shared/metrics.js';
 
 /**
  * Mutual TLS for one route (TLS_CLIENT_CA_FILE). The API port asks every connection for a client
  * certificate without requiring one in the handshake (src/shared/tls.ts), so the paths that need
- * none keep working; this check refuses the request (403 {detail}) unless the connection presented
+ * none keep working; this check refuses the request (403 {detail, code}) unless the connection presented
  * a certificate that verified against the CA file in use when it was opened and, when a list of
  * allowed names is configured (TLS_CLIENT_ALLOWED_NAMES, src/shared/clientNames.ts), one whose
  * subject or subjectAltName is on it. A change of the CA or of the list closes the connections that
@@ -20,27 +20,28 @@ export function requireClientCertificate(
   /** The allowed names in use, read at each request; empty: any certificate of the CA. */
   allowedNames: () => readonly AllowedName[] = () => [],
 ): RequestHandler {
-  const fail = (detail: string, reason: string): never => {
+  const fail = (detail: string, reason: string, code: ErrorCodeOf<403>): never => {
     metrics.authFailures.inc({ scheme: 'client_certificate', reason });
-    throw new ForbiddenError(detail, reason);
+    throw new ForbiddenError(detail, code);
   };
   return (req, res, next) => {
     const socket = req.socket as Partial<TLSSocket>;
-    if (typeof socket.getPeerCertificate !== 'function') fail('a client certificate is required (use HTTPS)', 'missing');
+    if (typeof socket.getPeerCertificate !== 'function')
+      fail('a client certificate is required (use HTTPS)', 'missing', 'client_certificate_required');
     const peer = socket.getPeerCertificate!();
     // An empty object: the client sent no certificate.
-    if (!peer || Object.keys(peer).length === 0) fail('a client certificate is required', 'missing');
+    if (!peer || Object.keys(peer).length === 0) fail('a client certificate is required', 'missing', 'client_certificate_required');
     // Audit identity of a certificate: the first 12 hex of its SHA-256 fingerprint (public, not a secret).
     const id = `cert:${(peer.fingerprint256 ?? '').replaceAll(':', '').slice(0, 12).toLowerCase()}`;
     if (socket.authorized !== true) {
       res.locals.presentedCredential = id;
-      fail('client certificate is not signed by a trusted CA', 'untrusted');
+      fail('client certificate is not signed by a trusted CA', 'untrusted', 'untrusted_client_certificate');
     }
     const list = allowedNames();
     const matched = list.length > 0 ? matchAllowedName(list, peer) : undefined;
     if (list.length > 0 && !matched) {
       res.locals.presentedCredential = id;
-      fail('client certificate is not on the list of allowed names', 'not_allowed');
+      fail('client certificate is not on the list of allowed names', 'not_allowed', 'client_certificate_not_allowed');
     }
     res.locals.auditFields = {
       ...(res.locals.auditFields as Record<string, unknown> | undefined),

@@ -1,6 +1,7 @@
 import type { Server } from 'node:http';
 import { STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
+import { errorBody, type ErrorCode } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import { lingeringClose } from './lingeringClose.js';
 
@@ -9,13 +10,13 @@ import { lingeringClose } from './lingeringClose.js';
  * control characters in a header value, a malformed request line, a header timeout. Node's
  * default answer is a bare status line with no body (and CONNECT gets no answer at all); this
  * one answers the same status with the
- * API's usual JSON {detail} body (never echoing the request, so nothing a client sent, secret or
+ * API's usual JSON {detail, code} body (src/shared/errors.ts; never echoing the request, so nothing a client sent, secret or
  * not, comes back), then closes the connection (lingering: src/middleware/lingeringClose.ts).
  */
 export function jsonClientErrors(server: Server, logger?: Logger): void {
   // CONNECT never reaches Express either (without a listener Node just drops the socket).
   server.on('connect', (_req: unknown, socket: Duplex) => {
-    const body = JSON.stringify({ detail: 'method not allowed' });
+    const body = JSON.stringify(errorBody('method_not_allowed', 'method not allowed'));
     socket.on('error', () => socket.destroy());
     socket.end(
       'HTTP/1.1 405 Method Not Allowed\r\n' +
@@ -37,18 +38,21 @@ export function jsonClientErrors(server: Server, logger?: Logger): void {
       return;
     }
     let status = 400;
+    let code: ErrorCode = 'malformed_request';
     let detail = 'malformed HTTP request';
     if (err.code === 'HPE_HEADER_OVERFLOW') {
       status = 431;
+      code = 'headers_too_large';
       detail = 'request headers are too large';
     } else if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT' || err.code === 'HPE_TIMEOUT') {
       status = 408;
+      code = 'request_timeout';
       detail = 'request timed out';
     } else if (err.code === 'HPE_INVALID_HEADER_TOKEN') {
       detail = 'malformed HTTP request: invalid character in a header';
     }
     logger?.debug('HTTP parser refused a request', { status, code: err.code });
-    const body = JSON.stringify({ detail });
+    const body = JSON.stringify(errorBody(code, detail));
     answered.add(socket);
     socket.on('error', () => socket.destroy());
     socket.write(

@@ -3,17 +3,18 @@ import {
   AppError,
   BadRequestError,
   InternalError,
+  InvalidJsonError,
   MethodNotAllowedError,
   NotFoundError,
   PayloadTooLargeError,
-  ServiceUnavailableError,
+  RedisUnavailableError,
   UnsupportedMediaTypeError,
 } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 
 /**
- * The one error middleware: every error becomes `{detail}` JSON with the AppError's status and
- * headers. Express's HTML error pages never appear; stack traces and secrets never leave the
+ * The one error middleware: every error becomes `{detail, code}` JSON with the AppError's status
+ * and headers (the code from the catalog, src/shared/errors.ts). Express's HTML error pages never appear; stack traces and secrets never leave the
  * process (unexpected errors are logged by message and type only, the client sees "internal error").
  */
 
@@ -31,7 +32,7 @@ export function isRedisUnavailable(err: unknown): boolean {
 /** Maps errors thrown by body-parser / the router (http-errors with `type`/`status`) to the catalog. */
 export function toAppError(err: unknown): AppError | undefined {
   if (err instanceof AppError) return err;
-  if (isRedisUnavailable(err)) return new ServiceUnavailableError('redis unavailable; retry later');
+  if (isRedisUnavailable(err)) return new RedisUnavailableError();
   if (typeof err === 'object' && err !== null) {
     const e = err as { type?: unknown; status?: unknown; statusCode?: unknown };
     const status = typeof e.status === 'number' ? e.status : typeof e.statusCode === 'number' ? e.statusCode : undefined;
@@ -39,14 +40,14 @@ export function toAppError(err: unknown): AppError | undefined {
       case 'entity.too.large':
         return new PayloadTooLargeError();
       case 'entity.parse.failed':
-        return new BadRequestError('request body is not valid JSON');
+        return new InvalidJsonError();
       case 'encoding.unsupported':
       case 'charset.unsupported':
-        return new UnsupportedMediaTypeError('unsupported content encoding or charset');
+        return new UnsupportedMediaTypeError();
       case 'request.aborted':
-        return new BadRequestError('request aborted');
+        return new BadRequestError('request aborted', 'request_aborted');
       case 'request.size.invalid':
-        return new BadRequestError('request size did not match content length');
+        return new BadRequestError('request size did not match content length', 'content_length_mismatch');
       default:
         break;
     }
@@ -54,7 +55,7 @@ export function toAppError(err: unknown): AppError | undefined {
     if (status !== undefined && status >= 400 && status < 500) {
       if (status === 413) return new PayloadTooLargeError();
       if (status === 404) return new NotFoundError();
-      return new BadRequestError('bad request');
+      return new BadRequestError('bad request', 'malformed_request');
     }
   }
   return undefined;
@@ -86,7 +87,7 @@ export function errorHandler(logger: Logger): ErrorRequestHandler {
     // An error answer is never stored, whatever a router set for its pages (Bull Board's).
     res.setHeader('Cache-Control', 'no-store');
     for (const [k, v] of Object.entries(appErr.headers)) res.setHeader(k, v);
-    res.status(appErr.statusCode).json({ detail: appErr.detail });
+    res.status(appErr.statusCode).json(appErr.toBody());
   };
 }
 

@@ -66,7 +66,7 @@ export function queryOf(url: string): string | undefined {
 }
 
 function audit(logger: Logger, req: Request, res: Response, seconds: number): void {
-  const err = res.locals.error as { detail?: string } | undefined;
+  const err = res.locals.error as { detail?: string; code?: string } | undefined;
   logger.info('audit', {
     audit: true,
     request_id: res.locals.requestId,
@@ -90,6 +90,7 @@ function audit(logger: Logger, req: Request, res: Response, seconds: number): vo
     ...(res.locals.auditFields as Record<string, unknown> | undefined), // e.g. event_id, job_id, outcome of a webhook
     status: res.statusCode,
     detail: res.statusCode >= 400 ? err?.detail : undefined,
+    code: res.statusCode >= 400 ? err?.code : undefined,
     duration_ms: Math.round(seconds * 1000),
     client: req.ip,
   });

@@ -1,10 +1,13 @@
 import { z } from 'zod';
+import { ERROR_CODES, ERROR_CODE_LIST, codesOfStatus, type ErrorCode } from '../shared/errors.js';
 
 /**
  * The OpenAPI 3.1 document of the API, built from a registry of route descriptions
  * (src/openapi/routes.ts) whose request and answer schemas are the zod schemas the code uses.
  * zod 4 emits JSON Schema draft 2020-12, which is OpenAPI 3.1's schema dialect, so nothing is
- * translated by hand. Every error answer is the catalog's `{detail}` (src/shared/errors.ts).
+ * translated by hand. Every error answer is the catalog's `{detail, code}` (src/shared/errors.ts):
+ * `components.schemas.Error` lists every code with its status and meaning, and each operation's
+ * error answers list the codes they can carry (`enum`).
  *
  * Only explicit statuses are documented, never a `default` answer: with one, any status the
  * server gave would conform, and the conformance run (test/integration/api/conformance.test.ts)
@@ -15,8 +18,10 @@ export type SecuritySchemeName = string;
 
 export interface ResponseDoc {
   description: string;
-  /** Answer body (JSON unless contentType says otherwise); errors default to {detail}. */
+  /** Answer body (JSON unless contentType says otherwise); errors default to {detail, code}. */
   schema?: z.ZodType;
+  /** An error answer: the codes it can carry; default every code of its status. */
+  codes?: readonly ErrorCode[];
   /** Media type of the answer body; default application/json. */
   contentType?: string;
   /** Response headers the answer carries (documented as strings). */
@@ -48,7 +53,34 @@ export interface RouteDoc {
   responses: Record<number, ResponseDoc>;
 }
 
-export const errorSchema = z.object({ detail: z.string().describe('human-readable message; never a secret or a stack trace') });
+const detailSchema = z.string().describe('human-readable message; never a secret or a stack trace');
+
+/** `{detail, code}` whose code is one of `codes` (each a code of the catalog). */
+export function errorSchemaFor(codes: readonly ErrorCode[]) {
+  return z.object({
+    detail: detailSchema,
+    code: z
+      .enum(codes as [ErrorCode, ...ErrorCode[]])
+      .describe('the condition, stable (src/shared/errors.ts); components.schemas.Error says what each means'),
+  });
+}
+
+/** Every error answer: `{detail, code}`, the code one of the catalog's. */
+export const errorSchema = errorSchemaFor(ERROR_CODE_LIST);
+
+/** The catalog as a schema: every code, and a table of their statuses and meanings. */
+function catalogSchema(): Record<string, unknown> {
+  const table = ERROR_CODE_LIST.map((c) => `- \`${c}\` (${ERROR_CODES[c].status}): ${ERROR_CODES[c].meaning}`).join('\n');
+  const schema = json(errorSchema, 'output') as { properties: Record<string, Record<string, unknown>> };
+  schema.properties.code = { ...schema.properties.code, description: `The condition, one per code:\n${table}` };
+  return schema;
+}
+
+/** The codes an error answer documents: its own list, or every code of its status. */
+export function responseCodes(status: number, doc: ResponseDoc): readonly ErrorCode[] {
+  const codes = doc.codes ?? codesOfStatus(status);
+  return codes.length > 0 ? codes : ERROR_CODE_LIST;
+}
 
 const SECURITY_SCHEMES: Record<SecuritySchemeName, Record<string, unknown>> = {
   apiKey: {
@@ -93,7 +125,7 @@ export function buildOpenApiDocument(
   for (const r of routes) {
     const responses: Record<string, unknown> = {};
     for (const [status, doc] of Object.entries(r.responses)) {
-      const schema = doc.schema ?? (Number(status) >= 400 ? errorSchema : undefined);
+      const schema = doc.schema ?? (Number(status) >= 400 ? errorSchemaFor(responseCodes(Number(status), doc)) : undefined);
       responses[status] = {
         description: doc.description,
         ...(doc.headers
@@ -130,7 +162,7 @@ export function buildOpenApiDocument(
     openapi: '3.1.0',
     info: { title: 'opsgate', version: info.version, description: info.description },
     jsonSchemaDialect: 'https://json-schema.org/draft/2020-12/schema',
-    components: { securitySchemes: { ...SECURITY_SCHEMES, ...schemes } },
+    components: { securitySchemes: { ...SECURITY_SCHEMES, ...schemes }, schemas: { Error: catalogSchema() } },
     paths,
   };
 }

@@ -9,12 +9,13 @@ import {
   restartOptionsSchema,
   restartQuerySchema,
 } from '../routes/restartQuery.js';
-import { approvalListSchema } from '../changes/approvals/routes.js';
-import { freezeListSchema, holdListSchema } from '../changes/freezes/routes.js';
+import { approvalListSchema, listApprovalsQuerySchema } from '../changes/approvals/routes.js';
+import { freezeListSchema, holdListSchema, listFreezesQuerySchema } from '../changes/freezes/routes.js';
 import { jobListSchema, jobViewSchema, listJobsQuerySchema, retryAnswerSchema, retryBodySchema } from '../routes/jobs.js';
 import { deliveryViewSchema } from '../domain/deliveries.js';
 import { deliveryListSchema, listDeliveriesQuerySchema, replayAnswerSchema, replayBodySchema } from '../routes/deliveries.js';
-import { keyListSchema } from '../routes/keys.js';
+import { keyListSchema, listKeysQuerySchema } from '../routes/keys.js';
+import type { ErrorCode } from '../shared/errors.js';
 import { SOURCES, type Source } from '../sources/index.js';
 import type { ResponseDoc, RouteDoc } from './document.js';
 
@@ -103,32 +104,52 @@ const approvalIdParam = z.object({ id: z.string().describe('an approval id (apr-
 const freezeIdParam = z.object({ id: z.string().describe('a freeze id (frz-...)') });
 const restartPending = pendingApprovalSchema.extend({ host: z.string(), service: z.string() });
 
+const recordedResponse: ResponseDoc = {
+  description: 'recorded (status pending): the change still waits for approvals of other operators',
+  schema: decisionAnswerSchema,
+};
+
 /** The statuses every guarded read and decision shares. */
-const decisionResponses = (action: 'approve' | 'reject'): RouteDoc['responses'] => ({
+function decisionResponses(action: 'approve' | 'reject'): RouteDoc['responses'] {
+  const responses = decisionAnswers(action);
+  if (action === 'approve') responses[202] = recordedResponse;
+  return responses;
+}
+
+const decisionAnswers = (action: 'approve' | 'reject'): RouteDoc['responses'] => ({
   200: {
     description:
       action === 'approve'
-        ? 'recorded (status pending: more approvals needed) or approved (the change is queued: job_id)'
+        ? 'approved (the change is queued: job_id)'
         : 'rejected (or withdrawn by its requester): nothing is queued; the on-call channel is told',
     schema: decisionAnswerSchema,
   },
   400: E[400](),
   401: E[401](),
-  403: E[403](action === 'approve' ? 'a readonly key, or the requester approving their own change (four eyes)' : 'a readonly key'),
-  404: E[404]('unknown approval'),
-  409: {
-    description:
-      action === 'approve'
-        ? 'already decided, expired, already approved by this operator, or (the last approval of a restart) a freeze or the change windows refuse it now: approve with override'
-        : 'already decided or expired',
-  },
+  403:
+    action === 'approve'
+      ? E[403]('a readonly key, or the requester approving their own change (four eyes)', ['operator_role_required', 'self_approval'])
+      : E[403]('a readonly key'),
+  // not_found: the generic code of a throw site of src/domain/approvals.ts that names no condition
+  404: E[404]('unknown approval', ['approval_not_found', 'not_found']),
+  409:
+    action === 'approve'
+      ? E[409](
+          'already decided, expired, already approved by this operator, or (the last approval of a restart) a freeze or the change windows refuse it now: approve with override',
+          ['approval_decided', 'approval_expired', 'duplicate_approval', 'change_refused', 'conflict'],
+        )
+      : E[409]('already decided or expired', ['approval_decided', 'approval_expired', 'conflict']),
   413: E[413],
-  422: E[422]('reason missing, blank or too long; override on reject'),
-  429: {
-    description:
-      'over RATE_LIMIT_RPS, or (the last approval of a restart) its namespace restart budget is spent: nothing decided, approve again after Retry-After',
-    headers: { 'Retry-After': 'seconds' },
-  },
+  422: E[422]('reason missing, blank or too long; override on reject', [...BODY_422, 'nothing_to_decide', 'unprocessable']),
+  429:
+    action === 'approve'
+      ? {
+          description:
+            'over RATE_LIMIT_RPS, or (the last approval of a restart) its namespace restart budget is spent: nothing decided, approve again after Retry-After',
+          headers: { 'Retry-After': 'seconds' },
+          codes: ['rate_limited', 'budget_exhausted'],
+        }
+      : E[429],
   503: E[503](
     'Redis unavailable, or (REDIS_MIN_REPLICAS_ACK) the change not acknowledged by the replicas in time: it may still take effect, read it back before repeating it',
   ),
@@ -136,16 +157,67 @@ const decisionResponses = (action: 'approve' | 'reject'): RouteDoc['responses'] 
 
 // --- shared answers ------------------------------------------------------------------------
 
+/** A request whose body (or path) cannot be read. */
+const BODY_400: readonly ErrorCode[] = ['invalid_json', 'malformed_request', 'request_aborted', 'content_length_mismatch'];
+/** An X-API-Key refused. */
+const API_KEY_401: readonly ErrorCode[] = ['missing_api_key', 'invalid_api_key', 'api_key_expired'];
+/** A bearer token refused. */
+const BEARER_401: readonly ErrorCode[] = [
+  'missing_credentials',
+  'unsupported_auth_scheme',
+  'bearer_not_configured',
+  'invalid_bearer_token',
+];
+/** A JSON body read and refused. */
+const BODY_422: readonly ErrorCode[] = ['invalid_body', 'payload_too_deep'];
+/** A list's query refused. */
+const LIST_422: readonly ErrorCode[] = ['invalid_query', 'invalid_cursor'];
+/** Redis or the queue unavailable, or a write not replicated in time. */
+const UNAVAILABLE_503: readonly ErrorCode[] = ['redis_unavailable', 'queue_unavailable', 'queue_unconfirmed', 'not_replicated'];
+
 const E = {
-  400: (d = 'invalid JSON body'): ResponseDoc => ({ description: d }),
-  401: (d = 'credentials missing or invalid'): ResponseDoc => ({ description: d }),
-  403: (d = 'a readonly key on an operator-only operation'): ResponseDoc => ({ description: d }),
-  404: (d: string): ResponseDoc => ({ description: d }),
-  413: { description: 'body larger than BODY_LIMIT' } as ResponseDoc,
-  422: (d: string): ResponseDoc => ({ description: d }),
-  429: { description: 'over RATE_LIMIT_RPS for this client address', headers: { 'Retry-After': 'seconds' } } as ResponseDoc,
-  503: (d = 'Redis (queue) unavailable; nothing lost, retry'): ResponseDoc => ({ description: d, headers: { 'Retry-After': 'seconds' } }),
+  400: (d = 'invalid JSON body', codes: readonly ErrorCode[] = BODY_400): ResponseDoc => ({ description: d, codes }),
+  401: (d = 'credentials missing or invalid', codes: readonly ErrorCode[] = API_KEY_401): ResponseDoc => ({ description: d, codes }),
+  403: (d = 'a readonly key on an operator-only operation', codes: readonly ErrorCode[] = ['operator_role_required']): ResponseDoc => ({
+    description: d,
+    codes,
+  }),
+  404: (d: string, codes: readonly ErrorCode[]): ResponseDoc => ({ description: d, codes }),
+  409: (d: string, codes: readonly ErrorCode[]): ResponseDoc => ({ description: d, codes }),
+  413: { description: 'body larger than BODY_LIMIT', codes: ['payload_too_large'] } as ResponseDoc,
+  422: (d: string, codes: readonly ErrorCode[]): ResponseDoc => ({ description: d, codes }),
+  429: {
+    description: 'over RATE_LIMIT_RPS for this client address',
+    headers: { 'Retry-After': 'seconds' },
+    codes: ['rate_limited'],
+  } as ResponseDoc,
+  503: (d = 'Redis (queue) unavailable; nothing lost, retry', codes: readonly ErrorCode[] = UNAVAILABLE_503): ResponseDoc => ({
+    description: d,
+    headers: { 'Retry-After': 'seconds' },
+    codes,
+  }),
 };
+
+/** The codes a sender's failed proof answers with (403; a bearer token's 401). */
+function proofCodes(s: Source): readonly ErrorCode[] {
+  switch (s.verification.kind) {
+    case 'token':
+      return ['webhook_secret_not_configured', 'missing_webhook_token', 'invalid_webhook_token'];
+    case 'hmac':
+      return ['webhook_secret_not_configured', 'missing_signature', 'malformed_signature', 'invalid_signature'];
+    case 'timestamped-hmac':
+      return [
+        'webhook_secret_not_configured',
+        'missing_signature',
+        'malformed_signature',
+        'invalid_signature',
+        'stale_signature',
+        'replayed_signature',
+      ];
+    case 'bearer':
+      return ['missing_credentials', 'unsupported_auth_scheme', 'invalid_bearer_token'];
+  }
+}
 
 // --- webhook senders (src/sources) --------------------------------------------------------
 
@@ -191,14 +263,17 @@ function webhookRoute(s: Source): RouteDoc {
       tags: ['webhooks'],
       security: [schemeName(s)],
       securityOptional: true,
-      description: `Authenticated only when ${s.secret.env} is set (then 401 without it). With TLS_CLIENT_CA_FILE the connection must also present a client certificate signed by that CA, and with TLS_CLIENT_ALLOWED_NAMES one whose subject or subjectAltName is on that list (else 403 {detail}); when a token and a CA are both set, both are required.`,
+      description: `Authenticated only when ${s.secret.env} is set (then 401 without it). With TLS_CLIENT_CA_FILE the connection must also present a client certificate signed by that CA, and with TLS_CLIENT_ALLOWED_NAMES one whose subject or subjectAltName is on that list (else 403 {detail, code}); when a token and a CA are both set, both are required.`,
       body: { contentTypes: ['application/json'], schema: alertPayload, required: true },
       responses: {
         202: { description: 'counted; firing alerts with a new fingerprint queued', schema: alertResult },
         400: E[400](),
-        401: E[401](`${s.secret.env} set and the bearer token missing or wrong`),
-        413: { description: 'body over BODY_LIMIT, or more alerts than ALERTS_MAX_PER_REQUEST (nothing queued)' },
-        422: E[422]('alerts missing or not an array'),
+        401: E[401](`${s.secret.env} set and the bearer token missing or wrong`, proofCodes(s)),
+        413: {
+          description: 'body over BODY_LIMIT, or more alerts than ALERTS_MAX_PER_REQUEST (nothing queued)',
+          codes: ['payload_too_large', 'too_many_alerts'],
+        },
+        422: E[422]('alerts missing or not an array', ['invalid_alerts', 'invalid_payload', 'payload_too_deep', 'invalid_job_data']),
         429: E[429],
         503: E[503](),
       },
@@ -241,9 +316,18 @@ function webhookRoute(s: Source): RouteDoc {
         description: signed
           ? `${proof} missing, malformed, mismatching${v.kind === 'timestamped-hmac' ? ', stale or already used' : ''}, or secret not configured`
           : `${proof} missing, secret not configured, or mismatch`,
+        codes: proofCodes(s),
       },
       413: E[413],
-      422: E[422](`${s.commitField} missing or empty; payload not an object; delivery id too long`),
+      // unprocessable: the generic code of a throw site of src/domain/deploy.ts that names no condition
+      422: E[422](`${s.commitField} missing or empty; payload not an object; delivery id too long`, [
+        'missing_commit',
+        'invalid_payload',
+        'invalid_delivery_id',
+        'payload_too_deep',
+        'invalid_job_data',
+        'unprocessable',
+      ]),
       429: E[429],
       503: E[503](),
     },
@@ -265,7 +349,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
     summary: 'Readiness probe: Redis reachable',
     tags: ['probes'],
     security: [],
-    responses: { 200: { description: 'ready', schema: ready }, 503: E[503]('Redis unreachable') },
+    responses: { 200: { description: 'ready', schema: ready }, 503: E[503]('Redis unreachable', ['redis_unavailable']) },
   },
   {
     method: 'get',
@@ -301,9 +385,9 @@ export const API_ROUTES: readonly RouteDoc[] = [
     responses: {
       200: { description: 'host status', schema: hostStatus },
       401: E[401](),
-      404: E[404]('unknown host'),
+      404: E[404]('unknown host', ['unknown_host']),
       429: E[429],
-      503: E[503]('Kubernetes API unavailable or not configured'),
+      503: E[503]('Kubernetes API unavailable or not configured', ['cluster_unavailable']),
     },
   },
   {
@@ -330,21 +414,35 @@ export const API_ROUTES: readonly RouteDoc[] = [
         description: 'waits for approval by other operators (POST /ops/approvals/{id}/approve); nothing is queued yet',
         schema: restartPending,
       },
-      400: E[400]('malformed Idempotency-Key'),
-      401: E[401]('bearer credentials missing, wrong scheme, not configured or mismatch; or an unknown key'),
+      // bad_request, not_found, conflict, unprocessable: the generic codes of throw sites of
+      // src/domain/restart.ts that name no condition
+      400: E[400]('malformed Idempotency-Key', [
+        'invalid_idempotency_key',
+        'bad_request',
+        'malformed_request',
+        'request_aborted',
+        'content_length_mismatch',
+      ]),
+      401: E[401]('bearer credentials missing, wrong scheme, not configured or mismatch; or an unknown key', [
+        ...BEARER_401,
+        ...API_KEY_401,
+      ]),
       403: E[403]('a readonly key'),
-      404: E[404]('unknown host, or service not a Deployment of that host'),
-      409: {
-        description:
-          'refused by a freeze or outside the change windows (the detail names them); override=true with a reason lets it through',
-      },
+      404: E[404]('unknown host, or service not a Deployment of that host', ['unknown_host', 'unknown_service', 'not_found']),
+      409: E[409](
+        'refused by a freeze or outside the change windows (the detail names them); override=true with a reason lets it through',
+        ['change_refused', 'approval_changed', 'conflict'],
+      ),
       413: E[413],
       422: E[422](
         'host or service missing or repeated; Idempotency-Key reused for another target; a bad dry_run/override; override without reason',
+        ['invalid_query', 'idempotency_key_reused', 'unprocessable'],
       ),
       429: {
-        description: "over RATE_LIMIT_RPS for this client address, or the namespace's restart budget is spent (the detail names it)",
+        description:
+          "over RATE_LIMIT_RPS for this client address (rate_limited), or the namespace's restart budget is spent (budget_exhausted, the detail names it)",
         headers: { 'Retry-After': 'seconds' },
+        codes: ['rate_limited', 'budget_exhausted'],
       },
       503: E[503]('queue unavailable; the detail says whether the restart may still be queued'),
     },
@@ -361,7 +459,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
       403: E[403](),
       413: E[413],
       429: E[429],
-      503: E[503]('Redis unavailable'),
+      503: E[503]('Redis unavailable', ['redis_unavailable']),
     },
   },
   {
@@ -374,26 +472,32 @@ export const API_ROUTES: readonly RouteDoc[] = [
       'A key within API_KEY_EXPIRY_WARNING_DAYS of its expiry works, and every answer to it carries Deprecation and Sunset headers; past its expiry it is refused (401).',
     tags: ['ops'],
     security: ['apiKey'],
+    query: listKeysQuerySchema,
     responses: {
-      200: { description: 'the keys', schema: keyListSchema },
+      200: { description: 'one page of the keys, in the order of the configuration', schema: keyListSchema },
       401: E[401]('key missing, unknown or expired'),
       403: E[403](),
+      422: E[422]('limit out of range, a parameter repeated, or a cursor not of this list', LIST_422),
       429: E[429],
-      503: E[503]('Redis unavailable: last use cannot be read'),
+      503: E[503]('Redis unavailable: last use cannot be read', ['redis_unavailable']),
     },
   },
   {
     method: 'get',
     path: '/ops/jobs',
     summary: 'List jobs by state; state=failed lists the dead letters',
-    description: 'Newest first, paginated with offset/limit. Never returns job data or return values.',
+    description:
+      'Newest first, paged with limit and cursor (next_cursor; offset/next_offset still work). Never returns job data or return values.',
     tags: ['jobs'],
     security: ['apiKey'],
     query: listJobsQuerySchema,
     responses: {
       200: { description: 'one page', schema: jobListSchema },
       401: E[401](),
-      422: E[422]('unknown state, limit/offset out of range, or a parameter repeated'),
+      422: E[422](
+        'unknown state, limit/offset out of range, a parameter repeated, cursor with offset, or a cursor not of this query',
+        LIST_422,
+      ),
       429: E[429],
       503: E[503](),
     },
@@ -408,7 +512,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
     responses: {
       200: { description: 'the job', schema: jobViewSchema },
       401: E[401](),
-      404: E[404]('unknown job'),
+      404: E[404]('unknown job', ['job_not_found']),
       429: E[429],
       503: E[503](),
     },
@@ -426,10 +530,10 @@ export const API_ROUTES: readonly RouteDoc[] = [
       400: E[400](),
       401: E[401](),
       403: E[403](),
-      404: E[404]('unknown job'),
-      409: { description: 'the job is not failed, or another restart of its Deployment is in progress' },
+      404: E[404]('unknown job', ['job_not_found']),
+      409: E[409]('the job is not failed, or another restart of its Deployment is in progress', ['job_not_failed', 'restart_in_progress']),
       413: E[413],
-      422: E[422]('reason missing, blank or too long'),
+      422: E[422]('reason missing, blank or too long', BODY_422),
       429: E[429],
       503: E[503](
         'Redis (queue) unavailable, or (REDIS_MIN_REPLICAS_ACK) the retry not acknowledged by enough replicas in time: it may still take effect, repeating it is safe',
@@ -440,13 +544,14 @@ export const API_ROUTES: readonly RouteDoc[] = [
     method: 'get',
     path: '/ops/deliveries',
     summary: "The senders' last deliveries with their verdicts, newest first: why a push did or did not deploy",
+    description: 'Paged with limit and cursor (next_cursor; before/next still work).',
     tags: ['deliveries'],
     security: ['apiKey'],
     query: listDeliveriesQuerySchema,
     responses: {
       200: { description: 'one page', schema: deliveryListSchema },
       401: E[401](),
-      422: E[422]('unknown source or verdict, bad limit or cursor'),
+      422: E[422]('unknown source or verdict, bad limit or cursor, cursor with before, or a cursor not of this query', LIST_422),
       429: E[429],
       503: E[503]('Redis unavailable'),
     },
@@ -461,7 +566,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
     responses: {
       200: { description: 'the delivery', schema: deliveryViewSchema },
       401: E[401](),
-      404: E[404]('unknown delivery (or no longer kept)'),
+      404: E[404]('unknown delivery (or no longer kept)', ['delivery_not_found']),
       429: E[429],
       503: E[503]('Redis unavailable'),
     },
@@ -478,16 +583,26 @@ export const API_ROUTES: readonly RouteDoc[] = [
     responses: {
       200: {
         description:
-          "submitted: queued (or held, or waiting for approval, by the project's policy), or a duplicate of the job that stands for the event; with dry_run, the rehearsal",
+          "submitted: queued (or held, by the project's policy), or a duplicate of the job that stands for the event; with dry_run, the rehearsal",
         schema: z.union([replayAnswerSchema, deployDryRunSchema]),
+      },
+      202: {
+        description: "waits for approval by the project's policy (status pending_approval, job_id the approval id); nothing is queued yet",
+        schema: replayAnswerSchema,
       },
       400: E[400](),
       401: E[401](),
       403: E[403](),
-      404: E[404]('unknown delivery (or no longer kept)'),
-      409: { description: 'the delivery reached no push event (refused, invalid, ignored, rate-limited): have the sender redeliver it' },
+      404: E[404]('unknown delivery (or no longer kept)', ['delivery_not_found']),
+      409: E[409]('the delivery reached no push event (refused, invalid, ignored, rate-limited): have the sender redeliver it', [
+        'delivery_not_replayable',
+        'guards_unavailable',
+        'approval_changed',
+        'conflict',
+      ]),
       413: E[413],
-      422: E[422]('reason missing, blank or too long'),
+      // unprocessable: the generic code of a throw site of src/domain/deploy.ts that names no condition
+      422: E[422]('reason missing, blank or too long', [...BODY_422, 'invalid_job_data', 'unprocessable']),
       429: E[429],
       503: E[503](),
     },
@@ -498,9 +613,11 @@ export const API_ROUTES: readonly RouteDoc[] = [
     summary: 'The pending approvals of guarded changes, soonest expiry first',
     tags: ['guards'],
     security: ['apiKey'],
+    query: listApprovalsQuerySchema,
     responses: {
-      200: { description: 'pending approvals', schema: approvalListSchema },
+      200: { description: 'one page of the pending approvals', schema: approvalListSchema },
       401: E[401](),
+      422: E[422]('limit out of range, a parameter repeated, or a cursor not of this list', LIST_422),
       429: E[429],
       503: E[503]('Redis unavailable'),
     },
@@ -515,7 +632,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
     responses: {
       200: { description: 'the approval', schema: approvalViewSchema },
       401: E[401](),
-      404: E[404]('unknown approval'),
+      404: E[404]('unknown approval', ['approval_not_found']),
       429: E[429],
       503: E[503]('Redis unavailable'),
     },
@@ -549,7 +666,14 @@ export const API_ROUTES: readonly RouteDoc[] = [
     summary: 'The freezes not yet ended',
     tags: ['guards'],
     security: ['apiKey'],
-    responses: { 200: { description: 'freezes', schema: freezeListSchema }, 401: E[401](), 429: E[429], 503: E[503]('Redis unavailable') },
+    query: listFreezesQuerySchema,
+    responses: {
+      200: { description: 'one page of the freezes, soonest end first', schema: freezeListSchema },
+      401: E[401](),
+      422: E[422]('limit out of range, a parameter repeated, or a cursor not of this list', LIST_422),
+      429: E[429],
+      503: E[503]('Redis unavailable'),
+    },
   },
   {
     method: 'post',
@@ -565,7 +689,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
       401: E[401](),
       403: E[403](),
       413: E[413],
-      422: E[422]('unknown scope, namespace or project; no or two ends; an end in the past or more than 30 days away; no reason'),
+      422: E[422]('unknown scope, namespace or project; no or two ends; an end in the past or more than 30 days away; no reason', BODY_422),
       429: E[429],
       503: E[503](
         'Redis unavailable, or (REDIS_MIN_REPLICAS_ACK) the change not acknowledged by the replicas in time: it may still take effect, read it back before repeating it',
@@ -582,7 +706,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
     responses: {
       200: { description: 'the freeze', schema: freezeViewSchema },
       401: E[401](),
-      404: E[404]('unknown or ended freeze'),
+      404: E[404]('unknown or ended freeze', ['freeze_not_found']),
       429: E[429],
       503: E[503]('Redis unavailable'),
     },
@@ -600,9 +724,9 @@ export const API_ROUTES: readonly RouteDoc[] = [
       400: E[400](),
       401: E[401](),
       403: E[403](),
-      404: E[404]('unknown or ended freeze'),
+      404: E[404]('unknown or ended freeze', ['freeze_not_found']),
       413: E[413],
-      422: E[422]('reason missing, blank or too long'),
+      422: E[422]('reason missing, blank or too long', BODY_422),
       429: E[429],
       503: E[503](
         'Redis unavailable, or (REDIS_MIN_REPLICAS_ACK) the change not acknowledged by the replicas in time: it may still take effect, read it back before repeating it',
@@ -615,9 +739,11 @@ export const API_ROUTES: readonly RouteDoc[] = [
     summary: 'The deploys held now by a freeze or outside their change windows, with why and until when',
     tags: ['guards'],
     security: ['apiKey'],
+    query: listFreezesQuerySchema,
     responses: {
-      200: { description: 'held deploys', schema: holdListSchema },
+      200: { description: 'one page of the held deploys, soonest due first', schema: holdListSchema },
       401: E[401](),
+      422: E[422]('limit out of range, a parameter repeated, or a cursor not of this list', LIST_422),
       429: E[429],
       503: E[503]('Redis unavailable'),
     },
@@ -632,7 +758,11 @@ export const API_ROUTES: readonly RouteDoc[] = [
     security: ['apiKey', 'basic'],
     responses: {
       200: { description: 'the Bull Board page (HTML)', schema: z.string(), contentType: 'text/html' },
-      401: { description: 'no or bad credentials', headers: { 'WWW-Authenticate': 'Basic challenge' } },
+      401: {
+        description: 'no or bad credentials',
+        headers: { 'WWW-Authenticate': 'Basic challenge' },
+        codes: ['missing_credentials', 'malformed_credentials', 'invalid_credentials'],
+      },
       403: E[403](),
       429: E[429],
     },
@@ -641,4 +771,6 @@ export const API_ROUTES: readonly RouteDoc[] = [
 
 export const API_DESCRIPTION =
   'Operations gateway: restarts, deploys and notifications through a durable job queue. ' +
-  'Every error is JSON {detail}. An unknown path answers 404, a known path with another method 405 with an Allow header.';
+  'Every error is JSON {detail, code}: code names the condition, one of components.schemas.Error (each operation lists those it can answer). ' +
+  'An unknown path answers 404, a known path with another method 405 with an Allow header. ' +
+  'Every list pages with limit and cursor and answers next_cursor (null on the last page).';

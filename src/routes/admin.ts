@@ -8,7 +8,7 @@ import type { Queue } from 'bullmq';
 import { Router, type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 import type { ApiKey } from '../shared/config.js';
 import { sha256Hex } from '../shared/crypto.js';
-import { ConflictError, ForbiddenError, NotFoundError } from '../shared/errors.js';
+import { ConflictError, ERROR_CODES, ForbiddenError, NotFoundError, codesOfStatus, type ErrorCode } from '../shared/errors.js';
 import { refuseCrossSiteWrites, requireOperatorKeyOrBasic } from '../middleware/auth.js';
 import { boundedRaw } from '../middleware/body.js';
 import type { Logger } from '../shared/logger.js';
@@ -23,16 +23,18 @@ import { principalOf } from './principal.js';
  * Writes: only what dead-letter review needs (DESIGN.md, Bull Board): retry of a failed job and
  * removal of a failed job. Which Bull Board route a call reaches is read from the route table
  * bull-board hands its server adapter (see BoardRoute): every route that is not a GET is a write,
- * and every write but those two is refused with 403 {detail} before it reaches Bull Board (add a
+ * and every write but those two is refused with 403 {detail, code} before it reaches Bull Board (add a
  * job, edit its data, delay or priority, empty, clean, obliterate, pause, resume, promote,
  * concurrency, rate limit, bulk retry, and whatever write a later Bull Board adds). A retry of a
  * job of the ops queue is the API's retry (DeadLetters.retry, as POST /ops/jobs/{id}/retry), so a
  * restart whose Deployment already has another restart waiting or rolling out is refused (409
- * {detail}) and the same bookkeeping is done; a success answers 204 as Bull Board's retry does.
+ * {detail, code}) and the same bookkeeping is done; a success answers 204 as Bull Board's retry does.
+ * Bull Board's own error answers (an unknown queue or job in its API, its 500) keep the fields its
+ * page reads and gain the API's `detail` and `code` (boardErrors).
  *
  * Access: operator role only, through the API's auth module (requireOperatorKeyOrBasic): header
  * X-API-Key (scripts) or HTTP Basic with an operator key as the password (browsers). Every refusal
- * is an error of the catalog answered by the app's error middleware: JSON {detail}, the key never
+ * is an error of the catalog answered by the app's error middleware: JSON {detail, code}, the key never
  * echoed or logged.
  *
  * Audit: every state-changing call (any method but GET/HEAD/OPTIONS), allowed or refused, is one
@@ -193,15 +195,15 @@ const REFUSED = 'refused: Bull Board here only retries or removes failed (dead-l
  * (bounded) for its SHA-256 in the audit line. Then the call is matched against Bull Board's own
  * write routes, in its order, with Express's matching (the matching of Bull Board's adapter), so
  * the route found is the route Bull Board would run: an allowed route goes on to Bull Board only
- * when its job is in the failed (dead-letter) set right now (unknown queue or job: 404 {detail});
- * any other write, and a write Bull Board does not serve, is refused with 403 {detail}. The
+ * when its job is in the failed (dead-letter) set right now (unknown queue or job: 404 {detail, code});
+ * any other write, and a write Bull Board does not serve, is refused with 403 {detail, code}. The
  * allowed call is tagged for the audit line with action, queue, job id and job name.
  */
 function writeGate(opts: AdminRouterOptions, table: readonly BoardRoute[]): RequestHandler {
   const { queues, opsQueue } = opts;
   const readBody = boundedRaw(ADMIN_BODY_LIMIT);
   const refuse = () => {
-    throw new ForbiddenError(REFUSED, 'refused');
+    throw new ForbiddenError(REFUSED, 'admin_action_refused');
   };
   const allowed =
     (action: BoardAction): RequestHandler =>
@@ -209,16 +211,16 @@ function writeGate(opts: AdminRouterOptions, table: readonly BoardRoute[]): Requ
       const queueName = String(req.params.queueName);
       const jobId = String(req.params.jobId);
       const queue = queues.find((q) => q.name === queueName);
-      if (!queue) throw new NotFoundError('queue not found');
+      if (!queue) throw new NotFoundError('queue not found', 'queue_not_found');
       void (async () => {
         const job = await queue.getJob(jobId);
-        if (!job) throw new NotFoundError('job not found');
+        if (!job) throw new NotFoundError('job not found', 'job_not_found');
         const state = await job.getState();
         res.locals.auditFields = { action, queue: queueName, job_id: jobId, job_name: job.name, job_state: state };
         if (state !== 'failed') {
           throw new ForbiddenError(
             `refused: only a failed (dead-lettered) job can be ${action === 'retry' ? 'retried' : 'removed'} here; this job is ${state}`,
-            'refused',
+            'admin_action_refused',
           );
         }
         if (action === 'retry' && opsQueue && queue === opsQueue.bull) return retryLikeTheApi(opsQueue, opts, jobId, res);
@@ -261,12 +263,13 @@ async function retryLikeTheApi(
   });
   switch (out.outcome) {
     case 'not_found':
-      throw new NotFoundError('job not found');
+      throw new NotFoundError('job not found', 'job_not_found');
     case 'not_failed':
-      throw new ConflictError(`job is ${out.state}; only a failed (dead-lettered) job can be retried`);
+      throw new ConflictError(`job is ${out.state}; only a failed (dead-lettered) job can be retried`, 'job_not_failed');
     case 'busy':
       throw new ConflictError(
         `another restart of this Deployment is waiting or rolling out (job ${out.holder}); retry this one after it finished`,
+        'restart_in_progress',
       );
     case 'pending_approval':
       res.locals.auditFields = { ...(res.locals.auditFields as object), outcome: 'pending_approval', approval_id: out.approval_id };
@@ -288,6 +291,49 @@ async function retryLikeTheApi(
       });
       res.status(204).end();
   }
+}
+
+/** The catalog's code for one of Bull Board's own error answers (its `error.key`, e.g. ERRORS.QUEUE_NOT_FOUND). */
+export function boardErrorCode(status: number, key: string | undefined): ErrorCode {
+  if (key === 'ERRORS.QUEUE_NOT_FOUND') return 'queue_not_found';
+  if (key === 'ERRORS.JOB_NOT_FOUND') return 'job_not_found';
+  if (status >= 500) return 'internal_error';
+  const generic: Partial<Record<number, ErrorCode>> = {
+    400: 'bad_request',
+    403: 'admin_action_refused',
+    404: 'not_found',
+    409: 'conflict',
+  };
+  return generic[status] ?? codesOfStatus(status)[0] ?? 'bad_request';
+}
+
+/**
+ * Bull Board's API answers its errors itself (`{error: {key}, message?}`, read by its page): each
+ * gains the API's `detail` (from the key: Bull Board's messages may carry an exception's text)
+ * and `code`, so a script sees the one shape of src/shared/errors.ts there too. Its status is
+ * kept unless the code's differs (a generic code of another status is never sent).
+ */
+function boardErrors(): RequestHandler {
+  return (_req, res, next) => {
+    const json = res.json.bind(res);
+    res.json = (body: unknown) => {
+      if (res.statusCode >= 400 && typeof body === 'object' && body !== null && !('code' in body)) {
+        const key = (body as { error?: { key?: unknown } }).error?.key;
+        const code = boardErrorCode(res.statusCode, typeof key === 'string' ? key : undefined);
+        if (ERROR_CODES[code].status !== res.statusCode) res.status(ERROR_CODES[code].status);
+        const words =
+          typeof key === 'string'
+            ? key
+                .replace(/^ERRORS\./, '')
+                .toLowerCase()
+                .replaceAll('_', ' ')
+            : 'error';
+        return json({ ...body, detail: `Bull Board: ${words}`, code });
+      }
+      return json(body);
+    };
+    next();
+  };
 }
 
 export function createAdminRouter(opts: AdminRouterOptions): Router {
@@ -329,6 +375,7 @@ export function createAdminRouter(opts: AdminRouterOptions): Router {
     next();
   });
   router.use(writeGate(opts, board.routes));
+  router.use(boardErrors());
   router.use(serverAdapter.getRouter() as RequestHandler);
   return router;
 }

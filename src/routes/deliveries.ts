@@ -18,6 +18,7 @@ import { approvalKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 import { SOURCES } from '../sources/index.js';
+import { decodeCursor, encodeCursor, nextCursorSchema, pageQueryShape, singleValued } from './paging.js';
 
 /** The guard fields of an intake outcome, for an answer: a pending approval or a hold. */
 export function guardFields(out: Outcome): Record<string, string> {
@@ -28,13 +29,15 @@ export function guardFields(out: Outcome): Record<string, string> {
 
 /**
  * Why didn't my push deploy?
- * - GET /ops/deliveries?source=&verdict=&limit=&before= (any valid key): the senders' last
- *   deliveries with their verdicts, newest first, paged by the `next` cursor;
+ * - GET /ops/deliveries?source=&verdict=&limit=&cursor= (any valid key): the senders' last
+ *   deliveries with their verdicts, newest first, paged with limit and cursor (src/routes/paging.ts;
+ *   `before`, with the `next` of the answer, still works);
  * - GET /ops/deliveries/:id (any valid key): one of them;
  * - POST /ops/deliveries/:id/replay (operator key, body {reason}): submits a recorded push event
  *   again through the same intake and deduplication (a duplicate answers with the job that stands
  *   for it), past the signed senders' commit-pair rule (a push ignored as queued before deploys);
  *   audited with the principal and the reason, and recorded as a delivery of its own.
+ *   Queued, held or a duplicate: 200; waiting for approval: 202 (nothing queued yet), as a restart.
  */
 export interface DeliveriesDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
@@ -60,17 +63,18 @@ export const listDeliveriesQuerySchema = z.object({
     .optional()
     .describe('one sender; default all'),
   verdict: z.enum(VERDICTS).optional(),
-  limit: z.coerce.number().int().min(1).max(200).default(50),
   before: z
     .string()
     .regex(DELIVERY_ID, 'must be a delivery id from a previous page')
     .optional()
-    .describe('the `next` of the previous page'),
+    .describe('the `next` of the previous page; the older way to page, instead of cursor'),
+  ...pageQueryShape(50, 200),
 });
 
 export const deliveryListSchema = z.object({
   deliveries: z.array(deliveryViewSchema),
   next: z.string().nullable().describe('pass as `before` for the next page; null on the last'),
+  next_cursor: nextCursorSchema,
 });
 
 export const replayBodySchema = z.object({
@@ -98,9 +102,12 @@ export const replayAnswerSchema = z.object({
   held_until: z.string().optional(),
 });
 
-function invalid(error: z.ZodError, what: string): UnprocessableError {
+function invalid(error: z.ZodError, what: 'query parameter' | 'body field'): UnprocessableError {
   const issue = error.issues[0]!;
-  return new UnprocessableError(`invalid ${what} ${issue.path.join('.') || ''}: ${issue.message}`.replace(/ {2,}/g, ' '));
+  return new UnprocessableError(
+    `invalid ${what} ${issue.path.join('.') || ''}: ${issue.message}`.replace(/ {2,}/g, ' '),
+    what === 'query parameter' ? 'invalid_query' : 'invalid_body',
+  );
 }
 
 export function deliveriesRouter(deps: DeliveriesDeps): Router {
@@ -110,22 +117,32 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
 
   r.route('/ops/deliveries')
     .get(anyKey, async (req, res) => {
+      singleValued(req.query);
       const q = listDeliveriesQuerySchema.safeParse(req.query);
       if (!q.success) throw invalid(q.error, 'query parameter');
+      let { source, verdict, before } = q.data;
+      if (q.data.cursor !== undefined) {
+        if (before !== undefined) throw new UnprocessableError('give cursor or before, not both', 'invalid_query');
+        const c = decodeCursor('deliveries', q.data.cursor, z.string().regex(DELIVERY_ID), { source, verdict });
+        const filters = listDeliveriesQuerySchema.pick({ source: true, verdict: true }).safeParse(c.filters);
+        if (!filters.success) throw new UnprocessableError('cursor is not a next_cursor of this list', 'invalid_cursor');
+        ({ source, verdict } = filters.data);
+        before = c.position;
+      }
       const page = await deps.deliveries.list({
-        sources: q.data.source ? [q.data.source] : SOURCE_NAMES,
+        sources: source ? [source] : SOURCE_NAMES,
         limit: q.data.limit,
-        ...(q.data.verdict ? { verdict: q.data.verdict } : {}),
-        ...(q.data.before ? { before: q.data.before } : {}),
+        ...(verdict ? { verdict } : {}),
+        ...(before ? { before } : {}),
       });
-      res.json(page);
+      res.json({ ...page, next_cursor: page.next === null ? null : encodeCursor('deliveries', page.next, { source, verdict }) });
     })
     .all(methodNotAllowed(['GET']));
 
   r.route('/ops/deliveries/:id')
     .get(anyKey, async (req, res) => {
       const view = await deps.deliveries.get(String(req.params.id));
-      if (!view) throw new NotFoundError('delivery not found');
+      if (!view) throw new NotFoundError('delivery not found', 'delivery_not_found');
       res.json(view);
     })
     .all(methodNotAllowed(['GET']));
@@ -137,10 +154,13 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
       if (!body.success) throw invalid(body.error, 'body field');
       res.locals.auditFields = { delivery: id, replay_reason: body.data.reason };
       const view = await deps.deliveries.get(id);
-      if (!view) throw new NotFoundError('delivery not found');
+      if (!view) throw new NotFoundError('delivery not found', 'delivery_not_found');
       const source = SOURCES.find((s) => s.name === view.source);
       if (!view.event || source?.kind !== 'push') {
-        throw new ConflictError(`delivery ${id} (${view.verdict}) reached no push event to replay; have the sender redeliver it`);
+        throw new ConflictError(
+          `delivery ${id} (${view.verdict}) reached no push event to replay; have the sender redeliver it`,
+          'delivery_not_replayable',
+        );
       }
       const requester = principalOf(res);
       const principal = requester.principal;
@@ -175,7 +195,7 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
       deps.deliveries.record({
         source: view.source,
         verdict: out.accepted ? 'queued' : 'duplicate',
-        status: 200,
+        status: out.approval ? 202 : 200,
         detail: `replay by ${principal}: ${body.data.reason}`,
         jobId: out.jobId,
         push: { project: e.project, ref: e.ref, sha: e.sha, eventId: e.event_id, ...(e.before !== undefined ? { before: e.before } : {}) },
@@ -196,7 +216,7 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
         accepted: out.accepted,
         request_id: res.locals.requestId,
       });
-      res.json({
+      res.status(out.approval ? 202 : 200).json({
         replayed: true,
         accepted: out.accepted,
         duplicate: out.duplicate,

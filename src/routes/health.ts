@@ -1,12 +1,12 @@
 import { Router } from 'express';
 import type { Redis } from 'ioredis';
 import { methodNotAllowed } from '../middleware/errors.js';
-import { ServiceUnavailableError } from '../shared/errors.js';
+import { RedisUnavailableError } from '../shared/errors.js';
 import { redisProblem, watchRedis } from '../shared/redisConnection.js';
 import type { OpsQueue } from '../shared/queue.js';
 
 /**
- * GET /health (liveness, `{"status":"ok"}`), GET /ready (Redis reachable; 503 {detail} says why not),
+ * GET /health (liveness, `{"status":"ok"}`), GET /ready (Redis reachable; 503 {detail, code} says why not),
  * GET /version. No authentication.
  */
 export interface HealthDeps {
@@ -29,7 +29,7 @@ export function healthRouter(deps: HealthDeps): Router {
   r.route('/ready')
     .get(async (_req, res) => {
       const down = redisProblem(deps.redis);
-      if (down) throw new ServiceUnavailableError(down, 5);
+      if (down) throw new RedisUnavailableError(down);
       let detail: string | undefined;
       try {
         if ((await deps.redis.ping()) !== 'PONG') detail = 'redis unavailable: unexpected PING answer';
@@ -38,7 +38,7 @@ export function healthRouter(deps: HealthDeps): Router {
         detail =
           redisProblem(deps.redis) ?? `redis unavailable: ${err instanceof Error ? err.message.split('\n')[0]!.slice(0, 120) : 'error'}`;
       }
-      if (detail) throw new ServiceUnavailableError(detail, 5);
+      if (detail) throw new RedisUnavailableError(detail);
       res.json({ status: 'ready' });
     })
     .all(getOnly);

@@ -18,12 +18,14 @@ import type { Metrics } from '../shared/metrics.js';
 import type { DeadLetters } from '../shared/deadLetters.js';
 import { principalOf } from './principal.js';
 import { LISTABLE_STATES, type JobReads } from '../shared/jobReads.js';
+import { decodeCursor, encodeCursor, nextCursorSchema, pageQueryShape, singleValued } from './paging.js';
 
 /**
  * Jobs without a browser (Bull Board stays for browsing):
  * - GET /ops/jobs/:id (any valid key): state and bookkeeping of one job, never its data;
  * - GET /ops/jobs?state=failed (any valid key): the dead letters (or another state), newest
- *   first, paginated with offset/limit; the same view as one job: never data or return values;
+ *   first, paged with limit and cursor (src/routes/paging.ts; offset still works); the same view
+ *   as one job: never data or return values;
  * - POST /ops/jobs/:id/retry (operator key, body {reason}): re-queues a dead-lettered job with a
  *   fresh attempt budget; audited with the principal, the reason and the job; 409 when the job is
  *   not failed (or, for a restart, when another restart of its Deployment is in progress);
@@ -46,11 +48,19 @@ export interface JobsDeps {
 
 export const JOB_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
+const MAX_OFFSET = 100000;
+
 /** Query of GET /ops/jobs (also the OpenAPI parameters). */
 export const listJobsQuerySchema = z.object({
   state: z.enum(LISTABLE_STATES).default('failed').describe('failed = the dead letters'),
-  offset: z.coerce.number().int().min(0).max(100000).default(0),
-  limit: z.coerce.number().int().min(1).max(100).default(20),
+  offset: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .max(MAX_OFFSET)
+    .optional()
+    .describe('jobs to skip (default 0); the older way to page, instead of cursor'),
+  ...pageQueryShape(20, 100),
 });
 
 /** Body of POST /ops/jobs/{id}/retry. */
@@ -86,15 +96,19 @@ export const jobListSchema = z.object({
   offset: z.number().int(),
   limit: z.number().int(),
   next_offset: z.number().int().nullable().describe('offset of the next page; null on the last page'),
+  next_cursor: nextCursorSchema,
   jobs: z.array(jobViewSchema),
 });
 
 export const retryAnswerSchema = z.object({ retried: z.literal(true), job: jobViewSchema });
 
-/** The first zod issue as a {detail} naming the parameter. */
-function invalid(error: z.ZodError, what: string): UnprocessableError {
+/** The first zod issue as a {detail, code} naming the parameter. */
+function invalid(error: z.ZodError, what: 'query parameter' | 'body field'): UnprocessableError {
   const issue = error.issues[0]!;
-  return new UnprocessableError(`invalid ${what} ${issue.path.join('.') || ''}: ${issue.message}`.replace(/ {2,}/g, ' '));
+  return new UnprocessableError(
+    `invalid ${what} ${issue.path.join('.') || ''}: ${issue.message}`.replace(/ {2,}/g, ' '),
+    what === 'query parameter' ? 'invalid_query' : 'invalid_body',
+  );
 }
 
 export function jobsRouter(deps: JobsDeps): Router {
@@ -104,19 +118,32 @@ export function jobsRouter(deps: JobsDeps): Router {
 
   r.route('/ops/jobs')
     .get(anyKey, async (req, res) => {
-      const repeated = Object.entries(req.query).find(([, v]) => typeof v !== 'string');
-      if (repeated) throw new UnprocessableError(`query parameter "${repeated[0]}" must be given once, as a string`);
+      singleValued(req.query);
       const q = listJobsQuerySchema.safeParse(req.query);
       if (!q.success) throw invalid(q.error, 'query parameter');
-      const { state, offset, limit } = q.data;
+      const { limit, cursor } = q.data;
+      let { state, offset = 0 } = q.data;
+      if (cursor !== undefined) {
+        if (q.data.offset !== undefined) throw new UnprocessableError('give cursor or offset, not both', 'invalid_query');
+        const c = decodeCursor('jobs', cursor, z.number().int().min(0).max(MAX_OFFSET), {
+          state: typeof req.query.state === 'string' ? state : undefined,
+        });
+        const s = z.enum(LISTABLE_STATES).safeParse(c.filters.state);
+        if (!s.success) throw new UnprocessableError('cursor is not a next_cursor of this list', 'invalid_cursor');
+        offset = c.position;
+        state = s.data;
+      }
       const page = await deps.jobs.list(state, offset, limit);
       const next = offset + page.jobs.length;
+      const more = next < page.total && page.jobs.length > 0;
       res.json({
         state,
         total: page.total,
         offset,
         limit,
-        next_offset: next < page.total && page.jobs.length > 0 ? next : null,
+        next_offset: more ? next : null,
+        // A cursor past the deepest offset would be refused: the last reachable page has none.
+        next_cursor: more && next <= MAX_OFFSET ? encodeCursor('jobs', next, { state }) : null,
         jobs: page.jobs,
       });
     })
@@ -125,7 +152,7 @@ export function jobsRouter(deps: JobsDeps): Router {
   r.route('/ops/jobs/:id')
     .get(anyKey, async (req, res) => {
       const id = req.params.id;
-      if (!JOB_ID.test(id)) throw new NotFoundError('job not found');
+      if (!JOB_ID.test(id)) throw new NotFoundError('job not found', 'job_not_found');
       const job = await deps.jobs.get(id);
       const g = deps.guards;
       if (job && job.state === 'delayed' && g) {
@@ -146,7 +173,7 @@ export function jobsRouter(deps: JobsDeps): Router {
       }
       // A change still waiting for approval (or rejected, expired) has no job: its approval stands for it.
       const approval = g && APPROVAL_ID.test(id) ? await redisCall(() => g.approvals.get(id), g.redis) : undefined;
-      if (!approval) throw new NotFoundError('job not found');
+      if (!approval) throw new NotFoundError('job not found', 'job_not_found');
       const now = g!.now();
       const status = effectiveStatus(approval, now);
       const view = approvalView(approval, now);
@@ -174,7 +201,7 @@ export function jobsRouter(deps: JobsDeps): Router {
   r.route('/ops/jobs/:id/retry')
     .post(operatorKey, ...rawBody(deps.config.BODY_LIMIT), async (req, res) => {
       const id = req.params.id;
-      if (!JOB_ID.test(id)) throw new NotFoundError('job not found');
+      if (!JOB_ID.test(id)) throw new NotFoundError('job not found', 'job_not_found');
       const body = retryBodySchema.safeParse(parseJson(req.body as Buffer));
       if (!body.success) throw invalid(body.error, 'body field');
       res.locals.auditFields = { job_id: id, retry_reason: body.data.reason };
@@ -185,12 +212,13 @@ export function jobsRouter(deps: JobsDeps): Router {
       });
       switch (out.outcome) {
         case 'not_found':
-          throw new NotFoundError('job not found');
+          throw new NotFoundError('job not found', 'job_not_found');
         case 'not_failed':
-          throw new ConflictError(`job is ${out.state}; only a failed (dead-lettered) job can be retried`);
+          throw new ConflictError(`job is ${out.state}; only a failed (dead-lettered) job can be retried`, 'job_not_failed');
         case 'busy':
           throw new ConflictError(
             `another restart of this Deployment is waiting or rolling out (job ${out.holder}); retry this one after it finished`,
+            'restart_in_progress',
           );
         case 'pending_approval':
           res.locals.auditFields = {

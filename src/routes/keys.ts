@@ -4,13 +4,15 @@ import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { keyStatus, rfc3339, type KeyUsage } from '../shared/apiKeyLifetime.js';
 import type { ApiConfig } from '../shared/config.js';
-import { ServiceUnavailableError } from '../shared/errors.js';
+import { RedisUnavailableError, UnprocessableError } from '../shared/errors.js';
 import type { Metrics } from '../shared/metrics.js';
+import { keysetPage, nextCursorSchema, pageQueryShape, singleValued } from './paging.js';
 
 /**
  * GET /ops/keys (operator): the configured API keys by id, owner, role, source, expiry and last use
  * (any replica's, from Redis), so an operator sees which keys callers still use before one expires,
- * and who holds each. Never a key or a hash.
+ * and who holds each. Never a key or a hash. In the order of the configuration, paged with limit and
+ * cursor (src/routes/paging.ts).
  */
 export interface KeysDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'API_KEY_EXPIRY_WARNING_DAYS'>;
@@ -38,7 +40,11 @@ export const keyListSchema = z.object({
         ),
     }),
   ),
+  next_cursor: nextCursorSchema,
 });
+
+/** Query of GET /ops/keys. */
+export const listKeysQuerySchema = z.object(pageQueryShape(100, 500));
 
 export function keysRouter(deps: KeysDeps): Router {
   const r = Router();
@@ -46,14 +52,26 @@ export function keysRouter(deps: KeysDeps): Router {
   const now = deps.apiKeyPolicy?.now ?? Date.now;
 
   r.route('/ops/keys')
-    .get(operatorKey, async (_req, res) => {
+    .get(operatorKey, async (req, res) => {
+      singleValued(req.query);
+      const q = listKeysQuerySchema.safeParse(req.query);
+      if (!q.success) {
+        const issue = q.error.issues[0]!;
+        throw new UnprocessableError(`invalid query parameter ${issue.path.join('.')}: ${issue.message}`, 'invalid_query');
+      }
       // A snapshot: a reload of the keys file during the read below must not mix two sets.
-      const keys = [...deps.config.apiKeys];
+      const page = keysetPage(
+        'keys',
+        deps.config.apiKeys.map((k, i) => ({ k, i })),
+        ({ k, i }) => [i, k.id],
+        q.data,
+      );
+      const keys = page.items.map(({ k }) => k);
       let lastUsed: Map<string, number>;
       try {
         lastUsed = await deps.usage.lastUsed(keys.map((k) => k.id));
       } catch {
-        throw new ServiceUnavailableError('redis unavailable: the last use of the keys cannot be read; retry later');
+        throw new RedisUnavailableError('redis unavailable: the last use of the keys cannot be read; retry later');
       }
       const at = now();
       const body: z.infer<typeof keyListSchema> = {
@@ -69,6 +87,7 @@ export function keysRouter(deps: KeysDeps): Router {
             last_used: seen === undefined ? null : rfc3339(seen * 1000),
           };
         }),
+        next_cursor: page.next_cursor,
       };
       res.json(body);
     })

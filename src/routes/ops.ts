@@ -88,7 +88,8 @@ export function opsRouter(deps: OpsDeps): Router {
       let idempotencyKey: string | undefined;
       if (rawKey !== undefined) {
         const key = idempotencyKeySchema.safeParse(rawKey);
-        if (!key.success) throw new BadRequestError('Idempotency-Key header must be 1-255 printable ASCII characters');
+        if (!key.success)
+          throw new BadRequestError('Idempotency-Key header must be 1-255 printable ASCII characters', 'invalid_idempotency_key');
         idempotencyKey = key.data;
       }
       const ack = await submitRestart(deps, {

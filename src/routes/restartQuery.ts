@@ -65,18 +65,20 @@ export type RestartOptions = z.infer<typeof restartOptionsSchema>;
 export function restartOptions(query: Record<string, unknown>): RestartOptions {
   const raw = { dry_run: query.dry_run, override: query.override, reason: query.reason };
   for (const [k, v] of Object.entries(raw)) {
-    if (v !== undefined && typeof v !== 'string') throw new UnprocessableError(`query parameter "${k}" must be given once, as a string`);
+    if (v !== undefined && typeof v !== 'string')
+      throw new UnprocessableError(`query parameter "${k}" must be given once, as a string`, 'invalid_query');
   }
   const parsed = restartOptionsSchema.safeParse(raw);
-  if (!parsed.success) throw new UnprocessableError(parsed.error.issues[0]!.message);
-  if (parsed.data.override && !parsed.data.reason) throw new UnprocessableError('override=true needs a reason (query parameter "reason")');
+  if (!parsed.success) throw new UnprocessableError(parsed.error.issues[0]!.message, 'invalid_query');
+  if (parsed.data.override && !parsed.data.reason)
+    throw new UnprocessableError('override=true needs a reason (query parameter "reason")', 'invalid_query');
   return parsed.data;
 }
 
 /** The target's query parameters, each given once and non-empty (422 otherwise). */
 export function restartTargetQuery(query: Record<string, unknown>): { host: string; service: string } {
   const q = restartQuerySchema.safeParse({ host: query.host, service: query.service });
-  if (!q.success) throw new UnprocessableError(q.error.issues[0]!.message);
+  if (!q.success) throw new UnprocessableError(q.error.issues[0]!.message, 'invalid_query');
   return q.data;
 }
 
@@ -89,8 +91,9 @@ export const dryRunQuerySchema = z.object({
 
 export function dryRunQuery(query: Record<string, unknown>): boolean {
   const v = query.dry_run;
-  if (v !== undefined && typeof v !== 'string') throw new UnprocessableError('query parameter "dry_run" must be given once, as a string');
+  if (v !== undefined && typeof v !== 'string')
+    throw new UnprocessableError('query parameter "dry_run" must be given once, as a string', 'invalid_query');
   const parsed = dryRunQuerySchema.safeParse({ dry_run: v });
-  if (!parsed.success) throw new UnprocessableError(parsed.error.issues[0]!.message);
+  if (!parsed.success) throw new UnprocessableError(parsed.error.issues[0]!.message, 'invalid_query');
   return parsed.data.dry_run;
 }

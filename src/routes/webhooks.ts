@@ -162,12 +162,14 @@ export function webhooksRouter(deps: WebhookDeps): Router {
       else await deps.replicated?.(out.written ? [out.written] : []);
     } catch (err) {
       // Kept with its event, so an operator can replay it once the cause is gone.
-      const status = toAppError(err)?.statusCode ?? 500;
+      const app = toAppError(err);
+      const status = app?.statusCode ?? 500;
       record(res, {
         source: source.name,
         verdict: failureVerdict(status),
         status,
-        detail: toAppError(err)?.message,
+        detail: app?.message,
+        code: app?.code ?? 'internal_error',
         push,
         ...(deliveryId ? { deliveryId } : {}),
       });
@@ -292,6 +294,7 @@ export function webhookFailures(deps: Pick<WebhookDeps, 'deliveries' | 'sources'
         status,
         ...(verified ? {} : { unverified: true }),
         ...(app ? { detail: app.message } : {}),
+        code: app?.code ?? 'internal_error',
         ...(deliveryId ? { deliveryId } : {}),
         ...(typeof res.locals.requestId === 'string' ? { requestId: res.locals.requestId } : {}),
         ...(typeof res.locals.bodySha256 === 'string' ? { bodySha256: res.locals.bodySha256 } : {}),

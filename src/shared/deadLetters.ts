@@ -52,7 +52,8 @@ export function createDeadLetters(bull: Queue, connection: Redis, guard: QueueGu
       if (state !== 'failed') return { outcome: 'not_failed', state };
       if (job.name === JOB.restartService || job.name === JOB.runDeployPipeline) {
         // Fails closed: a change never goes back on the queue without the pipeline.
-        if (!changeRetry) throw new ConflictError('a restart or deploy can only be retried through the change pipeline');
+        if (!changeRetry)
+          throw new ConflictError('a restart or deploy can only be retried through the change pipeline', 'guards_unavailable');
         const out = await changeRetry({ id, name: job.name, data: job.data }, by);
         if (out.outcome === 'retried') {
           // The retry is queued: should the removal fail, the dead letter stays visible (and a retry of

@@ -1,125 +1,283 @@
 /**
- * The one error catalog. Every error a route or middleware raises for a client is one of these
- * classes: a machine code (for code and tests to tell them apart; it is not sent), an HTTP status
- * and a human-readable detail that never carries a secret. The error middleware
- * (src/middleware/errors.ts) turns them into `{detail}` bodies with their headers. Answers that
- * never pass through Express's error path write the same `{detail}` shape themselves: the HTTP
+ * The one error catalog. Every error a client can see has a code here, one per condition: a stable
+ * machine-readable name (clients and tests tell conditions apart by it, never by the detail's
+ * wording), the HTTP status it is answered with, and what it means. Every error answer is
+ * `{detail, code}`: `detail` a human-readable message that never carries a secret, `code` one of
+ * ERROR_CODES. The error middleware (src/middleware/errors.ts) answers the classes below; answers
+ * that never pass through Express's error path write the same shape with `errorBody`: the HTTP
  * parser's refusals (src/middleware/clientError.ts) and the metrics port
- * (src/shared/metricsServer.ts).
+ * (src/shared/metricsServer.ts). The OpenAPI document lists the codes of every error answer
+ * (src/openapi/document.ts), and the README's "Errors" table is checked against this list.
+ *
+ * A class serves the conditions of its status; where it serves several, the thrower names the
+ * condition with its code (typed: only a code of that status is accepted). The generic codes
+ * (`bad_request`, `conflict`, `unprocessable`) stand for a throw site (or one of Bull Board's own
+ * answers: src/routes/admin.ts) that names no condition.
  */
+export const ERROR_CODES = {
+  // 400
+  bad_request: {
+    status: 400,
+    meaning: 'generic: the request cannot be served as sent (a throw site, or a Bull Board answer, that names no condition)',
+  },
+  malformed_request: {
+    status: 400,
+    meaning: "the request line, a header or the path cannot be read (Node's HTTP parser or the router refused it)",
+  },
+  invalid_json: { status: 400, meaning: 'the body is not a JSON payload: empty, not JSON, or a form body without its payload field' },
+  request_aborted: { status: 400, meaning: 'the client closed the request before its body arrived' },
+  content_length_mismatch: { status: 400, meaning: "the body's length differs from its Content-Length" },
+  invalid_idempotency_key: { status: 400, meaning: 'Idempotency-Key is not 1-255 printable ASCII characters' },
+  // 401
+  missing_api_key: { status: 401, meaning: 'no X-API-Key header' },
+  invalid_api_key: { status: 401, meaning: 'X-API-Key is not a configured key' },
+  api_key_expired: { status: 401, meaning: 'X-API-Key is a configured key past its expiry (the detail names it and when)' },
+  missing_credentials: { status: 401, meaning: 'no Authorization header, or a scheme without its credentials' },
+  unsupported_auth_scheme: { status: 401, meaning: 'the Authorization scheme is not Bearer' },
+  malformed_credentials: { status: 401, meaning: 'the Authorization header is not HTTP Basic with user:password' },
+  bearer_not_configured: { status: 401, meaning: 'no bearer token is configured for this route, so every bearer call is refused' },
+  invalid_bearer_token: { status: 401, meaning: 'the bearer token does not match' },
+  invalid_credentials: { status: 401, meaning: 'the key presented (X-API-Key or HTTP Basic password) is unknown or expired' },
+  // 403
+  operator_role_required: { status: 403, meaning: 'a valid key whose role is not operator, on an operator-only operation' },
+  cross_site_request: { status: 403, meaning: 'a state-changing call from another site (Sec-Fetch-Site or Origin)' },
+  admin_action_refused: {
+    status: 403,
+    meaning: 'Bull Board here only retries or removes failed (dead-lettered) jobs: any other write, or one on a job that is not failed',
+  },
+  webhook_secret_not_configured: { status: 403, meaning: "the sender's secret is not configured, so every delivery is refused" },
+  missing_webhook_token: { status: 403, meaning: "the sender's token header is missing or empty" },
+  invalid_webhook_token: { status: 403, meaning: "the sender's token does not match" },
+  missing_signature: { status: 403, meaning: "the sender's signature header is missing or empty" },
+  malformed_signature: { status: 403, meaning: 'the signature is not of the form the sender signs with (e.g. no sha256= prefix)' },
+  invalid_signature: { status: 403, meaning: 'the signature does not match the body' },
+  stale_signature: { status: 403, meaning: "a timestamped signature too far from the server's clock" },
+  replayed_signature: { status: 403, meaning: 'a timestamped signature already used (a replayed delivery)' },
+  client_certificate_required: { status: 403, meaning: 'the route needs a client certificate and the connection presented none' },
+  untrusted_client_certificate: { status: 403, meaning: 'the client certificate is not signed by a trusted CA' },
+  client_certificate_not_allowed: { status: 403, meaning: 'the client certificate names none of the names allowed for the route' },
+  self_approval: { status: 403, meaning: 'the requester of a change approving it (four eyes: another operator must)' },
+  // 404
+  not_found: { status: 404, meaning: 'no route has this path' },
+  unknown_host: { status: 404, meaning: 'the host is not in the inventory' },
+  unknown_service: { status: 404, meaning: 'the service is not a Deployment of that host' },
+  job_not_found: { status: 404, meaning: 'no job (and no approval standing for one) has this id' },
+  approval_not_found: { status: 404, meaning: 'no approval has this id (kept a day after its decision or expiry)' },
+  delivery_not_found: { status: 404, meaning: 'no recorded delivery has this id (or it is no longer kept)' },
+  freeze_not_found: { status: 404, meaning: 'no freeze in force or to come has this id' },
+  queue_not_found: { status: 404, meaning: 'Bull Board: no queue of this name' },
+  // 405, 408
+  method_not_allowed: { status: 405, meaning: 'the path exists, not with this method (Allow lists the methods)' },
+  request_timeout: { status: 408, meaning: 'the request did not arrive in time' },
+  // 409
+  conflict: {
+    status: 409,
+    meaning: 'generic: the resource is not in a state that allows this (a throw site, or a Bull Board answer, that names no condition)',
+  },
+  change_refused: {
+    status: 409,
+    meaning:
+      'a guard refuses the change now: a freeze, or outside the change windows (the detail names them); override=true with a reason lets it through',
+  },
+  approval_decided: { status: 409, meaning: 'the approval is already approved or rejected' },
+  approval_expired: { status: 409, meaning: 'the approval expired before it was decided: ask for the change again' },
+  duplicate_approval: { status: 409, meaning: 'this operator already approved it; it needs approvals from others' },
+  approval_changed: { status: 409, meaning: 'the pending approval this request joined was decided or expired meanwhile: retry' },
+  job_not_failed: { status: 409, meaning: 'only a failed (dead-lettered) job can be retried; the detail names its state' },
+  restart_in_progress: { status: 409, meaning: 'another restart of this Deployment is waiting or rolling out: retry after it finished' },
+  delivery_not_replayable: { status: 409, meaning: 'the delivery reached no push event to replay: have the sender redeliver it' },
+  guards_unavailable: { status: 409, meaning: 'this process has no change pipeline (no guards) to rehearse or carry out the change with' },
+  // 413, 415
+  payload_too_large: { status: 413, meaning: 'the body is larger than BODY_LIMIT' },
+  too_many_alerts: { status: 413, meaning: 'more alerts in one payload than ALERTS_MAX_PER_REQUEST; nothing was queued' },
+  unsupported_encoding: { status: 415, meaning: 'a Content-Encoding or charset the API does not read' },
+  // 422
+  unprocessable: { status: 422, meaning: 'generic: the request is well-formed but invalid (a throw site that names no condition)' },
+  invalid_query: { status: 422, meaning: 'a query parameter is missing, repeated or invalid (the detail names it)' },
+  invalid_body: { status: 422, meaning: 'a body field is missing or invalid (the detail names it)' },
+  invalid_cursor: { status: 422, meaning: 'cursor is not a next_cursor of this list, or contradicts the filters given with it' },
+  invalid_payload: { status: 422, meaning: "a webhook payload is not of the sender's shape (the detail names the field)" },
+  missing_commit: { status: 422, meaning: "a push without its commit (the sender's commit field, e.g. checkout_sha, missing or empty)" },
+  invalid_alerts: { status: 422, meaning: 'an alert payload that is not an object with an alerts array' },
+  invalid_delivery_id: { status: 422, meaning: "the sender's delivery id header is too long or not printable" },
+  payload_too_deep: { status: 422, meaning: 'the JSON body is nested deeper than the API reads' },
+  idempotency_key_reused: { status: 422, meaning: 'this Idempotency-Key was already used for a restart of another host or service' },
+  nothing_to_decide: { status: 422, meaning: 'the decision names nothing to decide' },
+  invalid_job_data: {
+    status: 422,
+    meaning: "the job the request would queue does not fit the queue's contract (the detail names the field)",
+  },
+  // 429, 431
+  rate_limited: { status: 429, meaning: 'over RATE_LIMIT_RPS for this client address; Retry-After says when to come back' },
+  budget_exhausted: {
+    status: 429,
+    meaning: "the namespace's restart budget is spent; nothing was queued or decided; Retry-After says when it has room",
+  },
+  headers_too_large: { status: 431, meaning: "the request's headers are larger than the HTTP parser reads" },
+  // 500, 503
+  internal_error: { status: 500, meaning: 'an unexpected error, logged; never a stack trace' },
+  redis_unavailable: { status: 503, meaning: 'Redis is unreachable or slow; nothing was changed; retry after Retry-After' },
+  queue_unavailable: { status: 503, meaning: 'the job queue is unreachable; nothing was read, queued or retried; retry after Retry-After' },
+  queue_unconfirmed: {
+    status: 503,
+    meaning:
+      'the queue took a submission or retry and did not confirm it in time: it may still take effect (the detail says how to retry safely)',
+  },
+  not_replicated: {
+    status: 503,
+    meaning: 'REDIS_MIN_REPLICAS_ACK: the write was not acknowledged by enough replicas in time (the detail says what was kept)',
+  },
+  cluster_unavailable: { status: 503, meaning: 'the Kubernetes API is unreachable or not configured' },
+  event_loop_blocked: { status: 503, meaning: "the worker's /livez: its event loop lagged past WORKER_LIVENESS_MAX_LAG_MS" },
+} as const satisfies Record<string, { status: number; meaning: string }>;
+
+/** Every code a client can see. */
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+/** The codes answered with HTTP status `S`: what a class of that status accepts. */
+export type ErrorCodeOf<S extends number> = { [C in ErrorCode]: (typeof ERROR_CODES)[C]['status'] extends S ? C : never }[ErrorCode];
+
+/** Every code, in catalog order: the `enum` of the OpenAPI error schema. */
+export const ERROR_CODE_LIST = Object.keys(ERROR_CODES) as ErrorCode[];
+
+/** The codes of one HTTP status, in catalog order. */
+export function codesOfStatus(status: number): ErrorCode[] {
+  return ERROR_CODE_LIST.filter((c) => ERROR_CODES[c].status === status);
+}
+
+/** An error answer's body. */
+export interface ErrorBody {
+  detail: string;
+  code: ErrorCode;
+}
+
+/** The body of an answer written outside Express's error path: the catalog's shape. */
+export function errorBody(code: ErrorCode, detail: string): ErrorBody {
+  return { detail, code };
+}
+
 export class AppError extends Error {
-  readonly code: string;
+  readonly code: ErrorCode;
   readonly statusCode: number;
   /** Extra response headers, e.g. Retry-After. */
   readonly headers: Record<string, string>;
 
-  constructor(code: string, statusCode: number, detail: string, headers: Record<string, string> = {}) {
+  /** The status is the code's (ERROR_CODES), so a code is never answered with another status. */
+  constructor(code: ErrorCode, detail: string, headers: Record<string, string> = {}) {
     super(detail);
     this.name = new.target.name;
     this.code = code;
-    this.statusCode = statusCode;
+    this.statusCode = ERROR_CODES[code].status;
     this.headers = headers;
   }
 
   get detail(): string {
     return this.message;
   }
+
+  /** The answer's body. */
+  toBody(): ErrorBody {
+    return errorBody(this.code, this.detail);
+  }
 }
 
 export class BadRequestError extends AppError {
-  constructor(detail = 'bad request') {
-    super('bad_request', 400, detail);
+  constructor(detail = 'bad request', code: ErrorCodeOf<400> = 'bad_request') {
+    super(code, detail);
   }
 }
 
 export class InvalidJsonError extends AppError {
   constructor(detail = 'request body is not valid JSON') {
-    super('invalid_json', 400, detail);
+    super('invalid_json', detail);
   }
 }
 
 export class UnauthorizedError extends AppError {
-  /** reason is a metrics/audit label (missing, invalid, scheme, not_configured); never shown to the caller verbatim beyond detail. */
-  readonly reason: string;
-  constructor(detail: string, reason = 'invalid', headers: Record<string, string> = {}) {
-    super('unauthorized', 401, detail, headers);
-    this.reason = reason;
+  constructor(detail: string, code: ErrorCodeOf<401>, headers: Record<string, string> = {}) {
+    super(code, detail, headers);
   }
 }
 
 /** An API key past its expiry: the caller is told which key and since when, so its owner can rotate it. */
 export class ApiKeyExpiredError extends UnauthorizedError {
   constructor(id: string, expiredAt: string) {
-    super(`API key ${id} expired at ${expiredAt}`, 'expired');
+    super(`API key ${id} expired at ${expiredAt}`, 'api_key_expired');
   }
 }
 
 export class ForbiddenError extends AppError {
-  readonly reason: string;
-  constructor(detail: string, reason = 'forbidden') {
-    super('forbidden', 403, detail);
-    this.reason = reason;
+  constructor(detail: string, code: ErrorCodeOf<403>) {
+    super(code, detail);
   }
 }
 
 export class NotFoundError extends AppError {
-  constructor(detail = 'not found') {
-    super('not_found', 404, detail);
+  constructor(detail = 'not found', code: ErrorCodeOf<404> = 'not_found') {
+    super(code, detail);
   }
 }
 
 export class MethodNotAllowedError extends AppError {
   constructor(allowed: string[]) {
-    super('method_not_allowed', 405, `method not allowed; allowed: ${allowed.join(', ')}`, { Allow: allowed.join(', ') });
+    super('method_not_allowed', `method not allowed; allowed: ${allowed.join(', ')}`, { Allow: allowed.join(', ') });
   }
 }
 
 /** The resource is not in a state that allows the operation (e.g. retrying a job that is not failed). */
 export class ConflictError extends AppError {
-  constructor(detail: string) {
-    super('conflict', 409, detail);
+  constructor(detail: string, code: ErrorCodeOf<409> = 'conflict') {
+    super(code, detail);
   }
 }
 
 export class PayloadTooLargeError extends AppError {
-  constructor(detail = 'request body is too large') {
-    super('payload_too_large', 413, detail);
+  constructor(detail = 'request body is too large', code: ErrorCodeOf<413> = 'payload_too_large') {
+    super(code, detail);
   }
 }
 
 export class UnsupportedMediaTypeError extends AppError {
-  constructor(detail = 'request body must be application/json') {
-    super('unsupported_media_type', 415, detail);
+  constructor(detail = 'unsupported content encoding or charset') {
+    super('unsupported_encoding', detail);
   }
 }
 
 export class UnprocessableError extends AppError {
-  constructor(detail: string) {
-    super('unprocessable', 422, detail);
+  constructor(detail: string, code: ErrorCodeOf<422> = 'unprocessable') {
+    super(code, detail);
   }
 }
 
 export class TooManyRequestsError extends AppError {
   constructor(retryAfterSeconds: number) {
-    super('rate_limited', 429, 'too many requests; slow down', { 'Retry-After': String(retryAfterSeconds) });
+    super('rate_limited', 'too many requests; slow down', { 'Retry-After': String(retryAfterSeconds) });
   }
 }
 
 /**
  * A restart over its namespace's restart budget (the inventory's policy): 429 with Retry-After,
- * the budget in the detail. Nothing was queued.
+ * the budget in the detail. Nothing was queued. Its own code, so a client tells it from the rate
+ * limiter's 429 (which a retry after Retry-After clears; a budget takes longer).
  */
 export class BudgetExhaustedError extends AppError {
   readonly namespace: string;
   constructor(namespace: string, detail: string, retryAfterSeconds: number) {
-    super('budget_exhausted', 429, detail, { 'Retry-After': String(Math.max(1, Math.ceil(retryAfterSeconds))) });
+    super('budget_exhausted', detail, { 'Retry-After': String(Math.max(1, Math.ceil(retryAfterSeconds))) });
     this.namespace = namespace;
   }
 }
 
 export class ServiceUnavailableError extends AppError {
-  constructor(detail = 'service temporarily unavailable; retry later', retryAfterSeconds = 5) {
-    super('unavailable', 503, detail, { 'Retry-After': String(retryAfterSeconds) });
+  constructor(detail: string, code: ErrorCodeOf<503>, retryAfterSeconds = 5) {
+    super(code, detail, { 'Retry-After': String(retryAfterSeconds) });
+  }
+}
+
+/** Redis unreachable or slow for a request that needs it: nothing was changed. */
+export class RedisUnavailableError extends ServiceUnavailableError {
+  constructor(detail = 'redis unavailable; retry later') {
+    super(detail, 'redis_unavailable', 5);
   }
 }
 
@@ -156,10 +314,15 @@ export class QueueUnavailableError extends ServiceUnavailableError {
   readonly operation: QueueOperation;
   readonly mayHaveLanded: boolean;
   constructor(operation: QueueOperation, mayHaveLanded = false, detail?: string) {
-    super(detail ?? QUEUE_UNAVAILABLE[operation][mayHaveLanded ? 'unknown' : 'nothing'], 5);
-    this.operation = operation;
     // A read that got no answer changed nothing, whatever Redis does with it later.
-    this.mayHaveLanded = mayHaveLanded && operation !== 'read';
+    const landed = mayHaveLanded && operation !== 'read';
+    super(
+      detail ?? QUEUE_UNAVAILABLE[operation][mayHaveLanded ? 'unknown' : 'nothing'],
+      landed ? 'queue_unconfirmed' : 'queue_unavailable',
+      5,
+    );
+    this.operation = operation;
+    this.mayHaveLanded = landed;
   }
 }
 
@@ -180,13 +343,17 @@ export class RestartNotConfirmedError extends QueueUnavailableError {
 /** REDIS_MIN_REPLICAS_ACK: the writes behind a success answer did not reach enough replicas in time. */
 export class NotReplicatedError extends ServiceUnavailableError {
   constructor(minReplicas: number, detail?: string) {
-    super(detail ?? `not acknowledged by ${minReplicas} Redis replica${minReplicas === 1 ? '' : 's'} in time; retry later`, 2);
+    super(
+      detail ?? `not acknowledged by ${minReplicas} Redis replica${minReplicas === 1 ? '' : 's'} in time; retry later`,
+      'not_replicated',
+      2,
+    );
   }
 }
 
 export class InternalError extends AppError {
   constructor() {
-    super('internal', 500, 'internal error');
+    super('internal_error', 'internal error');
   }
 }
 

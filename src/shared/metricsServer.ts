@@ -1,13 +1,14 @@
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
+import { ERROR_CODES, errorBody, type ErrorCode } from './errors.js';
 import type { Logger } from './logger.js';
 import { createListener, type ListenerTls, type TlsListenerMetrics } from './tls.js';
 
 /**
  * The separate metrics listener of each process (api and worker): METRICS_PORT, never the
  * public port. It serves the Prometheus text format at GET/HEAD /metrics and nothing else
- * (404 JSON {detail}; other methods on /metrics: 405). Scrapes run the registry's async
+ * (404 JSON {detail, code} as the API answers errors: src/shared/errors.ts; other methods on /metrics: 405). Scrapes run the registry's async
  * collectors (queue depth from Redis, bounded by a timeout), so a slow Redis never blocks it.
  * With `tls` (METRICS_TLS_CERT_FILE/METRICS_TLS_KEY_FILE) it serves HTTPS and picks up a renewed
  * certificate without a restart (src/shared/tls.ts).
@@ -36,7 +37,12 @@ export interface MetricsServer {
   close(): Promise<void>;
 }
 
-function sendJson(res: ServerResponse, status: number, body: Record<string, unknown>, headers: Record<string, string> = {}) {
+/** An error answer of the catalog: its status is the code's. */
+function sendError(res: ServerResponse, code: ErrorCode, detail: string, headers: Record<string, string> = {}) {
+  sendJson(res, ERROR_CODES[code].status, errorBody(code, detail), headers);
+}
+
+function sendJson(res: ServerResponse, status: number, body: object, headers: Record<string, string> = {}) {
   const text = JSON.stringify(body);
   res.writeHead(status, {
     'Content-Type': 'application/json; charset=utf-8',
@@ -53,29 +59,29 @@ export function metricsHandler(registry: Registry, logger?: Logger, livez?: Metr
     try {
       path = new URL(req.url ?? '/', 'http://metrics.local').pathname;
     } catch {
-      sendJson(res, 400, { detail: 'bad request' });
+      sendError(res, 'malformed_request', 'bad request');
       return;
     }
     if (path === '/livez' && livez) {
       if (req.method !== 'GET' && req.method !== 'HEAD') {
-        sendJson(res, 405, { detail: 'method not allowed; allowed: GET, HEAD' }, { Allow: 'GET, HEAD' });
+        sendError(res, 'method_not_allowed', 'method not allowed; allowed: GET, HEAD', { Allow: 'GET, HEAD' });
         return;
       }
       livez().then(
         (r) => sendJson(res, r.status, r.body),
         (err: unknown) => {
           logger?.error('liveness check failed', { err });
-          sendJson(res, 500, { detail: 'internal error' });
+          sendError(res, 'internal_error', 'internal error');
         },
       );
       return;
     }
     if (path !== '/metrics') {
-      sendJson(res, 404, { detail: 'not found' });
+      sendError(res, 'not_found', 'not found');
       return;
     }
     if (req.method !== 'GET' && req.method !== 'HEAD') {
-      sendJson(res, 405, { detail: 'method not allowed; allowed: GET, HEAD' }, { Allow: 'GET, HEAD' });
+      sendError(res, 'method_not_allowed', 'method not allowed; allowed: GET, HEAD', { Allow: 'GET, HEAD' });
       return;
     }
     registry.metrics().then(
@@ -89,7 +95,7 @@ export function metricsHandler(registry: Registry, logger?: Logger, livez?: Metr
       },
       (err: unknown) => {
         logger?.error('metrics scrape failed', { err });
-        if (!res.headersSent) sendJson(res, 500, { detail: 'internal error' });
+        if (!res.headersSent) sendError(res, 'internal_error', 'internal error');
         else res.destroy();
       },
     );

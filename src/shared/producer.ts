@@ -79,7 +79,7 @@ function validated<N extends JobName>(req: AddRequest<N>): JobDataByName[N] {
   const parsed = jobDataSchemas[req.name].safeParse(req.data);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
-    throw new UnprocessableError(`invalid ${issue.path.join('.') || 'job data'}: ${issue.message}`);
+    throw new UnprocessableError(`invalid ${issue.path.join('.') || 'job data'}: ${issue.message}`, 'invalid_job_data');
   }
   return parsed.data as JobDataByName[N];
 }

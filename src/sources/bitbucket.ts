@@ -58,9 +58,9 @@ export const source: PushSource = {
     const p = objectPayload(payload);
     const project = nestedString(p, 'repository', 'full_name', 'unknown');
     const push = p.push;
-    if (!isObject(push) || !Array.isArray(push.changes)) throw new UnprocessableError('push.changes must be an array');
+    if (!isObject(push) || !Array.isArray(push.changes)) throw new UnprocessableError('push.changes must be an array', 'invalid_payload');
     const changes = push.changes.map((c, i) => {
-      if (!isObject(c)) throw new UnprocessableError(`push.changes[${i}] must be an object`);
+      if (!isObject(c)) throw new UnprocessableError(`push.changes[${i}] must be an object`, 'invalid_payload');
       const side = isObject(c.new) ? c.new : isObject(c.old) ? c.old : undefined;
       const name = side && typeof side.name === 'string' ? side.name : '';
       const isBranch = side?.type === 'branch';

@@ -5,7 +5,7 @@ export const isObject = (v: unknown): v is Record<string, unknown> => typeof v =
 
 /** The payload itself, which must be a JSON object. */
 export function objectPayload(payload: unknown): Record<string, unknown> {
-  if (!isObject(payload)) throw new UnprocessableError('payload must be a JSON object');
+  if (!isObject(payload)) throw new UnprocessableError('payload must be a JSON object', 'invalid_payload');
   return payload;
 }
 
@@ -13,7 +13,7 @@ export function objectPayload(payload: unknown): Record<string, unknown> {
 export function stringField(obj: Record<string, unknown>, name: string, def: string, label = name): string {
   const v = obj[name];
   if (v === undefined || v === null) return def;
-  if (typeof v !== 'string') throw new UnprocessableError(`${label} must be a string`);
+  if (typeof v !== 'string') throw new UnprocessableError(`${label} must be a string`, 'invalid_payload');
   return v;
 }
 
@@ -21,15 +21,15 @@ export function stringField(obj: Record<string, unknown>, name: string, def: str
 export function nestedString(obj: Record<string, unknown>, parent: string, name: string, def: string): string {
   const p = obj[parent];
   if (p === undefined || p === null) return def;
-  if (!isObject(p)) throw new UnprocessableError(`${parent} must be an object`);
+  if (!isObject(p)) throw new UnprocessableError(`${parent} must be an object`, 'invalid_payload');
   return stringField(p, name, def, `${parent}.${name}`);
 }
 
 /** A required non-empty string (the pushed commit): 422 naming it when missing or empty. */
 export function requiredString(obj: Record<string, unknown>, name: string, what = name): string {
   const v = obj[name];
-  if (v === undefined || v === null || v === '') throw new UnprocessableError(`${what} is required`);
-  if (typeof v !== 'string') throw new UnprocessableError(`${name} must be a string`);
+  if (v === undefined || v === null || v === '') throw new UnprocessableError(`${what} is required`, 'missing_commit');
+  if (typeof v !== 'string') throw new UnprocessableError(`${name} must be a string`, 'invalid_payload');
   return v;
 }
 

@@ -133,7 +133,7 @@ export async function finishApproval(g: Guards, a: Approval, ask?: OverrideAsk):
 export async function decideApproval(g: Guards, req: DecisionRequest): Promise<DecisionAnswer> {
   const now = g.now();
   const current = await redisCall(() => g.approvals.get(req.id), g.redis);
-  if (!current) throw new NotFoundError('approval not found');
+  if (!current) throw new NotFoundError('approval not found', 'approval_not_found');
   const kind = current.change.kind;
   const ask: OverrideAsk | undefined = req.override ? { reason: req.reason, by: req.by } : undefined;
   const requesterOwner = current.requester_owner || current.requester;
@@ -165,25 +165,30 @@ export async function decideApproval(g: Guards, req: DecisionRequest): Promise<D
     a = d.approval ?? current;
     switch (d.verdict) {
       case 'not_found':
-        throw new NotFoundError('approval not found');
+        throw new NotFoundError('approval not found', 'approval_not_found');
       case 'decided':
         throw new ConflictError(
           a.status === 'approved'
             ? `approval ${req.id} is already approved (job ${a.job_id ?? a.id})`
             : `approval ${req.id} is already ${a.status}`,
+          'approval_decided',
         );
       case 'expired':
         g.metrics?.approvals.inc({ change: kind, event: 'expired' });
-        throw new ConflictError(`approval ${req.id} expired at ${new Date(a.expires_at).toISOString()}; ask for the change again`);
+        throw new ConflictError(
+          `approval ${req.id} expired at ${new Date(a.expires_at).toISOString()}; ask for the change again`,
+          'approval_expired',
+        );
       case 'pending':
       case 'failed':
-        throw new UnprocessableError('nothing to decide');
+        throw new UnprocessableError('nothing to decide', 'nothing_to_decide');
       case 'self':
         g.metrics?.approvals.inc({ change: kind, event: 'refused_self' });
         throw selfApproval(requesterOwner);
       case 'again':
         throw new ConflictError(
           `you already approved ${req.id} (as ${req.by.owner}); it needs ${a.required - a.approvers.length} more approval(s) from other people`,
+          'duplicate_approval',
         );
       case 'recorded':
         g.metrics?.approvals.inc({ change: kind, event: 'recorded' });
@@ -205,7 +210,10 @@ export async function decideApproval(g: Guards, req: DecisionRequest): Promise<D
         // Another call gave the last approval a moment ago and is carrying it out: this one is a racer.
         if (!(a.approvers.at(-1)?.owner === req.by.owner && a.approving_at === now)) {
           if (a.last_error === undefined && now - (a.approving_at ?? 0) < APPROVING_GRACE_MS) {
-            throw new ConflictError(`approval ${req.id} is already approved; its change is being carried out by another call`);
+            throw new ConflictError(
+              `approval ${req.id} is already approved; its change is being carried out by another call`,
+              'approval_decided',
+            );
           }
         }
         break;
@@ -213,12 +221,12 @@ export async function decideApproval(g: Guards, req: DecisionRequest): Promise<D
         break;
     }
   } else if (req.action === 'reject') {
-    throw new ConflictError(`approval ${req.id} is already approved; its change is being carried out`);
+    throw new ConflictError(`approval ${req.id} is already approved; its change is being carried out`, 'approval_decided');
   } else if (req.by.owner === requesterOwner) {
     g.metrics?.approvals.inc({ change: kind, event: 'refused_self' });
     throw selfApproval(requesterOwner);
   } else if (current.last_error === undefined && now - (current.approving_at ?? 0) < APPROVING_GRACE_MS) {
-    throw new ConflictError(`approval ${req.id} is already approved; its change is being carried out by another call`);
+    throw new ConflictError(`approval ${req.id} is already approved; its change is being carried out by another call`, 'approval_decided');
   }
 
   const { approval, carried } = await finishApproval(g, a, ask);

@@ -14,13 +14,17 @@ import { approvalKey } from '../../shared/keys.js';
 import { NotFoundError, UnprocessableError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
 import type { Metrics } from '../../shared/metrics.js';
+import { keysetPage, nextCursorSchema, pageQueryShape, singleValued } from '../../routes/paging.js';
 
 /**
  * Four-eyes approvals (./decide.ts):
- * - GET /ops/approvals (any valid key): the pending approvals, soonest expiry first;
+ * - GET /ops/approvals (any valid key): the pending approvals, soonest expiry first, paged with
+ *   limit and cursor (src/routes/paging.ts);
  * - GET /ops/approvals/:id (any valid key): one approval, whatever became of it;
  * - POST /ops/approvals/:id/approve, /reject (operator key, body {reason}, approve also
- *   {override}): audited with the principal, its key id and the reason.
+ *   {override}): audited with the principal, its key id and the reason. An approval recorded while
+ *   the change still needs others answers 202 (the change still waits for approval, as a restart
+ *   that asks for one); a decision answers 200 (approved: the change is queued; rejected).
  */
 export interface ApprovalsDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
@@ -32,11 +36,19 @@ export interface ApprovalsDeps {
   changed?: ConfirmChange;
 }
 
-export const approvalListSchema = z.object({ approvals: z.array(approvalViewSchema) });
+export const approvalListSchema = z.object({ approvals: z.array(approvalViewSchema), next_cursor: nextCursorSchema });
+
+/** Query of GET /ops/approvals. */
+export const listApprovalsQuerySchema = z.object(pageQueryShape(100, 500));
 
 function invalid(error: z.ZodError): UnprocessableError {
   const issue = error.issues[0]!;
-  return new UnprocessableError(`invalid body field ${issue.path.join('.')}: ${issue.message}`.replace(/ {2,}/g, ' '));
+  return new UnprocessableError(`invalid body field ${issue.path.join('.')}: ${issue.message}`.replace(/ {2,}/g, ' '), 'invalid_body');
+}
+
+function invalidQuery(error: z.ZodError): UnprocessableError {
+  const issue = error.issues[0]!;
+  return new UnprocessableError(`invalid query parameter ${issue.path.join('.')}: ${issue.message}`, 'invalid_query');
 }
 
 export function approvalsRouter(deps: ApprovalsDeps): Router {
@@ -46,17 +58,21 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
   const g = deps.guards;
 
   r.route('/ops/approvals')
-    .get(anyKey, async (_req, res) => {
+    .get(anyKey, async (req, res) => {
+      singleValued(req.query);
+      const q = listApprovalsQuerySchema.safeParse(req.query);
+      if (!q.success) throw invalidQuery(q.error);
       const now = g.now();
       const pending = await redisCall(() => g.approvals.pending(now), g.redis);
-      res.json({ approvals: pending.map((a) => approvalView(a, now)) });
+      const page = keysetPage('approvals', pending, (a) => [a.expires_at, a.id], q.data);
+      res.json({ approvals: page.items.map((a) => approvalView(a, now)), next_cursor: page.next_cursor });
     })
     .all(methodNotAllowed(['GET']));
 
   r.route('/ops/approvals/:id')
     .get(anyKey, async (req, res) => {
       const a = await redisCall(() => g.approvals.get(String(req.params.id)), g.redis);
-      if (!a) throw new NotFoundError('approval not found');
+      if (!a) throw new NotFoundError('approval not found', 'approval_not_found');
       res.json(approvalView(a, g.now()));
     })
     .all(methodNotAllowed(['GET']));
@@ -67,7 +83,9 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
         const id = String(req.params.id);
         const body = decisionBodySchema.safeParse(parseJson(req.body as Buffer));
         if (!body.success) throw invalid(body.error);
-        if (action === 'reject' && body.data.override !== undefined) throw new UnprocessableError('override applies to approve only');
+        if (action === 'reject' && body.data.override !== undefined) {
+          throw new UnprocessableError('override applies to approve only', 'invalid_body');
+        }
         res.locals.auditFields = { approval_id: id, decision: action, reason: body.data.reason };
         const out = await decideApproval(g, {
           id,
@@ -94,7 +112,7 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
           job_id: out.job_id,
           request_id: res.locals.requestId,
         });
-        res.json(out);
+        res.status(out.status === 'pending' ? 202 : 200).json(out);
       })
       .all(methodNotAllowed(['POST']));
   }

@@ -22,13 +22,16 @@ import type { JobReads } from '../../shared/jobReads.js';
 import { FREEZES_KEY, HOLDS_KEY } from '../../shared/keys.js';
 import type { Logger } from '../../shared/logger.js';
 import type { Metrics } from '../../shared/metrics.js';
+import { keysetPage, nextCursorSchema, pageQueryShape, singleValued } from '../../routes/paging.js';
 
 /**
  * Freezes and holds (./service.ts):
- * - GET /ops/freezes, GET /ops/freezes/:id (any valid key): the freezes not yet ended;
+ * - GET /ops/freezes, GET /ops/freezes/:id (any valid key): the freezes not yet ended, soonest end
+ *   first, paged with limit and cursor (src/routes/paging.ts);
  * - POST /ops/freezes (operator key): declare one; DELETE /ops/freezes/:id (operator key, body
  *   {reason}): lift it early, releasing the deploys it held; both audited with the reason;
- * - GET /ops/holds (any valid key): the deploys held now, with why and until when.
+ * - GET /ops/holds (any valid key): the deploys held now, with why and until when, soonest first,
+ *   paged the same way.
  */
 export interface FreezesDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
@@ -41,12 +44,25 @@ export interface FreezesDeps {
   changed?: ConfirmChange;
 }
 
-export const freezeListSchema = z.object({ freezes: z.array(freezeViewSchema) });
-export const holdListSchema = z.object({ holds: z.array(holdViewSchema) });
+export const freezeListSchema = z.object({ freezes: z.array(freezeViewSchema), next_cursor: nextCursorSchema });
+export const holdListSchema = z.object({ holds: z.array(holdViewSchema), next_cursor: nextCursorSchema });
+
+/** Query of GET /ops/freezes and GET /ops/holds. */
+export const listFreezesQuerySchema = z.object(pageQueryShape(100, 500));
+
+function pageQuery(query: Record<string, unknown>): z.infer<typeof listFreezesQuerySchema> {
+  singleValued(query);
+  const q = listFreezesQuerySchema.safeParse(query);
+  if (!q.success) {
+    const issue = q.error.issues[0]!;
+    throw new UnprocessableError(`invalid query parameter ${issue.path.join('.')}: ${issue.message}`, 'invalid_query');
+  }
+  return q.data;
+}
 
 function invalid(error: z.ZodError): UnprocessableError {
   const issue = error.issues[0]!;
-  return new UnprocessableError(`invalid body field ${issue.path.join('.')}: ${issue.message}`.replace(/ {2,}/g, ' '));
+  return new UnprocessableError(`invalid body field ${issue.path.join('.')}: ${issue.message}`.replace(/ {2,}/g, ' '), 'invalid_body');
 }
 
 export function freezesRouter(deps: FreezesDeps): Router {
@@ -57,8 +73,10 @@ export function freezesRouter(deps: FreezesDeps): Router {
   const g = deps.guards;
 
   r.route('/ops/freezes')
-    .get(anyKey, async (_req, res) => {
-      res.json({ freezes: await listFreezes(g) });
+    .get(anyKey, async (req, res) => {
+      const q = pageQuery(req.query);
+      const page = keysetPage('freezes', await listFreezes(g), (f) => [Date.parse(f.ends_at), f.id], q);
+      res.json({ freezes: page.items, next_cursor: page.next_cursor });
     })
     .post(operatorKey, ...body, async (req, res) => {
       const parsed = freezeBodySchema.safeParse(parseJson(req.body as Buffer));
@@ -90,8 +108,11 @@ export function freezesRouter(deps: FreezesDeps): Router {
     .all(methodNotAllowed(['GET', 'DELETE']));
 
   r.route('/ops/holds')
-    .get(anyKey, async (_req, res) => {
-      res.json({ holds: await listHolds(g, async (id) => (await deps.jobs.get(id))?.state) });
+    .get(anyKey, async (req, res) => {
+      const q = pageQuery(req.query);
+      const holds = await listHolds(g, async (id) => (await deps.jobs.get(id))?.state);
+      const page = keysetPage('holds', holds, (h) => [Date.parse(h.until), h.job_id], q);
+      res.json({ holds: page.items, next_cursor: page.next_cursor });
     })
     .all(methodNotAllowed(['GET']));
 

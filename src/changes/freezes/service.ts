@@ -111,30 +111,28 @@ function inventoryNamespaces(g: Guards): Set<string> {
 
 export async function declareFreeze(g: Guards, body: FreezeBody, by: string): Promise<FreezeView> {
   const now = g.now();
+  // Every refusal here is a body field that does not fit the others or the inventory.
+  const invalid = (detail: string) => new UnprocessableError(detail, 'invalid_body');
   if (body.scope === 'namespace') {
-    if (!body.namespace) throw new UnprocessableError('scope namespace needs namespace');
-    if (!inventoryNamespaces(g).has(body.namespace))
-      throw new UnprocessableError(`namespace ${body.namespace} is not a namespace of the inventory`);
-  } else if (body.namespace !== undefined) throw new UnprocessableError(`namespace is only for scope namespace`);
+    if (!body.namespace) throw invalid('scope namespace needs namespace');
+    if (!inventoryNamespaces(g).has(body.namespace)) throw invalid(`namespace ${body.namespace} is not a namespace of the inventory`);
+  } else if (body.namespace !== undefined) throw invalid(`namespace is only for scope namespace`);
   if (body.scope === 'project') {
-    if (!body.project) throw new UnprocessableError('scope project needs project');
-    if (!findProject(g.inventory, body.project))
-      throw new UnprocessableError(`project ${JSON.stringify(body.project)} is not in the inventory`);
-  } else if (body.project !== undefined) throw new UnprocessableError(`project is only for scope project`);
+    if (!body.project) throw invalid('scope project needs project');
+    if (!findProject(g.inventory, body.project)) throw invalid(`project ${JSON.stringify(body.project)} is not in the inventory`);
+  } else if (body.project !== undefined) throw invalid(`project is only for scope project`);
 
   const startsAt = body.starts_at !== undefined ? Date.parse(body.starts_at) : now;
-  if (startsAt < now - 60_000) throw new UnprocessableError('starts_at is in the past');
-  if ((body.ends_at === undefined) === (body.duration === undefined))
-    throw new UnprocessableError('give exactly one of ends_at or duration');
+  if (startsAt < now - 60_000) throw invalid('starts_at is in the past');
+  if ((body.ends_at === undefined) === (body.duration === undefined)) throw invalid('give exactly one of ends_at or duration');
   let endsAt: number;
   if (body.duration !== undefined) {
     const s = parseDuration(body.duration);
-    if (s === undefined) throw new UnprocessableError('duration must be a duration such as 90m, 2h or 3d');
+    if (s === undefined) throw invalid('duration must be a duration such as 90m, 2h or 3d');
     endsAt = startsAt + s * 1000;
   } else endsAt = Date.parse(body.ends_at!);
-  if (endsAt <= Math.max(now, startsAt)) throw new UnprocessableError('the freeze must end after it starts and after now');
-  if (endsAt - now > MAX_FREEZE_SECONDS * 1000)
-    throw new UnprocessableError(`a freeze may last at most ${MAX_FREEZE_SECONDS / 86400} days from now`);
+  if (endsAt <= Math.max(now, startsAt)) throw invalid('the freeze must end after it starts and after now');
+  if (endsAt - now > MAX_FREEZE_SECONDS * 1000) throw invalid(`a freeze may last at most ${MAX_FREEZE_SECONDS / 86400} days from now`);
 
   const freeze: Freeze = {
     id: newFreezeId(),
@@ -161,7 +159,7 @@ export async function listFreezes(g: Guards): Promise<FreezeView[]> {
 export async function getFreeze(g: Guards, id: string): Promise<FreezeView> {
   const now = g.now();
   const f = await redisCall(() => g.freezes.get(id, now), g.redis);
-  if (!f) throw new NotFoundError('freeze not found (or already ended)');
+  if (!f) throw new NotFoundError('freeze not found (or already ended)', 'freeze_not_found');
   return freezeView(f, now);
 }
 
@@ -169,7 +167,7 @@ export async function getFreeze(g: Guards, id: string): Promise<FreezeView> {
 export async function liftFreeze(g: Guards, id: string): Promise<{ lifted: true; freeze: FreezeView; released: string[] }> {
   const now = g.now();
   const f = await redisCall(() => g.freezes.remove(id, now), g.redis);
-  if (!f) throw new NotFoundError('freeze not found (or already ended)');
+  if (!f) throw new NotFoundError('freeze not found (or already ended)', 'freeze_not_found');
   await g.freezeWatch?.changed();
   g.metrics?.freezes.inc({ action: 'lifted' });
   const released: string[] = [];

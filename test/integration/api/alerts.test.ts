@@ -29,11 +29,14 @@ describe('payload shape: an object with an "alerts" array, else 422', () => {
     const res = await post('{"alerts": [');
     expect(res.status).toBe(400);
   });
-  it.each([['[]'], ['"text"'], ['42'], ['null'], ['{}'], ['{"alerts": {}}'], ['{"alerts": "x"}']])('%s -> 422 {detail}', async (body) => {
-    const res = await post(body);
-    expect(res.status).toBe(422);
-    expect(res.body).toEqual({ detail: expect.any(String) });
-  });
+  it.each([['[]'], ['"text"'], ['42'], ['null'], ['{}'], ['{"alerts": {}}'], ['{"alerts": "x"}']])(
+    '%s -> 422 {detail, code: invalid_alerts}',
+    async (body) => {
+      const res = await post(body);
+      expect(res.status).toBe(422);
+      expect(res.body).toEqual({ detail: expect.any(String), code: 'invalid_alerts' });
+    },
+  );
   it('empty alerts array -> 202 {received:0, firing:0}', async () => {
     const res = await post({ alerts: [] });
     expect(res.status).toBe(202);

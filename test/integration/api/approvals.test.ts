@@ -5,6 +5,7 @@ import { JOB } from '../../../src/shared/jobs.js';
 import { approvalIndexKey } from '../../../src/shared/keys.js';
 import { BEARER, OP_KEY, OP_KEY_2, RO_KEY, createHarness, useHarness, type Harness } from '../../helpers/apiHarness.js';
 import { GUARDED_INVENTORY_YAML, decide, restartAs } from '../../helpers/guards.js';
+import { waitFor } from '../../helpers/waitFor.js';
 import { metricValue } from '../../helpers/workerSupport.js';
 
 /**
@@ -100,7 +101,7 @@ describe('a restart whose host asks for approval', () => {
     for (const action of ['approve', 'reject'] as const) {
       const r = await decide(ctx.h.app, body.approval_id, action, RO_KEY);
       expect(r.status).toBe(403);
-      expect(r.body).toEqual({ detail: 'this operation requires an operator key' });
+      expect(r.body).toEqual({ detail: 'this operation requires an operator key', code: 'operator_role_required' });
     }
     expect((await request(ctx.h.app).get('/ops/approvals').set('X-API-Key', RO_KEY)).body.approvals[0].status).toBe('pending');
   });
@@ -112,6 +113,19 @@ describe('a restart whose host asks for approval', () => {
     expect(b.body).toMatchObject({ approval_id: a.body.approval_id, coalesced: true });
     const c = await restartAs(ctx.h.app, '?host=pay-1&service=ledger');
     expect(c.body.approval_id).not.toBe(a.body.approval_id);
+    // the pending approvals, one per page, soonest expiry first
+    const list = (qs: string) => request(ctx.h.app).get(`/ops/approvals${qs}`).set('X-API-Key', RO_KEY);
+    const all = (await list('')).body;
+    expect(all.next_cursor).toBeNull();
+    const page1 = await list('?limit=1');
+    expect(page1.body.approvals).toEqual([all.approvals[0]]);
+    const page2 = await list(`?limit=1&cursor=${encodeURIComponent(page1.body.next_cursor)}`);
+    expect(page2.body.approvals).toEqual(all.approvals.slice(1, 2));
+    const ids = [...page1.body.approvals, ...page2.body.approvals].map((x: { id: string }) => x.id);
+    expect(ids.sort()).toEqual([a.body.approval_id, c.body.approval_id].sort());
+    expect(page2.body.next_cursor).toBeNull();
+    expect((await list('?limit=0')).body.code).toBe('invalid_query');
+    expect((await list('?cursor=nope')).body.code).toBe('invalid_cursor');
   });
 
   it('the requester cannot approve their own change (403, by key or by the same secret as bearer); another operator approves: one job, id = approval id, approvers in its data', async () => {
@@ -199,7 +213,7 @@ describe('a restart whose host asks for approval', () => {
     const { body } = await restartAs(ctx.h.app, '?host=vault-1&service=core');
     expect(body.required).toBe(2);
     const first = await decide(ctx.h.app, body.approval_id, 'approve', OP_KEY);
-    expect(first.status).toBe(200);
+    expect(first.status).toBe(202); // recorded: the change still waits for approval
     expect(first.body).toMatchObject({ status: 'pending', job_id: null, approvals_needed: 1 });
     expect(await jobsNamed(ctx.h, JOB.restartService)).toEqual([]);
     const twice = await decide(ctx.h.app, body.approval_id, 'approve', OP_KEY);
@@ -255,20 +269,27 @@ describe('a restart whose host asks for approval', () => {
     }
   });
 
-  it('errors are {detail}: unknown approval 404, no reason 422, bad JSON 400, override on reject 422', async () => {
+  it('errors are {detail, code}: unknown approval 404, no reason 422, bad JSON 400, override on reject 422', async () => {
     expect((await decide(ctx.h.app, 'apr-aaaaaaaaaaaaaaaaaaaa', 'approve', OP_KEY)).status).toBe(404);
-    expect((await request(ctx.h.app).get('/ops/approvals/nope').set('X-API-Key', RO_KEY)).body).toEqual({ detail: 'approval not found' });
+    expect((await request(ctx.h.app).get('/ops/approvals/nope').set('X-API-Key', RO_KEY)).body).toEqual({
+      detail: 'approval not found',
+      code: 'approval_not_found',
+    });
     const { body } = await restartAs(ctx.h.app, '?host=pay-1&service=api');
     const noReason = await decide(ctx.h.app, body.approval_id, 'approve', OP_KEY_2, {});
     expect(noReason.status).toBe(422);
     expect(noReason.body.detail).toMatch(/^invalid body field reason/);
+    expect(noReason.body.code).toBe('invalid_body');
     const bad = await request(ctx.h.app)
       .post(`/ops/approvals/${body.approval_id}/approve`)
       .set('X-API-Key', OP_KEY_2)
       .set('Content-Type', 'application/json')
       .send('{nope');
     expect(bad.status).toBe(400);
-    expect((await decide(ctx.h.app, body.approval_id, 'reject', OP_KEY_2, { reason: 'x', override: true })).status).toBe(422);
+    expect(bad.body.code).toBe('invalid_json');
+    const overrideOnReject = await decide(ctx.h.app, body.approval_id, 'reject', OP_KEY_2, { reason: 'x', override: true });
+    expect(overrideOnReject.status).toBe(422);
+    expect(overrideOnReject.body).toEqual({ detail: 'override applies to approve only', code: 'invalid_body' });
   });
 
   it('an Idempotency-Key makes a retried request find its approval', async () => {
@@ -302,6 +323,19 @@ describe('a deploy whose project asks for approval', () => {
     expect(await jobsNamed(ctx.h, JOB.runDeployPipeline)).toEqual([]);
     const again = await send();
     expect(again.body).toMatchObject({ accepted: false, duplicate: true, approval_id: first.body.approval_id });
+    // a replay of the delivery joins the approval too: the change still waits for it (202, as a restart)
+    const delivery = await waitFor('the push in the deliveries log', async () => {
+      const list = await request(ctx.h.app).get('/ops/deliveries?source=scm&verdict=duplicate').set('X-API-Key', RO_KEY);
+      return (list.body.deliveries as Array<{ id: string }>)[0]?.id;
+    });
+    const replay = await request(ctx.h.app)
+      .post(`/ops/deliveries/${delivery}/replay`)
+      .set('X-API-Key', OP_KEY_2)
+      .set('Content-Type', 'application/json')
+      .send({ reason: 'redeliver' });
+    expect(replay.status).toBe(202);
+    expect(replay.body).toMatchObject({ replayed: true, duplicate: true, status: 'pending_approval', approval_id: first.body.approval_id });
+    expect(await jobsNamed(ctx.h, JOB.runDeployPipeline)).toEqual([]);
 
     const ok = await decide(ctx.h.app, first.body.approval_id, 'approve', OP_KEY);
     expect(ok.body).toMatchObject({ status: 'approved', job_id: first.body.approval_id, held_until: null });

@@ -77,7 +77,7 @@ describe('POST /webhook/bitbucket (Bitbucket Cloud)', () => {
     expect((await send(withChanges(), { 'X-Request-UUID': 'empty-1' })).body).toEqual({ ignored: true, reason: 'push.changes is empty' });
     const bad = await send({ ...DOC, push: { changes: 'nope' } }, { 'X-Request-UUID': 'bad-1' });
     expect(bad.status).toBe(422);
-    expect(bad.body).toEqual({ detail: 'push.changes must be an array' });
+    expect(bad.body).toEqual({ detail: 'push.changes must be an array', code: 'invalid_payload' });
   });
 
   it('a signature over another body, or without the sha256= prefix, is 403', async () => {

@@ -46,6 +46,7 @@ describe('a namespace budget of 3 restarts per 10 minutes', () => {
     expect(over.headers['retry-after']).toBe('480');
     expect(over.body).toEqual({
       detail: 'restart budget of namespace batch exhausted: at most 3 restarts per 10m; the next restart fits in 480 s',
+      code: 'budget_exhausted',
     });
     expect(await metricValue(b.metrics as never, 'opsgate_budget_exhausted_total', { namespace: 'batch' })).toBe(1);
     expect(b.audits().at(-1)).toMatchObject({ status: 429, detail: over.body.detail });

@@ -70,7 +70,8 @@ describe('four eyes between people', () => {
     const asked = await restartAs(ctx.h.app, '?host=vault-1&service=core', asKey(KEYS.aliceCi));
     expect(asked.body).toMatchObject({ status: 'pending_approval', required: 2 });
     expect((await decide(ctx.h.app, asked.body.approval_id, 'approve', KEYS.alice)).status).toBe(403);
-    expect((await decide(ctx.h.app, asked.body.approval_id, 'approve', KEYS.bob)).status).toBe(200);
+    // recorded, still waiting for the second person: 202, as a change that waits
+    expect((await decide(ctx.h.app, asked.body.approval_id, 'approve', KEYS.bob)).status).toBe(202);
     const bobAgain = await request(ctx.h.app)
       .post(`/ops/approvals/${asked.body.approval_id}/approve`)
       .set(asKey(KEYS.bob))
@@ -92,6 +93,7 @@ describe('four eyes between people', () => {
       expect(asked.status).toBe(202);
       expect(asked.body).toMatchObject({ status: 'pending_approval', required: 2 });
       const first = await decide(h.app, asked.body.approval_id, 'approve', KEYS.bob);
+      expect(first.status).toBe(202);
       expect(first.body).toMatchObject({ status: 'pending', job_id: null, approvals_needed: 1 });
       expect(await restartJobs(h)).toEqual([]);
       const second = await decide(h.app, asked.body.approval_id, 'approve', KEYS.carol);

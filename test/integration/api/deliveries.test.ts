@@ -50,10 +50,18 @@ describe('GET /ops/deliveries', () => {
       verdict: 'not_deploy_branch',
       status: 202,
       detail: 'ref "refs/heads/feature" is not refs/heads/main',
+      code: null,
       job_id: null,
     });
     expect(d1!.body_sha256).toMatch(/^[0-9a-f]{64}$/);
-    expect(d2).toMatchObject({ verdict: 'bad_signature', status: 403, detail: 'invalid X-Scm-Token', body_sha256: null, event: null });
+    expect(d2).toMatchObject({
+      verdict: 'bad_signature',
+      status: 403,
+      detail: 'invalid X-Scm-Token',
+      code: 'invalid_webhook_token',
+      body_sha256: null,
+      event: null,
+    });
     expect(d3).toMatchObject({ verdict: 'queued', job_id: first.body.job_id, event: { event_id: 'scm:team/app:refs/heads/main:c0ffee' } });
     expect(d4).toMatchObject({ verdict: 'duplicate', job_id: first.body.job_id });
     expect(new Date(d1!.at).getTime()).toBeLessThanOrEqual(new Date(d4!.at).getTime());
@@ -88,19 +96,37 @@ describe('GET /ops/deliveries', () => {
     const page2 = await list(`?limit=2&before=${encodeURIComponent(page1.body.next)}`);
     expect(page2.body.deliveries).toHaveLength(1);
     expect(page2.body.next).toBeNull();
+    expect(page2.body.next_cursor).toBeNull();
+    // the cursor pages the same way, and carries the filters of its query
+    const byCursor = await list(`?limit=2&cursor=${encodeURIComponent(page1.body.next_cursor)}`);
+    expect(byCursor.body).toEqual(page2.body);
+    const scmPage1 = await list('?source=scm&limit=1');
+    const scmPage2 = await list(`?limit=1&cursor=${encodeURIComponent(scmPage1.body.next_cursor)}`);
+    expect(scmPage2.body.deliveries).toEqual([expect.objectContaining({ source: 'scm' })]);
+    expect(scmPage2.body.next_cursor).toBeNull();
+    for (const [q, code] of [
+      [`?source=github&cursor=${encodeURIComponent(scmPage1.body.next_cursor)}`, 'invalid_cursor'],
+      [`?cursor=${encodeURIComponent(page1.body.next_cursor)}&before=${encodeURIComponent(page1.body.next)}`, 'invalid_query'],
+      ['?cursor=xyz', 'invalid_cursor'],
+    ]) {
+      const res = await list(q);
+      expect([q, res.status, res.body.code]).toEqual([q, 422, code]);
+    }
     const ids = [...page1.body.deliveries, ...page2.body.deliveries].map((d: { id: string }) => d.id);
     expect(new Set(ids).size).toBe(3);
     expect((await request(ctx.h.app).get(`/ops/deliveries/${ids[0]}`).set('X-API-Key', RO_KEY)).body.id).toBe(ids[0]);
   });
 
-  it('bad queries are 422 {detail}; no key 401; unknown id 404', async () => {
+  it('bad queries are 422 {detail, code}; no key 401; unknown id 404', async () => {
     for (const q of ['?source=nope', '?verdict=nope', '?limit=0', '?before=xyz']) {
       const res = await list(q);
       expect(res.status).toBe(422);
-      expect(Object.keys(res.body)).toEqual(['detail']);
+      expect(res.body).toEqual({ detail: expect.any(String), code: 'invalid_query' });
     }
     expect((await request(ctx.h.app).get('/ops/deliveries')).status).toBe(401);
-    expect((await request(ctx.h.app).get('/ops/deliveries/scm.1-0').set('X-API-Key', RO_KEY)).status).toBe(404);
+    const unknown = await request(ctx.h.app).get('/ops/deliveries/scm.1-0').set('X-API-Key', RO_KEY);
+    expect(unknown.status).toBe(404);
+    expect(unknown.body).toEqual({ detail: 'delivery not found', code: 'delivery_not_found' });
   });
 
   it('a rate-limited delivery is recorded as rate_limited', async () => {
@@ -111,7 +137,12 @@ describe('GET /ops/deliveries', () => {
       await scm(push('rl-1'), {}, limited.app);
       expect((await scm(push('rl-2'), {}, limited.app)).status).toBe(429);
       const [entry] = await logged(1, '?verdict=rate_limited');
-      expect(entry).toMatchObject({ source: 'scm', status: 429, detail: expect.stringMatching(/too many requests/i) });
+      expect(entry).toMatchObject({
+        source: 'scm',
+        status: 429,
+        detail: expect.stringMatching(/too many requests/i),
+        code: 'rate_limited',
+      });
     } finally {
       await limited.close();
     }
@@ -226,7 +257,7 @@ describe('POST /ops/deliveries/{id}/replay', () => {
       await queueSrv.stop();
       expect((await scm(push('down-1'), {}, split.app)).status).toBe(503);
       const [failed] = await logged(1, '?verdict=failed');
-      expect(failed).toMatchObject({ status: 503, event: { sha: 'down-1' } });
+      expect(failed).toMatchObject({ status: 503, code: 'queue_unavailable', event: { sha: 'down-1' } });
       await queueSrv.start();
       // Until the queue's connection is back the replay answers 503 (nothing queued): repeat it.
       const res = await waitFor('the replay accepted', async () => {

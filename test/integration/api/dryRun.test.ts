@@ -115,11 +115,11 @@ describe('POST /ops/restart?dry_run=true', () => {
     ).toEqual(['exports', 'imports', 'reports']);
   });
 
-  it('a read-only key may not dry-run a restart (it is a restart request: bearer or operator key); bad input is {detail}', async () => {
+  it('a read-only key may not dry-run a restart (it is a restart request: bearer or operator key); bad input is {detail, code}', async () => {
     expect((await restartAs(ctx.h.app, '?host=web-1&service=frontend&dry_run=true', { 'X-API-Key': RO_KEY })).status).toBe(403);
     const bad = await restartAs(ctx.h.app, '?host=web-1&service=frontend&dry_run=maybe', op);
     expect(bad.status).toBe(422);
-    expect(bad.body).toEqual({ detail: 'query parameter "dry_run" must be true or false' });
+    expect(bad.body).toEqual({ detail: 'query parameter "dry_run" must be true or false', code: 'invalid_query' });
     expect((await dry('?host=web-1&service=nope')).status).toBe(404);
   });
 });

@@ -65,7 +65,7 @@ describe('declaring, reading and lifting freezes', () => {
       reason: 'black friday',
     });
     const list = await request(ctx.h.app).get('/ops/freezes').set('X-API-Key', RO_KEY);
-    expect(list.body).toEqual({ freezes: [res.body] });
+    expect(list.body).toEqual({ freezes: [res.body], next_cursor: null });
     expect((await request(ctx.h.app).get(`/ops/freezes/${res.body.id}`).set('X-API-Key', RO_KEY)).body).toEqual(res.body);
     expect((await declare(ctx.h.app, { scope: 'all', reason: 'x', duration: '1h' }, RO_KEY)).status).toBe(403);
     expect((await lift(ctx.h.app, res.body.id, RO_KEY)).status).toBe(403);
@@ -74,7 +74,7 @@ describe('declaring, reading and lifting freezes', () => {
     expect(lifted.body).toMatchObject({ lifted: true, freeze: { id: res.body.id }, released: [] });
     expect(ctx.h.audits().at(-1)).toMatchObject({ method: 'DELETE', freeze_id: res.body.id, reason: 'incident closed' });
     expect((await lift(ctx.h.app, res.body.id)).status).toBe(404);
-    expect((await request(ctx.h.app).get('/ops/freezes').set('X-API-Key', RO_KEY)).body).toEqual({ freezes: [] });
+    expect((await request(ctx.h.app).get('/ops/freezes').set('X-API-Key', RO_KEY)).body).toEqual({ freezes: [], next_cursor: null });
   });
 
   it.each([
@@ -88,11 +88,26 @@ describe('declaring, reading and lifting freezes', () => {
     [{ scope: 'all', reason: 'r', duration: 'soon' }, 'duration must be a duration such as 90m, 2h or 3d'],
     [{ scope: 'all', reason: ' ', duration: '1h' }, /^invalid body field reason/],
     [{ scope: 'galaxy', reason: 'r', duration: '1h' }, /^invalid body field scope/],
-  ])('refused with 422 {detail}: %j', async (body, detail) => {
+  ])('refused with 422 {detail, code: invalid_body}: %j', async (body, detail) => {
     const res = await declare(ctx.h.app, body);
     expect(res.status).toBe(422);
-    if (typeof detail === 'string') expect(res.body).toEqual({ detail });
+    expect(res.body.code).toBe('invalid_body');
+    if (typeof detail === 'string') expect(res.body).toEqual({ detail, code: 'invalid_body' });
     else expect(res.body.detail).toMatch(detail);
+  });
+
+  it('lists page by their end, soonest first: a freeze lifted between two pages moves no other to another page', async () => {
+    const ids: string[] = [];
+    for (const duration of ['3h', '1h', '2h']) ids.push((await declare(ctx.h.app, { scope: 'all', reason: 'r', duration })).body.id);
+    const list = (qs: string) => request(ctx.h.app).get(`/ops/freezes${qs}`).set('X-API-Key', RO_KEY);
+    const page1 = await list('?limit=2');
+    expect(page1.body.freezes.map((f: { id: string }) => f.id)).toEqual([ids[1], ids[2]]);
+    expect((await lift(ctx.h.app, ids[1]!)).status).toBe(200);
+    const page2 = await list(`?limit=2&cursor=${encodeURIComponent(page1.body.next_cursor)}`);
+    expect(page2.body).toEqual({ freezes: [expect.objectContaining({ id: ids[0] })], next_cursor: null });
+    const holds = await request(ctx.h.app).get('/ops/holds?limit=1').set('X-API-Key', RO_KEY);
+    expect(holds.body).toEqual({ holds: [], next_cursor: null });
+    expect((await request(ctx.h.app).get('/ops/holds?limit=x').set('X-API-Key', RO_KEY)).body.code).toBe('invalid_query');
   });
 
   it('each API process keeps the freezes in memory, told of changes through pub/sub: one declared on another replica stops restarts here', async () => {
@@ -136,7 +151,7 @@ describe('a restart a freeze covers', () => {
 
     const noReason = await restartAs(ctx.h.app, '?host=web-1&service=frontend&override=true');
     expect(noReason.status).toBe(422);
-    expect(noReason.body).toEqual({ detail: 'override=true needs a reason (query parameter "reason")' });
+    expect(noReason.body).toEqual({ detail: 'override=true needs a reason (query parameter "reason")', code: 'invalid_query' });
 
     const forced = await restartAs(ctx.h.app, '?host=web-1&service=frontend&override=true&reason=payment%20pods%20stuck', op);
     expect(forced.status).toBe(200);

@@ -36,7 +36,7 @@ describe('POST /webhook/generic (timestamped HMAC)', () => {
     try {
       const replay = await send(body, sig, replica.app);
       expect(replay.status).toBe(403);
-      expect(replay.body).toEqual({ detail: 'signature already used (a replayed delivery)' });
+      expect(replay.body).toEqual({ detail: 'signature already used (a replayed delivery)', code: 'replayed_signature' });
     } finally {
       await replica.close();
     }
@@ -70,6 +70,6 @@ describe('POST /webhook/generic (timestamped HMAC)', () => {
     const body = JSON.stringify({ project: 'team/app', ref: 'refs/heads/main' });
     const res = await send(body, sign(now(), body));
     expect(res.status).toBe(422);
-    expect(res.body).toEqual({ detail: 'sha is required' });
+    expect(res.body).toEqual({ detail: 'sha is required', code: 'missing_commit' });
   });
 });

@@ -55,7 +55,7 @@ describe('POST /webhook/gitea (Gitea / Forgejo)', () => {
     expect((await send(onMain, { 'X-Gitea-Signature': `sha256=${digest}` })).status).toBe(403);
     const empty = await send(onMain, { 'X-Gitea-Signature': '' });
     expect(empty.status).toBe(403);
-    expect(empty.body).toEqual({ detail: 'missing signature (X-Gitea-Signature)' });
+    expect(empty.body).toEqual({ detail: 'missing signature (X-Gitea-Signature)', code: 'missing_signature' });
   });
 
   it('a branch deletion (after all zeros) is ignored; another event is ignored', async () => {

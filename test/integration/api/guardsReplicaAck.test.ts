@@ -2,7 +2,7 @@
  * REDIS_MIN_REPLICAS_ACK for guarded changes (src/domain/replication.ts changeReplicationGate) on
  * a real redis-server: a pending approval, an approval's decision with the job it queues, and a
  * freeze declared or lifted are confirmed on the replicas before their success answer.
- * - No replica (WAIT never satisfied): 503 {detail} + Retry-After saying the change may still take
+ * - No replica (WAIT never satisfied): 503 {detail, code} + Retry-After saying the change may still take
  *   effect, and nothing is taken back: reading it back shows it.
  * - One real replica: the usual answers, and at that moment the approval, its job and the freeze
  *   are on the replica.
@@ -49,7 +49,7 @@ describe('guarded changes, REDIS_MIN_REPLICAS_ACK=1 without a replica', () => {
     const res = await restartAs(h.app, '?host=pay-1&service=api&reason=leak');
     expect(res.status).toBe(503);
     expect(res.headers['retry-after']).toMatch(/^\d+$/);
-    expect(res.body).toEqual({ detail: expect.stringMatching(/^approval apr-[a-z0-9]{20} requested, /) });
+    expect(res.body).toEqual({ detail: expect.stringMatching(/^approval apr-[a-z0-9]{20} requested, /), code: 'not_replicated' });
     expect(res.body.detail).toMatch(MAY_STILL);
     const id = /^approval (apr-[a-z0-9]{20})/.exec(res.body.detail as string)![1]!;
     const read = await request(h.app).get(`/ops/approvals/${id}`).set('X-API-Key', RO_KEY);

@@ -119,7 +119,7 @@ describe('GET /ops/hosts/:host', () => {
   it('unknown host -> 404 without calling the cluster', async () => {
     const res = await get('nope-1');
     expect(res.status).toBe(404);
-    expect(res.body).toEqual({ detail: 'unknown host' });
+    expect(res.body).toEqual({ detail: 'unknown host', code: 'unknown_host' });
     expect(calls).toHaveLength(0);
   });
   it('no key -> 401; any valid key (readonly or operator) -> 200', async () => {
@@ -182,7 +182,7 @@ describe('no cluster reachable', () => {
     try {
       const res = await request(gone.app).get('/ops/hosts/web-1').set('X-API-Key', RO_KEY);
       expect(res.status).toBe(503);
-      expect(res.body).toEqual({ detail: 'Kubernetes API unavailable; retry later' });
+      expect(res.body).toEqual({ detail: 'Kubernetes API unavailable; retry later', code: 'cluster_unavailable' });
     } finally {
       await gone.close();
     }
@@ -229,7 +229,10 @@ describe("the environment's configuration (what src/server.ts uses: read by the 
     try {
       const res = await request(fromEnv.app).get('/ops/hosts/web-1').set('X-API-Key', RO_KEY);
       expect(res.status).toBe(503);
-      expect(res.body).toEqual({ detail: 'no Kubernetes cluster configured (no kubeconfig or in-cluster service account)' });
+      expect(res.body).toEqual({
+        detail: 'no Kubernetes cluster configured (no kubeconfig or in-cluster service account)',
+        code: 'cluster_unavailable',
+      });
       mkdirSync(join(home, '.kube'));
       writeKubeConfig(join(home, '.kube', 'config'));
       const again = await request(fromEnv.app).get('/ops/hosts/web-1').set('X-API-Key', RO_KEY);

@@ -2,15 +2,17 @@ import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { startRedis } from '../../helpers/redis.js';
 import { createRateLimiter } from '../../../src/middleware/rateLimit.js';
+import { ERROR_CODES, type ErrorCode } from '../../../src/shared/errors.js';
 import { BEARER, createHarness, OP_KEY, RO_KEY, SCM_SECRET, useHarness } from '../../helpers/apiHarness.js';
 
-/** Probes, version, and the HTTP-level error contract: every error is JSON {detail}, never an HTML page or a stack. */
+/** Probes, version, and the HTTP-level error contract: every error is JSON {detail, code}, never an HTML page or a stack. */
 const ctx = useHarness({ flush: false });
 
 const expectJsonError = (res: request.Response, status: number) => {
   expect(res.status).toBe(status);
   expect(res.headers['content-type']).toMatch(/^application\/json/);
-  expect(res.body).toEqual({ detail: expect.any(String) });
+  expect(res.body).toEqual({ detail: expect.any(String), code: expect.any(String) });
+  expect(ERROR_CODES[res.body.code as ErrorCode]?.status).toBe(status);
   expect(res.text).not.toMatch(/<html|<pre>|<!DOCTYPE|\bat \S+ \(|node_modules/i);
 };
 
@@ -166,7 +168,7 @@ describe('error contract', () => {
     const res = await request(ctx.h.app).post('/webhook/alerts').set('Content-Encoding', 'br-unknown').send('{"alerts":[]}');
     expectJsonError(res, 415);
   });
-  it('an unexpected error -> 500 {"detail":"internal error"}, logged without leaking to the client', async () => {
+  it('an unexpected error -> 500 {"detail":"internal error","code":"internal_error"}, logged without leaking to the client', async () => {
     const broken = await createHarness(ctx.srv.url, {
       hostStatus: {
         deployments: async () => {
@@ -177,7 +179,7 @@ describe('error contract', () => {
     try {
       const res = await request(broken.app).get('/ops/hosts/web-1').set('X-API-Key', RO_KEY);
       expectJsonError(res, 500);
-      expect(res.body).toEqual({ detail: 'internal error' });
+      expect(res.body).toEqual({ detail: 'internal error', code: 'internal_error' });
       const logged = broken.logs().find((l) => l.msg === 'unhandled error');
       expect(logged).toBeDefined();
       expect(String(logged!.error)).toContain('[REDACTED]');

@@ -91,11 +91,11 @@ describe('POST /webhook/gitlab (GitLab native headers)', () => {
     expect(await ctx.h.inspect.get(deliveryKey('gitlab', uuid))).toMatch(/^q:/);
   });
 
-  it('token: missing or wrong -> 403 {detail}, counted as rejected; GITLAB_WEBHOOK_SECRET wins over SCM_WEBHOOK_SECRET', async () => {
+  it('token: missing or wrong -> 403 {detail, code}, counted as rejected; GITLAB_WEBHOOK_SECRET wins over SCM_WEBHOOK_SECRET', async () => {
     expect((await gitlab(onMain(GITLAB_DOC), { 'X-Gitlab-Token': undefined })).status).toBe(403);
     const wrong = await gitlab(onMain(GITLAB_DOC), { 'X-Gitlab-Token': 'nope' });
     expect(wrong.status).toBe(403);
-    expect(wrong.body).toEqual({ detail: 'invalid X-Gitlab-Token' });
+    expect(wrong.body).toEqual({ detail: 'invalid X-Gitlab-Token', code: 'invalid_webhook_token' });
     // X-Scm-Token is not GitLab's header.
     expect((await gitlab(onMain(GITLAB_DOC), { 'X-Gitlab-Token': undefined, 'X-Scm-Token': SCM_SECRET })).status).toBe(403);
     expect((await eventsMetric('gitlab')).rejected).toBe(3);
@@ -213,7 +213,8 @@ describe('ALERTS_MAX_PER_REQUEST and 413 outcomes', () => {
   it('default 1000: 1000 alerts are queued (job_ids), 1001 -> 413 {detail} naming the cap, nothing recorded or queued', async () => {
     const over = await alerts(1001);
     expect(over.status).toBe(413);
-    expect(Object.keys(over.body)).toEqual(['detail']);
+    expect(Object.keys(over.body)).toEqual(['detail', 'code']);
+    expect(over.body.code).toBe('too_many_alerts');
     expect(over.body.detail).toMatch(/at most 1000/);
     expect(over.body.detail).toMatch(/max_alerts/);
     expect(await stateKeys(ctx.h.inspect)).toEqual([]);

@@ -54,6 +54,7 @@ describe('GET /ops/jobs?state=failed (any valid key)', () => {
       offset: 0,
       limit: 20,
       next_offset: null,
+      next_cursor: null,
       jobs: [
         {
           id,
@@ -93,8 +94,42 @@ describe('GET /ops/jobs?state=failed (any valid key)', () => {
     }
     expect(offsets).toEqual([2, 4, null]);
     expect(seen.sort()).toEqual([...ids].sort());
+    // the same pages through the cursor; the cursor carries the state, so it alone continues the query
+    const first = await list('?state=failed&limit=2');
+    const byCursor: string[][] = [first.body.jobs.map((j: { id: string }) => j.id)];
+    let cursor: string | null = first.body.next_cursor;
+    while (cursor !== null) {
+      const res = await list(`?limit=2&cursor=${encodeURIComponent(cursor)}`);
+      expect(res.status).toBe(200);
+      expect(res.body.state).toBe('failed');
+      byCursor.push(res.body.jobs.map((j: { id: string }) => j.id));
+      cursor = res.body.next_cursor;
+    }
+    expect(byCursor.map((p) => p.length)).toEqual([2, 2, 1]);
+    expect(byCursor.flat().sort()).toEqual([...ids].sort());
     const finished = (await list('?limit=5')).body.jobs.map((j: { finished_at: string }) => j.finished_at);
     expect([...finished].sort().reverse()).toEqual(finished);
+  });
+
+  it('a cursor is refused (422) with offset, with another state, or when it is not one of this list', async () => {
+    await deadLetters(3);
+    const cursor = (await list('?state=failed&limit=1')).body.next_cursor as string;
+    expect(typeof cursor).toBe('string');
+    expect((await list(`?state=failed&cursor=${encodeURIComponent(cursor)}`)).status).toBe(200); // the same state: fine
+    const both = await list(`?offset=1&cursor=${encodeURIComponent(cursor)}`);
+    expect(both.status).toBe(422);
+    expect(both.body).toEqual({ detail: 'give cursor or offset, not both', code: 'invalid_query' });
+    // the shape of a cursor of another list (opaque to clients: base64url of JSON naming its list)
+    const ofDeliveries = Buffer.from(JSON.stringify({ l: 'deliveries', p: 'scm.1-0', f: {} })).toString('base64url');
+    for (const bad of [
+      `state=waiting&cursor=${encodeURIComponent(cursor)}`,
+      'cursor=not-a-cursor',
+      `cursor=${cursor.slice(0, -4)}`,
+      `cursor=${ofDeliveries}`,
+    ]) {
+      const res = await list(`?${bad}`);
+      expect([bad, res.status, res.body.code]).toEqual([bad, 422, 'invalid_cursor']);
+    }
   });
 
   it('other states: waiting jobs are listed too', async () => {
@@ -111,10 +146,11 @@ describe('GET /ops/jobs?state=failed (any valid key)', () => {
     ['limit not a number', '?limit=ten', /limit/],
     ['negative offset', '?offset=-1', /offset/],
     ['state given twice', '?state=failed&state=completed', /"state" must be given once/],
-  ])('%s -> 422 {detail}', async (_name, qs, detail) => {
+  ])('%s -> 422 {detail, code: invalid_query}', async (_name, qs, detail) => {
     const res = await list(qs);
     expect(res.status).toBe(422);
-    expect(Object.keys(res.body)).toEqual(['detail']);
+    expect(Object.keys(res.body)).toEqual(['detail', 'code']);
+    expect(res.body.code).toBe('invalid_query');
     expect(res.body.detail).toMatch(detail);
   });
 
@@ -166,7 +202,7 @@ describe('POST /ops/jobs/{id}/retry (operator key)', () => {
     expect((await retry(id!)).status).toBe(200);
     const again = await retry(id!);
     expect(again.status).toBe(409);
-    expect(again.body).toEqual({ detail: 'job is waiting; only a failed (dead-lettered) job can be retried' });
+    expect(again.body).toEqual({ detail: 'job is waiting; only a failed (dead-lettered) job can be retried', code: 'job_not_failed' });
     expect((await retry('no-such-job')).status).toBe(404);
     expect((await retry('bad id!')).status).toBe(404);
     const ro = await retry(id!, { reason: 'x' }, RO_KEY);
@@ -193,7 +229,7 @@ describe('POST /ops/jobs/{id}/retry (operator key)', () => {
       .set('Content-Type', 'application/json')
       .send('{nope');
     expect(res.status).toBe(400);
-    expect(Object.keys(res.body)).toEqual(['detail']);
+    expect(res.body).toEqual({ detail: expect.any(String), code: 'invalid_json' });
   });
 
   it('a retried restart is a new restart (<id>.retry, no restartedAt of the old one) holding its coalescing record; repeating the call answers it again', async () => {
@@ -212,7 +248,7 @@ describe('POST /ops/jobs/{id}/retry (operator key)', () => {
     expect(joined.body).toMatchObject({ job_id: `${id}.retry`, coalesced: true });
     const repeated = await retry(id);
     expect(repeated.status).toBe(409);
-    expect(repeated.body).toEqual({ detail: 'job is waiting; only a failed (dead-lettered) job can be retried' });
+    expect(repeated.body).toEqual({ detail: 'job is waiting; only a failed (dead-lettered) job can be retried', code: 'job_not_failed' });
   });
 
   it('a dead-lettered restart whose Deployment has another restart in progress -> 409, not a second restart', async () => {

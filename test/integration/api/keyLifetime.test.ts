@@ -129,7 +129,7 @@ describe('a key past its expiry', () => {
     const before = await ctx.h.metrics.registry.getSingleMetricAsString('opsgate_auth_failures_total');
     const res = await get('/ops/hosts', GONE);
     expect(res.status).toBe(401);
-    expect(res.body).toEqual({ detail: `API key gone expired at ${GONE_EXPIRES}` });
+    expect(res.body).toEqual({ detail: `API key gone expired at ${GONE_EXPIRES}`, code: 'api_key_expired' });
     expect(res.headers.sunset).toBeUndefined();
     const count = (t: string) => Number(/scheme="api_key",reason="expired"} (\d+)/.exec(t)?.[1] ?? 0);
     expect(count(await ctx.h.metrics.registry.getSingleMetricAsString('opsgate_auth_failures_total'))).toBe(count(before) + 1);
@@ -261,7 +261,15 @@ describe('GET /ops/keys (operator)', () => {
           { id: 'gone', owner: 'gone', role: 'operator', source: 'file', expires: GONE_EXPIRES, status: 'expiring', last_used: null },
           { id: 'forever', owner: 'forever', role: 'readonly', source: 'file', expires: null, status: 'active', last_used: null },
         ],
+        next_cursor: null,
       });
+      // paged in the order of the configuration
+      const first = await request(h.app).get('/ops/keys?limit=4').set('X-API-Key', SOON);
+      expect(first.body.keys.map((k: { id: string }) => k.id)).toEqual(res.body.keys.slice(0, 4).map((k: { id: string }) => k.id));
+      const rest = await request(h.app)
+        .get(`/ops/keys?limit=4&cursor=${encodeURIComponent(first.body.next_cursor)}`)
+        .set('X-API-Key', SOON);
+      expect(rest.body).toEqual({ keys: res.body.keys.slice(4), next_cursor: null });
       clock = T0 + DAY;
       expect((await request(h.app).get('/ops/keys').set('X-API-Key', SOON)).body.keys[5]).toMatchObject({ id: 'gone', status: 'expired' });
       for (const secret of [RO_KEY, OP_KEY, OP_KEY_2, SOON, LATER, GONE, FOREVER]) {

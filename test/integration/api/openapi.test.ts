@@ -3,7 +3,8 @@ import { Validator } from '@seriousme/openapi-schema-validator';
 import type { Express } from 'express';
 import request from 'supertest';
 import { createRateLimiter } from '../../../src/middleware/rateLimit.js';
-import { documentedStatuses, errorSchema } from '../../../src/openapi/document.js';
+import { documentedStatuses, errorSchemaFor, responseCodes } from '../../../src/openapi/document.js';
+import { ERROR_CODES, ERROR_CODE_LIST, type ErrorCode } from '../../../src/shared/errors.js';
 import { API_ROUTES } from '../../../src/openapi/routes.js';
 import { IDEMPOTENCY_TTL_SECONDS, JOB } from '../../../src/shared/jobs.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
@@ -21,7 +22,10 @@ import { GUARDED_INVENTORY_YAML, decide, restartAs } from '../../helpers/guards.
  *   is documented that the app does not serve;
  * - every documented status of every operation is produced here by a real request (a table of
  *   producers, one per "METHOD path status"; a documented status without one, or one that answers
- *   something else, fails), and 2xx bodies match the documented (zod) answer schema.
+ *   something else, fails), and 2xx bodies match the documented (zod) answer schema;
+ * - the error codes: the document lists every code of the catalog (src/shared/errors.ts), each
+ *   error answer documents codes of its own status only, and every error produced here carries a
+ *   code its operation documents for that status.
  */
 const ctx = useHarness({ env: { ADMIN_UI_ENABLED: 'true' } }); // the admin UI is part of what is documented
 const ALERTS_TOKEN = 'alerts-token-0006-openapi';
@@ -105,7 +109,18 @@ describe('the document', () => {
         for (const [status, r] of Object.entries<any>(op.responses)) {
           // explicit statuses only: a `default` answer would make every status conform
           expect(status).toMatch(/^[1-5]\d\d$/);
-          if (Number(status) >= 400) expect(r.content['application/json'].schema.required).toEqual(['detail']);
+          if (Number(status) >= 400) {
+            const schema = r.content['application/json'].schema;
+            expect(schema.required).toEqual(['detail', 'code']);
+            // only codes of the catalog, each answered with this status
+            for (const code of schema.properties.code.enum as ErrorCode[]) {
+              expect([`${method} ${path} ${status}`, code, ERROR_CODES[code]?.status]).toEqual([
+                `${method} ${path} ${status}`,
+                code,
+                Number(status),
+              ]);
+            }
+          }
         }
         expect(`${method} ${path}`).toMatch(/^(get|post|delete) \//);
       }
@@ -135,6 +150,38 @@ describe('the document', () => {
     expect(answers[0].required).toContain('coalesced');
     expect(answers[1].required).toEqual(expect.arrayContaining(['dry_run', 'verdicts', 'kubernetes']));
     expect(restart.parameters.map((p: any) => p.name)).toEqual(expect.arrayContaining(['dry_run', 'override', 'reason']));
+  });
+
+  it('lists every code of the error catalog, with its status and meaning', async () => {
+    const doc = (await request(ctx.h.app).get('/openapi.json')).body;
+    const error = doc.components.schemas.Error;
+    expect(error.required).toEqual(['detail', 'code']);
+    expect(error.properties.code.enum).toEqual(ERROR_CODE_LIST);
+    for (const code of ERROR_CODE_LIST) {
+      expect(error.properties.code.description).toContain(`\`${code}\` (${ERROR_CODES[code].status}): ${ERROR_CODES[code].meaning}`);
+    }
+    // every code of the catalog is one some operation documents, save those of another listener
+    // (the HTTP parser's, the metrics port's, the worker's), of any path (404, 405, 500), and these:
+    // Bull Board's writes (its board is documented as its page), the client certificate of
+    // /webhook/alerts (TLS only) and a Content-Encoding the API does not read (any body)
+    const documented = new Set<string>();
+    for (const ops of Object.values<Record<string, any>>(doc.paths))
+      for (const op of Object.values<any>(ops))
+        for (const [status, r] of Object.entries<any>(op.responses))
+          if (Number(status) >= 400) for (const c of r.content['application/json'].schema.properties.code.enum) documented.add(c);
+    const elsewhere = ['request_timeout', 'headers_too_large', 'method_not_allowed', 'not_found', 'internal_error', 'event_loop_blocked'];
+    const undocumented = ERROR_CODE_LIST.filter((c) => !documented.has(c) && !elsewhere.includes(c)).sort();
+    expect(undocumented).toEqual(
+      [
+        'admin_action_refused',
+        'cross_site_request',
+        'queue_not_found',
+        'client_certificate_required',
+        'untrusted_client_certificate',
+        'client_certificate_not_allowed',
+        'unsupported_encoding',
+      ].sort(),
+    );
   });
 
   it('/admin/queues is documented as HTML, and only where the admin UI is mounted', async () => {
@@ -314,6 +361,34 @@ const PRODUCERS: Record<string, () => Promise<Res>> = {
   'DELETE /ops/cache 403': () => request(ctx.h.app).delete('/ops/cache').set('X-API-Key', RO_KEY),
   'GET /ops/keys 200': () => request(ctx.h.app).get('/ops/keys').set('X-API-Key', OP_KEY),
   'GET /ops/keys 403': () => request(ctx.h.app).get('/ops/keys').set('X-API-Key', RO_KEY),
+  'GET /ops/keys 422': () => request(ctx.h.app).get('/ops/keys?limit=0').set('X-API-Key', OP_KEY),
+  'GET /ops/approvals 422': () => request(ctx.h.app).get('/ops/approvals?cursor=nope').set('X-API-Key', RO_KEY),
+  'GET /ops/freezes 422': () => request(ctx.h.app).get('/ops/freezes?limit=501').set('X-API-Key', RO_KEY),
+  'GET /ops/holds 422': () => request(ctx.h.app).get('/ops/holds?limit=1&limit=2').set('X-API-Key', RO_KEY),
+  'POST /ops/approvals/{id}/approve 202': async () => {
+    // vault-1 asks for two approvals: the first is recorded, the change still waits
+    const id = (await restartAs(guarded.app, '?host=vault-1&service=core')).body.approval_id as string;
+    return decide(guarded.app, id, 'approve', OP_KEY);
+  },
+  'POST /ops/deliveries/{id}/replay 202': async () => {
+    // group/guarded asks for an approval: the replay joins the pending one
+    const source = SOURCES.find((x) => x.name === 'scm') as PushSource;
+    const body = JSON.stringify({
+      ref: 'refs/heads/main',
+      checkout_sha: `guarded-${Date.now()}`,
+      project: { path_with_namespace: 'group/guarded' },
+    });
+    const pushed = await request(guarded.app)
+      .post('/webhook/scm')
+      .set(pushHeaders(source, harnessSecretOf(source, guarded.config), body))
+      .send(body);
+    expect(pushed.body.status).toBe('pending_approval');
+    const id = await waitFor('the guarded push in the deliveries log', async () => {
+      const list = await request(guarded.app).get('/ops/deliveries?source=scm&verdict=queued').set('X-API-Key', RO_KEY);
+      return (list.body.deliveries as Array<{ id: string; job_id: string | null }>).find((d) => d.job_id === pushed.body.job_id)?.id;
+    });
+    return json(request(guarded.app).post(`/ops/deliveries/${id}/replay`).set('X-API-Key', OP_KEY), '{"reason":"r"}');
+  },
   'GET /ops/jobs 200': async () => {
     await deadLetter(ctx.h);
     return request(ctx.h.app).get('/ops/jobs?state=failed').set('X-API-Key', RO_KEY);
@@ -488,7 +563,12 @@ describe('every documented status is produced by a real request', () => {
     expect(res.status).toBe(status);
     const doc = API_ROUTES.find((r) => r.method.toUpperCase() === method && r.path === path)!.responses[status]!;
     if (status >= 400) {
-      expect(errorSchema.strict().safeParse(res.body).success).toBe(true);
+      const codes = responseCodes(status, doc);
+      expect({ key, body: res.body, conforms: errorSchemaFor(codes).strict().safeParse(res.body).success }).toEqual({
+        key,
+        body: res.body,
+        conforms: true,
+      });
     } else if (doc.contentType) {
       expect(res.headers['content-type']).toMatch(new RegExp(`^${doc.contentType}`));
     } else if (doc.schema && res.headers['content-type']?.startsWith('application/json')) {

@@ -30,12 +30,12 @@ describe('GET /ops/hosts (any valid X-API-Key)', () => {
     ['unknown', 'not-a-key'],
     ['prefix of a key', RO_KEY.slice(0, -1)],
     ['key plus role suffix', `${RO_KEY}:readonly`],
-  ])('%s key -> 401 {detail}', async (_name, key) => {
+  ])('%s key -> 401 {detail, code}', async (_name, key) => {
     let req = request(ctx.h.app).get('/ops/hosts');
     if (key !== undefined) req = req.set('X-API-Key', key);
     const res = await req;
     expect(res.status).toBe(401);
-    expect(res.body).toEqual({ detail: expect.any(String) });
+    expect(res.body).toEqual({ detail: expect.any(String), code: key ? 'invalid_api_key' : 'missing_api_key' });
   });
   it('counts api_key failures by reason', async () => {
     await request(ctx.h.app).get('/ops/hosts');
@@ -89,7 +89,10 @@ describe('POST /ops/restart (bearer)', () => {
     const res = await restart('?host=web-1&service=frontend', auth);
     expect(res.status).toBe(401);
     expect(res.headers['www-authenticate']).toMatch(/^Bearer realm="opsgate"/);
-    expect(res.body).toEqual({ detail: expect.any(String) });
+    expect(res.body).toEqual({
+      detail: expect.any(String),
+      code: expect.stringMatching(/^(missing_credentials|unsupported_auth_scheme|invalid_bearer_token)$/),
+    });
     expect(await ctx.h.queue.bull.getJobs(['waiting'])).toHaveLength(0);
   });
   it('OPS_BEARER_TOKEN unset -> 401 even for a "matching" empty token', async () => {
@@ -119,6 +122,7 @@ describe('POST /ops/restart (bearer)', () => {
     const res = await restart(qs);
     expect(res.status).toBe(422);
     expect(res.body.detail).toMatch(re);
+    expect(res.body.code).toBe('invalid_query');
   });
   it.each([
     ['?host=web-9&service=frontend', 'unknown host'],
@@ -128,7 +132,7 @@ describe('POST /ops/restart (bearer)', () => {
   ])('%s -> 404', async (qs, detail) => {
     const res = await restart(qs);
     expect(res.status).toBe(404);
-    expect(res.body).toEqual({ detail });
+    expect(res.body).toEqual({ detail, code: detail === 'unknown host' ? 'unknown_host' : 'unknown_service' });
   });
   it('a body is ignored (spec: no body) but hashed in the audit line', async () => {
     const res = await restart('?host=db-1&service=postgres-exporter').set('X-Request-Id', 'restart-audit').send('{"x":1}');
@@ -185,11 +189,11 @@ describe('DELETE /ops/cache (operator)', () => {
     const res = await request(ctx.h.app).delete('/ops/cache').set('X-API-Key', OP_KEY_2);
     expect(res.body).toEqual({ cleared: true });
   });
-  it('readonly key -> 403 {detail}, cache kept', async () => {
+  it('readonly key -> 403 {detail, code}, cache kept', async () => {
     await ctx.h.inspect.set('opsgate:cache:host-status:web-1', '{}', 'EX', 30);
     const res = await request(ctx.h.app).delete('/ops/cache').set('X-API-Key', RO_KEY);
     expect(res.status).toBe(403);
-    expect(res.body).toEqual({ detail: expect.any(String) });
+    expect(res.body).toEqual({ detail: expect.any(String), code: 'operator_role_required' });
     expect(await ctx.h.inspect.exists('opsgate:cache:host-status:web-1')).toBe(1);
   });
   it.each([[undefined], [''], ['bad-key']])('key %j -> 401', async (key) => {
@@ -259,7 +263,7 @@ describe('GET /ops/jobs/:id (any valid key)', () => {
   it.each([['999999'], ['no-such-job'], ['%2e%2e'], ['a'.repeat(200)]])('unknown or malformed id %s -> 404', async (id) => {
     const res = await request(ctx.h.app).get(`/ops/jobs/${id}`).set('X-API-Key', RO_KEY);
     expect(res.status).toBe(404);
-    expect(res.body).toEqual({ detail: expect.any(String) });
+    expect(res.body).toEqual({ detail: 'job not found', code: 'job_not_found' });
   });
   it('no key -> 401', async () => {
     expect((await request(ctx.h.app).get('/ops/jobs/1')).status).toBe(401);

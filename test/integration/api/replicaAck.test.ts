@@ -1,7 +1,7 @@
 /**
  * REDIS_MIN_REPLICAS_ACK (src/domain/replication.ts) on a real redis-server, first without a
  * replica (WAIT can never be satisfied), then with one real replica attached.
- * - Not acknowledged in time: 503 {detail} + Retry-After, and what the request wrote is taken
+ * - Not acknowledged in time: 503 {detail, code} + Retry-After, and what the request wrote is taken
  *   back as after a failed enqueue: no seen record, no job, so the sender's retry is delivered again.
  * - Acknowledged: the usual answers, and the seen record and the job are on the replica at the
  *   moment the answer arrives (that is the guarantee).
@@ -143,12 +143,12 @@ describe('REDIS_MIN_REPLICAS_ACK=1 without a replica: nothing is acknowledged', 
     const res = await retry(id);
     expect(res.status).toBe(503);
     expect(res.headers['retry-after']).toMatch(/^\d+$/);
-    expect(res.body).toEqual({ detail: expect.stringMatching(RETRY_503) });
+    expect(res.body).toEqual({ detail: expect.stringMatching(RETRY_503), code: 'not_replicated' });
     // A restart's retry is a new change, <id>.retry; the dead letter is gone once it is queued.
     expect((await h.queue.jobs.get(`${id}.retry`))?.state).toBe('waiting');
     const again = await retry(id);
     expect(again.status).toBe(409);
-    expect(again.body).toEqual({ detail: 'job is waiting; only a failed (dead-lettered) job can be retried' });
+    expect(again.body).toEqual({ detail: 'job is waiting; only a failed (dead-lettered) job can be retried', code: 'job_not_failed' });
     expect(await jobs()).toHaveLength(1);
   });
   it('taking back spares a job a worker already took or finished (it counts as accepted)', async () => {
@@ -244,7 +244,7 @@ describe('REDIS_MIN_REPLICAS_ACK=1 with one real replica', () => {
     }
     expect(res.status).toBe(503);
     expect(res.headers['retry-after']).toMatch(/^\d+$/);
-    expect(res.body).toEqual({ detail: expect.stringMatching(RETRY_503) });
+    expect(res.body).toEqual({ detail: expect.stringMatching(RETRY_503), code: 'not_replicated' });
     const onReplica = replica.client();
     try {
       await until(

@@ -62,7 +62,10 @@ describe('Idempotency-Key', () => {
   ])('a %s key -> 400 {detail}, nothing queued', async (_name, key) => {
     const res = await restart(ctx.h.app, '?host=web-1&service=checkout', key);
     expect(res.status).toBe(400);
-    expect(res.body).toEqual({ detail: 'Idempotency-Key header must be 1-255 printable ASCII characters' });
+    expect(res.body).toEqual({
+      detail: 'Idempotency-Key header must be 1-255 printable ASCII characters',
+      code: 'invalid_idempotency_key',
+    });
     expect(await restartJobs(ctx.h)).toHaveLength(0);
   });
 

@@ -27,14 +27,15 @@ const post = (body: unknown, headers: Record<string, string> = {}) => {
 const jobsInQueue = async () => ctx.h.queue.bull.getJobs(['waiting', 'delayed', 'active', 'completed', 'failed', 'prioritized']);
 
 describe('the token is verified first (403)', () => {
-  it('missing token -> 403 {detail}', async () => {
+  it('missing token -> 403 {detail, code}', async () => {
     const res = await post(push(), { 'X-Scm-Token': '' });
     expect(res.status).toBe(403);
-    expect(typeof res.body.detail).toBe('string');
+    expect(res.body).toEqual({ detail: 'missing X-Scm-Token header', code: 'missing_webhook_token' });
   });
   it('wrong token -> 403, and nothing recorded or queued', async () => {
     const res = await post(push(), { 'X-Scm-Token': SCM_SECRET + 'x' });
     expect(res.status).toBe(403);
+    expect(res.body).toEqual({ detail: 'invalid X-Scm-Token', code: 'invalid_webhook_token' });
     expect(await stateKeys(ctx.h.inspect)).toEqual([]);
   });
   it('bad token with an invalid JSON body -> 403, not 400 (token before parsing)', async () => {
@@ -71,19 +72,20 @@ describe('the token is verified first (403)', () => {
 });
 
 describe('the body is parsed as JSON after verification', () => {
-  it('valid token + invalid JSON -> 400 {detail}', async () => {
+  it('valid token + invalid JSON -> 400 {detail, code}', async () => {
     const res = await post('{not json');
     expect(res.status).toBe(400);
     expect(res.body.detail).toMatch(/JSON/);
+    expect(res.body.code).toBe('invalid_json');
   });
   it('valid token + empty body -> 400', async () => {
     const res = await request(ctx.h.app).post('/webhook/scm').set('X-Scm-Token', SCM_SECRET).set('X-Scm-Event', 'Push Hook');
     expect(res.status).toBe(400);
   });
-  it('valid token + body over BODY_LIMIT -> 413 {detail}', async () => {
+  it('valid token + body over BODY_LIMIT -> 413 {detail, code}', async () => {
     const res = await post(JSON.stringify({ ref: 'refs/heads/main', pad: 'x'.repeat(1024 * 1024 + 10) }));
     expect(res.status).toBe(413);
-    expect(res.body).toEqual({ detail: expect.any(String) });
+    expect(res.body).toEqual({ detail: expect.any(String), code: 'payload_too_large' });
   });
   it('invalid JSON with a non-push event header -> 400 (parse comes before the event check)', async () => {
     const res = await post('[1,', { 'X-Scm-Event': 'Tag Push Hook' });
@@ -125,12 +127,13 @@ describe('the ref must be exactly refs/heads/main', () => {
 });
 
 describe('checkout_sha is required (422)', () => {
-  it.each([[undefined], [''], [null]])('checkout_sha %j -> 422 {detail}', async (sha) => {
+  it.each([[undefined], [''], [null]])('checkout_sha %j -> 422 {detail, code}', async (sha) => {
     const body: Record<string, unknown> = { ref: 'refs/heads/main', project: { path_with_namespace: 'g/p' } };
     if (sha !== undefined) body.checkout_sha = sha;
     const res = await post(body);
     expect(res.status).toBe(422);
     expect(res.body.detail).toMatch(/checkout_sha/);
+    expect(res.body.code).toBe('missing_commit');
     expect(await stateKeys(ctx.h.inspect)).toEqual([]);
   });
   it('a JSON body that is not an object -> 422', async () => {
@@ -250,7 +253,7 @@ describe('a failed enqueue leaves no seen record, and Redis failures: 503 + Retr
         .send(push('rule9'));
       expect(res.status).toBe(503);
       expect(res.headers['retry-after']).toMatch(/^\d+$/);
-      expect(res.body).toEqual({ detail: expect.any(String) });
+      expect(res.body).toEqual({ detail: expect.any(String), code: 'queue_unavailable' });
       // Nothing was recorded (the record is written with the job or not at all): the sender's retry is delivered.
 
       await queueSrv.start();
@@ -319,6 +322,6 @@ describe('method handling', () => {
   it('unknown source /webhook/nonesuch -> 404 JSON', async () => {
     const res = await request(ctx.h.app).post('/webhook/nonesuch').send('{}');
     expect(res.status).toBe(404);
-    expect(res.body).toEqual({ detail: expect.any(String) });
+    expect(res.body).toEqual({ detail: 'not found', code: 'not_found' });
   });
 });

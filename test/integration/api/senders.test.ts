@@ -45,13 +45,14 @@ describe.each(pushSources().map((s) => [s.name, s] as const))('POST /webhook/%s'
     expect(res.body).toEqual({ ignored: true, reason: expect.stringContaining('is not a push') });
   });
 
-  it('a proof made with another secret, or none, is 403 {detail} and counted as rejected', async () => {
+  it('a proof made with another secret, or none, is 403 {detail, code} and counted as rejected', async () => {
     const wrong = await request(ctx.h.app)
       .post(path)
       .set({ ...wrongProofHeaders(source, body), [source.event.header]: source.event.push, 'Content-Type': 'application/json' })
       .send(body);
     expect(wrong.status).toBe(403);
-    expect(Object.keys(wrong.body)).toEqual(['detail']);
+    expect(Object.keys(wrong.body)).toEqual(['detail', 'code']);
+    expect(['invalid_webhook_token', 'invalid_signature', 'invalid_bearer_token']).toContain(wrong.body.code);
     const none = await request(ctx.h.app).post(path).set('Content-Type', 'application/json').send(body);
     expect(none.status).toBe(403);
     const counted = (await ctx.h.metrics.webhookEvents.get()).values.find(

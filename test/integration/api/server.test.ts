@@ -167,7 +167,7 @@ describe('Redis unreachable at start (real process)', () => {
         const down = await fetch(`http://127.0.0.1:${port}/ready`);
         expect(down.status).toBe(503);
         expect(down.headers.get('retry-after')).toMatch(/^\d+$/);
-        expect(await down.json()).toEqual({ detail: 'redis unreachable: ECONNREFUSED' });
+        expect(await down.json()).toEqual({ detail: 'redis unreachable: ECONNREFUSED', code: 'redis_unavailable' });
 
         late = await startRedis({ port: redisPort, password });
         const deadline = Date.now() + 60_000;

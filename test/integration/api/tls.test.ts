@@ -262,7 +262,7 @@ describe('API and metrics over HTTPS (real process)', () => {
         body: alerts,
       });
 
-    it('no certificate or one of another CA: 403 {detail}; a trusted certificate still needs the token; both: 202; other paths need no certificate', async () => {
+    it('no certificate or one of another CA: 403 {detail, code}; a trusted certificate still needs the token; both: 202; other paths need no certificate', async () => {
       // No list of allowed names: every certificate of the CA is accepted, and the start said so.
       expect(
         api
@@ -271,10 +271,13 @@ describe('API and metrics over HTTPS (real process)', () => {
       ).toBeDefined();
       const none = await post({ token: ALERTS_TOKEN });
       expect(none.status).toBe(403);
-      expect(JSON.parse(none.body)).toEqual({ detail: 'a client certificate is required' });
+      expect(JSON.parse(none.body)).toEqual({ detail: 'a client certificate is required', code: 'client_certificate_required' });
       const rogue = await post({ clientCert: rogueClient, token: ALERTS_TOKEN });
       expect(rogue.status).toBe(403);
-      expect(JSON.parse(rogue.body)).toEqual({ detail: 'client certificate is not signed by a trusted CA' });
+      expect(JSON.parse(rogue.body)).toEqual({
+        detail: 'client certificate is not signed by a trusted CA',
+        code: 'untrusted_client_certificate',
+      });
       const noToken = await post({ clientCert: client });
       expect(noToken.status).toBe(401);
       const ok = await post({ clientCert: client, token: ALERTS_TOKEN });

@@ -42,7 +42,7 @@ describe('503 wording by operation', () => {
     for (const res of answers) {
       expect(res.status).toBe(503);
       expect(res.headers['retry-after']).toBe('5');
-      expect(res.body).toEqual({ detail: 'job queue did not answer in time; nothing was changed; retry later' });
+      expect(res.body).toEqual({ detail: 'job queue did not answer in time; nothing was changed; retry later', code: 'queue_unavailable' });
     }
   });
 

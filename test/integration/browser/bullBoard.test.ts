@@ -139,7 +139,7 @@ describe('Bull Board in headless Chromium', () => {
     const anon = await page.request.get(`${api.baseUrl}/admin/queues`);
     expect(anon.status()).toBe(401);
     expect(anon.headers()['www-authenticate']).toMatch(/^Basic realm="opsgate"/);
-    expect(await anon.json()).toHaveProperty('detail');
+    expect(await anon.json()).toMatchObject({ detail: expect.any(String), code: 'missing_credentials' });
     for (const r of seen) {
       expect(r.status).toBe(401);
       expect(r.challenge).toMatch(/^Basic realm="opsgate"/);
@@ -148,7 +148,7 @@ describe('Bull Board in headless Chromium', () => {
     const ro = await launch({ username: 'viewer', password: READONLY });
     const denied = await ro.goto(`${api.baseUrl}/admin/queues`, { waitUntil: 'domcontentloaded' });
     expect(denied?.status()).toBe(403);
-    expect(JSON.parse(await ro.locator('body').innerText())).toEqual({ detail: 'operator role required' });
+    expect(JSON.parse(await ro.locator('body').innerText())).toEqual({ detail: 'operator role required', code: 'operator_role_required' });
   }, 120000);
 
   test('operator logs in with HTTP Basic, sees the dead-lettered job with its reason, retries it, and it completes', async () => {

@@ -7,6 +7,7 @@ import { parse as parseYaml } from 'yaml';
 import { docBlocks, docBlocksOf, docFiles, markerProblem, where } from '../../helpers/docBlocks.js';
 import { SOURCES, SOURCE_SECRET_ENVS, SOURCE_SECRET_FILE_ENVS } from '../../../src/sources/index.js';
 import { API_VARIABLES, WORKER_VARIABLES } from '../../../src/shared/config.js';
+import { ERROR_CODES, ERROR_CODE_LIST } from '../../../src/shared/errors.js';
 import { CHART_TABLE_BEGIN, CHART_TABLE_END, TABLE_BEGIN, TABLE_END, chartSendersTable, sendersTable } from '../../../src/sources/table.js';
 
 /**
@@ -118,6 +119,15 @@ describe("README's variable tables", () => {
     expect(start).toBeGreaterThan(0);
     expect(md.slice(start, end + CHART_TABLE_END.length)).toBe(chartSendersTable(SOURCES));
     for (const s of SOURCES) expect(chartSendersTable(SOURCES)).toContain(`\`webhooks.senders.${s.name}.enabled\``);
+  });
+
+  test('the table of error codes is the catalog of src/shared/errors.ts: every code, its status and meaning, in its order', () => {
+    const begin = '<!-- errors:begin (src/shared/errors.ts) -->\n';
+    const start = readme.indexOf(begin);
+    const end = readme.indexOf('<!-- errors:end -->');
+    expect(start).toBeGreaterThan(0);
+    const rows = ERROR_CODE_LIST.map((c) => `| \`${c}\` | ${ERROR_CODES[c].status} | ${ERROR_CODES[c].meaning} |`);
+    expect(readme.slice(start + begin.length, end)).toBe(['| Code | Status | Meaning |', '|---|---|---|', ...rows, ''].join('\n'));
   });
 
   test('the make dev table lists exactly the variables hack/dev.sh reads', () => {

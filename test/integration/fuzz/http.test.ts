@@ -5,7 +5,8 @@
  * Invariants checked on every response (checkInvariants):
  * - never a 5xx (the only 5xx allowed is 503 from GET /ops/hosts/{host}: no Kubernetes
  *   configured in this test, which is that endpoint's documented answer);
- * - every error (>= 400) body is JSON with exactly one field, detail: a non-empty string;
+ * - every error (>= 400) body is JSON with exactly two fields: detail, a non-empty string, and
+ *   code, a code of the error catalog (src/shared/errors.ts) whose status is the answer's;
  * - no configured secret (API keys, bearer token, webhook secrets) anywhere in the response,
  *   unless the caller sent that very secret itself (X-Request-Id is echoed);
  * - no stack trace or source path in the response.
@@ -19,6 +20,7 @@ import { startApi, type OpsProcess } from '../../helpers/processes.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 import { apiEnv, inspectQueue, makeSecrets, secretValues } from '../../helpers/reliability.js';
 import { buildRequest, rawRequest, type RawRequest, type RawResponse } from '../../helpers/rawHttp.js';
+import { ERROR_CODES, type ErrorCode } from '../../../src/shared/errors.js';
 
 const secrets = makeSecrets('fuzz');
 // The configured ones (ALERTS_WEBHOOK_TOKEN stays unset here so /webhook/alerts payloads can be fuzzed).
@@ -31,6 +33,8 @@ let port: number;
 const announcedDeploys = new Set<string>();
 const announcedAlerts = new Set<string>();
 let checked = 0;
+/** The codes the error answers carried. */
+const codesSeen = new Set<ErrorCode>();
 
 const STACK = /\n\s+at |node_modules|\/work\/|\.ts:\d+|\.js:\d+|(Type|Reference|Range|Syntax)Error\b/;
 
@@ -53,9 +57,11 @@ function checkInvariants(req: RawRequest, r: RawResponse): void {
     } catch {
       body = `not JSON: ${r.body.slice(0, 100)}`;
     }
-    expect({ where, keys: body && typeof body === 'object' ? Object.keys(body) : body }).toEqual({ where, keys: ['detail'] });
-    const detail = (body as { detail: unknown }).detail;
+    expect({ where, keys: body && typeof body === 'object' ? Object.keys(body) : body }).toEqual({ where, keys: ['detail', 'code'] });
+    const { detail, code } = body as { detail: unknown; code: unknown };
     expect(typeof detail === 'string' && detail.length > 0).toBe(true);
+    expect({ where, code, status: ERROR_CODES[code as ErrorCode]?.status }).toEqual({ where, code, status: r.status });
+    codesSeen.add(code as ErrorCode);
     expect(r.headers['content-type'] ?? '').toMatch(/application\/json/);
   }
 }
@@ -502,6 +508,11 @@ describe('fuzz: payloads behind valid credentials', () => {
 describe('the queue after all of the above', () => {
   it('holds exactly the jobs the 202 answers announced, nothing else', async () => {
     expect(checked).toBeGreaterThan(1000);
+    // the error answers named their conditions (each checked against its status above), among them
+    // those the deterministic cases above always meet
+    expect([...codesSeen]).toEqual(
+      expect.arrayContaining(['payload_too_deep', 'payload_too_large', 'invalid_webhook_token', 'invalid_api_key']),
+    );
     const q = inspectQueue(redis.url);
     try {
       const jobs = await q.all();

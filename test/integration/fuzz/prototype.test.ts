@@ -74,7 +74,7 @@ describe('prototype pollution attempts', () => {
     ]) {
       const r = await request(h.app).post(`/ops/restart?${q}`).set('Authorization', `Bearer ${BEARER}`);
       expect([400, 404, 422]).toContain(r.status);
-      expect(Object.keys(r.body)).toEqual(['detail']);
+      expect(Object.keys(r.body)).toEqual(['detail', 'code']);
     }
     expect((await request(h.app).get('/ops/hosts/__proto__').set('X-API-Key', RO_KEY)).status).toBe(404);
     expect((await request(h.app).get('/ops/jobs/__proto__').set('X-API-Key', RO_KEY)).status).toBe(404);

@@ -88,11 +88,12 @@ describe('Bull Board /admin/queues', () => {
     ['malformed Basic', { Authorization: 'Basic %%%' }],
     ['Bearer is not accepted here', { Authorization: `Bearer ${OPERATOR}` }],
     ['unknown X-API-Key', { 'X-API-Key': 'unknown-key-value' }],
-  ])('%s -> 401 {detail}, never echoing the secret', async (_name, headers) => {
+  ])('%s -> 401 {detail, code}, never echoing the secret', async (_name, headers) => {
     const res = await request(app).get('/admin/queues/api/queues').set(headers);
     expect(res.status).toBe(401);
     expect(res.headers['www-authenticate']).toMatch(/^Basic realm="opsgate"/);
     expect(typeof res.body.detail).toBe('string');
+    expect(['malformed_credentials', 'invalid_credentials']).toContain(res.body.code);
     expect(res.text).not.toContain(OPERATOR);
   });
 
@@ -100,7 +101,7 @@ describe('Bull Board /admin/queues', () => {
     for (const headers of [{ 'X-API-Key': READONLY }, { Authorization: basic('alice', READONLY) }]) {
       const res = await request(app).get('/admin/queues').set(headers);
       expect(res.status).toBe(403);
-      expect(res.body).toEqual({ detail: 'operator role required' });
+      expect(res.body).toEqual({ detail: 'operator role required', code: 'operator_role_required' });
     }
   });
 
@@ -120,6 +121,15 @@ describe('Bull Board /admin/queues', () => {
     expect(asset.headers['content-type']).toMatch(/javascript/);
     // assets are behind the same gate
     expect((await request(app).get(`/admin/queues/${js}`)).status).toBe(401);
+  });
+
+  test("Bull Board's own error answers keep the fields its page reads and add detail and code", async () => {
+    const res = await request(app).get('/admin/queues/api/queues/nope/1').set({ 'X-API-Key': OPERATOR });
+    expect(res.status).toBe(404);
+    expect(res.body).toEqual({ error: { key: 'ERRORS.QUEUE_NOT_FOUND' }, detail: 'Bull Board: queue not found', code: 'queue_not_found' });
+    const job = await request(app).get('/admin/queues/api/queues/ops/no-such-job').set({ 'X-API-Key': OPERATOR });
+    expect(job.status).toBe(404);
+    expect(job.body).toMatchObject({ detail: 'Bull Board: job not found', code: 'job_not_found' });
   });
 
   test('the dead-lettered job is listed in the failed set with its reason', async () => {
@@ -178,7 +188,7 @@ describe('Bull Board /admin/queues', () => {
         .put(`/admin/queues/api/queues/ops/${deadJobId}/clean`)
         .set({ Authorization: basic('ops-person', OPERATOR), ...headers });
       expect(res.status).toBe(403);
-      expect(res.body).toEqual({ detail: 'cross-site request refused' });
+      expect(res.body).toEqual({ detail: 'cross-site request refused', code: 'cross_site_request' });
     }
     expect(await queue.jobs.get(deadJobId)).toBeDefined(); // not cleaned
     const page = await request(app)

@@ -64,15 +64,17 @@ describe('Bull Board retry goes through the API retry rule', () => {
     await redisServer?.destroy();
   });
 
-  test('R2 waiting for the same Deployment: the board refuses to retry R1 (409 {detail}), like the API', async () => {
+  test('R2 waiting for the same Deployment: the board refuses to retry R1 (409 {detail, code}), like the API', async () => {
     const api = await request(app)
       .post('/ops/jobs/R1/retry')
       .set('X-API-Key', OPERATOR)
       .set('Content-Type', 'application/json')
       .send('{"reason":"r"}');
     expect(api.status).toBe(409);
+    expect(api.body.code).toBe('restart_in_progress');
     const res = await request(app).put(board('R1')).set('X-API-Key', OPERATOR);
     expect(res.status).toBe(409);
+    expect(res.body.code).toBe('restart_in_progress');
     expect(res.body.detail).toMatch(/another restart of this Deployment is waiting or rolling out \(job R2\)/);
     expect(await state('R1')).toBe('failed');
     expect(await holder()).toBe('R2');

@@ -13,7 +13,7 @@ import { enqueue } from '../../helpers/queueOps.js';
 /**
  * Bull Board writes, over the real Bull Board routes inside createApp on a real
  * redis-server: an operator key may only retry a failed job or remove a failed job; every other
- * state-changing call Bull Board offers is refused with 403 {detail} and changes nothing; each
+ * state-changing call Bull Board offers is refused with 403 {detail, code} and changes nothing; each
  * allowed call is audited with principal, action, job id and body digest.
  */
 const OPERATOR = 'op-key-writes-0123456789';
@@ -124,7 +124,7 @@ describe('Bull Board: only retry/removal of failed jobs', () => {
     states: await Promise.all(Object.values(ids).map(async (id) => (await queue.bull.getJob(id))?.getState())),
   });
 
-  test('every other state-changing Bull Board call -> 403 {detail}, nothing changes', async () => {
+  test('every other state-changing Bull Board call -> 403 {detail, code}, nothing changes', async () => {
     const before = await snapshot();
     expect(before.states).toEqual(['failed', 'failed', 'completed', 'delayed', 'waiting']);
     const calls: Array<[string, string, object?]> = [
@@ -167,6 +167,7 @@ describe('Bull Board: only retry/removal of failed jobs', () => {
       expect({ method, path, status: res.status }).toEqual({ method, path, status: 403 });
       expect(typeof res.body.detail).toBe('string');
       expect(res.body.detail).toMatch(/refused/);
+      expect(res.body.code).toBe('admin_action_refused');
     }
     expect(await snapshot()).toEqual(before);
     // every refusal is an audit line (403) naming the operator key id, never the key
@@ -175,7 +176,7 @@ describe('Bull Board: only retry/removal of failed jobs', () => {
     for (const l of refused) expect(l.who).toBe(`key:${credentialId(OPERATOR)}`);
   });
 
-  test('every refused write route of the table, as Bull Board routes it -> 403 {detail}, nothing changes', async () => {
+  test('every refused write route of the table, as Bull Board routes it -> 403 {detail, code}, nothing changes', async () => {
     const before = await snapshot();
     const refused = readBoardRoutes().filter((r) => {
       const c = classifyBoardRoute(r);
@@ -191,18 +192,21 @@ describe('Bull Board: only retry/removal of failed jobs', () => {
         .set({ 'X-API-Key': OPERATOR })
         .send({});
       expect({ route: boardRouteKey(r), status: res.status }).toEqual({ route: boardRouteKey(r), status: 403 });
-      expect(res.body.detail).toMatch(/^refused/);
+      expect(res.body).toEqual({ detail: expect.stringMatching(/^refused/), code: 'admin_action_refused' });
     }
     expect(await snapshot()).toEqual(before);
   });
 
-  test('unknown queue or job -> 404 {detail}', async () => {
-    for (const path of [`/api/queues/nope/${ids.failed}/retry`, `/api/queues/ops/no-such-job/clean`]) {
+  test('unknown queue or job -> 404 {detail, code}', async () => {
+    for (const [path, code] of [
+      [`/api/queues/nope/${ids.failed}/retry`, 'queue_not_found'],
+      [`/api/queues/ops/no-such-job/clean`, 'job_not_found'],
+    ]) {
       const res = await request(app)
         .put(base + path)
         .set({ 'X-API-Key': OPERATOR });
       expect(res.status).toBe(404);
-      expect(typeof res.body.detail).toBe('string');
+      expect(res.body).toEqual({ detail: expect.any(String), code });
     }
   });
 

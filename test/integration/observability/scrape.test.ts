@@ -306,7 +306,7 @@ describe('metrics of the running api and worker', () => {
     for (const port of [apiMetricsPort, workerMetricsPort]) {
       const res = await fetch(`http://127.0.0.1:${port}/health`);
       expect(res.status).toBe(404);
-      expect(await res.json()).toEqual({ detail: 'not found' });
+      expect(await res.json()).toEqual({ detail: 'not found', code: 'not_found' });
     }
     // and the API's public port does not expose it
     expect((await fetch(`${api.baseUrl}/metrics`)).status).toBe(404);

@@ -257,8 +257,9 @@ describe('Redis stopped', () => {
       ] as const) {
         const r = await post(`${a.baseUrl}${path}`, body, headers);
         expect(r.status).toBe(503);
-        expect(Object.keys(r.json ?? {})).toEqual(['detail']);
+        expect(Object.keys(r.json ?? {})).toEqual(['detail', 'code']);
         expect(typeof r.json?.detail).toBe('string');
+        expect(['redis_unavailable', 'queue_unavailable']).toContain(r.json?.code);
         expect(Number(r.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
       }
       const restart = await fetch(`${a.baseUrl}/ops/restart?host=web-01&service=web`, {
@@ -267,12 +268,12 @@ describe('Redis stopped', () => {
       });
       expect(restart.status).toBe(503);
       expect(restart.headers.get('retry-after')).not.toBeNull();
-      expect(Object.keys((await restart.json()) as object)).toEqual(['detail']);
+      expect(Object.keys((await restart.json()) as object)).toEqual(['detail', 'code']);
       // Liveness stays up; readiness says why not.
       expect((await fetch(`${a.baseUrl}/health`)).status).toBe(200);
       const ready = await fetch(`${a.baseUrl}/ready`);
       expect(ready.status).toBe(503);
-      expect(typeof ((await ready.json()) as { detail?: unknown }).detail).toBe('string');
+      expect((await ready.json()) as object).toEqual({ detail: expect.any(String), code: 'redis_unavailable' });
       // Redis-free endpoint: the rate limiter fails open, auth works from memory.
       const hosts = await fetch(`${a.baseUrl}/ops/hosts`, { headers: { 'X-API-Key': secrets.readonlyKey } });
       expect(hosts.status).toBe(200);
@@ -306,7 +307,7 @@ describe('Redis stopped', () => {
     try {
       const r = await post(`${a.baseUrl}/webhook/scm`, event, scmHeaders());
       expect(r.status).toBe(503);
-      expect(Object.keys(r.json ?? {})).toEqual(['detail']);
+      expect(Object.keys(r.json ?? {})).toEqual(['detail', 'code']);
       expect(r.headers.get('retry-after')).not.toBeNull();
       expect(await dedupJobOf(eventId)).toBeNull();
     } finally {

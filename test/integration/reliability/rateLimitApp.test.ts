@@ -66,7 +66,7 @@ afterAll(async () => {
 });
 
 describe('rate limit in createApp: two replicas, one Redis, TRUST_PROXY from the config', () => {
-  it('shares one budget per client address across replicas; 429 {detail} + Retry-After; X-Forwarded-For honoured with TRUST_PROXY=1', async () => {
+  it('shares one budget per client address across replicas; 429 {detail, code} + Retry-After; X-Forwarded-For honoured with TRUST_PROXY=1', async () => {
     const env = { RATE_LIMIT_RPS: '4', TRUST_PROXY: '1' };
     const a = await replica(env);
     const b = await replica(env);
@@ -81,8 +81,9 @@ describe('rate limit in createApp: two replicas, one Redis, TRUST_PROXY from the
     expect(out.seq.map((r) => r.status)).toEqual([200, 200, 200, 200]);
     for (const r of [out.fifthA, out.fifthB]) {
       expect(r.status).toBe(429);
-      expect(Object.keys(r.body)).toEqual(['detail']);
+      expect(Object.keys(r.body)).toEqual(['detail', 'code']);
       expect(typeof r.body.detail).toBe('string');
+      expect(r.body.code).toBe('rate_limited');
       expect(r.retryAfter).toBe('1');
     }
     expect(out.other.status).toBe(200);
@@ -123,7 +124,7 @@ describe('rate limit in createApp: two replicas, one Redis, TRUST_PROXY from the
     expect(JSON.stringify(h.audits())).not.toMatch(/203\.0\.113\.99|198\.51\.100\./);
   }, 60_000);
 
-  it('webhook intake: over the limit 429 {detail} + Retry-After before the route runs, nothing recorded or queued, and the same event is accepted in the next window', async () => {
+  it('webhook intake: over the limit 429 {detail, code} + Retry-After before the route runs, nothing recorded or queued, and the same event is accepted in the next window', async () => {
     const a = await replica({ RATE_LIMIT_RPS: '2', TRUST_PROXY: '1' });
     const h = harnesses[harnesses.length - 1]!;
     const push = (sha: string) =>
@@ -149,7 +150,7 @@ describe('rate limit in createApp: two replicas, one Redis, TRUST_PROXY from the
     });
     expect(out.map((r) => r.status)).toEqual([202, 202, 429, 429]);
     for (const r of out.slice(2)) {
-      expect(Object.keys(r.body)).toEqual(['detail']);
+      expect(r.body).toEqual({ detail: expect.any(String), code: 'rate_limited' });
       expect(r.retryAfter).toBe('1');
       expect(await h.inspect.exists(dedupKey(h.queue, `scm:team/rl-inline:refs/heads/main:${r.sha}`))).toBe(0);
     }

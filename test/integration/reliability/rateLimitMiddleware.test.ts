@@ -1,7 +1,7 @@
 /**
  * The rate limiter on its own (src/middleware/rateLimit.ts), in two Express apps that stand for two
  * API replicas, on one real redis-server. The full-app wiring (createApp, TRUST_PROXY from config,
- * the error middleware's {detail} body) is covered by rateLimit.app.test.ts.
+ * the error middleware's {detail, code} body) is covered by rateLimit.app.test.ts.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import express, { type ErrorRequestHandler } from 'express';
@@ -28,10 +28,10 @@ interface Replica {
 
 const errorHandler: ErrorRequestHandler = (err, _req, res, _next) => {
   if (err instanceof AppError) {
-    res.status(err.statusCode).set(err.headers).json({ detail: err.detail });
+    res.status(err.statusCode).set(err.headers).json(err.toBody());
     return;
   }
-  res.status(500).json({ detail: 'internal error' });
+  res.status(500).json({ detail: 'internal error', code: 'internal_error' });
 };
 
 /** One "replica": its own Express app, own Redis connection, own metrics. */
@@ -110,7 +110,7 @@ describe('addressKey', () => {
 describe('rate limit shared by two replicas through Redis', () => {
   // A 30 s window makes the budget arithmetic exact on a loaded machine (no window boundary can
   // fall inside the test); the 1 s default window is exercised separately below.
-  it('counts one budget across both replicas, then answers 429 {detail} with Retry-After', async () => {
+  it('counts one budget across both replicas, then answers 429 {detail, code} with Retry-After', async () => {
     const prefix = freshPrefix();
     const a = await replica({ rps: 10, trustProxy: false, windowMs: 30_000, prefix });
     const b = await replica({ rps: 10, trustProxy: false, windowMs: 30_000, prefix });
@@ -122,7 +122,8 @@ describe('rate limit shared by two replicas through Redis', () => {
       const res = await get(`${r.url}/ops/hosts`);
       expect(res.status).toBe(429);
       expect(typeof res.body.detail).toBe('string');
-      expect(Object.keys(res.body)).toEqual(['detail']);
+      expect(res.body.code).toBe('rate_limited');
+      expect(Object.keys(res.body)).toEqual(['detail', 'code']);
       expect(Number(res.retryAfter)).toBeGreaterThanOrEqual(1);
       expect(Number(res.retryAfter)).toBeLessThanOrEqual(30);
     }

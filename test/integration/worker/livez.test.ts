@@ -63,7 +63,7 @@ describe('worker GET /livez', () => {
     expect(last.body.redis).toBe('ready');
   });
 
-  it("the worker's event loop stalled 2 s (process SIGSTOPped): 503 {detail} naming the lag", async () => {
+  it("the worker's event loop stalled 2 s (process SIGSTOPped): 503 {detail, code} naming the lag", async () => {
     worker.proc.kill('SIGSTOP');
     let pending: Promise<{ status: number; body: Record<string, unknown> }>;
     try {
@@ -78,5 +78,6 @@ describe('worker GET /livez', () => {
     expect(r.body.status).toBe('event loop blocked');
     expect(r.body.event_loop_lag_ms as number).toBeGreaterThanOrEqual(1500);
     expect(String(r.body.detail)).toMatch(/event loop lagged \d+ ms \(limit 1000 ms\)/);
+    expect(r.body.code).toBe('event_loop_blocked');
   });
 });

@@ -76,24 +76,27 @@ describe('requireOperatorKeyOrBasic (Bull Board)', () => {
     ['Basic with an empty password', { Authorization: basic('op-1', '') }, 'invalid', 'basic'],
     ['Basic with an unknown key', { Authorization: basic('u', 'nope') }, 'invalid', 'basic'],
     ['an unknown X-API-Key', { 'X-API-Key': 'nope' }, 'invalid', 'api_key'],
-  ])('%s -> 401 {detail} with the Basic challenge, counted', async (_name, h, reason, scheme) => {
+  ])('%s -> 401 {detail, code} with the Basic challenge, counted', async (_name, h, reason, scheme) => {
     const metrics = createMetrics('api', 'test', { defaults: false });
     const { app } = appWith(requireOperatorKeyOrBasic(keys, metrics));
     const res = await request(app).post('/x').set(h);
     expect(res.status).toBe(401);
     expect(res.headers['www-authenticate']).toBe(BASIC_CHALLENGE);
-    expect(Object.keys(res.body)).toEqual(['detail']);
+    expect(Object.keys(res.body)).toEqual(['detail', 'code']);
+    expect(res.body.code).toBe(
+      { missing: 'missing_credentials', malformed: 'malformed_credentials', invalid: 'invalid_credentials' }[reason],
+    );
     expect(res.text).not.toContain('op-1');
     const text = await metrics.registry.getSingleMetricAsString('opsgate_auth_failures_total');
     expect(text).toContain(`scheme="${scheme}",reason="${reason}"} 1`);
   });
-  it('a readonly key -> 403 {detail: "operator role required"}', async () => {
+  it('a readonly key -> 403 {detail: "operator role required", code: "operator_role_required"}', async () => {
     const metrics = createMetrics('api', 'test', { defaults: false });
     const { app } = appWith(requireOperatorKeyOrBasic(keys, metrics));
     for (const h of [{ 'X-API-Key': 'ro:1' }, { Authorization: basic('u', 'ro:1') }]) {
       const res = await request(app).post('/x').set(h);
       expect(res.status).toBe(403);
-      expect(res.body).toEqual({ detail: 'operator role required' });
+      expect(res.body).toEqual({ detail: 'operator role required', code: 'operator_role_required' });
     }
   });
   it('refuseCrossSiteWrites: a write from another site -> 403; same origin and scripts pass', async () => {
@@ -107,7 +110,7 @@ describe('requireOperatorKeyOrBasic (Bull Board)', () => {
     ]) {
       const res = await request(app).post('/x').set(h);
       expect(res.status).toBe(403);
-      expect(res.body).toEqual({ detail: 'cross-site request refused' });
+      expect(res.body).toEqual({ detail: 'cross-site request refused', code: 'cross_site_request' });
     }
     expect((await request(app).post('/x')).status).toBe(200);
     expect((await request(app).post('/x').set({ 'Sec-Fetch-Site': 'same-origin' })).status).toBe(200);

@@ -36,11 +36,11 @@ describe('metrics server', () => {
     expect(await head.text()).toBe('');
   });
 
-  test.each(['/', '/health', '/metrics/', '/metricsx', '/admin/queues'])('%s -> 404 JSON {detail}', async (path) => {
+  test.each(['/', '/health', '/metrics/', '/metricsx', '/admin/queues'])('%s -> 404 JSON {detail, code}', async (path) => {
     const res = await fetch(`${base}${path}`);
     expect(res.status).toBe(404);
     expect(res.headers.get('content-type')).toMatch(/application\/json/);
-    expect(await res.json()).toEqual({ detail: 'not found' });
+    expect(await res.json()).toEqual({ detail: 'not found', code: 'not_found' });
   });
 
   test('POST /metrics -> 405 with Allow', async () => {

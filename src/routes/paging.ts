@@ -1,0 +1,103 @@
+import { z } from 'zod';
+import { UnprocessableError } from '../shared/errors.js';
+
+/**
+ * One paging style for every list of the API: `limit` (how many items, each list its default and
+ * maximum) and `cursor` (where to go on: the `next_cursor` of the previous page); every list answers
+ * `next_cursor`, null on the last page. A cursor is opaque to clients (base64url of JSON): it names
+ * its list and carries the filters of the query that made it, so `?cursor=` alone continues that
+ * query, a cursor given with other filters is refused (422 invalid_cursor) rather than read as a
+ * position in another list, and a list can change what it keeps in a cursor without changing its
+ * parameters.
+ *
+ * The lists read whole (approvals by expiry, freezes by end, holds by due time, keys by their place
+ * in the configuration) page by their order's key, so an item that leaves the list between two
+ * pages (an approval decided, a freeze ended) moves no other item to another page. GET /ops/jobs pages by offset (BullMQ reads a state by index) and
+ * GET /ops/deliveries by the last delivery's id (`before`); their parameters `offset` and `before`
+ * keep working beside `cursor`.
+ */
+
+/** A list's order: a number, then a string that makes every item's key unique. */
+export type SortKey = readonly [number, string];
+
+const sortKeySchema = z.tuple([z.number(), z.string().max(512)]);
+
+/** `limit` and `cursor`, for a list's query schema. */
+export function pageQueryShape(defaultLimit: number, maxLimit: number) {
+  return {
+    limit: z.coerce.number().int().min(1).max(maxLimit).default(defaultLimit).describe('items per page'),
+    cursor: z
+      .string()
+      .min(1)
+      .max(2048)
+      .optional()
+      .describe('the `next_cursor` of the previous page (opaque); it carries the filters of that query'),
+  };
+}
+
+/** The `next_cursor` every list answers. */
+export const nextCursorSchema = z.string().nullable().describe('pass as `cursor` for the next page; null on the last page');
+
+const invalidCursor = (detail: string) => new UnprocessableError(detail, 'invalid_cursor');
+
+/** A next page's cursor: the list, the position after this page and the filters of its query (unset ones left out). */
+export function encodeCursor(list: string, position: number | string | SortKey, filters: Record<string, string | undefined> = {}): string {
+  const f = Object.fromEntries(Object.entries(filters).filter((e): e is [string, string] => e[1] !== undefined));
+  return Buffer.from(JSON.stringify({ l: list, p: position, f }), 'utf8').toString('base64url');
+}
+
+/**
+ * A cursor of `list` read back: its position (checked by `position`) and its filters. A filter
+ * given in the query must be the cursor's (422 invalid_cursor otherwise); the answer has the
+ * cursor's filters, to be used in place of the query's.
+ */
+export function decodeCursor<P>(
+  list: string,
+  cursor: string,
+  position: z.ZodType<P>,
+  given: Record<string, string | undefined> = {},
+): { position: P; filters: Record<string, string> } {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+  } catch {
+    throw invalidCursor('cursor is not a next_cursor of this list');
+  }
+  const parsed = z.object({ l: z.literal(list), p: position, f: z.record(z.string(), z.string()) }).safeParse(raw);
+  if (!parsed.success) throw invalidCursor('cursor is not a next_cursor of this list');
+  const filters = parsed.data.f;
+  for (const [name, value] of Object.entries(given)) {
+    if (value !== undefined && (filters[name] ?? '') !== value) {
+      throw invalidCursor(`cursor continues another query (${name}); give it alone, or with the filters of the query that answered it`);
+    }
+  }
+  return { position: parsed.data.p, filters };
+}
+
+/** A query parameter given twice (an array) is refused, as a list reads each once. */
+export function singleValued(query: Record<string, unknown>): void {
+  const repeated = Object.entries(query).find(([, v]) => typeof v !== 'string');
+  if (repeated) throw new UnprocessableError(`query parameter "${repeated[0]}" must be given once, as a string`, 'invalid_query');
+}
+
+const compare = (a: SortKey, b: SortKey): number => a[0] - b[0] || (a[1] < b[1] ? -1 : a[1] > b[1] ? 1 : 0);
+
+/**
+ * One page of a list held in memory, in the order of `keyOf` (ascending): `limit` items after the
+ * cursor's key, and the next page's cursor when items remain.
+ */
+export function keysetPage<T>(
+  list: string,
+  items: readonly T[],
+  keyOf: (item: T) => SortKey,
+  query: { limit: number; cursor?: string | undefined },
+): { items: T[]; next_cursor: string | null } {
+  const after = query.cursor === undefined ? undefined : decodeCursor(list, query.cursor, sortKeySchema).position;
+  const rest = items
+    .map((item) => ({ item, key: keyOf(item) }))
+    .sort((a, b) => compare(a.key, b.key))
+    .filter((e) => after === undefined || compare(e.key, after) > 0);
+  const page = rest.slice(0, query.limit);
+  const last = page.at(-1);
+  return { items: page.map((e) => e.item), next_cursor: rest.length > page.length && last ? encodeCursor(list, last.key) : null };
+}
