@@ -91,6 +91,15 @@ export interface PushSource extends SourceBase {
   example: Record<string, unknown>;
   /** The payload field of the pushed commit, for the 422 that names it. */
   commitField: string;
+  /**
+   * The form of the pushed commit the sender always sends. `hex`: a commit id of 7 to 64 hex
+   * digits (the vendors send full SHA-1 or SHA-256 ids); anything else in a push to the deploy branch
+   * is a 422 naming `commitField`, checked after the event and the branch (src/domain/deploy.ts).
+   * `any`: any non-empty string (the contract's /webhook/scm and in-house senders, whose commit
+   * may be a tag or a build's own id). The worker refuses, whatever the sender, a commit that is
+   * not a plain name (worker/jobs/deploy.ts).
+   */
+  commitForm: 'hex' | 'any';
   /** Also accept `application/x-www-form-urlencoded` bodies with the JSON in `payload` (GitHub's form setting). */
   formPayload?: boolean;
   /**
