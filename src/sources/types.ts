@@ -19,6 +19,8 @@ export type Verification =
   /**
    * `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>">`. A timestamp further than
    * `toleranceSeconds` from the server's clock, or a signature already used, is refused (403).
+   * A signature is used by a delivery answered 2xx, 3xx or 4xx; one answered 5xx gives it back,
+   * so the sender's retry of that same request is heard (src/middleware/auth.ts).
    */
   | { kind: 'timestamped-hmac'; header: string; toleranceSeconds: number }
   /** `Authorization: Bearer <secret>` when the secret is set; open (and logged as such) when not. */
