@@ -1,4 +1,5 @@
 import { UnprocessableError } from '../shared/errors.js';
+import { HEX_COMMIT } from '../sources/fields.js';
 import type { PushSource } from '../sources/index.js';
 
 /**
@@ -39,7 +40,8 @@ const quote = (s: string): string => JSON.stringify(s.length > 200 ? s.slice(0, 
 /**
  * The push rules, in the contract's order, on a verified and parsed payload: an event header that
  * is not the sender's push -> ignored; a ref other than the deploy branch -> ignored naming the
- * ref; a branch deletion -> ignored; no pushed commit -> 422. Then the event id.
+ * ref; a branch deletion -> ignored; no pushed commit, or for a sender that always sends commit
+ * ids (`commitForm: 'hex'`) one that is not, -> 422. Then the event id.
  */
 export function decidePush(source: PushSource, eventHeader: string | undefined, payload: unknown, deployRef = DEPLOY_REF): PushDecision {
   const { header, push } = source.event;
@@ -57,6 +59,9 @@ export function decidePush(source: PushSource, eventHeader: string | undefined, 
   if (deleted) return { kind: 'ignored', code: 'ignored', reason: `ref ${quote(ref)} was deleted` };
   if (sha === undefined || sha === null || sha === '') throw new UnprocessableError(`${source.commitField} is required`, 'missing_commit');
   if (typeof sha !== 'string') throw new UnprocessableError(`${source.commitField} must be a string`, 'invalid_payload');
+  if (source.commitForm === 'hex' && !HEX_COMMIT.test(sha)) {
+    throw new UnprocessableError(`${source.commitField} must be a commit id of 7 to 64 hex digits, not ${quote(sha)}`, 'invalid_commit');
+  }
   if (mapped.fields.project.length > 255) throw new UnprocessableError('project is longer than 255 characters', 'invalid_payload');
   const project = mapped.fields.project === '' ? 'unknown' : mapped.fields.project;
   const before = source.replayGuard ? { before: mapped.fields.before ?? '' } : {};

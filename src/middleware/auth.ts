@@ -1,5 +1,5 @@
-import { timingSafeEqual } from 'node:crypto';
-import type { RequestHandler } from 'express';
+import { randomUUID, timingSafeEqual } from 'node:crypto';
+import type { RequestHandler, Response } from 'express';
 import type { Redis } from 'ioredis';
 import type { Source } from '../sources/index.js';
 import { expiryHeaders, keyStatus, rfc3339, type KeyUsage } from '../shared/apiKeyLifetime.js';
@@ -9,6 +9,8 @@ import { ApiKeyExpiredError, ForbiddenError, RedisUnavailableError, Unauthorized
 import { bearerIdentity, keyIdentity, senderIdentity, type Identity } from '../shared/identity.js';
 import { signatureSeenKey } from '../shared/keys.js';
 import { SECRET_ROLES, type SecretValues } from '../shared/liveSecrets.js';
+import type { Logger } from '../shared/logger.js';
+import { defineLua, loadLua } from '../shared/lua.js';
 import type { Metrics } from '../shared/metrics.js';
 
 /**
@@ -292,12 +294,18 @@ export interface SenderVerifyOptions {
   metrics: AuthMetrics;
   /** Where a timestamped signature is remembered, so its replay is refused. */
   redis?: Redis;
+  /** Where a signature's record that could not be given back is told (default: nowhere). */
+  logger?: Pick<Logger, 'warn'>;
   /** Test clocks; default Date.now. */
   now?: () => number;
 }
 
 const pass: RequestHandler = (_req, _res, next) => next();
 const TIMESTAMPED = /^t=(\d{1,12}),v1=([0-9a-f]{64})$/;
+const RELEASE_SIGNATURE = 'opsgateSignatureRelease';
+/** src/shared/lua/signature-release.lua: deletes a signature's record only while it holds the given value. */
+const RELEASE_SIGNATURE_LUA = loadLua('signature-release');
+type ReleaseSignature = (key: string, mark: string) => Promise<unknown>;
 
 /**
  * Every proof is checked against each value of the secret (during a rotation the current and the
@@ -386,6 +394,23 @@ export function verifySender(opts: SenderVerifyOptions): SenderCheck {
   // signature's record refuses a replay within that window.
   const now = opts.now ?? Date.now;
   const redis = opts.redis;
+  if (redis) defineLua(redis, RELEASE_SIGNATURE, RELEASE_SIGNATURE_LUA, 1);
+  /**
+   * A signature is spent with its delivery: an answer of 5xx (nothing taken in, or not known to
+   * be) gives its record back when the answer is written, so the sender's retry of that very
+   * request is heard; a retry whose job was queued after all is a duplicate of it (the event id's
+   * deduplication). A 2xx, 3xx or 4xx answer keeps it spent. Only the record this request wrote
+   * (`mark`) is deleted.
+   */
+  const spentWithAnswer = (res: Response, key: string, mark: string) => {
+    res.once('finish', () => {
+      if (res.statusCode < 500 || !redis) return;
+      (redis as unknown as Record<string, ReleaseSignature>)[RELEASE_SIGNATURE]!(key, mark).catch((err: unknown) => {
+        // Kept until its expiry: the sender's retry of this request is refused as a replay, a new signature is not.
+        opts.logger?.warn('could not give back the signature of a delivery answered 5xx', { source: source.name, err });
+      });
+    });
+  };
   return {
     before: (req, _res, next) => {
       if (values().length === 0) notConfigured();
@@ -406,13 +431,17 @@ export function verifySender(opts: SenderVerifyOptions): SenderCheck {
       setIdentity(res, verified);
       noteMatch(res, index);
       if (!redis) return next();
-      // Remembered a little longer than a timestamp stays fresh, on either side of the clock.
-      redis.set(signatureSeenKey(source.name, sig!), '1', 'EX', v.toleranceSeconds * 2 + 60, 'NX').then(
+      // Remembered a little longer than a timestamp stays fresh, on either side of the clock, with
+      // a value of this request's own, so that only it can give the record back.
+      const key = signatureSeenKey(source.name, sig!);
+      const mark = randomUUID();
+      redis.set(key, mark, 'EX', v.toleranceSeconds * 2 + 60, 'NX').then(
         (set) => {
           if (set === null) {
             metrics.authFailures.inc({ scheme, reason: 'replayed' });
             return next(new ForbiddenError('signature already used (a replayed delivery)', 'replayed_signature'));
           }
+          spentWithAnswer(res, key, mark);
           next();
         },
         () => next(new RedisUnavailableError()),

@@ -319,15 +319,17 @@ function webhookRoute(s: Source): RouteDoc {
         codes: proofCodes(s),
       },
       413: E[413],
-      // unprocessable: the generic code of a throw site of src/domain/deploy.ts that names no condition
-      422: E[422](`${s.commitField} missing or empty; payload not an object; delivery id too long`, [
-        'missing_commit',
-        'invalid_payload',
-        'invalid_delivery_id',
-        'payload_too_deep',
-        'invalid_job_data',
-        'unprocessable',
-      ]),
+      422: E[422](
+        `${s.commitField} missing or empty${s.kind === 'push' && s.commitForm === 'hex' ? ' or not a commit id of 7 to 64 hex digits' : ''}; payload not an object; delivery id too long`,
+        [
+          'missing_commit',
+          ...(s.kind === 'push' && s.commitForm === 'hex' ? (['invalid_commit'] as const) : []),
+          'invalid_payload',
+          'invalid_delivery_id',
+          'payload_too_deep',
+          'invalid_job_data',
+        ],
+      ),
       429: E[429],
       503: E[503](),
     },

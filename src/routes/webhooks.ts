@@ -257,7 +257,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
         `${source.secret.env} is not set: ${path} accepts unauthenticated calls; restrict it by network policy or set the token`,
       );
     }
-    const check = verifySender({ source, secret, metrics: deps.metrics, redis: deps.redis });
+    const check = verifySender({ source, secret, metrics: deps.metrics, redis: deps.redis, logger: deps.logger });
     const handler = source.kind === 'push' ? pushHandler(source) : alertsHandler(source);
     r.route(path)
       .post(...(clientCertificate ? [clientCertificate] : []), check.before, ...body, check.after, handler)

@@ -98,6 +98,7 @@ export const ERROR_CODES = {
   invalid_cursor: { status: 422, meaning: 'cursor is not a next_cursor of this list, or contradicts the filters given with it' },
   invalid_payload: { status: 422, meaning: "a webhook payload is not of the sender's shape (the detail names the field)" },
   missing_commit: { status: 422, meaning: "a push without its commit (the sender's commit field, e.g. checkout_sha, missing or empty)" },
+  invalid_commit: { status: 422, meaning: "a vendor sender's commit that is not a commit id of 7 to 64 hex digits" },
   invalid_alerts: { status: 422, meaning: 'an alert payload that is not an object with an alerts array' },
   invalid_delivery_id: { status: 422, meaning: "the sender's delivery id header is too long or not printable" },
   payload_too_deep: { status: 422, meaning: 'the JSON body is nested deeper than the API reads' },

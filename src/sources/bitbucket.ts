@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { UnprocessableError } from '../shared/errors.js';
-import { commitOrNone, isObject, nestedString, objectPayload } from './fields.js';
+import { HEX_COMMIT, commitOrNone, isObject, nestedString, objectPayload } from './fields.js';
 import type { PushSource } from './types.js';
 
 const BRANCH_PREFIX = 'refs/heads/';
@@ -20,6 +20,7 @@ export const source: PushSource = {
   event: { header: 'X-Event-Key', push: 'repo:push' },
   eventPrefix: 'bitbucket',
   commitField: 'push.changes[].new.target.hash',
+  commitForm: 'hex',
   example: {
     repository: { full_name: 'team/app' },
     push: {
@@ -37,7 +38,11 @@ export const source: PushSource = {
       changes: z.array(
         z.looseObject({
           new: z
-            .looseObject({ type: z.string(), name: z.string(), target: z.looseObject({ hash: z.string() }) })
+            .looseObject({
+              type: z.string(),
+              name: z.string(),
+              target: z.looseObject({ hash: z.string().regex(HEX_COMMIT).describe('the pushed commit, 7 to 64 hex digits') }),
+            })
             .nullable()
             .describe('the branch after the push; null when it was deleted'),
           old: z

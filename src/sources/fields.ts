@@ -33,6 +33,12 @@ export function requiredString(obj: Record<string, unknown>, name: string, what 
   return v;
 }
 
+/**
+ * A commit id as the vendors send it (`commitForm: 'hex'`): 7 to 64 hex digits, an abbreviated
+ * or full SHA-1 id up to a full SHA-256 one.
+ */
+export const HEX_COMMIT = /^[0-9a-fA-F]{7,64}$/;
+
 /** An all-zero commit id: the "after" of a branch deletion. */
 export const isZeroSha = (sha: string): boolean => /^0+$/.test(sha);
 

@@ -4,8 +4,9 @@ import type { PushSource } from './types.js';
 
 /**
  * In-house senders: `X-Opsgate-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`
- * with a 5-minute window; a stale timestamp or a signature already used is refused. The payload
- * is opsgate's own: {"project", "ref", "sha"}.
+ * with a 5-minute window; a stale timestamp or a signature already used is refused (a delivery
+ * answered 5xx does not use it: the sender retries the same request). The payload is opsgate's
+ * own: {"project", "ref", "sha"}, any non-empty sha (the worker deploys only a safe form of it).
  */
 export const source: PushSource = {
   kind: 'push',
@@ -16,6 +17,7 @@ export const source: PushSource = {
   event: { header: 'X-Opsgate-Event', push: 'push' },
   eventPrefix: 'generic',
   commitField: 'sha',
+  commitForm: 'any',
   example: { project: 'team/app', ref: 'refs/heads/main', sha: '2f1c6a7d0b1e4f3a9c8d7e6f5a4b3c2d1e0f9a8b' },
   payload: z.looseObject({
     project: z.string().optional().describe('the inventory project; default "unknown"'),

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { commitOrNone, isZeroSha, nestedString, objectPayload, stringField } from './fields.js';
+import { HEX_COMMIT, commitOrNone, isZeroSha, nestedString, objectPayload, stringField } from './fields.js';
 import type { PushSource } from './types.js';
 
 /**
@@ -16,6 +16,7 @@ export const source: PushSource = {
   event: { header: 'X-Gitea-Event', push: 'push' },
   eventPrefix: 'gitea',
   commitField: 'after',
+  commitForm: 'hex',
   example: {
     ref: 'refs/heads/main',
     before: '28e1879d029cb852e4844d9c718537df08844e03',
@@ -28,7 +29,7 @@ export const source: PushSource = {
       .string()
       .optional()
       .describe('the branch before the push: a push of the same before and after is deployed once by a delivery in 30 days'),
-    after: z.string().describe('the pushed commit; required for a push to main'),
+    after: z.string().regex(HEX_COMMIT).describe('the pushed commit, 7 to 64 hex digits; required for a push to main'),
     repository: z.looseObject({ full_name: z.string().optional() }).optional(),
   }),
   replayGuard: true,

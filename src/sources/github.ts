@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { commitOrNone, isZeroSha, nestedString, objectPayload, stringField } from './fields.js';
+import { HEX_COMMIT, commitOrNone, isZeroSha, nestedString, objectPayload, stringField } from './fields.js';
 import type { PushSource } from './types.js';
 
 /** GitHub: HMAC-SHA256 signature, `push` events, sha from `after`, project from repository.full_name. */
@@ -12,6 +12,7 @@ export const source: PushSource = {
   event: { header: 'X-GitHub-Event', push: 'push' },
   eventPrefix: 'github',
   commitField: 'after',
+  commitForm: 'hex',
   example: {
     ref: 'refs/heads/main',
     before: '6113728f27ae82c7b1a177c8d03f9e96e0adf246',
@@ -25,7 +26,7 @@ export const source: PushSource = {
       .string()
       .optional()
       .describe('the branch before the push: a push of the same before and after is deployed once by a delivery in 30 days'),
-    after: z.string().describe('the pushed commit; required for a push to main'),
+    after: z.string().regex(HEX_COMMIT).describe('the pushed commit, 7 to 64 hex digits; required for a push to main'),
     deleted: z.boolean().optional().describe('a branch deletion is ignored'),
     repository: z.looseObject({ full_name: z.string().optional() }).optional(),
   }),

@@ -1,3 +1,5 @@
+import { z } from 'zod';
+import { HEX_COMMIT } from './fields.js';
 import { source as scm } from './scm.js';
 import type { PushSource } from './types.js';
 
@@ -5,6 +7,8 @@ import type { PushSource } from './types.js';
  * GitLab's native headers, with the contract's rules and event ids: a push delivered through both
  * /webhook/scm and /webhook/gitlab (during a migration) deploys once. Idempotency-Key (GitLab
  * 17.4+) stays the same across GitLab's retries of one delivery; X-Gitlab-Event-UUID otherwise.
+ * GitLab itself always sends a full commit id, so its checkout_sha must be one; the contract's
+ * /webhook/scm takes any non-empty value.
  */
 export const source: PushSource = {
   ...scm,
@@ -17,6 +21,15 @@ export const source: PushSource = {
     description: 'secret token of /webhook/gitlab (X-Gitlab-Token); unset: SCM_WEBHOOK_SECRET',
   },
   event: { header: 'X-Gitlab-Event', push: 'Push Hook' },
+  commitForm: 'hex',
+  payload: z.looseObject({
+    ref: z.string().optional().describe('branch reference; only refs/heads/main deploys'),
+    project: z.looseObject({ path_with_namespace: z.string().optional() }).optional(),
+    checkout_sha: z
+      .string()
+      .regex(HEX_COMMIT)
+      .describe('the pushed commit, 7 to 64 hex digits; required for a push to main (422 when missing, empty or not a commit id)'),
+  }),
   deliveryHeaders: ['Idempotency-Key', 'X-Gitlab-Event-UUID'],
   setup: 'project → Settings → Webhooks: URL `…/webhook/gitlab`, Secret token, trigger "Push events"',
 };

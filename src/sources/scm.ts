@@ -12,6 +12,7 @@ export const source: PushSource = {
   event: { header: 'X-Scm-Event', push: 'Push Hook' },
   eventPrefix: 'scm',
   commitField: 'checkout_sha',
+  commitForm: 'any',
   example: {
     object_kind: 'push',
     ref: 'refs/heads/main',

@@ -19,6 +19,8 @@ export type Verification =
   /**
    * `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>">`. A timestamp further than
    * `toleranceSeconds` from the server's clock, or a signature already used, is refused (403).
+   * A signature is used by a delivery answered 2xx, 3xx or 4xx; one answered 5xx gives it back,
+   * so the sender's retry of that same request is heard (src/middleware/auth.ts).
    */
   | { kind: 'timestamped-hmac'; header: string; toleranceSeconds: number }
   /** `Authorization: Bearer <secret>` when the secret is set; open (and logged as such) when not. */
@@ -91,6 +93,15 @@ export interface PushSource extends SourceBase {
   example: Record<string, unknown>;
   /** The payload field of the pushed commit, for the 422 that names it. */
   commitField: string;
+  /**
+   * The form of the pushed commit the sender always sends. `hex`: a commit id of 7 to 64 hex
+   * digits (the vendors send full SHA-1 or SHA-256 ids); anything else in a push to the deploy branch
+   * is a 422 naming `commitField`, checked after the event and the branch (src/domain/deploy.ts).
+   * `any`: any non-empty string (the contract's /webhook/scm and in-house senders, whose commit
+   * may be a tag or a build's own id). The worker refuses, whatever the sender, a commit that is
+   * not a plain name (worker/jobs/deploy.ts).
+   */
+  commitForm: 'hex' | 'any';
   /** Also accept `application/x-www-form-urlencoded` bodies with the JSON in `payload` (GitHub's form setting). */
   formPayload?: boolean;
   /**

@@ -12,7 +12,9 @@ import { ChangeFailedError, isFinal } from '../report.js';
  * run_deploy_pipeline(project, ref): creates a Kubernetes batch/v1 Job from the project's template
  * in the inventory. The request only chooses *which* allowed project and ref run: image, command
  * and ServiceAccount come from the inventory, and project/ref reach the container only as the
- * environment variables OPSGATE_PROJECT / OPSGATE_REF (never interpolated into a command line).
+ * environment variables OPSGATE_PROJECT / OPSGATE_REF (never interpolated into a command line);
+ * the pushed commit, as OPSGATE_COMMIT_SHA, only in a safe form (SAFE_COMMIT), else the job is
+ * dead-lettered with the reason.
  * The Job name is derived from the queue job id (+ audit id), so a retried attempt finds its own
  * Job (409 AlreadyExists = already created) instead of starting a second deployment.
  * A Kubernetes Event (reason OpsgateDeploy) on the Job records who asked (worker/events.ts).
@@ -47,6 +49,24 @@ export function labelValue(v: string): string {
     .replace(/^[^A-Za-z0-9]+|[^A-Za-z0-9]+$/g, '');
 }
 
+/**
+ * The form of a commit the deploy Job may be given (OPSGATE_COMMIT_SHA and its annotation): a
+ * letter or digit first, then only letters, digits, `.`, `_` and `-`, at most 255 characters. A
+ * commit id, a tag or a build's own id passes; an option (`--orphan=x`), a revision expression
+ * (`HEAD~3`, `main@{1}`) or anything with spaces or quotes never reaches a deploy script, whatever
+ * sender or API queued it and however the script passes it on to git.
+ */
+export const SAFE_COMMIT = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;
+
+/** Refuses (UnrecoverableError: dead-lettered at once) a commit that is not of SAFE_COMMIT's form. */
+export function checkCommit(sha: string): string {
+  if (SAFE_COMMIT.test(sha)) return sha;
+  const shown = JSON.stringify(sha.length > 80 ? `${sha.slice(0, 80)}…` : sha);
+  throw new UnrecoverableError(
+    `commit ${shown} is not a safe commit name for the deploy Job: it must start with a letter or digit and hold only letters, digits, ".", "_" and "-" (at most 255 characters)`,
+  );
+}
+
 export interface DeployJobInput {
   name: string;
   project: string;
@@ -60,7 +80,9 @@ export interface DeployJobInput {
   entry: ProjectEntry;
 }
 
+/** The deploy Job's object; throws checkCommit's UnrecoverableError for a commit of another form. */
 export function buildDeployJob(i: DeployJobInput): V1Job {
+  if (i.sha !== undefined) checkCommit(i.sha);
   const labels = {
     'app.kubernetes.io/name': 'opsgate-deploy',
     'app.kubernetes.io/managed-by': MANAGED_BY,
@@ -154,6 +176,8 @@ export async function runDeployPipeline(
   if (!entry.refs.includes(data.ref)) {
     throw new UnrecoverableError(`ref ${JSON.stringify(data.ref)} is not allowed for project ${JSON.stringify(data.project)}`);
   }
+  // Before the cluster is touched, with the allow-lists: a commit of another form ends the job here.
+  if (data.sha !== undefined) checkCommit(data.sha);
   const queueJobId = String(ctx.job.id);
   const name = deployJobName(queueJobId, data.audit_id, data.project);
   const body = buildDeployJob({

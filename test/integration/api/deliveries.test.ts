@@ -75,7 +75,7 @@ describe('GET /ops/deliveries', () => {
   it('invalid payloads and other events; filters by sender and verdict; pages with the next cursor', async () => {
     expect((await scm('{nope')).status).toBe(400);
     expect((await scm(push('x'), { 'X-Scm-Event': 'Tag Push Hook' })).body.ignored).toBe(true);
-    const gh = JSON.stringify({ ref: 'refs/heads/main', after: 'abc', repository: { full_name: 'o/r' } });
+    const gh = JSON.stringify({ ref: 'refs/heads/main', after: 'abc1234', repository: { full_name: 'o/r' } });
     const ghRes = await request(ctx.h.app)
       .post('/webhook/github')
       .set('Content-Type', 'application/json')

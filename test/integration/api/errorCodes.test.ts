@@ -527,6 +527,7 @@ const ELSEWHERE: Partial<Record<ErrorCode, string>> = {
   conflict: "Bull Board's own 409 answers (src/routes/admin.ts)",
   unprocessable: "Bull Board's own 422 answers, the class default for a condition not yet named (src/shared/errors.ts)",
   api_key_expired: 'test/integration/api/keyLifetime.test.ts (a keys file with an expiry)',
+  invalid_commit: 'test/integration/api/commitIds.test.ts (a vendor push whose commit is not hex)',
   client_certificate_required: 'test/integration/api/tls.test.ts (HTTPS with TLS_CLIENT_CA_FILE)',
   untrusted_client_certificate: 'test/integration/api/tls.test.ts',
   client_certificate_not_allowed: 'an allow-list of client certificate names (src/middleware/clientCert.ts)',

@@ -1,13 +1,16 @@
 /**
  * POST /webhook/generic, the in-house sender: `X-Opsgate-Signature: t=<unix>,v1=<hex>` over
  * "<t>.<body>", a 5-minute window, and no signature accepted twice (the replay record lives in
- * the real Redis, shared by every replica).
+ * the real Redis, shared by every replica). A signature is spent with its delivery: a 2xx or 4xx
+ * answer keeps it, a 5xx gives it back (the add failing on a real Redis: BullMQ's job-id counter
+ * made unusable, as in test/integration/reliability/faults.test.ts).
  */
 import { createHmac } from 'node:crypto';
 import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { signatureSeenKey } from '../../../src/shared/keys.js';
 import { createHarness, useHarness } from '../../helpers/apiHarness.js';
+import { waitFor } from '../../helpers/waitFor.js';
 import { testSecretOf } from '../../helpers/senders.js';
 
 const ctx = useHarness();
@@ -71,5 +74,64 @@ describe('POST /webhook/generic (timestamped HMAC)', () => {
     const res = await send(body, sign(now(), body));
     expect(res.status).toBe(422);
     expect(res.body).toEqual({ detail: 'sha is required', code: 'missing_commit' });
+  });
+});
+
+describe('a signature is spent only when its delivery is', () => {
+  const seen = (sig: string) => ctx.h.inspect.exists(signatureSeenKey('generic', sig.split('v1=')[1]!));
+  const replayRefused = { detail: 'signature already used (a replayed delivery)', code: 'replayed_signature' };
+
+  it("answered 503 (Redis failed the add): the sender's retry with the same signature and timestamp is accepted, then spent", async () => {
+    const body = push('g-503');
+    const sig = sign(now(), body);
+    // BullMQ's add script fails at its INCR of the job-id counter, before it writes anything.
+    const idKey = ctx.h.queue.bull.toKey('id');
+    const counter = await ctx.h.inspect.get(idKey);
+    await ctx.h.inspect.set(idKey, 'not-a-number');
+    try {
+      const failed = await send(body, sig);
+      expect(failed.status).toBe(503);
+      expect(Object.keys(failed.body)).toEqual(['detail', 'code']);
+      expect(failed.headers['retry-after']).toBeDefined();
+      await waitFor('the signature given back', async () => (await seen(sig)) === 0, 5_000, 20);
+    } finally {
+      if (counter === null) await ctx.h.inspect.del(idKey);
+      else await ctx.h.inspect.set(idKey, counter);
+    }
+    const retry = await send(body, sig);
+    expect(retry.status).toBe(202);
+    expect(retry.body).toMatchObject({ accepted: true, duplicate: false, event_id: 'generic:team/app:refs/heads/main:g-503' });
+    expect(await seen(sig)).toBe(1);
+    // A 202 spends it: the same request again is a replay.
+    const replay = await send(body, sig);
+    expect(replay.status).toBe(403);
+    expect(replay.body).toEqual(replayRefused);
+  });
+
+  it('answered 503, its retry at once (no wait for the give-back) is heard too', async () => {
+    const body = push('g-503-at-once');
+    const sig = sign(now(), body);
+    const idKey = ctx.h.queue.bull.toKey('id');
+    await ctx.h.inspect.set(idKey, 'not-a-number');
+    let retryStatus: number;
+    try {
+      expect((await send(body, sig)).status).toBe(503);
+      // Still failing: a 503 again, not a 403 replay.
+      retryStatus = (await send(body, sig)).status;
+    } finally {
+      await ctx.h.inspect.del(idKey);
+    }
+    expect(retryStatus).toBe(503);
+    expect((await send(body, sig)).status).toBe(202);
+  });
+
+  it('answered 4xx (422: no sha), the signature stays spent: the same request again is 403', async () => {
+    const body = JSON.stringify({ project: 'team/app', ref: 'refs/heads/main' });
+    const sig = sign(now(), body);
+    expect((await send(body, sig)).status).toBe(422);
+    const replay = await send(body, sig);
+    expect(replay.status).toBe(403);
+    expect(replay.body).toEqual(replayRefused);
+    expect(await seen(sig)).toBe(1);
   });
 });

@@ -128,7 +128,7 @@ describe('event, ref, sha and dedup', () => {
     expect(ttl).toBeGreaterThan(86000);
   });
   it('audit line names the github source', async () => {
-    await post(payload('aud1')).set('X-Request-Id', 'gh-audit-1');
+    await post(payload('a0d1a0d1')).set('X-Request-Id', 'gh-audit-1');
     const line = ctx.h.audits().find((a) => a.caller_request_id === 'gh-audit-1');
     expect(line).toMatchObject({ who: 'webhook:github', status: 202, path: '/webhook/github' });
   });

@@ -97,11 +97,11 @@ describe('REDIS_MIN_REPLICAS_ACK=1 without a replica: nothing is acknowledged', 
         .set('X-Gitlab-Token', SCM_SECRET)
         .set('X-Gitlab-Event', 'Push Hook')
         .set('X-Gitlab-Event-UUID', 'uuid-take-back-1')
-        .send(JSON.stringify({ ref: 'refs/heads/main', checkout_sha: 'de1ivery', project: { path_with_namespace: 'group/app' } }));
+        .send(JSON.stringify({ ref: 'refs/heads/main', checkout_sha: 'de11e7e1', project: { path_with_namespace: 'group/app' } }));
     const res = await gitlab(h.app);
     expect(res.status).toBe(503);
     expect(res.body.detail).toMatch(/not acknowledged by 1 Redis replica/);
-    expect(await h.inspect.exists(scmKey('de1ivery'))).toBe(0);
+    expect(await h.inspect.exists(scmKey('de11e7e1'))).toBe(0);
     expect(await h.inspect.exists(deliveryKey('gitlab', 'uuid-take-back-1'))).toBe(0);
     // No BullMQ deduplication key is left either, that could answer the retry with the removed job.
     expect(await h.inspect.keys(dedupKey(h.queue, '*'))).toEqual([]);

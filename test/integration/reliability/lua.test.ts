@@ -11,7 +11,7 @@ import { startRedis, type RedisServer } from '../../helpers/redis.js';
 
 let server: RedisServer;
 let redis: Redis;
-const TESTED = ['rate-limit', 'replica-release', 'approval-create', 'approval-decide', 'budget-take'];
+const TESTED = ['rate-limit', 'replica-release', 'signature-release', 'approval-create', 'approval-decide', 'budget-take'];
 const SRC = new URL('../../../src/', import.meta.url);
 /** Every script under src/, by its file name. */
 const SCRIPTS = new Map(
@@ -100,6 +100,20 @@ describe('replica-release.lua: KEYS[1] record, ARGV[1] job id -> deleted only wh
     expect(await release('broken', 'job-1')).toBe(0);
     expect(await release('missing', 'job-1')).toBe(0);
     expect(await redis.get('other')).toBe('job-1');
+  });
+});
+
+describe("signature-release.lua: KEYS[1] a signature's record, ARGV[1] the value a request wrote -> deleted only while it holds it", () => {
+  const release = (key: string, mark: string) => redis.eval(loadLua('signature-release'), 1, key, mark);
+
+  it("the request's own record is deleted; another request's, or none, is left alone", async () => {
+    await redis.set('sig', 'mark-1', 'EX', 660);
+    expect(await release('sig', 'mark-2')).toBe(0);
+    expect(await redis.get('sig')).toBe('mark-1');
+    expect(await redis.ttl('sig')).toBeGreaterThan(600);
+    expect(await release('sig', 'mark-1')).toBe(1);
+    expect(await redis.exists('sig')).toBe(0);
+    expect(await release('sig', 'mark-1')).toBe(0);
   });
 });
 

@@ -84,7 +84,7 @@ describe('Redis round trips per delivery (rate limit on)', () => {
   it('warm-up: the first use of each script loads it (not counted below)', async () => {
     await roundTrips(() => scm('warm'));
     await roundTrips(() => scm('warm'));
-    await roundTrips(() => github('warm', 'warm-delivery'));
+    await roundTrips(() => github('0a0a0a0', 'warm-delivery'));
     await roundTrips(() => alerts('warm', 2));
     await roundTrips(() => alerts('warm', 2));
   });
@@ -97,12 +97,12 @@ describe('Redis round trips per delivery (rate limit on)', () => {
   });
 
   it('GitHub push with its delivery id: 4 (rate limit, alias read, add, alias write); its redelivery: 2 (rate limit, alias read)', async () => {
-    expect(await roundTrips(() => github('g1', 'd-1'))).toBe(4);
+    expect(await roundTrips(() => github('9e1e1e1', 'd-1'))).toBe(4);
     // The commit pair was read with the alias and written with it.
-    expect(await admin.exists(pushPairKey('github:octo/app:refs/heads/main:g1', ''))).toBe(1);
-    expect(await roundTrips(() => github('g1', 'd-1'))).toBe(2);
+    expect(await admin.exists(pushPairKey('github:octo/app:refs/heads/main:9e1e1e1', ''))).toBe(1);
+    expect(await roundTrips(() => github('9e1e1e1', 'd-1'))).toBe(2);
     // The same push under another delivery id: the pair found within the event's 24 h, BullMQ's add answers.
-    expect(await roundTrips(() => github('g1', 'd-2'))).toBe(4);
+    expect(await roundTrips(() => github('9e1e1e1', 'd-2'))).toBe(4);
   });
 
   it('alert storm: 1 alert or 1,000 alerts, new or duplicate, cost 2 round trips (rate limit, addBulk)', async () => {

@@ -170,6 +170,40 @@ describe('allow-lists (checked again by the worker)', () => {
   });
 });
 
+describe('the pushed commit (checked by the worker, whatever queued it)', () => {
+  it('a run_deploy_pipeline whose commit is not a safe name is dead-lettered with the reason before any Kubernetes client exists', async () => {
+    let factoryCalls = 0;
+    const { logs, metrics } = await start(() => {
+      factoryCalls++;
+      return loadKubeConfig(noClusterEnv());
+    });
+    for (const sha of ['--orphan=x', 'HEAD~3']) {
+      const job = await queue.add(JOB.runDeployPipeline, { project: 'group/shop', ref: 'refs/heads/main', sha, ...audit });
+      const { state, job: failed } = await waitForFinal(queue, job.id!);
+      expect(state).toBe('failed');
+      expect(failed.attemptsMade).toBe(1); // 3 allowed: not retried
+      expect(failed.failedReason).toBe(
+        `commit ${JSON.stringify(sha)} is not a safe commit name for the deploy Job: it must start with a letter or digit and hold only letters, digits, ".", "_" and "-" (at most 255 characters)`,
+      );
+    }
+    // No cluster configuration was even loaded: no Job can have been created.
+    expect(factoryCalls).toBe(0);
+    expect(logs.find('job dead-lettered')).toHaveLength(2);
+    expect(await metricValue(metrics, 'opsgate_jobs_processed_total', { outcome: 'dead_lettered' })).toBe(2);
+
+    // The same job with a commit id goes on to the cluster (here: none configured).
+    const ok = await queue.add(JOB.runDeployPipeline, {
+      project: 'group/shop',
+      ref: 'refs/heads/main',
+      sha: '6113728f27ae82c7b1a177c8d03f9e96e0adf246',
+      ...audit,
+    });
+    const { job: reached } = await waitForFinal(queue, ok.id!);
+    expect(reached.failedReason).toMatch(/^no Kubernetes configuration/);
+    expect(factoryCalls).toBe(1);
+  });
+});
+
 describe('Kubernetes API failures', () => {
   let apiServer: Server;
   let apiPort: number;

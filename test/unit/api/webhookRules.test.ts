@@ -2,6 +2,7 @@ import { describe, expect, it } from '@jest/globals';
 import { planAlerts } from '../../../src/domain/alerts.js';
 import { decidePush, pushEventId } from '../../../src/domain/deploy.js';
 import { source as bitbucket } from '../../../src/sources/bitbucket.js';
+import { source as generic } from '../../../src/sources/generic.js';
 import { source as gitea } from '../../../src/sources/gitea.js';
 import { source as github } from '../../../src/sources/github.js';
 import { source as gitlab } from '../../../src/sources/gitlab.js';
@@ -77,10 +78,10 @@ describe("the contract's push rules on /webhook/scm: event, ref, checkout_sha", 
 
 describe('decideGithubPush', () => {
   it('push to main -> deploy with github:<full_name>:<ref>:<after>', () => {
-    expect(decideGithubPush('push', { ref: 'refs/heads/main', after: 'abc', repository: { full_name: 'o/r' } })).toMatchObject({
+    expect(decideGithubPush('push', { ref: 'refs/heads/main', after: 'abc1234', repository: { full_name: 'o/r' } })).toMatchObject({
       kind: 'deploy',
       project: 'o/r',
-      eventId: 'github:o/r:refs/heads/main:abc',
+      eventId: 'github:o/r:refs/heads/main:abc1234',
     });
   });
   it('other events, other refs, deletions -> ignored', () => {
@@ -91,7 +92,7 @@ describe('decideGithubPush', () => {
 });
 
 describe('the commit before a push (replayGuard senders only)', () => {
-  const main = { ref: 'refs/heads/main', after: 'abc', repository: { full_name: 'o/r' } };
+  const main = { ref: 'refs/heads/main', after: 'abc1234', repository: { full_name: 'o/r' } };
   it('GitHub and Gitea: `before`; absent, not a string or longer than 255 -> "" (never a 422)', () => {
     for (const source of [github, gitea]) {
       expect(decidePush(source, 'push', { ...main, before: 'f00' })).toMatchObject({ kind: 'deploy', before: 'f00' });
@@ -105,11 +106,11 @@ describe('the commit before a push (replayGuard senders only)', () => {
   it('Bitbucket: the chosen change\'s old.target.hash; a created branch (old: null) -> ""', () => {
     const change = (old: unknown) => ({
       repository: { full_name: 'o/r' },
-      push: { changes: [{ new: { type: 'branch', name: 'main', target: { hash: 'abc' } }, old }] },
+      push: { changes: [{ new: { type: 'branch', name: 'main', target: { hash: 'abc1234' } }, old }] },
     });
     expect(decidePush(bitbucket, 'repo:push', change({ type: 'branch', name: 'main', target: { hash: 'f00' } }))).toMatchObject({
       before: 'f00',
-      sha: 'abc',
+      sha: 'abc1234',
     });
     expect(decidePush(bitbucket, 'repo:push', change(null))).toMatchObject({ kind: 'deploy', before: '' });
   });
@@ -117,9 +118,58 @@ describe('the commit before a push (replayGuard senders only)', () => {
     expect(github.replayGuard && gitea.replayGuard && bitbucket.replayGuard).toBe(true);
     expect(scm.replayGuard).toBeUndefined();
     expect(gitlab.replayGuard).toBeUndefined();
-    const scmPush = { ref: 'refs/heads/main', before: 'f00', checkout_sha: 'abc' };
+    const scmPush = { ref: 'refs/heads/main', before: 'f00', checkout_sha: 'abc1234' };
     expect(decideScmPush('Push Hook', scmPush)).not.toHaveProperty('before');
     expect(decidePush(gitlab, 'Push Hook', scmPush)).not.toHaveProperty('before');
+  });
+});
+
+describe("the pushed commit: a commit id from the vendors, any non-empty value on the contract's senders", () => {
+  /** A push to main of `sha`, as each sender shapes it. */
+  const pushOf = (name: string, sha: unknown): unknown => {
+    if (name === 'bitbucket') {
+      return { repository: { full_name: 'o/r' }, push: { changes: [{ new: { type: 'branch', name: 'main', target: { hash: sha } } }] } };
+    }
+    if (name === 'gitlab' || name === 'scm') return { ref: 'refs/heads/main', checkout_sha: sha, project: { path_with_namespace: 'o/r' } };
+    return { ref: 'refs/heads/main', after: sha, repository: { full_name: 'o/r' } };
+  };
+  const detail = (fn: () => unknown): string => {
+    try {
+      fn();
+    } catch (err) {
+      if (err instanceof AppError) return `${err.statusCode} ${err.message}`;
+      throw err;
+    }
+    return 'no error';
+  };
+
+  it('GitHub, GitLab, Gitea, Bitbucket declare hex commit ids; scm and generic any value', () => {
+    expect([github, gitlab, gitea, bitbucket].map((s) => s.commitForm)).toEqual(['hex', 'hex', 'hex', 'hex']);
+    expect([scm, generic].map((s) => s.commitForm)).toEqual(['any', 'any']);
+  });
+
+  it("a vendor's commit that is not 7 to 64 hex digits is 422 naming the field; abbreviated and SHA-256 ids pass", () => {
+    for (const source of [github, gitlab, gitea, bitbucket]) {
+      const push = (sha: unknown) => pushOf(source.name, sha);
+      for (const bad of ['HEAD~3', '--orphan=x', 'abc12', 'main', 'g'.repeat(40), 'a'.repeat(65), ' abc1234', 'abc1234\n']) {
+        expect(detail(() => decidePush(source, source.event.push, push(bad)))).toBe(
+          `422 ${source.commitField} must be a commit id of 7 to 64 hex digits, not ${JSON.stringify(bad)}`,
+        );
+      }
+      for (const good of ['abc1234', 'ABCDEF0', '6113728f27ae82c7b1a177c8d03f9e96e0adf246', 'f'.repeat(64)]) {
+        expect(decidePush(source, source.event.push, push(good))).toMatchObject({ kind: 'deploy', sha: good });
+      }
+      // The contract's order: another event, then another branch, are ignored before the commit is read.
+      expect(decidePush(source, 'not-a-push', push('HEAD~3'))).toMatchObject({ kind: 'ignored', code: 'not_a_push' });
+      const other = JSON.parse(JSON.stringify(push('HEAD~3')).replace('refs/heads/main', 'refs/heads/dev').replace('"main"', '"dev"'));
+      expect(decidePush(source, source.event.push, other)).toMatchObject({ kind: 'ignored', code: 'not_deploy_branch' });
+    }
+  });
+
+  it("/webhook/scm keeps the contract's rule: any non-empty checkout_sha", () => {
+    for (const sha of ['--orphan=x', 'HEAD~3', 'x']) {
+      expect(decideScmPush('Push Hook', pushOf('scm', sha))).toMatchObject({ kind: 'deploy', sha });
+    }
   });
 });
 

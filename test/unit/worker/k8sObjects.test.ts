@@ -84,6 +84,37 @@ describe('deploy Job', () => {
     expect(job.metadata?.annotations?.['opsgate.io/ref']).toBe(hostileRef);
   });
 
+  it('gives the Job only a commit of a safe form; any other is refused for good (UnrecoverableError) with the reason', () => {
+    const build = (sha: string) =>
+      buildDeployJob({
+        name: 'opsgate-deploy-x',
+        project: 'group/shop',
+        ref: 'refs/heads/main',
+        auditId: 'a',
+        requestedBy: 'scm',
+        queueJobId: '1',
+        sha,
+        entry: project,
+      });
+    for (const sha of ['6113728f27ae82c7b1a177c8d03f9e96e0adf246', 'v1.2.3', 'build_42-rc.1', 'HEAD', 'x'.repeat(255)]) {
+      const env = build(sha).spec!.template.spec!.containers[0]!.env ?? [];
+      expect(env.find((e) => e.name === 'OPSGATE_COMMIT_SHA')?.value).toBe(sha);
+    }
+    for (const sha of ['--orphan=x', '-b', 'HEAD~3', 'main@{1}', 'a b', 'a;b', '$(id)', '.hidden', '_x', 'a/b', 'x'.repeat(256), '']) {
+      let thrown: unknown;
+      try {
+        build(sha);
+      } catch (err) {
+        thrown = err;
+      }
+      expect(thrown).toBeInstanceOf(UnrecoverableError);
+      expect((thrown as Error).message).toMatch(
+        /^commit ".*" is not a safe commit name for the deploy Job: it must start with a letter or digit and hold only letters, digits, "\.", "_" and "-" \(at most 255 characters\)$/,
+      );
+    }
+    expect(() => build('--orphan=x')).toThrow('commit "--orphan=x" is not a safe commit name for the deploy Job');
+  });
+
   it('label values are <= 63 chars and alphanumeric at both ends', () => {
     expect(labelValue('-abc-')).toBe('abc');
     expect(labelValue('x'.repeat(80))).toHaveLength(63);
