@@ -86,7 +86,10 @@ describe('k8s/opsgate.yaml', () => {
     const clusterScoped = new Set(['ValidatingAdmissionPolicy', 'ValidatingAdmissionPolicyBinding']);
     for (const o of objs) if (!clusterScoped.has(o.kind)) expect(o.metadata.namespace).toMatch(/^(opsgate|shop)$/);
     // The worker's admission policy is part of the plain manifests (Kubernetes >= 1.30).
-    expect(find(objs, 'ValidatingAdmissionPolicy').map((o) => o.metadata.name)).toEqual(['opsgate-opsgate-worker']);
+    expect(find(objs, 'ValidatingAdmissionPolicy').map((o) => o.metadata.name)).toEqual([
+      'opsgate-opsgate-worker-deployments',
+      'opsgate-opsgate-worker-jobs',
+    ]);
     expect(
       find(objs, 'Role')
         .map((r) => `${r.metadata.namespace}/${r.metadata.name}`)

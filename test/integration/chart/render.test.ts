@@ -1,10 +1,12 @@
 import { beforeAll, describe, expect, jest, test } from '@jest/globals';
 import { createHash } from 'node:crypto';
-import { readFileSync, readdirSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parse as parseYaml } from 'yaml';
+import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
 import { parseInventory } from '../../../src/shared/inventory.js';
 import { SOURCES } from '../../../src/sources/index.js';
+import { buildDeployJob } from '../../../worker/jobs/deploy.js';
 import {
   ROOT,
   NAMESPACE,
@@ -800,6 +802,39 @@ describe('worker liveness', () => {
 
 describe('worker admission policy', () => {
   const VAP = 'admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy';
+  const allowedOf = (objs: K8sObject[]) =>
+    JSON.parse(
+      one(objs, 'ValidatingAdmissionPolicy', 'opsgate-opsgate-worker-jobs').spec.variables.find((v: any) => v.name === 'allowed')
+        .expression,
+    );
+
+  /**
+   * The template the policy admits for each project, taken from the Job the worker builds from the
+   * same inventory (buildDeployJob): its image, ServiceAccount, command, args, and every variable
+   * but the request's (OPSGATE_REF, checked against refs; OPSGATE_AUDIT_ID; OPSGATE_COMMIT_SHA).
+   */
+  function templatesFromWorker(inventoryYaml: string): Record<string, unknown[]> {
+    const inv = parseInventory(inventoryYaml);
+    const out: Record<string, unknown[]> = {};
+    for (const [project, entry] of Object.entries(inv.projects)) {
+      const c = buildDeployJob({ name: 'x', project, ref: 'r', auditId: 'a', requestedBy: 'k', queueJobId: '1', sha: 'abc', entry }).spec!
+        .template.spec!.containers[0]!;
+      const perRequest = ['OPSGATE_REF', 'OPSGATE_AUDIT_ID', 'OPSGATE_COMMIT_SHA'];
+      (out[entry.namespace] ??= []).push({
+        project: [project],
+        image: [c.image],
+        sa: [entry.serviceAccountName],
+        command: c.command ?? [],
+        args: c.args ?? [],
+        refs: entry.refs,
+        env: c.env!.filter((e) => !perRequest.includes(e.name)).map((e) => `${e.name}=${e.value}`),
+      });
+    }
+    return out;
+  }
+  const sortEnv = (a: Record<string, any[]>) =>
+    Object.fromEntries(Object.entries(a).map(([ns, ps]) => [ns, ps.map((p) => ({ ...p, env: [...p.env].sort() }))]));
+
   test('rendered when the cluster serves admissionregistration.k8s.io/v1 and the inventory names something; off on request', async () => {
     const [withApi, withoutApi, disabled, noInventory] = await Promise.all([
       render({ files: ['all-integrations-values.yaml'], apiVersions: [VAP] }),
@@ -811,18 +846,92 @@ describe('worker admission policy', () => {
       expect(find(objs, 'ValidatingAdmissionPolicy')).toHaveLength(0);
       expect(find(objs, 'ValidatingAdmissionPolicyBinding')).toHaveLength(0);
     }
-    const policy = one(withApi, 'ValidatingAdmissionPolicy', 'opsgate-opsgate-worker');
-    expect(policy.metadata.namespace).toBeUndefined(); // cluster-scoped
-    expect(policy.spec.failurePolicy).toBe('Fail');
-    expect(policy.spec.matchConditions[0].expression).toBe('request.userInfo.username == "system:serviceaccount:opsgate:opsgate-worker"');
-    const allowed = JSON.parse(policy.spec.variables.find((v: any) => v.name === 'allowed').expression);
-    expect(allowed).toEqual({
-      shop: [{ image: 'registry.example.com/acme/deployer:1.0', sa: 'shop-deployer' }],
-      deploys: [{ image: 'registry.example.com/acme/terraform-runner:2.1', sa: 'infra-deployer' }],
+    // One policy per kind, each matching that kind's one version (so the apiserver type-checks it)
+    const policies = find(withApi, 'ValidatingAdmissionPolicy');
+    expect(policies.map((p) => p.metadata.name).sort()).toEqual(['opsgate-opsgate-worker-deployments', 'opsgate-opsgate-worker-jobs']);
+    for (const policy of policies) {
+      expect(policy.metadata.namespace).toBeUndefined(); // cluster-scoped
+      expect(policy.spec.failurePolicy).toBe('Fail');
+      expect(policy.spec.matchConditions[0].expression).toBe('request.userInfo.username == "system:serviceaccount:opsgate:opsgate-worker"');
+      const binding = one(withApi, 'ValidatingAdmissionPolicyBinding', policy.metadata.name);
+      expect(binding.spec).toEqual({ policyName: policy.metadata.name, validationActions: ['Deny'] });
+    }
+    expect(one(withApi, 'ValidatingAdmissionPolicy', 'opsgate-opsgate-worker-deployments').spec.matchConstraints.resourceRules).toEqual([
+      { apiGroups: ['apps'], apiVersions: ['v1'], operations: ['UPDATE'], resources: ['deployments'] },
+    ]);
+    const jobs = one(withApi, 'ValidatingAdmissionPolicy', 'opsgate-opsgate-worker-jobs');
+    expect(jobs.spec.matchConstraints.resourceRules).toEqual([
+      { apiGroups: ['batch'], apiVersions: ['v1'], operations: ['CREATE'], resources: ['jobs'] },
+    ]);
+    expect(allowedOf(withApi)).toEqual({
+      shop: [
+        {
+          project: ['acme/shop'],
+          image: ['registry.example.com/acme/deployer:1.0'],
+          sa: ['shop-deployer'],
+          command: ['/bin/deploy'],
+          args: ['--verbose'],
+          refs: ['refs/heads/main'],
+          env: ['TARGET=production', 'OPSGATE_PROJECT=acme/shop', 'TMPDIR=/tmp'],
+        },
+      ],
+      deploys: [
+        {
+          project: ['acme/infra'],
+          image: ['registry.example.com/acme/terraform-runner:2.1'],
+          sa: ['infra-deployer'],
+          command: [],
+          args: [],
+          refs: ['refs/heads/main', 'refs/heads/release'],
+          env: ['OPSGATE_PROJECT=acme/infra', 'TMPDIR=/tmp'],
+        },
+      ],
     });
-    expect(policy.spec.validations.map((v: any) => v.reason)).toEqual(['Forbidden', 'Forbidden']);
-    const binding = one(withApi, 'ValidatingAdmissionPolicyBinding', 'opsgate-opsgate-worker');
-    expect(binding.spec).toEqual({ policyName: 'opsgate-opsgate-worker', validationActions: ['Deny'] });
+    // One validation per rule of a Job, each with its own message
+    const messages = jobs.spec.validations.map((v: any) => v.message);
+    expect(messages).toHaveLength(8);
+    expect(new Set(messages).size).toBe(8);
+    expect(jobs.spec.validations.map((v: any) => v.reason)).toEqual(Array(8).fill('Forbidden'));
+  });
+
+  test("each project's template is the Job the worker builds from the same inventory (reserved env names dropped, refs defaulted, no ref at all)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'opsgate-vap-'));
+    const file = join(dir, 'values.yaml');
+    writeFileSync(
+      file,
+      stringifyYaml({
+        inventory: {
+          hosts: {},
+          projects: {
+            'acme/shop': {
+              namespace: 'shop',
+              serviceAccountName: 'shop-deployer',
+              image: 'registry.example.com/acme/deployer:1.0',
+              command: ['/bin/sh', '-c', 'deploy "$OPSGATE_REF"'],
+              args: [],
+              // the worker sets these itself and drops them from the project's env
+              env: { OPSGATE_REF: 'refs/heads/evil', OPSGATE_PROJECT: 'other', ZONE: 'eu=1', EMPTY: '', TMPDIR: '/var/tmp' },
+            },
+            'acme/docs': { namespace: 'shop', serviceAccountName: 'docs-deployer', image: 'registry.example.com/acme/docs:2', refs: [] },
+            'acme/infra': {
+              namespace: 'deploys',
+              serviceAccountName: 'infra-deployer',
+              image: 'registry.example.com/acme/terraform-runner:2.1',
+              args: ['apply', '--auto-approve'],
+            },
+          },
+        },
+      }),
+    );
+    const objs = await render({ files: ['defaults-values.yaml', file], apiVersions: [VAP] });
+    const inventoryYaml = one(objs, 'ConfigMap', 'opsgate-inventory').data['inventory.yaml'];
+    const allowed = allowedOf(objs);
+    expect(sortEnv(allowed)).toEqual(sortEnv(templatesFromWorker(inventoryYaml)));
+    // spelled out, so the comparison above is known to compare something
+    const shop = allowed.shop.find((p: any) => p.project[0] === 'acme/shop');
+    expect([...shop.env].sort()).toEqual(['EMPTY=', 'OPSGATE_PROJECT=acme/shop', 'TMPDIR=/tmp', 'TMPDIR=/var/tmp', 'ZONE=eu=1']);
+    expect(allowed.shop.find((p: any) => p.project[0] === 'acme/docs').refs).toEqual([]);
+    expect(allowed.deploys[0]).toMatchObject({ command: [], args: ['apply', '--auto-approve'], refs: ['refs/heads/main'] });
   });
 });
 
