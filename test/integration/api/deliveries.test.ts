@@ -4,7 +4,7 @@
  * newest first and paged, never the body or a secret; and POST /ops/deliveries/{id}/replay
  * through the same intake and deduplication, audited.
  */
-import { createHmac } from 'node:crypto';
+import { createHash, createHmac } from 'node:crypto';
 import { describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { createDeliveryLog, FLUSH_MAX } from '../../../src/domain/deliveries.js';
@@ -150,7 +150,9 @@ describe('GET /ops/deliveries', () => {
 });
 
 describe('unverified deliveries are kept apart', () => {
-  const ghBody = (sha: string) => JSON.stringify({ ref: 'refs/heads/main', after: sha, repository: { full_name: 'o/r' } });
+  // GitHub sends full commit ids: each label stands for one.
+  const ghBody = (label: string) =>
+    JSON.stringify({ ref: 'refs/heads/main', after: createHash('sha1').update(label).digest('hex'), repository: { full_name: 'o/r' } });
   const github = (app: Harness['app'], body: string, delivery: string, secret = GITHUB_SECRET) =>
     request(app)
       .post('/webhook/github')

@@ -388,7 +388,7 @@ describe('allowed client certificates on /webhook/alerts: a CA that signs for ev
       await api?.stop();
     });
 
-    it("another workload's certificate of the same CA, not on the list: 403 {detail}; a listed one, by URI or by subject: 202", async () => {
+    it("another workload's certificate of the same CA, not on the list: 403 {detail, code}; a listed one, by URI or by subject: 202", async () => {
       expect(api.logs().find((l) => l.msg === 'api listening')).toMatchObject({
         client_certificates: 'requested',
         client_allowed_names: [`URI:${AM_SPIFFE}`, 'CN=vmalert'],
@@ -397,7 +397,10 @@ describe('allowed client certificates on /webhook/alerts: a CA that signs for ev
 
       const other = await postAlerts(port, billing);
       expect(other.status).toBe(403);
-      expect(JSON.parse(other.body)).toEqual({ detail: 'client certificate is not on the list of allowed names' });
+      expect(JSON.parse(other.body)).toEqual({
+        detail: 'client certificate is not on the list of allowed names',
+        code: 'client_certificate_not_allowed',
+      });
       expect((await postAlerts(port, undefined)).status).toBe(403);
 
       const am = await postAlerts(port, amByCluster);
@@ -430,7 +433,10 @@ describe('allowed client certificates on /webhook/alerts: a CA that signs for ev
           await waitFor('the kept-alive connection closed', () => socket.destroyed, 5_000);
           const next = await postAlerts(port, amByCluster, agent);
           expect([next.status, next.reusedSocket]).toEqual([403, false]);
-          expect(JSON.parse(next.body)).toEqual({ detail: 'client certificate is not signed by a trusted CA' });
+          expect(JSON.parse(next.body)).toEqual({
+            detail: 'client certificate is not signed by a trusted CA',
+            code: 'untrusted_client_certificate',
+          });
           const n = live.seen.length;
           await waitFor('the live client to go on', () => live.seen.length >= n + 2);
         } finally {
