@@ -47,6 +47,8 @@ const ctx = useHarness({
   env: { OPS_API_KEYS_FILE: keysFile, OPS_BEARER_TOKEN_OWNER: 'alice', ADMIN_UI_ENABLED: 'true' },
 });
 const asKey = (key: string) => ({ 'X-API-Key': key });
+const freeze = (key: string, body: Record<string, string>) =>
+  request(ctx.h.app).post('/ops/freezes').set(asKey(key)).set('Content-Type', 'application/json').send(JSON.stringify(body));
 const approval = (h: Harness, id: string) => request(h.app).get(`/ops/approvals/${id}`).set(asKey(KEYS.carol));
 const restartJobs = async (h: Harness) =>
   (await h.queue.bull.getJobs(['waiting', 'delayed', 'active', 'completed', 'failed'])).filter((j) => j.name === JOB.restartService);
@@ -164,11 +166,7 @@ describe('an approval never reads approved without its job', () => {
   });
 
   it('an override given with the request does not cover a freeze declared after it: the last approval is refused (409), nothing recorded', async () => {
-    const first = await request(ctx.h.app)
-      .post('/ops/freezes')
-      .set(asKey(KEYS.bob))
-      .set('Content-Type', 'application/json')
-      .send(JSON.stringify({ scope: 'namespace', namespace: 'payments', reason: 'db migration', duration: '1h' }));
+    const first = await freeze(KEYS.bob, { scope: 'namespace', namespace: 'payments', reason: 'db migration', duration: '1h' });
     expect(first.status).toBe(201);
     const asked = await restartAs(ctx.h.app, '?host=pay-1&service=api&override=true&reason=pods%20stuck', asKey(KEYS.bob));
     expect(asked.status).toBe(202);
@@ -176,11 +174,7 @@ describe('an approval never reads approved without its job', () => {
       by: 'key:bob',
       covers: [`freeze:${first.body.id}`],
     });
-    const second = await request(ctx.h.app)
-      .post('/ops/freezes')
-      .set(asKey(KEYS.carol))
-      .set('Content-Type', 'application/json')
-      .send(JSON.stringify({ scope: 'all', reason: 'incident', duration: '1h' }));
+    const second = await freeze(KEYS.carol, { scope: 'all', reason: 'incident', duration: '1h' });
     expect(second.status).toBe(201);
     const refused = await decide(ctx.h.app, asked.body.approval_id, 'approve', KEYS.carol);
     expect(refused.status).toBe(409);
@@ -206,12 +200,8 @@ describe('an approval never reads approved without its job', () => {
     expect(res.status).toBe(202);
     const approvalId = res.body.approval_id as string;
     expect(approvalId).toMatch(/^apr-/);
-    const freeze = await request(ctx.h.app)
-      .post('/ops/freezes')
-      .set(asKey(KEYS.bob))
-      .set('Content-Type', 'application/json')
-      .send(JSON.stringify({ scope: 'project', project: 'group/guarded', reason: 'release freeze', duration: '2h' }));
-    expect(freeze.status).toBe(201);
+    const declared = await freeze(KEYS.bob, { scope: 'project', project: 'group/guarded', reason: 'release freeze', duration: '2h' });
+    expect(declared.status).toBe(201);
     const ok = await decide(ctx.h.app, approvalId, 'approve', KEYS.carol);
     expect(ok.status).toBe(200);
     expect(ok.body).toMatchObject({ status: 'approved', job_id: approvalId, held_until: new Date(clock + 2 * 3600_000).toISOString() });
@@ -255,11 +245,7 @@ describe("a dead letter's retry is a new change: every guard, from the API and f
 
   it('during a freeze: 409 from both, nothing re-queued; the old override is not carried over', async () => {
     const id = await deadRestart('web-1', 'checkout', { by: 'key:bob', reason: 'stuck', covers: ['window'] });
-    const f = await request(ctx.h.app)
-      .post('/ops/freezes')
-      .set(asKey(KEYS.bob))
-      .set('Content-Type', 'application/json')
-      .send(JSON.stringify({ scope: 'namespace', namespace: 'shop', reason: 'sale', duration: '1h' }));
+    const f = await freeze(KEYS.bob, { scope: 'namespace', namespace: 'shop', reason: 'sale', duration: '1h' });
     expect(f.status).toBe(201);
     for (const res of [await retryApi(id), await retryBoard(id)]) {
       expect(res.status).toBe(409);
