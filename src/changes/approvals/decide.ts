@@ -34,6 +34,13 @@ import { approvalView, type DecisionAnswer } from './view.js';
  */
 export const APPROVING_GRACE_MS = 30_000;
 
+/** An approving record another call is still carrying out (no error yet, within the grace): 409. */
+function refuseRacer(a: Approval, id: string, now: number): void {
+  if (a.last_error === undefined && now - (a.approving_at ?? 0) < APPROVING_GRACE_MS) {
+    throw new ConflictError(`approval ${id} is already approved; its change is being carried out by another call`, 'approval_decided');
+  }
+}
+
 export interface DecisionRequest {
   id: string;
   action: 'approve' | 'reject';
@@ -208,14 +215,7 @@ export async function decideApproval(g: Guards, req: DecisionRequest): Promise<D
         return answer(a, now);
       case 'approving':
         // Another call gave the last approval a moment ago and is carrying it out: this one is a racer.
-        if (!(a.approvers.at(-1)?.owner === req.by.owner && a.approving_at === now)) {
-          if (a.last_error === undefined && now - (a.approving_at ?? 0) < APPROVING_GRACE_MS) {
-            throw new ConflictError(
-              `approval ${req.id} is already approved; its change is being carried out by another call`,
-              'approval_decided',
-            );
-          }
-        }
+        if (!(a.approvers.at(-1)?.owner === req.by.owner && a.approving_at === now)) refuseRacer(a, req.id, now);
         break;
       case 'approved':
         break;
@@ -225,8 +225,8 @@ export async function decideApproval(g: Guards, req: DecisionRequest): Promise<D
   } else if (req.by.owner === requesterOwner) {
     g.metrics?.approvals.inc({ change: kind, event: 'refused_self' });
     throw selfApproval(requesterOwner);
-  } else if (current.last_error === undefined && now - (current.approving_at ?? 0) < APPROVING_GRACE_MS) {
-    throw new ConflictError(`approval ${req.id} is already approved; its change is being carried out by another call`, 'approval_decided');
+  } else {
+    refuseRacer(current, req.id, now);
   }
 
   const { approval, carried } = await finishApproval(g, a, ask);
