@@ -21,6 +21,9 @@
  *   unique pushes and alert payloads only (a duplicate writes nothing, so it has nothing to WAIT for);
  * - the same API in the upgrade window: the 25 h after an upgrade from version 0.1, when the intake
  *   also reads that version's record of each event (src/domain/intake.ts); its own row, not a target.
+ * - with BENCH_BASELINE (`make bench-compare BASE=<commit>`): the API built from another commit, in the
+ *   same rounds, unique pushes and duplicates: the change of the push path's cost between the two,
+ *   measured as one run's per-round ratios rather than two runs' (the machine's load moves between runs).
  * Every API is given its intake's state before its first push: the rows above are an installation
  * past that window (the state it spends all but its first day in), the upgrade row one inside it.
  * Scenarios: unique push events (a new checkout_sha per request), duplicates (one event), and
@@ -48,7 +51,7 @@ import { Queue, Job } from 'bullmq';
 import { Redis } from 'ioredis';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
-import { join } from 'node:path';
+import { join, relative, resolve } from 'node:path';
 import { JOB, QUEUE_NAME } from '../src/shared/jobs.js';
 import { INTAKE_SINCE_KEY } from '../src/shared/keys.js';
 import { LEGACY_WINDOW_MS } from '../src/domain/intake.js';
@@ -96,6 +99,9 @@ const API_NODE_ARGS = (process.env.BENCH_API_NODE_ARGS ?? '').split(' ').filter(
 const HEAP_CAP_MB = Number(process.env.BENCH_HEAP_CAP_MB ?? CHART_HEAP_CAP_MB);
 const SEMI_SPACE_MB = Number(process.env.BENCH_SEMI_SPACE_MB ?? CHART_SEMI_SPACE_MB);
 const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 3));
+/** A checkout of another commit, built (its dist/src/server.js), its name for the table. */
+const BASELINE = process.env.BENCH_BASELINE;
+const BASELINE_NAME = process.env.BENCH_BASELINE_NAME ?? 'baseline';
 const WORKER_NODE_ARGS = (process.env.BENCH_WORKER_NODE_ARGS ?? '').split(' ').filter(Boolean);
 
 // ---------------------------------------------------------------- HTTP load (wrk)
@@ -312,10 +318,10 @@ async function main() {
     const control = await startServer('spec-minimum', 'dist/bench/bench/specMinimum.js', { REDIS_URL: redis.url });
     const publicFloor = await startServer('public-floor', 'dist/bench/bench/publicFloor.js', { REDIS_URL: redis.url });
     // The API as the chart runs it: the chart's heap caps, the rate limiter on with a limit never reached.
-    const startApi = async (name: string, extraEnv: Record<string, string>, logName: string) =>
+    const startApi = async (name: string, extraEnv: Record<string, string>, logName: string, script = 'dist/src/server.js') =>
       startServer(
         name,
-        'dist/src/server.js',
+        script,
         await apiEnv(redis.url, RATE_LIMIT_RPS, extraEnv),
         [...chartHeapArgs(HEAP_CAP_MB, SEMI_SPACE_MB), ...API_NODE_ARGS],
         join(ROOT, `artifacts/${logName}`),
@@ -330,6 +336,9 @@ async function main() {
     const steady = () => Date.now() - LEGACY_WINDOW_MS - 3600_000;
     const upgrade = () => Date.now();
     const apiUpgrade = await startApi('api-upgrade', {}, 'bench-api-upgrade.log');
+    const apiBase = BASELINE
+      ? await startApi('api-baseline', {}, 'bench-api-baseline.log', relative(ROOT, join(resolve(BASELINE), 'dist/src/server.js')))
+      : undefined;
     const servers: ReadonlyArray<{
       key: string;
       label: string;
@@ -364,6 +373,18 @@ async function main() {
         only: ['unique', 'dup', 'alerts1'],
         intakeSince: upgrade,
       },
+      ...(apiBase
+        ? [
+            {
+              key: 'apiBase',
+              label: `opsgate API built from ${BASELINE_NAME} (BENCH_BASELINE)`,
+              s: apiBase,
+              token: SCM_SECRET,
+              only: ['unique', 'dup'] as const,
+              intakeSince: steady,
+            },
+          ]
+        : []),
     ];
     const runsMode = (sv: (typeof servers)[number], m: Mode) => !sv.only || sv.only.includes(m);
     const modes: Array<{ mode: Mode; label: string; connections: number; seconds: number }> = [
@@ -665,6 +686,14 @@ async function main() {
         (m) =>
           `  upgrade window (version 0.1 records read), ${m === 'unique' ? 'unique pushes' : 'duplicates'}: ${vs(ratio(`apiUpgrade:${m}`, `floor:${m}`), fig(`apiUpgrade:${m}`).rps, fig(`floor:${m}`).rps, 'req/s', ['API', 'floor'])} the floor's req/s; ${fmt(ratio(`apiUpgrade:${m}`, `api:${m}`), 2)} x the steady API's; CPU per request, server + Redis, ${fmt(cpuPerReq(fig(`apiUpgrade:${m}`)))} us (steady API ${fmt(cpuPerReq(fig(`api:${m}`)))} us); RSS ${fmt(fig(`apiUpgrade:${m}`).rssMb)} MB`,
       ),
+      // The same API built from another commit, in the same rounds: each round's ratio, so the spread shows.
+      ...(runs['apiBase:unique']
+        ? (['unique', 'dup'] as const).map((m) => {
+            const per = (pick: (f: LoadFigures) => number) => runs[`api:${m}`]!.map((f, i) => pick(f) / pick(runs[`apiBase:${m}`]![i]!));
+            const spread = (xs: number[]) => `${fmt(median(xs), 2)} x (rounds ${xs.map((x) => fmt(x, 2)).join(', ')})`;
+            return `  this API / the API built from ${BASELINE_NAME}, ${m === 'unique' ? 'unique pushes' : 'duplicates'}: req/s ${spread(per((f) => f.rps))}; CPU per request, server + Redis, ${spread(per(cpuPerReq))} (${fmt(cpuPerReq(fig(`api:${m}`)))} us vs ${fmt(cpuPerReq(fig(`apiBase:${m}`)))} us); RSS ${fmt(fig(`api:${m}`).rssMb)} vs ${fmt(fig(`apiBase:${m}`).rssMb)} MB`;
+          })
+        : []),
       `  upgrade window, ${alerts}: API p50 / addBulk p50 ${vs(
         medianRatio(
           runs['apiUpgrade:alerts1']!.map((f) => f.p50),

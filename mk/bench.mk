@@ -37,6 +37,21 @@ bench: deps redis tools-wrk build ## Benchmark intake (bare Express / spec minim
 	node hack/build.mjs bench/tsconfig.json dist/bench
 	node dist/bench/bench/run.js
 
+# `make bench-compare BASE=<commit>` (default HEAD~1): `make bench` with one more server, the API built
+# from BASE in a detached worktree outside the checkout (BENCH_BASE_DIR; jest and eslint never see it),
+# on this checkout's node_modules (a BASE with other dependencies needs its own `npm ci` there), measured in the same interleaved rounds; the
+# context lines give this API / BASE's per round (req/s, CPU per request), so the spread shows.
+BASE ?= HEAD~1
+BENCH_BASE_DIR ?= $(or $(TMPDIR),/tmp)/opsgate-bench-base
+.PHONY: bench-compare
+bench-compare: deps redis tools-wrk build ## make bench, with the API built from BASE (a commit) measured beside this one
+	rm -rf $(BENCH_BASE_DIR) && git worktree prune
+	git worktree add --detach $(BENCH_BASE_DIR) $(BASE)
+	ln -s $(CURDIR)/node_modules $(BENCH_BASE_DIR)/node_modules
+	cd $(BENCH_BASE_DIR) && node hack/build.mjs tsconfig.build.json dist
+	node hack/build.mjs bench/tsconfig.json dist/bench
+	BENCH_BASELINE=$(BENCH_BASE_DIR) BENCH_BASELINE_NAME=$$(git rev-parse --short $(BASE)) node dist/bench/bench/run.js
+
 # `make bench-profile`: each server (bare Express, the spec-minimum control, the public-API floor, the API as the chart runs it)
 # under node --cpu-prof and wrk, one at a time; main-thread us per request by feature (bench/attribution.ts),
 # so a missed target of `make bench` comes with where the time goes. Knobs: PROFILE_MODE (unique | dup | alerts: one payload at a time),

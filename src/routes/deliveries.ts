@@ -1,3 +1,4 @@
+import { invalidInput } from './invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import { DELIVERY_ID, VERDICTS, deliveryViewSchema, type DeliveryLog } from '../domain/deliveries.js';
@@ -102,14 +103,6 @@ export const replayAnswerSchema = z.object({
   held_until: z.string().optional(),
 });
 
-function invalid(error: z.ZodError, what: 'query parameter' | 'body field'): UnprocessableError {
-  const issue = error.issues[0]!;
-  return new UnprocessableError(
-    `invalid ${what} ${issue.path.join('.') || ''}: ${issue.message}`.replace(/ {2,}/g, ' '),
-    what === 'query parameter' ? 'invalid_query' : 'invalid_body',
-  );
-}
-
 export function deliveriesRouter(deps: DeliveriesDeps): Router {
   const r = Router();
   const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
@@ -119,7 +112,7 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
     .get(anyKey, async (req, res) => {
       singleValued(req.query);
       const q = listDeliveriesQuerySchema.safeParse(req.query);
-      if (!q.success) throw invalid(q.error, 'query parameter');
+      if (!q.success) throw invalidInput(q.error, 'query parameter');
       let { source, verdict, before } = q.data;
       if (q.data.cursor !== undefined) {
         if (before !== undefined) throw new UnprocessableError('give cursor or before, not both', 'invalid_query');
@@ -151,7 +144,7 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
     .post(operatorKey, ...rawBody(deps.config.BODY_LIMIT), async (req, res) => {
       const id = String(req.params.id);
       const body = replayBodySchema.safeParse(parseJson(req.body as Buffer));
-      if (!body.success) throw invalid(body.error, 'body field');
+      if (!body.success) throw invalidInput(body.error, 'body field');
       res.locals.auditFields = { delivery: id, replay_reason: body.data.reason };
       const view = await deps.deliveries.get(id);
       if (!view) throw new NotFoundError('delivery not found', 'delivery_not_found');

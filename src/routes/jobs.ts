@@ -1,3 +1,4 @@
+import { invalidInput } from './invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import { approvalView, approvalViewSchema } from '../changes/approvals/view.js';
@@ -103,14 +104,6 @@ export const jobListSchema = z.object({
 export const retryAnswerSchema = z.object({ retried: z.literal(true), job: jobViewSchema });
 
 /** The first zod issue as a {detail, code} naming the parameter. */
-function invalid(error: z.ZodError, what: 'query parameter' | 'body field'): UnprocessableError {
-  const issue = error.issues[0]!;
-  return new UnprocessableError(
-    `invalid ${what} ${issue.path.join('.') || ''}: ${issue.message}`.replace(/ {2,}/g, ' '),
-    what === 'query parameter' ? 'invalid_query' : 'invalid_body',
-  );
-}
-
 export function jobsRouter(deps: JobsDeps): Router {
   const r = Router();
   const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
@@ -120,7 +113,7 @@ export function jobsRouter(deps: JobsDeps): Router {
     .get(anyKey, async (req, res) => {
       singleValued(req.query);
       const q = listJobsQuerySchema.safeParse(req.query);
-      if (!q.success) throw invalid(q.error, 'query parameter');
+      if (!q.success) throw invalidInput(q.error, 'query parameter');
       const { limit, cursor } = q.data;
       let { state, offset = 0 } = q.data;
       if (cursor !== undefined) {
@@ -203,7 +196,7 @@ export function jobsRouter(deps: JobsDeps): Router {
       const id = req.params.id;
       if (!JOB_ID.test(id)) throw new NotFoundError('job not found', 'job_not_found');
       const body = retryBodySchema.safeParse(parseJson(req.body as Buffer));
-      if (!body.success) throw invalid(body.error, 'body field');
+      if (!body.success) throw invalidInput(body.error, 'body field');
       res.locals.auditFields = { job_id: id, retry_reason: body.data.reason };
       const out = await deps.deadLetters.retry(id, {
         requester: principalOf(res),

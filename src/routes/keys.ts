@@ -1,10 +1,11 @@
+import { invalidInput } from './invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { keyStatus, rfc3339, type KeyUsage } from '../shared/apiKeyLifetime.js';
 import type { ApiConfig } from '../shared/config.js';
-import { RedisUnavailableError, UnprocessableError } from '../shared/errors.js';
+import { RedisUnavailableError } from '../shared/errors.js';
 import type { Metrics } from '../shared/metrics.js';
 import { keysetPage, nextCursorSchema, pageQueryShape, singleValued } from './paging.js';
 
@@ -55,10 +56,7 @@ export function keysRouter(deps: KeysDeps): Router {
     .get(operatorKey, async (req, res) => {
       singleValued(req.query);
       const q = listKeysQuerySchema.safeParse(req.query);
-      if (!q.success) {
-        const issue = q.error.issues[0]!;
-        throw new UnprocessableError(`invalid query parameter ${issue.path.join('.')}: ${issue.message}`, 'invalid_query');
-      }
+      if (!q.success) throw invalidInput(q.error, 'query parameter');
       // A snapshot: a reload of the keys file during the read below must not mix two sets.
       const page = keysetPage(
         'keys',

@@ -1,3 +1,4 @@
+import { invalidInput } from '../../routes/invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import { decideApproval } from './decide.js';
@@ -41,16 +42,6 @@ export const approvalListSchema = z.object({ approvals: z.array(approvalViewSche
 /** Query of GET /ops/approvals. */
 export const listApprovalsQuerySchema = z.object(pageQueryShape(100, 500));
 
-function invalid(error: z.ZodError): UnprocessableError {
-  const issue = error.issues[0]!;
-  return new UnprocessableError(`invalid body field ${issue.path.join('.')}: ${issue.message}`.replace(/ {2,}/g, ' '), 'invalid_body');
-}
-
-function invalidQuery(error: z.ZodError): UnprocessableError {
-  const issue = error.issues[0]!;
-  return new UnprocessableError(`invalid query parameter ${issue.path.join('.')}: ${issue.message}`, 'invalid_query');
-}
-
 export function approvalsRouter(deps: ApprovalsDeps): Router {
   const r = Router();
   const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
@@ -61,7 +52,7 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
     .get(anyKey, async (req, res) => {
       singleValued(req.query);
       const q = listApprovalsQuerySchema.safeParse(req.query);
-      if (!q.success) throw invalidQuery(q.error);
+      if (!q.success) throw invalidInput(q.error, 'query parameter');
       const now = g.now();
       const pending = await redisCall(() => g.approvals.pending(now), g.redis);
       const page = keysetPage('approvals', pending, (a) => [a.expires_at, a.id], q.data);
@@ -82,7 +73,7 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
       .post(operatorKey, ...rawBody(deps.config.BODY_LIMIT), async (req, res) => {
         const id = String(req.params.id);
         const body = decisionBodySchema.safeParse(parseJson(req.body as Buffer));
-        if (!body.success) throw invalid(body.error);
+        if (!body.success) throw invalidInput(body.error, 'body field');
         if (action === 'reject' && body.data.override !== undefined) {
           throw new UnprocessableError('override applies to approve only', 'invalid_body');
         }

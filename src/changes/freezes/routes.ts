@@ -1,3 +1,4 @@
+import { invalidInput } from '../../routes/invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import {
@@ -17,7 +18,6 @@ import { requireApiKey, type ApiKeyPolicy } from '../../middleware/auth.js';
 import { parseJson, rawBody } from '../../middleware/body.js';
 import { methodNotAllowed } from '../../middleware/errors.js';
 import type { ApiConfig } from '../../shared/config.js';
-import { UnprocessableError } from '../../shared/errors.js';
 import type { JobReads } from '../../shared/jobReads.js';
 import { FREEZES_KEY, HOLDS_KEY } from '../../shared/keys.js';
 import type { Logger } from '../../shared/logger.js';
@@ -53,16 +53,8 @@ export const listFreezesQuerySchema = z.object(pageQueryShape(100, 500));
 function pageQuery(query: Record<string, unknown>): z.infer<typeof listFreezesQuerySchema> {
   singleValued(query);
   const q = listFreezesQuerySchema.safeParse(query);
-  if (!q.success) {
-    const issue = q.error.issues[0]!;
-    throw new UnprocessableError(`invalid query parameter ${issue.path.join('.')}: ${issue.message}`, 'invalid_query');
-  }
+  if (!q.success) throw invalidInput(q.error, 'query parameter');
   return q.data;
-}
-
-function invalid(error: z.ZodError): UnprocessableError {
-  const issue = error.issues[0]!;
-  return new UnprocessableError(`invalid body field ${issue.path.join('.')}: ${issue.message}`.replace(/ {2,}/g, ' '), 'invalid_body');
 }
 
 export function freezesRouter(deps: FreezesDeps): Router {
@@ -80,7 +72,7 @@ export function freezesRouter(deps: FreezesDeps): Router {
     })
     .post(operatorKey, ...body, async (req, res) => {
       const parsed = freezeBodySchema.safeParse(parseJson(req.body as Buffer));
-      if (!parsed.success) throw invalid(parsed.error);
+      if (!parsed.success) throw invalidInput(parsed.error, 'body field');
       res.locals.auditFields = { scope: parsed.data.scope, reason: parsed.data.reason };
       const freeze = await declareFreeze(g, parsed.data, res.locals.principal!);
       res.locals.auditFields = { freeze_id: freeze.id, scope: freeze.scope, reason: freeze.reason, ends_at: freeze.ends_at };
@@ -97,7 +89,7 @@ export function freezesRouter(deps: FreezesDeps): Router {
     .delete(operatorKey, ...body, async (req, res) => {
       const id = String(req.params.id);
       const parsed = liftBodySchema.safeParse(parseJson(req.body as Buffer));
-      if (!parsed.success) throw invalid(parsed.error);
+      if (!parsed.success) throw invalidInput(parsed.error, 'body field');
       res.locals.auditFields = { freeze_id: id, reason: parsed.data.reason };
       const out = await liftFreeze(g, id);
       res.locals.auditFields = { freeze_id: id, reason: parsed.data.reason, released: out.released };

@@ -1,0 +1,14 @@
+import type { z } from 'zod';
+import { UnprocessableError } from '../shared/errors.js';
+
+/**
+ * The 422 for a query or body that fails its schema: the first issue, named by its field, with the
+ * code that says which part of the request was wrong. Every router answers bad input through it.
+ */
+export function invalidInput(error: z.ZodError, what: 'query parameter' | 'body field'): UnprocessableError {
+  const issue = error.issues[0]!;
+  return new UnprocessableError(
+    `invalid ${what} ${issue.path.join('.')}: ${issue.message}`.replace(/ {2,}/g, ' '),
+    what === 'query parameter' ? 'invalid_query' : 'invalid_body',
+  );
+}
