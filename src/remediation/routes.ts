@@ -1,0 +1,54 @@
+import { Router } from 'express';
+import { z } from 'zod';
+import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
+import { methodNotAllowed } from '../middleware/errors.js';
+import { redisCall } from '../domain/redisOps.js';
+import { keysetPage, nextCursorSchema, pageQueryShape, singleValued } from '../routes/paging.js';
+import type { ApiConfig } from '../shared/config.js';
+import { UnprocessableError } from '../shared/errors.js';
+import type { Metrics } from '../shared/metrics.js';
+import type { Redis } from 'ioredis';
+import { decisionSchema, type RemediationStore } from './store.js';
+
+/**
+ * GET /ops/remediations (any valid key): the recent decisions of alert-driven remediation, newest
+ * first, each with its reason: "why did (or didn't) opsgate restart X?". Paged with limit and
+ * cursor (src/routes/paging.ts); `rule` keeps one rule's.
+ */
+export interface RemediationRoutesDeps {
+  config: Pick<ApiConfig, 'apiKeys'>;
+  redis: Redis;
+  store: RemediationStore;
+  metrics: Pick<Metrics, 'authFailures'>;
+  apiKeyPolicy?: ApiKeyPolicy;
+}
+
+export const remediationsQuerySchema = z.object({
+  ...pageQueryShape(100, 500),
+  rule: z.string().min(1).max(63).optional().describe("only this rule's decisions"),
+});
+
+export const remediationListSchema = z.object({ remediations: z.array(decisionSchema), next_cursor: nextCursorSchema });
+
+export function remediationsRouter(deps: RemediationRoutesDeps): Router {
+  const r = Router();
+  const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
+  r.route('/ops/remediations')
+    .get(anyKey, async (req, res) => {
+      singleValued(req.query);
+      const q = remediationsQuerySchema.safeParse(req.query);
+      if (!q.success) {
+        const issue = q.error.issues[0]!;
+        throw new UnprocessableError(`invalid query parameter ${issue.path.join('.')}: ${issue.message}`, 'invalid_query');
+      }
+      const all = await redisCall(() => deps.store.decisions(), deps.redis);
+      // Newest first: by time, then by place in the list (newest at its head), counted from its
+      // oldest entry so that decisions recorded between two pages move no other one.
+      const ranked = all.map((d, i) => ({ d, rank: all.length - 1 - i }));
+      const mine = q.data.rule === undefined ? ranked : ranked.filter((e) => e.d.rule === q.data.rule);
+      const page = keysetPage('remediations', mine, (e) => [-Date.parse(e.d.at), String(1e9 - e.rank).padStart(10, '0')], q.data);
+      res.json({ remediations: page.items.map((e) => e.d), next_cursor: page.next_cursor });
+    })
+    .all(methodNotAllowed(['GET']));
+  return r;
+}
