@@ -303,6 +303,13 @@ describe('GET /ops/remediations', () => {
     const p2 = await request(ctx.h.app).get(`/ops/remediations?cursor=${p1.body.next_cursor}`).set('X-API-Key', RO_KEY);
     expect(p2.body).toEqual({ remediations: [all[1]], next_cursor: null });
     expect((await request(ctx.h.app).get('/ops/remediations?rule=slow').set('X-API-Key', RO_KEY)).body.remediations).toEqual([]);
+    // A cursor continues its own query (here: every rule's decisions), not another rule's.
+    const other = await request(ctx.h.app).get(`/ops/remediations?rule=slow&cursor=${p1.body.next_cursor}`).set('X-API-Key', RO_KEY);
+    expect(other.status).toBe(422);
+    expect(other.body.code).toBe('invalid_cursor');
+    const mine = await request(ctx.h.app).get('/ops/remediations?rule=down&limit=1').set('X-API-Key', RO_KEY);
+    const next = await request(ctx.h.app).get(`/ops/remediations?cursor=${mine.body.next_cursor}`).set('X-API-Key', RO_KEY);
+    expect(next.body).toEqual({ remediations: [all[1]], next_cursor: null });
     expect((await request(ctx.h.app).get('/ops/remediations')).status).toBe(401);
     expect((await request(ctx.h.app).get('/ops/remediations?limit=0').set('X-API-Key', RO_KEY)).body.code).toBe('invalid_query');
     expect(await ctx.h.inspect.llen(REMEDIATION_DECISIONS_KEY)).toBe(2);
