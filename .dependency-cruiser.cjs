@@ -4,12 +4,14 @@
  *   src/server.ts, src/app.ts        wiring: may import anything below
  *   src/openapi/                     describes the routes (reads their schemas); nothing imports it but the wiring
  *   src/routes/                      HTTP: may use changes, domain, middleware, shared
+ *   src/remediation/                 alert-driven remediation: a way into the change pipeline (engine, its store,
+ *                                    script and Alertmanager client); its routes.ts is HTTP
  *   src/changes/                     the change pipeline (planner, executor, its stores, scripts and views); its
  *                                    routes (src/changes/<concept>/routes.ts) are HTTP and may use middleware
  *   src/domain/   src/middleware/    intake and operations / request plumbing: shared and sources, never each other
  *   src/sources/                     the webhook senders as data: src/shared only
  *   src/shared/                      the floor: imports nothing of opsgate above it (but the senders' secret list)
- *   worker/                          the other process: src/shared and src/changes (never its routes)
+ *   worker/                          the other process: src/shared, src/changes and src/remediation (never their routes)
  */
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {
@@ -26,7 +28,7 @@ module.exports = {
       severity: 'error',
       comment: 'src/shared is used by both processes and imports nothing of opsgate above it.',
       from: { path: '^src/shared/' },
-      to: { path: '^(src/(changes|domain|middleware|routes|openapi)/|src/(app|server)\\.ts$|worker/)' },
+      to: { path: '^(src/(changes|remediation|domain|middleware|routes|openapi)/|src/(app|server)\\.ts$|worker/)' },
     },
     {
       name: 'changes-below-http',
@@ -34,6 +36,22 @@ module.exports = {
       comment: 'The change pipeline takes values, not HTTP: only its routes know Express plumbing.',
       from: { path: '^src/changes/', pathNot: '/routes\\.ts$' },
       to: { path: '^(src/(middleware|routes|openapi)/|src/(app|server)\\.ts$|worker/|src/changes/.*/routes\\.ts$)' },
+    },
+    {
+      name: 'remediation-below-http',
+      severity: 'error',
+      comment: 'Remediation takes values, not HTTP: only its routes know Express plumbing; the pipeline never reaches back into it.',
+      from: { path: '^src/remediation/', pathNot: '/routes\\.ts$' },
+      to: {
+        path: '^(src/(middleware|routes|openapi)/|src/(app|server)\\.ts$|worker/|src/remediation/routes\\.ts$|src/changes/.*/routes\\.ts$)',
+      },
+    },
+    {
+      name: 'changes-do-not-remediate',
+      severity: 'error',
+      comment: 'Remediation is a way into the change pipeline, above it.',
+      from: { path: '^src/(changes|domain)/' },
+      to: { path: '^src/remediation/' },
     },
     {
       name: 'domain-does-not-plan',
@@ -81,13 +99,13 @@ module.exports = {
       severity: 'error',
       comment: 'The worker shares src/shared and the change pipeline with the API, and nothing of its HTTP side.',
       from: { path: '^worker/' },
-      to: { path: '^src/', pathNot: '^src/(shared|changes)/' },
+      to: { path: '^src/', pathNot: '^src/(shared|changes|remediation)/' },
     },
     {
       name: 'worker-not-http',
       severity: 'error',
       from: { path: '^worker/' },
-      to: { path: '^src/changes/.*/routes\\.ts$' },
+      to: { path: '^src/(changes/.*/|remediation/)routes\\.ts$' },
     },
   ],
   options: {

@@ -19,6 +19,10 @@ import { jobsRouter } from './routes/jobs.js';
 import { keysRouter } from './routes/keys.js';
 import { openapiRouter } from './openapi/router.js';
 import { opsRouter } from './routes/ops.js';
+import { createAlertmanagerClient } from './remediation/alertmanager.js';
+import { createRemediation } from './remediation/engine.js';
+import { remediationsRouter } from './remediation/routes.js';
+import { createRemediationStore, OUTCOMES, SUPPRESSION_GUARDS } from './remediation/store.js';
 import { webhookFailures, webhooksRouter } from './routes/webhooks.js';
 import { createKeyUsage } from './shared/apiKeyLifetime.js';
 import { createAllowedNames, type AllowedNames } from './shared/clientNames.js';
@@ -144,6 +148,27 @@ export function createApp(deps: AppDeps): Express {
       keepUnverified: deps.config.DELIVERIES_UNVERIFIED_KEPT,
     });
   const allowedNames = deps.allowedNames ?? createAllowedNames(deps.config.clientAllowedNames ?? []);
+  // Alert-driven remediation: the inventory's rules, given every alerts notification after its intake.
+  const rules = deps.inventory.remediations ?? [];
+  const remediationStore = createRemediationStore(deps.redis);
+  deps.metrics.setRemediationRules(
+    rules.map((r) => r.name),
+    { outcomes: OUTCOMES, guards: SUPPRESSION_GUARDS },
+    () => remediationStore.silences(),
+  );
+  const remediation =
+    rules.length === 0
+      ? undefined
+      : createRemediation({
+          guards,
+          rules,
+          store: remediationStore,
+          ...(deps.config.ALERTMANAGER_URL ? { alertmanager: createAlertmanagerClient(deps.config.ALERTMANAGER_URL) } : {}),
+          jobs: deps.queue.jobs,
+          logger: deps.logger.child({ component: 'remediation' }),
+          metrics: deps.metrics,
+          now: deps.now ?? Date.now,
+        });
   app.use(
     webhooksRouter({
       ...deps,
@@ -152,6 +177,7 @@ export function createApp(deps: AppDeps): Express {
       replicated,
       changed,
       guards,
+      ...(remediation ? { remediation } : {}),
       ...(deps.config.TLS_CLIENT_CA_FILE
         ? { alertsClientCertificate: requireClientCertificate(deps.metrics, () => allowedNames.current()) }
         : {}),
@@ -162,6 +188,7 @@ export function createApp(deps: AppDeps): Express {
   app.use(approvalsRouter({ ...deps, guards, apiKeyPolicy, changed }));
   app.use(freezesRouter({ ...deps, guards, jobs: deps.queue.jobs, apiKeyPolicy, changed }));
   app.use(keysRouter({ ...deps, usage: keyUsage, apiKeyPolicy }));
+  app.use(remediationsRouter({ ...deps, store: remediationStore, apiKeyPolicy }));
   const retryReplicated = retryReplicationGate({
     queue: deps.queue.producer,
     logger: deps.logger,

@@ -22,6 +22,7 @@ import { watchCredentials } from './shared/credentialReload.js';
 import { ConfigError } from './shared/errors.js';
 import { findKubeConfig, kubeConfigFromEnv, NoKubeConfigError } from './shared/kubeconfig.js';
 import { loadInventory } from './shared/inventory.js';
+import { remediationStartProblems } from './shared/remediations.js';
 import { createSenderSecrets, watchCredentialFile } from './shared/liveSecrets.js';
 import { createLogger, type Logger } from './shared/logger.js';
 import { createMetrics, queueCountsSource } from './shared/metrics.js';
@@ -63,6 +64,12 @@ export async function start(
   const exitOnDeadline = opts.exitOnDeadline ?? false;
   const config = loadApiConfig(env);
   const inventory = loadInventory(config.OPS_INVENTORY_FILE);
+  // Remediation rules only behind an authenticated alerts sender, and silences only with an Alertmanager to keep them.
+  const remediationProblems = remediationStartProblems(inventory.remediations, {
+    alertsAuthenticated: (config.senderSecrets.ALERTS_WEBHOOK_TOKEN ?? []).length > 0 || config.TLS_CLIENT_CA_FILE !== undefined,
+    alertmanagerUrl: config.ALERTMANAGER_URL,
+  });
+  if (remediationProblems.length > 0) throw new ConfigError(remediationProblems);
   // Unreadable or mismatched certificate files stop the start like any bad configuration.
   const listenerTls = (files: ReturnType<typeof apiTlsFiles>): ListenerTls | undefined =>
     files ? { files, material: loadTlsMaterial(files), intervalMs: config.TLS_RELOAD_INTERVAL_MS } : undefined;

@@ -10,6 +10,7 @@ import type { ReportChangeData } from '../src/shared/jobs.js';
 import type { Logger } from '../src/shared/logger.js';
 import type { Metrics } from '../src/shared/metrics.js';
 import type { KubeConfigFactory } from '../src/shared/kubeconfig.js';
+import type { RemediationDeps } from '../src/remediation/engine.js';
 
 /**
  * What the worker needs of guarded changes: the freezes and holds (a held deploy is checked again
@@ -27,6 +28,8 @@ export interface WorkerGuards {
   report(jobId: string, data: ReportChangeData, delayMs?: number): Promise<void>;
   metrics?: Pick<Metrics, 'changeOutcomes' | 'holds'>;
   now: () => number;
+  /** Alert-driven remediation's checks and watches (absent without rules in the inventory). */
+  remediation?: Omit<RemediationDeps, 'onOutcome'>;
 }
 
 /** What a job handler gets besides its validated data. */

@@ -11,7 +11,8 @@ import { apiStatus } from './k8s.js';
  * (Warning) on a Deployment the worker refused to restart; and how it ended: `OpsgateRolledOut` /
  * `OpsgateRolloutFailed` (Warning) on the Deployment, `OpsgateDeployed` / `OpsgateDeployFailed` on the
  * Job, `OpsgateRestartRejected` / `OpsgateRestartExpired` on a Deployment whose restart was not
- * approved. The note carries the principal's key id, the approvers, the audit id and the queue job
+ * approved; `OpsgateRemediated` / `OpsgateRemediationFailed` (Warning) for how an alert-driven
+ * remediation ended. The note carries the principal's key id, the approvers, the audit id and the queue job
  * id (never a secret: requested_by is a credential id).
  *
  * The Event name derives from the queue job id and reason, so a retried attempt finds its own
@@ -30,7 +31,10 @@ export type EventReason =
   | 'OpsgateDeployed'
   | 'OpsgateDeployFailed'
   | 'OpsgateRestartRejected'
-  | 'OpsgateRestartExpired';
+  | 'OpsgateRestartExpired'
+  // How an alert-driven remediation ended (worker/jobs/remediate.ts), on the Deployment.
+  | 'OpsgateRemediated'
+  | 'OpsgateRemediationFailed';
 
 const WHAT: Record<EventReason, string> = {
   OpsgateRestart: 'rollout restart',
@@ -42,6 +46,8 @@ const WHAT: Record<EventReason, string> = {
   OpsgateDeployFailed: 'deploy failed',
   OpsgateRestartRejected: 'rollout restart rejected',
   OpsgateRestartExpired: 'rollout restart approval expired',
+  OpsgateRemediated: 'remediation verified: the alert resolved',
+  OpsgateRemediationFailed: 'remediation did not clear the alert',
 };
 
 export interface OpsgateEvent {

@@ -4,7 +4,13 @@ import { createApprovalStore } from '../src/changes/approvals/store.js';
 import { createBudgets } from '../src/changes/budget/store.js';
 import { createFreezeStore } from '../src/changes/freezes/store.js';
 import { createHoldStore } from '../src/changes/holds.js';
+import { createGuards } from '../src/changes/guards.js';
+import { createAlertmanagerClient } from '../src/remediation/alertmanager.js';
+import type { RemediationMetrics } from '../src/remediation/engine.js';
+import { createRemediationStore } from '../src/remediation/store.js';
 import type { WorkerConfig } from '../src/shared/config.js';
+import type { Inventory } from '../src/shared/inventory.js';
+import { createJobReads } from '../src/shared/jobReads.js';
 import { defaultJobOptions, JOB, QUEUE_NAME } from '../src/shared/jobs.js';
 import type { Logger } from '../src/shared/logger.js';
 import { createProducer } from '../src/shared/producer.js';
@@ -20,10 +26,13 @@ import type { WorkerGuards } from './context.js';
  */
 export function createWorkerGuards(deps: {
   redis: Redis;
-  config: Pick<WorkerConfig, 'REDIS_URL' | 'JOB_ATTEMPTS' | 'JOB_BACKOFF_MS'>;
+  config: Pick<WorkerConfig, 'REDIS_URL' | 'JOB_ATTEMPTS' | 'JOB_BACKOFF_MS'> & Partial<Pick<WorkerConfig, 'ALERTMANAGER_URL'>>;
   logger: Logger;
   now: () => number;
   metrics?: WorkerGuards['metrics'];
+  /** With remediation rules: the worker runs their checks and watches through the change pipeline. */
+  inventory?: Inventory;
+  remediationMetrics?: RemediationMetrics;
 }): { guards: WorkerGuards; reportQueue: Queue } {
   const { redis, config, logger } = deps;
   const reportQueue = new Queue(QUEUE_NAME, {
@@ -45,5 +54,29 @@ export function createWorkerGuards(deps: {
     ...(deps.metrics ? { metrics: deps.metrics } : {}),
     now: deps.now,
   };
+  const rules = deps.inventory?.remediations ?? [];
+  if (deps.inventory && rules.length > 0) {
+    // A remediation's check acts through the same pipeline as the API: its restarts only; a deploy is never asked for here.
+    const pipeline = createGuards({
+      inventory: deps.inventory,
+      redis,
+      producer: reports,
+      intake: {
+        push: () => Promise.reject(new Error('the worker carries out no deploy through the intake')),
+      },
+      logger,
+      now: deps.now,
+    });
+    guards.remediation = {
+      guards: pipeline,
+      rules,
+      store: createRemediationStore(redis),
+      ...(config.ALERTMANAGER_URL ? { alertmanager: createAlertmanagerClient(config.ALERTMANAGER_URL) } : {}),
+      jobs: createJobReads(reportQueue, createQueueGuard(redis, 5000, logger)),
+      logger: logger.child({ component: 'remediation' }),
+      ...(deps.remediationMetrics ? { metrics: deps.remediationMetrics } : {}),
+      now: deps.now,
+    };
+  }
   return { guards, reportQueue };
 }

@@ -18,6 +18,8 @@ import { loadTlsMaterial, type ListenerTls } from '../src/shared/tls.js';
 import { packageVersion } from '../src/shared/version.js';
 import { kubeConfigFromEnv, type KubeConfigFactory } from '../src/shared/kubeconfig.js';
 import { createWorkerGuards } from './guards.js';
+import { createRemediationStore, OUTCOMES, SUPPRESSION_GUARDS } from '../src/remediation/store.js';
+import { remediationStartProblems } from '../src/shared/remediations.js';
 import { workerLiveness } from './liveness.js';
 import { observeJobs, type JobMetrics } from './outcomes.js';
 import { createProcessor } from './processor.js';
@@ -69,12 +71,18 @@ export async function startWorker(config: WorkerConfig, deps: WorkerDeps = {}): 
 
   const m = deps.metrics;
   const guardMetrics = m?.changeOutcomes && m.holds ? { changeOutcomes: m.changeOutcomes, holds: m.holds } : undefined;
+  const remediationMetrics =
+    m?.remediations && m.remediationsSuppressed && m.remediationEscalations
+      ? { remediations: m.remediations, remediationsSuppressed: m.remediationsSuppressed, remediationEscalations: m.remediationEscalations }
+      : undefined;
   const { guards, reportQueue } = createWorkerGuards({
     redis,
     config,
     logger,
     now: deps.now ?? Date.now,
     ...(guardMetrics ? { metrics: guardMetrics } : {}),
+    inventory,
+    ...(remediationMetrics ? { remediationMetrics } : {}),
   });
   const processor = createProcessor({ config, inventory, redis, kubeConfig, logger, guards });
   const worker = new Worker(QUEUE_NAME, processor, {
@@ -117,6 +125,8 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
   try {
     config = loadWorkerConfig(env);
     inventory = loadInventory(config.OPS_INVENTORY_FILE);
+    const problems = remediationStartProblems(inventory.remediations, { alertmanagerUrl: config.ALERTMANAGER_URL });
+    if (problems.length > 0) throw new ConfigError(problems);
     const files = metricsTlsFiles(config);
     if (files) metricsTls = { files, material: loadTlsMaterial(files), intervalMs: config.TLS_RELOAD_INTERVAL_MS };
   } catch (err) {
@@ -171,6 +181,13 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
   });
 
   handle = await startWorker(config, { logger, metrics, inventory });
+  // Every remediation series at 0 from the start; the silences kept are counted in Redis.
+  const remediationStore = createRemediationStore(handle.redis);
+  metrics.setRemediationRules(
+    inventory.remediations.map((r) => r.name),
+    { outcomes: OUTCOMES, guards: SUPPRESSION_GUARDS },
+    () => remediationStore.silences(),
+  );
   // Queue depth / dead letters read from Redis at scrape time (observability; src/shared/queueDepth.ts).
   queueDepth = exportQueueDepth(metrics, config.REDIS_URL);
 }

@@ -5,7 +5,12 @@ import type { Metrics } from '../src/shared/metrics.js';
 
 /** The metrics observeJobs updates (a test may pass a subset). */
 export type JobMetrics = Pick<Metrics, 'jobsProcessed' | 'jobDuration' | 'jobRetries'> &
-  Partial<Pick<Metrics, 'jobsStalled' | 'workerErrors' | 'changeOutcomes' | 'holds'>>;
+  Partial<
+    Pick<
+      Metrics,
+      'jobsStalled' | 'workerErrors' | 'changeOutcomes' | 'holds' | 'remediations' | 'remediationsSuppressed' | 'remediationEscalations'
+    >
+  >;
 
 /**
  * Every job attempt's outcome as a log line and metrics, the worker's counterpart of the API's

@@ -6,6 +6,7 @@ import { JobCancelledError, JobTimeoutError } from './errors.js';
 import { runDeployPipeline } from './jobs/deploy.js';
 import { dryRun } from './jobs/dryRun.js';
 import { notifyOncall } from './jobs/notify.js';
+import { remediate } from './jobs/remediate.js';
 import { reportChange } from './jobs/report.js';
 import { restartService } from './jobs/restart.js';
 import { checkGate, failureOutcome, isFinal, recordOutcome } from './report.js';
@@ -28,6 +29,7 @@ export const handlers: { [N in JobName]: Handler<never> } = {
   [JOB.notifyOncall]: notifyOncall,
   [JOB.dryRun]: dryRun,
   [JOB.reportChange]: reportChange,
+  [JOB.remediate]: remediate,
 };
 
 export { JobCancelledError, JobTimeoutError };

@@ -1,4 +1,5 @@
 import { hostPolicy, projectPolicy, type Inventory } from '../shared/inventory.js';
+import type { ApprovalPolicy } from '../shared/policy.js';
 import type { Freeze } from './freezes/store.js';
 import { redisCall } from '../domain/redisOps.js';
 import { gate } from './gate.js';
@@ -23,9 +24,10 @@ export function policyFacts(inventory: Inventory, freezes: readonly Freeze[], ch
   const t = change.target;
   if (t.kind === 'restart') {
     const policy = hostPolicy(inventory, t.host);
+    const approval = stricter(policy.approval, change.approval);
     return {
       gate: gate(freezes, policy.windows, { namespace: t.namespace }, now),
-      ...(policy.approval ? { approval: policy.approval } : {}),
+      ...(approval ? { approval } : {}),
       ...(policy.budget ? { budget: policy.budget } : {}),
     };
   }
@@ -34,6 +36,12 @@ export function policyFacts(inventory: Inventory, freezes: readonly Freeze[], ch
     gate: gate(freezes, policy.windows, { namespace: t.namespace, project: t.project }, now),
     ...(policy.approval ? { approval: policy.approval } : {}),
   };
+}
+
+/** Of two approvals asked for, the one needing more approvers (the policy's on a tie). */
+function stricter(policy: ApprovalPolicy | undefined, asked: ApprovalPolicy | undefined): ApprovalPolicy | undefined {
+  if (!policy || !asked) return policy ?? asked;
+  return asked.required > policy.required ? asked : policy;
 }
 
 export async function gatherFacts(g: Guards, change: Change, now: number, peek = false): Promise<Facts> {

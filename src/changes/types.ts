@@ -78,6 +78,11 @@ export interface Change {
   jobId?: string;
   /** The id its approval gets when it waits for one (derived from an Idempotency-Key, so a retry finds it). */
   approvalId?: string;
+  /**
+   * An approval the way in asks for besides the policy's (a remediation rule's `approval`): the
+   * change waits for the stricter of the two.
+   */
+  approval?: ApprovalPolicy;
 }
 
 /** What the stores answered about a change, read before the plan. */

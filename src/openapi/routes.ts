@@ -15,6 +15,8 @@ import { jobListSchema, jobViewSchema, listJobsQuerySchema, retryAnswerSchema, r
 import { deliveryViewSchema } from '../domain/deliveries.js';
 import { deliveryListSchema, listDeliveriesQuerySchema, replayAnswerSchema, replayBodySchema } from '../routes/deliveries.js';
 import { keyListSchema, listKeysQuerySchema } from '../routes/keys.js';
+import { remediationListSchema, remediationsQuerySchema } from '../remediation/routes.js';
+import { DECISIONS } from '../remediation/store.js';
 import type { ErrorCode } from '../shared/errors.js';
 import { SOURCES, type Source } from '../sources/index.js';
 import type { ResponseDoc, RouteDoc } from './document.js';
@@ -76,6 +78,18 @@ const alertResult = z.object({
   received: z.number().int(),
   firing: z.number().int(),
   job_ids: z.array(z.string()).describe('the jobs this payload queued'),
+  remediations: z
+    .array(
+      z.object({
+        rule: z.string(),
+        fingerprint: z.string(),
+        decision: z.enum(DECISIONS),
+        reason: z.string(),
+        id: z.string().describe('the remediation (GET /ops/remediations)'),
+      }),
+    )
+    .optional()
+    .describe("the inventory's remediation rules that matched alerts of this payload, and what each decided; absent when none matched"),
 });
 
 // --- requests ------------------------------------------------------------------------------
@@ -744,6 +758,23 @@ export const API_ROUTES: readonly RouteDoc[] = [
     query: listFreezesQuerySchema,
     responses: {
       200: { description: 'one page of the held deploys, soonest due first', schema: holdListSchema },
+      401: E[401](),
+      422: E[422]('limit out of range, a parameter repeated, or a cursor not of this list', LIST_422),
+      429: E[429],
+      503: E[503]('Redis unavailable'),
+    },
+  },
+  {
+    method: 'get',
+    path: '/ops/remediations',
+    summary: 'Recent decisions of alert-driven remediation, with their reasons, newest first',
+    description:
+      "Why did (or didn't) opsgate restart a Deployment for an alert: each decision names its rule, alert, target, the guard that stopped it and its outcome.",
+    tags: ['guards'],
+    security: ['apiKey'],
+    query: remediationsQuerySchema,
+    responses: {
+      200: { description: 'one page of the decisions, newest first', schema: remediationListSchema },
       401: E[401](),
       422: E[422]('limit out of range, a parameter repeated, or a cursor not of this list', LIST_422),
       429: E[429],

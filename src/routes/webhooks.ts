@@ -6,6 +6,7 @@ import { submitPush } from '../changes/push.js';
 import { principalOf } from './principal.js';
 import type { DeliveryEntry, DeliveryLog, Verdict } from '../domain/deliveries.js';
 import type { Guards } from '../changes/guards.js';
+import type { Remediation } from '../remediation/engine.js';
 import type { Intake } from '../domain/intake.js';
 import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
 import { verifySender } from '../middleware/auth.js';
@@ -26,7 +27,8 @@ import { SOURCES, SOURCE_SECRET_ENVS, type AlertsSource, type PushSource, type S
  *
  * Answers: the contract's fields, plus `job_id` on an accepted or duplicate push (a duplicate
  * carries the original job's id) and `job_ids` (the jobs it queued) on an alert payload, for
- * GET /ops/jobs/{id}.
+ * GET /ops/jobs/{id}; and, when the inventory has remediation rules that the alerts matched, their
+ * decisions (`remediations`).
  */
 export interface WebhookDeps {
   config: Pick<ApiConfig, 'ALERTS_MAX_PER_REQUEST' | 'BODY_LIMIT'> & Readonly<Record<string, unknown>>;
@@ -51,6 +53,8 @@ export interface WebhookDeps {
   senderSecrets?: SenderSecrets;
   /** Guarded changes: a push meets its project's approval policy, freezes and windows (src/domain/deploy.ts). */
   guards: Guards;
+  /** Alert-driven remediation (src/remediation/): the inventory's rules, given the alerts after the intake; absent: no rules. */
+  remediation?: Pick<Remediation, 'notify'>;
 }
 
 /** The senders' secrets of a configuration, fixed: loadApiConfig's values, or each variable's value. */
@@ -244,7 +248,17 @@ export function webhooksRouter(deps: WebhookDeps): Router {
       jobs: out.queued,
       detail: `${out.received} alerts, ${out.firing} firing, ${out.queued} queued, ${out.duplicates} duplicates`,
     });
-    res.status(202).json({ received: out.received, firing: out.firing, job_ids: out.jobIds });
+    // Beside the contract's intake, never instead of it: its decisions are extra fields of the answer.
+    const remediations = deps.remediation ? await deps.remediation.notify(payload, res.locals.requestId) : [];
+    if (remediations.length > 0) {
+      res.locals.auditFields = {
+        ...(res.locals.auditFields as Record<string, unknown> | undefined),
+        remediations: remediations.map((r) => `${r.rule}:${r.decision}`),
+      };
+    }
+    res
+      .status(202)
+      .json({ received: out.received, firing: out.firing, job_ids: out.jobIds, ...(remediations.length > 0 ? { remediations } : {}) });
   };
 
   const secrets = deps.senderSecrets ?? fixedSecrets(deps.config);

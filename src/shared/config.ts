@@ -279,6 +279,16 @@ const commonSchema = z.object({
   JOB_TIMEOUT_SECONDS: intFrom(900, 1),
   OPSGATE_VERSION: z.string().optional(),
   /**
+   * Alertmanager's address (its API v2 under /api/v2), for alert-driven remediation: a firing
+   * alert is confirmed there before anything is restarted, its resolution read there, and the
+   * silences of the rules with `silence: true` kept there. Unset: notifications alone, no silence.
+   */
+  ALERTMANAGER_URL: z
+    .string()
+    .optional()
+    .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim().replace(/\/+$/, '')))
+    .refine((v) => v === undefined || /^https?:\/\/[^\s]+$/.test(v), 'must be an http(s) URL'),
+  /**
    * Bound of the close steps on SIGTERM/SIGINT (src/shared/shutdown.ts): the API's whole shutdown,
    * the worker's after its job drain (WORKER_SHUTDOWN_GRACE_SECONDS). Past it the process exits 1.
    */

@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { ConfigError } from './errors.js';
 import { dnsLabel, dnsSubdomain } from './jobs.js';
 import { hostPolicySchema, mergePolicy, projectPolicySchema, type HostPolicy, type ProjectPolicy } from './policy.js';
+import { pinnedValue, remediationRuleSchema } from './remediations.js';
 
 /**
  * The inventory (OPS_INVENTORY_FILE, YAML or JSON) is the allow-list of what opsgate may touch:
@@ -13,6 +14,8 @@ import { hostPolicySchema, mergePolicy, projectPolicySchema, type HostPolicy, ty
  *   project and ref reach the Job only as environment variables.
  * - policy (top level, per host, per project): the guards of a change (src/shared/policy.ts):
  *   approval, change windows, a restart budget per namespace.
+ * - remediations: rules turning firing Alertmanager alerts into restarts (src/shared/remediations.ts);
+ *   a rule reaches only the Deployments of the hosts above.
  */
 const hostSchema = z.object({
   namespace: dnsLabel,
@@ -47,8 +50,40 @@ export const inventorySchema = z
     policy: hostPolicySchema.optional(),
     hosts: z.record(z.string().min(1).max(253), hostSchema).default({}),
     projects: z.record(z.string().min(1).max(255), projectSchema).default({}),
+    remediations: z.array(remediationRuleSchema).max(200).default([]),
   })
   .superRefine((inv, ctx) => {
+    // A rule is named once (its requester, its metrics and its Redis records carry the name), and
+    // a namespace or Deployment its match pins must be one the inventory lets opsgate restart.
+    const names = new Set<string>();
+    inv.remediations.forEach((rule, i) => {
+      if (names.has(rule.name))
+        ctx.addIssue({ code: 'custom', path: ['remediations', i, 'name'], message: `repeats the rule name ${rule.name}` });
+      names.add(rule.name);
+      if (rule.target.namespace === rule.target.deployment) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['remediations', i, 'target'],
+          message: 'namespace and deployment must be two different labels',
+        });
+      }
+      const ns = pinnedValue(rule, rule.target.namespace);
+      const dep = pinnedValue(rule, rule.target.deployment);
+      const hosts = Object.values(inv.hosts).filter((h) => ns === undefined || h.namespace === ns);
+      if (ns !== undefined && hosts.length === 0) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['remediations', i, 'match', 'labels'],
+          message: `pins namespace ${ns}, which no inventory host has`,
+        });
+      } else if (dep !== undefined && !hosts.some((h) => h.deployments.includes(dep))) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['remediations', i, 'match', 'labels'],
+          message: `pins Deployment ${dep}, which no inventory host${ns !== undefined ? ` of namespace ${ns}` : ''} lists`,
+        });
+      }
+    });
     // A restart budget counts per namespace: hosts sharing one must agree on it.
     const seen = new Map<string, { host: string; budget: string }>();
     for (const [host, h] of Object.entries(inv.hosts)) {
@@ -69,7 +104,7 @@ export type Inventory = z.infer<typeof inventorySchema>;
 export type HostEntry = z.infer<typeof hostSchema>;
 export type ProjectEntry = z.infer<typeof projectSchema>;
 
-export const emptyInventory: Inventory = { hosts: {}, projects: {} };
+export const emptyInventory: Inventory = { hosts: {}, projects: {}, remediations: [] };
 
 /** The effective policy of a host's restarts (the inventory's default, replaced field by field by the host's own). */
 export function hostPolicy(inv: Inventory, host: string): HostPolicy {
@@ -97,9 +132,14 @@ export function parseInventory(text: string, source = 'OPS_INVENTORY_FILE'): Inv
     throw new ConfigError(source, 'is not valid YAML or JSON');
   }
   const result = inventorySchema.safeParse(raw ?? {});
+  // Every problem at once, one line each, so an operator fixes the file in one round.
   if (!result.success) {
-    const issue = result.error.issues[0]!;
-    throw new ConfigError(source, `invalid at ${issue.path.join('.') || '(root)'}: ${issue.message}`);
+    throw new ConfigError(
+      result.error.issues.map((issue) => ({
+        variable: source,
+        problem: `invalid at ${issue.path.join('.') || '(root)'}: ${issue.message}`,
+      })),
+    );
   }
   return result.data;
 }
@@ -122,6 +162,11 @@ export function hostNames(inv: Inventory): string[] {
 /** Own-property lookups only, so names like "__proto__" or "constructor" never hit Object.prototype. */
 export function findHost(inv: Inventory, host: string): HostEntry | undefined {
   return Object.hasOwn(inv.hosts, host) ? inv.hosts[host] : undefined;
+}
+
+/** The inventory host whose namespace holds this Deployment among its own (a remediation's target). */
+export function hostOfDeployment(inv: Inventory, namespace: string, deployment: string): string | undefined {
+  return hostNames(inv).find((h) => inv.hosts[h]!.namespace === namespace && inv.hosts[h]!.deployments.includes(deployment));
 }
 
 export function findProject(inv: Inventory, project: string): ProjectEntry | undefined {

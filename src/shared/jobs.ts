@@ -15,6 +15,12 @@ export const JOB = {
   dryRun: 'ops_worker.dry_run',
   /** A guarded change's news to the notification endpoints (and its Kubernetes Event where the API cannot write one). */
   reportChange: 'ops_worker.report_change',
+  /**
+   * Alert-driven remediation's steps in the worker (src/remediation/): a firing alert's check once
+   * its rule's `for` has passed, and the watch of a remediation under way (its approval or job, its
+   * silence, the verification of its outcome).
+   */
+  remediate: 'ops_worker.remediate',
 } as const;
 export type JobName = (typeof JOB)[keyof typeof JOB];
 export const JOB_NAMES: readonly JobName[] = Object.values(JOB);
@@ -183,7 +189,30 @@ export const outcomeSchema = z.object({
 });
 export type Outcome = z.infer<typeof outcomeSchema>;
 
-export const REPORT_EVENTS = ['approval_requested', 'approval_rejected', 'approval_expiry', 'override', 'held', 'outcome'] as const;
+export const REPORT_EVENTS = [
+  'approval_requested',
+  'approval_rejected',
+  'approval_expiry',
+  'override',
+  'held',
+  'outcome',
+  'remediation',
+] as const;
+
+/** A remediation's news (event `remediation`): the rule, the alert, what was decided and why. */
+export const remediationReportSchema = z.object({
+  rule: z.string().max(63),
+  mode: z.enum(['act', 'dry-run']),
+  alertname: z.string().max(1024),
+  fingerprint: z.string().max(256),
+  decision: z.string().max(64),
+  outcome: z.string().max(64).optional(),
+  /** The rule's remediations of the Deployment in its escalation window (RFC 3339 times), when it escalates. */
+  history: z
+    .array(z.object({ id: z.string().max(128), at: z.string().max(64) }))
+    .max(100)
+    .optional(),
+});
 
 /**
  * A report about a guarded change, posted to NOTIFY_WEBHOOK_URLS. approval_expiry is added
@@ -205,14 +234,36 @@ export const reportChangeData = z.object({
   outcome: outcomeSchema.optional(),
   approvers: z.array(z.string().max(MAX_PRINCIPAL)).max(6).default([]),
   reason: z.string().max(1000).optional(),
+  remediation: remediationReportSchema.optional(),
   ...auditFields,
 });
+
+/** An alert as a remediation step carries it: its full label set, fingerprint and startsAt (ms). */
+const remediationAlert = z.object({
+  labels: z.record(z.string().max(1024), z.string().max(4096)),
+  fingerprint: z.string().min(1).max(256),
+  starts_at: z.number().int().min(0),
+});
+
+export const remediateData = z.discriminatedUnion('step', [
+  /** A firing alert whose rule's `for` has passed since it was notified: ask Alertmanager, then act. */
+  z.object({ step: z.literal('check'), rule: z.string().min(1).max(63), alert: remediationAlert, ...auditFields }),
+  /** A remediation under way: its approval or job, its silence, its verification. */
+  z.object({
+    step: z.literal('watch'),
+    rule: z.string().min(1).max(63),
+    fingerprint: z.string().min(1).max(256),
+    id: z.string().min(1).max(128),
+    ...auditFields,
+  }),
+]);
 
 export type RestartServiceData = z.infer<typeof restartServiceData>;
 export type DryRunData = z.infer<typeof dryRunData>;
 export type ReportChangeData = z.infer<typeof reportChangeData>;
 export type RunDeployPipelineData = z.infer<typeof runDeployPipelineData>;
 export type NotifyOncallData = z.infer<typeof notifyOncallData>;
+export type RemediateData = z.infer<typeof remediateData>;
 
 export interface JobDataByName {
   [JOB.restartService]: RestartServiceData;
@@ -220,6 +271,7 @@ export interface JobDataByName {
   [JOB.notifyOncall]: NotifyOncallData;
   [JOB.dryRun]: DryRunData;
   [JOB.reportChange]: ReportChangeData;
+  [JOB.remediate]: RemediateData;
 }
 
 export const jobDataSchemas = {
@@ -228,6 +280,7 @@ export const jobDataSchemas = {
   [JOB.notifyOncall]: notifyOncallData,
   [JOB.dryRun]: dryRunData,
   [JOB.reportChange]: reportChangeData,
+  [JOB.remediate]: remediateData,
 } as const;
 
 /** Job data that came out of its schema's parse in this process (parseJobData): not parsed again. */

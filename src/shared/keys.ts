@@ -120,3 +120,30 @@ export const FREEZES_KEY = `${KEY_PREFIX}freezes`;
 export const FREEZES_CHANNEL = `${KEY_PREFIX}freezes:changed`;
 /** The deploys held by a freeze or outside their windows: a hash, field = job id, value = JSON (reasons, until). */
 export const HOLDS_KEY = `${KEY_PREFIX}holds`;
+
+/**
+ * Alert-driven remediation (src/remediation/), shared by every API replica and worker. A rule's
+ * records of one Deployment (its cooldown, its remediations in the escalation window, whether it
+ * escalated) share a hash tag, so the guard's one script covers them on a Cluster too.
+ */
+export const REMEDIATION_PREFIX = `${KEY_PREFIX}remediation:`;
+const remediationTarget = (rule: string, namespace: string, deployment: string): string => `{${rule}/${namespace}/${deployment}}`;
+/** The rule's cooldown of a Deployment: the id of the remediation that started it, expiring with it. */
+export const remediationCooldownKey = (rule: string, namespace: string, deployment: string): string =>
+  `${REMEDIATION_PREFIX}cooldown:${remediationTarget(rule, namespace, deployment)}`;
+/** The rule's remediations of a Deployment in the escalation window: a sorted set, member = id, score = when (ms). */
+export const remediationHistoryKey = (rule: string, namespace: string, deployment: string): string =>
+  `${REMEDIATION_PREFIX}history:${remediationTarget(rule, namespace, deployment)}`;
+/** The rule escalated for this Deployment: no remediation and no second page until it expires. */
+export const remediationEscalatedKey = (rule: string, namespace: string, deployment: string): string =>
+  `${REMEDIATION_PREFIX}escalated:${remediationTarget(rule, namespace, deployment)}`;
+/** The distinct firings (startsAt) of one alert seen by a rule: a sorted set, member and score = startsAt (ms). */
+export const remediationEpisodesKey = (rule: string, fingerprint: string): string => `${REMEDIATION_PREFIX}episodes:${rule}:${fingerprint}`;
+/** The remediation under way for one alert of a rule (JSON), until its silence's settle time ends. */
+export const remediationActiveKey = (rule: string, fingerprint: string): string => `${REMEDIATION_PREFIX}active:${rule}:${fingerprint}`;
+/** One alert of a rule was notified resolved (its startsAt, ms): read when there is no ALERTMANAGER_URL to ask. */
+export const remediationResolvedKey = (rule: string, fingerprint: string): string => `${REMEDIATION_PREFIX}resolved:${rule}:${fingerprint}`;
+/** The recent decisions, newest first (a capped list of JSON), for GET /ops/remediations. */
+export const REMEDIATION_DECISIONS_KEY = `${REMEDIATION_PREFIX}decisions`;
+/** The silences opsgate keeps now (a set of Alertmanager silence ids), for opsgate_remediation_silences_active. */
+export const REMEDIATION_SILENCES_KEY = `${REMEDIATION_PREFIX}silences`;

@@ -290,6 +290,52 @@ export function createMetrics(component: Component, version: string, opts: { def
     registers: [registry],
   });
 
+  // --- alert-driven remediation (src/remediation/); rule takes the inventory's rule names only ---
+  const remediations = new Counter({
+    name: 'opsgate_remediations_total',
+    help: 'Remediations by rule and outcome (remediated, rolled_out_still_firing, failed, progress_deadline_exceeded, refused, rejected, expired, cancelled, dry_run).',
+    labelNames: ['rule', 'outcome'] as const,
+    registers: [registry],
+  });
+  const remediationsSuppressed = new Counter({
+    name: 'opsgate_remediations_suppressed_total',
+    help: 'Firing alerts a remediation rule matched that restarted nothing, by rule and the guard that stopped them (target, episodes, not_firing, alertmanager, cooldown, escalated, freeze, window, budget).',
+    labelNames: ['rule', 'guard'] as const,
+    registers: [registry],
+  });
+  const remediationEscalations = new Counter({
+    name: 'opsgate_remediation_escalations_total',
+    help: 'Remediation rules that stopped acting on a Deployment and paged, after escalate_after remediations within their escalation window, by rule.',
+    labelNames: ['rule'] as const,
+    registers: [registry],
+  });
+  let silencesSource: (() => Promise<number>) | undefined;
+  new Gauge({
+    name: 'opsgate_remediation_silences_active',
+    help: 'Alertmanager silences opsgate keeps now for remediations under way (read from Redis at scrape time; 0 when it does not answer in time).',
+    registers: [registry],
+    async collect() {
+      const n = silencesSource ? await withTimeout(silencesSource(), depthTimeoutMs, 'remediation silences read').catch(() => 0) : 0;
+      this.set(n);
+    },
+  });
+  /**
+   * Every series of the rules at 0 from the start (the dashboard and rate() see "none", not "no
+   * data"), and where the count of silences kept is read.
+   */
+  const setRemediationRules = (
+    rules: readonly string[],
+    vocabulary: { outcomes: readonly string[]; guards: readonly string[] },
+    silences?: () => Promise<number>,
+  ) => {
+    for (const rule of rules) {
+      for (const outcome of vocabulary.outcomes) remediations.inc({ rule, outcome }, 0);
+      for (const guard of vocabulary.guards) remediationsSuppressed.inc({ rule, guard }, 0);
+      remediationEscalations.inc({ rule }, 0);
+    }
+    if (silences) silencesSource = silences;
+  };
+
   const adminActions = new Counter({
     name: 'opsgate_admin_actions_total',
     help: 'State-changing calls under /admin (Bull Board retry, clean, promote, remove...), by method and status code.',
@@ -413,6 +459,10 @@ export function createMetrics(component: Component, version: string, opts: { def
     freezes,
     dryRuns,
     changeOutcomes,
+    remediations,
+    remediationsSuppressed,
+    remediationEscalations,
+    setRemediationRules,
   };
 }
 

@@ -27,6 +27,7 @@ const ICON: Record<ReportChangeData['event'], string> = {
   override: ':warning:',
   held: ':double_vertical_bar:',
   outcome: ':checkered_flag:',
+  remediation: ':robot_face:',
 };
 
 function what(d: ReportChangeData): string {
@@ -48,6 +49,12 @@ function headline(d: ReportChangeData, base: string): string {
       return `Gate overridden: ${s}: ${d.reason ?? ''}`;
     case 'held':
       return `Held: ${s}, until ${d.outcome?.until ?? '?'}: ${d.outcome?.reason ?? ''}`;
+    case 'remediation': {
+      const r = d.remediation;
+      return `Remediation ${r?.decision ?? ''}${r?.outcome && r.outcome !== r.decision ? ` (${r.outcome})` : ''} by rule ${r?.rule ?? '?'}${r?.mode === 'dry-run' ? ' (dry-run)' : ''} for alert ${r?.alertname ?? '?'}: ${what(d)}: ${d.reason ?? ''}${
+        r?.history && r.history.length > 0 ? `. History: ${r.history.map((h) => `${h.id} at ${h.at}`).join(', ')}` : ''
+      }`;
+    }
     case 'outcome': {
       const o = d.outcome;
       const approved = d.approvers.length > 0 ? `, approved by ${d.approvers.join(', ')}` : '';
@@ -81,6 +88,7 @@ export function reportBody(d: ReportChangeData, jobId: string, publicUrl: string
     outcome: d.outcome ?? null,
     duration_s: d.outcome?.duration_s ?? null,
     reason: d.reason ?? null,
+    ...(d.remediation ? { remediation: d.remediation } : {}),
     audit_id: d.audit_id,
     report_id: jobId,
   };

@@ -365,6 +365,8 @@ const PRODUCERS: Record<string, () => Promise<Res>> = {
   'GET /ops/approvals 422': () => request(ctx.h.app).get('/ops/approvals?cursor=nope').set('X-API-Key', RO_KEY),
   'GET /ops/freezes 422': () => request(ctx.h.app).get('/ops/freezes?limit=501').set('X-API-Key', RO_KEY),
   'GET /ops/holds 422': () => request(ctx.h.app).get('/ops/holds?limit=1&limit=2').set('X-API-Key', RO_KEY),
+  'GET /ops/remediations 200': () => request(ctx.h.app).get('/ops/remediations?limit=10').set('X-API-Key', RO_KEY),
+  'GET /ops/remediations 422': () => request(ctx.h.app).get('/ops/remediations?limit=501').set('X-API-Key', RO_KEY),
   'POST /ops/approvals/{id}/approve 202': async () => {
     // vault-1 asks for two approvals: the first is recorded, the change still waits
     const id = (await restartAs(guarded.app, '?host=vault-1&service=core')).body.approval_id as string;

@@ -157,6 +157,8 @@ describe('k8s/examples', () => {
     expect(Number(url.port || 80)).toBe(svc.spec.ports.find((p: any) => p.name === 'http').port);
     expect(wh.http_config.authorization.type).toBe('Bearer');
     expect(wh.http_config.authorization.credentials_file ?? wh.http_config.authorization.credentials).toBeTruthy();
+    // Remediation hears of resolutions (cancel, verify) from them when it has no ALERTMANAGER_URL.
+    expect(wh.send_resolved).toBe(true);
   });
 
   test('alertmanager-receiver.yaml is a configuration Alertmanager accepts (amtool check-config)', async () => {

@@ -35,6 +35,10 @@ const SPECIAL: Record<string, { set: Record<string, string>; expected: unknown }
   METRICS_TLS_KEY_FILE: { set: {}, expected: '/etc/opsgate-tls/tls.key' },
   TLS_RELOAD_INTERVAL_MS: { set: { 'tls.reloadIntervalMs': '2500' }, expected: 2500 },
   OPSGATE_PUBLIC_URL: { set: { 'config.publicUrl': 'https://opsgate.example.com/' }, expected: 'https://opsgate.example.com' },
+  ALERTMANAGER_URL: {
+    set: { 'config.alertmanagerUrl': 'http://alertmanager.monitoring:9093/' },
+    expected: 'http://alertmanager.monitoring:9093',
+  },
 };
 
 /** A valid value other than the code's default, for a variable set through config.*. */

@@ -248,6 +248,7 @@ describe('make dev (hack/dev.sh)', () => {
     expect(wh).toMatchObject({
       url: `${base}/webhook/alerts`,
       max_alerts: 500,
+      send_resolved: true,
       http_config: { authorization: { type: 'Bearer', credentials: cred('alerts token') } },
     });
 

@@ -11,7 +11,15 @@ import { startRedis, type RedisServer } from '../../helpers/redis.js';
 
 let server: RedisServer;
 let redis: Redis;
-const TESTED = ['rate-limit', 'replica-release', 'signature-release', 'approval-create', 'approval-decide', 'budget-take'];
+const TESTED = [
+  'rate-limit',
+  'replica-release',
+  'signature-release',
+  'approval-create',
+  'approval-decide',
+  'budget-take',
+  'remediation-guard',
+];
 const SRC = new URL('../../../src/', import.meta.url);
 /** Every script under src/, by its file name. */
 const SCRIPTS = new Map(
@@ -306,5 +314,53 @@ describe('budget-take.lua: KEYS[1] budget; ARGV now, window ms, restarts, job id
     expect(await peek(3000)).toEqual([0, 2, 8_000]);
     expect(await redis.zcard('b')).toBe(2);
     expect(await peek(11_000)).toEqual([1, 1, 0]); // a left the window
+  });
+});
+
+describe('remediation-guard.lua: KEYS cooldown, history, escalated; ARGV claim|release, id, now, cooldown ms, window ms, escalate_after', () => {
+  const guard = (action: 'claim' | 'release', id: string, now: number, cooldownMs = 10_000, windowMs = 100_000, after = 3) =>
+    redis.eval(loadLua('remediation-guard'), 3, 'cd', 'hist', 'esc', action, id, now, cooldownMs, windowMs, after) as Promise<
+      [string, number]
+    >;
+
+  it('claims, then holds the cooldown for its length; another claim after it is counted in the window', async () => {
+    expect(await guard('claim', 'a', 1000)).toEqual(['claimed', 1]);
+    expect(await redis.get('cd')).toBe('a');
+    const [verdict, left] = await guard('claim', 'b', 2000);
+    expect(verdict).toBe('cooldown');
+    expect(left).toBeGreaterThan(0);
+    expect(left).toBeLessThanOrEqual(10_000);
+    await redis.del('cd'); // the cooldown's PX ended
+    expect(await guard('claim', 'b', 12_000)).toEqual(['claimed', 2]);
+    expect(await redis.zrange('hist', '0', '-1')).toEqual(['a', 'b']);
+  });
+
+  it('after escalate_after remediations in the window: escalate once, then escalated until the flag ends; old ones leave the window', async () => {
+    for (const [id, t] of [
+      ['a', 1000],
+      ['b', 2000],
+      ['c', 3000],
+    ] as const) {
+      await redis.del('cd');
+      expect((await guard('claim', id, t))[0]).toBe('claimed');
+    }
+    await redis.del('cd');
+    expect(await guard('claim', 'd', 4000)).toEqual(['escalate', 3]);
+    expect(await redis.get('esc')).toBe('d');
+    expect(await redis.pttl('esc')).toBeGreaterThan(0);
+    expect(await guard('claim', 'e', 5000)).toEqual(['escalated', 3]);
+    // The flag gone and the window moved on past a, b and c: claims again.
+    await redis.del('esc');
+    expect(await guard('claim', 'f', 103_500)).toEqual(['claimed', 1]);
+  });
+
+  it('release gives back the cooldown (only its own) and the place in the window', async () => {
+    await guard('claim', 'a', 1000);
+    expect(await guard('release', 'other', 0)).toEqual(['released', 0]);
+    expect(await redis.get('cd')).toBe('a');
+    expect(await guard('release', 'a', 0)).toEqual(['released', 0]);
+    expect(await redis.get('cd')).toBeNull();
+    expect(await redis.zcard('hist')).toBe(0);
+    expect(await guard('claim', 'b', 2000)).toEqual(['claimed', 1]);
   });
 });

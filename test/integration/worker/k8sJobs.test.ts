@@ -19,6 +19,7 @@ import { audit, collectLogs, metricValue, testMetrics, waitForFinal, workerConfi
  * allow-lists, a missing cluster configuration, an unreachable API server and rejected credentials.
  */
 const inventory: Inventory = {
+  remediations: [],
   hosts: { 'web-1': { namespace: 'shop', deployments: ['frontend', 'api'] } },
   projects: {
     'group/shop': {

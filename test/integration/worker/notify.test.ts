@@ -58,7 +58,7 @@ async function start(env: Record<string, string>, logs: LogCollector, metrics = 
   handle = await startWorker(workerConfig({ REDIS_URL: redis.url, ...env }), {
     logger: logs.logger,
     metrics,
-    inventory: { hosts: {}, projects: {} },
+    inventory: { hosts: {}, projects: {}, remediations: [] },
   });
   return metrics;
 }

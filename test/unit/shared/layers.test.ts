@@ -39,6 +39,8 @@ describe('import layers', () => {
         'src/routes/r.ts': "import { o } from '../openapi/o.js';\nexport const r = o;\n",
         'src/openapi/o.ts': 'export const o = 1;\n',
         'worker/w.ts': "import { r } from '../src/routes/r.js';\nexport const w = r;\n",
+        'src/remediation/e.ts': "import { r } from '../routes/r.js';\nexport const e = r;\n",
+        'src/changes/c.ts': "import { e } from '../remediation/e.js';\nexport const c = e;\n",
       };
       for (const [path, text] of Object.entries(files)) {
         mkdirSync(dirname(join(dir, path)), { recursive: true });
@@ -53,6 +55,8 @@ describe('import layers', () => {
         'middleware-below-routes: src/middleware/m.ts → src/domain/s.ts',
         'routes-do-not-import-their-description: src/routes/r.ts → src/openapi/o.ts',
         'worker-uses-shared-only: worker/w.ts → src/routes/r.ts',
+        'remediation-below-http: src/remediation/e.ts → src/routes/r.ts',
+        'changes-do-not-remediate: src/changes/c.ts → src/remediation/e.ts',
       ]) {
         expect(r.out).toContain(rule);
       }

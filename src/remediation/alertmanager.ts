@@ -1,0 +1,167 @@
+import { z } from 'zod';
+
+/**
+ * A client of Alertmanager's API v2 (ALERTMANAGER_URL), for what remediation asks of it:
+ * - whether an alert is still firing: GET /api/v2/alerts with one equality filter per label, silenced,
+ *   inhibited and unprocessed alerts included (a silence opsgate keeps must not read as resolved), and
+ *   only an alert with exactly that label set counts (the filters match every superset too);
+ * - a silence of exactly that alert: equality matchers on its full label set, a short end, a comment
+ *   naming the job; extended by posting it again with its id (Alertmanager updates an active silence
+ *   in place when only its end moves), expired with DELETE /api/v2/silence/{id}.
+ * Every call is bounded (`timeoutMs`); an answer that is not 2xx, or not the documented shape, throws.
+ */
+export interface AlertmanagerClient {
+  readonly url: string;
+  /** The alert with exactly these labels, if Alertmanager holds it as firing (active, suppressed or unprocessed). */
+  firing(labels: Readonly<Record<string, string>>): Promise<HeldAlert | undefined>;
+  createSilence(s: SilenceRequest): Promise<string>;
+  /** Moves an active silence's end; answers its id (Alertmanager may answer a new one when it cannot update in place). */
+  extendSilence(id: string, endsAt: Date): Promise<string>;
+  expireSilence(id: string): Promise<void>;
+  getSilence(id: string): Promise<Silence | undefined>;
+}
+
+export interface SilenceRequest {
+  labels: Readonly<Record<string, string>>;
+  endsAt: Date;
+  createdBy: string;
+  comment: string;
+}
+
+const heldAlertSchema = z.object({
+  labels: z.record(z.string(), z.string()),
+  fingerprint: z.string(),
+  startsAt: z.string(),
+  endsAt: z.string(),
+  status: z.object({ state: z.string() }),
+});
+export type HeldAlert = z.infer<typeof heldAlertSchema>;
+
+const matcherSchema = z.object({ name: z.string(), value: z.string(), isRegex: z.boolean(), isEqual: z.boolean().optional() });
+const silenceSchema = z.object({
+  id: z.string(),
+  status: z.object({ state: z.enum(['expired', 'active', 'pending']) }),
+  matchers: z.array(matcherSchema),
+  startsAt: z.string(),
+  endsAt: z.string(),
+  createdBy: z.string(),
+  comment: z.string(),
+});
+export type Silence = z.infer<typeof silenceSchema>;
+
+/** How far ahead of now a silence starts (see createSilence). */
+export const START_AHEAD_MS = 200;
+
+export class AlertmanagerError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'AlertmanagerError';
+  }
+}
+
+/** A filter matcher as Alertmanager parses one: `name="value"`, the value quoted with Go's escapes. */
+export function filterMatcher(name: string, value: string): string {
+  return `${name}=${JSON.stringify(value)}`;
+}
+
+const sameLabels = (a: Readonly<Record<string, string>>, b: Readonly<Record<string, string>>): boolean => {
+  const ka = Object.keys(a);
+  return ka.length === Object.keys(b).length && ka.every((k) => Object.hasOwn(b, k) && b[k] === a[k]);
+};
+
+export function createAlertmanagerClient(url: string, opts: { timeoutMs?: number; fetch?: typeof fetch } = {}): AlertmanagerClient {
+  const base = url.replace(/\/+$/, '');
+  const timeoutMs = opts.timeoutMs ?? 3000;
+  const doFetch = opts.fetch ?? fetch;
+
+  async function call(method: string, path: string, body?: unknown): Promise<unknown> {
+    let res: Response;
+    try {
+      res = await doFetch(`${base}${path}`, {
+        method,
+        headers: body === undefined ? { accept: 'application/json' } : { accept: 'application/json', 'content-type': 'application/json' },
+        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+        signal: AbortSignal.timeout(timeoutMs),
+      });
+    } catch (err) {
+      const why = err instanceof Error && err.name === 'TimeoutError' ? `no answer within ${timeoutMs} ms` : 'unreachable';
+      throw new AlertmanagerError(`Alertmanager ${method} ${path.split('?')[0]}: ${why}`);
+    }
+    const text = await res.text();
+    if (res.status === 404 && method === 'GET') return undefined;
+    if (res.status < 200 || res.status > 299) {
+      throw new AlertmanagerError(`Alertmanager ${method} ${path.split('?')[0]} answered ${res.status}: ${text.slice(0, 200)}`);
+    }
+    if (text === '') return undefined;
+    try {
+      return JSON.parse(text) as unknown;
+    } catch {
+      throw new AlertmanagerError(`Alertmanager ${method} ${path.split('?')[0]} answered something that is not JSON`);
+    }
+  }
+
+  const parse = <T>(schema: z.ZodType<T>, v: unknown, what: string): T => {
+    const p = schema.safeParse(v);
+    if (!p.success) throw new AlertmanagerError(`Alertmanager answered an unexpected ${what}`);
+    return p.data;
+  };
+
+  return {
+    url: base,
+
+    async firing(labels) {
+      const q = new URLSearchParams({ active: 'true', silenced: 'true', inhibited: 'true', unprocessed: 'true' });
+      for (const [k, v] of Object.entries(labels)) q.append('filter', filterMatcher(k, v));
+      const alerts = parse(z.array(heldAlertSchema), await call('GET', `/api/v2/alerts?${q.toString()}`), 'list of alerts');
+      const now = Date.now();
+      return alerts.find((a) => {
+        const ends = Date.parse(a.endsAt);
+        return sameLabels(a.labels, labels) && (Number.isNaN(ends) || ends > now);
+      });
+    },
+
+    async createSilence(s) {
+      const out = await call('POST', '/api/v2/silences', {
+        matchers: Object.entries(s.labels).map(([name, value]) => ({ name, value, isRegex: false, isEqual: true })),
+        // A start a moment ahead is kept as given. A start in the past becomes Alertmanager's own
+        // now, at a precision its answers round to milliseconds, and an update must repeat the start
+        // exactly: that silence could then only be replaced (a new id), never extended in place.
+        startsAt: new Date(Date.now() + START_AHEAD_MS).toISOString(),
+        endsAt: s.endsAt.toISOString(),
+        createdBy: s.createdBy,
+        comment: s.comment,
+      });
+      return parse(z.object({ silenceID: z.string() }), out, 'answer to a new silence').silenceID;
+    },
+
+    async extendSilence(id, endsAt) {
+      const s = await this.getSilence(id);
+      if (!s) throw new AlertmanagerError(`Alertmanager holds no silence ${id}`);
+      const out = await call('POST', '/api/v2/silences', {
+        id: s.id,
+        matchers: s.matchers,
+        startsAt: s.startsAt,
+        endsAt: endsAt.toISOString(),
+        createdBy: s.createdBy,
+        comment: s.comment,
+      });
+      return parse(z.object({ silenceID: z.string() }), out, 'answer to a silence update').silenceID;
+    },
+
+    async expireSilence(id) {
+      try {
+        await call('DELETE', `/api/v2/silence/${encodeURIComponent(id)}`);
+      } catch (err) {
+        // An already expired silence cannot be expired again: that is the state wanted.
+        const s = await this.getSilence(id).catch(() => undefined);
+        if (s?.status.state === 'expired') return;
+        throw err;
+      }
+    },
+
+    async getSilence(id) {
+      const out = await call('GET', `/api/v2/silence/${encodeURIComponent(id)}`);
+      return out === undefined ? undefined : parse(silenceSchema, out, 'silence');
+    },
+  };
+}

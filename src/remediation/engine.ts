@@ -1,0 +1,674 @@
+import { randomBytes } from 'node:crypto';
+import { ChangeRefusedError } from '../changes/execute.js';
+import { describeReasons } from '../changes/gate.js';
+import { queueReport, type Guards } from '../changes/guards.js';
+import { planChange, submitChange } from '../changes/pipeline.js';
+import type { Change, Principal, RestartTarget } from '../changes/types.js';
+import { sha256Hex } from '../shared/crypto.js';
+import { BudgetExhaustedError } from '../shared/errors.js';
+import { hostOfDeployment } from '../shared/inventory.js';
+import { JOB, type RemediateData } from '../shared/jobs.js';
+import type { JobReads } from '../shared/jobReads.js';
+import type { Logger } from '../shared/logger.js';
+import type { Metrics } from '../shared/metrics.js';
+import { formatDuration } from '../shared/policy.js';
+import { matchesRule, type RemediationRule } from '../shared/remediations.js';
+import type { AlertmanagerClient, HeldAlert } from './alertmanager.js';
+import { OUTCOMES, type Active, type Decision, type RemediationStore } from './store.js';
+
+/**
+ * Alert-driven remediation: a firing Alertmanager alert that matches a rule of the inventory
+ * becomes a restart of the Deployment its labels name, through the change pipeline (origin
+ * `remediation`, requester `remediation:<rule>`), so the host's freezes, windows, budget and
+ * approval policy apply as to a person's restart. In order, for a firing alert:
+ *
+ *   1. the target: the Deployment its labels name must be one of an inventory host's;
+ *   2. with ALERTMANAGER_URL, Alertmanager must hold the alert as firing (a forged one does nothing,
+ *      and counts as no firing);
+ *   3. flapping: the rule's `episodes` distinct firings (startsAt) within `within`;
+ *   4. `for`, from the alert's startsAt: a notification before it schedules a check at that moment
+ *      (a delayed job the worker runs, which asks Alertmanager again), or without ALERTMANAGER_URL
+ *      waits for the next notification;
+ *   5. the rule's guard of the Deployment, one script for every replica: `escalate_after`
+ *      remediations within `escalation_window` -> stop and page once; else the cooldown;
+ *   6. the change: dry-run plans it and reports what would happen; act submits it. A refusal (freeze,
+ *      window, budget) gives the guard's claim back and is reported.
+ * Then a watch job in the worker follows it: cancels it when the alert resolves before it started
+ * (an approval pending, a job not taken yet; never a restart it joined), keeps the silence, and
+ * verifies the outcome (the alert resolving within `verify`).
+ *
+ * The contract of /webhook/alerts is untouched: this runs beside the intake, and a failure here
+ * is logged and recorded as a decision, never answered as an error of the notification.
+ */
+export interface RemediationDeps {
+  guards: Guards;
+  rules: readonly RemediationRule[];
+  store: RemediationStore;
+  alertmanager?: AlertmanagerClient;
+  jobs: Pick<JobReads, 'get'>;
+  logger: Logger;
+  metrics?: RemediationMetrics;
+  now: () => number;
+  /** The worker's Kubernetes Event of an outcome on the Deployment (absent in the API). */
+  onOutcome?: (a: Active, outcome: Outcome, reason: string) => Promise<void>;
+}
+
+export type RemediationMetrics = Pick<Metrics, 'remediations' | 'remediationsSuppressed' | 'remediationEscalations'>;
+type Outcome = (typeof OUTCOMES)[number];
+
+/** An alert of a notification, as remediation reads it. */
+export interface NotifiedAlert {
+  status: 'firing' | 'resolved';
+  labels: Record<string, string>;
+  fingerprint: string;
+  startsAt: number;
+}
+
+/** What the webhook answer shows of a notification's remediations (additive fields). */
+export interface Summary {
+  rule: string;
+  fingerprint: string;
+  decision: Decision['decision'];
+  reason: string;
+  id: string;
+}
+
+export const principalOf = (rule: string): Principal => ({
+  principal: `remediation:${rule}`,
+  credential: '',
+  owner: `remediation:${rule}`,
+  ownerKnown: true,
+});
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** The alerts of a notification payload remediation can read (a label set, a fingerprint, a status). */
+export function notifiedAlerts(payload: unknown, now: number): NotifiedAlert[] {
+  if (!isObject(payload) || !Array.isArray(payload.alerts)) return [];
+  const out: NotifiedAlert[] = [];
+  for (const a of payload.alerts) {
+    if (!isObject(a) || (a.status !== 'firing' && a.status !== 'resolved')) continue;
+    if (typeof a.fingerprint !== 'string' || a.fingerprint === '' || a.fingerprint.length > 256 || !isObject(a.labels)) continue;
+    const labels: Record<string, string> = {};
+    for (const [k, v] of Object.entries(a.labels)) if (typeof v === 'string') labels[k] = v;
+    const starts = typeof a.startsAt === 'string' ? Date.parse(a.startsAt) : NaN;
+    out.push({ status: a.status, labels, fingerprint: a.fingerprint, startsAt: Number.isFinite(starts) && starts > 0 ? starts : now });
+  }
+  return out;
+}
+
+/** How often a remediation under way is looked at, and how far ahead its silence ends (4 steps). */
+export function watchStepMs(rule: Pick<RemediationRule, 'verify' | 'settle'>): number {
+  return Math.min(15_000, Math.max(1000, Math.round((Math.min(rule.verify, rule.settle) * 1000) / 5)));
+}
+export const silenceLeaseMs = (rule: Pick<RemediationRule, 'verify' | 'settle'>): number => 4 * watchStepMs(rule);
+
+/** The decisions that stopped a remediation (counted by the guard that did). */
+const SUPPRESSING: ReadonlySet<Decision['decision']> = new Set(['suppressed', 'refused', 'error']);
+/** What every decision about one firing alert says of it. */
+type Base = Omit<Decision, 'at' | 'decision' | 'reason' | 'guard' | 'outcome' | 'job_id' | 'approval_id'>;
+
+const newId = (): string => `rem-${randomBytes(10).toString('hex')}`;
+const iso = (ms: number) => new Date(ms).toISOString();
+
+export interface Remediation {
+  readonly rules: readonly RemediationRule[];
+  /** A notification's alerts: each firing or resolved alert that matches a rule. Never throws. */
+  notify(payload: unknown, auditId: string): Promise<Summary[]>;
+  /** A worker step: a check once `for` passed, or a watch. Answers the delay of its next run, or undefined when done. */
+  step(data: RemediateData): Promise<number | undefined>;
+}
+
+export function createRemediation(deps: RemediationDeps): Remediation {
+  const { store, logger } = deps;
+  const g = deps.guards;
+  const byName = new Map(deps.rules.map((r) => [r.name, r]));
+
+  async function decide(d: Omit<Decision, 'at' | 'job_id' | 'approval_id' | 'outcome' | 'guard'> & Partial<Decision>): Promise<Decision> {
+    const full: Decision = { job_id: null, approval_id: null, outcome: null, guard: null, ...d, at: iso(deps.now()) };
+    if (full.guard && SUPPRESSING.has(full.decision)) deps.metrics?.remediationsSuppressed.inc({ rule: full.rule, guard: full.guard });
+    if (full.outcome) deps.metrics?.remediations.inc({ rule: full.rule, outcome: full.outcome });
+    logger.info('remediation decision', {
+      remediation: full.id,
+      rule: full.rule,
+      decision: full.decision,
+      guard: full.guard,
+      outcome: full.outcome,
+      fingerprint: full.fingerprint,
+      reason: full.reason,
+    });
+    await store.record(full).catch((err: unknown) => logger.warn('could not record a remediation decision', { err }));
+    return full;
+  }
+
+  /** The decision's news to the notification endpoints (report_change, event `remediation`). */
+  async function report(rule: RemediationRule, d: Decision, auditId: string, history?: Array<{ id: string; at: number }>) {
+    await queueReport(g, `report.${d.id}.${d.decision}${d.outcome ? `.${d.outcome}` : ''}`, {
+      event: 'remediation',
+      change: 'restart',
+      ...(d.host ? { host: d.host } : {}),
+      ...(d.deployment ? { service: d.deployment } : {}),
+      namespace: (d.namespace ?? '').slice(0, 63),
+      ...(d.job_id ? { job_id: d.job_id } : {}),
+      ...(d.approval_id ? { approval_id: d.approval_id } : {}),
+      approvers: [],
+      reason: d.reason.slice(0, 1000),
+      remediation: {
+        rule: rule.name,
+        mode: rule.mode,
+        alertname: d.alertname.slice(0, 1024),
+        fingerprint: d.fingerprint,
+        decision: d.decision,
+        ...(d.outcome ? { outcome: d.outcome } : {}),
+        ...(history ? { history: history.slice(-100).map((h) => ({ id: h.id, at: iso(h.at) })) } : {}),
+      },
+      audit_id: auditId,
+      requested_by: principalOf(rule.name).principal,
+    });
+  }
+
+  /** A firing alert matching `rule`, from a notification or from the check once `for` passed. */
+  async function fire(rule: RemediationRule, alert: NotifiedAlert, auditId: string, via: 'notification' | 'check'): Promise<Decision> {
+    const now = deps.now();
+    const id = newId();
+    const alertname = alert.labels.alertname ?? '';
+    const namespace = alert.labels[rule.target.namespace] ?? null;
+    const deployment = alert.labels[rule.target.deployment] ?? null;
+    const base: Base = {
+      id,
+      rule: rule.name,
+      mode: rule.mode,
+      alertname,
+      fingerprint: alert.fingerprint,
+      starts_at: iso(alert.startsAt),
+      namespace,
+      deployment,
+      host: null,
+    };
+    const host = namespace && deployment ? hostOfDeployment(g.inventory, namespace, deployment) : undefined;
+    if (!host || !namespace || !deployment) {
+      return decide({
+        ...base,
+        decision: 'suppressed',
+        guard: 'target',
+        reason: `labels ${rule.target.namespace}=${JSON.stringify(namespace ?? '')} and ${rule.target.deployment}=${JSON.stringify(deployment ?? '')} name no Deployment of an inventory host; nothing restarted`,
+      });
+    }
+    base.host = host;
+
+    // Only real alerts act, and only they count as a firing: Alertmanager must hold it (when it can be asked).
+    if (deps.alertmanager) {
+      let held: HeldAlert | undefined;
+      try {
+        held = await deps.alertmanager.firing(alert.labels);
+      } catch (err) {
+        return decide({ ...base, decision: 'error', guard: 'alertmanager', reason: `${(err as Error).message}; nothing restarted` });
+      }
+      if (!held) {
+        return decide({
+          ...base,
+          decision: 'suppressed',
+          guard: 'not_firing',
+          reason: 'Alertmanager at ALERTMANAGER_URL holds no firing alert with these labels; nothing restarted',
+        });
+      }
+    }
+
+    if (via === 'notification') {
+      const episodes = await store.episode(rule.name, alert.fingerprint, alert.startsAt, now, rule.trigger.within * 1000);
+      if (episodes < rule.trigger.episodes) {
+        return decide({
+          ...base,
+          decision: 'suppressed',
+          guard: 'episodes',
+          reason: `${episodes} of the ${rule.trigger.episodes} firings within ${formatDuration(rule.trigger.within)} the rule waits for`,
+        });
+      }
+      const due = alert.startsAt + rule.trigger.for * 1000;
+      if (now < due) {
+        if (deps.alertmanager) {
+          const data: RemediateData = {
+            step: 'check',
+            rule: rule.name,
+            alert: { labels: alert.labels, fingerprint: alert.fingerprint, starts_at: alert.startsAt },
+            audit_id: auditId,
+            requested_by: principalOf(rule.name).principal,
+          };
+          // One check per firing: a repeated notification adds nothing.
+          const jobId = `remediate-check.${rule.name}.${sha256Hex(`${alert.fingerprint}\n${alert.startsAt}`).slice(0, 32)}`;
+          await g.producer.add({ name: JOB.remediate, data, jobId, delay: due - now });
+        }
+        return decide({
+          ...base,
+          decision: 'waiting',
+          guard: 'for',
+          reason: `firing for ${formatDuration(Math.max(0, Math.floor((now - alert.startsAt) / 1000)))} of the ${formatDuration(rule.trigger.for)} the rule waits for; ${deps.alertmanager ? `checked with Alertmanager at ${iso(due)}` : 'acts on a notification after ' + iso(due)}`,
+        });
+      }
+    }
+
+    const claim = await store.claim(rule.name, namespace, deployment, id, now, {
+      cooldownMs: rule.cooldown * 1000,
+      windowMs: rule.escalation_window * 1000,
+      escalateAfter: rule.escalate_after,
+    });
+    if (claim.verdict === 'cooldown') {
+      return decide({
+        ...base,
+        decision: 'suppressed',
+        guard: 'cooldown',
+        reason: `restarted by this rule less than ${formatDuration(rule.cooldown)} ago; the cooldown ends in ${Math.ceil(claim.leftMs / 1000)} s`,
+      });
+    }
+    if (claim.verdict === 'escalated') {
+      return decide({
+        ...base,
+        decision: 'suppressed',
+        guard: 'escalated',
+        reason: `escalated: ${claim.count} remediations within ${formatDuration(rule.escalation_window)} did not keep the alert away; on-call was paged, nothing more is done until the window passes`,
+      });
+    }
+    if (claim.verdict === 'escalate') return escalate(rule, alert, base, claim.count, auditId, now);
+
+    const change: Change & { target: RestartTarget } = {
+      target: { kind: 'restart', host, service: deployment, namespace },
+      requester: principalOf(rule.name),
+      reason: `alert ${alertname} firing since ${iso(alert.startsAt)} (rule ${rule.name})`.slice(0, 500),
+      dryRun: rule.mode === 'dry-run',
+      origin: 'remediation',
+      auditId,
+      ...(rule.approval ? { approval: rule.approval } : {}),
+    };
+
+    if (rule.mode === 'dry-run') {
+      const p = await planChange(g, change, undefined, true);
+      const k = p.decision;
+      const would =
+        k.kind === 'refuse' || k.kind === 'hold'
+          ? `refuse it: ${describeReasons(k.reasons)}`
+          : k.kind === 'pending_approval'
+            ? `wait for ${k.required} approval(s)`
+            : k.kind === 'join'
+              ? `join restart ${k.jobId}, already waiting or rolling out`
+              : k.kind === 'over_budget'
+                ? `refuse it: the namespace's restart budget is spent for ${Math.ceil(k.retryMs / 1000)} s`
+                : 'queue the restart';
+      const d = await decide({
+        ...base,
+        decision: 'dry_run',
+        outcome: 'dry_run',
+        reason: `dry-run: would restart Deployment ${namespace}/${deployment}; the pipeline would ${would}`,
+      });
+      await report(rule, d, auditId);
+      return d;
+    }
+
+    try {
+      const carried = await submitChange(g, change);
+      const active: Active = {
+        id,
+        rule: rule.name,
+        fingerprint: alert.fingerprint,
+        labels: alert.labels,
+        starts_at: alert.startsAt,
+        host,
+        namespace,
+        deployment,
+        phase: 'waiting',
+        created_at: now,
+        audit_id: auditId,
+        ...(carried.approval ? { approval_id: carried.approval.approval.id } : { job_id: carried.jobId }),
+        ...(carried.coalesced && !carried.approval ? { joined: true } : {}),
+      };
+      await store.putActive(active, activeTtlMs(rule));
+      await g.producer.add({
+        name: JOB.remediate,
+        data: {
+          step: 'watch',
+          rule: rule.name,
+          fingerprint: alert.fingerprint,
+          id,
+          audit_id: auditId,
+          requested_by: principalOf(rule.name).principal,
+        },
+        jobId: `remediate-watch.${id}`,
+      });
+      const d = carried.approval
+        ? await decide({
+            ...base,
+            decision: 'pending_approval',
+            guard: 'approval',
+            approval_id: carried.approval.approval.id,
+            reason: `restart of Deployment ${namespace}/${deployment} waits for ${carried.approval.approval.required} approval(s) until ${iso(carried.approval.approval.expires_at)}`,
+          })
+        : carried.coalesced
+          ? await decide({
+              ...base,
+              decision: 'joined',
+              job_id: carried.jobId,
+              reason: `joined restart ${carried.jobId} of Deployment ${namespace}/${deployment}, already waiting or rolling out`,
+            })
+          : await decide({
+              ...base,
+              decision: 'queued',
+              job_id: carried.jobId,
+              reason: `restart of Deployment ${namespace}/${deployment} queued`,
+            });
+      return d;
+    } catch (err) {
+      await store.release(rule.name, namespace, deployment, id).catch(() => undefined);
+      let d: Decision;
+      if (err instanceof ChangeRefusedError) {
+        d = await decide({
+          ...base,
+          decision: 'refused',
+          guard: err.reasons[0]?.guard ?? 'freeze',
+          outcome: 'refused',
+          reason: `not restarted: ${describeReasons(err.reasons)}`,
+        });
+      } else if (err instanceof BudgetExhaustedError) {
+        d = await decide({ ...base, decision: 'refused', guard: 'budget', outcome: 'refused', reason: `not restarted: ${err.message}` });
+      } else {
+        logger.warn('remediation could not submit its restart', { err, rule: rule.name });
+        d = await decide({ ...base, decision: 'error', reason: `not restarted: ${(err as Error).message}` });
+      }
+      await report(rule, d, auditId);
+      return d;
+    }
+  }
+
+  async function escalate(rule: RemediationRule, alert: NotifiedAlert, base: Base, count: number, auditId: string, now: number) {
+    const history = await store.history(rule.name, base.namespace!, base.deployment!, now, rule.escalation_window * 1000).catch(() => []);
+    deps.metrics?.remediationEscalations.inc({ rule: rule.name });
+    const reason = `${count} remediations of Deployment ${base.namespace}/${base.deployment} within ${formatDuration(rule.escalation_window)} did not keep alert ${base.alertname} away: no more restarts by rule ${rule.name} until the window passes; paging on-call`;
+    const d = await decide({ ...base, decision: 'escalated', guard: 'escalated', reason });
+    try {
+      await g.producer.add({
+        name: JOB.notifyOncall,
+        data: {
+          alertname: 'OpsgateRemediationEscalated',
+          annotations: {
+            summary: reason,
+            rule: rule.name,
+            alertname: base.alertname,
+            namespace: base.namespace,
+            deployment: base.deployment,
+            fingerprint: alert.fingerprint,
+            history: history.map((h) => `${h.id} at ${iso(h.at)}`),
+          },
+          audit_id: auditId,
+          requested_by: principalOf(rule.name).principal,
+        },
+        jobId: `remediation-escalation.${d.id}`,
+      });
+    } catch (err) {
+      logger.warn('could not queue the page of an escalated remediation', { err, rule: rule.name });
+    }
+    await report(rule, d, auditId, history);
+    return d;
+  }
+
+  /** Whether the alert of a remediation under way has resolved (Alertmanager when configured, else a resolved notification). */
+  async function isResolved(a: Active): Promise<boolean> {
+    if (deps.alertmanager) return (await deps.alertmanager.firing(a.labels)) === undefined;
+    return store.resolved(a.rule, a.fingerprint, a.starts_at);
+  }
+
+  /** Ends a remediation with its outcome: recorded, counted, reported; then it settles (its silence lapses after `settle`). */
+  async function finish(rule: RemediationRule, a: Active, outcome: Outcome, reason: string): Promise<Active> {
+    const now = deps.now();
+    const d = await decide({
+      id: a.id,
+      rule: rule.name,
+      mode: rule.mode,
+      alertname: a.labels.alertname ?? '',
+      fingerprint: a.fingerprint,
+      starts_at: iso(a.starts_at),
+      namespace: a.namespace,
+      deployment: a.deployment,
+      host: a.host,
+      decision: outcome === 'cancelled' ? 'cancelled' : 'outcome',
+      outcome,
+      job_id: a.job_id ?? null,
+      approval_id: a.approval_id ?? null,
+      reason,
+    });
+    await report(rule, d, a.audit_id);
+    if (deps.onOutcome && outcome !== 'cancelled') await deps.onOutcome(a, outcome, reason).catch(() => undefined);
+    const settled: Active = { ...a, phase: 'settling', outcome, settle_until: now + rule.settle * 1000 };
+    await store.putActive(settled, activeTtlMs(rule));
+    return settled;
+  }
+
+  /**
+   * The alert resolved while the remediation waited: an approval it asked for is withdrawn, a job
+   * it added that no worker took yet is taken back (with its budget place). A restart it joined, or
+   * one already rolling out, goes on. Answers the remediation as it is afterwards.
+   */
+  async function cancel(rule: RemediationRule, a: Active): Promise<Active> {
+    const me = principalOf(rule.name);
+    if (a.approval_id && !a.job_id) {
+      const approval = await g.approvals.get(a.approval_id);
+      if (approval && approval.requester === me.principal) {
+        const out = await g.approvals.decide(a.approval_id, {
+          action: 'reject',
+          by: me.principal,
+          owner: me.owner,
+          credential: '',
+          reason: 'the alert resolved before the restart was approved',
+          now: deps.now(),
+        });
+        if (out.verdict === 'rejected')
+          return finish(
+            rule,
+            a,
+            'cancelled',
+            `the alert resolved while approval ${a.approval_id} was pending: withdrawn, nothing restarted`,
+          );
+        if (out.approval?.job_id) a = { ...a, job_id: out.approval.job_id };
+      }
+    }
+    if (a.job_id && !a.joined) {
+      if (await g.producer.remove(a.job_id)) {
+        if ((await deps.jobs.get(a.job_id)) === undefined) {
+          await g.budgets.giveBack(a.namespace, a.job_id).catch(() => undefined);
+          return finish(rule, a, 'cancelled', `the alert resolved before restart ${a.job_id} started: taken back, nothing restarted`);
+        }
+      }
+    }
+    return a;
+  }
+
+  /** A resolved notification for an alert matching `rule`. */
+  async function resolved(rule: RemediationRule, alert: NotifiedAlert): Promise<Summary | undefined> {
+    const ttl = activeTtlMs(rule);
+    if (deps.alertmanager) {
+      // Resolution is Alertmanager's to say when it can be asked.
+      if ((await deps.alertmanager.firing(alert.labels).catch(() => 'unknown' as const)) !== undefined) return undefined;
+    }
+    await store.markResolved(rule.name, alert.fingerprint, alert.startsAt, ttl);
+    const a = await store.getActive(rule.name, alert.fingerprint);
+    if (!a || a.phase !== 'waiting') return undefined;
+    const after = await cancel(rule, a);
+    return after.outcome === 'cancelled'
+      ? {
+          rule: rule.name,
+          fingerprint: alert.fingerprint,
+          decision: 'cancelled',
+          reason: 'the alert resolved before the restart started',
+          id: a.id,
+        }
+      : undefined;
+  }
+
+  /** One look at a remediation under way (the worker's watch job). */
+  async function watch(rule: RemediationRule, id: string, fingerprint: string): Promise<number | undefined> {
+    let a = await store.getActive(rule.name, fingerprint);
+    if (!a || a.id !== id) return undefined;
+    const now = deps.now();
+    const step = watchStepMs(rule);
+    if (a.phase === 'settling') {
+      if (now >= (a.settle_until ?? 0)) {
+        await endSilence(a);
+        await store.endActive(rule.name, fingerprint);
+        return undefined;
+      }
+      await keepSilence(rule, a);
+      return Math.min(step, Math.max(1, (a.settle_until ?? now) - now));
+    }
+    a = await keepSilence(rule, a);
+    if (a.phase === 'waiting') {
+      if (await isResolved(a)) {
+        a = await cancel(rule, a);
+        if (a.phase === 'settling') return step;
+      }
+      if (a.approval_id && !a.job_id) {
+        const approval = await g.approvals.get(a.approval_id);
+        if (approval?.status === 'approved' && approval.job_id) {
+          a = { ...a, job_id: approval.job_id, ...(approval.coalesced ? { joined: true } : {}) };
+          await store.putActive(a, activeTtlMs(rule));
+        } else if (approval && (approval.status === 'rejected' || approval.status === 'expired' || deps.now() >= approval.expires_at)) {
+          const outcome = approval.status === 'rejected' ? 'rejected' : 'expired';
+          await finish(rule, a, outcome, `approval ${a.approval_id} ${outcome}: nothing restarted`);
+          return step;
+        }
+      }
+      if (a.job_id) {
+        const job = await deps.jobs.get(a.job_id);
+        if (!job) {
+          await finish(rule, a, 'failed', `restart ${a.job_id} is no longer on the queue; its outcome is unknown`);
+          return step;
+        }
+        if (job.state === 'completed') {
+          a = { ...a, phase: 'verifying', verify_until: deps.now() + rule.verify * 1000 };
+          await store.putActive(a, activeTtlMs(rule));
+        } else if (job.state === 'failed') {
+          const result = job.outcome?.result;
+          const outcome: Outcome = result === 'progress_deadline_exceeded' || result === 'refused' ? result : 'failed';
+          await finish(
+            rule,
+            a,
+            outcome,
+            `restart ${a.job_id} ${outcome === 'failed' ? 'failed' : outcome.replaceAll('_', ' ')}: ${job.outcome?.reason ?? job.failed_reason ?? ''}`.trim(),
+          );
+          return step;
+        }
+      }
+    }
+    if (a.phase === 'verifying') {
+      if (await isResolved(a)) {
+        await finish(rule, a, 'remediated', `restart ${a.job_id} rolled out and alert ${a.labels.alertname ?? ''} resolved`);
+        return step;
+      }
+      if (deps.now() >= (a.verify_until ?? 0)) {
+        await finish(
+          rule,
+          a,
+          'rolled_out_still_firing',
+          `restart ${a.job_id} rolled out, but alert ${a.labels.alertname ?? ''} still fires ${formatDuration(rule.verify)} later`,
+        );
+        return step;
+      }
+    }
+    return step;
+  }
+
+  /** The silence of a remediation: created with a short end, moved on at each look (it lapses by itself if opsgate stops). */
+  async function keepSilence(rule: RemediationRule, a: Active): Promise<Active> {
+    const am = deps.alertmanager;
+    if (!rule.silence || !am) return a;
+    const endsAt = new Date(deps.now() + silenceLeaseMs(rule));
+    try {
+      if (!a.silence_id) {
+        const sid = await am.createSilence({
+          labels: a.labels,
+          endsAt,
+          createdBy: 'opsgate',
+          comment: `opsgate remediation ${a.id} by rule ${rule.name}: restart of Deployment ${a.namespace}/${a.deployment}${a.job_id ? ` (job ${a.job_id})` : ''}`,
+        });
+        await store.addSilence(sid);
+        const next = { ...a, silence_id: sid };
+        await store.putActive(next, activeTtlMs(rule));
+        logger.info('remediation silence created', { remediation: a.id, silence: sid, ends_at: endsAt.toISOString() });
+        return next;
+      }
+      const sid = await am.extendSilence(a.silence_id, endsAt);
+      if (sid !== a.silence_id) {
+        await store.removeSilence(a.silence_id);
+        await store.addSilence(sid);
+        const next = { ...a, silence_id: sid };
+        await store.putActive(next, activeTtlMs(rule));
+        return next;
+      }
+    } catch (err) {
+      logger.warn('could not keep the remediation silence', { remediation: a.id, err: (err as Error).message });
+    }
+    return a;
+  }
+
+  async function endSilence(a: Active): Promise<void> {
+    if (!a.silence_id || !deps.alertmanager) return;
+    try {
+      await deps.alertmanager.expireSilence(a.silence_id);
+      logger.info('remediation silence expired', { remediation: a.id, silence: a.silence_id });
+    } catch (err) {
+      logger.warn('could not expire the remediation silence; it lapses at its end', { remediation: a.id, err: (err as Error).message });
+    }
+    await store.removeSilence(a.silence_id).catch(() => undefined);
+  }
+
+  return {
+    rules: deps.rules,
+
+    async notify(payload, auditId) {
+      const out: Summary[] = [];
+      if (deps.rules.length === 0) return out;
+      for (const alert of notifiedAlerts(payload, deps.now())) {
+        for (const rule of deps.rules) {
+          if (!matchesRule(rule, alert.labels)) continue;
+          try {
+            if (alert.status === 'firing') {
+              const d = await fire(rule, alert, auditId, 'notification');
+              out.push({ rule: rule.name, fingerprint: alert.fingerprint, decision: d.decision, reason: d.reason, id: d.id });
+            } else {
+              const s = await resolved(rule, alert);
+              if (s) out.push(s);
+            }
+          } catch (err) {
+            logger.warn('remediation failed on a notification', { rule: rule.name, fingerprint: alert.fingerprint, err });
+            out.push({
+              rule: rule.name,
+              fingerprint: alert.fingerprint,
+              decision: 'error',
+              reason: 'remediation failed; see the API log',
+              id: '',
+            });
+          }
+        }
+      }
+      return out;
+    },
+
+    async step(data) {
+      const rule = byName.get(data.rule);
+      if (!rule) {
+        logger.warn('remediation step of a rule the inventory no longer has', { rule: data.rule });
+        return undefined;
+      }
+      if (data.step === 'watch') return watch(rule, data.id, data.fingerprint);
+      const alert: NotifiedAlert = {
+        status: 'firing',
+        labels: data.alert.labels,
+        fingerprint: data.alert.fingerprint,
+        startsAt: data.alert.starts_at,
+      };
+      await fire(rule, alert, data.audit_id, 'check');
+      return undefined;
+    },
+  };
+}
+
+/** How long a remediation's record may live: the longest it can wait, verify and settle, with margin. */
+export function activeTtlMs(rule: Pick<RemediationRule, 'verify' | 'settle' | 'approval'>): number {
+  return ((rule.approval?.ttl ?? 86400) + 3600 + rule.verify + rule.settle) * 1000;
+}

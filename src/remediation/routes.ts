@@ -1,0 +1,82 @@
+import { Router } from 'express';
+import { z } from 'zod';
+import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
+import { methodNotAllowed } from '../middleware/errors.js';
+import { redisCall } from '../domain/redisOps.js';
+import { keysetPage, nextCursorSchema, pageQueryShape, singleValued } from '../routes/paging.js';
+import type { ApiConfig } from '../shared/config.js';
+import { UnprocessableError } from '../shared/errors.js';
+import type { Metrics } from '../shared/metrics.js';
+import type { Redis } from 'ioredis';
+import { decisionSchema, type RemediationStore } from './store.js';
+
+/**
+ * GET /ops/remediations (any valid key): the recent decisions of alert-driven remediation, newest
+ * first, each with its reason: "why did (or didn't) opsgate restart X?". Paged with limit and
+ * cursor (src/routes/paging.ts); `rule` keeps one rule's.
+ */
+export interface RemediationRoutesDeps {
+  config: Pick<ApiConfig, 'apiKeys'>;
+  redis: Redis;
+  store: RemediationStore;
+  metrics: Pick<Metrics, 'authFailures'>;
+  apiKeyPolicy?: ApiKeyPolicy;
+}
+
+export const remediationsQuerySchema = z.object({
+  ...pageQueryShape(100, 500),
+  rule: z.string().min(1).max(63).optional().describe("only this rule's decisions"),
+});
+
+export const remediationListSchema = z.object({ remediations: z.array(decisionSchema), next_cursor: nextCursorSchema });
+
+/** The rule a cursor of this list was made for ('' = every rule): 422 invalid_cursor for another list or rule. */
+function ruleOfCursor(cursor: string, given: string | undefined): string | undefined {
+  let list: unknown;
+  try {
+    list = (JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as { l?: unknown }).l;
+  } catch {
+    list = undefined;
+  }
+  const m = typeof list === 'string' ? /^remediations:(.*)$/.exec(list) : null;
+  if (!m) throw new UnprocessableError('cursor is not a next_cursor of this list', 'invalid_cursor');
+  const rule = m[1] === '' ? undefined : m[1];
+  if (given !== undefined && given !== rule) {
+    throw new UnprocessableError(
+      'cursor continues another query (rule); give it alone, or with the rule of the query that answered it',
+      'invalid_cursor',
+    );
+  }
+  return rule;
+}
+
+export function remediationsRouter(deps: RemediationRoutesDeps): Router {
+  const r = Router();
+  const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
+  r.route('/ops/remediations')
+    .get(anyKey, async (req, res) => {
+      singleValued(req.query);
+      const q = remediationsQuerySchema.safeParse(req.query);
+      if (!q.success) {
+        const issue = q.error.issues[0]!;
+        throw new UnprocessableError(`invalid query parameter ${issue.path.join('.')}: ${issue.message}`, 'invalid_query');
+      }
+      // A cursor carries the rule of the query that made it (in its list's name): alone it continues
+      // that query; with another rule it is refused.
+      const rule = q.data.cursor === undefined ? q.data.rule : ruleOfCursor(q.data.cursor, q.data.rule);
+      const all = await redisCall(() => deps.store.decisions(), deps.redis);
+      // Newest first: by time, then by place in the list (newest at its head), counted from its
+      // oldest entry so that decisions recorded between two pages move no other one.
+      const ranked = all.map((d, i) => ({ d, rank: all.length - 1 - i }));
+      const mine = rule === undefined ? ranked : ranked.filter((e) => e.d.rule === rule);
+      const page = keysetPage(
+        `remediations:${rule ?? ''}`,
+        mine,
+        (e) => [-Date.parse(e.d.at), String(1e9 - e.rank).padStart(10, '0')],
+        q.data,
+      );
+      res.json({ remediations: page.items.map((e) => e.d), next_cursor: page.next_cursor });
+    })
+    .all(methodNotAllowed(['GET']));
+  return r;
+}

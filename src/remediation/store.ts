@@ -1,0 +1,241 @@
+import type { Redis } from 'ioredis';
+import { z } from 'zod';
+import {
+  REMEDIATION_DECISIONS_KEY,
+  REMEDIATION_SILENCES_KEY,
+  remediationActiveKey,
+  remediationCooldownKey,
+  remediationEpisodesKey,
+  remediationEscalatedKey,
+  remediationHistoryKey,
+  remediationResolvedKey,
+} from '../shared/keys.js';
+import { defineLua, loadLua } from '../shared/lua.js';
+
+/**
+ * What remediation keeps in Redis, shared by every API replica and worker: the guard of a rule's
+ * remediations of a Deployment (cooldown and escalation, one script: remediation-guard.lua), the
+ * distinct firings of an alert (flapping), the remediation under way for an alert, a resolved
+ * notification, the silences kept, and the recent decisions (GET /ops/remediations).
+ */
+
+/** How many decisions GET /ops/remediations can show. */
+export const DECISIONS_KEPT = 1000;
+
+export const DECISIONS = [
+  'waiting',
+  'suppressed',
+  'escalated',
+  'dry_run',
+  'queued',
+  'joined',
+  'pending_approval',
+  'refused',
+  'cancelled',
+  'outcome',
+  'error',
+] as const;
+/** Why nothing was done: which guard said so. */
+export const GUARDS = [
+  'target',
+  'for',
+  'episodes',
+  'not_firing',
+  'alertmanager',
+  'cooldown',
+  'escalated',
+  'freeze',
+  'window',
+  'budget',
+  'approval',
+] as const;
+/** The guards a suppressed remediation is counted by (opsgate_remediations_suppressed_total). */
+export const SUPPRESSION_GUARDS = GUARDS.filter((g) => g !== 'for' && g !== 'approval');
+
+/** How a remediation ended (opsgate_remediations_total's outcome). */
+export const OUTCOMES = [
+  'remediated',
+  'rolled_out_still_firing',
+  'failed',
+  'progress_deadline_exceeded',
+  'refused',
+  'rejected',
+  'expired',
+  'cancelled',
+  'dry_run',
+] as const;
+
+export const decisionSchema = z.object({
+  id: z.string().describe('the remediation (one alert firing, one rule)'),
+  at: z.string().describe('RFC 3339'),
+  rule: z.string(),
+  mode: z.enum(['act', 'dry-run']),
+  alertname: z.string(),
+  fingerprint: z.string(),
+  starts_at: z.string().nullable().describe("the alert's startsAt"),
+  namespace: z.string().nullable(),
+  deployment: z.string().nullable(),
+  host: z.string().nullable().describe('the inventory host whose Deployment it is; null: none'),
+  decision: z.enum(DECISIONS),
+  guard: z.enum(GUARDS).nullable().describe('the guard that stopped it, when one did'),
+  outcome: z.enum(OUTCOMES).nullable(),
+  reason: z.string().describe('why, in a sentence'),
+  job_id: z.string().nullable(),
+  approval_id: z.string().nullable(),
+});
+export type Decision = z.infer<typeof decisionSchema>;
+
+/** The remediation under way for one alert of one rule, until its settle time ends. */
+export interface Active {
+  id: string;
+  rule: string;
+  fingerprint: string;
+  labels: Record<string, string>;
+  starts_at: number;
+  host: string;
+  namespace: string;
+  deployment: string;
+  /** The restart job carrying it (a joined one's too); absent while its approval is pending. */
+  job_id?: string;
+  /** The restart joined someone else's: never cancelled by the remediation. */
+  joined?: boolean;
+  approval_id?: string;
+  /** The silence kept for it, when the rule asks for one. */
+  silence_id?: string;
+  phase: 'waiting' | 'verifying' | 'settling';
+  /** verifying: until when the alert may take to resolve (ms). */
+  verify_until?: number;
+  /** settling: when the silence lapses and the record goes (ms). */
+  settle_until?: number;
+  outcome?: (typeof OUTCOMES)[number];
+  created_at: number;
+  audit_id: string;
+}
+
+export type GuardVerdict = { verdict: 'claimed' | 'escalate' | 'escalated'; count: number } | { verdict: 'cooldown'; leftMs: number };
+
+export interface RemediationStore {
+  claim(
+    rule: string,
+    namespace: string,
+    deployment: string,
+    id: string,
+    now: number,
+    limits: { cooldownMs: number; windowMs: number; escalateAfter: number },
+  ): Promise<GuardVerdict>;
+  release(rule: string, namespace: string, deployment: string, id: string): Promise<void>;
+  /** The rule's remediations of a Deployment in the escalation window, oldest first. */
+  history(rule: string, namespace: string, deployment: string, now: number, windowMs: number): Promise<Array<{ id: string; at: number }>>;
+  /** Records a firing (its startsAt) and answers how many distinct firings fall within `withinMs`. */
+  episode(rule: string, fingerprint: string, startsAt: number, now: number, withinMs: number): Promise<number>;
+  getActive(rule: string, fingerprint: string): Promise<Active | undefined>;
+  /** Records it (NX: false when another remediation of this alert is under way). */
+  startActive(a: Active, ttlMs: number): Promise<boolean>;
+  putActive(a: Active, ttlMs: number): Promise<void>;
+  endActive(rule: string, fingerprint: string): Promise<void>;
+  markResolved(rule: string, fingerprint: string, startsAt: number, ttlMs: number): Promise<void>;
+  /** Whether a resolved notification came for this firing (startsAt) of the alert. */
+  resolved(rule: string, fingerprint: string, startsAt: number): Promise<boolean>;
+  record(d: Decision): Promise<void>;
+  decisions(): Promise<Decision[]>;
+  addSilence(id: string): Promise<void>;
+  removeSilence(id: string): Promise<void>;
+  silences(): Promise<number>;
+}
+
+const GUARD = 'opsgateRemediationGuard';
+const GUARD_LUA = loadLua(new URL('./remediation-guard.lua', import.meta.url));
+
+const parseActive = (raw: string | null): Active | undefined => {
+  if (!raw) return undefined;
+  try {
+    return JSON.parse(raw) as Active;
+  } catch {
+    return undefined;
+  }
+};
+
+export function createRemediationStore(redis: Redis): RemediationStore {
+  defineLua(redis, GUARD, GUARD_LUA, 3);
+  const scripts = redis as unknown as Record<string, (...a: Array<string | number>) => Promise<[string, number]>>;
+  const keys = (rule: string, ns: string, dep: string) =>
+    [remediationCooldownKey(rule, ns, dep), remediationHistoryKey(rule, ns, dep), remediationEscalatedKey(rule, ns, dep)] as const;
+  return {
+    async claim(rule, ns, dep, id, now, l) {
+      const [verdict, n] = await scripts[GUARD]!(...keys(rule, ns, dep), 'claim', id, now, l.cooldownMs, l.windowMs, l.escalateAfter);
+      if (verdict === 'cooldown') return { verdict, leftMs: Number(n) };
+      return { verdict: verdict as 'claimed' | 'escalate' | 'escalated', count: Number(n) };
+    },
+    async release(rule, ns, dep, id) {
+      await scripts[GUARD]!(...keys(rule, ns, dep), 'release', id, 0, 0, 0, 0);
+    },
+    async history(rule, ns, dep, now, windowMs) {
+      const flat = await redis.zrangebyscore(remediationHistoryKey(rule, ns, dep), now - windowMs, '+inf', 'WITHSCORES');
+      const out: Array<{ id: string; at: number }> = [];
+      for (let i = 0; i + 1 < flat.length; i += 2) out.push({ id: flat[i]!, at: Number(flat[i + 1]) });
+      return out;
+    },
+    async episode(rule, fingerprint, startsAt, now, withinMs) {
+      const key = remediationEpisodesKey(rule, fingerprint);
+      const replies = await redis
+        .multi()
+        .zadd(key, startsAt, String(startsAt))
+        .zremrangebyscore(key, '-inf', now - withinMs)
+        .zcard(key)
+        .pexpire(key, withinMs)
+        .exec();
+      if (!replies) throw new Error('MULTI aborted');
+      const [err, count] = replies[2]!;
+      if (err) throw err;
+      return Number(count);
+    },
+    async getActive(rule, fingerprint) {
+      return parseActive(await redis.get(remediationActiveKey(rule, fingerprint)));
+    },
+    async startActive(a, ttlMs) {
+      return (await redis.set(remediationActiveKey(a.rule, a.fingerprint), JSON.stringify(a), 'PX', Math.max(1, ttlMs), 'NX')) !== null;
+    },
+    async putActive(a, ttlMs) {
+      await redis.set(remediationActiveKey(a.rule, a.fingerprint), JSON.stringify(a), 'PX', Math.max(1, ttlMs));
+    },
+    async endActive(rule, fingerprint) {
+      await redis.del(remediationActiveKey(rule, fingerprint));
+    },
+    async markResolved(rule, fingerprint, startsAt, ttlMs) {
+      await redis.set(remediationResolvedKey(rule, fingerprint), String(startsAt), 'PX', Math.max(1, ttlMs));
+    },
+    async resolved(rule, fingerprint, startsAt) {
+      const v = await redis.get(remediationResolvedKey(rule, fingerprint));
+      return v !== null && Number(v) >= startsAt;
+    },
+    async record(d) {
+      await redis
+        .multi()
+        .lpush(REMEDIATION_DECISIONS_KEY, JSON.stringify(d))
+        .ltrim(REMEDIATION_DECISIONS_KEY, 0, DECISIONS_KEPT - 1)
+        .exec();
+    },
+    async decisions() {
+      const raws = await redis.lrange(REMEDIATION_DECISIONS_KEY, 0, DECISIONS_KEPT - 1);
+      return raws.flatMap((r) => {
+        let raw: unknown;
+        try {
+          raw = JSON.parse(r);
+        } catch {
+          return [];
+        }
+        const p = decisionSchema.safeParse(raw);
+        return p.success ? [p.data] : [];
+      });
+    },
+    async addSilence(id) {
+      await redis.sadd(REMEDIATION_SILENCES_KEY, id);
+    },
+    async removeSilence(id) {
+      await redis.srem(REMEDIATION_SILENCES_KEY, id);
+    },
+    async silences() {
+      return redis.scard(REMEDIATION_SILENCES_KEY);
+    },
+  };
+}

@@ -1,0 +1,152 @@
+import { z } from 'zod';
+import { approvalPolicySchema, parseDuration } from './policy.js';
+
+/**
+ * Alert-driven remediation rules, from the inventory's `remediations:` (src/shared/inventory.ts):
+ * a firing Alertmanager alert that matches a rule becomes a restart of the Deployment its labels
+ * name, through the change pipeline (src/remediation/). The shape:
+ *
+ *   - name: storefront-unavailable
+ *     match: {alertname: KubeDeploymentReplicasMismatch, labels: {severity: critical}}  # exact, or "=~regex"
+ *     target: {namespace: namespace, deployment: deployment}   # the alert labels that name them
+ *     trigger: {for: 2m, episodes: 1, within: 30m}
+ *     cooldown: 15m
+ *     escalate_after: 3
+ *     escalation_window: 2h
+ *     verify: 10m
+ *     settle: 5m
+ *     action: restart
+ *     mode: act          # or dry-run
+ *     silence: true
+ *     approval: {required: 1, ttl: 1h}   # optional; the host's policy may ask for one too
+ *
+ * Every duration is written like the policy's ("90s", "10m", "1h"), so tests can use seconds.
+ */
+
+/** A duration in seconds that may be zero ("0s", 0): `for` of an alert that acts at once. */
+const durationOrZero = (max: number, what: string) =>
+  z.union([z.string(), z.number()]).transform((v, ctx) => {
+    if (v === 0 || (typeof v === 'string' && /^\s*0+[smhd]?\s*$/.test(v))) return 0;
+    const s = parseDuration(v);
+    if (s === undefined || s > max) {
+      ctx.addIssue({ code: 'custom', message: `${what} must be a duration such as 90s, 10m or 1h, at most ${max} s` });
+      return z.NEVER;
+    }
+    return s;
+  });
+
+const positiveDuration = (max: number, what: string) => durationOrZero(max, what).refine((s) => s > 0, `${what} must be longer than 0s`);
+
+/** A Prometheus label name. */
+const labelName = z.string().regex(/^[a-zA-Z_][a-zA-Z0-9_]*$/, 'must be a label name ([a-zA-Z_][a-zA-Z0-9_]*)');
+
+export const REGEX_PREFIX = '=~';
+
+/**
+ * A label matcher as Alertmanager writes one: a value to equal, or `=~<regex>` (anchored at both
+ * ends, as Alertmanager anchors its regular expressions).
+ */
+const matcherValue = z
+  .string()
+  .max(1024)
+  .superRefine((v, ctx) => {
+    if (!v.startsWith(REGEX_PREFIX)) return;
+    try {
+      new RegExp(`^(?:${v.slice(REGEX_PREFIX.length)})$`);
+    } catch {
+      ctx.addIssue({ code: 'custom', message: 'is not a valid regular expression after "=~"' });
+    }
+  });
+
+const DAY = 86400;
+
+export const remediationRuleSchema = z.strictObject({
+  name: z
+    .string()
+    .regex(
+      /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/,
+      'must be a DNS-1123 label (it names the requester remediation:<name> and metric labels)',
+    ),
+  match: z.strictObject({
+    alertname: z.string().min(1).max(1024),
+    labels: z.record(labelName, matcherValue).default({}),
+  }),
+  action: z.literal('restart').default('restart'),
+  target: z
+    .strictObject({
+      namespace: labelName.default('namespace'),
+      deployment: labelName.default('deployment'),
+    })
+    .default({ namespace: 'namespace', deployment: 'deployment' }),
+  trigger: z
+    .strictObject({
+      /** Act once the alert has been firing this long, from its startsAt. */
+      for: durationOrZero(DAY, 'trigger.for').default(0),
+      /** ...and only after this many distinct firings (startsAt) of the alert within `within`. */
+      episodes: z.number().int().min(1).max(100).default(1),
+      within: positiveDuration(7 * DAY, 'trigger.within').default(3600),
+    })
+    .default({ for: 0, episodes: 1, within: 3600 }),
+  /** No second remediation of the same Deployment by this rule within it (shared by every replica). */
+  cooldown: positiveDuration(7 * DAY, 'cooldown').default(900),
+  /** After this many remediations of a Deployment within escalation_window, stop and page. */
+  escalate_after: z.number().int().min(1).max(100).default(3),
+  escalation_window: positiveDuration(7 * DAY, 'escalation_window').default(7200),
+  /** How long after the rollout the alert may take to resolve. */
+  verify: positiveDuration(DAY, 'verify').default(600),
+  /** How long the silence stays after the work ends. */
+  settle: positiveDuration(DAY, 'settle').default(300),
+  mode: z.enum(['act', 'dry-run']).default('act'),
+  /** Keep an Alertmanager silence of this alert while acting (needs ALERTMANAGER_URL). */
+  silence: z.boolean().default(false),
+  approval: approvalPolicySchema.optional(),
+});
+
+export type RemediationRule = z.infer<typeof remediationRuleSchema>;
+
+/** Whether a label value satisfies a matcher value (equality, or an anchored `=~regex`). */
+export function matchesValue(matcher: string, value: string | undefined): boolean {
+  if (matcher.startsWith(REGEX_PREFIX)) return new RegExp(`^(?:${matcher.slice(REGEX_PREFIX.length)})$`).test(value ?? '');
+  // Alertmanager treats a missing label as the empty string.
+  return (value ?? '') === matcher;
+}
+
+/** Whether an alert's labels match a rule's `match`. */
+export function matchesRule(rule: Pick<RemediationRule, 'match'>, labels: Readonly<Record<string, string>>): boolean {
+  if ((labels.alertname ?? '') !== rule.match.alertname) return false;
+  return Object.entries(rule.match.labels).every(([k, v]) => matchesValue(v, labels[k]));
+}
+
+/** The value a rule's equality matcher fixes for a label (undefined: not fixed, or a regex). */
+export function pinnedValue(rule: Pick<RemediationRule, 'match'>, label: string): string | undefined {
+  if (label === 'alertname') return rule.match.alertname;
+  const v = Object.hasOwn(rule.match.labels, label) ? rule.match.labels[label] : undefined;
+  return v === undefined || v.startsWith(REGEX_PREFIX) ? undefined : v;
+}
+
+/**
+ * Why a process may not start with these rules: rules while anyone can post a firing alert (no
+ * ALERTS_WEBHOOK_TOKEN, no client certificate), and silences without an Alertmanager to keep them.
+ * Each problem names the variable and the rules, never a value.
+ */
+export function remediationStartProblems(
+  rules: readonly RemediationRule[],
+  opts: { alertsAuthenticated?: boolean; alertmanagerUrl?: string | undefined },
+): Array<{ variable: string; problem: string }> {
+  const out: Array<{ variable: string; problem: string }> = [];
+  if (rules.length === 0) return out;
+  if (opts.alertsAuthenticated === false) {
+    out.push({
+      variable: 'ALERTS_WEBHOOK_TOKEN',
+      problem: `is not set and no client certificate is asked for (TLS_CLIENT_CA_FILE), but the inventory has remediation rules (${rules.map((r) => r.name).join(', ')}): anyone could post a firing alert that restarts a Deployment; set the token or TLS_CLIENT_CA_FILE`,
+    });
+  }
+  const silencing = rules.filter((r) => r.silence);
+  if (silencing.length > 0 && !opts.alertmanagerUrl) {
+    out.push({
+      variable: 'ALERTMANAGER_URL',
+      problem: `is not set, but remediation rules ask for a silence while they act (${silencing.map((r) => r.name).join(', ')}): set it, or silence: false`,
+    });
+  }
+  return out;
+}

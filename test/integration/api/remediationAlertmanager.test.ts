@@ -1,0 +1,183 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
+import type { Express } from 'express';
+import request from 'supertest';
+import { parseInventory } from '../../../src/shared/inventory.js';
+import { JOB } from '../../../src/shared/jobs.js';
+import { startWorker, type WorkerHandle } from '../../../worker/index.js';
+import { RO_KEY, createHarness, type Harness } from '../../helpers/apiHarness.js';
+import { ALERTMANAGER_BIN, startAlertmanager, type Alertmanager } from '../../helpers/alertmanager.js';
+import { noCluster } from '../../helpers/guards.js';
+import { startRedis, type RedisServer } from '../../helpers/redis.js';
+import { waitFor } from '../../helpers/waitFor.js';
+import { collectLogs, testMetrics, workerConfig } from '../../helpers/workerSupport.js';
+
+/**
+ * Alert-driven remediation with a real Debian prometheus-alertmanager: alerts pushed into it with
+ * its API v2 (as Prometheus does), its real webhook notifications posted to the API (a receiver with
+ * send_resolved and short intervals), its API v2 asked whether an alert fires, and its silences
+ * kept by a real worker. Restarts run in the worker without a cluster (the kube stand-in of the
+ * worker tests: the rollout fails), so the outcome verified here is the rollout's failure; a
+ * rollout that succeeds and an alert that resolves are the node e2e's.
+ */
+jest.setTimeout(120_000);
+
+const TOKEN = 'alerts-token-for-remediation-0002';
+const INVENTORY = `
+hosts:
+  web-1:
+    namespace: shop
+    deployments: [frontend, checkout, cart, search]
+remediations:
+  - name: hush
+    match: {alertname: Hush}
+    silence: true
+    verify: 5s
+    settle: 4s
+  - name: slow
+    match: {alertname: Slow}
+    trigger: {for: 3s}
+  - name: flappy
+    match: {alertname: Flapping}
+    trigger: {episodes: 2, within: 1h}
+`;
+
+let redis: RedisServer;
+let am: Alertmanager;
+let h: Harness;
+let server: Server;
+let app: Express | undefined;
+let worker: WorkerHandle | undefined;
+
+beforeAll(async () => {
+  redis = await startRedis();
+  // The API listens first, so Alertmanager's receiver can name its port.
+  server = createServer((req, res) => (app ? app(req, res) : res.writeHead(503).end()));
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as AddressInfo).port;
+  am = await startAlertmanager({ webhook: `http://127.0.0.1:${port}/webhook/alerts`, token: TOKEN });
+  h = await createHarness(redis.url, { inventoryYaml: INVENTORY, env: { ALERTS_WEBHOOK_TOKEN: TOKEN, ALERTMANAGER_URL: am.url } });
+  app = h.app;
+  worker = await startWorker(workerConfig({ REDIS_URL: redis.url, ALERTMANAGER_URL: am.url, JOB_ATTEMPTS: '1' }), {
+    logger: collectLogs().logger,
+    metrics: testMetrics(),
+    inventory: parseInventory(INVENTORY),
+    kubeConfig: noCluster,
+  });
+});
+afterAll(async () => {
+  await worker?.close(2000);
+  await am?.stop();
+  await h?.close();
+  server?.closeAllConnections();
+  await new Promise((r) => server?.close(r));
+  await redis?.destroy();
+});
+
+const decisions = async () => (await request(h.app).get('/ops/remediations?limit=500').set('X-API-Key', RO_KEY)).body.remediations as any[];
+const decisionOf = (rule: string, deployment: string, decision: string) => async () =>
+  (await decisions()).find((d) => d.rule === rule && d.deployment === deployment && d.decision === decision);
+const restartsOf = async (deployment: string) =>
+  (await h.queue.bull.getJobs(['waiting', 'delayed', 'active', 'completed', 'failed'])).filter(
+    (j) => j.name === JOB.restartService && j.data.service === deployment,
+  );
+const labels = (alertname: string, deployment: string) => ({ alertname, namespace: 'shop', deployment, severity: 'critical' });
+
+it('the real Alertmanager binary is installed', () => {
+  expect(ALERTMANAGER_BIN).toBeDefined();
+});
+
+describe('only real alerts act', () => {
+  it('a forged firing alert Alertmanager does not hold restarts nothing; the contract answer is unchanged', async () => {
+    const res = await request(h.app)
+      .post('/webhook/alerts')
+      .set('Authorization', `Bearer ${TOKEN}`)
+      .set('Content-Type', 'application/json')
+      .send(
+        JSON.stringify({
+          alerts: [
+            {
+              status: 'firing',
+              labels: labels('Hush', 'checkout'),
+              annotations: {},
+              startsAt: new Date(Date.now() - 60_000).toISOString(),
+              fingerprint: '0123456789abcdef',
+            },
+          ],
+        }),
+      );
+    expect(res.status).toBe(202);
+    expect(res.body).toMatchObject({ received: 1, firing: 1, job_ids: [expect.any(String)] });
+    expect(res.body.remediations[0]).toMatchObject({ decision: 'suppressed' });
+    expect(res.body.remediations[0].reason).toMatch(/holds no firing alert with these labels/);
+    expect(await restartsOf('checkout')).toHaveLength(0);
+  });
+});
+
+describe('a real alert, delivered by Alertmanager', () => {
+  it('restarts the Deployment, keeps a silence of exactly that alert while acting, extends it, and lets it lapse after settle', async () => {
+    const l = labels('Hush', 'frontend');
+    await am.push([{ labels: l, startsAt: new Date(Date.now() - 30_000).toISOString() }]);
+    const queued = await waitFor('the delivered alert to queue a restart', decisionOf('hush', 'frontend', 'queued'), 30_000);
+    expect(await restartsOf('frontend')).toHaveLength(1);
+
+    const mine = (s: { comment: string }) => s.comment.includes(queued.id);
+    const first = await waitFor(
+      'the silence',
+      async () => (await am.silences()).find((s) => mine(s) && s.status.state === 'active'),
+      20_000,
+    );
+    expect(first.comment).toContain('by rule hush: restart of Deployment shop/frontend');
+    expect(
+      (first.matchers as Array<{ name: string; value: string; isRegex: boolean }>).map((m) => `${m.name}=${m.value}:${m.isRegex}`).sort(),
+    ).toEqual(
+      Object.entries(l)
+        .map(([k, v]) => `${k}=${v}:false`)
+        .sort(),
+    );
+    // Short: a few seconds ahead (lapses by itself if opsgate stops), then moved on while the work lasts.
+    expect(Date.parse(first.endsAt) - Date.now()).toBeLessThan(10_000);
+    await waitFor(
+      'the silence extended in place',
+      async () => (await am.silences()).find((s) => s.id === first.id && Date.parse(s.endsAt) > Date.parse(first.endsAt) + 500),
+      20_000,
+    );
+
+    // The rollout fails (no cluster here): its failure is the outcome, recorded and counted.
+    const outcome = await waitFor('the outcome', decisionOf('hush', 'frontend', 'outcome'), 30_000);
+    expect(outcome).toMatchObject({ outcome: 'failed', job_id: queued.job_id });
+    // settle (4 s) passed: the silence is expired and no longer counted.
+    await waitFor('the silence to lapse', async () => (await am.silences()).every((s) => !mine(s) || s.status.state === 'expired'), 30_000);
+    expect(await h.inspect.scard('opsgate:remediation:silences')).toBe(0);
+  });
+
+  it('for: a notification before it schedules a check; the worker asks Alertmanager when it passes, and acts', async () => {
+    await am.push([{ labels: labels('Slow', 'cart'), startsAt: new Date().toISOString() }]);
+    const waiting = await waitFor('the waiting decision', decisionOf('slow', 'cart', 'waiting'), 30_000);
+    expect(waiting.reason).toMatch(/checked with Alertmanager at/);
+    expect(
+      (await h.queue.bull.getJobs(['delayed', 'waiting', 'active', 'completed'])).some(
+        (j) => j.name === JOB.remediate && j.data.step === 'check',
+      ),
+    ).toBe(true);
+    await waitFor('the check to act', decisionOf('slow', 'cart', 'queued'), 30_000);
+    expect(await restartsOf('cart')).toHaveLength(1);
+  });
+
+  it('flapping: the second distinct firing of the alert (resolved and notified in between) acts', async () => {
+    const l = labels('Flapping', 'search');
+    const deliveries = () => h.audits().filter((a) => a.path === '/webhook/alerts' && a.who === 'webhook:alerts').length;
+    await am.push([{ labels: l, startsAt: new Date(Date.now() - 120_000).toISOString() }]);
+    await waitFor('the first episode', decisionOf('flappy', 'search', 'suppressed'), 30_000);
+    // Alertmanager tells a firing from the next one by their notifications: the resolved one must go
+    // out before the alert fires again (within one group_interval it would be the same firing to it).
+    const before = deliveries();
+    await am.resolve(l);
+    await waitFor('the resolved notification', () => deliveries() > before, 30_000);
+    await am.push([{ labels: l, startsAt: new Date().toISOString() }]);
+    const queued = await waitFor('the second episode to act', decisionOf('flappy', 'search', 'queued'), 30_000);
+    expect(queued.starts_at).not.toBe((await decisionOf('flappy', 'search', 'suppressed')())!.starts_at);
+    expect(await restartsOf('search')).toHaveLength(1);
+  });
+});

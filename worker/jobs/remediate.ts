@@ -1,0 +1,50 @@
+import { DelayedError } from 'bullmq';
+import { createRemediation } from '../../src/remediation/engine.js';
+import type { Active } from '../../src/remediation/store.js';
+import type { RemediateData } from '../../src/shared/jobs.js';
+import type { JobContext } from '../context.js';
+import { recordEvent } from '../events.js';
+import { resolveKubeConfig } from '../k8s.js';
+
+/**
+ * remediate: alert-driven remediation's steps in the worker (src/remediation/engine.ts).
+ * - check: a firing alert whose rule's `for` has passed since its notification: Alertmanager is
+ *   asked whether it still fires, and the rule acts through the change pipeline;
+ * - watch: a remediation under way, looked at every few seconds (the job moves itself back to the
+ *   delayed set between looks, BullMQ's documented way: the attempt does not count): its approval
+ *   or job, its silence kept, the verification of its outcome, which ends as an Event on the
+ *   Deployment (OpsgateRemediated, or OpsgateRemediationFailed as a Warning).
+ */
+export async function remediate(data: RemediateData, ctx: JobContext): Promise<{ step: string; done: true }> {
+  const deps = ctx.guards?.remediation;
+  if (!deps) throw new Error('this worker has no remediation rules (OPS_INVENTORY_FILE) or no guard stores; not acting on the alert');
+  const engine = createRemediation({ ...deps, onOutcome: (a, outcome, reason) => outcomeEvent(a, outcome, reason, data, ctx) });
+  const next = await engine.step(data);
+  if (next === undefined) return { step: data.step, done: true };
+  if (!ctx.job.moveToDelayed || !ctx.token) throw new Error('the remediation cannot wait for its next look (no lock token); retried');
+  await ctx.job.moveToDelayed(Date.now() + next, ctx.token);
+  throw new DelayedError();
+}
+
+async function outcomeEvent(a: Active, outcome: string, reason: string, data: RemediateData, ctx: JobContext): Promise<void> {
+  try {
+    const kc = await resolveKubeConfig(ctx.kubeConfig);
+    await recordEvent(
+      kc,
+      {
+        namespace: a.namespace,
+        regarding: { apiVersion: 'apps/v1', kind: 'Deployment', name: a.deployment, namespace: a.namespace },
+        reason: outcome === 'remediated' ? 'OpsgateRemediated' : 'OpsgateRemediationFailed',
+        action: 'Verify',
+        type: outcome === 'remediated' ? 'Normal' : 'Warning',
+        queueJobId: a.job_id ?? a.id,
+        auditId: a.audit_id,
+        requestedBy: data.requested_by,
+        detail: `${outcome}: ${reason}`,
+      },
+      ctx.logger,
+    );
+  } catch (err) {
+    ctx.logger.warn('no Kubernetes Event for the remediation outcome', { outcome, err: (err as Error).message });
+  }
+}
