@@ -1,3 +1,4 @@
+import { invalidInput } from '../routes/invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
@@ -57,10 +58,7 @@ export function remediationsRouter(deps: RemediationRoutesDeps): Router {
     .get(anyKey, async (req, res) => {
       singleValued(req.query);
       const q = remediationsQuerySchema.safeParse(req.query);
-      if (!q.success) {
-        const issue = q.error.issues[0]!;
-        throw new UnprocessableError(`invalid query parameter ${issue.path.join('.')}: ${issue.message}`, 'invalid_query');
-      }
+      if (!q.success) throw invalidInput(q.error, 'query parameter');
       // A cursor carries the rule of the query that made it (in its list's name): alone it continues
       // that query; with another rule it is refused.
       const rule = q.data.cursor === undefined ? q.data.rule : ruleOfCursor(q.data.cursor, q.data.rule);
