@@ -19,6 +19,8 @@ import { jobsRouter } from './routes/jobs.js';
 import { keysRouter } from './routes/keys.js';
 import { openapiRouter } from './openapi/router.js';
 import { opsRouter } from './routes/ops.js';
+import { deploysRouter } from './routes/deploys.js';
+import { createOidcVerifier } from './middleware/oidc.js';
 import { webhookFailures, webhooksRouter } from './routes/webhooks.js';
 import { createKeyUsage } from './shared/apiKeyLifetime.js';
 import { createAllowedNames, type AllowedNames } from './shared/clientNames.js';
@@ -158,7 +160,12 @@ export function createApp(deps: AppDeps): Express {
     }),
   );
   app.use(healthRouter({ redis: deps.redis, queue: deps.queue, version: deps.version ?? '0.0.0' }));
-  app.use(opsRouter({ ...deps, hostStatus: deps.hostStatus, replicated, changed, apiKeyPolicy, guards }));
+  // OIDC ID tokens (OPS_OIDC_FILE) as bearer credentials on POST /ops/restart and POST /ops/deploys.
+  const oidc = deps.config.oidc?.configured
+    ? createOidcVerifier({ settings: deps.config.oidc, metrics: deps.metrics, logger: deps.logger })
+    : undefined;
+  app.use(opsRouter({ ...deps, hostStatus: deps.hostStatus, replicated, changed, apiKeyPolicy, guards, ...(oidc ? { oidc } : {}) }));
+  app.use(deploysRouter({ ...deps, replicated, changed, apiKeyPolicy, guards, ...(oidc ? { oidc } : {}) }));
   app.use(approvalsRouter({ ...deps, guards, apiKeyPolicy, changed }));
   app.use(freezesRouter({ ...deps, guards, jobs: deps.queue.jobs, apiKeyPolicy, changed }));
   app.use(keysRouter({ ...deps, usage: keyUsage, apiKeyPolicy }));
