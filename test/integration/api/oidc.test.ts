@@ -272,6 +272,17 @@ describe('POST /ops/restart with an OIDC token', () => {
     expect(await h.queue.bull.getJobCounts('waiting')).toEqual({ waiting: 0 });
   });
 
+  it('without ca_file the keys are fetched with the system CAs only: an issuer of a private CA is not trusted (503)', async () => {
+    const [entry] = parseOidcFile(oidcYaml().replace(`    ca_file: ${caFile}\n`, ''));
+    expect(entry).toMatchObject({ issuer: gh.url });
+    expect(entry!.ca).toBeUndefined();
+    const verifier = createOidcVerifier({ settings: { issuers: [entry!], configured: true } });
+    const asked = gh.hits['/.well-known/openid-configuration'];
+    await expect(verifier.verify(await gh.sign(githubClaims()))).rejects.toMatchObject({ code: 'oidc_issuer_unavailable' });
+    // Refused in the TLS handshake: no request reached the issuer.
+    expect(gh.hits['/.well-known/openid-configuration']).toBe(asked);
+  });
+
   it('claims outside every rule: 403 oidc_no_matching_rule; a readonly rule: 403 operator_role_required', async () => {
     const other = await restart(h.app, 'host=web-1&service=frontend', await gh.sign(githubClaims({ repository: 'acme/other' })));
     expect([other.status, other.body.code]).toEqual([403, 'oidc_no_matching_rule']);
