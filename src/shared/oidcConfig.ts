@@ -70,7 +70,7 @@ export interface OidcIssuer {
   readonly issuer: string;
   readonly kind: OidcKind;
   readonly audience: string;
-  /** The PEM text of `ca_file`, read when the file was loaded; absent: the system CAs. */
+  /** The PEM text of `ca_file`, read with the OIDC file (again when that file changes, not when only the CA does); absent: the system CAs. */
   readonly ca?: string;
   readonly caFile?: string;
   readonly discoveryAuth?: 'serviceaccount';
@@ -231,7 +231,7 @@ const issuerSchema = z.strictObject({
   ca_file: z.string().min(1).optional(),
   discovery_auth: z.literal('serviceaccount', { error: 'is not serviceaccount' }).optional(),
   jwks_uri: httpsUrl.optional(),
-  jwks_cooldown_seconds: z.number().int().min(0).max(3600).optional(),
+  jwks_cooldown_seconds: z.number().int().min(1).max(3600).optional(),
   rules: z.array(ruleSchema).min(1, 'lists no rule (a token matching no rule is refused)'),
 });
 
@@ -289,7 +289,7 @@ function compileRule(kind: OidcKind, raw: RawRule, index: number, where: string,
     return t;
   };
   const owner = tpl('owner', raw.owner);
-  // An owner without placeholders is checked now; one built from claims when it is built.
+  // An owner without placeholders is checked with the file; one built from claims when it is built.
   if (owner && !raw.owner.includes('{')) {
     const p = ownerProblem(raw.owner);
     if (p) problems.push(`${at} owner ${p}`);
