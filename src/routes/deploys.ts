@@ -146,7 +146,7 @@ export function deploysRouter(deps: DeploysDeps): Router {
         event_id: answer.event_id,
         job_id: answer.job_id,
         outcome: answer.accepted ? 'accepted' : 'duplicate',
-        status: answer.status,
+        deploy_status: answer.status,
         project: answer.project,
         ref: answer.ref,
         sha: answer.sha,

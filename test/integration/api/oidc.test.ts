@@ -350,7 +350,12 @@ describe('POST /ops/deploys', () => {
     });
     const again = await deploy(await gh.sign(githubClaims()), { project: 'acme/storefront', sha: SHA });
     expect(again.body).toMatchObject({ accepted: false, duplicate: true, job_id: first.body.job_id });
-    expect(lastAudit(h, '/ops/deploys')).toMatchObject({ oidc: { issuer: gh.url, rule: 'storefront-main' }, sha: SHA });
+    expect(lastAudit(h, '/ops/deploys')).toMatchObject({
+      oidc: { issuer: gh.url, rule: 'storefront-main' },
+      sha: SHA,
+      outcome: 'duplicate',
+      deploy_status: 'queued',
+    });
   });
 
   it("a body disagreeing with the token's sha (or project) is refused, nothing queued", async () => {
