@@ -50,6 +50,8 @@ projects:
   acme/storefront: {namespace: deploys, serviceAccountName: deployer, image: alpine:3.20, deploy_from: ci}
   acme/shop: {namespace: deploys, serviceAccountName: deployer, image: alpine:3.20, deploy_from: both}
   acme/legacy: {namespace: deploys, serviceAccountName: deployer, image: alpine:3.20}
+  acme/guarded:
+    {namespace: deploys, serviceAccountName: deployer, image: alpine:3.20, deploy_from: ci, policy: {approval: {required: 1, ttl: 1h}}}
 `;
 
 const oidcYaml = () => `
@@ -407,6 +409,25 @@ describe('POST /ops/deploys', () => {
     expect(push.status).toBe(202);
     expect(push.body).toEqual({ ignored: true, reason: expect.stringContaining('deploy_from: ci') });
     expect(await h.queue.bull.getJobCounts('waiting')).toEqual({ waiting: 0 });
+  });
+
+  it('through the pipeline: a project whose policy asks for approval waits for one (the same commit again joins it)', async () => {
+    const ask = () =>
+      request(h.app)
+        .post('/ops/deploys')
+        .set('X-API-Key', OP_KEY)
+        .set('Content-Type', 'application/json')
+        .send(JSON.stringify({ project: 'acme/guarded', ref: 'refs/heads/main', sha: SHA }));
+    const first = await ask();
+    expect(first.status).toBe(202);
+    expect(first.body).toMatchObject({ status: 'pending_approval', accepted: true, duplicate: false });
+    expect(first.body.approval_id).toBe(first.body.job_id);
+    const again = await ask();
+    expect(again.body).toMatchObject({ status: 'pending_approval', accepted: false, duplicate: true, approval_id: first.body.approval_id });
+    // Only the on-call report of the request is queued, no deploy.
+    expect((await h.queue.bull.getJobs(['waiting', 'delayed'])).map((j) => j.name)).not.toContain(JOB.runDeployPipeline);
+    const approval = await request(h.app).get(`/ops/approvals/${first.body.approval_id}`).set('X-API-Key', RO_KEY);
+    expect(approval.body).toMatchObject({ status: 'pending' });
   });
 
   it('Idempotency-Key: a retry answers the first call; the key reused for another commit is 422', async () => {
