@@ -104,7 +104,7 @@ beforeAll(async () => {
       `- {id: scoped, role: operator, key: ${SCOPED_KEY}, scope: {hosts: [web-1], projects: [acme/shop]}}\n`,
   );
   srv = await startRedis();
-  const env = { OPS_OIDC_FILE: oidcFile, OPS_API_KEYS_FILE: keysFile };
+  const env = { OPS_OIDC_FILE: oidcFile, OPS_API_KEYS_FILE: keysFile, ADMIN_UI_ENABLED: 'true' };
   h = await createHarness(srv.url, { env, inventoryYaml: INVENTORY });
   keyless = await createHarness(srv.url, { env: { ...env, OPS_BEARER_TOKEN: '', OPS_BEARER_TOKEN_OWNER: '' }, inventoryYaml: INVENTORY });
 });
@@ -303,6 +303,50 @@ describe('POST /ops/restart with an OIDC token', () => {
     expect(inScope.status).toBe(200);
     const status = await request(h.app).get('/ops/hosts/db-1').set('X-API-Key', SCOPED_KEY);
     expect([status.status, status.body.code]).toEqual([403, 'out_of_scope']);
+  });
+
+  it("a scoped key's other routes: freezes, approvals, replays, dead letters and Bull Board stay within its scope", async () => {
+    const post = (path: string, body: Record<string, unknown>, key = SCOPED_KEY) =>
+      request(h.app).post(path).set('X-API-Key', key).set('Content-Type', 'application/json').send(JSON.stringify(body));
+    const freeze = (body: Record<string, unknown>) => post('/ops/freezes', { reason: 'r', duration: '1h', ...body });
+    expect((await freeze({ scope: 'namespace', namespace: 'data' })).body.code).toBe('out_of_scope');
+    expect((await freeze({ scope: 'all' })).body.code).toBe('out_of_scope');
+    const mine = await freeze({ scope: 'project', project: 'acme/shop' });
+    expect(mine.status).toBe(201);
+    const theirs = await post('/ops/freezes', { scope: 'namespace', namespace: 'data', reason: 'r', duration: '1h' }, OP_KEY);
+    expect(theirs.status).toBe(201);
+    const lift = (id: string) =>
+      request(h.app)
+        .delete(`/ops/freezes/${id}`)
+        .set('X-API-Key', SCOPED_KEY)
+        .set('Content-Type', 'application/json')
+        .send('{"reason":"r"}');
+    expect([(await lift(theirs.body.id)).status, (await lift(mine.body.id)).status]).toEqual([403, 200]);
+    // An approval of a restart of pay-1, outside the key's hosts.
+    const asked = await request(h.app).post('/ops/restart?host=pay-1&service=api').set('X-API-Key', OP_KEY);
+    expect(asked.status).toBe(202);
+    const approve = await post(`/ops/approvals/${asked.body.approval_id}/approve`, { reason: 'ok' });
+    expect([approve.status, approve.body.code]).toEqual([403, 'out_of_scope']);
+    // A recorded push of acme/legacy, outside the key's projects.
+    const push = await request(h.app)
+      .post('/webhook/scm')
+      .set('X-Scm-Token', SCM_SECRET)
+      .set('X-Scm-Event', 'Push Hook')
+      .set('Content-Type', 'application/json')
+      .send(JSON.stringify({ ref: 'refs/heads/main', checkout_sha: SHA, project: { path_with_namespace: 'acme/legacy' } }));
+    expect(push.body).toMatchObject({ accepted: true });
+    await h.deliveries.flush();
+    const delivery = await waitFor('the recorded push', async () => {
+      const list = await request(h.app).get('/ops/deliveries?source=scm').set('X-API-Key', RO_KEY);
+      return (list.body.deliveries as Array<{ id: string }> | undefined)?.[0]?.id;
+    });
+    const replay = await post(`/ops/deliveries/${delivery}/replay`, { reason: 'again' });
+    expect([replay.status, replay.body.code]).toEqual([403, 'out_of_scope']);
+    const retry = await post(`/ops/jobs/${push.body.job_id}/retry`, { reason: 'again' });
+    expect([retry.status, retry.body.code]).toEqual([403, 'out_of_scope']);
+    const board = await request(h.app).get('/admin/queues').set('X-API-Key', SCOPED_KEY);
+    expect([board.status, board.body.code]).toEqual([403, 'out_of_scope']);
+    expect((await request(h.app).get('/admin/queues').set('X-API-Key', OP_KEY)).status).toBe(200);
   });
 
   it("four eyes compares owners: a key of the OIDC identity's owner cannot approve its restart, another operator can; an OIDC token never approves", async () => {
