@@ -23,6 +23,8 @@ import { createAlertmanagerClient } from './remediation/alertmanager.js';
 import { createRemediation } from './remediation/engine.js';
 import { remediationsRouter } from './remediation/routes.js';
 import { createRemediationStore, OUTCOMES, SUPPRESSION_GUARDS } from './remediation/store.js';
+import { deploysRouter } from './routes/deploys.js';
+import { createOidcVerifier } from './middleware/oidc.js';
 import { webhookFailures, webhooksRouter } from './routes/webhooks.js';
 import { createKeyUsage } from './shared/apiKeyLifetime.js';
 import { createAllowedNames, type AllowedNames } from './shared/clientNames.js';
@@ -184,7 +186,12 @@ export function createApp(deps: AppDeps): Express {
     }),
   );
   app.use(healthRouter({ redis: deps.redis, queue: deps.queue, version: deps.version ?? '0.0.0' }));
-  app.use(opsRouter({ ...deps, hostStatus: deps.hostStatus, replicated, changed, apiKeyPolicy, guards }));
+  // OIDC ID tokens (OPS_OIDC_FILE) as bearer credentials on POST /ops/restart and POST /ops/deploys.
+  const oidc = deps.config.oidc?.configured
+    ? createOidcVerifier({ settings: deps.config.oidc, metrics: deps.metrics, logger: deps.logger })
+    : undefined;
+  app.use(opsRouter({ ...deps, hostStatus: deps.hostStatus, replicated, changed, apiKeyPolicy, guards, ...(oidc ? { oidc } : {}) }));
+  app.use(deploysRouter({ ...deps, replicated, changed, apiKeyPolicy, guards, ...(oidc ? { oidc } : {}) }));
   app.use(approvalsRouter({ ...deps, guards, apiKeyPolicy, changed }));
   app.use(freezesRouter({ ...deps, guards, jobs: deps.queue.jobs, apiKeyPolicy, changed }));
   app.use(keysRouter({ ...deps, usage: keyUsage, apiKeyPolicy }));

@@ -12,9 +12,10 @@ import { SECRET_ROLES, type SecretValues } from '../shared/liveSecrets.js';
 import type { Logger } from '../shared/logger.js';
 import { defineLua, loadLua } from '../shared/lua.js';
 import type { Metrics } from '../shared/metrics.js';
+import type { OidcVerifier } from './oidc.js';
 
 /**
- * API keys, bearer tokens and webhook senders' proofs. Every comparison is constant time (safeEqual) and the API key is compared with
+ * API keys, bearer tokens (the shared one, and OIDC ID tokens: src/middleware/oidc.ts) and webhook senders' proofs. Every comparison is constant time (safeEqual) and the API key is compared with
  * every configured key, without stopping at the first match, so timing reveals neither which
  * key matched nor how many are configured. Failures are counted in
  * opsgate_auth_failures_total{scheme,reason}. Every accepted credential sets res.locals.principal,
@@ -105,6 +106,7 @@ export function requireApiKey(
     setIdentity(res, keyIdentity(key));
     res.locals.credential = credentialId(presented);
     res.locals.role = role;
+    res.locals.scope = key.scope;
     if (required === 'operator' && role !== 'operator') {
       metrics.authFailures.inc({ scheme: 'api_key', reason: 'forbidden_role' });
       throw new ForbiddenError('this operation requires an operator key', 'operator_role_required');
@@ -157,6 +159,11 @@ export function requireOperatorKeyOrBasic(keys: readonly ApiKey[], metrics: Auth
     if (role !== 'operator') {
       metrics.authFailures.inc({ scheme, reason: 'forbidden_role' });
       throw new ForbiddenError('operator role required', 'operator_role_required');
+    }
+    // Bull Board acts on every job of the queue: a key scoped to some hosts or projects does not reach it.
+    if (key!.scope) {
+      metrics.authFailures.inc({ scheme, reason: 'out_of_scope' });
+      throw new ForbiddenError('a scoped key cannot use Bull Board; an unscoped operator key can', 'out_of_scope');
     }
     next();
   };
@@ -220,7 +227,20 @@ const noteMatch = (res: { locals: Record<string, unknown> }, index: number): voi
 export function requireBearer(
   token: SecretSource,
   metrics: AuthMetrics,
-  opts: { scheme?: string; realm?: string; owner?: string; identity?: Identity; noteMatch?: boolean } = {},
+  opts: {
+    scheme?: string;
+    realm?: string;
+    owner?: string;
+    identity?: Identity;
+    noteMatch?: boolean;
+    /**
+     * OIDC ID tokens (OPS_OIDC_FILE): a token that is not the shared one is verified as one when
+     * its issuer is listed, whether or not the shared token is configured (an operator role required).
+     */
+    oidc?: OidcVerifier;
+    /** The shared token is a valid credential but not for this route: 403 (POST /ops/deploys). */
+    refuseShared?: boolean;
+  } = {},
 ): RequestHandler {
   const scheme = opts.scheme ?? 'bearer';
   const realm = opts.realm ?? 'opsgate';
@@ -233,7 +253,8 @@ export function requireBearer(
   };
   const values = valuesOf(token);
   const match = secretsMatcher(values);
-  return (req, res, next) => {
+  const oidc = opts.oidc;
+  return async (req, res, next) => {
     const raw = header(req.get('authorization'));
     if (raw === '') fail('missing bearer credentials', 'missing', 'missing_credentials');
     const m = BEARER.exec(raw);
@@ -242,8 +263,45 @@ export function requireBearer(
     if (word.toLowerCase() !== 'bearer')
       fail('authorization scheme must be Bearer', 'scheme', 'unsupported_auth_scheme', 'invalid_request');
     if (presented === '') fail('missing bearer token', 'missing', 'missing_credentials', 'invalid_request');
+    // The contract's comparison first; only a token that is not the shared one may be an OIDC token.
+    const index = values().length === 0 ? -1 : match(presented);
+    if (index >= 0 && opts.refuseShared) {
+      metrics.authFailures.inc({ scheme, reason: 'shared_token_refused' });
+      throw new ForbiddenError(
+        'the shared bearer token is not accepted here: use an OIDC token or an operator key',
+        'bearer_token_not_accepted',
+      );
+    }
+    if (index < 0 && oidc) {
+      let caller: Awaited<ReturnType<OidcVerifier['verify']>>;
+      try {
+        caller = await oidc.verify(presented);
+      } catch (err) {
+        res.locals.presentedCredential = `oidc:${credentialId(presented)}`;
+        const status = (err as { statusCode?: number }).statusCode;
+        metrics.authFailures.inc({
+          scheme: 'oidc',
+          reason: status === 503 ? 'issuer_unavailable' : status === 403 ? 'no_matching_rule' : 'invalid',
+        });
+        throw err;
+      }
+      if (caller) {
+        setIdentity(res, caller.identity);
+        res.locals.credential = caller.credential;
+        res.locals.role = caller.role;
+        res.locals.scope = caller.scope;
+        res.locals.oidc = caller;
+        if (caller.role !== 'operator') {
+          metrics.authFailures.inc({ scheme: 'oidc', reason: 'forbidden_role' });
+          throw new ForbiddenError(
+            'this operation requires the operator role; the OIDC rule that matched gives readonly',
+            'operator_role_required',
+          );
+        }
+        return next();
+      }
+    }
     if (values().length === 0) fail('bearer authentication is not configured', 'not_configured', 'bearer_not_configured', 'invalid_token');
-    const index = match(presented);
     if (index < 0) {
       res.locals.presentedCredential = `bearer:${credentialId(presented)}`;
       fail('invalid bearer token', 'invalid', 'invalid_bearer_token', 'invalid_token');
@@ -269,9 +327,29 @@ export function requireBearerOrOperatorKey(
   metrics: AuthMetrics,
   policy: ApiKeyPolicy = {},
   bearerOwner?: string,
+  oidc?: OidcVerifier,
 ): RequestHandler {
   const operatorKey = requireApiKey(keys, metrics, 'operator', policy);
-  const bearer = requireBearer(token, metrics, { owner: bearerOwner });
+  const bearer = requireBearer(token, metrics, { owner: bearerOwner, ...(oidc ? { oidc } : {}) });
+  return (req, res, next) =>
+    req.get('x-api-key') !== undefined && req.get('authorization') === undefined ? operatorKey(req, res, next) : bearer(req, res, next);
+}
+
+/**
+ * POST /ops/deploys: an OIDC token of a listed issuer (OPS_OIDC_FILE), or an operator's own API
+ * key. A request with an X-API-Key and no Authorization header is judged by its key; any other
+ * by the bearer rules, where the shared bearer token is refused (403): a deploy is asked for by
+ * someone with an identity of their own.
+ */
+export function requireOidcOrOperatorKey(
+  keys: readonly ApiKey[],
+  token: SecretSource,
+  metrics: AuthMetrics,
+  policy: ApiKeyPolicy = {},
+  oidc?: OidcVerifier,
+): RequestHandler {
+  const operatorKey = requireApiKey(keys, metrics, 'operator', policy);
+  const bearer = requireBearer(token, metrics, { refuseShared: true, ...(oidc ? { oidc } : {}) });
   return (req, res, next) =>
     req.get('x-api-key') !== undefined && req.get('authorization') === undefined ? operatorKey(req, res, next) : bearer(req, res, next);
 }

@@ -13,7 +13,8 @@ const STATE_CHANGING = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 
 /**
  * HTTP metrics for every request, and the audit line for every state-changing call and every
- * webhook: who (principal, owner, credential id), method, path, body SHA-256, status, request id;
+ * webhook: who (principal, owner, credential id; for an OIDC token its issuer, subject, rule and
+ * jti), method, path, body SHA-256, status, request id;
  * for a webhook, which value of its sender's secret matched.
  */
 export function observe(deps: { metrics: Pick<Metrics, 'httpRequests' | 'httpDuration'>; logger: Logger }): RequestHandler {
@@ -79,6 +80,8 @@ function audit(logger: Logger, req: Request, res: Response, seconds: number): vo
     source: webhookSource(req.path),
     role: res.locals.role,
     presented_credential: res.locals.principal ? undefined : res.locals.presentedCredential,
+    // An OIDC caller: its issuer, subject, the rule that matched and the token's jti (never the token).
+    oidc: (res.locals.oidc as { audit?: unknown } | undefined)?.audit,
     // Which value of a sender's secret the delivery proved (current, or previous during a rotation); never the value.
     matched_secret: res.locals.matchedSecret,
     warning: res.locals.credentialWarning,

@@ -91,7 +91,12 @@ const SECURITY_SCHEMES: Record<SecuritySchemeName, Record<string, unknown>> = {
       'A key of OPS_API_KEY_ROLES or OPS_API_KEYS_FILE; role readonly or operator (operations marked "operator" answer 403 to a readonly key). ' +
       'A key close to its expiry gets Deprecation and Sunset headers on every answer; an expired key gets 401.',
   },
-  bearer: { type: 'http', scheme: 'bearer', description: 'OPS_BEARER_TOKEN (scheme word case-insensitive). Unset: every call 401.' },
+  bearer: {
+    type: 'http',
+    scheme: 'bearer',
+    description:
+      'OPS_BEARER_TOKEN (scheme word case-insensitive; unset: every call 401), or on POST /ops/restart and POST /ops/deploys an OIDC ID token of an issuer of OPS_OIDC_FILE (POST /ops/deploys takes no shared token).',
+  },
   basic: { type: 'http', scheme: 'basic', description: 'Browsers: any user name, an operator key as the password.' },
 };
 

@@ -17,6 +17,7 @@ import { deliveryListSchema, listDeliveriesQuerySchema, replayAnswerSchema, repl
 import { keyListSchema, listKeysQuerySchema } from '../routes/keys.js';
 import { remediationListSchema, remediationsQuerySchema } from '../remediation/routes.js';
 import { DECISIONS } from '../remediation/store.js';
+import { deployAnswerSchema, deployBodySchema } from '../routes/deploys.js';
 import type { ErrorCode } from '../shared/errors.js';
 import { SOURCES, type Source } from '../sources/index.js';
 import type { ResponseDoc, RouteDoc } from './document.js';
@@ -142,8 +143,12 @@ const decisionAnswers = (action: 'approve' | 'reject'): RouteDoc['responses'] =>
   401: E[401](),
   403:
     action === 'approve'
-      ? E[403]('a readonly key, or the requester approving their own change (four eyes)', ['operator_role_required', 'self_approval'])
-      : E[403]('a readonly key'),
+      ? E[403]("a readonly key, the requester approving their own change (four eyes), or a change outside the key's scope", [
+          'operator_role_required',
+          'self_approval',
+          'out_of_scope',
+        ])
+      : E[403]("a readonly key, or a change outside the key's scope", ['operator_role_required', 'out_of_scope']),
   // not_found: the generic code of a throw site of src/domain/approvals.ts that names no condition
   404: E[404]('unknown approval', ['approval_not_found', 'not_found']),
   409:
@@ -181,6 +186,7 @@ const BEARER_401: readonly ErrorCode[] = [
   'unsupported_auth_scheme',
   'bearer_not_configured',
   'invalid_bearer_token',
+  'invalid_oidc_token',
 ];
 /** A JSON body read and refused. */
 const BODY_422: readonly ErrorCode[] = ['invalid_body', 'payload_too_deep'];
@@ -401,6 +407,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
     responses: {
       200: { description: 'host status', schema: hostStatus },
       401: E[401](),
+      403: E[403]("a host outside the key's scope", ['out_of_scope']),
       404: E[404]('unknown host', ['unknown_host']),
       429: E[429],
       503: E[503]('Kubernetes API unavailable or not configured', ['cluster_unavailable']),
@@ -416,7 +423,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
       'A 503 saying the restart "may still be queued" means Redis took the submission but did not confirm it: retry with the same Idempotency-Key. ' +
       "The host's policy (inventory) guards it: a freeze or its change windows refuse it (409, unless override=true with a reason); an approval policy makes it wait for other operators (202); its namespace's restart budget answers 429 when spent. " +
       "dry_run=true changes nothing and answers what would happen, with the Kubernetes API server's verdict on the worker's own identity (a server-side dry run). " +
-      'Authenticated by the bearer token or an operator key.',
+      'Authenticated by the bearer token, an OIDC token of an issuer of OPS_OIDC_FILE whose rule gives the operator role, or an operator key; a scoped credential restarts only hosts its scope admits.',
     tags: ['ops'],
     security: ['bearer', 'apiKey'],
     query: restartQuerySchema.extend(restartOptionsSchema.shape),
@@ -443,7 +450,11 @@ export const API_ROUTES: readonly RouteDoc[] = [
         ...BEARER_401,
         ...API_KEY_401,
       ]),
-      403: E[403]('a readonly key'),
+      403: E[403]("a readonly key or OIDC rule; a host outside the credential's scope; an OIDC token no rule admits", [
+        'operator_role_required',
+        'out_of_scope',
+        'oidc_no_matching_rule',
+      ]),
       404: E[404]('unknown host, or service not a Deployment of that host', ['unknown_host', 'unknown_service', 'not_found']),
       409: E[409](
         'refused by a freeze or outside the change windows (the detail names them); override=true with a reason lets it through',
@@ -460,7 +471,54 @@ export const API_ROUTES: readonly RouteDoc[] = [
         headers: { 'Retry-After': 'seconds' },
         codes: ['rate_limited', 'budget_exhausted'],
       },
-      503: E[503]('queue unavailable; the detail says whether the restart may still be queued'),
+      503: E[503](
+        "queue unavailable; the detail says whether the restart may still be queued; or the OIDC token's issuer cannot be reached",
+        [...UNAVAILABLE_503, 'oidc_issuer_unavailable'],
+      ),
+    },
+  },
+  {
+    method: 'post',
+    path: '/ops/deploys',
+    summary: 'Deploy one commit of a project from CI (an OIDC identity or an operator key; guarded by its policy)',
+    description:
+      'Queues run_deploy_pipeline for exactly {project, ref, sha}, through the change pipeline (origin ci): approvals, freezes and windows; ' +
+      'one deploy per project, ref and sha within 24 h (a repeat answers the first job, duplicate: true). ' +
+      "The project's deploy_from (inventory) must be ci or both. " +
+      "Callers: an OIDC token of an issuer of OPS_OIDC_FILE (the body may leave out what its rule binds from the token's claims; a body that differs is refused) " +
+      'or an operator key; never the shared bearer token. With Idempotency-Key, a retried call answers as the first one did.',
+    tags: ['ops'],
+    security: ['bearer', 'apiKey'],
+    headers: z.object({ 'Idempotency-Key': idempotencyKeySchema.optional() }),
+    body: { contentTypes: ['application/json'], schema: deployBodySchema, required: false },
+    responses: {
+      202: {
+        description: 'queued, held by a freeze or window, or waiting for approval; or a duplicate of the same commit',
+        schema: deployAnswerSchema,
+      },
+      400: E[400]('invalid JSON body, or a malformed Idempotency-Key', [...BODY_400, 'invalid_idempotency_key']),
+      401: E[401]('credentials missing or invalid (an X-API-Key, or a bearer token that is no valid OIDC token)', [
+        ...BEARER_401,
+        ...API_KEY_401,
+      ]),
+      403: E[403](
+        "a readonly key or rule; the shared bearer token; an OIDC token no rule admits; a body disagreeing with the token's claims; a project outside the scope",
+        ['operator_role_required', 'bearer_token_not_accepted', 'oidc_no_matching_rule', 'deploy_not_bound_to_token', 'out_of_scope'],
+      ),
+      404: E[404]('the project is not in the inventory', ['unknown_project']),
+      409: E[409]("the project's deploy_from does not take CI deploys", ['deploy_source_refused', 'approval_changed']),
+      413: E[413],
+      422: E[422]('a body field missing or invalid; a ref the project does not deploy; Idempotency-Key reused for another commit', [
+        ...BODY_422,
+        'ref_not_deployable',
+        'idempotency_key_reused',
+        'invalid_job_data',
+      ]),
+      429: E[429],
+      503: E[503]("Redis or the queue unavailable, or the OIDC token's issuer cannot be reached", [
+        ...UNAVAILABLE_503,
+        'oidc_issuer_unavailable',
+      ]),
     },
   },
   {
@@ -545,7 +603,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
       200: { description: 're-queued with a fresh attempt budget', schema: retryAnswerSchema },
       400: E[400](),
       401: E[401](),
-      403: E[403](),
+      403: E[403]("a readonly key; a target outside the key's scope", ['operator_role_required', 'out_of_scope']),
       404: E[404]('unknown job', ['job_not_found']),
       409: E[409]('the job is not failed, or another restart of its Deployment is in progress', ['job_not_failed', 'restart_in_progress']),
       413: E[413],
@@ -608,7 +666,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
       },
       400: E[400](),
       401: E[401](),
-      403: E[403](),
+      403: E[403]("a readonly key; a target outside the key's scope", ['operator_role_required', 'out_of_scope']),
       404: E[404]('unknown delivery (or no longer kept)', ['delivery_not_found']),
       409: E[409]('the delivery reached no push event (refused, invalid, ignored, rate-limited): have the sender redeliver it', [
         'delivery_not_replayable',
@@ -703,7 +761,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
       201: { description: 'declared', schema: freezeViewSchema },
       400: E[400](),
       401: E[401](),
-      403: E[403](),
+      403: E[403]("a readonly key; a target outside the key's scope", ['operator_role_required', 'out_of_scope']),
       413: E[413],
       422: E[422]('unknown scope, namespace or project; no or two ends; an end in the past or more than 30 days away; no reason', BODY_422),
       429: E[429],
@@ -739,7 +797,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
       200: { description: 'lifted; released: the held jobs promoted', schema: liftAnswerSchema },
       400: E[400](),
       401: E[401](),
-      403: E[403](),
+      403: E[403]("a readonly key; a target outside the key's scope", ['operator_role_required', 'out_of_scope']),
       404: E[404]('unknown or ended freeze', ['freeze_not_found']),
       413: E[413],
       422: E[422]('reason missing, blank or too long', BODY_422),
@@ -796,7 +854,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
         headers: { 'WWW-Authenticate': 'Basic challenge' },
         codes: ['missing_credentials', 'malformed_credentials', 'invalid_credentials'],
       },
-      403: E[403](),
+      403: E[403]('a readonly key, or a scoped one', ['operator_role_required', 'out_of_scope']),
       429: E[429],
     },
   },

@@ -11,6 +11,8 @@ import type { Guards } from '../changes/guards.js';
 import type { Intake, Outcome } from '../domain/intake.js';
 import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
 import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
+import { requireInScope } from '../middleware/scope.js';
+import { projectNamespace } from '../changes/guards.js';
 import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { ApiConfig } from '../shared/config.js';
@@ -158,6 +160,7 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
       const requester = principalOf(res);
       const principal = requester.principal;
       const e = view.event;
+      requireInScope(res, { kind: 'project', project: e.project, namespace: projectNamespace(deps.guards.inventory, e.project) });
       const request = {
         source: view.source,
         project: e.project,

@@ -10,10 +10,11 @@ import { APPROVAL_ID, effectiveStatus } from '../changes/approvals/store.js';
 import { describeReasons } from '../changes/gate.js';
 import { JOB, outcomeSchema } from '../shared/jobs.js';
 import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
+import { scopeOf } from '../middleware/scope.js';
 import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { ApiConfig } from '../shared/config.js';
-import { ConflictError, NotFoundError, UnprocessableError } from '../shared/errors.js';
+import { ConflictError, ForbiddenError, NotFoundError, UnprocessableError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 import type { DeadLetters } from '../shared/deadLetters.js';
@@ -198,6 +199,9 @@ export function jobsRouter(deps: JobsDeps): Router {
       const body = retryBodySchema.safeParse(parseJson(req.body as Buffer));
       if (!body.success) throw invalidInput(body.error, 'body field');
       res.locals.auditFields = { job_id: id, retry_reason: body.data.reason };
+      // A dead letter may be any host's restart or any project's deploy: a scoped key does not retry them.
+      if (scopeOf(res))
+        throw new ForbiddenError('a scoped key cannot retry dead-lettered jobs; an unscoped operator key can', 'out_of_scope');
       const out = await deps.deadLetters.retry(id, {
         requester: principalOf(res),
         reason: body.data.reason,

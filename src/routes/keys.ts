@@ -7,20 +7,27 @@ import { keyStatus, rfc3339, type KeyUsage } from '../shared/apiKeyLifetime.js';
 import type { ApiConfig } from '../shared/config.js';
 import { RedisUnavailableError } from '../shared/errors.js';
 import type { Metrics } from '../shared/metrics.js';
+import { describeIssuers, OIDC_KINDS } from '../shared/oidcConfig.js';
 import { keysetPage, nextCursorSchema, pageQueryShape, singleValued } from './paging.js';
 
 /**
- * GET /ops/keys (operator): the configured API keys by id, owner, role, source, expiry and last use
- * (any replica's, from Redis), so an operator sees which keys callers still use before one expires,
+ * GET /ops/keys (operator): the configured API keys by id, owner, role, source, expiry, scope and last
+ * use (any replica's, from Redis), beside the OIDC issuers and their claim rules, so an operator sees which keys callers still use before one expires,
  * and who holds each. Never a key or a hash. In the order of the configuration, paged with limit and
  * cursor (src/routes/paging.ts).
  */
 export interface KeysDeps {
-  config: Pick<ApiConfig, 'apiKeys' | 'API_KEY_EXPIRY_WARNING_DAYS'>;
+  config: Pick<ApiConfig, 'apiKeys' | 'API_KEY_EXPIRY_WARNING_DAYS'> & { oidc?: ApiConfig['oidc'] };
   metrics: Pick<Metrics, 'authFailures'>;
   usage: Pick<KeyUsage, 'lastUsed'>;
   apiKeyPolicy?: ApiKeyPolicy;
 }
+
+const scopeView = z.object({
+  hosts: z.array(z.string()).optional(),
+  namespaces: z.array(z.string()).optional(),
+  projects: z.array(z.string()).optional(),
+});
 
 export const keyListSchema = z.object({
   keys: z.array(
@@ -39,8 +46,31 @@ export const keyListSchema = z.object({
         .describe(
           'RFC 3339, by any replica, up to a minute early (each replica writes it at most once a minute per key); null: never used',
         ),
+      scope: scopeView.nullable().describe('what the key may act on (keys file); null: everything its role allows'),
     }),
   ),
+  oidc_issuers: z
+    .array(
+      z.object({
+        issuer: z.string(),
+        kind: z.enum(OIDC_KINDS),
+        audience: z.string(),
+        jwks_uri: z.string().nullable(),
+        discovery_auth: z.literal('serviceaccount').nullable(),
+        ca_file: z.string().nullable(),
+        rules: z.array(
+          z.object({
+            name: z.string(),
+            match: z.record(z.string(), z.string()).describe('claim (or JSON Pointer) -> value, glob:pattern or re:pattern'),
+            owner: z.string().describe('the owner template, {claim} placeholders'),
+            role: z.enum(['readonly', 'operator']),
+            scope: scopeView.nullable(),
+            deploy: z.record(z.string(), z.string()).nullable().describe('what a deploy is bound to: project, ref, sha templates'),
+          }),
+        ),
+      }),
+    )
+    .describe('the OIDC issuers of OPS_OIDC_FILE and their claim rules (empty without it); tokens are never listed'),
   next_cursor: nextCursorSchema,
 });
 
@@ -83,8 +113,10 @@ export function keysRouter(deps: KeysDeps): Router {
             expires: k.expiresAt === undefined ? null : rfc3339(k.expiresAt),
             status: keyStatus(k, at, deps.config.API_KEY_EXPIRY_WARNING_DAYS),
             last_used: seen === undefined ? null : rfc3339(seen * 1000),
-          };
+            scope: k.scope ? { ...k.scope } : null,
+          } as z.infer<typeof keyListSchema>['keys'][number];
         }),
+        oidc_issuers: deps.config.oidc ? describeIssuers(deps.config.oidc) : [],
         next_cursor: page.next_cursor,
       };
       res.json(body);

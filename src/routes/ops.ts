@@ -11,9 +11,11 @@ import { BadRequestError } from '../shared/errors.js';
 import { approvalKey, idempotencyRecordKey } from '../shared/keys.js';
 import { requireApiKey, requireBearerOrOperatorKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { rawBody } from '../middleware/body.js';
+import type { OidcVerifier } from '../middleware/oidc.js';
+import { requireInScope } from '../middleware/scope.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { ApiConfig } from '../shared/config.js';
-import { hostNames, type Inventory } from '../shared/inventory.js';
+import { findHost, hostNames, type Inventory } from '../shared/inventory.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 
@@ -33,6 +35,8 @@ export interface OpsDeps {
   changed?: ConfirmChange;
   /** The change pipeline's dependencies: the policies, freezes, approvals and budgets (src/changes/guards.ts). */
   guards: Guards;
+  /** OIDC ID tokens as bearer credentials on POST /ops/restart (OPS_OIDC_FILE); absent: the contract's bearer rules alone. */
+  oidc?: OidcVerifier;
 }
 
 export function opsRouter(deps: OpsDeps): Router {
@@ -45,6 +49,7 @@ export function opsRouter(deps: OpsDeps): Router {
     deps.metrics,
     deps.apiKeyPolicy,
     deps.config.OPS_BEARER_TOKEN_OWNER,
+    deps.oidc,
   );
   const body = rawBody(deps.config.BODY_LIMIT);
 
@@ -56,6 +61,8 @@ export function opsRouter(deps: OpsDeps): Router {
 
   r.route('/ops/hosts/:host')
     .get(anyKey, async (req, res) => {
+      const entry = findHost(deps.inventory, req.params.host);
+      if (entry) requireInScope(res, { kind: 'host', host: req.params.host, namespace: entry.namespace });
       const status = await getHostStatus(
         { redis: deps.redis, inventory: deps.inventory, provider: deps.hostStatus, logger: deps.logger },
         req.params.host,
@@ -68,6 +75,9 @@ export function opsRouter(deps: OpsDeps): Router {
     .post(bearerOrOperator, ...body, async (req, res) => {
       const opts = restartOptions(req.query);
       const { host, service } = restartTargetQuery(req.query);
+      // A scoped credential (keys file, OIDC rule) restarts only hosts its scope admits; an unknown host is the pipeline's 404.
+      const entry = findHost(deps.inventory, host);
+      if (entry) requireInScope(res, { kind: 'host', host, namespace: entry.namespace });
       const requester = principalOf(res);
       const override = opts.override && opts.reason ? { reason: opts.reason } : undefined;
       if (opts.dry_run) {

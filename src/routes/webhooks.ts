@@ -13,6 +13,7 @@ import { verifySender } from '../middleware/auth.js';
 import { parseJson, parseWebhookBody, rawBody } from '../middleware/body.js';
 import { methodNotAllowed, toAppError } from '../middleware/errors.js';
 import type { ApiConfig } from '../shared/config.js';
+import { deploysFrom } from '../shared/inventory.js';
 import { createSenderSecrets, type SenderSecrets } from '../shared/liveSecrets.js';
 import { approvalKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
@@ -121,7 +122,16 @@ export function webhooksRouter(deps: WebhookDeps): Router {
   const pushHandler = (source: PushSource) => async (req: Request, res: Response) => {
     const raw = req.body as Buffer;
     const payload = source.formPayload ? parseWebhookBody(raw, req.get('content-type')) : parseJson(raw);
-    const decision = decidePush(source, req.get(source.event.header), payload);
+    const decided = decidePush(source, req.get(source.event.header), payload);
+    // A project whose deploys come from its CI (deploy_from: ci) is not deployed by a push too.
+    const decision: typeof decided =
+      decided.kind === 'deploy' && !deploysFrom(deps.guards.inventory, decided.project, 'push')
+        ? {
+            kind: 'ignored',
+            code: 'ignored',
+            reason: `project ${decided.project} deploys from CI (deploy_from: ci): a push does not deploy it`,
+          }
+        : decided;
     if (decision.kind === 'ignored') {
       count(source.name, 'ignored');
       const deliveryId = recordableDeliveryId(req, source.deliveryHeaders);

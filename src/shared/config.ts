@@ -10,6 +10,8 @@ import { contentsDigest, FileProblem, readWatchedFile } from './fileReload.js';
 import { envKeyOwner, keyPrincipal, ownerProblem, widthProblem } from './identity.js';
 import type { CredentialFile, SecretValues } from './liveSecrets.js';
 import { tlsPairProblems, type TlsFiles } from './tls.js';
+import { OIDC_FILE_VAR, parseOidcFile, type OidcSettings } from './oidcConfig.js';
+import { scopeSchema, type Scope } from './scope.js';
 import { ALLOWED_NAMES_FILE_VAR, ALLOWED_NAMES_VAR, parseAllowedNames, type AllowedName } from './clientNames.js';
 
 export type Role = 'readonly' | 'operator';
@@ -37,6 +39,8 @@ export interface ApiKey {
   /** When the key stops working (ms since the epoch); absent: it does not expire. */
   readonly expiresAt?: number;
   readonly source: ApiKeySource;
+  /** What the key may act on (a keys-file entry's `scope`, src/shared/scope.ts); absent: everything its role allows. */
+  readonly scope?: Scope;
   /** 1-based position in its source (item of OPS_API_KEY_ROLES, entry of the keys file), for start-up messages. */
   readonly position: number;
 }
@@ -96,7 +100,7 @@ export const API_KEYS_FILE_VAR = 'OPS_API_KEYS_FILE';
 /** A keys-file id: it labels metrics and appears in headers, logs and answers, so it is kept short and plain. */
 export const API_KEY_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
 
-const FILE_FIELDS = ['id', 'role', 'key', 'sha256', 'expires', 'owner'] as const;
+const FILE_FIELDS = ['id', 'role', 'key', 'sha256', 'expires', 'owner', 'scope'] as const;
 
 /** A field's message: `absent` when the entry lacks it, `wrong` when it holds something else. */
 const fieldError =
@@ -130,6 +134,8 @@ const keyEntrySchema = z
         if (problem) ctx.addIssue({ code: 'custom', message: `has an owner that ${problem}` });
       })
       .optional(),
+    // Checked on its own below, so its problem is worded for the keys file.
+    scope: z.unknown().optional(),
   })
   .refine((e) => (e.key === undefined) !== (e.sha256 === undefined), 'needs exactly one of key or sha256');
 
@@ -149,6 +155,17 @@ function keyEntry(raw: unknown, position: number, earlier: readonly ApiKey[], en
     return issue.code === 'unrecognized_keys' ? `has a field other than ${FILE_FIELDS.join(', ')}` : issue.message;
   }
   const e = parsed.data;
+  let scope: Scope | undefined;
+  if (e.scope !== undefined) {
+    const s = scopeSchema.safeParse(e.scope);
+    if (!s.success) {
+      const issue = s.error.issues[0]!;
+      return issue.code === 'custom'
+        ? `has a scope that ${issue.message}`
+        : 'has a scope that is not a mapping of hosts, namespaces, projects (lists of names)';
+    }
+    scope = s.data;
+  }
   const tooWide = widthProblem(keyPrincipal(e.id));
   if (tooWide) return `has an id whose principal key:<id> ${tooWide}`;
   if (e.key !== undefined && isPlaceholder(e.key)) return `has a key that ${PLACEHOLDER_PROBLEM}`;
@@ -168,6 +185,7 @@ function keyEntry(raw: unknown, position: number, earlier: readonly ApiKey[], en
     digest,
     ...(e.key !== undefined ? { key: e.key } : {}),
     ...(e.expires !== undefined ? { expiresAt: Date.parse(e.expires) } : {}),
+    ...(scope ? { scope } : {}),
     source: 'file',
     position,
   };
@@ -338,8 +356,14 @@ const apiSchema = commonSchema.extend({
       const problem = v === undefined ? undefined : ownerProblem(v);
       if (problem) ctx.addIssue({ code: 'custom', message: problem });
     }),
-  /** Keys file (YAML or JSON list of {id, role, key or sha256, expires, owner}), beside OPS_API_KEY_ROLES; read by loadApiConfig. */
+  /** Keys file (YAML or JSON list of {id, role, key or sha256, expires, owner, scope}), beside OPS_API_KEY_ROLES; read by loadApiConfig. */
   OPS_API_KEYS_FILE: optionalPath,
+  /**
+   * OIDC issuers and claim rules (YAML or JSON, src/shared/oidcConfig.ts): their ID tokens are
+   * accepted as bearer tokens on POST /ops/restart and POST /ops/deploys; read by loadApiConfig and
+   * re-read every SECRETS_RELOAD_INTERVAL_MS.
+   */
+  OPS_OIDC_FILE: optionalPath,
   /**
    * A key this many days (or fewer) from its expiry still works, and every answer to it carries
    * Deprecation and Sunset headers, so callers learn of the expiry before it happens.
@@ -465,8 +489,10 @@ export type ApiConfig = z.infer<typeof apiSchema> & {
   apiKeys: ApiKey[];
   /** Each sender secret variable's values at start ([current] or [current, previous]), from the variable or its _FILE. */
   senderSecrets: Readonly<Record<string, SecretValues>>;
-  /** The files re-read while the API runs: the keys file and the senders' secret files, as loaded at start. */
+  /** The files re-read while the API runs: the keys file, the OIDC file and the senders' secret files, as loaded at start. */
   credentialFiles: readonly CredentialFile[];
+  /** The OIDC issuers in use (OPS_OIDC_FILE); one object for the life of the process, its list replaced by a reload. */
+  oidc: OidcSettings;
   /** Senders' _FILE variables naming a file that did not exist at start: those senders are not configured until it appears. */
   absentSecretFiles: readonly string[];
   /** The client certificates allowed on /webhook/alerts at start (TLS_CLIENT_ALLOWED_NAMES or its file); empty: any of the CA. */
@@ -614,6 +640,16 @@ export function loadApiConfig(env: Env = process.env): ApiConfig {
   if (envKeys && fileKeys && apiKeys.length === 0) {
     problems.push({ variable: API_KEYS_FILE_VAR, problem: 'configures no key, and OPS_API_KEY_ROLES is unset' });
   }
+  const oidcFile = (env[OIDC_FILE_VAR] ?? '').trim();
+  const issuers =
+    oidcFile === ''
+      ? []
+      : (collect(() => {
+          const { text, file } = readCredentialFile(OIDC_FILE_VAR, oidcFile);
+          const parsed = parseOidcFile(text);
+          credentialFiles.push(file);
+          return parsed;
+        }) ?? []);
   const absentSecretFiles: string[] = [];
   const senderSecrets = loadSenderSecrets(env, problems, credentialFiles, absentSecretFiles);
   const names = loadAllowedNames(env, problems);
@@ -622,6 +658,7 @@ export function loadApiConfig(env: Env = process.env): ApiConfig {
     apiKeys,
     senderSecrets,
     credentialFiles,
+    oidc: { issuers, configured: oidcFile !== '' },
     absentSecretFiles,
     clientAllowedNames: names.list,
     ...(names.file ? { clientAllowedNamesFile: names.file } : {}),

@@ -1,20 +1,21 @@
 import { ConfigError } from './errors.js';
 import { API_KEYS_FILE_VAR, expiredKeyWarnings, parseSecretFile, reloadApiKeys, weakCredentialWarnings, type ApiConfig } from './config.js';
 import type { FileReloader } from './fileReload.js';
+import { OIDC_FILE_VAR, parseOidcFile } from './oidcConfig.js';
 import { watchCredentialFile, type CredentialReloadMetrics, type SenderSecrets } from './liveSecrets.js';
 import type { Logger } from './logger.js';
 import { SOURCE_SECRET_ENVS, secretFileVar } from '../sources/index.js';
 
 /**
  * The API's reload of its credential files while it runs (the files loadApiConfig read at start,
- * config.credentialFiles): the keys file replaces the keys of the file in config.apiKeys (those of
+ * config.credentialFiles): the OIDC file replaces the issuers in config.oidc, the keys file replaces the keys of the file in config.apiKeys (those of
  * OPS_API_KEY_ROLES stay), a sender's secret file replaces that sender's values in `senderSecrets`
  * (a file that did not exist at start is watched too: when it appears, its sender is configured).
  * Every new value is added to the logger's redaction before it is in use. An invalid file is
  * refused (src/shared/liveSecrets.ts): the last good keys or secret stay in use.
  */
 export function watchCredentials(opts: {
-  config: Pick<ApiConfig, 'apiKeys' | 'credentialFiles' | 'SECRETS_RELOAD_INTERVAL_MS' | 'OPS_BEARER_TOKEN'>;
+  config: Pick<ApiConfig, 'apiKeys' | 'credentialFiles' | 'SECRETS_RELOAD_INTERVAL_MS' | 'OPS_BEARER_TOKEN'> & { oidc?: ApiConfig['oidc'] };
   senderSecrets: SenderSecrets;
   logger: Logger;
   metrics?: CredentialReloadMetrics;
@@ -42,6 +43,24 @@ export function watchCredentials(opts: {
             for (const warning of [...weakCredentialWarnings(fileKeys), ...expiredKeyWarnings(fileKeys)]) logger.warn(warning);
           },
           describe: (keys) => ({ key_ids: keys.filter((k) => k.source === 'file').map((k) => k.id) }),
+        }),
+      );
+      continue;
+    }
+    if (file.variable === OIDC_FILE_VAR && config.oidc) {
+      const oidc = config.oidc;
+      reloaders.push(
+        watchCredentialFile({
+          file,
+          intervalMs,
+          logger,
+          metrics,
+          parse: (text) => parseOidcFile(text ?? ''),
+          apply(issuers) {
+            // In place: the verifier reads the list at each request.
+            oidc.issuers.splice(0, oidc.issuers.length, ...issuers);
+          },
+          describe: (issuers) => ({ issuers: issuers.map((i) => i.issuer), rules: issuers.reduce((n, i) => n + i.rules.length, 0) }),
         }),
       );
       continue;

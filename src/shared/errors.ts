@@ -38,6 +38,11 @@ export const ERROR_CODES = {
   bearer_not_configured: { status: 401, meaning: 'no bearer token is configured for this route, so every bearer call is refused' },
   invalid_bearer_token: { status: 401, meaning: 'the bearer token does not match' },
   invalid_credentials: { status: 401, meaning: 'the key presented (X-API-Key or HTTP Basic password) is unknown or expired' },
+  invalid_oidc_token: {
+    status: 401,
+    meaning:
+      'an OIDC token of a listed issuer that does not verify: signature, algorithm, audience, expiry, nbf/iat, or a key its issuer does not hold',
+  },
   // 403
   operator_role_required: { status: 403, meaning: 'a valid key whose role is not operator, on an operator-only operation' },
   cross_site_request: { status: 403, meaning: 'a state-changing call from another site (Sec-Fetch-Site or Origin)' },
@@ -57,10 +62,18 @@ export const ERROR_CODES = {
   untrusted_client_certificate: { status: 403, meaning: 'the client certificate is not signed by a trusted CA' },
   client_certificate_not_allowed: { status: 403, meaning: 'the client certificate names none of the names allowed for the route' },
   self_approval: { status: 403, meaning: 'the requester of a change approving it (four eyes: another operator must)' },
+  oidc_no_matching_rule: { status: 403, meaning: 'a verified OIDC token whose claims no rule of OPS_OIDC_FILE admits' },
+  out_of_scope: { status: 403, meaning: "the host, namespace or project is outside the credential's scope (keys file or OIDC rule)" },
+  bearer_token_not_accepted: { status: 403, meaning: 'the shared bearer token on a route that takes only OIDC tokens and operator keys' },
+  deploy_not_bound_to_token: {
+    status: 403,
+    meaning: "a deploy whose project, ref or sha differs from what the caller's OIDC token names (the rule binds them)",
+  },
   // 404
   not_found: { status: 404, meaning: 'no route has this path' },
   unknown_host: { status: 404, meaning: 'the host is not in the inventory' },
   unknown_service: { status: 404, meaning: 'the service is not a Deployment of that host' },
+  unknown_project: { status: 404, meaning: 'the project is not in the inventory' },
   job_not_found: { status: 404, meaning: 'no job (and no approval standing for one) has this id' },
   approval_not_found: { status: 404, meaning: 'no approval has this id (kept a day after its decision or expiry)' },
   delivery_not_found: { status: 404, meaning: 'no recorded delivery has this id (or it is no longer kept)' },
@@ -86,6 +99,10 @@ export const ERROR_CODES = {
   job_not_failed: { status: 409, meaning: 'only a failed (dead-lettered) job can be retried; the detail names its state' },
   restart_in_progress: { status: 409, meaning: 'another restart of this Deployment is waiting or rolling out: retry after it finished' },
   delivery_not_replayable: { status: 409, meaning: 'the delivery reached no push event to replay: have the sender redeliver it' },
+  deploy_source_refused: {
+    status: 409,
+    meaning: "the project's deploy_from does not take deploys from this way in (a CI deploy to a project that deploys from pushes)",
+  },
   guards_unavailable: { status: 409, meaning: 'this process has no change pipeline (no guards) to rehearse or carry out the change with' },
   // 413, 415
   payload_too_large: { status: 413, meaning: 'the body is larger than BODY_LIMIT' },
@@ -102,7 +119,11 @@ export const ERROR_CODES = {
   invalid_alerts: { status: 422, meaning: 'an alert payload that is not an object with an alerts array' },
   invalid_delivery_id: { status: 422, meaning: "the sender's delivery id header is too long or not printable" },
   payload_too_deep: { status: 422, meaning: 'the JSON body is nested deeper than the API reads' },
-  idempotency_key_reused: { status: 422, meaning: 'this Idempotency-Key was already used for a restart of another host or service' },
+  idempotency_key_reused: {
+    status: 422,
+    meaning: 'this Idempotency-Key was already used for another change (a restart of another host or service, a deploy of another commit)',
+  },
+  ref_not_deployable: { status: 422, meaning: "the ref is not one of the project's deployable refs (inventory refs)" },
   nothing_to_decide: { status: 422, meaning: 'the decision names nothing to decide' },
   invalid_job_data: {
     status: 422,
@@ -129,6 +150,10 @@ export const ERROR_CODES = {
     meaning: 'REDIS_MIN_REPLICAS_ACK: the write was not acknowledged by enough replicas in time (the detail says what was kept)',
   },
   cluster_unavailable: { status: 503, meaning: 'the Kubernetes API is unreachable or not configured' },
+  oidc_issuer_unavailable: {
+    status: 503,
+    meaning: "the OIDC token's issuer (its discovery or key set) cannot be reached: nothing is accepted until it answers; Retry-After",
+  },
   event_loop_blocked: { status: 503, meaning: "the worker's /livez: its event loop lagged past WORKER_LIVENESS_MAX_LAG_MS" },
 } as const satisfies Record<string, { status: number; meaning: string }>;
 

@@ -23,6 +23,10 @@ const hostSchema = z.object({
   policy: hostPolicySchema.optional(),
 });
 
+/** The ways a project's deploys may come in. */
+export const DEPLOY_FROM = ['push', 'ci', 'both'] as const;
+export type DeployFrom = (typeof DEPLOY_FROM)[number];
+
 const projectSchema = z.object({
   namespace: dnsLabel,
   serviceAccountName: dnsSubdomain,
@@ -41,6 +45,11 @@ const projectSchema = z.object({
    * ends once the Job is created.
    */
   waitForCompletion: z.boolean().default(true),
+  /**
+   * Where the project's deploys come from: `push` (a push webhook to the deploy branch; default),
+   * `ci` (POST /ops/deploys from its CI, bound to the commit: a push does not deploy it), or `both`.
+   */
+  deploy_from: z.enum(DEPLOY_FROM).default('push'),
   policy: projectPolicySchema.optional(),
 });
 
@@ -171,4 +180,10 @@ export function hostOfDeployment(inv: Inventory, namespace: string, deployment: 
 
 export function findProject(inv: Inventory, project: string): ProjectEntry | undefined {
   return Object.hasOwn(inv.projects, project) ? inv.projects[project] : undefined;
+}
+
+/** Whether a deploy of the project may come this way (`deploy_from`); a project not in the inventory: only a push (its job is dead-lettered). */
+export function deploysFrom(inv: Inventory, project: string, way: 'push' | 'ci'): boolean {
+  const from = findProject(inv, project)?.deploy_from ?? 'push';
+  return from === 'both' || from === way;
 }

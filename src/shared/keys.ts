@@ -74,6 +74,9 @@ export const rateLimitKey = (address: string, prefix: string = RATE_LIMIT_PREFIX
 /** The stored answer of a restart request's Idempotency-Key (scope: principal + key, hashed). */
 export const idempotencyRecordKey = (scope: string): string => `${KEY_PREFIX}idem:restart:${scope}`;
 
+/** The stored answer of a CI deploy request's Idempotency-Key (scope: principal + key, hashed). */
+export const deployIdempotencyRecordKey = (scope: string): string => `${KEY_PREFIX}idem:deploy:${scope}`;
+
 /**
  * When each API key was last accepted, by any replica: a sorted set, member = key id, score = Unix
  * seconds (ZADD GT keeps the latest). Ids of keys no longer configured stay until overwritten, and

@@ -90,8 +90,14 @@ export function createMetrics(component: Component, version: string, opts: { def
   });
   const authFailures = new Counter({
     name: 'opsgate_auth_failures_total',
-    help: 'Rejected credentials by scheme (api_key, bearer, scm_token, signature, basic, client_certificate) and reason.',
+    help: 'Rejected credentials by scheme (api_key, bearer, oidc, scm_token, signature, basic, client_certificate) and reason.',
     labelNames: ['scheme', 'reason'] as const,
+    registers: [registry],
+  });
+  const oidcVerifications = new Counter({
+    name: 'opsgate_oidc_verifications_total',
+    help: 'OIDC bearer tokens verified, by issuer (one of OPS_OIDC_FILE, or unlisted) and result (accepted, expired, audience, claims, algorithm, signature, unknown_key, invalid, no_matching_rule, unknown_issuer, issuer_unavailable).',
+    labelNames: ['issuer', 'result'] as const,
     registers: [registry],
   });
   const jobsEnqueued = new Counter({
@@ -444,6 +450,7 @@ export function createMetrics(component: Component, version: string, opts: { def
     httpDuration,
     webhookEvents,
     authFailures,
+    oidcVerifications,
     jobsEnqueued,
     rateLimited,
     jobsProcessed,

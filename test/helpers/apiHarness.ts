@@ -50,6 +50,11 @@ projects:
     namespace: deploys
     serviceAccountName: deployer
     image: alpine:3.20
+  group/ci:
+    namespace: deploys
+    serviceAccountName: deployer
+    image: alpine:3.20
+    deploy_from: ci
 `;
 
 export function baseEnv(redisUrl: string): Record<string, string | undefined> {

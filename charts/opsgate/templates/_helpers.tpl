@@ -341,7 +341,7 @@ stop the API at start.
 {{- if trim . }}{{ $items = append $items (trim .) }}{{ end }}
 {{- end }}
 {{- range $i, $k := (default list .Values.secrets.apiKeys) }}
-{{- if not (or $k.id $k.sha256 $k.expires $k.owner) }}
+{{- if not (or $k.id $k.sha256 $k.expires $k.owner $k.scope) }}
 {{- $items = append $items (printf "%s:%s" $k.key $k.role) }}
 {{- end }}
 {{- end }}
@@ -353,7 +353,7 @@ stop the API at start.
 {{- $_ := set $digests $d true }}
 {{- end }}
 {{- range (default list .Values.secrets.apiKeys) }}
-{{- if or .id .sha256 .expires .owner }}
+{{- if or .id .sha256 .expires .owner .scope }}
 {{- $d := .sha256 | default (sha256sum (default "" .key)) | lower }}
 {{- if hasKey $digests $d }}
 {{- fail "opsgate: an API key is listed twice in secrets.apiKeys / secrets.apiKeyRoles, as a key or as its sha256 (the API refuses to start with a duplicate key)" }}
@@ -379,14 +379,14 @@ stop the API at start.
 
 {{/*
 The keys file (OPS_API_KEYS_FILE) of the chart-made Secret: the secrets.apiKeys entries with an
-id, each {id, role, key or sha256, expires, owner}, as JSON (read as YAML by the API: no YAML typing of
+id, each {id, role, key or sha256, expires, owner, scope}, as JSON (read as YAML by the API: no YAML typing of
 dates or numbers). Empty when there is none. An id listed twice fails the render.
 */}}
 {{- define "opsgate.apiKeysFile" -}}
 {{- $entries := list }}
 {{- $ids := dict }}
 {{- range (default list .Values.secrets.apiKeys) }}
-{{- if or .id .sha256 .expires .owner }}
+{{- if or .id .sha256 .expires .owner .scope }}
 {{- if hasKey $ids (toString .id) }}
 {{- fail (printf "opsgate: secrets.apiKeys lists the id %q twice (ids name keys in metrics, logs and GET /ops/keys)" (toString .id)) }}
 {{- end }}
@@ -395,6 +395,7 @@ dates or numbers). Empty when there is none. An id listed twice fails the render
 {{- if .key }}{{ $_ := set $e "key" .key }}{{ else }}{{ $_ := set $e "sha256" .sha256 }}{{ end }}
 {{- with .expires }}{{ $_ := set $e "expires" (toString .) }}{{ end }}
 {{- with .owner }}{{ $_ := set $e "owner" (toString .) }}{{ end }}
+{{- with .scope }}{{ $_ := set $e "scope" . }}{{ end }}
 {{- $entries = append $entries $e }}
 {{- end }}
 {{- end }}

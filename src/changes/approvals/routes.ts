@@ -10,6 +10,7 @@ import { redisCall } from '../../domain/redisOps.js';
 import { requireApiKey, type ApiKeyPolicy } from '../../middleware/auth.js';
 import { parseJson, rawBody } from '../../middleware/body.js';
 import { methodNotAllowed } from '../../middleware/errors.js';
+import { requireInScope, scopeOf } from '../../middleware/scope.js';
 import type { ApiConfig } from '../../shared/config.js';
 import { approvalKey } from '../../shared/keys.js';
 import { NotFoundError, UnprocessableError } from '../../shared/errors.js';
@@ -78,6 +79,18 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
           throw new UnprocessableError('override applies to approve only', 'invalid_body');
         }
         res.locals.auditFields = { approval_id: id, decision: action, reason: body.data.reason };
+        // A scoped key decides only changes its scope admits (read first only for such a key).
+        if (scopeOf(res)) {
+          const c = (await redisCall(() => g.approvals.get(id), g.redis))?.change;
+          if (c) {
+            requireInScope(
+              res,
+              c.kind === 'restart'
+                ? { kind: 'host', host: c.host, namespace: c.namespace }
+                : { kind: 'project', project: c.project, namespace: c.namespace },
+            );
+          }
+        }
         const out = await decideApproval(g, {
           id,
           action,

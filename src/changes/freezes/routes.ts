@@ -17,7 +17,10 @@ import type { ConfirmChange } from '../../domain/replication.js';
 import { requireApiKey, type ApiKeyPolicy } from '../../middleware/auth.js';
 import { parseJson, rawBody } from '../../middleware/body.js';
 import { methodNotAllowed } from '../../middleware/errors.js';
+import { requireInScope, scopeOf } from '../../middleware/scope.js';
+import { projectNamespace } from '../guards.js';
 import type { ApiConfig } from '../../shared/config.js';
+import { ForbiddenError } from '../../shared/errors.js';
 import type { JobReads } from '../../shared/jobReads.js';
 import { FREEZES_KEY, HOLDS_KEY } from '../../shared/keys.js';
 import type { Logger } from '../../shared/logger.js';
@@ -74,6 +77,7 @@ export function freezesRouter(deps: FreezesDeps): Router {
       const parsed = freezeBodySchema.safeParse(parseJson(req.body as Buffer));
       if (!parsed.success) throw invalidInput(parsed.error, 'body field');
       res.locals.auditFields = { scope: parsed.data.scope, reason: parsed.data.reason };
+      freezeInScope(res, g, parsed.data);
       const freeze = await declareFreeze(g, parsed.data, res.locals.principal!);
       res.locals.auditFields = { freeze_id: freeze.id, scope: freeze.scope, reason: freeze.reason, ends_at: freeze.ends_at };
       await deps.changed?.(`freeze ${freeze.id} declared`, [FREEZES_KEY]);
@@ -91,6 +95,7 @@ export function freezesRouter(deps: FreezesDeps): Router {
       const parsed = liftBodySchema.safeParse(parseJson(req.body as Buffer));
       if (!parsed.success) throw invalidInput(parsed.error, 'body field');
       res.locals.auditFields = { freeze_id: id, reason: parsed.data.reason };
+      if (scopeOf(res)) freezeInScope(res, g, await getFreeze(g, id));
       const out = await liftFreeze(g, id);
       res.locals.auditFields = { freeze_id: id, reason: parsed.data.reason, released: out.released };
       await deps.changed?.(`freeze ${id} lifted`, [FREEZES_KEY, HOLDS_KEY]);
@@ -109,4 +114,21 @@ export function freezesRouter(deps: FreezesDeps): Router {
     .all(methodNotAllowed(['GET']));
 
   return r;
+}
+
+/**
+ * A scoped key declares or lifts only freezes within its scope: of a namespace or a project it
+ * admits; a freeze of everything is outside any scope.
+ */
+function freezeInScope(
+  res: Parameters<typeof requireInScope>[0],
+  g: Pick<Guards, 'inventory'>,
+  f: { scope: string; namespace?: string | null; project?: string | null },
+): void {
+  if (!scopeOf(res)) return;
+  if (f.scope === 'namespace' && f.namespace) return requireInScope(res, { kind: 'namespace', namespace: f.namespace });
+  if (f.scope === 'project' && f.project) {
+    return requireInScope(res, { kind: 'project', project: f.project, namespace: projectNamespace(g.inventory, f.project) });
+  }
+  throw new ForbiddenError('a freeze of everything is outside the scope of this credential', 'out_of_scope');
 }

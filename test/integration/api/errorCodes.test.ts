@@ -1,5 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import request from 'supertest';
 import { jsonClientErrors } from '../../../src/middleware/clientError.js';
@@ -30,11 +33,18 @@ let broken: Harness; // its host-status provider throws
 let down: Harness; // its Redis stopped
 let downSrv: RedisServer;
 let server: Server; // the guarded app behind Node's HTTP parser, as src/server.ts serves it
+let scoped: Harness; // a keys file whose key is scoped to web-1
+let keysDir: string;
+const SCOPED_KEY = 'scoped-key-0201-abcdef';
+const FULL_SHA = 'e1c5b7a0f9d3c2b1a0e9d8c7b6a5f4e3d2c1b0a9';
 let port = 0;
 
 beforeAll(async () => {
   guarded = await createHarness(ctx.srv.url, { inventoryYaml: GUARDED_INVENTORY_YAML, now: () => clock });
   bare = await createHarness(ctx.srv.url, { env: { OPS_BEARER_TOKEN: '', GITHUB_WEBHOOK_SECRET: '' } });
+  keysDir = mkdtempSync(join(tmpdir(), 'opsgate-codes-'));
+  writeFileSync(join(keysDir, 'keys.yaml'), `- {id: scoped, role: operator, key: ${SCOPED_KEY}, scope: {hosts: [web-1]}}\n`);
+  scoped = await createHarness(ctx.srv.url, { env: { OPS_API_KEYS_FILE: join(keysDir, 'keys.yaml') } });
   limited = await createHarness(ctx.srv.url, {
     rateLimit: (d) => createRateLimiter({ ...d, rps: 1, windowMs: 60_000, keyPrefix: 'opsgate:rl-codes:' }),
   });
@@ -56,7 +66,8 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await new Promise((resolve) => server?.close(resolve));
-  for (const h of [guarded, bare, limited, broken, down]) await h?.close();
+  for (const h of [guarded, bare, limited, broken, down, scoped]) await h?.close();
+  if (keysDir) rmSync(keysDir, { recursive: true, force: true });
   await downSrv?.destroy();
 });
 
@@ -70,6 +81,8 @@ const signed = (h: Harness, name: string, body: string, extra: Record<string, st
     .set({ ...pushHeaders(s, harnessSecretOf(s, h.config), body), ...extra })
     .send(body);
 };
+const deployAs = (app: Harness['app'], auth: Record<string, string>, body: Record<string, unknown>) =>
+  json(request(app).post('/ops/deploys').set(auth), JSON.stringify(body));
 const basic = (password: string) => `Basic ${Buffer.from(`someone:${password}`).toString('base64')}`;
 const push = (ref: string, sha = `sha-${ref}`) => JSON.stringify({ ref, checkout_sha: sha, project: { path_with_namespace: 'group/app' } });
 const raw = async (bytes: string): Promise<Answer> => {
@@ -248,6 +261,18 @@ const CASES: Array<{ condition: string; status: number; code: ErrorCode; send: (
     code: 'self_approval',
     send: async () => decide(guarded.app, await pending('pay-1', 'api', { 'X-API-Key': OP_KEY }), 'approve', OP_KEY),
   },
+  {
+    condition: 'a host outside the scope of a keys-file key',
+    status: 403,
+    code: 'out_of_scope',
+    send: () => request(scoped.app).post('/ops/restart?host=db-1&service=postgres-exporter').set('X-API-Key', SCOPED_KEY),
+  },
+  {
+    condition: 'the shared bearer token on POST /ops/deploys',
+    status: 403,
+    code: 'bearer_token_not_accepted',
+    send: () => deployAs(ctx.h.app, { Authorization: `Bearer ${BEARER}` }, { project: 'group/ci', ref: 'refs/heads/main', sha: FULL_SHA }),
+  },
   // 404
   { condition: 'no route', status: 404, code: 'not_found', send: () => request(ctx.h.app).get('/nope') },
   {
@@ -261,6 +286,12 @@ const CASES: Array<{ condition: string; status: number; code: ErrorCode; send: (
     status: 404,
     code: 'unknown_service',
     send: () => request(ctx.h.app).post('/ops/restart?host=web-1&service=nope').set('Authorization', `Bearer ${BEARER}`),
+  },
+  {
+    condition: 'a deploy of a project not in the inventory',
+    status: 404,
+    code: 'unknown_project',
+    send: () => deployAs(ctx.h.app, { 'X-API-Key': OP_KEY }, { project: 'group/nope', ref: 'refs/heads/main', sha: FULL_SHA }),
   },
   {
     condition: 'an unknown job',
@@ -385,6 +416,12 @@ const CASES: Array<{ condition: string; status: number; code: ErrorCode; send: (
       return json(request(ctx.h.app).post(`/ops/deliveries/${id}/replay`).set('X-API-Key', OP_KEY), '{"reason":"r"}');
     },
   },
+  {
+    condition: 'a CI deploy of a project that deploys from pushes',
+    status: 409,
+    code: 'deploy_source_refused',
+    send: () => deployAs(ctx.h.app, { 'X-API-Key': OP_KEY }, { project: 'group/app', ref: 'refs/heads/main', sha: FULL_SHA }),
+  },
   // 413, 415
   {
     condition: 'a body over BODY_LIMIT',
@@ -467,6 +504,12 @@ const CASES: Array<{ condition: string; status: number; code: ErrorCode; send: (
       return r('checkout');
     },
   },
+  {
+    condition: 'a CI deploy of a ref the project does not deploy',
+    status: 422,
+    code: 'ref_not_deployable',
+    send: () => deployAs(ctx.h.app, { 'X-API-Key': OP_KEY }, { project: 'group/ci', ref: 'refs/heads/dev', sha: FULL_SHA }),
+  },
   // 429
   {
     condition: 'over the rate limit',
@@ -541,6 +584,10 @@ const ELSEWHERE: Partial<Record<ErrorCode, string>> = {
   approval_changed: 'a pending approval decided between its join and its read (a race)',
   nothing_to_decide: 'an approval script verdict no request makes',
   invalid_job_data: 'job data the route schemas already refuse',
+  invalid_oidc_token: 'test/integration/api/oidc.test.ts (tokens of an issuer the test runs)',
+  oidc_no_matching_rule: 'test/integration/api/oidc.test.ts',
+  deploy_not_bound_to_token: 'test/integration/api/oidc.test.ts (a deploy body disagreeing with the token)',
+  oidc_issuer_unavailable: 'test/integration/api/oidc.test.ts (a listed issuer that cannot be reached)',
 };
 
 describe('every condition answers its status and code, body exactly {detail, code}', () => {

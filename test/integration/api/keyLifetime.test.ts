@@ -237,6 +237,7 @@ describe('GET /ops/keys (operator)', () => {
             expires: null,
             status: 'active',
             last_used: null,
+            scope: null,
           },
           {
             id: credentialId(OP_KEY),
@@ -246,6 +247,7 @@ describe('GET /ops/keys (operator)', () => {
             expires: null,
             status: 'active',
             last_used: null,
+            scope: null,
           },
           {
             id: credentialId(OP_KEY_2),
@@ -255,12 +257,50 @@ describe('GET /ops/keys (operator)', () => {
             expires: null,
             status: 'active',
             last_used: null,
+            scope: null,
           },
-          { id: 'soon', owner: 'soon', role: 'operator', source: 'file', expires: SOON_EXPIRES, status: 'expiring', last_used: used },
-          { id: 'later', owner: 'later', role: 'readonly', source: 'file', expires: LATER_EXPIRES, status: 'active', last_used: used },
-          { id: 'gone', owner: 'gone', role: 'operator', source: 'file', expires: GONE_EXPIRES, status: 'expiring', last_used: null },
-          { id: 'forever', owner: 'forever', role: 'readonly', source: 'file', expires: null, status: 'active', last_used: null },
+          {
+            id: 'soon',
+            owner: 'soon',
+            role: 'operator',
+            source: 'file',
+            expires: SOON_EXPIRES,
+            status: 'expiring',
+            last_used: used,
+            scope: null,
+          },
+          {
+            id: 'later',
+            owner: 'later',
+            role: 'readonly',
+            source: 'file',
+            expires: LATER_EXPIRES,
+            status: 'active',
+            last_used: used,
+            scope: null,
+          },
+          {
+            id: 'gone',
+            owner: 'gone',
+            role: 'operator',
+            source: 'file',
+            expires: GONE_EXPIRES,
+            status: 'expiring',
+            last_used: null,
+            scope: null,
+          },
+          {
+            id: 'forever',
+            owner: 'forever',
+            role: 'readonly',
+            source: 'file',
+            expires: null,
+            status: 'active',
+            last_used: null,
+            scope: null,
+          },
         ],
+        oidc_issuers: [],
         next_cursor: null,
       });
       // paged in the order of the configuration
@@ -269,7 +309,7 @@ describe('GET /ops/keys (operator)', () => {
       const rest = await request(h.app)
         .get(`/ops/keys?limit=4&cursor=${encodeURIComponent(first.body.next_cursor)}`)
         .set('X-API-Key', SOON);
-      expect(rest.body).toEqual({ keys: res.body.keys.slice(4), next_cursor: null });
+      expect(rest.body).toEqual({ keys: res.body.keys.slice(4), oidc_issuers: [], next_cursor: null });
       clock = T0 + DAY;
       expect((await request(h.app).get('/ops/keys').set('X-API-Key', SOON)).body.keys[5]).toMatchObject({ id: 'gone', status: 'expired' });
       for (const secret of [RO_KEY, OP_KEY, OP_KEY_2, SOON, LATER, GONE, FOREVER]) {

@@ -1,4 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import type { Express } from 'express';
 import request from 'supertest';
@@ -27,7 +30,11 @@ import { GUARDED_INVENTORY_YAML, decide, restartAs } from '../../helpers/guards.
  *   error answer documents codes of its own status only, and every error produced here carries a
  *   code its operation documents for that status.
  */
-const ctx = useHarness({ env: { ADMIN_UI_ENABLED: 'true' } }); // the admin UI is part of what is documented
+// A keys file with a key scoped to web-1, for the answers of a target outside a scope.
+const keysDir = mkdtempSync(join(tmpdir(), 'opsgate-openapi-'));
+const SCOPED_KEY = 'scoped-key-0301-abcdef';
+writeFileSync(join(keysDir, 'keys.yaml'), `- {id: scoped, role: readonly, key: ${SCOPED_KEY}, scope: {hosts: [web-1]}}\n`);
+const ctx = useHarness({ env: { ADMIN_UI_ENABLED: 'true', OPS_API_KEYS_FILE: join(keysDir, 'keys.yaml') } }); // the admin UI is part of what is documented
 const ALERTS_TOKEN = 'alerts-token-0006-openapi';
 
 let limited: Harness; // RATE_LIMIT 1 per minute: the second request of a client is 429
@@ -54,6 +61,7 @@ afterAll(async () => {
   await guarded?.close();
   await down?.close();
   await downSrv?.destroy();
+  rmSync(keysDir, { recursive: true, force: true });
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -316,6 +324,9 @@ function generic(method: string, path: string, status: number): (() => Promise<R
 }
 
 const json = (r: request.Test, body: string) => r.set('Content-Type', 'application/json').send(body);
+const FULL_SHA = 'e1c5b7a0f9d3c2b1a0e9d8c7b6a5f4e3d2c1b0a9';
+const deployAs = (app: Express, body: Record<string, unknown>, key = OP_KEY) =>
+  json(request(app).post('/ops/deploys').set('X-API-Key', key), JSON.stringify(body));
 
 /** A pending approval of a restart (pay-1's policy asks for one): its id. */
 async function pending(): Promise<string> {
@@ -345,6 +356,7 @@ const PRODUCERS: Record<string, () => Promise<Res>> = {
         await h.close();
       }
     }),
+  'GET /ops/hosts/{host} 403': () => request(ctx.h.app).get('/ops/hosts/db-1').set('X-API-Key', SCOPED_KEY),
   'GET /ops/hosts/{host} 404': () => request(ctx.h.app).get('/ops/hosts/nope').set('X-API-Key', RO_KEY),
   'GET /ops/hosts/{host} 503': () => request(ctx.h.app).get('/ops/hosts/web-1').set('X-API-Key', RO_KEY), // no cluster configured
   'POST /ops/restart 200': () =>
@@ -359,6 +371,13 @@ const PRODUCERS: Record<string, () => Promise<Res>> = {
   'POST /ops/restart 422': () => request(ctx.h.app).post('/ops/restart?host=web-1').set('Authorization', `Bearer ${BEARER}`),
   'DELETE /ops/cache 200': () => request(ctx.h.app).delete('/ops/cache').set('X-API-Key', OP_KEY),
   'DELETE /ops/cache 403': () => request(ctx.h.app).delete('/ops/cache').set('X-API-Key', RO_KEY),
+  'POST /ops/deploys 202': () => deployAs(ctx.h.app, { project: 'group/ci', ref: 'refs/heads/main', sha: FULL_SHA }),
+  'POST /ops/deploys 400': () => json(request(ctx.h.app).post('/ops/deploys').set('X-API-Key', OP_KEY), '{nope'),
+  'POST /ops/deploys 403': () => deployAs(ctx.h.app, { project: 'group/ci', ref: 'refs/heads/main', sha: FULL_SHA }, RO_KEY),
+  'POST /ops/deploys 404': () => deployAs(ctx.h.app, { project: 'group/nope', ref: 'refs/heads/main', sha: FULL_SHA }),
+  'POST /ops/deploys 409': () => deployAs(ctx.h.app, { project: 'group/app', ref: 'refs/heads/main', sha: FULL_SHA }),
+  'POST /ops/deploys 422': () => deployAs(ctx.h.app, { project: 'group/ci', ref: 'refs/heads/main' }),
+  'POST /ops/deploys 503': () => deployAs(down.app, { project: 'group/ci', ref: 'refs/heads/main', sha: FULL_SHA }),
   'GET /ops/keys 200': () => request(ctx.h.app).get('/ops/keys').set('X-API-Key', OP_KEY),
   'GET /ops/keys 403': () => request(ctx.h.app).get('/ops/keys').set('X-API-Key', RO_KEY),
   'GET /ops/keys 422': () => request(ctx.h.app).get('/ops/keys?limit=0').set('X-API-Key', OP_KEY),

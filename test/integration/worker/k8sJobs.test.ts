@@ -33,6 +33,7 @@ const inventory: Inventory = {
       backoffLimit: 0,
       ttlSecondsAfterFinished: 3600,
       waitForCompletion: true,
+      deploy_from: 'push',
     },
   },
 };

@@ -100,7 +100,7 @@ describe('parseApiKeysFile', () => {
       'entry 6 (id "admin") has a role that is not readonly or operator',
       'entry 7 (id "date-only") has an expires that is not an RFC 3339 date-time such as 2026-03-01T00:00:00Z',
       'entry 8 (id "no-offset") has an expires that is not an RFC 3339 date-time such as 2026-03-01T00:00:00Z',
-      'entry 9 (id "typo") has a field other than id, role, key, sha256, expires, owner',
+      'entry 9 (id "typo") has a field other than id, role, key, sha256, expires, owner, scope',
       'entry 10 has an id that is not 1-63 letters, digits, ".", "_" or "-" (starting with a letter or digit)',
       'entry 11 has no id',
       'entry 12 (id "empty") has an empty key',

@@ -1,0 +1,186 @@
+import type { Redis } from 'ioredis';
+import { pushEventId } from '../domain/deploy.js';
+import { redisCall } from '../domain/redisOps.js';
+import type { Written } from '../domain/replication.js';
+import { sha256Hex } from '../shared/crypto.js';
+import { ConflictError, NotFoundError, UnprocessableError } from '../shared/errors.js';
+import { deploysFrom, findProject, type Inventory } from '../shared/inventory.js';
+import { IDEMPOTENCY_TTL_SECONDS } from '../shared/jobs.js';
+import { deployIdempotencyRecordKey } from '../shared/keys.js';
+import type { Logger } from '../shared/logger.js';
+import { approvalIdFor } from './approvals/store.js';
+import { describeReasons } from './gate.js';
+import { projectNamespace, type Guards } from './guards.js';
+import { submitChange } from './pipeline.js';
+import type { Change, DeployTarget, Principal } from './types.js';
+
+/**
+ * A deploy asked for by a CI job (POST /ops/deploys, origin `ci`): exactly one commit of one
+ * project, from a project whose `deploy_from` takes CI deploys, on one of its deployable refs.
+ * Through the pipeline like every deploy: approvals, freezes and windows; one deploy per
+ * (project, ref, sha) within 24 h (the event id `ci:<project>:<ref>:<sha>` is the job's
+ * deduplication id, as a push's is).
+ *
+ * Idempotency-Key (optional): scoped by the requester's principal as a restart's is, it names the
+ * job (`ci-<scope>`) and a pending approval; the first answer is remembered
+ * IDEMPOTENCY_TTL_SECONDS, so a retry answers as the first call did, and the key reused for
+ * another commit is refused (422).
+ */
+export const CI_EVENT_PREFIX = 'ci';
+export const CI_SOURCE = 'ci';
+
+export interface CiDeployRequest {
+  project: string;
+  ref: string;
+  sha: string;
+  requester: Principal;
+  auditId: string;
+  idempotencyKey?: string;
+  reason?: string;
+}
+
+export interface CiDeployAnswer {
+  project: string;
+  ref: string;
+  sha: string;
+  event_id: string;
+  /** The job that carries the deploy (an earlier one for a duplicate), or the approval's id while it waits. */
+  job_id: string;
+  accepted: boolean;
+  duplicate: boolean;
+  status: 'queued' | 'held' | 'pending_approval';
+  approval_id?: string;
+  expires_at?: string;
+  held_until?: string;
+  held_reasons?: string;
+}
+
+/** The answer, and what this call wrote (for REDIS_MIN_REPLICAS_ACK's take-back; absent for a repeat or a pending approval). */
+export interface CiDeployResult {
+  answer: CiDeployAnswer;
+  written?: Written;
+}
+
+export interface CiDeployDeps {
+  inventory: Inventory;
+  redis: Redis;
+  logger: Logger;
+  guards: Guards;
+}
+
+/** The per-principal scope of a deploy's Idempotency-Key. */
+export function deployIdempotencyScope(principal: string, key: string): string {
+  return sha256Hex(`deploy\n${principal}\n${key}`).slice(0, 40);
+}
+
+/** The project's namespace, refusing what the inventory does not let CI deploy: 404, 409, 422. */
+export function checkCiDeploy(inventory: Inventory, project: string, ref: string): string {
+  const entry = findProject(inventory, project);
+  if (!entry) throw new NotFoundError(`unknown project ${JSON.stringify(project)}`, 'unknown_project');
+  if (!deploysFrom(inventory, project, 'ci')) {
+    throw new ConflictError(
+      `project ${project} deploys from pushes (deploy_from: ${entry.deploy_from}); set deploy_from: ci or both in the inventory to deploy it from CI`,
+      'deploy_source_refused',
+    );
+  }
+  if (!entry.refs.includes(ref)) {
+    throw new UnprocessableError(
+      `ref ${JSON.stringify(ref)} is not a deployable ref of ${project} (${entry.refs.join(', ')})`,
+      'ref_not_deployable',
+    );
+  }
+  return projectNamespace(inventory, project);
+}
+
+export function ciDeployChange(inventory: Inventory, req: CiDeployRequest, scope?: string): Change & { target: DeployTarget } {
+  const namespace = checkCiDeploy(inventory, req.project, req.ref);
+  return {
+    target: {
+      kind: 'deploy',
+      project: req.project,
+      ref: req.ref,
+      sha: req.sha,
+      namespace,
+      eventId: pushEventId(CI_EVENT_PREFIX, req.project, req.ref, req.sha),
+      source: CI_SOURCE,
+    },
+    requester: req.requester,
+    ...(req.reason ? { reason: req.reason } : {}),
+    dryRun: false,
+    origin: 'ci',
+    auditId: req.auditId,
+    ...(scope ? { jobId: `ci-${scope}`, approvalId: approvalIdFor(scope) } : {}),
+  };
+}
+
+function parseStored(raw: string | null): CiDeployAnswer | undefined {
+  if (raw === null) return undefined;
+  try {
+    const v = JSON.parse(raw) as CiDeployAnswer;
+    return typeof v.job_id === 'string' && typeof v.sha === 'string' ? v : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+const reused = () =>
+  new UnprocessableError('this Idempotency-Key was already used for a deploy of another project, ref or commit', 'idempotency_key_reused');
+
+const sameDeploy = (a: Pick<CiDeployAnswer, 'project' | 'ref' | 'sha'>, b: Pick<CiDeployRequest, 'project' | 'ref' | 'sha'>) =>
+  a.project === b.project && a.ref === b.ref && a.sha === b.sha;
+
+export async function submitCiDeploy(deps: CiDeployDeps, req: CiDeployRequest): Promise<CiDeployResult> {
+  const scope = req.idempotencyKey === undefined ? undefined : deployIdempotencyScope(req.requester.principal, req.idempotencyKey);
+  const change = ciDeployChange(deps.inventory, req, scope);
+  const recordKey = scope === undefined ? undefined : deployIdempotencyRecordKey(scope);
+  if (recordKey) {
+    const stored = parseStored(await redisCall((r) => r.get(recordKey), deps.redis));
+    if (stored && !sameDeploy(stored, req)) throw reused();
+    if (stored) return { answer: stored };
+  }
+  const carried = await submitChange(deps.guards, change);
+  const base = { project: req.project, ref: req.ref, sha: req.sha, event_id: change.target.eventId! };
+  let answer: CiDeployAnswer;
+  if (carried.approval) {
+    const a = carried.approval.approval;
+    answer = {
+      ...base,
+      job_id: a.id,
+      accepted: carried.approval.created,
+      duplicate: !carried.approval.created,
+      status: 'pending_approval',
+      approval_id: a.id,
+      expires_at: new Date(a.expires_at).toISOString(),
+    };
+  } else {
+    answer = {
+      ...base,
+      job_id: carried.jobId,
+      accepted: !carried.coalesced,
+      duplicate: carried.coalesced,
+      status: carried.held ? 'held' : 'queued',
+      ...(carried.held
+        ? { held_until: new Date(carried.held.until).toISOString(), held_reasons: describeReasons(carried.held.reasons) }
+        : {}),
+    };
+  }
+  const written = carried.written
+    ? { ...carried.written, keys: [...(carried.written.keys ?? []), ...(recordKey ? [recordKey] : [])] }
+    : undefined;
+  const result = (a: CiDeployAnswer): CiDeployResult => ({ answer: a, ...(written && a === answer ? { written } : {}) });
+  if (!recordKey) return result(answer);
+  try {
+    // NX: a concurrent call with the same key may have stored first; then its answer wins.
+    const set = await deps.redis.set(recordKey, JSON.stringify(answer), 'EX', IDEMPOTENCY_TTL_SECONDS, 'NX');
+    if (set === null) {
+      const stored = parseStored(await deps.redis.get(recordKey));
+      if (stored && !sameDeploy(stored, req)) throw reused();
+      if (stored) return result(stored);
+    }
+  } catch (err) {
+    if (err instanceof UnprocessableError) throw err;
+    // The deploy is queued; a retry without the record joins it through the event's deduplication.
+    deps.logger.warn('could not record the Idempotency-Key answer of a deploy', { err });
+  }
+  return result(answer);
+}

@@ -1,0 +1,343 @@
+import { readFile } from 'node:fs/promises';
+import { request as httpsRequest } from 'node:https';
+import { join } from 'node:path';
+import {
+  createRemoteJWKSet,
+  customFetch,
+  decodeJwt,
+  errors,
+  jwtVerify,
+  type FetchImplementation,
+  type JWTPayload,
+  type JWTVerifyGetKey,
+} from 'jose';
+import { credentialId, sha256Hex } from '../shared/crypto.js';
+import { ForbiddenError, ServiceUnavailableError, UnauthorizedError } from '../shared/errors.js';
+import { widthProblem, type Identity } from '../shared/identity.js';
+import type { Logger } from '../shared/logger.js';
+import type { Metrics } from '../shared/metrics.js';
+import {
+  SERVICE_ACCOUNT_DIR,
+  findIssuer,
+  grantFor,
+  normalizeClaims,
+  type OidcGrant,
+  type OidcIssuer,
+  type OidcSettings,
+  type Role,
+} from '../shared/oidcConfig.js';
+import type { Scope } from '../shared/scope.js';
+
+/**
+ * OIDC ID tokens as bearer credentials (OPS_OIDC_FILE, src/shared/oidcConfig.ts), verified with
+ * `jose`: the issuer's allow-list, opsgate's audience, exp/nbf/iat with LEEWAY_SECONDS, RS256 or
+ * ES256 only, the key from the issuer's JWKS (found through its discovery document unless the
+ * entry gives `jwks_uri`), cached, fetched again for an unknown `kid` once the entry's cooldown
+ * has passed. Keys are fetched over TLS with the system CAs, or the entry's `ca_file` alone;
+ * `discovery_auth: serviceaccount` fetches with the pod's own ServiceAccount token (re-read at each
+ * fetch: the kubelet rotates it) and, without a `ca_file`, the cluster's CA beside it.
+ *
+ * Fails closed: an issuer whose discovery or keys cannot be fetched answers 503 with Retry-After,
+ * never an accept. Every verification is counted by issuer (one of the allow-list, or `unlisted`)
+ * and a result of OIDC_RESULTS.
+ */
+export const OIDC_ALGORITHMS = ['RS256', 'ES256'];
+/** Clock skew tolerated on exp, nbf and iat. */
+export const LEEWAY_SECONDS = 30;
+/** How long a fetch of discovery or keys may take. */
+export const FETCH_TIMEOUT_MS = 5000;
+/** After a failed discovery, how long requests are answered 503 before it is tried again (and the answer's Retry-After). */
+export const DISCOVERY_RETRY_SECONDS = 5;
+const MAX_DOCUMENT_BYTES = 1024 * 1024;
+
+export const OIDC_RESULTS = [
+  'accepted',
+  'expired',
+  'audience',
+  'claims',
+  'algorithm',
+  'signature',
+  'unknown_key',
+  'invalid',
+  'no_matching_rule',
+  'unknown_issuer',
+  'issuer_unavailable',
+] as const;
+export type OidcResult = (typeof OIDC_RESULTS)[number];
+
+/** A verified token's caller, as the routes and the audit line take it. */
+export interface OidcCaller {
+  identity: Identity;
+  /** Id of the token presented (12 hex of its SHA-256). */
+  credential: string;
+  role: Role;
+  scope?: Scope;
+  binds: OidcGrant['binds'];
+  /** For the audit line: the issuer, the subject, the rule matched and the token's jti. */
+  audit: { issuer: string; subject: string; rule: string; jti: string | null };
+}
+
+export interface OidcVerifier {
+  /**
+   * The caller a bearer token stands for; undefined when it is no OIDC token of a listed issuer
+   * (the contract's bearer rules answer it). Throws the refusal: 401 (not a valid token), 403 (no
+   * rule applies), 503 (its issuer cannot be reached).
+   */
+  verify(token: string): Promise<OidcCaller | undefined>;
+}
+
+export interface OidcVerifierDeps {
+  settings: OidcSettings;
+  metrics?: Pick<Metrics, 'oidcVerifications'>;
+  logger?: Pick<Logger, 'warn'>;
+  /** Where `discovery_auth: serviceaccount` reads the pod's token and CA (default the kubelet's mount). */
+  serviceAccountDir?: string;
+}
+
+/** An issuer's discovery or keys could not be fetched. */
+class IssuerUnavailable extends Error {
+  constructor(
+    readonly issuer: string,
+    readonly why: string,
+    readonly retryAfter = DISCOVERY_RETRY_SECONDS,
+  ) {
+    super(why);
+  }
+}
+
+/** node:https as the fetch jose calls (the TLS trust of the entry), with its abort signal and a bounded body. */
+function httpsFetch(entry: OidcIssuer, saDir: string): FetchImplementation {
+  return async (url, init) => {
+    const headers: Record<string, string> = {};
+    init.headers.forEach((v, k) => (headers[k] = v));
+    let ca = entry.ca;
+    if (entry.discoveryAuth === 'serviceaccount') {
+      headers.authorization = `Bearer ${(await readFile(join(saDir, 'token'), 'utf8')).trim()}`;
+      ca ??= await readFile(join(saDir, 'ca.crt'), 'utf8');
+    }
+    return new Promise<Response>((resolve, reject) => {
+      const signal = init.signal;
+      if (signal?.aborted) return reject(signal.reason instanceof Error ? signal.reason : new Error('aborted'));
+      const req = httpsRequest(url, { method: 'GET', headers, ...(ca ? { ca } : {}) }, (res) => {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        res.on('data', (c: Buffer) => {
+          size += c.length;
+          if (size > MAX_DOCUMENT_BYTES) req.destroy(new Error('document too large'));
+          else chunks.push(c);
+        });
+        res.on('end', () => {
+          const status = res.statusCode ?? 502;
+          const body = status === 204 || status === 304 ? null : new Uint8Array(Buffer.concat(chunks));
+          resolve(new Response(body, { status, headers: { 'content-type': String(res.headers['content-type'] ?? '') } }));
+        });
+        res.on('error', reject);
+      });
+      const abort = () => req.destroy(signal?.reason instanceof Error ? signal.reason : new Error('aborted'));
+      signal?.addEventListener('abort', abort, { once: true });
+      req.on('error', reject);
+      req.on('close', () => signal?.removeEventListener('abort', abort));
+      req.end();
+    });
+  };
+}
+
+/** One issuer's discovery and key set, kept while its entry is unchanged. */
+interface IssuerClient {
+  keys(): Promise<ReturnType<typeof createRemoteJWKSet>>;
+}
+
+function issuerClient(entry: OidcIssuer, saDir: string): IssuerClient {
+  const fetchImpl = httpsFetch(entry, saDir);
+  let jwks: ReturnType<typeof createRemoteJWKSet> | undefined;
+  let failedAt = 0;
+  let pending: Promise<ReturnType<typeof createRemoteJWKSet>> | undefined;
+  const remote = (uri: string) =>
+    createRemoteJWKSet(new URL(uri), {
+      cooldownDuration: entry.cooldownMs,
+      timeoutDuration: FETCH_TIMEOUT_MS,
+      [customFetch]: fetchImpl,
+    });
+  const discover = async (): Promise<string> => {
+    const url = `${entry.issuer.replace(/\/+$/, '')}/.well-known/openid-configuration`;
+    let res: Response;
+    try {
+      res = await fetchImpl(url, {
+        method: 'GET',
+        redirect: 'manual',
+        headers: new Headers({ accept: 'application/json' }),
+        signal: AbortSignal.timeout(FETCH_TIMEOUT_MS),
+      });
+    } catch (err) {
+      throw new IssuerUnavailable(entry.issuer, `its discovery document could not be fetched (${(err as Error).message})`);
+    }
+    if (res.status !== 200) throw new IssuerUnavailable(entry.issuer, `its discovery document answered HTTP ${res.status}`);
+    let doc: { issuer?: unknown; jwks_uri?: unknown };
+    try {
+      doc = (await res.json()) as typeof doc;
+    } catch {
+      throw new IssuerUnavailable(entry.issuer, 'its discovery document is not JSON');
+    }
+    if (doc.issuer !== entry.issuer) throw new IssuerUnavailable(entry.issuer, 'its discovery document names another issuer');
+    if (typeof doc.jwks_uri !== 'string' || !doc.jwks_uri.startsWith('https://')) {
+      throw new IssuerUnavailable(entry.issuer, 'its discovery document has no https jwks_uri');
+    }
+    return doc.jwks_uri;
+  };
+  return {
+    keys() {
+      if (jwks) return Promise.resolve(jwks);
+      if (entry.jwksUri) return Promise.resolve((jwks = remote(entry.jwksUri)));
+      const since = Date.now() - failedAt;
+      if (since < DISCOVERY_RETRY_SECONDS * 1000) {
+        return Promise.reject(
+          new IssuerUnavailable(
+            entry.issuer,
+            'its discovery failed moments ago',
+            Math.ceil((DISCOVERY_RETRY_SECONDS * 1000 - since) / 1000),
+          ),
+        );
+      }
+      pending ??= discover()
+        .then((uri) => (jwks = remote(uri)))
+        .catch((err: unknown) => {
+          failedAt = Date.now();
+          throw err;
+        })
+        .finally(() => (pending = undefined));
+      return pending;
+    },
+  };
+}
+
+/** What a jose error says about the token, as a result label. */
+function resultOf(err: unknown): OidcResult {
+  if (err instanceof IssuerUnavailable) return 'issuer_unavailable';
+  if (err instanceof errors.JWTExpired) return 'expired';
+  if (err instanceof errors.JWTClaimValidationFailed) return err.claim === 'aud' ? 'audience' : 'claims';
+  if (err instanceof errors.JOSEAlgNotAllowed || err instanceof errors.JOSENotSupported) return 'algorithm';
+  if (err instanceof errors.JWSSignatureVerificationFailed) return 'signature';
+  if (err instanceof errors.JWKSNoMatchingKey) return 'unknown_key';
+  return 'invalid';
+}
+
+const DETAIL: Partial<Record<OidcResult, string>> = {
+  expired: 'the OIDC token has expired',
+  audience: 'the OIDC token is not for this audience',
+  claims: 'the OIDC token is not valid at this time (nbf or iat)',
+  algorithm: `the OIDC token is not signed with an allowed algorithm (${OIDC_ALGORITHMS.join(', ')})`,
+  signature: 'the OIDC token signature does not verify',
+  unknown_key: "the OIDC token is signed with a key its issuer's key set does not hold",
+  invalid: 'the OIDC token is not a valid signed JWT',
+};
+
+const CHALLENGE = { 'WWW-Authenticate': 'Bearer realm="opsgate", error="invalid_token"' };
+
+/** A JWT's unverified payload, or undefined for anything else (the shared token, a random string). */
+function peek(token: string): JWTPayload | undefined {
+  if (!/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/.test(token)) return undefined;
+  try {
+    return decodeJwt(token);
+  } catch {
+    return undefined;
+  }
+}
+
+/** `oidc:<issuer host and path>:<sub>`, or the sub's digest when that would not fit a job's identity fields. */
+function oidcPrincipal(issuer: string, sub: string): string {
+  const u = new URL(issuer);
+  const where = `${u.host}${u.pathname.replace(/\/+$/, '')}`;
+  const full = `oidc:${where}:${sub}`;
+  return widthProblem(full) ? `oidc:${where.slice(0, 100)}:sha256:${sha256Hex(sub).slice(0, 24)}` : full;
+}
+
+export function createOidcVerifier(deps: OidcVerifierDeps): OidcVerifier {
+  const saDir = deps.serviceAccountDir ?? SERVICE_ACCOUNT_DIR;
+  // One client per issuer entry as configured: a reload that changes an entry starts its caches afresh.
+  const clients = new WeakMap<OidcIssuer, IssuerClient>();
+  const clientOf = (entry: OidcIssuer) => {
+    let c = clients.get(entry);
+    if (!c) clients.set(entry, (c = issuerClient(entry, saDir)));
+    return c;
+  };
+  const count = (issuer: string, result: OidcResult) => deps.metrics?.oidcVerifications.inc({ issuer, result });
+
+  return {
+    async verify(token) {
+      if (!deps.settings.configured) return undefined;
+      const unverified = peek(token);
+      if (!unverified) return undefined;
+      const entry = findIssuer(deps.settings, unverified.iss);
+      if (!entry) {
+        count('unlisted', 'unknown_issuer');
+        return undefined;
+      }
+      const client = clientOf(entry);
+      let payload: JWTPayload;
+      try {
+        // Fetched before the verification, so an issuer that cannot be reached is told apart from a bad token.
+        const jwks = await client.keys();
+        const keyOf: JWTVerifyGetKey = async (header, input) => {
+          try {
+            return await jwks(header, input);
+          } catch (err) {
+            if (err instanceof errors.JWKSNoMatchingKey || err instanceof errors.JWKSMultipleMatchingKeys) throw err;
+            if (err instanceof errors.JOSEAlgNotAllowed || err instanceof errors.JOSENotSupported) throw err;
+            throw new IssuerUnavailable(entry.issuer, `its key set could not be fetched (${(err as Error).message})`);
+          }
+        };
+        ({ payload } = await jwtVerify(token, keyOf, {
+          issuer: entry.issuer,
+          audience: entry.audience,
+          algorithms: OIDC_ALGORITHMS,
+          clockTolerance: LEEWAY_SECONDS,
+          requiredClaims: ['exp', 'iat', 'sub'],
+        }));
+        if (typeof payload.iat === 'number' && payload.iat > Date.now() / 1000 + LEEWAY_SECONDS) {
+          throw new errors.JWTClaimValidationFailed(
+            '"iat" claim timestamp check failed (it should be in the past)',
+            payload,
+            'iat',
+            'check_failed',
+          );
+        }
+      } catch (err) {
+        const result = resultOf(err);
+        count(entry.issuer, result);
+        if (err instanceof IssuerUnavailable) {
+          deps.logger?.warn('OIDC issuer unavailable: tokens of it are refused until it answers', { issuer: entry.issuer, why: err.why });
+          throw new ServiceUnavailableError(
+            `the OIDC issuer ${entry.issuer} cannot be reached to verify the token; retry later`,
+            'oidc_issuer_unavailable',
+            err.retryAfter,
+          );
+        }
+        throw new UnauthorizedError(DETAIL[result] ?? DETAIL.invalid!, 'invalid_oidc_token', CHALLENGE);
+      }
+      const claims = normalizeClaims(entry.kind, payload);
+      const grant = grantFor(entry, claims);
+      const subject = String(payload.sub);
+      if (!grant) {
+        count(entry.issuer, 'no_matching_rule');
+        throw new ForbiddenError(
+          `no rule of OPS_OIDC_FILE for issuer ${entry.issuer} admits this token (subject ${JSON.stringify(subject.slice(0, 200))})`,
+          'oidc_no_matching_rule',
+        );
+      }
+      count(entry.issuer, 'accepted');
+      return {
+        identity: { principal: oidcPrincipal(entry.issuer, subject), owner: grant.owner, ownerKnown: true },
+        credential: credentialId(token),
+        role: grant.role,
+        ...(grant.scope ? { scope: grant.scope } : {}),
+        binds: grant.binds,
+        audit: {
+          issuer: entry.issuer,
+          subject: subject.slice(0, 256),
+          rule: grant.rule.name,
+          jti: typeof payload.jti === 'string' ? payload.jti.slice(0, 128) : null,
+        },
+      };
+    },
+  };
+}

@@ -1,0 +1,166 @@
+import { Router, type Request, type Response } from 'express';
+import type { Redis } from 'ioredis';
+import { z } from 'zod';
+import { submitCiDeploy } from '../changes/ciDeploy.js';
+import type { Guards } from '../changes/guards.js';
+import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
+import { requireOidcOrOperatorKey, type ApiKeyPolicy } from '../middleware/auth.js';
+import { parseJson, rawBody } from '../middleware/body.js';
+import { methodNotAllowed } from '../middleware/errors.js';
+import type { OidcCaller, OidcVerifier } from '../middleware/oidc.js';
+import { requireInScope } from '../middleware/scope.js';
+import type { ApiConfig } from '../shared/config.js';
+import { BadRequestError, ForbiddenError, UnprocessableError } from '../shared/errors.js';
+import { findProject, type Inventory } from '../shared/inventory.js';
+import { approvalKey } from '../shared/keys.js';
+import type { Logger } from '../shared/logger.js';
+import type { Metrics } from '../shared/metrics.js';
+import { principalOf } from './principal.js';
+import { idempotencyKeySchema } from './restartQuery.js';
+
+/**
+ * POST /ops/deploys: a deploy of one commit asked for by CI (origin `ci`, src/changes/ciDeploy.ts).
+ * Callers: an OIDC identity (OPS_OIDC_FILE) or an operator key, never the shared bearer token.
+ * The body `{project, ref, sha}` may leave out what the caller's OIDC rule binds from the token's
+ * claims (a GitHub or GitLab token names its repository, ref and commit); a body that says
+ * otherwise is refused (403 `deploy_not_bound_to_token`). An operator key names all three. The
+ * credential's scope must admit the project.
+ */
+export interface DeploysDeps {
+  config: Pick<ApiConfig, 'apiKeys' | 'OPS_BEARER_TOKEN' | 'BODY_LIMIT'>;
+  redis: Redis;
+  inventory: Inventory;
+  logger: Logger;
+  metrics: Pick<Metrics, 'authFailures'>;
+  apiKeyPolicy?: ApiKeyPolicy;
+  oidc?: OidcVerifier;
+  replicated?: ConfirmReplicated;
+  changed?: ConfirmChange;
+  guards: Guards;
+}
+
+/** A full commit id: 40 hex digits (SHA-1) or 64 (SHA-256), lower case. */
+export const FULL_COMMIT = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/;
+
+export const deployBodySchema = z.strictObject({
+  project: z.string().min(1).max(255).optional().describe('an inventory project; optional when the OIDC rule binds it'),
+  ref: z
+    .string()
+    .min(1)
+    .max(255)
+    .optional()
+    .describe("the ref deployed, e.g. refs/heads/main (one of the project's refs); optional when the OIDC rule binds it"),
+  sha: z
+    .string()
+    .regex(FULL_COMMIT, 'must be a full commit id (40 or 64 lower-case hex digits)')
+    .optional()
+    .describe('the commit; optional when the OIDC rule binds it'),
+  reason: z.string().trim().min(1).max(500).optional().describe('why: audited, carried by the job and an approval'),
+});
+
+export const deployAnswerSchema = z.object({
+  project: z.string(),
+  ref: z.string(),
+  sha: z.string(),
+  event_id: z.string().describe('ci:<project>:<ref>:<sha>: one deploy per commit within 24 h'),
+  job_id: z.string().describe('the job (a duplicate: the earlier one), or the approval id while it waits'),
+  accepted: z.boolean(),
+  duplicate: z.boolean().describe('always the negation of accepted'),
+  status: z.enum(['queued', 'held', 'pending_approval']),
+  approval_id: z.string().optional(),
+  expires_at: z.string().optional(),
+  held_until: z.string().optional(),
+  held_reasons: z.string().optional(),
+});
+
+/** The body, empty meaning `{}`: what the token binds may be all there is to say. */
+function bodyOf(req: Request): z.infer<typeof deployBodySchema> {
+  const raw = req.body as Buffer;
+  const value = raw.length === 0 ? {} : parseJson(raw);
+  const parsed = deployBodySchema.safeParse(value);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const field = issue.path.join('.');
+    throw new UnprocessableError(
+      issue.code === 'unrecognized_keys'
+        ? `invalid body: unknown field ${issue.keys.join(', ')}`
+        : `invalid body field ${field}: ${issue.message}`,
+      'invalid_body',
+    );
+  }
+  return parsed.data;
+}
+
+/** project, ref and sha: the token's where its rule binds them (a body disagreeing is refused), else the body's. */
+function resolveTarget(body: z.infer<typeof deployBodySchema>, caller: OidcCaller | undefined) {
+  const out: { project?: string; ref?: string; sha?: string } = {};
+  for (const f of ['project', 'ref', 'sha'] as const) {
+    const bound = caller?.binds[f];
+    const given = body[f];
+    if (bound !== undefined && given !== undefined && bound !== given) {
+      throw new ForbiddenError(
+        `the body's ${f} ${JSON.stringify(given)} differs from the ${f} the OIDC token names (${JSON.stringify(bound)}); a CI identity deploys exactly what its token names`,
+        'deploy_not_bound_to_token',
+      );
+    }
+    const v = bound ?? given;
+    if (v === undefined)
+      throw new UnprocessableError(`invalid body field ${f}: required (the caller's token does not name it)`, 'invalid_body');
+    out[f] = v;
+  }
+  if (!FULL_COMMIT.test(out.sha!)) {
+    throw new UnprocessableError('invalid body field sha: must be a full commit id (40 or 64 lower-case hex digits)', 'invalid_body');
+  }
+  return out as { project: string; ref: string; sha: string };
+}
+
+export function deploysRouter(deps: DeploysDeps): Router {
+  const r = Router();
+  const auth = requireOidcOrOperatorKey(deps.config.apiKeys, deps.config.OPS_BEARER_TOKEN, deps.metrics, deps.apiKeyPolicy, deps.oidc);
+  const body = rawBody(deps.config.BODY_LIMIT);
+
+  r.route('/ops/deploys')
+    .post(auth, ...body, async (req: Request, res: Response) => {
+      const caller = res.locals.oidc as OidcCaller | undefined;
+      const b = bodyOf(req);
+      const target = resolveTarget(b, caller);
+      const entry = findProject(deps.inventory, target.project);
+      if (entry) requireInScope(res, { kind: 'project', project: target.project, namespace: entry.namespace });
+      const rawKey = req.get('idempotency-key');
+      let idempotencyKey: string | undefined;
+      if (rawKey !== undefined) {
+        const key = idempotencyKeySchema.safeParse(rawKey);
+        if (!key.success)
+          throw new BadRequestError('Idempotency-Key header must be 1-255 printable ASCII characters', 'invalid_idempotency_key');
+        idempotencyKey = key.data;
+      }
+      const requester = principalOf(res);
+      const { answer, written } = await submitCiDeploy(deps, {
+        ...target,
+        requester,
+        auditId: res.locals.requestId,
+        ...(idempotencyKey !== undefined ? { idempotencyKey } : {}),
+        ...(b.reason ? { reason: b.reason } : {}),
+      });
+      res.locals.auditFields = {
+        event_id: answer.event_id,
+        job_id: answer.job_id,
+        outcome: answer.accepted ? 'accepted' : 'duplicate',
+        deploy_status: answer.status,
+        project: answer.project,
+        ref: answer.ref,
+        sha: answer.sha,
+        ...(b.reason ? { reason: b.reason } : {}),
+      };
+      if (answer.status === 'pending_approval') {
+        await deps.changed?.(`approval ${answer.approval_id} requested`, [approvalKey(answer.approval_id!)]);
+      } else {
+        // REDIS_MIN_REPLICAS_ACK: only what this call wrote (a duplicate or a repeat wrote nothing).
+        await deps.replicated?.(written ? [written] : []);
+      }
+      res.status(202).json(answer);
+    })
+    .all(methodNotAllowed(['POST']));
+
+  return r;
+}
