@@ -8,8 +8,8 @@ import { JOB } from '../../../src/shared/jobs.js';
 import { startWorker, type WorkerHandle } from '../../../worker/index.js';
 import { RO_KEY, createHarness, type Harness } from '../../helpers/apiHarness.js';
 import { startAlertmanager, type Alertmanager } from '../../helpers/alertmanager.js';
-import { noCluster } from '../../helpers/guards.js';
-import { startRedis, type RedisServer } from '../../helpers/redis.js';
+import { freePort, startRedis, type RedisServer } from '../../helpers/redis.js';
+import { kubeConfigForToken } from '../../../worker/k8s.js';
 import { waitFor } from '../../helpers/waitFor.js';
 import { collectLogs, testMetrics, workerConfig } from '../../helpers/workerSupport.js';
 
@@ -19,6 +19,11 @@ import { collectLogs, testMetrics, workerConfig } from '../../helpers/workerSupp
  * worker's own look at ALERTMANAGER_URL can tell the remediation that its alert resolved. A
  * remediation waiting for approval is withdrawn (the approval rejected by the rule, nothing
  * restarted, the cancellation reported) and its silence expired.
+ *
+ * A restart a worker already took is never taken back, even while it waits for its retry (a
+ * delayed job, as one never started is, but its first attempt may have restarted the Deployment):
+ * its outcome is reported. The worker's cluster is an API server address nothing listens on, so
+ * every attempt fails and is retried.
  *
  * A restart queued and not yet started cannot be caught by that look while a worker runs: the
  * watch job is queued after the restart it watches (BullMQ takes waiting jobs in order, and a
@@ -35,13 +40,24 @@ hosts:
     deployments: [api, ledger]
     policy:
       approval: {required: 1, ttl: 1h}
+  web-1:
+    namespace: shop
+    deployments: [frontend]
 remediations:
   - name: pay
     match: {alertname: PayDown}
     silence: true
     verify: 10s
     settle: 2s
+  - name: shop
+    match: {alertname: ShopDown}
+    verify: 10s
+    settle: 2s
 `;
+/** The restart's retry waits this long: the alert resolves in between. */
+const BACKOFF_MS = 6000;
+/** Of the jobs the API adds: two attempts, the second BACKOFF_MS after the first. */
+const attempts = { JOB_ATTEMPTS: '2', JOB_BACKOFF_MS: String(BACKOFF_MS) };
 
 let redis: RedisServer;
 let am: Alertmanager;
@@ -57,13 +73,17 @@ beforeAll(async () => {
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const port = (server.address() as AddressInfo).port;
   am = await startAlertmanager({ webhook: `http://127.0.0.1:${port}/webhook/alerts`, token: TOKEN, sendResolved: false });
-  h = await createHarness(redis.url, { inventoryYaml: INVENTORY, env: { ALERTS_WEBHOOK_TOKEN: TOKEN, ALERTMANAGER_URL: am.url } });
+  h = await createHarness(redis.url, {
+    inventoryYaml: INVENTORY,
+    env: { ALERTS_WEBHOOK_TOKEN: TOKEN, ALERTMANAGER_URL: am.url, ...attempts },
+  });
   app = h.app;
-  worker = await startWorker(workerConfig({ REDIS_URL: redis.url, ALERTMANAGER_URL: am.url, JOB_ATTEMPTS: '1' }), {
+  const closedPort = await freePort();
+  worker = await startWorker(workerConfig({ REDIS_URL: redis.url, ALERTMANAGER_URL: am.url, ...attempts }), {
     logger: collectLogs().logger,
     metrics: testMetrics(),
     inventory: parseInventory(INVENTORY),
-    kubeConfig: noCluster,
+    kubeConfig: () => kubeConfigForToken(`http://127.0.0.1:${closedPort}`, 'tok', { skipTLSVerify: true }),
   });
 });
 afterAll(async () => {
@@ -75,9 +95,12 @@ afterAll(async () => {
   await redis?.destroy();
 });
 
-const decisions = async () =>
-  (await request(h.app).get('/ops/remediations?rule=pay&limit=500').set('X-API-Key', RO_KEY)).body.remediations as any[];
-const decisionOf = (pred: (d: any) => boolean) => async () => (await decisions()).find(pred);
+const decisions = async (rule = 'pay') =>
+  (await request(h.app).get(`/ops/remediations?rule=${rule}&limit=500`).set('X-API-Key', RO_KEY)).body.remediations as any[];
+const decisionOf =
+  (pred: (d: any) => boolean, rule = 'pay') =>
+  async () =>
+    (await decisions(rule)).find(pred);
 /** The notifications Alertmanager delivered to the API (its audit lines). */
 const deliveries = () => h.audits().filter((a) => a.path === '/webhook/alerts' && a.who === 'webhook:alerts').length;
 
@@ -135,5 +158,38 @@ describe('an alert resolved in Alertmanager, no resolved notification sent', () 
       30_000,
     );
     await waitFor('no silence counted', async () => (await h.inspect.scard('opsgate:remediation:silences')) === 0, 10_000);
+  });
+});
+
+describe('an alert resolved while its restart waits for a retry', () => {
+  it("the restart a worker already ran is not taken back: no cancellation, the rollout's own outcome is reported", async () => {
+    const labels = { alertname: 'ShopDown', namespace: 'shop', deployment: 'frontend', severity: 'critical' };
+    await am.push([{ labels, startsAt: new Date(Date.now() - 30_000).toISOString() }]);
+    const queued = await waitFor(
+      'the restart queued',
+      decisionOf((d) => d.decision === 'queued', 'shop'),
+      30_000,
+    );
+    const jobId = queued.job_id as string;
+    // its first attempt failed (nothing listens at the API server address): it waits for its retry
+    await waitFor(
+      'the restart waiting for its retry',
+      async () => {
+        const j = (await request(h.app).get(`/ops/jobs/${jobId}`).set('X-API-Key', RO_KEY)).body;
+        return j.state === 'delayed' && j.attempts_made === 1 && j.processed_at !== null;
+      },
+      BACKOFF_MS,
+      100,
+    );
+    await am.resolve(labels);
+    const end = await waitFor(
+      'the remediation to end',
+      decisionOf((d) => d.id === queued.id && (d.decision === 'cancelled' || d.decision === 'outcome'), 'shop'),
+      BACKOFF_MS + 30_000,
+    );
+    expect(end).toMatchObject({ decision: 'outcome', outcome: 'failed', job_id: jobId });
+    expect(end.reason).toMatch(new RegExp(`^restart ${jobId} failed: .*ECONNREFUSED`));
+    const j = (await request(h.app).get(`/ops/jobs/${jobId}`).set('X-API-Key', RO_KEY)).body;
+    expect(j).toMatchObject({ state: 'failed', attempts_made: 2 });
   });
 });
