@@ -61,14 +61,19 @@ const readonly = { 'X-API-Key': secrets.apiKeys[0]!.key };
 /**
  * The workload: e2e_app_healthy 1 or 0 on /metrics, 0 from the start when its ConfigMap entry says
  * so (read when the container starts, so a restart's new pods read the value of that moment), and
- * 0 from a POST /break on (in memory: a restart's new pods are healthy again).
+ * 0 from a POST /break on (in memory: a restart's new pods are healthy again). Ready only once
+ * Prometheus has scraped it: a rollout then removes an old pod only when its successor's sample is
+ * in, and the Deployment's series has no gap that would resolve its alert for a moment.
  */
 const SERVER = `
 const http = require('node:http');
 let healthy = process.env.START_HEALTHY !== '0';
+let scraped = false;
 const server = http.createServer((req, res) => {
   if (req.method === 'POST' && req.url === '/break') { healthy = false; res.end('broken\\n'); return; }
+  if (req.url === '/ready') { res.statusCode = scraped ? 200 : 503; res.end(); return; }
   if (req.url === '/metrics') {
+    if (/Prometheus/.test(req.headers['user-agent'] || '')) scraped = true;
     res.setHeader('content-type', 'text/plain; version=0.0.4');
     res.end('# TYPE e2e_app_healthy gauge\\ne2e_app_healthy ' + (healthy ? 1 : 0) + '\\n');
     return;
@@ -102,7 +107,7 @@ function deployment(name: string): string {
               command: ['node', '-e', SERVER],
               env: [{ name: 'START_HEALTHY', valueFrom: { configMapKeyRef: { name: 'health', key: name } } }],
               ports: [{ name: 'metrics', containerPort: 8080 }],
-              readinessProbe: { httpGet: { path: '/metrics', port: 8080 }, periodSeconds: 1 },
+              readinessProbe: { httpGet: { path: '/ready', port: 8080 }, periodSeconds: 1 },
             },
           ],
         },
