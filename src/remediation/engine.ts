@@ -469,7 +469,10 @@ export function createRemediation(deps: RemediationDeps): Remediation {
       }
     }
     if (a.job_id && !a.joined) {
-      if (await g.producer.remove(a.job_id)) {
+      // A job waiting for its retry is delayed like one never started, but a worker already ran
+      // it and may have restarted the Deployment: only a job no worker ever took is taken back.
+      const job = await deps.jobs.get(a.job_id);
+      if (job && job.processed_at === null && (await g.producer.remove(a.job_id))) {
         if ((await deps.jobs.get(a.job_id)) === undefined) {
           await g.budgets.giveBack(a.namespace, a.job_id).catch(() => undefined);
           return finish(rule, a, 'cancelled', `the alert resolved before restart ${a.job_id} started: taken back, nothing restarted`);

@@ -32,6 +32,8 @@ export interface AlertmanagerOptions {
   /** Where the webhook receiver posts (e.g. http://127.0.0.1:<port>/webhook/alerts); absent: a receiver that sends nothing. */
   webhook?: string;
   token?: string;
+  /** send_resolved of the receiver (true): false, as a receiver that leaves resolution to the API v2. */
+  sendResolved?: boolean;
   groupWait?: string;
   groupInterval?: string;
   repeatInterval?: string;
@@ -48,7 +50,7 @@ export async function startAlertmanager(opts: AlertmanagerOptions = {}): Promise
         webhook_configs: [
           {
             url: opts.webhook,
-            send_resolved: true,
+            send_resolved: opts.sendResolved ?? true,
             max_alerts: 500,
             ...(opts.token ? { http_config: { authorization: { type: 'Bearer', credentials: opts.token } } } : {}),
           },

@@ -106,9 +106,21 @@ export async function startMonitoring(opts: {
    * add nothing to that but 5 minutes.
    */
   forOverride?: Record<string, string>;
+  /** More rule files for Prometheus to load beside the chart's (a test's own alerts). */
+  extraRuleFiles?: string[];
+  /** More scrape jobs (a test's own workloads), as written in prometheus.yml. */
+  extraScrapeConfigs?: Obj[];
+  /** Fields of Alertmanager's route replacing the defaults below (group_by, repeat_interval, ...). */
+  route?: Obj;
+  /**
+   * The address Alertmanager listens on: 127.0.0.1 unless pods must reach it too (opsgate's
+   * ALERTMANAGER_URL), then the node's bridge address, which the pods route to.
+   */
+  alertmanagerHost?: string;
 }): Promise<Monitoring> {
   const dir = mkdtempSync(join(tmpdir(), 'opsgate-monitoring-'));
   const [promPort, amPort] = [await freePort(), await freePort()];
+  const amHost = opts.alertmanagerHost ?? '127.0.0.1';
   const pki = join(NODE_DIR, 'pki');
   const tls = { ca_file: join(pki, 'ca.crt'), cert_file: join(pki, 'admin.crt'), key_file: join(pki, 'admin.key') };
 
@@ -122,7 +134,14 @@ export async function startMonitoring(opts: {
     writeFileSync(
       join(dir, 'alertmanager.yml'),
       stringify({
-        route: { receiver: 'opsgate', group_by: ['alertname'], group_wait: '1s', group_interval: '5s', repeat_interval: '1h' },
+        route: {
+          receiver: 'opsgate',
+          group_by: ['alertname'],
+          group_wait: '1s',
+          group_interval: '5s',
+          repeat_interval: '1h',
+          ...(opts.route ?? {}),
+        },
         receivers: [{ name: 'opsgate', webhook_configs: [webhookConfig] }],
       }),
       { mode: 0o600 },
@@ -132,8 +151,8 @@ export async function startMonitoring(opts: {
     join(dir, 'prometheus.yml'),
     stringify({
       global: { scrape_interval: '2s', evaluation_interval: '2s', scrape_timeout: '2s' },
-      rule_files: [rulesFile(dir, opts.forOverride ?? {})],
-      alerting: { alertmanagers: [{ static_configs: [{ targets: [`127.0.0.1:${amPort}`] }] }] },
+      rule_files: [rulesFile(dir, opts.forOverride ?? {}), ...(opts.extraRuleFiles ?? [])],
+      alerting: { alertmanagers: [{ static_configs: [{ targets: [`${amHost}:${amPort}`] }] }] },
       scrape_configs: [
         {
           // what the chart's ServiceMonitor does: the "metrics" port of the release's pods, job = <release>-<component>
@@ -160,6 +179,7 @@ export async function startMonitoring(opts: {
             ? { scheme: 'https', tls_config: { ca_file: opts.scrapeTls.caFile, server_name: opts.scrapeTls.serverName } }
             : {}),
         },
+        ...(opts.extraScrapeConfigs ?? []),
       ],
     }),
   );
@@ -169,7 +189,7 @@ export async function startMonitoring(opts: {
     [
       `--config.file=${join(dir, 'alertmanager.yml')}`,
       `--storage.path=${join(dir, 'am-data')}`,
-      `--web.listen-address=127.0.0.1:${amPort}`,
+      `--web.listen-address=${amHost}:${amPort}`,
       '--cluster.listen-address=',
     ],
     join(dir, 'alertmanager.log'),
@@ -195,7 +215,7 @@ export async function startMonitoring(opts: {
     rmSync(dir, { recursive: true, force: true });
   }
   const prometheus = `http://127.0.0.1:${promPort}`;
-  const alertmanager = `http://127.0.0.1:${amPort}`;
+  const alertmanager = `http://${amHost}:${amPort}`;
   const logTail = () =>
     ['prometheus.log', 'alertmanager.log']
       .map((f) => `--- ${f}\n${readFileSync(join(dir, f), 'utf8').split('\n').slice(-15).join('\n')}`)

@@ -66,6 +66,10 @@ const flowValues = {
         activeDeadlineSeconds: 300,
       },
     },
+    // The dashboard's Remediation row counts by rule, and a rule's series exist from the start: one
+    // rule (dry-run, on an alert nothing here fires; the remediation loop is remediation.test.ts's)
+    // so every panel has data to show.
+    remediations: [{ name: 'web-unavailable', match: { alertname: 'E2EWebUnavailable' }, mode: 'dry-run' }],
   },
 };
 

@@ -1,0 +1,195 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
+import type { Express } from 'express';
+import request from 'supertest';
+import { parseInventory } from '../../../src/shared/inventory.js';
+import { JOB } from '../../../src/shared/jobs.js';
+import { startWorker, type WorkerHandle } from '../../../worker/index.js';
+import { RO_KEY, createHarness, type Harness } from '../../helpers/apiHarness.js';
+import { startAlertmanager, type Alertmanager } from '../../helpers/alertmanager.js';
+import { freePort, startRedis, type RedisServer } from '../../helpers/redis.js';
+import { kubeConfigForToken } from '../../../worker/k8s.js';
+import { waitFor } from '../../helpers/waitFor.js';
+import { collectLogs, testMetrics, workerConfig } from '../../helpers/workerSupport.js';
+
+/**
+ * Cancel on resolve read from Alertmanager's API v2 alone: a real Debian prometheus-alertmanager
+ * whose receiver sends no resolved notifications (send_resolved: false), so nothing but the
+ * worker's own look at ALERTMANAGER_URL can tell the remediation that its alert resolved. A
+ * remediation waiting for approval is withdrawn (the approval rejected by the rule, nothing
+ * restarted, the cancellation reported) and its silence expired.
+ *
+ * A restart a worker already took is never taken back, even while it waits for its retry (a
+ * delayed job, as one never started is, but its first attempt may have restarted the Deployment):
+ * its outcome is reported. The worker's cluster is an API server address nothing listens on, so
+ * every attempt fails and is retried.
+ *
+ * A restart queued and not yet started cannot be caught by that look while a worker runs: the
+ * watch job is queued after the restart it watches (BullMQ takes waiting jobs in order, and a
+ * delayed job goes back to the end of the line), so the restart is always taken first. Its
+ * cancellation by a resolved notification is in remediation.test.ts.
+ */
+jest.setTimeout(120_000);
+
+const TOKEN = 'alerts-token-for-remediation-0003';
+const INVENTORY = `
+hosts:
+  pay-1:
+    namespace: payments
+    deployments: [api, ledger]
+    policy:
+      approval: {required: 1, ttl: 1h}
+  web-1:
+    namespace: shop
+    deployments: [frontend]
+remediations:
+  - name: pay
+    match: {alertname: PayDown}
+    silence: true
+    verify: 10s
+    settle: 2s
+  - name: shop
+    match: {alertname: ShopDown}
+    verify: 10s
+    settle: 2s
+`;
+/** The restart's retry waits this long: the alert resolves in between. */
+const BACKOFF_MS = 6000;
+/** Of the jobs the API adds: two attempts, the second BACKOFF_MS after the first. */
+const attempts = { JOB_ATTEMPTS: '2', JOB_BACKOFF_MS: String(BACKOFF_MS) };
+
+let redis: RedisServer;
+let am: Alertmanager;
+let h: Harness;
+let server: Server;
+let app: Express | undefined;
+let worker: WorkerHandle | undefined;
+
+beforeAll(async () => {
+  redis = await startRedis();
+  // The API listens first, so Alertmanager's receiver can name its port.
+  server = createServer((req, res) => (app ? app(req, res) : res.writeHead(503).end()));
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as AddressInfo).port;
+  am = await startAlertmanager({ webhook: `http://127.0.0.1:${port}/webhook/alerts`, token: TOKEN, sendResolved: false });
+  h = await createHarness(redis.url, {
+    inventoryYaml: INVENTORY,
+    env: { ALERTS_WEBHOOK_TOKEN: TOKEN, ALERTMANAGER_URL: am.url, ...attempts },
+  });
+  app = h.app;
+  const closedPort = await freePort();
+  worker = await startWorker(workerConfig({ REDIS_URL: redis.url, ALERTMANAGER_URL: am.url, ...attempts }), {
+    logger: collectLogs().logger,
+    metrics: testMetrics(),
+    inventory: parseInventory(INVENTORY),
+    kubeConfig: () => kubeConfigForToken(`http://127.0.0.1:${closedPort}`, 'tok', { skipTLSVerify: true }),
+  });
+});
+afterAll(async () => {
+  await worker?.close(2000);
+  await am?.stop();
+  await h?.close();
+  server?.closeAllConnections();
+  await new Promise((r) => server?.close(r));
+  await redis?.destroy();
+});
+
+const decisions = async (rule = 'pay') =>
+  (await request(h.app).get(`/ops/remediations?rule=${rule}&limit=500`).set('X-API-Key', RO_KEY)).body.remediations as any[];
+const decisionOf =
+  (pred: (d: any) => boolean, rule = 'pay') =>
+  async () =>
+    (await decisions(rule)).find(pred);
+/** The notifications Alertmanager delivered to the API (its audit lines). */
+const deliveries = () => h.audits().filter((a) => a.path === '/webhook/alerts' && a.who === 'webhook:alerts').length;
+
+describe('an alert resolved in Alertmanager, no resolved notification sent', () => {
+  it('the worker reads the resolution from the API v2 and withdraws the pending approval; nothing restarted, reported, the silence expired', async () => {
+    const labels = { alertname: 'PayDown', namespace: 'payments', deployment: 'ledger', severity: 'critical' };
+    await am.push([{ labels, startsAt: new Date(Date.now() - 30_000).toISOString() }]);
+    const pending = await waitFor(
+      'the delivered alert to ask for approval',
+      decisionOf((d) => d.decision === 'pending_approval'),
+      30_000,
+    );
+    expect(pending).toMatchObject({ deployment: 'ledger', host: 'pay-1', guard: 'approval', job_id: null });
+    const approvalId = pending.approval_id as string;
+    const before = await request(h.app).get(`/ops/approvals/${approvalId}`).set('X-API-Key', RO_KEY);
+    expect(before.body).toMatchObject({ status: 'pending', requested_by: 'remediation:pay', service: 'ledger' });
+    // the watch keeps a silence of the alert while the approval waits
+    const silence = await waitFor(
+      'the silence',
+      async () => (await am.silences()).find((s) => s.comment.includes(pending.id) && s.status.state === 'active'),
+      20_000,
+    );
+    const delivered = deliveries();
+    expect(delivered).toBeGreaterThan(0);
+
+    await am.resolve(labels);
+    const cancelled = await waitFor(
+      'the worker to cancel the remediation',
+      decisionOf((d) => d.id === pending.id && d.decision === 'cancelled'),
+      30_000,
+    );
+    expect(cancelled).toMatchObject({ outcome: 'cancelled', approval_id: approvalId, job_id: null });
+    expect(cancelled.reason).toBe(`the alert resolved while approval ${approvalId} was pending: withdrawn, nothing restarted`);
+    // Alertmanager told the API nothing of the resolution: the worker's look found it
+    expect(deliveries()).toBe(delivered);
+
+    const after = await request(h.app).get(`/ops/approvals/${approvalId}`).set('X-API-Key', RO_KEY);
+    expect(after.body).toMatchObject({
+      status: 'rejected',
+      rejected: { by: 'remediation:pay', reason: 'the alert resolved before the restart was approved' },
+    });
+    const jobs = await h.queue.bull.getJobs(['waiting', 'delayed', 'active', 'completed', 'failed', 'prioritized']);
+    expect(jobs.filter((j) => j.name === JOB.restartService)).toEqual([]);
+    const reports = jobs.filter((j) => j.name === JOB.reportChange).map((j) => j.data as Record<string, any>);
+    expect(reports.find((r) => r.remediation?.decision === 'cancelled')).toMatchObject({
+      event: 'remediation',
+      service: 'ledger',
+      approval_id: approvalId,
+      remediation: { rule: 'pay', outcome: 'cancelled' },
+    });
+    // settle (2 s) after the cancellation, the silence is expired
+    await waitFor(
+      'the silence to lapse',
+      async () => (await am.silences()).find((s) => s.id === silence.id && s.status.state === 'expired'),
+      30_000,
+    );
+    await waitFor('no silence counted', async () => (await h.inspect.scard('opsgate:remediation:silences')) === 0, 10_000);
+  });
+});
+
+describe('an alert resolved while its restart waits for a retry', () => {
+  it("the restart a worker already ran is not taken back: no cancellation, the rollout's own outcome is reported", async () => {
+    const labels = { alertname: 'ShopDown', namespace: 'shop', deployment: 'frontend', severity: 'critical' };
+    await am.push([{ labels, startsAt: new Date(Date.now() - 30_000).toISOString() }]);
+    const queued = await waitFor(
+      'the restart queued',
+      decisionOf((d) => d.decision === 'queued', 'shop'),
+      30_000,
+    );
+    const jobId = queued.job_id as string;
+    // its first attempt failed (nothing listens at the API server address): it waits for its retry
+    await waitFor(
+      'the restart waiting for its retry',
+      async () => {
+        const j = (await request(h.app).get(`/ops/jobs/${jobId}`).set('X-API-Key', RO_KEY)).body;
+        return j.state === 'delayed' && j.attempts_made === 1 && j.processed_at !== null;
+      },
+      BACKOFF_MS,
+      100,
+    );
+    await am.resolve(labels);
+    const end = await waitFor(
+      'the remediation to end',
+      decisionOf((d) => d.id === queued.id && (d.decision === 'cancelled' || d.decision === 'outcome'), 'shop'),
+      BACKOFF_MS + 30_000,
+    );
+    expect(end).toMatchObject({ decision: 'outcome', outcome: 'failed', job_id: jobId });
+    expect(end.reason).toMatch(new RegExp(`^restart ${jobId} failed: .*ECONNREFUSED`));
+    const j = (await request(h.app).get(`/ops/jobs/${jobId}`).set('X-API-Key', RO_KEY)).body;
+    expect(j).toMatchObject({ state: 'failed', attempts_made: 2 });
+  });
+});
