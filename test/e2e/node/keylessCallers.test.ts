@@ -37,7 +37,7 @@ const NS = 'opsgate';
 const CI = 'ci';
 const APPS = 'keyless-apps';
 
-const yamlBlocks = docBlocks(README, ['yaml']);
+const yamlBlocks = docBlocks(README, ['yaml']).map((b) => ({ ...b, file: 'README.md' }));
 const podBlock = yamlBlocks.find((b) => b.marker === 'node' && b.arg === 'keyless-pod');
 const issuersBlock = yamlBlocks.find((b) => /^issuers:/m.test(b.code));
 
@@ -60,10 +60,15 @@ interface PodRun {
   exitCode: number;
   status: number;
   body: Obj;
+  /** curl's own error lines (`curl: (22) …` when --fail-with-body fails the step). */
+  curlErrors: string[];
   spec: Obj;
 }
 
-/** Runs a Pod to its end: its exit code, and the answer and HTTP status curl printed (`-w '\nHTTP %{http_code}'`). */
+/**
+ * Runs a Pod to its end: its exit code, and the answer and HTTP status curl printed
+ * (`-w '\nHTTP %{http_code}'`); the container log holds curl's stderr too.
+ */
 async function runPod(pod: Obj): Promise<PodRun> {
   const name = pod.metadata.name as string;
   await apply(stringify(pod));
@@ -77,12 +82,15 @@ async function runPod(pod: Obj): Promise<PodRun> {
     1000,
   );
   const logs = ok(await kubectl(['logs', '-n', CI, name]), `kubectl logs ${name}`).stdout;
-  const answer = /^([\s\S]*)\nHTTP (\d{3})\n?$/.exec(logs);
+  const lines = logs.split('\n');
+  const curlErrors = lines.filter((l) => /^curl: \(\d+\)/.test(l));
+  const answer = /^([\s\S]*)\nHTTP (\d{3})\n?$/.exec(lines.filter((l) => !curlErrors.includes(l)).join('\n'));
   if (!answer) throw new Error(`pod ${name} printed no answer:\n${logs}`);
   return {
     exitCode: done.status.containerStatuses[0].state.terminated.exitCode as number,
     status: Number(answer[2]),
     body: JSON.parse(answer[1]!) as Obj,
+    curlErrors,
     spec: done.spec as Obj,
   };
 }
@@ -153,7 +161,11 @@ describe('keyless callers on a real node', () => {
 
   test(`the README's Pod (${podBlock ? where(podBlock) : 'missing'}) restarts the host in its scope with its projected token, no Secret mounted`, async () => {
     const run = await runPod(readmePod());
-    expect({ exitCode: run.exitCode, status: run.status }).toEqual({ exitCode: 0, status: 200 });
+    expect({ exitCode: run.exitCode, status: run.status, curlErrors: run.curlErrors }).toEqual({
+      exitCode: 0,
+      status: 200,
+      curlErrors: [],
+    });
     expect(run.body).toMatchObject({ host: 'web-01', service: 'frontend', status: 'submitted', job_id: expect.any(String) });
     expect(secretsMounted(run.spec)).toEqual([]);
     expect(run.spec.automountServiceAccountToken).toBe(false);
@@ -164,19 +176,32 @@ describe('keyless callers on a real node', () => {
         }),
       }),
     ]);
-    // The restart the token asked for happens: the Deployment's pods are rolled.
-    await waitFor(
-      'frontend restarted',
-      async () =>
-        (await getJson('deployment', 'frontend', APPS))?.spec.template.metadata.annotations?.['kubectl.kubernetes.io/restartedAt'],
+    // The restart happens, in the name of the token's identity: the worker's Event on the Deployment says who asked.
+    const event = await waitFor(
+      'the OpsgateRestart Event on frontend',
+      async () => {
+        const r = ok(await kubectl(['get', 'events.events.k8s.io', '-n', APPS, '-o', 'json']), 'kubectl get events');
+        return (JSON.parse(r.stdout).items as Obj[]).find((e) => e.regarding?.name === 'frontend' && e.reason === 'OpsgateRestart');
+      },
       120_000,
       1000,
     );
+    // The credential is the id of the token (credentialId: a hash), which differs with every token.
+    expect(event.note).toMatch(
+      new RegExp(
+        `requested by oidc:kubernetes\\.default\\.svc\\.cluster\\.local:system:serviceaccount:${CI}:tekton-bot \\(owner k8s:${CI}/tekton-bot, credential [0-9a-f]+\\)`,
+      ),
+    );
+    expect(event.note).toContain(`job ${run.body.job_id as string}`);
+    expect((await getJson('deployment', 'frontend', APPS))?.spec.template.metadata.annotations).toHaveProperty([
+      'kubectl.kubernetes.io/restartedAt',
+    ]);
   });
 
   test('the same Pod aimed at a host outside its scope is answered 403 out_of_scope, and fails', async () => {
     const run = await runPod(readmePod({ name: 'restart-db', host: 'db-01', service: 'postgres' }));
     expect({ exitCode: run.exitCode, status: run.status }).toEqual({ exitCode: 22, status: 403 });
+    expect(run.curlErrors).toEqual([expect.stringMatching(/^curl: \(22\) .*403/)]);
     expect(run.body).toMatchObject({ code: 'out_of_scope', detail: expect.any(String) });
     expect(secretsMounted(run.spec)).toEqual([]);
   });
