@@ -57,8 +57,12 @@ function parseMarker(comment: string): { marker: string; arg?: string } {
   return { marker: comment };
 }
 
-/** Parses Markdown text; `file` only labels the blocks. */
-export function docBlocksOf(file: string, text: string): DocBlock[] {
+/**
+ * Parses Markdown text; `file` only labels the blocks. `langs` names the fenced blocks returned
+ * (default the shell ones, whose markers every document must carry); a test that applies a
+ * manifest the docs show asks for `['yaml']` and finds its block by its marker.
+ */
+export function docBlocksOf(file: string, text: string, langs: readonly string[] = SHELL_LANGS): DocBlock[] {
   const lines = text.split(/\r?\n/);
   const blocks: DocBlock[] = [];
   for (let i = 0; i < lines.length; i++) {
@@ -68,7 +72,7 @@ export function docBlocksOf(file: string, text: string): DocBlock[] {
     let end = i + 1;
     const closing = new RegExp(`^\\s*${fence[0] === '`' ? '`' : '~'}{${fence.length},}\\s*$`);
     while (end < lines.length && !closing.test(lines[end]!)) end++;
-    if ((SHELL_LANGS as readonly string[]).includes(lang.toLowerCase())) {
+    if (langs.includes(lang.toLowerCase())) {
       const comments: string[] = [];
       for (let j = i - 1; j >= 0; j--) {
         const above = lines[j]!;
@@ -95,9 +99,9 @@ export function docBlocksOf(file: string, text: string): DocBlock[] {
   return blocks;
 }
 
-/** The shell blocks of a Markdown file. */
-export function docBlocks(file: string): DocBlock[] {
-  return docBlocksOf(file, readFileSync(file, 'utf8'));
+/** The shell blocks of a Markdown file (or those of `langs`). */
+export function docBlocks(file: string, langs?: readonly string[]): DocBlock[] {
+  return docBlocksOf(file, readFileSync(file, 'utf8'), langs);
 }
 
 /** Why a block's marker is not acceptable, or undefined when it is. */
