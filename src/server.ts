@@ -32,7 +32,7 @@ import { createRateLimiter } from './middleware/rateLimit.js';
 import { createFreezeStore, watchFreezes } from './changes/freezes/store.js';
 import { createOpsQueue } from './shared/queue.js';
 import { createRedis, redisPasswords } from './shared/redis.js';
-import { connectRedis } from './shared/redisConnection.js';
+import { connectRedis, markClosing } from './shared/redisConnection.js';
 import { shutdownBudget } from './shared/shutdown.js';
 import { settlesWithin, withTimeout } from './shared/timeout.js';
 import type { FileReloader } from './shared/fileReload.js';
@@ -179,6 +179,7 @@ export async function start(
     server.close();
     await freezeWatch.close();
     await withTimeout(queue.close(), 2000, 'queue close').catch(() => {});
+    markClosing(redis);
     redis.disconnect();
     throw err;
   }
@@ -231,6 +232,7 @@ export async function start(
       // With Redis unreachable BullMQ's close would wait for a connection forever.
       await budget.step('queue', () => queue.close(), 5000);
       // Not connected: nothing to flush (no offline queue on this profile); just drop it.
+      markClosing(redis);
       if (redis.status !== 'ready') redis.disconnect();
       else if (!(await budget.step('redis', () => redis.quit(), 2000))) redis.disconnect();
       budget.done();

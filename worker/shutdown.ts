@@ -3,6 +3,7 @@ import type { Redis } from 'ioredis';
 import type { Logger } from '../src/shared/logger.js';
 import { shutdownBudget } from '../src/shared/shutdown.js';
 import { settlesWithin } from '../src/shared/timeout.js';
+import { markClosing } from '../src/shared/redisConnection.js';
 
 /**
  * Waits (at most ms) for a connection to leave the "reconnecting" state. BullMQ's blocking
@@ -60,6 +61,7 @@ export async function closeWorker(
     logger.error('shutdown step timed out: the report producer did not close', { step: 'report producer' });
     clean = false;
   }
+  markClosing(redis);
   if (!(await settlesWithin(redis.quit(), Math.min(2000, stepMs / 4)))) {
     redis.disconnect();
     logger.error('shutdown step timed out: redis quit; disconnected', { step: 'redis' });

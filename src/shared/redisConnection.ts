@@ -22,6 +22,8 @@ export function redactRedisUrl(url: string): string {
 interface Watch {
   /** Why the connection last failed (an error code such as ECONNREFUSED), until it is ready again. */
   problem?: string;
+  /** Set by markClosing: the process itself is closing the connection, which then stays closed. */
+  closing?: boolean;
 }
 const watches = new WeakMap<Redis, Watch>();
 
@@ -60,9 +62,33 @@ export function redisProblem(client: Redis): string | undefined {
   return `redis unreachable: ${problem ?? client.status}`;
 }
 
-/** A watched connection for REDIS_URL (see the header). */
+/**
+ * A watched connection for REDIS_URL (see the header) that is never left closed by anyone but the
+ * process (markClosing): ioredis ends a connection for good (status `end`, every command "Connection is closed.")
+ * when a reconnect is asked while its previous connect is still under way, which a failover does
+ * (the sentinels' +switch-master, or a READONLY answer, arriving while the client is asking the
+ * sentinels for the primary). An end that nobody marked is followed by a new connect.
+ */
 export function connectRedis(opts: { url: string; profile: RedisProfile; name: string; logger: Logger }): Redis {
   const client = createRedis(opts.url, opts.profile, opts.name);
   watchRedis(client, { logger: opts.logger, url: opts.url });
+  const watch = watches.get(client)!;
+  client.on('end', () => {
+    if (watch.closing) return;
+    opts.logger.warn('redis connection ended while nobody closed it; connecting again', { redis: redactRedisUrl(opts.url) });
+    const again = setTimeout(() => {
+      if (!watch.closing && client.status === 'end') client.connect().catch(() => undefined);
+    }, RECONNECT_AFTER_END_MS);
+    again.unref();
+  });
   return client;
+}
+
+/** How long after an unasked end connectRedis connects again (the retry strategy's first step). */
+export const RECONNECT_AFTER_END_MS = 200;
+
+/** Says the process is closing a connectRedis connection (before its quit or disconnect): it is not connected again. */
+export function markClosing(client: Redis): void {
+  const watch = watches.get(client);
+  if (watch) watch.closing = true;
 }
