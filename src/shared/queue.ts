@@ -1,3 +1,4 @@
+import { markClosing, reconnectWhenEnded } from './redisConnection.js';
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { createDeadLetters, type ChangeRetry, type DeadLetters } from './deadLetters.js';
@@ -49,6 +50,7 @@ export type { RetryOutcome } from './deadLetters.js';
 
 export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
   const connection: Redis = createRedis(opts.url, 'request', 'opsgate-api-queue');
+  reconnectWhenEnded(connection, { url: opts.url, ...(opts.logger ? { logger: opts.logger } : {}) });
   const bull = new Queue(QUEUE_NAME, {
     connection,
     prefix: queuePrefix(opts.url),
@@ -69,6 +71,7 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
     isReady: () => connection.status === 'ready',
 
     async close() {
+      markClosing(connection);
       await probe.close();
       if (connection.status !== 'ready') {
         // Not connected: nothing is pending (no offline queue) and BullMQ's close would wait for

@@ -64,24 +64,33 @@ export function redisProblem(client: Redis): string | undefined {
 
 /**
  * A watched connection for REDIS_URL (see the header) that is never left closed by anyone but the
- * process (markClosing): ioredis ends a connection for good (status `end`, every command "Connection is closed.")
- * when a reconnect is asked while its previous connect is still under way, which a failover does
- * (the sentinels' +switch-master, or a READONLY answer, arriving while the client is asking the
- * sentinels for the primary). An end that nobody marked is followed by a new connect.
+ * process (reconnectWhenEnded).
  */
 export function connectRedis(opts: { url: string; profile: RedisProfile; name: string; logger: Logger }): Redis {
   const client = createRedis(opts.url, opts.profile, opts.name);
   watchRedis(client, { logger: opts.logger, url: opts.url });
+  reconnectWhenEnded(client, opts);
+  return client;
+}
+
+/**
+ * Connects `client` again when it ends while nobody closed it (markClosing). ioredis ends a
+ * connection for good (status `end`, every command "Connection is closed.") when a reconnect is
+ * asked while its previous connect is still under way, which a failover does: the sentinels'
+ * +switch-master, or a READONLY answer, arriving while the client is asking the sentinels for the
+ * primary.
+ */
+export function reconnectWhenEnded(client: Redis, opts: { url: string; logger?: Logger }): void {
+  watchRedis(client);
   const watch = watches.get(client)!;
   client.on('end', () => {
     if (watch.closing) return;
-    opts.logger.warn('redis connection ended while nobody closed it; connecting again', { redis: redactRedisUrl(opts.url) });
+    opts.logger?.warn('redis connection ended while nobody closed it; connecting again', { redis: redactRedisUrl(opts.url) });
     const again = setTimeout(() => {
       if (!watch.closing && client.status === 'end') client.connect().catch(() => undefined);
     }, RECONNECT_AFTER_END_MS);
     again.unref();
   });
-  return client;
 }
 
 /** How long after an unasked end connectRedis connects again (the retry strategy's first step). */
