@@ -10,13 +10,13 @@ import { methodNotAllowed } from '../middleware/errors.js';
 import type { OidcCaller, OidcVerifier } from '../middleware/oidc.js';
 import { requireInScope } from '../middleware/scope.js';
 import type { ApiConfig } from '../shared/config.js';
-import { BadRequestError, ForbiddenError, UnprocessableError } from '../shared/errors.js';
+import { ForbiddenError, UnprocessableError } from '../shared/errors.js';
 import { findProject, type Inventory } from '../shared/inventory.js';
 import { approvalKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 import { principalOf } from './principal.js';
-import { idempotencyKeySchema } from './restartQuery.js';
+import { idempotencyKeyOf } from './restartQuery.js';
 
 /**
  * POST /ops/deploys: a deploy of one commit asked for by CI (origin `ci`, src/changes/ciDeploy.ts).
@@ -126,14 +126,7 @@ export function deploysRouter(deps: DeploysDeps): Router {
       const target = resolveTarget(b, caller);
       const entry = findProject(deps.inventory, target.project);
       if (entry) requireInScope(res, { kind: 'project', project: target.project, namespace: entry.namespace });
-      const rawKey = req.get('idempotency-key');
-      let idempotencyKey: string | undefined;
-      if (rawKey !== undefined) {
-        const key = idempotencyKeySchema.safeParse(rawKey);
-        if (!key.success)
-          throw new BadRequestError('Idempotency-Key header must be 1-255 printable ASCII characters', 'invalid_idempotency_key');
-        idempotencyKey = key.data;
-      }
+      const idempotencyKey = idempotencyKeyOf(req.get('idempotency-key'));
       const requester = principalOf(res);
       const { answer, written } = await submitCiDeploy(deps, {
         ...target,

@@ -5,9 +5,8 @@ import type { Guards } from '../changes/guards.js';
 import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
 import { clearCache, getHostStatus, type HostStatusProvider } from '../domain/hostStatus.js';
 import { idempotencyScope, restartChange, submitRestart } from '../changes/restart.js';
-import { idempotencyKeySchema, restartOptions, restartTargetQuery } from './restartQuery.js';
+import { idempotencyKeyOf, restartOptions, restartTargetQuery } from './restartQuery.js';
 import { principalOf } from './principal.js';
-import { BadRequestError } from '../shared/errors.js';
 import { approvalKey, idempotencyRecordKey } from '../shared/keys.js';
 import { requireApiKey, requireBearerOrOperatorKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { rawBody } from '../middleware/body.js';
@@ -94,14 +93,7 @@ export function opsRouter(deps: OpsDeps): Router {
         res.json(answer);
         return;
       }
-      const rawKey = req.get('idempotency-key');
-      let idempotencyKey: string | undefined;
-      if (rawKey !== undefined) {
-        const key = idempotencyKeySchema.safeParse(rawKey);
-        if (!key.success)
-          throw new BadRequestError('Idempotency-Key header must be 1-255 printable ASCII characters', 'invalid_idempotency_key');
-        idempotencyKey = key.data;
-      }
+      const idempotencyKey = idempotencyKeyOf(req.get('idempotency-key'));
       const ack = await submitRestart(deps, {
         host,
         service,

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { UnprocessableError } from '../shared/errors.js';
+import { BadRequestError, UnprocessableError } from '../shared/errors.js';
 import { IDEMPOTENCY_TTL_SECONDS } from '../shared/jobs.js';
 
 /**
@@ -30,6 +30,14 @@ export const idempotencyKeySchema = z
   .describe(
     `makes a retried call return the original job instead of queuing a second one (remembered ${IDEMPOTENCY_TTL_SECONDS / 3600} h)`,
   );
+
+/** The Idempotency-Key header of a change's request (restart, deploy), or undefined; 400 when malformed. */
+export function idempotencyKeyOf(header: string | undefined): string | undefined {
+  if (header === undefined) return undefined;
+  const key = idempotencyKeySchema.safeParse(header);
+  if (!key.success) throw new BadRequestError('Idempotency-Key header must be 1-255 printable ASCII characters', 'invalid_idempotency_key');
+  return key.data;
+}
 
 export const restartAckSchema = z.object({
   host: z.string(),
