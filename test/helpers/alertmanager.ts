@@ -1,5 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
@@ -125,5 +127,31 @@ export async function startAlertmanager(opts: AlertmanagerOptions = {}): Promise
       return (await api('GET', '/api/v2/silences')) as Awaited<ReturnType<Alertmanager['silences']>>;
     },
     stop,
+  };
+}
+
+/** An HTTP server on 127.0.0.1 that hands every request to its app once one is set (503 before). */
+export interface AppFront {
+  /** http://127.0.0.1:<port> */
+  url: string;
+  setApp(app: (req: IncomingMessage, res: ServerResponse) => void): void;
+  close(): Promise<void>;
+}
+
+/**
+ * Listens before the API under test exists, so that Alertmanager's receiver (started next) can
+ * name its port, and the API (configured with Alertmanager's URL) is set afterwards.
+ */
+export async function startAppFront(): Promise<AppFront> {
+  let app: ((req: IncomingMessage, res: ServerResponse) => void) | undefined;
+  const server = createServer((req, res) => (app ? app(req, res) : res.writeHead(503).end()));
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    setApp: (a) => (app = a),
+    async close() {
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    },
   };
 }

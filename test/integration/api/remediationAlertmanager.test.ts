@@ -1,13 +1,10 @@
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
-import type { Express } from 'express';
 import request from 'supertest';
 import { parseInventory } from '../../../src/shared/inventory.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { startWorker, type WorkerHandle } from '../../../worker/index.js';
 import { RO_KEY, createHarness, type Harness } from '../../helpers/apiHarness.js';
-import { ALERTMANAGER_BIN, startAlertmanager, type Alertmanager } from '../../helpers/alertmanager.js';
+import { ALERTMANAGER_BIN, startAlertmanager, startAppFront, type Alertmanager, type AppFront } from '../../helpers/alertmanager.js';
 import { noCluster } from '../../helpers/guards.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 import { waitFor } from '../../helpers/waitFor.js';
@@ -46,19 +43,15 @@ remediations:
 let redis: RedisServer;
 let am: Alertmanager;
 let h: Harness;
-let server: Server;
-let app: Express | undefined;
+let front: AppFront;
 let worker: WorkerHandle | undefined;
 
 beforeAll(async () => {
   redis = await startRedis();
-  // The API listens first, so Alertmanager's receiver can name its port.
-  server = createServer((req, res) => (app ? app(req, res) : res.writeHead(503).end()));
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const port = (server.address() as AddressInfo).port;
-  am = await startAlertmanager({ webhook: `http://127.0.0.1:${port}/webhook/alerts`, token: TOKEN });
+  front = await startAppFront();
+  am = await startAlertmanager({ webhook: `${front.url}/webhook/alerts`, token: TOKEN });
   h = await createHarness(redis.url, { inventoryYaml: INVENTORY, env: { ALERTS_WEBHOOK_TOKEN: TOKEN, ALERTMANAGER_URL: am.url } });
-  app = h.app;
+  front.setApp(h.app);
   worker = await startWorker(workerConfig({ REDIS_URL: redis.url, ALERTMANAGER_URL: am.url, JOB_ATTEMPTS: '1' }), {
     logger: collectLogs().logger,
     metrics: testMetrics(),
@@ -70,8 +63,7 @@ afterAll(async () => {
   await worker?.close(2000);
   await am?.stop();
   await h?.close();
-  server?.closeAllConnections();
-  await new Promise((r) => server?.close(r));
+  await front?.close();
   await redis?.destroy();
 });
 
