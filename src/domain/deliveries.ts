@@ -3,6 +3,7 @@ import { z } from 'zod';
 import type { ErrorCode } from '../shared/errors.js';
 import { deliveriesKey, unverifiedDeliveriesKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
+import { defineLua, loadLua } from '../shared/lua.js';
 import { redisCall } from './redisOps.js';
 
 /**
@@ -26,9 +27,9 @@ import { redisCall } from './redisOps.js';
  * out as it would have.
  *
  * Writing: the verdicts of one short interval (FLUSH_INTERVAL_MS, or FLUSH_MAX entries, whichever
- * comes first) go out together, one pipeline of XADDs per sender (its two streams share its slot)
- * in the order they were recorded, instead of one write per delivery: under load that is one
- * socket write and one Redis read for many deliveries. `list` and `get` send what is waiting
+ * comes first) go out together, one script per sender (deliveries-add.lua; its two streams share
+ * its slot) appending them in the order they were recorded, instead of one write per delivery:
+ * under load that is one socket write and one Redis read for many deliveries. `list` and `get` send what is waiting
  * first (this process reads its own verdicts), and `flush` sends it at shutdown. It is a
  * diagnostic log, not the delivery: a process killed without its shutdown loses the verdicts of
  * its last interval (the answers went out, the jobs are queued; only their lines in GET
@@ -178,7 +179,13 @@ function toView(source: string, verified: boolean, streamId: string, flat: strin
   };
 }
 
-/** Newest first; entries of one millisecond by sequence, then by sender name, then verified first. */
+const ADD = 'opsgateDeliveriesAdd';
+const ADD_LUA = loadLua(new URL('./deliveries-add.lua', import.meta.url));
+
+/**
+ * Newest first; entries of one millisecond by sequence (a sender's two streams share one sequence,
+ * deliveries-add.lua), then by sender name, then verified first.
+ */
 const newestFirst = (a: Pick<DeliveryView, 'id'>, b: Pick<DeliveryView, 'id'>): number => {
   const pa = parseId(a.id)!;
   const pb = parseId(b.id)!;
@@ -201,6 +208,8 @@ export function createDeliveryLog(deps: {
   keepUnverified: number;
 }): DeliveryLog {
   const { redis, logger, keep, keepUnverified } = deps;
+  defineLua(redis, ADD, ADD_LUA, 2);
+  const scripts = redis as unknown as Record<string, (...a: Array<string | number>) => Promise<number>>;
   const capOf = (verified: boolean) => (verified ? keep : keepUnverified);
   let lastWarn = 0;
   const warn = (source: string | undefined, err: unknown) => {
@@ -213,7 +222,7 @@ export function createDeliveryLog(deps: {
   // Recorded, not yet sent: [sender, verified, fields], in the order recorded.
   let waiting: Array<[string, boolean, Array<string | number>]> = [];
   let timer: NodeJS.Timeout | undefined;
-  // The last pipeline sent: flush() resolves once it (and every earlier one, same connection) is answered.
+  // The last writes sent: flush() resolves once it (and every earlier one, same connection) is answered.
   let lastSent: Promise<void> = Promise.resolve();
 
   const send = (): Promise<void> => {
@@ -224,7 +233,7 @@ export function createDeliveryLog(deps: {
     if (waiting.length === 0) return lastSent;
     const batch = waiting;
     waiting = [];
-    // One pipeline per sender (on a Cluster each sender has its own slot, both its streams in it), in the order recorded.
+    // One script per sender (on a Cluster each sender has its own slot, both its streams in it), in the order recorded.
     const bySender = new Map<string, Array<[boolean, Array<string | number>]>>();
     for (const [source, verified, fields] of batch) {
       const list = bySender.get(source);
@@ -232,13 +241,10 @@ export function createDeliveryLog(deps: {
       else bySender.set(source, [[verified, fields]]);
     }
     const sent = [...bySender].map(([source, entries]) => {
-      const pipeline = redis.pipeline();
-      for (const [verified, fields] of entries) pipeline.xadd(streamKey(source, verified), 'MAXLEN', '~', capOf(verified), '*', ...fields);
-      return pipeline.exec().then(
-        (replies) => {
-          const failed = replies?.find(([err]) => err);
-          if (failed) warn(source, failed[0]);
-        },
+      const args: Array<string | number> = [streamKey(source, true), streamKey(source, false), keep, keepUnverified];
+      for (const [verified, fields] of entries) args.push(verified ? 'v' : 'u', fields.length, ...fields);
+      return scripts[ADD]!(...args).then(
+        () => undefined,
         (err: unknown) => warn(source, err),
       );
     });

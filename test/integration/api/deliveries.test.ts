@@ -326,6 +326,21 @@ describe('the log is written in batches', () => {
     expect(await details('scm')).toEqual(all.filter((_, i) => i % 3 !== 0));
   });
 
+  it("lists a sender's verified and unverified deliveries of one batch in the order they came, newest first", async () => {
+    const kinds = ['queued', 'bad_signature', 'duplicate', 'rate_limited', 'bad_signature', 'not_a_push'] as const;
+    kinds.forEach((verdict, i) => ctx.h.deliveries.record({ source: 'scm', verdict, status: 202, detail: `came ${i}` }));
+    const listed = (await list()).body.deliveries as Array<{ detail: string; id: string }>;
+    expect(listed.map((d) => d.detail)).toEqual(kinds.map((_, i) => `came ${i}`).reverse());
+    // Paged one at a time, the cursor keeps that order.
+    const paged: string[] = [];
+    for (let before = ''; paged.length < kinds.length;) {
+      const res = await list(`?limit=1${before ? `&cursor=${encodeURIComponent(before)}` : ''}`);
+      paged.push(res.body.deliveries[0].detail);
+      before = res.body.next_cursor;
+    }
+    expect(paged).toEqual(listed.map((d) => d.detail));
+  });
+
   it('sends what waits before its connection closes at shutdown (flush), none lost', async () => {
     const redis = createRedis(ctx.srv.url, 'request', 'test-deliveries-shutdown');
     await waitReady(redis);

@@ -19,6 +19,7 @@ const TESTED = [
   'approval-decide',
   'budget-take',
   'remediation-guard',
+  'deliveries-add',
 ];
 const SRC = new URL('../../../src/', import.meta.url);
 /** Every script under src/, by its file name. */
@@ -122,6 +123,55 @@ describe("signature-release.lua: KEYS[1] a signature's record, ARGV[1] the value
     expect(await release('sig', 'mark-1')).toBe(1);
     expect(await redis.exists('sig')).toBe(0);
     expect(await release('sig', 'mark-1')).toBe(0);
+  });
+});
+
+describe("deliveries-add.lua: KEYS[1] a sender's verified stream, KEYS[2] its unverified one; ARGV caps, then kind, n, fields", () => {
+  const add = (...entries: Array<['v' | 'u', string]>) =>
+    redis.eval(loadLua('deliveries-add'), 2, 'v', 'u', 1000, 1000, ...entries.flatMap(([kind, detail]) => [kind, 2, 'detail', detail]));
+  /** Both streams' entries, ordered by id, as kind:detail. */
+  const merged = async () => {
+    const rows = [
+      ...(await redis.xrange('v', '-', '+')).map(([id, f]) => [id, `v:${f[1]}`] as const),
+      ...(await redis.xrange('u', '-', '+')).map(([id, f]) => [id, `u:${f[1]}`] as const),
+    ];
+    const key = (id: string) => id.split('-').map(BigInt) as [bigint, bigint];
+    return rows
+      .sort(([a], [b]) => {
+        const [am, as] = key(a);
+        const [bm, bs] = key(b);
+        return am === bm ? (as < bs ? -1 : as > bs ? 1 : 0) : am < bm ? -1 : 1;
+      })
+      .map(([, e]) => e);
+  };
+
+  it('gives the deliveries of both streams ids of one sequence, in the order given, even within one millisecond', async () => {
+    expect(await add(['v', '1'], ['u', '2'], ['v', '3'], ['u', '4'], ['u', '5'], ['v', '6'])).toBe(6);
+    expect(await merged()).toEqual(['v:1', 'u:2', 'v:3', 'u:4', 'u:5', 'v:6']);
+    const ids = [...(await redis.xrange('v', '-', '+')), ...(await redis.xrange('u', '-', '+'))].map(([id]) => id);
+    expect(new Set(ids).size).toBe(6);
+  });
+
+  it('goes on above the newest entry of either stream, even one ahead of the clock', async () => {
+    await redis.xadd('u', '99999999999999-5', 'detail', 'ahead');
+    await add(['v', 'next']);
+    expect((await redis.xrange('v', '-', '+'))[0]![0]).toBe('99999999999999-6');
+    expect(await merged()).toEqual(['u:ahead', 'v:next']);
+  });
+
+  it('trims each stream to about its own cap', async () => {
+    for (let b = 0; b < 6; b++) {
+      await redis.eval(
+        loadLua('deliveries-add'),
+        2,
+        'v',
+        'u',
+        1000,
+        10,
+        ...Array.from({ length: 100 }, (_, i) => ['u', 2, 'detail', `${b}.${i}`]).flat(),
+      );
+    }
+    expect(await redis.xlen('u')).toBeLessThan(600);
   });
 });
 
