@@ -104,6 +104,8 @@ export function watchStepMs(rule: Pick<RemediationRule, 'verify' | 'settle'>): n
 export const silenceLeaseMs = (rule: Pick<RemediationRule, 'verify' | 'settle'>): number => 4 * watchStepMs(rule);
 
 /** The decisions that stopped a remediation (counted by the guard that did). */
+/** (rule, alert) pairs of one notification decided at once. */
+const NOTIFY_CONCURRENCY = 8;
 const SUPPRESSING: ReadonlySet<Decision['decision']> = new Set(['suppressed', 'refused', 'error']);
 /** What every decision about one firing alert says of it. */
 type Base = Omit<Decision, 'at' | 'decision' | 'reason' | 'guard' | 'outcome' | 'job_id' | 'approval_id'>;
@@ -624,32 +626,39 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     rules: deps.rules,
 
     async notify(payload, auditId) {
-      const out: Summary[] = [];
-      if (deps.rules.length === 0) return out;
+      if (deps.rules.length === 0) return [];
+      const pairs: Array<[RemediationRule, NotifiedAlert]> = [];
       for (const alert of notifiedAlerts(payload, deps.now())) {
-        for (const rule of deps.rules) {
-          if (!matchesRule(rule, alert.labels)) continue;
-          try {
-            if (alert.status === 'firing') {
-              const d = await fire(rule, alert, auditId, 'notification');
-              out.push({ rule: rule.name, fingerprint: alert.fingerprint, decision: d.decision, reason: d.reason, id: d.id });
-            } else {
-              const s = await resolved(rule, alert);
-              if (s) out.push(s);
-            }
-          } catch (err) {
-            logger.warn('remediation failed on a notification', { rule: rule.name, fingerprint: alert.fingerprint, err });
-            out.push({
-              rule: rule.name,
-              fingerprint: alert.fingerprint,
-              decision: 'error',
-              reason: 'remediation failed; see the API log',
-              id: '',
-            });
-          }
-        }
+        for (const rule of deps.rules) if (matchesRule(rule, alert.labels)) pairs.push([rule, alert]);
       }
-      return out;
+      const one = async ([rule, alert]: [RemediationRule, NotifiedAlert]): Promise<Summary | undefined> => {
+        try {
+          if (alert.status === 'resolved') return await resolved(rule, alert);
+          const d = await fire(rule, alert, auditId, 'notification');
+          return { rule: rule.name, fingerprint: alert.fingerprint, decision: d.decision, reason: d.reason, id: d.id };
+        } catch (err) {
+          logger.warn('remediation failed on a notification', { rule: rule.name, fingerprint: alert.fingerprint, err });
+          return {
+            rule: rule.name,
+            fingerprint: alert.fingerprint,
+            decision: 'error',
+            reason: 'remediation failed; see the API log',
+            id: '',
+          };
+        }
+      };
+      // Each pair waits on Alertmanager's API (up to its timeout) and Redis: several at once, so the
+      // answer to a notification of many alerts waits for the slowest few, not for their sum. Pairs
+      // never share a guard's keys (one alert per fingerprint in a notification, keys per rule), and
+      // the cooldown is one script for every replica anyway. Bounded, so a large notification does
+      // not open hundreds of requests to Alertmanager at once.
+      const out = new Array<Summary | undefined>(pairs.length);
+      let next = 0;
+      const lane = async () => {
+        for (let i = next++; i < pairs.length; i = next++) out[i] = await one(pairs[i]!);
+      };
+      await Promise.all(Array.from({ length: Math.min(NOTIFY_CONCURRENCY, pairs.length) }, lane));
+      return out.filter((s): s is Summary => s !== undefined);
     },
 
     async step(data) {

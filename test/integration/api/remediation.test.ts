@@ -284,9 +284,26 @@ describe('modes and escalation', () => {
   });
 });
 
+describe('a notification of several alerts', () => {
+  it("answers each matching alert's decision in the notification's order, decided at once", async () => {
+    const sent = [alert('Down', 'gone-1'), alert('Down', 'frontend'), alert('Unrelated', 'checkout'), alert('Down', 'gone-2')];
+    const res = await post(ctx.h, sent);
+    expect(res.status).toBe(202);
+    expect(res.body.remediations.map((r: { fingerprint: string; decision: string }) => [r.fingerprint, r.decision])).toEqual([
+      [sent[0]!.fingerprint, 'suppressed'],
+      [sent[1]!.fingerprint, 'queued'],
+      [sent[3]!.fingerprint, 'suppressed'],
+    ]);
+    expect(await restarts(ctx.h)).toHaveLength(1);
+    expect((await decisions(ctx.h)).map((d) => d.deployment).sort()).toEqual(['frontend', 'gone-1', 'gone-2']);
+  });
+});
+
 describe('GET /ops/remediations', () => {
   it('any key reads the recent decisions with their reasons, newest first, paged', async () => {
-    await post(ctx.h, [alert('Down', 'frontend'), alert('Down', 'no-such-deployment')]);
+    // Two notifications: the alerts of one are decided at once, and their decisions land in either order.
+    await post(ctx.h, [alert('Down', 'frontend')]);
+    await post(ctx.h, [alert('Down', 'no-such-deployment')]);
     const all = await decisions(ctx.h);
     expect(all.map((d) => d.decision)).toEqual(['suppressed', 'queued']);
     expect(all[1]).toMatchObject({
