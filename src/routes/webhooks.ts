@@ -248,6 +248,11 @@ export function webhooksRouter(deps: WebhookDeps): Router {
     const out = await submitAlerts(deps.intake, payload, res.locals.requestId, `webhook:${source.name}`, {
       maxAlerts: deps.config.ALERTS_MAX_PER_REQUEST,
     });
+    // Beside the contract's intake, never instead of it: its decisions are extra fields of the answer.
+    const remediations = deps.remediation ? await deps.remediation.notify(payload, res.locals.requestId) : [];
+    // One WAIT after every write of the notification, the remediations' restarts and guards too. Not
+    // acknowledged: the intake's jobs are taken back; a remediation's restart stays, and the
+    // sender's retry finds its cooldown (or, on a promoted replica without it, remediates anew).
     await deps.replicated?.(out.written);
     const outcome = out.queued > 0 ? 'accepted' : out.duplicates > 0 ? 'duplicate' : 'ignored';
     count(source.name, outcome);
@@ -258,8 +263,6 @@ export function webhooksRouter(deps: WebhookDeps): Router {
       jobs: out.queued,
       detail: `${out.received} alerts, ${out.firing} firing, ${out.queued} queued, ${out.duplicates} duplicates`,
     });
-    // Beside the contract's intake, never instead of it: its decisions are extra fields of the answer.
-    const remediations = deps.remediation ? await deps.remediation.notify(payload, res.locals.requestId) : [];
     if (remediations.length > 0) {
       res.locals.auditFields = {
         ...(res.locals.auditFields as Record<string, unknown> | undefined),

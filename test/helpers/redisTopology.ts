@@ -1,5 +1,6 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer as createNetServer, connect, type AddressInfo, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -363,4 +364,40 @@ export async function startReplica(primaryPort: number): Promise<RedisProc & { d
     throw err;
   }
   return Object.assign(r, { destroy });
+}
+
+/**
+ * A replication link that lags: a TCP relay on 127.0.0.1 for a replica to follow instead of the
+ * primary, passing what the primary sends `delayMs` late (in order) and the replica's answers at
+ * once. A write then reaches the replica a known time after the primary applied it, so a test can
+ * tell an answer that waited for the replica (WAIT) from one that went out before it.
+ */
+export async function startLaggingLink(primaryPort: number, delayMs: number): Promise<{ port: number; close(): Promise<void> }> {
+  const sockets = new Set<Socket>();
+  const server = createNetServer((replica) => {
+    const primary = connect(primaryPort, '127.0.0.1');
+    for (const s of [replica, primary]) {
+      sockets.add(s);
+      s.on('error', () => {
+        replica.destroy();
+        primary.destroy();
+      });
+      s.on('close', () => sockets.delete(s));
+    }
+    primary.on('data', (chunk: Buffer) => {
+      setTimeout(() => {
+        if (!replica.destroyed) replica.write(chunk);
+      }, delayMs);
+    });
+    replica.pipe(primary);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    port: (server.address() as AddressInfo).port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
 }
