@@ -101,6 +101,18 @@ function exited(p: ChildProcess): Promise<number | null> {
   return new Promise((r) => (p.exitCode !== null ? r(p.exitCode) : p.once('exit', (c) => r(c))));
 }
 
+/** Ctrl-C to a dev.sh and its children; one that has not stopped within 30 s is killed, and that fails the test. */
+async function stopDev(p: ChildProcess): Promise<void> {
+  if (p.exitCode === null) process.kill(-p.pid!, 'SIGINT');
+  let late: NodeJS.Timeout | undefined;
+  const gone = await Promise.race([exited(p).then(() => true), new Promise<false>((r) => (late = setTimeout(() => r(false), 30_000)))]);
+  clearTimeout(late);
+  if (!gone) {
+    process.kill(-p.pid!, 'SIGKILL');
+    throw new Error('dev.sh did not stop within 30 s of Ctrl-C');
+  }
+}
+
 const SCM_PUSH = JSON.stringify({ ref: 'refs/heads/main', checkout_sha: 'abc123', project: { path_with_namespace: 'acme/storefront' } });
 
 beforeAll(async () => {
@@ -385,20 +397,28 @@ describe('make dev (hack/dev.sh)', () => {
   }, 30_000);
 
   it("starts the next run with an empty database: the first run's push is new again", async () => {
-    const dev = spawnDev(devEnv);
+    // The same DEV_DIR; ports asked for again, since the first run's may have been taken since it stopped.
+    const [p, redisPort, apiMetrics, workerMetrics] = await Promise.all([freePort(), freePort(), freePort(), freePort()]);
+    const dev = spawnDev({
+      ...devEnv,
+      PORT: String(p),
+      REDIS_PORT: String(redisPort),
+      API_METRICS_PORT: String(apiMetrics),
+      WORKER_METRICS_PORT: String(workerMetrics),
+    });
     try {
       await devUp(dev);
       const token = new RegExp('SCM webhook token\\s*:\\s*(\\S+)').exec(dev.output())![1]!;
-      const push = await fetch(`${base}/webhook/scm`, {
+      const push = await fetch(`http://127.0.0.1:${p}/webhook/scm`, {
         method: 'POST',
         headers: { 'X-Scm-Token': token, 'X-Scm-Event': 'Push Hook', 'Content-Type': 'application/json' },
         body: SCM_PUSH,
+        signal: AbortSignal.timeout(30_000),
       });
       expect(push.status).toBe(202);
       expect(await push.json()).toMatchObject({ accepted: true, duplicate: false });
     } finally {
-      if (dev.proc.exitCode === null) process.kill(-dev.proc.pid!, 'SIGINT');
-      await exited(dev.proc);
+      await stopDev(dev.proc);
     }
   }, 120_000);
 });
