@@ -115,17 +115,21 @@ async function stopDev(p: ChildProcess): Promise<void> {
 
 const SCM_PUSH = JSON.stringify({ ref: 'refs/heads/main', checkout_sha: 'abc123', project: { path_with_namespace: 'acme/storefront' } });
 
-beforeAll(async () => {
+/** The ports of one dev run, asked for when it starts (a stopped run's may be taken since, by another test process). */
+async function devPorts(): Promise<{ PORT: string; REDIS_PORT: string; API_METRICS_PORT: string; WORKER_METRICS_PORT: string }> {
   const [p, redisPort, apiMetrics, workerMetrics] = await Promise.all([freePort(), freePort(), freePort(), freePort()]);
-  port = p;
-  base = `http://127.0.0.1:${port}`;
-  devEnv = {
-    PORT: String(port),
+  return {
+    PORT: String(p),
     REDIS_PORT: String(redisPort),
     API_METRICS_PORT: String(apiMetrics),
     WORKER_METRICS_PORT: String(workerMetrics),
-    DEV_DIR: dir,
   };
+}
+
+beforeAll(async () => {
+  devEnv = { ...(await devPorts()), DEV_DIR: dir };
+  port = Number(devEnv.PORT);
+  base = `http://127.0.0.1:${port}`;
   const dev = spawnDev(devEnv);
   proc = dev.proc;
   try {
@@ -358,14 +362,7 @@ describe('make dev (hack/dev.sh)', () => {
 
   it('refuses a second copy on the same DEV_DIR, naming the running one, and leaves it alone', async () => {
     const logBefore = readFileSync(join(dir, 'api.log'), 'utf8');
-    const [p2, r2, m2, w2] = await Promise.all([freePort(), freePort(), freePort(), freePort()]);
-    const second = spawnDev({
-      ...devEnv,
-      PORT: String(p2),
-      REDIS_PORT: String(r2),
-      API_METRICS_PORT: String(m2),
-      WORKER_METRICS_PORT: String(w2),
-    });
+    const second = spawnDev({ ...devEnv, ...(await devPorts()) });
     const stray = setTimeout(() => second.proc.exitCode === null && process.kill(-second.proc.pid!, 'SIGINT'), 45_000);
     const code = await exited(second.proc);
     clearTimeout(stray);
@@ -397,19 +394,13 @@ describe('make dev (hack/dev.sh)', () => {
   }, 30_000);
 
   it("starts the next run with an empty database: the first run's push is new again", async () => {
-    // The same DEV_DIR; ports asked for again, since the first run's may have been taken since it stopped.
-    const [p, redisPort, apiMetrics, workerMetrics] = await Promise.all([freePort(), freePort(), freePort(), freePort()]);
-    const dev = spawnDev({
-      ...devEnv,
-      PORT: String(p),
-      REDIS_PORT: String(redisPort),
-      API_METRICS_PORT: String(apiMetrics),
-      WORKER_METRICS_PORT: String(workerMetrics),
-    });
+    // The same DEV_DIR, on ports of its own.
+    const ports = await devPorts();
+    const dev = spawnDev({ ...devEnv, ...ports });
     try {
       await devUp(dev);
       const token = new RegExp('SCM webhook token\\s*:\\s*(\\S+)').exec(dev.output())![1]!;
-      const push = await fetch(`http://127.0.0.1:${p}/webhook/scm`, {
+      const push = await fetch(`http://127.0.0.1:${ports.PORT}/webhook/scm`, {
         method: 'POST',
         headers: { 'X-Scm-Token': token, 'X-Scm-Event': 'Push Hook', 'Content-Type': 'application/json' },
         body: SCM_PUSH,
