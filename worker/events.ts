@@ -1,8 +1,9 @@
 import { hostname } from 'node:os';
 import { EventsV1Api, V1MicroTime, type KubeConfig, type V1ObjectReference } from '@kubernetes/client-node';
 import { sha256Hex } from '../src/shared/crypto.js';
+import type { KubeConfigFactory } from '../src/shared/kubeconfig.js';
 import type { Logger } from '../src/shared/logger.js';
-import { apiStatus } from './k8s.js';
+import { apiStatus, resolveKubeConfig } from './k8s.js';
 
 /**
  * Kubernetes Events (events.k8s.io/v1) for what the worker does to a cluster object, so
@@ -119,4 +120,20 @@ export async function recordEvent(kc: KubeConfig, e: OpsgateEvent, logger: Logge
     });
     return false;
   }
+}
+
+/**
+ * recordEvent for a job that holds no Kubernetes client of its own (a report, a remediation's
+ * look): the worker's configuration is resolved first. The Event is a record: a worker without a
+ * configuration logs that it wrote none, as for a refused write, and the job goes on.
+ */
+export async function recordEventResolving(factory: KubeConfigFactory, e: OpsgateEvent, logger: Logger): Promise<boolean> {
+  let kc: KubeConfig;
+  try {
+    kc = await resolveKubeConfig(factory);
+  } catch (err) {
+    logger.warn('no Kubernetes Event: no Kubernetes configuration', { reason: e.reason, err: (err as Error).message });
+    return false;
+  }
+  return recordEvent(kc, e, logger);
 }

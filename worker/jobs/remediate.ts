@@ -3,8 +3,7 @@ import { createRemediation } from '../../src/remediation/engine.js';
 import type { Active } from '../../src/remediation/store.js';
 import type { RemediateData } from '../../src/shared/jobs.js';
 import type { JobContext } from '../context.js';
-import { recordEvent } from '../events.js';
-import { resolveKubeConfig } from '../k8s.js';
+import { recordEventResolving } from '../events.js';
 
 /**
  * remediate: alert-driven remediation's steps in the worker (src/remediation/engine.ts).
@@ -27,24 +26,19 @@ export async function remediate(data: RemediateData, ctx: JobContext): Promise<{
 }
 
 async function outcomeEvent(a: Active, outcome: string, reason: string, data: RemediateData, ctx: JobContext): Promise<void> {
-  try {
-    const kc = await resolveKubeConfig(ctx.kubeConfig);
-    await recordEvent(
-      kc,
-      {
-        namespace: a.namespace,
-        regarding: { apiVersion: 'apps/v1', kind: 'Deployment', name: a.deployment, namespace: a.namespace },
-        reason: outcome === 'remediated' ? 'OpsgateRemediated' : 'OpsgateRemediationFailed',
-        action: 'Verify',
-        type: outcome === 'remediated' ? 'Normal' : 'Warning',
-        queueJobId: a.job_id ?? a.id,
-        auditId: a.audit_id,
-        requestedBy: data.requested_by,
-        detail: `${outcome}: ${reason}`,
-      },
-      ctx.logger,
-    );
-  } catch (err) {
-    ctx.logger.warn('no Kubernetes Event for the remediation outcome', { outcome, err: (err as Error).message });
-  }
+  await recordEventResolving(
+    ctx.kubeConfig,
+    {
+      namespace: a.namespace,
+      regarding: { apiVersion: 'apps/v1', kind: 'Deployment', name: a.deployment, namespace: a.namespace },
+      reason: outcome === 'remediated' ? 'OpsgateRemediated' : 'OpsgateRemediationFailed',
+      action: 'Verify',
+      type: outcome === 'remediated' ? 'Normal' : 'Warning',
+      queueJobId: a.job_id ?? a.id,
+      auditId: a.audit_id,
+      requestedBy: data.requested_by,
+      detail: `${outcome}: ${reason}`,
+    },
+    ctx.logger,
+  );
 }

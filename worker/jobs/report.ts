@@ -2,8 +2,7 @@ import { DelayedError } from 'bullmq';
 import { effectiveStatus, type Approval } from '../../src/changes/approvals/store.js';
 import type { ReportChangeData } from '../../src/shared/jobs.js';
 import type { JobContext } from '../context.js';
-import { recordEvent, type EventReason } from '../events.js';
-import { resolveKubeConfig } from '../k8s.js';
+import { recordEventResolving, type EventReason } from '../events.js';
 import { deliver, escapeSlack } from './notify.js';
 
 /**
@@ -97,26 +96,21 @@ export function reportBody(d: ReportChangeData, jobId: string, publicUrl: string
 /** A rejected or expired restart's Event on its Deployment (the Event is a record: failing to write it is logged). */
 async function restartEvent(d: ReportChangeData, ctx: JobContext, reason: EventReason, detail: string): Promise<void> {
   if (d.change !== 'restart' || !d.service || !d.namespace) return;
-  try {
-    const kc = await resolveKubeConfig(ctx.kubeConfig);
-    await recordEvent(
-      kc,
-      {
-        namespace: d.namespace,
-        regarding: { apiVersion: 'apps/v1', kind: 'Deployment', name: d.service, namespace: d.namespace },
-        reason,
-        action: 'Decide',
-        type: 'Warning',
-        queueJobId: d.job_id ?? String(ctx.job.id),
-        auditId: d.audit_id,
-        requestedBy: d.requested_by,
-        detail,
-      },
-      ctx.logger,
-    );
-  } catch (err) {
-    ctx.logger.warn('no Kubernetes Event for the decision', { reason, err: (err as Error).message });
-  }
+  await recordEventResolving(
+    ctx.kubeConfig,
+    {
+      namespace: d.namespace,
+      regarding: { apiVersion: 'apps/v1', kind: 'Deployment', name: d.service, namespace: d.namespace },
+      reason,
+      action: 'Decide',
+      type: 'Warning',
+      queueJobId: d.job_id ?? String(ctx.job.id),
+      auditId: d.audit_id,
+      requestedBy: d.requested_by,
+      detail,
+    },
+    ctx.logger,
+  );
 }
 
 export async function reportChange(d: ReportChangeData, ctx: JobContext): Promise<{ delivered: number; endpoints: number; event: string }> {
