@@ -1,14 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import request from 'supertest';
-import { parseInventory } from '../../../src/shared/inventory.js';
 import { JOB } from '../../../src/shared/jobs.js';
-import { startWorker, type WorkerHandle } from '../../../worker/index.js';
-import { RO_KEY, createHarness, type Harness } from '../../helpers/apiHarness.js';
-import { ALERTMANAGER_BIN, startAlertmanager, startAppFront, type Alertmanager, type AppFront } from '../../helpers/alertmanager.js';
+import { RO_KEY, type Harness } from '../../helpers/apiHarness.js';
+import { ALERTMANAGER_BIN, type Alertmanager } from '../../helpers/alertmanager.js';
+import { startRemediationRig, type RemediationRig } from '../../helpers/remediationRig.js';
 import { noCluster } from '../../helpers/guards.js';
-import { startRedis, type RedisServer } from '../../helpers/redis.js';
 import { waitFor } from '../../helpers/waitFor.js';
-import { collectLogs, testMetrics, workerConfig } from '../../helpers/workerSupport.js';
 
 /**
  * Alert-driven remediation with a real Debian prometheus-alertmanager: alerts pushed into it with
@@ -40,31 +37,16 @@ remediations:
     trigger: {episodes: 2, within: 1h}
 `;
 
-let redis: RedisServer;
 let am: Alertmanager;
 let h: Harness;
-let front: AppFront;
-let worker: WorkerHandle | undefined;
+let rig: RemediationRig | undefined;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  front = await startAppFront();
-  am = await startAlertmanager({ webhook: `${front.url}/webhook/alerts`, token: TOKEN });
-  h = await createHarness(redis.url, { inventoryYaml: INVENTORY, env: { ALERTS_WEBHOOK_TOKEN: TOKEN, ALERTMANAGER_URL: am.url } });
-  front.setApp(h.app);
-  worker = await startWorker(workerConfig({ REDIS_URL: redis.url, ALERTMANAGER_URL: am.url, JOB_ATTEMPTS: '1' }), {
-    logger: collectLogs().logger,
-    metrics: testMetrics(),
-    inventory: parseInventory(INVENTORY),
-    kubeConfig: noCluster,
-  });
+  rig = await startRemediationRig({ inventoryYaml: INVENTORY, token: TOKEN, workerEnv: { JOB_ATTEMPTS: '1' }, kubeConfig: noCluster });
+  ({ h, am } = rig);
 });
 afterAll(async () => {
-  await worker?.close(2000);
-  await am?.stop();
-  await h?.close();
-  await front?.close();
-  await redis?.destroy();
+  await rig?.close();
 });
 
 const decisions = async () => (await request(h.app).get('/ops/remediations?limit=500').set('X-API-Key', RO_KEY)).body.remediations as any[];

@@ -1,14 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import request from 'supertest';
-import { parseInventory } from '../../../src/shared/inventory.js';
 import { JOB } from '../../../src/shared/jobs.js';
-import { startWorker, type WorkerHandle } from '../../../worker/index.js';
-import { RO_KEY, createHarness, type Harness } from '../../helpers/apiHarness.js';
-import { startAlertmanager, startAppFront, type Alertmanager, type AppFront } from '../../helpers/alertmanager.js';
-import { freePort, startRedis, type RedisServer } from '../../helpers/redis.js';
+import { RO_KEY, type Harness } from '../../helpers/apiHarness.js';
+import type { Alertmanager } from '../../helpers/alertmanager.js';
+import { startRemediationRig, type RemediationRig } from '../../helpers/remediationRig.js';
+import { freePort } from '../../helpers/redis.js';
 import { kubeConfigForToken } from '../../../worker/k8s.js';
 import { waitFor } from '../../helpers/waitFor.js';
-import { collectLogs, testMetrics, workerConfig } from '../../helpers/workerSupport.js';
 
 /**
  * Cancel on resolve read from Alertmanager's API v2 alone: a real Debian prometheus-alertmanager
@@ -56,35 +54,23 @@ const BACKOFF_MS = 6000;
 /** Of the jobs the API adds: two attempts, the second BACKOFF_MS after the first. */
 const attempts = { JOB_ATTEMPTS: '2', JOB_BACKOFF_MS: String(BACKOFF_MS) };
 
-let redis: RedisServer;
 let am: Alertmanager;
 let h: Harness;
-let front: AppFront;
-let worker: WorkerHandle | undefined;
+let rig: RemediationRig | undefined;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  front = await startAppFront();
-  am = await startAlertmanager({ webhook: `${front.url}/webhook/alerts`, token: TOKEN, sendResolved: false });
-  h = await createHarness(redis.url, {
-    inventoryYaml: INVENTORY,
-    env: { ALERTS_WEBHOOK_TOKEN: TOKEN, ALERTMANAGER_URL: am.url, ...attempts },
-  });
-  front.setApp(h.app);
   const closedPort = await freePort();
-  worker = await startWorker(workerConfig({ REDIS_URL: redis.url, ALERTMANAGER_URL: am.url, ...attempts }), {
-    logger: collectLogs().logger,
-    metrics: testMetrics(),
-    inventory: parseInventory(INVENTORY),
+  rig = await startRemediationRig({
+    inventoryYaml: INVENTORY,
+    token: TOKEN,
+    sendResolved: false,
+    env: attempts,
     kubeConfig: () => kubeConfigForToken(`http://127.0.0.1:${closedPort}`, 'tok', { skipTLSVerify: true }),
   });
+  ({ h, am } = rig);
 });
 afterAll(async () => {
-  await worker?.close(2000);
-  await am?.stop();
-  await h?.close();
-  await front?.close();
-  await redis?.destroy();
+  await rig?.close();
 });
 
 const decisions = async (rule = 'pay') =>
