@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, jest, test } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { REPO } from '../../helpers/cluster.js';
+import { HOST_ARCH, imageRef } from '../../helpers/images.js';
 import { startMonitoring, type Monitoring } from '../../helpers/nodeMonitoring.js';
 import {
   CHART,
@@ -44,9 +44,8 @@ const RELEASE = 'opsgate-rem';
 const NS = 'rem';
 const APPS = 'rem-apps';
 const NODE_IP = process.env.NODE_IP ?? '10.244.0.1';
-const APP_TAG = (JSON.parse(readFileSync(join(REPO, 'package.json'), 'utf8')) as { version: string }).version;
 /** The api image: its node serves the test workload's metric. */
-const APP_IMAGE = `localhost/opsgate-api:${APP_TAG}`;
+const APP_IMAGE = imageRef('api', HOST_ARCH);
 const ALERT = 'E2EAppUnhealthy';
 /** The cooldown of rule `heal` (seconds): the flapping alert may not restart `web` more often. */
 const COOLDOWN_S = 60;
