@@ -314,6 +314,12 @@ export function requireBearer(
   };
 }
 
+/** A request with an X-API-Key and no Authorization header is judged by its key; any other by the bearer rules. */
+function keyOrBearer(operatorKey: RequestHandler, bearer: RequestHandler): RequestHandler {
+  return (req, res, next) =>
+    req.get('x-api-key') !== undefined && req.get('authorization') === undefined ? operatorKey(req, res, next) : bearer(req, res, next);
+}
+
 /**
  * POST /ops/restart: the contract's bearer token, or an operator's own API key, so that each
  * operator has an identity of their own for four eyes. A request with an X-API-Key and no
@@ -331,8 +337,7 @@ export function requireBearerOrOperatorKey(
 ): RequestHandler {
   const operatorKey = requireApiKey(keys, metrics, 'operator', policy);
   const bearer = requireBearer(token, metrics, { owner: bearerOwner, ...(oidc ? { oidc } : {}) });
-  return (req, res, next) =>
-    req.get('x-api-key') !== undefined && req.get('authorization') === undefined ? operatorKey(req, res, next) : bearer(req, res, next);
+  return keyOrBearer(operatorKey, bearer);
 }
 
 /**
@@ -350,8 +355,7 @@ export function requireOidcOrOperatorKey(
 ): RequestHandler {
   const operatorKey = requireApiKey(keys, metrics, 'operator', policy);
   const bearer = requireBearer(token, metrics, { refuseShared: true, ...(oidc ? { oidc } : {}) });
-  return (req, res, next) =>
-    req.get('x-api-key') !== undefined && req.get('authorization') === undefined ? operatorKey(req, res, next) : bearer(req, res, next);
+  return keyOrBearer(operatorKey, bearer);
 }
 
 /**
