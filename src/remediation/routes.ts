@@ -1,10 +1,10 @@
-import { invalidInput } from '../routes/invalid.js';
+import { parseQuery } from '../routes/invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { redisCall } from '../domain/redisOps.js';
-import { keysetPage, nextCursorSchema, pageQueryShape, singleValued } from '../routes/paging.js';
+import { keysetPage, nextCursorSchema, pageQueryShape } from '../routes/paging.js';
 import type { ApiConfig } from '../shared/config.js';
 import { UnprocessableError } from '../shared/errors.js';
 import type { Metrics } from '../shared/metrics.js';
@@ -56,23 +56,16 @@ export function remediationsRouter(deps: RemediationRoutesDeps): Router {
   const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
   r.route('/ops/remediations')
     .get(anyKey, async (req, res) => {
-      singleValued(req.query);
-      const q = remediationsQuerySchema.safeParse(req.query);
-      if (!q.success) throw invalidInput(q.error, 'query parameter');
+      const q = parseQuery(remediationsQuerySchema, req.query);
       // A cursor carries the rule of the query that made it (in its list's name): alone it continues
       // that query; with another rule it is refused.
-      const rule = q.data.cursor === undefined ? q.data.rule : ruleOfCursor(q.data.cursor, q.data.rule);
+      const rule = q.cursor === undefined ? q.rule : ruleOfCursor(q.cursor, q.rule);
       const all = await redisCall(() => deps.store.decisions(), deps.redis);
       // Newest first: by time, then by place in the list (newest at its head), counted from its
       // oldest entry so that decisions recorded between two pages move no other one.
       const ranked = all.map((d, i) => ({ d, rank: all.length - 1 - i }));
       const mine = rule === undefined ? ranked : ranked.filter((e) => e.d.rule === rule);
-      const page = keysetPage(
-        `remediations:${rule ?? ''}`,
-        mine,
-        (e) => [-Date.parse(e.d.at), String(1e9 - e.rank).padStart(10, '0')],
-        q.data,
-      );
+      const page = keysetPage(`remediations:${rule ?? ''}`, mine, (e) => [-Date.parse(e.d.at), String(1e9 - e.rank).padStart(10, '0')], q);
       res.json({ remediations: page.items.map((e) => e.d), next_cursor: page.next_cursor });
     })
     .all(methodNotAllowed(['GET']));

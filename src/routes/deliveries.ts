@@ -1,4 +1,4 @@
-import { invalidInput } from './invalid.js';
+import { invalidInput, parseQuery } from './invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import { DELIVERY_ID, VERDICTS, deliveryViewSchema, type DeliveryLog } from '../domain/deliveries.js';
@@ -21,7 +21,7 @@ import { approvalKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 import { SOURCES } from '../sources/index.js';
-import { decodeCursor, encodeCursor, nextCursorSchema, pageQueryShape, singleValued } from './paging.js';
+import { decodeCursor, encodeCursor, nextCursorSchema, pageQueryShape } from './paging.js';
 
 /** The guard fields of an intake outcome, for an answer: a pending approval or a hold. */
 export function guardFields(out: Outcome): Record<string, string> {
@@ -112,13 +112,11 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
 
   r.route('/ops/deliveries')
     .get(anyKey, async (req, res) => {
-      singleValued(req.query);
-      const q = listDeliveriesQuerySchema.safeParse(req.query);
-      if (!q.success) throw invalidInput(q.error, 'query parameter');
-      let { source, verdict, before } = q.data;
-      if (q.data.cursor !== undefined) {
+      const q = parseQuery(listDeliveriesQuerySchema, req.query);
+      let { source, verdict, before } = q;
+      if (q.cursor !== undefined) {
         if (before !== undefined) throw new UnprocessableError('give cursor or before, not both', 'invalid_query');
-        const c = decodeCursor('deliveries', q.data.cursor, z.string().regex(DELIVERY_ID), { source, verdict });
+        const c = decodeCursor('deliveries', q.cursor, z.string().regex(DELIVERY_ID), { source, verdict });
         const filters = listDeliveriesQuerySchema.pick({ source: true, verdict: true }).safeParse(c.filters);
         if (!filters.success) throw new UnprocessableError('cursor is not a next_cursor of this list', 'invalid_cursor');
         ({ source, verdict } = filters.data);
@@ -126,7 +124,7 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
       }
       const page = await deps.deliveries.list({
         sources: source ? [source] : SOURCE_NAMES,
-        limit: q.data.limit,
+        limit: q.limit,
         ...(verdict ? { verdict } : {}),
         ...(before ? { before } : {}),
       });

@@ -1,5 +1,6 @@
 import type { z } from 'zod';
 import { UnprocessableError } from '../shared/errors.js';
+import { singleValued } from './paging.js';
 
 /**
  * The 422 for a query or body that fails its schema: the first issue, named by its field, with the
@@ -11,4 +12,12 @@ export function invalidInput(error: z.ZodError, what: 'query parameter' | 'body 
     `invalid ${what} ${issue.path.join('.')}: ${issue.message}`.replace(/ {2,}/g, ' '),
     what === 'query parameter' ? 'invalid_query' : 'invalid_body',
   );
+}
+
+/** A list's query: each parameter given once, then its schema; a 422 otherwise. */
+export function parseQuery<S extends z.ZodType>(schema: S, query: Record<string, unknown>): z.output<S> {
+  singleValued(query);
+  const q = schema.safeParse(query);
+  if (!q.success) throw invalidInput(q.error, 'query parameter');
+  return q.data;
 }

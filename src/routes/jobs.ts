@@ -1,4 +1,4 @@
-import { invalidInput } from './invalid.js';
+import { invalidInput, parseQuery } from './invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import { approvalView, approvalViewSchema } from '../changes/approvals/view.js';
@@ -20,7 +20,7 @@ import type { Metrics } from '../shared/metrics.js';
 import type { DeadLetters } from '../shared/deadLetters.js';
 import { principalOf } from './principal.js';
 import { LISTABLE_STATES, type JobReads } from '../shared/jobReads.js';
-import { decodeCursor, encodeCursor, nextCursorSchema, pageQueryShape, singleValued } from './paging.js';
+import { decodeCursor, encodeCursor, nextCursorSchema, pageQueryShape } from './paging.js';
 
 /**
  * Jobs without a browser (Bull Board stays for browsing):
@@ -104,7 +104,6 @@ export const jobListSchema = z.object({
 
 export const retryAnswerSchema = z.object({ retried: z.literal(true), job: jobViewSchema });
 
-/** The first zod issue as a {detail, code} naming the parameter. */
 export function jobsRouter(deps: JobsDeps): Router {
   const r = Router();
   const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
@@ -112,13 +111,11 @@ export function jobsRouter(deps: JobsDeps): Router {
 
   r.route('/ops/jobs')
     .get(anyKey, async (req, res) => {
-      singleValued(req.query);
-      const q = listJobsQuerySchema.safeParse(req.query);
-      if (!q.success) throw invalidInput(q.error, 'query parameter');
-      const { limit, cursor } = q.data;
-      let { state, offset = 0 } = q.data;
+      const q = parseQuery(listJobsQuerySchema, req.query);
+      const { limit, cursor } = q;
+      let { state, offset = 0 } = q;
       if (cursor !== undefined) {
-        if (q.data.offset !== undefined) throw new UnprocessableError('give cursor or offset, not both', 'invalid_query');
+        if (q.offset !== undefined) throw new UnprocessableError('give cursor or offset, not both', 'invalid_query');
         const c = decodeCursor('jobs', cursor, z.number().int().min(0).max(MAX_OFFSET), {
           state: typeof req.query.state === 'string' ? state : undefined,
         });

@@ -1,4 +1,4 @@
-import { invalidInput } from './invalid.js';
+import { parseQuery } from './invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
@@ -8,7 +8,7 @@ import type { ApiConfig } from '../shared/config.js';
 import { RedisUnavailableError } from '../shared/errors.js';
 import type { Metrics } from '../shared/metrics.js';
 import { describeIssuers, OIDC_KINDS } from '../shared/oidcConfig.js';
-import { keysetPage, nextCursorSchema, pageQueryShape, singleValued } from './paging.js';
+import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
 
 /**
  * GET /ops/keys (operator): the configured API keys by id, owner, role, source, expiry, scope and last
@@ -84,15 +84,13 @@ export function keysRouter(deps: KeysDeps): Router {
 
   r.route('/ops/keys')
     .get(operatorKey, async (req, res) => {
-      singleValued(req.query);
-      const q = listKeysQuerySchema.safeParse(req.query);
-      if (!q.success) throw invalidInput(q.error, 'query parameter');
+      const q = parseQuery(listKeysQuerySchema, req.query);
       // A snapshot: a reload of the keys file during the read below must not mix two sets.
       const page = keysetPage(
         'keys',
         deps.config.apiKeys.map((k, i) => ({ k, i })),
         ({ k, i }) => [i, k.id],
-        q.data,
+        q,
       );
       const keys = page.items.map(({ k }) => k);
       let lastUsed: Map<string, number>;

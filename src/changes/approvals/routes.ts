@@ -1,4 +1,4 @@
-import { invalidInput } from '../../routes/invalid.js';
+import { invalidInput, parseQuery } from '../../routes/invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import { decideApproval } from './decide.js';
@@ -16,7 +16,7 @@ import { approvalKey } from '../../shared/keys.js';
 import { NotFoundError, UnprocessableError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
 import type { Metrics } from '../../shared/metrics.js';
-import { keysetPage, nextCursorSchema, pageQueryShape, singleValued } from '../../routes/paging.js';
+import { keysetPage, nextCursorSchema, pageQueryShape } from '../../routes/paging.js';
 
 /**
  * Four-eyes approvals (./decide.ts):
@@ -51,12 +51,10 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
 
   r.route('/ops/approvals')
     .get(anyKey, async (req, res) => {
-      singleValued(req.query);
-      const q = listApprovalsQuerySchema.safeParse(req.query);
-      if (!q.success) throw invalidInput(q.error, 'query parameter');
+      const q = parseQuery(listApprovalsQuerySchema, req.query);
       const now = g.now();
       const pending = await redisCall(() => g.approvals.pending(now), g.redis);
-      const page = keysetPage('approvals', pending, (a) => [a.expires_at, a.id], q.data);
+      const page = keysetPage('approvals', pending, (a) => [a.expires_at, a.id], q);
       res.json({ approvals: page.items.map((a) => approvalView(a, now)), next_cursor: page.next_cursor });
     })
     .all(methodNotAllowed(['GET']));

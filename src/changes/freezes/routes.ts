@@ -1,4 +1,4 @@
-import { invalidInput } from '../../routes/invalid.js';
+import { invalidInput, parseQuery } from '../../routes/invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import {
@@ -25,7 +25,7 @@ import type { JobReads } from '../../shared/jobReads.js';
 import { FREEZES_KEY, HOLDS_KEY } from '../../shared/keys.js';
 import type { Logger } from '../../shared/logger.js';
 import type { Metrics } from '../../shared/metrics.js';
-import { keysetPage, nextCursorSchema, pageQueryShape, singleValued } from '../../routes/paging.js';
+import { keysetPage, nextCursorSchema, pageQueryShape } from '../../routes/paging.js';
 
 /**
  * Freezes and holds (./service.ts):
@@ -53,13 +53,6 @@ export const holdListSchema = z.object({ holds: z.array(holdViewSchema), next_cu
 /** Query of GET /ops/freezes and GET /ops/holds. */
 export const listFreezesQuerySchema = z.object(pageQueryShape(100, 500));
 
-function pageQuery(query: Record<string, unknown>): z.infer<typeof listFreezesQuerySchema> {
-  singleValued(query);
-  const q = listFreezesQuerySchema.safeParse(query);
-  if (!q.success) throw invalidInput(q.error, 'query parameter');
-  return q.data;
-}
-
 export function freezesRouter(deps: FreezesDeps): Router {
   const r = Router();
   const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
@@ -69,7 +62,7 @@ export function freezesRouter(deps: FreezesDeps): Router {
 
   r.route('/ops/freezes')
     .get(anyKey, async (req, res) => {
-      const q = pageQuery(req.query);
+      const q = parseQuery(listFreezesQuerySchema, req.query);
       const page = keysetPage('freezes', await listFreezes(g), (f) => [Date.parse(f.ends_at), f.id], q);
       res.json({ freezes: page.items, next_cursor: page.next_cursor });
     })
@@ -106,7 +99,7 @@ export function freezesRouter(deps: FreezesDeps): Router {
 
   r.route('/ops/holds')
     .get(anyKey, async (req, res) => {
-      const q = pageQuery(req.query);
+      const q = parseQuery(listFreezesQuerySchema, req.query);
       const holds = await listHolds(g, async (id) => (await deps.jobs.get(id))?.state);
       const page = keysetPage('holds', holds, (h) => [Date.parse(h.until), h.job_id], q);
       res.json({ holds: page.items, next_cursor: page.next_cursor });
