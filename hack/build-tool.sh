@@ -282,5 +282,10 @@ for b in "${bins[@]}"; do mv "$stage/$b" "$dest.tmp.$$/$b"; done
 rm -rf "$dest"
 mv "$dest.tmp.$$" "$dest"
 echo "$(( $(date +%s) - start ))" >"$dest/.build-seconds"
+# CPU seconds (user + system) of the build's children: unlike the wall time, they hardly depend on
+# what else shares the cores, so they compare tools and runs.
+times >"$work/times" # the shell itself, not a subshell: a subshell has no children's time
+cpu=$(awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, t, /[ms]/); n += t[1] * 60 + t[2] } printf "%d", n }' "$work/times")
+echo "$cpu" >"$dest/.build-cpu-seconds"
 link_bins
-log "built in $(( $(date +%s) - start ))s -> $dest"
+log "built in $(( $(date +%s) - start ))s (${cpu}s CPU) -> $dest"
