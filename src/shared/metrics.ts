@@ -315,6 +315,45 @@ export function createMetrics(component: Component, version: string, opts: { def
     labelNames: ['rule'] as const,
     registers: [registry],
   });
+  const remediationBudgetExhausted = new Counter({
+    name: 'opsgate_remediation_budget_exhausted_total',
+    help: "Remediation restarts refused because a remediation budget was spent, by budget (rule: the rule's own; namespace: all rules of a namespace) and name.",
+    labelNames: ['budget', 'name'] as const,
+    registers: [registry],
+  });
+  let budgetsSource: (() => Promise<RemediationBudgetUse[]>) | undefined;
+  // Both gauges of a scrape (collected at once) share one read of Redis.
+  let budgetsRead: { at: number; uses: Promise<RemediationBudgetUse[] | undefined> } | undefined;
+  const readBudgets = () => {
+    const now = Date.now();
+    if (!budgetsSource) return Promise.resolve(undefined);
+    if (!budgetsRead || now - budgetsRead.at > 500) {
+      budgetsRead = { at: now, uses: withTimeout(budgetsSource(), depthTimeoutMs, 'remediation budgets read').catch(() => undefined) };
+    }
+    return budgetsRead.uses;
+  };
+  for (const [name, help, field] of [
+    [
+      'opsgate_remediation_budget_used',
+      "Restarts by remediation in a remediation budget's window, by budget (rule, namespace) and name (read from Redis at scrape time).",
+      'used',
+    ],
+    [
+      'opsgate_remediation_budget_limit',
+      "Restarts a remediation budget allows in its window, by budget (rule, namespace) and name; people's restarts have their own (the namespace's budget).",
+      'limit',
+    ],
+  ] as const) {
+    new Gauge({
+      name,
+      help,
+      labelNames: ['budget', 'name'] as const,
+      registers: [registry],
+      async collect() {
+        for (const u of (await readBudgets()) ?? []) this.set({ budget: u.budget, name: u.name }, u[field]);
+      },
+    });
+  }
   let silencesSource: (() => Promise<number>) | undefined;
   new Gauge({
     name: 'opsgate_remediation_silences_active',
@@ -333,6 +372,7 @@ export function createMetrics(component: Component, version: string, opts: { def
     rules: readonly string[],
     vocabulary: { outcomes: readonly string[]; guards: readonly string[] },
     silences?: () => Promise<number>,
+    budgets?: () => Promise<RemediationBudgetUse[]>,
   ) => {
     for (const rule of rules) {
       for (const outcome of vocabulary.outcomes) remediations.inc({ rule, outcome }, 0);
@@ -340,6 +380,7 @@ export function createMetrics(component: Component, version: string, opts: { def
       remediationEscalations.inc({ rule }, 0);
     }
     if (silences) silencesSource = silences;
+    if (budgets) budgetsSource = budgets;
   };
 
   const adminActions = new Counter({
@@ -470,7 +511,18 @@ export function createMetrics(component: Component, version: string, opts: { def
     remediationsSuppressed,
     remediationEscalations,
     setRemediationRules,
+    remediationBudgetExhausted,
   };
 }
 
 export type Metrics = ReturnType<typeof createMetrics>;
+
+/** One remediation budget's use, as the metrics and GET /ops/remediations show it. */
+export interface RemediationBudgetUse {
+  budget: 'rule' | 'namespace';
+  name: string;
+  used: number;
+  limit: number;
+  /** The window, in seconds. */
+  per: number;
+}
