@@ -79,7 +79,15 @@ export function createAlertmanagerClient(url: string, opts: { timeoutMs?: number
   async function call(method: string, path: string, body?: unknown): Promise<unknown> {
     let res: { status: number; text: string };
     try {
-      res = await outboundCall('Alertmanager', base, opts.auth, timeoutMs, method, path, body === undefined ? undefined : JSON.stringify(body));
+      res = await outboundCall(
+        'Alertmanager',
+        base,
+        opts.auth,
+        timeoutMs,
+        method,
+        path,
+        body === undefined ? undefined : JSON.stringify(body),
+      );
     } catch (err) {
       throw new AlertmanagerError(err instanceof OutboundError ? err.message : `Alertmanager ${method} ${path.split('?')[0]}: unreachable`);
     }

@@ -217,7 +217,14 @@ export function createRemediation(deps: RemediationDeps): Remediation {
   }
 
   /** A check of this firing, `delayMs` from now, in the worker (one per firing: a repeated add adds nothing). */
-  async function scheduleCheck(rule: RemediationRule, alert: NotifiedAlert, auditId: string, key: number, delayMs: number, notifiedAt: number) {
+  async function scheduleCheck(
+    rule: RemediationRule,
+    alert: NotifiedAlert,
+    auditId: string,
+    key: number,
+    delayMs: number,
+    notifiedAt: number,
+  ) {
     const data: RemediateData = {
       step: 'check',
       rule: rule.name,
@@ -305,7 +312,12 @@ export function createRemediation(deps: RemediationDeps): Remediation {
           if (via === 'notification') await scheduleCheck(rule, alert, auditId, alert.startsAt, againMs, notifiedAt);
           next = `; asked again at ${iso(now + againMs)}`;
         }
-        const d = await decide({ ...base, decision: 'error', guard: source.guard, reason: `${(err as Error).message}; nothing restarted${next}` });
+        const d = await decide({
+          ...base,
+          decision: 'error',
+          guard: source.guard,
+          reason: `${(err as Error).message}; nothing restarted${next}`,
+        });
         return { d, ...(via === 'check' && next ? { againMs } : {}) };
       }
       if (fired === undefined) {
@@ -348,7 +360,14 @@ export function createRemediation(deps: RemediationDeps): Remediation {
   }
 
   /** The rule's guard, then the change: planned (dry-run) or carried out (act). */
-  async function act(rule: RemediationRule, alert: NotifiedAlert, base: Base, since: number, auditId: string, now: number): Promise<Decision> {
+  async function act(
+    rule: RemediationRule,
+    alert: NotifiedAlert,
+    base: Base,
+    since: number,
+    auditId: string,
+    now: number,
+  ): Promise<Decision> {
     const { id, host, namespace, deployment, alertname } = base as Base & { host: string; namespace: string; deployment: string };
     const claim = await store.claim(rule.name, namespace, deployment, id, now, {
       cooldownMs: rule.cooldown * 1000,
@@ -473,7 +492,12 @@ export function createRemediation(deps: RemediationDeps): Remediation {
         unsaved = err as Error;
       }
     }
-    if (unsaved) logger.error('remediation restart carried out, but its record or watch could not be saved', { err: unsaved, rule: rule.name, remediation: id });
+    if (unsaved)
+      logger.error('remediation restart carried out, but its record or watch could not be saved', {
+        err: unsaved,
+        rule: rule.name,
+        remediation: id,
+      });
     const note = unsaved ? `; its record or watch could not be saved (${unsaved.message}): nothing verifies it` : '';
     return carried.approval
       ? decide({

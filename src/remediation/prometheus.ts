@@ -132,7 +132,7 @@ export function createPrometheusClient(
     }
     const raw = (parsed as { global?: { external_labels?: unknown } } | null)?.global?.external_labels ?? {};
     const labels = z.record(z.string(), z.string()).safeParse(raw);
-    if (!labels.success) throw new PrometheusError("Prometheus answered external labels that are not a map of strings");
+    if (!labels.success) throw new PrometheusError('Prometheus answered external labels that are not a map of strings');
     external = { labels: labels.data, until: Date.now() + EXTERNAL_LABELS_TTL_MS };
     return labels.data;
   }
@@ -144,9 +144,7 @@ export function createPrometheusClient(
       if (alertname === undefined || alertname === '') return undefined;
       const ext = await externalLabels();
       const alerts = await query(`ALERTS{alertstate="firing",alertname=${literal(alertname)}}`);
-      const series = alerts.data.result
-        .map((r) => without(r.metric, 'alertstate', '__name__'))
-        .find((m) => namesAlert(m, labels, ext));
+      const series = alerts.data.result.map((r) => without(r.metric, 'alertstate', '__name__')).find((m) => namesAlert(m, labels, ext));
       if (!series) return undefined;
       const [forState, rules] = await Promise.all([
         query(`ALERTS_FOR_STATE{alertname=${literal(alertname)}}`),

@@ -787,8 +787,8 @@ export function weakCredentialWarnings(config: Pick<ApiConfig, 'apiKeys' | 'OPS_
 export function secretsOf(config: Partial<ApiConfig>): string[] {
   const out: unknown[] = [
     config.OPS_BEARER_TOKEN,
-    ...outboundSecrets(config as Record<string, string | undefined>, 'PROMETHEUS'),
-    ...outboundSecrets(config as Record<string, string | undefined>, 'ALERTMANAGER'),
+    ...outboundSecrets(config, 'PROMETHEUS'),
+    ...outboundSecrets(config, 'ALERTMANAGER'),
     ...SOURCE_SECRET_ENVS.map((env) => config[env]),
     ...Object.values(config.senderSecrets ?? {}).flat(),
   ];

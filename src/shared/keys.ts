@@ -122,8 +122,7 @@ export const budgetKey = (namespace: string): string => `${GUARD_PREFIX}budget:r
  * a sorted set like budgetKey's. One hash tag for all of them: a remediation takes a place of two
  * at once (one script), on a Cluster too.
  */
-export const remediationBudgetKey = (of: 'rule' | 'namespace', name: string): string =>
-  `${GUARD_PREFIX}budget:{remediation}:${of}:${name}`;
+export const remediationBudgetKey = (of: 'rule' | 'namespace', name: string): string => `${GUARD_PREFIX}budget:{remediation}:${of}:${name}`;
 /** The freezes: a hash, field = freeze id, value = JSON. */
 export const FREEZES_KEY = `${KEY_PREFIX}freezes`;
 /** Pub/sub channel told of every change of the freezes (each API process keeps them in memory). */

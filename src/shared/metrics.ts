@@ -305,7 +305,7 @@ export function createMetrics(component: Component, version: string, opts: { def
   });
   const remediationsSuppressed = new Counter({
     name: 'opsgate_remediations_suppressed_total',
-    help: 'Firing alerts a remediation rule matched that restarted nothing, by rule and the guard that stopped them (target, episodes, not_firing, alertmanager, cooldown, escalated, freeze, window, budget).',
+    help: 'Firing alerts a remediation rule matched that restarted nothing, by rule and the guard that stopped them (target, target_not_allowed, episodes, not_firing, unconfirmed, prometheus, alertmanager, cooldown, escalated, freeze, window, budget).',
     labelNames: ['rule', 'guard'] as const,
     registers: [registry],
   });
@@ -332,28 +332,24 @@ export function createMetrics(component: Component, version: string, opts: { def
     }
     return budgetsRead.uses;
   };
-  for (const [name, help, field] of [
-    [
-      'opsgate_remediation_budget_used',
-      "Restarts by remediation in a remediation budget's window, by budget (rule, namespace) and name (read from Redis at scrape time).",
-      'used',
-    ],
-    [
-      'opsgate_remediation_budget_limit',
-      "Restarts a remediation budget allows in its window, by budget (rule, namespace) and name; people's restarts have their own (the namespace's budget).",
-      'limit',
-    ],
-  ] as const) {
-    new Gauge({
-      name,
-      help,
-      labelNames: ['budget', 'name'] as const,
-      registers: [registry],
-      async collect() {
-        for (const u of (await readBudgets()) ?? []) this.set({ budget: u.budget, name: u.name }, u[field]);
-      },
-    });
-  }
+  new Gauge({
+    name: 'opsgate_remediation_budget_used',
+    help: "Restarts by remediation in a remediation budget's window, by budget (rule, namespace) and name (read from Redis at scrape time).",
+    labelNames: ['budget', 'name'] as const,
+    registers: [registry],
+    async collect() {
+      for (const u of (await readBudgets()) ?? []) this.set({ budget: u.budget, name: u.name }, u.used);
+    },
+  });
+  new Gauge({
+    name: 'opsgate_remediation_budget_limit',
+    help: "Restarts a remediation budget allows in its window, by budget (rule, namespace) and name; people's restarts have their own (the namespace's budget).",
+    labelNames: ['budget', 'name'] as const,
+    registers: [registry],
+    async collect() {
+      for (const u of (await readBudgets()) ?? []) this.set({ budget: u.budget, name: u.name }, u.limit);
+    },
+  });
   let silencesSource: (() => Promise<number>) | undefined;
   new Gauge({
     name: 'opsgate_remediation_silences_active',

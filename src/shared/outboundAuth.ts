@@ -135,7 +135,10 @@ export function loadOutboundAuth(
     out.basic = { user, password };
   }
   if (out.bearer && out.basic) {
-    problems.push({ variable: `${prefix}_BEARER_TOKEN`, problem: `is set together with ${prefix}_BASIC_AUTH_USER; one Authorization header: set one of them` });
+    problems.push({
+      variable: `${prefix}_BEARER_TOKEN`,
+      problem: `is set together with ${prefix}_BASIC_AUTH_USER; one Authorization header: set one of them`,
+    });
   }
   const cert = file(`${prefix}_TLS_CERT_FILE`);
   const key = file(`${prefix}_TLS_KEY_FILE`);
@@ -150,7 +153,8 @@ export function loadOutboundAuth(
   if (opts.tenant) {
     const tenant = secret(`${prefix}_TENANT`);
     const header = set(env, `${prefix}_TENANT_HEADER`)?.trim() ?? 'X-Scope-OrgID';
-    if (!/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/.test(header)) problems.push({ variable: `${prefix}_TENANT_HEADER`, problem: 'is not an HTTP header name' });
+    if (!/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/.test(header))
+      problems.push({ variable: `${prefix}_TENANT_HEADER`, problem: 'is not an HTTP header name' });
     else if (tenant) out.tenant = { header, value: tenant };
   }
   if (problems.length > 0) throw new ConfigError(problems);
@@ -185,7 +189,8 @@ export function outboundCall(
   const headers: Record<string, string> = { accept: 'application/json' };
   if (body !== undefined) headers['content-type'] = 'application/json';
   if (auth?.bearer) headers.authorization = `Bearer ${auth.bearer.value()}`;
-  else if (auth?.basic) headers.authorization = `Basic ${Buffer.from(`${auth.basic.user}:${auth.basic.password.value()}`).toString('base64')}`;
+  else if (auth?.basic)
+    headers.authorization = `Basic ${Buffer.from(`${auth.basic.user}:${auth.basic.password.value()}`).toString('base64')}`;
   if (auth?.tenant) headers[auth.tenant.header] = auth.tenant.value.value();
   const where = `${what} ${method} ${path.split('?')[0]}`;
   return new Promise((resolve, reject) => {

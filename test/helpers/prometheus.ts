@@ -43,8 +43,7 @@ export interface PrometheusOptions {
   alertmanager?: string;
 }
 
-const key = (labels: Record<string, string>) =>
-  JSON.stringify(Object.entries(labels).sort(([a], [b]) => a.localeCompare(b)));
+const key = (labels: Record<string, string>) => JSON.stringify(Object.entries(labels).sort(([a], [b]) => a.localeCompare(b)));
 const escape = (v: string) => v.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n');
 
 export async function startPrometheus(opts: PrometheusOptions): Promise<TestPrometheus> {
@@ -144,7 +143,9 @@ export async function startPrometheus(opts: PrometheusOptions): Promise<TestProm
     return key(rest) === key(labels);
   };
   const activeSince = async (labels: Record<string, string>): Promise<number | undefined> => {
-    const firing = (await query(`ALERTS{alertstate="firing",alertname="${escape(labels.alertname ?? '')}"}`)).some((r) => same(r.metric, labels));
+    const firing = (await query(`ALERTS{alertstate="firing",alertname="${escape(labels.alertname ?? '')}"}`)).some((r) =>
+      same(r.metric, labels),
+    );
     if (!firing) return undefined;
     const state = (await query(`ALERTS_FOR_STATE{alertname="${escape(labels.alertname ?? '')}"}`)).find((r) => same(r.metric, labels));
     return state ? Number(state.value[1]) * 1000 : undefined;

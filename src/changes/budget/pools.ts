@@ -40,7 +40,10 @@ export function budgetPools(inv: Inventory, namespace: string, requester: string
   }
   const own = inv.remediations.find((r) => r.name === rule)?.budget ?? DEFAULT_RULE_BUDGET;
   const ns = namespaceRemediationBudget(inv, namespace);
-  return [{ kind: 'remediation_rule', name: rule, limit: own }, ...(ns ? [{ kind: 'remediation_namespace' as const, name: namespace, limit: ns }] : [])];
+  return [
+    { kind: 'remediation_rule', name: rule, limit: own },
+    ...(ns ? [{ kind: 'remediation_namespace' as const, name: namespace, limit: ns }] : []),
+  ];
 }
 
 /** The budgets a restart by `requester` may hold a place of, by name alone (to give a place back). */

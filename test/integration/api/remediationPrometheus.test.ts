@@ -106,8 +106,10 @@ const shop = (alertname: string, deployment: string, extra: Record<string, strin
 });
 const decisions = async (app = h.app) =>
   (await request(app).get('/ops/remediations?limit=500').set('X-API-Key', RO_KEY)).body.remediations as any[];
-const decisionOf = (rule: string, deployment: string, decision: string, app = h.app) => async () =>
-  (await decisions(app)).find((d) => d.rule === rule && d.deployment === deployment && d.decision === decision);
+const decisionOf =
+  (rule: string, deployment: string, decision: string, app = h.app) =>
+  async () =>
+    (await decisions(app)).find((d) => d.rule === rule && d.deployment === deployment && d.decision === decision);
 const restartsOf = async (deployment: string) =>
   (await h.queue.bull.getJobs(['waiting', 'delayed', 'active', 'completed', 'failed'])).filter(
     (j) => j.name === JOB.restartService && j.data.service === deployment,
@@ -122,7 +124,15 @@ const post = (app: Harness['app'], labels: Record<string, string>, startsAt: num
     .send(
       JSON.stringify({
         status: 'firing',
-        alerts: [{ status: 'firing', labels, annotations: {}, startsAt: new Date(startsAt).toISOString(), fingerprint: `prom${String(++fp).padStart(12, '0')}` }],
+        alerts: [
+          {
+            status: 'firing',
+            labels,
+            annotations: {},
+            startsAt: new Date(startsAt).toISOString(),
+            fingerprint: `prom${String(++fp).padStart(12, '0')}`,
+          },
+        ],
       }),
     );
 
@@ -154,7 +164,9 @@ describe('a forged alert', () => {
     // The genuine alert of the same Deployment, with more labels, is Prometheus's: active and unsilenced.
     const genuine = shop('KubeDeploymentReplicasMismatch', 'checkout', { cluster: 'eu-2', severity: 'critical' });
     prom.fire(genuine);
-    await waitFor('the genuine alert delivered', async () => (await decisions()).find((d) => d.rule === 'mismatch' && d.decision === 'waiting'));
+    await waitFor('the genuine alert delivered', async () =>
+      (await decisions()).find((d) => d.rule === 'mismatch' && d.decision === 'waiting'),
+    );
     const held = await waitFor('Alertmanager to hold the genuine alert', async () => {
       const res = await fetch(`${am.url}/api/v2/alerts?filter=cluster%3D%22eu-2%22`);
       return ((await res.json()) as any[]).find((a) => a.labels.deployment === 'checkout');
@@ -213,7 +225,9 @@ describe('targets', () => {
   it('an alert naming a Deployment the rule does not list restarts nothing: target_not_allowed', async () => {
     const res = await post(h.app, shop('Pinned', 'storefront'), Date.now());
     expect(res.body.remediations[0]).toMatchObject({ decision: 'suppressed' });
-    expect(res.body.remediations[0].reason).toBe('Deployment shop/storefront (host web-01) is not among the targets of rule pinned; nothing restarted');
+    expect(res.body.remediations[0].reason).toBe(
+      'Deployment shop/storefront (host web-01) is not among the targets of rule pinned; nothing restarted',
+    );
     expect((await decisions()).find((d) => d.rule === 'pinned')).toMatchObject({ guard: 'target_not_allowed' });
   });
 });

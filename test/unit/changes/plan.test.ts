@@ -91,7 +91,13 @@ const rows: Row[] = [
     { required: 2 },
   ],
   // restarts: coalescing and budget
-  ['restart api: joins a restart in progress', change(restart, 'api'), { gate: open, budgets: budget, holder: 'job-1' }, 'join', { jobId: 'job-1' }],
+  [
+    'restart api: joins a restart in progress',
+    change(restart, 'api'),
+    { gate: open, budgets: budget, holder: 'job-1' },
+    'join',
+    { jobId: 'job-1' },
+  ],
   [
     'restart api: its own job holding the record is not a join',
     change(restart, 'api', { jobId: 'job-1' }),
@@ -108,18 +114,38 @@ const rows: Row[] = [
   [
     'restart remediation: room in the budget: queued, taking a place',
     change(restart, 'remediation'),
-    { gate: open, budgets: remediationBudgets, budgetUse: [{ used: 2, retryMs: 0 }, { used: 1, retryMs: 0 }] },
+    {
+      gate: open,
+      budgets: remediationBudgets,
+      budgetUse: [
+        { used: 2, retryMs: 0 },
+        { used: 1, retryMs: 0 },
+      ],
+    },
     'queue',
     { takeBudget: true },
   ],
   [
     "restart remediation: its namespace's remediation budget spent, its rule's not",
     change(restart, 'remediation'),
-    { gate: open, budgets: remediationBudgets, budgetUse: [{ used: 1, retryMs: 0 }, { used: 2, retryMs: 7000 }] },
+    {
+      gate: open,
+      budgets: remediationBudgets,
+      budgetUse: [
+        { used: 1, retryMs: 0 },
+        { used: 2, retryMs: 7000 },
+      ],
+    },
     'over_budget',
     { retryMs: 7000, pool: remediationBudgets[1] },
   ],
-  ['restart approval: takes its place', change(restart, 'approval'), { gate: open, budgets: budget, approval }, 'queue', { takeBudget: true }],
+  [
+    'restart approval: takes its place',
+    change(restart, 'approval'),
+    { gate: open, budgets: budget, approval },
+    'queue',
+    { takeBudget: true },
+  ],
   [
     'restart wake: no budget taken again',
     change(restart, 'wake'),

@@ -90,7 +90,8 @@ remediations:
       escalate_after: 3,
     });
     expect(
-      parseInventory(`${HOSTS}\nremediations:\n  - {name: zero, match: {alertname: X}, targets: [web-1], trigger: {for: 0s}}\n`).remediations[0]!.trigger.for,
+      parseInventory(`${HOSTS}\nremediations:\n  - {name: zero, match: {alertname: X}, targets: [web-1], trigger: {for: 0s}}\n`)
+        .remediations[0]!.trigger.for,
     ).toBe(0);
     expect(parseInventory(HOSTS).remediations).toEqual([]);
   });
@@ -170,7 +171,9 @@ describe('start-up refusals', () => {
       },
       { variable: 'ALERTMANAGER_URL', problem: expect.stringContaining('storefront-unavailable') },
     ]);
-    expect(remediationStartProblems(rules, { alertsAuthenticated: true, alertmanagerUrl: 'http://am:9093', confirm: prometheus })).toEqual([]);
+    expect(remediationStartProblems(rules, { alertsAuthenticated: true, alertmanagerUrl: 'http://am:9093', confirm: prometheus })).toEqual(
+      [],
+    );
     expect(remediationStartProblems([], { alertsAuthenticated: false, confirm: none })).toEqual([]);
   });
 
@@ -179,10 +182,15 @@ describe('start-up refusals', () => {
     const ok = { alertsAuthenticated: true, alertmanagerUrl: 'http://am:9093' };
     const problems = remediationStartProblems(rules, { ...ok, confirm: none });
     expect(problems).toEqual([{ variable: 'PROMETHEUS_URL', problem: expect.stringContaining('(storefront-unavailable)') }]);
-    expect(problems[0]!.problem).toMatch(/set PROMETHEUS_URL .* or, for alerts born elsewhere, give the rule confirm: alertmanager with ALERTMANAGER_URL and credentials/);
+    expect(problems[0]!.problem).toMatch(
+      /set PROMETHEUS_URL .* or, for alerts born elsewhere, give the rule confirm: alertmanager with ALERTMANAGER_URL and credentials/,
+    );
     const byAm = [{ ...rule!, confirm: 'alertmanager' as const }];
     expect(remediationStartProblems(byAm, { ...ok, confirm: prometheus })).toEqual([
-      { variable: 'ALERTMANAGER_URL', problem: expect.stringMatching(/^has no credentials of its API .*confirm: prometheus with PROMETHEUS_URL/) },
+      {
+        variable: 'ALERTMANAGER_URL',
+        problem: expect.stringMatching(/^has no credentials of its API .*confirm: prometheus with PROMETHEUS_URL/),
+      },
     ]);
     expect(remediationStartProblems(byAm, { ...ok, confirm: { prometheus: false, alertmanagerAuthenticated: true } })).toEqual([]);
     expect(remediationStartProblems([{ ...rule!, mode: 'dry-run' as const }], { ...ok, confirm: none })).toEqual([]);
