@@ -403,8 +403,6 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     };
 
     if (rule.mode === 'dry-run') {
-      // A rehearsal holds no cooldown: the next firing rehearses again.
-      await store.release(rule.name, namespace, deployment, id).catch(() => undefined);
       const p = await planChange(g, change, undefined, true);
       const k = p.decision;
       const would =
