@@ -374,6 +374,7 @@ export function createMetrics(component: Component, version: string, opts: { def
       for (const outcome of vocabulary.outcomes) remediations.inc({ rule, outcome }, 0);
       for (const guard of vocabulary.guards) remediationsSuppressed.inc({ rule, guard }, 0);
       remediationEscalations.inc({ rule }, 0);
+      remediationBudgetExhausted.inc({ budget: 'rule', name: rule }, 0);
     }
     if (silences) silencesSource = silences;
     if (budgets) budgetsSource = budgets;

@@ -375,6 +375,7 @@ describe('GET /ops/remediations', () => {
       expect(text).toContain('opsgate_remediations_total{rule="loop",outcome="remediated"} 0');
       expect(text).toContain('opsgate_remediations_suppressed_total{rule="down",guard="cooldown"} 0');
       expect(text).toContain('opsgate_remediation_escalations_total{rule="flappy"} 0');
+      expect(text).toContain('opsgate_remediation_budget_exhausted_total{budget="rule",name="flappy"} 0');
       expect(text).toMatch(/opsgate_remediation_silences_active \d+/);
       await post(h, [alert('Rehearse', 'frontend')]);
       expect(await h.metrics.registry.metrics()).toContain('opsgate_remediations_total{rule="rehearse",outcome="dry_run"} 1');
