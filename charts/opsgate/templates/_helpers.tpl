@@ -302,7 +302,20 @@ Render-time checks that the schema cannot express. Included by every workload te
 {{- /* The webhook senders' values (secrets of senders not enabled, alerts routed without a token). */}}
 {{- $_ := include "opsgate.webhookSenders" (dict "ctx" . "part" "list") }}
 {{- /* The credentials of config.prometheusUrl and config.alertmanagerUrl (credentials without their URL, half a basic auth...). */}}
-{{- $_ := include "opsgate.outbound" (dict "ctx" . "part" "keys") }}
+{{- $outboundKeys := include "opsgate.outbound" (dict "ctx" . "part" "keys") | fromYamlArray }}
+{{- /* An act rule with no way to confirm its alerts: the api and worker would refuse to start; say so at the render. */}}
+{{- $amTls := .Values.config.alertmanagerTls | default dict }}
+{{- $amAuthenticated := and .Values.config.alertmanagerUrl (or (has "ALERTMANAGER_BEARER_TOKEN" $outboundKeys) (has "ALERTMANAGER_BASIC_AUTH_PASSWORD" $outboundKeys) (and $amTls.secret $amTls.certKey)) }}
+{{- range (default list .Values.inventory.remediations) }}
+{{- if ne (toString (.mode | default "act")) "dry-run" }}
+{{- if and (eq (toString (.confirm | default "prometheus")) "prometheus") (not $.Values.config.prometheusUrl) }}
+{{- fail (printf "opsgate: inventory.remediations rule %q acts on alerts confirmed by Prometheus, but config.prometheusUrl is empty: set it (Prometheus, or Thanos Query), or give the rule confirm: alertmanager with config.alertmanagerUrl and credentials of its API (secrets.alertmanagerBearerToken, basic auth, or config.alertmanagerTls), or mode: dry-run" (toString .name)) }}
+{{- end }}
+{{- if and (eq (toString .confirm) "alertmanager") (not $amAuthenticated) }}
+{{- fail (printf "opsgate: inventory.remediations rule %q confirms its alerts with Alertmanager, but config.alertmanagerUrl has no credentials of its API: set config.alertmanagerUrl with secrets.alertmanagerBearerToken, config.alertmanagerBasicAuthUser and secrets.alertmanagerBasicAuthPassword, or config.alertmanagerTls (a client certificate; with existingSecret, list the key in secrets.existingSecretOutboundKeys), or confirm: prometheus with config.prometheusUrl, or mode: dry-run" (toString .name)) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- if .Values.redis.enabled }}
 {{- $limit := include "opsgate.bytes" (dig "limits" "memory" "" .Values.redis.resources) }}
 {{- $max := include "opsgate.redisMaxmemory" . }}

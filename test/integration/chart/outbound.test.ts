@@ -304,3 +304,46 @@ describe('values that cannot work fail the render, naming them', () => {
     expect(await renderError({ set: { ...base, ...set } })).toMatch(message);
   });
 });
+
+describe('an act rule needs a way to confirm its alerts, as the api and worker do at start', () => {
+  const rule = {
+    ...base,
+    'secrets.alertsWebhookToken': 'fake-alerts-token-0013',
+    'inventory.hosts.shop-01.namespace': 'shop',
+    'inventory.hosts.shop-01.deployments[0]': 'storefront',
+    'inventory.remediations[0].name': 'storefront-down',
+    'inventory.remediations[0].match.alertname': 'StorefrontDown',
+    'inventory.remediations[0].targets[0]': 'shop-01',
+  };
+  test('confirm: prometheus (the default) without config.prometheusUrl fails, naming both ways; with it, or as a dry run, it renders', async () => {
+    expect(await renderError({ set: rule })).toMatch(
+      /rule "storefront-down" acts on alerts confirmed by Prometheus, but config\.prometheusUrl is empty: .*confirm: alertmanager .*mode: dry-run/,
+    );
+    const inventory = async (set: Record<string, string>) =>
+      String(one(await render({ set: { ...rule, ...set } }), 'ConfigMap', 'opsgate-inventory').data['inventory.yaml']);
+    expect(await inventory({ 'config.prometheusUrl': 'http://prometheus:9090' })).toMatch(/targets:\n\s+- shop-01/);
+    expect(await inventory({ 'inventory.remediations[0].mode': 'dry-run' })).toContain('mode: dry-run');
+  });
+
+  test('confirm: alertmanager needs credentials of its API, not the URL alone', async () => {
+    const am = { ...rule, 'inventory.remediations[0].confirm': 'alertmanager', 'config.alertmanagerUrl': 'http://alertmanager:9093' };
+    expect(await renderError({ set: am })).toMatch(
+      /rule "storefront-down" confirms its alerts with Alertmanager, but config\.alertmanagerUrl has no credentials/,
+    );
+    // A CA alone verifies Alertmanager but tells it nothing of opsgate.
+    expect(
+      await renderError({
+        set: { ...am, 'config.alertmanagerTls.secret': 'am-ca', 'config.alertmanagerTls.certKey': '', 'config.alertmanagerTls.keyKey': '' },
+      }),
+    ).toMatch(/has no credentials of its API/);
+    const credentials: Record<string, string>[] = [
+      { 'secrets.alertmanagerBearerToken': 'fake-am-token-0013' },
+      { 'config.alertmanagerBasicAuthUser': 'opsgate', 'secrets.alertmanagerBasicAuthPassword': 'fake-am-password-0013' },
+      { 'config.alertmanagerTls.secret': 'am-client' },
+    ];
+    for (const creds of credentials) {
+      const objs = await render({ set: { ...am, ...creds } });
+      expect(String(one(objs, 'ConfigMap', 'opsgate-inventory').data['inventory.yaml'])).toContain('confirm: alertmanager');
+    }
+  });
+});
