@@ -27,7 +27,7 @@
 tools-wrk: ## Install wrk (Debian package) if missing (apt-get as root)
 	@if ! command -v wrk >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; \
+	    apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq wrk >/dev/null; \
 	  else echo "wrk missing: install it (apt-get install wrk)" >&2; exit 1; fi; \
 	fi
 	@command -v wrk

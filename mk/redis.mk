@@ -11,7 +11,7 @@ redis: ## Install redis-server and redis-sentinel if missing (apt-get as root)
 	command -v redis-cli >/dev/null 2>&1 || missing="$$missing redis-tools"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	    apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $$missing >/dev/null; \
 	  else echo "missing:$$missing: install it (apt-get install$$missing) or set REDIS_SERVER" >&2; exit 1; fi; \
 	fi
 	@redis-server --version | head -1

@@ -307,6 +307,7 @@ async function pendingApproval(
     requester_credential: change.requester.credential,
     requester_owner: change.requester.owner,
     requester_owner_known: change.requester.ownerKnown,
+    ...(change.requester.person !== undefined ? { requester_person: change.requester.person } : {}),
     origin: change.origin,
     reason: change.reason ?? '',
     required: decision.required,

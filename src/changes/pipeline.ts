@@ -1,3 +1,4 @@
+import { ForbiddenError } from '../shared/errors.js';
 import { execute, type ApprovedBy, type Carried } from './execute.js';
 import { gatherFacts } from './facts.js';
 import type { Guards } from './guards.js';
@@ -38,8 +39,26 @@ export interface Planned {
   now: number;
 }
 
+/**
+ * Overrides are for people: an override asked by a caller many people may hold (the shared bearer
+ * token, an OIDC token whose rule does not say may_override) is refused before anything is read,
+ * whether or not the gate is closed now. Every override ask, dry run included, passes here (a
+ * restart's before its Idempotency-Key's answer is read back).
+ */
+export function checkOverrideAsk(change: Change, ask: OverrideAsk | undefined): void {
+  if (!ask) return;
+  const by = ask.by ?? change.requester;
+  if (by.mayOverride !== true) {
+    throw new ForbiddenError(
+      `${by.principal} may not override freezes or change windows: overrides are for people (an operator's own key, or an OIDC rule with may_override: true)`,
+      'override_not_allowed',
+    );
+  }
+}
+
 /** Facts and decision, nothing carried out. `peek` reads every fact (a dry run). */
 export async function planChange(g: Guards, change: Change, ask?: OverrideAsk, peek = false): Promise<Planned> {
+  checkOverrideAsk(change, ask);
   const now = g.now();
   const facts = await gatherFacts(g, change, now, peek);
   const resolved = resolveOverride(change, facts, ask);

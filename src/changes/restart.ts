@@ -10,7 +10,7 @@ import { approvalIdFor } from './approvals/store.js';
 import type { PendingApproval } from './approvals/view.js';
 import type { Carried } from './execute.js';
 import { coalesceId, type Guards } from './guards.js';
-import { submitChange } from './pipeline.js';
+import { checkOverrideAsk, submitChange } from './pipeline.js';
 import type { Change, Origin, Principal, RestartTarget } from './types.js';
 
 export { coalesceId };
@@ -119,6 +119,8 @@ export function restartChange(
 export async function submitRestart(deps: RestartDeps, req: RestartRequest): Promise<RestartAnswer> {
   const scope = req.idempotencyKey === undefined ? undefined : idempotencyScope(req.requester.principal, req.idempotencyKey);
   const change = restartChange(deps, req, scope);
+  const ask = req.override && req.reason ? { reason: req.reason } : undefined;
+  checkOverrideAsk(change, ask);
   const { host, service } = req;
   const recordKey = scope === undefined ? undefined : idempotencyRecordKey(scope);
   if (recordKey) {
@@ -135,7 +137,7 @@ export async function submitRestart(deps: RestartDeps, req: RestartRequest): Pro
     }
   }
 
-  const carried = await submitChange(deps.guards, change, req.override && req.reason ? { reason: req.reason } : undefined);
+  const carried = await submitChange(deps.guards, change, ask);
   if (carried.approval) {
     const a = carried.approval.approval;
     await remember(deps, recordKey, { host, service, job_id: a.id, coalesced: false, approval_id: a.id });

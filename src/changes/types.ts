@@ -12,16 +12,21 @@ export const ORIGINS = ['api', 'webhook', 'replay', 'approval', 'retry', 'wake',
 export type Origin = (typeof ORIGINS)[number];
 
 /**
- * Who asks: the credential's principal (`key:<id>`, `bearer:<id>`, `webhook:<sender>`), the id of
- * the secret presented (12 hex of its SHA-256; '' for none), and the owner behind it (a person or a
- * service). Four eyes compares owners. `ownerKnown` is false for a shared secret nobody is named
- * for (the bearer token without OPS_BEARER_TOKEN_OWNER): its change needs one approver more.
+ * Who asks: the credential's principal (`key:<id>`, `bearer:<id>`, `webhook:<sender>`,
+ * `oidc:<issuer>:<sub>`), the id of the secret presented (12 hex of its SHA-256; '' for none), and
+ * the owner behind it (a person or a service). Four eyes compares owners, and an OIDC token's
+ * `person` besides. `ownerKnown` is false when no known person stands behind the credential (the
+ * shared bearer token, an OIDC token whose rule names no person): its change needs one approver
+ * more. Only a principal with `mayOverride` lets a change through a closed gate.
  */
 export interface Principal {
   principal: string;
   credential: string;
   owner: string;
   ownerKnown: boolean;
+  person?: string;
+  /** Absent: it may not override (a gate fails closed). */
+  mayOverride?: boolean;
 }
 
 /**

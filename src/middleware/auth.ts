@@ -31,6 +31,8 @@ function setIdentity(res: { locals: Record<string, unknown> }, identity: Identit
   res.locals.principal = identity.principal;
   res.locals.owner = identity.owner;
   res.locals.ownerKnown = identity.ownerKnown;
+  res.locals.person = identity.person;
+  res.locals.mayOverride = identity.mayOverride;
 }
 
 /**
@@ -325,7 +327,7 @@ function keyOrBearer(operatorKey: RequestHandler, bearer: RequestHandler): Reque
  * operator has an identity of their own for four eyes. A request with an X-API-Key and no
  * Authorization header is judged by its key (operator role required); any other by the bearer
  * rules, so a request with neither is the contract's 401. `bearerOwner` (OPS_BEARER_TOKEN_OWNER)
- * is who holds the token; without it the token's owner is unknown.
+ * names the token; whoever holds it, no known person stands behind it.
  */
 export function requireBearerOrOperatorKey(
   keys: readonly ApiKey[],

@@ -20,11 +20,15 @@ declare module 'express-serve-static-core' {
      */
     owner?: string;
     /**
-     * Whether `owner` names a known holder. False for the bearer token without
-     * OPS_BEARER_TOKEN_OWNER (owner `bearer:<credential id>`: the token alone) and for
+     * Whether a known person stands behind the credential. False for the shared bearer token
+     * (OPS_BEARER_TOKEN_OWNER only names it), an OIDC token whose rule names no person, and
      * /webhook/alerts open without a token; true for every other accepted credential.
      */
     ownerKnown?: boolean;
+    /** The person behind an OIDC token (its rule's `person`), compared by four eyes besides `owner`. */
+    person?: string;
+    /** Whether the caller may override a freeze or the change windows (src/shared/identity.ts); unset: it may not. */
+    mayOverride?: boolean;
     role?: Role;
     /**
      * credentialId of the accepted secret itself (API key or bearer token), whatever its id or

@@ -76,6 +76,7 @@ function audit(logger: Logger, req: Request, res: Response, seconds: number): vo
     // The person or service behind the credential, and the credential's own id (first 12 hex of the SHA-256 of the secret presented).
     owner: res.locals.owner,
     owner_known: res.locals.ownerKnown,
+    person: res.locals.person,
     credential: res.locals.credential,
     source: webhookSource(req.path),
     role: res.locals.role,

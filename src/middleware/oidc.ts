@@ -26,16 +26,19 @@ import {
   type OidcSettings,
   type Role,
 } from '../shared/oidcConfig.js';
+import type { KubeEnv } from '../shared/kubeconfig.js';
 import type { Scope } from '../shared/scope.js';
 
 /**
  * OIDC ID tokens as bearer credentials (OPS_OIDC_FILE, src/shared/oidcConfig.ts), verified with
- * `jose`: the issuer's allow-list, opsgate's audience, exp/nbf/iat with LEEWAY_SECONDS, RS256 or
+ * `jose`: the issuer's allow-list, opsgate's audience, exp/nbf/iat with LEEWAY_SECONDS, a lifetime
+ * (exp - iat) within the entry's max_token_lifetime and an age within its max_token_age, RS256 or
  * ES256 only, the key from the issuer's JWKS (found through its discovery document unless the
  * entry gives `jwks_uri`), cached, fetched again for an unknown `kid` once the entry's cooldown
  * has passed. Keys are fetched over TLS with the system CAs, or the entry's `ca_file` alone;
  * `discovery_auth: serviceaccount` fetches with the pod's own ServiceAccount token (re-read at each
- * fetch: the kubelet rotates it) and, without a `ca_file`, the cluster's CA beside it.
+ * fetch: the kubelet rotates it) and, without a `ca_file`, the cluster's CA beside it. That token
+ * goes only to the cluster's API server (tokenMayGo); anywhere else the keys are fetched without it.
  *
  * Fails closed: an issuer whose discovery or keys cannot be fetched answers 503 with Retry-After,
  * never an accept. Every verification is counted by issuer (one of the allow-list, or `unlisted`)
@@ -53,6 +56,7 @@ const MAX_DOCUMENT_BYTES = 1024 * 1024;
 export const OIDC_RESULTS = [
   'accepted',
   'expired',
+  'lifetime',
   'audience',
   'claims',
   'algorithm',
@@ -92,6 +96,8 @@ export interface OidcVerifierDeps {
   logger?: Pick<Logger, 'warn'>;
   /** Where `discovery_auth: serviceaccount` reads the pod's token and CA (default the kubelet's mount). */
   serviceAccountDir?: string;
+  /** Where the cluster's API server is, as a pod's environment says (default process.env). */
+  env?: Pick<KubeEnv, 'KUBERNETES_SERVICE_HOST' | 'KUBERNETES_SERVICE_PORT'>;
 }
 
 /** An issuer's discovery or keys could not be fetched. */
@@ -105,40 +111,116 @@ class IssuerUnavailable extends Error {
   }
 }
 
-/** node:https as the fetch jose calls (the TLS trust of the entry), with its abort signal and a bounded body. */
-function httpsFetch(entry: OidcIssuer, saDir: string): FetchImplementation {
+/** A token whose lifetime (exp - iat) is longer than its issuer's entry allows. */
+class LifetimeExceeded extends Error {}
+
+/** `host:port` of a URL as a connection reaches it (the scheme's port when none is written; IPv6 in brackets). */
+function endpointOf(url: URL): string {
+  return `${url.hostname}:${url.port || (url.protocol === 'http:' ? '80' : '443')}`;
+}
+
+/** `host:port` of an address and a port (IPv6 in brackets). */
+const endpoint = (host: string, port: string | number) => `${host.includes(':') ? `[${host}]` : host}:${port}`;
+
+/** One GET over node:https with the entry's trust, the abort signal and a bounded body. */
+function httpsGet(url: string, headers: Record<string, string>, ca: string | undefined, signal?: AbortSignal | null): Promise<Response> {
+  return new Promise<Response>((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason instanceof Error ? signal.reason : new Error('aborted'));
+    const req = httpsRequest(url, { method: 'GET', headers, ...(ca ? { ca } : {}) }, (res) => {
+      const chunks: Buffer[] = [];
+      let size = 0;
+      res.on('data', (c: Buffer) => {
+        size += c.length;
+        if (size > MAX_DOCUMENT_BYTES) req.destroy(new Error('document too large'));
+        else chunks.push(c);
+      });
+      res.on('end', () => {
+        const status = res.statusCode ?? 502;
+        const body = status === 204 || status === 304 ? null : new Uint8Array(Buffer.concat(chunks));
+        resolve(new Response(body, { status, headers: { 'content-type': String(res.headers['content-type'] ?? '') } }));
+      });
+      res.on('error', reject);
+    });
+    const abort = () => req.destroy(signal?.reason instanceof Error ? signal.reason : new Error('aborted'));
+    signal?.addEventListener('abort', abort, { once: true });
+    req.on('error', reject);
+    req.on('close', () => signal?.removeEventListener('abort', abort));
+    req.end();
+  });
+}
+
+/**
+ * Where the pod's ServiceAccount token may be sent: the issuer's own origin (its discovery
+ * document), the API server as the pod's environment names it (KUBERNETES_SERVICE_HOST and
+ * _PORT), or an address the API server advertises in the `default/kubernetes` EndpointSlice (where
+ * its discovery document points jwks_uri). Any other host, named by a discovery document or an
+ * entry, could be anyone's (a cloud's public key host): the keys are fetched there without the
+ * token. The EndpointSlice is read from the API server itself, with the token and the cluster's CA.
+ */
+function tokenMayGo(
+  entry: OidcIssuer,
+  env: OidcVerifierDeps['env'] & object,
+  saDir: string,
+  logger: OidcVerifierDeps['logger'],
+): (url: string, token: string) => Promise<boolean> {
+  const issuerOrigin = new URL(entry.issuer).origin;
+  const host = env.KUBERNETES_SERVICE_HOST?.trim();
+  const apiServer = host ? endpoint(host, env.KUBERNETES_SERVICE_PORT?.trim() || '443') : undefined;
+  const advertised = async (token: string): Promise<Set<string>> => {
+    const found = new Set<string>();
+    if (!apiServer) return found;
+    try {
+      const res = await httpsGet(
+        `https://${apiServer}/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/kubernetes`,
+        { authorization: `Bearer ${token}`, accept: 'application/json' },
+        await readFile(join(saDir, 'ca.crt'), 'utf8'),
+        AbortSignal.timeout(FETCH_TIMEOUT_MS),
+      );
+      if (res.status !== 200) throw new Error(`HTTP ${res.status}`);
+      const slice = (await res.json()) as { endpoints?: Array<{ addresses?: unknown }>; ports?: Array<{ port?: unknown }> };
+      for (const e of slice.endpoints ?? []) {
+        for (const a of Array.isArray(e.addresses) ? e.addresses : []) {
+          for (const p of slice.ports ?? []) if (typeof a === 'string' && typeof p.port === 'number') found.add(endpoint(a, p.port));
+        }
+      }
+    } catch (err) {
+      logger?.warn(
+        "OIDC: the API server's advertised addresses (EndpointSlice default/kubernetes) could not be read; keys elsewhere are fetched without the ServiceAccount token",
+        {
+          issuer: entry.issuer,
+          why: (err as Error).message,
+        },
+      );
+    }
+    return found;
+  };
+  return async (url, token) => {
+    const u = new URL(url);
+    if (u.origin === issuerOrigin) return true;
+    const at = endpointOf(u);
+    if (at === apiServer) return true;
+    return (await advertised(token)).has(at);
+  };
+}
+
+/** node:https as the fetch jose calls: the TLS trust of the entry, and the pod's token where it may go. */
+function httpsFetch(
+  entry: OidcIssuer,
+  saDir: string,
+  env: OidcVerifierDeps['env'] & object,
+  logger: OidcVerifierDeps['logger'],
+): FetchImplementation {
+  const mayGo = tokenMayGo(entry, env, saDir, logger);
   return async (url, init) => {
     const headers: Record<string, string> = {};
     init.headers.forEach((v, k) => (headers[k] = v));
     let ca = entry.ca;
     if (entry.discoveryAuth === 'serviceaccount') {
-      headers.authorization = `Bearer ${(await readFile(join(saDir, 'token'), 'utf8')).trim()}`;
+      const token = (await readFile(join(saDir, 'token'), 'utf8')).trim();
+      if (await mayGo(url, token)) headers.authorization = `Bearer ${token}`;
       ca ??= await readFile(join(saDir, 'ca.crt'), 'utf8');
     }
-    return new Promise<Response>((resolve, reject) => {
-      const signal = init.signal;
-      if (signal?.aborted) return reject(signal.reason instanceof Error ? signal.reason : new Error('aborted'));
-      const req = httpsRequest(url, { method: 'GET', headers, ...(ca ? { ca } : {}) }, (res) => {
-        const chunks: Buffer[] = [];
-        let size = 0;
-        res.on('data', (c: Buffer) => {
-          size += c.length;
-          if (size > MAX_DOCUMENT_BYTES) req.destroy(new Error('document too large'));
-          else chunks.push(c);
-        });
-        res.on('end', () => {
-          const status = res.statusCode ?? 502;
-          const body = status === 204 || status === 304 ? null : new Uint8Array(Buffer.concat(chunks));
-          resolve(new Response(body, { status, headers: { 'content-type': String(res.headers['content-type'] ?? '') } }));
-        });
-        res.on('error', reject);
-      });
-      const abort = () => req.destroy(signal?.reason instanceof Error ? signal.reason : new Error('aborted'));
-      signal?.addEventListener('abort', abort, { once: true });
-      req.on('error', reject);
-      req.on('close', () => signal?.removeEventListener('abort', abort));
-      req.end();
-    });
+    return httpsGet(url, headers, ca, init.signal);
   };
 }
 
@@ -147,8 +229,7 @@ interface IssuerClient {
   keys(): Promise<ReturnType<typeof createRemoteJWKSet>>;
 }
 
-function issuerClient(entry: OidcIssuer, saDir: string): IssuerClient {
-  const fetchImpl = httpsFetch(entry, saDir);
+function issuerClient(entry: OidcIssuer, fetchImpl: FetchImplementation): IssuerClient {
   let jwks: ReturnType<typeof createRemoteJWKSet> | undefined;
   let failedAt = 0;
   let pending: Promise<ReturnType<typeof createRemoteJWKSet>> | undefined;
@@ -213,6 +294,7 @@ function issuerClient(entry: OidcIssuer, saDir: string): IssuerClient {
 /** What a jose error says about the token, as a result label. */
 function resultOf(err: unknown): OidcResult {
   if (err instanceof IssuerUnavailable) return 'issuer_unavailable';
+  if (err instanceof LifetimeExceeded) return 'lifetime';
   if (err instanceof errors.JWTExpired) return 'expired';
   if (err instanceof errors.JWTClaimValidationFailed) return err.claim === 'aud' ? 'audience' : 'claims';
   if (err instanceof errors.JOSEAlgNotAllowed || err instanceof errors.JOSENotSupported) return 'algorithm';
@@ -230,6 +312,17 @@ const DETAIL: Partial<Record<OidcResult, string>> = {
   unknown_key: "the OIDC token is signed with a key its issuer's key set does not hold",
   invalid: 'the OIDC token is not a valid signed JWT',
 };
+
+/** The detail of a refusal: a lifetime, a claim the token lacks or an age over max_token_age said as such, else by its result. */
+function detailOf(err: unknown, result: OidcResult, entry: OidcIssuer): string {
+  if (err instanceof LifetimeExceeded) return err.message;
+  if (err instanceof errors.JWTClaimValidationFailed && err.reason === 'missing') return `the OIDC token has no "${err.claim}" claim`;
+  // jose's maxTokenAge refuses as an expiry of `iat`.
+  if (err instanceof errors.JWTExpired && err.claim === 'iat') {
+    return `the OIDC token was issued more than ${entry.maxTokenAge} s ago (its issuer's max_token_age)`;
+  }
+  return DETAIL[result] ?? DETAIL.invalid!;
+}
 
 const CHALLENGE = { 'WWW-Authenticate': 'Bearer realm="opsgate", error="invalid_token"' };
 
@@ -253,11 +346,12 @@ function oidcPrincipal(issuer: string, sub: string): string {
 
 export function createOidcVerifier(deps: OidcVerifierDeps): OidcVerifier {
   const saDir = deps.serviceAccountDir ?? SERVICE_ACCOUNT_DIR;
+  const env = deps.env ?? process.env;
   // One client per issuer entry as configured: a reload that changes an entry starts its caches afresh.
   const clients = new WeakMap<OidcIssuer, IssuerClient>();
   const clientOf = (entry: OidcIssuer) => {
     let c = clients.get(entry);
-    if (!c) clients.set(entry, (c = issuerClient(entry, saDir)));
+    if (!c) clients.set(entry, (c = issuerClient(entry, httpsFetch(entry, saDir, env, deps.logger))));
     return c;
   };
   const count = (issuer: string, result: OidcResult) => deps.metrics?.oidcVerifications.inc({ issuer, result });
@@ -292,7 +386,15 @@ export function createOidcVerifier(deps: OidcVerifierDeps): OidcVerifier {
           algorithms: OIDC_ALGORITHMS,
           clockTolerance: LEEWAY_SECONDS,
           requiredClaims: ['exp', 'iat', 'sub'],
+          ...(entry.maxTokenAge !== undefined ? { maxTokenAge: entry.maxTokenAge } : {}),
         }));
+        // A token valid for long is a standing credential, whatever its issuer signed it for.
+        const lifetime = Number(payload.exp) - Number(payload.iat);
+        if (!(lifetime <= entry.maxTokenLifetime)) {
+          throw new LifetimeExceeded(
+            `the OIDC token is valid for ${Number.isFinite(lifetime) ? `${lifetime} s` : 'an unreadable time'} (exp - iat), longer than the ${entry.maxTokenLifetime} s its issuer's max_token_lifetime allows`,
+          );
+        }
         if (typeof payload.iat === 'number' && payload.iat > Date.now() / 1000 + LEEWAY_SECONDS) {
           throw new errors.JWTClaimValidationFailed(
             '"iat" claim timestamp check failed (it should be in the past)',
@@ -312,7 +414,11 @@ export function createOidcVerifier(deps: OidcVerifierDeps): OidcVerifier {
             err.retryAfter,
           );
         }
-        throw new UnauthorizedError(DETAIL[result] ?? DETAIL.invalid!, 'invalid_oidc_token', CHALLENGE);
+        throw new UnauthorizedError(
+          detailOf(err, result, entry),
+          result === 'lifetime' ? 'oidc_token_lifetime_exceeded' : 'invalid_oidc_token',
+          CHALLENGE,
+        );
       }
       const claims = normalizeClaims(entry.kind, payload);
       const grant = grantFor(entry, claims);
@@ -326,7 +432,14 @@ export function createOidcVerifier(deps: OidcVerifierDeps): OidcVerifier {
       }
       count(entry.issuer, 'accepted');
       return {
-        identity: { principal: oidcPrincipal(entry.issuer, subject), owner: grant.owner, ownerKnown: true },
+        // A rule that names no person (or a token that leaves it empty) hides who asked: no known person.
+        identity: {
+          principal: oidcPrincipal(entry.issuer, subject),
+          owner: grant.owner,
+          ownerKnown: grant.person !== undefined,
+          ...(grant.person !== undefined ? { person: grant.person } : {}),
+          mayOverride: grant.rule.mayOverride,
+        },
         credential: credentialId(token),
         role: grant.role,
         ...(grant.scope ? { scope: grant.scope } : {}),

@@ -187,6 +187,7 @@ const BEARER_401: readonly ErrorCode[] = [
   'bearer_not_configured',
   'invalid_bearer_token',
   'invalid_oidc_token',
+  'oidc_token_lifetime_exceeded',
 ];
 /** A JSON body read and refused. */
 const BODY_422: readonly ErrorCode[] = ['invalid_body', 'payload_too_deep'];
@@ -450,11 +451,10 @@ export const API_ROUTES: readonly RouteDoc[] = [
         ...BEARER_401,
         ...API_KEY_401,
       ]),
-      403: E[403]("a readonly key or OIDC rule; a host outside the credential's scope; an OIDC token no rule admits", [
-        'operator_role_required',
-        'out_of_scope',
-        'oidc_no_matching_rule',
-      ]),
+      403: E[403](
+        "a readonly key or OIDC rule; a host outside the credential's scope; an OIDC token no rule admits; override=true from the shared bearer token or an OIDC rule without may_override",
+        ['operator_role_required', 'out_of_scope', 'oidc_no_matching_rule', 'override_not_allowed'],
+      ),
       404: E[404]('unknown host, or service not a Deployment of that host', ['unknown_host', 'unknown_service', 'not_found']),
       409: E[409](
         'refused by a freeze or outside the change windows (the detail names them); override=true with a reason lets it through',

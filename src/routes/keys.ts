@@ -58,6 +58,8 @@ export const keyListSchema = z.object({
         jwks_uri: z.string().nullable(),
         discovery_auth: z.literal('serviceaccount').nullable(),
         ca_file: z.string().nullable(),
+        max_token_lifetime: z.number().int().describe('the longest lifetime (exp - iat, seconds) a token may have'),
+        max_token_age: z.number().int().nullable().describe('how long after its iat a token is accepted (seconds); null: until its exp'),
         rules: z.array(
           z.object({
             name: z.string(),
@@ -66,6 +68,9 @@ export const keyListSchema = z.object({
             role: z.enum(['readonly', 'operator']),
             scope: scopeView.nullable(),
             deploy: z.record(z.string(), z.string()).nullable().describe('what a deploy is bound to: project, ref, sha templates'),
+            person: z.string().nullable().describe('the person template four eyes compares with owners; null: its tokens name no person'),
+            may_override: z.boolean().describe('whether its tokens may override a freeze or the change windows'),
+            owner_claim: z.string().nullable().describe("a generic issuer's rule: the claim that binds the owner"),
           }),
         ),
       }),

@@ -3,9 +3,10 @@ import type { Principal } from '../changes/types.js';
 
 /**
  * The authenticated caller of a request as the change pipeline takes it: the principal the auth
- * middleware accepted, its credential id and the owner behind it. A credential whose owner the
- * middleware could not name (the shared bearer token without OPS_BEARER_TOKEN_OWNER) is its own
- * owner, flagged unknown, so its changes need one approver more.
+ * middleware accepted, its credential id, the owner behind it and the person behind an OIDC token.
+ * A credential behind which no known person stands (the shared bearer token, an OIDC token whose
+ * rule names none) is flagged, so its changes need one approver more; only a caller the middleware
+ * said may override does.
  */
 export function principalOf(res: Response): Principal {
   const l = res.locals;
@@ -15,5 +16,7 @@ export function principalOf(res: Response): Principal {
     credential: l.credential ?? '',
     owner: l.owner ?? principal,
     ownerKnown: l.ownerKnown === true,
+    ...(typeof l.person === 'string' ? { person: l.person } : {}),
+    mayOverride: l.mayOverride === true,
   };
 }

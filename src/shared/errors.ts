@@ -41,7 +41,11 @@ export const ERROR_CODES = {
   invalid_oidc_token: {
     status: 401,
     meaning:
-      'an OIDC token of a listed issuer that does not verify: signature, algorithm, audience, expiry, nbf/iat, or a key its issuer does not hold',
+      'an OIDC token of a listed issuer that does not verify: signature, algorithm, audience, expiry, nbf/iat, max_token_age, a required claim (exp, iat, sub) missing, or a key its issuer does not hold',
+  },
+  oidc_token_lifetime_exceeded: {
+    status: 401,
+    meaning: "an OIDC token whose lifetime (exp - iat) is longer than its issuer's max_token_lifetime allows",
   },
   // 403
   operator_role_required: { status: 403, meaning: 'a valid key whose role is not operator, on an operator-only operation' },
@@ -61,7 +65,15 @@ export const ERROR_CODES = {
   client_certificate_required: { status: 403, meaning: 'the route needs a client certificate and the connection presented none' },
   untrusted_client_certificate: { status: 403, meaning: 'the client certificate is not signed by a trusted CA' },
   client_certificate_not_allowed: { status: 403, meaning: 'the client certificate names none of the names allowed for the route' },
-  self_approval: { status: 403, meaning: 'the requester of a change approving it (four eyes: another operator must)' },
+  self_approval: {
+    status: 403,
+    meaning: 'the requester of a change approving it: the same owner, or the person behind its OIDC token (four eyes: another person must)',
+  },
+  override_not_allowed: {
+    status: 403,
+    meaning:
+      'override=true from the shared bearer token or an OIDC token whose rule does not say may_override: true (overrides are for people)',
+  },
   oidc_no_matching_rule: { status: 403, meaning: 'a verified OIDC token whose claims no rule of OPS_OIDC_FILE admits' },
   out_of_scope: { status: 403, meaning: "the host, namespace or project is outside the credential's scope (keys file or OIDC rule)" },
   bearer_token_not_accepted: { status: 403, meaning: 'the shared bearer token on a route that takes only OIDC tokens and operator keys' },

@@ -2,10 +2,14 @@ import { MAX_PRINCIPAL } from './jobs.js';
 
 /**
  * Who a caller is. Every credential the API accepts resolves to a principal (which credential:
- * `key:<id>`, `bearer:<credential id>`, `webhook:<sender>`) and an owner (the person or service
- * holding it), so four eyes can compare people: two keys with one owner are one person, whatever
- * their ids. Owners compare as plain strings: giving two credentials the same owner makes them one
- * person.
+ * `key:<id>`, `bearer:<credential id>`, `webhook:<sender>`, `oidc:<issuer>:<sub>`) and an owner
+ * (the person or service holding it), so four eyes can compare people: two keys with one owner are
+ * one person, whatever their ids. Owners compare as plain strings: giving two credentials the same
+ * owner makes them one person.
+ *
+ * A credential many people may hold (the shared bearer token, an OIDC token whose rule names no
+ * person) hides who asked: it counts as no known person, so four eyes asks one approver more of its
+ * changes, and it never overrides a freeze or the change windows.
  */
 export interface Identity {
   /** Which credential: `key:<id>`, `bearer:<credential id>`, `webhook:<sender>`. */
@@ -16,11 +20,18 @@ export interface Identity {
    */
   owner: string;
   /**
-   * False when nobody said who holds the credential: the bearer token without
-   * OPS_BEARER_TOKEN_OWNER (its owner is then `bearer:<credential id>`, standing for the token
-   * alone), and /webhook/alerts while it runs open (no token configured, so no proof of its sender).
+   * False when no known person stands behind the credential: the shared bearer token (whoever holds
+   * it; OPS_BEARER_TOKEN_OWNER only names it), an OIDC token whose rule names no person, and
+   * /webhook/alerts while it runs open (no token configured, so no proof of its sender).
    */
   ownerKnown: boolean;
+  /**
+   * The person behind an OIDC token, as its rule's `person` renders it (GitHub `actor`, GitLab
+   * `user_login`): four eyes compares it with the approvers' owners, besides `owner`.
+   */
+  person?: string;
+  /** Whether the caller may override a freeze or the change windows: a person's key, or an OIDC rule that says may_override. */
+  mayOverride: boolean;
 }
 
 /** Longest owner a configuration may name. */
@@ -41,21 +52,25 @@ export const envKeyOwner = (id: string): string => `env:${id}`;
 export const bearerPrincipal = (credential: string): string => `bearer:${credential}`;
 export const senderPrincipal = (sender: string): string => `webhook:${sender}`;
 
-/** An API key's identity: its principal and its configured owner. */
+/** An API key's identity: its principal and its configured owner, a person. */
 export function keyIdentity(key: { readonly id: string; readonly owner: string }): Identity {
-  return { principal: keyPrincipal(key.id), owner: key.owner, ownerKnown: true };
+  return { principal: keyPrincipal(key.id), owner: key.owner, ownerKnown: true, mayOverride: true };
 }
 
-/** The bearer token's identity: OPS_BEARER_TOKEN_OWNER when set, else an unknown owner standing for the token. */
+/**
+ * The shared bearer token's identity: OPS_BEARER_TOKEN_OWNER names it when set (the audit line,
+ * four eyes refuses that owner's approval), else `bearer:<credential id>`. Either way no known
+ * person stands behind it.
+ */
 export function bearerIdentity(credential: string, owner: string | undefined): Identity {
   const principal = bearerPrincipal(credential);
-  return owner === undefined ? { principal, owner: principal, ownerKnown: false } : { principal, owner, ownerKnown: true };
+  return { principal, owner: owner ?? principal, ownerKnown: false, mayOverride: false };
 }
 
 /** A webhook sender's identity: the sender is its own owner, known when its proof was checked. */
 export function senderIdentity(sender: string, verified: boolean): Identity {
   const principal = senderPrincipal(sender);
-  return { principal, owner: principal, ownerKnown: verified };
+  return { principal, owner: principal, ownerKnown: verified, mayOverride: false };
 }
 
 /**

@@ -3,6 +3,7 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { ConfigError, type ConfigProblem } from './errors.js';
 import { ownerProblem } from './identity.js';
+import { durationSchema } from './policy.js';
 import { scopeSchema, type Scope } from './scope.js';
 
 /**
@@ -13,9 +14,10 @@ import { scopeSchema, type Scope } from './scope.js';
  * stays in use.
  *
  * A valid signature alone never authorizes: a token is accepted only through a rule whose `match`
- * its claims satisfy, and by its issuer's `kind` every rule must constrain who the caller is
- * (github: the repository, gitlab: the project path, kubernetes: the namespace, generic: the
- * subject). A file whose rules do not is refused, at start and on reload.
+ * its claims satisfy, and every rule must bind a literal owner by its issuer's `kind` (github: the
+ * repository's owner, gitlab: the top-level group, kubernetes: the namespace, generic: the claim
+ * the rule names), since anyone can make such an issuer sign a token for an owner of their own. A
+ * file with a rule that does not is refused, at start and on reload, naming the rule.
  */
 export const OIDC_FILE_VAR = 'OPS_OIDC_FILE';
 
@@ -64,6 +66,12 @@ export interface OidcRule {
   };
   /** What a deploy by this identity is bound to (the claims name the project, ref and commit). */
   readonly deploy?: DeployBinding;
+  /** The person behind a token (GitHub `actor`, GitLab `user_login`), compared with owners by four eyes; absent: no known person. */
+  readonly person?: Template;
+  /** Whether its tokens may override a freeze or the change windows (override=true); only a rule that says so. */
+  readonly mayOverride: boolean;
+  /** generic issuers: the claim whose exact match binds the owner. */
+  readonly ownerClaim?: ClaimPath;
 }
 
 export interface OidcIssuer {
@@ -77,6 +85,10 @@ export interface OidcIssuer {
   readonly jwksUri?: string;
   /** How long after a successful JWKS fetch an unknown `kid` may trigger another one (ms). */
   readonly cooldownMs: number;
+  /** The longest lifetime (`exp` - `iat`, seconds) a token may have: `max_token_lifetime`, else its kind's default. */
+  readonly maxTokenLifetime: number;
+  /** How long after its `iat` a token is still accepted (seconds; jose's maxTokenAge); absent: until its `exp`. */
+  readonly maxTokenAge?: number;
   readonly rules: readonly OidcRule[];
 }
 
@@ -110,13 +122,17 @@ function claimText(value: unknown): string | undefined {
 
 /**
  * The claims as rules and deploys read them. GitLab's `ref` is the bare branch or tag name
- * (`main`): it becomes `refs/heads/main` (`refs/tags/v1` when `ref_type` is tag), the form pushes
- * and the inventory's `refs` use.
+ * (`main`): it becomes `refs/heads/main` when `ref_type` is branch, `refs/tags/v1` when it is tag,
+ * the form pushes and the inventory's `refs` use. The bare name is always prefixed, even when it
+ * starts with `refs/` itself (a tag may be named `refs/heads/main`); with any other `ref_type` the
+ * token names no ref.
  */
 export function normalizeClaims(kind: OidcKind, claims: Readonly<Record<string, unknown>>): Record<string, unknown> {
   const out = { ...claims };
-  if (kind === 'gitlab' && typeof out.ref === 'string' && !out.ref.startsWith('refs/')) {
-    out.ref = `${out.ref_type === 'tag' ? 'refs/tags/' : 'refs/heads/'}${out.ref}`;
+  if (kind === 'gitlab' && 'ref' in out) {
+    const prefix = out.ref_type === 'branch' ? 'refs/heads/' : out.ref_type === 'tag' ? 'refs/tags/' : undefined;
+    if (typeof out.ref === 'string' && out.ref !== '' && prefix) out.ref = `${prefix}${out.ref}`;
+    else delete out.ref;
   }
   return out;
 }
@@ -157,11 +173,10 @@ function compileMatcher(claim: string, pattern: string): ClaimMatcher | string {
   return { claim, pattern, test: (v) => v === pattern };
 }
 
-/** Texts no constraint admits all of: a matcher that does admits anything. */
-const PROBES = ['', 'x', 'acme/storefront', 'other-org/other-repo', 'group/sub/project', 'system:serviceaccount:ns:sa'];
-const unconstrained = (m: ClaimMatcher) => PROBES.every((p) => m.test(p));
-
 const PLACEHOLDER = /\{([^{}]*)\}/g;
+
+/** The claims a template's placeholders name. */
+const placeholders = (text: string): string[] => [...text.matchAll(PLACEHOLDER)].map((m) => m[1]!);
 
 /** A template from its text, or the problem with it. */
 function compileTemplate(text: string): Template | string {
@@ -222,7 +237,13 @@ const ruleSchema = z.strictObject({
   role: z.enum(['readonly', 'operator'], { error: 'is not readonly or operator' }),
   scope: scopeSchema.optional(),
   deploy: z.strictObject({ project: templateText.optional(), ref: templateText.optional(), sha: templateText.optional() }).optional(),
+  person: templateText.optional(),
+  may_override: z.boolean({ error: 'is not true or false' }).optional(),
+  owner_claim: z.string().min(1).max(256).optional(),
 });
+
+/** Longest lifetime a token may be given a bound for: a day's job timeout is GitLab's longest. */
+const MAX_LIFETIME_BOUND = 7 * 86400;
 
 const issuerSchema = z.strictObject({
   issuer: httpsUrl,
@@ -232,29 +253,83 @@ const issuerSchema = z.strictObject({
   discovery_auth: z.literal('serviceaccount', { error: 'is not serviceaccount' }).optional(),
   jwks_uri: httpsUrl.optional(),
   jwks_cooldown_seconds: z.number().int().min(1).max(3600).optional(),
+  max_token_lifetime: durationSchema(MAX_LIFETIME_BOUND, 'max_token_lifetime').optional(),
+  max_token_age: durationSchema(MAX_LIFETIME_BOUND, 'max_token_age').optional(),
   rules: z.array(ruleSchema).min(1, 'lists no rule (a token matching no rule is refused)'),
 });
 
 const fileSchema = z.strictObject({ issuers: z.array(issuerSchema) });
 
-/** The claims by which each kind must say who the caller is: a rule matching none of them authorizes any signature. */
-const CONSTRAINING: Record<OidcKind, { claims: readonly string[]; what: string }> = {
-  github: { claims: ['repository', 'repository_id'], what: 'the repository (match repository)' },
-  gitlab: { claims: ['project_path', 'project_id'], what: 'the project path (match project_path)' },
-  kubernetes: { claims: ['/kubernetes.io/namespace', 'sub'], what: 'the namespace (match /kubernetes.io/namespace)' },
-  generic: { claims: ['sub'], what: 'the subject (match sub)' },
+/**
+ * The longest lifetime (`exp` - `iat`) a token of each kind may have unless its entry says
+ * `max_token_lifetime`: GitHub's tokens live minutes, a projected ServiceAccount token an hour by
+ * default (`expirationSeconds` 3600), and GitLab's ID tokens as long as their job's timeout, a day
+ * at most on GitLab.com. A generic issuer gets the strictest of them.
+ */
+export const DEFAULT_MAX_TOKEN_LIFETIME: Record<OidcKind, number> = {
+  github: 3600,
+  gitlab: 86400,
+  kubernetes: 3600,
+  generic: 3600,
 };
 
-/** A Kubernetes `sub` match constrains the namespace only when the namespace part is literal. */
+/** The claims a `person` template may read, by kind: the ones naming the person who ran the job (any claim: generic). */
+const PERSON_CLAIMS: Partial<Record<OidcKind, readonly string[]>> = {
+  github: ['actor', 'triggering_actor'],
+  gitlab: ['user_login'],
+  kubernetes: [],
+};
+
+/** Whether a matcher matches exactly one text (neither a glob nor a regex). */
+const exact = (m: ClaimMatcher) => !m.pattern.startsWith('glob:') && !m.pattern.startsWith('re:');
+
+/**
+ * Whether a matcher fixes the text before the first `/` (an owner, a top-level group): exactly, or
+ * a glob with no wildcard before it. A regex never does: whether it admits a stranger is not
+ * something a start-up check can tell.
+ */
+function literalHead(m: ClaimMatcher): boolean {
+  if (exact(m)) return true;
+  if (!m.pattern.startsWith('glob:')) return false;
+  const glob = m.pattern.slice(5);
+  const slash = glob.indexOf('/');
+  if (slash <= 0) return false;
+  return !/[*?]/.test(glob.slice(0, slash));
+}
+
+/** A Kubernetes `sub` glob or value whose namespace part is literal: `system:serviceaccount:ci:*`. */
 const K8S_SUB = /^system:serviceaccount:([a-z0-9-]+):/;
-function constrains(kind: OidcKind, m: ClaimMatcher): boolean {
-  if (!CONSTRAINING[kind].claims.includes(m.claim) || unconstrained(m)) return false;
-  if (kind === 'kubernetes' && m.claim === 'sub') {
-    if (m.pattern.startsWith('re:')) return false;
-    const literal = m.pattern.startsWith('glob:') ? m.pattern.slice(5) : m.pattern;
-    return K8S_SUB.test(literal);
+
+/** By kind, whether a matcher binds a literal owner, and what a rule must match to bind one. */
+const BINDS: Record<Exclude<OidcKind, 'generic'>, { test: (m: ClaimMatcher) => boolean; what: string }> = {
+  github: {
+    test: (m) =>
+      (['repository_owner', 'repository_owner_id', 'repository_id'].includes(m.claim) && exact(m)) ||
+      (m.claim === 'repository' && literalHead(m)),
+    what: 'match repository_owner, repository_owner_id or repository_id exactly, or repository exactly or as a glob with a literal owner (glob:acme/*)',
+  },
+  gitlab: {
+    test: (m) => (['namespace_path', 'project_id'].includes(m.claim) && exact(m)) || (m.claim === 'project_path' && literalHead(m)),
+    what: 'match namespace_path or project_id exactly, or project_path exactly or as a glob with a literal top-level group (glob:acme/*)',
+  },
+  kubernetes: {
+    test: (m) =>
+      (m.claim === '/kubernetes.io/namespace' && exact(m)) ||
+      (m.claim === 'sub' && (exact(m) || m.pattern.startsWith('glob:')) && K8S_SUB.test(exact(m) ? m.pattern : m.pattern.slice(5))),
+    what: 'match /kubernetes.io/namespace exactly, or a sub whose namespace is literal (glob:system:serviceaccount:ci:*)',
+  },
+};
+
+/** Why a rule binds no literal owner, or undefined when it binds one. */
+function bindingProblem(kind: OidcKind, match: readonly ClaimMatcher[], ownerClaim: string | undefined): string | undefined {
+  const why = 'binds no owner: anyone can make the issuer sign a token, so a rule must';
+  if (kind === 'generic') {
+    if (ownerClaim === undefined) return `${why} name the claim that binds the owner (owner_claim) and match it exactly`;
+    const m = match.find((x) => x.claim === ownerClaim);
+    return m && exact(m) ? undefined : `${why} match its owner_claim ${ownerClaim} exactly (a glob or re: pattern never binds)`;
   }
-  return true;
+  if (ownerClaim !== undefined) return `has owner_claim, which only a generic issuer's rule takes`;
+  return match.some((m) => BINDS[kind].test(m)) ? undefined : `${why} ${BINDS[kind].what}; a re: pattern never binds`;
 }
 
 const DEFAULT_BINDING: Partial<Record<OidcKind, { project: string; ref: string; sha: string }>> = {
@@ -277,8 +352,9 @@ function compileRule(kind: OidcKind, raw: RawRule, index: number, where: string,
     if (typeof m === 'string') problems.push(`${at} match ${claim} ${m}`);
     else match.push(m);
   }
-  if (problems.length === before && !match.some((m) => constrains(kind, m))) {
-    problems.push(`${at} puts no constraint on ${CONSTRAINING[kind].what}: a valid ${kind} token alone must never authorize`);
+  if (problems.length === before) {
+    const p = bindingProblem(kind, match, raw.owner_claim);
+    if (p) problems.push(`${at} ${p}`);
   }
   const tpl = (field: string, text: string): Template | undefined => {
     const t = compileTemplate(text);
@@ -311,6 +387,20 @@ function compileRule(kind: OidcKind, raw: RawRule, index: number, where: string,
         ...(bind.sha ? { sha: tpl('deploy.sha', bind.sha) } : {}),
       }
     : undefined;
+  let person: Template | undefined;
+  if (raw.person !== undefined) {
+    const named = placeholders(raw.person);
+    const allowed = PERSON_CLAIMS[kind];
+    if (named.length === 0)
+      problems.push(`${at} person names no claim ({actor}): a literal person would stand for every token of the rule`);
+    else if (allowed && named.some((c) => !allowed.includes(c))) {
+      problems.push(
+        allowed.length === 0
+          ? `${at} person: a ${kind} token names no person`
+          : `${at} person may read only ${allowed.map((c) => `{${c}}`).join(' or ')} of a ${kind} token`,
+      );
+    } else person = tpl('person', raw.person);
+  }
   if (problems.length > before || !owner) return undefined;
   return {
     name: raw.name ?? `rule-${index + 1}`,
@@ -319,6 +409,9 @@ function compileRule(kind: OidcKind, raw: RawRule, index: number, where: string,
     role: raw.role,
     ...(scope ? { scope } : {}),
     ...(deploy ? { deploy } : {}),
+    ...(person ? { person } : {}),
+    mayOverride: raw.may_override === true,
+    ...(raw.owner_claim !== undefined ? { ownerClaim: raw.owner_claim } : {}),
   };
 }
 
@@ -373,6 +466,8 @@ export function parseOidcFile(text: string, readFile: (path: string) => string =
       ...(e.discovery_auth ? { discoveryAuth: e.discovery_auth } : {}),
       ...(e.jwks_uri ? { jwksUri: e.jwks_uri } : {}),
       cooldownMs: (e.jwks_cooldown_seconds ?? 30) * 1000,
+      maxTokenLifetime: e.max_token_lifetime ?? DEFAULT_MAX_TOKEN_LIFETIME[e.kind],
+      ...(e.max_token_age !== undefined ? { maxTokenAge: e.max_token_age } : {}),
       rules: rules.filter((r): r is OidcRule => !!r),
     });
   });
@@ -395,6 +490,8 @@ export interface OidcGrant {
   scope?: Scope;
   /** The deploy the claims bind (each field only when the rule binds it and the claim is there). */
   binds: { project?: string; ref?: string; sha?: string };
+  /** The person behind the token, rendered from the rule's `person`; absent: no known person (none named, or an empty or invalid render). */
+  person?: string;
 }
 
 /**
@@ -423,7 +520,9 @@ export function grantFor(issuer: OidcIssuer, claims: Readonly<Record<string, unk
       const v = rule.deploy?.[f]?.render(claims);
       if (v !== undefined) binds[f] = v;
     }
-    return { rule, owner, role: rule.role, ...(scope ? { scope } : {}), binds };
+    const person = rule.person?.render(claims);
+    const known = person !== undefined && ownerProblem(person) === undefined;
+    return { rule, owner, role: rule.role, ...(scope ? { scope } : {}), binds, ...(known ? { person } : {}) };
   }
   return undefined;
 }
@@ -437,6 +536,8 @@ export function describeIssuers(settings: Pick<OidcSettings, 'issuers'>) {
     jwks_uri: i.jwksUri ?? null,
     discovery_auth: i.discoveryAuth ?? null,
     ca_file: i.caFile ?? null,
+    max_token_lifetime: i.maxTokenLifetime,
+    max_token_age: i.maxTokenAge ?? null,
     rules: i.rules.map((r) => ({
       name: r.name,
       match: Object.fromEntries(r.match.map((m) => [m.claim, m.pattern])),
@@ -450,6 +551,9 @@ export function describeIssuers(settings: Pick<OidcSettings, 'issuers'>) {
           }
         : null,
       deploy: r.deploy ? Object.fromEntries(Object.entries(r.deploy).map(([k, t]) => [k, (t as Template).text])) : null,
+      person: r.person?.text ?? null,
+      may_override: r.mayOverride,
+      owner_claim: r.ownerClaim ?? null,
     })),
   }));
 }

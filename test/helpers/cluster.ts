@@ -439,23 +439,29 @@ export interface RunResult {
   stderr: string;
 }
 
-/** Run a tool from .tools/bin (async, so jest's timers keep running). */
+/**
+ * Run a tool from .tools/bin (async, so jest's timers keep running). The result is the child's exit
+ * code and output: a child may exit, or close its stdin, before it reads `input`, and the EPIPE that
+ * our write then meets says nothing about the tool, so errors on the child's streams are kept out
+ * of the result (a spawn failure, such as a missing binary, still rejects).
+ */
 export function run(
   bin: string,
   args: string[],
-  opts: { env?: Record<string, string>; input?: string; cwd?: string; timeoutMs?: number } = {},
+  opts: { env?: Record<string, string>; input?: string | Buffer; cwd?: string; timeoutMs?: number } = {},
 ): Promise<RunResult> {
   return new Promise((res, rej) => {
     const child = spawn(bin, args, {
       cwd: opts.cwd ?? REPO_ROOT,
       env: { ...process.env, ...opts.env },
-      stdio: ['pipe', 'pipe', 'pipe'],
+      stdio: [opts.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
     });
     let stdout = '';
     let stderr = '';
     const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 120000);
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
+    const ignore = (): void => undefined;
+    child.stdout.on('data', (d) => (stdout += d)).on('error', ignore);
+    child.stderr.on('data', (d) => (stderr += d)).on('error', ignore);
     child.on('error', (e) => {
       clearTimeout(timer);
       rej(e);
@@ -464,7 +470,7 @@ export function run(
       clearTimeout(timer);
       res({ code: code ?? -1, stdout, stderr });
     });
-    child.stdin.end(opts.input ?? '');
+    if (child.stdin) child.stdin.on('error', ignore).end(opts.input);
   });
 }
 

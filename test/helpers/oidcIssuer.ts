@@ -7,7 +7,9 @@ import type { Pem } from './certs.js';
  * A real OIDC issuer on 127.0.0.1 run by the test: HTTPS with a certificate of the test's own CA,
  * its discovery document at /.well-known/openid-configuration and its JWKS at /keys, signing with
  * keys made by jose. Keys can be added (a rotation) and requests required to carry a bearer token
- * (a Kubernetes API server that serves discovery to authenticated callers only).
+ * (a Kubernetes API server that serves discovery to authenticated callers only); its discovery
+ * document may point jwks_uri at another server, and it may serve other JSON documents (an API
+ * server's EndpointSlice). It records the Authorization header of every request.
  */
 export interface SigningKey {
   kid: string;
@@ -25,6 +27,12 @@ export interface LocalIssuer {
   keys: SigningKey[];
   /** Requests served, by path. */
   hits: Record<string, number>;
+  /** The Authorization header of every request, by path ('' for none). */
+  authorizations: Record<string, string[]>;
+  /** The discovery document's jwks_uri (default this server's /keys). */
+  pointKeysAt(url: string): void;
+  /** Serves `body` as JSON at `path`. */
+  serve(path: string, body: unknown): void;
   /** A key made now; `publish` puts it in the JWKS (a rotation), else only the test holds it. */
   newKey(alg: 'RS256' | 'ES256', publish: boolean): Promise<SigningKey>;
   publish(key: SigningKey): void;
@@ -47,11 +55,15 @@ export async function makeKey(alg: 'RS256' | 'ES256'): Promise<SigningKey> {
 export async function startIssuer(tls: Pem, alg: 'RS256' | 'ES256' = 'RS256'): Promise<LocalIssuer> {
   const published: SigningKey[] = [await makeKey(alg)];
   const hits: Record<string, number> = {};
+  const authorizations: Record<string, string[]> = {};
+  const documents = new Map<string, unknown>();
   let bearer: string | undefined;
   let url = '';
+  let keysAt: string | undefined;
   const server: Server = createServer({ cert: tls.cert, key: tls.key }, (req, res) => {
     const path = (req.url ?? '/').split('?')[0]!;
     hits[path] = (hits[path] ?? 0) + 1;
+    (authorizations[path] ??= []).push(req.headers.authorization ?? '');
     if (bearer !== undefined && req.headers.authorization !== `Bearer ${bearer}`) {
       res.writeHead(401, { 'content-type': 'application/json' }).end('{"message":"Unauthorized"}');
       return;
@@ -61,7 +73,7 @@ export async function startIssuer(tls: Pem, alg: 'RS256' | 'ES256' = 'RS256'): P
       res.end(
         JSON.stringify({
           issuer: url,
-          jwks_uri: `${url}/keys`,
+          jwks_uri: keysAt ?? `${url}/keys`,
           response_types_supported: ['id_token'],
           subject_types_supported: ['public'],
           id_token_signing_alg_values_supported: ['RS256', 'ES256'],
@@ -74,6 +86,10 @@ export async function startIssuer(tls: Pem, alg: 'RS256' | 'ES256' = 'RS256'): P
       res.end(JSON.stringify({ keys: published.map((k) => k.jwk) }));
       return;
     }
+    if (documents.has(path)) {
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(documents.get(path)));
+      return;
+    }
     res.writeHead(404).end();
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -82,6 +98,13 @@ export async function startIssuer(tls: Pem, alg: 'RS256' | 'ES256' = 'RS256'): P
     url,
     keys: published,
     hits,
+    authorizations,
+    pointKeysAt(u) {
+      keysAt = u;
+    },
+    serve(path, body) {
+      documents.set(path, body);
+    },
     async newKey(a, publish) {
       const k = await makeKey(a);
       if (publish) published.push(k);

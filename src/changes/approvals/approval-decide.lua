@@ -9,8 +9,9 @@
 -- Answers {verdict, record as it is afterwards (JSON)}:
 --   'not_found' (no record); 'decided' (already approved, rejected or expired: nothing changed);
 --   'expired' (past its expiry: marked expired now); 'pending' ('expire' before the expiry);
---   'self' (an approval by the requester's own owner, principal or secret: four eyes compares
---   people, and one secret is one person whatever names it has; the requester may reject, i.e.
+--   'self' (an approval by the requester's own owner, the person behind the requester's OIDC token
+--   (requester_person), its principal or secret: four eyes compares people, and one secret is one
+--   person whatever names it has; the requester may reject, i.e.
 --   withdraw, their own request); 'again' (this owner, principal or secret already approved); 'recorded' (approved, more approvals needed); 'approving' (the last approval: the
 --   record is `approving` until the change is carried out; also the answer to 'approve', 'reject'
 --   and 'expire' of a record already approving, whose caller finishes it);
@@ -66,7 +67,10 @@ if action == 'reject' then
 end
 local requester_owner = a.requester_owner
 if type(requester_owner) ~= 'string' or requester_owner == '' then requester_owner = a.requester end
-if ARGV[3] == requester_owner or ARGV[2] == a.requester or (ARGV[4] ~= '' and ARGV[4] == a.requester_credential) then
+local requester_person = a.requester_person
+if type(requester_person) ~= 'string' or requester_person == '' then requester_person = nil end
+if ARGV[3] == requester_owner or ARGV[3] == requester_person or ARGV[2] == a.requester
+  or (ARGV[4] ~= '' and ARGV[4] == a.requester_credential) then
   return {'self', raw}
 end
 local approvers = a.approvers

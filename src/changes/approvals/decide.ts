@@ -77,6 +77,7 @@ export function changeOfApproval(a: Approval): Change {
       credential: a.requester_credential,
       owner: a.requester_owner || a.requester,
       ownerKnown: a.requester_owner_known ?? true,
+      ...(a.requester_person ? { person: a.requester_person } : {}),
     },
     ...(a.reason ? { reason: a.reason } : {}),
     ...(override ? { override } : {}),
@@ -92,6 +93,11 @@ const selfApproval = (owner: string) =>
     `the requester cannot approve their own change: the credential belongs to ${owner}, who asked for it (four eyes: another person must approve it)`,
     'self_approval',
   );
+
+/** Whether an approver is the requester as four eyes sees it: the requester's owner, or the person behind its OIDC token. */
+const isRequester = (a: Approval, by: Principal): boolean =>
+  by.owner === (a.requester_owner || a.requester) ||
+  (a.requester_person !== undefined && a.requester_person !== '' && by.owner === a.requester_person);
 
 function answer(a: Approval, now: number, extra: Partial<DecisionAnswer> = {}): DecisionAnswer {
   const status = effectiveStatus(a, now);
@@ -147,7 +153,7 @@ export async function decideApproval(g: Guards, req: DecisionRequest): Promise<D
 
   const last =
     req.action === 'approve' &&
-    req.by.owner !== requesterOwner &&
+    !isRequester(current, req.by) &&
     (current.status === 'approving' || (effectiveStatus(current, now) === 'pending' && current.approvers.length + 1 >= current.required));
   if (last) {
     // The last approval lets the change through now: a closed gate refuses it before anything is recorded.
@@ -191,7 +197,7 @@ export async function decideApproval(g: Guards, req: DecisionRequest): Promise<D
         throw new UnprocessableError('nothing to decide', 'nothing_to_decide');
       case 'self':
         g.metrics?.approvals.inc({ change: kind, event: 'refused_self' });
-        throw selfApproval(requesterOwner);
+        throw selfApproval(isRequester(current, req.by) ? req.by.owner : requesterOwner);
       case 'again':
         throw new ConflictError(
           `you already approved ${req.id} (as ${req.by.owner}); it needs ${a.required - a.approvers.length} more approval(s) from other people`,
@@ -222,9 +228,9 @@ export async function decideApproval(g: Guards, req: DecisionRequest): Promise<D
     }
   } else if (req.action === 'reject') {
     throw new ConflictError(`approval ${req.id} is already approved; its change is being carried out`, 'approval_decided');
-  } else if (req.by.owner === requesterOwner) {
+  } else if (isRequester(current, req.by)) {
     g.metrics?.approvals.inc({ change: kind, event: 'refused_self' });
-    throw selfApproval(requesterOwner);
+    throw selfApproval(req.by.owner);
   } else {
     refuseRacer(current, req.id, now);
   }

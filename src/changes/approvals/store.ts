@@ -60,8 +60,10 @@ export interface Approval {
   requester_credential: string;
   /** The person or service behind the requester's credential: four eyes compares owners. */
   requester_owner: string;
-  /** false: nobody is named for the credential (a shared bearer token); `required` counts one approver more. */
+  /** false: no known person stands behind the credential (the shared bearer token, an OIDC token naming none); `required` counts one approver more. */
   requester_owner_known: boolean;
+  /** The person behind the requester's OIDC token (its rule's `person`): four eyes refuses their approval too. */
+  requester_person?: string;
   /** The way the change came in (src/changes/types.ts). */
   origin: Origin;
   /** The requester's reason, when given. */

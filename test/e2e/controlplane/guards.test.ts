@@ -49,6 +49,7 @@ jest.setTimeout(180_000);
  */
 const BEARER = 'k8s-guards-test-bearer-0001';
 const OP_KEY = 'k8s-guards-test-operator-0001';
+const OP_KEY_2 = 'k8s-guards-test-operator-0002';
 const RO_KEY = 'k8s-guards-test-readonly-0001';
 
 describe('dry runs and outcomes on a real API server, as the worker ServiceAccount', () => {
@@ -121,7 +122,7 @@ describe('dry runs and outcomes on a real API server, as the worker ServiceAccou
       },
     );
     const config = loadApiConfig({
-      OPS_API_KEY_ROLES: `${RO_KEY}:readonly,${OP_KEY}:operator`,
+      OPS_API_KEY_ROLES: `${RO_KEY}:readonly,${OP_KEY}:operator,${OP_KEY_2}:operator`,
       OPS_BEARER_TOKEN: BEARER,
       OPS_BEARER_TOKEN_OWNER: 'oncall',
       REDIS_URL: redis.url,
@@ -324,16 +325,21 @@ spec: {policyName: ${policy}, validationActions: [Deny]}
   it('an approved restart rolls out: outcome rolled_out with its duration, Events OpsgateRestart (naming the approver) and OpsgateRolledOut', async () => {
     const asked = await request(app).post('/ops/restart?host=guarded-1&service=cache').set('Authorization', `Bearer ${BEARER}`);
     expect(asked.status).toBe(202);
+    // The shared bearer token hides who asked: two people approve where the policy asks one.
+    expect(asked.body.required).toBe(2);
     const id = asked.body.approval_id as string;
-    const approved = await request(app)
-      .post(`/ops/approvals/${id}/approve`)
-      .set('X-API-Key', OP_KEY)
-      .set('Content-Type', 'application/json')
-      .send(JSON.stringify({ reason: 'cache warmed' }));
+    const approve = (key: string) =>
+      request(app)
+        .post(`/ops/approvals/${id}/approve`)
+        .set('X-API-Key', key)
+        .set('Content-Type', 'application/json')
+        .send(JSON.stringify({ reason: 'cache warmed' }));
+    expect((await approve(OP_KEY)).body).toMatchObject({ status: 'pending', approvals_needed: 1 });
+    const approved = await approve(OP_KEY_2);
     expect(approved.body).toMatchObject({ status: 'approved', job_id: id });
     const done = await ended(id);
     expect(done).toMatchObject({ state: 'completed', outcome: { result: 'rolled_out', duration_s: expect.any(Number) } });
-    const approver = `key:${credentialId(OP_KEY)}`;
+    const approver = `key:${credentialId(OP_KEY)}, key:${credentialId(OP_KEY_2)}`;
     const restart = await waitFor('the OpsgateRestart Event', async () => (await events(ns.data, 'cache', 'OpsgateRestart'))[0]);
     expect(restart.note).toContain(`approved by ${approver}`);
     const rolled = await waitFor('the OpsgateRolledOut Event', async () => (await events(ns.data, 'cache', 'OpsgateRolledOut'))[0]);

@@ -18,6 +18,10 @@ jest.setTimeout(180_000);
  * default binding to system:serviceaccounts). The test apiserver's issuer
  * (https://kubernetes.default.svc.cluster.local) is a name only pods resolve, so the entry gives
  * the key set's address on the apiserver (`jwks_uri`); the token's `iss` is still checked against it.
+ * opsgate sends its token there only as to the API server its pod's environment names
+ * (KUBERNETES_SERVICE_HOST and _PORT, given to the verifier as a pod has them): anywhere else it
+ * fetches the keys without it, which this apiserver refuses. Tokens that live longer than the
+ * kubernetes kind allows (1 h) are refused.
  */
 const ISSUER = 'https://kubernetes.default.svc.cluster.local';
 const CI = 'oidc-ci';
@@ -26,12 +30,18 @@ let cluster: Awaited<ReturnType<typeof useCluster>>;
 let admin: k8s.KubeConfig;
 const dir = mkdtempSync(join(tmpdir(), 'opsgate-e2e-oidc-'));
 
-const token = async (namespace: string, name: string, audiences: string[]) =>
+const token = async (namespace: string, name: string, audiences: string[], expirationSeconds = 600) =>
   (
     await admin
       .makeApiClient(k8s.CoreV1Api)
-      .createNamespacedServiceAccountToken({ name, namespace, body: { spec: { audiences, expirationSeconds: 600 } } })
+      .createNamespacedServiceAccountToken({ name, namespace, body: { spec: { audiences, expirationSeconds } } })
   ).status!.token!;
+
+/** The API server as a pod's environment names it. */
+const podEnv = () => {
+  const u = new URL(cluster.server);
+  return { KUBERNETES_SERVICE_HOST: u.hostname, KUBERNETES_SERVICE_PORT: u.port };
+};
 
 /** A pod's ServiceAccount mount: its token (default: opsgate's, audience the API server) and the cluster's CA. */
 async function serviceAccountDir(name: string, saToken?: string): Promise<string> {
@@ -84,6 +94,7 @@ describe('the kube-apiserver as issuer', () => {
     const verifier = createOidcVerifier({
       settings: { issuers: issuers(), configured: true },
       serviceAccountDir: await serviceAccountDir('opsgate'),
+      env: podEnv(),
     });
     const caller = await verifier.verify(await token(CI, 'tekton-bot', ['opsgate']));
     expect(caller).toMatchObject({
@@ -100,12 +111,26 @@ describe('the kube-apiserver as issuer', () => {
     });
     // A ServiceAccount of another namespace: a valid token that no rule admits.
     await expect(verifier.verify(await token(OPSGATE, 'opsgate', ['opsgate']))).rejects.toMatchObject({ code: 'oidc_no_matching_rule' });
+    // A token the apiserver made to live two hours: longer than a kubernetes issuer's default bound.
+    await expect(verifier.verify(await token(CI, 'tekton-bot', ['opsgate'], 7200))).rejects.toMatchObject({
+      code: 'oidc_token_lifetime_exceeded',
+    });
+  });
+
+  it('a jwks_uri on a host that is not the API server the pod knows gets no token: the apiserver refuses the keys, opsgate fails closed (503)', async () => {
+    const verifier = createOidcVerifier({
+      settings: { issuers: issuers(), configured: true },
+      serviceAccountDir: await serviceAccountDir('elsewhere'),
+      env: {},
+    });
+    await expect(verifier.verify(await token(CI, 'tekton-bot', ['opsgate']))).rejects.toMatchObject({ code: 'oidc_issuer_unavailable' });
   });
 
   it('when the API server refuses opsgate the keys (a token it does not accept), it fails closed (503)', async () => {
     const verifier = createOidcVerifier({
       settings: { issuers: issuers(), configured: true },
       serviceAccountDir: await serviceAccountDir('refused', 'not-a-token'),
+      env: podEnv(),
     });
     await expect(verifier.verify(await token(CI, 'tekton-bot', ['opsgate']))).rejects.toMatchObject({ code: 'oidc_issuer_unavailable' });
   });

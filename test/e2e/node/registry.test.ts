@@ -96,18 +96,31 @@ beforeAll(async () => {
   ok(await cosign(['generate-key-pair'], { env: { COSIGN_PASSWORD } }), 'cosign generate-key-pair');
   mkdirSync(join(work, 'other'));
   ok(await cosign(['generate-key-pair', '--output-key-prefix', 'other/cosign'], { env: { COSIGN_PASSWORD: 'other' } }), 'another key pair');
-  // A GnuPG key for the chart's provenance, exported as the legacy keyrings helm reads.
+  // A GnuPG key for the chart's provenance, exported as the legacy keyrings helm reads. gpg keeps
+  // secret keys in its agent: the agent of this home directory is started up front (gpgconf
+  // --launch) so no gpg call starts one itself, and each step is tried again after a failure (with
+  // the agent started anew), since a busy machine can make gpg give up waiting for its agent.
   mkdirSync(GNUPGHOME, { mode: 0o700 });
-  const gpg = (args: string[]) => run('gpg', ['--batch', '--homedir', GNUPGHOME, ...args], { timeoutMs: 120_000 });
-  ok(
-    await gpg(['--pinentry-mode', 'loopback', '--passphrase', '', '--quick-gen-key', HELM_SIGN_KEY, 'rsa3072', 'sign', 'never']),
-    'gpg key',
-  );
-  ok(await gpg(['--output', join(work, 'secring.gpg'), '--export-secret-keys']), 'gpg --export-secret-keys');
-  ok(await gpg(['--output', join(work, 'pubring.gpg'), '--export']), 'gpg --export');
+  writeFileSync(join(GNUPGHOME, 'gpg-agent.conf'), 'allow-loopback-pinentry\n');
+  const gpgStep = async (bin: 'gpg' | 'gpgconf', args: string[], what: string) => {
+    let r = await run(bin, ['--homedir', GNUPGHOME, ...args], { timeoutMs: 120_000 });
+    for (let attempt = 2; r.code !== 0 && attempt <= 3; attempt++) {
+      console.warn(`${what} exited ${r.code} (attempt ${attempt - 1} of 3): ${r.stderr.trim()}`);
+      await run('gpgconf', ['--homedir', GNUPGHOME, '--kill', 'gpg-agent']);
+      await run('gpgconf', ['--homedir', GNUPGHOME, '--launch', 'gpg-agent']);
+      r = await run(bin, ['--homedir', GNUPGHOME, ...args], { timeoutMs: 120_000 });
+    }
+    return ok(r, what);
+  };
+  await gpgStep('gpgconf', ['--launch', 'gpg-agent'], 'gpgconf --launch gpg-agent');
+  const gpg = (args: string[], what: string) => gpgStep('gpg', ['--batch', ...args], what);
+  await gpg(['--pinentry-mode', 'loopback', '--passphrase', '', '--quick-gen-key', HELM_SIGN_KEY, 'rsa3072', 'sign', 'never'], 'gpg key');
+  await gpg(['--output', join(work, 'secring.gpg'), '--yes', '--export-secret-keys'], 'gpg --export-secret-keys');
+  await gpg(['--output', join(work, 'pubring.gpg'), '--yes', '--export'], 'gpg --export');
 }, 300_000);
 
 afterAll(async () => {
+  await run('gpgconf', ['--homedir', GNUPGHOME, '--kill', 'gpg-agent']);
   await helm(['uninstall', RELEASE, '-n', NS, '--wait', '--timeout', '2m']);
   await kubectl(['delete', 'namespace', NS, '--wait=false']);
   rmSync(work, { recursive: true, force: true });

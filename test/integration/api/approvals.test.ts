@@ -15,8 +15,9 @@ import { metricValue } from '../../helpers/workerSupport.js';
  * one job, whose id is the approval id and whose data carries the approvers.
  */
 const OP_KEY_3 = 'op-key-third-0007-approver';
+const OP_KEY_4 = 'op-key-fourth-0008-requester';
 let clock = Date.parse('2026-03-02T10:00:00Z');
-const env = { OPS_API_KEY_ROLES: `${RO_KEY}:readonly,${OP_KEY}:operator,${OP_KEY_2}:operator,${OP_KEY_3}:operator` };
+const env = { OPS_API_KEY_ROLES: `${RO_KEY}:readonly,${OP_KEY}:operator,${OP_KEY_2}:operator,${OP_KEY_3}:operator,${OP_KEY_4}:operator` };
 const ctx = useHarness({ inventoryYaml: GUARDED_INVENTORY_YAML, now: () => clock, env });
 let other: Harness; // a second API process's app on the same Redis
 
@@ -46,7 +47,8 @@ describe('a restart whose host asks for approval', () => {
       status: 'pending_approval',
       approval_id: expect.stringMatching(/^apr-[a-z0-9]{20}$/),
       expires_at: '2026-03-02T11:00:00.000Z',
-      required: 1,
+      // The shared bearer token hides who asked: one approver more than the policy's 1.
+      required: 2,
       coalesced: false,
     });
     expect(await jobsNamed(ctx.h, JOB.restartService)).toEqual([]);
@@ -84,7 +86,7 @@ describe('a restart whose host asks for approval', () => {
         service: 'api',
         namespace: 'payments',
         requested_by: bearerId,
-        required: 1,
+        required: 2,
         approvals: [],
         job_id: body.approval_id,
       }),
@@ -195,7 +197,7 @@ describe('a restart whose host asks for approval', () => {
   it('two approvers racing on two API instances: exactly one 200 approved, one 409, one job (20 rounds)', async () => {
     for (let round = 0; round < 20; round++) {
       await ctx.h.inspect.flushall();
-      const { body } = await restartAs(ctx.h.app, '?host=pay-1&service=ledger');
+      const { body } = await restartAs(ctx.h.app, '?host=pay-1&service=ledger', { 'X-API-Key': OP_KEY_3 });
       const [a, b] = await Promise.all([
         decide(ctx.h.app, body.approval_id, 'approve', OP_KEY),
         decide(other.app, body.approval_id, 'approve', OP_KEY_2),
@@ -210,7 +212,7 @@ describe('a restart whose host asks for approval', () => {
   });
 
   it('two approvals required: the first is recorded (still pending), the same operator twice is a 409, a second operator approves', async () => {
-    const { body } = await restartAs(ctx.h.app, '?host=vault-1&service=core');
+    const { body } = await restartAs(ctx.h.app, '?host=vault-1&service=core', { 'X-API-Key': OP_KEY_4 });
     expect(body.required).toBe(2);
     const first = await decide(ctx.h.app, body.approval_id, 'approve', OP_KEY);
     expect(first.status).toBe(202); // recorded: the change still waits for approval

@@ -64,7 +64,7 @@ describe('a namespace budget of 3 restarts per 10 minutes', () => {
   it('the last approval of an approved restart takes a place, or answers 429 and leaves the approval pending', async () => {
     await ctx.h.inspect.flushall();
     for (const s of ['reports', 'exports', 'imports']) expect((await restartAs(ctx.h.app, `?host=batch-1&service=${s}`)).status).toBe(200);
-    const asked = await restartAs(ctx.h.app, '?host=batch-2&service=archive');
+    const asked = await restartAs(ctx.h.app, '?host=batch-2&service=archive', { 'X-API-Key': OP_KEY });
     expect(asked.status).toBe(202);
     const spent = await decide(b.app, asked.body.approval_id, 'approve', OP_KEY_2);
     expect(spent.status).toBe(429);

@@ -54,18 +54,29 @@ const restartJobs = async (h: Harness) =>
   (await h.queue.bull.getJobs(['waiting', 'delayed', 'active', 'completed', 'failed'])).filter((j) => j.name === JOB.restartService);
 
 describe('four eyes between people', () => {
-  it("the bearer token's owner (OPS_BEARER_TOKEN_OWNER) cannot approve with their own key: 403; another person can", async () => {
+  it('the bearer token with OPS_BEARER_TOKEN_OWNER: that owner cannot approve with their own key (403); whoever holds the token, two other people approve', async () => {
     const asked = await restartAs(ctx.h.app, '?host=pay-1&service=api');
     expect(asked.status).toBe(202);
-    expect(asked.body).toMatchObject({ status: 'pending_approval', required: 1 });
+    expect(asked.body).toMatchObject({ status: 'pending_approval', required: 2 });
     const self = await decide(ctx.h.app, asked.body.approval_id, 'approve', KEYS.alice);
     expect(self.status).toBe(403);
     expect(self.body.detail).toMatch(/requester cannot approve their own change: the credential belongs to alice/);
     expect(await restartJobs(ctx.h)).toEqual([]);
-    const ok = await decide(ctx.h.app, asked.body.approval_id, 'approve', KEYS.bob);
+    // Bob may hold the token as well: his approval alone does not let the change through.
+    const first = await decide(ctx.h.app, asked.body.approval_id, 'approve', KEYS.bob);
+    expect(first.status).toBe(202);
+    expect(first.body).toMatchObject({ status: 'pending', approvals_needed: 1 });
+    expect(await restartJobs(ctx.h)).toEqual([]);
+    const ok = await decide(ctx.h.app, asked.body.approval_id, 'approve', KEYS.carol);
     expect(ok.status).toBe(200);
     expect(ok.body).toMatchObject({ status: 'approved', job_id: asked.body.approval_id });
-    expect(ok.body.approval).toMatchObject({ requested_owner: 'alice', approvals: [{ by: 'key:bob', owner: 'bob' }] });
+    expect(ok.body.approval).toMatchObject({
+      requested_owner: 'alice',
+      approvals: [
+        { by: 'key:bob', owner: 'bob' },
+        { by: 'key:carol', owner: 'carol' },
+      ],
+    });
   });
 
   it('two keys of one owner: the second cannot approve what the first asked for (403), nor approve twice', async () => {

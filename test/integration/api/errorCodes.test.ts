@@ -268,6 +268,12 @@ const CASES: Array<{ condition: string; status: number; code: ErrorCode; send: (
     send: () => request(scoped.app).post('/ops/restart?host=db-1&service=postgres-exporter').set('X-API-Key', SCOPED_KEY),
   },
   {
+    condition: 'override=true from the shared bearer token',
+    status: 403,
+    code: 'override_not_allowed',
+    send: () => restartAs(ctx.h.app, '?host=web-1&service=frontend&override=true&reason=x'),
+  },
+  {
     condition: 'the shared bearer token on POST /ops/deploys',
     status: 403,
     code: 'bearer_token_not_accepted',
@@ -359,9 +365,9 @@ const CASES: Array<{ condition: string; status: number; code: ErrorCode; send: (
     status: 409,
     code: 'approval_decided',
     send: async () => {
-      const id = await pending('pay-1', 'ledger');
+      const id = await pending('pay-1', 'ledger', { 'X-API-Key': OP_KEY_2 });
       await decide(guarded.app, id, 'approve', OP_KEY);
-      return decide(guarded.app, id, 'approve', OP_KEY_2);
+      return decide(guarded.app, id, 'approve', OP_KEY);
     },
   },
   {
@@ -586,6 +592,7 @@ const ELSEWHERE: Partial<Record<ErrorCode, string>> = {
   invalid_job_data: 'job data the route schemas already refuse',
   invalid_oidc_token: 'test/integration/api/oidc.test.ts (tokens of an issuer the test runs)',
   oidc_no_matching_rule: 'test/integration/api/oidc.test.ts',
+  oidc_token_lifetime_exceeded: 'test/integration/api/oidc.test.ts (a token valid for longer than its issuer allows)',
   deploy_not_bound_to_token: 'test/integration/api/oidc.test.ts (a deploy body disagreeing with the token)',
   oidc_issuer_unavailable: 'test/integration/api/oidc.test.ts (a listed issuer that cannot be reached)',
 };

@@ -12,7 +12,7 @@ import { Queue } from 'bullmq';
 import request from 'supertest';
 import { QUEUE_NAME } from '../../../src/shared/jobs.js';
 import { FREEZES_KEY, approvalKey } from '../../../src/shared/keys.js';
-import { OP_KEY, RO_KEY, createHarness, type Harness } from '../../helpers/apiHarness.js';
+import { OP_KEY, OP_KEY_2, RO_KEY, createHarness, type Harness } from '../../helpers/apiHarness.js';
 import { GUARDED_INVENTORY_YAML, decide, restartAs } from '../../helpers/guards.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 import { startReplica } from '../../helpers/redisTopology.js';
@@ -80,7 +80,7 @@ describe('guarded changes, REDIS_MIN_REPLICAS_ACK=1 with one real replica', () =
   });
 
   it('202 pending_approval with the approval on the replica; approved: 200 with its job on the replica', async () => {
-    const asked = await restartAs(h.app, '?host=pay-1&service=ledger&reason=leak');
+    const asked = await restartAs(h.app, '?host=pay-1&service=ledger&reason=leak', { 'X-API-Key': OP_KEY_2 });
     expect(asked.status).toBe(202);
     expect(asked.body).toMatchObject({ status: 'pending_approval' });
     const id = asked.body.approval_id as string;

@@ -35,6 +35,7 @@ const oidcFile = join(dir, 'oidc.yaml');
 const keysFile = join(dir, 'keys.yaml');
 const SAME_OWNER_KEY = 'same-owner-key-0101-abcdef';
 const SCOPED_KEY = 'scoped-key-0102-abcdef';
+const ALICE_KEY = 'alice-key-0103-abcdef';
 const SHA = 'e1c5b7a0f9d3c2b1a0e9d8c7b6a5f4e3d2c1b0a9';
 const OTHER_SHA = '0000000000000000000000000000000000000001';
 
@@ -65,8 +66,16 @@ issuers:
       - name: storefront-main
         match: {repository: acme/storefront, ref: refs/heads/main}
         owner: "github:{repository}"
+        person: "{actor}"
         role: operator
         scope: {projects: [acme/storefront, acme/legacy], hosts: [web-1, pay-1]}
+      - name: storefront-hotfix
+        match: {repository: acme/storefront, ref: refs/heads/hotfix}
+        owner: "github:{repository}"
+        person: "{actor}"
+        may_override: true
+        role: operator
+        scope: {hosts: [web-1]}
       - name: storefront-readonly
         match: {repository: acme/storefront, ref: "glob:refs/heads/release/*"}
         owner: "github:{repository}"
@@ -75,6 +84,7 @@ issuers:
     kind: gitlab
     audience: opsgate
     ca_file: ${caFile}
+    max_token_age: 60
     rules:
       - name: shop-protected
         match: {project_path: "glob:acme/*", ref_protected: "true", ref: "re:refs/heads/(main|hotfix-.+)"}
@@ -86,7 +96,7 @@ issuers:
     audience: opsgate
     ca_file: ${caFile}
     rules:
-      - {match: {sub: ci-bot}, owner: ci-bot, role: operator}
+      - {match: {sub: ci-bot}, owner_claim: sub, owner: ci-bot, role: operator}
 `;
 
 beforeAll(async () => {
@@ -101,7 +111,8 @@ beforeAll(async () => {
   writeFileSync(
     keysFile,
     `- {id: same-owner, role: operator, key: ${SAME_OWNER_KEY}, owner: "github:acme/storefront"}\n` +
-      `- {id: scoped, role: operator, key: ${SCOPED_KEY}, scope: {hosts: [web-1], projects: [acme/shop]}}\n`,
+      `- {id: scoped, role: operator, key: ${SCOPED_KEY}, scope: {hosts: [web-1], projects: [acme/shop]}}\n` +
+      `- {id: alice-laptop, role: operator, key: ${ALICE_KEY}, owner: alice}\n`,
   );
   srv = await startRedis();
   const env = { OPS_OIDC_FILE: oidcFile, OPS_API_KEYS_FILE: keysFile, ADMIN_UI_ENABLED: 'true' };
@@ -491,6 +502,101 @@ describe('POST /ops/deploys', () => {
   });
 });
 
+describe("keyless callers held to people's rules", () => {
+  const approve = (id: string, key: string) =>
+    request(h.app)
+      .post(`/ops/approvals/${id}/approve`)
+      .set('X-API-Key', key)
+      .set('Content-Type', 'application/json')
+      .send('{"reason":"ok"}');
+
+  it('the person a rule names (person: {actor}) cannot approve the change with their own key: 403 self_approval; another person can', async () => {
+    const asked = await restart(h.app, 'host=pay-1&service=api', await gh.sign(githubClaims({ actor: 'alice' })));
+    expect([asked.status, asked.body.required]).toEqual([202, 1]);
+    expect(lastAudit(h, '/ops/restart')).toMatchObject({ owner: 'github:acme/storefront', owner_known: true, person: 'alice' });
+    const id = asked.body.approval_id as string;
+    const self = await approve(id, ALICE_KEY);
+    expect([self.status, self.body.code]).toEqual([403, 'self_approval']);
+    expect(self.body.detail).toMatch(/the credential belongs to alice/);
+    expect(await h.queue.bull.getJob(id)).toBeUndefined();
+    const other = await approve(id, OP_KEY);
+    expect([other.status, other.body.status]).toEqual([200, 'approved']);
+  });
+
+  it('a token whose rule names no person, or whose person is empty, needs one approver more than the policy says', async () => {
+    const asked = await restart(h.app, 'host=pay-1&service=api', await gh.sign(githubClaims({ actor: '' })));
+    expect([asked.status, asked.body.required]).toEqual([202, 2]);
+    expect(lastAudit(h, '/ops/restart')).toMatchObject({ owner_known: false });
+    const id = asked.body.approval_id as string;
+    const first = await approve(id, ALICE_KEY);
+    expect([first.status, first.body.status, first.body.approvals_needed]).toEqual([202, 'pending', 1]);
+    expect(await h.queue.bull.getJob(id)).toBeUndefined();
+    expect((await approve(id, OP_KEY)).body.status).toBe('approved');
+    // Without an approval policy it is queued as the contract says.
+    const free = await restart(h.app, 'host=web-1&service=frontend', await gh.sign(githubClaims({ actor: '' })));
+    expect([free.status, free.body.status]).toEqual([200, 'submitted']);
+  });
+
+  it('override=true: 403 override_not_allowed from an OIDC token without may_override and from the shared token; a may_override rule overrides, audited', async () => {
+    const frozen = await request(h.app)
+      .post('/ops/freezes')
+      .set('X-API-Key', OP_KEY)
+      .set('Content-Type', 'application/json')
+      .send(JSON.stringify({ scope: 'namespace', namespace: 'shop', reason: 'sale', duration: '1h' }));
+    expect(frozen.status).toBe(201);
+    const main = await gh.sign(githubClaims());
+    expect((await restart(h.app, 'host=web-1&service=frontend', main)).body.code).toBe('change_refused');
+    for (const [token, query] of [
+      [main, 'host=web-1&service=frontend&override=true&reason=x'],
+      [main, 'host=web-1&service=frontend&override=true&reason=x&dry_run=true'],
+      [BEARER, 'host=web-1&service=frontend&override=true&reason=x'],
+    ] as const) {
+      const refused = await restart(h.app, query, token);
+      expect([refused.status, refused.body.code]).toEqual([403, 'override_not_allowed']);
+    }
+    expect(await h.queue.bull.getJobCounts('waiting')).toEqual({ waiting: 0 });
+    const hotfix = await restart(
+      h.app,
+      'host=web-1&service=frontend&override=true&reason=checkout%20wedged',
+      await gh.sign(githubClaims({ ref: 'refs/heads/hotfix', actor: 'alice' })),
+    );
+    expect([hotfix.status, hotfix.body.status]).toEqual([200, 'submitted']);
+    expect(lastAudit(h, '/ops/restart')).toMatchObject({ status: 200, override: true, oidc: { rule: 'storefront-hotfix' } });
+    const job = await h.queue.bull.getJob(hotfix.body.job_id);
+    expect(job?.data.override).toMatchObject({ by: expect.stringMatching(/^oidc:/), reason: 'checkout wedged' });
+    const key = await request(h.app).post('/ops/restart?host=web-1&service=checkout&override=true&reason=x').set('X-API-Key', OP_KEY);
+    expect(key.status).toBe(200);
+  });
+
+  it("a token valid for longer than its issuer's max_token_lifetime: 401 oidc_token_lifetime_exceeded, counted", async () => {
+    const before = await verifications(gh.url, 'lifetime');
+    const t = Math.floor(Date.now() / 1000);
+    for (const exp of [t + 7200, t + 365 * 86400]) {
+      const res = await restart(h.app, 'host=web-1&service=frontend', await gh.sign(githubClaims({ iat: t - 5, exp })));
+      expect([res.status, res.body.code]).toEqual([401, 'oidc_token_lifetime_exceeded']);
+      expect(res.body.detail).toMatch(/longer than the 3600 s its issuer's max_token_lifetime allows/);
+    }
+    expect(await verifications(gh.url, 'lifetime')).toBe(before + 2);
+    expect(await h.queue.bull.getJobCounts('waiting')).toEqual({ waiting: 0 });
+  });
+
+  it("a token issued longer ago than its issuer's max_token_age, and a token without sub: 401 saying so", async () => {
+    const t = Math.floor(Date.now() / 1000);
+    const old = await deploy(await gl.sign(gitlabClaims({ iat: t - 120, nbf: t - 120 })));
+    expect([old.status, old.body.code]).toEqual([401, 'invalid_oidc_token']);
+    expect(old.body.detail).toMatch(/issued more than 60 s ago/);
+    const { sub: _sub, ...claims } = githubClaims();
+    const nosub = await restart(h.app, 'host=web-1&service=frontend', await gh.sign(claims));
+    expect([nosub.status, nosub.body.code, nosub.body.detail]).toEqual([401, 'invalid_oidc_token', 'the OIDC token has no "sub" claim']);
+  });
+
+  it("GitLab's ref_type is honoured: a tag named refs/heads/main is a tag, which the rule for main does not admit", async () => {
+    const tag = await deploy(await gl.sign(gitlabClaims({ ref: 'refs/heads/main', ref_type: 'tag' })));
+    expect([tag.status, tag.body.code]).toEqual([403, 'oidc_no_matching_rule']);
+    expect(await h.queue.bull.getJobCounts('waiting')).toEqual({ waiting: 0 });
+  });
+});
+
 describe('GET /ops/keys, and the file re-read while the API runs', () => {
   it('lists the issuers and rules beside the keys and their scopes, never a secret', async () => {
     const res = await request(h.app).get('/ops/keys').set('X-API-Key', OP_KEY);
@@ -504,11 +610,24 @@ describe('GET /ops/keys, and the file re-read while the API runs', () => {
       role: 'operator',
       scope: { projects: ['acme/storefront', 'acme/legacy'], hosts: ['web-1', 'pay-1'] },
       deploy: { project: '{repository}', ref: '{ref}', sha: '{sha}' },
+      person: '{actor}',
+      may_override: false,
+      owner_claim: null,
     });
+    expect(
+      res.body.oidc_issuers.map((i: { max_token_lifetime: number; max_token_age: number | null }) => [
+        i.max_token_lifetime,
+        i.max_token_age,
+      ]),
+    ).toEqual([
+      [3600, null],
+      [86400, 60],
+      [3600, null],
+    ]);
     for (const secret of [SCOPED_KEY, SAME_OWNER_KEY, OP_KEY, ca.key]) expect(JSON.stringify(res.body)).not.toContain(secret);
   });
 
-  it('a changed OPS_OIDC_FILE is put in use without a restart; one that puts no constraint on the repository is refused', async () => {
+  it('a changed OPS_OIDC_FILE is put in use without a restart; one with a rule that binds no owner is refused, naming the rule', async () => {
     const file = join(dir, 'reload.yaml');
     writeFileSync(file, oidcYaml());
     const config = loadApiConfig({ ...baseEnv(srv.url), OPS_OIDC_FILE: file, SECRETS_RELOAD_INTERVAL_MS: '60000' });
@@ -525,14 +644,20 @@ describe('GET /ops/keys, and the file re-read while the API runs', () => {
       );
       await reload.check();
       expect((await verifier.verify(other))?.identity.owner).toBe('github:acme/other');
+      // Any repository on GitHub can have a token signed for this audience: a rule for */* admits strangers.
       writeFileSync(
         file,
-        oidcYaml().replace('match: {repository: acme/storefront, ref: refs/heads/main}', 'match: {ref: refs/heads/main}'),
+        oidcYaml().replace('match: {repository: acme/storefront, ref: refs/heads/main}', 'match: {repository: "glob:*/*"}'),
       );
       await reload.check();
       const refused = lines.find((l) => l.includes('credentials reload refused'));
       expect(refused).toContain('OPS_OIDC_FILE');
-      expect(refused).toContain('puts no constraint on the repository');
+      expect(refused).toContain('rule 1 (\\"storefront-main\\") binds no owner');
+      await expect(
+        verifier.verify(await gh.sign(githubClaims({ repository: 'mallory/pwn', repository_owner: 'mallory' }))),
+      ).rejects.toMatchObject({
+        code: 'oidc_no_matching_rule',
+      });
       expect((await verifier.verify(other))?.identity.owner).toBe('github:acme/other');
     } finally {
       reload.close();
@@ -584,6 +709,56 @@ issuers:
       expect(k8s.hits['/.well-known/openid-configuration']).toBe(asked! + 1);
     } finally {
       await k8s.stop();
+    }
+  });
+
+  it("sends the pod's token only to the API server: the issuer's origin, KUBERNETES_SERVICE_HOST:PORT, or an address its EndpointSlice advertises", async () => {
+    const sa = mkdtempSync(join(dir, 'sa-dest-'));
+    writeFileSync(join(sa, 'token'), 'pod-own-token\n');
+    writeFileSync(join(sa, 'ca.crt'), ca.cert);
+    const apiserver = await startIssuer(makeLeaf(dir, ca, 'apiserver'), 'RS256');
+    // Another host serving the issuer's keys, as a discovery document may name (a cloud's key host).
+    const keyHost = await startIssuer(makeLeaf(dir, ca, 'keyhost'), 'RS256');
+    apiserver.pointKeysAt(`${keyHost.url}/keys`);
+    const port = new URL(keyHost.url).port;
+    const issuers = parseOidcFile(`
+issuers:
+  - issuer: ${apiserver.url}
+    kind: kubernetes
+    audience: opsgate
+    discovery_auth: serviceaccount
+    rules:
+      - {match: {/kubernetes.io/namespace: ci}, owner: "k8s:{/kubernetes.io/namespace}", role: operator}
+`);
+    const token = () => apiserver.sign(kubernetesClaims('ci', 'tekton-bot'), keyHost.keys[0]);
+    const verify = async (env: Record<string, string>) =>
+      createOidcVerifier({ settings: { issuers, configured: true }, serviceAccountDir: sa, env }).verify(await token());
+    try {
+      // Outside a cluster, or a cluster whose API server is elsewhere: the keys are fetched without the token.
+      expect(await verify({})).toMatchObject({ identity: { owner: 'k8s:ci' } });
+      expect(await verify({ KUBERNETES_SERVICE_HOST: '127.0.0.2', KUBERNETES_SERVICE_PORT: '443' })).toBeDefined();
+      expect(apiserver.authorizations['/.well-known/openid-configuration']).toEqual(['Bearer pod-own-token', 'Bearer pod-own-token']);
+      expect(keyHost.authorizations['/keys']).toEqual(['', '']);
+      // The API server as the pod's environment names it.
+      expect(await verify({ KUBERNETES_SERVICE_HOST: '127.0.0.1', KUBERNETES_SERVICE_PORT: port })).toBeDefined();
+      expect(keyHost.authorizations['/keys']!.at(-1)).toBe('Bearer pod-own-token');
+      // An address the API server advertises, read from its EndpointSlice with the token.
+      const slice = '/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/kubernetes';
+      apiserver.serve(slice, {
+        endpoints: [{ addresses: ['127.0.0.1'] }],
+        ports: [{ name: 'https', port: Number(port), protocol: 'TCP' }],
+      });
+      const inCluster = { KUBERNETES_SERVICE_HOST: '127.0.0.1', KUBERNETES_SERVICE_PORT: new URL(apiserver.url).port };
+      expect(await verify(inCluster)).toBeDefined();
+      expect(apiserver.authorizations[slice]).toEqual(['Bearer pod-own-token']);
+      expect(keyHost.authorizations['/keys']!.at(-1)).toBe('Bearer pod-own-token');
+      // An EndpointSlice that names other addresses: no token.
+      apiserver.serve(slice, { endpoints: [{ addresses: ['127.0.0.1'] }], ports: [{ name: 'https', port: 1, protocol: 'TCP' }] });
+      expect(await verify(inCluster)).toBeDefined();
+      expect(keyHost.authorizations['/keys']!.at(-1)).toBe('');
+    } finally {
+      await apiserver.stop();
+      await keyHost.stop();
     }
   });
 });

@@ -11,7 +11,7 @@ import { BEARER, createHarness, OP_KEY, OP_KEY_2, RO_KEY, useHarness } from '../
 /**
  * People, not credentials, through the real app on a real Redis: every accepted credential names
  * its owner (a keys-file entry's owner, else its id; env:<id> for OPS_API_KEY_ROLES;
- * OPS_BEARER_TOKEN_OWNER for the bearer token, else an unknown owner), which reaches the audit
+ * OPS_BEARER_TOKEN_OWNER for the bearer token, which is no known person either way), which reaches the audit
  * line and GET /ops/keys; and a keys-file id as long as the configuration allows restarts a
  * Deployment: its principal fits the job it is written into.
  */
@@ -64,7 +64,7 @@ describe('a keys-file id as long as the configuration allows', () => {
 });
 
 describe('the owner in the audit line', () => {
-  it('the bearer token with OPS_BEARER_TOKEN_OWNER: its configured owner, known', async () => {
+  it('the bearer token with OPS_BEARER_TOKEN_OWNER: named by its configured owner, still no known person', async () => {
     const res = await request(ctx.h.app)
       .post('/ops/restart?host=db-1&service=postgres-exporter')
       .set('Authorization', `Bearer ${BEARER}`)
@@ -73,7 +73,7 @@ describe('the owner in the audit line', () => {
     expect(auditOf('owned-bearer')).toMatchObject({
       who: `bearer:${credentialId(BEARER)}`,
       owner: 'ci:deploy-bot',
-      owner_known: true,
+      owner_known: false,
       credential: credentialId(BEARER),
     });
   });

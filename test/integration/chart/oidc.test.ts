@@ -34,10 +34,13 @@ oidc:
     - issuer: https://token.actions.githubusercontent.com
       kind: github
       audience: opsgate
+      max_token_lifetime: 10m
       rules:
         - name: storefront
           match: {repository: acme/storefront, ref: ${ref}}
           owner: "github:{repository}"
+          person: "{actor}"
+          may_override: true
           role: operator
           scope: {projects: [acme/storefront], hosts: [web-01]}
     - issuer: https://kubernetes.default.svc.cluster.local
@@ -68,6 +71,7 @@ describe('oidc.issuers', () => {
       ['https://token.actions.githubusercontent.com', 'github', 1],
       ['https://kubernetes.default.svc.cluster.local', 'kubernetes', 1],
     ]);
+    expect(parsed[0]).toMatchObject({ maxTokenLifetime: 600, rules: [{ mayOverride: true, person: { text: '{actor}' } }] });
     expect(parsed[1]).toMatchObject({ discoveryAuth: 'serviceaccount', ca: `${CA}\n` });
     expect(containerEnv(objs, 'opsgate-api').OPS_OIDC_FILE).toBe('/etc/opsgate-oidc/oidc.yaml');
     expect(containerEnv(objs, 'opsgate-worker').OPS_OIDC_FILE).toBe('/etc/opsgate-oidc/oidc.yaml');
@@ -84,6 +88,15 @@ describe('oidc.issuers', () => {
       name: 'system:service-account-issuer-discovery',
     });
     expect(binding.subjects).toEqual([{ kind: 'ServiceAccount', name: pod.serviceAccountName, namespace: 'opsgate' }]);
+    // The API server's advertised addresses, where its discovery document may point jwks_uri: one EndpointSlice, read only.
+    const role = one(objs, 'Role', 'opsgate-api-oidc-apiserver');
+    expect(role.metadata.namespace).toBe('default');
+    expect(role.rules).toEqual([
+      { apiGroups: ['discovery.k8s.io'], resources: ['endpointslices'], resourceNames: ['kubernetes'], verbs: ['get'] },
+    ]);
+    const roleBinding = one(objs, 'RoleBinding', 'opsgate-api-oidc-apiserver');
+    expect([roleBinding.metadata.namespace, roleBinding.roleRef.name]).toEqual(['default', 'opsgate-api-oidc-apiserver']);
+    expect(roleBinding.subjects).toEqual([{ kind: 'ServiceAccount', name: pod.serviceAccountName, namespace: 'opsgate' }]);
   });
 
   test("a keys-file entry's scope reaches the keys file the API reads", async () => {
@@ -113,6 +126,7 @@ describe('oidc.issuers', () => {
     expect(apiPod(objs).volumes.map((v: { name: string }) => v.name)).not.toContain('oidc');
     expect(apiPod(objs).automountServiceAccountToken).toBe(false);
     expect(find(objs, 'ClusterRoleBinding')).toEqual([]);
+    expect(find(objs, 'Role', 'opsgate-api-oidc-apiserver')).toEqual([]);
   });
 
   test.each([
@@ -127,6 +141,11 @@ describe('oidc.issuers', () => {
       '    - {issuer: http://a.example, kind: generic, audience: opsgate, rules: [{match: {sub: a}, owner: a, role: operator}]}\n',
     ],
     ['no rules', '/rules', '    - {issuer: https://a.example, kind: generic, audience: opsgate, rules: []}\n'],
+    [
+      'may_override that is not a boolean',
+      '/rules/0/may_override',
+      '    - {issuer: https://a.example, kind: generic, audience: opsgate, rules: [{match: {sub: a}, owner_claim: sub, owner: a, role: operator, may_override: "yes"}]}\n',
+    ],
     [
       'a field it does not know',
       '',

@@ -2,7 +2,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/glob
 import request from 'supertest';
 import { credentialId } from '../../../src/shared/crypto.js';
 import { JOB } from '../../../src/shared/jobs.js';
-import { BEARER, OP_KEY, RO_KEY, createHarness, useHarness, type Harness } from '../../helpers/apiHarness.js';
+import { BEARER, OP_KEY, OP_KEY_2, RO_KEY, createHarness, useHarness, type Harness } from '../../helpers/apiHarness.js';
 import { GUARDED_INVENTORY_YAML, decide, guardedWorker, restartAs } from '../../helpers/guards.js';
 import { waitFor } from '../../helpers/waitFor.js';
 import { metricValue, startReceiver, type Receiver } from '../../helpers/workerSupport.js';
@@ -79,9 +79,15 @@ describe('reports to the notification endpoint', () => {
       reason: 'leak',
     });
     expect(note.text).toContain(`POST https://opsgate.example.com/ops/approvals/${id}/approve`);
+    // The shared bearer token hides who asked: two people approve where the policy asks one.
     await decide(ctx.h.app, id, 'approve', OP_KEY, { reason: 'go' });
+    await decide(ctx.h.app, id, 'approve', OP_KEY_2, { reason: 'go' });
     const outcome = await until('the approved restart outcome', (p) => p.event === 'outcome' && p.job_id === id);
-    expect(outcome).toMatchObject({ approval_id: id, approvers: [`key:${credentialId(OP_KEY)}`], requester: bearerId });
+    expect(outcome).toMatchObject({
+      approval_id: id,
+      approvers: [`key:${credentialId(OP_KEY)}`, `key:${credentialId(OP_KEY_2)}`],
+      requester: bearerId,
+    });
     expect(outcome.text).toContain(`approved by key:${credentialId(OP_KEY)}`);
   });
 

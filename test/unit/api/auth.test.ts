@@ -403,7 +403,7 @@ describe('who holds the credential: res.locals.owner and ownerKnown', () => {
     expect(viaBasic.body).toMatchObject({ principal: 'key:alice-laptop', owner: 'alice@example.com', ownerKnown: true });
   });
 
-  it('the bearer token: OPS_BEARER_TOKEN_OWNER, known; without it its owner is bearer:<credential id>, unknown', async () => {
+  it('the bearer token: OPS_BEARER_TOKEN_OWNER names it, else bearer:<credential id>; no known person either way', async () => {
     const m = createMetrics('api', 'test', { defaults: false });
     const id = credentialId('bearer-token-0001');
     const owned = appWho(requireBearerOrOperatorKey(all, 'bearer-token-0001', m, {}, 'ci:deploy-bot'));
@@ -412,7 +412,7 @@ describe('who holds the credential: res.locals.owner and ownerKnown', () => {
     expect((await request(owned).post('/x').set(bearer)).body).toEqual({
       principal: `bearer:${id}`,
       owner: 'ci:deploy-bot',
-      ownerKnown: true,
+      ownerKnown: false,
       credential: id,
     });
     expect((await request(unowned).post('/x').set(bearer)).body).toEqual({

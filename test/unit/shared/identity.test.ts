@@ -55,7 +55,7 @@ describe('every accepted identity fits every job', () => {
     writeFileSync(file, `- { id: ${'i'.repeat(idMax)}, role: operator, key: longest-id-key-0001, owner: ${'o'.repeat(ownerMax)} }\n`);
     const [key] = loadApiConfig({ REDIS_URL: 'redis://127.0.0.1:6379', OPS_API_KEYS_FILE: file }).apiKeys;
     const who = keyIdentity(key!);
-    expect(who).toEqual({ principal: `key:${'i'.repeat(idMax)}`, owner: 'o'.repeat(ownerMax), ownerKnown: true });
+    expect(who).toEqual({ principal: `key:${'i'.repeat(idMax)}`, owner: 'o'.repeat(ownerMax), ownerKnown: true, mayOverride: true });
     for (const value of [who.principal, who.owner]) {
       for (const [name, data] of jobsWith(value)) {
         const parsed = parseJobData(name, data);
@@ -77,23 +77,44 @@ describe('every accepted identity fits every job', () => {
 });
 
 describe('identities', () => {
-  it('a key is its principal key:<id> with its configured owner, known', () => {
+  it('a key is its principal key:<id> with its configured owner, a known person who may override', () => {
     expect(keyIdentity({ id: 'alice-laptop', owner: 'alice@example.com' })).toEqual({
       principal: 'key:alice-laptop',
       owner: 'alice@example.com',
       ownerKnown: true,
+      mayOverride: true,
     });
   });
 
-  it('the bearer token: OPS_BEARER_TOKEN_OWNER when configured, else an unknown owner standing for the token alone', () => {
+  it('the bearer token: named by OPS_BEARER_TOKEN_OWNER when configured, else by itself; never a known person, never overriding', () => {
     const id = credentialId('bearer-token-0001');
-    expect(bearerIdentity(id, 'ci:deploy-bot')).toEqual({ principal: `bearer:${id}`, owner: 'ci:deploy-bot', ownerKnown: true });
-    expect(bearerIdentity(id, undefined)).toEqual({ principal: `bearer:${id}`, owner: `bearer:${id}`, ownerKnown: false });
+    expect(bearerIdentity(id, 'ci:deploy-bot')).toEqual({
+      principal: `bearer:${id}`,
+      owner: 'ci:deploy-bot',
+      ownerKnown: false,
+      mayOverride: false,
+    });
+    expect(bearerIdentity(id, undefined)).toEqual({
+      principal: `bearer:${id}`,
+      owner: `bearer:${id}`,
+      ownerKnown: false,
+      mayOverride: false,
+    });
   });
 
   it('a webhook sender is its own owner, known once its proof was checked', () => {
-    expect(senderIdentity('github', true)).toEqual({ principal: 'webhook:github', owner: 'webhook:github', ownerKnown: true });
-    expect(senderIdentity('alerts', false)).toEqual({ principal: 'webhook:alerts', owner: 'webhook:alerts', ownerKnown: false });
+    expect(senderIdentity('github', true)).toEqual({
+      principal: 'webhook:github',
+      owner: 'webhook:github',
+      ownerKnown: true,
+      mayOverride: false,
+    });
+    expect(senderIdentity('alerts', false)).toEqual({
+      principal: 'webhook:alerts',
+      owner: 'webhook:alerts',
+      ownerKnown: false,
+      mayOverride: false,
+    });
   });
 
   it('owner syntax: 1-128 of letters, digits and . _ : @ / + -', () => {

@@ -2,14 +2,18 @@ import { describe, expect, it } from '@jest/globals';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parse } from 'yaml';
 import { loadApiConfig, parseApiKeysFile } from '../../../src/shared/config.js';
 import { ConfigError } from '../../../src/shared/errors.js';
 import { claimAt, grantFor, normalizeClaims, parseOidcFile } from '../../../src/shared/oidcConfig.js';
 import { scopeAdmits } from '../../../src/shared/scope.js';
+import { docBlocks } from '../../helpers/docBlocks.js';
 
 /**
- * OPS_OIDC_FILE as read at start and on reload: its shape, the deny-by-default rule per kind, the
- * claim rules (equality, glob, regex, JSON Pointer), owner templates, GitLab's ref, and scopes.
+ * OPS_OIDC_FILE as read at start and on reload: its shape, the literal owner every rule must bind
+ * by kind, the claim rules (equality, glob, regex, JSON Pointer), owner and person templates,
+ * GitLab's ref, token lifetimes, and scopes.
  */
 const GH = 'https://token.actions.githubusercontent.com';
 const file = (rules: string, kind = 'github', extra = '') => `
@@ -53,9 +57,9 @@ describe('parseOidcFile', () => {
   });
 
   it('matches by glob (* within a segment, ** across), by anchored regex, and by JSON Pointer', () => {
-    const [i] = parseOidcFile(
+    const [k] = parseOidcFile(
       file(
-        `      - match: {/kubernetes.io/namespace: "glob:team-*", sub: "re:system:serviceaccount:team-[a-z]+:(bot|ci)"}
+        `      - match: {sub: "glob:system:serviceaccount:team-a:*", /kubernetes.io/serviceaccount/name: "re:bot|ci"}
         owner: "k8s:{/kubernetes.io/namespace}/{/kubernetes.io/serviceaccount/name}"
         role: operator
 `,
@@ -66,18 +70,70 @@ describe('parseOidcFile', () => {
       sub: `system:serviceaccount:${ns}:${sa}`,
       'kubernetes.io': { namespace: ns, serviceaccount: { name: sa } },
     });
-    expect(grantFor(i!, claims('team-a', 'ci'))?.owner).toBe('k8s:team-a/ci');
-    expect(grantFor(i!, claims('team-a', 'cix'))).toBeUndefined();
-    expect(grantFor(i!, claims('team-a/x', 'ci'))).toBeUndefined();
+    expect(grantFor(k!, claims('team-a', 'ci'))?.owner).toBe('k8s:team-a/ci');
+    expect(grantFor(k!, claims('team-a', 'cix'))).toBeUndefined();
+    expect(grantFor(k!, claims('team-b', 'ci'))).toBeUndefined();
+    const [g] = parseOidcFile(file('      - {match: {repository: "glob:acme/**", ref: "glob:refs/heads/*"}, owner: ci, role: operator}\n'));
+    expect(grantFor(g!, { repository: 'acme/a/b', ref: 'refs/heads/main' })?.owner).toBe('ci');
+    expect(grantFor(g!, { repository: 'acme/a', ref: 'refs/heads/release/1' })).toBeUndefined();
+    expect(grantFor(g!, { repository: 'acme-evil/a', ref: 'refs/heads/main' })).toBeUndefined();
     expect(claimAt({ 'a/b': { '~c': 1 } }, '/a~1b/~0c')).toBe(1);
     expect(claimAt({ a: 1 }, '/a/b')).toBeUndefined();
     expect(claimAt(Object.create({ inherited: 'x' }) as Record<string, unknown>, 'inherited')).toBeUndefined();
   });
 
-  it("normalizes GitLab's bare ref to refs/heads/<branch> (refs/tags/<tag> for a tag)", () => {
+  it("normalizes GitLab's bare ref to refs/heads/<branch> (refs/tags/<tag> for a tag), by ref_type alone", () => {
     expect(normalizeClaims('gitlab', { ref: 'main', ref_type: 'branch' }).ref).toBe('refs/heads/main');
     expect(normalizeClaims('gitlab', { ref: 'v1.2', ref_type: 'tag' }).ref).toBe('refs/tags/v1.2');
+    // A tag named like a branch's full ref stays a tag.
+    expect(normalizeClaims('gitlab', { ref: 'refs/heads/main', ref_type: 'tag' }).ref).toBe('refs/tags/refs/heads/main');
+    // Without a ref_type it knows, the token names no ref: no rule matching ref applies.
+    expect(normalizeClaims('gitlab', { ref: 'refs/heads/main' })).not.toHaveProperty('ref');
+    expect(normalizeClaims('gitlab', { ref: 'main', ref_type: 'merge_request' })).not.toHaveProperty('ref');
     expect(normalizeClaims('github', { ref: 'main' }).ref).toBe('main');
+  });
+
+  it('person: the rule names the person behind a token from its claims; an empty or invalid render is no person', () => {
+    const [i] = parseOidcFile(
+      file('      - {match: {repository_owner: acme}, owner: "github:{repository}", person: "{triggering_actor}", role: operator}\n'),
+    );
+    const base = { repository: 'acme/web', repository_owner: 'acme' };
+    expect(grantFor(i!, { ...base, actor: 'alice', triggering_actor: 'bob' })).toMatchObject({ owner: 'github:acme/web', person: 'bob' });
+    expect(grantFor(i!, { ...base, triggering_actor: '' })).not.toHaveProperty('person');
+    expect(grantFor(i!, base)).not.toHaveProperty('person');
+    expect(grantFor(i!, { ...base, triggering_actor: 'dependabot[bot]' })).not.toHaveProperty('person');
+    const [none] = parseOidcFile(file('      - {match: {repository_owner: acme}, owner: ci, role: operator}\n'));
+    expect(grantFor(none!, { ...base, actor: 'alice' })).not.toHaveProperty('person');
+    expect(none!.rules[0]!.mayOverride).toBe(false);
+  });
+
+  it("bounds a token's lifetime by kind unless the entry says otherwise; max_token_age is optional", () => {
+    const rule = (kind: string) =>
+      ({
+        github: '      - {match: {repository_owner: acme}, owner: ci, role: operator}\n',
+        gitlab: '      - {match: {namespace_path: acme}, owner: ci, role: operator}\n',
+        kubernetes: '      - {match: {/kubernetes.io/namespace: ci}, owner: ci, role: operator}\n',
+        generic: '      - {match: {sub: ci-bot}, owner_claim: sub, owner: ci, role: operator}\n',
+      })[kind]!;
+    const lifetime = (kind: string, extra = '') => parseOidcFile(file(rule(kind), kind, extra))[0]!;
+    expect(['github', 'gitlab', 'kubernetes', 'generic'].map((k) => lifetime(k).maxTokenLifetime)).toEqual([3600, 86400, 3600, 3600]);
+    expect(lifetime('github', '    max_token_lifetime: 10m\n    max_token_age: 5m\n')).toMatchObject({
+      maxTokenLifetime: 600,
+      maxTokenAge: 300,
+    });
+    expect(lifetime('github').maxTokenAge).toBeUndefined();
+    expect(problems(file(rule('github'), 'github', '    max_token_lifetime: 30d\n')).join('\n')).toMatch(
+      /max_token_lifetime must be a duration/,
+    );
+  });
+
+  it("the README's GitHub, GitLab and Kubernetes issuers load", () => {
+    const readme = fileURLToPath(new URL('../../../README.md', import.meta.url));
+    const block = docBlocks(readme, ['yaml']).find((b) => /^issuers:/m.test(b.code));
+    const issuers = parseOidcFile(block!.code);
+    expect(issuers.map((i) => i.kind)).toEqual(['github', 'gitlab', 'kubernetes']);
+    expect(issuers.every((i) => i.rules.length > 0)).toBe(true);
+    expect((parse(block!.code) as { issuers: unknown[] }).issuers).toHaveLength(3);
   });
 
   it('a rule whose owner names a claim the token lacks, or builds no valid owner, does not apply', () => {
@@ -93,40 +149,99 @@ describe('parseOidcFile', () => {
   });
 
   it.each([
+    ['github matching no owner', file('      - {match: {ref: refs/heads/main}, owner: ci, role: operator}\n'), /rule 1 binds no owner/],
+    ['github repository glob:*/*', file('      - {match: {repository: "glob:*/*"}, owner: ci, role: operator}\n'), /binds no owner/],
+    ['github repository glob:**', file('      - {match: {repository: "glob:**"}, owner: ci, role: operator}\n'), /binds no owner/],
+    ['github repository re:.+', file('      - {match: {repository: "re:.+"}, owner: ci, role: operator}\n'), /binds no owner/],
     [
-      'github without a repository constraint',
-      file('      - {match: {ref: refs/heads/main}, owner: ci, role: operator}\n'),
-      /rule 1 puts no constraint on the repository/,
+      'github repository_id re:[0-9]+',
+      file('      - {match: {repository_id: "re:[0-9]+"}, owner: ci, role: operator}\n'),
+      /binds no owner/,
     ],
     [
-      'github with a repository glob that admits anything',
-      file('      - {match: {repository: "glob:**"}, owner: ci, role: operator}\n'),
-      /no constraint on the repository/,
+      'github repository glob:acme*/*',
+      file('      - {match: {repository: "glob:acme*/*"}, owner: ci, role: operator}\n'),
+      /binds no owner/,
     ],
     [
-      'github with a regex that admits anything',
-      file('      - {match: {repository: "re:.*"}, owner: ci, role: operator}\n'),
-      /no constraint on the repository/,
+      'github repository glob:acme?/*',
+      file('      - {match: {repository: "glob:acme?/*"}, owner: ci, role: operator}\n'),
+      /binds no owner/,
     ],
     [
-      'gitlab without project_path',
-      file('      - {match: {namespace_path: acme}, owner: ci, role: operator}\n', 'gitlab'),
-      /no constraint on the project path/,
+      'github repository_owner glob:acme*',
+      file('      - {match: {repository_owner: "glob:acme*"}, owner: ci, role: operator}\n'),
+      /binds no owner/,
+    ],
+    [
+      'gitlab project_path glob:**/*',
+      file('      - {match: {project_path: "glob:**/*"}, owner: ci, role: operator}\n', 'gitlab'),
+      /binds no owner: .* project_path exactly or as a glob with a literal top-level group/,
+    ],
+    [
+      'gitlab project_path glob:*/storefront',
+      file('      - {match: {project_path: "glob:*/storefront"}, owner: ci, role: operator}\n', 'gitlab'),
+      /binds no owner/,
+    ],
+    [
+      'gitlab namespace_path re:acme',
+      file('      - {match: {namespace_path: "re:acme"}, owner: ci, role: operator}\n', 'gitlab'),
+      /binds no owner/,
+    ],
+    [
+      'kubernetes /kubernetes.io/namespace re:.+',
+      file('      - {match: {/kubernetes.io/namespace: "re:.+"}, owner: ci, role: operator}\n', 'kubernetes'),
+      /binds no owner: .* \/kubernetes.io\/namespace exactly/,
     ],
     [
       'kubernetes without a namespace',
       file('      - {match: {"/kubernetes.io/serviceaccount/name": bot}, owner: ci, role: operator}\n', 'kubernetes'),
-      /no constraint on the namespace/,
+      /binds no owner/,
     ],
     [
       'kubernetes with a sub glob over every namespace',
       file('      - {match: {sub: "glob:system:serviceaccount:*:bot"}, owner: ci, role: operator}\n', 'kubernetes'),
-      /no constraint on the namespace/,
+      /binds no owner/,
     ],
     [
-      'generic without sub',
-      file('      - {match: {email: a@b.c}, owner: ci, role: operator}\n', 'generic'),
-      /no constraint on the subject/,
+      'kubernetes with a namespace glob',
+      file('      - {match: {/kubernetes.io/namespace: "glob:team-*"}, owner: ci, role: operator}\n', 'kubernetes'),
+      /binds no owner/,
+    ],
+    [
+      'generic without owner_claim',
+      file('      - {match: {sub: ci-bot}, owner: ci, role: operator}\n', 'generic'),
+      /binds no owner: .* name the claim that binds the owner \(owner_claim\)/,
+    ],
+    [
+      'generic whose owner_claim is matched by a glob',
+      file('      - {match: {sub: "glob:ci-*"}, owner_claim: sub, owner: ci, role: operator}\n', 'generic'),
+      /match its owner_claim sub exactly/,
+    ],
+    [
+      'owner_claim on a github rule',
+      file('      - {match: {repository_owner: acme}, owner_claim: repository_owner, owner: ci, role: operator}\n'),
+      /has owner_claim, which only a generic issuer's rule takes/,
+    ],
+    [
+      'a person naming no claim',
+      file('      - {match: {repository_owner: acme}, person: alice, owner: ci, role: operator}\n'),
+      /person names no claim/,
+    ],
+    [
+      'a github person read from another claim',
+      file('      - {match: {repository_owner: acme}, person: "{repository}", owner: ci, role: operator}\n'),
+      /person may read only \{actor\} or \{triggering_actor\}/,
+    ],
+    [
+      'a person on a kubernetes rule',
+      file('      - {match: {/kubernetes.io/namespace: ci}, person: "{sub}", owner: ci, role: operator}\n', 'kubernetes'),
+      /a kubernetes token names no person/,
+    ],
+    [
+      'may_override that is not a boolean',
+      file('      - {match: {repository_owner: acme}, may_override: "yes", owner: ci, role: operator}\n'),
+      /may_override is not true or false/,
     ],
     [
       'a dotted claim name without a pointer',
@@ -155,11 +270,50 @@ describe('parseOidcFile', () => {
     ],
     ['an unknown kind', file('      - {match: {sub: a}, owner: ci, role: operator}\n', 'okta'), /kind is not one of/],
     ['not YAML', 'issuers: [', /is not valid YAML or JSON/],
-  ])('refuses %s, naming OPS_OIDC_FILE', (_name, text, message) => {
+  ])('refuses %s, naming OPS_OIDC_FILE and the rule', (_name, text, message) => {
     const p = problems(text);
     expect(p.length).toBeGreaterThan(0);
     expect(p.every((x) => x.startsWith('OPS_OIDC_FILE: '))).toBe(true);
     expect(p.join('\n')).toMatch(message);
+    if (/binds no owner/.test(p.join('\n'))) expect(p.join('\n')).toMatch(/issuers 1 \(https:\/\/[^)]+\) rule 1/);
+  });
+
+  it.each([
+    ['github repository glob:acme/*', '      - {match: {repository: "glob:acme/*"}, owner: ci, role: operator}\n', 'github'],
+    [
+      'github repository_owner with a repository regex narrowing it',
+      '      - {match: {repository_owner: acme, repository: "re:^acme/(web|api)$"}, owner: ci, role: operator}\n',
+      'github',
+    ],
+    ['github repository_owner_id', '      - {match: {repository_owner_id: "65"}, owner: ci, role: operator}\n', 'github'],
+    ['github repository_id', '      - {match: {repository_id: 74}, owner: ci, role: operator}\n', 'github'],
+    ['github repository exactly', '      - {match: {repository: acme/web}, owner: ci, role: operator}\n', 'github'],
+    ['gitlab namespace_path', '      - {match: {namespace_path: acme}, owner: ci, role: operator}\n', 'gitlab'],
+    ['gitlab project_id', '      - {match: {project_id: "20"}, owner: ci, role: operator}\n', 'gitlab'],
+    ['gitlab project_path glob:acme/**', '      - {match: {project_path: "glob:acme/**"}, owner: ci, role: operator}\n', 'gitlab'],
+    [
+      'kubernetes sub glob:system:serviceaccount:ci:*',
+      '      - {match: {sub: "glob:system:serviceaccount:ci:*"}, owner: ci, role: operator}\n',
+      'kubernetes',
+    ],
+    ['kubernetes an exact namespace', '      - {match: {/kubernetes.io/namespace: ci}, owner: ci, role: operator}\n', 'kubernetes'],
+    [
+      'generic with owner_claim matched exactly',
+      '      - {match: {email: bot@acme.example}, owner_claim: email, owner: ci, role: operator}\n',
+      'generic',
+    ],
+    [
+      'a github person over actor',
+      '      - {match: {repository_owner: acme}, person: "{actor}", may_override: true, owner: ci, role: operator}\n',
+      'github',
+    ],
+    [
+      'a gitlab person over user_login',
+      '      - {match: {namespace_path: acme}, person: "{user_login}", owner: ci, role: operator}\n',
+      'gitlab',
+    ],
+  ])('loads %s', (_name, rules, kind) => {
+    expect(problems(file(rules, kind))).toEqual([]);
   });
 
   it('refuses a ca_file it cannot read, or one without a certificate', () => {
