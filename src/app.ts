@@ -19,9 +19,10 @@ import { jobsRouter } from './routes/jobs.js';
 import { keysRouter } from './routes/keys.js';
 import { openapiRouter } from './openapi/router.js';
 import { opsRouter } from './routes/ops.js';
-import { createAlertmanagerClient } from './remediation/alertmanager.js';
+import { remediationSources } from './remediation/sources.js';
 import { createRemediation } from './remediation/engine.js';
 import { remediationsRouter } from './remediation/routes.js';
+import { remediationBudgetUses } from './remediation/budgets.js';
 import { createRemediationStore, OUTCOMES, SUPPRESSION_GUARDS } from './remediation/store.js';
 import { deploysRouter } from './routes/deploys.js';
 import { createOidcVerifier } from './middleware/oidc.js';
@@ -157,6 +158,7 @@ export function createApp(deps: AppDeps): Express {
     rules.map((r) => r.name),
     { outcomes: OUTCOMES, guards: SUPPRESSION_GUARDS },
     () => remediationStore.silences(),
+    () => remediationBudgetUses(deps.inventory, guards.budgets, Date.now()),
   );
   const remediation =
     rules.length === 0
@@ -165,7 +167,7 @@ export function createApp(deps: AppDeps): Express {
           guards,
           rules,
           store: remediationStore,
-          ...(deps.config.ALERTMANAGER_URL ? { alertmanager: createAlertmanagerClient(deps.config.ALERTMANAGER_URL) } : {}),
+          ...remediationSources(deps.config, deps.logger),
           jobs: deps.queue.jobs,
           logger: deps.logger.child({ component: 'remediation' }),
           metrics: deps.metrics,
@@ -195,7 +197,14 @@ export function createApp(deps: AppDeps): Express {
   app.use(approvalsRouter({ ...deps, guards, apiKeyPolicy, changed }));
   app.use(freezesRouter({ ...deps, guards, jobs: deps.queue.jobs, apiKeyPolicy, changed }));
   app.use(keysRouter({ ...deps, usage: keyUsage, apiKeyPolicy }));
-  app.use(remediationsRouter({ ...deps, store: remediationStore, apiKeyPolicy }));
+  app.use(
+    remediationsRouter({
+      ...deps,
+      store: remediationStore,
+      apiKeyPolicy,
+      budgetUses: () => remediationBudgetUses(deps.inventory, guards.budgets, (deps.now ?? Date.now)()),
+    }),
+  );
   const retryReplicated = retryReplicationGate({
     queue: deps.queue.producer,
     logger: deps.logger,

@@ -23,6 +23,7 @@ import { ConfigError } from './shared/errors.js';
 import { findKubeConfig, kubeConfigFromEnv, NoKubeConfigError } from './shared/kubeconfig.js';
 import { loadInventory } from './shared/inventory.js';
 import { remediationStartProblems } from './shared/remediations.js';
+import { confirmSourcesOf, remediationSources } from './remediation/sources.js';
 import { createSenderSecrets, watchCredentialFile } from './shared/liveSecrets.js';
 import { createLogger, type Logger } from './shared/logger.js';
 import { createMetrics, queueCountsSource } from './shared/metrics.js';
@@ -68,6 +69,7 @@ export async function start(
   const remediationProblems = remediationStartProblems(inventory.remediations, {
     alertsAuthenticated: (config.senderSecrets.ALERTS_WEBHOOK_TOKEN ?? []).length > 0 || config.TLS_CLIENT_CA_FILE !== undefined,
     alertmanagerUrl: config.ALERTMANAGER_URL,
+    confirm: confirmSourcesOf(remediationSources(config)),
   });
   if (remediationProblems.length > 0) throw new ConfigError(remediationProblems);
   // Unreadable or mismatched certificate files stop the start like any bad configuration.

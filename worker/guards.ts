@@ -5,7 +5,7 @@ import { createBudgets } from '../src/changes/budget/store.js';
 import { createFreezeStore } from '../src/changes/freezes/store.js';
 import { createHoldStore } from '../src/changes/holds.js';
 import { createGuards } from '../src/changes/guards.js';
-import { createAlertmanagerClient } from '../src/remediation/alertmanager.js';
+import { remediationSources } from '../src/remediation/sources.js';
 import type { RemediationMetrics } from '../src/remediation/engine.js';
 import { createRemediationStore } from '../src/remediation/store.js';
 import type { WorkerConfig } from '../src/shared/config.js';
@@ -26,7 +26,8 @@ import type { WorkerGuards } from './context.js';
  */
 export function createWorkerGuards(deps: {
   redis: Redis;
-  config: Pick<WorkerConfig, 'REDIS_URL' | 'JOB_ATTEMPTS' | 'JOB_BACKOFF_MS'> & Partial<Pick<WorkerConfig, 'ALERTMANAGER_URL'>>;
+  config: Pick<WorkerConfig, 'REDIS_URL' | 'JOB_ATTEMPTS' | 'JOB_BACKOFF_MS'> &
+    Partial<Pick<WorkerConfig, 'ALERTMANAGER_URL' | 'PROMETHEUS_URL' | 'PROMETHEUS_EXTERNAL_LABELS'>>;
   logger: Logger;
   now: () => number;
   metrics?: WorkerGuards['metrics'];
@@ -71,7 +72,7 @@ export function createWorkerGuards(deps: {
       guards: pipeline,
       rules,
       store: createRemediationStore(redis),
-      ...(config.ALERTMANAGER_URL ? { alertmanager: createAlertmanagerClient(config.ALERTMANAGER_URL) } : {}),
+      ...remediationSources(config, logger),
       jobs: createJobReads(reportQueue, createQueueGuard(redis, 5000, logger)),
       logger: logger.child({ component: 'remediation' }),
       ...(deps.remediationMetrics ? { metrics: deps.remediationMetrics } : {}),

@@ -20,6 +20,7 @@ import { kubeConfigFromEnv, type KubeConfigFactory } from '../src/shared/kubecon
 import { createWorkerGuards } from './guards.js';
 import { createRemediationStore, OUTCOMES, SUPPRESSION_GUARDS } from '../src/remediation/store.js';
 import { remediationStartProblems } from '../src/shared/remediations.js';
+import { confirmSourcesOf, remediationSources } from '../src/remediation/sources.js';
 import { workerLiveness } from './liveness.js';
 import { observeJobs, type JobMetrics } from './outcomes.js';
 import { createProcessor } from './processor.js';
@@ -125,7 +126,10 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
   try {
     config = loadWorkerConfig(env);
     inventory = loadInventory(config.OPS_INVENTORY_FILE);
-    const problems = remediationStartProblems(inventory.remediations, { alertmanagerUrl: config.ALERTMANAGER_URL });
+    const problems = remediationStartProblems(inventory.remediations, {
+      alertmanagerUrl: config.ALERTMANAGER_URL,
+      confirm: confirmSourcesOf(remediationSources(config)),
+    });
     if (problems.length > 0) throw new ConfigError(problems);
     const files = metricsTlsFiles(config);
     if (files) metricsTls = { files, material: loadTlsMaterial(files), intervalMs: config.TLS_RELOAD_INTERVAL_MS };

@@ -1,4 +1,5 @@
 import type { WorkerConfig } from '../src/shared/config.js';
+import { outboundSecrets } from '../src/shared/outboundVariables.js';
 import { redisPasswords } from '../src/shared/redis.js';
 
 /**
@@ -9,6 +10,7 @@ import { redisPasswords } from '../src/shared/redis.js';
 export function secretsForWorker(config: WorkerConfig): string[] {
   const out: string[] = [];
   out.push(...redisPasswords(config.REDIS_URL));
+  out.push(...outboundSecrets(config, 'PROMETHEUS'), ...outboundSecrets(config, 'ALERTMANAGER'));
   for (const raw of config.NOTIFY_WEBHOOK_URLS) {
     out.push(raw);
     try {

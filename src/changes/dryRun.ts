@@ -1,3 +1,4 @@
+import { describePool } from './budget/pools.js';
 import { z } from 'zod';
 import { gateReasonSchema, describeReasons, type GateVerdict } from './gate.js';
 import { DRY_RUN_JOB_OPTIONS, JOB, dryRunResultSchema, type DryRunData } from '../shared/jobs.js';
@@ -134,13 +135,15 @@ export async function dryRunRestart(g: Guards, change: Change & { target: Restar
   const p = await planChange(g, change, ask, true);
   const { facts, decision } = p;
   let budget: RestartDryRun['verdicts']['budget'] = null;
-  if (facts.budget) {
-    const use = facts.budgetUse ?? { used: 0, retryMs: 0 };
+  // The answer shows the budget a person's restart draws on: the first (a person's has one).
+  const first = facts.budgets?.[0];
+  if (first) {
+    const use = facts.budgetUse?.[0] ?? { used: 0, retryMs: 0 };
     budget = {
-      restarts: facts.budget.restarts,
-      per: formatDuration(facts.budget.per),
+      restarts: first.limit.restarts,
+      per: formatDuration(first.limit.per),
       used: use.used,
-      remaining: Math.max(0, facts.budget.restarts - use.used),
+      remaining: Math.max(0, first.limit.restarts - use.used),
       retry_after_s: Math.ceil(use.retryMs / 1000),
     };
   }
@@ -157,7 +160,7 @@ export async function dryRunRestart(g: Guards, change: Change & { target: Restar
       detail = `joins restart ${decision.jobId}, still waiting or rolling out`;
       break;
     case 'over_budget':
-      detail = `refused: restart budget of namespace ${t.namespace} (${describeBudget(facts.budget!)}) is spent for ${Math.ceil(decision.retryMs / 1000)} s`;
+      detail = `refused: ${describePool(decision.pool)} (${describeBudget(decision.pool.limit)}) is spent for ${Math.ceil(decision.retryMs / 1000)} s`;
       break;
     case 'queue':
       detail = decision.overridden.length > 0 ? `queued despite the gate (override): ${describeReasons(decision.overridden)}` : 'queued';

@@ -21,7 +21,7 @@ import type { Change, Decision, DeployTarget, RestartTarget } from './types.js';
  * The executor: carries out the planner's decision (src/changes/plan.ts). The only code that adds a
  * restart_service or run_deploy_pipeline job (test/unit/changes/oneAdder.test.ts fails when another
  * file does). Each write is atomic where the store allows it:
- * - a restart: the budget's place (one script), then BullMQ's add with the Deployment's coalescing
+ * - a restart: a place of each of its budgets (one script), then BullMQ's add with the Deployment's coalescing
  *   record (one script); a place whose restart was not added, or joined another, is given back;
  * - a deploy: through the intake (src/domain/intake.ts): BullMQ's add with the event's dedup record,
  *   then the sender's delivery alias; a held one writes its hold record first (a record without
@@ -156,10 +156,8 @@ export async function execute(g: Guards, change: Change, decision: Decision, now
   switch (decision.kind) {
     case 'refuse':
       throw refusal(g, change, decision.reasons);
-    case 'over_budget': {
-      const t = change.target as RestartTarget;
-      throw budgetError(g, t.namespace, g.budgetOf(t.namespace)!, decision.retryMs);
-    }
+    case 'over_budget':
+      throw budgetError(g, decision.pool, decision.retryMs);
     case 'join':
       return { decision, jobId: decision.jobId, coalesced: true, duplicate: change.target.kind === 'deploy' };
     case 'pending_approval':
@@ -196,10 +194,10 @@ async function queueRestart(
   const t = change.target;
   const data = parsed(JOB.restartService, restartJobData(change, approved));
   const jobId = change.jobId ?? `restart-${randomUUID()}`;
-  const budget = decision.takeBudget ? g.budgetOf(t.namespace) : undefined;
-  if (budget) {
-    const use = await redisCall(() => g.budgets.take(t.namespace, budget, jobId, g.now()), g.redis);
-    if (!use.taken) throw budgetError(g, t.namespace, budget, use.retryMs);
+  const budget = decision.takeBudget ? g.budgetPools(t.namespace, change.requester.principal) : [];
+  if (budget.length > 0) {
+    const use = await redisCall(() => g.budgets.take(budget, jobId, g.now()), g.redis);
+    if (!use.taken) throw budgetError(g, use.spent!, use.retryMs);
   }
   let id: string;
   try {
@@ -212,14 +210,14 @@ async function queueRestart(
   } catch (err) {
     // Not added (or not known to be): its budget place is given back; an add that lands later
     // restarts within the budget's tolerance of one.
-    if (budget) await g.budgets.giveBack(t.namespace, jobId).catch(() => undefined);
+    await g.budgets.giveBack(budget, jobId).catch(() => undefined);
     if (err instanceof QueueUnavailableError && err.mayHaveLanded && change.origin === 'api') {
       throw new RestartNotConfirmedError(change.jobId !== undefined);
     }
     throw err;
   }
   // Joined a restart already in progress: this one never runs, its budget place is free again.
-  if (budget && id !== jobId) await g.budgets.giveBack(t.namespace, jobId).catch(() => undefined);
+  if (id !== jobId) await g.budgets.giveBack(budget, jobId).catch(() => undefined);
   if (id === jobId) await reportOverride(g, change, jobId, decision.overridden, approved);
   return { decision, jobId: id, coalesced: id !== jobId, ...(id === jobId ? { written: { jobId: id } } : {}) };
 }

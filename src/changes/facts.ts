@@ -1,4 +1,5 @@
 import { hostPolicy, projectPolicy, type Inventory } from '../shared/inventory.js';
+import { budgetPools } from './budget/pools.js';
 import type { ApprovalPolicy } from '../shared/policy.js';
 import type { Freeze } from './freezes/store.js';
 import { redisCall } from '../domain/redisOps.js';
@@ -25,10 +26,11 @@ export function policyFacts(inventory: Inventory, freezes: readonly Freeze[], ch
   if (t.kind === 'restart') {
     const policy = hostPolicy(inventory, t.host);
     const approval = stricter(policy.approval, change.approval);
+    const budgets = budgetPools(inventory, t.namespace, change.requester.principal);
     return {
       gate: gate(freezes, policy.windows, { namespace: t.namespace }, now),
       ...(approval ? { approval } : {}),
-      ...(policy.budget ? { budget: policy.budget } : {}),
+      ...(budgets.length > 0 ? { budgets } : {}),
     };
   }
   const policy = projectPolicy(inventory, t.project);
@@ -54,10 +56,10 @@ export async function gatherFacts(g: Guards, change: Change, now: number, peek =
     if (change.origin === 'wake' || (asksApproval && !peek)) return facts;
     // The holder decides a join before the budget is taken (a join takes none); without a budget
     // the add's own coalescing answers it.
-    if (policy.budget || peek) facts.holder = await g.producer.deduplicationHolder(coalesceId(t.namespace, t.service));
-    if (policy.budget && peek) {
-      const b = policy.budget;
-      facts.budgetUse = await redisCall(() => g.budgets.peek(t.namespace, b, now), g.redis);
+    if (policy.budgets || peek) facts.holder = await g.producer.deduplicationHolder(coalesceId(t.namespace, t.service));
+    if (policy.budgets && peek) {
+      const b = policy.budgets;
+      facts.budgetUse = await redisCall(() => g.budgets.peek(b, now), g.redis);
     }
     return facts;
   }

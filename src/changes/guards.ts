@@ -1,10 +1,11 @@
 import type { Redis } from 'ioredis';
 import { createApprovalStore, type ApprovalStore } from './approvals/store.js';
 import { createBudgets, type BudgetLimit, type Budgets } from './budget/store.js';
+import { budgetPools, describePool, type BudgetPool } from './budget/pools.js';
 import { BudgetExhaustedError } from '../shared/errors.js';
 import { createFreezeStore, type FreezeStore, type FreezeWatch } from './freezes/store.js';
 import { createHoldStore, type HoldStore } from './holds.js';
-import { findProject, namespaceBudget, type Inventory } from '../shared/inventory.js';
+import { findProject, type Inventory } from '../shared/inventory.js';
 import { JOB, type ReportChangeData } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
@@ -20,7 +21,7 @@ import type { Intake } from '../domain/intake.js';
  */
 export type GuardMetrics = Pick<
   Metrics,
-  'budgetExhausted' | 'approvals' | 'guardRefusals' | 'guardOverrides' | 'holds' | 'freezes' | 'dryRuns'
+  'budgetExhausted' | 'remediationBudgetExhausted' | 'approvals' | 'guardRefusals' | 'guardOverrides' | 'holds' | 'freezes' | 'dryRuns'
 >;
 
 export interface GuardDeps {
@@ -46,8 +47,8 @@ export interface Guards extends GuardDeps {
   freezes: FreezeStore;
   holds: HoldStore;
   budgets: Budgets;
-  /** The restart budget of a namespace (hosts sharing one agree: checked at start). */
-  budgetOf(namespace: string): BudgetLimit | undefined;
+  /** The restart budgets a restart of the namespace by `requester` draws on (hosts sharing a namespace agree: checked at start). */
+  budgetPools(namespace: string, requester: string): BudgetPool[];
 }
 
 export function createGuards(deps: GuardDeps): Guards {
@@ -57,7 +58,7 @@ export function createGuards(deps: GuardDeps): Guards {
     freezes: createFreezeStore(deps.redis),
     holds: createHoldStore(deps.redis),
     budgets: createBudgets(deps.redis),
-    budgetOf: (namespace) => namespaceBudget(deps.inventory, namespace),
+    budgetPools: (namespace, requester) => budgetPools(deps.inventory, namespace, requester),
   };
 }
 
@@ -70,12 +71,14 @@ export function projectNamespace(inventory: Inventory, project: string): string 
 export const describeBudget = (b: BudgetLimit): string =>
   `${b.restarts} restart${b.restarts === 1 ? '' : 's'} per ${formatDuration(b.per)}`;
 
-export function budgetError(g: Pick<Guards, 'metrics'>, namespace: string, budget: BudgetLimit, retryMs: number): BudgetExhaustedError {
-  g.metrics?.budgetExhausted.inc({ namespace });
+/** A spent budget's refusal (429 to a person), counted: people's by namespace, a remediation's by its budget. */
+export function budgetError(g: Pick<Guards, 'metrics'>, pool: BudgetPool, retryMs: number): BudgetExhaustedError {
+  if (pool.kind === 'namespace') g.metrics?.budgetExhausted.inc({ namespace: pool.name });
+  else g.metrics?.remediationBudgetExhausted.inc({ budget: pool.kind === 'remediation_rule' ? 'rule' : 'namespace', name: pool.name });
   const seconds = Math.max(1, Math.ceil(retryMs / 1000));
   return new BudgetExhaustedError(
-    namespace,
-    `restart budget of namespace ${namespace} exhausted: at most ${describeBudget(budget)}; the next restart fits in ${seconds} s`,
+    pool.name,
+    `${describePool(pool)} exhausted: at most ${describeBudget(pool.limit)}; the next restart fits in ${seconds} s`,
     seconds,
   );
 }

@@ -11,8 +11,9 @@ import type { Change, Decision, Facts, Origin, Override } from './types.js';
  *      (a restart answers something happening now; running it hours later could do harm);
  *   2. an approval policy -> pending approval (the approval itself and a job waking skip it);
  *   3. a restart of the same Deployment still waiting or rolling out -> join it (no budget taken);
- *   4. the namespace's budget spent -> over budget, with when a place frees;
- *   5. queue, taking a place of the budget.
+ *   4. one of its budgets spent (a namespace's for people; a rule's and a namespace's remediation
+ *      budget for a remediation) -> over budget, with when a place frees;
+ *   5. queue, taking a place of each budget.
  * For a deploy:
  *   1. the same push event already queued within its dedup window -> join that job;
  *   2. an approval policy -> pending approval;
@@ -52,10 +53,10 @@ export function plan(change: Change, facts: Facts, now: number): Decision {
     if (asks) return { kind: 'pending_approval', required: requiredApprovals(facts.approval!.required, change), ttl: facts.approval!.ttl };
     if (through) return { kind: 'queue', takeBudget: false, overridden };
     if (facts.holder && facts.holder !== change.jobId) return { kind: 'join', jobId: facts.holder };
-    if (facts.budget && facts.budgetUse && facts.budgetUse.used >= facts.budget.restarts) {
-      return { kind: 'over_budget', retryMs: Math.max(1, facts.budgetUse.retryMs) };
-    }
-    return { kind: 'queue', takeBudget: facts.budget !== undefined, overridden };
+    const budgets = facts.budgets ?? [];
+    const spent = budgets.findIndex((b, i) => (facts.budgetUse?.[i]?.used ?? 0) >= b.limit.restarts);
+    if (spent >= 0) return { kind: 'over_budget', retryMs: Math.max(1, facts.budgetUse![spent]!.retryMs), pool: budgets[spent]! };
+    return { kind: 'queue', takeBudget: budgets.length > 0, overridden };
   }
 
   if (!through && facts.duplicateOf) return { kind: 'join', jobId: facts.duplicateOf };

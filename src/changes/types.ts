@@ -1,4 +1,5 @@
-import type { ApprovalPolicy, BudgetPolicy } from '../shared/policy.js';
+import type { ApprovalPolicy } from '../shared/policy.js';
+import type { BudgetPool } from './budget/pools.js';
 import type { GateReason, GateVerdict } from './gate.js';
 
 /**
@@ -95,9 +96,10 @@ export interface Facts {
   /** Freezes and windows at `now`, for this target. */
   gate: GateVerdict;
   approval?: ApprovalPolicy;
-  budget?: BudgetPolicy;
-  /** Restarts of the namespace in the budget's window, and ms until a place frees when none is left. */
-  budgetUse?: { used: number; retryMs: number };
+  /** The restart budgets a restart draws on (src/changes/budget/pools.ts): a place of each is taken. */
+  budgets?: BudgetPool[];
+  /** Read for a dry run: each budget's restarts in its window, and ms until a place frees when none is left. */
+  budgetUse?: Array<{ used: number; retryMs: number }>;
   /** A restart of the same Deployment still waiting or rolling out (coalescing). */
   holder?: string | null;
   /** A push event's job within its dedup window (undefined: not read, the add will tell). */
@@ -109,11 +111,11 @@ export type Decision =
   | { kind: 'refuse'; reasons: GateReason[] }
   | { kind: 'pending_approval'; required: number; ttl: number }
   | { kind: 'join'; jobId: string }
-  | { kind: 'over_budget'; retryMs: number }
+  | { kind: 'over_budget'; retryMs: number; pool: BudgetPool }
   | { kind: 'hold'; until: number; reasons: GateReason[] }
   | {
       kind: 'queue';
-      /** Take a place of the namespace's restart budget for this job. */
+      /** Take a place of each of its restart budgets for this job. */
       takeBudget: boolean;
       /** The gate reasons an override let through (reported). */
       overridden: GateReason[];

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { outboundCall, OutboundError, type OutboundAuth } from '../shared/outboundAuth.js';
 
 /**
  * A client of Alertmanager's API v2 (ALERTMANAGER_URL), for what remediation asks of it:
@@ -8,7 +9,9 @@ import { z } from 'zod';
  * - a silence of exactly that alert: equality matchers on its full label set, a short end, a comment
  *   naming the job; extended by posting it again with its id (Alertmanager updates an active silence
  *   in place when only its end moves), expired with DELETE /api/v2/silence/{id}.
- * Every call is bounded (`timeoutMs`); an answer that is not 2xx, or not the documented shape, throws.
+ * Every call is bounded (`timeoutMs`) and presents the credentials of ALERTMANAGER_* (a bearer
+ * token, basic auth or a client certificate: src/shared/outboundAuth.ts); an answer that is not
+ * 2xx, or not the documented shape, throws.
  */
 export interface AlertmanagerClient {
   readonly url: string;
@@ -69,25 +72,26 @@ const sameLabels = (a: Readonly<Record<string, string>>, b: Readonly<Record<stri
   return ka.length === Object.keys(b).length && ka.every((k) => Object.hasOwn(b, k) && b[k] === a[k]);
 };
 
-export function createAlertmanagerClient(url: string, opts: { timeoutMs?: number; fetch?: typeof fetch } = {}): AlertmanagerClient {
+export function createAlertmanagerClient(url: string, opts: { timeoutMs?: number; auth?: OutboundAuth } = {}): AlertmanagerClient {
   const base = url.replace(/\/+$/, '');
   const timeoutMs = opts.timeoutMs ?? 3000;
-  const doFetch = opts.fetch ?? fetch;
 
   async function call(method: string, path: string, body?: unknown): Promise<unknown> {
-    let res: Response;
+    let res: { status: number; text: string };
     try {
-      res = await doFetch(`${base}${path}`, {
+      res = await outboundCall(
+        'Alertmanager',
+        base,
+        opts.auth,
+        timeoutMs,
         method,
-        headers: body === undefined ? { accept: 'application/json' } : { accept: 'application/json', 'content-type': 'application/json' },
-        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-        signal: AbortSignal.timeout(timeoutMs),
-      });
+        path,
+        body === undefined ? undefined : JSON.stringify(body),
+      );
     } catch (err) {
-      const why = err instanceof Error && err.name === 'TimeoutError' ? `no answer within ${timeoutMs} ms` : 'unreachable';
-      throw new AlertmanagerError(`Alertmanager ${method} ${path.split('?')[0]}: ${why}`);
+      throw new AlertmanagerError(err instanceof OutboundError ? err.message : `Alertmanager ${method} ${path.split('?')[0]}: unreachable`);
     }
-    const text = await res.text();
+    const text = res.text;
     if (res.status === 404 && method === 'GET') return undefined;
     if (res.status < 200 || res.status > 299) {
       throw new AlertmanagerError(`Alertmanager ${method} ${path.split('?')[0]} answered ${res.status}: ${text.slice(0, 200)}`);

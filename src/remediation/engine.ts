@@ -1,8 +1,10 @@
 import { randomBytes } from 'node:crypto';
+import { describePool, poolsOf } from '../changes/budget/pools.js';
 import { ChangeRefusedError } from '../changes/execute.js';
 import { describeReasons } from '../changes/gate.js';
 import { queueReport, type Guards } from '../changes/guards.js';
 import { planChange, submitChange } from '../changes/pipeline.js';
+import type { Carried } from '../changes/execute.js';
 import type { Change, Principal, RestartTarget } from '../changes/types.js';
 import { sha256Hex } from '../shared/crypto.js';
 import { BudgetExhaustedError } from '../shared/errors.js';
@@ -12,30 +14,40 @@ import type { JobReads } from '../shared/jobReads.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 import { formatDuration } from '../shared/policy.js';
-import { matchesRule, type RemediationRule } from '../shared/remediations.js';
-import type { AlertmanagerClient, HeldAlert } from './alertmanager.js';
+import { matchesRule, targetAllowed, type RemediationRule } from '../shared/remediations.js';
+import type { AlertmanagerClient } from './alertmanager.js';
+import type { PrometheusClient } from './prometheus.js';
 import { OUTCOMES, type Active, type Decision, type RemediationStore } from './store.js';
 
 /**
- * Alert-driven remediation: a firing Alertmanager alert that matches a rule of the inventory
- * becomes a restart of the Deployment its labels name, through the change pipeline (origin
- * `remediation`, requester `remediation:<rule>`), so the host's freezes, windows, budget and
- * approval policy apply as to a person's restart. In order, for a firing alert:
+ * Alert-driven remediation: a firing alert that matches a rule of the inventory becomes a restart
+ * of the Deployment its labels name, through the change pipeline (origin `remediation`, requester
+ * `remediation:<rule>`), so the host's freezes, windows and approval policy apply as to a person's
+ * restart; its budgets are its own (the rule's, and the namespace's remediation budget), never the
+ * places people's restarts need. In order, for a firing alert:
  *
- *   1. the target: the Deployment its labels name must be one of an inventory host's;
- *   2. with ALERTMANAGER_URL, Alertmanager must hold the alert as firing (a forged one does nothing,
- *      and counts as no firing);
- *   3. flapping: the rule's `episodes` distinct firings (startsAt) within `within`;
- *   4. `for`, from the alert's startsAt: a notification before it schedules a check at that moment
- *      (a delayed job the worker runs, which asks Alertmanager again), or without ALERTMANAGER_URL
- *      waits for the next notification;
+ *   1. the target: the Deployment its labels name must be one of an inventory host's, and one the
+ *      rule's `targets` list (by host, or namespace/Deployment);
+ *   2. confirmation where the alert is born: Prometheus must fire it (`confirm: prometheus`,
+ *      src/remediation/prometheus.ts), or Alertmanager's authenticated API hold it (`confirm:
+ *      alertmanager`). A forged notification, or an alert posted to Alertmanager by anyone, does
+ *      nothing and counts as no firing. Its firing start is the source's, never the notification's
+ *      startsAt. The source down or in error: `error`, nothing done, and a delayed check asks again
+ *      with backoff until `within` has passed. (A dry-run rule with no source reads the notification.)
+ *   3. flapping: the rule's `episodes` distinct firings (their starts) seen within `within`; an
+ *      alert firing for longer than `within` is one episode;
+ *   4. `for`, from the firing start: a notification before it schedules a check at that moment (a
+ *      delayed job the worker runs, which confirms again);
  *   5. the rule's guard of the Deployment, one script for every replica: `escalate_after`
  *      remediations within `escalation_window` -> stop and page once; else the cooldown;
- *   6. the change: dry-run plans it and reports what would happen; act submits it. A refusal (freeze,
- *      window, budget) gives the guard's claim back and is reported.
+ *   6. the change: dry-run plans it and reports what would happen; act submits it. A refusal
+ *      (freeze, window, budget) or a job that could not be added gives the guard's claim back and is
+ *      reported. Once the pipeline carried it out, the claim stays: the remediation's record and its
+ *      watch are written with retries, never reported as "not restarted".
  * Then a watch job in the worker follows it: cancels it when the alert resolves before it started
- * (an approval pending, a job not taken yet; never a restart it joined), keeps the silence, and
- * verifies the outcome (the alert resolving within `verify`).
+ * (an approval pending, a job not taken yet; never a restart it joined), keeps the silence once the
+ * restart is queued (never while it waits for approval; matchers: the notification's full label
+ * set), and verifies the outcome (the alert resolving within `verify`).
  *
  * The contract of /webhook/alerts is untouched: this runs beside the intake, and a failure here
  * is logged and recorded as a decision, never answered as an error of the notification.
@@ -44,7 +56,12 @@ export interface RemediationDeps {
   guards: Guards;
   rules: readonly RemediationRule[];
   store: RemediationStore;
+  /** PROMETHEUS_URL: where rules with `confirm: prometheus` confirm and time their alerts. */
+  prometheus?: PrometheusClient;
+  /** ALERTMANAGER_URL: silences, and the confirmation of rules with `confirm: alertmanager` when authenticated. */
   alertmanager?: AlertmanagerClient;
+  /** Alertmanager's API is asked with credentials (only then may it confirm an alert). */
+  alertmanagerAuthenticated?: boolean;
   jobs: Pick<JobReads, 'get'>;
   logger: Logger;
   metrics?: RemediationMetrics;
@@ -110,6 +127,16 @@ const SUPPRESSING: ReadonlySet<Decision['decision']> = new Set(['suppressed', 'r
 /** What every decision about one firing alert says of it. */
 type Base = Omit<Decision, 'at' | 'decision' | 'reason' | 'guard' | 'outcome' | 'job_id' | 'approval_id'>;
 
+/** Where an alert is confirmed: its name in reasons, the guard of its errors, and whether (since when, ms) it fires. */
+interface Source {
+  name: string;
+  guard: 'prometheus' | 'alertmanager';
+  firing(labels: Readonly<Record<string, string>>): Promise<number | undefined>;
+}
+
+/** The waits before each try of writing a carried-out remediation's record and watch (~3 s in all). */
+const PERSIST_RETRIES_MS = [0, 100, 200, 400, 800, 1600];
+
 const newId = (): string => `rem-${randomBytes(10).toString('hex')}`;
 const iso = (ms: number) => new Date(ms).toISOString();
 
@@ -169,8 +196,58 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     });
   }
 
-  /** A firing alert matching `rule`, from a notification or from the check once `for` passed. */
-  async function fire(rule: RemediationRule, alert: NotifiedAlert, auditId: string, via: 'notification' | 'check'): Promise<Decision> {
+  /** Where a rule's alerts are confirmed, when this process can ask there. */
+  function sourceOf(rule: RemediationRule): Source | undefined {
+    if (rule.confirm === 'prometheus') {
+      const p = deps.prometheus;
+      return p ? { name: 'Prometheus at PROMETHEUS_URL', guard: 'prometheus', firing: async (l) => (await p.firing(l))?.since } : undefined;
+    }
+    const am = deps.alertmanager;
+    if (!am || !deps.alertmanagerAuthenticated) return undefined;
+    return {
+      name: 'Alertmanager at ALERTMANAGER_URL',
+      guard: 'alertmanager',
+      firing: async (l) => {
+        const held = await am.firing(l);
+        if (!held) return undefined;
+        const at = Date.parse(held.startsAt);
+        return Number.isFinite(at) ? at : deps.now();
+      },
+    };
+  }
+
+  /** A check of this firing, `delayMs` from now, in the worker (one per firing: a repeated add adds nothing). */
+  async function scheduleCheck(
+    rule: RemediationRule,
+    alert: NotifiedAlert,
+    auditId: string,
+    key: number,
+    delayMs: number,
+    notifiedAt: number,
+  ) {
+    const data: RemediateData = {
+      step: 'check',
+      rule: rule.name,
+      alert: { labels: alert.labels, fingerprint: alert.fingerprint, starts_at: alert.startsAt },
+      notified_at: notifiedAt,
+      audit_id: auditId,
+      requested_by: principalOf(rule.name).principal,
+    };
+    const jobId = `remediate-check.${rule.name}.${sha256Hex(`${alert.fingerprint}\n${key}`).slice(0, 32)}`;
+    await g.producer.add({ name: JOB.remediate, data, jobId, delay: Math.max(1, delayMs) });
+  }
+
+  /**
+   * A firing alert matching `rule`, from a notification or from a check. Answers the decision and,
+   * for a check, when to look again (a `for` not yet passed, a source that did not answer).
+   */
+  async function fire(
+    rule: RemediationRule,
+    alert: NotifiedAlert,
+    auditId: string,
+    via: 'notification' | 'check',
+    notifiedAt: number,
+  ): Promise<{ d: Decision; againMs?: number }> {
     const now = deps.now();
     const id = newId();
     const alertname = alert.labels.alertname ?? '';
@@ -189,66 +266,109 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     };
     const host = namespace && deployment ? hostOfDeployment(g.inventory, namespace, deployment) : undefined;
     if (!host || !namespace || !deployment) {
-      return decide({
-        ...base,
-        decision: 'suppressed',
-        guard: 'target',
-        reason: `labels ${rule.target.namespace}=${JSON.stringify(namespace ?? '')} and ${rule.target.deployment}=${JSON.stringify(deployment ?? '')} name no Deployment of an inventory host; nothing restarted`,
-      });
-    }
-    base.host = host;
-
-    // Only real alerts act, and only they count as a firing: Alertmanager must hold it (when it can be asked).
-    if (deps.alertmanager) {
-      let held: HeldAlert | undefined;
-      try {
-        held = await deps.alertmanager.firing(alert.labels);
-      } catch (err) {
-        return decide({ ...base, decision: 'error', guard: 'alertmanager', reason: `${(err as Error).message}; nothing restarted` });
-      }
-      if (!held) {
-        return decide({
+      return {
+        d: await decide({
           ...base,
           decision: 'suppressed',
-          guard: 'not_firing',
-          reason: 'Alertmanager at ALERTMANAGER_URL holds no firing alert with these labels; nothing restarted',
-        });
-      }
+          guard: 'target',
+          reason: `labels ${rule.target.namespace}=${JSON.stringify(namespace ?? '')} and ${rule.target.deployment}=${JSON.stringify(deployment ?? '')} name no Deployment of an inventory host; nothing restarted`,
+        }),
+      };
+    }
+    base.host = host;
+    if (!targetAllowed(rule, host, namespace, deployment)) {
+      return {
+        d: await decide({
+          ...base,
+          decision: 'suppressed',
+          guard: 'target_not_allowed',
+          reason: `Deployment ${namespace}/${deployment} (host ${host}) is not among the targets of rule ${rule.name}; nothing restarted`,
+        }),
+      };
     }
 
-    if (via === 'notification') {
-      const episodes = await store.episode(rule.name, alert.fingerprint, alert.startsAt, now, rule.trigger.within * 1000);
-      if (episodes < rule.trigger.episodes) {
-        return decide({
+    // Only real alerts act, and only they count as a firing: confirmed, and timed, where they are born.
+    const source = sourceOf(rule);
+    let since = alert.startsAt;
+    if (!source && rule.mode === 'act') {
+      return {
+        d: await decide({
+          ...base,
+          decision: 'suppressed',
+          guard: 'unconfirmed',
+          reason: `rule ${rule.name} confirms its alerts with ${rule.confirm}, which this process cannot ask; nothing restarted`,
+        }),
+      };
+    }
+    if (source) {
+      let fired: number | undefined;
+      try {
+        fired = await source.firing(alert.labels);
+      } catch (err) {
+        const deadline = notifiedAt + rule.trigger.within * 1000;
+        const againMs = Math.min(60_000, Math.max(1000, Math.round((now - notifiedAt) / 2)));
+        let next = '';
+        if (now + againMs < deadline) {
+          if (via === 'notification') await scheduleCheck(rule, alert, auditId, alert.startsAt, againMs, notifiedAt);
+          next = `; asked again at ${iso(now + againMs)}`;
+        }
+        const d = await decide({
+          ...base,
+          decision: 'error',
+          guard: source.guard,
+          reason: `${(err as Error).message}; nothing restarted${next}`,
+        });
+        return { d, ...(via === 'check' && next ? { againMs } : {}) };
+      }
+      if (fired === undefined) {
+        return {
+          d: await decide({
+            ...base,
+            decision: 'suppressed',
+            guard: 'not_firing',
+            reason: `${source.name} fires no alert with these labels; nothing restarted`,
+          }),
+        };
+      }
+      since = fired;
+      base.starts_at = iso(since);
+    }
+
+    const episodes = await store.episode(rule.name, alert.fingerprint, since, now, rule.trigger.within * 1000);
+    if (episodes < rule.trigger.episodes) {
+      return {
+        d: await decide({
           ...base,
           decision: 'suppressed',
           guard: 'episodes',
           reason: `${episodes} of the ${rule.trigger.episodes} firings within ${formatDuration(rule.trigger.within)} the rule waits for`,
-        });
-      }
-      const due = alert.startsAt + rule.trigger.for * 1000;
-      if (now < due) {
-        if (deps.alertmanager) {
-          const data: RemediateData = {
-            step: 'check',
-            rule: rule.name,
-            alert: { labels: alert.labels, fingerprint: alert.fingerprint, starts_at: alert.startsAt },
-            audit_id: auditId,
-            requested_by: principalOf(rule.name).principal,
-          };
-          // One check per firing: a repeated notification adds nothing.
-          const jobId = `remediate-check.${rule.name}.${sha256Hex(`${alert.fingerprint}\n${alert.startsAt}`).slice(0, 32)}`;
-          await g.producer.add({ name: JOB.remediate, data, jobId, delay: due - now });
-        }
-        return decide({
-          ...base,
-          decision: 'waiting',
-          guard: 'for',
-          reason: `firing for ${formatDuration(Math.max(0, Math.floor((now - alert.startsAt) / 1000)))} of the ${formatDuration(rule.trigger.for)} the rule waits for; ${deps.alertmanager ? `checked with Alertmanager at ${iso(due)}` : 'acts on a notification after ' + iso(due)}`,
-        });
-      }
+        }),
+      };
     }
+    const due = since + rule.trigger.for * 1000;
+    if (now < due) {
+      if (source && via === 'notification') await scheduleCheck(rule, alert, auditId, since, due - now, notifiedAt);
+      const d = await decide({
+        ...base,
+        decision: 'waiting',
+        guard: 'for',
+        reason: `firing for ${formatDuration(Math.max(0, Math.floor((now - since) / 1000)))} of the ${formatDuration(rule.trigger.for)} the rule waits for; ${source ? `checked with ${source.name} at ${iso(due)}` : 'acts on a notification after ' + iso(due)}`,
+      });
+      return { d, ...(source && via === 'check' ? { againMs: due - now } : {}) };
+    }
+    return { d: await act(rule, alert, base, since, auditId, now) };
+  }
 
+  /** The rule's guard, then the change: planned (dry-run) or carried out (act). */
+  async function act(
+    rule: RemediationRule,
+    alert: NotifiedAlert,
+    base: Base,
+    since: number,
+    auditId: string,
+    now: number,
+  ): Promise<Decision> {
+    const { id, host, namespace, deployment, alertname } = base as Base & { host: string; namespace: string; deployment: string };
     const claim = await store.claim(rule.name, namespace, deployment, id, now, {
       cooldownMs: rule.cooldown * 1000,
       windowMs: rule.escalation_window * 1000,
@@ -275,7 +395,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     const change: Change & { target: RestartTarget } = {
       target: { kind: 'restart', host, service: deployment, namespace },
       requester: principalOf(rule.name),
-      reason: `alert ${alertname} firing since ${iso(alert.startsAt)} (rule ${rule.name})`.slice(0, 500),
+      reason: `alert ${alertname} firing since ${iso(since)} (rule ${rule.name})`.slice(0, 500),
       dryRun: rule.mode === 'dry-run',
       origin: 'remediation',
       auditId,
@@ -293,7 +413,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
             : k.kind === 'join'
               ? `join restart ${k.jobId}, already waiting or rolling out`
               : k.kind === 'over_budget'
-                ? `refuse it: the namespace's restart budget is spent for ${Math.ceil(k.retryMs / 1000)} s`
+                ? `refuse it: the ${describePool(k.pool)} is spent for ${Math.ceil(k.retryMs / 1000)} s`
                 : 'queue the restart';
       const d = await decide({
         ...base,
@@ -305,59 +425,11 @@ export function createRemediation(deps: RemediationDeps): Remediation {
       return d;
     }
 
+    let carried: Carried;
     try {
-      const carried = await submitChange(g, change);
-      const active: Active = {
-        id,
-        rule: rule.name,
-        fingerprint: alert.fingerprint,
-        labels: alert.labels,
-        starts_at: alert.startsAt,
-        host,
-        namespace,
-        deployment,
-        phase: 'waiting',
-        created_at: now,
-        audit_id: auditId,
-        ...(carried.approval ? { approval_id: carried.approval.approval.id } : { job_id: carried.jobId }),
-        ...(carried.coalesced && !carried.approval ? { joined: true } : {}),
-      };
-      await store.putActive(active, activeTtlMs(rule));
-      await g.producer.add({
-        name: JOB.remediate,
-        data: {
-          step: 'watch',
-          rule: rule.name,
-          fingerprint: alert.fingerprint,
-          id,
-          audit_id: auditId,
-          requested_by: principalOf(rule.name).principal,
-        },
-        jobId: `remediate-watch.${id}`,
-      });
-      const d = carried.approval
-        ? await decide({
-            ...base,
-            decision: 'pending_approval',
-            guard: 'approval',
-            approval_id: carried.approval.approval.id,
-            reason: `restart of Deployment ${namespace}/${deployment} waits for ${carried.approval.approval.required} approval(s) until ${iso(carried.approval.approval.expires_at)}`,
-          })
-        : carried.coalesced
-          ? await decide({
-              ...base,
-              decision: 'joined',
-              job_id: carried.jobId,
-              reason: `joined restart ${carried.jobId} of Deployment ${namespace}/${deployment}, already waiting or rolling out`,
-            })
-          : await decide({
-              ...base,
-              decision: 'queued',
-              job_id: carried.jobId,
-              reason: `restart of Deployment ${namespace}/${deployment} queued`,
-            });
-      return d;
+      carried = await submitChange(g, change);
     } catch (err) {
+      // Refused, or its job not added: nothing was restarted, the claim goes back.
       await store.release(rule.name, namespace, deployment, id).catch(() => undefined);
       let d: Decision;
       if (err instanceof ChangeRefusedError) {
@@ -377,6 +449,75 @@ export function createRemediation(deps: RemediationDeps): Remediation {
       await report(rule, d, auditId);
       return d;
     }
+
+    // Carried out: the claim stays whatever follows. The record and the watch are retried, since
+    // without them nothing would verify the restart or manage its silence.
+    const active: Active = {
+      id,
+      rule: rule.name,
+      fingerprint: alert.fingerprint,
+      labels: alert.labels,
+      starts_at: since,
+      host,
+      namespace,
+      deployment,
+      phase: 'waiting',
+      created_at: now,
+      audit_id: auditId,
+      ...(carried.approval ? { approval_id: carried.approval.approval.id } : { job_id: carried.jobId }),
+      ...(carried.coalesced && !carried.approval ? { joined: true } : {}),
+    };
+    let unsaved: Error | undefined;
+    for (const wait of PERSIST_RETRIES_MS) {
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      try {
+        await store.putActive(active, activeTtlMs(rule));
+        await g.producer.add({
+          name: JOB.remediate,
+          data: {
+            step: 'watch',
+            rule: rule.name,
+            fingerprint: alert.fingerprint,
+            id,
+            audit_id: auditId,
+            requested_by: principalOf(rule.name).principal,
+          },
+          jobId: `remediate-watch.${id}`,
+        });
+        unsaved = undefined;
+        break;
+      } catch (err) {
+        unsaved = err as Error;
+      }
+    }
+    if (unsaved)
+      logger.error('remediation restart carried out, but its record or watch could not be saved', {
+        err: unsaved,
+        rule: rule.name,
+        remediation: id,
+      });
+    const note = unsaved ? `; its record or watch could not be saved (${unsaved.message}): nothing verifies it` : '';
+    return carried.approval
+      ? decide({
+          ...base,
+          decision: 'pending_approval',
+          guard: 'approval',
+          approval_id: carried.approval.approval.id,
+          reason: `restart of Deployment ${namespace}/${deployment} waits for ${carried.approval.approval.required} approval(s) until ${iso(carried.approval.approval.expires_at)}${note}`,
+        })
+      : carried.coalesced
+        ? decide({
+            ...base,
+            decision: 'joined',
+            job_id: carried.jobId,
+            reason: `joined restart ${carried.jobId} of Deployment ${namespace}/${deployment}, already waiting or rolling out${note}`,
+          })
+        : decide({
+            ...base,
+            decision: 'queued',
+            job_id: carried.jobId,
+            reason: `restart of Deployment ${namespace}/${deployment} queued${note}`,
+          });
   }
 
   async function escalate(rule: RemediationRule, alert: NotifiedAlert, base: Base, count: number, auditId: string, now: number) {
@@ -410,9 +551,10 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     return d;
   }
 
-  /** Whether the alert of a remediation under way has resolved (Alertmanager when configured, else a resolved notification). */
-  async function isResolved(a: Active): Promise<boolean> {
-    if (deps.alertmanager) return (await deps.alertmanager.firing(a.labels)) === undefined;
+  /** Whether the alert of a remediation under way has resolved: its rule's source says so, else a resolved notification. */
+  async function isResolved(rule: RemediationRule, a: Active): Promise<boolean> {
+    const source = sourceOf(rule);
+    if (source) return (await source.firing(a.labels)) === undefined;
     return store.resolved(a.rule, a.fingerprint, a.starts_at);
   }
 
@@ -476,7 +618,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
       const job = await deps.jobs.get(a.job_id);
       if (job && job.processed_at === null && (await g.producer.remove(a.job_id))) {
         if ((await deps.jobs.get(a.job_id)) === undefined) {
-          await g.budgets.giveBack(a.namespace, a.job_id).catch(() => undefined);
+          await g.budgets.giveBack(poolsOf(a.namespace, me.principal), a.job_id).catch(() => undefined);
           return finish(rule, a, 'cancelled', `the alert resolved before restart ${a.job_id} started: taken back, nothing restarted`);
         }
       }
@@ -487,10 +629,9 @@ export function createRemediation(deps: RemediationDeps): Remediation {
   /** A resolved notification for an alert matching `rule`. */
   async function resolved(rule: RemediationRule, alert: NotifiedAlert): Promise<Summary | undefined> {
     const ttl = activeTtlMs(rule);
-    if (deps.alertmanager) {
-      // Resolution is Alertmanager's to say when it can be asked.
-      if ((await deps.alertmanager.firing(alert.labels).catch(() => 'unknown' as const)) !== undefined) return undefined;
-    }
+    const source = sourceOf(rule);
+    // Resolution is the source's to say when it can be asked.
+    if (source && (await source.firing(alert.labels).catch(() => 'unknown' as const)) !== undefined) return undefined;
     await store.markResolved(rule.name, alert.fingerprint, alert.startsAt, ttl);
     const a = await store.getActive(rule.name, alert.fingerprint);
     if (!a || a.phase !== 'waiting') return undefined;
@@ -518,12 +659,12 @@ export function createRemediation(deps: RemediationDeps): Remediation {
         await store.endActive(rule.name, fingerprint);
         return undefined;
       }
-      await keepSilence(rule, a);
+      if (a.silence_id) await keepSilence(rule, a);
       return Math.min(step, Math.max(1, (a.settle_until ?? now) - now));
     }
     a = await keepSilence(rule, a);
     if (a.phase === 'waiting') {
-      if (await isResolved(a)) {
+      if (await isResolved(rule, a)) {
         a = await cancel(rule, a);
         if (a.phase === 'settling') return step;
       }
@@ -561,7 +702,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
       }
     }
     if (a.phase === 'verifying') {
-      if (await isResolved(a)) {
+      if (await isResolved(rule, a)) {
         await finish(rule, a, 'remediated', `restart ${a.job_id} rolled out and alert ${a.labels.alertname ?? ''} resolved`);
         return step;
       }
@@ -578,10 +719,14 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     return step;
   }
 
-  /** The silence of a remediation: created with a short end, moved on at each look (it lapses by itself if opsgate stops). */
+  /**
+   * The silence of a remediation: created once its restart is queued (never while an approval is
+   * pending: the alert stays visible to the people who decide), on the notification's full label
+   * set, with a short end, moved on at each look (it lapses by itself if opsgate stops).
+   */
   async function keepSilence(rule: RemediationRule, a: Active): Promise<Active> {
     const am = deps.alertmanager;
-    if (!rule.silence || !am) return a;
+    if (!rule.silence || !am || !a.job_id) return a;
     const endsAt = new Date(deps.now() + silenceLeaseMs(rule));
     try {
       if (!a.silence_id) {
@@ -634,7 +779,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
       const one = async ([rule, alert]: [RemediationRule, NotifiedAlert]): Promise<Summary | undefined> => {
         try {
           if (alert.status === 'resolved') return await resolved(rule, alert);
-          const d = await fire(rule, alert, auditId, 'notification');
+          const { d } = await fire(rule, alert, auditId, 'notification', deps.now());
           return { rule: rule.name, fingerprint: alert.fingerprint, decision: d.decision, reason: d.reason, id: d.id };
         } catch (err) {
           logger.warn('remediation failed on a notification', { rule: rule.name, fingerprint: alert.fingerprint, err });
@@ -674,8 +819,8 @@ export function createRemediation(deps: RemediationDeps): Remediation {
         fingerprint: data.alert.fingerprint,
         startsAt: data.alert.starts_at,
       };
-      await fire(rule, alert, data.audit_id, 'check');
-      return undefined;
+      const { againMs } = await fire(rule, alert, data.audit_id, 'check', data.notified_at ?? alert.startsAt);
+      return againMs;
     },
   };
 }

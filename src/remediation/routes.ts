@@ -7,14 +7,15 @@ import { redisCall } from '../domain/redisOps.js';
 import { keysetPage, nextCursorSchema, pageQueryShape } from '../routes/paging.js';
 import type { ApiConfig } from '../shared/config.js';
 import { UnprocessableError } from '../shared/errors.js';
-import type { Metrics } from '../shared/metrics.js';
+import type { Metrics, RemediationBudgetUse } from '../shared/metrics.js';
 import type { Redis } from 'ioredis';
 import { decisionSchema, type RemediationStore } from './store.js';
 
 /**
  * GET /ops/remediations (any valid key): the recent decisions of alert-driven remediation, newest
  * first, each with its reason: "why did (or didn't) opsgate restart X?". Paged with limit and
- * cursor (src/routes/paging.ts); `rule` keeps one rule's.
+ * cursor (src/routes/paging.ts); `rule` keeps one rule's. Each page shows the remediation budgets
+ * and their use now: every rule's own, and each namespace's for all rules (apart from people's).
  */
 export interface RemediationRoutesDeps {
   config: Pick<ApiConfig, 'apiKeys'>;
@@ -22,6 +23,7 @@ export interface RemediationRoutesDeps {
   store: RemediationStore;
   metrics: Pick<Metrics, 'authFailures'>;
   apiKeyPolicy?: ApiKeyPolicy;
+  budgetUses?: () => Promise<RemediationBudgetUse[]>;
 }
 
 export const remediationsQuerySchema = z.object({
@@ -29,7 +31,19 @@ export const remediationsQuerySchema = z.object({
   rule: z.string().min(1).max(63).optional().describe("only this rule's decisions"),
 });
 
-export const remediationListSchema = z.object({ remediations: z.array(decisionSchema), next_cursor: nextCursorSchema });
+export const remediationBudgetSchema = z.object({
+  budget: z.enum(['rule', 'namespace']).describe("rule: the rule's own; namespace: all rules of the namespace together"),
+  name: z.string(),
+  used: z.number().int().describe('restarts by remediation in the window now'),
+  limit: z.number().int(),
+  per: z.number().int().describe('the window, in seconds'),
+});
+
+export const remediationListSchema = z.object({
+  remediations: z.array(decisionSchema),
+  next_cursor: nextCursorSchema,
+  budgets: z.array(remediationBudgetSchema).describe("the remediation budgets, apart from people's restart budget"),
+});
 
 /** The rule a cursor of this list was made for ('' = every rule): 422 invalid_cursor for another list or rule. */
 function ruleOfCursor(cursor: string, given: string | undefined): string | undefined {
@@ -66,7 +80,9 @@ export function remediationsRouter(deps: RemediationRoutesDeps): Router {
       const ranked = all.map((d, i) => ({ d, rank: all.length - 1 - i }));
       const mine = rule === undefined ? ranked : ranked.filter((e) => e.d.rule === rule);
       const page = keysetPage(`remediations:${rule ?? ''}`, mine, (e) => [-Date.parse(e.d.at), String(1e9 - e.rank).padStart(10, '0')], q);
-      res.json({ remediations: page.items.map((e) => e.d), next_cursor: page.next_cursor });
+      const budgets = deps.budgetUses ? await redisCall(() => deps.budgetUses!(), deps.redis) : [];
+      const shown = rule === undefined ? budgets : budgets.filter((b) => b.budget === 'namespace' || b.name === rule);
+      res.json({ remediations: page.items.map((e) => e.d), next_cursor: page.next_cursor, budgets: shown });
     })
     .all(methodNotAllowed(['GET']));
   return r;

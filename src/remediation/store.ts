@@ -38,9 +38,12 @@ export const DECISIONS = [
 /** Why nothing was done: which guard said so. */
 export const GUARDS = [
   'target',
+  'target_not_allowed',
   'for',
   'episodes',
   'not_firing',
+  'unconfirmed',
+  'prometheus',
   'alertmanager',
   'cooldown',
   'escalated',
@@ -72,7 +75,10 @@ export const decisionSchema = z.object({
   mode: z.enum(['act', 'dry-run']),
   alertname: z.string(),
   fingerprint: z.string(),
-  starts_at: z.string().nullable().describe("the alert's startsAt"),
+  starts_at: z
+    .string()
+    .nullable()
+    .describe('when the alert began firing, as its source tells it (Prometheus, or the authenticated Alertmanager API)'),
   namespace: z.string().nullable(),
   deployment: z.string().nullable(),
   host: z.string().nullable().describe('the inventory host whose Deployment it is; null: none'),
@@ -126,7 +132,10 @@ export interface RemediationStore {
   release(rule: string, namespace: string, deployment: string, id: string): Promise<void>;
   /** The rule's remediations of a Deployment in the escalation window, oldest first. */
   history(rule: string, namespace: string, deployment: string, now: number, windowMs: number): Promise<Array<{ id: string; at: number }>>;
-  /** Records a firing (its startsAt) and answers how many distinct firings fall within `withinMs`. */
+  /**
+   * Records a firing seen now (by its start) and answers how many distinct firings were seen within
+   * `withinMs`: an alert firing longer than that is still one episode.
+   */
   episode(rule: string, fingerprint: string, startsAt: number, now: number, withinMs: number): Promise<number>;
   getActive(rule: string, fingerprint: string): Promise<Active | undefined>;
   /** Records it (NX: false when another remediation of this alert is under way). */
@@ -179,7 +188,7 @@ export function createRemediationStore(redis: Redis): RemediationStore {
       const key = remediationEpisodesKey(rule, fingerprint);
       const replies = await redis
         .multi()
-        .zadd(key, startsAt, String(startsAt))
+        .zadd(key, now, String(startsAt))
         .zremrangebyscore(key, '-inf', now - withinMs)
         .zcard(key)
         .pexpire(key, withinMs)

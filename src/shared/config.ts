@@ -12,6 +12,7 @@ import type { CredentialFile, SecretValues } from './liveSecrets.js';
 import { tlsPairProblems, type TlsFiles } from './tls.js';
 import { OIDC_FILE_VAR, parseOidcFile, type OidcSettings } from './oidcConfig.js';
 import { scopeSchema, type Scope } from './scope.js';
+import { outboundSecrets, outboundVariables } from './outboundVariables.js';
 import { ALLOWED_NAMES_FILE_VAR, ALLOWED_NAMES_VAR, parseAllowedNames, type AllowedName } from './clientNames.js';
 
 export type Role = 'readonly' | 'operator';
@@ -306,6 +307,44 @@ const commonSchema = z.object({
     .optional()
     .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim().replace(/\/+$/, '')))
     .refine((v) => v === undefined || /^https?:\/\/[^\s]+$/.test(v), 'must be an http(s) URL'),
+  /**
+   * Where alerts are born, for alert-driven remediation: Prometheus (or a server answering its
+   * query API, such as Thanos Query). A rule with `confirm: prometheus` acts only on an alert
+   * Prometheus itself fires, timed by Prometheus (src/remediation/prometheus.ts).
+   */
+  PROMETHEUS_URL: z
+    .string()
+    .optional()
+    .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim().replace(/\/+$/, '')))
+    .refine((v) => v === undefined || /^https?:\/\/[^\s]+$/.test(v), 'must be an http(s) URL'),
+  /**
+   * Prometheus's external labels, `name=value` comma-separated, when /api/v1/status/config cannot
+   * tell them (Thanos Query and others): the labels a notification may carry beyond the ALERTS
+   * series'. Unset: read from Prometheus.
+   */
+  PROMETHEUS_EXTERNAL_LABELS: z
+    .string()
+    .optional()
+    .transform((v, ctx) => {
+      if (v === undefined || v.trim() === '') return undefined;
+      const out: Record<string, string> = {};
+      for (const item of v.split(',').map((x) => x.trim())) {
+        const m = /^([a-zA-Z_][a-zA-Z0-9_]*)=(.*)$/.exec(item);
+        if (!m) {
+          ctx.addIssue({ code: 'custom', message: 'must be name=value items, comma-separated' });
+          return z.NEVER;
+        }
+        out[m[1]!] = m[2]!;
+      }
+      return out;
+    }),
+  /** Credentials presented to PROMETHEUS_URL and ALERTMANAGER_URL (src/shared/outboundAuth.ts); read by loadOutboundAuth. */
+  ...Object.fromEntries(
+    [...outboundVariables('PROMETHEUS', true), ...outboundVariables('ALERTMANAGER', false)].map((v) => [
+      v,
+      v.endsWith('_FILE') ? optionalPath : z.string().optional(),
+    ]),
+  ),
   /**
    * Bound of the close steps on SIGTERM/SIGINT (src/shared/shutdown.ts): the API's whole shutdown,
    * the worker's after its job drain (WORKER_SHUTDOWN_GRACE_SECONDS). Past it the process exits 1.
@@ -748,6 +787,8 @@ export function weakCredentialWarnings(config: Pick<ApiConfig, 'apiKeys' | 'OPS_
 export function secretsOf(config: Partial<ApiConfig>): string[] {
   const out: unknown[] = [
     config.OPS_BEARER_TOKEN,
+    ...outboundSecrets(config, 'PROMETHEUS'),
+    ...outboundSecrets(config, 'ALERTMANAGER'),
     ...SOURCE_SECRET_ENVS.map((env) => config[env]),
     ...Object.values(config.senderSecrets ?? {}).flat(),
   ];

@@ -76,6 +76,23 @@ export const inventorySchema = z
           message: 'namespace and deployment must be two different labels',
         });
       }
+      rule.targets.forEach((t, j) => {
+        const slash = t.indexOf('/');
+        const known =
+          slash < 0
+            ? Object.hasOwn(inv.hosts, t)
+            : Object.values(inv.hosts).some((h) => h.namespace === t.slice(0, slash) && h.deployments.includes(t.slice(slash + 1)));
+        if (!known) {
+          ctx.addIssue({
+            code: 'custom',
+            path: ['remediations', i, 'targets', j],
+            message:
+              slash < 0
+                ? `names host ${JSON.stringify(t)}, which the inventory lacks`
+                : `names Deployment ${t}, which no inventory host lists`,
+          });
+        }
+      });
       const ns = pinnedValue(rule, rule.target.namespace);
       const dep = pinnedValue(rule, rule.target.deployment);
       const hosts = Object.values(inv.hosts).filter((h) => ns === undefined || h.namespace === ns);
@@ -93,19 +110,21 @@ export const inventorySchema = z
         });
       }
     });
-    // A restart budget counts per namespace: hosts sharing one must agree on it.
-    const seen = new Map<string, { host: string; budget: string }>();
-    for (const [host, h] of Object.entries(inv.hosts)) {
-      const budget = JSON.stringify(mergePolicy(inv.policy, h.policy).budget ?? null);
-      const other = seen.get(h.namespace);
-      if (other && other.budget !== budget) {
-        ctx.addIssue({
-          code: 'custom',
-          path: ['hosts', host, 'policy', 'budget'],
-          message: `differs from the budget of host ${JSON.stringify(other.host)} in the same namespace ${h.namespace} (a restart budget counts per namespace)`,
-        });
+    // A restart budget (people's, and remediation's) counts per namespace: hosts sharing one must agree on it.
+    for (const field of ['budget', 'remediation_budget'] as const) {
+      const seen = new Map<string, { host: string; budget: string }>();
+      for (const [host, h] of Object.entries(inv.hosts)) {
+        const budget = JSON.stringify(mergePolicy(inv.policy, h.policy)[field] ?? null);
+        const other = seen.get(h.namespace);
+        if (other && other.budget !== budget) {
+          ctx.addIssue({
+            code: 'custom',
+            path: ['hosts', host, 'policy', field],
+            message: `differs from the ${field} of host ${JSON.stringify(other.host)} in the same namespace ${h.namespace} (a restart budget counts per namespace)`,
+          });
+        }
+        if (!other) seen.set(h.namespace, { host, budget });
       }
-      if (!other) seen.set(h.namespace, { host, budget });
     }
   });
 
@@ -131,6 +150,16 @@ export function projectPolicy(inv: Inventory, project: string): ProjectPolicy {
 export function namespaceBudget(inv: Inventory, namespace: string): HostPolicy['budget'] {
   for (const [host, h] of Object.entries(inv.hosts)) if (h.namespace === namespace) return hostPolicy(inv, host).budget;
   return inv.policy?.budget;
+}
+
+/** A namespace's remediation budget, bounding every rule's restarts there together: its own, else its restart budget. */
+export function namespaceRemediationBudget(inv: Inventory, namespace: string): HostPolicy['budget'] {
+  for (const [host, h] of Object.entries(inv.hosts)) {
+    if (h.namespace !== namespace) continue;
+    const p = hostPolicy(inv, host);
+    return p.remediation_budget ?? p.budget;
+  }
+  return inv.policy?.remediation_budget ?? inv.policy?.budget;
 }
 
 export function parseInventory(text: string, source = 'OPS_INVENTORY_FILE'): Inventory {

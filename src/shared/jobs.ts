@@ -246,8 +246,18 @@ const remediationAlert = z.object({
 });
 
 export const remediateData = z.discriminatedUnion('step', [
-  /** A firing alert whose rule's `for` has passed since it was notified: ask Alertmanager, then act. */
-  z.object({ step: z.literal('check'), rule: z.string().min(1).max(63), alert: remediationAlert, ...auditFields }),
+  /**
+   * A firing alert, looked at again: once its rule's `for` has passed, or after its confirmation
+   * failed (asked again with backoff until the rule's `within` has passed since `notified_at`).
+   */
+  z.object({
+    step: z.literal('check'),
+    rule: z.string().min(1).max(63),
+    alert: remediationAlert,
+    /** When the notification came (ms): the retries of a failed confirmation end `within` after it. */
+    notified_at: z.number().int().min(0).optional(),
+    ...auditFields,
+  }),
   /** A remediation under way: its approval or job, its silence, its verification. */
   z.object({
     step: z.literal('watch'),

@@ -117,6 +117,12 @@ export const APPROVALS_PENDING_KEY = `${GUARD_PREFIX}approvals:pending`;
 export const approvalIndexKey = (identity: string): string => `${GUARD_PREFIX}approval-for:${identity}`;
 /** A namespace's restarts in the budget's sliding window: a sorted set, member = job id, score = when (ms). */
 export const budgetKey = (namespace: string): string => `${GUARD_PREFIX}budget:restart:${namespace}`;
+/**
+ * A remediation budget (src/changes/budget/pools.ts): a rule's, or a namespace's for all rules;
+ * a sorted set like budgetKey's. One hash tag for all of them: a remediation takes a place of two
+ * at once (one script), on a Cluster too.
+ */
+export const remediationBudgetKey = (of: 'rule' | 'namespace', name: string): string => `${GUARD_PREFIX}budget:{remediation}:${of}:${name}`;
 /** The freezes: a hash, field = freeze id, value = JSON. */
 export const FREEZES_KEY = `${KEY_PREFIX}freezes`;
 /** Pub/sub channel told of every change of the freezes (each API process keeps them in memory). */
@@ -140,7 +146,7 @@ export const remediationHistoryKey = (rule: string, namespace: string, deploymen
 /** The rule escalated for this Deployment: no remediation and no second page until it expires. */
 export const remediationEscalatedKey = (rule: string, namespace: string, deployment: string): string =>
   `${REMEDIATION_PREFIX}escalated:${remediationTarget(rule, namespace, deployment)}`;
-/** The distinct firings (startsAt) of one alert seen by a rule: a sorted set, member and score = startsAt (ms). */
+/** The distinct firings of one alert seen by a rule: a sorted set, member = its firing start, score = when last seen (ms). */
 export const remediationEpisodesKey = (rule: string, fingerprint: string): string => `${REMEDIATION_PREFIX}episodes:${rule}:${fingerprint}`;
 /** The remediation under way for one alert of a rule (JSON), until its silence's settle time ends. */
 export const remediationActiveKey = (rule: string, fingerprint: string): string => `${REMEDIATION_PREFIX}active:${rule}:${fingerprint}`;

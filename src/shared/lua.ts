@@ -14,7 +14,11 @@ export function loadLua(name: string | URL): string {
   return readFileSync(typeof name === 'string' ? new URL(`./lua/${name}.lua`, import.meta.url) : name, 'utf8');
 }
 
-/** The script's name as a command of the connection: EVALSHA, with EVAL once per connection. */
-export function defineLua(redis: import('ioredis').Redis, command: string, lua: string, numberOfKeys: number): void {
-  if (typeof (redis as unknown as Record<string, unknown>)[command] !== 'function') redis.defineCommand(command, { lua, numberOfKeys });
+/**
+ * The script's name as a command of the connection: EVALSHA, with EVAL once per connection.
+ * `numberOfKeys` undefined: a script of any number of keys, called with that number first.
+ */
+export function defineLua(redis: import('ioredis').Redis, command: string, lua: string, numberOfKeys: number | undefined): void {
+  if (typeof (redis as unknown as Record<string, unknown>)[command] !== 'function')
+    redis.defineCommand(command, numberOfKeys === undefined ? { lua } : { lua, numberOfKeys });
 }

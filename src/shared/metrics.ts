@@ -305,7 +305,7 @@ export function createMetrics(component: Component, version: string, opts: { def
   });
   const remediationsSuppressed = new Counter({
     name: 'opsgate_remediations_suppressed_total',
-    help: 'Firing alerts a remediation rule matched that restarted nothing, by rule and the guard that stopped them (target, episodes, not_firing, alertmanager, cooldown, escalated, freeze, window, budget).',
+    help: 'Firing alerts a remediation rule matched that restarted nothing, by rule and the guard that stopped them (target, target_not_allowed, episodes, not_firing, unconfirmed, prometheus, alertmanager, cooldown, escalated, freeze, window, budget).',
     labelNames: ['rule', 'guard'] as const,
     registers: [registry],
   });
@@ -314,6 +314,41 @@ export function createMetrics(component: Component, version: string, opts: { def
     help: 'Remediation rules that stopped acting on a Deployment and paged, after escalate_after remediations within their escalation window, by rule.',
     labelNames: ['rule'] as const,
     registers: [registry],
+  });
+  const remediationBudgetExhausted = new Counter({
+    name: 'opsgate_remediation_budget_exhausted_total',
+    help: "Remediation restarts refused because a remediation budget was spent, by budget (rule: the rule's own; namespace: all rules of a namespace) and name.",
+    labelNames: ['budget', 'name'] as const,
+    registers: [registry],
+  });
+  let budgetsSource: (() => Promise<RemediationBudgetUse[]>) | undefined;
+  // Both gauges of a scrape (collected at once) share one read of Redis.
+  let budgetsRead: { at: number; uses: Promise<RemediationBudgetUse[] | undefined> } | undefined;
+  const readBudgets = () => {
+    const now = Date.now();
+    if (!budgetsSource) return Promise.resolve(undefined);
+    if (!budgetsRead || now - budgetsRead.at > 500) {
+      budgetsRead = { at: now, uses: withTimeout(budgetsSource(), depthTimeoutMs, 'remediation budgets read').catch(() => undefined) };
+    }
+    return budgetsRead.uses;
+  };
+  new Gauge({
+    name: 'opsgate_remediation_budget_used',
+    help: "Restarts by remediation in a remediation budget's window, by budget (rule, namespace) and name (read from Redis at scrape time).",
+    labelNames: ['budget', 'name'] as const,
+    registers: [registry],
+    async collect() {
+      for (const u of (await readBudgets()) ?? []) this.set({ budget: u.budget, name: u.name }, u.used);
+    },
+  });
+  new Gauge({
+    name: 'opsgate_remediation_budget_limit',
+    help: "Restarts a remediation budget allows in its window, by budget (rule, namespace) and name; people's restarts have their own (the namespace's budget).",
+    labelNames: ['budget', 'name'] as const,
+    registers: [registry],
+    async collect() {
+      for (const u of (await readBudgets()) ?? []) this.set({ budget: u.budget, name: u.name }, u.limit);
+    },
   });
   let silencesSource: (() => Promise<number>) | undefined;
   new Gauge({
@@ -333,13 +368,16 @@ export function createMetrics(component: Component, version: string, opts: { def
     rules: readonly string[],
     vocabulary: { outcomes: readonly string[]; guards: readonly string[] },
     silences?: () => Promise<number>,
+    budgets?: () => Promise<RemediationBudgetUse[]>,
   ) => {
     for (const rule of rules) {
       for (const outcome of vocabulary.outcomes) remediations.inc({ rule, outcome }, 0);
       for (const guard of vocabulary.guards) remediationsSuppressed.inc({ rule, guard }, 0);
       remediationEscalations.inc({ rule }, 0);
+      remediationBudgetExhausted.inc({ budget: 'rule', name: rule }, 0);
     }
     if (silences) silencesSource = silences;
+    if (budgets) budgetsSource = budgets;
   };
 
   const adminActions = new Counter({
@@ -470,7 +508,18 @@ export function createMetrics(component: Component, version: string, opts: { def
     remediationsSuppressed,
     remediationEscalations,
     setRemediationRules,
+    remediationBudgetExhausted,
   };
 }
 
 export type Metrics = ReturnType<typeof createMetrics>;
+
+/** One remediation budget's use, as the metrics and GET /ops/remediations show it. */
+export interface RemediationBudgetUse {
+  budget: 'rule' | 'namespace';
+  name: string;
+  used: number;
+  limit: number;
+  /** The window, in seconds. */
+  per: number;
+}

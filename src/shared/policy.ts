@@ -13,6 +13,9 @@ import { isTimeZone, WEEKDAYS, type ChangeWindow } from './windows.js';
  * - budget (hosts only): at most `restarts` restarts of Deployments of the host's namespace per
  *   `per`, counted across every API replica, caller and webhook. Hosts sharing a namespace share
  *   its budget, so they must give the same one.
+ * - remediation_budget (hosts only): at most `restarts` restarts by remediation rules (all rules
+ *   together) of the namespace's Deployments per `per`. Default: the namespace's `budget`. It is a
+ *   budget of its own: remediation never takes a place of the budget above, which stays for people.
  */
 
 /** "90s", "10m", "1h", "1h30m", "2d" or a number of seconds -> seconds. */
@@ -83,6 +86,7 @@ export const projectPolicySchema = z.strictObject({
 
 export const hostPolicySchema = projectPolicySchema.extend({
   budget: budgetPolicySchema.optional(),
+  remediation_budget: budgetPolicySchema.optional(),
 });
 
 export type ApprovalPolicy = z.infer<typeof approvalPolicySchema>;

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { approvalPolicySchema, parseDuration } from './policy.js';
+import { approvalPolicySchema, budgetPolicySchema, parseDuration } from './policy.js';
 
 /**
  * Alert-driven remediation rules, from the inventory's `remediations:` (src/shared/inventory.ts):
@@ -9,6 +9,9 @@ import { approvalPolicySchema, parseDuration } from './policy.js';
  *   - name: storefront-unavailable
  *     match: {alertname: KubeDeploymentReplicasMismatch, labels: {severity: critical}}  # exact, or "=~regex"
  *     target: {namespace: namespace, deployment: deployment}   # the alert labels that name them
+ *     targets: [web-01, shop/storefront]   # what it may restart: inventory hosts, namespace/Deployment pairs
+ *     confirm: prometheus   # or alertmanager: where a firing is confirmed and timed
+ *     budget: {restarts: 3, per: 1h}       # this rule's restarts, apart from people's budget
  *     trigger: {for: 2m, episodes: 1, within: 30m}
  *     cooldown: 15m
  *     escalate_after: 3
@@ -96,6 +99,34 @@ export const remediationRuleSchema = z.strictObject({
   verify: positiveDuration(DAY, 'verify').default(600),
   /** How long the silence stays after the work ends. */
   settle: positiveDuration(DAY, 'settle').default(300),
+  /**
+   * What the rule may restart: inventory hosts (`web-01`) or namespace/Deployment pairs
+   * (`shop/storefront`). An alert naming anything else restarts nothing, whatever its labels say.
+   */
+  targets: z
+    .array(
+      z
+        .string()
+        .min(1)
+        .max(317)
+        .regex(/^[^\s/]+(\/[^\s/]+)?$/, 'must be an inventory host or a namespace/Deployment pair'),
+      {
+        error: (issue) =>
+          issue.input === undefined
+            ? 'is required: list what the rule may restart (inventory hosts, namespace/Deployment pairs)'
+            : 'must be a list of inventory hosts and namespace/Deployment pairs',
+      },
+    )
+    .min(1, 'must list at least one inventory host or namespace/Deployment pair')
+    .max(500),
+  /**
+   * Where a firing is confirmed and timed: `prometheus` (PROMETHEUS_URL: the ALERTS series only its
+   * rule evaluation writes) or `alertmanager` (its API, behind credentials, for alerts born
+   * elsewhere). A notification alone never acts.
+   */
+  confirm: z.enum(['prometheus', 'alertmanager']).default('prometheus'),
+  /** The rule's own restart budget, apart from the namespace budget of people's restarts. */
+  budget: budgetPolicySchema.default({ restarts: 3, per: 3600 }),
   mode: z.enum(['act', 'dry-run']).default('act'),
   /** Keep an Alertmanager silence of this alert while acting (needs ALERTMANAGER_URL). */
   silence: z.boolean().default(false),
@@ -103,6 +134,17 @@ export const remediationRuleSchema = z.strictObject({
 });
 
 export type RemediationRule = z.infer<typeof remediationRuleSchema>;
+
+/** Whether a rule's `targets` name this Deployment (by its host, or by namespace/Deployment). */
+export function targetAllowed(rule: Pick<RemediationRule, 'targets'>, host: string, namespace: string, deployment: string): boolean {
+  return rule.targets.some((t) => t === host || t === `${namespace}/${deployment}`);
+}
+
+/** The rule a remediation's principal (remediation:<rule>) names; undefined for anyone else's. */
+export const REMEDIATION_PRINCIPAL_PREFIX = 'remediation:';
+export function ruleOfPrincipal(principal: string): string | undefined {
+  return principal.startsWith(REMEDIATION_PRINCIPAL_PREFIX) ? principal.slice(REMEDIATION_PRINCIPAL_PREFIX.length) : undefined;
+}
 
 /** Whether a label value satisfies a matcher value (equality, or an anchored `=~regex`). */
 export function matchesValue(matcher: string, value: string | undefined): boolean {
@@ -124,14 +166,23 @@ export function pinnedValue(rule: Pick<RemediationRule, 'match'>, label: string)
   return v === undefined || v.startsWith(REGEX_PREFIX) ? undefined : v;
 }
 
+/** What a process can confirm alerts with (src/remediation/confirm.ts). */
+export interface ConfirmSources {
+  /** PROMETHEUS_URL is set. */
+  prometheus: boolean;
+  /** ALERTMANAGER_URL is set with credentials of its API (basic, bearer or a client certificate). */
+  alertmanagerAuthenticated: boolean;
+}
+
 /**
  * Why a process may not start with these rules: rules while anyone can post a firing alert (no
- * ALERTS_WEBHOOK_TOKEN, no client certificate), and silences without an Alertmanager to keep them.
- * Each problem names the variable and the rules, never a value.
+ * ALERTS_WEBHOOK_TOKEN, no client certificate), an `act` rule with no way to confirm its alerts,
+ * and silences without an Alertmanager to keep them. Each problem names the variable and the
+ * rules, never a value.
  */
 export function remediationStartProblems(
   rules: readonly RemediationRule[],
-  opts: { alertsAuthenticated?: boolean; alertmanagerUrl?: string | undefined },
+  opts: { alertsAuthenticated?: boolean; alertmanagerUrl?: string | undefined; confirm: ConfirmSources },
 ): Array<{ variable: string; problem: string }> {
   const out: Array<{ variable: string; problem: string }> = [];
   if (rules.length === 0) return out;
@@ -139,6 +190,21 @@ export function remediationStartProblems(
     out.push({
       variable: 'ALERTS_WEBHOOK_TOKEN',
       problem: `is not set and no client certificate is asked for (TLS_CLIENT_CA_FILE), but the inventory has remediation rules (${rules.map((r) => r.name).join(', ')}): anyone could post a firing alert that restarts a Deployment; set the token or TLS_CLIENT_CA_FILE`,
+    });
+  }
+  const acting = rules.filter((r) => r.mode === 'act');
+  const byPrometheus = acting.filter((r) => r.confirm === 'prometheus' && !opts.confirm.prometheus);
+  if (byPrometheus.length > 0) {
+    out.push({
+      variable: 'PROMETHEUS_URL',
+      problem: `is not set, but remediation rules act on alerts confirmed by Prometheus (${byPrometheus.map((r) => r.name).join(', ')}): set PROMETHEUS_URL (Prometheus or a server answering its query API, such as Thanos Query) so only alerts its rules fire act; or, for alerts born elsewhere, give the rule confirm: alertmanager with ALERTMANAGER_URL and credentials of its API (ALERTMANAGER_BEARER_TOKEN, ALERTMANAGER_BASIC_AUTH_USER/PASSWORD or ALERTMANAGER_TLS_CERT_FILE); or mode: dry-run`,
+    });
+  }
+  const byAlertmanager = acting.filter((r) => r.confirm === 'alertmanager' && !opts.confirm.alertmanagerAuthenticated);
+  if (byAlertmanager.length > 0) {
+    out.push({
+      variable: 'ALERTMANAGER_URL',
+      problem: `has no credentials of its API (or is not set), but remediation rules confirm their alerts with Alertmanager (${byAlertmanager.map((r) => r.name).join(', ')}): anyone who reaches its API could post an alert that acts; set ALERTMANAGER_URL with ALERTMANAGER_BEARER_TOKEN, ALERTMANAGER_BASIC_AUTH_USER/PASSWORD or ALERTMANAGER_TLS_CERT_FILE (Alertmanager's --web.config.file asking for them), or confirm: prometheus with PROMETHEUS_URL; or mode: dry-run`,
     });
   }
   const silencing = rules.filter((r) => r.silence);

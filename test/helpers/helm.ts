@@ -22,6 +22,18 @@ export const RELEASE = 'opsgate';
 export const KUBE_VERSION = /^K8S_VERSION\s*\?=\s*v?(\S+)/m.exec(readFileSync(join(ROOT, 'mk/tools.mk'), 'utf8'))?.[1] ?? '1.35.0';
 export const NAMESPACE = 'opsgate';
 
+/**
+ * The credentials of PROMETHEUS_URL and ALERTMANAGER_URL the chart keeps in the Secret: they reach
+ * the processes as files (<KEY>_FILE), never as environment values.
+ */
+export const OUTBOUND_SECRET_KEYS: readonly string[] = [
+  'PROMETHEUS_BEARER_TOKEN',
+  'PROMETHEUS_BASIC_AUTH_PASSWORD',
+  'PROMETHEUS_TENANT',
+  'ALERTMANAGER_BEARER_TOKEN',
+  'ALERTMANAGER_BASIC_AUTH_PASSWORD',
+];
+
 /** The Secret keys = environment variables that only ever come from a Secret (every webhook sender's included). */
 export const SECRET_VARS: readonly string[] = [
   'OPS_API_KEY_ROLES',
@@ -30,6 +42,7 @@ export const SECRET_VARS: readonly string[] = [
   'NOTIFY_WEBHOOK_URLS',
   'REDIS_URL',
   'REDIS_PASSWORD',
+  ...OUTBOUND_SECRET_KEYS,
 ];
 
 export function helmBin(): string {

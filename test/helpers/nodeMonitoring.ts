@@ -10,7 +10,7 @@ import { NODE_DIR, waitFor, type Obj } from './nodeSupport.js';
 /**
  * Real Prometheus (built from github.com/prometheus/prometheus: Debian's lacks Kubernetes service
  * discovery) and Alertmanager (Debian package prometheus-alertmanager) as host
- * processes on 127.0.0.1 against the test node: Prometheus discovers the release's pods through
+ * processes on 127.0.0.1 (or the node's bridge address, where pods must reach them) against the test node: Prometheus discovers the release's pods through
  * Kubernetes service discovery (the apiserver on the node's bridge address), loads the chart's own
  * rules file (charts/opsgate/files/prometheus-rules.yaml, what the PrometheusRule renders) and
  * sends alerts to Alertmanager, whose receiver is opsgate's /webhook/alerts with the bearer token.
@@ -117,10 +117,16 @@ export async function startMonitoring(opts: {
    * ALERTMANAGER_URL), then the node's bridge address, which the pods route to.
    */
   alertmanagerHost?: string;
+  /**
+   * The address Prometheus listens on: 127.0.0.1 unless pods must reach it too (opsgate's
+   * PROMETHEUS_URL, where remediation confirms its alerts), then the node's bridge address.
+   */
+  prometheusHost?: string;
 }): Promise<Monitoring> {
   const dir = mkdtempSync(join(tmpdir(), 'opsgate-monitoring-'));
   const [promPort, amPort] = [await freePort(), await freePort()];
   const amHost = opts.alertmanagerHost ?? '127.0.0.1';
+  const promHost = opts.prometheusHost ?? '127.0.0.1';
   const pki = join(NODE_DIR, 'pki');
   const tls = { ca_file: join(pki, 'ca.crt'), cert_file: join(pki, 'admin.crt'), key_file: join(pki, 'admin.key') };
 
@@ -199,7 +205,7 @@ export async function startMonitoring(opts: {
     [
       `--config.file=${join(dir, 'prometheus.yml')}`,
       `--storage.tsdb.path=${join(dir, 'prom-data')}`,
-      `--web.listen-address=127.0.0.1:${promPort}`,
+      `--web.listen-address=${promHost}:${promPort}`,
     ],
     join(dir, 'prometheus.log'),
   );
@@ -214,7 +220,7 @@ export async function startMonitoring(opts: {
     }
     rmSync(dir, { recursive: true, force: true });
   }
-  const prometheus = `http://127.0.0.1:${promPort}`;
+  const prometheus = `http://${promHost}:${promPort}`;
   const alertmanager = `http://${amHost}:${amPort}`;
   const logTail = () =>
     ['prometheus.log', 'alertmanager.log']

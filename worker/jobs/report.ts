@@ -1,3 +1,4 @@
+import { poolsOf } from '../../src/changes/budget/pools.js';
 import { DelayedError } from 'bullmq';
 import { effectiveStatus, type Approval } from '../../src/changes/approvals/store.js';
 import type { ReportChangeData } from '../../src/shared/jobs.js';
@@ -130,7 +131,8 @@ export async function reportChange(d: ReportChangeData, ctx: JobContext): Promis
         return { delivered: 0, endpoints: 0, event: 'decided in time' };
       }
       out = await decide('abandon', `expired before its change could be carried out: ${out.approval.last_error ?? 'no job was added'}`);
-      await g.budgets.giveBack(out.approval?.change.namespace ?? '', id).catch(() => undefined);
+      const asked = out.approval;
+      if (asked) await g.budgets.giveBack(poolsOf(asked.change.namespace, asked.requester), id).catch(() => undefined);
     }
     const a: Approval | undefined = out.approval;
     if (out.verdict === 'pending' && a && ctx.job.moveToDelayed && ctx.token) {

@@ -301,6 +301,21 @@ Render-time checks that the schema cannot express. Included by every workload te
 {{- end }}
 {{- /* The webhook senders' values (secrets of senders not enabled, alerts routed without a token). */}}
 {{- $_ := include "opsgate.webhookSenders" (dict "ctx" . "part" "list") }}
+{{- /* The credentials of config.prometheusUrl and config.alertmanagerUrl (credentials without their URL, half a basic auth...). */}}
+{{- $outboundKeys := include "opsgate.outbound" (dict "ctx" . "part" "keys") | fromYamlArray }}
+{{- /* An act rule with no way to confirm its alerts: the api and worker would refuse to start; say so at the render. */}}
+{{- $amTls := .Values.config.alertmanagerTls | default dict }}
+{{- $amAuthenticated := and .Values.config.alertmanagerUrl (or (has "ALERTMANAGER_BEARER_TOKEN" $outboundKeys) (has "ALERTMANAGER_BASIC_AUTH_PASSWORD" $outboundKeys) (and $amTls.secret $amTls.certKey)) }}
+{{- range (default list .Values.inventory.remediations) }}
+{{- if ne (toString (.mode | default "act")) "dry-run" }}
+{{- if and (eq (toString (.confirm | default "prometheus")) "prometheus") (not $.Values.config.prometheusUrl) }}
+{{- fail (printf "opsgate: inventory.remediations rule %q acts on alerts confirmed by Prometheus, but config.prometheusUrl is empty: set it (Prometheus, or Thanos Query), or give the rule confirm: alertmanager with config.alertmanagerUrl and credentials of its API (secrets.alertmanagerBearerToken, basic auth, or config.alertmanagerTls), or mode: dry-run" (toString .name)) }}
+{{- end }}
+{{- if and (eq (toString .confirm) "alertmanager") (not $amAuthenticated) }}
+{{- fail (printf "opsgate: inventory.remediations rule %q confirms its alerts with Alertmanager, but config.alertmanagerUrl has no credentials of its API: set config.alertmanagerUrl with secrets.alertmanagerBearerToken, config.alertmanagerBasicAuthUser and secrets.alertmanagerBasicAuthPassword, or config.alertmanagerTls (a client certificate; with existingSecret, list the key in secrets.existingSecretOutboundKeys), or confirm: prometheus with config.prometheusUrl, or mode: dry-run" (toString .name)) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- if .Values.redis.enabled }}
 {{- $limit := include "opsgate.bytes" (dig "limits" "memory" "" .Values.redis.resources) }}
 {{- $max := include "opsgate.redisMaxmemory" . }}
@@ -579,4 +594,124 @@ checksum annotations: a renewal changes the Secret, not the rendered pod.
 {{/* TLS_CLIENT_CA_FILE in the pod. */}}
 {{- define "opsgate.tlsClientCaFile" -}}
 {{- if .Values.tls.clientAuth.caSecret }}/etc/opsgate-client-ca/{{ .Values.tls.clientAuth.caKey }}{{ else }}/etc/opsgate-tls/{{ .Values.tls.caKey }}{{ end }}
+{{- end }}
+
+{{/*
+The credentials opsgate presents to config.prometheusUrl and config.alertmanagerUrl (README:
+Alert-driven remediation): the one place the chart turns them into the Secret's keys, the
+processes' variables and their volume. Include with (dict "ctx" $ "part" <part>):
+  secretData  YAML map of the chart-made Secret's entries (key = variable name -> value) given in secrets.*
+  keys        YAML list of the Secret's credential keys in use: those given (chart-made Secret), or
+              secrets.existingSecretOutboundKeys (existingSecret)
+  env         env entries of the api and worker containers: <KEY>_FILE for each key in use
+  tlsFiles    YAML map of the ConfigMap's <PREFIX>_TLS_{CERT,KEY,CA}_FILE -> path, from config.<server>Tls
+  volume      the pods' outbound volume: a projected volume of the keys in use and the TLS Secrets'
+              keys; empty when there is nothing to mount
+Every secret is a file, never an environment value: opsgate reads a changed file again (the kubelet
+updates a whole-volume Secret mount in place), so a rotation needs no restart and rolls no pod.
+Every include checks the values: a credential of a server without its URL, basic auth without
+both halves, a bearer token with basic auth (one Authorization header), a client certificate
+without its key, and keys of an existingSecret without one fail the render.
+*/}}
+{{- define "opsgate.outbound" -}}
+{{- $v := .ctx.Values }}
+{{- $c := $v.config }}
+{{- $s := $v.secrets }}
+{{- $dir := "/etc/opsgate-outbound" }}
+{{- $servers := list (dict "name" "prometheus" "prefix" "PROMETHEUS" "url" $c.prometheusUrl "user" $c.prometheusBasicAuthUser "tls" $c.prometheusTls "secrets" (dict "PROMETHEUS_BEARER_TOKEN" $s.prometheusBearerToken "PROMETHEUS_BASIC_AUTH_PASSWORD" $s.prometheusBasicAuthPassword "PROMETHEUS_TENANT" $s.prometheusTenant)) (dict "name" "alertmanager" "prefix" "ALERTMANAGER" "url" $c.alertmanagerUrl "user" $c.alertmanagerBasicAuthUser "tls" $c.alertmanagerTls "secrets" (dict "ALERTMANAGER_BEARER_TOKEN" $s.alertmanagerBearerToken "ALERTMANAGER_BASIC_AUTH_PASSWORD" $s.alertmanagerBasicAuthPassword)) }}
+{{- $valueOf := dict "PROMETHEUS_BEARER_TOKEN" "prometheusBearerToken" "PROMETHEUS_BASIC_AUTH_PASSWORD" "prometheusBasicAuthPassword" "PROMETHEUS_TENANT" "prometheusTenant" "ALERTMANAGER_BEARER_TOKEN" "alertmanagerBearerToken" "ALERTMANAGER_BASIC_AUTH_PASSWORD" "alertmanagerBasicAuthPassword" }}
+{{- if and $s.existingSecretOutboundKeys (not $s.existingSecret) }}
+{{- fail "opsgate: secrets.existingSecretOutboundKeys names keys of secrets.existingSecret, which is not set (the chart-made Secret holds the credentials given in secrets.prometheusBearerToken, ...)" }}
+{{- end }}
+{{- $data := dict }}
+{{- $keys := list }}
+{{- $tlsFiles := dict }}
+{{- $tlsSources := list }}
+{{- range $servers }}
+{{- $server := . }}
+{{- $inUse := list }}
+{{- range $key := keys .secrets | sortAlpha }}
+{{- if $s.existingSecret }}
+{{- if has $key (default list $s.existingSecretOutboundKeys) }}{{ $inUse = append $inUse $key }}{{ end }}
+{{- else if index $server.secrets $key }}
+{{- $inUse = append $inUse $key }}
+{{- $_ := set $data $key (toString (index $server.secrets $key)) }}
+{{- end }}
+{{- end }}
+{{- $where := ternary "secrets.existingSecretOutboundKeys" "secrets.*" (not (empty $s.existingSecret)) }}
+{{- $bearer := has (printf "%s_BEARER_TOKEN" .prefix) $inUse }}
+{{- $password := has (printf "%s_BASIC_AUTH_PASSWORD" .prefix) $inUse }}
+{{- $tls := .tls | default dict }}
+{{- if not .url }}
+{{- $given := list }}
+{{- range $inUse }}{{ $given = append $given (ternary . (printf "secrets.%s" (index $valueOf .)) (not (empty $s.existingSecret))) }}{{ end }}
+{{- if .user }}{{ $given = append $given (printf "config.%sBasicAuthUser" .name) }}{{ end }}
+{{- if $tls.secret }}{{ $given = append $given (printf "config.%sTls.secret" .name) }}{{ end }}
+{{- if and (eq .name "prometheus") $c.prometheusExternalLabels }}{{ $given = append $given "config.prometheusExternalLabels" }}{{ end }}
+{{- if and (eq .name "prometheus") $c.prometheusTenantHeader }}{{ $given = append $given "config.prometheusTenantHeader" }}{{ end }}
+{{- with $given }}
+{{- fail (printf "opsgate: %s set for config.%sUrl, which is empty: set config.%sUrl, or remove them" (join ", " .) $server.name $server.name) }}
+{{- end }}
+{{- end }}
+{{- if and .user (not $password) }}
+{{- fail (printf "opsgate: config.%sBasicAuthUser needs its password: %s (basic auth needs both)" .name (ternary (printf "%s_BASIC_AUTH_PASSWORD in secrets.existingSecretOutboundKeys" .prefix) (printf "secrets.%sBasicAuthPassword" .name) (not (empty $s.existingSecret)))) }}
+{{- end }}
+{{- if and $password (not .user) }}
+{{- fail (printf "opsgate: the basic auth password of config.%sUrl (%s_BASIC_AUTH_PASSWORD) needs config.%sBasicAuthUser (basic auth needs both)" .name .prefix .name) }}
+{{- end }}
+{{- if and $bearer $password }}
+{{- fail (printf "opsgate: config.%sUrl has a bearer token and basic auth (%s_BEARER_TOKEN and %s_BASIC_AUTH_PASSWORD): one Authorization header, set one of them" .name .prefix .prefix) }}
+{{- end }}
+{{- range $inUse }}{{ $keys = append $keys . }}{{ end }}
+{{- if $tls.secret }}
+{{- if ne (empty $tls.certKey) (empty $tls.keyKey) }}
+{{- fail (printf "opsgate: config.%sTls.certKey and config.%sTls.keyKey go together (a client certificate needs its key): set both, or empty both for the CA alone" .name .name) }}
+{{- end }}
+{{- $items := list }}
+{{- if $tls.certKey }}
+{{- $items = append $items (dict "key" $tls.certKey "path" (printf "%s-client.crt" .name)) }}
+{{- $items = append $items (dict "key" $tls.keyKey "path" (printf "%s-client.key" .name)) }}
+{{- $_ := set $tlsFiles (printf "%s_TLS_CERT_FILE" .prefix) (printf "%s/%s-client.crt" $dir .name) }}
+{{- $_ := set $tlsFiles (printf "%s_TLS_KEY_FILE" .prefix) (printf "%s/%s-client.key" $dir .name) }}
+{{- end }}
+{{- if $tls.caKey }}
+{{- $items = append $items (dict "key" $tls.caKey "path" (printf "%s-ca.crt" .name)) }}
+{{- $_ := set $tlsFiles (printf "%s_TLS_CA_FILE" .prefix) (printf "%s/%s-ca.crt" $dir .name) }}
+{{- end }}
+{{- if not $items }}
+{{- fail (printf "opsgate: config.%sTls.secret is set but certKey, keyKey and caKey are all empty: name the keys to mount, or empty the secret" .name) }}
+{{- end }}
+{{- $tlsSources = append $tlsSources (dict "secret" (dict "name" $tls.secret "items" $items)) }}
+{{- end }}
+{{- end }}
+{{- if eq .part "secretData" }}
+{{- if $data }}{{ toYaml $data }}{{ end }}
+{{- else if eq .part "keys" }}
+{{- toYaml $keys }}
+{{- else if eq .part "env" }}
+{{- $entries := list }}
+{{- range $keys }}{{ $entries = append $entries (dict "name" (printf "%s_FILE" .) "value" (printf "%s/%s" $dir .)) }}{{ end }}
+{{- if $entries }}{{ toYaml $entries }}{{ end }}
+{{- else if eq .part "tlsFiles" }}
+{{- if $tlsFiles }}{{ toYaml $tlsFiles }}{{ end }}
+{{- else if eq .part "volume" }}
+{{- $sources := list }}
+{{- with $keys }}
+{{- $items := list }}
+{{- range . }}{{ $items = append $items (dict "key" . "path" .) }}{{ end }}
+{{- $sources = append $sources (dict "secret" (dict "name" (include "opsgate.secretName" $.ctx) "items" $items)) }}
+{{- end }}
+{{- $sources = concat $sources $tlsSources }}
+{{- with $sources -}}
+- name: outbound
+  # The whole volume, never a subPath: the kubelet updates the files in place when a Secret changes,
+  # and the processes read a changed file again (0440: the owner and the pod's fsGroup read them).
+  projected:
+    defaultMode: 288
+    sources:
+      {{- toYaml . | nindent 6 }}
+{{- end }}
+{{- else }}
+{{- fail (printf "opsgate.outbound: unknown part %q" .part) }}
+{{- end }}
 {{- end }}

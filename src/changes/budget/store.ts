@@ -1,14 +1,16 @@
 import type { Redis } from 'ioredis';
-import { budgetKey } from '../../shared/keys.js';
+import { budgetKey, remediationBudgetKey } from '../../shared/keys.js';
 import { defineLua, loadLua } from '../../shared/lua.js';
+import type { BudgetPool, BudgetPoolKind } from './pools.js';
 
 /**
- * Restart budgets: at most N restarts of a namespace's Deployments per sliding window, counted in
- * Redis (src/shared/lua/budget-take.lua), so every API replica, caller and webhook draws on the
- * same budget. A member is the restart's job id: taking twice for one job takes once, and a
- * restart that turned out not to run (it joined another one, or was never added) gives its place
- * back. An approved restart takes its place when the change pipeline carries it out, under the
- * approval's id (the job's id), like any other restart.
+ * Restart budgets: at most N restarts per sliding window of each budget a restart draws on (a
+ * namespace's for people; a rule's and a namespace's remediation budget for a remediation:
+ * src/changes/budget/pools.ts), counted in Redis (budget-take.lua, all of them or none), so every
+ * API replica, caller and webhook draws on the same budgets. A member is the restart's job id:
+ * taking twice for one job takes once, and a restart that turned out not to run (it joined another
+ * one, or was never added) gives its place back. An approved restart takes its places when the
+ * change pipeline carries it out, under the approval's id (the job's id), like any other restart.
  */
 export interface BudgetLimit {
   restarts: number;
@@ -23,30 +25,53 @@ export interface BudgetUse {
   retryMs: number;
 }
 
+export interface BudgetTake extends BudgetUse {
+  taken: boolean;
+  /** The budget that is spent, when not taken. */
+  spent?: BudgetPool;
+  /** Each pool's use, in the order given. */
+  uses: BudgetUse[];
+}
+
 export interface Budgets {
-  take(namespace: string, limit: BudgetLimit, jobId: string, now: number): Promise<{ taken: boolean } & BudgetUse>;
-  giveBack(namespace: string, jobId: string): Promise<void>;
-  /** Without taking anything (a dry run): what is used now, and when a place frees when none is left. */
-  peek(namespace: string, limit: BudgetLimit, now: number): Promise<BudgetUse>;
+  take(pools: readonly BudgetPool[], jobId: string, now: number): Promise<BudgetTake>;
+  /** Gives a job's place back to every budget it may hold one of (a place it does not hold is no change). */
+  giveBack(pools: ReadonlyArray<Pick<BudgetPool, 'kind' | 'name'>>, jobId: string): Promise<void>;
+  /** Without taking anything (a dry run, a listing): each pool's use now, and when a place frees when none is left. */
+  peek(pools: readonly BudgetPool[], now: number): Promise<BudgetUse[]>;
 }
 
 const TAKE = 'opsgateBudgetTake';
 const TAKE_LUA = loadLua(new URL('./budget-take.lua', import.meta.url));
 
+export const poolKey = (p: { kind: BudgetPoolKind; name: string }): string =>
+  p.kind === 'namespace' ? budgetKey(p.name) : remediationBudgetKey(p.kind === 'remediation_rule' ? 'rule' : 'namespace', p.name);
+
 export function createBudgets(redis: Redis): Budgets {
-  defineLua(redis, TAKE, TAKE_LUA, 1);
-  const scripts = redis as unknown as Record<string, (...a: Array<string | number>) => Promise<[number, number, number]>>;
+  defineLua(redis, TAKE, TAKE_LUA, undefined);
+  const scripts = redis as unknown as Record<string, (...a: Array<string | number>) => Promise<number[]>>;
+  const run = (pools: readonly BudgetPool[], now: number, jobId: string, mode: 'take' | 'peek') =>
+    scripts[TAKE]!(pools.length, ...pools.map(poolKey), now, jobId, mode, ...pools.flatMap((p) => [p.limit.per * 1000, p.limit.restarts]));
+  const usesOf = (reply: number[], n: number): BudgetUse[] =>
+    Array.from({ length: n }, (_, i) => ({ used: Number(reply[3 + 2 * i]), retryMs: Number(reply[4 + 2 * i]) }));
   return {
-    async take(namespace, limit, jobId, now) {
-      const [taken, used, retry] = await scripts[TAKE]!(budgetKey(namespace), now, limit.per * 1000, limit.restarts, jobId);
-      return { taken: taken === 1, used: Number(used), retryMs: Number(retry) };
+    async take(pools, jobId, now) {
+      if (pools.length === 0) return { taken: true, used: 0, retryMs: 0, uses: [] };
+      const reply = await run(pools, now, jobId, 'take');
+      const uses = usesOf(reply, pools.length);
+      const spent = Number(reply[1]);
+      if (Number(reply[0]) === 1) return { taken: true, used: Math.max(...uses.map((u) => u.used)), retryMs: 0, uses };
+      return { taken: false, used: uses[spent - 1]!.used, retryMs: Number(reply[2]), spent: pools[spent - 1]!, uses };
     },
-    async giveBack(namespace, jobId) {
-      await redis.zrem(budgetKey(namespace), jobId);
+    async giveBack(pools, jobId) {
+      if (pools.length === 0) return;
+      const m = redis.multi();
+      for (const p of pools) m.zrem(poolKey(p), jobId);
+      await m.exec();
     },
-    async peek(namespace, limit, now) {
-      const [, used, retry] = await scripts[TAKE]!(budgetKey(namespace), now, limit.per * 1000, limit.restarts, '', 'peek');
-      return { used: Number(used), retryMs: Number(retry) };
+    async peek(pools, now) {
+      if (pools.length === 0) return [];
+      return usesOf(await run(pools, now, '', 'peek'), pools.length);
     },
   };
 }

@@ -69,7 +69,8 @@ const flowValues = {
     // The dashboard's Remediation row counts by rule, and a rule's series exist from the start: one
     // rule (dry-run, on an alert nothing here fires; the remediation loop is remediation.test.ts's)
     // so every panel has data to show.
-    remediations: [{ name: 'web-unavailable', match: { alertname: 'E2EWebUnavailable' }, mode: 'dry-run' }],
+    // A dry-run rule may run unconfirmed (no PROMETHEUS_URL here); like every rule it pins its targets.
+    remediations: [{ name: 'web-unavailable', match: { alertname: 'E2EWebUnavailable' }, targets: ['web-1'], mode: 'dry-run' }],
   },
 };
 

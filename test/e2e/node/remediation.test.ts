@@ -27,9 +27,11 @@ import {
  * Alert-driven remediation on the real node, the whole loop on real parts: test Deployments whose
  * pods export their own health metric (a few lines of Node in the api image the suite already
  * builds: no kube-state-metrics), Prometheus scraping them and firing a rule on that metric,
- * Alertmanager (on the node's bridge address, so the opsgate pods reach its API v2) delivering to
- * the chart's /webhook/alerts, the worker restarting the Deployment through the change pipeline,
- * the rollout, the alert resolving, the silence lapsing:
+ * Alertmanager delivering to the chart's /webhook/alerts, opsgate confirming and timing each alert
+ * with that Prometheus (the chart's config.prometheusUrl: the ALERTS series its rule evaluation
+ * writes), the worker restarting the Deployment through the change pipeline, the rollout, the
+ * alert resolving, the silence lapsing. Prometheus and Alertmanager listen on the node's bridge
+ * address, so the opsgate pods reach their APIs:
  * - a pod made unhealthy: restarted, outcome `remediated` (GET /ops/remediations, the restart job,
  *   an Event on the Deployment), its silence expired in Alertmanager;
  * - the same alert flapping back at once: not restarted again before the cooldown has passed, and
@@ -235,8 +237,8 @@ describe('alert-driven remediation on a real node', () => {
     await apply(deployment('web'));
     await apply(deployment('stuck'));
 
-    // Alertmanager first, on the bridge address (the release's ALERTMANAGER_URL); its receiver is
-    // pointed at the API once the release has its Service.
+    // Prometheus and Alertmanager first, on the bridge address (the release's PROMETHEUS_URL and
+    // ALERTMANAGER_URL); Alertmanager's receiver is pointed at the API once the release has its Service.
     monitoring = await startMonitoring({
       namespace: NS,
       release: RELEASE,
@@ -247,17 +249,20 @@ describe('alert-driven remediation on a real node', () => {
       // one group per alert; a firing alert told again every 10 s (the cooldown's end is seen soon)
       route: { group_by: ['...'], group_interval: '2s', repeat_interval: '10s' },
       alertmanagerHost: NODE_IP,
+      prometheusHost: NODE_IP,
     });
 
     const values = {
       secrets,
-      config: { alertmanagerUrl: monitoring.alertmanager, rolloutTimeoutSeconds: 120 },
+      // Every rule confirms its alerts where they are born (confirm: prometheus, the default).
+      config: { prometheusUrl: monitoring.prometheus, alertmanagerUrl: monitoring.alertmanager, rolloutTimeoutSeconds: 120 },
       inventory: {
         hosts: { 'apps-1': { namespace: APPS, deployments: ['web', 'stuck'] } },
         remediations: [
           {
             name: 'heal',
             match: { alertname: ALERT, labels: { deployment: 'web' } },
+            targets: [`${APPS}/web`],
             trigger: { for: '0s' },
             cooldown: `${COOLDOWN_S}s`,
             escalate_after: 3,
@@ -269,6 +274,7 @@ describe('alert-driven remediation on a real node', () => {
           {
             name: 'stuck',
             match: { alertname: ALERT, labels: { deployment: 'stuck' } },
+            targets: [`${APPS}/stuck`],
             cooldown: '5s',
             escalate_after: 1,
             escalation_window: '600s',

@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import request from 'supertest';
 import { start } from '../../../src/server.js';
 import { ConfigError } from '../../../src/shared/errors.js';
@@ -9,15 +9,19 @@ import { JOB } from '../../../src/shared/jobs.js';
 import { REMEDIATION_DECISIONS_KEY } from '../../../src/shared/keys.js';
 import { OP_KEY, RO_KEY, baseEnv, createHarness, useHarness, type Harness } from '../../helpers/apiHarness.js';
 import { restartAs } from '../../helpers/guards.js';
+import { startPrometheus, type TestPrometheus } from '../../helpers/prometheus.js';
 import { waitFor } from '../../helpers/waitFor.js';
 
 /**
  * Alert-driven remediation through /webhook/alerts, on a real Redis and BullMQ queue, with the
- * notifications posted as Alertmanager posts them (the real Alertmanager's own deliveries, its
- * API's confirmation and silences: remediationAlertmanager.test.ts). The contract's answer and
+ * notifications posted as Alertmanager posts them, and every alert confirmed by a real Prometheus
+ * at PROMETHEUS_URL (the test fires it there before posting it, and stops it before posting its
+ * resolution). The real Alertmanager's own deliveries and silences: remediationAlertmanager.test.ts;
+ * forged alerts and Prometheus's timing: remediationPrometheus.test.ts. The contract's answer and
  * notify_oncall jobs stay as they are; remediation adds `remediations` and its restart jobs,
  * decided by the change pipeline like a person's restart.
  */
+jest.setTimeout(60_000);
 const TOKEN = 'alerts-token-for-remediation-0001';
 const INVENTORY = `
 hosts:
@@ -37,24 +41,41 @@ hosts:
 remediations:
   - name: down
     match: {alertname: Down, labels: {severity: "=~critical|page"}}
+    targets: [web-1, pay-1, batch-1]
     cooldown: 1h
   - name: flappy
     match: {alertname: Flapping}
+    targets: [web-1]
     trigger: {episodes: 2, within: 1h}
   - name: slow
     match: {alertname: Slow}
+    targets: [web-1]
     trigger: {for: 5s}
   - name: rehearse
     match: {alertname: Rehearse}
+    targets: [web-1]
     mode: dry-run
   - name: loop
     match: {alertname: Loop}
+    targets: [web-1]
     cooldown: 1s
     escalate_after: 2
     escalation_window: 1h
 `;
 
-const ctx = useHarness({ inventoryYaml: INVENTORY, env: { ALERTS_WEBHOOK_TOKEN: TOKEN } });
+/** The alerts the rules match, each a rule of the test Prometheus. */
+const RULED = ['Down', 'Flapping', 'Slow', 'Rehearse', 'Loop'];
+let prom: TestPrometheus;
+const env: Record<string, string> = { ALERTS_WEBHOOK_TOKEN: TOKEN };
+// Before the harness starts (hooks run in order): it is given PROMETHEUS_URL.
+beforeAll(async () => {
+  prom = await startPrometheus({ rules: RULED.map((alert) => ({ alert })) });
+  env.PROMETHEUS_URL = prom.url;
+});
+afterAll(async () => {
+  await prom?.close();
+});
+const ctx = useHarness({ inventoryYaml: INVENTORY, env });
 
 let seq = 0;
 interface TestAlert {
@@ -80,7 +101,21 @@ function alert(alertname: string, deployment: string, extra: Partial<TestAlert> 
 }
 const resolvedOf = (a: TestAlert): TestAlert => ({ ...a, status: 'resolved', endsAt: new Date().toISOString() });
 
-const post = (h: Harness, alerts: TestAlert[]) =>
+/**
+ * Posts a notification as Alertmanager does, after making Prometheus agree with it: a firing alert
+ * of a rule fires there first, a resolved one has stopped (`confirm: false`: posted as it is).
+ */
+const post = async (h: Harness, alerts: TestAlert[], opts: { confirm?: boolean } = {}) => {
+  for (const a of opts.confirm === false ? [] : alerts.filter((x) => RULED.includes(x.labels.alertname ?? ''))) {
+    if (a.status === 'firing') await prom.ensureFiring(a.labels);
+    else {
+      prom.clear(a.labels);
+      await prom.waitResolved(a.labels);
+    }
+  }
+  return send(h, alerts);
+};
+const send = (h: Harness, alerts: TestAlert[]) =>
   request(h.app)
     .post('/webhook/alerts')
     .set('Authorization', `Bearer ${TOKEN}`)
@@ -133,10 +168,11 @@ describe('the contract of /webhook/alerts is unchanged; remediation is additive'
   });
 
   it('a target that is not a Deployment of an inventory host restarts nothing', async () => {
-    const res = await post(ctx.h, [
-      alert('Down', 'frontend', { labels: { namespace: 'kube-system' } }),
-      alert('Down', 'no-such-deployment'),
-    ]);
+    const res = await post(
+      ctx.h,
+      [alert('Down', 'frontend', { labels: { namespace: 'kube-system' } }), alert('Down', 'no-such-deployment')],
+      { confirm: false },
+    );
     expect(res.body.remediations.map((r: any) => r.decision)).toEqual(['suppressed', 'suppressed']);
     expect(res.body.remediations[0].reason).toMatch(/name no Deployment of an inventory host/);
     expect(await restarts(ctx.h)).toHaveLength(0);
@@ -144,15 +180,15 @@ describe('the contract of /webhook/alerts is unchanged; remediation is additive'
 });
 
 describe('trigger', () => {
-  it('for: a notification before it waits (without ALERTMANAGER_URL, for the next notification); one after it acts', async () => {
-    const early = alert('Slow', 'cart', { startsAt: new Date().toISOString() });
+  it('for: a notification before it waits, whatever startsAt it claims, and schedules a check with Prometheus when it passes', async () => {
+    const early = alert('Slow', 'cart', { startsAt: new Date(Date.now() - 600_000).toISOString() });
     const r1 = await post(ctx.h, [early]);
     expect(r1.body.remediations[0]).toMatchObject({ decision: 'waiting' });
-    expect(r1.body.remediations[0].reason).toMatch(/acts on a notification after/);
-    expect(await jobsNamed(ctx.h, JOB.remediate)).toHaveLength(0); // no Alertmanager to ask: no check job
-    const late = { ...early, startsAt: new Date(Date.now() - 6000).toISOString() };
-    const r2 = await post(ctx.h, [late]);
-    expect(r2.body.remediations[0]).toMatchObject({ decision: 'queued' });
+    expect(r1.body.remediations[0].reason).toMatch(/checked with Prometheus at PROMETHEUS_URL at/);
+    const [check] = await jobsNamed(ctx.h, JOB.remediate);
+    expect(check!.data).toMatchObject({ step: 'check', rule: 'slow' });
+    // The worker runs the check (remediationPrometheus.test.ts); here nothing acts before it.
+    expect(await restarts(ctx.h)).toHaveLength(0);
   });
 
   it('episodes: a flapping alert acts at its second distinct firing within the window, not at a repeat of the first', async () => {
@@ -205,7 +241,7 @@ describe('the guards of a restart apply as to a person', () => {
     );
     const res = await post(ctx.h, [alert('Down', 'exports', { labels: { namespace: 'batch' } })]);
     expect(res.body.remediations[0]).toMatchObject({ decision: 'refused' });
-    expect(res.body.remediations[0].reason).toMatch(/restart budget of namespace batch exhausted/);
+    expect(res.body.remediations[0].reason).toMatch(/remediation budget of namespace batch exhausted/);
     expect(await restarts(ctx.h)).toHaveLength(1);
   });
 
@@ -318,7 +354,7 @@ describe('GET /ops/remediations', () => {
     const p1 = await request(ctx.h.app).get('/ops/remediations?limit=1').set('X-API-Key', RO_KEY);
     expect(p1.body.remediations).toHaveLength(1);
     const p2 = await request(ctx.h.app).get(`/ops/remediations?cursor=${p1.body.next_cursor}`).set('X-API-Key', RO_KEY);
-    expect(p2.body).toEqual({ remediations: [all[1]], next_cursor: null });
+    expect(p2.body).toMatchObject({ remediations: [all[1]], next_cursor: null, budgets: expect.any(Array) });
     expect((await request(ctx.h.app).get('/ops/remediations?rule=slow').set('X-API-Key', RO_KEY)).body.remediations).toEqual([]);
     // A cursor continues its own query (here: every rule's decisions), not another rule's.
     const other = await request(ctx.h.app).get(`/ops/remediations?rule=slow&cursor=${p1.body.next_cursor}`).set('X-API-Key', RO_KEY);
@@ -326,19 +362,20 @@ describe('GET /ops/remediations', () => {
     expect(other.body.code).toBe('invalid_cursor');
     const mine = await request(ctx.h.app).get('/ops/remediations?rule=down&limit=1').set('X-API-Key', RO_KEY);
     const next = await request(ctx.h.app).get(`/ops/remediations?cursor=${mine.body.next_cursor}`).set('X-API-Key', RO_KEY);
-    expect(next.body).toEqual({ remediations: [all[1]], next_cursor: null });
+    expect(next.body).toMatchObject({ remediations: [all[1]], next_cursor: null });
     expect((await request(ctx.h.app).get('/ops/remediations')).status).toBe(401);
     expect((await request(ctx.h.app).get('/ops/remediations?limit=0').set('X-API-Key', RO_KEY)).body.code).toBe('invalid_query');
     expect(await ctx.h.inspect.llen(REMEDIATION_DECISIONS_KEY)).toBe(2);
   });
 
   it('the metrics of every rule exist from the start, and count what happened', async () => {
-    const h = await createHarness(ctx.srv.url, { inventoryYaml: INVENTORY, env: { ALERTS_WEBHOOK_TOKEN: TOKEN } });
+    const h = await createHarness(ctx.srv.url, { inventoryYaml: INVENTORY, env });
     try {
       const text = await h.metrics.registry.metrics();
       expect(text).toContain('opsgate_remediations_total{rule="loop",outcome="remediated"} 0');
       expect(text).toContain('opsgate_remediations_suppressed_total{rule="down",guard="cooldown"} 0');
       expect(text).toContain('opsgate_remediation_escalations_total{rule="flappy"} 0');
+      expect(text).toContain('opsgate_remediation_budget_exhausted_total{budget="rule",name="flappy"} 0');
       expect(text).toMatch(/opsgate_remediation_silences_active \d+/);
       await post(h, [alert('Rehearse', 'frontend')]);
       expect(await h.metrics.registry.metrics()).toContain('opsgate_remediations_total{rule="rehearse",outcome="dry_run"} 1');
@@ -350,12 +387,11 @@ describe('GET /ops/remediations', () => {
 
 describe('replicas', () => {
   it('the cooldown is shared by two API processes: two alerts naming one Deployment, one restart', async () => {
-    const other = await createHarness(ctx.srv.url, { inventoryYaml: INVENTORY, env: { ALERTS_WEBHOOK_TOKEN: TOKEN } });
+    const other = await createHarness(ctx.srv.url, { inventoryYaml: INVENTORY, env });
     try {
-      const [r1, r2] = await Promise.all([
-        post(ctx.h, [alert('Down', 'cart', { labels: { pod: 'cart-1' } })]),
-        post(other, [alert('Down', 'cart', { labels: { pod: 'cart-2' } })]),
-      ]);
+      const [a1, a2] = [alert('Down', 'cart', { labels: { pod: 'cart-1' } }), alert('Down', 'cart', { labels: { pod: 'cart-2' } })];
+      await Promise.all([prom.ensureFiring(a1.labels), prom.ensureFiring(a2.labels)]);
+      const [r1, r2] = await Promise.all([send(ctx.h, [a1]), send(other, [a2])]);
       const got = [r1.body.remediations[0].decision, r2.body.remediations[0].decision].sort();
       expect(got).toEqual(['queued', 'suppressed']);
       expect(await restarts(ctx.h)).toHaveLength(1);
@@ -374,8 +410,14 @@ describe('start-up refusal', () => {
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
   it('rules without an authenticated alerts sender: the API does not start, naming ALERTS_WEBHOOK_TOKEN', async () => {
-    const env = { ...baseEnv(ctx.srv.url), OPS_INVENTORY_FILE: join(dir, 'inventory.yaml'), PORT: '0', METRICS_PORT: '0' };
-    const err = await start(env).then(
+    const settings = {
+      ...baseEnv(ctx.srv.url),
+      PROMETHEUS_URL: prom.url,
+      OPS_INVENTORY_FILE: join(dir, 'inventory.yaml'),
+      PORT: '0',
+      METRICS_PORT: '0',
+    };
+    const err = await start(settings).then(
       () => undefined,
       (e: unknown) => e,
     );
@@ -384,15 +426,29 @@ describe('start-up refusal', () => {
   });
 
   it('silence: true without ALERTMANAGER_URL: refused too', async () => {
-    writeFileSync(join(dir, 'silent.yaml'), `${INVENTORY}  - {name: hush, match: {alertname: Hush}, silence: true}\n`);
-    const env = {
+    writeFileSync(join(dir, 'silent.yaml'), `${INVENTORY}  - {name: hush, match: {alertname: Hush}, targets: [web-1], silence: true}\n`);
+    const settings = {
       ...baseEnv(ctx.srv.url),
       ALERTS_WEBHOOK_TOKEN: TOKEN,
+      PROMETHEUS_URL: prom.url,
       OPS_INVENTORY_FILE: join(dir, 'silent.yaml'),
       PORT: '0',
       METRICS_PORT: '0',
     };
-    const err = (await start(env).catch((e: unknown) => e)) as ConfigError;
+    const err = (await start(settings).catch((e: unknown) => e)) as ConfigError;
     expect(err.problems).toEqual([{ variable: 'ALERTMANAGER_URL', problem: expect.stringContaining('(hush)') }]);
+  });
+
+  it('act rules with no way to confirm their alerts: refused, naming both ways', async () => {
+    const settings = {
+      ...baseEnv(ctx.srv.url),
+      ALERTS_WEBHOOK_TOKEN: TOKEN,
+      OPS_INVENTORY_FILE: join(dir, 'inventory.yaml'),
+      PORT: '0',
+      METRICS_PORT: '0',
+    };
+    const err = (await start(settings).catch((e: unknown) => e)) as ConfigError;
+    expect(err.problems).toEqual([{ variable: 'PROMETHEUS_URL', problem: expect.stringContaining('(down, flappy, slow, loop)') }]);
+    expect(err.problems[0]!.problem).toMatch(/confirm: alertmanager with ALERTMANAGER_URL and credentials of its API/);
   });
 });

@@ -3,15 +3,16 @@ import request from 'supertest';
 import { JOB } from '../../../src/shared/jobs.js';
 import { RO_KEY, type Harness } from '../../helpers/apiHarness.js';
 import { ALERTMANAGER_BIN, type Alertmanager } from '../../helpers/alertmanager.js';
+import type { TestPrometheus } from '../../helpers/prometheus.js';
 import { startRemediationRig, type RemediationRig } from '../../helpers/remediationRig.js';
 import { noCluster } from '../../helpers/guards.js';
 import { waitFor } from '../../helpers/waitFor.js';
 
 /**
- * Alert-driven remediation with a real Debian prometheus-alertmanager: alerts pushed into it with
- * its API v2 (as Prometheus does), its real webhook notifications posted to the API (a receiver with
- * send_resolved and short intervals), its API v2 asked whether an alert fires, and its silences
- * kept by a real worker. Restarts run in the worker without a cluster (the kube stand-in of the
+ * Alert-driven remediation with a real Debian prometheus-alertmanager and a real Prometheus: alerts
+ * fired by Prometheus's rules and sent to Alertmanager, its real webhook notifications posted to
+ * the API (a receiver with send_resolved and short intervals), Prometheus asked whether an alert
+ * fires, and Alertmanager's silences kept by a real worker. Restarts run in the worker without a cluster (the kube stand-in of the
  * worker tests: the rollout fails), so the outcome verified here is the rollout's failure; a
  * rollout that succeeds and an alert that resolves are the node e2e's.
  */
@@ -26,24 +27,35 @@ hosts:
 remediations:
   - name: hush
     match: {alertname: Hush}
+    targets: [web-1]
     silence: true
     verify: 5s
     settle: 4s
   - name: slow
     match: {alertname: Slow}
+    targets: [web-1]
     trigger: {for: 3s}
   - name: flappy
     match: {alertname: Flapping}
+    targets: [web-1]
     trigger: {episodes: 2, within: 1h}
 `;
 
 let am: Alertmanager;
 let h: Harness;
 let rig: RemediationRig | undefined;
+let prom: TestPrometheus;
 
 beforeAll(async () => {
-  rig = await startRemediationRig({ inventoryYaml: INVENTORY, token: TOKEN, workerEnv: { JOB_ATTEMPTS: '1' }, kubeConfig: noCluster });
+  rig = await startRemediationRig({
+    inventoryYaml: INVENTORY,
+    token: TOKEN,
+    workerEnv: { JOB_ATTEMPTS: '1' },
+    kubeConfig: noCluster,
+    prometheus: { rules: [{ alert: 'Hush' }, { alert: 'Slow' }, { alert: 'Flapping' }] },
+  });
   ({ h, am } = rig);
+  prom = rig.prom!;
 });
 afterAll(async () => {
   await rig?.close();
@@ -63,7 +75,7 @@ it('the real Alertmanager binary is installed', () => {
 });
 
 describe('only real alerts act', () => {
-  it('a forged firing alert Alertmanager does not hold restarts nothing; the contract answer is unchanged', async () => {
+  it('a forged firing alert Prometheus does not fire restarts nothing; the contract answer is unchanged', async () => {
     const res = await request(h.app)
       .post('/webhook/alerts')
       .set('Authorization', `Bearer ${TOKEN}`)
@@ -84,7 +96,7 @@ describe('only real alerts act', () => {
     expect(res.status).toBe(202);
     expect(res.body).toMatchObject({ received: 1, firing: 1, job_ids: [expect.any(String)] });
     expect(res.body.remediations[0]).toMatchObject({ decision: 'suppressed' });
-    expect(res.body.remediations[0].reason).toMatch(/holds no firing alert with these labels/);
+    expect(res.body.remediations[0].reason).toMatch(/Prometheus at PROMETHEUS_URL fires no alert with these labels/);
     expect(await restartsOf('checkout')).toHaveLength(0);
   });
 });
@@ -92,7 +104,7 @@ describe('only real alerts act', () => {
 describe('a real alert, delivered by Alertmanager', () => {
   it('restarts the Deployment, keeps a silence of exactly that alert while acting, extends it, and lets it lapse after settle', async () => {
     const l = labels('Hush', 'frontend');
-    await am.push([{ labels: l, startsAt: new Date(Date.now() - 30_000).toISOString() }]);
+    prom.fire(l);
     const queued = await waitFor('the delivered alert to queue a restart', decisionOf('hush', 'frontend', 'queued'), 30_000);
     expect(await restartsOf('frontend')).toHaveLength(1);
 
@@ -126,10 +138,10 @@ describe('a real alert, delivered by Alertmanager', () => {
     expect(await h.inspect.scard('opsgate:remediation:silences')).toBe(0);
   });
 
-  it('for: a notification before it schedules a check; the worker asks Alertmanager when it passes, and acts', async () => {
-    await am.push([{ labels: labels('Slow', 'cart'), startsAt: new Date().toISOString() }]);
+  it('for: a notification before it schedules a check; the worker asks Prometheus when it passes, and acts', async () => {
+    prom.fire(labels('Slow', 'cart'));
     const waiting = await waitFor('the waiting decision', decisionOf('slow', 'cart', 'waiting'), 30_000);
-    expect(waiting.reason).toMatch(/checked with Alertmanager at/);
+    expect(waiting.reason).toMatch(/checked with Prometheus at PROMETHEUS_URL at/);
     expect(
       (await h.queue.bull.getJobs(['delayed', 'waiting', 'active', 'completed'])).some(
         (j) => j.name === JOB.remediate && j.data.step === 'check',
@@ -142,14 +154,14 @@ describe('a real alert, delivered by Alertmanager', () => {
   it('flapping: the second distinct firing of the alert (resolved and notified in between) acts', async () => {
     const l = labels('Flapping', 'search');
     const deliveries = () => h.audits().filter((a) => a.path === '/webhook/alerts' && a.who === 'webhook:alerts').length;
-    await am.push([{ labels: l, startsAt: new Date(Date.now() - 120_000).toISOString() }]);
+    prom.fire(l);
     await waitFor('the first episode', decisionOf('flappy', 'search', 'suppressed'), 30_000);
     // Alertmanager tells a firing from the next one by their notifications: the resolved one must go
     // out before the alert fires again (within one group_interval it would be the same firing to it).
     const before = deliveries();
-    await am.resolve(l);
+    prom.clear(l);
     await waitFor('the resolved notification', () => deliveries() > before, 30_000);
-    await am.push([{ labels: l, startsAt: new Date().toISOString() }]);
+    prom.fire(l);
     const queued = await waitFor('the second episode to act', decisionOf('flappy', 'search', 'queued'), 30_000);
     expect(queued.starts_at).not.toBe((await decisionOf('flappy', 'search', 'suppressed')())!.starts_at);
     expect(await restartsOf('search')).toHaveLength(1);

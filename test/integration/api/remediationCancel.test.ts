@@ -2,18 +2,19 @@ import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import request from 'supertest';
 import { JOB } from '../../../src/shared/jobs.js';
 import { RO_KEY, type Harness } from '../../helpers/apiHarness.js';
-import type { Alertmanager } from '../../helpers/alertmanager.js';
+import type { TestPrometheus } from '../../helpers/prometheus.js';
 import { startRemediationRig, type RemediationRig } from '../../helpers/remediationRig.js';
 import { freePort } from '../../helpers/redis.js';
 import { kubeConfigForToken } from '../../../worker/k8s.js';
 import { waitFor } from '../../helpers/waitFor.js';
 
 /**
- * Cancel on resolve read from Alertmanager's API v2 alone: a real Debian prometheus-alertmanager
- * whose receiver sends no resolved notifications (send_resolved: false), so nothing but the
- * worker's own look at ALERTMANAGER_URL can tell the remediation that its alert resolved. A
- * remediation waiting for approval is withdrawn (the approval rejected by the rule, nothing
- * restarted, the cancellation reported) and its silence expired.
+ * Cancel on resolve read where the alert is born: a real Prometheus fires the alerts (sent to a
+ * real Debian prometheus-alertmanager whose receiver sends no resolved notifications,
+ * send_resolved: false), so nothing but the worker's own look at PROMETHEUS_URL can tell the
+ * remediation that its alert resolved. A remediation waiting for approval is withdrawn (the
+ * approval rejected by the rule, nothing restarted, the cancellation reported); no silence was
+ * ever made for it, since its restart was never queued.
  *
  * A restart a worker already took is never taken back, even while it waits for its retry (a
  * delayed job, as one never started is, but its first attempt may have restarted the Deployment):
@@ -41,11 +42,13 @@ hosts:
 remediations:
   - name: pay
     match: {alertname: PayDown}
+    targets: [pay-1]
     silence: true
     verify: 10s
     settle: 2s
   - name: shop
     match: {alertname: ShopDown}
+    targets: [web-1]
     verify: 10s
     settle: 2s
 `;
@@ -54,7 +57,7 @@ const BACKOFF_MS = 6000;
 /** Of the jobs the API adds: two attempts, the second BACKOFF_MS after the first. */
 const attempts = { JOB_ATTEMPTS: '2', JOB_BACKOFF_MS: String(BACKOFF_MS) };
 
-let am: Alertmanager;
+let prom: TestPrometheus;
 let h: Harness;
 let rig: RemediationRig | undefined;
 
@@ -66,8 +69,10 @@ beforeAll(async () => {
     sendResolved: false,
     env: attempts,
     kubeConfig: () => kubeConfigForToken(`http://127.0.0.1:${closedPort}`, 'tok', { skipTLSVerify: true }),
+    prometheus: { rules: [{ alert: 'PayDown' }, { alert: 'ShopDown' }] },
   });
-  ({ h, am } = rig);
+  h = rig.h;
+  prom = rig.prom!;
 });
 afterAll(async () => {
   await rig?.close();
@@ -82,10 +87,10 @@ const decisionOf =
 /** The notifications Alertmanager delivered to the API (its audit lines). */
 const deliveries = () => h.audits().filter((a) => a.path === '/webhook/alerts' && a.who === 'webhook:alerts').length;
 
-describe('an alert resolved in Alertmanager, no resolved notification sent', () => {
-  it('the worker reads the resolution from the API v2 and withdraws the pending approval; nothing restarted, reported, the silence expired', async () => {
+describe('an alert resolved in Prometheus, no resolved notification sent', () => {
+  it('the worker reads the resolution from Prometheus and withdraws the pending approval; nothing restarted, reported, no silence made', async () => {
     const labels = { alertname: 'PayDown', namespace: 'payments', deployment: 'ledger', severity: 'critical' };
-    await am.push([{ labels, startsAt: new Date(Date.now() - 30_000).toISOString() }]);
+    prom.fire(labels);
     const pending = await waitFor(
       'the delivered alert to ask for approval',
       decisionOf((d) => d.decision === 'pending_approval'),
@@ -95,16 +100,10 @@ describe('an alert resolved in Alertmanager, no resolved notification sent', () 
     const approvalId = pending.approval_id as string;
     const before = await request(h.app).get(`/ops/approvals/${approvalId}`).set('X-API-Key', RO_KEY);
     expect(before.body).toMatchObject({ status: 'pending', requested_by: 'remediation:pay', service: 'ledger' });
-    // the watch keeps a silence of the alert while the approval waits
-    const silence = await waitFor(
-      'the silence',
-      async () => (await am.silences()).find((s) => s.comment.includes(pending.id) && s.status.state === 'active'),
-      20_000,
-    );
     const delivered = deliveries();
     expect(delivered).toBeGreaterThan(0);
 
-    await am.resolve(labels);
+    prom.clear(labels);
     const cancelled = await waitFor(
       'the worker to cancel the remediation',
       decisionOf((d) => d.id === pending.id && d.decision === 'cancelled'),
@@ -112,7 +111,7 @@ describe('an alert resolved in Alertmanager, no resolved notification sent', () 
     );
     expect(cancelled).toMatchObject({ outcome: 'cancelled', approval_id: approvalId, job_id: null });
     expect(cancelled.reason).toBe(`the alert resolved while approval ${approvalId} was pending: withdrawn, nothing restarted`);
-    // Alertmanager told the API nothing of the resolution: the worker's look found it
+    // Alertmanager told the API nothing of the resolution: the worker's look at Prometheus found it
     expect(deliveries()).toBe(delivered);
 
     const after = await request(h.app).get(`/ops/approvals/${approvalId}`).set('X-API-Key', RO_KEY);
@@ -129,20 +128,16 @@ describe('an alert resolved in Alertmanager, no resolved notification sent', () 
       approval_id: approvalId,
       remediation: { rule: 'pay', outcome: 'cancelled' },
     });
-    // settle (2 s) after the cancellation, the silence is expired
-    await waitFor(
-      'the silence to lapse',
-      async () => (await am.silences()).find((s) => s.id === silence.id && s.status.state === 'expired'),
-      30_000,
-    );
-    await waitFor('no silence counted', async () => (await h.inspect.scard('opsgate:remediation:silences')) === 0, 10_000);
+    // A silence is made once a restart is queued, never while it waits for approval: the alert stayed visible.
+    expect((await rig!.am.silences()).filter((s) => s.comment.includes(pending.id))).toEqual([]);
+    expect(await h.inspect.scard('opsgate:remediation:silences')).toBe(0);
   });
 });
 
 describe('an alert resolved while its restart waits for a retry', () => {
   it("the restart a worker already ran is not taken back: no cancellation, the rollout's own outcome is reported", async () => {
     const labels = { alertname: 'ShopDown', namespace: 'shop', deployment: 'frontend', severity: 'critical' };
-    await am.push([{ labels, startsAt: new Date(Date.now() - 30_000).toISOString() }]);
+    prom.fire(labels);
     const queued = await waitFor(
       'the restart queued',
       decisionOf((d) => d.decision === 'queued', 'shop'),
@@ -159,7 +154,7 @@ describe('an alert resolved while its restart waits for a retry', () => {
       BACKOFF_MS,
       100,
     );
-    await am.resolve(labels);
+    prom.clear(labels);
     const end = await waitFor(
       'the remediation to end',
       decisionOf((d) => d.id === queued.id && (d.decision === 'cancelled' || d.decision === 'outcome'), 'shop'),

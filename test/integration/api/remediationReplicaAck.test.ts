@@ -4,11 +4,13 @@
  * every write of it, the restart a rule queued included, not only the contract's notify_oncall
  * jobs. Not acknowledged (the replica paused): 503, the notify_oncall jobs taken back, the
  * remediation's restart kept; the sender's retry is answered by the cooldown, one restart in all.
+ * The alert is confirmed by a real Prometheus firing it (PROMETHEUS_URL).
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { JOB } from '../../../src/shared/jobs.js';
 import { createHarness, type Harness } from '../../helpers/apiHarness.js';
+import { startPrometheus, type TestPrometheus } from '../../helpers/prometheus.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 import { startLaggingLink, startReplica } from '../../helpers/redisTopology.js';
 
@@ -21,6 +23,7 @@ hosts:
 remediations:
   - name: down
     match: {alertname: Down}
+    targets: [web-1]
     cooldown: 1h
 `;
 const LAG_MS = 300;
@@ -29,21 +32,25 @@ let srv: RedisServer;
 let link: Awaited<ReturnType<typeof startLaggingLink>>;
 let replica: Awaited<ReturnType<typeof startReplica>>;
 let h: Harness;
+let prom: TestPrometheus;
 
 beforeAll(async () => {
+  prom = await startPrometheus({ rules: [{ alert: 'Down' }] });
   srv = await startRedis();
   link = await startLaggingLink(srv.port, LAG_MS);
   replica = await startReplica(link.port);
   h = await createHarness(srv.url, {
     inventoryYaml: INVENTORY,
-    env: { ALERTS_WEBHOOK_TOKEN: TOKEN, REDIS_MIN_REPLICAS_ACK: '1', REDIS_ACK_TIMEOUT_MS: '1500' },
+    env: { ALERTS_WEBHOOK_TOKEN: TOKEN, REDIS_MIN_REPLICAS_ACK: '1', REDIS_ACK_TIMEOUT_MS: '1500', PROMETHEUS_URL: prom.url },
   });
+  await prom.ensureFiring(down.labels);
 });
 afterAll(async () => {
   await h?.close();
   await replica?.destroy();
   await link?.close();
   await srv?.destroy();
+  await prom?.close();
 });
 beforeEach(async () => {
   await h.inspect.flushall();

@@ -85,7 +85,7 @@ describe('values.yaml and values.schema.json', () => {
 
   test('the defaults hold no secret: every secrets.* value and the Redis password are empty', () => {
     const v = valuesDoc.toJS();
-    const empty: Record<string, unknown> = { apiKeys: [], webhookSecrets: {}, asFiles: false };
+    const empty: Record<string, unknown> = { apiKeys: [], webhookSecrets: {}, asFiles: false, existingSecretOutboundKeys: [] };
     for (const [k, val] of Object.entries(v.secrets)) if (k !== 'annotations') expect([k, val]).toEqual([k, k in empty ? empty[k] : '']);
     expect(v.redis.auth.password).toBe('');
   });

@@ -15,6 +15,7 @@ jest.setTimeout(120_000);
 const schema = JSON.parse(readFileSync(join(CHART, 'values.schema.json'), 'utf8'));
 const REDIS_URL = 'redis://:fake-external-redis-password-0012@redis.example.internal:6379/3';
 const codeDefaults = loadWorkerConfig({ REDIS_URL }) as Record<string, unknown>;
+const OUTBOUND = '/etc/opsgate-outbound';
 
 /** A worker variable's chart value: config.<camelCase of the variable>, unless listed in SPECIAL. */
 const camel = (v: string) => v.toLowerCase().replace(/_([a-z])/g, (_m, c: string) => c.toUpperCase());
@@ -39,7 +40,61 @@ const SPECIAL: Record<string, { set: Record<string, string>; expected: unknown }
     set: { 'config.alertmanagerUrl': 'http://alertmanager.monitoring:9093/' },
     expected: 'http://alertmanager.monitoring:9093',
   },
+  ALERTMANAGER_BASIC_AUTH_USER: { set: { 'config.alertmanagerBasicAuthUser': 'opsgate' }, expected: 'opsgate' },
+  ALERTMANAGER_BASIC_AUTH_PASSWORD_FILE: {
+    set: { 'secrets.alertmanagerBasicAuthPassword': 'fake-am-password-0012' },
+    expected: `${OUTBOUND}/ALERTMANAGER_BASIC_AUTH_PASSWORD`,
+  },
+  ALERTMANAGER_TLS_CERT_FILE: { set: { 'config.alertmanagerTls.secret': 'am-client' }, expected: `${OUTBOUND}/alertmanager-client.crt` },
+  ALERTMANAGER_TLS_KEY_FILE: { set: {}, expected: `${OUTBOUND}/alertmanager-client.key` },
+  ALERTMANAGER_TLS_CA_FILE: { set: {}, expected: `${OUTBOUND}/alertmanager-ca.crt` },
+  PROMETHEUS_URL: {
+    set: { 'config.prometheusUrl': 'https://thanos-query.monitoring:9091/' },
+    expected: 'https://thanos-query.monitoring:9091',
+  },
+  PROMETHEUS_EXTERNAL_LABELS: {
+    set: { 'config.prometheusExternalLabels.cluster': 'eu-2', 'config.prometheusExternalLabels.replica': 'a' },
+    expected: { cluster: 'eu-2', replica: 'a' },
+  },
+  PROMETHEUS_BEARER_TOKEN_FILE: {
+    set: { 'secrets.prometheusBearerToken': 'fake-prom-token-0012' },
+    expected: `${OUTBOUND}/PROMETHEUS_BEARER_TOKEN`,
+  },
+  PROMETHEUS_TENANT_FILE: { set: { 'secrets.prometheusTenant': 'team-a' }, expected: `${OUTBOUND}/PROMETHEUS_TENANT` },
+  PROMETHEUS_TENANT_HEADER: { set: { 'config.prometheusTenantHeader': 'X-Tenant' }, expected: 'X-Tenant' },
+  PROMETHEUS_TLS_CERT_FILE: { set: { 'config.prometheusTls.secret': 'prom-client' }, expected: `${OUTBOUND}/prometheus-client.crt` },
+  PROMETHEUS_TLS_KEY_FILE: { set: {}, expected: `${OUTBOUND}/prometheus-client.key` },
+  PROMETHEUS_TLS_CA_FILE: { set: {}, expected: `${OUTBOUND}/prometheus-ca.crt` },
 };
+
+/**
+ * Variables of the other Authorization header: a server takes a bearer token or basic auth, never
+ * both (the render fails), so these are set in a second render, Prometheus with basic auth and
+ * Alertmanager with a bearer token.
+ */
+const SECOND: Record<string, { set: Record<string, string>; expected: unknown }> = {
+  PROMETHEUS_BASIC_AUTH_USER: { set: { 'config.prometheusBasicAuthUser': 'opsgate' }, expected: 'opsgate' },
+  PROMETHEUS_BASIC_AUTH_PASSWORD_FILE: {
+    set: { 'secrets.prometheusBasicAuthPassword': 'fake-prom-password-0012' },
+    expected: `${OUTBOUND}/PROMETHEUS_BASIC_AUTH_PASSWORD`,
+  },
+  ALERTMANAGER_BEARER_TOKEN_FILE: {
+    set: { 'secrets.alertmanagerBearerToken': 'fake-am-token-0012' },
+    expected: `${OUTBOUND}/ALERTMANAGER_BEARER_TOKEN`,
+  },
+};
+
+/**
+ * The inline forms of the credentials: the chart never puts a secret in an environment value; it
+ * sets their <VARIABLE>_FILE, a file of the Secret the processes read again when it changes.
+ */
+const FILE_ONLY = [
+  'PROMETHEUS_BEARER_TOKEN',
+  'PROMETHEUS_BASIC_AUTH_PASSWORD',
+  'PROMETHEUS_TENANT',
+  'ALERTMANAGER_BEARER_TOKEN',
+  'ALERTMANAGER_BASIC_AUTH_PASSWORD',
+];
 
 /** A valid value other than the code's default, for a variable set through config.*. */
 function otherValue(variable: string): string | number {
@@ -50,12 +105,14 @@ function otherValue(variable: string): string | number {
   throw new Error(`${variable}: no test value for a default of ${JSON.stringify(d)}; add one here`);
 }
 
-const configVars = WORKER_VARIABLES.filter((v) => !(v in SPECIAL));
+const configVars = WORKER_VARIABLES.filter((v) => !(v in SPECIAL) && !(v in SECOND) && !FILE_ONLY.includes(v));
 
 describe('every worker variable is settable through the chart', () => {
   test('the worker schema is the one this test knows (names it reads from src/shared/config.ts)', () => {
     expect(WORKER_VARIABLES).toEqual(expect.arrayContaining(['REDIS_URL', 'WORKER_CONCURRENCY', 'WORKER_LOCK_DURATION_MS']));
-    expect(Object.keys(SPECIAL).filter((v) => !WORKER_VARIABLES.includes(v))).toEqual([]);
+    expect([...Object.keys(SPECIAL), ...Object.keys(SECOND), ...FILE_ONLY].filter((v) => !WORKER_VARIABLES.includes(v))).toEqual([]);
+    // Each inline credential has its file form, which the chart sets.
+    expect(FILE_ONLY.filter((v) => !(`${v}_FILE` in SPECIAL) && !(`${v}_FILE` in SECOND))).toEqual([]);
   });
 
   test('each variable without a special route has its value config.<camelCase> in values.schema.json', () => {
@@ -70,10 +127,26 @@ describe('every worker variable is settable through the chart', () => {
     const objs = await render({ set });
     const env = containerEnv(objs, 'opsgate-worker');
     const parsed = loadWorkerConfig(env) as Record<string, unknown>;
-    const got = Object.fromEntries(WORKER_VARIABLES.map((v) => [v, parsed[v]]));
-    const want = Object.fromEntries(WORKER_VARIABLES.map((v) => [v, v in SPECIAL ? SPECIAL[v]!.expected : otherValue(v)]));
+    const first = WORKER_VARIABLES.filter((v) => !(v in SECOND) && !FILE_ONLY.includes(v));
+    const got = Object.fromEntries(first.map((v) => [v, parsed[v]]));
+    const want = Object.fromEntries(first.map((v) => [v, v in SPECIAL ? SPECIAL[v]!.expected : otherValue(v)]));
     expect(got).toEqual(want);
-    for (const v of WORKER_VARIABLES) expect([v, v in env]).toEqual([v, true]);
+    for (const v of first) expect([v, v in env]).toEqual([v, true]);
+    for (const v of FILE_ONLY) expect([v, v in env]).toEqual([v, false]);
+  });
+
+  test('the other Authorization header of each server (Prometheus basic auth, an Alertmanager bearer token) reaches the worker too', async () => {
+    const set: Record<string, string> = {
+      'secrets.apiKeyRoles': 'fake-operator-key-0012:operator',
+      'config.prometheusUrl': 'http://prometheus.monitoring:9090',
+      'config.alertmanagerUrl': 'http://alertmanager.monitoring:9093',
+    };
+    for (const s of Object.values(SECOND)) Object.assign(set, s.set);
+    const env = containerEnv(await render({ set }), 'opsgate-worker');
+    const parsed = loadWorkerConfig(env) as Record<string, unknown>;
+    const vars = Object.keys(SECOND);
+    expect(Object.fromEntries(vars.map((v) => [v, parsed[v]]))).toEqual(Object.fromEntries(vars.map((v) => [v, SECOND[v]!.expected])));
+    for (const v of FILE_ONLY) expect([v, v in env]).toEqual([v, false]);
   });
 
   test("the chart's defaults are the code's, except where the chart says why not", async () => {

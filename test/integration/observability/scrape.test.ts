@@ -374,6 +374,10 @@ describe('metrics of the running api and worker', () => {
         'opsgate_webhook_events_total',
         'opsgate_http_request_duration_seconds_bucket',
         'opsgate_auth_failures_total',
+        // both remediation budgets, apart from people's
+        'opsgate_remediation_budget_used',
+        'opsgate_remediation_budget_limit',
+        'opsgate_remediation_budget_exhausted_total',
       ]) {
         expect(used).toContain(n);
       }

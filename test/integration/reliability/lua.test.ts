@@ -335,35 +335,43 @@ describe('approval-decide.lua: KEYS record, pending set, index; ARGV action, by,
   });
 });
 
-describe('budget-take.lua: KEYS[1] budget; ARGV now, window ms, restarts, job id -> {taken, used, retry ms}', () => {
+describe('budget-take.lua: KEYS budgets; ARGV now, job id, take|peek, then window ms and restarts of each -> {taken, spent, retry ms, used and retry of each}', () => {
   const take = (id: string, now: number, max = 3, windowMs = 600_000) =>
-    redis.eval(loadLua('budget-take'), 1, 'b', now, windowMs, max, id) as Promise<[number, number, number]>;
+    redis.eval(loadLua('budget-take'), 1, 'b', now, id, 'take', windowMs, max) as Promise<number[]>;
 
   it('takes up to the limit in the window, then refuses until the oldest leaves it', async () => {
     const t = 1_000_000;
-    expect(await take('a', t)).toEqual([1, 1, 0]);
-    expect(await take('b', t + 1000)).toEqual([1, 2, 0]);
-    expect(await take('c', t + 2000)).toEqual([1, 3, 0]);
-    expect(await take('d', t + 3000)).toEqual([0, 3, 597_000]);
-    expect(await take('d', t + 600_000)).toEqual([1, 3, 0]); // a left the window exactly at t + 600 s
+    expect(await take('a', t)).toEqual([1, 0, 0, 1, 0]);
+    expect(await take('b', t + 1000)).toEqual([1, 0, 0, 2, 0]);
+    expect(await take('c', t + 2000)).toEqual([1, 0, 0, 3, 0]);
+    expect(await take('d', t + 3000)).toEqual([0, 1, 597_000, 3, 597_000]);
+    expect(await take('d', t + 600_000)).toEqual([1, 0, 0, 3, 0]); // a left the window exactly at t + 600 s
     expect(await redis.pttl('b')).toBeGreaterThan(0);
   });
 
   it('the same job taking again takes nothing more (a retried request)', async () => {
-    expect(await take('a', 5000, 1)).toEqual([1, 1, 0]);
-    expect(await take('a', 5001, 1)).toEqual([1, 1, 0]);
+    expect(await take('a', 5000, 1)).toEqual([1, 0, 0, 1, 0]);
+    expect(await take('a', 5001, 1)).toEqual([1, 0, 0, 1, 0]);
     expect((await take('b', 5002, 1))[0]).toBe(0);
   });
 
   it("peek answers as a take would and takes nothing (a dry run's look at the same window)", async () => {
-    const peek = (now: number, max = 2) =>
-      redis.eval(loadLua('budget-take'), 1, 'b', now, 10_000, max, '', 'peek') as Promise<[number, number, number]>;
-    expect(await peek(1000)).toEqual([1, 0, 0]);
+    const peek = (now: number, max = 2) => redis.eval(loadLua('budget-take'), 1, 'b', now, '', 'peek', 10_000, max) as Promise<number[]>;
+    expect(await peek(1000)).toEqual([1, 0, 0, 0, 0]);
     await take('a', 1000, 2, 10_000);
     await take('b', 2000, 2, 10_000);
-    expect(await peek(3000)).toEqual([0, 2, 8_000]);
+    expect(await peek(3000)).toEqual([0, 1, 8_000, 2, 8_000]);
     expect(await redis.zcard('b')).toBe(2);
-    expect(await peek(11_000)).toEqual([1, 1, 0]); // a left the window
+    expect(await peek(11_000)).toEqual([1, 0, 0, 1, 0]); // a left the window
+  });
+
+  it('two budgets: a place of each, or of none when one is spent', async () => {
+    const both = (id: string, now: number) =>
+      redis.eval(loadLua('budget-take'), 2, 'rule', 'ns', ...[now, id, 'take', 10_000, 2, 10_000, 1].map(String)) as Promise<number[]>;
+    expect(await both('a', 1000)).toEqual([1, 0, 0, 1, 0, 1, 0]);
+    expect(await both('b', 2000)).toEqual([0, 2, 9_000, 1, 0, 1, 9_000]);
+    expect(await redis.zrange('rule', '0', '-1')).toEqual(['a']);
+    expect(await both('b', 11_000)).toEqual([1, 0, 0, 1, 0, 1, 0]); // a left both windows
   });
 });
 

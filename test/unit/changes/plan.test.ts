@@ -34,7 +34,11 @@ const change = (target: Target, origin: Origin, over: Partial<Change> = {}): Cha
 const open: Facts['gate'] = { blocked: false, reasons: [] };
 const closed = (...reasons: GateReason[]): Facts['gate'] => ({ blocked: true, reasons, until: NOW + 3_600_000 });
 const approval = { required: 1, ttl: 3600 };
-const budget = { restarts: 3, per: 600 };
+const budget = [{ kind: 'namespace' as const, name: 'shop', limit: { restarts: 3, per: 600 } }];
+const remediationBudgets = [
+  { kind: 'remediation_rule' as const, name: 'down', limit: { restarts: 3, per: 3600 } },
+  { kind: 'remediation_namespace' as const, name: 'shop', limit: { restarts: 2, per: 600 } },
+];
 
 type Row = [string, Change, Facts, ReturnType<typeof plan>['kind'], Record<string, unknown>?];
 const ASKING: Origin[] = ['api', 'webhook', 'replay', 'retry', 'remediation', 'ci'];
@@ -87,32 +91,65 @@ const rows: Row[] = [
     { required: 2 },
   ],
   // restarts: coalescing and budget
-  ['restart api: joins a restart in progress', change(restart, 'api'), { gate: open, budget, holder: 'job-1' }, 'join', { jobId: 'job-1' }],
+  [
+    'restart api: joins a restart in progress',
+    change(restart, 'api'),
+    { gate: open, budgets: budget, holder: 'job-1' },
+    'join',
+    { jobId: 'job-1' },
+  ],
   [
     'restart api: its own job holding the record is not a join',
     change(restart, 'api', { jobId: 'job-1' }),
-    { gate: open, budget, holder: 'job-1' },
+    { gate: open, budgets: budget, holder: 'job-1' },
     'queue',
   ],
   [
     'restart retry: a spent budget',
     change(restart, 'retry'),
-    { gate: open, budget, budgetUse: { used: 3, retryMs: 5000 } },
+    { gate: open, budgets: budget, budgetUse: [{ used: 3, retryMs: 5000 }] },
     'over_budget',
     { retryMs: 5000 },
   ],
   [
     'restart remediation: room in the budget: queued, taking a place',
     change(restart, 'remediation'),
-    { gate: open, budget, budgetUse: { used: 2, retryMs: 0 } },
+    {
+      gate: open,
+      budgets: remediationBudgets,
+      budgetUse: [
+        { used: 2, retryMs: 0 },
+        { used: 1, retryMs: 0 },
+      ],
+    },
     'queue',
     { takeBudget: true },
   ],
-  ['restart approval: takes its place', change(restart, 'approval'), { gate: open, budget, approval }, 'queue', { takeBudget: true }],
+  [
+    "restart remediation: its namespace's remediation budget spent, its rule's not",
+    change(restart, 'remediation'),
+    {
+      gate: open,
+      budgets: remediationBudgets,
+      budgetUse: [
+        { used: 1, retryMs: 0 },
+        { used: 2, retryMs: 7000 },
+      ],
+    },
+    'over_budget',
+    { retryMs: 7000, pool: remediationBudgets[1] },
+  ],
+  [
+    'restart approval: takes its place',
+    change(restart, 'approval'),
+    { gate: open, budgets: budget, approval },
+    'queue',
+    { takeBudget: true },
+  ],
   [
     'restart wake: no budget taken again',
     change(restart, 'wake'),
-    { gate: open, budget, budgetUse: { used: 3, retryMs: 1 } },
+    { gate: open, budgets: budget, budgetUse: [{ used: 3, retryMs: 1 }] },
     'queue',
     { takeBudget: false },
   ],
@@ -199,7 +236,7 @@ describe('properties', () => {
     const f: Facts = {
       gate: x.f.reasons.length ? closed(...x.f.reasons) : open,
       ...(x.f.approval ? { approval: x.f.approval } : {}),
-      ...(x.f.budgetUsed !== undefined ? { budget, budgetUse: { used: x.f.budgetUsed, retryMs: 10 } } : {}),
+      ...(x.f.budgetUsed !== undefined ? { budgets: budget, budgetUse: [{ used: x.f.budgetUsed, retryMs: 10 }] } : {}),
       ...(x.f.holder ? { holder: x.f.holder, duplicateOf: x.f.holder } : {}),
     };
     return { c, f, uncovered: x.f.reasons.filter((r) => !x.covers.includes(coverOf(r))) };
@@ -232,7 +269,7 @@ describe('properties', () => {
       fc.property(arb, (x) => {
         const { c, f } = build(x);
         const d = plan(c, f, NOW);
-        if (d.kind === 'queue' && c.target.kind === 'restart' && f.budget) expect(d.takeBudget).toBe(c.origin !== 'wake');
+        if (d.kind === 'queue' && c.target.kind === 'restart' && f.budgets) expect(d.takeBudget).toBe(c.origin !== 'wake');
       }),
     );
   });

@@ -22,6 +22,7 @@ remediations:
   - name: storefront-unavailable
     match: {alertname: KubeDeploymentReplicasMismatch, labels: {severity: critical}}
     target: {namespace: namespace, deployment: deployment}
+    targets: [web-1]
     trigger: {for: 2m, episodes: 1, within: 30m}
     cooldown: 15m
     escalate_after: 3
@@ -49,6 +50,9 @@ describe('the rule shape', () => {
       name: 'storefront-unavailable',
       match: { alertname: 'KubeDeploymentReplicasMismatch', labels: { severity: 'critical' } },
       target: { namespace: 'namespace', deployment: 'deployment' },
+      targets: ['web-1'],
+      confirm: 'prometheus',
+      budget: { restarts: 3, per: 3600 },
       trigger: { for: 120, episodes: 1, within: 1800 },
       cooldown: 900,
       escalate_after: 3,
@@ -66,6 +70,7 @@ describe('the rule shape', () => {
 remediations:
   - name: quick
     match: {alertname: Down}
+    targets: [shop/frontend]
     trigger: {for: 5s, episodes: 2, within: 30s}
     cooldown: 5s
     verify: 3s
@@ -75,6 +80,8 @@ remediations:
       action: 'restart',
       mode: 'act',
       silence: false,
+      confirm: 'prometheus',
+      budget: { restarts: 3, per: 3600 },
       target: { namespace: 'namespace', deployment: 'deployment' },
       trigger: { for: 5, episodes: 2, within: 30 },
       cooldown: 5,
@@ -83,7 +90,8 @@ remediations:
       escalate_after: 3,
     });
     expect(
-      parseInventory(`${HOSTS}\nremediations:\n  - {name: zero, match: {alertname: X}, trigger: {for: 0s}}\n`).remediations[0]!.trigger.for,
+      parseInventory(`${HOSTS}\nremediations:\n  - {name: zero, match: {alertname: X}, targets: [web-1], trigger: {for: 0s}}\n`)
+        .remediations[0]!.trigger.for,
     ).toBe(0);
     expect(parseInventory(HOSTS).remediations).toEqual([]);
   });
@@ -93,6 +101,7 @@ remediations:
 remediations:
   - name: m
     match: {alertname: Down, labels: {severity: "=~critical|page", team: shop}}
+    targets: [web-1]
 `).remediations;
     expect(matchesRule(rule!, { alertname: 'Down', severity: 'critical', team: 'shop', extra: 'x' })).toBe(true);
     expect(matchesRule(rule!, { alertname: 'Down', severity: 'page', team: 'shop' })).toBe(true);
@@ -128,16 +137,22 @@ remediations:
   it('a rule reaches no further than the inventory: a pinned namespace or Deployment must be a host’s; names are unique', () => {
     const problems = problemsOf(`${HOSTS}
 remediations:
-  - {name: a, match: {alertname: X, labels: {namespace: payments}}}
-  - {name: b, match: {alertname: X, labels: {namespace: shop, deployment: ledger}}}
-  - {name: b, match: {alertname: X, labels: {namespace: shop, deployment: frontend}}}
-  - {name: c, match: {alertname: X}, target: {namespace: app, deployment: app}}
+  - {name: a, match: {alertname: X, labels: {namespace: payments}}, targets: [web-1]}
+  - {name: b, match: {alertname: X, labels: {namespace: shop, deployment: ledger}}, targets: [web-1]}
+  - {name: b, match: {alertname: X, labels: {namespace: shop, deployment: frontend}}, targets: [web-1]}
+  - {name: c, match: {alertname: X}, target: {namespace: app, deployment: app}, targets: [web-1]}
+  - {name: d, match: {alertname: X}, targets: [web-2, shop/ledger, shop/frontend]}
 `);
     expect(problems).toEqual([
       'OPS_INVENTORY_FILE: invalid at remediations.0.match.labels: pins namespace payments, which no inventory host has',
       'OPS_INVENTORY_FILE: invalid at remediations.1.match.labels: pins Deployment ledger, which no inventory host of namespace shop lists',
       'OPS_INVENTORY_FILE: invalid at remediations.2.name: repeats the rule name b',
       'OPS_INVENTORY_FILE: invalid at remediations.3.target: namespace and deployment must be two different labels',
+      'OPS_INVENTORY_FILE: invalid at remediations.4.targets.0: names host "web-2", which the inventory lacks',
+      'OPS_INVENTORY_FILE: invalid at remediations.4.targets.1: names Deployment shop/ledger, which no inventory host lists',
+    ]);
+    expect(problemsOf(`${HOSTS}\nremediations:\n  - {name: e, match: {alertname: X}}\n`)).toEqual([
+      'OPS_INVENTORY_FILE: invalid at remediations.0.targets: is required: list what the rule may restart (inventory hosts, namespace/Deployment pairs)',
     ]);
   });
 });
@@ -145,16 +160,40 @@ remediations:
 describe('start-up refusals', () => {
   const rules = parseInventory(ISSUE_EXAMPLE).remediations;
 
+  const none = { prometheus: false, alertmanagerAuthenticated: false };
+  const prometheus = { prometheus: true, alertmanagerAuthenticated: false };
+
   it('rules without an authenticated alerts sender, and silences without ALERTMANAGER_URL', () => {
-    expect(remediationStartProblems(rules, { alertsAuthenticated: false })).toEqual([
+    expect(remediationStartProblems(rules, { alertsAuthenticated: false, confirm: prometheus })).toEqual([
       {
         variable: 'ALERTS_WEBHOOK_TOKEN',
         problem: expect.stringContaining('anyone could post a firing alert that restarts a Deployment'),
       },
       { variable: 'ALERTMANAGER_URL', problem: expect.stringContaining('storefront-unavailable') },
     ]);
-    expect(remediationStartProblems(rules, { alertsAuthenticated: true, alertmanagerUrl: 'http://am:9093' })).toEqual([]);
-    expect(remediationStartProblems([], { alertsAuthenticated: false })).toEqual([]);
+    expect(remediationStartProblems(rules, { alertsAuthenticated: true, alertmanagerUrl: 'http://am:9093', confirm: prometheus })).toEqual(
+      [],
+    );
+    expect(remediationStartProblems([], { alertsAuthenticated: false, confirm: none })).toEqual([]);
+  });
+
+  it('an act rule with no way to confirm its alerts, naming both ways; a dry-run rule may run unconfirmed', () => {
+    const [rule] = rules;
+    const ok = { alertsAuthenticated: true, alertmanagerUrl: 'http://am:9093' };
+    const problems = remediationStartProblems(rules, { ...ok, confirm: none });
+    expect(problems).toEqual([{ variable: 'PROMETHEUS_URL', problem: expect.stringContaining('(storefront-unavailable)') }]);
+    expect(problems[0]!.problem).toMatch(
+      /set PROMETHEUS_URL .* or, for alerts born elsewhere, give the rule confirm: alertmanager with ALERTMANAGER_URL and credentials/,
+    );
+    const byAm = [{ ...rule!, confirm: 'alertmanager' as const }];
+    expect(remediationStartProblems(byAm, { ...ok, confirm: prometheus })).toEqual([
+      {
+        variable: 'ALERTMANAGER_URL',
+        problem: expect.stringMatching(/^has no credentials of its API .*confirm: prometheus with PROMETHEUS_URL/),
+      },
+    ]);
+    expect(remediationStartProblems(byAm, { ...ok, confirm: { prometheus: false, alertmanagerAuthenticated: true } })).toEqual([]);
+    expect(remediationStartProblems([{ ...rule!, mode: 'dry-run' as const }], { ...ok, confirm: none })).toEqual([]);
   });
 });
 

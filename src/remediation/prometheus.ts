@@ -1,0 +1,162 @@
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+import { outboundCall, OutboundError, type OutboundAuth } from '../shared/outboundAuth.js';
+
+/**
+ * Where an alert is born: a client of Prometheus's HTTP API (PROMETHEUS_URL; Prometheus, or any
+ * server answering its query API, such as Thanos Query), for what remediation asks of it. A
+ * notification's alert is one Prometheus fires when:
+ * - some series ALERTS{alertstate="firing"} has labels (less alertstate) that all appear, with the
+ *   same values, in the notification; and
+ * - the notification's other labels are all Prometheus's external labels (Prometheus adds them to
+ *   the alerts it sends), with their values: PROMETHEUS_EXTERNAL_LABELS, else read from
+ *   /api/v1/status/config.
+ * Its firing began at the active-since time of ALERTS_FOR_STATE (when it went pending) plus the
+ * `for` of its Prometheus rule (/api/v1/rules). Both series are written by Prometheus's rule
+ * evaluation alone: nothing posted to Alertmanager can make them, and no startsAt of a
+ * notification moves that time.
+ * Every call is bounded and presents PROMETHEUS_* credentials (src/shared/outboundAuth.ts); an
+ * answer that is not 2xx and `success`, or not the documented shape, throws a PrometheusError.
+ */
+export interface PrometheusClient {
+  readonly url: string;
+  /** The firing Prometheus alert this notification's labels are, and since when it fires (ms); undefined: none. */
+  firing(labels: Readonly<Record<string, string>>): Promise<FiringAlert | undefined>;
+}
+
+export interface FiringAlert {
+  /** The ALERTS series' labels, less alertstate. */
+  labels: Record<string, string>;
+  /** When it began firing (ms): active since + its rule's `for`. */
+  since: number;
+}
+
+export class PrometheusError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'PrometheusError';
+  }
+}
+
+const vectorSchema = z.object({
+  status: z.literal('success'),
+  data: z.object({
+    resultType: z.literal('vector'),
+    result: z.array(z.object({ metric: z.record(z.string(), z.string()), value: z.tuple([z.number(), z.string()]) })),
+  }),
+});
+const rulesSchema = z.object({
+  status: z.literal('success'),
+  data: z.object({
+    groups: z.array(
+      z.object({
+        rules: z.array(
+          z.object({
+            type: z.string(),
+            name: z.string(),
+            duration: z.number().optional(),
+            alerts: z.array(z.object({ labels: z.record(z.string(), z.string()) })).optional(),
+          }),
+        ),
+      }),
+    ),
+  }),
+});
+const configSchema = z.object({ status: z.literal('success'), data: z.object({ yaml: z.string() }) });
+
+/** How long external labels read from Prometheus are kept before they are read again. */
+const EXTERNAL_LABELS_TTL_MS = 60_000;
+
+const without = (m: Readonly<Record<string, string>>, ...names: string[]): Record<string, string> =>
+  Object.fromEntries(Object.entries(m).filter(([k]) => !names.includes(k)));
+const same = (a: Readonly<Record<string, string>>, b: Readonly<Record<string, string>>): boolean =>
+  Object.keys(a).length === Object.keys(b).length && Object.entries(a).every(([k, v]) => Object.hasOwn(b, k) && b[k] === v);
+
+/** A PromQL selector's string literal (Go's escapes, which JSON's quoting writes). */
+const literal = (v: string): string => JSON.stringify(v);
+
+/** Whether `series` (an ALERTS series, less alertstate) is the alert these notified labels name. */
+export function namesAlert(
+  series: Readonly<Record<string, string>>,
+  notified: Readonly<Record<string, string>>,
+  external: Readonly<Record<string, string>>,
+): boolean {
+  for (const [k, v] of Object.entries(series)) if (!Object.hasOwn(notified, k) || notified[k] !== v) return false;
+  for (const [k, v] of Object.entries(notified)) {
+    if (Object.hasOwn(series, k)) continue;
+    if (!Object.hasOwn(external, k) || external[k] !== v) return false;
+  }
+  return true;
+}
+
+export function createPrometheusClient(
+  url: string,
+  opts: { timeoutMs?: number; auth?: OutboundAuth; externalLabels?: Readonly<Record<string, string>> } = {},
+): PrometheusClient {
+  const base = url.replace(/\/+$/, '');
+  const timeoutMs = opts.timeoutMs ?? 3000;
+  let external: { labels: Record<string, string>; until: number } | undefined;
+
+  async function get<T>(path: string, schema: z.ZodType<T>, what: string): Promise<T> {
+    let res: { status: number; text: string };
+    try {
+      res = await outboundCall('Prometheus', base, opts.auth, timeoutMs, 'GET', path);
+    } catch (err) {
+      throw new PrometheusError(err instanceof OutboundError ? err.message : `Prometheus GET ${path.split('?')[0]}: unreachable`);
+    }
+    if (res.status < 200 || res.status > 299) {
+      throw new PrometheusError(`Prometheus GET ${path.split('?')[0]} answered ${res.status}: ${res.text.slice(0, 200)}`);
+    }
+    let raw: unknown;
+    try {
+      raw = JSON.parse(res.text);
+    } catch {
+      throw new PrometheusError(`Prometheus GET ${path.split('?')[0]} answered something that is not JSON`);
+    }
+    const p = schema.safeParse(raw);
+    if (!p.success) throw new PrometheusError(`Prometheus answered an unexpected ${what}`);
+    return p.data;
+  }
+
+  const query = (q: string) => get(`/api/v1/query?${new URLSearchParams({ query: q }).toString()}`, vectorSchema, 'query result');
+
+  async function externalLabels(): Promise<Readonly<Record<string, string>>> {
+    if (opts.externalLabels) return opts.externalLabels;
+    if (external && external.until > Date.now()) return external.labels;
+    const cfg = await get('/api/v1/status/config', configSchema, 'configuration');
+    let parsed: unknown;
+    try {
+      parsed = parseYaml(cfg.data.yaml);
+    } catch {
+      throw new PrometheusError('Prometheus answered a configuration that is not YAML');
+    }
+    const raw = (parsed as { global?: { external_labels?: unknown } } | null)?.global?.external_labels ?? {};
+    const labels = z.record(z.string(), z.string()).safeParse(raw);
+    if (!labels.success) throw new PrometheusError('Prometheus answered external labels that are not a map of strings');
+    external = { labels: labels.data, until: Date.now() + EXTERNAL_LABELS_TTL_MS };
+    return labels.data;
+  }
+
+  return {
+    url: base,
+    async firing(labels) {
+      const alertname = labels.alertname;
+      if (alertname === undefined || alertname === '') return undefined;
+      const ext = await externalLabels();
+      const alerts = await query(`ALERTS{alertstate="firing",alertname=${literal(alertname)}}`);
+      const series = alerts.data.result.map((r) => without(r.metric, 'alertstate', '__name__')).find((m) => namesAlert(m, labels, ext));
+      if (!series) return undefined;
+      const [forState, rules] = await Promise.all([
+        query(`ALERTS_FOR_STATE{alertname=${literal(alertname)}}`),
+        get(`/api/v1/rules?type=alert`, rulesSchema, 'list of rules'),
+      ]);
+      const state = forState.data.result.find((r) => same(without(r.metric, '__name__'), series));
+      const activeSince = state ? Number(state.value[1]) : NaN;
+      if (!Number.isFinite(activeSince)) throw new PrometheusError(`Prometheus has no ALERTS_FOR_STATE of the firing alert ${alertname}`);
+      const named = rules.data.groups.flatMap((g) => g.rules).filter((r) => r.type === 'alerting' && r.name === alertname);
+      const rule = named.find((r) => r.alerts?.some((a) => same(a.labels, series))) ?? (named.length === 1 ? named[0] : undefined);
+      if (!rule) throw new PrometheusError(`Prometheus names no single alerting rule ${alertname} that fires this alert`);
+      return { labels: series, since: Math.round((activeSince + (rule.duration ?? 0)) * 1000) };
+    },
+  };
+}
