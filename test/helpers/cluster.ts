@@ -443,7 +443,8 @@ export interface RunResult {
  * Run a tool from .tools/bin (async, so jest's timers keep running). The result is the child's exit
  * code and output: a child may exit, or close its stdin, before it reads `input`, and the EPIPE that
  * our write then meets says nothing about the tool, so errors on the child's streams are kept out
- * of the result (a spawn failure, such as a missing binary, still rejects).
+ * of the result (a spawn failure, such as a missing binary, still rejects). Without input the child's
+ * stdin is closed at once.
  */
 export function run(
   bin: string,
@@ -454,7 +455,7 @@ export function run(
     const child = spawn(bin, args, {
       cwd: opts.cwd ?? REPO_ROOT,
       env: { ...process.env, ...opts.env },
-      stdio: [opts.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+      stdio: ['pipe', 'pipe', 'pipe'],
     });
     let stdout = '';
     let stderr = '';
@@ -470,7 +471,7 @@ export function run(
       clearTimeout(timer);
       res({ code: code ?? -1, stdout, stderr });
     });
-    if (child.stdin) child.stdin.on('error', ignore).end(opts.input);
+    child.stdin.on('error', ignore).end(opts.input ?? '');
   });
 }
 
