@@ -4,7 +4,8 @@
 #   servers and Sentinels, the API and worker processes, helm, promtool, amtool, Alertmanager,
 #   Chromium). Needs no Kubernetes binary: helm is the only tool it builds from source.
 # - `make e2e` (mk/e2e.mk): everything that needs Kubernetes, the control-plane suite and the real node.
-# `.ci/run` runs `make test` then `make e2e` and closes with one line for both.
+# `.ci/run` runs `make test`, with `make e2e-tools` beside it at a lower CPU priority, then `make e2e`,
+# and closes with one line for both.
 # A failing step does not stop the steps after it: every result is in the closing line.
 JEST := node --experimental-vm-modules --no-warnings=ExperimentalWarning node_modules/jest/bin/jest.js
 SUMMARY := node hack/test-summary.mjs --slowest 10
