@@ -270,7 +270,12 @@ describe('metrics of the running api and worker', () => {
     const a = await scrape(apiMetricsPort);
     expect(sample(a, 'opsgate_dead_letter_jobs{queue="ops"}')).toBe(0);
     expect(sample(a, 'opsgate_admin_actions_total{method="PUT",status="204"}')).toBe(1);
-    expect(api.logs().filter((l) => l.msg === 'audit' && l.path === `/admin/queues/api/queues/ops/${jobId}/retry`)).toHaveLength(1);
+    // The API writes its audit line when the response ends, and the line reaches this process through a
+    // pipe: it may arrive after the answer, so the test waits for it before counting.
+    const auditOfRetry = (l: { msg?: unknown; path?: unknown }) =>
+      l.msg === 'audit' && l.path === `/admin/queues/api/queues/ops/${jobId}/retry`;
+    await api.waitForLog(auditOfRetry, 30000);
+    expect(api.logs().filter(auditOfRetry)).toHaveLength(1);
   }, 60000);
 
   test('a hung Redis does not hang the scrape: depth skipped, error counted, back when Redis is', async () => {
