@@ -105,7 +105,7 @@ cat <<MSG
    curl -s -X POST -H 'Authorization: Bearer $BEARER' \\
         'http://127.0.0.1:$PORT/ops/restart?host=web-01&service=storefront'
    Bull Board: http://127.0.0.1:$PORT/admin/queues  (any user name, operator key as password)
- For the README's commands (jobs, setup guides for GitLab, GitHub, Alertmanager), in another terminal:
+ For the commands of README.md and docs/ (jobs, setup guides for GitLab, GitHub, Alertmanager), in another terminal:
    export OPSGATE_URL=http://127.0.0.1:$PORT OPS_API_KEY=$READONLY_KEY OPS_OPERATOR_KEY=$OPERATOR_KEY OPS_APPROVER_KEY=$APPROVER_KEY SCM_WEBHOOK_SECRET=$SCM_SECRET GITHUB_WEBHOOK_SECRET=$GITHUB_SECRET ALERTS_WEBHOOK_TOKEN=$ALERTS_TOKEN
  Without a Kubernetes cluster the restart/deploy jobs are dead-lettered with a clear
  reason (see GET /ops/jobs/<job_id> or Bull Board). Ctrl-C stops everything.

@@ -1,13 +1,13 @@
 #!/usr/bin/env node
 // Writes the tables of webhook senders from the registry (src/sources, compiled to dist/ by
-// `make build`), each between its markers: the README's and the chart README's.
+// `make build`), each between its markers: docs/senders.md's and the chart README's.
 // Usage: node hack/senders-table.mjs
 import { readFileSync, writeFileSync } from 'node:fs';
 import { SOURCES } from '../dist/src/sources/index.js';
 import { CHART_TABLE_BEGIN, CHART_TABLE_END, TABLE_BEGIN, TABLE_END, chartSendersTable, sendersTable } from '../dist/src/sources/table.js';
 
 const tables = [
-  { file: 'README.md', begin: TABLE_BEGIN, end: TABLE_END, render: sendersTable },
+  { file: 'docs/senders.md', begin: TABLE_BEGIN, end: TABLE_END, render: sendersTable },
   { file: 'charts/opsgate/README.md', begin: CHART_TABLE_BEGIN, end: CHART_TABLE_END, render: chartSendersTable },
 ];
 

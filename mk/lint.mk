@@ -15,5 +15,5 @@ format: deps ## Format the tree with Prettier (what `make lint` checks)
 
 ##@ Build
 .PHONY: docs-senders
-docs-senders: build ## Rewrite the tables of webhook senders (README.md, charts/opsgate/README.md) from the registry (src/sources)
+docs-senders: build ## Rewrite the tables of webhook senders (docs/senders.md, charts/opsgate/README.md) from the registry (src/sources)
 	node hack/senders-table.mjs

@@ -135,14 +135,23 @@ export function blockScript(block: DocBlock): string {
 
 /**
  * The documentation whose shell blocks must carry a marker, relative to the repository root:
- * the READMEs and the setup guides under k8s/examples/.
+ * the READMEs, the setup guides under k8s/examples/ and the pages under docs/.
  */
 export function docFiles(root: string): string[] {
-  const guides = readdirSync(join(root, 'k8s/examples'))
-    .filter((f) => f.endsWith('.md'))
-    .sort()
-    .map((f) => `k8s/examples/${f}`);
-  return ['README.md', 'charts/opsgate/README.md', 'k8s/README.md', 'worker/README.md', 'monitoring/README.md', ...guides];
+  const mdIn = (dir: string) =>
+    readdirSync(join(root, dir))
+      .filter((f) => f.endsWith('.md'))
+      .sort()
+      .map((f) => `${dir}/${f}`);
+  return [
+    'README.md',
+    'charts/opsgate/README.md',
+    'k8s/README.md',
+    'worker/README.md',
+    'monitoring/README.md',
+    ...mdIn('k8s/examples'),
+    ...mdIn('docs'),
+  ];
 }
 
 /** Every shell block of the documentation (`docFiles`), each with its path relative to `root`. */

@@ -21,27 +21,27 @@ import {
 } from '../../helpers/nodeSupport.js';
 
 /**
- * Keyless callers on the real node: the chart installed with the README's `kubernetes` issuer entry
+ * Keyless callers on the real node: the chart installed with docs/keyless-callers.md's `kubernetes` issuer entry
  * (the cluster's own ServiceAccount issuer, read with the api's token: discovery_auth: serviceaccount
- * and the chart's discovery ClusterRoleBinding), and the README's Pod, run as written but for its
+ * and the chart's discovery ClusterRoleBinding), and that page's Pod, run as written but for its
  * image (the node has no registry: the test image with curl instead of curlimages/curl). Its
  * projected ServiceAccount token of audience `opsgate` restarts the host its rule's scope names; the
  * same Pod aimed at another host is answered 403 out_of_scope. No Secret is mounted in either.
  */
 jest.setTimeout(300_000);
 
-const README = join(REPO, 'README.md');
-// The names the README uses: release opsgate in namespace opsgate, the caller tekton-bot in ci.
+const PAGE = join(REPO, 'docs/keyless-callers.md');
+// The names the page uses: release opsgate in namespace opsgate, the caller tekton-bot in ci.
 const RELEASE = 'opsgate';
 const NS = 'opsgate';
 const CI = 'ci';
 const APPS = 'keyless-apps';
 
-const yamlBlocks = docBlocks(README, ['yaml']).map((b) => ({ ...b, file: 'README.md' }));
+const yamlBlocks = docBlocks(PAGE, ['yaml']).map((b) => ({ ...b, file: 'docs/keyless-callers.md' }));
 const podBlock = yamlBlocks.find((b) => b.marker === 'node' && b.arg === 'keyless-pod');
 const issuersBlock = yamlBlocks.find((b) => /^issuers:/m.test(b.code));
 
-/** The README's Pod with the node's image, optionally renamed and aimed at another host and service. */
+/** The documented Pod with the node's image, optionally renamed and aimed at another host and service. */
 function readmePod(aim?: { name: string; host: string; service: string }): Obj {
   const pod = parse(podBlock!.code) as Obj;
   const container = pod.spec.containers[0] as Obj;
@@ -159,7 +159,7 @@ describe('keyless callers on a real node', () => {
     for (const ns of [NS, CI, APPS]) await kubectl(['delete', 'namespace', ns, '--ignore-not-found', '--wait=false']);
   });
 
-  test(`the README's Pod (${podBlock ? where(podBlock) : 'missing'}) restarts the host in its scope with its projected token, no Secret mounted`, async () => {
+  test(`the documented Pod (${podBlock ? where(podBlock) : 'missing'}) restarts the host in its scope with its projected token, no Secret mounted`, async () => {
     const run = await runPod(readmePod());
     expect({ exitCode: run.exitCode, status: run.status, curlErrors: run.curlErrors }).toEqual({
       exitCode: 0,

@@ -226,8 +226,8 @@ describe('the token senders keep the contract rule', () => {
   });
 });
 
-describe("the record's Redis memory (README)", () => {
-  it("MEMORY USAGE of the pair of GitHub's example push is the README's figure, measured by the README's command", async () => {
+describe("the record's Redis memory (docs/senders.md)", () => {
+  it("MEMORY USAGE of the pair of GitHub's example push is the documented figure, measured by the documented command", async () => {
     const github = sourceOf('github');
     const example = github.example as { before: string };
     const body = JSON.stringify(github.example);
@@ -239,11 +239,11 @@ describe("the record's Redis memory (README)", () => {
     expect(first.body.accepted).toBe(true);
     const key = pushPairKey(first.body.event_id, example.before);
     const bytes = Number(await ctx.h.inspect.call('MEMORY', 'USAGE', key));
-    const readme = readFileSync(new URL('../../../README.md', import.meta.url), 'utf8');
+    const readme = readFileSync(new URL('../../../docs/senders.md', import.meta.url), 'utf8');
     const stated = /commit pair costs (\d+) bytes of\s+Redis memory per push/.exec(readme);
     expect(stated).not.toBeNull();
     expect(bytes).toBe(Number(stated![1]));
-    // The README's command writes this key with a value of the same length, and states the same figure.
+    // The documented command writes this key with a value of the same length, and states the same figure.
     expect(readme).toContain(`K='${key}'`);
     const value = /redis-cli SET "\$K" '([^']+)' EX (\d+)/.exec(readme);
     expect(value?.[1]?.length).toBe((await ctx.h.inspect.get(key))!.length);

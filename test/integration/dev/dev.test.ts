@@ -225,7 +225,7 @@ describe('make dev (hack/dev.sh)', () => {
     expect(auditLines().length).toBeGreaterThan(0);
   }, 90_000);
 
-  it("runs the README's setup guides as printed and gets the documented answers", async () => {
+  it('runs the documented setup guides (docs/senders.md) as printed and gets the documented answers', async () => {
     const guides = new Map([...readmeGuides()].filter(([label]) => label.startsWith('guide-')));
     const expected = ['guide-gitlab-native', 'guide-gitlab-scm', 'guide-github', 'guide-alertmanager', 'guide-alertmanager-send'];
     expect([...guides.keys()].sort()).toEqual([...expected].sort());
@@ -305,7 +305,7 @@ describe('make dev (hack/dev.sh)', () => {
     alertmanager.kill('SIGTERM');
   }, 150_000);
 
-  it("runs the README's Guarded changes as printed: a dry run, four eyes, a freeze with its override and a held deploy", async () => {
+  it('runs docs/guarded-changes.md as printed: a dry run, four eyes, a freeze with its override and a held deploy', async () => {
     const guards = new Map([...readmeGuides()].filter(([label]) => label.startsWith('guards-')));
     expect([...guards.keys()].sort()).toEqual(['guards-approval', 'guards-dry-run', 'guards-freeze']);
     const work = join(dir, 'guards');

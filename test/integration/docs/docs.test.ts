@@ -12,7 +12,7 @@ import { CHART_TABLE_BEGIN, CHART_TABLE_END, TABLE_BEGIN, TABLE_END, chartSender
 
 /**
  * The documentation cannot drift from the code: every shell block says how it is tested (or why
- * not), the README's variable tables list exactly what the config schema and `make dev` read,
+ * not), the variable tables of docs/configuration.md list exactly what the config schema and `make dev` read,
  * the monitoring README lists exactly the metrics and alerts that exist, and no document points
  * outside this repository or to an issue number.
  */
@@ -46,7 +46,7 @@ function tableNames(md: string, heading: string, pattern: RegExp, nth = 0): stri
 describe('shell blocks in the documentation', () => {
   const files = docFiles(ROOT);
 
-  test('cover the READMEs and the setup guides', () => {
+  test('cover the READMEs, the setup guides and the pages under docs/', () => {
     expect(files).toEqual(
       expect.arrayContaining([
         'README.md',
@@ -55,6 +55,8 @@ describe('shell blocks in the documentation', () => {
         'worker/README.md',
         'monitoring/README.md',
         'k8s/examples/gitlab-webhook.md',
+        'docs/configuration.md',
+        'docs/senders.md',
       ]),
     );
   });
@@ -86,8 +88,10 @@ describe('shell blocks in the documentation', () => {
   });
 });
 
-describe("README's variable tables", () => {
-  const readme = read('README.md');
+describe('the tables the code renders or reads', () => {
+  const configuration = read('docs/configuration.md');
+  const senders = read('docs/senders.md');
+  const api = read('docs/api.md');
 
   test("the processes' table lists exactly the variables src/shared/config.ts reads", () => {
     const config = read('src/shared/config.ts');
@@ -100,15 +104,15 @@ describe("README's variable tables", () => {
     );
     expect(vars).toEqual(expect.arrayContaining([...SOURCE_SECRET_FILE_ENVS]));
     // The senders' secrets and their files are listed in the table of webhook senders (below), one row per sender.
-    const senders = [...SOURCE_SECRET_ENVS, ...SOURCE_SECRET_FILE_ENVS];
-    expect(tableNames(readme, '## Configuration', /^[A-Z][A-Z0-9_]+$/)).toEqual(vars.filter((v) => !senders.includes(v)));
+    const senderVars = [...SOURCE_SECRET_ENVS, ...SOURCE_SECRET_FILE_ENVS];
+    expect(tableNames(configuration, '## Configuration', /^[A-Z][A-Z0-9_]+$/)).toEqual(vars.filter((v) => !senderVars.includes(v)));
   });
 
   test('the table of webhook senders is the one the registry renders (make docs-senders), naming every secret variable', () => {
-    const start = readme.indexOf(TABLE_BEGIN);
-    const end = readme.indexOf(TABLE_END);
+    const start = senders.indexOf(TABLE_BEGIN);
+    const end = senders.indexOf(TABLE_END);
     expect(start).toBeGreaterThan(0);
-    expect(readme.slice(start, end + TABLE_END.length)).toBe(sendersTable(SOURCES));
+    expect(senders.slice(start, end + TABLE_END.length)).toBe(sendersTable(SOURCES));
     for (const env of [...SOURCE_SECRET_ENVS, ...SOURCE_SECRET_FILE_ENVS]) expect(sendersTable(SOURCES)).toContain(`\`${env}\``);
   });
 
@@ -123,18 +127,18 @@ describe("README's variable tables", () => {
 
   test('the table of error codes is the catalog of src/shared/errors.ts: every code, its status and meaning, in its order', () => {
     const begin = '<!-- errors:begin (src/shared/errors.ts) -->\n';
-    const start = readme.indexOf(begin);
-    const end = readme.indexOf('<!-- errors:end -->');
+    const start = api.indexOf(begin);
+    const end = api.indexOf('<!-- errors:end -->');
     expect(start).toBeGreaterThan(0);
     const rows = ERROR_CODE_LIST.map((c) => `| \`${c}\` | ${ERROR_CODES[c].status} | ${ERROR_CODES[c].meaning} |`);
-    expect(readme.slice(start + begin.length, end)).toBe(['| Code | Status | Meaning |', '|---|---|---|', ...rows, ''].join('\n'));
+    expect(api.slice(start + begin.length, end)).toBe(['| Code | Status | Meaning |', '|---|---|---|', ...rows, ''].join('\n'));
   });
 
   test('the make dev table lists exactly the variables hack/dev.sh reads', () => {
     const dev = read('hack/dev.sh');
     const vars = [...new Set([...dev.matchAll(/\$\{([A-Z][A-Z0-9_]+):-/g)].map((m) => m[1]!))].sort();
     expect(vars).toEqual(expect.arrayContaining(['PORT', 'REDIS_PORT', 'DEV_DIR']));
-    expect(tableNames(readme, '## Configuration', /^[A-Z][A-Z0-9_]+$/, 1)).toEqual(vars);
+    expect(tableNames(configuration, '## Configuration', /^[A-Z][A-Z0-9_]+$/, 1)).toEqual(vars);
   });
 });
 

@@ -127,8 +127,8 @@ describe('parseOidcFile', () => {
     );
   });
 
-  it("the README's GitHub, GitLab and Kubernetes issuers load", () => {
-    const readme = fileURLToPath(new URL('../../../README.md', import.meta.url));
+  it('the documented GitHub, GitLab and Kubernetes issuers (docs/keyless-callers.md) load', () => {
+    const readme = fileURLToPath(new URL('../../../docs/keyless-callers.md', import.meta.url));
     const block = docBlocks(readme, ['yaml']).find((b) => /^issuers:/m.test(b.code));
     const issuers = parseOidcFile(block!.code);
     expect(issuers.map((i) => i.kind)).toEqual(['github', 'gitlab', 'kubernetes']);
