@@ -7,7 +7,7 @@
  * that never pass through Express's error path write the same shape with `errorBody`: the HTTP
  * parser's refusals (src/middleware/clientError.ts) and the metrics port
  * (src/shared/metricsServer.ts). The OpenAPI document lists the codes of every error answer
- * (src/openapi/document.ts), and the README's "Errors" table is checked against this list.
+ * (src/openapi/document.ts), and the "Errors" table of docs/api.md is checked against this list.
  *
  * A class serves the conditions of its status; where it serves several, the thrower names the
  * condition with its code (typed: only a code of that status is accepted). The generic codes

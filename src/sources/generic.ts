@@ -25,7 +25,7 @@ export const source: PushSource = {
     sha: z.string().describe('the pushed commit; required for a push to main'),
   }),
   deliveryHeaders: ['X-Opsgate-Delivery'],
-  setup: 'your own sender: sign `<t>.<body>` with HMAC-SHA256, as the README shows under "Webhook senders"',
+  setup: 'your own sender: sign `<t>.<body>` with HMAC-SHA256, as the list below the table shows',
   map(payload) {
     const p = objectPayload(payload);
     return {

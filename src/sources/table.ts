@@ -2,8 +2,8 @@ import { secretFileVar } from './index.js';
 import type { Source, Verification } from './types.js';
 
 /**
- * The README's table of webhook senders, rendered from the registry (`make docs-senders` writes
- * it between its markers; test/integration/docs/docs.test.ts fails when the README's differs).
+ * The table of webhook senders in docs/senders.md, rendered from the registry (`make docs-senders` writes
+ * it between its markers; test/integration/docs/docs.test.ts fails when the page's differs).
  */
 export const TABLE_BEGIN = '<!-- senders:begin (make docs-senders) -->';
 export const TABLE_END = '<!-- senders:end -->';

@@ -3,7 +3,7 @@ import type { z } from 'zod';
 /**
  * What a webhook sender is, as data: one module per sender in this folder, each exporting
  * `source`. The router (src/routes/webhooks.ts), the OpenAPI document, the configuration's
- * secret list and log redaction, and the README's table of senders are derived from them
+ * secret list and log redaction, and the table of senders in docs/senders.md are derived from them
  * (src/sources/index.ts).
  */
 
@@ -61,7 +61,7 @@ interface SourceBase {
   title: string;
   verification: Verification;
   secret: SecretSpec;
-  /** One line for the README's table of senders: where the sender's setting lives. */
+  /** One line for the table of senders in docs/senders.md: where the sender's setting lives. */
   setup: string;
 }
 

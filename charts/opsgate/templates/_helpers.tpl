@@ -597,9 +597,9 @@ checksum annotations: a renewal changes the Secret, not the rendered pod.
 {{- end }}
 
 {{/*
-The credentials opsgate presents to config.prometheusUrl and config.alertmanagerUrl (README:
-Alert-driven remediation): the one place the chart turns them into the Secret's keys, the
-processes' variables and their volume. Include with (dict "ctx" $ "part" <part>):
+The credentials opsgate presents to config.prometheusUrl and config.alertmanagerUrl
+(docs/remediation.md): the one place the chart turns them into the Secret's keys, the processes'
+variables and their volume. Include with (dict "ctx" $ "part" <part>):
   secretData  YAML map of the chart-made Secret's entries (key = variable name -> value) given in secrets.*
   keys        YAML list of the Secret's credential keys in use: those given (chart-made Secret), or
               secrets.existingSecretOutboundKeys (existingSecret)
