@@ -213,8 +213,22 @@ describe('API killed with SIGKILL under load', () => {
 
     // The senders retry against a new API process: the cut-off ones are accepted, the others are duplicates.
     const b = await api();
+    // A 503 (nothing queued: the queue did not answer in time, as on a loaded machine) is retried, as
+    // the contract asks of a sender.
     const retried = await pool(
-      ids.map((id) => async () => ({ id, r: await post(`${b.baseUrl}/webhook/scm`, scmPush('team/lost-and-found', id), scmHeaders()) })),
+      ids.map((id) => async () => {
+        let r = await post(`${b.baseUrl}/webhook/scm`, scmPush('team/lost-and-found', id), scmHeaders());
+        await waitFor(
+          `an answer other than 503 to the retried delivery ${id}`,
+          async () => {
+            if (r.status !== 503) return true;
+            r = await post(`${b.baseUrl}/webhook/scm`, scmPush('team/lost-and-found', id), scmHeaders());
+            return r.status !== 503;
+          },
+          60_000,
+        );
+        return { id, r };
+      }),
       16,
     );
     for (const { id, r } of retried) {
