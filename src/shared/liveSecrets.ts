@@ -21,7 +21,6 @@ export type SecretValues = readonly string[];
 
 /** Which value a delivery proved, by position: what the audit line says (never the value). */
 export const SECRET_ROLES = ['current', 'previous'] as const;
-export type SecretRole = (typeof SECRET_ROLES)[number];
 
 /** The values in use of every sender secret variable, replaced whole by a reload. */
 export interface SenderSecrets {
