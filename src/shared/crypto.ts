@@ -57,20 +57,6 @@ export function credentialId(secret: string): string {
   return sha256Hex(secret).slice(0, 12);
 }
 
-export type SignatureCheck = { ok: true } | { ok: false; reason: 'missing' | 'malformed' | 'mismatch' };
-
-/**
- * Verifies `sha256=<hex>` = HMAC-SHA256(secret, rawBody): the signature variant for senders that
- * sign the body.
- * Missing value or no `sha256=` prefix: missing/malformed; digest mismatch (constant time): mismatch.
- */
-export function verifySha256Signature(secret: string, rawBody: Buffer, header: string | undefined): SignatureCheck {
-  if (header === undefined || header === '') return { ok: false, reason: 'missing' };
-  if (!header.startsWith('sha256=')) return { ok: false, reason: 'malformed' };
-  const expected = 'sha256=' + createHmac('sha256', secret).update(rawBody).digest('hex');
-  return safeEqual(header.toLowerCase(), expected) ? { ok: true } : { ok: false, reason: 'mismatch' };
-}
-
 /** HMAC-SHA256 of `data` keyed by `secret`, in `encoding`. */
 export function hmacSha256(secret: string, data: Buffer | string, encoding: 'hex' | 'base64'): string {
   return createHmac('sha256', secret).update(data).digest(encoding);
