@@ -3,7 +3,7 @@ import type { RequestHandler, Response } from 'express';
 import type { Redis } from 'ioredis';
 import type { Source } from '../sources/index.js';
 import { expiryHeaders, keyStatus, rfc3339, type KeyUsage } from '../shared/apiKeyLifetime.js';
-import type { ApiKey, Role } from '../shared/config.js';
+import type { ApiKey, Role } from '../shared/apiKeys.js';
 import { credentialId, firstMatch, hmacSha256, secretsMatcher, sha256Digest } from '../shared/crypto.js';
 import { ApiKeyExpiredError, ForbiddenError, RedisUnavailableError, UnauthorizedError, type ErrorCodeOf } from '../shared/errors.js';
 import { bearerIdentity, keyIdentity, senderIdentity, type Identity } from '../shared/identity.js';
