@@ -15,7 +15,7 @@ import type { Metrics } from '../shared/metrics.js';
 import type { OidcVerifier } from './oidc.js';
 
 /**
- * API keys, bearer tokens (the shared one, and OIDC ID tokens: src/middleware/oidc.ts) and webhook senders' proofs. Every comparison is constant time (safeEqual) and the API key is compared with
+ * API keys, bearer tokens (the shared one, and OIDC ID tokens: src/middleware/oidc.ts) and webhook senders' proofs. Every comparison is constant time (src/shared/crypto.ts) and the API key is compared with
  * every configured key, without stopping at the first match, so timing reveals neither which
  * key matched nor how many are configured. Failures are counted in
  * opsgate_auth_failures_total{scheme,reason}. Every accepted credential sets res.locals.principal,

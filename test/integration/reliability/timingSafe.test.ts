@@ -1,6 +1,8 @@
 /**
- * safeEqual (src/shared/crypto.ts) must not short-circuit: the time it takes must not depend on
- * where the first differing character is, nor on whether the strings are equal, otherwise a
+ * The comparison of a presented secret with a configured one (secretsMatcher, src/shared/crypto.ts,
+ * behind every API key, bearer token and webhook token check) must not short-circuit: the time it
+ * takes must not depend on where the first differing character is, nor on whether the strings are
+ * equal, otherwise a
  * caller could guess an API key / token / webhook secret one character at a time.
  *
  * How this is shown without flaky wall-clock thresholds on a loaded 2-core machine:
@@ -12,7 +14,7 @@
  * - only ratios between variants are asserted, never absolute times;
  * - a positive control runs the same harness on an early-exit comparator and must see the
  *   leak (ratio far below 1), proving the harness can detect what it claims is absent.
- * Expected ratios: early-exit ~0.001, safeEqual ~1.0; the assertion bounds (0.2 / 0.5..2) leave a
+ * Expected ratios: early-exit ~0.001, secretsMatcher ~1.0; the assertion bounds (0.2 / 0.5..2) leave a
  * wide margin on both sides.
  */
 import { describe, expect, it } from '@jest/globals';
@@ -21,7 +23,7 @@ import { performance } from 'node:perf_hooks';
 import express from 'express';
 import request from 'supertest';
 import { createHmac } from 'node:crypto';
-import { safeEqual } from '../../../src/shared/crypto.js';
+import { secretsMatcher } from '../../../src/shared/crypto.js';
 import { verifySender } from '../../../src/middleware/auth.js';
 import { errorHandler } from '../../../src/middleware/errors.js';
 import { silentLogger } from '../../../src/shared/logger.js';
@@ -37,6 +39,9 @@ const variants = {
   equal: 'k'.repeat(SIZE), // a distinct string object with the same content
 };
 type Variant = keyof typeof variants;
+
+/** Whether `presented` is `secret`, as the API compares a presented credential with a configured one. */
+const secretEquals = (secret: string, presented: string): boolean => secretsMatcher(() => [secret])(presented) === 0;
 
 /** A comparator that returns at the first difference: what the harness must catch. */
 function earlyExitEqual(a: string, b: string): boolean {
@@ -82,7 +87,7 @@ function measure(cmp: (a: string, b: string) => boolean, rounds: number, callsPe
   };
 }
 
-describe('safeEqual does not short-circuit', () => {
+describe('the comparison of a presented secret does not short-circuit', () => {
   it('positive control: the harness detects an early-exit comparator', () => {
     const m = measure(earlyExitEqual, 41, 3);
     // Stopping at the first character is orders of magnitude faster than reading 256 KiB.
@@ -91,7 +96,7 @@ describe('safeEqual does not short-circuit', () => {
   });
 
   it('takes the same time wherever the first difference is, and for equal inputs', () => {
-    const m = measure(safeEqual, 41, 3);
+    const m = measure(secretEquals, 41, 3);
     const ratios = [m.first / m.last, m.middle / m.last, m.first / m.equal, m.last / m.equal];
     for (const r of ratios) {
       expect(r).toBeGreaterThan(0.5);
@@ -100,12 +105,12 @@ describe('safeEqual does not short-circuit', () => {
   }, 120_000);
 });
 
-describe('safeEqual is a correct equality', () => {
+describe('the comparison of a presented secret is a correct equality', () => {
   it('equals === on arbitrary strings (unicode, control characters, different lengths)', () => {
     fc.assert(
       fc.property(fc.string({ unit: 'binary' }), fc.string({ unit: 'binary' }), (a, b) => {
-        expect(safeEqual(a, b)).toBe(a === b);
-        expect(safeEqual(a, a)).toBe(true);
+        expect(secretEquals(a, b)).toBe(a === b);
+        expect(secretEquals(a, a)).toBe(true);
       }),
       { numRuns: 500 },
     );
@@ -114,10 +119,10 @@ describe('safeEqual is a correct equality', () => {
   it('does not confuse a secret with its prefixes, extensions or case variants', () => {
     fc.assert(
       fc.property(fc.string({ minLength: 1, maxLength: 64 }), fc.string({ minLength: 1, maxLength: 8 }), (s, extra) => {
-        expect(safeEqual(s, s + extra)).toBe(false);
-        expect(safeEqual(s + extra, s)).toBe(false);
-        expect(safeEqual(s, s.slice(0, -1))).toBe(false);
-        if (s.toUpperCase() !== s) expect(safeEqual(s, s.toUpperCase())).toBe(false);
+        expect(secretEquals(s, s + extra)).toBe(false);
+        expect(secretEquals(s + extra, s)).toBe(false);
+        expect(secretEquals(s, s.slice(0, -1))).toBe(false);
+        if (s.toUpperCase() !== s) expect(secretEquals(s, s.toUpperCase())).toBe(false);
       }),
       { numRuns: 300 },
     );
