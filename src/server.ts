@@ -4,20 +4,11 @@ import { pathToFileURL } from 'node:url';
 import { createApp } from './app.js';
 import { createDeliveryLog } from './domain/deliveries.js';
 import { createKubeHostStatusProvider } from './domain/kubeHostStatus.js';
-import {
-  absentSecretFileWarnings,
-  apiTlsFiles,
-  clientCertificateWarnings,
-  expiredKeyWarnings,
-  loadApiConfig,
-  metricsTlsFiles,
-  parseAllowedNamesFile,
-  secretsOf,
-  weakCredentialWarnings,
-  type ApiConfig,
-} from './shared/config.js';
+import { apiTlsFiles, loadApiConfig, metricsTlsFiles, secretsOf, type ApiConfig } from './shared/config.js';
+import { expiredKeyWarnings, weakCredentialWarnings } from './shared/apiKeys.js';
+import { absentSecretFileWarnings } from './shared/secrets.js';
+import { clientCertificateWarnings, createAllowedNames, parseAllowedNamesFile } from './shared/clientNames.js';
 import { reportConfigError } from './shared/configReport.js';
-import { createAllowedNames } from './shared/clientNames.js';
 import { watchCredentials } from './shared/credentialReload.js';
 import { ConfigError } from './shared/errors.js';
 import { findKubeConfig, kubeConfigFromEnv, NoKubeConfigError } from './shared/kubeconfig.js';

@@ -4,14 +4,14 @@ import type { Redis } from 'ioredis';
 import { loadWorkerConfig, metricsTlsFiles, type WorkerConfig } from '../src/shared/config.js';
 import { reportConfigError } from '../src/shared/configReport.js';
 import { ConfigError } from '../src/shared/errors.js';
-import { startLoopMonitor } from '../src/shared/eventLoop.js';
+import { startLoopMonitor } from './eventLoop.js';
 import { loadInventory, type Inventory } from '../src/shared/inventory.js';
 import { QUEUE_NAME } from '../src/shared/jobs.js';
 import { queuePrefix } from '../src/shared/keys.js';
 import { createLogger, type Logger } from '../src/shared/logger.js';
 import { createMetrics } from '../src/shared/metrics.js';
 import { startMetricsServer, type MetricsServer } from '../src/shared/metricsServer.js';
-import { exportQueueDepth } from '../src/shared/queueDepth.js';
+import { exportQueueDepth } from './queueDepth.js';
 import { connectRedis } from '../src/shared/redisConnection.js';
 import { settlesWithin } from '../src/shared/timeout.js';
 import { loadTlsMaterial, type ListenerTls } from '../src/shared/tls.js';
@@ -192,7 +192,7 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
     { outcomes: OUTCOMES, guards: SUPPRESSION_GUARDS },
     () => remediationStore.silences(),
   );
-  // Queue depth / dead letters read from Redis at scrape time (observability; src/shared/queueDepth.ts).
+  // Queue depth / dead letters read from Redis at scrape time (observability; worker/queueDepth.ts).
   queueDepth = exportQueueDepth(metrics, config.REDIS_URL);
 }
 

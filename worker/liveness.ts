@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { errorBody } from '../src/shared/errors.js';
-import type { LoopMonitor } from '../src/shared/eventLoop.js';
+import type { LoopMonitor } from './eventLoop.js';
 import { settlesWithin } from '../src/shared/timeout.js';
 
 /**

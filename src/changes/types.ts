@@ -120,5 +120,3 @@ export type Decision =
       /** The gate reasons an override let through (reported). */
       overridden: GateReason[];
     };
-
-export type DecisionKind = Decision['kind'];

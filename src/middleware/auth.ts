@@ -3,7 +3,7 @@ import type { RequestHandler, Response } from 'express';
 import type { Redis } from 'ioredis';
 import type { Source } from '../sources/index.js';
 import { expiryHeaders, keyStatus, rfc3339, type KeyUsage } from '../shared/apiKeyLifetime.js';
-import type { ApiKey, Role } from '../shared/config.js';
+import type { ApiKey, Role } from '../shared/apiKeys.js';
 import { credentialId, firstMatch, hmacSha256, secretsMatcher, sha256Digest } from '../shared/crypto.js';
 import { ApiKeyExpiredError, ForbiddenError, RedisUnavailableError, UnauthorizedError, type ErrorCodeOf } from '../shared/errors.js';
 import { bearerIdentity, keyIdentity, senderIdentity, type Identity } from '../shared/identity.js';
@@ -15,7 +15,7 @@ import type { Metrics } from '../shared/metrics.js';
 import type { OidcVerifier } from './oidc.js';
 
 /**
- * API keys, bearer tokens (the shared one, and OIDC ID tokens: src/middleware/oidc.ts) and webhook senders' proofs. Every comparison is constant time (safeEqual) and the API key is compared with
+ * API keys, bearer tokens (the shared one, and OIDC ID tokens: src/middleware/oidc.ts) and webhook senders' proofs. Every comparison is constant time (src/shared/crypto.ts) and the API key is compared with
  * every configured key, without stopping at the first match, so timing reveals neither which
  * key matched nor how many are configured. Failures are counted in
  * opsgate_auth_failures_total{scheme,reason}. Every accepted credential sets res.locals.principal,

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { RequestHandler } from 'express';
-import type { Role } from '../shared/config.js';
+import type { Role } from '../shared/apiKeys.js';
 
 /** What the middlewares learn about a request, kept on res.locals (typed here). */
 declare module 'express-serve-static-core' {

@@ -1,5 +1,7 @@
 import type { PeerCertificate } from 'node:tls';
-import { ConfigError } from './errors.js';
+import { ConfigError, type ConfigProblem } from './errors.js';
+import type { CredentialFile } from './liveSecrets.js';
+import { readCredentialFile } from './secrets.js';
 
 /**
  * Which client certificates the CA of TLS_CLIENT_CA_FILE signed may call a route that asks for one
@@ -149,4 +151,52 @@ export function createAllowedNames(initial: readonly AllowedName[]): AllowedName
       list = Object.freeze([...next]);
     },
   };
+}
+
+/**
+ * The text of TLS_CLIENT_ALLOWED_NAMES_FILE: the list, which must name someone. An empty file
+ * would let in every certificate of the CA; that is what leaving the variables unset says, so an
+ * emptied file (a key gone from a ConfigMap, a truncated write) is refused instead of meaning it.
+ */
+export function parseAllowedNamesFile(text: string): AllowedName[] {
+  const list = parseAllowedNames(text, ALLOWED_NAMES_FILE_VAR, { file: true });
+  if (list.length === 0) {
+    throw new ConfigError(ALLOWED_NAMES_FILE_VAR, `lists no name (to accept any certificate of the CA, unset ${ALLOWED_NAMES_FILE_VAR})`);
+  }
+  return list;
+}
+
+type Env = Record<string, string | undefined>;
+
+/** TLS_CLIENT_ALLOWED_NAMES, or its file (not both). */
+export function loadAllowedNames(env: Env, problems: ConfigProblem[]): { list: AllowedName[]; file?: CredentialFile } {
+  try {
+    const path = (env[ALLOWED_NAMES_FILE_VAR] ?? '').trim();
+    if (path === '') return { list: parseAllowedNames(env[ALLOWED_NAMES_VAR], ALLOWED_NAMES_VAR) };
+    if ((env[ALLOWED_NAMES_VAR] ?? '').trim() !== '') {
+      problems.push({ variable: ALLOWED_NAMES_FILE_VAR, problem: `is set together with ${ALLOWED_NAMES_VAR}; set one of them` });
+      return { list: [] };
+    }
+    const { text, file } = readCredentialFile(ALLOWED_NAMES_FILE_VAR, path);
+    return { list: parseAllowedNamesFile(text), file };
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    problems.push(...err.problems);
+    return { list: [] };
+  }
+}
+
+/**
+ * Start-up warning: client certificates are checked against a CA, and every certificate it signed
+ * is accepted. Right for a CA of Alertmanager's alone; with a CA that signs for other workloads
+ * (a cluster issuer) any of them can post alerts.
+ */
+export function clientCertificateWarnings(config: {
+  readonly TLS_CLIENT_CA_FILE?: string | undefined;
+  readonly clientAllowedNames: readonly AllowedName[];
+}): string[] {
+  if (!config.TLS_CLIENT_CA_FILE || config.clientAllowedNames.length > 0) return [];
+  return [
+    `TLS_CLIENT_CA_FILE is set without ${ALLOWED_NAMES_VAR}: /webhook/alerts accepts every client certificate its CA signed; list the names of Alertmanager's certificate (DNS:<name>, URI:<uri> or CN=<name>)`,
+  ];
 }

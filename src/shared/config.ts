@@ -1,245 +1,22 @@
-import { existsSync } from 'node:fs';
-import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import { rfc3339 } from './apiKeyLifetime.js';
-import { ConfigError, type ConfigProblem } from './errors.js';
-import { credentialId, sha256Digest } from './crypto.js';
+import { type ConfigProblem, ConfigError } from './errors.js';
 import { parseRedisUrl, redisPasswords, RedisUrlError } from './redis.js';
-import { secretFileVar, SOURCE_SECRET_ENVS, SOURCE_SECRET_FILE_ENVS } from '../sources/index.js';
-import { contentsDigest, FileProblem, readWatchedFile } from './fileReload.js';
-import { envKeyOwner, keyPrincipal, ownerProblem, widthProblem } from './identity.js';
+import { SOURCE_SECRET_ENVS, SOURCE_SECRET_FILE_ENVS } from '../sources/index.js';
+import { API_KEYS_FILE_VAR, parseApiKeyRoles, parseApiKeysFile, type ApiKey } from './apiKeys.js';
+import { isPlaceholder, loadSenderSecrets, PLACEHOLDER_PREFIX, PLACEHOLDER_PROBLEM, readCredentialFile } from './secrets.js';
+import { ownerProblem } from './identity.js';
 import type { CredentialFile, SecretValues } from './liveSecrets.js';
 import { tlsPairProblems, type TlsFiles } from './tls.js';
 import { OIDC_FILE_VAR, parseOidcFile, type OidcSettings } from './oidcConfig.js';
-import { scopeSchema, type Scope } from './scope.js';
 import { outboundSecrets, outboundVariables } from './outboundVariables.js';
-import { ALLOWED_NAMES_FILE_VAR, ALLOWED_NAMES_VAR, parseAllowedNames, type AllowedName } from './clientNames.js';
-
-export type Role = 'readonly' | 'operator';
-
-/** Where a key is configured: OPS_API_KEY_ROLES (the contract's form) or the keys file. */
-export type ApiKeySource = 'env' | 'file';
-
-export interface ApiKey {
-  /**
-   * Audit identity and metric label: a keys-file entry's `id`; for OPS_API_KEY_ROLES the first 12
-   * hex of SHA-256(key). Never the key.
-   */
-  readonly id: string;
-  /**
-   * Who holds the key (a person or a service; src/shared/identity.ts): a keys-file entry's `owner`,
-   * else its id; `env:<id>` for a key of OPS_API_KEY_ROLES, which names none. Two keys with one
-   * owner are one person.
-   */
-  readonly owner: string;
-  readonly role: Role;
-  /** SHA-256 of the key (32 bytes): a presented key is hashed and compared with it in constant time. */
-  readonly digest: Buffer;
-  /** The key itself when it is configured in clear (absent for a `sha256` entry); never logged. */
-  readonly key?: string;
-  /** When the key stops working (ms since the epoch); absent: it does not expire. */
-  readonly expiresAt?: number;
-  readonly source: ApiKeySource;
-  /** What the key may act on (a keys-file entry's `scope`, src/shared/scope.ts); absent: everything its role allows. */
-  readonly scope?: Scope;
-  /** 1-based position in its source (item of OPS_API_KEY_ROLES, entry of the keys file), for start-up messages. */
-  readonly position: number;
-}
+import { ALLOWED_NAMES_FILE_VAR, ALLOWED_NAMES_VAR, loadAllowedNames, type AllowedName } from './clientNames.js';
 
 /**
- * The fake secrets of the plain manifests (k8s/opsgate.yaml, k8s/examples/values.example.yaml) all start
- * with this. They are public, so a process holding one would accept anyone: refuse to start.
+ * The environment of each process: the variables' schemas and defaults, read once at start by
+ * loadApiConfig and loadWorkerConfig, every problem reported at once (src/shared/configReport.ts).
+ * The API keys are parsed by src/shared/apiKeys.ts, the senders' secrets and the credential files
+ * read by src/shared/secrets.ts.
  */
-export const PLACEHOLDER_PREFIX = 'CHANGE-ME';
-export const isPlaceholder = (v: string): boolean => v.trim().toUpperCase().startsWith(PLACEHOLDER_PREFIX);
-const PLACEHOLDER_PROBLEM = `still holds the ${PLACEHOLDER_PREFIX} placeholder of the plain manifests; set a real secret`;
-/** Keys (and the bearer token) shorter than this are accepted but logged as a warning at start. */
-export const MIN_SECRET_LENGTH = 16;
-
-/**
- * Parses OPS_API_KEY_ROLES: comma-separated `<API_KEY>:<role>` items, the role being the text
- * after the last colon (so keys may contain colons). Refuses a missing/blank value, an item
- * without `key:role`, an empty key, an unknown role, or no key at all; also a key listed twice
- * (which role would win is a guess) and a key still holding the CHANGE-ME placeholder. Errors name the
- * variable and the item's position, never the key.
- */
-export function parseApiKeyRoles(raw: string | undefined, opts: { optional?: boolean } = {}): ApiKey[] {
-  const name = 'OPS_API_KEY_ROLES';
-  if (raw === undefined || raw.trim() === '') {
-    // With a keys file the file may hold every key (its entries can be hashes, so the Secret holds no usable key).
-    if (opts.optional) return [];
-    throw new ConfigError(name, 'is required and must not be blank (or set OPS_API_KEYS_FILE)');
-  }
-  const items = raw.split(',').map((s) => s.trim());
-  const keys: ApiKey[] = [];
-  items.forEach((item, i) => {
-    // An empty item (",," or a trailing comma) lacks the key:role form too: refuse it rather
-    // than guess what was meant (often a key lost in a templating mistake).
-    const at = item.lastIndexOf(':');
-    if (at < 0) throw new ConfigError(name, `item ${i + 1} is not of the form <key>:<role>`);
-    const key = item.slice(0, at);
-    const role = item.slice(at + 1);
-    if (key === '') throw new ConfigError(name, `item ${i + 1} has an empty key`);
-    if (role !== 'readonly' && role !== 'operator') {
-      throw new ConfigError(name, `item ${i + 1} has a role that is not readonly or operator`);
-    }
-    if (isPlaceholder(key)) throw new ConfigError(name, `item ${i + 1} ${PLACEHOLDER_PROBLEM}`);
-    const earlier = keys.findIndex((k) => k.key === key);
-    if (earlier >= 0) throw new ConfigError(name, `item ${i + 1} repeats the key of item ${earlier + 1}; list each key once with one role`);
-    const id = credentialId(key);
-    const tooWide = widthProblem(keyPrincipal(id));
-    if (tooWide) throw new ConfigError(name, `item ${i + 1} has a principal key:<id> that ${tooWide}`);
-    keys.push({ key, role, id, owner: envKeyOwner(id), digest: sha256Digest(key), source: 'env', position: i + 1 });
-  });
-  // Unreachable after the checks above; kept because the contract names it: no configured key, no start.
-  if (keys.length === 0) throw new ConfigError(name, 'configures no key');
-  return keys;
-}
-
-export const API_KEYS_FILE_VAR = 'OPS_API_KEYS_FILE';
-
-/** A keys-file id: it labels metrics and appears in headers, logs and answers, so it is kept short and plain. */
-export const API_KEY_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
-
-const FILE_FIELDS = ['id', 'role', 'key', 'sha256', 'expires', 'owner', 'scope'] as const;
-
-/** A field's message: `absent` when the entry lacks it, `wrong` when it holds something else. */
-const fieldError =
-  (absent: string, wrong: string) =>
-  (issue: { input?: unknown }): string =>
-    issue.input === undefined ? absent : wrong;
-
-/**
- * One entry of the keys file. Unknown fields are refused: a misspelt `expires` would otherwise
- * leave a key that never expires. Messages name the field, never its value.
- */
-const keyEntrySchema = z
-  .strictObject({
-    id: z
-      .string({ error: fieldError('has no id', 'has an id that is not text (quote it)') })
-      .regex(API_KEY_ID, 'has an id that is not 1-63 letters, digits, ".", "_" or "-" (starting with a letter or digit)'),
-    role: z.enum(['readonly', 'operator'], { error: fieldError('has no role', 'has a role that is not readonly or operator') }),
-    key: z.string({ error: 'has a key that is not text (quote it)' }).min(1, 'has an empty key').optional(),
-    sha256: z
-      .string({ error: 'has a sha256 that is not text (quote it)' })
-      .regex(/^[0-9a-fA-F]{64}$/, 'has a sha256 that is not 64 hex characters (the SHA-256 of the key)')
-      .optional(),
-    expires: z
-      .string({ error: 'has an expires that is not text (quote it)' })
-      .pipe(z.iso.datetime({ offset: true, error: 'has an expires that is not an RFC 3339 date-time such as 2026-03-01T00:00:00Z' }))
-      .optional(),
-    owner: z
-      .string({ error: 'has an owner that is not text (quote it)' })
-      .superRefine((v, ctx) => {
-        const problem = ownerProblem(v);
-        if (problem) ctx.addIssue({ code: 'custom', message: `has an owner that ${problem}` });
-      })
-      .optional(),
-    // Checked on its own below, so its problem is worded for the keys file.
-    scope: z.unknown().optional(),
-  })
-  .refine((e) => (e.key === undefined) !== (e.sha256 === undefined), 'needs exactly one of key or sha256');
-
-/** `entry 3 (id "ci")`; the id only when it is a valid one, so nothing else from the file is echoed. */
-function entryName(position: number, raw: unknown): string {
-  const id = typeof raw === 'object' && raw !== null ? (raw as { id?: unknown }).id : undefined;
-  return typeof id === 'string' && API_KEY_ID.test(id) ? `entry ${position} (id "${id}")` : `entry ${position}`;
-}
-
-/** The problem of one entry: zod's first issue, or a duplicate. */
-function keyEntry(raw: unknown, position: number, earlier: readonly ApiKey[], envKeys: readonly ApiKey[]): ApiKey | string {
-  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) return 'is not a mapping of id, role, key or sha256, expires, owner';
-  const parsed = keyEntrySchema.safeParse(raw);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    // The names of unknown fields are not repeated: a key pasted as a field name would be echoed.
-    return issue.code === 'unrecognized_keys' ? `has a field other than ${FILE_FIELDS.join(', ')}` : issue.message;
-  }
-  const e = parsed.data;
-  let scope: Scope | undefined;
-  if (e.scope !== undefined) {
-    const s = scopeSchema.safeParse(e.scope);
-    if (!s.success) {
-      const issue = s.error.issues[0]!;
-      return issue.code === 'custom'
-        ? `has a scope that ${issue.message}`
-        : 'has a scope that is not a mapping of hosts, namespaces, projects (lists of names)';
-    }
-    scope = s.data;
-  }
-  const tooWide = widthProblem(keyPrincipal(e.id));
-  if (tooWide) return `has an id whose principal key:<id> ${tooWide}`;
-  if (e.key !== undefined && isPlaceholder(e.key)) return `has a key that ${PLACEHOLDER_PROBLEM}`;
-  const digest = e.key !== undefined ? sha256Digest(e.key) : Buffer.from(e.sha256!, 'hex');
-  const sameId = earlier.find((k) => k.id === e.id);
-  if (sameId) return `repeats the id of entry ${sameId.position}`;
-  const envSameId = envKeys.find((k) => k.id === e.id);
-  if (envSameId) return `has the id of OPS_API_KEY_ROLES item ${envSameId.position}`;
-  const sameKey = earlier.find((k) => k.digest.equals(digest));
-  if (sameKey) return `holds the same key as ${entryName(sameKey.position, sameKey)}; list each key once`;
-  const envSameKey = envKeys.find((k) => k.digest.equals(digest));
-  if (envSameKey) return `holds the same key as OPS_API_KEY_ROLES item ${envSameKey.position}; list each key once`;
-  return {
-    id: e.id,
-    owner: e.owner ?? e.id,
-    role: e.role,
-    digest,
-    ...(e.key !== undefined ? { key: e.key } : {}),
-    ...(e.expires !== undefined ? { expiresAt: Date.parse(e.expires) } : {}),
-    ...(scope ? { scope } : {}),
-    source: 'file',
-    position,
-  };
-}
-
-/**
- * Parses the text of OPS_API_KEYS_FILE (YAML or JSON): a list of {id, role, key or sha256, expires?, owner?}.
- * Every bad entry is reported at once, each by its position and id, never its key or hash; an id
- * or a key listed twice (in the file, or also in `envKeys`, OPS_API_KEY_ROLES) is refused.
- */
-export function parseApiKeysFile(text: string, envKeys: readonly ApiKey[] = []): ApiKey[] {
-  const variable = API_KEYS_FILE_VAR;
-  let raw: unknown;
-  try {
-    raw = parseYaml(text); // YAML is a superset of JSON
-  } catch {
-    throw new ConfigError(variable, 'is not valid YAML or JSON');
-  }
-  raw ??= [];
-  if (!Array.isArray(raw)) throw new ConfigError(variable, 'must hold a list of entries {id, role, key or sha256, expires, owner}');
-  const problems: ConfigProblem[] = [];
-  const keys: ApiKey[] = [];
-  (raw as unknown[]).forEach((entry, i) => {
-    const out = keyEntry(entry, i + 1, keys, envKeys);
-    if (typeof out === 'string') problems.push({ variable, problem: `${entryName(i + 1, entry)} ${out}` });
-    else keys.push(out);
-  });
-  if (problems.length > 0) throw new ConfigError(problems);
-  return keys;
-}
-
-/**
- * The text of a sender's secret file (`<VARIABLE>_FILE`): the secret on the first line and, during
- * a rotation, the previous one on the second; line ends (LF or CRLF, and a final one) are not part
- * of a value. Refused, naming the line and never its text: no secret, an empty line, more than two
- * values, spaces or tabs around a value (a pasting mistake no sender would reproduce), a
- * placeholder.
- */
-export function parseSecretFile(text: string, variable: string): string[] {
-  const lines = text.split('\n').map((l) => (l.endsWith('\r') ? l.slice(0, -1) : l));
-  if (lines.length > 1 && lines[lines.length - 1] === '') lines.pop();
-  const fail = (problem: string): never => {
-    throw new ConfigError(variable, problem);
-  };
-  if (lines[0] === '') fail('holds no secret (its first line is empty)');
-  if (lines.length > 2) fail('holds more than two lines (the secret in use, then at most the previous one)');
-  lines.forEach((l, i) => {
-    if (l === '') fail(`line ${i + 1} is empty`);
-    if (l.trim() !== l) fail(`line ${i + 1} has spaces or tabs around the secret`);
-    if (isPlaceholder(l)) fail(`line ${i + 1} ${PLACEHOLDER_PROBLEM}`);
-  });
-  return lines;
-}
 
 const optionalSecret = z
   .string()
@@ -601,56 +378,6 @@ export function metricsTlsFiles(config: Pick<CommonConfig, 'METRICS_TLS_CERT_FIL
   };
 }
 
-/** Reads a credential file at start-up: its text and what the reload poll compares with. */
-function readCredentialFile(variable: string, path: string): { text: string; file: CredentialFile } {
-  let bytes: Buffer;
-  try {
-    bytes = readWatchedFile({ variable, path });
-  } catch (err) {
-    if (err instanceof FileProblem) throw new ConfigError(variable, err.problem.problem);
-    throw err;
-  }
-  return { text: bytes.toString('utf8'), file: { variable, path, digest: contentsDigest([bytes]) } };
-}
-
-/**
- * The senders' secrets: each variable's value, or its file's values; both set is a problem of the
- * file variable. A file that does not exist leaves its sender unconfigured, as an unset variable
- * does (an optional key absent from a mounted Secret, or one the kubelet has not written yet): it
- * is named in `absent` for a warning, and watched like the others, so its sender is configured
- * when it appears.
- */
-function loadSenderSecrets(env: Env, problems: ConfigProblem[], files: CredentialFile[], absent: string[]): Record<string, SecretValues> {
-  const out: Record<string, SecretValues> = {};
-  for (const name of SOURCE_SECRET_ENVS) {
-    const fileVar = secretFileVar(name);
-    const path = (env[fileVar] ?? '').trim();
-    if (path === '') {
-      const value = env[name];
-      if (value !== undefined && value !== '' && !isPlaceholder(value)) out[name] = [value];
-      continue;
-    }
-    if (isSet(env, name)) {
-      problems.push({ variable: fileVar, problem: `is set together with ${name}; set one of them` });
-      continue;
-    }
-    if (!existsSync(path)) {
-      absent.push(fileVar);
-      files.push({ variable: fileVar, path, digest: contentsDigest([undefined]), optional: true });
-      continue;
-    }
-    try {
-      const { text, file } = readCredentialFile(fileVar, path);
-      out[name] = parseSecretFile(text, fileVar);
-      files.push({ ...file, optional: true });
-    } catch (err) {
-      if (!(err instanceof ConfigError)) throw err;
-      problems.push(...err.problems);
-    }
-  }
-  return out;
-}
-
 export function loadApiConfig(env: Env = process.env): ApiConfig {
   const problems: ConfigProblem[] = tlsProblems(env, true);
   const collect = <T>(fn: () => T): T | undefined => {
@@ -704,83 +431,8 @@ export function loadApiConfig(env: Env = process.env): ApiConfig {
   };
 }
 
-/**
- * The text of TLS_CLIENT_ALLOWED_NAMES_FILE: the list, which must name someone. An empty file
- * would let in every certificate of the CA; that is what leaving the variables unset says, so an
- * emptied file (a key gone from a ConfigMap, a truncated write) is refused instead of meaning it.
- */
-export function parseAllowedNamesFile(text: string): AllowedName[] {
-  const list = parseAllowedNames(text, ALLOWED_NAMES_FILE_VAR, { file: true });
-  if (list.length === 0) {
-    throw new ConfigError(ALLOWED_NAMES_FILE_VAR, `lists no name (to accept any certificate of the CA, unset ${ALLOWED_NAMES_FILE_VAR})`);
-  }
-  return list;
-}
-
-/** TLS_CLIENT_ALLOWED_NAMES, or its file (not both). */
-function loadAllowedNames(env: Env, problems: ConfigProblem[]): { list: AllowedName[]; file?: CredentialFile } {
-  try {
-    const path = (env[ALLOWED_NAMES_FILE_VAR] ?? '').trim();
-    if (path === '') return { list: parseAllowedNames(env[ALLOWED_NAMES_VAR], ALLOWED_NAMES_VAR) };
-    if (isSet(env, ALLOWED_NAMES_VAR)) {
-      problems.push({ variable: ALLOWED_NAMES_FILE_VAR, problem: `is set together with ${ALLOWED_NAMES_VAR}; set one of them` });
-      return { list: [] };
-    }
-    const { text, file } = readCredentialFile(ALLOWED_NAMES_FILE_VAR, path);
-    return { list: parseAllowedNamesFile(text), file };
-  } catch (err) {
-    if (!(err instanceof ConfigError)) throw err;
-    problems.push(...err.problems);
-    return { list: [] };
-  }
-}
-
-/**
- * Start-up warning: client certificates are checked against a CA, and every certificate it signed
- * is accepted. Right for a CA of Alertmanager's alone; with a CA that signs for other workloads
- * (a cluster issuer) any of them can post alerts.
- */
-export function clientCertificateWarnings(config: Pick<ApiConfig, 'TLS_CLIENT_CA_FILE' | 'clientAllowedNames'>): string[] {
-  if (!config.TLS_CLIENT_CA_FILE || config.clientAllowedNames.length > 0) return [];
-  return [
-    `TLS_CLIENT_CA_FILE is set without ${ALLOWED_NAMES_VAR}: /webhook/alerts accepts every client certificate its CA signed; list the names of Alertmanager's certificate (DNS:<name>, URI:<uri> or CN=<name>)`,
-  ];
-}
-
-/**
- * The keys of a new keys file, checked as at start against the keys of OPS_API_KEY_ROLES (which
- * stay): every problem of the file, or no key left at all, is a ConfigError.
- */
-export function reloadApiKeys(text: string, envKeys: readonly ApiKey[]): ApiKey[] {
-  const fileKeys = parseApiKeysFile(text, envKeys);
-  if (envKeys.length + fileKeys.length === 0) {
-    throw new ConfigError(API_KEYS_FILE_VAR, 'configures no key, and OPS_API_KEY_ROLES is unset');
-  }
-  return [...envKeys, ...fileKeys];
-}
-
 export function loadWorkerConfig(env: Env = process.env): WorkerConfig {
   return parseWith(workerSchema, env, tlsProblems(env, false));
-}
-
-/**
- * Start-up warnings about weak but accepted credentials: one message per API key (by its audit id,
- * never the value) or bearer token shorter than MIN_SECRET_LENGTH characters. The API logs each.
- */
-export function weakCredentialWarnings(config: Pick<ApiConfig, 'apiKeys' | 'OPS_BEARER_TOKEN'>): string[] {
-  const out: string[] = [];
-  for (const k of config.apiKeys) {
-    if (k.key === undefined || k.key.length >= MIN_SECRET_LENGTH) continue;
-    const where =
-      k.source === 'env'
-        ? `OPS_API_KEY_ROLES: item ${k.position} (key:${k.id})`
-        : `${API_KEYS_FILE_VAR}: entry ${k.position} (id "${k.id}")`;
-    out.push(`${where} is shorter than ${MIN_SECRET_LENGTH} characters; use a long random key`);
-  }
-  if (config.OPS_BEARER_TOKEN !== undefined && config.OPS_BEARER_TOKEN.length < MIN_SECRET_LENGTH) {
-    out.push(`OPS_BEARER_TOKEN is shorter than ${MIN_SECRET_LENGTH} characters; use a long random token`);
-  }
-  return out;
 }
 
 /** Every secret value of a config, for the logger's last-line-of-defence redaction. */
@@ -795,24 +447,4 @@ export function secretsOf(config: Partial<ApiConfig>): string[] {
   // A hash entry's digest is no usable key, but it is kept out of logs all the same.
   for (const k of config.apiKeys ?? []) out.push(k.key ?? k.digest.toString('hex'));
   return [...new Set(out.filter((s): s is string => typeof s === 'string' && s.length > 0))];
-}
-
-/** Start-up warnings about secret files that do not exist: their senders run unconfigured, as with the variable unset. */
-export function absentSecretFileWarnings(config: Pick<ApiConfig, 'absentSecretFiles'>): string[] {
-  return config.absentSecretFiles.map(
-    (v) =>
-      `${v} names a file that does not exist: its sender is not configured, as if ${v.replace(/_FILE$/, '')} were unset, until the file appears`,
-  );
-}
-
-/**
- * Start-up warnings about keys-file entries already past their expiry: accepted (a Secret may be
- * updated late), every call with such a key answers 401. By id and date, never the key.
- */
-export function expiredKeyWarnings(config: Pick<ApiConfig, 'apiKeys'>, now: number = Date.now()): string[] {
-  return config.apiKeys
-    .filter((k) => k.expiresAt !== undefined && k.expiresAt <= now)
-    .map(
-      (k) => `${API_KEYS_FILE_VAR}: entry ${k.position} (id "${k.id}") expired at ${rfc3339(k.expiresAt!)}; every call with it answers 401`,
-    );
 }

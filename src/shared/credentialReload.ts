@@ -1,5 +1,7 @@
 import { ConfigError } from './errors.js';
-import { API_KEYS_FILE_VAR, expiredKeyWarnings, parseSecretFile, reloadApiKeys, weakCredentialWarnings, type ApiConfig } from './config.js';
+import type { ApiConfig } from './config.js';
+import { API_KEYS_FILE_VAR, expiredKeyWarnings, reloadApiKeys, weakCredentialWarnings } from './apiKeys.js';
+import { parseSecretFile } from './secrets.js';
 import type { FileReloader } from './fileReload.js';
 import { OIDC_FILE_VAR, parseOidcFile } from './oidcConfig.js';
 import { watchCredentialFile, type CredentialReloadMetrics, type SenderSecrets } from './liveSecrets.js';

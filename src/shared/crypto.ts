@@ -1,21 +1,14 @@
 import { createHmac, hash, timingSafeEqual } from 'node:crypto';
 
 /**
- * Constant-time string equality. Both sides are hashed to a fixed 32-byte digest first, so
- * the comparison takes the same time whatever the lengths or the position of the first
- * differing byte, and a length mismatch is not revealed early.
- */
-export function safeEqual(a: string, b: string): boolean {
-  // Compare the digests in constant time, then the inputs' equality is implied (SHA-256 collision-free in practice).
-  return timingSafeEqual(sha256(a), sha256(b));
-}
-
-/**
  * Which of several configured secrets a presented one equals (a secret in rotation: the current
- * value first, the previous one second): its index, or -1. Every value is compared, each in
- * constant time and without stopping at a match, so timing tells neither which one matched nor
- * how many are configured. `values` is read at each call (secrets reloaded from a file); their
- * digests are computed again only when it returns another list.
+ * value first, the previous one second): its index, or -1. Both sides are hashed to a fixed
+ * 32-byte digest first, so a comparison takes the same time whatever the lengths or the position of
+ * the first differing byte (equal digests imply equal values: SHA-256 is collision-free in
+ * practice). Every value is compared, each in constant time and without stopping at a match, so
+ * timing tells neither which one matched nor how many are configured. `values` is read at each
+ * call (secrets reloaded from a file); their digests are computed again only when it returns
+ * another list.
  */
 export function secretsMatcher(values: () => readonly string[]): (presented: string) => number {
   let last: readonly string[] | undefined;
@@ -55,20 +48,6 @@ export function sha256Hex(data: string | Buffer): string {
 /** The audit identity of a credential: first 12 hex characters of its SHA-256. Never the credential itself. */
 export function credentialId(secret: string): string {
   return sha256Hex(secret).slice(0, 12);
-}
-
-export type SignatureCheck = { ok: true } | { ok: false; reason: 'missing' | 'malformed' | 'mismatch' };
-
-/**
- * Verifies `sha256=<hex>` = HMAC-SHA256(secret, rawBody): the signature variant for senders that
- * sign the body.
- * Missing value or no `sha256=` prefix: missing/malformed; digest mismatch (constant time): mismatch.
- */
-export function verifySha256Signature(secret: string, rawBody: Buffer, header: string | undefined): SignatureCheck {
-  if (header === undefined || header === '') return { ok: false, reason: 'missing' };
-  if (!header.startsWith('sha256=')) return { ok: false, reason: 'malformed' };
-  const expected = 'sha256=' + createHmac('sha256', secret).update(rawBody).digest('hex');
-  return safeEqual(header.toLowerCase(), expected) ? { ok: true } : { ok: false, reason: 'mismatch' };
 }
 
 /** HMAC-SHA256 of `data` keyed by `secret`, in `encoding`. */

@@ -25,7 +25,6 @@ const hostSchema = z.object({
 
 /** The ways a project's deploys may come in. */
 export const DEPLOY_FROM = ['push', 'ci', 'both'] as const;
-export type DeployFrom = (typeof DEPLOY_FROM)[number];
 
 const projectSchema = z.object({
   namespace: dnsLabel,

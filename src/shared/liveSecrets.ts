@@ -5,11 +5,11 @@ import type { Source } from '../sources/index.js';
 
 /**
  * Credentials the API re-reads from mounted files while it runs, so that rotating them needs no
- * restart: the webhook senders' secrets in file mode (`<VARIABLE>_FILE`) and the API keys file
- * (OPS_API_KEYS_FILE); both are parsed by src/shared/config.ts. A Secret volume is updated by the kubelet
- * in place; the reload poll (src/shared/fileReload.ts) sees the new contents within
- * SECRETS_RELOAD_INTERVAL_MS. An invalid new file is refused: logged, counted, and the last good
- * values stay in use.
+ * restart: the webhook senders' secrets in file mode (`<VARIABLE>_FILE`, parsed by
+ * src/shared/secrets.ts) and the API keys file (OPS_API_KEYS_FILE, parsed by src/shared/apiKeys.ts).
+ * A Secret volume is updated by the kubelet in place; the reload poll (src/shared/fileReload.ts)
+ * sees the new contents within SECRETS_RELOAD_INTERVAL_MS. An invalid new file is refused: logged,
+ * counted, and the last good values stay in use.
  *
  * A webhook secret holds one value, or two during a rotation: the secret in use, then the previous
  * one, which senders not yet switched over still prove. Deliveries are checked against both (in
@@ -21,7 +21,6 @@ export type SecretValues = readonly string[];
 
 /** Which value a delivery proved, by position: what the audit line says (never the value). */
 export const SECRET_ROLES = ['current', 'previous'] as const;
-export type SecretRole = (typeof SECRET_ROLES)[number];
 
 /** The values in use of every sender secret variable, replaced whole by a reload. */
 export interface SenderSecrets {

@@ -7,7 +7,6 @@ import { withTimeout } from './timeout.js';
  * on its own as opsgate_dead_letter_jobs.
  */
 export const QUEUE_STATES = ['waiting', 'active', 'delayed', 'prioritized', 'paused', 'failed'] as const;
-export type QueueState = (typeof QUEUE_STATES)[number];
 
 /** Where queue depth is read from at scrape time: one entry per queue. */
 export interface QueueCountsSource {

@@ -2,7 +2,7 @@ import { readFileSync, statSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { ConfigError, type ConfigProblem } from './errors.js';
-import { parseSecretFile } from './config.js';
+import { parseSecretFile } from './secrets.js';
 export { outboundSecrets, outboundVariables } from './outboundVariables.js';
 
 /**

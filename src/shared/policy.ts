@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { isTimeZone, WEEKDAYS, type ChangeWindow } from './windows.js';
+import { isTimeZone, WEEKDAYS } from './windows.js';
 
 /**
  * Guarded changes: the policy of a host (its restarts) or a project (its deploys), from the
@@ -93,7 +93,6 @@ export type ApprovalPolicy = z.infer<typeof approvalPolicySchema>;
 export type BudgetPolicy = z.infer<typeof budgetPolicySchema>;
 export type HostPolicy = z.infer<typeof hostPolicySchema>;
 export type ProjectPolicy = z.infer<typeof projectPolicySchema>;
-export type Windows = readonly ChangeWindow[];
 
 /** The effective policy: the default's fields, each replaced by the entry's own when it gives it. */
 export function mergePolicy<P extends ProjectPolicy>(defaults: P | undefined, own: P | undefined): P {

@@ -283,8 +283,3 @@ export function redisPasswords(url: string): string[] {
     return [];
   }
 }
-
-/** The password inside a REDIS_URL, if any, so the logger can redact it. */
-export function redisPassword(url: string): string | undefined {
-  return redisPasswords(url)[0];
-}

@@ -25,14 +25,6 @@ export function nestedString(obj: Record<string, unknown>, parent: string, name:
   return stringField(p, name, def, `${parent}.${name}`);
 }
 
-/** A required non-empty string (the pushed commit): 422 naming it when missing or empty. */
-export function requiredString(obj: Record<string, unknown>, name: string, what = name): string {
-  const v = obj[name];
-  if (v === undefined || v === null || v === '') throw new UnprocessableError(`${what} is required`, 'missing_commit');
-  if (typeof v !== 'string') throw new UnprocessableError(`${name} must be a string`, 'invalid_payload');
-  return v;
-}
-
 /**
  * A commit id as the vendors send it (`commitForm: 'hex'`): 7 to 64 hex digits, an abbreviated
  * or full SHA-1 id up to a full SHA-256 one.

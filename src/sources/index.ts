@@ -45,11 +45,3 @@ export const secretFileVar = (env: string): string => `${env}_FILE`;
 
 /** Every file-mode variable of the senders' secrets. */
 export const SOURCE_SECRET_FILE_ENVS: readonly string[] = SOURCE_SECRET_ENVS.map(secretFileVar);
-
-/** A sender's secret from the configuration: its own variable, else its fallback's. */
-export function sourceSecret(s: Source, env: Readonly<Record<string, unknown>>): string | undefined {
-  const own = env[s.secret.env];
-  if (typeof own === 'string' && own !== '') return own;
-  const fb = s.secret.fallbackEnv ? env[s.secret.fallbackEnv] : undefined;
-  return typeof fb === 'string' && fb !== '' ? fb : undefined;
-}

@@ -1,5 +1,7 @@
 import { createHmac } from 'node:crypto';
-import { SOURCES, sourceSecret, type PushSource, type Source } from '../../src/sources/index.js';
+import { SOURCES, type PushSource, type Source } from '../../src/sources/index.js';
+import type { ApiConfig } from '../../src/shared/config.js';
+import { createSenderSecrets } from '../../src/shared/liveSecrets.js';
 
 /**
  * Deliveries as each sender of the registry (src/sources) makes them: its proof over a body, its
@@ -44,9 +46,9 @@ export function pushHeaders(source: PushSource, secret: string, body: string, no
   return { ...proofHeaders(source, secret, body, nowMs), [source.event.header]: source.event.push, 'Content-Type': 'application/json' };
 }
 
-/** The secret a harness built from baseEnv holds for a sender. */
-export function harnessSecretOf(source: Source, env: Readonly<Record<string, unknown>>): string {
-  const s = sourceSecret(source, env);
+/** The secret in use for a sender (its own variable's, else its fallback's), as the API resolves it from its config. */
+export function harnessSecretOf(source: Source, config: Pick<ApiConfig, 'senderSecrets'>): string {
+  const s = createSenderSecrets(config.senderSecrets).of(source)()[0];
   if (!s) throw new Error(`no secret configured for ${source.name}`);
   return s;
 }

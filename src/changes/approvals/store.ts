@@ -1,6 +1,5 @@
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { z } from 'zod';
 import type { Origin, Override } from '../types.js';
 import { APPROVALS_PENDING_KEY, approvalIndexKey, approvalKey } from '../../shared/keys.js';
 import { IDEMPOTENCY_TTL_SECONDS } from '../../shared/jobs.js';
@@ -29,12 +28,6 @@ export const APPROVAL_STATES = ['pending', 'approving', 'approved', 'rejected', 
 /** What GET /ops/approvals shows: `approving` reads as pending. */
 export const APPROVAL_VIEW_STATES = ['pending', 'approved', 'rejected', 'expired'] as const;
 export type ApprovalState = (typeof APPROVAL_STATES)[number];
-
-export const approverSchema = z.object({
-  by: z.string(),
-  reason: z.string(),
-  at: z.string().describe('RFC 3339'),
-});
 
 /** What a restart or deploy approval stands for. */
 export type ApprovalChange =

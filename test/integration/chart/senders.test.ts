@@ -1,6 +1,7 @@
 import { describe, expect, jest, test } from '@jest/globals';
 import { loadApiConfig } from '../../../src/shared/config.js';
-import { SOURCES, sourceSecret } from '../../../src/sources/index.js';
+import { SOURCES } from '../../../src/sources/index.js';
+import { createSenderSecrets } from '../../../src/shared/liveSecrets.js';
 import { containerEnv, find, one, render, renderError, renderNotes, secretData, type K8sObject } from '../../helpers/helm.js';
 
 /**
@@ -68,8 +69,8 @@ describe('every sender of src/sources, enabled with a secret', () => {
 
   test("the API, started with the api container's environment, holds each sender's secret", () => {
     const env = containerEnv(objs, 'opsgate-api');
-    const config = loadApiConfig(env);
-    for (const s of SOURCES) expect([s.name, sourceSecret(s, config)]).toEqual([s.name, fakeSecret(s.name)]);
+    const secrets = createSenderSecrets(loadApiConfig(env).senderSecrets);
+    for (const s of SOURCES) expect([s.name, secrets.of(s)()[0]]).toEqual([s.name, fakeSecret(s.name)]);
   });
 });
 
@@ -102,14 +103,8 @@ describe('gitea, bitbucket and generic added to an installation by values alone'
     expect(webhookPaths(objs).sort()).toEqual(
       ['alerts', 'bitbucket', 'generic', 'gitea', 'github', 'gitlab', 'scm'].map((n) => `Exact /webhook/${n}`).sort(),
     );
-    const env = containerEnv(objs, 'opsgate-api');
-    for (const name of added)
-      expect(
-        sourceSecret(
-          SOURCES.find((s) => s.name === name)!,
-          loadApiConfig(env),
-        ),
-      ).toBe(fakeSecret(name));
+    const secrets = createSenderSecrets(loadApiConfig(containerEnv(objs, 'opsgate-api')).senderSecrets);
+    for (const name of added) expect(secrets.of(SOURCES.find((s) => s.name === name)!)()[0]).toBe(fakeSecret(name));
   });
 
   test('with secrets.existingSecret the same senders read the keys of that Secret', async () => {

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { Redis } from 'ioredis';
 import { createMetrics } from '../../../src/shared/metrics.js';
-import { exportQueueDepth } from '../../../src/shared/queueDepth.js';
+import { exportQueueDepth } from '../../../worker/queueDepth.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 
 /**

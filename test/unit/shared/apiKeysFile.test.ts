@@ -3,15 +3,14 @@ import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { loadApiConfig, secretsOf } from '../../../src/shared/config.js';
 import {
   expiredKeyWarnings,
-  loadApiConfig,
   parseApiKeyRoles,
   parseApiKeysFile,
   reloadApiKeys,
-  secretsOf,
   weakCredentialWarnings,
-} from '../../../src/shared/config.js';
+} from '../../../src/shared/apiKeys.js';
 import { credentialId } from '../../../src/shared/crypto.js';
 import { ConfigError } from '../../../src/shared/errors.js';
 

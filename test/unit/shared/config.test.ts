@@ -1,17 +1,8 @@
 import { describe, expect, it } from '@jest/globals';
-import {
-  absentSecretFileWarnings,
-  apiTlsFiles,
-  clientCertificateWarnings,
-  loadApiConfig,
-  loadWorkerConfig,
-  metricsTlsFiles,
-  parseApiKeyRoles,
-  parseSecretFile,
-  reloadApiKeys,
-  secretsOf,
-  weakCredentialWarnings,
-} from '../../../src/shared/config.js';
+import { apiTlsFiles, loadApiConfig, loadWorkerConfig, metricsTlsFiles, secretsOf } from '../../../src/shared/config.js';
+import { parseApiKeyRoles, reloadApiKeys, weakCredentialWarnings } from '../../../src/shared/apiKeys.js';
+import { absentSecretFileWarnings, parseSecretFile } from '../../../src/shared/secrets.js';
+import { clientCertificateWarnings } from '../../../src/shared/clientNames.js';
 import { credentialId } from '../../../src/shared/crypto.js';
 import { ConfigError } from '../../../src/shared/errors.js';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';

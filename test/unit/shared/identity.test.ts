@@ -8,7 +8,8 @@ import { afterAll, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { API_KEY_ID, loadApiConfig } from '../../../src/shared/config.js';
+import { loadApiConfig } from '../../../src/shared/config.js';
+import { API_KEY_ID } from '../../../src/shared/apiKeys.js';
 import { credentialId } from '../../../src/shared/crypto.js';
 import {
   bearerIdentity,

@@ -5,12 +5,12 @@ import { pathToFileURL } from 'node:url';
 import { DIST_DIR } from '../../helpers/processes.js';
 
 /**
- * The event-loop monitor behind the worker's /livez (src/shared/eventLoop.ts), run in a child
+ * The event-loop monitor behind the worker's /livez (worker/eventLoop.ts), run in a child
  * process whose event loop is really blocked (a busy loop), not simulated.
  */
 describe('event-loop monitor', () => {
   it('sees a real 1.2 s block (also right after it, before its timer ran) and forgets it after the window', () => {
-    const mod = pathToFileURL(join(DIST_DIR, 'src/shared/eventLoop.js')).href;
+    const mod = pathToFileURL(join(DIST_DIR, 'worker/eventLoop.js')).href;
     const script = `
       import { startLoopMonitor } from ${JSON.stringify(mod)};
       const sleep = (ms) => new Promise((r) => setTimeout(r, ms));

@@ -1,8 +1,8 @@
 import { Queue } from 'bullmq';
-import { QUEUE_NAME } from './jobs.js';
-import { queueCountsSource, redisMemoryReader, type Metrics } from './metrics.js';
-import { queuePrefix } from './keys.js';
-import { createRedis } from './redis.js';
+import { QUEUE_NAME } from '../src/shared/jobs.js';
+import { queueCountsSource, redisMemoryReader, type Metrics } from '../src/shared/metrics.js';
+import { queuePrefix } from '../src/shared/keys.js';
+import { createRedis } from '../src/shared/redis.js';
 
 /**
  * Queue depth for a process that has no producer Queue of its own (the worker): a read-only
