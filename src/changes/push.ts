@@ -1,4 +1,4 @@
-import type { Outcome } from '../domain/intake.js';
+import type { IntakeResult } from '../domain/intake.js';
 import { describeReasons } from './gate.js';
 import { projectNamespace, type Guards } from './guards.js';
 import { submitChange } from './pipeline.js';
@@ -51,7 +51,7 @@ export function pushChange(g: Pick<Guards, 'inventory'>, req: PushRequest): Chan
   };
 }
 
-export async function submitPush(g: Guards, req: PushRequest): Promise<Outcome> {
+export async function submitPush(g: Guards, req: PushRequest): Promise<IntakeResult> {
   const carried = await submitChange(g, pushChange(g, req));
   if (carried.approval) {
     const a = carried.approval.approval;

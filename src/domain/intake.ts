@@ -90,7 +90,7 @@ export interface PushEvent {
   allowRedeploy?: boolean;
 }
 
-export interface Outcome {
+export interface IntakeResult {
   accepted: boolean;
   duplicate: boolean;
   /** The job that stands for the event: the new one, or the one a duplicate found. */
@@ -111,9 +111,9 @@ export interface AlertEvent {
 }
 
 export interface Intake {
-  push(event: PushEvent): Promise<Outcome>;
+  push(event: PushEvent): Promise<IntakeResult>;
   /** One payload's firing alerts, in one round trip (two while version 0.1's records may exist). */
-  alerts(events: readonly AlertEvent[]): Promise<Outcome[]>;
+  alerts(events: readonly AlertEvent[]): Promise<IntakeResult[]>;
 }
 
 /** A record the intake writes after an add: SET key value EX ttl, with NX when `nx`. */
@@ -197,12 +197,12 @@ export function createIntake(deps: IntakeDeps): Intake {
 
   // Version 0.1's pending claim, its job now made sure of: the record names the job from here on,
   // and the delivery that made sure of it answers as a duplicate of the claim's delivery.
-  const settlePending = async (key: string, out: Outcome): Promise<Outcome> => {
+  const settlePending = async (key: string, out: IntakeResult): Promise<IntakeResult> => {
     await redisCall((r) => r.set(key, QUEUED + out.jobId, 'KEEPTTL', 'XX'), redis);
     return { accepted: false, duplicate: true, jobId: out.jobId };
   };
 
-  const add = async <N extends JobName>(req: AddRequest<N>): Promise<Outcome> => {
+  const add = async <N extends JobName>(req: AddRequest<N>): Promise<IntakeResult> => {
     const out = await deps.producer.add(req);
     return { accepted: out.added, duplicate: !out.added, jobId: out.jobId, ...(out.added ? { written: { jobId: out.jobId } } : {}) };
   };
@@ -220,7 +220,7 @@ export function createIntake(deps: IntakeDeps): Intake {
       const queuedPair = parsePair(valueOf(pair));
       const delay = event.job.delay ?? 0;
 
-      let out: Outcome;
+      let out: IntakeResult;
       if (prior?.duplicateOf) {
         out = { accepted: false, duplicate: true, jobId: prior.duplicateOf };
       } else if (queuedPair && !event.allowRedeploy && now() >= queuedPair.until - PAIR_CLOCK_SKEW_MS) {
@@ -279,7 +279,7 @@ export function createIntake(deps: IntakeDeps): Intake {
         const keys = events.map((e) => legacySeenKey(`alert:${e.fingerprint}`));
         legacy = (await redisCall((r) => r.mget(...keys), redis)).map(parseRecord);
       }
-      const outcomes = new Array<Outcome>(events.length);
+      const outcomes = new Array<IntakeResult>(events.length);
       const toAdd: Array<{ i: number; req: AddRequest }> = [];
       events.forEach((e, i) => {
         const prior = legacy[i];
@@ -300,7 +300,7 @@ export function createIntake(deps: IntakeDeps): Intake {
       const added = await deps.producer.addMany(toAdd.map((t) => t.req));
       for (const [j, a] of added.entries()) {
         const { i, req } = toAdd[j]!;
-        const out: Outcome = {
+        const out: IntakeResult = {
           accepted: a.added,
           duplicate: !a.added,
           jobId: a.jobId,

@@ -8,7 +8,7 @@ import { principalOf } from './principal.js';
 import { dryRunQuery } from './restartQuery.js';
 import { dryRunDeploy } from '../changes/dryRun.js';
 import type { Guards } from '../changes/guards.js';
-import type { Intake, Outcome } from '../domain/intake.js';
+import type { Intake, IntakeResult } from '../domain/intake.js';
 import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
 import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { requireInScope } from '../middleware/scope.js';
@@ -24,7 +24,7 @@ import { SOURCES } from '../sources/index.js';
 import { decodeCursor, encodeCursor, nextCursorSchema, pageQueryShape } from './paging.js';
 
 /** The guard fields of an intake outcome, for an answer: a pending approval or a hold. */
-export function guardFields(out: Outcome): Record<string, string> {
+export function guardFields(out: IntakeResult): Record<string, string> {
   if (out.approval) return { status: 'pending_approval', approval_id: out.approval.id, expires_at: out.approval.expires_at };
   if (out.held) return { status: 'held', held_until: out.held.until };
   return {};

@@ -70,7 +70,7 @@ function fixedSecrets(config: WebhookDeps['config']): SenderSecrets {
   return createSenderSecrets(values);
 }
 
-type Outcome = 'accepted' | 'duplicate' | 'ignored' | 'rejected' | 'invalid' | 'failed';
+type WebhookVerdict = 'accepted' | 'duplicate' | 'ignored' | 'rejected' | 'invalid' | 'failed';
 
 /** The verdict of a delivery that ended in an error, by its answer's status. */
 function failureVerdict(status: number): Verdict {
@@ -97,7 +97,7 @@ function recordableDeliveryId(req: Request, headers: readonly string[] | undefin
  * The outcome label of a delivery that ended in an error, seen as the error middleware will
  * answer it (a body reader's 413 is "invalid", not "failed"); a 429 is not a delivery (undefined).
  */
-function failureOutcome(err: unknown): Outcome | undefined {
+function failureOutcome(err: unknown): WebhookVerdict | undefined {
   const status = toAppError(err)?.statusCode ?? 500;
   if (status === 429) return undefined;
   if (status === 401 || status === 403) return 'rejected';
@@ -108,7 +108,7 @@ function failureOutcome(err: unknown): Outcome | undefined {
 export function webhooksRouter(deps: WebhookDeps): Router {
   const r = Router();
   const body = rawBody(deps.config.BODY_LIMIT);
-  const count = (source: string, outcome: Outcome) => deps.metrics.webhookEvents.inc({ source, outcome });
+  const count = (source: string, outcome: WebhookVerdict) => deps.metrics.webhookEvents.inc({ source, outcome });
   const record = (res: Response, entry: Omit<DeliveryEntry, 'requestId' | 'bodySha256'>) => {
     if (!deps.deliveries) return;
     res.locals.deliveryRecorded = true;

@@ -20,7 +20,7 @@ import { abortReason } from '../k8s.js';
  * Endpoint URLs often carry a secret in their path: only the host is ever logged or reported.
  */
 
-type Outcome = { kind: 'sent' } | { kind: 'rejected'; status: number };
+type EndpointAnswer = { kind: 'sent' } | { kind: 'rejected'; status: number };
 
 /** host[:port] of an endpoint: the only part of a webhook URL that may be logged. */
 export function endpointHost(url: string): string {
@@ -79,7 +79,7 @@ export function notificationBody(data: NotifyOncallData, jobId: string): Record<
 /** Header naming the delivery: the job id, the same on every attempt and every retry of that job. */
 export const DELIVERY_HEADER = 'X-Opsgate-Delivery';
 
-function parseOutcome(raw: string | null): Outcome | undefined {
+function parseOutcome(raw: string | null): EndpointAnswer | undefined {
   if (raw === 'sent') return { kind: 'sent' };
   if (raw?.startsWith('rejected:')) return { kind: 'rejected', status: Number(raw.slice(9)) };
   return undefined;
@@ -155,7 +155,7 @@ export async function deliver(message: Record<string, unknown>, ctx: JobContext)
       if (status >= 200 && status < 300) {
         await redis.set(key, 'sent', 'EX', IDEMPOTENCY_TTL_SECONDS);
         logger.info('notification delivered', { host, status });
-        return { host, outcome: { kind: 'sent' } as Outcome };
+        return { host, outcome: { kind: 'sent' } as EndpointAnswer };
       }
       if (status === 408 || status === 429 || status >= 500) {
         logger.warn('notification endpoint failed; will retry', { host, status });
@@ -163,7 +163,7 @@ export async function deliver(message: Record<string, unknown>, ctx: JobContext)
       }
       await redis.set(key, `rejected:${status}`, 'EX', IDEMPOTENCY_TTL_SECONDS);
       logger.error('notification rejected by endpoint; not retried', { host, status });
-      return { host, outcome: { kind: 'rejected', status } as Outcome };
+      return { host, outcome: { kind: 'rejected', status } as EndpointAnswer };
     }),
   );
 
