@@ -9,6 +9,7 @@ import { redisCall } from '../domain/redisOps.js';
 import { approvalIdFor } from './approvals/store.js';
 import type { PendingApproval } from './approvals/view.js';
 import type { Carried } from './execute.js';
+import { sameTarget } from './kinds/index.js';
 import { coalesceId, type Guards } from './guards.js';
 import { checkOverrideAsk, submitChange } from './pipeline.js';
 import type { Change, Origin, Principal, RestartTarget } from './types.js';
@@ -133,7 +134,7 @@ export async function submitRestart(deps: RestartDeps, req: RestartRequest): Pro
     if (!stored && hostPolicy(deps.inventory, host).approval) {
       const earlier = await redisCall(() => deps.guards.approvals.get(change.approvalId!), deps.redis);
       const c = earlier?.change;
-      if (c && (c.kind !== 'restart' || c.host !== host || c.service !== service)) throw reused();
+      if (c && !sameTarget(c, change.target)) throw reused();
     }
   }
 
