@@ -1,5 +1,11 @@
 import { randomUUID } from 'node:crypto';
-import { ConflictError, QueueUnavailableError, RestartNotConfirmedError, UnprocessableError } from '../shared/errors.js';
+import {
+  BudgetExhaustedError,
+  ConflictError,
+  QueueUnavailableError,
+  RestartNotConfirmedError,
+  UnprocessableError,
+} from '../shared/errors.js';
 import { parseJobData, type JobName, type ReportChangeData } from '../shared/jobs.js';
 import type { AddRequest } from '../shared/producer.js';
 import type { PushEvent } from '../domain/intake.js';
@@ -7,7 +13,8 @@ import { redisCall } from '../domain/redisOps.js';
 import type { Written } from '../domain/replication.js';
 import { newApprovalId, type Approval, type ApprovalChange } from './approvals/store.js';
 import { describeReasons, type GateReason } from './gate.js';
-import { budgetError, queueReport, type Guards } from './guards.js';
+import type { BudgetPool } from './budget/pools.js';
+import { budgetDetail, countBudgetRefusal, queueReport, type Guards } from './guards.js';
 import type { Hold } from './holds.js';
 import { kindOfChange, kindOfTarget, type AnyKind } from './kinds/index.js';
 import type { AnyTarget, ApprovedBy, Change, Decision } from './types.js';
@@ -81,8 +88,20 @@ function parsed(name: JobName, data: unknown): unknown {
   return p.data;
 }
 
+/**
+ * A decision that refuses the change, with nothing carried out: a closed gate, or a spent budget
+ * (planned, or met by the budget's atomic take). A value, counted once where it is decided; a way
+ * in that answers over HTTP turns it into its error (`refusalError`: 409 change_refused, 429
+ * budget_exhausted), remediation reads it.
+ */
+export type Refusal =
+  { guard: 'gate'; reasons: GateReason[]; detail: string } | { guard: 'budget'; pool: BudgetPool; retryMs: number; detail: string };
+
+/** What submitting a change came to: carried out (queued, joined, held, waiting for approval), or refused. */
+export type ChangeResult = { carried: Carried; refusal?: undefined } | { refusal: Refusal; carried?: undefined };
+
 /** The refusal of a closed gate, counted. */
-export function refusal(g: Guards, c: Change, reasons: GateReason[]): ChangeRefusedError {
+export function gateRefusal(g: Guards, c: Change, reasons: GateReason[]): Refusal {
   for (const r of reasons) g.metrics?.guardRefusals.inc({ guard: r.guard });
   const how =
     c.origin === 'approval'
@@ -90,25 +109,42 @@ export function refusal(g: Guards, c: Change, reasons: GateReason[]): ChangeRefu
       : c.origin === 'api'
         ? '. An operator may restart anyway with override=true and a reason'
         : '';
-  return new ChangeRefusedError(`${describeTarget(c.target)} refused: ${describeReasons(reasons)}${how}`, reasons);
+  return { guard: 'gate', reasons, detail: `${describeTarget(c.target)} refused: ${describeReasons(reasons)}${how}` };
 }
 
-export async function execute(g: Guards, change: Change, decision: Decision, now: number, approved?: ApprovedBy): Promise<Carried> {
+/** The refusal of a spent budget, counted: people's by namespace, a remediation's by its budget. */
+export function budgetRefusal(g: Pick<Guards, 'metrics'>, pool: BudgetPool, retryMs: number): Refusal {
+  countBudgetRefusal(g, pool);
+  return { guard: 'budget', pool, retryMs, detail: budgetDetail(pool, retryMs) };
+}
+
+/** The error a refusal is answered with. */
+export function refusalError(r: Refusal): ChangeRefusedError | BudgetExhaustedError {
+  return r.guard === 'gate'
+    ? new ChangeRefusedError(r.detail, r.reasons)
+    : new BudgetExhaustedError(r.pool.name, r.detail, Math.max(1, Math.ceil(r.retryMs / 1000)));
+}
+
+/** The refusal of a closed gate, counted, as its error (the last approval's check, before anything is recorded). */
+export const refusal = (g: Guards, c: Change, reasons: GateReason[]): ChangeRefusedError =>
+  refusalError(gateRefusal(g, c, reasons)) as ChangeRefusedError;
+
+export async function execute(g: Guards, change: Change, decision: Decision, now: number, approved?: ApprovedBy): Promise<ChangeResult> {
   switch (decision.kind) {
     case 'refuse':
-      throw refusal(g, change, decision.reasons);
+      return { refusal: gateRefusal(g, change, decision.reasons) };
     case 'over_budget':
-      throw budgetError(g, decision.pool, decision.retryMs);
+      return { refusal: budgetRefusal(g, decision.pool, decision.retryMs) };
     case 'join':
-      return { decision, jobId: decision.jobId, coalesced: true, duplicate: kindOfChange(change).carry === 'intake' };
+      return { carried: { decision, jobId: decision.jobId, coalesced: true, duplicate: kindOfChange(change).carry === 'intake' } };
     case 'pending_approval':
-      return pendingApproval(g, change, decision, now);
+      return { carried: await pendingApproval(g, change, decision, now) };
     case 'queue':
     case 'hold': {
       const kind = kindOfChange(change);
       return kind.carry === 'coalesced'
         ? queueCoalesced(g, kind, change, decision as Extract<Decision, { kind: 'queue' }>, approved)
-        : queueThroughIntake(g, kind, change, decision, now, approved);
+        : { carried: await queueThroughIntake(g, kind, change, decision, now, approved) };
     }
   }
 }
@@ -135,14 +171,14 @@ async function queueCoalesced(
   change: Change,
   decision: Extract<Decision, { kind: 'queue' }>,
   approved?: ApprovedBy,
-): Promise<Carried> {
+): Promise<ChangeResult> {
   const t = change.target;
   const data = parsed(kind.job, kind.jobData(change, approved));
   const jobId = change.jobId ?? `${kind.name}-${randomUUID()}`;
   const budget = decision.takeBudget ? g.budgetPools(t.namespace, change.requester.principal) : [];
   if (budget.length > 0) {
     const use = await redisCall(() => g.budgets.take(budget, jobId, g.now()), g.redis);
-    if (!use.taken) throw budgetError(g, use.spent!, use.retryMs);
+    if (!use.taken) return { refusal: budgetRefusal(g, use.spent!, use.retryMs) };
   }
   let id: string;
   try {
@@ -164,7 +200,7 @@ async function queueCoalesced(
   // Joined a restart already in progress: this one never runs, its budget place is free again.
   if (id !== jobId) await g.budgets.giveBack(budget, jobId).catch(() => undefined);
   if (id === jobId) await reportOverride(g, change, jobId, decision.overridden, approved);
-  return { decision, jobId: id, coalesced: id !== jobId, ...(id === jobId ? { written: { jobId: id } } : {}) };
+  return { carried: { decision, jobId: id, coalesced: id !== jobId, ...(id === jobId ? { written: { jobId: id } } : {}) } };
 }
 
 /** A kind carried through the intake (a deploy): its event's dedup record and delivery alias, a hold first when held. */

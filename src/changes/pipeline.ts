@@ -1,5 +1,5 @@
 import { ForbiddenError } from '../shared/errors.js';
-import { execute, type ApprovedBy, type Carried } from './execute.js';
+import { execute, refusalError, type ApprovedBy, type Carried, type ChangeResult } from './execute.js';
 import { gatherFacts } from './facts.js';
 import type { Guards } from './guards.js';
 import { overrideOf, plan } from './plan.js';
@@ -65,8 +65,18 @@ export async function planChange(g: Guards, change: Change, ask?: OverrideAsk, p
   return { change: resolved, facts, decision: plan(resolved, facts, now), now };
 }
 
-/** Plans the change and carries the decision out. */
-export async function submitChange(g: Guards, change: Change, ask?: OverrideAsk, approved?: ApprovedBy): Promise<Carried> {
+/**
+ * Plans the change and carries the decision out: what it came to, a refusal included, is a value.
+ * Only what keeps it from being decided or carried out (a store down, a job that does not parse,
+ * an unknown target) is thrown.
+ */
+export async function submitChange(g: Guards, change: Change, ask?: OverrideAsk, approved?: ApprovedBy): Promise<ChangeResult> {
   const p = await planChange(g, change, ask);
   return execute(g, p.change, p.decision, p.now, approved);
+}
+
+/** What was carried out, for a way in that answers over HTTP: a refusal is answered with its error (409, 429). */
+export function carriedOrRefused(result: ChangeResult): Carried {
+  if (result.refusal) throw refusalError(result.refusal);
+  return result.carried;
 }

@@ -11,7 +11,7 @@ import type { PendingApproval } from './approvals/view.js';
 import type { Carried } from './execute.js';
 import { sameTarget } from './kinds/index.js';
 import { coalesceId, type Guards } from './guards.js';
-import { checkOverrideAsk, submitChange } from './pipeline.js';
+import { carriedOrRefused, checkOverrideAsk, submitChange } from './pipeline.js';
 import type { Change, Origin, Principal, RestartTarget } from './types.js';
 
 export { coalesceId };
@@ -138,7 +138,7 @@ export async function submitRestart(deps: RestartDeps, req: RestartRequest): Pro
     }
   }
 
-  const carried = await submitChange(deps.guards, change, ask);
+  const carried = carriedOrRefused(await submitChange(deps.guards, change, ask));
   if (carried.approval) {
     const a = carried.approval.approval;
     await remember(deps, recordKey, { host, service, job_id: a.id, coalesced: false, approval_id: a.id });

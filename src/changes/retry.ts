@@ -3,7 +3,7 @@ import { UnprocessableError } from '../shared/errors.js';
 import type { ChangeRetry } from '../shared/deadLetters.js';
 import type { JobReads } from '../shared/jobReads.js';
 import type { Guards } from './guards.js';
-import { submitChange } from './pipeline.js';
+import { carriedOrRefused, submitChange } from './pipeline.js';
 import { kindOfJob } from './kinds/index.js';
 import { changeOfJob } from './wake.js';
 
@@ -30,13 +30,15 @@ async function retry(
     throw new UnprocessableError(`job ${job.id} holds no valid ${kind?.name ?? 'change'} to retry`, 'invalid_job_data');
   const old = changeOfJob(g.inventory, { name: kind.name, data: parsed.data }, `${job.id}.retry`);
   const { override: _dropped, ...rest } = old;
-  const carried = await submitChange(g, {
-    ...rest,
-    requester: by.requester,
-    reason: by.reason,
-    auditId: by.auditId,
-    origin: 'retry',
-  });
+  const carried = carriedOrRefused(
+    await submitChange(g, {
+      ...rest,
+      requester: by.requester,
+      reason: by.reason,
+      auditId: by.auditId,
+      origin: 'retry',
+    }),
+  );
   if (carried.approval) {
     const a = carried.approval.approval;
     return { outcome: 'pending_approval', approval_id: a.id, expires_at: new Date(a.expires_at).toISOString(), required: a.required };

@@ -2,7 +2,7 @@ import { ConflictError, ForbiddenError, NotFoundError, UnprocessableError } from
 import { redisCall } from '../../domain/redisOps.js';
 import { refusal, targetFields, type ApprovedBy, type Carried } from '../execute.js';
 import { queueReport, type Guards } from '../guards.js';
-import { planChange, submitChange, type OverrideAsk } from '../pipeline.js';
+import { carriedOrRefused, planChange, submitChange, type OverrideAsk } from '../pipeline.js';
 import { kindOfApproval } from '../kinds/index.js';
 import type { Change, Principal } from '../types.js';
 import { effectiveStatus, type Approval, type DecideResult } from './store.js';
@@ -111,7 +111,7 @@ export async function finishApproval(g: Guards, a: Approval, ask?: OverrideAsk):
   const approved: ApprovedBy = { approvalId: a.id, approvers: a.approvers.map((x) => x.by) };
   let carried: Carried;
   try {
-    carried = await submitChange(g, changeOfApproval(a), ask, approved);
+    carried = carriedOrRefused(await submitChange(g, changeOfApproval(a), ask, approved));
   } catch (err) {
     const message = err instanceof Error ? err.message : String(err);
     await decide(g, a.id, 'fail', message.slice(0, 1000)).catch(() => undefined);
