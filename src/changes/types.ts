@@ -1,4 +1,5 @@
 import type { ApprovalPolicy } from '../shared/policy.js';
+import type { Scope } from '../shared/scope.js';
 import type { BudgetPool } from './budget/pools.js';
 import type { GateReason, GateVerdict } from './gate.js';
 
@@ -27,6 +28,8 @@ export interface Principal {
   person?: string;
   /** Absent: it may not override (a gate fails closed). */
   mayOverride?: boolean;
+  /** What the credential may act on (a keys-file entry's, an OIDC rule's); absent: everything its role allows. */
+  scope?: Scope;
 }
 
 /**

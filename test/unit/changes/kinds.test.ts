@@ -10,11 +10,13 @@ import { policyFacts } from '../../../src/changes/facts.js';
 import type { Freeze } from '../../../src/changes/freezes/store.js';
 import { gate } from '../../../src/changes/gate.js';
 import { kindOf, kindOfJob, kinds, registerKind, sameTarget, type ChangeKind } from '../../../src/changes/kinds/index.js';
+import { checkScope } from '../../../src/changes/pipeline.js';
 import { plan } from '../../../src/changes/plan.js';
 import type { AnyTarget, Change, Origin, Target } from '../../../src/changes/types.js';
 import { changeJobOf, changeOfJob, planWake } from '../../../src/changes/wake.js';
 import { parseInventory } from '../../../src/shared/inventory.js';
 import { JOB, jobDataSchemas } from '../../../src/shared/jobs.js';
+import type { Scope } from '../../../src/shared/scope.js';
 
 /**
  * Kinds of change are modules (src/changes/kinds/): the planner, executor, approvals, wake, retry,
@@ -160,6 +162,21 @@ describe("each kind's converters agree: a change rebuilt from its job or its app
     expect(approvalView(a, 0)).toMatchObject({ change: change.target.kind, namespace: change.target.namespace });
   });
 
+  it("the pipeline refuses a change outside its requester's scope, the target as its kind names it to a scope", () => {
+    const scoped = (scope: Scope) => ({ ...person, scope });
+    expect(() => checkScope(changeOf(restart, 'api', { requester: scoped({ hosts: ['web-1'] }) }))).not.toThrow();
+    expect(() => checkScope(changeOf(restart, 'api', { requester: scoped({ hosts: ['web-2'] }) }))).toThrow(
+      expect.objectContaining({ code: 'out_of_scope', statusCode: 403 }),
+    );
+    expect(() =>
+      checkScope(changeOf(deploy, 'webhook', { requester: scoped({ projects: ['g/app'], namespaces: ['apps'] }) })),
+    ).not.toThrow();
+    expect(() => checkScope(changeOf(deploy, 'ci', { requester: scoped({ hosts: ['web-1'] }) }))).toThrow(
+      /project g\/app \(namespace apps\) is outside the scope/,
+    );
+    expect(() => checkScope(changeOf(deploy, 'ci'))).not.toThrow();
+  });
+
   it('a restart and a deploy are shown in their own words', () => {
     expect(describeTarget(restart)).toBe('restart of Deployment shop/api');
     expect(describeTarget(deploy)).toBe('deploy of g/app refs/heads/main');
@@ -241,6 +258,11 @@ describe('a third kind, registered by a test, goes through the pipeline by the r
     const approved = changeOf(note, 'approval');
     expect(plan(approved, policyFacts(inventory, [frozen], approved, 10), 10)).toMatchObject({ kind: 'hold', until: 1000 });
     expect(asked).toContain('policyFacts hello');
+    // Its scope target is its own: a namespace.
+    expect(() => checkScope(changeOf(note, 'api', { requester: { ...person, scope: { namespaces: ['shop'] } } }))).not.toThrow();
+    expect(() => checkScope(changeOf(note, 'api', { requester: { ...person, scope: { namespaces: ['apps'] } } }))).toThrow(
+      /namespace shop is outside the scope/,
+    );
   });
 
   it('its approval record, its view and its report fields are its own', () => {
