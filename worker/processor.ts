@@ -1,5 +1,6 @@
 import { UnrecoverableError, type Job } from 'bullmq';
-import { JOB, jobDataSchemas, type JobName, type RestartServiceData, type RunDeployPipelineData } from '../src/shared/jobs.js';
+import { JOB, jobDataSchemas, type JobName } from '../src/shared/jobs.js';
+import { changeJobOf } from '../src/changes/wake.js';
 import { withTimeout } from '../src/shared/timeout.js';
 import type { Handler, JobContext } from './context.js';
 import { JobCancelledError, JobTimeoutError } from './errors.js';
@@ -40,12 +41,8 @@ function isJobName(name: string): name is JobName {
 
 export type Processor = (job: Job, token?: string, signal?: AbortSignal) => Promise<unknown>;
 
-/** A restart or deploy: the changes whose gate and outcome are guarded. */
-function changeOf(name: JobName, data: unknown) {
-  if (name === JOB.restartService) return { name: 'restart' as const, data: data as RestartServiceData };
-  if (name === JOB.runDeployPipeline) return { name: 'deploy' as const, data: data as RunDeployPipelineData };
-  return undefined;
-}
+/** A change's job (a restart, a deploy: its kind's job, src/changes/kinds/): its gate and outcome are guarded. */
+const changeOf = changeJobOf;
 
 export function createProcessor(
   base: Omit<JobContext, 'job' | 'signal' | 'logger' | 'token'> & { logger: JobContext['logger'] },

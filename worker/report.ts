@@ -1,7 +1,7 @@
 import { DelayedError, UnrecoverableError } from 'bullmq';
 import { describeReasons } from '../src/changes/gate.js';
 import { planWake, type ChangeJob } from '../src/changes/wake.js';
-import { findHost, findProject } from '../src/shared/inventory.js';
+import { kindOf } from '../src/changes/kinds/index.js';
 import type { Outcome, OutcomeResult } from '../src/shared/jobs.js';
 import type { JobContext } from './context.js';
 import { JobCancelledError, JobTimeoutError } from './errors.js';
@@ -42,21 +42,10 @@ export function failureOutcome(err: unknown, seconds: number): Outcome {
 
 type ChangeData = ChangeJob;
 
+/** The report fields of the job's target, its kind's (src/changes/kinds/). */
 function target(c: ChangeData, ctx: JobContext) {
-  if (c.name === 'restart') {
-    return {
-      change: 'restart' as const,
-      host: c.data.host,
-      service: c.data.service,
-      namespace: findHost(ctx.inventory, c.data.host)?.namespace ?? '',
-    };
-  }
-  return {
-    change: 'deploy' as const,
-    project: c.data.project,
-    ref: c.data.ref,
-    namespace: findProject(ctx.inventory, c.data.project)?.namespace ?? '',
-  };
+  const kind = kindOf(c.name);
+  return kind.reportFields(kind.fromJob(ctx.inventory, c.data).target);
 }
 
 /**
@@ -72,6 +61,7 @@ export async function checkGate(c: ChangeData, ctx: JobContext): Promise<void> {
   const jobId = String(ctx.job.id);
   const { change, decision } = planWake(ctx.inventory, await g.freezes.list(now), c, jobId, now);
   const t = target(c, ctx);
+  const kind = kindOf(c.name);
   switch (decision.kind) {
     case 'queue':
       if (decision.overridden.length > 0) {
@@ -81,21 +71,22 @@ export async function checkGate(c: ChangeData, ctx: JobContext): Promise<void> {
           reasons: describeReasons(decision.overridden),
         });
       }
-      if (c.name === 'deploy') await g.holds.remove(jobId);
+      if (kind.closedGate === 'hold') await g.holds.remove(jobId);
       return;
     case 'refuse':
-      throw new ChangeFailedError(`restart refused: ${describeReasons(decision.reasons)}`, 'refused');
+      throw new ChangeFailedError(`${c.name} refused: ${describeReasons(decision.reasons)}`, 'refused');
     case 'hold': {
-      if (c.name !== 'deploy') throw new ChangeFailedError(`restart refused: ${describeReasons(decision.reasons)}`, 'refused');
+      if (kind.closedGate !== 'hold') throw new ChangeFailedError(`${c.name} refused: ${describeReasons(decision.reasons)}`, 'refused');
       if (!ctx.job.moveToDelayed || !ctx.token) {
         throw new Error(`deploy held (${describeReasons(decision.reasons)}) but its lock token is missing; not running it`);
       }
       const until = decision.until;
+      const { project, ref } = kind.intake!(change.target);
       await g.holds.set({
         job_id: jobId,
-        project: c.data.project,
+        project,
         namespace: t.namespace,
-        ref: c.data.ref,
+        ref,
         reasons: decision.reasons,
         until,
         held_at: now,

@@ -11,7 +11,7 @@ import type { Logger } from '../shared/logger.js';
 import { approvalIdFor } from './approvals/store.js';
 import { describeReasons } from './gate.js';
 import { projectNamespace, type Guards } from './guards.js';
-import { submitChange } from './pipeline.js';
+import { carriedOrRefused, submitChange } from './pipeline.js';
 import type { Change, DeployTarget, Principal } from './types.js';
 
 /**
@@ -138,7 +138,7 @@ export async function submitCiDeploy(deps: CiDeployDeps, req: CiDeployRequest): 
     if (stored && !sameDeploy(stored, req)) throw reused();
     if (stored) return { answer: stored };
   }
-  const carried = await submitChange(deps.guards, change);
+  const carried = carriedOrRefused(await submitChange(deps.guards, change));
   const base = { project: req.project, ref: req.ref, sha: req.sha, event_id: change.target.eventId! };
   let answer: CiDeployAnswer;
   if (carried.approval) {

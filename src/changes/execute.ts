@@ -1,29 +1,34 @@
 import { randomUUID } from 'node:crypto';
-import { ConflictError, QueueUnavailableError, RestartNotConfirmedError, UnprocessableError } from '../shared/errors.js';
 import {
-  JOB,
-  parseJobData,
-  type JobName,
-  type ReportChangeData,
-  type RestartServiceData,
-  type RunDeployPipelineData,
-  type JobDataByName,
-} from '../shared/jobs.js';
+  BudgetExhaustedError,
+  ConflictError,
+  QueueUnavailableError,
+  RestartNotConfirmedError,
+  UnprocessableError,
+} from '../shared/errors.js';
+import { parseJobData, type JobName, type ReportChangeData } from '../shared/jobs.js';
+import type { AddRequest } from '../shared/producer.js';
+import type { PushEvent } from '../domain/intake.js';
 import { redisCall } from '../domain/redisOps.js';
 import type { Written } from '../domain/replication.js';
 import { newApprovalId, type Approval, type ApprovalChange } from './approvals/store.js';
 import { describeReasons, type GateReason } from './gate.js';
-import { budgetError, coalesceId, queueReport, type Guards } from './guards.js';
+import type { BudgetPool } from './budget/pools.js';
+import { budgetDetail, countBudgetRefusal, queueReport, type Guards } from './guards.js';
 import type { Hold } from './holds.js';
-import type { Change, Decision, DeployTarget, RestartTarget } from './types.js';
+import { kindOfChange, kindOfTarget, type AnyKind } from './kinds/index.js';
+import type { AnyTarget, ApprovedBy, Change, Decision } from './types.js';
+
+type JobToAdd = AddRequest;
 
 /**
  * The executor: carries out the planner's decision (src/changes/plan.ts). The only code that adds a
- * restart_service or run_deploy_pipeline job (test/unit/changes/oneAdder.test.ts fails when another
- * file does). Each write is atomic where the store allows it:
- * - a restart: a place of each of its budgets (one script), then BullMQ's add with the Deployment's coalescing
+ * change's job, whatever its kind (test/unit/changes/oneAdder.test.ts fails when another file
+ * does): its kind (src/changes/kinds/) gives the job, its data and which of the two ways below
+ * carries it. Each write is atomic where the store allows it:
+ * - a kind carried `coalesced` (a restart): a place of each of its budgets (one script), then BullMQ's add with the Deployment's coalescing
  *   record (one script); a place whose restart was not added, or joined another, is given back;
- * - a deploy: through the intake (src/domain/intake.ts): BullMQ's add with the event's dedup record,
+ * - a kind carried through the `intake` (a deploy): through the intake (src/domain/intake.ts): BullMQ's add with the event's dedup record,
  *   then the sender's delivery alias; a held one writes its hold record first (a record without
  *   its job is ignored by every reader), and its job is delayed until the gate should open;
  * - a pending approval: its record, its index and its place in the pending set (one script), then
@@ -57,91 +62,46 @@ export class ChangeRefusedError extends ConflictError {
   }
 }
 
-export const describeTarget = (t: RestartTarget | DeployTarget): string =>
-  t.kind === 'restart' ? `restart of Deployment ${t.namespace}/${t.service}` : `deploy of ${t.project} ${t.ref}`;
+/** "restart of Deployment ns/name", "deploy of group/app refs/heads/main": its kind's words (src/changes/kinds/). */
+export const describeTarget = (t: AnyTarget): string => kindOfTarget(t).describe(t);
 
 /** The report fields of a change's target. */
-export function targetFields(t: RestartTarget | DeployTarget) {
-  return t.kind === 'restart'
-    ? { change: 'restart' as const, host: t.host, service: t.service, namespace: t.namespace }
-    : { change: 'deploy' as const, project: t.project, ref: t.ref, namespace: t.namespace };
-}
+export const targetFields = (t: AnyTarget) => kindOfTarget(t).reportFields(t);
 
-/** Who asked, as the job carries it (the Event and the report name the owner and the credential id). */
-function requesterFields(c: Change) {
-  return {
-    audit_id: c.auditId,
-    requested_by: c.requester.principal,
-    requested_owner: c.requester.owner,
-    ...(c.requester.credential ? { requested_credential: c.requester.credential } : {}),
-  };
-}
+export type { ApprovedBy };
 
-/** Approval fields of a job an approval let through. */
-export interface ApprovedBy {
-  approvalId: string;
-  approvers: string[];
-}
+/** The job data of a change, its kind's. */
+export const jobDataOf = (c: Change, approved?: ApprovedBy): unknown => kindOfChange(c).jobData(c, approved);
 
-export function restartJobData(c: Change & { target: RestartTarget }, approved?: ApprovedBy): RestartServiceData {
-  return {
-    host: c.target.host,
-    service: c.target.service,
-    ...(approved ? { approval_id: approved.approvalId, approvers: approved.approvers } : {}),
-    ...(c.reason ? { reason: c.reason } : {}),
-    ...(c.override ? { override: c.override } : {}),
-    ...requesterFields(c),
-  };
-}
-
-export function deployJobData(c: Change & { target: DeployTarget }, approved?: ApprovedBy): RunDeployPipelineData {
-  const t = c.target;
-  return {
-    project: t.project,
-    ref: t.ref,
-    ...(t.sha ? { sha: t.sha } : {}),
-    ...(t.eventId ? { event_id: t.eventId } : {}),
-    ...(t.deliveryId ? { delivery_id: t.deliveryId } : {}),
-    ...(approved ? { approval_id: approved.approvalId, approvers: approved.approvers } : {}),
-    ...(c.reason ? { reason: c.reason } : {}),
-    ...requesterFields(c),
-  };
-}
-
-/** The identity a second request for the same change joins while its approval is pending. */
-export const approvalIdentity = (t: RestartTarget | DeployTarget): string =>
-  t.kind === 'restart' ? coalesceId(t.namespace, t.service) : `deploy:${t.eventId ?? `${t.project}:${t.ref}:${t.sha ?? ''}`}`;
-
-export function approvalChangeOf(c: Change): ApprovalChange {
-  const t = c.target;
-  return t.kind === 'restart'
-    ? { kind: 'restart', host: t.host, service: t.service, namespace: t.namespace, ...(c.override ? { override: c.override } : {}) }
-    : {
-        kind: 'deploy',
-        project: t.project,
-        ref: t.ref,
-        namespace: t.namespace,
-        ...(t.sha ? { sha: t.sha } : {}),
-        ...(t.eventId ? { event_id: t.eventId } : {}),
-        ...(t.deliveryId ? { delivery_id: t.deliveryId } : {}),
-        ...(t.source ? { source: t.source } : {}),
-      };
-}
+/** What an approval record keeps of a change, its kind's. */
+export const approvalChangeOf = (c: Change): ApprovalChange => kindOfChange(c).toApproval(c);
 
 /**
  * The job's data, parsed by its schema before anything is written (422 naming the field), so a
  * change that could not be added never takes a budget place, a hold or an approval's decision.
  * The producer adds the parsed data without parsing it again.
  */
-function parsed<N extends JobName>(name: N, data: JobDataByName[N]): JobDataByName[N] {
+function parsed(name: JobName, data: unknown): unknown {
   const p = parseJobData(name, data);
   if (!p.success)
     throw new UnprocessableError(`invalid ${p.error.issues[0]!.path.join('.')}: ${p.error.issues[0]!.message}`, 'invalid_job_data');
   return p.data;
 }
 
+/**
+ * A decision that refuses the change, with nothing carried out: a closed gate, or a spent budget
+ * (planned, or met by the budget's atomic take). A value, counted once where it is decided; a way
+ * in that answers over HTTP turns it into its error (`refusalError`: 409 change_refused, 429
+ * budget_exhausted), remediation reads it.
+ */
+export type Refusal =
+  { guard: 'gate'; reasons: GateReason[]; detail: string } | { guard: 'budget'; pool: BudgetPool; retryMs: number; detail: string };
+
+/** What submitting a change came to: carried out (queued, joined, held, waiting for approval), or refused. */
+export type ChangeResult = { carried: Carried; refusal?: undefined } | { refusal: Refusal; carried?: undefined };
+
 /** The refusal of a closed gate, counted. */
-export function refusal(g: Guards, c: Change, reasons: GateReason[]): ChangeRefusedError {
+export function gateRefusal(g: Guards, c: Change, reasons: GateReason[]): Refusal {
   for (const r of reasons) g.metrics?.guardRefusals.inc({ guard: r.guard });
   const how =
     c.origin === 'approval'
@@ -149,24 +109,43 @@ export function refusal(g: Guards, c: Change, reasons: GateReason[]): ChangeRefu
       : c.origin === 'api'
         ? '. An operator may restart anyway with override=true and a reason'
         : '';
-  return new ChangeRefusedError(`${describeTarget(c.target)} refused: ${describeReasons(reasons)}${how}`, reasons);
+  return { guard: 'gate', reasons, detail: `${describeTarget(c.target)} refused: ${describeReasons(reasons)}${how}` };
 }
 
-export async function execute(g: Guards, change: Change, decision: Decision, now: number, approved?: ApprovedBy): Promise<Carried> {
+/** The refusal of a spent budget, counted: people's by namespace, a remediation's by its budget. */
+export function budgetRefusal(g: Pick<Guards, 'metrics'>, pool: BudgetPool, retryMs: number): Refusal {
+  countBudgetRefusal(g, pool);
+  return { guard: 'budget', pool, retryMs, detail: budgetDetail(pool, retryMs) };
+}
+
+/** The error a refusal is answered with. */
+export function refusalError(r: Refusal): ChangeRefusedError | BudgetExhaustedError {
+  return r.guard === 'gate'
+    ? new ChangeRefusedError(r.detail, r.reasons)
+    : new BudgetExhaustedError(r.pool.name, r.detail, Math.max(1, Math.ceil(r.retryMs / 1000)));
+}
+
+/** The refusal of a closed gate, counted, as its error (the last approval's check, before anything is recorded). */
+export const refusal = (g: Guards, c: Change, reasons: GateReason[]): ChangeRefusedError =>
+  refusalError(gateRefusal(g, c, reasons)) as ChangeRefusedError;
+
+export async function execute(g: Guards, change: Change, decision: Decision, now: number, approved?: ApprovedBy): Promise<ChangeResult> {
   switch (decision.kind) {
     case 'refuse':
-      throw refusal(g, change, decision.reasons);
+      return { refusal: gateRefusal(g, change, decision.reasons) };
     case 'over_budget':
-      throw budgetError(g, decision.pool, decision.retryMs);
+      return { refusal: budgetRefusal(g, decision.pool, decision.retryMs) };
     case 'join':
-      return { decision, jobId: decision.jobId, coalesced: true, duplicate: change.target.kind === 'deploy' };
+      return { carried: { decision, jobId: decision.jobId, coalesced: true, duplicate: kindOfChange(change).carry === 'intake' } };
     case 'pending_approval':
-      return pendingApproval(g, change, decision, now);
+      return { carried: await pendingApproval(g, change, decision, now) };
     case 'queue':
-    case 'hold':
-      return change.target.kind === 'restart'
-        ? queueRestart(g, change as Change & { target: RestartTarget }, decision as Extract<Decision, { kind: 'queue' }>, approved)
-        : queueDeploy(g, change as Change & { target: DeployTarget }, decision, now, approved);
+    case 'hold': {
+      const kind = kindOfChange(change);
+      return kind.carry === 'coalesced'
+        ? queueCoalesced(g, kind, change, decision as Extract<Decision, { kind: 'queue' }>, approved)
+        : { carried: await queueThroughIntake(g, kind, change, decision, now, approved) };
+    }
   }
 }
 
@@ -185,28 +164,30 @@ async function reportOverride(g: Guards, change: Change, jobId: string, overridd
   });
 }
 
-async function queueRestart(
+/** A kind carried `coalesced` (a restart): a place of each of its budgets, then the add with its coalescing id. */
+async function queueCoalesced(
   g: Guards,
-  change: Change & { target: RestartTarget },
+  kind: AnyKind,
+  change: Change,
   decision: Extract<Decision, { kind: 'queue' }>,
   approved?: ApprovedBy,
-): Promise<Carried> {
+): Promise<ChangeResult> {
   const t = change.target;
-  const data = parsed(JOB.restartService, restartJobData(change, approved));
-  const jobId = change.jobId ?? `restart-${randomUUID()}`;
+  const data = parsed(kind.job, kind.jobData(change, approved));
+  const jobId = change.jobId ?? `${kind.name}-${randomUUID()}`;
   const budget = decision.takeBudget ? g.budgetPools(t.namespace, change.requester.principal) : [];
   if (budget.length > 0) {
     const use = await redisCall(() => g.budgets.take(budget, jobId, g.now()), g.redis);
-    if (!use.taken) throw budgetError(g, use.spent!, use.retryMs);
+    if (!use.taken) return { refusal: budgetRefusal(g, use.spent!, use.retryMs) };
   }
   let id: string;
   try {
     ({ jobId: id } = await g.producer.add({
-      name: JOB.restartService,
+      name: kind.job,
       data,
       jobId,
-      deduplication: { id: coalesceId(t.namespace, t.service) },
-    }));
+      deduplication: { id: kind.coalesceId!(t) },
+    } as JobToAdd));
   } catch (err) {
     // Not added (or not known to be): its budget place is given back; an add that lands later
     // restarts within the budget's tolerance of one.
@@ -219,18 +200,20 @@ async function queueRestart(
   // Joined a restart already in progress: this one never runs, its budget place is free again.
   if (id !== jobId) await g.budgets.giveBack(budget, jobId).catch(() => undefined);
   if (id === jobId) await reportOverride(g, change, jobId, decision.overridden, approved);
-  return { decision, jobId: id, coalesced: id !== jobId, ...(id === jobId ? { written: { jobId: id } } : {}) };
+  return { carried: { decision, jobId: id, coalesced: id !== jobId, ...(id === jobId ? { written: { jobId: id } } : {}) } };
 }
 
-async function queueDeploy(
+/** A kind carried through the intake (a deploy): its event's dedup record and delivery alias, a hold first when held. */
+async function queueThroughIntake(
   g: Guards,
-  change: Change & { target: DeployTarget },
+  kind: AnyKind,
+  change: Change,
   decision: Extract<Decision, { kind: 'queue' | 'hold' }>,
   now: number,
   approved?: ApprovedBy,
 ): Promise<Carried> {
-  const t = change.target;
-  const data = parsed(JOB.runDeployPipeline, deployJobData(change, approved));
+  const t = kind.intake!(change.target);
+  const data = parsed(kind.job, kind.jobData(change, approved));
   const held = decision.kind === 'hold';
   const jobId = change.jobId ?? (held ? randomUUID() : undefined);
   let hold: Hold | undefined;
@@ -238,7 +221,7 @@ async function queueDeploy(
     hold = {
       job_id: jobId!,
       project: t.project,
-      namespace: t.namespace,
+      namespace: change.target.namespace,
       ref: t.ref,
       reasons: decision.reasons,
       until: decision.until,
@@ -258,11 +241,11 @@ async function queueDeploy(
     // An operator's replay may deploy again a signed push whose commit pair a delivery may not.
     ...(change.origin === 'replay' ? { allowRedeploy: true } : {}),
     job: {
-      name: JOB.runDeployPipeline,
+      name: kind.job,
       data,
       ...(jobId ? { jobId } : {}),
       ...(held ? { delay: Math.max(1, decision.until - now) } : {}),
-    },
+    } as PushEvent['job'],
   });
   if (out.ignored) {
     if (hold) await g.holds.remove(hold.job_id).catch(() => undefined);
@@ -272,7 +255,7 @@ async function queueDeploy(
   if (hold && mine) {
     await queueReport(g, `report.${hold.job_id}.held`, {
       event: 'held',
-      ...targetFields(t),
+      ...targetFields(change.target),
       job_id: hold.job_id,
       outcome: { result: 'held', reason: describeReasons(hold.reasons), until: new Date(hold.until).toISOString() },
       approvers: approved?.approvers ?? [],
@@ -315,7 +298,7 @@ async function pendingApproval(
     created_at: now,
     expires_at: now + decision.ttl * 1000,
     audit_id: change.auditId,
-    identity: approvalIdentity(change.target),
+    identity: kindOfChange(change).approvalIdentity(change.target),
   };
   const out = await redisCall(() => g.approvals.create(approval), g.redis);
   const stored = out.created ? approval : await redisCall(() => g.approvals.get(out.id), g.redis);

@@ -2,7 +2,6 @@ import type { Redis } from 'ioredis';
 import { createApprovalStore, type ApprovalStore } from './approvals/store.js';
 import { createBudgets, type BudgetLimit, type Budgets } from './budget/store.js';
 import { budgetPools, describePool, type BudgetPool } from './budget/pools.js';
-import { BudgetExhaustedError } from '../shared/errors.js';
 import { createFreezeStore, type FreezeStore, type FreezeWatch } from './freezes/store.js';
 import { createHoldStore, type HoldStore } from './holds.js';
 import { findProject, type Inventory } from '../shared/inventory.js';
@@ -71,16 +70,16 @@ export function projectNamespace(inventory: Inventory, project: string): string 
 export const describeBudget = (b: BudgetLimit): string =>
   `${b.restarts} restart${b.restarts === 1 ? '' : 's'} per ${formatDuration(b.per)}`;
 
-/** A spent budget's refusal (429 to a person), counted: people's by namespace, a remediation's by its budget. */
-export function budgetError(g: Pick<Guards, 'metrics'>, pool: BudgetPool, retryMs: number): BudgetExhaustedError {
+/** Counts a spent budget's refusal: people's by namespace, a remediation's by its budget. */
+export function countBudgetRefusal(g: Pick<Guards, 'metrics'>, pool: BudgetPool): void {
   if (pool.kind === 'namespace') g.metrics?.budgetExhausted.inc({ namespace: pool.name });
   else g.metrics?.remediationBudgetExhausted.inc({ budget: pool.kind === 'remediation_rule' ? 'rule' : 'namespace', name: pool.name });
+}
+
+/** A spent budget's refusal in words (429's detail to a person). */
+export function budgetDetail(pool: BudgetPool, retryMs: number): string {
   const seconds = Math.max(1, Math.ceil(retryMs / 1000));
-  return new BudgetExhaustedError(
-    pool.name,
-    `${describePool(pool)} exhausted: at most ${describeBudget(pool.limit)}; the next restart fits in ${seconds} s`,
-    seconds,
-  );
+  return `${describePool(pool)} exhausted: at most ${describeBudget(pool.limit)}; the next restart fits in ${seconds} s`;
 }
 
 /**

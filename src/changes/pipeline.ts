@@ -1,5 +1,7 @@
 import { ForbiddenError } from '../shared/errors.js';
-import { execute, type ApprovedBy, type Carried } from './execute.js';
+import { describeScopeTarget, scopeAdmits } from '../shared/scope.js';
+import { kindOfChange } from './kinds/index.js';
+import { execute, refusalError, type ApprovedBy, type Carried, type ChangeResult } from './execute.js';
 import { gatherFacts } from './facts.js';
 import type { Guards } from './guards.js';
 import { overrideOf, plan } from './plan.js';
@@ -56,8 +58,23 @@ export function checkOverrideAsk(change: Change, ask: OverrideAsk | undefined): 
   }
 }
 
+/**
+ * A scoped credential (a keys-file entry's, an OIDC rule's) changes only what its scope admits: the
+ * target as its kind names it to a scope. Checked here, where every way in hands its change to the
+ * pipeline (a dry run too), so a way in cannot forget it; a route may check earlier to answer 403
+ * before its other checks.
+ */
+export function checkScope(change: Change): void {
+  const scope = change.requester.scope;
+  if (!scope) return;
+  const target = kindOfChange(change).scopeTarget(change.target);
+  if (scopeAdmits(scope, target)) return;
+  throw new ForbiddenError(`${describeScopeTarget(target)} is outside the scope of this credential`, 'out_of_scope');
+}
+
 /** Facts and decision, nothing carried out. `peek` reads every fact (a dry run). */
 export async function planChange(g: Guards, change: Change, ask?: OverrideAsk, peek = false): Promise<Planned> {
+  checkScope(change);
   checkOverrideAsk(change, ask);
   const now = g.now();
   const facts = await gatherFacts(g, change, now, peek);
@@ -65,8 +82,18 @@ export async function planChange(g: Guards, change: Change, ask?: OverrideAsk, p
   return { change: resolved, facts, decision: plan(resolved, facts, now), now };
 }
 
-/** Plans the change and carries the decision out. */
-export async function submitChange(g: Guards, change: Change, ask?: OverrideAsk, approved?: ApprovedBy): Promise<Carried> {
+/**
+ * Plans the change and carries the decision out: what it came to, a refusal included, is a value.
+ * Only what keeps it from being decided or carried out (a store down, a job that does not parse,
+ * an unknown target) is thrown.
+ */
+export async function submitChange(g: Guards, change: Change, ask?: OverrideAsk, approved?: ApprovedBy): Promise<ChangeResult> {
   const p = await planChange(g, change, ask);
   return execute(g, p.change, p.decision, p.now, approved);
+}
+
+/** What was carried out, for a way in that answers over HTTP: a refusal is answered with its error (409, 429). */
+export function carriedOrRefused(result: ChangeResult): Carried {
+  if (result.refusal) throw refusalError(result.refusal);
+  return result.carried;
 }

@@ -1,7 +1,7 @@
 import type { IntakeResult } from '../domain/intake.js';
 import { describeReasons } from './gate.js';
 import { projectNamespace, type Guards } from './guards.js';
-import { submitChange } from './pipeline.js';
+import { carriedOrRefused, submitChange } from './pipeline.js';
 import type { Change, Origin, Principal } from './types.js';
 
 /**
@@ -52,7 +52,7 @@ export function pushChange(g: Pick<Guards, 'inventory'>, req: PushRequest): Chan
 }
 
 export async function submitPush(g: Guards, req: PushRequest): Promise<IntakeResult> {
-  const carried = await submitChange(g, pushChange(g, req));
+  const carried = carriedOrRefused(await submitChange(g, pushChange(g, req)));
   if (carried.approval) {
     const a = carried.approval.approval;
     return {

@@ -9,8 +9,9 @@ import { redisCall } from '../domain/redisOps.js';
 import { approvalIdFor } from './approvals/store.js';
 import type { PendingApproval } from './approvals/view.js';
 import type { Carried } from './execute.js';
+import { sameTarget } from './kinds/index.js';
 import { coalesceId, type Guards } from './guards.js';
-import { checkOverrideAsk, submitChange } from './pipeline.js';
+import { carriedOrRefused, checkOverrideAsk, submitChange } from './pipeline.js';
 import type { Change, Origin, Principal, RestartTarget } from './types.js';
 
 export { coalesceId };
@@ -133,11 +134,11 @@ export async function submitRestart(deps: RestartDeps, req: RestartRequest): Pro
     if (!stored && hostPolicy(deps.inventory, host).approval) {
       const earlier = await redisCall(() => deps.guards.approvals.get(change.approvalId!), deps.redis);
       const c = earlier?.change;
-      if (c && (c.kind !== 'restart' || c.host !== host || c.service !== service)) throw reused();
+      if (c && !sameTarget(c, change.target)) throw reused();
     }
   }
 
-  const carried = await submitChange(deps.guards, change, ask);
+  const carried = carriedOrRefused(await submitChange(deps.guards, change, ask));
   if (carried.approval) {
     const a = carried.approval.approval;
     await remember(deps, recordKey, { host, service, job_id: a.id, coalesced: false, approval_id: a.id });

@@ -1,10 +1,11 @@
-import { jobDataSchemas, JOB } from '../shared/jobs.js';
+import { jobDataSchemas } from '../shared/jobs.js';
 import { UnprocessableError } from '../shared/errors.js';
 import type { ChangeRetry } from '../shared/deadLetters.js';
 import type { JobReads } from '../shared/jobReads.js';
 import type { Guards } from './guards.js';
-import { submitChange } from './pipeline.js';
-import { changeOfJob, type ChangeJob } from './wake.js';
+import { carriedOrRefused, submitChange } from './pipeline.js';
+import { kindOfJob } from './kinds/index.js';
+import { changeOfJob } from './wake.js';
 
 /**
  * A dead letter's retry, from POST /ops/jobs/{id}/retry or Bull Board's retry (both through the
@@ -14,30 +15,41 @@ import { changeOfJob, type ChangeJob } from './wake.js';
  * of the old job: whoever overrode a gate then did not override today's.
  */
 export function changeRetry(g: Guards, jobs: Pick<JobReads, 'get'>): ChangeRetry {
-  return async (job, by) => {
-    const name = job.name === JOB.restartService ? 'restart' : 'deploy';
-    const parsed = jobDataSchemas[job.name === JOB.restartService ? JOB.restartService : JOB.runDeployPipeline].safeParse(job.data);
-    if (!parsed.success) throw new UnprocessableError(`job ${job.id} holds no valid ${name} to retry`, 'invalid_job_data');
-    const old = changeOfJob(g.inventory, { name, data: parsed.data } as ChangeJob, `${job.id}.retry`);
-    const { override: _dropped, ...rest } = old;
-    const carried = await submitChange(g, {
+  return { carries: (name) => kindOfJob(name) !== undefined, retry: (job, by) => retry(g, jobs, job, by) };
+}
+
+async function retry(
+  g: Guards,
+  jobs: Pick<JobReads, 'get'>,
+  job: Parameters<ChangeRetry['retry']>[0],
+  by: Parameters<ChangeRetry['retry']>[1],
+): ReturnType<ChangeRetry['retry']> {
+  const kind = kindOfJob(job.name);
+  const parsed = kind ? jobDataSchemas[kind.job].safeParse(job.data) : undefined;
+  if (!kind || !parsed?.success)
+    throw new UnprocessableError(`job ${job.id} holds no valid ${kind?.name ?? 'change'} to retry`, 'invalid_job_data');
+  const old = changeOfJob(g.inventory, { name: kind.name, data: parsed.data }, `${job.id}.retry`);
+  const { override: _dropped, ...rest } = old;
+  const carried = carriedOrRefused(
+    await submitChange(g, {
       ...rest,
       requester: by.requester,
       reason: by.reason,
       auditId: by.auditId,
       origin: 'retry',
-    });
-    if (carried.approval) {
-      const a = carried.approval.approval;
-      return { outcome: 'pending_approval', approval_id: a.id, expires_at: new Date(a.expires_at).toISOString(), required: a.required };
-    }
-    if (carried.coalesced) return { outcome: 'busy', holder: carried.jobId };
-    const view = await jobs.get(carried.jobId);
-    if (!view) return { outcome: 'not_found' };
-    return {
-      outcome: 'retried',
-      job: view,
-      ...(carried.held ? { held_until: new Date(carried.held.until).toISOString() } : {}),
-    };
+    }),
+  );
+  if (carried.approval) {
+    const a = carried.approval.approval;
+    return { outcome: 'pending_approval', approval_id: a.id, expires_at: new Date(a.expires_at).toISOString(), required: a.required };
+  }
+  if (carried.coalesced) return { outcome: 'busy', holder: carried.jobId };
+  const view = await jobs.get(carried.jobId);
+  if (!view) return { outcome: 'not_found' };
+  return {
+    outcome: 'retried',
+    job: view,
+    ...(carried.held ? { held_until: new Date(carried.held.until).toISOString() } : {}),
+    ...(kind.retryClears ? { clear: kind.retryClears(job.id) } : {}),
   };
 }

@@ -1,4 +1,5 @@
 import type { ApprovalPolicy } from '../shared/policy.js';
+import type { Scope } from '../shared/scope.js';
 import type { BudgetPool } from './budget/pools.js';
 import type { GateReason, GateVerdict } from './gate.js';
 
@@ -27,6 +28,8 @@ export interface Principal {
   person?: string;
   /** Absent: it may not override (a gate fails closed). */
   mayOverride?: boolean;
+  /** What the credential may act on (a keys-file entry's, an OIDC rule's); absent: everything its role allows. */
+  scope?: Scope;
 }
 
 /**
@@ -66,10 +69,29 @@ export interface DeployTarget {
   before?: string;
 }
 
+/**
+ * What every kind's target has: its kind's name (src/changes/kinds/) and the namespace its change
+ * acts in (freezes of a namespace cover it). A kind's module names the rest.
+ */
+export interface TargetBase {
+  kind: string;
+  namespace: string;
+}
+
+/** The targets of the kinds src/changes/kinds/ registers; a change may carry another kind's (a test's). */
 export type Target = RestartTarget | DeployTarget;
 
+/** The target a change carries: one of the registered kinds'. */
+export type AnyTarget = Target | TargetBase;
+
+/** Approval fields of a job an approval let through. */
+export interface ApprovedBy {
+  approvalId: string;
+  approvers: string[];
+}
+
 export interface Change {
-  target: Target;
+  target: AnyTarget;
   requester: Principal;
   reason?: string;
   /** Asked for: let a restart through a closed gate (needs a reason). Resolved into an Override by the pipeline. */

@@ -1,19 +1,40 @@
-import type { RestartServiceData, RunDeployPipelineData } from '../shared/jobs.js';
-import { findHost, findProject, type Inventory } from '../shared/inventory.js';
+import type { Inventory } from '../shared/inventory.js';
 import { policyFacts } from './facts.js';
 import type { Freeze } from './freezes/store.js';
+import { kindOf, kindOfJob } from './kinds/index.js';
 import { plan } from './plan.js';
 import type { Change, Decision, Facts, Principal } from './types.js';
 
 /**
- * A restart or deploy job starting an attempt in the worker (origin `wake`): planned again on the
- * gate as it stands, with the override the job carries, so a freeze declared since it was queued
- * refuses the restart or holds the deploy again. The worker carries out the answer (worker/report.ts):
+ * A change's job starting an attempt in the worker (origin `wake`): planned again on the gate as it
+ * stands, with the override the job carries, so a freeze declared since it was queued refuses the
+ * restart or holds the deploy again. The worker carries out the answer (worker/report.ts):
  * queue runs the job, hold moves it back to the delayed set, refuse fails it for good.
  */
-export type ChangeJob = { name: 'restart'; data: RestartServiceData } | { name: 'deploy'; data: RunDeployPipelineData };
+/** A change's job: its kind's name (src/changes/kinds/) and its data, parsed by the job's schema. */
+export interface ChangeJob {
+  name: string;
+  data: ChangeJobData;
+}
 
-function requesterOf(d: RestartServiceData | RunDeployPipelineData): Principal {
+/** What every change's job carries besides its target (src/changes/kinds/common.ts). */
+export interface ChangeJobData {
+  audit_id: string;
+  requested_by: string;
+  requested_owner?: string;
+  requested_credential?: string;
+  approval_id?: string;
+  approvers?: string[];
+  reason?: string;
+}
+
+/** The change job of a job, by its name; undefined for a job that carries no change. */
+export function changeJobOf(jobName: string, data: unknown): ChangeJob | undefined {
+  const kind = kindOfJob(jobName);
+  return kind ? { name: kind.name, data: data as ChangeJobData } : undefined;
+}
+
+function requesterOf(d: ChangeJobData): Principal {
   return {
     principal: d.requested_by,
     credential: d.requested_credential ?? '',
@@ -22,34 +43,18 @@ function requesterOf(d: RestartServiceData | RunDeployPipelineData): Principal {
   };
 }
 
-/** The change a job stands for. */
+/** The change a job stands for (the one converter of each kind: its module's `fromJob`). */
 export function changeOfJob(inventory: Inventory, c: ChangeJob, jobId: string): Change {
-  const base = { requester: requesterOf(c.data), dryRun: false, origin: 'wake' as const, auditId: c.data.audit_id, jobId };
-  if (c.name === 'restart') {
-    const d = c.data;
-    // An override without the reasons it covers covers nothing: the gate fails closed.
-    const override = d.override
-      ? { by: d.override.by, owner: d.override.owner ?? d.override.by, reason: d.override.reason, covers: d.override.covers ?? [] }
-      : undefined;
-    return {
-      ...base,
-      target: { kind: 'restart', host: d.host, service: d.service, namespace: findHost(inventory, d.host)?.namespace ?? '' },
-      ...(d.reason ? { reason: d.reason } : {}),
-      ...(override ? { override } : {}),
-    };
-  }
-  const d = c.data;
+  const { target, reason, override } = kindOf(c.name).fromJob(inventory, c.data);
   return {
-    ...base,
-    target: {
-      kind: 'deploy',
-      project: d.project,
-      ref: d.ref,
-      namespace: findProject(inventory, d.project)?.namespace ?? '',
-      ...(d.sha ? { sha: d.sha } : {}),
-      ...(d.event_id ? { eventId: d.event_id } : {}),
-    },
-    ...(d.reason ? { reason: d.reason } : {}),
+    target,
+    requester: requesterOf(c.data),
+    ...(reason ? { reason } : {}),
+    ...(override ? { override } : {}),
+    dryRun: false,
+    origin: 'wake',
+    auditId: c.data.audit_id,
+    jobId,
   };
 }
 

@@ -1,13 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import { describePool, poolsOf } from '../changes/budget/pools.js';
-import { ChangeRefusedError } from '../changes/execute.js';
 import { describeReasons } from '../changes/gate.js';
 import { queueReport, type Guards } from '../changes/guards.js';
 import { planChange, submitChange } from '../changes/pipeline.js';
-import type { Carried } from '../changes/execute.js';
+import type { ChangeResult } from '../changes/execute.js';
 import type { Change, Principal, RestartTarget } from '../changes/types.js';
 import { sha256Hex } from '../shared/crypto.js';
-import { BudgetExhaustedError } from '../shared/errors.js';
 import { hostOfDeployment } from '../shared/inventory.js';
 import { JOB, type RemediateData } from '../shared/jobs.js';
 import type { JobReads } from '../shared/jobReads.js';
@@ -425,31 +423,31 @@ export function createRemediation(deps: RemediationDeps): Remediation {
       return d;
     }
 
-    let carried: Carried;
+    let result: ChangeResult;
     try {
-      carried = await submitChange(g, change);
+      result = await submitChange(g, change);
     } catch (err) {
-      // Refused, or its job not added: nothing was restarted, the claim goes back.
+      // Its job not added (or not known to be): nothing was restarted, the claim goes back.
       await store.release(rule.name, namespace, deployment, id).catch(() => undefined);
-      let d: Decision;
-      if (err instanceof ChangeRefusedError) {
-        d = await decide({
-          ...base,
-          decision: 'refused',
-          guard: err.reasons[0]?.guard ?? 'freeze',
-          outcome: 'refused',
-          reason: `not restarted: ${describeReasons(err.reasons)}`,
-        });
-      } else if (err instanceof BudgetExhaustedError) {
-        d = await decide({ ...base, decision: 'refused', guard: 'budget', outcome: 'refused', reason: `not restarted: ${err.message}` });
-      } else {
-        logger.warn('remediation could not submit its restart', { err, rule: rule.name });
-        d = await decide({ ...base, decision: 'error', reason: `not restarted: ${(err as Error).message}` });
-      }
+      logger.warn('remediation could not submit its restart', { err, rule: rule.name });
+      const d = await decide({ ...base, decision: 'error', reason: `not restarted: ${(err as Error).message}` });
       await report(rule, d, auditId);
       return d;
     }
-
+    const { carried, refusal } = result;
+    if (refusal) {
+      // Refused by the gate or a budget: nothing was restarted, the claim goes back.
+      await store.release(rule.name, namespace, deployment, id).catch(() => undefined);
+      const d = await decide({
+        ...base,
+        decision: 'refused',
+        guard: refusal.guard === 'gate' ? (refusal.reasons[0]?.guard ?? 'freeze') : 'budget',
+        outcome: 'refused',
+        reason: `not restarted: ${refusal.guard === 'gate' ? describeReasons(refusal.reasons) : refusal.detail}`,
+      });
+      await report(rule, d, auditId);
+      return d;
+    }
     // Carried out: the claim stays whatever follows. The record and the watch are retried, since
     // without them nothing would verify the restart or manage its silence.
     const active: Active = {

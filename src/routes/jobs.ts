@@ -4,11 +4,12 @@ import { z } from 'zod';
 import { approvalView, approvalViewSchema } from '../changes/approvals/view.js';
 import { holdView, holdViewSchema } from '../changes/freezes/service.js';
 import type { Guards } from '../changes/guards.js';
+import { kindOfApproval } from '../changes/kinds/index.js';
 import { redisCall } from '../domain/redisOps.js';
 import type { ConfirmRetryReplicated } from '../domain/replication.js';
 import { APPROVAL_ID, effectiveStatus } from '../changes/approvals/store.js';
 import { describeReasons } from '../changes/gate.js';
-import { JOB, outcomeSchema } from '../shared/jobs.js';
+import { outcomeSchema } from '../shared/jobs.js';
 import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { scopeOf } from '../middleware/scope.js';
 import { parseJson, rawBody } from '../middleware/body.js';
@@ -170,7 +171,7 @@ export function jobsRouter(deps: JobsDeps): Router {
       const view = approvalView(approval, now);
       res.json({
         id,
-        name: approval.change.kind === 'restart' ? JOB.restartService : JOB.runDeployPipeline,
+        name: kindOfApproval(approval.change).job,
         state: status === 'pending' ? 'pending_approval' : status,
         attempts_made: 0,
         attempts_max: 0,

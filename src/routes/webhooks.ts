@@ -125,7 +125,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
     const decided = decidePush(source, req.get(source.event.header), payload);
     // A project whose deploys come from its CI (deploy_from: ci) is not deployed by a push too.
     const decision: typeof decided =
-      decided.kind === 'deploy' && !deploysFrom(deps.guards.inventory, decided.project, 'push')
+      decided.kind !== 'ignored' && !deploysFrom(deps.guards.inventory, decided.project, 'push')
         ? {
             kind: 'ignored',
             code: 'ignored',

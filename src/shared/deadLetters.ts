@@ -3,7 +3,6 @@ import type { Redis } from 'ioredis';
 import { ConflictError, QueueUnavailableError } from './errors.js';
 import { JOB } from './jobs.js';
 import { jobView, type JobView } from './jobReads.js';
-import { restartedAtKey } from './keys.js';
 import type { QueueGuard } from './queueGuard.js';
 
 export type RetryOutcome =
@@ -21,11 +20,20 @@ export interface RetryBy {
 }
 
 /**
- * A restart's or deploy's retry, through the change pipeline (src/changes/retry.ts): a new change
- * of origin `retry` under the job id `<id>.retry`, planned like any other (freezes, windows,
- * budget, approval; the old job's override is not carried over). Refusals are thrown (409, 429).
+ * A change's retry (a restart's, a deploy's: any kind's job), through the change pipeline
+ * (src/changes/retry.ts): a new change of origin `retry` under the job id `<id>.retry`, planned
+ * like any other (freezes, windows, budget, approval; the old job's override is not carried over).
+ * Refusals are thrown (409, 429).
  */
-export type ChangeRetry = (job: { id: string; name: string; data: unknown }, by: RetryBy) => Promise<RetryOutcome>;
+export interface ChangeRetry {
+  /** Whether the job carries a change (its name is a kind's job). */
+  carries(jobName: string): boolean;
+  /** `clear`: the records of the old job to delete once its dead letter is removed (a restart's restartedAt). */
+  retry(job: { id: string; name: string; data: unknown }, by: RetryBy): Promise<RetryOutcome & { clear?: readonly string[] }>;
+}
+
+/** The jobs retried in place: they carry no change. Without the pipeline, every other job is refused (fails closed). */
+const RETRIED_IN_PLACE: ReadonlySet<string> = new Set([JOB.notifyOncall, JOB.reportChange, JOB.remediate, JOB.dryRun]);
 
 /** The dead letters: failed jobs, kept with their reason, re-queued by an operator. */
 export interface DeadLetters {
@@ -50,16 +58,16 @@ export function createDeadLetters(bull: Queue, connection: Redis, guard: QueueGu
       }
       const state = await guard('read', () => job.getState());
       if (state !== 'failed') return { outcome: 'not_failed', state };
-      if (job.name === JOB.restartService || job.name === JOB.runDeployPipeline) {
+      if (changeRetry ? changeRetry.carries(job.name) : !RETRIED_IN_PLACE.has(job.name)) {
         // Fails closed: a change never goes back on the queue without the pipeline.
         if (!changeRetry)
           throw new ConflictError('a restart or deploy can only be retried through the change pipeline', 'guards_unavailable');
-        const out = await changeRetry({ id, name: job.name, data: job.data }, by);
+        const { clear, ...out } = await changeRetry.retry({ id, name: job.name, data: job.data }, by);
         if (out.outcome === 'retried') {
           // The retry is queued: should the removal fail, the dead letter stays visible (and a retry of
           // it answers `<id>.retry` again) until it is removed by hand.
           await guard('retry', () => job.remove()).catch(() => undefined);
-          if (job.name === JOB.restartService) await guard('retry', () => connection.del(restartedAtKey(id)));
+          if (clear && clear.length > 0) await guard('retry', () => connection.del(...clear));
         }
         return out;
       }

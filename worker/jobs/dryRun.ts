@@ -87,57 +87,59 @@ function deploymentView(d: V1Deployment | undefined, namespace: string, name: st
   };
 }
 
-export async function dryRun(data: DryRunData, ctx: JobContext): Promise<DryRunResult> {
-  if (data.change === 'restart') {
-    const entry = findHost(ctx.inventory, data.host);
-    if (!entry || !entry.deployments.includes(data.service)) {
-      throw new UnrecoverableError(`${data.host}/${data.service} is not a Deployment of the worker's inventory`);
-    }
-    const { namespace } = entry;
-    const name = data.service;
-    const kc = await resolveKubeConfig(ctx.kubeConfig);
-    const apps = kc.makeApiClient(AppsV1Api);
-    const identity = await whoAmI(kc);
-    let current: V1Deployment | undefined;
-    let found: boolean | null = null;
-    try {
-      current = await apps.readNamespacedDeployment({ name, namespace });
-      found = true;
-    } catch (err) {
-      const status = apiStatus(err);
-      if (status === 404) found = false;
-      else if (status !== 403) throw k8sFailure(err, `Deployment ${namespace}/${name}`, 'read');
-    }
-    let verdict: Pick<DryRunResult, 'admitted' | 'refused_by' | 'status' | 'message'>;
-    try {
-      await apps.patchNamespacedDeployment(
-        {
-          name,
-          namespace,
-          dryRun: 'All',
-          fieldManager: 'opsgate',
-          body: { spec: { template: { metadata: { annotations: { [RESTARTED_AT_ANNOTATION]: rfc3339(new Date()) } } } } },
-        },
-        setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch),
-      );
-      verdict = { admitted: true, refused_by: null, status: 200, message: null };
-    } catch (err) {
-      try {
-        verdict = refusal(err);
-      } catch {
-        throw k8sFailure(err, `Deployment ${namespace}/${name}`, 'dry-run patch');
-      }
-    }
-    ctx.logger.info('dry run', {
-      change: 'restart',
-      namespace,
-      deployment: name,
-      admitted: verdict.admitted,
-      refused_by: verdict.refused_by,
-    });
-    return { identity, object: deploymentView(current, namespace, name, found), ...verdict };
+/** A restart's rehearsal: the Deployment's patch, sent with dryRun=All from the worker's identity. */
+async function dryRunRestart(data: Extract<DryRunData, { change: 'restart' }>, ctx: JobContext): Promise<DryRunResult> {
+  const entry = findHost(ctx.inventory, data.host);
+  if (!entry || !entry.deployments.includes(data.service)) {
+    throw new UnrecoverableError(`${data.host}/${data.service} is not a Deployment of the worker's inventory`);
   }
+  const { namespace } = entry;
+  const name = data.service;
+  const kc = await resolveKubeConfig(ctx.kubeConfig);
+  const apps = kc.makeApiClient(AppsV1Api);
+  const identity = await whoAmI(kc);
+  let current: V1Deployment | undefined;
+  let found: boolean | null = null;
+  try {
+    current = await apps.readNamespacedDeployment({ name, namespace });
+    found = true;
+  } catch (err) {
+    const status = apiStatus(err);
+    if (status === 404) found = false;
+    else if (status !== 403) throw k8sFailure(err, `Deployment ${namespace}/${name}`, 'read');
+  }
+  let verdict: Pick<DryRunResult, 'admitted' | 'refused_by' | 'status' | 'message'>;
+  try {
+    await apps.patchNamespacedDeployment(
+      {
+        name,
+        namespace,
+        dryRun: 'All',
+        fieldManager: 'opsgate',
+        body: { spec: { template: { metadata: { annotations: { [RESTARTED_AT_ANNOTATION]: rfc3339(new Date()) } } } } },
+      },
+      setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch),
+    );
+    verdict = { admitted: true, refused_by: null, status: 200, message: null };
+  } catch (err) {
+    try {
+      verdict = refusal(err);
+    } catch {
+      throw k8sFailure(err, `Deployment ${namespace}/${name}`, 'dry-run patch');
+    }
+  }
+  ctx.logger.info('dry run', {
+    change: 'restart',
+    namespace,
+    deployment: name,
+    admitted: verdict.admitted,
+    refused_by: verdict.refused_by,
+  });
+  return { identity, object: deploymentView(current, namespace, name, found), ...verdict };
+}
 
+/** A deploy's rehearsal: the deploy Job's create, sent with dryRun=All from the worker's identity. */
+async function dryRunDeploy(data: Extract<DryRunData, { change: 'deploy' }>, ctx: JobContext): Promise<DryRunResult> {
   const entry = findProject(ctx.inventory, data.project);
   if (!entry) throw new UnrecoverableError(`project ${JSON.stringify(data.project)} is not in the worker's inventory`);
   const kc = await resolveKubeConfig(ctx.kubeConfig);
@@ -194,4 +196,18 @@ export async function dryRun(data: DryRunData, ctx: JobContext): Promise<DryRunR
     },
     ...verdict,
   };
+}
+
+/**
+ * Each kind of change's rehearsal (src/changes/kinds/: its dry run names the `change` it asks for),
+ * by the kind's name.
+ */
+const REHEARSALS: { [K in DryRunData['change']]: (data: Extract<DryRunData, { change: K }>, ctx: JobContext) => Promise<DryRunResult> } = {
+  restart: dryRunRestart,
+  deploy: dryRunDeploy,
+};
+
+export async function dryRun(data: DryRunData, ctx: JobContext): Promise<DryRunResult> {
+  const rehearse = REHEARSALS[data.change] as (data: DryRunData, ctx: JobContext) => Promise<DryRunResult>;
+  return rehearse(data, ctx);
 }

@@ -1,6 +1,7 @@
 import { poolsOf } from '../../src/changes/budget/pools.js';
 import { DelayedError } from 'bullmq';
 import { effectiveStatus, type Approval } from '../../src/changes/approvals/store.js';
+import { kindOf } from '../../src/changes/kinds/index.js';
 import type { ReportChangeData } from '../../src/shared/jobs.js';
 import type { JobContext } from '../context.js';
 import { recordEventResolving, type EventReason } from '../events.js';
@@ -30,11 +31,8 @@ const ICON: Record<ReportChangeData['event'], string> = {
   remediation: ':robot_face:',
 };
 
-function what(d: ReportChangeData): string {
-  return d.change === 'restart'
-    ? `restart of Deployment ${d.namespace}/${d.service ?? '?'} (host ${d.host ?? '?'})`
-    : `deploy of ${d.project ?? '?'} ${d.ref ?? ''}`.trim();
-}
+/** The change in words, its kind's (src/changes/kinds/). */
+const what = (d: ReportChangeData): string => kindOf(d.change).reportWhat(d);
 
 function headline(d: ReportChangeData, base: string): string {
   const s = `${what(d)} requested by ${d.requested_by}`;
@@ -96,12 +94,13 @@ export function reportBody(d: ReportChangeData, jobId: string, publicUrl: string
 
 /** A rejected or expired restart's Event on its Deployment (the Event is a record: failing to write it is logged). */
 async function restartEvent(d: ReportChangeData, ctx: JobContext, reason: EventReason, detail: string): Promise<void> {
-  if (d.change !== 'restart' || !d.service || !d.namespace) return;
+  const regarding = kindOf(d.change).reportObject?.(d);
+  if (!regarding) return;
   await recordEventResolving(
     ctx.kubeConfig,
     {
-      namespace: d.namespace,
-      regarding: { apiVersion: 'apps/v1', kind: 'Deployment', name: d.service, namespace: d.namespace },
+      namespace: regarding.namespace,
+      regarding,
       reason,
       action: 'Decide',
       type: 'Warning',

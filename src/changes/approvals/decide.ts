@@ -2,8 +2,9 @@ import { ConflictError, ForbiddenError, NotFoundError, UnprocessableError } from
 import { redisCall } from '../../domain/redisOps.js';
 import { refusal, targetFields, type ApprovedBy, type Carried } from '../execute.js';
 import { queueReport, type Guards } from '../guards.js';
-import { planChange, submitChange, type OverrideAsk } from '../pipeline.js';
-import type { Change, Principal, Target } from '../types.js';
+import { carriedOrRefused, planChange, submitChange, type OverrideAsk } from '../pipeline.js';
+import { kindOfApproval } from '../kinds/index.js';
+import type { Change, Principal } from '../types.js';
 import { effectiveStatus, type Approval, type DecideResult } from './store.js';
 import { approvalView, type DecisionAnswer } from './view.js';
 
@@ -52,24 +53,8 @@ export interface DecisionRequest {
 
 /** The change an approval stands for, as the pipeline takes it (origin `approval`, job id = approval id). */
 export function changeOfApproval(a: Approval): Change {
-  const c = a.change;
-  const target: Target =
-    c.kind === 'restart'
-      ? { kind: 'restart', host: c.host, service: c.service, namespace: c.namespace }
-      : {
-          kind: 'deploy',
-          project: c.project,
-          ref: c.ref,
-          namespace: c.namespace,
-          ...(c.sha ? { sha: c.sha } : {}),
-          ...(c.event_id ? { eventId: c.event_id } : {}),
-          ...(c.delivery_id ? { deliveryId: c.delivery_id } : {}),
-          ...(c.source ? { source: c.source } : {}),
-        };
-  const override =
-    c.kind === 'restart' && c.override
-      ? { ...c.override, owner: c.override.owner ?? c.override.by, covers: c.override.covers ?? [] }
-      : undefined;
+  // The one converter of each kind from its approval record: its module's `fromApproval`.
+  const { target, override } = kindOfApproval(a.change).fromApproval(a.change);
   return {
     target,
     requester: {
@@ -126,7 +111,7 @@ export async function finishApproval(g: Guards, a: Approval, ask?: OverrideAsk):
   const approved: ApprovedBy = { approvalId: a.id, approvers: a.approvers.map((x) => x.by) };
   let carried: Carried;
   try {
-    carried = await submitChange(g, changeOfApproval(a), ask, approved);
+    carried = carriedOrRefused(await submitChange(g, changeOfApproval(a), ask, approved));
   } catch (err) {
     const message = err instanceof Error ? err.message : String(err);
     await decide(g, a.id, 'fail', message.slice(0, 1000)).catch(() => undefined);

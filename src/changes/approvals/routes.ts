@@ -1,6 +1,7 @@
 import { invalidInput, parseQuery } from '../../routes/invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
+import { kindOfApproval } from '../kinds/index.js';
 import { decideApproval } from './decide.js';
 import { approvalView, approvalViewSchema, decisionBodySchema } from './view.js';
 import { principalOf } from '../../routes/principal.js';
@@ -81,12 +82,8 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
         if (scopeOf(res)) {
           const c = (await redisCall(() => g.approvals.get(id), g.redis))?.change;
           if (c) {
-            requireInScope(
-              res,
-              c.kind === 'restart'
-                ? { kind: 'host', host: c.host, namespace: c.namespace }
-                : { kind: 'project', project: c.project, namespace: c.namespace },
-            );
+            const kind = kindOfApproval(c);
+            requireInScope(res, kind.scopeTarget(kind.fromApproval(c).target));
           }
         }
         const out = await decideApproval(g, {

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { kindOfApproval } from '../kinds/index.js';
 import { APPROVAL_VIEW_STATES, effectiveStatus, type Approval } from './store.js';
 
 /**
@@ -52,15 +53,12 @@ const personView = (x: { by: string; owner?: string; credential?: string; reason
 
 export function approvalView(a: Approval, now: number): ApprovalView {
   const c = a.change;
-  const o = c.kind === 'restart' ? c.override : undefined;
+  const { override: o, ...target } = kindOfApproval(c).approvalView(c);
   return {
     id: a.id,
     status: effectiveStatus(a, now),
     change: c.kind,
-    host: c.kind === 'restart' ? c.host : null,
-    service: c.kind === 'restart' ? c.service : null,
-    project: c.kind === 'deploy' ? c.project : null,
-    ref: c.kind === 'deploy' ? c.ref : null,
+    ...target,
     namespace: c.namespace,
     requested_by: a.requester,
     requested_owner: a.requester_owner || a.requester,

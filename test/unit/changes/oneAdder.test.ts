@@ -4,10 +4,11 @@ import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /**
- * One place adds restart and deploy jobs: the change pipeline's executor. Every other way into a
- * change (routes, webhooks, replay, approvals, retries, the worker) goes through the planner and
- * it. This fails when another file names a restart or deploy job in an add, or adds to a BullMQ
- * queue behind the producer's back.
+ * One place adds a change's job, whatever its kind: the change pipeline's executor. Every other way
+ * into a change (routes, webhooks, replay, approvals, retries, the worker) goes through the planner
+ * and it; a kind (src/changes/kinds/) names its job, and the executor adds it. This fails when
+ * another file names a restart or deploy job, or a kind's job, in an add, or adds to a BullMQ queue
+ * behind the producer's back.
  */
 const root = fileURLToPath(new URL('../../../', import.meta.url));
 const EXECUTOR = 'src/changes/execute.ts';
@@ -26,9 +27,9 @@ function sources(): Array<{ path: string; text: string }> {
 }
 
 describe('a single place adds restart and deploy jobs', () => {
-  it('only the executor names JOB.restartService or JOB.runDeployPipeline as the name of a job to add', () => {
+  it("only the executor names JOB.restartService, JOB.runDeployPipeline or a kind's job as the name of a job to add", () => {
     const adders = sources()
-      .filter((s) => /name:\s*JOB\.(restartService|runDeployPipeline)\b/.test(s.text))
+      .filter((s) => /name:\s*(JOB\.(restartService|runDeployPipeline)|kind\.job)\b/.test(s.text))
       .map((s) => s.path);
     expect(adders).toEqual([EXECUTOR]);
   });
@@ -40,9 +41,15 @@ describe('a single place adds restart and deploy jobs', () => {
     expect(direct).toEqual([]);
   });
 
-  it('the check finds what it looks for (the executor adds both kinds)', () => {
+  it("the check finds what it looks for (the executor adds a kind's job both ways: coalesced and through the intake)", () => {
     const text = readFileSync(join(root, EXECUTOR), 'utf8');
-    expect(text).toMatch(/name:\s*JOB\.restartService/);
-    expect(text).toMatch(/name:\s*JOB\.runDeployPipeline/);
+    expect(text.match(/name:\s*kind\.job\b/g)).toHaveLength(2);
+  });
+
+  it('the kinds name their jobs: restart_service and run_deploy_pipeline', () => {
+    const restart = readFileSync(join(root, 'src/changes/kinds/restart.ts'), 'utf8');
+    const deploy = readFileSync(join(root, 'src/changes/kinds/deploy.ts'), 'utf8');
+    expect(restart).toMatch(/job:\s*JOB\.restartService\b/);
+    expect(deploy).toMatch(/job:\s*JOB\.runDeployPipeline\b/);
   });
 });

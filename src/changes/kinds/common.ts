@@ -1,0 +1,28 @@
+import type { ApprovalPolicy } from '../../shared/policy.js';
+import type { ApprovedBy, Change } from '../types.js';
+
+/** What every kind's job carries of the change besides its target: who asked, and what let it through. */
+
+/** Who asked, as the job carries it (the Event and the report name the owner and the credential id). */
+export function requesterFieldsOf(c: Change) {
+  return {
+    audit_id: c.auditId,
+    requested_by: c.requester.principal,
+    requested_owner: c.requester.owner,
+    ...(c.requester.credential ? { requested_credential: c.requester.credential } : {}),
+  };
+}
+
+/** The approval that let it through (its id is the job's), and the requester's reason. */
+export function approvalFieldsOf(c: Change, approved?: ApprovedBy) {
+  return {
+    ...(approved ? { approval_id: approved.approvalId, approvers: approved.approvers } : {}),
+    ...(c.reason ? { reason: c.reason } : {}),
+  };
+}
+
+/** Of two approvals asked for, the one needing more approvers (the policy's on a tie). */
+export function stricter(policy: ApprovalPolicy | undefined, asked: ApprovalPolicy | undefined): ApprovalPolicy | undefined {
+  if (!policy || !asked) return policy ?? asked;
+  return asked.required > policy.required ? asked : policy;
+}

@@ -1,0 +1,58 @@
+import { UnprocessableError } from '../../shared/errors.js';
+import type { ApprovalChange } from '../approvals/store.js';
+import type { AnyTarget, Change } from '../types.js';
+import { deployKind } from './deploy.js';
+import { restartKind } from './restart.js';
+import type { AnyKind } from './types.js';
+
+export type { AnyKind, ChangeKind } from './types.js';
+
+/**
+ * The registry of kinds of change: restart and deploy. The pipeline looks a change's kind up here
+ * (by its target's `kind`, an approval record's `change.kind`, or its job's name) and asks it
+ * everything that differs between kinds; nothing outside src/changes/kinds/ compares kinds.
+ * `registerKind` adds one (a test's third kind: test/unit/changes/kinds.test.ts).
+ */
+const byName = new Map<string, AnyKind>();
+const byJob = new Map<string, AnyKind>();
+
+export function registerKind(kind: AnyKind): () => void {
+  if (byName.has(kind.name)) throw new Error(`a kind of change named ${kind.name} is registered already`);
+  byName.set(kind.name, kind);
+  byJob.set(kind.job, kind);
+  return () => {
+    byName.delete(kind.name);
+    byJob.delete(kind.job);
+  };
+}
+
+registerKind(restartKind);
+registerKind(deployKind);
+
+/** The kind of that name; an unknown name is a bug (or a record written by a newer version): 422. */
+export function kindOf(name: string): AnyKind {
+  const k = byName.get(name);
+  if (!k) throw new UnprocessableError(`unknown kind of change ${JSON.stringify(name).slice(0, 100)}`, 'invalid_job_data');
+  return k;
+}
+
+/** The kind a change's target is. */
+export const kindOfTarget = (t: AnyTarget): AnyKind => kindOf(t.kind);
+export const kindOfChange = (c: Pick<Change, 'target'>): AnyKind => kindOf(c.target.kind);
+
+/** The kind whose job this is; undefined for a job that carries no change (a notification, a dry run). */
+export const kindOfJob = (name: string): AnyKind | undefined => byJob.get(name);
+
+/** Every kind registered, in registration order. */
+export const kinds = (): AnyKind[] => [...byName.values()];
+
+/** The kind of an approval record's change. */
+export const kindOfApproval = (c: ApprovalChange): AnyKind => kindOf(c.kind);
+
+/** Whether an approval record stands for the same target as a change (an Idempotency-Key reused for another target). */
+export function sameTarget(a: ApprovalChange, t: AnyTarget): boolean {
+  const k = kindOfApproval(a);
+  return JSON.stringify(k.reportFields(k.fromApproval(a).target)) === JSON.stringify(kindOfTarget(t).reportFields(t));
+}
+
+export { restartKind, deployKind };
