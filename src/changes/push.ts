@@ -1,5 +1,6 @@
 import type { IntakeResult } from '../domain/intake.js';
 import { answerChange, answered } from './answer.js';
+import type { Handed } from './hand.js';
 import { projectNamespace, type Guards } from './guards.js';
 import { submitChange } from './pipeline.js';
 import type { Change, Origin, Principal } from './types.js';
@@ -50,6 +51,12 @@ export function pushChange(g: Pick<Guards, 'inventory'>, req: PushRequest): Chan
     auditId: req.auditId,
   };
 }
+
+/** What a push wrote: its approval's record, or its job (none for a duplicate). */
+export const pushHanded = (out: IntakeResult): Handed =>
+  out.approval
+    ? { wrote: 'approval', approvalId: out.approval.id, event: 'requested' }
+    : { wrote: 'job', ...(out.written ? { written: out.written } : {}) };
 
 export async function submitPush(g: Guards, req: PushRequest): Promise<IntakeResult> {
   const { body: b, written } = answered(answerChange(await submitChange(g, pushChange(g, req)), 202));
