@@ -1,4 +1,4 @@
-import { jobDataSchemas } from '../shared/jobs.js';
+import { jobSchemaOf } from '../shared/jobs.js';
 import { UnprocessableError } from '../shared/errors.js';
 import type { ChangeRetry } from '../shared/deadLetters.js';
 import type { JobReads } from '../shared/jobReads.js';
@@ -6,7 +6,7 @@ import type { Guards } from './guards.js';
 import { answerChange, answered } from './answer.js';
 import { submitChange } from './pipeline.js';
 import { kindOfJob } from './kinds/index.js';
-import { changeOfJob } from './wake.js';
+import { changeOfJob, type ChangeJobData } from './wake.js';
 
 /**
  * A dead letter's retry, from POST /ops/jobs/{id}/retry or Bull Board's retry (both through the
@@ -26,10 +26,10 @@ async function retry(
   by: Parameters<ChangeRetry['retry']>[1],
 ): ReturnType<ChangeRetry['retry']> {
   const kind = kindOfJob(job.name);
-  const parsed = kind ? jobDataSchemas[kind.job].safeParse(job.data) : undefined;
+  const parsed = kind ? jobSchemaOf(kind.job)?.safeParse(job.data) : undefined;
   if (!kind || !parsed?.success)
     throw new UnprocessableError(`job ${job.id} holds no valid ${kind?.name ?? 'change'} to retry`, 'invalid_job_data');
-  const old = changeOfJob(g.inventory, { name: kind.name, data: parsed.data }, `${job.id}.retry`);
+  const old = changeOfJob(g.inventory, { name: kind.name, data: parsed.data as ChangeJobData }, `${job.id}.retry`);
   const { override: _dropped, ...rest } = old;
   const { body: b } = answered(
     answerChange(
