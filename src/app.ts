@@ -3,7 +3,9 @@ import type { Redis } from 'ioredis';
 import type { HostStatusProvider } from './domain/hostStatus.js';
 import { createDeliveryLog, type DeliveryLog } from './domain/deliveries.js';
 import { changeRetry } from './changes/retry.js';
-import { createGuards } from './changes/guards.js';
+import { createGuards, type Guards } from './changes/guards.js';
+import type { Confirms } from './changes/hand.js';
+import { requireApiKey, type ApiKeyPolicy } from './middleware/auth.js';
 import { createIntake } from './domain/intake.js';
 import { changeReplicationGate, replicationGate, retryReplicationGate } from './domain/replication.js';
 import { requireClientCertificate } from './middleware/clientCert.js';
@@ -41,7 +43,19 @@ import type { OpsQueue } from './shared/queue.js';
  * The API as an Express app, with every dependency passed in (nothing listens here; only
  * src/server.ts does). Order: request id -> metrics/audit -> rate limit -> routes -> 404 -> errors.
  */
+/** What a way in of a kind of change registered beyond restart and deploy is given (AppDeps.changeRoutes). */
+export interface ChangeWays {
+  guards: Guards;
+  /** Its REDIS_MIN_REPLICAS_ACK, for handChange (src/changes/hand.ts). */
+  confirms: Confirms;
+  apiKeyPolicy: ApiKeyPolicy;
+  /** The operator-key check the change routes use. */
+  operatorKey: RequestHandler;
+}
+
 export interface AppDeps {
+  /** The routes of kinds of change registered by their modules (src/changes/kinds/ registerKind), before the 404. */
+  changeRoutes?: (ways: ChangeWays) => RequestHandler;
   config: ApiConfig;
   /** Redis connection with the 'request' profile (dedup keys, cache, readiness). */
   redis: Redis;
@@ -231,6 +245,10 @@ export function createApp(deps: AppDeps): Express {
     );
   }
 
+  if (deps.changeRoutes) {
+    const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', apiKeyPolicy);
+    app.use(deps.changeRoutes({ guards, confirms: { replicated, changed, retryReplicated }, apiKeyPolicy, operatorKey }));
+  }
   app.use(notFound);
   app.use(webhookFailures({ deliveries }));
   app.use(errorHandler(deps.logger));

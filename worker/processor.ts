@@ -1,5 +1,6 @@
 import { UnrecoverableError, type Job } from 'bullmq';
-import { JOB, jobDataSchemas, type JobName } from '../src/shared/jobs.js';
+import { JOB, jobSchemaOf, type JobName } from '../src/shared/jobs.js';
+import { kindOfJob } from '../src/changes/kinds/index.js';
 import { changeJobOf } from '../src/changes/wake.js';
 import { withTimeout } from '../src/shared/timeout.js';
 import type { Handler, JobContext } from './context.js';
@@ -35,8 +36,11 @@ export const handlers: { [N in JobName]: Handler<never> } = {
 
 export { JobCancelledError, JobTimeoutError };
 
-function isJobName(name: string): name is JobName {
-  return Object.hasOwn(handlers, name);
+/** The catalog's handler, or a registered kind of change's (src/changes/kinds/: its `handle`). */
+function handlerOf(name: string): Handler<unknown> | undefined {
+  if (Object.hasOwn(handlers, name)) return handlers[name as JobName] as Handler<unknown>;
+  const kind = kindOfJob(name);
+  return kind?.handle ? (data, ctx) => kind.handle!(data, ctx as never) : undefined;
 }
 
 export type Processor = (job: Job, token?: string, signal?: AbortSignal) => Promise<unknown>;
@@ -50,10 +54,12 @@ export function createProcessor(
   const timeoutSeconds = base.config.JOB_TIMEOUT_SECONDS;
   // Three declared parameters: BullMQ passes the cancellation signal only to processors that take it.
   return async function process(job: Job, token?: string, bullSignal?: AbortSignal): Promise<unknown> {
-    if (!isJobName(job.name)) {
+    const handler = handlerOf(job.name);
+    const schema = jobSchemaOf(job.name);
+    if (!handler || !schema) {
       throw new UnrecoverableError(`unknown job name ${JSON.stringify(job.name).slice(0, 200)}`);
     }
-    const parsed = jobDataSchemas[job.name].safeParse(job.data);
+    const parsed = schema.safeParse(job.data);
     if (!parsed.success) {
       const issue = parsed.error.issues[0]!;
       throw new UnrecoverableError(`invalid job data at ${issue.path.join('.') || '(root)'}: ${issue.message}`);
@@ -72,7 +78,6 @@ export function createProcessor(
       if (bullSignal?.aborted) onCancel();
       else bullSignal?.addEventListener('abort', onCancel, { once: true });
     });
-    const handler = handlers[job.name] as Handler<unknown>;
     const ctx: JobContext = { ...base, job, ...(token !== undefined ? { token } : {}), signal: controller.signal, logger };
     const change = changeOf(job.name, parsed.data);
     const started = Date.now();

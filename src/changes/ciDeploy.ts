@@ -9,9 +9,9 @@ import { IDEMPOTENCY_TTL_SECONDS } from '../shared/jobs.js';
 import { deployIdempotencyRecordKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import { approvalIdFor } from './approvals/store.js';
-import { describeReasons } from './gate.js';
+import { answerChange, answered } from './answer.js';
 import { projectNamespace, type Guards } from './guards.js';
-import { carriedOrRefused, submitChange } from './pipeline.js';
+import { submitChange } from './pipeline.js';
 import type { Change, DeployTarget, Principal } from './types.js';
 
 /**
@@ -138,35 +138,28 @@ export async function submitCiDeploy(deps: CiDeployDeps, req: CiDeployRequest): 
     if (stored && !sameDeploy(stored, req)) throw reused();
     if (stored) return { answer: stored };
   }
-  const carried = carriedOrRefused(await submitChange(deps.guards, change));
+  const { body: b, written: wrote } = answered(answerChange(await submitChange(deps.guards, change), 202));
   const base = { project: req.project, ref: req.ref, sha: req.sha, event_id: change.target.eventId! };
-  let answer: CiDeployAnswer;
-  if (carried.approval) {
-    const a = carried.approval.approval;
-    answer = {
-      ...base,
-      job_id: a.id,
-      accepted: carried.approval.created,
-      duplicate: !carried.approval.created,
-      status: 'pending_approval',
-      approval_id: a.id,
-      expires_at: new Date(a.expires_at).toISOString(),
-    };
-  } else {
-    answer = {
-      ...base,
-      job_id: carried.jobId,
-      accepted: !carried.coalesced,
-      duplicate: carried.coalesced,
-      status: carried.held ? 'held' : 'queued',
-      ...(carried.held
-        ? { held_until: new Date(carried.held.until).toISOString(), held_reasons: describeReasons(carried.held.reasons) }
-        : {}),
-    };
-  }
-  const written = carried.written
-    ? { ...carried.written, keys: [...(carried.written.keys ?? []), ...(recordKey ? [recordKey] : [])] }
-    : undefined;
+  const answer: CiDeployAnswer =
+    b.status === 'pending_approval'
+      ? {
+          ...base,
+          job_id: b.job_id,
+          accepted: b.accepted,
+          duplicate: b.duplicate,
+          status: 'pending_approval',
+          approval_id: b.approval_id!,
+          expires_at: b.expires_at!,
+        }
+      : {
+          ...base,
+          job_id: b.job_id,
+          accepted: b.accepted,
+          duplicate: b.duplicate,
+          status: b.status === 'held' ? 'held' : 'queued',
+          ...(b.status === 'held' ? { held_until: b.held_until!, held_reasons: b.held_reasons! } : {}),
+        };
+  const written = wrote ? { ...wrote, keys: [...(wrote.keys ?? []), ...(recordKey ? [recordKey] : [])] } : undefined;
   const result = (a: CiDeployAnswer): CiDeployResult => ({ answer: a, ...(written && a === answer ? { written } : {}) });
   if (!recordKey) return result(answer);
   try {

@@ -1,7 +1,7 @@
 import { ForbiddenError } from '../shared/errors.js';
 import { describeScopeTarget, scopeAdmits } from '../shared/scope.js';
 import { kindOfChange } from './kinds/index.js';
-import { execute, refusalError, type ApprovedBy, type Carried, type ChangeResult } from './execute.js';
+import { execute, type ApprovedBy, type ChangeResult } from './execute.js';
 import { gatherFacts } from './facts.js';
 import type { Guards } from './guards.js';
 import { overrideOf, plan } from './plan.js';
@@ -90,10 +90,4 @@ export async function planChange(g: Guards, change: Change, ask?: OverrideAsk, p
 export async function submitChange(g: Guards, change: Change, ask?: OverrideAsk, approved?: ApprovedBy): Promise<ChangeResult> {
   const p = await planChange(g, change, ask);
   return execute(g, p.change, p.decision, p.now, approved);
-}
-
-/** What was carried out, for a way in that answers over HTTP: a refusal is answered with its error (409, 429). */
-export function carriedOrRefused(result: ChangeResult): Carried {
-  if (result.refusal) throw refusalError(result.refusal);
-  return result.carried;
 }

@@ -1,7 +1,8 @@
 import type { IntakeResult } from '../domain/intake.js';
-import { describeReasons } from './gate.js';
+import { answerChange, answered } from './answer.js';
+import type { Handed } from './hand.js';
 import { projectNamespace, type Guards } from './guards.js';
-import { carriedOrRefused, submitChange } from './pipeline.js';
+import { submitChange } from './pipeline.js';
 import type { Change, Origin, Principal } from './types.js';
 
 /**
@@ -51,25 +52,28 @@ export function pushChange(g: Pick<Guards, 'inventory'>, req: PushRequest): Chan
   };
 }
 
+/** What a push wrote: its approval's record, or its job (none for a duplicate). */
+export const pushHanded = (out: IntakeResult): Handed =>
+  out.approval
+    ? { wrote: 'approval', approvalId: out.approval.id, event: 'requested' }
+    : { wrote: 'job', ...(out.written ? { written: out.written } : {}) };
+
 export async function submitPush(g: Guards, req: PushRequest): Promise<IntakeResult> {
-  const carried = carriedOrRefused(await submitChange(g, pushChange(g, req)));
-  if (carried.approval) {
-    const a = carried.approval.approval;
+  const { body: b, written } = answered(answerChange(await submitChange(g, pushChange(g, req)), 202));
+  if (b.status === 'pending_approval') {
     return {
-      accepted: carried.approval.created,
-      duplicate: !carried.approval.created,
-      jobId: a.id,
-      approval: { id: a.id, expires_at: new Date(a.expires_at).toISOString(), required: a.required },
+      accepted: b.accepted,
+      duplicate: b.duplicate,
+      jobId: b.job_id,
+      approval: { id: b.approval_id!, expires_at: b.expires_at!, required: b.required! },
     };
   }
-  if (carried.ignored) return { accepted: false, duplicate: false, jobId: carried.jobId, ignored: carried.ignored };
+  if (b.status === 'ignored') return { accepted: false, duplicate: false, jobId: b.job_id, ignored: { reason: b.ignored_reason! } };
   return {
-    accepted: !carried.coalesced,
-    duplicate: carried.coalesced,
-    jobId: carried.jobId,
-    ...(carried.written ? { written: carried.written } : {}),
-    ...(carried.held
-      ? { held: { until: new Date(carried.held.until).toISOString(), reasons: describeReasons(carried.held.reasons) } }
-      : {}),
+    accepted: b.accepted,
+    duplicate: b.duplicate,
+    jobId: b.job_id,
+    ...(written ? { written } : {}),
+    ...(b.status === 'held' ? { held: { until: b.held_until!, reasons: b.held_reasons! } } : {}),
   };
 }

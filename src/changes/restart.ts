@@ -8,10 +8,10 @@ import { idempotencyRecordKey } from '../shared/keys.js';
 import { redisCall } from '../domain/redisOps.js';
 import { approvalIdFor } from './approvals/store.js';
 import type { PendingApproval } from './approvals/view.js';
-import type { Carried } from './execute.js';
+import { answerChange, answered, type ChangeBody } from './answer.js';
 import { sameTarget } from './kinds/index.js';
 import { coalesceId, type Guards } from './guards.js';
-import { carriedOrRefused, checkOverrideAsk, submitChange } from './pipeline.js';
+import { checkOverrideAsk, submitChange } from './pipeline.js';
 import type { Change, Origin, Principal, RestartTarget } from './types.js';
 
 export { coalesceId };
@@ -138,24 +138,22 @@ export async function submitRestart(deps: RestartDeps, req: RestartRequest): Pro
     }
   }
 
-  const carried = carriedOrRefused(await submitChange(deps.guards, change, ask));
-  if (carried.approval) {
-    const a = carried.approval.approval;
-    await remember(deps, recordKey, { host, service, job_id: a.id, coalesced: false, approval_id: a.id });
-    return { kind: 'pending_approval', host, service, ...pendingAnswer(carried) };
+  const { body: b } = answered(answerChange(await submitChange(deps.guards, change, ask), 200));
+  if (b.status === 'pending_approval') {
+    await remember(deps, recordKey, { host, service, job_id: b.job_id, coalesced: false, approval_id: b.approval_id! });
+    return { kind: 'pending_approval', host, service, ...pendingAnswer(b) };
   }
-  return remember(deps, recordKey, { host, service, job_id: carried.jobId, coalesced: carried.coalesced });
+  return remember(deps, recordKey, { host, service, job_id: b.job_id, coalesced: b.coalesced });
 }
 
 /** 202's body of a change that waits for approval. */
-export function pendingAnswer(carried: Carried): PendingApproval {
-  const { approval: a, coalesced } = carried.approval!;
+export function pendingAnswer(b: ChangeBody): PendingApproval {
   return {
     status: 'pending_approval',
-    approval_id: a.id,
-    expires_at: new Date(a.expires_at).toISOString(),
-    required: a.required,
-    coalesced,
+    approval_id: b.approval_id!,
+    expires_at: b.expires_at!,
+    required: b.required!,
+    coalesced: b.coalesced,
   };
 }
 

@@ -1,11 +1,12 @@
-import { jobDataSchemas } from '../shared/jobs.js';
+import { jobSchemaOf } from '../shared/jobs.js';
 import { UnprocessableError } from '../shared/errors.js';
 import type { ChangeRetry } from '../shared/deadLetters.js';
 import type { JobReads } from '../shared/jobReads.js';
 import type { Guards } from './guards.js';
-import { carriedOrRefused, submitChange } from './pipeline.js';
+import { answerChange, answered } from './answer.js';
+import { submitChange } from './pipeline.js';
 import { kindOfJob } from './kinds/index.js';
-import { changeOfJob } from './wake.js';
+import { changeOfJob, type ChangeJobData } from './wake.js';
 
 /**
  * A dead letter's retry, from POST /ops/jobs/{id}/retry or Bull Board's retry (both through the
@@ -25,31 +26,32 @@ async function retry(
   by: Parameters<ChangeRetry['retry']>[1],
 ): ReturnType<ChangeRetry['retry']> {
   const kind = kindOfJob(job.name);
-  const parsed = kind ? jobDataSchemas[kind.job].safeParse(job.data) : undefined;
+  const parsed = kind ? jobSchemaOf(kind.job)?.safeParse(job.data) : undefined;
   if (!kind || !parsed?.success)
     throw new UnprocessableError(`job ${job.id} holds no valid ${kind?.name ?? 'change'} to retry`, 'invalid_job_data');
-  const old = changeOfJob(g.inventory, { name: kind.name, data: parsed.data }, `${job.id}.retry`);
+  const old = changeOfJob(g.inventory, { name: kind.name, data: parsed.data as ChangeJobData }, `${job.id}.retry`);
   const { override: _dropped, ...rest } = old;
-  const carried = carriedOrRefused(
-    await submitChange(g, {
-      ...rest,
-      requester: by.requester,
-      reason: by.reason,
-      auditId: by.auditId,
-      origin: 'retry',
-    }),
+  const { body: b } = answered(
+    answerChange(
+      await submitChange(g, {
+        ...rest,
+        requester: by.requester,
+        reason: by.reason,
+        auditId: by.auditId,
+        origin: 'retry',
+      }),
+      200,
+    ),
   );
-  if (carried.approval) {
-    const a = carried.approval.approval;
-    return { outcome: 'pending_approval', approval_id: a.id, expires_at: new Date(a.expires_at).toISOString(), required: a.required };
-  }
-  if (carried.coalesced) return { outcome: 'busy', holder: carried.jobId };
-  const view = await jobs.get(carried.jobId);
+  if (b.status === 'pending_approval')
+    return { outcome: 'pending_approval', approval_id: b.approval_id!, expires_at: b.expires_at!, required: b.required! };
+  if (b.coalesced) return { outcome: 'busy', holder: b.job_id };
+  const view = await jobs.get(b.job_id);
   if (!view) return { outcome: 'not_found' };
   return {
     outcome: 'retried',
     job: view,
-    ...(carried.held ? { held_until: new Date(carried.held.until).toISOString() } : {}),
+    ...(b.held_until ? { held_until: b.held_until } : {}),
     ...(kind.retryClears ? { clear: kind.retryClears(job.id) } : {}),
   };
 }

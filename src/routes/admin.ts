@@ -281,6 +281,7 @@ async function retryLikeTheApi(
         outcome: 'retried',
         ...(out.job.id !== jobId ? { retried_as: out.job.id } : {}),
       };
+      // Bull Board's own WAIT, not handChange's: its answer is Bull Board's, not a change's API answer.
       await opts.retryReplicated?.();
       opts.logger.info('dead-lettered job retried', {
         job_id: jobId,

@@ -2,7 +2,8 @@ import { invalidInput, parseQuery } from './invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import { DELIVERY_ID, VERDICTS, deliveryViewSchema, type DeliveryLog } from '../domain/deliveries.js';
-import { pushChange, submitPush } from '../changes/push.js';
+import { handChange } from '../changes/hand.js';
+import { pushChange, pushHanded, submitPush } from '../changes/push.js';
 import type { Change, DeployTarget } from '../changes/types.js';
 import { principalOf } from './principal.js';
 import { dryRunQuery } from './restartQuery.js';
@@ -17,7 +18,6 @@ import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { ApiConfig } from '../shared/config.js';
 import { ConflictError, NotFoundError, UnprocessableError } from '../shared/errors.js';
-import { approvalKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 import { SOURCES } from '../sources/index.js';
@@ -182,10 +182,7 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
         res.json(answer);
         return;
       }
-      const out = await submitPush(deps.guards, request);
-      // REDIS_MIN_REPLICAS_ACK: a pending approval is a change of the guards' state (nothing to take back).
-      if (out.approval) await deps.changed?.(`approval ${out.approval.id} requested`, [approvalKey(out.approval.id)]);
-      else await deps.replicated?.(out.written ? [out.written] : []);
+      const out = await handChange(deps, res.locals, { submit: () => submitPush(deps.guards, request), handed: pushHanded });
       deps.deliveries.record({
         source: view.source,
         verdict: out.accepted ? 'queued' : 'duplicate',

@@ -2,6 +2,7 @@ import { Router, type Request, type Response } from 'express';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { submitCiDeploy } from '../changes/ciDeploy.js';
+import { handChange } from '../changes/hand.js';
 import type { Guards } from '../changes/guards.js';
 import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
 import { requireOidcOrOperatorKey, type ApiKeyPolicy } from '../middleware/auth.js';
@@ -12,7 +13,6 @@ import { requireInScope } from '../middleware/scope.js';
 import type { ApiConfig } from '../shared/config.js';
 import { ForbiddenError, UnprocessableError } from '../shared/errors.js';
 import { findProject, type Inventory } from '../shared/inventory.js';
-import { approvalKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 import { principalOf } from './principal.js';
@@ -128,29 +128,31 @@ export function deploysRouter(deps: DeploysDeps): Router {
       if (entry) requireInScope(res, { kind: 'project', project: target.project, namespace: entry.namespace });
       const idempotencyKey = idempotencyKeyOf(req.get('idempotency-key'));
       const requester = principalOf(res);
-      const { answer, written } = await submitCiDeploy(deps, {
-        ...target,
-        requester,
-        auditId: res.locals.requestId,
-        ...(idempotencyKey !== undefined ? { idempotencyKey } : {}),
-        ...(b.reason ? { reason: b.reason } : {}),
+      const { answer } = await handChange(deps, res.locals, {
+        submit: () =>
+          submitCiDeploy(deps, {
+            ...target,
+            requester,
+            auditId: res.locals.requestId,
+            ...(idempotencyKey !== undefined ? { idempotencyKey } : {}),
+            ...(b.reason ? { reason: b.reason } : {}),
+          }),
+        audit: ({ answer }) => ({
+          event_id: answer.event_id,
+          job_id: answer.job_id,
+          outcome: answer.accepted ? 'accepted' : 'duplicate',
+          deploy_status: answer.status,
+          project: answer.project,
+          ref: answer.ref,
+          sha: answer.sha,
+          ...(b.reason ? { reason: b.reason } : {}),
+        }),
+        // Only what this call wrote (a duplicate or a repeat wrote nothing).
+        handed: ({ answer, written }) =>
+          answer.status === 'pending_approval'
+            ? { wrote: 'approval', approvalId: answer.approval_id!, event: 'requested' }
+            : { wrote: 'job', ...(written ? { written } : {}) },
       });
-      res.locals.auditFields = {
-        event_id: answer.event_id,
-        job_id: answer.job_id,
-        outcome: answer.accepted ? 'accepted' : 'duplicate',
-        deploy_status: answer.status,
-        project: answer.project,
-        ref: answer.ref,
-        sha: answer.sha,
-        ...(b.reason ? { reason: b.reason } : {}),
-      };
-      if (answer.status === 'pending_approval') {
-        await deps.changed?.(`approval ${answer.approval_id} requested`, [approvalKey(answer.approval_id!)]);
-      } else {
-        // REDIS_MIN_REPLICAS_ACK: only what this call wrote (a duplicate or a repeat wrote nothing).
-        await deps.replicated?.(written ? [written] : []);
-      }
       res.status(202).json(answer);
     })
     .all(methodNotAllowed(['POST']));

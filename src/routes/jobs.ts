@@ -10,6 +10,7 @@ import type { ConfirmRetryReplicated } from '../domain/replication.js';
 import { APPROVAL_ID, effectiveStatus } from '../changes/approvals/store.js';
 import { describeReasons } from '../changes/gate.js';
 import { outcomeSchema } from '../shared/jobs.js';
+import { handChange } from '../changes/hand.js';
 import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { scopeOf } from '../middleware/scope.js';
 import { parseJson, rawBody } from '../middleware/body.js';
@@ -200,10 +201,27 @@ export function jobsRouter(deps: JobsDeps): Router {
       // A dead letter may be any host's restart or any project's deploy: a scoped key does not retry them.
       if (scopeOf(res))
         throw new ForbiddenError('a scoped key cannot retry dead-lettered jobs; an unscoped operator key can', 'out_of_scope');
-      const out = await deps.deadLetters.retry(id, {
-        requester: principalOf(res),
-        reason: body.data.reason,
-        auditId: res.locals.requestId,
+      const out = await handChange({ retryReplicated: deps.retryReplicated }, res.locals, {
+        submit: () =>
+          deps.deadLetters.retry(id, {
+            requester: principalOf(res),
+            reason: body.data.reason,
+            auditId: res.locals.requestId,
+          }),
+        audit: (out) =>
+          out.outcome === 'pending_approval'
+            ? { job_id: id, retry_reason: body.data.reason, outcome: 'pending_approval', approval_id: out.approval_id }
+            : out.outcome === 'retried'
+              ? {
+                  job_id: id,
+                  job_name: out.job.name,
+                  retry_reason: body.data.reason,
+                  outcome: 'retried',
+                  ...(out.job.id !== id ? { retried_as: out.job.id } : {}),
+                }
+              : undefined,
+        // A retry that waits for approval, or did not happen, wrote nothing of its own to confirm.
+        handed: (out) => (out.outcome === 'retried' ? { wrote: 'retry' } : { wrote: 'nothing' }),
       });
       switch (out.outcome) {
         case 'not_found':
@@ -216,23 +234,9 @@ export function jobsRouter(deps: JobsDeps): Router {
             'restart_in_progress',
           );
         case 'pending_approval':
-          res.locals.auditFields = {
-            job_id: id,
-            retry_reason: body.data.reason,
-            outcome: 'pending_approval',
-            approval_id: out.approval_id,
-          };
           res.status(202).json({ retried: false, ...out });
           return;
         case 'retried':
-          res.locals.auditFields = {
-            job_id: id,
-            job_name: out.job.name,
-            retry_reason: body.data.reason,
-            outcome: 'retried',
-            ...(out.job.id !== id ? { retried_as: out.job.id } : {}),
-          };
-          await deps.retryReplicated?.();
           deps.logger.info('dead-lettered job retried', {
             job_id: id,
             job_name: out.job.name,

@@ -4,10 +4,11 @@ import { dryRunRestart } from '../changes/dryRun.js';
 import type { Guards } from '../changes/guards.js';
 import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
 import { clearCache, getHostStatus, type HostStatusProvider } from '../domain/hostStatus.js';
+import { handChange } from '../changes/hand.js';
 import { idempotencyScope, restartChange, submitRestart } from '../changes/restart.js';
 import { idempotencyKeyOf, restartOptions, restartTargetQuery } from './restartQuery.js';
 import { principalOf } from './principal.js';
-import { approvalKey, idempotencyRecordKey } from '../shared/keys.js';
+import { idempotencyRecordKey } from '../shared/keys.js';
 import { requireApiKey, requireBearerOrOperatorKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { rawBody } from '../middleware/body.js';
 import type { OidcVerifier } from '../middleware/oidc.js';
@@ -94,39 +95,45 @@ export function opsRouter(deps: OpsDeps): Router {
         return;
       }
       const idempotencyKey = idempotencyKeyOf(req.get('idempotency-key'));
-      const ack = await submitRestart(deps, {
-        host,
-        service,
-        requester,
-        auditId: res.locals.requestId,
-        ...(idempotencyKey !== undefined ? { idempotencyKey } : {}),
-        override: opts.override,
-        ...(opts.reason ? { reason: opts.reason } : {}),
+      const ack = await handChange(deps, res.locals, {
+        submit: () =>
+          submitRestart(deps, {
+            host,
+            service,
+            requester,
+            auditId: res.locals.requestId,
+            ...(idempotencyKey !== undefined ? { idempotencyKey } : {}),
+            override: opts.override,
+            ...(opts.reason ? { reason: opts.reason } : {}),
+          }),
+        audit: (ack) =>
+          ack.kind === 'pending_approval'
+            ? { approval_id: ack.approval_id, status: ack.status, coalesced: ack.coalesced, reason: opts.reason }
+            : {
+                job_id: ack.job_id,
+                coalesced: ack.coalesced,
+                ...(opts.reason ? { reason: opts.reason } : {}),
+                ...(opts.override ? { override: true } : {}),
+              },
+        // A restart that joined another one (coalesced) wrote no job of its own.
+        handed: (ack) =>
+          ack.kind === 'pending_approval'
+            ? { wrote: 'approval', approvalId: ack.approval_id, event: 'requested' }
+            : ack.coalesced
+              ? { wrote: 'job' }
+              : {
+                  wrote: 'job',
+                  written: {
+                    jobId: ack.job_id,
+                    keys: idempotencyKey === undefined ? [] : [idempotencyRecordKey(idempotencyScope(requester.principal, idempotencyKey))],
+                  },
+                },
       });
       if (ack.kind === 'pending_approval') {
         const { kind: _kind, ...answer } = ack;
-        res.locals.auditFields = { approval_id: ack.approval_id, status: ack.status, coalesced: ack.coalesced, reason: opts.reason };
-        await deps.changed?.(`approval ${ack.approval_id} requested`, [approvalKey(ack.approval_id)]);
         res.status(202).json(answer);
         return;
       }
-      res.locals.auditFields = {
-        job_id: ack.job_id,
-        coalesced: ack.coalesced,
-        ...(opts.reason ? { reason: opts.reason } : {}),
-        ...(opts.override ? { override: true } : {}),
-      };
-      // REDIS_MIN_REPLICAS_ACK: a restart that joined another one (coalesced) wrote no job of its own.
-      await deps.replicated?.(
-        ack.coalesced
-          ? []
-          : [
-              {
-                jobId: ack.job_id,
-                keys: idempotencyKey === undefined ? [] : [idempotencyRecordKey(idempotencyScope(requester.principal, idempotencyKey))],
-              },
-            ],
-      );
       const { kind: _kind, ...answer } = ack;
       res.json(answer);
     })

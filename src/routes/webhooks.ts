@@ -2,7 +2,8 @@ import { Router, type Request, type RequestHandler, type Response } from 'expres
 import type { Redis } from 'ioredis';
 import { submitAlerts } from '../domain/alerts.js';
 import { decidePush, deliveryIdOf } from '../domain/deploy.js';
-import { submitPush } from '../changes/push.js';
+import { handChange } from '../changes/hand.js';
+import { pushHanded, submitPush } from '../changes/push.js';
 import { principalOf } from './principal.js';
 import type { DeliveryEntry, DeliveryLog, Verdict } from '../domain/deliveries.js';
 import type { Guards } from '../changes/guards.js';
@@ -15,7 +16,6 @@ import { methodNotAllowed, toAppError } from '../middleware/errors.js';
 import type { ApiConfig } from '../shared/config.js';
 import { deploysFrom } from '../shared/inventory.js';
 import { createSenderSecrets, type SenderSecrets } from '../shared/liveSecrets.js';
-import { approvalKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 import { guardFields } from './deliveries.js';
@@ -159,21 +159,23 @@ export function webhooksRouter(deps: WebhookDeps): Router {
     };
     let out: Awaited<ReturnType<typeof submitPush>>;
     try {
-      out = await submitPush(deps.guards, {
-        source: source.name,
-        project: decision.project,
-        ref: decision.ref,
-        sha: decision.sha,
-        eventId: decision.eventId,
-        ...(decision.before !== undefined ? { before: decision.before } : {}),
-        auditId: res.locals.requestId,
-        requester: principalOf(res),
-        origin: 'webhook',
-        ...(deliveryId ? { deliveryId } : {}),
+      // The audit line's fields follow the WAIT here: a push that fails is recorded with its failure.
+      out = await handChange(deps, res.locals, {
+        submit: () =>
+          submitPush(deps.guards, {
+            source: source.name,
+            project: decision.project,
+            ref: decision.ref,
+            sha: decision.sha,
+            eventId: decision.eventId,
+            ...(decision.before !== undefined ? { before: decision.before } : {}),
+            auditId: res.locals.requestId,
+            requester: principalOf(res),
+            origin: 'webhook',
+            ...(deliveryId ? { deliveryId } : {}),
+          }),
+        handed: pushHanded,
       });
-      // REDIS_MIN_REPLICAS_ACK: a pending approval is a change of the guards' state (nothing to take back).
-      if (out.approval) await deps.changed?.(`approval ${out.approval.id} requested`, [approvalKey(out.approval.id)]);
-      else await deps.replicated?.(out.written ? [out.written] : []);
     } catch (err) {
       // Kept with its event, so an operator can replay it once the cause is gone.
       const app = toAppError(err);
@@ -250,7 +252,8 @@ export function webhooksRouter(deps: WebhookDeps): Router {
     });
     // Beside the contract's intake, never instead of it: its decisions are extra fields of the answer.
     const remediations = deps.remediation ? await deps.remediation.notify(payload, res.locals.requestId) : [];
-    // One WAIT after every write of the notification, the remediations' restarts and guards too. Not
+    // Its own WAIT, not handChange's: one covers the notification, and the restarts remediation hands
+    // to the pipeline itself (src/remediation/engine.ts), and their guards. Not
     // acknowledged: the intake's jobs are taken back; a remediation's restart stays, and the
     // sender's retry finds its cooldown (or, on a promoted replica without it, remediates anew).
     await deps.replicated?.(out.written);

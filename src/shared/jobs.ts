@@ -221,7 +221,8 @@ export const remediationReportSchema = z.object({
  */
 export const reportChangeData = z.object({
   event: z.enum(REPORT_EVENTS),
-  change: z.enum(['restart', 'deploy']),
+  /** The kind of change (src/changes/kinds/): restart, deploy, or one a module registers. */
+  change: z.string().regex(/^[a-z][a-z0-9_]{0,31}$/),
   /** The restart's host and Deployment, or the deploy's project and ref. */
   host: z.string().max(253).optional(),
   service: z.string().max(253).optional(),
@@ -293,6 +294,25 @@ export const jobDataSchemas = {
   [JOB.remediate]: remediateData,
 } as const;
 
+/**
+ * Jobs beyond the catalog above: a kind of change registered by its module (src/changes/kinds/
+ * registerKind) brings its job's name and data schema, so the producer, the worker and a dead
+ * letter's retry parse its data as they parse the catalog's.
+ */
+const registeredSchemas = new Map<string, z.ZodType>();
+
+/** Registers a job's data schema under its name (not one of the catalog's); returns its removal. */
+export function registerJobSchema(name: string, schema: z.ZodType): () => void {
+  if (Object.hasOwn(jobDataSchemas, name) || registeredSchemas.has(name)) throw new Error(`a job named ${name} is registered already`);
+  registeredSchemas.set(name, schema);
+  return () => registeredSchemas.delete(name);
+}
+
+/** The data schema of a job of the catalog or registered; undefined for a name nobody knows. */
+export function jobSchemaOf(name: string): z.ZodType | undefined {
+  return Object.hasOwn(jobDataSchemas, name) ? jobDataSchemas[name as JobName] : registeredSchemas.get(name);
+}
+
 /** Job data that came out of its schema's parse in this process (parseJobData): not parsed again. */
 const parsedJobData = new WeakSet<object>();
 
@@ -301,7 +321,7 @@ const parsedJobData = new WeakSet<object>();
  * so the producer adds it without parsing it a second time. The data must not be changed after.
  */
 export function parseJobData<N extends JobName>(name: N, data: unknown): z.ZodSafeParseResult<JobDataByName[N]> {
-  const parsed = jobDataSchemas[name].safeParse(data) as z.ZodSafeParseResult<JobDataByName[N]>;
+  const parsed = jobSchemaOf(name)!.safeParse(data) as z.ZodSafeParseResult<JobDataByName[N]>;
   if (parsed.success) parsedJobData.add(parsed.data);
   return parsed;
 }

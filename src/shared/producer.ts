@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { QueueUnavailableError, UnprocessableError } from './errors.js';
-import { QUEUE_NAME, isParsedJobData, jobDataSchemas, type JobDataByName, type JobName } from './jobs.js';
+import { QUEUE_NAME, isParsedJobData, jobSchemaOf, type JobDataByName, type JobName } from './jobs.js';
 import { QUEUE_PREFIX_DEFAULT, queueKey } from './keys.js';
 import type { Metrics } from './metrics.js';
 import { waitForReplicas } from './redis.js';
@@ -76,7 +76,9 @@ export interface ProducerDeps {
 function validated<N extends JobName>(req: AddRequest<N>): JobDataByName[N] {
   // Parsed already by its caller (parseJobData): the same schema would answer the same.
   if (isParsedJobData(req.data)) return req.data;
-  const parsed = jobDataSchemas[req.name].safeParse(req.data);
+  const schema = jobSchemaOf(req.name);
+  if (!schema) throw new UnprocessableError(`unknown job ${JSON.stringify(req.name).slice(0, 100)}`, 'invalid_job_data');
+  const parsed = schema.safeParse(req.data);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
     throw new UnprocessableError(`invalid ${issue.path.join('.') || 'job data'}: ${issue.message}`, 'invalid_job_data');

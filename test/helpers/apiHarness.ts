@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, beforeEach } from '@jest/globals';
 import type { Express, RequestHandler } from 'express';
 import { Redis } from 'ioredis';
-import { createApp } from '../../src/app.js';
+import { createApp, type AppDeps } from '../../src/app.js';
 import { createDeliveryLog, type DeliveryLog } from '../../src/domain/deliveries.js';
 import { createKubeHostStatusProvider } from '../../src/domain/kubeHostStatus.js';
 import type { HostStatusProvider } from '../../src/domain/hostStatus.js';
@@ -103,6 +103,8 @@ export interface HarnessOptions {
   now?: () => number;
   /** Another inventory than INVENTORY_YAML (policies of guarded changes). */
   inventoryYaml?: string;
+  /** Passed to createApp: the routes of a kind of change a test registers. */
+  changeRoutes?: AppDeps['changeRoutes'];
 }
 
 export async function createHarness(redisUrl: string, opts: HarnessOptions = {}): Promise<Harness> {
@@ -148,6 +150,7 @@ export async function createHarness(redisUrl: string, opts: HarnessOptions = {})
     ...(opts.now ? { now: opts.now } : {}),
     freezeWatch,
     deliveries,
+    ...(opts.changeRoutes ? { changeRoutes: opts.changeRoutes } : {}),
   });
   const logs = () => lines.map((l) => JSON.parse(l) as Record<string, unknown>);
   return {
@@ -205,7 +208,13 @@ export function containsSecret(text: string): string | undefined {
  * file, torn down after it; with `flush` (default) Redis is emptied before each test.
  */
 export function useHarness(
-  opts: { flush?: boolean; env?: Record<string, string | undefined>; now?: () => number; inventoryYaml?: string } = {},
+  opts: {
+    flush?: boolean;
+    env?: Record<string, string | undefined>;
+    now?: () => number;
+    inventoryYaml?: string;
+    changeRoutes?: AppDeps['changeRoutes'];
+  } = {},
 ): {
   readonly srv: RedisServer;
   readonly h: Harness;
@@ -218,6 +227,7 @@ export function useHarness(
       env: opts.env,
       ...(opts.now ? { now: opts.now } : {}),
       ...(opts.inventoryYaml ? { inventoryYaml: opts.inventoryYaml } : {}),
+      ...(opts.changeRoutes ? { changeRoutes: opts.changeRoutes } : {}),
     });
   });
   afterAll(async () => {
@@ -244,9 +254,14 @@ export function useHarness(
  * Runs the real worker processor (BullMQ Worker, INVENTORY_YAML, no cluster configured: restart
  * and deploy jobs are dead-lettered with "no Kubernetes configuration") until `done()` holds.
  */
-export async function runWorkerUntil(redisUrl: string, done: () => Promise<boolean>, timeoutMs = 20000): Promise<void> {
+export async function runWorkerUntil(
+  redisUrl: string,
+  done: () => Promise<boolean>,
+  timeoutMs = 20000,
+  env: Record<string, string> = {},
+): Promise<void> {
   const redis = new Redis(redisUrl, { maxRetriesPerRequest: null });
-  const config = loadWorkerConfig({ REDIS_URL: redisUrl });
+  const config = loadWorkerConfig({ ...env, REDIS_URL: redisUrl });
   const logger = createLogger({ level: 'error', write: () => {} });
   const { guards, reportQueue } = createWorkerGuards({ redis, config, logger, now: Date.now });
   const processor = createProcessor({

@@ -1,8 +1,9 @@
 import { ConflictError, ForbiddenError, NotFoundError, UnprocessableError } from '../../shared/errors.js';
 import { redisCall } from '../../domain/redisOps.js';
-import { refusal, targetFields, type ApprovedBy, type Carried } from '../execute.js';
+import { answerChange, answered, type ChangeBody } from '../answer.js';
+import { refusal, targetFields, type ApprovedBy } from '../execute.js';
 import { queueReport, type Guards } from '../guards.js';
-import { carriedOrRefused, planChange, submitChange, type OverrideAsk } from '../pipeline.js';
+import { planChange, submitChange, type OverrideAsk } from '../pipeline.js';
 import { kindOfApproval } from '../kinds/index.js';
 import type { Change, Principal } from '../types.js';
 import { effectiveStatus, type Approval, type DecideResult } from './store.js';
@@ -107,17 +108,17 @@ const decide = (g: Guards, id: string, action: 'finish' | 'fail' | 'abandon', de
  * Carries out an approving approval's change and marks it approved with its job; a failure stays on
  * the record as its last error and is thrown. Also what the expiry runs for a record left approving.
  */
-export async function finishApproval(g: Guards, a: Approval, ask?: OverrideAsk): Promise<{ approval: Approval; carried: Carried }> {
+export async function finishApproval(g: Guards, a: Approval, ask?: OverrideAsk): Promise<{ approval: Approval; carried: ChangeBody }> {
   const approved: ApprovedBy = { approvalId: a.id, approvers: a.approvers.map((x) => x.by) };
-  let carried: Carried;
+  let carried: ChangeBody;
   try {
-    carried = carriedOrRefused(await submitChange(g, changeOfApproval(a), ask, approved));
+    carried = answered(answerChange(await submitChange(g, changeOfApproval(a), ask, approved), 200)).body;
   } catch (err) {
     const message = err instanceof Error ? err.message : String(err);
     await decide(g, a.id, 'fail', message.slice(0, 1000)).catch(() => undefined);
     throw err;
   }
-  const done = await decide(g, a.id, 'finish', carried.jobId, carried.coalesced);
+  const done = await decide(g, a.id, 'finish', carried.job_id, carried.coalesced);
   g.metrics?.approvals.inc({ change: a.change.kind, event: 'approved' });
   return { approval: done.approval ?? a, carried };
 }
@@ -222,8 +223,8 @@ export async function decideApproval(g: Guards, req: DecisionRequest): Promise<D
 
   const { approval, carried } = await finishApproval(g, a, ask);
   return answer(approval, g.now(), {
-    job_id: carried.jobId,
+    job_id: carried.job_id,
     coalesced: carried.coalesced,
-    held_until: carried.held ? new Date(carried.held.until).toISOString() : null,
+    held_until: carried.held_until ?? null,
   });
 }

@@ -2,8 +2,9 @@ import { invalidInput, parseQuery } from '../../routes/invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import { kindOfApproval } from '../kinds/index.js';
+import { handChange } from '../hand.js';
 import { decideApproval } from './decide.js';
-import { approvalView, approvalViewSchema, decisionBodySchema } from './view.js';
+import { approvalView, approvalViewSchema, decisionBodySchema, type DecisionAnswer } from './view.js';
 import { principalOf } from '../../routes/principal.js';
 import type { Guards } from '../guards.js';
 import type { ConfirmChange } from '../../domain/replication.js';
@@ -86,23 +87,36 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
             requireInScope(res, kind.scopeTarget(kind.fromApproval(c).target));
           }
         }
-        const out = await decideApproval(g, {
+        const decision = {
           id,
           action,
           by: principalOf(res),
           reason: body.data.reason,
           ...(body.data.override ? { override: true } : {}),
           auditId: res.locals.requestId,
-        });
-        res.locals.auditFields = {
+        };
+        const audit = (out: DecisionAnswer) => ({
           approval_id: id,
           decision: action,
           reason: body.data.reason,
           status: out.status,
           ...(out.job_id ? { job_id: out.job_id } : {}),
           ...(body.data.override ? { override: true } : {}),
-        };
-        await deps.changed?.(`approval ${id} ${action === 'approve' ? 'approved' : 'rejected'}`, [approvalKey(id)]);
+        });
+        let out: DecisionAnswer;
+        if (action === 'approve') {
+          // An approval given may be the last, which hands the change to the pipeline.
+          out = await handChange(deps, res.locals, {
+            submit: () => decideApproval(g, decision),
+            audit,
+            handed: () => ({ wrote: 'approval', approvalId: id, event: 'approved' }),
+          });
+        } else {
+          // A rejection hands no change over: its own audit line and WAIT.
+          out = await decideApproval(g, decision);
+          res.locals.auditFields = audit(out);
+          await deps.changed?.(`approval ${id} rejected`, [approvalKey(id)]);
+        }
         deps.logger.info(`approval ${action === 'approve' ? 'given' : 'rejected'}`, {
           approval_id: id,
           by: res.locals.principal,

@@ -73,6 +73,7 @@ export function freezesRouter(deps: FreezesDeps): Router {
       freezeInScope(res, g, parsed.data);
       const freeze = await declareFreeze(g, parsed.data, res.locals.principal!);
       res.locals.auditFields = { freeze_id: freeze.id, scope: freeze.scope, reason: freeze.reason, ends_at: freeze.ends_at };
+      // A freeze is no change handed to the pipeline: its own WAIT, not handChange's.
       await deps.changed?.(`freeze ${freeze.id} declared`, [FREEZES_KEY]);
       deps.logger.info('freeze declared', { freeze_id: freeze.id, scope: freeze.scope, ends_at: freeze.ends_at, by: res.locals.principal });
       res.status(201).json(freeze);
@@ -91,6 +92,7 @@ export function freezesRouter(deps: FreezesDeps): Router {
       if (scopeOf(res)) freezeInScope(res, g, await getFreeze(g, id));
       const out = await liftFreeze(g, id);
       res.locals.auditFields = { freeze_id: id, reason: parsed.data.reason, released: out.released };
+      // A freeze is no change handed to the pipeline (the deploys it releases wake in the worker): its own WAIT.
       await deps.changed?.(`freeze ${id} lifted`, [FREEZES_KEY, HOLDS_KEY]);
       deps.logger.info('freeze lifted', { freeze_id: id, by: res.locals.principal, released: out.released.length });
       res.json(out);

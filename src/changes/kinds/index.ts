@@ -1,4 +1,5 @@
 import { UnprocessableError } from '../../shared/errors.js';
+import { registerJobSchema } from '../../shared/jobs.js';
 import type { ApprovalChange } from '../approvals/store.js';
 import type { AnyTarget, Change } from '../types.js';
 import { deployKind } from './deploy.js';
@@ -18,11 +19,13 @@ const byJob = new Map<string, AnyKind>();
 
 export function registerKind(kind: AnyKind): () => void {
   if (byName.has(kind.name)) throw new Error(`a kind of change named ${kind.name} is registered already`);
+  const dropSchema = kind.jobSchema ? registerJobSchema(kind.job, kind.jobSchema) : undefined;
   byName.set(kind.name, kind);
   byJob.set(kind.job, kind);
   return () => {
     byName.delete(kind.name);
     byJob.delete(kind.job);
+    dropSchema?.();
   };
 }
 

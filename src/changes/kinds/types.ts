@@ -73,6 +73,12 @@ export interface ChangeKind<T extends AnyTarget = AnyTarget, D = unknown> {
   /** The records of a dead-lettered job to delete once its retry is queued (a restart's restartedAt). */
   retryClears?(jobId: string): string[];
 
+  // ---- a kind whose job is not one of the catalog's (src/shared/jobs.ts) ----
+  /** Its job's data schema, registered with the catalog by registerKind. */
+  readonly jobSchema?: z.ZodType;
+  /** Its worker handler (the worker's context as the second argument: worker/context.ts). */
+  handle?(data: D, ctx: never): Promise<unknown>;
+
   // ---- its dry run ----
   readonly dryRun: {
     /** The answer's schema (OpenAPI). */

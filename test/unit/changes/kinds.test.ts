@@ -187,9 +187,9 @@ describe("each kind's converters agree: a change rebuilt from its job or its app
 
 /**
  * A third kind, in this test only: a `note` of a namespace, which records what it was asked. Its
- * job is the notification's (the job catalog is closed to kinds registered outside src/); what is
- * proven here is that the pipeline's pure parts (facts, plan, approval records and views, wake,
- * reports) ask the kind and name none.
+ * job is the notification's; what is proven here is that the pipeline's pure parts (facts, plan,
+ * approval records and views, wake, reports) ask the kind and name none. Through the real app and
+ * worker, with a job of its own: test/integration/api/thirdKind.test.ts.
  */
 interface NoteTarget {
   kind: 'note';
