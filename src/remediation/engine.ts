@@ -15,7 +15,7 @@ import { formatDuration } from '../shared/policy.js';
 import { matchesRule, targetAllowed, type RemediationRule } from '../shared/remediations.js';
 import type { AlertmanagerClient } from './alertmanager.js';
 import type { PrometheusClient } from './prometheus.js';
-import { OUTCOMES, type Active, type Decision, type RemediationStore } from './store.js';
+import { OUTCOMES, type Active, type RemediationDecision, type RemediationStore } from './store.js';
 
 /**
  * Alert-driven remediation: a firing alert that matches a rule of the inventory becomes a restart
@@ -65,11 +65,11 @@ export interface RemediationDeps {
   metrics?: RemediationMetrics;
   now: () => number;
   /** The worker's Kubernetes Event of an outcome on the Deployment (absent in the API). */
-  onOutcome?: (a: Active, outcome: Outcome, reason: string) => Promise<void>;
+  onOutcome?: (a: Active, outcome: RemediationOutcome, reason: string) => Promise<void>;
 }
 
 export type RemediationMetrics = Pick<Metrics, 'remediations' | 'remediationsSuppressed' | 'remediationEscalations'>;
-type Outcome = (typeof OUTCOMES)[number];
+type RemediationOutcome = (typeof OUTCOMES)[number];
 
 /** An alert of a notification, as remediation reads it. */
 export interface NotifiedAlert {
@@ -83,7 +83,7 @@ export interface NotifiedAlert {
 export interface Summary {
   rule: string;
   fingerprint: string;
-  decision: Decision['decision'];
+  decision: RemediationDecision['decision'];
   reason: string;
   id: string;
 }
@@ -121,9 +121,9 @@ export const silenceLeaseMs = (rule: Pick<RemediationRule, 'verify' | 'settle'>)
 /** The decisions that stopped a remediation (counted by the guard that did). */
 /** (rule, alert) pairs of one notification decided at once. */
 const NOTIFY_CONCURRENCY = 8;
-const SUPPRESSING: ReadonlySet<Decision['decision']> = new Set(['suppressed', 'refused', 'error']);
+const SUPPRESSING: ReadonlySet<RemediationDecision['decision']> = new Set(['suppressed', 'refused', 'error']);
 /** What every decision about one firing alert says of it. */
-type Base = Omit<Decision, 'at' | 'decision' | 'reason' | 'guard' | 'outcome' | 'job_id' | 'approval_id'>;
+type Base = Omit<RemediationDecision, 'at' | 'decision' | 'reason' | 'guard' | 'outcome' | 'job_id' | 'approval_id'>;
 
 /** Where an alert is confirmed: its name in reasons, the guard of its errors, and whether (since when, ms) it fires. */
 interface Source {
@@ -151,8 +151,10 @@ export function createRemediation(deps: RemediationDeps): Remediation {
   const g = deps.guards;
   const byName = new Map(deps.rules.map((r) => [r.name, r]));
 
-  async function decide(d: Omit<Decision, 'at' | 'job_id' | 'approval_id' | 'outcome' | 'guard'> & Partial<Decision>): Promise<Decision> {
-    const full: Decision = { job_id: null, approval_id: null, outcome: null, guard: null, ...d, at: iso(deps.now()) };
+  async function decide(
+    d: Omit<RemediationDecision, 'at' | 'job_id' | 'approval_id' | 'outcome' | 'guard'> & Partial<RemediationDecision>,
+  ): Promise<RemediationDecision> {
+    const full: RemediationDecision = { job_id: null, approval_id: null, outcome: null, guard: null, ...d, at: iso(deps.now()) };
     if (full.guard && SUPPRESSING.has(full.decision)) deps.metrics?.remediationsSuppressed.inc({ rule: full.rule, guard: full.guard });
     if (full.outcome) deps.metrics?.remediations.inc({ rule: full.rule, outcome: full.outcome });
     logger.info('remediation decision', {
@@ -169,7 +171,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
   }
 
   /** The decision's news to the notification endpoints (report_change, event `remediation`). */
-  async function report(rule: RemediationRule, d: Decision, auditId: string, history?: Array<{ id: string; at: number }>) {
+  async function report(rule: RemediationRule, d: RemediationDecision, auditId: string, history?: Array<{ id: string; at: number }>) {
     await queueReport(g, `report.${d.id}.${d.decision}${d.outcome ? `.${d.outcome}` : ''}`, {
       event: 'remediation',
       change: 'restart',
@@ -245,7 +247,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     auditId: string,
     via: 'notification' | 'check',
     notifiedAt: number,
-  ): Promise<{ d: Decision; againMs?: number }> {
+  ): Promise<{ d: RemediationDecision; againMs?: number }> {
     const now = deps.now();
     const id = newId();
     const alertname = alert.labels.alertname ?? '';
@@ -365,7 +367,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     since: number,
     auditId: string,
     now: number,
-  ): Promise<Decision> {
+  ): Promise<RemediationDecision> {
     const { id, host, namespace, deployment, alertname } = base as Base & { host: string; namespace: string; deployment: string };
     const claim = await store.claim(rule.name, namespace, deployment, id, now, {
       cooldownMs: rule.cooldown * 1000,
@@ -557,7 +559,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
   }
 
   /** Ends a remediation with its outcome: recorded, counted, reported; then it settles (its silence lapses after `settle`). */
-  async function finish(rule: RemediationRule, a: Active, outcome: Outcome, reason: string): Promise<Active> {
+  async function finish(rule: RemediationRule, a: Active, outcome: RemediationOutcome, reason: string): Promise<Active> {
     const now = deps.now();
     const d = await decide({
       id: a.id,
@@ -688,7 +690,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
           await store.putActive(a, activeTtlMs(rule));
         } else if (job.state === 'failed') {
           const result = job.outcome?.result;
-          const outcome: Outcome = result === 'progress_deadline_exceeded' || result === 'refused' ? result : 'failed';
+          const outcome: RemediationOutcome = result === 'progress_deadline_exceeded' || result === 'refused' ? result : 'failed';
           await finish(
             rule,
             a,

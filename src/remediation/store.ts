@@ -89,7 +89,7 @@ export const decisionSchema = z.object({
   job_id: z.string().nullable(),
   approval_id: z.string().nullable(),
 });
-export type Decision = z.infer<typeof decisionSchema>;
+export type RemediationDecision = z.infer<typeof decisionSchema>;
 
 /** The remediation under way for one alert of one rule, until its settle time ends. */
 export interface Active {
@@ -145,8 +145,8 @@ export interface RemediationStore {
   markResolved(rule: string, fingerprint: string, startsAt: number, ttlMs: number): Promise<void>;
   /** Whether a resolved notification came for this firing (startsAt) of the alert. */
   resolved(rule: string, fingerprint: string, startsAt: number): Promise<boolean>;
-  record(d: Decision): Promise<void>;
-  decisions(): Promise<Decision[]>;
+  record(d: RemediationDecision): Promise<void>;
+  decisions(): Promise<RemediationDecision[]>;
   addSilence(id: string): Promise<void>;
   removeSilence(id: string): Promise<void>;
   silences(): Promise<number>;

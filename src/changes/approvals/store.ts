@@ -113,7 +113,7 @@ export function effectiveStatus(a: Approval, now: number): (typeof APPROVAL_VIEW
   return a.status === 'pending' && now >= a.expires_at ? 'expired' : a.status;
 }
 
-export type Decision = 'approve' | 'reject' | 'expire' | 'finish' | 'fail' | 'abandon';
+export type ApprovalAction = 'approve' | 'reject' | 'expire' | 'finish' | 'fail' | 'abandon';
 
 export type DecideVerdict =
   'not_found' | 'decided' | 'expired' | 'pending' | 'self' | 'again' | 'recorded' | 'approving' | 'approved' | 'rejected' | 'failed';
@@ -132,7 +132,7 @@ export interface ApprovalStore {
   decide(
     id: string,
     d: {
-      action: Decision;
+      action: ApprovalAction;
       by: string;
       owner: string;
       credential: string;
