@@ -106,7 +106,6 @@ export function ciDeployChange(inventory: Inventory, req: CiDeployRequest, scope
     },
     requester: req.requester,
     ...(req.reason ? { reason: req.reason } : {}),
-    dryRun: false,
     origin: 'ci',
     auditId: req.auditId,
     ...(scope ? { jobId: `ci-${scope}`, approvalId: approvalIdFor(scope) } : {}),

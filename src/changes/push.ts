@@ -46,7 +46,6 @@ export function pushChange(g: Pick<Guards, 'inventory'>, req: PushRequest): Chan
     },
     requester: req.requester,
     ...(req.reason ? { reason: req.reason } : {}),
-    dryRun: false,
     origin: req.origin,
     auditId: req.auditId,
   };

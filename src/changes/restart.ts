@@ -110,7 +110,6 @@ export function restartChange(
     target: validateRestart(deps.inventory, req.host, req.service),
     requester: req.requester,
     ...(req.reason ? { reason: req.reason } : {}),
-    dryRun: false,
     origin: req.origin ?? 'api',
     auditId: req.auditId,
     ...(scope ? { jobId: `restart-${scope}`, approvalId: approvalIdFor(scope) } : {}),

@@ -96,7 +96,6 @@ export interface Change {
   reason?: string;
   /** Asked for: let a restart through a closed gate (needs a reason). Resolved into an Override by the pipeline. */
   override?: Override;
-  dryRun: boolean;
   origin: Origin;
   auditId: string;
   /**

@@ -51,7 +51,6 @@ export function changeOfJob(inventory: Inventory, c: ChangeJob, jobId: string): 
     requester: requesterOf(c.data),
     ...(reason ? { reason } : {}),
     ...(override ? { override } : {}),
-    dryRun: false,
     origin: 'wake',
     auditId: c.data.audit_id,
     jobId,

@@ -396,7 +396,6 @@ export function createRemediation(deps: RemediationDeps): Remediation {
       target: { kind: 'restart', host, service: deployment, namespace },
       requester: principalOf(rule.name),
       reason: `alert ${alertname} firing since ${iso(since)} (rule ${rule.name})`.slice(0, 500),
-      dryRun: rule.mode === 'dry-run',
       origin: 'remediation',
       auditId,
       ...(rule.approval ? { approval: rule.approval } : {}),

@@ -175,9 +175,12 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
       };
       // dry_run as on POST /ops/restart (the query), or in the body.
       if (dryRunQuery(req.query) || body.data.dry_run) {
-        const answer = await dryRunDeploy(deps.guards, { ...pushChange(deps.guards, request), dryRun: true } as Change & {
-          target: DeployTarget;
-        });
+        const answer = await dryRunDeploy(
+          deps.guards,
+          pushChange(deps.guards, request) as Change & {
+            target: DeployTarget;
+          },
+        );
         res.locals.auditFields = { delivery: id, replay_reason: body.data.reason, dry_run: true, would: answer.would };
         res.json(answer);
         return;

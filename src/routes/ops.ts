@@ -89,7 +89,7 @@ export function opsRouter(deps: OpsDeps): Router {
           ...(opts.reason ? { reason: opts.reason } : {}),
         });
         res.locals.auditFields = { dry_run: true, ...(opts.reason ? { reason: opts.reason } : {}) };
-        const answer = await dryRunRestart(deps.guards, { ...change, dryRun: true }, override);
+        const answer = await dryRunRestart(deps.guards, change, override);
         res.locals.auditFields = { dry_run: true, would: answer.would, admitted: answer.kubernetes.admitted ?? null };
         res.json(answer);
         return;

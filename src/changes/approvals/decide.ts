@@ -67,7 +67,6 @@ export function changeOfApproval(a: Approval): Change {
     },
     ...(a.reason ? { reason: a.reason } : {}),
     ...(override ? { override } : {}),
-    dryRun: false,
     origin: 'approval',
     auditId: a.audit_id,
     jobId: a.id,

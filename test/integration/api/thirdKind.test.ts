@@ -100,11 +100,10 @@ function notesRouter(ways: ChangeWays) {
     const change: Change = {
       target: { kind: 'note', namespace: req.params.namespace, text: typeof req.query.text === 'string' ? req.query.text : '' } as never,
       requester: principalOf(res),
-      dryRun: req.query.dry_run === 'true',
       origin: 'api',
       auditId: res.locals.requestId,
     };
-    if (change.dryRun) {
+    if (req.query.dry_run === 'true') {
       const p = await planChange(ways.guards, change, undefined, true);
       res.json({ change: 'note', would: p.decision.kind });
       return;

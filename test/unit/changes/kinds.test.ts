@@ -93,7 +93,6 @@ const person = { principal: 'key:alice', credential: 'c1', owner: 'alice', owner
 const changeOf = (target: AnyTarget, origin: Origin = 'api', over: Partial<Change> = {}): Change => ({
   target,
   requester: person,
-  dryRun: false,
   origin,
   auditId: 'audit-1',
   ...over,

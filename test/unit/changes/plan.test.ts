@@ -26,7 +26,6 @@ const person = { principal: 'key:alice', credential: 'c1', owner: 'alice', owner
 const change = (target: Target, origin: Origin, over: Partial<Change> = {}): Change => ({
   target,
   requester: person,
-  dryRun: false,
   origin,
   auditId: 'a',
   ...over,

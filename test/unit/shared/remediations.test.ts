@@ -217,7 +217,6 @@ hosts:
   const change = (host: string, service: string, namespace: string, approval?: { required: number; ttl: number }) => ({
     target: { kind: 'restart' as const, host, service, namespace },
     requester: { principal: 'remediation:r', credential: '', owner: 'remediation:r', ownerKnown: true },
-    dryRun: false,
     origin: 'remediation' as const,
     auditId: 'a',
     ...(approval ? { approval } : {}),
