@@ -8,8 +8,8 @@ import { overrideOf, plan } from './plan.js';
 import type { Change, Decision, Facts, Principal } from './types.js';
 
 /**
- * Every way into a restart or deploy (the restart API, every push sender, a delivery's replay, the
- * last approval, a dead letter's retry, and later remediation and CI) calls `submitChange`: the
+ * Every way into a change (the restart API, every push sender, a delivery's replay, the last
+ * approval, a dead letter's retry, remediation, a deploy from CI) calls `submitChange`: the
  * stores' facts, the planner's decision, the executor. A dry run calls `planChange` and carries
  * nothing out. The worker's check of a job waking uses the same planner (src/changes/wake.ts).
  */
