@@ -1,7 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { readdirSync, readFileSync } from 'node:fs';
-import { join, relative } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { changeOfApproval } from '../../../src/changes/approvals/decide.js';
 import type { Approval } from '../../../src/changes/approvals/store.js';
 import { approvalView } from '../../../src/changes/approvals/view.js';
@@ -17,6 +14,7 @@ import { changeJobOf, changeOfJob, planWake } from '../../../src/changes/wake.js
 import { parseInventory } from '../../../src/shared/inventory.js';
 import { JOB, jobDataSchemas } from '../../../src/shared/jobs.js';
 import type { Scope } from '../../../src/shared/scope.js';
+import { processSources as sources } from '../../helpers/sourceFiles.js';
 
 /**
  * Kinds of change are modules (src/changes/kinds/): the planner, executor, approvals, wake, retry,
@@ -25,20 +23,7 @@ import type { Scope } from '../../../src/shared/scope.js';
  * other, and that a kind registered here (one that records what it was asked) goes through the
  * pipeline's pure parts without a line of src/ naming it.
  */
-const root = fileURLToPath(new URL('../../../', import.meta.url));
 const KINDS_DIR = 'src/changes/kinds/';
-
-function sources(): Array<{ path: string; text: string }> {
-  const out: Array<{ path: string; text: string }> = [];
-  for (const dir of ['src', 'worker']) {
-    for (const f of readdirSync(join(root, dir), { recursive: true, encoding: 'utf8' })) {
-      if (!f.endsWith('.ts')) continue;
-      const path = relative(root, join(root, dir, f));
-      out.push({ path, text: readFileSync(join(root, path), 'utf8') });
-    }
-  }
-  return out;
-}
 
 /**
  * A comparison on a kind of change: with a kind's name ('restart', 'deploy') or its job's name

@@ -1,7 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
-import { readdirSync, readFileSync } from 'node:fs';
-import { join, relative } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { processSources as sources, REPO_ROOT } from '../../helpers/sourceFiles.js';
 
 /**
  * One place adds a change's job, whatever its kind: the change pipeline's executor. Every other way
@@ -10,21 +10,8 @@ import { fileURLToPath } from 'node:url';
  * another file names a restart or deploy job, or a kind's job, in an add, or adds to a BullMQ queue
  * behind the producer's back.
  */
-const root = fileURLToPath(new URL('../../../', import.meta.url));
 const EXECUTOR = 'src/changes/execute.ts';
 const PRODUCER = 'src/shared/producer.ts';
-
-function sources(): Array<{ path: string; text: string }> {
-  const out: Array<{ path: string; text: string }> = [];
-  for (const dir of ['src', 'worker']) {
-    for (const f of readdirSync(join(root, dir), { recursive: true, encoding: 'utf8' })) {
-      if (!f.endsWith('.ts')) continue;
-      const path = relative(root, join(root, dir, f));
-      out.push({ path, text: readFileSync(join(root, path), 'utf8') });
-    }
-  }
-  return out;
-}
 
 describe('a single place adds restart and deploy jobs', () => {
   it("only the executor names JOB.restartService, JOB.runDeployPipeline or a kind's job as the name of a job to add", () => {
@@ -42,13 +29,13 @@ describe('a single place adds restart and deploy jobs', () => {
   });
 
   it("the check finds what it looks for (the executor adds a kind's job both ways: coalesced and through the intake)", () => {
-    const text = readFileSync(join(root, EXECUTOR), 'utf8');
+    const text = readFileSync(join(REPO_ROOT, EXECUTOR), 'utf8');
     expect(text.match(/name:\s*kind\.job\b/g)).toHaveLength(2);
   });
 
   it('the kinds name their jobs: restart_service and run_deploy_pipeline', () => {
-    const restart = readFileSync(join(root, 'src/changes/kinds/restart.ts'), 'utf8');
-    const deploy = readFileSync(join(root, 'src/changes/kinds/deploy.ts'), 'utf8');
+    const restart = readFileSync(join(REPO_ROOT, 'src/changes/kinds/restart.ts'), 'utf8');
+    const deploy = readFileSync(join(REPO_ROOT, 'src/changes/kinds/deploy.ts'), 'utf8');
     expect(restart).toMatch(/job:\s*JOB\.restartService\b/);
     expect(deploy).toMatch(/job:\s*JOB\.runDeployPipeline\b/);
   });
