@@ -1,6 +1,6 @@
 import { DRY_RUN_JOB_OPTIONS, JOB, dryRunResultSchema, type DryRunData } from '../shared/jobs.js';
 import type { Guards } from './guards.js';
-import { kindOfChange } from './kinds/index.js';
+import { kindOfChange, type DryRunAsk } from './kinds/index.js';
 import type { DeployDryRun } from './kinds/deploy.js';
 import type { RestartDryRun } from './kinds/restart.js';
 import { planChange, type OverrideAsk } from './pipeline.js';
@@ -30,10 +30,11 @@ export { kubernetesVerdictSchema, type KubernetesVerdict } from './dryRunView.js
  * says what the worker rehearses.
  */
 /** Asks the worker; never throws for what the cluster says, only for a queue that is down (503). */
-async function askWorker(g: Guards, data: DryRunData): Promise<KubernetesVerdict> {
+async function askWorker(g: Guards, data: DryRunData | DryRunAsk): Promise<KubernetesVerdict> {
   if (!g.probe) return { checked: false, reason: 'dry runs against the cluster are not configured in this process' };
   const timeoutMs = g.dryRunTimeoutMs ?? 10_000;
-  const out = await g.probe.run({ name: JOB.dryRun, data, jobOptions: DRY_RUN_JOB_OPTIONS }, timeoutMs);
+  // A registered kind's ask is not in the catalog's type; the dry_run job's schema (jobSchemaOf) parses it.
+  const out = await g.probe.run({ name: JOB.dryRun, data: data as DryRunData, jobOptions: DRY_RUN_JOB_OPTIONS }, timeoutMs);
   let verdict: KubernetesVerdict;
   if (out.state === 'timeout') {
     verdict = {

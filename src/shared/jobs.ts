@@ -308,8 +308,34 @@ export function registerJobSchema(name: string, schema: z.ZodType): () => void {
   return () => registeredSchemas.delete(name);
 }
 
+/**
+ * A dry run of a registered kind whose rehearsal is its own (src/changes/kinds/ registerKind): the
+ * dry_run job's data is the catalog's union or one of these, by its `change`.
+ */
+const registeredDryRuns = new Map<string, z.ZodType>();
+let dryRunSchema: z.ZodType = dryRunData;
+
+function rebuildDryRunSchema(): void {
+  const own = [...registeredDryRuns.values()];
+  dryRunSchema = own.length === 0 ? dryRunData : z.union([dryRunData, ...own]);
+}
+
+/** Registers the dry_run data of a kind named `change` (not restart or deploy); returns its removal. */
+export function registerDryRunSchema(change: string, schema: z.ZodType): () => void {
+  if (registeredDryRuns.has(change) || dryRunData.options.some((o) => o.shape.change.value === change)) {
+    throw new Error(`a dry run of ${change} is registered already`);
+  }
+  registeredDryRuns.set(change, schema);
+  rebuildDryRunSchema();
+  return () => {
+    registeredDryRuns.delete(change);
+    rebuildDryRunSchema();
+  };
+}
+
 /** The data schema of a job of the catalog or registered; undefined for a name nobody knows. */
 export function jobSchemaOf(name: string): z.ZodType | undefined {
+  if (name === JOB.dryRun) return dryRunSchema;
   return Object.hasOwn(jobDataSchemas, name) ? jobDataSchemas[name as JobName] : registeredSchemas.get(name);
 }
 

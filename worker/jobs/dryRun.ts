@@ -8,6 +8,7 @@ import {
   type V1Deployment,
 } from '@kubernetes/client-node';
 import { UnrecoverableError } from 'bullmq';
+import { kindOf, type DryRunAsk } from '../../src/changes/kinds/index.js';
 import { findHost, findProject } from '../../src/shared/inventory.js';
 import type { DryRunData, DryRunResult } from '../../src/shared/jobs.js';
 import type { JobContext } from '../context.js';
@@ -200,14 +201,22 @@ async function dryRunDeploy(data: Extract<DryRunData, { change: 'deploy' }>, ctx
 
 /**
  * Each kind of change's rehearsal (src/changes/kinds/: its dry run names the `change` it asks for),
- * by the kind's name.
+ * by the kind's name: the catalog's here, a registered kind's its own (its `dryRun.rehearsal`).
  */
 const REHEARSALS: { [K in DryRunData['change']]: (data: Extract<DryRunData, { change: K }>, ctx: JobContext) => Promise<DryRunResult> } = {
   restart: dryRunRestart,
   deploy: dryRunDeploy,
 };
 
-export async function dryRun(data: DryRunData, ctx: JobContext): Promise<DryRunResult> {
-  const rehearse = REHEARSALS[data.change] as (data: DryRunData, ctx: JobContext) => Promise<DryRunResult>;
-  return rehearse(data, ctx);
+export async function dryRun(data: DryRunData | DryRunAsk, ctx: JobContext): Promise<DryRunResult> {
+  if (Object.hasOwn(REHEARSALS, data.change)) {
+    const rehearse = REHEARSALS[data.change as DryRunData['change']] as (
+      data: DryRunData | DryRunAsk,
+      ctx: JobContext,
+    ) => Promise<DryRunResult>;
+    return rehearse(data, ctx);
+  }
+  const own = kindOf(data.change).dryRun.rehearsal;
+  if (!own) throw new UnrecoverableError(`a dry run of ${data.change} has no rehearsal`);
+  return own.rehearse(data as never, ctx as never);
 }

@@ -1,12 +1,12 @@
 import { UnprocessableError } from '../../shared/errors.js';
-import { registerJobSchema } from '../../shared/jobs.js';
+import { registerDryRunSchema, registerJobSchema } from '../../shared/jobs.js';
 import type { ApprovalChange } from '../approvals/store.js';
 import type { AnyTarget, Change } from '../types.js';
 import { deployKind } from './deploy.js';
 import { restartKind } from './restart.js';
 import type { AnyKind } from './types.js';
 
-export type { AnyKind, ChangeKind } from './types.js';
+export type { AnyKind, ChangeKind, DryRunAsk } from './types.js';
 
 /**
  * The registry of kinds of change: restart and deploy. The pipeline looks a change's kind up here
@@ -20,12 +20,14 @@ const byJob = new Map<string, AnyKind>();
 export function registerKind(kind: AnyKind): () => void {
   if (byName.has(kind.name)) throw new Error(`a kind of change named ${kind.name} is registered already`);
   const dropSchema = kind.jobSchema ? registerJobSchema(kind.job, kind.jobSchema) : undefined;
+  const dropDryRun = kind.dryRun.rehearsal ? registerDryRunSchema(kind.name, kind.dryRun.rehearsal.schema) : undefined;
   byName.set(kind.name, kind);
   byJob.set(kind.job, kind);
   return () => {
     byName.delete(kind.name);
     byJob.delete(kind.job);
     dropSchema?.();
+    dropDryRun?.();
   };
 }
 

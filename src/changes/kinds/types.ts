@@ -1,6 +1,6 @@
 import type { Inventory } from '../../shared/inventory.js';
 import type { z } from 'zod';
-import type { DryRunData, JobName, ReportChangeData } from '../../shared/jobs.js';
+import type { DryRunData, DryRunResult, JobName, ReportChangeData } from '../../shared/jobs.js';
 import type { ApprovalPolicy } from '../../shared/policy.js';
 import type { ScopeTarget } from '../../shared/scope.js';
 import type { ApprovalChange } from '../approvals/store.js';
@@ -83,8 +83,14 @@ export interface ChangeKind<T extends AnyTarget = AnyTarget, D = unknown> {
   readonly dryRun: {
     /** The answer's schema (OpenAPI). */
     readonly schema: z.ZodType;
-    /** What the worker rehearses (a dry_run job: its server-side dry run of the change). */
-    data(c: Change & { target: T }): DryRunData;
+    /** What the worker rehearses (a dry_run job's data: its server-side dry run of the change), naming the kind as `change`. */
+    data(c: Change & { target: T }): DryRunData | DryRunAsk;
+    /**
+     * A kind whose rehearsal is not one of the catalog's (worker/jobs/dryRun.ts): the schema of what
+     * `data` returns, registered with the dry_run job's schema by registerKind, and the worker's
+     * rehearsal of it (the worker's context as the second argument).
+     */
+    readonly rehearsal?: { readonly schema: z.ZodType; rehearse(data: never, ctx: never): Promise<DryRunResult> };
     /** The answer: the plan's verdicts, and the worker's. `override`: the caller asked to override. */
     answer(
       p: { change: Change & { target: T }; facts: Facts; decision: Decision },
@@ -99,6 +105,9 @@ export interface ChangeKind<T extends AnyTarget = AnyTarget, D = unknown> {
   /** carry `intake`: what the intake is given of the target, and what a hold record names. */
   intake?(t: T): { source?: string; eventId?: string; deliveryId?: string; before?: string; project: string; ref: string };
 }
+
+/** A dry_run job's data for a kind with a rehearsal of its own: its name as `change`, then what it needs. */
+export type DryRunAsk = { change: string } & Record<string, unknown>;
 
 /** Any kind, as the registry hands it out (its methods take any target and job data: bivariant). */
 export type AnyKind = ChangeKind<AnyTarget, unknown>;

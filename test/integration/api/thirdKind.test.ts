@@ -9,7 +9,8 @@ import { gate } from '../../../src/changes/gate.js';
 import { handChange } from '../../../src/changes/hand.js';
 import { registerKind, type ChangeKind } from '../../../src/changes/kinds/index.js';
 import { approvalFieldsOf, requesterFieldsOf } from '../../../src/changes/kinds/common.js';
-import { planChange, submitChange } from '../../../src/changes/pipeline.js';
+import { dryRunChange } from '../../../src/changes/dryRun.js';
+import { submitChange } from '../../../src/changes/pipeline.js';
 import type { Change } from '../../../src/changes/types.js';
 import { principalOf } from '../../../src/routes/principal.js';
 import { OP_KEY, OP_KEY_2, runWorkerUntil, useHarness } from '../../helpers/apiHarness.js';
@@ -41,6 +42,12 @@ const noteData = z.object({
   reason: z.string().optional(),
 });
 type NoteData = z.infer<typeof noteData>;
+
+/** A note's dry run: what the worker's rehearsal is asked. */
+const noteAsk = z.object({ change: z.literal('note'), namespace: z.string(), text: z.string() });
+type NoteAsk = z.infer<typeof noteAsk>;
+/** What the worker's rehearsal was asked, in order. */
+const rehearsed: NoteAsk[] = [];
 
 /** What the worker was asked to carry out, in order. */
 const ran: NoteData[] = [];
@@ -82,8 +89,27 @@ const noteKind: ChangeKind<NoteTarget, NoteData> = {
   approvalView: () => ({ host: null, service: null, project: null, ref: null, override: undefined }),
   dryRun: {
     schema: z.unknown(),
-    data: () => undefined as never,
-    answer: ({ change, decision }) => ({ change: 'note', text: change.target.text, would: decision.kind }),
+    data: (c) => ({ change: 'note', namespace: c.target.namespace, text: c.target.text }),
+    rehearsal: {
+      schema: noteAsk,
+      rehearse: (d: NoteAsk) => {
+        rehearsed.push(d);
+        return Promise.resolve({
+          identity: 'note-rehearsal',
+          object: null,
+          admitted: d.namespace !== 'vault',
+          refused_by: d.namespace === 'vault' ? 'rbac' : null,
+          status: null,
+          message: null,
+        });
+      },
+    },
+    answer: ({ change, decision }, _override, kubernetes) => ({
+      change: 'note',
+      text: change.target.text,
+      would: decision.kind,
+      kubernetes,
+    }),
   },
   intake: (t) => ({ project: `note/${t.namespace}`, ref: t.text, source: 'note', eventId: `note:${t.namespace}:${t.text}` }),
   handle: (d) => {
@@ -104,8 +130,7 @@ function notesRouter(ways: ChangeWays) {
       auditId: res.locals.requestId,
     };
     if (req.query.dry_run === 'true') {
-      const p = await planChange(ways.guards, change, undefined, true);
-      res.json({ change: 'note', would: p.decision.kind });
+      res.json(await dryRunChange(ways.guards, change));
       return;
     }
     const a = await handChange(ways.confirms, res.locals, {
@@ -162,10 +187,21 @@ describe('a kind of change registered by a test only, through every way in', () 
     }
   });
 
-  it('a dry run plans it and carries nothing out', async () => {
-    const res = await note('shop', 'dry', OP_KEY, '&dry_run=true');
-    expect(res.status).toBe(200);
-    expect(res.body).toEqual({ change: 'note', would: 'queue' });
+  it('a dry run: the plan, and the worker’s rehearsal of the kind’s own ask; nothing carried out', async () => {
+    let res: request.Response | undefined;
+    await runWorkerUntil(ctx.h.config.REDIS_URL, async () => {
+      res = await note('shop', 'dry', OP_KEY, '&dry_run=true');
+      return true;
+    });
+    expect(res!.status).toBe(200);
+    expect(res!.body).toEqual({
+      change: 'note',
+      text: 'dry',
+      would: 'queue',
+      kubernetes: expect.objectContaining({ checked: true, identity: 'note-rehearsal', admitted: true, refused_by: null }),
+    });
+    expect(rehearsed).toEqual([{ change: 'note', namespace: 'shop', text: 'dry' }]);
+    expect(ran.some((d) => d.text === 'dry')).toBe(false);
     expect(await ctx.h.queue.bull.getJobCounts('waiting', 'delayed')).toEqual({ waiting: 0, delayed: 0 });
   });
 
