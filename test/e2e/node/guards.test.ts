@@ -262,9 +262,17 @@ describe('guarded changes on a real node', () => {
     expect(approved.body).toMatchObject({ status: 'approved', job_id: id });
     const done = await jobEnds(id, 240_000);
     expect(done).toMatchObject({ state: 'completed', outcome: { result: 'rolled_out', duration_s: expect.any(Number) } });
-    const now = await list('pods', APPS, 'app=pay');
-    expect(now.filter(podReady)).toHaveLength(2);
+    // At `rolled_out` the last old pod may still be terminating (it has a deletionTimestamp and is
+    // listed until the kubelet ends it): the ready pods are all new, and the old ones then go.
+    const now = (await list('pods', APPS, 'app=pay')).filter(podReady);
+    expect(now).toHaveLength(2);
     for (const p of now) expect(oldPods).not.toContain(p.metadata.name);
+    await waitFor(
+      'the old pods gone',
+      async () => !(await list('pods', APPS, 'app=pay')).some((p) => oldPods.includes(p.metadata.name as string)),
+      120_000,
+      1000,
+    );
     const approver = `key:${credentialId(APPROVER_KEY)}`;
     const [restartEvent] = await opsgateEvents('pay', 'OpsgateRestart');
     expect(restartEvent?.note).toContain(`approved by ${approver}`);
