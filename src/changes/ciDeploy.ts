@@ -57,6 +57,8 @@ export interface CiDeployAnswer {
 
 /** The answer, and what this call wrote (for REDIS_MIN_REPLICAS_ACK's take-back; absent for a repeat or a pending approval). */
 export interface CiDeployResult {
+  /** The status the renderer (src/changes/answer.ts) gave it; a repeat under its Idempotency-Key is a deploy's 202. */
+  http: 200 | 202;
   answer: CiDeployAnswer;
   written?: Written;
 }
@@ -135,9 +137,9 @@ export async function submitCiDeploy(deps: CiDeployDeps, req: CiDeployRequest): 
   if (recordKey) {
     const stored = parseStored(await redisCall((r) => r.get(recordKey), deps.redis));
     if (stored && !sameDeploy(stored, req)) throw reused();
-    if (stored) return { answer: stored };
+    if (stored) return { http: 202, answer: stored };
   }
-  const { body: b, written: wrote } = answered(answerChange(await submitChange(deps.guards, change), 202));
+  const { status: http, body: b, written: wrote } = answered(answerChange(await submitChange(deps.guards, change), 202));
   const base = { project: req.project, ref: req.ref, sha: req.sha, event_id: change.target.eventId! };
   const answer: CiDeployAnswer =
     b.status === 'pending_approval'
@@ -159,7 +161,7 @@ export async function submitCiDeploy(deps: CiDeployDeps, req: CiDeployRequest): 
           ...(b.status === 'held' ? { held_until: b.held_until!, held_reasons: b.held_reasons! } : {}),
         };
   const written = wrote ? { ...wrote, keys: [...(wrote.keys ?? []), ...(recordKey ? [recordKey] : [])] } : undefined;
-  const result = (a: CiDeployAnswer): CiDeployResult => ({ answer: a, ...(written && a === answer ? { written } : {}) });
+  const result = (a: CiDeployAnswer): CiDeployResult => ({ http, answer: a, ...(written && a === answer ? { written } : {}) });
   if (!recordKey) return result(answer);
   try {
     // NX: a concurrent call with the same key may have stored first; then its answer wins.

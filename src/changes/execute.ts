@@ -125,10 +125,6 @@ export function refusalError(r: Refusal): ChangeRefusedError | BudgetExhaustedEr
     : new BudgetExhaustedError(r.pool.name, r.detail, Math.max(1, Math.ceil(r.retryMs / 1000)));
 }
 
-/** The refusal of a closed gate, counted, as its error (the last approval's check, before anything is recorded). */
-export const refusal = (g: Guards, c: Change, reasons: GateReason[]): ChangeRefusedError =>
-  refusalError(gateRefusal(g, c, reasons)) as ChangeRefusedError;
-
 export async function execute(g: Guards, change: Change, decision: Decision, now: number, approved?: ApprovedBy): Promise<ChangeResult> {
   switch (decision.kind) {
     case 'refuse':

@@ -94,8 +94,10 @@ export interface RestartDeps {
   guards: Guards;
 }
 
+/** `http`: the status the renderer (src/changes/answer.ts) gave it; a repeat under its Idempotency-Key is a restart's 200. */
 export type RestartAnswer =
-  ({ kind: 'submitted' } & RestartAck) | ({ kind: 'pending_approval'; host: string; service: string } & PendingApproval);
+  | ({ kind: 'submitted'; http: 200 | 202 } & RestartAck)
+  | ({ kind: 'pending_approval'; http: 200 | 202; host: string; service: string } & PendingApproval);
 
 const reused = () =>
   new UnprocessableError('this Idempotency-Key was already used for a restart of another host or service', 'idempotency_key_reused');
@@ -127,7 +129,7 @@ export async function submitRestart(deps: RestartDeps, req: RestartRequest): Pro
     const stored = parseStored(await redisCall((r) => r.get(recordKey), deps.redis));
     if (stored && (stored.host !== host || stored.service !== service)) throw reused();
     if (stored && !stored.approval_id) {
-      return { kind: 'submitted', host, service, status: 'submitted', job_id: stored.job_id, coalesced: stored.coalesced };
+      return { kind: 'submitted', http: 200, host, service, status: 'submitted', job_id: stored.job_id, coalesced: stored.coalesced };
     }
     // A pending approval of the key's first call, for another target (its answer was not stored).
     if (!stored && hostPolicy(deps.inventory, host).approval) {
@@ -137,12 +139,12 @@ export async function submitRestart(deps: RestartDeps, req: RestartRequest): Pro
     }
   }
 
-  const { body: b } = answered(answerChange(await submitChange(deps.guards, change, ask), 200));
+  const { status: http, body: b } = answered(answerChange(await submitChange(deps.guards, change, ask), 200));
   if (b.status === 'pending_approval') {
     await remember(deps, recordKey, { host, service, job_id: b.job_id, coalesced: false, approval_id: b.approval_id! });
-    return { kind: 'pending_approval', host, service, ...pendingAnswer(b) };
+    return { kind: 'pending_approval', http, host, service, ...pendingAnswer(b) };
   }
-  return remember(deps, recordKey, { host, service, job_id: b.job_id, coalesced: b.coalesced });
+  return { ...(await remember(deps, recordKey, { host, service, job_id: b.job_id, coalesced: b.coalesced })), http };
 }
 
 /** 202's body of a change that waits for approval. */
@@ -161,7 +163,7 @@ async function remember(
   deps: RestartDeps,
   recordKey: string | undefined,
   answer: StoredAnswer,
-): Promise<RestartAnswer & { kind: 'submitted' }> {
+): Promise<Omit<RestartAnswer & { kind: 'submitted' }, 'http'>> {
   const { host, service } = answer;
   let kept = answer;
   if (recordKey) {

@@ -128,7 +128,7 @@ export function deploysRouter(deps: DeploysDeps): Router {
       if (entry) requireInScope(res, { kind: 'project', project: target.project, namespace: entry.namespace });
       const idempotencyKey = idempotencyKeyOf(req.get('idempotency-key'));
       const requester = principalOf(res);
-      const { answer } = await handChange(deps, res.locals, {
+      const { http, answer } = await handChange(deps, res.locals, {
         submit: () =>
           submitCiDeploy(deps, {
             ...target,
@@ -153,7 +153,7 @@ export function deploysRouter(deps: DeploysDeps): Router {
             ? { wrote: 'approval', approvalId: answer.approval_id!, event: 'requested' }
             : { wrote: 'job', ...(written ? { written } : {}) },
       });
-      res.status(202).json(answer);
+      res.status(http).json(answer);
     })
     .all(methodNotAllowed(['POST']));
 

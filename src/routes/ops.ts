@@ -129,13 +129,8 @@ export function opsRouter(deps: OpsDeps): Router {
                   },
                 },
       });
-      if (ack.kind === 'pending_approval') {
-        const { kind: _kind, ...answer } = ack;
-        res.status(202).json(answer);
-        return;
-      }
-      const { kind: _kind, ...answer } = ack;
-      res.json(answer);
+      const { kind: _kind, http, ...answer } = ack;
+      res.status(http).json(answer);
     })
     .all(methodNotAllowed(['POST']));
 

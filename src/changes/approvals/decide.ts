@@ -1,7 +1,7 @@
 import { ConflictError, ForbiddenError, NotFoundError, UnprocessableError } from '../../shared/errors.js';
 import { redisCall } from '../../domain/redisOps.js';
 import { answerChange, answered, type ChangeBody } from '../answer.js';
-import { refusal, targetFields, type ApprovedBy } from '../execute.js';
+import { gateRefusal, targetFields, type ApprovedBy } from '../execute.js';
 import { queueReport, type Guards } from '../guards.js';
 import { planChange, submitChange, type OverrideAsk } from '../pipeline.js';
 import { kindOfApproval } from '../kinds/index.js';
@@ -143,7 +143,7 @@ export async function decideApproval(g: Guards, req: DecisionRequest): Promise<D
   if (last) {
     // The last approval lets the change through now: a closed gate refuses it before anything is recorded.
     const p = await planChange(g, changeOfApproval(current), ask);
-    if (p.decision.kind === 'refuse') throw refusal(g, p.change, p.decision.reasons);
+    if (p.decision.kind === 'refuse') answered(answerChange({ refusal: gateRefusal(g, p.change, p.decision.reasons) }, 200));
   }
 
   let a = current;

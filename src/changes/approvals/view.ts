@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { kindOfApproval } from '../kinds/index.js';
+import { kindOfApproval, kinds } from '../kinds/index.js';
 import { APPROVAL_VIEW_STATES, effectiveStatus, type Approval } from './store.js';
 
 /**
@@ -15,7 +15,8 @@ const person = { by: z.string(), owner: z.string().nullable(), credential: z.str
 export const approvalViewSchema = z.object({
   id: z.string().describe('also the id of the job it lets through (GET /ops/jobs/{id})'),
   status: z.enum(APPROVAL_VIEW_STATES),
-  change: z.enum(['restart', 'deploy']),
+  // The registry's kinds (src/changes/kinds/): this schema documents the answer, nothing parses it.
+  change: z.enum(kinds().map((k) => k.name) as [string, ...string[]]),
   host: z.string().nullable(),
   service: z.string().nullable(),
   project: z.string().nullable(),
