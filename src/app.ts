@@ -13,8 +13,8 @@ import { requestId } from './middleware/context.js';
 import { errorHandler, notFound } from './middleware/errors.js';
 import { observe } from './middleware/observe.js';
 import { ADMIN_BASE_PATH, createAdminRouter } from './routes/admin.js';
-import { approvalsRouter } from './changes/approvals/routes.js';
-import { freezesRouter } from './changes/freezes/routes.js';
+import { approvalsRouter } from './routes/approvals.js';
+import { freezesRouter } from './routes/freezes.js';
 import { deliveriesRouter } from './routes/deliveries.js';
 import { healthRouter } from './routes/health.js';
 import { jobsRouter } from './routes/jobs.js';
@@ -23,7 +23,7 @@ import { openapiRouter } from './openapi/router.js';
 import { opsRouter } from './routes/ops.js';
 import { remediationSources } from './remediation/sources.js';
 import { createRemediation } from './remediation/engine.js';
-import { remediationsRouter } from './remediation/routes.js';
+import { remediationsRouter } from './routes/remediation.js';
 import { remediationBudgetUses } from './remediation/budgets.js';
 import { createRemediationStore, OUTCOMES, SUPPRESSION_GUARDS } from './remediation/store.js';
 import { deploysRouter } from './routes/deploys.js';
@@ -37,7 +37,7 @@ import type { Inventory } from './shared/inventory.js';
 import type { SenderSecrets } from './shared/liveSecrets.js';
 import type { Logger } from './shared/logger.js';
 import type { Metrics } from './shared/metrics.js';
-import type { OpsQueue } from './shared/queue.js';
+import type { OpsQueue } from './api/queue.js';
 
 /**
  * The API as an Express app, with every dependency passed in (nothing listens here; only

@@ -19,7 +19,7 @@ import type { ApiConfig } from '../shared/config.js';
 import { ConflictError, ForbiddenError, NotFoundError, UnprocessableError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
-import type { DeadLetters } from '../shared/deadLetters.js';
+import type { DeadLetters } from '../api/deadLetters.js';
 import { principalOf } from './principal.js';
 import { LISTABLE_STATES, type JobReads } from '../shared/jobReads.js';
 import { decodeCursor, encodeCursor, nextCursorSchema, pageQueryShape } from './paging.js';

@@ -1,27 +1,27 @@
-import { invalidInput, parseQuery } from '../../routes/invalid.js';
+import { invalidInput, parseQuery } from './invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
-import { kindOfApproval } from '../kinds/index.js';
-import { handChange } from '../hand.js';
-import { decideApproval } from './decide.js';
-import { approvalView, approvalViewSchema, decisionBodySchema, type DecisionAnswer } from './view.js';
-import { principalOf } from '../../routes/principal.js';
-import type { Guards } from '../guards.js';
-import type { ConfirmChange } from '../../domain/replication.js';
-import { redisCall } from '../../domain/redisOps.js';
-import { requireApiKey, type ApiKeyPolicy } from '../../middleware/auth.js';
-import { parseJson, rawBody } from '../../middleware/body.js';
-import { methodNotAllowed } from '../../middleware/errors.js';
-import { requireInScope, scopeOf } from '../../middleware/scope.js';
-import type { ApiConfig } from '../../shared/config.js';
-import { approvalKey } from '../../shared/keys.js';
-import { NotFoundError, UnprocessableError } from '../../shared/errors.js';
-import type { Logger } from '../../shared/logger.js';
-import type { Metrics } from '../../shared/metrics.js';
-import { keysetPage, nextCursorSchema, pageQueryShape } from '../../routes/paging.js';
+import { kindOfApproval } from '../changes/kinds/index.js';
+import { handChange } from '../changes/hand.js';
+import { decideApproval } from '../changes/approvals/decide.js';
+import { approvalView, approvalViewSchema, decisionBodySchema, type DecisionAnswer } from '../changes/approvals/view.js';
+import { principalOf } from './principal.js';
+import type { Guards } from '../changes/guards.js';
+import type { ConfirmChange } from '../domain/replication.js';
+import { redisCall } from '../domain/redisOps.js';
+import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
+import { parseJson, rawBody } from '../middleware/body.js';
+import { methodNotAllowed } from '../middleware/errors.js';
+import { requireInScope, scopeOf } from '../middleware/scope.js';
+import type { ApiConfig } from '../shared/config.js';
+import { approvalKey } from '../shared/keys.js';
+import { NotFoundError, UnprocessableError } from '../shared/errors.js';
+import type { Logger } from '../shared/logger.js';
+import type { Metrics } from '../shared/metrics.js';
+import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
 
 /**
- * Four-eyes approvals (./decide.ts):
+ * Four-eyes approvals (src/changes/approvals/decide.ts):
  * - GET /ops/approvals (any valid key): the pending approvals, soonest expiry first, paged with
  *   limit and cursor (src/routes/paging.ts);
  * - GET /ops/approvals/:id (any valid key): one approval, whatever became of it;

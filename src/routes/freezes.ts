@@ -1,4 +1,4 @@
-import { invalidInput, parseQuery } from '../../routes/invalid.js';
+import { invalidInput, parseQuery } from './invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import {
@@ -11,24 +11,24 @@ import {
   liftFreeze,
   listFreezes,
   listHolds,
-} from './service.js';
-import type { Guards } from '../guards.js';
-import type { ConfirmChange } from '../../domain/replication.js';
-import { requireApiKey, type ApiKeyPolicy } from '../../middleware/auth.js';
-import { parseJson, rawBody } from '../../middleware/body.js';
-import { methodNotAllowed } from '../../middleware/errors.js';
-import { requireInScope, scopeOf } from '../../middleware/scope.js';
-import { projectNamespace } from '../guards.js';
-import type { ApiConfig } from '../../shared/config.js';
-import { ForbiddenError } from '../../shared/errors.js';
-import type { JobReads } from '../../shared/jobReads.js';
-import { FREEZES_KEY, HOLDS_KEY } from '../../shared/keys.js';
-import type { Logger } from '../../shared/logger.js';
-import type { Metrics } from '../../shared/metrics.js';
-import { keysetPage, nextCursorSchema, pageQueryShape } from '../../routes/paging.js';
+} from '../changes/freezes/service.js';
+import type { Guards } from '../changes/guards.js';
+import type { ConfirmChange } from '../domain/replication.js';
+import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
+import { parseJson, rawBody } from '../middleware/body.js';
+import { methodNotAllowed } from '../middleware/errors.js';
+import { requireInScope, scopeOf } from '../middleware/scope.js';
+import { projectNamespace } from '../changes/guards.js';
+import type { ApiConfig } from '../shared/config.js';
+import { ForbiddenError } from '../shared/errors.js';
+import type { JobReads } from '../shared/jobReads.js';
+import { FREEZES_KEY, HOLDS_KEY } from '../shared/keys.js';
+import type { Logger } from '../shared/logger.js';
+import type { Metrics } from '../shared/metrics.js';
+import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
 
 /**
- * Freezes and holds (./service.ts):
+ * Freezes and holds (src/changes/freezes/service.ts):
  * - GET /ops/freezes, GET /ops/freezes/:id (any valid key): the freezes not yet ended, soonest end
  *   first, paged with limit and cursor (src/routes/paging.ts);
  * - POST /ops/freezes (operator key): declare one; DELETE /ops/freezes/:id (operator key, body
