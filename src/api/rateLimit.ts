@@ -83,7 +83,7 @@ export function createRateCounter(opts: RateCounterOptions): RateCounter {
   };
 
   /** Over the limit -> the 429 error; within it -> undefined. */
-  const decide = (reply: unknown): TooManyRequestsError | undefined => {
+  const refusalOf = (reply: unknown): TooManyRequestsError | undefined => {
     const [count, ttl] = reply as [number, number];
     if (Number(count) <= rps) return undefined;
     metrics?.rateLimited.inc();
@@ -93,7 +93,7 @@ export function createRateCounter(opts: RateCounterOptions): RateCounter {
 
   // A late answer after the fail-open is ignored: each hit fails open (and is counted) once.
   const hit = (key: string): Promise<TooManyRequestsError | undefined> =>
-    withFallback(send(key).then(decide), timeoutMs, (): TooManyRequestsError | undefined => {
+    withFallback(send(key).then(refusalOf), timeoutMs, (): TooManyRequestsError | undefined => {
       onRedisError(new Error(`rate limit: Redis did not answer within ${timeoutMs} ms`));
       return undefined;
     }).catch((err: unknown) => {

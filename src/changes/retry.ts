@@ -2,7 +2,7 @@ import { jobSchemaOf } from '../shared/jobs.js';
 import { UnprocessableError } from '../shared/errors.js';
 import type { ChangeRetry } from '../api/deadLetters.js';
 import type { JobReads } from '../shared/jobReads.js';
-import type { Guards } from './guards.js';
+import type { Pipeline } from './deps.js';
 import { answerChange, answered } from './answer.js';
 import { submitChange } from './pipeline.js';
 import { kindOfJob } from './kinds/index.js';
@@ -15,12 +15,12 @@ import { changeOfJob, type ChangeJobData } from './wake.js';
  * every guard as a new request would (freezes, windows, budget, approval) and carries no override
  * of the old job: whoever overrode a gate then did not override today's.
  */
-export function changeRetry(g: Guards, jobs: Pick<JobReads, 'get'>): ChangeRetry {
+export function changeRetry(g: Pipeline, jobs: Pick<JobReads, 'get'>): ChangeRetry {
   return { carries: (name) => kindOfJob(name) !== undefined, retry: (job, by) => retry(g, jobs, job, by) };
 }
 
 async function retry(
-  g: Guards,
+  g: Pipeline,
   jobs: Pick<JobReads, 'get'>,
   job: Parameters<ChangeRetry['retry']>[0],
   by: Parameters<ChangeRetry['retry']>[1],
