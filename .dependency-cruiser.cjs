@@ -3,15 +3,19 @@
  *
  *   src/server.ts, src/app.ts        wiring: may import anything below
  *   src/openapi/                     describes the routes (reads their schemas); nothing imports it but the wiring
- *   src/routes/                      HTTP: may use changes, domain, middleware, shared
- *   src/remediation/                 alert-driven remediation: a way into the change pipeline (engine, its store,
- *                                    script and Alertmanager client); its routes.ts is HTTP
- *   src/changes/                     the change pipeline (planner, executor, its stores, scripts and views); its
- *                                    routes (src/changes/<concept>/routes.ts) are HTTP and may use middleware
- *   src/domain/   src/middleware/    intake and operations / request plumbing: shared and sources, never each other
- *   src/sources/                     the webhook senders as data: src/shared only
- *   src/shared/                      the floor: imports nothing of opsgate above it (but the senders' secret list)
- *   worker/                          the other process: src/shared, src/changes and src/remediation (never their routes)
+ *   src/routes/                      every HTTP route: may use changes, remediation, domain, middleware, api, shared
+ *   src/middleware/                  request plumbing: api, sources, shared
+ *   src/remediation/                 alert-driven remediation: a way into the change pipeline
+ *   src/changes/                     the change pipeline (planner, executor, its stores, scripts and views)
+ *   src/domain/                      intake and operations
+ *   src/sources/                     the webhook senders as data
+ *   src/api/                         the API process's own modules that are not HTTP (its queue, dead letters, rate counting,
+ *                                    credential reload): never reached from worker/
+ *   src/shared/                      what both processes load: every module of it is reached from worker/index.ts
+ *   worker/                          the other process: src/shared, src/changes and src/remediation
+ *
+ * Express is known to src/routes, src/middleware, src/openapi and the wiring only: the domain folders
+ * (changes, domain, remediation, sources) take values, not requests.
  */
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {
@@ -24,27 +28,53 @@ module.exports = {
       to: { circular: true },
     },
     {
+      name: 'express-is-http',
+      severity: 'error',
+      comment: 'Only the HTTP side (routes, middleware, the OpenAPI router, the wiring) knows Express.',
+      from: { pathNot: '^src/(routes|middleware|openapi)/|^src/(app|server)\\.ts$' },
+      to: { path: 'node_modules/(@types/)?express/' },
+    },
+    {
+      name: 'nothing-in-src-imports-the-worker',
+      severity: 'error',
+      comment: 'worker/ is the other process: src/ never depends on it.',
+      from: { path: '^src/' },
+      to: { path: '^worker/' },
+    },
+    {
       name: 'shared-is-the-floor',
       severity: 'error',
-      comment: 'src/shared is used by both processes and imports nothing of opsgate above it.',
+      comment: "src/shared imports nothing of src/ outside it but the senders' declarations (their secrets' variables).",
       from: { path: '^src/shared/' },
-      to: { path: '^(src/(changes|remediation|domain|middleware|routes|openapi)/|src/(app|server)\\.ts$|worker/)' },
+      to: { path: '^src/', pathNot: '^src/(shared|sources)/' },
     },
     {
-      name: 'changes-below-http',
+      name: 'shared-is-used-by-both',
       severity: 'error',
-      comment: 'The change pipeline takes values, not HTTP: only its routes know Express plumbing.',
-      from: { path: '^src/changes/', pathNot: '/routes\\.ts$' },
-      to: { path: '^(src/(middleware|routes|openapi)/|src/(app|server)\\.ts$|worker/|src/changes/.*/routes\\.ts$)' },
+      comment: "A module of src/shared the worker never loads belongs to the API: src/api/ (or its concept's folder).",
+      from: { path: '^worker/index\\.ts$' },
+      to: { path: '^src/shared/.+\\.ts$', reachable: false },
     },
     {
-      name: 'remediation-below-http',
+      name: 'api-is-not-the-worker',
       severity: 'error',
-      comment: 'Remediation takes values, not HTTP: only its routes know Express plumbing; the pipeline never reaches back into it.',
-      from: { path: '^src/remediation/', pathNot: '/routes\\.ts$' },
-      to: {
-        path: '^(src/(middleware|routes|openapi)/|src/(app|server)\\.ts$|worker/|src/remediation/routes\\.ts$|src/changes/.*/routes\\.ts$)',
-      },
+      comment: 'src/api holds what the API process alone loads.',
+      from: { path: '^worker/index\\.ts$' },
+      to: { path: '^src/api/', reachable: true },
+    },
+    {
+      name: 'api-below-http',
+      severity: 'error',
+      comment: "The API's own modules take values: no HTTP plumbing, routes or wiring.",
+      from: { path: '^src/api/' },
+      to: { path: '^src/(changes|remediation|domain|middleware|routes|openapi)/|^src/(app|server)\\.ts$' },
+    },
+    {
+      name: 'domain-folders-below-http',
+      severity: 'error',
+      comment: 'Every HTTP route lives in src/routes: the domain folders know nothing of routes, middleware or their description.',
+      from: { path: '^src/(changes|domain|remediation|sources)/' },
+      to: { path: '^src/(middleware|routes|openapi)/|^src/(app|server)\\.ts$' },
     },
     {
       name: 'changes-do-not-remediate',
@@ -63,49 +93,36 @@ module.exports = {
     {
       name: 'sources-are-data',
       severity: 'error',
-      comment: 'A webhook sender is a declaration over src/shared: it knows nothing of HTTP plumbing, the intake or the routes.',
+      comment: 'A webhook sender is a declaration over src/shared: it knows nothing of the intake, the pipeline or the API.',
       from: { path: '^src/sources/' },
-      to: { path: '^(src/(domain|middleware|routes|openapi)/|src/(app|server)\\.ts$|worker/)' },
-    },
-    {
-      name: 'domain-below-http',
-      severity: 'error',
-      comment: 'The domain knows nothing of Express plumbing, routes or their description.',
-      from: { path: '^src/domain/' },
-      to: { path: '^(src/(middleware|routes|openapi)/|src/(app|server)\\.ts$|worker/)' },
+      to: { path: '^src/', pathNot: '^src/(shared|sources)/' },
     },
     {
       name: 'middleware-below-routes',
       severity: 'error',
-      comment: 'Middleware is request plumbing over src/shared; what it needs of the domain belongs in src/shared.',
+      comment: 'Middleware is request plumbing over src/api and src/shared; what it needs of the domain belongs in src/shared.',
       from: { path: '^src/middleware/' },
-      to: { path: '^(src/(domain|routes|openapi)/|src/(app|server)\\.ts$|worker/)' },
+      to: { path: '^src/(domain|changes|remediation|routes|openapi)/|^src/(app|server)\\.ts$' },
     },
     {
       name: 'routes-do-not-import-their-description',
       severity: 'error',
       comment: 'src/openapi reads the routes; the routes never import it back.',
       from: { path: '^src/routes/' },
-      to: { path: '^(src/openapi/|src/(app|server)\\.ts$|worker/)' },
+      to: { path: '^src/openapi/|^src/(app|server)\\.ts$' },
     },
     {
       name: 'openapi-below-wiring',
       severity: 'error',
       from: { path: '^src/openapi/' },
-      to: { path: '^(src/(app|server)\\.ts$|worker/)' },
+      to: { path: '^src/(app|server)\\.ts$' },
     },
     {
-      name: 'worker-uses-shared-only',
+      name: 'worker-uses-shared-and-the-pipeline',
       severity: 'error',
       comment: 'The worker shares src/shared and the change pipeline with the API, and nothing of its HTTP side.',
       from: { path: '^worker/' },
       to: { path: '^src/', pathNot: '^src/(shared|changes|remediation)/' },
-    },
-    {
-      name: 'worker-not-http',
-      severity: 'error',
-      from: { path: '^worker/' },
-      to: { path: '^src/(changes/.*/|remediation/)routes\\.ts$' },
     },
   ],
   options: {

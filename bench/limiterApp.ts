@@ -1,7 +1,7 @@
 /**
  * In `make bench`: the rate limiter alone, in front of the smallest webhook
  * handler (express.json() + 202), on the API's own request-profile Redis connection. LIMITER:
- * - "hand": src/middleware/rateLimit.ts over src/shared/rateLimit.ts (its Lua INCR + PEXPIRE, fail open), as the
+ * - "hand": src/middleware/rateLimit.ts over src/api/rateLimit.ts (its Lua INCR + PEXPIRE, fail open), as the
  *   API mounts it;
  * - "rlf": rate-limiter-flexible's RateLimiterRedis with a RateLimiterMemory insurance limiter
  *   (fail open to the in-process count, as this service chose), 429 when it rejects.

@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import type { HostStatusProvider } from './domain/hostStatus.js';
 import { createDeliveryLog, type DeliveryLog } from './domain/deliveries.js';
 import { changeRetry } from './changes/retry.js';
-import { createGuards, type Guards } from './changes/guards.js';
+import { createPipeline, type Pipeline } from './changes/deps.js';
 import type { Confirms } from './changes/hand.js';
 import { requireApiKey, type ApiKeyPolicy } from './middleware/auth.js';
 import { createIntake } from './domain/intake.js';
@@ -13,8 +13,8 @@ import { requestId } from './middleware/context.js';
 import { errorHandler, notFound } from './middleware/errors.js';
 import { observe } from './middleware/observe.js';
 import { ADMIN_BASE_PATH, createAdminRouter } from './routes/admin.js';
-import { approvalsRouter } from './changes/approvals/routes.js';
-import { freezesRouter } from './changes/freezes/routes.js';
+import { approvalsRouter } from './routes/approvals.js';
+import { freezesRouter } from './routes/freezes.js';
 import { deliveriesRouter } from './routes/deliveries.js';
 import { healthRouter } from './routes/health.js';
 import { jobsRouter } from './routes/jobs.js';
@@ -23,7 +23,7 @@ import { openapiRouter } from './openapi/router.js';
 import { opsRouter } from './routes/ops.js';
 import { remediationSources } from './remediation/sources.js';
 import { createRemediation } from './remediation/engine.js';
-import { remediationsRouter } from './remediation/routes.js';
+import { remediationsRouter } from './routes/remediation.js';
 import { remediationBudgetUses } from './remediation/budgets.js';
 import { createRemediationStore, OUTCOMES, SUPPRESSION_GUARDS } from './remediation/store.js';
 import { deploysRouter } from './routes/deploys.js';
@@ -37,7 +37,7 @@ import type { Inventory } from './shared/inventory.js';
 import type { SenderSecrets } from './shared/liveSecrets.js';
 import type { Logger } from './shared/logger.js';
 import type { Metrics } from './shared/metrics.js';
-import type { OpsQueue } from './shared/queue.js';
+import type { OpsQueue } from './api/queue.js';
 
 /**
  * The API as an Express app, with every dependency passed in (nothing listens here; only
@@ -45,7 +45,7 @@ import type { OpsQueue } from './shared/queue.js';
  */
 /** What a way in of a kind of change registered beyond restart and deploy is given (AppDeps.changeRoutes). */
 export interface ChangeWays {
-  guards: Guards;
+  pipeline: Pipeline;
   /** Its REDIS_MIN_REPLICAS_ACK, for handChange (src/changes/hand.ts). */
   confirms: Confirms;
   apiKeyPolicy: ApiKeyPolicy;
@@ -143,8 +143,8 @@ export function createApp(deps: AppDeps): Express {
     logger: deps.logger,
     ...(deps.now ? { now: deps.now } : {}),
   });
-  // Guarded changes: one set of stores and one clock for every route that changes something.
-  const guards = createGuards({
+  // The change pipeline: one set of stores and one clock for every way in of a change.
+  const pipeline = createPipeline({
     inventory: deps.inventory,
     redis: deps.redis,
     producer: deps.queue.producer,
@@ -172,13 +172,13 @@ export function createApp(deps: AppDeps): Express {
     rules.map((r) => r.name),
     { outcomes: OUTCOMES, guards: SUPPRESSION_GUARDS },
     () => remediationStore.silences(),
-    () => remediationBudgetUses(deps.inventory, guards.budgets, Date.now()),
+    () => remediationBudgetUses(deps.inventory, pipeline.budgets, Date.now()),
   );
   const remediation =
     rules.length === 0
       ? undefined
       : createRemediation({
-          guards,
+          pipeline,
           rules,
           store: remediationStore,
           ...remediationSources(deps.config, deps.logger),
@@ -194,7 +194,7 @@ export function createApp(deps: AppDeps): Express {
       deliveries,
       replicated,
       changed,
-      guards,
+      pipeline,
       ...(remediation ? { remediation } : {}),
       ...(deps.config.TLS_CLIENT_CA_FILE
         ? { alertsClientCertificate: requireClientCertificate(deps.metrics, () => allowedNames.current()) }
@@ -206,17 +206,17 @@ export function createApp(deps: AppDeps): Express {
   const oidc = deps.config.oidc?.configured
     ? createOidcVerifier({ settings: deps.config.oidc, metrics: deps.metrics, logger: deps.logger })
     : undefined;
-  app.use(opsRouter({ ...deps, hostStatus: deps.hostStatus, replicated, changed, apiKeyPolicy, guards, ...(oidc ? { oidc } : {}) }));
-  app.use(deploysRouter({ ...deps, replicated, changed, apiKeyPolicy, guards, ...(oidc ? { oidc } : {}) }));
-  app.use(approvalsRouter({ ...deps, guards, apiKeyPolicy, changed }));
-  app.use(freezesRouter({ ...deps, guards, jobs: deps.queue.jobs, apiKeyPolicy, changed }));
+  app.use(opsRouter({ ...deps, hostStatus: deps.hostStatus, replicated, changed, apiKeyPolicy, pipeline, ...(oidc ? { oidc } : {}) }));
+  app.use(deploysRouter({ ...deps, replicated, changed, apiKeyPolicy, pipeline, ...(oidc ? { oidc } : {}) }));
+  app.use(approvalsRouter({ ...deps, pipeline, approvals: pipeline.approvals, now: pipeline.now, apiKeyPolicy, changed }));
+  app.use(freezesRouter({ ...deps, pipeline, jobs: deps.queue.jobs, apiKeyPolicy, changed }));
   app.use(keysRouter({ ...deps, usage: keyUsage, apiKeyPolicy }));
   app.use(
     remediationsRouter({
       ...deps,
       store: remediationStore,
       apiKeyPolicy,
-      budgetUses: () => remediationBudgetUses(deps.inventory, guards.budgets, (deps.now ?? Date.now)()),
+      budgetUses: () => remediationBudgetUses(deps.inventory, pipeline.budgets, (deps.now ?? Date.now)()),
     }),
   );
   const retryReplicated = retryReplicationGate({
@@ -225,10 +225,10 @@ export function createApp(deps: AppDeps): Express {
     minReplicas: deps.config.REDIS_MIN_REPLICAS_ACK,
     timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
   });
-  app.use(deliveriesRouter({ ...deps, deliveries, intake, replicated, changed, apiKeyPolicy, guards }));
+  app.use(deliveriesRouter({ ...deps, deliveries, intake, replicated, changed, apiKeyPolicy, pipeline }));
   // Dead letters: a restart's or deploy's retry is a new change through the pipeline, from the API and Bull Board alike.
-  const deadLetters = deps.queue.deadLetters(changeRetry(guards, deps.queue.jobs));
-  app.use(jobsRouter({ ...deps, jobs: deps.queue.jobs, deadLetters, retryReplicated, apiKeyPolicy, guards }));
+  const deadLetters = deps.queue.deadLetters(changeRetry(pipeline, deps.queue.jobs));
+  app.use(jobsRouter({ ...deps, jobs: deps.queue.jobs, deadLetters, retryReplicated, apiKeyPolicy, changeRecords: pipeline }));
   app.use(openapiRouter({ version: deps.version, adminUI: deps.config.ADMIN_UI_ENABLED }));
   // Bull Board (operator only, audited): src/routes/admin.ts.
   if (deps.config.ADMIN_UI_ENABLED) {
@@ -247,7 +247,7 @@ export function createApp(deps: AppDeps): Express {
 
   if (deps.changeRoutes) {
     const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', apiKeyPolicy);
-    app.use(deps.changeRoutes({ guards, confirms: { replicated, changed, retryReplicated }, apiKeyPolicy, operatorKey }));
+    app.use(deps.changeRoutes({ pipeline, confirms: { replicated, changed, retryReplicated }, apiKeyPolicy, operatorKey }));
   }
   app.use(notFound);
   app.use(webhookFailures({ deliveries }));

@@ -9,7 +9,7 @@ import { expiredKeyWarnings, weakCredentialWarnings } from './shared/apiKeys.js'
 import { absentSecretFileWarnings } from './shared/secrets.js';
 import { clientCertificateWarnings, createAllowedNames, parseAllowedNamesFile } from './shared/clientNames.js';
 import { reportConfigError } from './shared/configReport.js';
-import { watchCredentials } from './shared/credentialReload.js';
+import { watchCredentials } from './api/credentialReload.js';
 import { ConfigError } from './shared/errors.js';
 import { findKubeConfig, kubeConfigFromEnv, NoKubeConfigError } from './shared/kubeconfig.js';
 import { loadInventory } from './shared/inventory.js';
@@ -22,7 +22,7 @@ import { startMetricsServer } from './shared/metricsServer.js';
 import { jsonClientErrors } from './middleware/clientError.js';
 import { createRateLimiter } from './middleware/rateLimit.js';
 import { createFreezeStore, watchFreezes } from './changes/freezes/store.js';
-import { createOpsQueue } from './shared/queue.js';
+import { createOpsQueue } from './api/queue.js';
 import { createRedis, redisPasswords } from './shared/redis.js';
 import { connectRedis, markClosing } from './shared/redisConnection.js';
 import { shutdownBudget } from './shared/shutdown.js';

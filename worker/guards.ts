@@ -4,7 +4,7 @@ import { createApprovalStore } from '../src/changes/approvals/store.js';
 import { createBudgets } from '../src/changes/budget/store.js';
 import { createFreezeStore } from '../src/changes/freezes/store.js';
 import { createHoldStore } from '../src/changes/holds.js';
-import { createGuards } from '../src/changes/guards.js';
+import { createPipeline } from '../src/changes/deps.js';
 import { remediationSources } from '../src/remediation/sources.js';
 import type { RemediationMetrics } from '../src/remediation/engine.js';
 import { createRemediationStore } from '../src/remediation/store.js';
@@ -58,18 +58,15 @@ export function createWorkerGuards(deps: {
   const rules = deps.inventory?.remediations ?? [];
   if (deps.inventory && rules.length > 0) {
     // A remediation's check acts through the same pipeline as the API: its restarts only; a deploy is never asked for here.
-    const pipeline = createGuards({
+    const pipeline = createPipeline({
       inventory: deps.inventory,
       redis,
       producer: reports,
-      intake: {
-        push: () => Promise.reject(new Error('the worker carries out no deploy through the intake')),
-      },
       logger,
       now: deps.now,
     });
     guards.remediation = {
-      guards: pipeline,
+      pipeline,
       rules,
       store: createRemediationStore(redis),
       ...remediationSources(config, logger),

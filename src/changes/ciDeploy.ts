@@ -10,7 +10,7 @@ import { deployIdempotencyRecordKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import { approvalIdFor } from './approvals/store.js';
 import { answerChange, answered } from './answer.js';
-import { projectNamespace, type Guards } from './guards.js';
+import { projectNamespace, type Pipeline } from './deps.js';
 import { submitChange } from './pipeline.js';
 import type { Change, DeployTarget, Principal } from './types.js';
 
@@ -67,7 +67,7 @@ export interface CiDeployDeps {
   inventory: Inventory;
   redis: Redis;
   logger: Logger;
-  guards: Guards;
+  pipeline: Pipeline;
 }
 
 /** The per-principal scope of a deploy's Idempotency-Key. */
@@ -139,7 +139,7 @@ export async function submitCiDeploy(deps: CiDeployDeps, req: CiDeployRequest): 
     if (stored && !sameDeploy(stored, req)) throw reused();
     if (stored) return { http: 202, answer: stored };
   }
-  const { status: http, body: b, written: wrote } = answered(answerChange(await submitChange(deps.guards, change), 202));
+  const { status: http, body: b, written: wrote } = answered(answerChange(await submitChange(deps.pipeline, change), 202));
   const base = { project: req.project, ref: req.ref, sha: req.sha, event_id: change.target.eventId! };
   const answer: CiDeployAnswer =
     b.status === 'pending_approval'

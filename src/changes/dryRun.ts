@@ -1,5 +1,5 @@
 import { DRY_RUN_JOB_OPTIONS, JOB, dryRunResultSchema, type DryRunData } from '../shared/jobs.js';
-import type { Guards } from './guards.js';
+import type { Pipeline } from './deps.js';
 import { kindOfChange, type DryRunAsk } from './kinds/index.js';
 import type { DeployDryRun } from './kinds/deploy.js';
 import type { RestartDryRun } from './kinds/restart.js';
@@ -30,7 +30,7 @@ export { kubernetesVerdictSchema, type KubernetesVerdict } from './dryRunView.js
  * says what the worker rehearses.
  */
 /** Asks the worker; never throws for what the cluster says, only for a queue that is down (503). */
-async function askWorker(g: Guards, data: DryRunData | DryRunAsk): Promise<KubernetesVerdict> {
+async function askWorker(g: Pipeline, data: DryRunData | DryRunAsk): Promise<KubernetesVerdict> {
   if (!g.probe) return { checked: false, reason: 'dry runs against the cluster are not configured in this process' };
   const timeoutMs = g.dryRunTimeoutMs ?? 10_000;
   // A registered kind's ask is not in the catalog's type; the dry_run job's schema (jobSchemaOf) parses it.
@@ -54,7 +54,7 @@ async function askWorker(g: Guards, data: DryRunData | DryRunAsk): Promise<Kuber
 }
 
 /** A change's dry run: the pipeline's plan of the same change, and the worker's server-side dry run, as its kind answers them. */
-export async function dryRunChange(g: Guards, change: Change, ask?: OverrideAsk): Promise<unknown> {
+export async function dryRunChange(g: Pipeline, change: Change, ask?: OverrideAsk): Promise<unknown> {
   const kind = kindOfChange(change);
   const p = await planChange(g, change, ask, true);
   const kubernetes = await askWorker(g, kind.dryRun.data(p.change));
@@ -62,9 +62,9 @@ export async function dryRunChange(g: Guards, change: Change, ask?: OverrideAsk)
 }
 
 /** A restart's dry run (POST /ops/restart?dry_run=true). */
-export const dryRunRestart = (g: Guards, change: Change & { target: RestartTarget }, ask?: OverrideAsk): Promise<RestartDryRun> =>
+export const dryRunRestart = (g: Pipeline, change: Change & { target: RestartTarget }, ask?: OverrideAsk): Promise<RestartDryRun> =>
   dryRunChange(g, change, ask) as Promise<RestartDryRun>;
 
 /** A deploy's dry run (a delivery's replay). */
-export const dryRunDeploy = (g: Guards, change: Change & { target: DeployTarget }): Promise<DeployDryRun> =>
+export const dryRunDeploy = (g: Pipeline, change: Change & { target: DeployTarget }): Promise<DeployDryRun> =>
   dryRunChange(g, change) as Promise<DeployDryRun>;

@@ -14,7 +14,7 @@ import type { Written } from '../domain/replication.js';
 import { newApprovalId, type Approval, type ApprovalChange } from './approvals/store.js';
 import { describeReasons, type GateReason } from './gate.js';
 import type { BudgetPool } from './budget/pools.js';
-import { budgetDetail, countBudgetRefusal, queueReport, type Guards } from './guards.js';
+import { budgetDetail, countBudgetRefusal, queueReport, type Pipeline } from './deps.js';
 import type { Hold } from './holds.js';
 import { kindOfChange, kindOfTarget, type AnyKind } from './kinds/index.js';
 import type { AnyTarget, ApprovedBy, Change, Decision } from './types.js';
@@ -101,7 +101,7 @@ export type Refusal =
 export type ChangeResult = { carried: Carried; refusal?: undefined } | { refusal: Refusal; carried?: undefined };
 
 /** The refusal of a closed gate, counted. */
-export function gateRefusal(g: Guards, c: Change, reasons: GateReason[]): Refusal {
+export function gateRefusal(g: Pipeline, c: Change, reasons: GateReason[]): Refusal {
   for (const r of reasons) g.metrics?.guardRefusals.inc({ guard: r.guard });
   const how =
     c.origin === 'approval'
@@ -113,7 +113,7 @@ export function gateRefusal(g: Guards, c: Change, reasons: GateReason[]): Refusa
 }
 
 /** The refusal of a spent budget, counted: people's by namespace, a remediation's by its budget. */
-export function budgetRefusal(g: Pick<Guards, 'metrics'>, pool: BudgetPool, retryMs: number): Refusal {
+export function budgetRefusal(g: Pick<Pipeline, 'metrics'>, pool: BudgetPool, retryMs: number): Refusal {
   countBudgetRefusal(g, pool);
   return { guard: 'budget', pool, retryMs, detail: budgetDetail(pool, retryMs) };
 }
@@ -125,7 +125,7 @@ export function refusalError(r: Refusal): ChangeRefusedError | BudgetExhaustedEr
     : new BudgetExhaustedError(r.pool.name, r.detail, Math.max(1, Math.ceil(r.retryMs / 1000)));
 }
 
-export async function execute(g: Guards, change: Change, decision: Decision, now: number, approved?: ApprovedBy): Promise<ChangeResult> {
+export async function execute(g: Pipeline, change: Change, decision: Decision, now: number, approved?: ApprovedBy): Promise<ChangeResult> {
   switch (decision.kind) {
     case 'refuse':
       return { refusal: gateRefusal(g, change, decision.reasons) };
@@ -145,7 +145,7 @@ export async function execute(g: Guards, change: Change, decision: Decision, now
   }
 }
 
-async function reportOverride(g: Guards, change: Change, jobId: string, overridden: GateReason[], approved?: ApprovedBy) {
+async function reportOverride(g: Pipeline, change: Change, jobId: string, overridden: GateReason[], approved?: ApprovedBy) {
   if (!change.override || overridden.length === 0) return;
   g.metrics?.guardOverrides.inc();
   await queueReport(g, `report.${jobId}.override`, {
@@ -162,7 +162,7 @@ async function reportOverride(g: Guards, change: Change, jobId: string, overridd
 
 /** A kind carried `coalesced` (a restart): a place of each of its budgets, then the add with its coalescing id. */
 async function queueCoalesced(
-  g: Guards,
+  g: Pipeline,
   kind: AnyKind,
   change: Change,
   decision: Extract<Decision, { kind: 'queue' }>,
@@ -201,7 +201,7 @@ async function queueCoalesced(
 
 /** A kind carried through the intake (a deploy): its event's dedup record and delivery alias, a hold first when held. */
 async function queueThroughIntake(
-  g: Guards,
+  g: Pipeline,
   kind: AnyKind,
   change: Change,
   decision: Extract<Decision, { kind: 'queue' | 'hold' }>,
@@ -228,6 +228,7 @@ async function queueThroughIntake(
     await redisCall(() => g.holds.set(hold!), g.redis);
     for (const r of decision.reasons) g.metrics?.holds.inc({ by: 'api', guard: r.guard });
   }
+  if (!g.intake) throw new Error('this process carries out no change through the intake');
   const out = await g.intake.push({
     source: t.source ?? 'api',
     ...(t.eventId && change.origin !== 'retry' ? { eventId: t.eventId } : {}),
@@ -272,7 +273,7 @@ async function queueThroughIntake(
 }
 
 async function pendingApproval(
-  g: Guards,
+  g: Pipeline,
   change: Change,
   decision: Extract<Decision, { kind: 'pending_approval' }>,
   now: number,

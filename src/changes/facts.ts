@@ -1,7 +1,7 @@
 import type { Inventory } from '../shared/inventory.js';
 import type { Freeze } from './freezes/store.js';
 import { redisCall } from '../domain/redisOps.js';
-import type { Guards } from './guards.js';
+import type { Pipeline } from './deps.js';
 import { kindOfChange } from './kinds/index.js';
 import type { Change, Facts } from './types.js';
 
@@ -24,7 +24,7 @@ export function policyFacts(inventory: Inventory, freezes: readonly Freeze[], ch
  * `peek`: a dry run, which reads everything (the budget's use, the coalescing holder, the event's
  * job) since it carries nothing out.
  */
-export async function gatherFacts(g: Guards, change: Change, now: number, peek = false): Promise<Facts> {
+export async function gatherFacts(g: Pipeline, change: Change, now: number, peek = false): Promise<Facts> {
   const freezes = await redisCall(() => (g.freezeWatch ?? g.freezes).list(now), g.redis);
   const facts = policyFacts(g.inventory, freezes, change, now);
   await kindOfChange(change).readFacts(g, change, facts, now, peek);

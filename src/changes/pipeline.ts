@@ -3,7 +3,7 @@ import { describeScopeTarget, scopeAdmits } from '../shared/scope.js';
 import { kindOfChange } from './kinds/index.js';
 import { execute, type ApprovedBy, type ChangeResult } from './execute.js';
 import { gatherFacts } from './facts.js';
-import type { Guards } from './guards.js';
+import type { Pipeline } from './deps.js';
 import { overrideOf, plan } from './plan.js';
 import type { Change, Decision, Facts, Principal } from './types.js';
 
@@ -73,7 +73,7 @@ export function checkScope(change: Change): void {
 }
 
 /** Facts and decision, nothing carried out. `peek` reads every fact (a dry run). */
-export async function planChange(g: Guards, change: Change, ask?: OverrideAsk, peek = false): Promise<Planned> {
+export async function planChange(g: Pipeline, change: Change, ask?: OverrideAsk, peek = false): Promise<Planned> {
   checkScope(change);
   checkOverrideAsk(change, ask);
   const now = g.now();
@@ -87,7 +87,7 @@ export async function planChange(g: Guards, change: Change, ask?: OverrideAsk, p
  * Only what keeps it from being decided or carried out (a store down, a job that does not parse,
  * an unknown target) is thrown.
  */
-export async function submitChange(g: Guards, change: Change, ask?: OverrideAsk, approved?: ApprovedBy): Promise<ChangeResult> {
+export async function submitChange(g: Pipeline, change: Change, ask?: OverrideAsk, approved?: ApprovedBy): Promise<ChangeResult> {
   const p = await planChange(g, change, ask);
   return execute(g, p.change, p.decision, p.now, approved);
 }

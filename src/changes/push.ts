@@ -1,7 +1,7 @@
 import type { IntakeResult } from '../domain/intake.js';
 import { answerChange, answered } from './answer.js';
 import type { Handed } from './hand.js';
-import { projectNamespace, type Guards } from './guards.js';
+import { projectNamespace, type Pipeline } from './deps.js';
 import { submitChange } from './pipeline.js';
 import type { Change, Origin, Principal } from './types.js';
 
@@ -31,7 +31,7 @@ export interface PushRequest {
   before?: string;
 }
 
-export function pushChange(g: Pick<Guards, 'inventory'>, req: PushRequest): Change {
+export function pushChange(g: Pick<Pipeline, 'inventory'>, req: PushRequest): Change {
   return {
     target: {
       kind: 'deploy',
@@ -57,7 +57,7 @@ export const pushHanded = (out: IntakeResult): Handed =>
     ? { wrote: 'approval', approvalId: out.approval.id, event: 'requested' }
     : { wrote: 'job', ...(out.written ? { written: out.written } : {}) };
 
-export async function submitPush(g: Guards, req: PushRequest): Promise<IntakeResult> {
+export async function submitPush(g: Pipeline, req: PushRequest): Promise<IntakeResult> {
   const { body: b, written } = answered(answerChange(await submitChange(g, pushChange(g, req)), 202));
   if (b.status === 'pending_approval') {
     return {

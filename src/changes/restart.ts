@@ -10,7 +10,7 @@ import { approvalIdFor } from './approvals/store.js';
 import type { PendingApproval } from './approvals/view.js';
 import { answerChange, answered, type ChangeBody } from './answer.js';
 import { sameTarget } from './kinds/index.js';
-import { coalesceId, type Guards } from './guards.js';
+import { coalesceId, type Pipeline } from './deps.js';
 import { checkOverrideAsk, submitChange } from './pipeline.js';
 import type { Change, Origin, Principal, RestartTarget } from './types.js';
 
@@ -91,7 +91,7 @@ export interface RestartDeps {
   inventory: Inventory;
   redis: Redis;
   logger: Logger;
-  guards: Guards;
+  pipeline: Pipeline;
 }
 
 /** `http`: the status the renderer (src/changes/answer.ts) gave it; a repeat under its Idempotency-Key is a restart's 200. */
@@ -133,13 +133,13 @@ export async function submitRestart(deps: RestartDeps, req: RestartRequest): Pro
     }
     // A pending approval of the key's first call, for another target (its answer was not stored).
     if (!stored && hostPolicy(deps.inventory, host).approval) {
-      const earlier = await redisCall(() => deps.guards.approvals.get(change.approvalId!), deps.redis);
+      const earlier = await redisCall(() => deps.pipeline.approvals.get(change.approvalId!), deps.redis);
       const c = earlier?.change;
       if (c && !sameTarget(c, change.target)) throw reused();
     }
   }
 
-  const { status: http, body: b } = answered(answerChange(await submitChange(deps.guards, change, ask), 200));
+  const { status: http, body: b } = answered(answerChange(await submitChange(deps.pipeline, change, ask), 200));
   if (b.status === 'pending_approval') {
     await remember(deps, recordKey, { host, service, job_id: b.job_id, coalesced: false, approval_id: b.approval_id! });
     return { kind: 'pending_approval', http, host, service, ...pendingAnswer(b) };

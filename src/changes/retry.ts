@@ -1,8 +1,8 @@
 import { jobSchemaOf } from '../shared/jobs.js';
 import { UnprocessableError } from '../shared/errors.js';
-import type { ChangeRetry } from '../shared/deadLetters.js';
+import type { ChangeRetry } from '../api/deadLetters.js';
 import type { JobReads } from '../shared/jobReads.js';
-import type { Guards } from './guards.js';
+import type { Pipeline } from './deps.js';
 import { answerChange, answered } from './answer.js';
 import { submitChange } from './pipeline.js';
 import { kindOfJob } from './kinds/index.js';
@@ -10,17 +10,17 @@ import { changeOfJob, type ChangeJobData } from './wake.js';
 
 /**
  * A dead letter's retry, from POST /ops/jobs/{id}/retry or Bull Board's retry (both through the
- * dead letters' retry, src/shared/deadLetters.ts): a new change of origin `retry`, asked for by the
+ * dead letters' retry, src/api/deadLetters.ts): a new change of origin `retry`, asked for by the
  * operator who retries, under the job id `<id>.retry` (a repeated retry adds nothing). It meets
  * every guard as a new request would (freezes, windows, budget, approval) and carries no override
  * of the old job: whoever overrode a gate then did not override today's.
  */
-export function changeRetry(g: Guards, jobs: Pick<JobReads, 'get'>): ChangeRetry {
+export function changeRetry(g: Pipeline, jobs: Pick<JobReads, 'get'>): ChangeRetry {
   return { carries: (name) => kindOfJob(name) !== undefined, retry: (job, by) => retry(g, jobs, job, by) };
 }
 
 async function retry(
-  g: Guards,
+  g: Pipeline,
   jobs: Pick<JobReads, 'get'>,
   job: Parameters<ChangeRetry['retry']>[0],
   by: Parameters<ChangeRetry['retry']>[1],

@@ -417,7 +417,7 @@ export function verifySender(opts: SenderVerifyOptions): SenderCheck {
 
   if (v.kind === 'bearer') {
     // Open while no token is configured; a token file that appears later closes it (a file in use is
-    // never emptied: src/shared/credentialReload.ts refuses that).
+    // never emptied: src/api/credentialReload.ts refuses that).
     const bearer = requireBearer(values, metrics, { scheme, realm: `opsgate-${source.name}`, identity: verified, noteMatch: true });
     // Open: the path alone names the sender, and nothing proves who sent the delivery.
     const unproven = senderIdentity(source.name, false);

@@ -3,12 +3,12 @@ import type { Redis } from 'ioredis';
 import { RATE_LIMIT_PREFIX, rateLimitKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
-import { addressKey, createRateCounter } from '../shared/rateLimit.js';
+import { addressKey, createRateCounter } from '../api/rateLimit.js';
 
 /**
  * Per-client-address rate limit (RATE_LIMIT_RPS requests per second), shared by every API
  * replica through Redis. The counting (window, script, 429 decision, fail-open) is
- * src/shared/rateLimit.ts; this file decides which requests count and when their hit is sent.
+ * src/api/rateLimit.ts; this file decides which requests count and when their hit is sent.
  *
  * Client address: `req.ip`, i.e. what Express resolves with the app's `trust proxy` setting
  * (TRUST_PROXY). With TRUST_PROXY=0 the socket peer is used and X-Forwarded-For is ignored, so a

@@ -9,13 +9,13 @@ import {
   restartOptionsSchema,
   restartQuerySchema,
 } from '../routes/restartQuery.js';
-import { approvalListSchema, listApprovalsQuerySchema } from '../changes/approvals/routes.js';
-import { freezeListSchema, holdListSchema, listFreezesQuerySchema } from '../changes/freezes/routes.js';
+import { approvalListSchema, listApprovalsQuerySchema } from '../routes/approvals.js';
+import { freezeListSchema, holdListSchema, listFreezesQuerySchema } from '../routes/freezes.js';
 import { jobListSchema, jobViewSchema, listJobsQuerySchema, retryAnswerSchema, retryBodySchema } from '../routes/jobs.js';
 import { deliveryViewSchema } from '../domain/deliveries.js';
 import { deliveryListSchema, listDeliveriesQuerySchema, replayAnswerSchema, replayBodySchema } from '../routes/deliveries.js';
 import { keyListSchema, listKeysQuerySchema } from '../routes/keys.js';
-import { remediationListSchema, remediationsQuerySchema } from '../remediation/routes.js';
+import { remediationListSchema, remediationsQuerySchema } from '../routes/remediation.js';
 import { DECISIONS } from '../remediation/store.js';
 import { deployAnswerSchema, deployBodySchema } from '../routes/deploys.js';
 import type { ErrorCode } from '../shared/errors.js';

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { describePool, poolsOf } from '../changes/budget/pools.js';
 import { describeReasons } from '../changes/gate.js';
-import { queueReport, type Guards } from '../changes/guards.js';
+import { queueReport, type Pipeline } from '../changes/deps.js';
 import { planChange, submitChange } from '../changes/pipeline.js';
 import type { ChangeResult } from '../changes/execute.js';
 import type { Change, Principal, RestartTarget } from '../changes/types.js';
@@ -51,7 +51,7 @@ import { OUTCOMES, type Active, type RemediationDecision, type RemediationStore 
  * is logged and recorded as a decision, never answered as an error of the notification.
  */
 export interface RemediationDeps {
-  guards: Guards;
+  pipeline: Pipeline;
   rules: readonly RemediationRule[];
   store: RemediationStore;
   /** PROMETHEUS_URL: where rules with `confirm: prometheus` confirm and time their alerts. */
@@ -118,9 +118,9 @@ export function watchStepMs(rule: Pick<RemediationRule, 'verify' | 'settle'>): n
 }
 export const silenceLeaseMs = (rule: Pick<RemediationRule, 'verify' | 'settle'>): number => 4 * watchStepMs(rule);
 
-/** The decisions that stopped a remediation (counted by the guard that did). */
 /** (rule, alert) pairs of one notification decided at once. */
 const NOTIFY_CONCURRENCY = 8;
+/** The decisions that stopped a remediation (counted by the guard that did). */
 const SUPPRESSING: ReadonlySet<RemediationDecision['decision']> = new Set(['suppressed', 'refused', 'error']);
 /** What every decision about one firing alert says of it. */
 type Base = Omit<RemediationDecision, 'at' | 'decision' | 'reason' | 'guard' | 'outcome' | 'job_id' | 'approval_id'>;
@@ -148,10 +148,10 @@ export interface Remediation {
 
 export function createRemediation(deps: RemediationDeps): Remediation {
   const { store, logger } = deps;
-  const g = deps.guards;
+  const g = deps.pipeline;
   const byName = new Map(deps.rules.map((r) => [r.name, r]));
 
-  async function decide(
+  async function recordDecision(
     d: Omit<RemediationDecision, 'at' | 'job_id' | 'approval_id' | 'outcome' | 'guard'> & Partial<RemediationDecision>,
   ): Promise<RemediationDecision> {
     const full: RemediationDecision = { job_id: null, approval_id: null, outcome: null, guard: null, ...d, at: iso(deps.now()) };
@@ -267,7 +267,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     const host = namespace && deployment ? hostOfDeployment(g.inventory, namespace, deployment) : undefined;
     if (!host || !namespace || !deployment) {
       return {
-        d: await decide({
+        d: await recordDecision({
           ...base,
           decision: 'suppressed',
           guard: 'target',
@@ -278,7 +278,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     base.host = host;
     if (!targetAllowed(rule, host, namespace, deployment)) {
       return {
-        d: await decide({
+        d: await recordDecision({
           ...base,
           decision: 'suppressed',
           guard: 'target_not_allowed',
@@ -292,7 +292,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     let since = alert.startsAt;
     if (!source && rule.mode === 'act') {
       return {
-        d: await decide({
+        d: await recordDecision({
           ...base,
           decision: 'suppressed',
           guard: 'unconfirmed',
@@ -312,7 +312,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
           if (via === 'notification') await scheduleCheck(rule, alert, auditId, alert.startsAt, againMs, notifiedAt);
           next = `; asked again at ${iso(now + againMs)}`;
         }
-        const d = await decide({
+        const d = await recordDecision({
           ...base,
           decision: 'error',
           guard: source.guard,
@@ -322,7 +322,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
       }
       if (fired === undefined) {
         return {
-          d: await decide({
+          d: await recordDecision({
             ...base,
             decision: 'suppressed',
             guard: 'not_firing',
@@ -337,7 +337,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     const episodes = await store.episode(rule.name, alert.fingerprint, since, now, rule.trigger.within * 1000);
     if (episodes < rule.trigger.episodes) {
       return {
-        d: await decide({
+        d: await recordDecision({
           ...base,
           decision: 'suppressed',
           guard: 'episodes',
@@ -348,7 +348,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     const due = since + rule.trigger.for * 1000;
     if (now < due) {
       if (source && via === 'notification') await scheduleCheck(rule, alert, auditId, since, due - now, notifiedAt);
-      const d = await decide({
+      const d = await recordDecision({
         ...base,
         decision: 'waiting',
         guard: 'for',
@@ -375,7 +375,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
       escalateAfter: rule.escalate_after,
     });
     if (claim.verdict === 'cooldown') {
-      return decide({
+      return recordDecision({
         ...base,
         decision: 'suppressed',
         guard: 'cooldown',
@@ -383,7 +383,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
       });
     }
     if (claim.verdict === 'escalated') {
-      return decide({
+      return recordDecision({
         ...base,
         decision: 'suppressed',
         guard: 'escalated',
@@ -414,7 +414,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
               : k.kind === 'over_budget'
                 ? `refuse it: the ${describePool(k.pool)} is spent for ${Math.ceil(k.retryMs / 1000)} s`
                 : 'queue the restart';
-      const d = await decide({
+      const d = await recordDecision({
         ...base,
         decision: 'dry_run',
         outcome: 'dry_run',
@@ -431,7 +431,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
       // Its job not added (or not known to be): nothing was restarted, the claim goes back.
       await store.release(rule.name, namespace, deployment, id).catch(() => undefined);
       logger.warn('remediation could not submit its restart', { err, rule: rule.name });
-      const d = await decide({ ...base, decision: 'error', reason: `not restarted: ${(err as Error).message}` });
+      const d = await recordDecision({ ...base, decision: 'error', reason: `not restarted: ${(err as Error).message}` });
       await report(rule, d, auditId);
       return d;
     }
@@ -439,7 +439,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     if (refusal) {
       // Refused by the gate or a budget: nothing was restarted, the claim goes back.
       await store.release(rule.name, namespace, deployment, id).catch(() => undefined);
-      const d = await decide({
+      const d = await recordDecision({
         ...base,
         decision: 'refused',
         guard: refusal.guard === 'gate' ? (refusal.reasons[0]?.guard ?? 'freeze') : 'budget',
@@ -497,7 +497,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
       });
     const note = unsaved ? `; its record or watch could not be saved (${unsaved.message}): nothing verifies it` : '';
     return carried.approval
-      ? decide({
+      ? recordDecision({
           ...base,
           decision: 'pending_approval',
           guard: 'approval',
@@ -505,13 +505,13 @@ export function createRemediation(deps: RemediationDeps): Remediation {
           reason: `restart of Deployment ${namespace}/${deployment} waits for ${carried.approval.approval.required} approval(s) until ${iso(carried.approval.approval.expires_at)}${note}`,
         })
       : carried.coalesced
-        ? decide({
+        ? recordDecision({
             ...base,
             decision: 'joined',
             job_id: carried.jobId,
             reason: `joined restart ${carried.jobId} of Deployment ${namespace}/${deployment}, already waiting or rolling out${note}`,
           })
-        : decide({
+        : recordDecision({
             ...base,
             decision: 'queued',
             job_id: carried.jobId,
@@ -523,7 +523,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     const history = await store.history(rule.name, base.namespace!, base.deployment!, now, rule.escalation_window * 1000).catch(() => []);
     deps.metrics?.remediationEscalations.inc({ rule: rule.name });
     const reason = `${count} remediations of Deployment ${base.namespace}/${base.deployment} within ${formatDuration(rule.escalation_window)} did not keep alert ${base.alertname} away: no more restarts by rule ${rule.name} until the window passes; paging on-call`;
-    const d = await decide({ ...base, decision: 'escalated', guard: 'escalated', reason });
+    const d = await recordDecision({ ...base, decision: 'escalated', guard: 'escalated', reason });
     try {
       await g.producer.add({
         name: JOB.notifyOncall,
@@ -560,7 +560,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
   /** Ends a remediation with its outcome: recorded, counted, reported; then it settles (its silence lapses after `settle`). */
   async function finish(rule: RemediationRule, a: Active, outcome: RemediationOutcome, reason: string): Promise<Active> {
     const now = deps.now();
-    const d = await decide({
+    const d = await recordDecision({
       id: a.id,
       rule: rule.name,
       mode: rule.mode,

@@ -13,7 +13,7 @@ import { refuseCrossSiteWrites, requireOperatorKeyOrBasic } from '../middleware/
 import { boundedRaw } from '../middleware/body.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
-import type { DeadLetters } from '../shared/deadLetters.js';
+import type { DeadLetters } from '../api/deadLetters.js';
 import { principalOf } from './principal.js';
 
 /**

@@ -8,12 +8,12 @@ import type { Change, DeployTarget } from '../changes/types.js';
 import { principalOf } from './principal.js';
 import { dryRunQuery } from './restartQuery.js';
 import { dryRunDeploy } from '../changes/dryRun.js';
-import type { Guards } from '../changes/guards.js';
+import type { Pipeline } from '../changes/deps.js';
 import type { Intake, IntakeResult } from '../domain/intake.js';
 import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
 import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { requireInScope } from '../middleware/scope.js';
-import { projectNamespace } from '../changes/guards.js';
+import { projectNamespace } from '../changes/deps.js';
 import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { ApiConfig } from '../shared/config.js';
@@ -42,7 +42,7 @@ export function guardFields(out: IntakeResult): Record<string, string> {
  *   audited with the principal and the reason, and recorded as a delivery of its own.
  *   Queued, held or a duplicate: 200; waiting for approval: 202 (nothing queued yet), as a restart.
  */
-export interface DeliveriesDeps {
+export interface DeliveriesDeps extends Pick<Pipeline, 'inventory'> {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
   deliveries: DeliveryLog;
   intake: Pick<Intake, 'push'>;
@@ -53,8 +53,8 @@ export interface DeliveriesDeps {
   replicated?: ConfirmReplicated;
   /** REDIS_MIN_REPLICAS_ACK for a push that asks for an approval (src/domain/replication.ts); absent = off. */
   changed?: ConfirmChange;
-  /** The change pipeline's dependencies (src/changes/guards.ts): a replayed push is a change like a delivered one. */
-  guards: Guards;
+  /** The change pipeline's dependencies (src/changes/deps.ts): a replayed push is a change like a delivered one. */
+  pipeline: Pipeline;
 }
 
 const SOURCE_NAMES = SOURCES.map((s) => s.name);
@@ -158,7 +158,7 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
       const requester = principalOf(res);
       const principal = requester.principal;
       const e = view.event;
-      requireInScope(res, { kind: 'project', project: e.project, namespace: projectNamespace(deps.guards.inventory, e.project) });
+      requireInScope(res, { kind: 'project', project: e.project, namespace: projectNamespace(deps.inventory, e.project) });
       const request = {
         source: view.source,
         project: e.project,
@@ -176,8 +176,8 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
       // dry_run as on POST /ops/restart (the query), or in the body.
       if (dryRunQuery(req.query) || body.data.dry_run) {
         const answer = await dryRunDeploy(
-          deps.guards,
-          pushChange(deps.guards, request) as Change & {
+          deps.pipeline,
+          pushChange(deps.pipeline, request) as Change & {
             target: DeployTarget;
           },
         );
@@ -185,7 +185,7 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
         res.json(answer);
         return;
       }
-      const out = await handChange(deps, res.locals, { submit: () => submitPush(deps.guards, request), handed: pushHanded });
+      const out = await handChange(deps, res.locals, { submit: () => submitPush(deps.pipeline, request), handed: pushHanded });
       deps.deliveries.record({
         source: view.source,
         verdict: out.accepted ? 'queued' : 'duplicate',

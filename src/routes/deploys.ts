@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { submitCiDeploy } from '../changes/ciDeploy.js';
 import { handChange } from '../changes/hand.js';
-import type { Guards } from '../changes/guards.js';
+import type { Pipeline } from '../changes/deps.js';
 import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
 import { requireOidcOrOperatorKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { parseJson, rawBody } from '../middleware/body.js';
@@ -36,7 +36,7 @@ export interface DeploysDeps {
   oidc?: OidcVerifier;
   replicated?: ConfirmReplicated;
   changed?: ConfirmChange;
-  guards: Guards;
+  pipeline: Pipeline;
 }
 
 /** A full commit id: 40 hex digits (SHA-1) or 64 (SHA-256), lower case. */

@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { RedisUnavailableError } from '../shared/errors.js';
 import { redisProblem, watchRedis } from '../shared/redisConnection.js';
-import type { OpsQueue } from '../shared/queue.js';
+import type { OpsQueue } from '../api/queue.js';
 
 /**
  * GET /health (liveness, `{"status":"ok"}`), GET /ready (Redis reachable; 503 {detail, code} says why not),

@@ -3,7 +3,7 @@ import { Router } from 'express';
 import { z } from 'zod';
 import { approvalView, approvalViewSchema } from '../changes/approvals/view.js';
 import { holdView, holdViewSchema } from '../changes/freezes/service.js';
-import type { Guards } from '../changes/guards.js';
+import type { Pipeline } from '../changes/deps.js';
 import { kindOfApproval } from '../changes/kinds/index.js';
 import { redisCall } from '../domain/redisOps.js';
 import type { ConfirmRetryReplicated } from '../domain/replication.js';
@@ -19,7 +19,7 @@ import type { ApiConfig } from '../shared/config.js';
 import { ConflictError, ForbiddenError, NotFoundError, UnprocessableError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
-import type { DeadLetters } from '../shared/deadLetters.js';
+import type { DeadLetters } from '../api/deadLetters.js';
 import { principalOf } from './principal.js';
 import { LISTABLE_STATES, type JobReads } from '../shared/jobReads.js';
 import { decodeCursor, encodeCursor, nextCursorSchema, pageQueryShape } from './paging.js';
@@ -46,8 +46,8 @@ export interface JobsDeps {
   apiKeyPolicy?: ApiKeyPolicy;
   /** REDIS_MIN_REPLICAS_ACK: WAIT before the retry's 200 (src/domain/replication.ts); absent = off. */
   retryReplicated?: ConfirmRetryReplicated;
-  /** Guarded changes: a held job's reasons, an approval that has no job yet. */
-  guards?: Pick<Guards, 'holds' | 'approvals' | 'redis' | 'now'>;
+  /** The change records a job stands for: a held job's reasons, an approval that has no job yet. */
+  changeRecords?: Pick<Pipeline, 'holds' | 'approvals' | 'redis' | 'now'>;
 }
 
 export const JOB_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -147,7 +147,7 @@ export function jobsRouter(deps: JobsDeps): Router {
       const id = req.params.id;
       if (!JOB_ID.test(id)) throw new NotFoundError('job not found', 'job_not_found');
       const job = await deps.jobs.get(id);
-      const g = deps.guards;
+      const g = deps.changeRecords;
       if (job && job.state === 'delayed' && g) {
         const hold = await redisCall(() => g.holds.get(id), g.redis);
         if (hold) {

@@ -1,7 +1,7 @@
 import { Router } from 'express';
 import type { Redis } from 'ioredis';
 import { dryRunRestart } from '../changes/dryRun.js';
-import type { Guards } from '../changes/guards.js';
+import type { Pipeline } from '../changes/deps.js';
 import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
 import { clearCache, getHostStatus, type HostStatusProvider } from '../domain/hostStatus.js';
 import { handChange } from '../changes/hand.js';
@@ -33,8 +33,8 @@ export interface OpsDeps {
   replicated?: ConfirmReplicated;
   /** REDIS_MIN_REPLICAS_ACK for a change of the guarded-changes state (a pending approval); absent = off. */
   changed?: ConfirmChange;
-  /** The change pipeline's dependencies: the policies, freezes, approvals and budgets (src/changes/guards.ts). */
-  guards: Guards;
+  /** The change pipeline's dependencies: the policies, freezes, approvals and budgets (src/changes/deps.ts). */
+  pipeline: Pipeline;
   /** OIDC ID tokens as bearer credentials on POST /ops/restart (OPS_OIDC_FILE); absent: the contract's bearer rules alone. */
   oidc?: OidcVerifier;
 }
@@ -89,7 +89,7 @@ export function opsRouter(deps: OpsDeps): Router {
           ...(opts.reason ? { reason: opts.reason } : {}),
         });
         res.locals.auditFields = { dry_run: true, ...(opts.reason ? { reason: opts.reason } : {}) };
-        const answer = await dryRunRestart(deps.guards, change, override);
+        const answer = await dryRunRestart(deps.pipeline, change, override);
         res.locals.auditFields = { dry_run: true, would: answer.would, admitted: answer.kubernetes.admitted ?? null };
         res.json(answer);
         return;

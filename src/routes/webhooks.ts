@@ -6,7 +6,7 @@ import { handChange } from '../changes/hand.js';
 import { pushHanded, submitPush } from '../changes/push.js';
 import { principalOf } from './principal.js';
 import type { DeliveryEntry, DeliveryLog, Verdict } from '../domain/deliveries.js';
-import type { Guards } from '../changes/guards.js';
+import type { Pipeline } from '../changes/deps.js';
 import type { Remediation } from '../remediation/engine.js';
 import type { Intake } from '../domain/intake.js';
 import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
@@ -31,7 +31,7 @@ import { SOURCES, SOURCE_SECRET_ENVS, type AlertsSource, type PushSource, type S
  * GET /ops/jobs/{id}; and, when the inventory has remediation rules that the alerts matched, their
  * decisions (`remediations`).
  */
-export interface WebhookDeps {
+export interface WebhookDeps extends Pick<Pipeline, 'inventory'> {
   config: Pick<ApiConfig, 'ALERTS_MAX_PER_REQUEST' | 'BODY_LIMIT'> & Readonly<Record<string, unknown>>;
   redis: Redis;
   intake: Intake;
@@ -52,8 +52,8 @@ export interface WebhookDeps {
    * runs: src/shared/liveSecrets.ts). Default: config.senderSecrets, else each variable's value, fixed.
    */
   senderSecrets?: SenderSecrets;
-  /** Guarded changes: a push meets its project's approval policy, freezes and windows (src/domain/deploy.ts). */
-  guards: Guards;
+  /** The change pipeline: a push meets its project's approval policy, freezes and windows (src/changes/push.ts). */
+  pipeline: Pipeline;
   /** Alert-driven remediation (src/remediation/): the inventory's rules, given the alerts after the intake; absent: no rules. */
   remediation?: Pick<Remediation, 'notify'>;
 }
@@ -125,7 +125,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
     const decided = decidePush(source, req.get(source.event.header), payload);
     // A project whose deploys come from its CI (deploy_from: ci) is not deployed by a push too.
     const decision: typeof decided =
-      decided.kind !== 'ignored' && !deploysFrom(deps.guards.inventory, decided.project, 'push')
+      decided.kind !== 'ignored' && !deploysFrom(deps.inventory, decided.project, 'push')
         ? {
             kind: 'ignored',
             code: 'ignored',
@@ -162,7 +162,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
       // The audit line's fields follow the WAIT here: a push that fails is recorded with its failure.
       out = await handChange(deps, res.locals, {
         submit: () =>
-          submitPush(deps.guards, {
+          submitPush(deps.pipeline, {
             source: source.name,
             project: decision.project,
             ref: decision.ref,

@@ -68,7 +68,7 @@ export const deliveriesKey = (source: string): string => `${KEY_PREFIX}deliverie
 export const unverifiedDeliveriesKey = (source: string): string => `${KEY_PREFIX}deliveries:unverified:{${source}}`;
 
 export const RATE_LIMIT_PREFIX = `${KEY_PREFIX}rl:`;
-/** A client address's rate-limit counter (`address` as src/shared/rateLimit.ts addressKey makes it). */
+/** A client address's rate-limit counter (`address` as src/api/rateLimit.ts addressKey makes it). */
 export const rateLimitKey = (address: string, prefix: string = RATE_LIMIT_PREFIX): string => taggedKey(prefix, address);
 
 /** The stored answer of a restart request's Idempotency-Key (scope: principal + key, hashed). */

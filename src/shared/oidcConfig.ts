@@ -10,7 +10,7 @@ import { scopeSchema, type Scope } from './scope.js';
  * OPS_OIDC_FILE (YAML or JSON): the OIDC issuers whose ID tokens opsgate accepts as bearer
  * tokens on POST /ops/restart and POST /ops/deploys, and the claim rules that turn a verified
  * token into an owner, a role and a scope. Re-read while the API runs, like the keys file
- * (src/shared/credentialReload.ts): a file that fails these checks is refused, the last good one
+ * (src/api/credentialReload.ts): a file that fails these checks is refused, the last good one
  * stays in use.
  *
  * A valid signature alone never authorizes: a token is accepted only through a rule whose `match`

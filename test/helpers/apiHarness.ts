@@ -9,7 +9,7 @@ import { loadApiConfig, secretsOf, type ApiConfig } from '../../src/shared/confi
 import { parseInventory, type Inventory } from '../../src/shared/inventory.js';
 import { createLogger, type Logger } from '../../src/shared/logger.js';
 import { createMetrics, type Metrics } from '../../src/shared/metrics.js';
-import { createOpsQueue, type OpsQueue } from '../../src/shared/queue.js';
+import { createOpsQueue, type OpsQueue } from '../../src/api/queue.js';
 import { createRedis } from '../../src/shared/redis.js';
 import { createFreezeStore, watchFreezes } from '../../src/changes/freezes/store.js';
 import { FREEZES_CHANNEL } from '../../src/shared/keys.js';

@@ -1,4 +1,4 @@
-import type { OpsQueue } from '../../src/shared/queue.js';
+import type { OpsQueue } from '../../src/api/queue.js';
 import type { JobDataByName, JobName } from '../../src/shared/jobs.js';
 
 /** Adds one job through the API's producer (validated as the API adds it); answers its id. */

@@ -2,11 +2,11 @@ import { ConflictError, ForbiddenError, NotFoundError, UnprocessableError } from
 import { redisCall } from '../../domain/redisOps.js';
 import { answerChange, answered, type ChangeBody } from '../answer.js';
 import { gateRefusal, targetFields, type ApprovedBy } from '../execute.js';
-import { queueReport, type Guards } from '../guards.js';
+import { queueReport, type Pipeline } from '../deps.js';
 import { planChange, submitChange, type OverrideAsk } from '../pipeline.js';
 import { kindOfApproval } from '../kinds/index.js';
 import type { Change, Principal } from '../types.js';
-import { effectiveStatus, type Approval, type DecideResult } from './store.js';
+import { effectiveStatus, type Approval } from './store.js';
 import { approvalView, type DecisionAnswer } from './view.js';
 
 /**
@@ -97,7 +97,8 @@ function answer(a: Approval, now: number, extra: Partial<DecisionAnswer> = {}): 
   };
 }
 
-const decide = (g: Guards, id: string, action: 'finish' | 'fail' | 'abandon', detail: string, coalesced = false): Promise<DecideResult> =>
+/** opsgate's own closing of an approval (finish, fail, abandon); a person's decision is decideApproval. */
+const closeApproval = (g: Pipeline, id: string, action: 'finish' | 'fail' | 'abandon', detail: string, coalesced = false) =>
   redisCall(
     () => g.approvals.decide(id, { action, by: 'opsgate', owner: 'opsgate', credential: '', reason: detail, now: g.now(), coalesced }),
     g.redis,
@@ -107,17 +108,17 @@ const decide = (g: Guards, id: string, action: 'finish' | 'fail' | 'abandon', de
  * Carries out an approving approval's change and marks it approved with its job; a failure stays on
  * the record as its last error and is thrown. Also what the expiry runs for a record left approving.
  */
-export async function finishApproval(g: Guards, a: Approval, ask?: OverrideAsk): Promise<{ approval: Approval; carried: ChangeBody }> {
+export async function finishApproval(g: Pipeline, a: Approval, ask?: OverrideAsk): Promise<{ approval: Approval; carried: ChangeBody }> {
   const approved: ApprovedBy = { approvalId: a.id, approvers: a.approvers.map((x) => x.by) };
   let carried: ChangeBody;
   try {
     carried = answered(answerChange(await submitChange(g, changeOfApproval(a), ask, approved), 200)).body;
   } catch (err) {
     const message = err instanceof Error ? err.message : String(err);
-    await decide(g, a.id, 'fail', message.slice(0, 1000)).catch(() => undefined);
+    await closeApproval(g, a.id, 'fail', message.slice(0, 1000)).catch(() => undefined);
     throw err;
   }
-  const done = await decide(g, a.id, 'finish', carried.job_id, carried.coalesced);
+  const done = await closeApproval(g, a.id, 'finish', carried.job_id, carried.coalesced);
   g.metrics?.approvals.inc({ change: a.change.kind, event: 'approved' });
   return { approval: done.approval ?? a, carried };
 }
@@ -128,7 +129,7 @@ export async function finishApproval(g: Guards, a: Approval, ask?: OverrideAsk):
  * a freeze or its windows unless `override`; 429 the restart budget is spent (the approval stays,
  * approve again later).
  */
-export async function decideApproval(g: Guards, req: DecisionRequest): Promise<DecisionAnswer> {
+export async function decideApproval(g: Pipeline, req: DecisionRequest): Promise<DecisionAnswer> {
   const now = g.now();
   const current = await redisCall(() => g.approvals.get(req.id), g.redis);
   if (!current) throw new NotFoundError('approval not found', 'approval_not_found');

@@ -6,7 +6,7 @@ import type { Hold } from '../holds.js';
 import { findProject } from '../../shared/inventory.js';
 import { dnsLabel } from '../../shared/jobs.js';
 import { parseDuration } from '../../shared/policy.js';
-import type { Guards } from '../guards.js';
+import type { Pipeline } from '../deps.js';
 import { redisCall } from '../../domain/redisOps.js';
 
 /**
@@ -102,14 +102,14 @@ export function holdView(h: Hold): HoldView {
   };
 }
 
-function inventoryNamespaces(g: Guards): Set<string> {
+function inventoryNamespaces(g: Pipeline): Set<string> {
   return new Set([
     ...Object.values(g.inventory.hosts).map((h) => h.namespace),
     ...Object.values(g.inventory.projects).map((p) => p.namespace),
   ]);
 }
 
-export async function declareFreeze(g: Guards, body: FreezeBody, by: string): Promise<FreezeView> {
+export async function declareFreeze(g: Pipeline, body: FreezeBody, by: string): Promise<FreezeView> {
   const now = g.now();
   // Every refusal here is a body field that does not fit the others or the inventory.
   const invalid = (detail: string) => new UnprocessableError(detail, 'invalid_body');
@@ -151,12 +151,12 @@ export async function declareFreeze(g: Guards, body: FreezeBody, by: string): Pr
   return freezeView(freeze, now);
 }
 
-export async function listFreezes(g: Guards): Promise<FreezeView[]> {
+export async function listFreezes(g: Pipeline): Promise<FreezeView[]> {
   const now = g.now();
   return (await redisCall(() => g.freezes.list(now), g.redis)).map((f) => freezeView(f, now));
 }
 
-export async function getFreeze(g: Guards, id: string): Promise<FreezeView> {
+export async function getFreeze(g: Pipeline, id: string): Promise<FreezeView> {
   const now = g.now();
   const f = await redisCall(() => g.freezes.get(id, now), g.redis);
   if (!f) throw new NotFoundError('freeze not found (or already ended)', 'freeze_not_found');
@@ -164,7 +164,7 @@ export async function getFreeze(g: Guards, id: string): Promise<FreezeView> {
 }
 
 /** Lifts a freeze and promotes what it held. */
-export async function liftFreeze(g: Guards, id: string): Promise<{ lifted: true; freeze: FreezeView; released: string[] }> {
+export async function liftFreeze(g: Pipeline, id: string): Promise<{ lifted: true; freeze: FreezeView; released: string[] }> {
   const now = g.now();
   const f = await redisCall(() => g.freezes.remove(id, now), g.redis);
   if (!f) throw new NotFoundError('freeze not found (or already ended)', 'freeze_not_found');
@@ -182,7 +182,7 @@ export async function liftFreeze(g: Guards, id: string): Promise<{ lifted: true;
 }
 
 /** The holds whose job still waits (`delayed`). */
-export async function listHolds(g: Guards, stateOf: (jobId: string) => Promise<string | undefined>): Promise<HoldView[]> {
+export async function listHolds(g: Pipeline, stateOf: (jobId: string) => Promise<string | undefined>): Promise<HoldView[]> {
   const out: HoldView[] = [];
   for (const h of await redisCall(() => g.holds.all(), g.redis)) {
     if ((await stateOf(h.job_id)) === 'delayed') out.push(holdView(h));

@@ -9,7 +9,7 @@ import { budgetPools, describePool } from '../budget/pools.js';
 import { approvalVerdict, approvalVerdictSchema, gateView, gateViewSchema, kubernetesVerdictSchema } from '../dryRunView.js';
 import type { Freeze } from '../freezes/store.js';
 import { describeReasons, gate } from '../gate.js';
-import { coalesceId, describeBudget } from '../guards.js';
+import { coalesceId, describeBudget } from '../deps.js';
 import type { Decision, Facts, Override, RestartTarget } from '../types.js';
 import { approvalFieldsOf, requesterFieldsOf, stricter } from './common.js';
 import type { ChangeKind } from './types.js';

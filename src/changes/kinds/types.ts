@@ -5,7 +5,7 @@ import type { ApprovalPolicy } from '../../shared/policy.js';
 import type { ScopeTarget } from '../../shared/scope.js';
 import type { ApprovalChange } from '../approvals/store.js';
 import type { Freeze } from '../freezes/store.js';
-import type { Guards } from '../guards.js';
+import type { Pipeline } from '../deps.js';
 import type { KubernetesVerdict } from '../dryRunView.js';
 import type { AnyTarget, ApprovedBy, Change, Decision, Facts, Override } from '../types.js';
 
@@ -50,7 +50,7 @@ export interface ChangeKind<T extends AnyTarget = AnyTarget, D = unknown> {
   /** The facts no store but the freezes answers: the gate, the policy's approval (the stricter of it and `asked`), budgets. */
   policyFacts(inventory: Inventory, freezes: readonly Freeze[], change: Change & { target: T }, now: number, asked?: ApprovalPolicy): Facts;
   /** What the stores answer besides, read only when the plan can use it (`peek`: a dry run reads everything). */
-  readFacts(g: Guards, change: Change & { target: T }, facts: Facts, now: number, peek: boolean): Promise<void>;
+  readFacts(g: Pipeline, change: Change & { target: T }, facts: Facts, now: number, peek: boolean): Promise<void>;
 
   // ---- job data, and a change rebuilt from a job, an approval record or a held job ----
   jobData(c: Change & { target: T }, approved?: ApprovedBy): D;

@@ -10,7 +10,7 @@ import { parseInventory, type Inventory } from '../../../src/shared/inventory.js
 import { DRY_RUN_JOB_OPTIONS, JOB } from '../../../src/shared/jobs.js';
 import { createLogger } from '../../../src/shared/logger.js';
 import { createMetrics } from '../../../src/shared/metrics.js';
-import { createOpsQueue, type OpsQueue } from '../../../src/shared/queue.js';
+import { createOpsQueue, type OpsQueue } from '../../../src/api/queue.js';
 import { createRedis } from '../../../src/shared/redis.js';
 import { startWorker, type WorkerHandle } from '../../../worker/index.js';
 import { kubeConfigForToken } from '../../../worker/k8s.js';

@@ -12,7 +12,7 @@ import { credentialId } from '../../../src/shared/crypto.js';
 import { SCALED_TO_ZERO } from '../../../worker/jobs/restart.js';
 import { createLogger } from '../../../src/shared/logger.js';
 import { createMetrics } from '../../../src/shared/metrics.js';
-import { createOpsQueue, type OpsQueue } from '../../../src/shared/queue.js';
+import { createOpsQueue, type OpsQueue } from '../../../src/api/queue.js';
 import { createRedis } from '../../../src/shared/redis.js';
 import { startWorker, type WorkerHandle } from '../../../worker/index.js';
 import { kubeConfigForToken } from '../../../worker/k8s.js';

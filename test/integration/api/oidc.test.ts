@@ -6,7 +6,7 @@ import { SignJWT } from 'jose';
 import request from 'supertest';
 import { createOidcVerifier } from '../../../src/middleware/oidc.js';
 import { loadApiConfig } from '../../../src/shared/config.js';
-import { watchCredentials } from '../../../src/shared/credentialReload.js';
+import { watchCredentials } from '../../../src/api/credentialReload.js';
 import { createSenderSecrets } from '../../../src/shared/liveSecrets.js';
 import { createLogger } from '../../../src/shared/logger.js';
 import { JOB } from '../../../src/shared/jobs.js';

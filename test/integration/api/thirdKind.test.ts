@@ -130,11 +130,11 @@ function notesRouter(ways: ChangeWays) {
       auditId: res.locals.requestId,
     };
     if (req.query.dry_run === 'true') {
-      res.json(await dryRunChange(ways.guards, change));
+      res.json(await dryRunChange(ways.pipeline, change));
       return;
     }
     const a = await handChange(ways.confirms, res.locals, {
-      submit: async () => answerChange(await submitChange(ways.guards, change), 202),
+      submit: async () => answerChange(await submitChange(ways.pipeline, change), 202),
       audit: (a) => (a.body ? { job_id: a.body.job_id, note_status: a.body.status } : undefined),
       handed: (a) =>
         a.body?.status === 'pending_approval'

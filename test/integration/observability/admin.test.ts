@@ -4,7 +4,7 @@ import type { Express } from 'express';
 import request from 'supertest';
 import { credentialId } from '../../../src/shared/crypto.js';
 import { JOB, QUEUE_NAME } from '../../../src/shared/jobs.js';
-import type { OpsQueue } from '../../../src/shared/queue.js';
+import type { OpsQueue } from '../../../src/api/queue.js';
 import { createApp } from '../../../src/app.js';
 import { createKubeHostStatusProvider } from '../../../src/domain/kubeHostStatus.js';
 import { NoKubeConfigError } from '../../../src/shared/kubeconfig.js';

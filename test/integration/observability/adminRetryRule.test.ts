@@ -5,7 +5,7 @@ import request from 'supertest';
 import { coalesceId } from '../../../src/changes/restart.js';
 import { JOB, QUEUE_NAME } from '../../../src/shared/jobs.js';
 import { restartedAtKey } from '../../../src/shared/keys.js';
-import type { OpsQueue } from '../../../src/shared/queue.js';
+import type { OpsQueue } from '../../../src/api/queue.js';
 import { createHarness, type Harness } from '../../helpers/apiHarness.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 import { enqueue } from '../../helpers/queueOps.js';

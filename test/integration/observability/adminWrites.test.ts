@@ -5,7 +5,7 @@ import request from 'supertest';
 import { credentialId, sha256Hex } from '../../../src/shared/crypto.js';
 import { JOB, QUEUE_NAME } from '../../../src/shared/jobs.js';
 import { ALLOWED_BOARD_WRITES, boardRouteKey, classifyBoardRoute, readBoardRoutes } from '../../../src/routes/admin.js';
-import type { OpsQueue } from '../../../src/shared/queue.js';
+import type { OpsQueue } from '../../../src/api/queue.js';
 import { createHarness, type Harness } from '../../helpers/apiHarness.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';
 import { enqueue } from '../../helpers/queueOps.js';

@@ -12,7 +12,7 @@ import { QueueUnavailableError } from '../../../src/shared/errors.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { INTAKE_SINCE_KEY, deliveryKey, legacySeenKey } from '../../../src/shared/keys.js';
 import { silentLogger } from '../../../src/shared/logger.js';
-import { createOpsQueue, type OpsQueue } from '../../../src/shared/queue.js';
+import { createOpsQueue, type OpsQueue } from '../../../src/api/queue.js';
 import { createRedis } from '../../../src/shared/redis.js';
 import { dedupKey } from '../../helpers/queueOps.js';
 import { startRedis, type RedisServer } from '../../helpers/redis.js';

@@ -9,7 +9,7 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Redis } from 'ioredis';
 import { createRateLimiter } from '../../../src/middleware/rateLimit.js';
-import { addressKey } from '../../../src/shared/rateLimit.js';
+import { addressKey } from '../../../src/api/rateLimit.js';
 import { AppError } from '../../../src/shared/errors.js';
 import { createLogger } from '../../../src/shared/logger.js';
 import { createMetrics, type Metrics } from '../../../src/shared/metrics.js';

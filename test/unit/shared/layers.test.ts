@@ -41,6 +41,9 @@ describe('import layers', () => {
         'worker/w.ts': "import { r } from '../src/routes/r.js';\nexport const w = r;\n",
         'src/remediation/e.ts': "import { r } from '../routes/r.js';\nexport const e = r;\n",
         'src/changes/c.ts': "import { e } from '../remediation/e.js';\nexport const c = e;\n",
+        'src/sources/k.ts': "import { w } from '../../worker/w.js';\nexport const k = w;\n",
+        'src/api/q.ts': 'export const q = 1;\n',
+        'worker/index.ts': "import { a } from '../src/shared/a.js';\nimport { q } from '../src/api/q.js';\nexport const i = [a, q];\n",
       };
       for (const [path, text] of Object.entries(files)) {
         mkdirSync(dirname(join(dir, path)), { recursive: true });
@@ -51,11 +54,14 @@ describe('import layers', () => {
       for (const rule of [
         'no-circular',
         'shared-is-the-floor: src/shared/up.ts → src/domain/d.ts',
-        'domain-below-http: src/domain/d.ts → src/middleware/m.ts',
+        'domain-folders-below-http: src/domain/d.ts → src/middleware/m.ts',
         'middleware-below-routes: src/middleware/m.ts → src/domain/s.ts',
         'routes-do-not-import-their-description: src/routes/r.ts → src/openapi/o.ts',
-        'worker-uses-shared-only: worker/w.ts → src/routes/r.ts',
-        'remediation-below-http: src/remediation/e.ts → src/routes/r.ts',
+        'worker-uses-shared-and-the-pipeline: worker/w.ts → src/routes/r.ts',
+        'domain-folders-below-http: src/remediation/e.ts → src/routes/r.ts',
+        'nothing-in-src-imports-the-worker: src/sources/k.ts → worker/w.ts',
+        'shared-is-used-by-both: src/shared/up.ts',
+        'api-is-not-the-worker: worker/index.ts → src/api/q.ts',
         'changes-do-not-remediate: src/changes/c.ts → src/remediation/e.ts',
       ]) {
         expect(r.out).toContain(rule);

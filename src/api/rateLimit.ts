@@ -1,18 +1,18 @@
 import { isIP } from 'node:net';
 import type { Redis } from 'ioredis';
 import { Counter } from 'prom-client';
-import { sha256Hex } from './crypto.js';
-import { TooManyRequestsError } from './errors.js';
-import type { Logger } from './logger.js';
-import { defineLua, loadLua } from './lua.js';
-import type { Metrics } from './metrics.js';
-import { withFallback } from './timeout.js';
+import { sha256Hex } from '../shared/crypto.js';
+import { TooManyRequestsError } from '../shared/errors.js';
+import type { Logger } from '../shared/logger.js';
+import { defineLua, loadLua } from '../shared/lua.js';
+import type { Metrics } from '../shared/metrics.js';
+import { withFallback } from '../shared/timeout.js';
 
 /**
  * Rate-limit counting: a fixed window per client address, counted in Redis so every API replica
  * shares it. The Express side (which requests count) is src/middleware/rateLimit.ts.
  *
- * One Lua script (src/shared/lua/rate-limit.lua) does INCR + PEXPIRE atomically in a single round
+ * One Lua script (./rate-limit.lua) does INCR + PEXPIRE atomically in a single round
  * trip and returns the count and the window's remaining milliseconds. Over the limit: the 429
  * error, whose Retry-After is whole seconds, at least 1. Fixed windows allow a burst of up to 2x
  * the limit across a window boundary; that is the accepted trade-off for one key and one round
@@ -25,7 +25,7 @@ import { withFallback } from './timeout.js';
 
 const SCRIPT_NAME = 'opsgateRateLimitHit';
 /** KEYS[1] = counter key, ARGV[1] = window ms. Returns {count, remaining window ms}. */
-const HIT_SCRIPT = loadLua('rate-limit');
+const HIT_SCRIPT = loadLua(new URL('./rate-limit.lua', import.meta.url));
 
 export interface RateCounterOptions {
   /** A `request`-profile connection (fails fast when Redis is down). */
@@ -83,7 +83,7 @@ export function createRateCounter(opts: RateCounterOptions): RateCounter {
   };
 
   /** Over the limit -> the 429 error; within it -> undefined. */
-  const decide = (reply: unknown): TooManyRequestsError | undefined => {
+  const refusalOf = (reply: unknown): TooManyRequestsError | undefined => {
     const [count, ttl] = reply as [number, number];
     if (Number(count) <= rps) return undefined;
     metrics?.rateLimited.inc();
@@ -93,7 +93,7 @@ export function createRateCounter(opts: RateCounterOptions): RateCounter {
 
   // A late answer after the fail-open is ignored: each hit fails open (and is counted) once.
   const hit = (key: string): Promise<TooManyRequestsError | undefined> =>
-    withFallback(send(key).then(decide), timeoutMs, (): TooManyRequestsError | undefined => {
+    withFallback(send(key).then(refusalOf), timeoutMs, (): TooManyRequestsError | undefined => {
       onRedisError(new Error(`rate limit: Redis did not answer within ${timeoutMs} ms`));
       return undefined;
     }).catch((err: unknown) => {

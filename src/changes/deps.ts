@@ -13,23 +13,23 @@ import type { Producer } from '../shared/producer.js';
 import type { Prober } from '../shared/probe.js';
 import type { Intake } from '../domain/intake.js';
 
-/**
- * What the change pipeline needs (src/changes/): the inventory's policies, the Redis stores of
- * approvals, freezes, holds and budgets, the producer and the intake, one clock. Plain values in
- * and out; no HTTP here.
- */
 export type GuardMetrics = Pick<
   Metrics,
   'budgetExhausted' | 'remediationBudgetExhausted' | 'approvals' | 'guardRefusals' | 'guardOverrides' | 'holds' | 'freezes' | 'dryRuns'
 >;
 
-export interface GuardDeps {
+/**
+ * What the change pipeline needs (src/changes/): the inventory's policies, the producer and the
+ * intake, one clock; createPipeline adds the Redis stores of approvals, freezes, holds and
+ * budgets. Plain values in and out; no HTTP here.
+ */
+export interface PipelineInputs {
   inventory: Inventory;
   /** A `request`-profile connection (fails fast when Redis is down). */
   redis: Redis;
   producer: Pick<Producer, 'add' | 'remove' | 'promote' | 'deduplicationHolder'>;
-  /** Deploys go through the intake: the event's dedup record, the delivery alias. */
-  intake: Pick<Intake, 'push'>;
+  /** Deploys go through the intake: the event's dedup record, the delivery alias. Absent in the worker, whose changes are restarts. */
+  intake?: Pick<Intake, 'push'>;
   probe?: Pick<Prober, 'run'>;
   logger: Logger;
   metrics?: GuardMetrics;
@@ -41,7 +41,7 @@ export interface GuardDeps {
   freezeWatch?: FreezeWatch;
 }
 
-export interface Guards extends GuardDeps {
+export interface Pipeline extends PipelineInputs {
   approvals: ApprovalStore;
   freezes: FreezeStore;
   holds: HoldStore;
@@ -50,7 +50,7 @@ export interface Guards extends GuardDeps {
   budgetPools(namespace: string, requester: string): BudgetPool[];
 }
 
-export function createGuards(deps: GuardDeps): Guards {
+export function createPipeline(deps: PipelineInputs): Pipeline {
   return {
     ...deps,
     approvals: createApprovalStore(deps.redis),
@@ -71,7 +71,7 @@ export const describeBudget = (b: BudgetLimit): string =>
   `${b.restarts} restart${b.restarts === 1 ? '' : 's'} per ${formatDuration(b.per)}`;
 
 /** Counts a spent budget's refusal: people's by namespace, a remediation's by its budget. */
-export function countBudgetRefusal(g: Pick<Guards, 'metrics'>, pool: BudgetPool): void {
+export function countBudgetRefusal(g: Pick<Pipeline, 'metrics'>, pool: BudgetPool): void {
   if (pool.kind === 'namespace') g.metrics?.budgetExhausted.inc({ namespace: pool.name });
   else g.metrics?.remediationBudgetExhausted.inc({ budget: pool.kind === 'remediation_rule' ? 'rule' : 'namespace', name: pool.name });
 }
@@ -88,7 +88,7 @@ export function budgetDetail(pool: BudgetPool, retryMs: number): string {
  * the change it reports. `jobId` makes a repeated report of the same thing one job.
  */
 export async function queueReport(
-  g: Pick<Guards, 'producer' | 'logger'>,
+  g: Pick<Pipeline, 'producer' | 'logger'>,
   jobId: string,
   data: ReportChangeData,
   delayMs?: number,

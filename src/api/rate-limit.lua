@@ -1,4 +1,4 @@
--- A fixed-window rate-limit hit (src/shared/rateLimit.ts).
+-- A fixed-window rate-limit hit (src/api/rateLimit.ts).
 -- KEYS[1]: the client's counter. ARGV[1]: the window in milliseconds.
 -- Answers {count in this window, the window's remaining milliseconds}. The window starts with its
 -- first hit; a counter that lost its expiry is given one again, so it cannot count forever.

@@ -1,9 +1,9 @@
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { ConflictError, QueueUnavailableError } from './errors.js';
-import { JOB } from './jobs.js';
-import { jobView, type JobView } from './jobReads.js';
-import type { QueueGuard } from './queueGuard.js';
+import { ConflictError, QueueUnavailableError } from '../shared/errors.js';
+import { JOB } from '../shared/jobs.js';
+import { jobView, type JobView } from '../shared/jobReads.js';
+import type { QueueGuard } from '../shared/queueGuard.js';
 
 export type RetryOutcome =
   | { outcome: 'retried'; job: JobView; held_until?: string }

@@ -1,15 +1,15 @@
-import { parseQuery } from '../routes/invalid.js';
+import { parseQuery } from './invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { redisCall } from '../domain/redisOps.js';
-import { keysetPage, nextCursorSchema, pageQueryShape } from '../routes/paging.js';
+import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
 import type { ApiConfig } from '../shared/config.js';
 import { UnprocessableError } from '../shared/errors.js';
 import type { Metrics, RemediationBudgetUse } from '../shared/metrics.js';
 import type { Redis } from 'ioredis';
-import { decisionSchema, type RemediationStore } from './store.js';
+import { decisionSchema, type RemediationStore } from '../remediation/store.js';
 
 /**
  * GET /ops/remediations (any valid key): the recent decisions of alert-driven remediation, newest

@@ -1,23 +1,23 @@
-import { markClosing, reconnectWhenEnded } from './redisConnection.js';
+import { markClosing, reconnectWhenEnded } from '../shared/redisConnection.js';
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { createDeadLetters, type ChangeRetry, type DeadLetters } from './deadLetters.js';
-import { createJobReads, type JobReads } from './jobReads.js';
-import { QUEUE_NAME, defaultJobOptions, type JobPolicy } from './jobs.js';
-import { queuePrefix } from './keys.js';
-import type { Logger } from './logger.js';
-import type { Metrics } from './metrics.js';
-import { createProber, type Prober } from './probe.js';
-import { createProducer, type Producer } from './producer.js';
-import { createQueueGuard } from './queueGuard.js';
-import { createRedis } from './redis.js';
+import { createJobReads, type JobReads } from '../shared/jobReads.js';
+import { QUEUE_NAME, defaultJobOptions, type JobPolicy } from '../shared/jobs.js';
+import { queuePrefix } from '../shared/keys.js';
+import type { Logger } from '../shared/logger.js';
+import type { Metrics } from '../shared/metrics.js';
+import { createProber, type Prober } from '../shared/probe.js';
+import { createProducer, type Producer } from '../shared/producer.js';
+import { createQueueGuard } from '../shared/queueGuard.js';
+import { createRedis } from '../shared/redis.js';
 
 /**
  * The API's side of the "ops" queue: one BullMQ Queue on one connection of the `request` profile
  * (no offline queue, one retry, command timeout), seen as three parts:
  * - `producer` (src/shared/producer.ts): adds jobs, deduplicated by BullMQ;
  * - `jobs` (src/shared/jobReads.ts): reads them for GET /ops/jobs;
- * - `deadLetters` (src/shared/deadLetters.ts): re-queues failed ones;
+ * - `deadLetters` (src/api/deadLetters.ts): re-queues failed ones;
  * - `probe` (src/shared/probe.ts): a job whose answer the API waits for (a dry run).
  * Every operation is bounded by `timeoutMs` and fails fast while Redis is down, as a 503 with
  * Retry-After (src/shared/queueGuard.ts).
@@ -44,8 +44,8 @@ export interface OpsQueue {
   close(): Promise<void>;
 }
 
-export { QueueUnavailableError } from './errors.js';
-export { LISTABLE_STATES, type JobView, type ListableState } from './jobReads.js';
+export { QueueUnavailableError } from '../shared/errors.js';
+export { LISTABLE_STATES, type JobView, type ListableState } from '../shared/jobReads.js';
 export type { RetryOutcome } from './deadLetters.js';
 
 export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {

@@ -1,27 +1,27 @@
-import { invalidInput, parseQuery } from '../../routes/invalid.js';
+import { invalidInput, parseQuery } from './invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
-import { kindOfApproval } from '../kinds/index.js';
-import { handChange } from '../hand.js';
-import { decideApproval } from './decide.js';
-import { approvalView, approvalViewSchema, decisionBodySchema, type DecisionAnswer } from './view.js';
-import { principalOf } from '../../routes/principal.js';
-import type { Guards } from '../guards.js';
-import type { ConfirmChange } from '../../domain/replication.js';
-import { redisCall } from '../../domain/redisOps.js';
-import { requireApiKey, type ApiKeyPolicy } from '../../middleware/auth.js';
-import { parseJson, rawBody } from '../../middleware/body.js';
-import { methodNotAllowed } from '../../middleware/errors.js';
-import { requireInScope, scopeOf } from '../../middleware/scope.js';
-import type { ApiConfig } from '../../shared/config.js';
-import { approvalKey } from '../../shared/keys.js';
-import { NotFoundError, UnprocessableError } from '../../shared/errors.js';
-import type { Logger } from '../../shared/logger.js';
-import type { Metrics } from '../../shared/metrics.js';
-import { keysetPage, nextCursorSchema, pageQueryShape } from '../../routes/paging.js';
+import { kindOfApproval } from '../changes/kinds/index.js';
+import { handChange } from '../changes/hand.js';
+import { decideApproval } from '../changes/approvals/decide.js';
+import { approvalView, approvalViewSchema, decisionBodySchema, type DecisionAnswer } from '../changes/approvals/view.js';
+import { principalOf } from './principal.js';
+import type { Pipeline } from '../changes/deps.js';
+import type { ConfirmChange } from '../domain/replication.js';
+import { redisCall } from '../domain/redisOps.js';
+import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
+import { parseJson, rawBody } from '../middleware/body.js';
+import { methodNotAllowed } from '../middleware/errors.js';
+import { requireInScope, scopeOf } from '../middleware/scope.js';
+import type { ApiConfig } from '../shared/config.js';
+import { approvalKey } from '../shared/keys.js';
+import { NotFoundError, UnprocessableError } from '../shared/errors.js';
+import type { Logger } from '../shared/logger.js';
+import type { Metrics } from '../shared/metrics.js';
+import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
 
 /**
- * Four-eyes approvals (./decide.ts):
+ * Four-eyes approvals (src/changes/approvals/decide.ts):
  * - GET /ops/approvals (any valid key): the pending approvals, soonest expiry first, paged with
  *   limit and cursor (src/routes/paging.ts);
  * - GET /ops/approvals/:id (any valid key): one approval, whatever became of it;
@@ -30,9 +30,10 @@ import { keysetPage, nextCursorSchema, pageQueryShape } from '../../routes/pagin
  *   the change still needs others answers 202 (the change still waits for approval, as a restart
  *   that asks for one); a decision answers 200 (approved: the change is queued; rejected).
  */
-export interface ApprovalsDeps {
+export interface ApprovalsDeps extends Pick<Pipeline, 'approvals' | 'redis' | 'now'> {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
-  guards: Guards;
+  /** The change pipeline: a decision that approves hands its change over (decideApproval). */
+  pipeline: Pipeline;
   logger: Logger;
   metrics: Pick<Metrics, 'authFailures'>;
   apiKeyPolicy?: ApiKeyPolicy;
@@ -49,13 +50,12 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
   const r = Router();
   const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
   const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', deps.apiKeyPolicy);
-  const g = deps.guards;
 
   r.route('/ops/approvals')
     .get(anyKey, async (req, res) => {
       const q = parseQuery(listApprovalsQuerySchema, req.query);
-      const now = g.now();
-      const pending = await redisCall(() => g.approvals.pending(now), g.redis);
+      const now = deps.now();
+      const pending = await redisCall(() => deps.approvals.pending(now), deps.redis);
       const page = keysetPage('approvals', pending, (a) => [a.expires_at, a.id], q);
       res.json({ approvals: page.items.map((a) => approvalView(a, now)), next_cursor: page.next_cursor });
     })
@@ -63,9 +63,9 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
 
   r.route('/ops/approvals/:id')
     .get(anyKey, async (req, res) => {
-      const a = await redisCall(() => g.approvals.get(String(req.params.id)), g.redis);
+      const a = await redisCall(() => deps.approvals.get(String(req.params.id)), deps.redis);
       if (!a) throw new NotFoundError('approval not found', 'approval_not_found');
-      res.json(approvalView(a, g.now()));
+      res.json(approvalView(a, deps.now()));
     })
     .all(methodNotAllowed(['GET']));
 
@@ -81,7 +81,7 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
         res.locals.auditFields = { approval_id: id, decision: action, reason: body.data.reason };
         // A scoped key decides only changes its scope admits (read first only for such a key).
         if (scopeOf(res)) {
-          const c = (await redisCall(() => g.approvals.get(id), g.redis))?.change;
+          const c = (await redisCall(() => deps.approvals.get(id), deps.redis))?.change;
           if (c) {
             const kind = kindOfApproval(c);
             requireInScope(res, kind.scopeTarget(kind.fromApproval(c).target));
@@ -107,13 +107,13 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
         if (action === 'approve') {
           // An approval given may be the last, which hands the change to the pipeline.
           out = await handChange(deps, res.locals, {
-            submit: () => decideApproval(g, decision),
+            submit: () => decideApproval(deps.pipeline, decision),
             audit,
             handed: () => ({ wrote: 'approval', approvalId: id, event: 'approved' }),
           });
         } else {
           // A rejection hands no change over: its own audit line and WAIT.
-          out = await decideApproval(g, decision);
+          out = await decideApproval(deps.pipeline, decision);
           res.locals.auditFields = audit(out);
           await deps.changed?.(`approval ${id} rejected`, [approvalKey(id)]);
         }

@@ -1,4 +1,4 @@
-import { invalidInput, parseQuery } from '../../routes/invalid.js';
+import { invalidInput, parseQuery } from './invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import {
@@ -11,24 +11,24 @@ import {
   liftFreeze,
   listFreezes,
   listHolds,
-} from './service.js';
-import type { Guards } from '../guards.js';
-import type { ConfirmChange } from '../../domain/replication.js';
-import { requireApiKey, type ApiKeyPolicy } from '../../middleware/auth.js';
-import { parseJson, rawBody } from '../../middleware/body.js';
-import { methodNotAllowed } from '../../middleware/errors.js';
-import { requireInScope, scopeOf } from '../../middleware/scope.js';
-import { projectNamespace } from '../guards.js';
-import type { ApiConfig } from '../../shared/config.js';
-import { ForbiddenError } from '../../shared/errors.js';
-import type { JobReads } from '../../shared/jobReads.js';
-import { FREEZES_KEY, HOLDS_KEY } from '../../shared/keys.js';
-import type { Logger } from '../../shared/logger.js';
-import type { Metrics } from '../../shared/metrics.js';
-import { keysetPage, nextCursorSchema, pageQueryShape } from '../../routes/paging.js';
+} from '../changes/freezes/service.js';
+import type { Pipeline } from '../changes/deps.js';
+import type { ConfirmChange } from '../domain/replication.js';
+import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
+import { parseJson, rawBody } from '../middleware/body.js';
+import { methodNotAllowed } from '../middleware/errors.js';
+import { requireInScope, scopeOf } from '../middleware/scope.js';
+import { projectNamespace } from '../changes/deps.js';
+import type { ApiConfig } from '../shared/config.js';
+import { ForbiddenError } from '../shared/errors.js';
+import type { JobReads } from '../shared/jobReads.js';
+import { FREEZES_KEY, HOLDS_KEY } from '../shared/keys.js';
+import type { Logger } from '../shared/logger.js';
+import type { Metrics } from '../shared/metrics.js';
+import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
 
 /**
- * Freezes and holds (./service.ts):
+ * Freezes and holds (src/changes/freezes/service.ts):
  * - GET /ops/freezes, GET /ops/freezes/:id (any valid key): the freezes not yet ended, soonest end
  *   first, paged with limit and cursor (src/routes/paging.ts);
  * - POST /ops/freezes (operator key): declare one; DELETE /ops/freezes/:id (operator key, body
@@ -36,9 +36,10 @@ import { keysetPage, nextCursorSchema, pageQueryShape } from '../../routes/pagin
  * - GET /ops/holds (any valid key): the deploys held now, with why and until when, soonest first,
  *   paged the same way.
  */
-export interface FreezesDeps {
+export interface FreezesDeps extends Pick<Pipeline, 'inventory'> {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
-  guards: Guards;
+  /** The change pipeline: freezes and holds are its records (src/changes/freezes/service.ts). */
+  pipeline: Pipeline;
   jobs: Pick<JobReads, 'get'>;
   logger: Logger;
   metrics: Pick<Metrics, 'authFailures'>;
@@ -58,7 +59,7 @@ export function freezesRouter(deps: FreezesDeps): Router {
   const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
   const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', deps.apiKeyPolicy);
   const body = rawBody(deps.config.BODY_LIMIT);
-  const g = deps.guards;
+  const g = deps.pipeline;
 
   r.route('/ops/freezes')
     .get(anyKey, async (req, res) => {
@@ -70,7 +71,7 @@ export function freezesRouter(deps: FreezesDeps): Router {
       const parsed = freezeBodySchema.safeParse(parseJson(req.body as Buffer));
       if (!parsed.success) throw invalidInput(parsed.error, 'body field');
       res.locals.auditFields = { scope: parsed.data.scope, reason: parsed.data.reason };
-      freezeInScope(res, g, parsed.data);
+      freezeInScope(res, deps.inventory, parsed.data);
       const freeze = await declareFreeze(g, parsed.data, res.locals.principal!);
       res.locals.auditFields = { freeze_id: freeze.id, scope: freeze.scope, reason: freeze.reason, ends_at: freeze.ends_at };
       // A freeze is no change handed to the pipeline: its own WAIT, not handChange's.
@@ -89,7 +90,7 @@ export function freezesRouter(deps: FreezesDeps): Router {
       const parsed = liftBodySchema.safeParse(parseJson(req.body as Buffer));
       if (!parsed.success) throw invalidInput(parsed.error, 'body field');
       res.locals.auditFields = { freeze_id: id, reason: parsed.data.reason };
-      if (scopeOf(res)) freezeInScope(res, g, await getFreeze(g, id));
+      if (scopeOf(res)) freezeInScope(res, deps.inventory, await getFreeze(g, id));
       const out = await liftFreeze(g, id);
       res.locals.auditFields = { freeze_id: id, reason: parsed.data.reason, released: out.released };
       // A freeze is no change handed to the pipeline (the deploys it releases wake in the worker): its own WAIT.
@@ -117,13 +118,13 @@ export function freezesRouter(deps: FreezesDeps): Router {
  */
 function freezeInScope(
   res: Parameters<typeof requireInScope>[0],
-  g: Pick<Guards, 'inventory'>,
+  inventory: Pipeline['inventory'],
   f: { scope: string; namespace?: string | null; project?: string | null },
 ): void {
   if (!scopeOf(res)) return;
   if (f.scope === 'namespace' && f.namespace) return requireInScope(res, { kind: 'namespace', namespace: f.namespace });
   if (f.scope === 'project' && f.project) {
-    return requireInScope(res, { kind: 'project', project: f.project, namespace: projectNamespace(g.inventory, f.project) });
+    return requireInScope(res, { kind: 'project', project: f.project, namespace: projectNamespace(inventory, f.project) });
   }
   throw new ForbiddenError('a freeze of everything is outside the scope of this credential', 'out_of_scope');
 }
