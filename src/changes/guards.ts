@@ -4,6 +4,7 @@ import { createBudgets, type BudgetLimit, type Budgets } from './budget/store.js
 import { budgetPools, describePool, type BudgetPool } from './budget/pools.js';
 import { createFreezeStore, type FreezeStore, type FreezeWatch } from './freezes/store.js';
 import { createHoldStore, type HoldStore } from './holds.js';
+import { createDeployTurns, type DeployTurns } from './deployOrder/store.js';
 import { findProject, type Inventory } from '../shared/inventory.js';
 import { JOB, type ReportChangeData } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
@@ -46,6 +47,8 @@ export interface Guards extends GuardDeps {
   freezes: FreezeStore;
   holds: HoldStore;
   budgets: Budgets;
+  /** The deploys' concurrency groups (src/changes/deployOrder/). */
+  deployTurns: DeployTurns;
   /** The restart budgets a restart of the namespace by `requester` draws on (hosts sharing a namespace agree: checked at start). */
   budgetPools(namespace: string, requester: string): BudgetPool[];
 }
@@ -57,6 +60,7 @@ export function createGuards(deps: GuardDeps): Guards {
     freezes: createFreezeStore(deps.redis),
     holds: createHoldStore(deps.redis),
     budgets: createBudgets(deps.redis),
+    deployTurns: createDeployTurns(deps.redis),
     budgetPools: (namespace, requester) => budgetPools(deps.inventory, namespace, requester),
   };
 }

@@ -172,6 +172,8 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
         // A signed sender's commit pair: the replay deploys it and the pair names the replay's job.
         ...(e.before !== undefined ? { before: e.before } : {}),
         ...(view.delivery_id ? { deliveryId: view.delivery_id } : {}),
+        // A replay is the delivery again: its place in its group's order is the delivery's.
+        accepted: { at: Date.parse(view.at), id: view.job_id ?? view.id },
       };
       // dry_run as on POST /ops/restart (the query), or in the body.
       if (dryRunQuery(req.query) || body.data.dry_run) {
