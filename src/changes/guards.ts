@@ -28,7 +28,7 @@ export interface GuardDeps {
   inventory: Inventory;
   /** A `request`-profile connection (fails fast when Redis is down). */
   redis: Redis;
-  producer: Pick<Producer, 'add' | 'remove' | 'promote' | 'deduplicationHolder'>;
+  producer: Pick<Producer, 'add' | 'remove' | 'promote' | 'deduplicationHolder' | 'acceptedAt'>;
   /** Deploys go through the intake: the event's dedup record, the delivery alias. */
   intake: Pick<Intake, 'push'>;
   probe?: Pick<Prober, 'run'>;
