@@ -1,6 +1,7 @@
 import type { Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Budgets } from '../src/changes/budget/store.js';
+import type { DeployTurns } from '../src/changes/deployOrder/store.js';
 import type { ApprovalStore } from '../src/changes/approvals/store.js';
 import type { WorkerConfig } from '../src/shared/config.js';
 import type { FreezeStore } from '../src/changes/freezes/store.js';
@@ -22,6 +23,10 @@ export interface WorkerGuards {
   holds: HoldStore;
   approvals: ApprovalStore;
   budgets: Pick<Budgets, 'giveBack'>;
+  /** The deploys' concurrency groups: a deploy takes its group's turn before it runs. */
+  deployTurns: DeployTurns;
+  /** Wakes a delayed job now (the next deploy of a group whose running one ended); a job not delayed is left as it is. */
+  promote(id: string): Promise<void>;
   /** Whether a job of that id is on the queue (an approval left approving: was its change added?). */
   jobExists(id: string): Promise<boolean>;
   /** Queues a report_change job under `jobId` (one job per id: a repeat adds nothing). */
@@ -35,7 +40,8 @@ export interface WorkerGuards {
 /** What a job handler gets besides its validated data. */
 export interface JobContext {
   /** The BullMQ job (id, attempts, updateProgress, moveToDelayed for a held deploy). */
-  job: Pick<Job, 'id' | 'name' | 'attemptsMade' | 'opts' | 'updateProgress' | 'progress'> & Partial<Pick<Job, 'moveToDelayed'>>;
+  job: Pick<Job, 'id' | 'name' | 'attemptsMade' | 'opts' | 'updateProgress' | 'progress' | 'timestamp'> &
+    Partial<Pick<Job, 'moveToDelayed'>>;
   /** The job's lock token (BullMQ's Job#moveToDelayed needs it). */
   token?: string;
   /** Aborted at the per-attempt deadline (JOB_TIMEOUT_SECONDS) or when the worker shuts down. */

@@ -2,6 +2,7 @@ import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { createApprovalStore } from '../src/changes/approvals/store.js';
 import { createBudgets } from '../src/changes/budget/store.js';
+import { createDeployTurns } from '../src/changes/deployOrder/store.js';
 import { createFreezeStore } from '../src/changes/freezes/store.js';
 import { createHoldStore } from '../src/changes/holds.js';
 import { createPipeline } from '../src/changes/deps.js';
@@ -48,6 +49,11 @@ export function createWorkerGuards(deps: {
     holds: createHoldStore(redis),
     approvals: createApprovalStore(redis),
     budgets: createBudgets(redis),
+    deployTurns: createDeployTurns(redis),
+    promote: async (id) => {
+      const job = await reportQueue.getJob(id);
+      if (job && (await job.isDelayed())) await job.promote();
+    },
     jobExists: async (id) => (await reportQueue.getJob(id)) !== undefined,
     report: async (jobId, data, delayMs) => {
       await reports.add({ name: JOB.reportChange, data, jobId, ...(delayMs !== undefined ? { delay: delayMs } : {}) });

@@ -12,6 +12,7 @@ import { remediate } from './jobs/remediate.js';
 import { reportChange } from './jobs/report.js';
 import { restartService } from './jobs/restart.js';
 import { checkGate, failureOutcome, isFinal, recordOutcome } from './report.js';
+import { takeTurn, type TakenTurn } from './deployTurn.js';
 
 /**
  * The worker's processor: dispatch by job name to its handler, with
@@ -23,7 +24,11 @@ import { checkGate, failureOutcome, isFinal, recordOutcome } from './report.js';
  * - shutdown: BullMQ's own signal (worker.cancelAllJobs) aborts the handler too;
  * - guarded changes (worker/report.ts): a restart or deploy meets its gate before the handler runs
  *   (a deploy is held again, a restart refused), and its outcome is recorded when it ends: a
- *   success, or a failure that no retry follows.
+ *   success, or a failure that no retry follows;
+ * - order (worker/deployTurn.ts): past its gate, a deploy takes its concurrency group's turn: it
+ *   waits (delayed) while another runs, and ends `superseded` without running when a newer one
+ *   of its group started or waits; its turn ends with its attempt (not when the worker shuts down
+ *   under it: its next attempt takes the turn again).
  */
 export const handlers: { [N in JobName]: Handler<never> } = {
   [JOB.restartService]: restartService,
@@ -81,8 +86,15 @@ export function createProcessor(
     const ctx: JobContext = { ...base, job, ...(token !== undefined ? { token } : {}), signal: controller.signal, logger };
     const change = changeOf(job.name, parsed.data);
     const started = Date.now();
+    let turn: TakenTurn | undefined;
+    let interrupted = false;
     try {
       if (change) await checkGate(change, ctx);
+      turn = change ? await takeTurn(change, ctx) : undefined;
+      if (change && turn?.superseded !== undefined) {
+        await recordOutcome(change, ctx, { result: 'superseded', reason: `superseded by deploy ${turn.superseded}, accepted after it` });
+        return { superseded_by: turn.superseded };
+      }
       const value = await withTimeout(Promise.race([handler(parsed.data, ctx), cancelled]), timeoutSeconds * 1000, () => {
         const err = new JobTimeoutError(timeoutSeconds);
         controller.abort(err);
@@ -98,9 +110,12 @@ export function createProcessor(
       }
       return value;
     } catch (err) {
+      interrupted = err instanceof JobCancelledError;
       if (change && isFinal(err, ctx)) await recordOutcome(change, ctx, failureOutcome(err, (Date.now() - started) / 1000));
       throw err;
     } finally {
+      if (turn?.release && !interrupted)
+        await turn.release().catch((err: unknown) => logger.warn('could not end the turn of its group', { err }));
       if (!controller.signal.aborted) controller.abort(new JobCancelledError('attempt finished'));
     }
   };

@@ -29,7 +29,10 @@ export interface ChangeRetry {
   /** Whether the job carries a change (its name is a kind's job). */
   carries(jobName: string): boolean;
   /** `clear`: the records of the old job to delete once its dead letter is removed (a restart's restartedAt). */
-  retry(job: { id: string; name: string; data: unknown }, by: RetryBy): Promise<RetryOutcome & { clear?: readonly string[] }>;
+  retry(
+    job: { id: string; name: string; data: unknown; timestamp?: number },
+    by: RetryBy,
+  ): Promise<RetryOutcome & { clear?: readonly string[] }>;
 }
 
 /** The jobs retried in place: they carry no change. Without the pipeline, every other job is refused (fails closed). */
@@ -62,7 +65,7 @@ export function createDeadLetters(bull: Queue, connection: Redis, guard: QueueGu
         // Fails closed: a change never goes back on the queue without the pipeline.
         if (!changeRetry)
           throw new ConflictError('a restart or deploy can only be retried through the change pipeline', 'guards_unavailable');
-        const { clear, ...out } = await changeRetry.retry({ id, name: job.name, data: job.data }, by);
+        const { clear, ...out } = await changeRetry.retry({ id, name: job.name, data: job.data, timestamp: job.timestamp }, by);
         if (out.outcome === 'retried') {
           // The retry is queued: should the removal fail, the dead letter stays visible (and a retry of
           // it answers `<id>.retry` again) until it is removed by hand.

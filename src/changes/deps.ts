@@ -4,6 +4,7 @@ import { createBudgets, type BudgetLimit, type Budgets } from './budget/store.js
 import { budgetPools, describePool, type BudgetPool } from './budget/pools.js';
 import { createFreezeStore, type FreezeStore, type FreezeWatch } from './freezes/store.js';
 import { createHoldStore, type HoldStore } from './holds.js';
+import { createDeployTurns, type DeployTurns } from './deployOrder/store.js';
 import { findProject, type Inventory } from '../shared/inventory.js';
 import { JOB, type ReportChangeData } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
@@ -27,7 +28,7 @@ export interface PipelineInputs {
   inventory: Inventory;
   /** A `request`-profile connection (fails fast when Redis is down). */
   redis: Redis;
-  producer: Pick<Producer, 'add' | 'remove' | 'promote' | 'deduplicationHolder'>;
+  producer: Pick<Producer, 'add' | 'remove' | 'promote' | 'deduplicationHolder' | 'acceptedAt'>;
   /** Deploys go through the intake: the event's dedup record, the delivery alias. Absent in the worker, whose changes are restarts. */
   intake?: Pick<Intake, 'push'>;
   probe?: Pick<Prober, 'run'>;
@@ -46,6 +47,8 @@ export interface Pipeline extends PipelineInputs {
   freezes: FreezeStore;
   holds: HoldStore;
   budgets: Budgets;
+  /** The deploys' concurrency groups (src/changes/deployOrder/). */
+  deployTurns: DeployTurns;
   /** The restart budgets a restart of the namespace by `requester` draws on (hosts sharing a namespace agree: checked at start). */
   budgetPools(namespace: string, requester: string): BudgetPool[];
 }
@@ -57,6 +60,7 @@ export function createPipeline(deps: PipelineInputs): Pipeline {
     freezes: createFreezeStore(deps.redis),
     holds: createHoldStore(deps.redis),
     budgets: createBudgets(deps.redis),
+    deployTurns: createDeployTurns(deps.redis),
     budgetPools: (namespace, requester) => budgetPools(deps.inventory, namespace, requester),
   };
 }

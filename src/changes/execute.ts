@@ -53,6 +53,26 @@ export interface Carried {
   written?: Written;
 }
 
+/** A resubmission of a deploy after a newer one of its group started: it never runs (409 superseded). */
+export class SupersededError extends ConflictError {
+  readonly by: string;
+  constructor(detail: string, by: string) {
+    super(detail, 'superseded');
+    this.by = by;
+  }
+}
+
+/** The refusal of a superseded resubmission: the newer deploy named, and the way to an older commit. */
+export function supersededRefusal(c: Change, by: string): Refusal {
+  return {
+    guard: 'order',
+    by,
+    detail:
+      `${describeTarget(c.target)} is superseded: deploy ${by} of its group, accepted after it, has started; ` +
+      'an older deploy never runs after a newer one. To go back to its commit, deploy it anew (a rollback: a new push or POST /ops/deploys)',
+  };
+}
+
 /** A restart or deploy refused by a freeze or outside its windows (409). */
 export class ChangeRefusedError extends ConflictError {
   readonly reasons: GateReason[];
@@ -95,7 +115,10 @@ function parsed(name: JobName, data: unknown): unknown {
  * budget_exhausted), remediation reads it.
  */
 export type Refusal =
-  { guard: 'gate'; reasons: GateReason[]; detail: string } | { guard: 'budget'; pool: BudgetPool; retryMs: number; detail: string };
+  | { guard: 'gate'; reasons: GateReason[]; detail: string }
+  | { guard: 'budget'; pool: BudgetPool; retryMs: number; detail: string }
+  /** A resubmission after a newer change of its group started (src/changes/deployOrder/). */
+  | { guard: 'order'; by: string; detail: string };
 
 /** What submitting a change came to: carried out (queued, joined, held, waiting for approval), or refused. */
 export type ChangeResult = { carried: Carried; refusal?: undefined } | { refusal: Refusal; carried?: undefined };
@@ -119,7 +142,8 @@ export function budgetRefusal(g: Pick<Pipeline, 'metrics'>, pool: BudgetPool, re
 }
 
 /** The error a refusal is answered with. */
-export function refusalError(r: Refusal): ChangeRefusedError | BudgetExhaustedError {
+export function refusalError(r: Refusal): ChangeRefusedError | BudgetExhaustedError | SupersededError {
+  if (r.guard === 'order') return new SupersededError(r.detail, r.by);
   return r.guard === 'gate'
     ? new ChangeRefusedError(r.detail, r.reasons)
     : new BudgetExhaustedError(r.pool.name, r.detail, Math.max(1, Math.ceil(r.retryMs / 1000)));
@@ -131,6 +155,8 @@ export async function execute(g: Pipeline, change: Change, decision: Decision, n
       return { refusal: gateRefusal(g, change, decision.reasons) };
     case 'over_budget':
       return { refusal: budgetRefusal(g, decision.pool, decision.retryMs) };
+    case 'superseded':
+      return { refusal: supersededRefusal(change, decision.by) };
     case 'join':
       return { carried: { decision, jobId: decision.jobId, coalesced: true, duplicate: kindOfChange(change).carry === 'intake' } };
     case 'pending_approval':

@@ -20,6 +20,9 @@ import type { Change, Decision, Facts, Origin, Override } from './types.js';
  *   2. an approval policy -> pending approval;
  *   3. the gate closed -> hold until it is expected to open (a delayed job);
  *   4. queue.
+ * Before either: a resubmission of a change accepted earlier (a retry, a replay, the last approval)
+ * whose group started a change accepted after it -> superseded (src/changes/deployOrder/: an older
+ * deploy never runs after a newer one).
  * A job waking (origin `wake`) meets the gate again with the override it carries: a freeze declared
  * since refuses the restart or holds the deploy again.
  */
@@ -43,6 +46,7 @@ export function requiredApprovals(required: number, change: Pick<Change, 'reques
 }
 
 export function plan(change: Change, facts: Facts, now: number): Decision {
+  if (facts.supersededBy !== undefined) return { kind: 'superseded', by: facts.supersededBy };
   const covered = new Set(change.override?.covers ?? []);
   const g: Gated = {
     blocking: facts.gate.reasons.filter((r) => !covered.has(coverOf(r))),

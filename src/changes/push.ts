@@ -3,6 +3,7 @@ import { answerChange, answered } from './answer.js';
 import type { Handed } from './hand.js';
 import { projectNamespace, type Pipeline } from './deps.js';
 import { submitChange } from './pipeline.js';
+import type { Acceptance } from './deployOrder/store.js';
 import type { Change, Origin, Principal } from './types.js';
 
 /**
@@ -29,6 +30,8 @@ export interface PushRequest {
   origin: Extract<Origin, 'webhook' | 'replay'>;
   /** A signed sender's commit before the push (its replay guard). */
   before?: string;
+  /** A replay: when the delivery it replays was accepted, and its job (its place in its group's order). */
+  accepted?: Acceptance;
 }
 
 export function pushChange(g: Pick<Pipeline, 'inventory'>, req: PushRequest): Change {
@@ -48,6 +51,7 @@ export function pushChange(g: Pick<Pipeline, 'inventory'>, req: PushRequest): Ch
     ...(req.reason ? { reason: req.reason } : {}),
     origin: req.origin,
     auditId: req.auditId,
+    ...(req.accepted ? { accepted: req.accepted } : {}),
   };
 }
 

@@ -31,6 +31,9 @@ async function retry(
     throw new UnprocessableError(`job ${job.id} holds no valid ${kind?.name ?? 'change'} to retry`, 'invalid_job_data');
   const old = changeOfJob(g.inventory, { name: kind.name, data: parsed.data as ChangeJobData }, `${job.id}.retry`);
   const { override: _dropped, ...rest } = old;
+  // The retry stands in the old job's place in its group's order: its acceptance, not today's.
+  const d = parsed.data as ChangeJobData;
+  const accepted = { at: d.accepted_at ?? job.timestamp ?? 0, id: d.accepted_id ?? job.id };
   const { body: b } = answered(
     answerChange(
       await submitChange(g, {
@@ -39,6 +42,7 @@ async function retry(
         reason: by.reason,
         auditId: by.auditId,
         origin: 'retry',
+        accepted,
       }),
       200,
     ),

@@ -1,6 +1,7 @@
 import type { ApprovalPolicy } from '../shared/policy.js';
 import type { Scope } from '../shared/scope.js';
 import type { BudgetPool } from './budget/pools.js';
+import type { Acceptance } from './deployOrder/store.js';
 import type { GateReason, GateVerdict } from './gate.js';
 
 /**
@@ -110,6 +111,13 @@ export interface Change {
    * change waits for the stricter of the two.
    */
   approval?: ApprovalPolicy;
+  /**
+   * A resubmission of a change accepted earlier (a dead letter's retry, a delivery's replay, the
+   * last approval): when and under which id that one was accepted. Its order among the deploys of
+   * its group is that acceptance, not this request's (src/changes/deployOrder/). Absent: a new
+   * request, accepted now.
+   */
+  accepted?: Acceptance;
 }
 
 /** What the stores answered about a change, read before the plan. */
@@ -125,6 +133,8 @@ export interface Facts {
   holder?: string | null;
   /** A push event's job within its dedup window (undefined: not read, the add will tell). */
   duplicateOf?: string | null;
+  /** A resubmission whose group started a deploy accepted after it: that deploy's job (read only for a resubmission). */
+  supersededBy?: string;
 }
 
 /** What the planner decided. */
@@ -134,6 +144,8 @@ export type Decision =
   | { kind: 'join'; jobId: string }
   | { kind: 'over_budget'; retryMs: number; pool: BudgetPool }
   | { kind: 'hold'; until: number; reasons: GateReason[] }
+  /** A resubmission of a deploy after a newer one of its group started: it never runs. */
+  | { kind: 'superseded'; by: string }
   | {
       kind: 'queue';
       /** Take a place of each of its restart budgets for this job. */

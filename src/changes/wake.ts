@@ -26,6 +26,9 @@ export interface ChangeJobData {
   approval_id?: string;
   approvers?: string[];
   reason?: string;
+  /** A resubmission's acceptance (src/changes/deployOrder/). */
+  accepted_at?: number;
+  accepted_id?: string;
 }
 
 /** The change job of a job, by its name; undefined for a job that carries no change. */

@@ -31,7 +31,9 @@ import type { Written } from './replication.js';
  *   trip more. Found with its window over, the push is ignored, naming that job; within the window
  *   the add goes ahead and BullMQ's record answers, as for any push. A force-push back to an old
  *   commit has another `before`: another pair, deployed. An operator's replay (`allowRedeploy`)
- *   skips the rule. The token senders (/webhook/scm, GitLab) keep the contract's 24 h rule.
+ *   skips the rule; it still stands in its delivery's place in its deploy group's order, so once a
+ *   newer deploy of the group has started the pipeline answers it 409 superseded before it gets
+ *   here (src/changes/deployOrder/). The token senders (/webhook/scm, GitLab) keep the contract's 24 h rule.
  * - Upgrade: version 0.1 kept an event's record under `{opsgate}:seen:<identity>` ("q:<job id>",
  *   or "p:<job id>" for a claim whose job it may not have added). For the lifetime of such records
  *   after this version first ran against a queue that already held jobs (LEGACY_WINDOW_MS), the
@@ -86,7 +88,10 @@ export interface PushEvent {
    * `replayGuard`: its (project, before, after) is deployed once by a delivery in 30 days.
    */
   before?: string;
-  /** An operator's replay: deploys a push the commit-pair rule ignores (the event's 24 h still hold). */
+  /**
+   * An operator's replay: deploys a push the commit-pair rule ignores (the event's 24 h still hold),
+   * unless a newer deploy of its group has started (the pipeline refuses it first: superseded).
+   */
   allowRedeploy?: boolean;
 }
 

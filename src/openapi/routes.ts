@@ -154,8 +154,8 @@ const decisionAnswers = (action: 'approve' | 'reject'): RouteDoc['responses'] =>
   409:
     action === 'approve'
       ? E[409](
-          'already decided, expired, already approved by this operator, or (the last approval of a restart) a freeze or the change windows refuse it now: approve with override',
-          ['approval_decided', 'approval_expired', 'duplicate_approval', 'change_refused', 'conflict'],
+          'already decided, expired, already approved by this operator, or (the last approval of a restart) a freeze or the change windows refuse it now: approve with override; superseded: the last approval of a deploy after a newer one of its group started (the approval ends superseded)',
+          ['approval_decided', 'approval_expired', 'duplicate_approval', 'change_refused', 'superseded', 'conflict'],
         )
       : E[409]('already decided or expired', ['approval_decided', 'approval_expired', 'conflict']),
   413: E[413],
@@ -605,7 +605,10 @@ export const API_ROUTES: readonly RouteDoc[] = [
       401: E[401](),
       403: E[403]("a readonly key; a target outside the key's scope", ['operator_role_required', 'out_of_scope']),
       404: E[404]('unknown job', ['job_not_found']),
-      409: E[409]('the job is not failed, or another restart of its Deployment is in progress', ['job_not_failed', 'restart_in_progress']),
+      409: E[409](
+        'the job is not failed, another restart of its Deployment is in progress, or (superseded) a newer deploy of its group has started',
+        ['job_not_failed', 'restart_in_progress', 'superseded'],
+      ),
       413: E[413],
       422: E[422]('reason missing, blank or too long', BODY_422),
       429: E[429],
@@ -668,12 +671,10 @@ export const API_ROUTES: readonly RouteDoc[] = [
       401: E[401](),
       403: E[403]("a readonly key; a target outside the key's scope", ['operator_role_required', 'out_of_scope']),
       404: E[404]('unknown delivery (or no longer kept)', ['delivery_not_found']),
-      409: E[409]('the delivery reached no push event (refused, invalid, ignored, rate-limited): have the sender redeliver it', [
-        'delivery_not_replayable',
-        'guards_unavailable',
-        'approval_changed',
-        'conflict',
-      ]),
+      409: E[409](
+        'the delivery reached no push event (refused, invalid, ignored, rate-limited): have the sender redeliver it; superseded: a newer deploy of its group has started',
+        ['delivery_not_replayable', 'superseded', 'guards_unavailable', 'approval_changed', 'conflict'],
+      ),
       413: E[413],
       // unprocessable: the generic code of a throw site of src/domain/deploy.ts that names no condition
       422: E[422]('reason missing, blank or too long', [...BODY_422, 'invalid_job_data', 'unprocessable']),

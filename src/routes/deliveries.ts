@@ -172,6 +172,12 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
         // A signed sender's commit pair: the replay deploys it and the pair names the replay's job.
         ...(e.before !== undefined ? { before: e.before } : {}),
         ...(view.delivery_id ? { deliveryId: view.delivery_id } : {}),
+        // A replay is the delivery again: its place in its group's order is its job's acceptance (the
+        // delivery's answer is logged a moment after it; a newer push may fall in between).
+        accepted: {
+          at: (view.job_id ? await deps.pipeline.producer.acceptedAt(view.job_id) : undefined) ?? Date.parse(view.at),
+          id: view.job_id ?? view.id,
+        },
       };
       // dry_run as on POST /ops/restart (the query), or in the body.
       if (dryRunQuery(req.query) || body.data.dry_run) {

@@ -185,7 +185,9 @@ export function jobsRouter(deps: JobsDeps): Router {
           ? { outcome: { result: 'rejected', reason: `${view.rejected?.by}: ${view.rejected?.reason}` } }
           : status === 'expired'
             ? { outcome: { result: 'expired', reason: `nobody approved it before ${view.expires_at}` } }
-            : {}),
+            : status === 'superseded'
+              ? { outcome: { result: 'superseded', reason: `superseded by deploy ${view.superseded_by ?? '?'}` } }
+              : {}),
         approval: view,
       });
     })

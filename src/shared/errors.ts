@@ -110,6 +110,11 @@ export const ERROR_CODES = {
   approval_changed: { status: 409, meaning: 'the pending approval this request joined was decided or expired meanwhile: retry' },
   job_not_failed: { status: 409, meaning: 'only a failed (dead-lettered) job can be retried; the detail names its state' },
   restart_in_progress: { status: 409, meaning: 'another restart of this Deployment is waiting or rolling out: retry after it finished' },
+  superseded: {
+    status: 409,
+    meaning:
+      'a deploy accepted after this one, in its concurrency group, has started: an older deploy never runs after a newer one (the detail names it); deploy the older commit anew to roll back',
+  },
   delivery_not_replayable: { status: 409, meaning: 'the delivery reached no push event to replay: have the sender redeliver it' },
   deploy_source_refused: {
     status: 409,

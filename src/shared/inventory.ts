@@ -49,6 +49,20 @@ const projectSchema = z.object({
    * `ci` (POST /ops/deploys from its CI, bound to the commit: a push does not deploy it), or `both`.
    */
   deploy_from: z.enum(DEPLOY_FROM).default('push'),
+  /**
+   * Deploys of one concurrency group run one at a time, in the order opsgate accepted them
+   * (src/changes/deployOrder/): `group` is a template over `{project}` and `{ref}`, default
+   * `{project}:{ref}`; projects naming the same group share it.
+   */
+  concurrency: z
+    .object({
+      group: z
+        .string()
+        .min(1)
+        .max(200)
+        .regex(/^(?:[^{}]|\{project\}|\{ref\})+$/, 'may hold only {project} and {ref} in braces'),
+    })
+    .optional(),
   policy: projectPolicySchema.optional(),
 });
 

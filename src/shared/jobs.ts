@@ -102,6 +102,13 @@ export const runDeployPipelineData = z.object({
   sha: z.string().min(1).max(255).optional(),
   /** The sender's delivery id (X-GitHub-Delivery, X-Gitlab-Event-UUID), for tracing. */
   delivery_id: z.string().min(1).max(255).optional(),
+  /**
+   * A resubmission of a deploy accepted earlier (a retry, a replay, an approval): that acceptance
+   * (ms, and the id it was accepted under), its place in its group's order. Absent: the job's own
+   * timestamp and id (src/changes/deployOrder/).
+   */
+  accepted_at: z.number().int().min(0).optional(),
+  accepted_id: z.string().min(1).max(128).optional(),
   ...approvalFields,
   ...requesterFields,
   ...auditFields,
@@ -177,6 +184,8 @@ export const OUTCOME_RESULTS = [
   'held',
   'rejected',
   'expired',
+  /** A deploy that never ran: a deploy of its group accepted after it started, or waits to (the reason names it). */
+  'superseded',
 ] as const;
 export type OutcomeResult = (typeof OUTCOME_RESULTS)[number];
 

@@ -115,6 +115,8 @@ export const APPROVALS_PENDING_KEY = `${GUARD_PREFIX}approvals:pending`;
  * expires and is dropped with its decision.
  */
 export const approvalIndexKey = (identity: string): string => `${GUARD_PREFIX}approval-for:${identity}`;
+/** A concurrency group of deploys: the one running and the newest started and accepted (src/changes/deployOrder/). */
+export const deployGroupKey = (group: string): string => `${GUARD_PREFIX}deploy-group:${group}`;
 /** A namespace's restarts in the budget's sliding window: a sorted set, member = job id, score = when (ms). */
 export const budgetKey = (namespace: string): string => `${GUARD_PREFIX}budget:restart:${namespace}`;
 /**

@@ -255,7 +255,7 @@ export function createMetrics(component: Component, version: string, opts: { def
   });
   const approvals = new Counter({
     name: 'opsgate_approvals_total',
-    help: 'Approval events of guarded changes, by change (restart, deploy) and event (requested, approved, recorded = one of several, rejected, refused_self, expired).',
+    help: 'Approval events of guarded changes, by change (restart, deploy) and event (requested, approved, recorded = one of several, rejected, refused_self, expired, superseded).',
     labelNames: ['change', 'event'] as const,
     registers: [registry],
   });
@@ -290,7 +290,7 @@ export function createMetrics(component: Component, version: string, opts: { def
   });
   const changeOutcomes = new Counter({
     name: 'opsgate_change_outcomes_total',
-    help: 'How restarts and deploys ended, by change and result (rolled_out, created, failed, progress_deadline_exceeded, refused, held, rejected, expired).',
+    help: 'How restarts and deploys ended, by change and result (rolled_out, created, failed, progress_deadline_exceeded, refused, held, rejected, expired, superseded).',
     labelNames: ['change', 'result'] as const,
     registers: [registry],
   });

@@ -63,6 +63,8 @@ export interface Producer {
   promote(id: string): Promise<boolean>;
   /** The job holding a deduplication id (a restart coalesced on its Deployment), or null. */
   deduplicationHolder(dedupId: string): Promise<string | null>;
+  /** When the job was added (ms, its BullMQ timestamp): a deploy's acceptance; undefined when it is gone. */
+  acceptedAt(id: string): Promise<number | undefined>;
 }
 
 export interface ProducerDeps {
@@ -156,6 +158,10 @@ export function createProducer(deps: ProducerDeps): Producer {
 
     async deduplicationHolder(dedupId) {
       return guard('read', () => bull.getDeduplicationJobId(dedupId));
+    },
+
+    async acceptedAt(id) {
+      return (await guard('read', () => bull.getJob(id)))?.timestamp;
     },
   };
 }

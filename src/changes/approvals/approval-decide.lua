@@ -1,10 +1,10 @@
 -- Decides an approval (src/changes/approvals/store.ts): one operator's approval or rejection, its
 -- expiry, and the steps of carrying out an approved change.
 -- KEYS[1]: the approval's record (JSON). KEYS[2]: the pending set. KEYS[3]: the change's index.
--- ARGV[1]: 'approve', 'reject', 'expire', 'finish', 'fail' or 'abandon'. ARGV[2]: the operator
+-- ARGV[1]: 'approve', 'reject', 'expire', 'finish', 'fail', 'abandon' or 'supersede'. ARGV[2]: the operator
 -- (principal). ARGV[3]: the operator's owner (the person or service behind the credential).
 -- ARGV[4]: the operator's credential id ('' for none). ARGV[5]: the reason ('finish': the job id
--- that carries the change; 'fail': the error). ARGV[6]: now (ms). ARGV[7]: how long a decided
+-- that carries the change; 'fail': the error; 'supersede': the newer job). ARGV[6]: now (ms). ARGV[7]: how long a decided
 -- record is kept (ms). ARGV[8]: 'finish': 1 when the change joined another job, else 0.
 -- Answers {verdict, record as it is afterwards (JSON)}:
 --   'not_found' (no record); 'decided' (already approved, rejected or expired: nothing changed);
@@ -17,7 +17,8 @@
 --   and 'expire' of a record already approving, whose caller finishes it);
 --   'approved' ('finish': approving -> approved, with its job); 'failed' ('fail': the error kept on
 --   the approving record); 'rejected'; 'expired' also for 'abandon' (approving -> expired: nothing
---   was added, its caller gives the budget's place back).
+--   was added, its caller gives the budget's place back); 'superseded' ('supersede' of a pending or
+--   approving record: a newer change of its group started, so it never runs: closed, naming it).
 -- A record leaves the pending set and loses its index only when it is closed (approved, rejected or
 -- expired), so a second request for the same change joins it while it is approving.
 local raw = redis.call('GET', KEYS[1])
@@ -55,12 +56,20 @@ if a.status == 'approving' then
     a.last_error = ARGV[5]
     return {'expired', closed('expired')}
   end
+  if action == 'supersede' then
+    a.superseded_by = ARGV[5]
+    return {'superseded', closed('superseded')}
+  end
   return {'approving', raw}
 end
 if a.status ~= 'pending' then return {'decided', raw} end
 if action == 'finish' or action == 'fail' or action == 'abandon' then return {'pending', raw} end
 if now >= tonumber(a.expires_at) then return {'expired', closed('expired')} end
 if action == 'expire' then return {'pending', raw} end
+if action == 'supersede' then
+  a.superseded_by = ARGV[5]
+  return {'superseded', closed('superseded')}
+end
 if action == 'reject' then
   a.rejected = {by = ARGV[2], owner = ARGV[3], credential = ARGV[4], reason = ARGV[5], at = now}
   return {'rejected', closed('rejected')}

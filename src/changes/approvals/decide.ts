@@ -1,12 +1,12 @@
 import { ConflictError, ForbiddenError, NotFoundError, UnprocessableError } from '../../shared/errors.js';
 import { redisCall } from '../../domain/redisOps.js';
 import { answerChange, answered, type ChangeBody } from '../answer.js';
-import { gateRefusal, targetFields, type ApprovedBy } from '../execute.js';
+import { gateRefusal, supersededRefusal, targetFields, type ApprovedBy } from '../execute.js';
 import { queueReport, type Pipeline } from '../deps.js';
 import { planChange, submitChange, type OverrideAsk } from '../pipeline.js';
 import { kindOfApproval } from '../kinds/index.js';
 import type { Change, Principal } from '../types.js';
-import { effectiveStatus, type Approval } from './store.js';
+import { effectiveStatus, type Approval, type DecideResult } from './store.js';
 import { approvalView, type DecisionAnswer } from './view.js';
 
 /**
@@ -70,6 +70,8 @@ export function changeOfApproval(a: Approval): Change {
     origin: 'approval',
     auditId: a.audit_id,
     jobId: a.id,
+    // Accepted when it was asked for: its place in its group's order (src/changes/deployOrder/).
+    accepted: { at: a.created_at, id: a.id },
   };
 }
 
@@ -97,8 +99,14 @@ function answer(a: Approval, now: number, extra: Partial<DecisionAnswer> = {}): 
   };
 }
 
-/** opsgate's own closing of an approval (finish, fail, abandon); a person's decision is decideApproval. */
-const closeApproval = (g: Pipeline, id: string, action: 'finish' | 'fail' | 'abandon', detail: string, coalesced = false) =>
+/** opsgate's own closing of an approval (finish, fail, abandon, supersede); a person's decision is decideApproval. */
+const closeApproval = (
+  g: Pipeline,
+  id: string,
+  action: 'finish' | 'fail' | 'abandon' | 'supersede',
+  detail: string,
+  coalesced = false,
+): Promise<DecideResult> =>
   redisCall(
     () => g.approvals.decide(id, { action, by: 'opsgate', owner: 'opsgate', credential: '', reason: detail, now: g.now(), coalesced }),
     g.redis,
@@ -145,6 +153,12 @@ export async function decideApproval(g: Pipeline, req: DecisionRequest): Promise
     // The last approval lets the change through now: a closed gate refuses it before anything is recorded.
     const p = await planChange(g, changeOfApproval(current), ask);
     if (p.decision.kind === 'refuse') answered(answerChange({ refusal: gateRefusal(g, p.change, p.decision.reasons) }, 200));
+    // A newer deploy of its group started meanwhile: the approval ends superseded, nothing runs.
+    if (p.decision.kind === 'superseded') {
+      await closeApproval(g, req.id, 'supersede', p.decision.by);
+      g.metrics?.approvals.inc({ change: kind, event: 'superseded' });
+      answered(answerChange({ refusal: supersededRefusal(p.change, p.decision.by) }, 200));
+    }
   }
 
   let a = current;

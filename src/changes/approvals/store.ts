@@ -24,9 +24,9 @@ export const APPROVAL_ID = /^apr-[a-z0-9]{20}$/;
  * taken, its job added under the approval's id); it reads as pending, with `last_error` when the
  * carrying out failed, until the next approve call or the expiry finishes it or gives the place back.
  */
-export const APPROVAL_STATES = ['pending', 'approving', 'approved', 'rejected', 'expired'] as const;
+export const APPROVAL_STATES = ['pending', 'approving', 'approved', 'rejected', 'expired', 'superseded'] as const;
 /** What GET /ops/approvals shows: `approving` reads as pending. */
-export const APPROVAL_VIEW_STATES = ['pending', 'approved', 'rejected', 'expired'] as const;
+export const APPROVAL_VIEW_STATES = ['pending', 'approved', 'rejected', 'expired', 'superseded'] as const;
 export type ApprovalState = (typeof APPROVAL_STATES)[number];
 
 /** What a restart or deploy approval stands for. */
@@ -76,6 +76,8 @@ export interface Approval {
   coalesced?: boolean;
   /** Approving: why carrying it out failed last time. */
   last_error?: string;
+  /** Superseded: the newer deploy of its group that started before it was approved (src/changes/deployOrder/). */
+  superseded_by?: string;
   /** When the last approval was given (ms): an approve call soon after, with no error yet, is a racer. */
   approving_at?: number;
 }
@@ -113,10 +115,21 @@ export function effectiveStatus(a: Approval, now: number): (typeof APPROVAL_VIEW
   return a.status === 'pending' && now >= a.expires_at ? 'expired' : a.status;
 }
 
-export type ApprovalAction = 'approve' | 'reject' | 'expire' | 'finish' | 'fail' | 'abandon';
+export type ApprovalAction = 'approve' | 'reject' | 'expire' | 'finish' | 'fail' | 'abandon' | 'supersede';
 
 export type DecideVerdict =
-  'not_found' | 'decided' | 'expired' | 'pending' | 'self' | 'again' | 'recorded' | 'approving' | 'approved' | 'rejected' | 'failed';
+  | 'not_found'
+  | 'decided'
+  | 'expired'
+  | 'pending'
+  | 'self'
+  | 'again'
+  | 'recorded'
+  | 'approving'
+  | 'approved'
+  | 'rejected'
+  | 'failed'
+  | 'superseded';
 
 export interface DecideResult {
   verdict: DecideVerdict;

@@ -41,6 +41,10 @@ export const approvalViewSchema = z.object({
     .string()
     .nullable()
     .describe('approved but not yet carried out: why the last try failed (the next approval call or the expiry finishes it)'),
+  superseded_by: z
+    .string()
+    .nullable()
+    .describe('superseded: the newer deploy of its concurrency group that started before the last approval; this one never runs'),
 });
 export type ApprovalView = z.infer<typeof approvalViewSchema>;
 
@@ -74,6 +78,7 @@ export function approvalView(a: Approval, now: number): ApprovalView {
     decided_at: iso(a.decided_at),
     job_id: a.job_id ?? a.id,
     last_error: a.status === 'approving' ? (a.last_error ?? null) : null,
+    superseded_by: a.superseded_by ?? null,
   };
 }
 

@@ -4,6 +4,7 @@ import { formatDuration } from '../../shared/policy.js';
 import { JOB, type RunDeployPipelineData } from '../../shared/jobs.js';
 import type { ApprovalChange } from '../approvals/store.js';
 import { approvalVerdict, approvalVerdictSchema, gateView, gateViewSchema, kubernetesVerdictSchema } from '../dryRunView.js';
+import { concurrencyGroup } from '../deployOrder/store.js';
 import { describeReasons, gate } from '../gate.js';
 import type { Decision, DeployTarget } from '../types.js';
 import { approvalFieldsOf, requesterFieldsOf } from './common.js';
@@ -23,7 +24,9 @@ export const deployDryRunSchema = z.object({
   ref: z.string(),
   namespace: z.string(),
   event_id: z.string(),
-  would: z.enum(['queue', 'duplicate', 'pending_approval', 'hold']).describe('what the same replay without dry_run would do now'),
+  would: z
+    .enum(['queue', 'duplicate', 'pending_approval', 'hold', 'superseded'])
+    .describe('what the same replay without dry_run would do now'),
   detail: z.string(),
   verdicts: z.object({
     gate: gateViewSchema,
@@ -41,6 +44,8 @@ function dryRunWould(decision: Decision): Pick<DeployDryRun, 'would' | 'detail'>
       return { would: 'duplicate', detail: `a duplicate of job ${decision.jobId}: nothing new would be queued` };
     case 'pending_approval':
       return { would: 'pending_approval', detail: `waits for ${decision.required} approval(s) within ${formatDuration(decision.ttl)}` };
+    case 'superseded':
+      return { would: 'superseded', detail: `superseded: deploy ${decision.by} of its group, accepted after it, has started` };
     case 'hold':
       return {
         would: 'hold',
@@ -78,7 +83,15 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
     if (t.eventId && change.origin !== 'wake' && change.origin !== 'retry' && (facts.approval || peek)) {
       facts.duplicateOf = await g.producer.deduplicationHolder(t.eventId);
     }
+    // A resubmission of an earlier deploy never runs once a newer one of its group has started. A
+    // new request is the newest when accepted: nothing to read (a push costs no round trip more).
+    if (change.accepted) {
+      const by = await g.deployTurns.supersededBy(concurrencyGroup(g.inventory, t.project, t.ref), change.accepted);
+      if (by !== undefined) facts.supersededBy = by;
+    }
   },
+
+  turnGroup: (inventory, t) => concurrencyGroup(inventory, t.project, t.ref),
 
   jobData(c, approved) {
     const t = c.target;
@@ -88,6 +101,7 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
       ...(t.sha ? { sha: t.sha } : {}),
       ...(t.eventId ? { event_id: t.eventId } : {}),
       ...(t.deliveryId ? { delivery_id: t.deliveryId } : {}),
+      ...(c.accepted ? { accepted_at: c.accepted.at, accepted_id: c.accepted.id } : {}),
       ...approvalFieldsOf(c, approved),
       ...requesterFieldsOf(c),
     };

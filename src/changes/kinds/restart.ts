@@ -63,6 +63,8 @@ const WOULD: Record<Decision['kind'], RestartDryRun['would']> = {
   over_budget: 'over_budget',
   queue: 'queue',
   hold: 'refuse',
+  // A kind without an order (no turnGroup) is never superseded.
+  superseded: 'refuse',
 };
 
 /** What a restart's dry run says it would do. */
@@ -79,6 +81,8 @@ function dryRunDetail(decision: Decision): string {
       return `refused: ${describePool(decision.pool)} (${describeBudget(decision.pool.limit)}) is spent for ${Math.ceil(decision.retryMs / 1000)} s`;
     case 'queue':
       return decision.overridden.length > 0 ? `queued despite the gate (override): ${describeReasons(decision.overridden)}` : 'queued';
+    case 'superseded':
+      return `refused: superseded by ${decision.by}`;
   }
 }
 

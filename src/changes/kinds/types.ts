@@ -52,6 +52,12 @@ export interface ChangeKind<T extends AnyTarget = AnyTarget, D = unknown> {
   /** What the stores answer besides, read only when the plan can use it (`peek`: a dry run reads everything). */
   readFacts(g: Pipeline, change: Change & { target: T }, facts: Facts, now: number, peek: boolean): Promise<void>;
 
+  /**
+   * Its changes run one at a time per group, in the order opsgate accepted them, and an older one
+   * never after a newer one (src/changes/deployOrder/): the target's group. Absent: no order.
+   */
+  turnGroup?(inventory: Inventory, t: T): string;
+
   // ---- job data, and a change rebuilt from a job, an approval record or a held job ----
   jobData(c: Change & { target: T }, approved?: ApprovedBy): D;
   /** The target (and what the job carries of the change) from its job's data; the namespace from the inventory. */

@@ -20,6 +20,7 @@ const TESTED = [
   'budget-take',
   'remediation-guard',
   'deliveries-add',
+  'deploy-turn',
 ];
 const SRC = new URL('../../../src/', import.meta.url);
 /** Every script under src/, by its file name. */
@@ -420,5 +421,102 @@ describe('remediation-guard.lua: KEYS cooldown, history, escalated; ARGV claim|r
     expect(await redis.get('cd')).toBeNull();
     expect(await redis.zcard('hist')).toBe(0);
     expect(await guard('claim', 'b', 2000)).toEqual(['claimed', 1]);
+  });
+});
+
+describe('deploy-turn.lua: KEYS[1] group; ARGV begin|release|check, job, accepted at, accepted id, now, lease ms', () => {
+  const turn = (action: string, job: string, at: number, id = job, now = 1000, lease = 60_000) =>
+    redis.eval(loadLua('deploy-turn'), 1, 'grp', action, job, at, id, now, lease) as Promise<[string, string]>;
+
+  it('one runs; a newer one waits; an older one waiting is superseded by the newest; the release names the newest waiting', async () => {
+    expect(await turn('begin', 'a', 100)).toEqual(['run', '']);
+    expect(await turn('begin', 'b', 200)).toEqual(['wait', 'a']);
+    expect(await turn('begin', 'c', 300)).toEqual(['wait', 'a']);
+    // b asks again: c, accepted after it, waits for the turn.
+    expect(await turn('begin', 'b', 200)).toEqual(['superseded', 'c']);
+    expect(await turn('release', 'b', 0)).toEqual(['not_running', '']);
+    expect(await turn('release', 'a', 0)).toEqual(['released', 'c']);
+    expect(await turn('begin', 'c', 300)).toEqual(['run', '']);
+    // Its next attempt keeps the turn; nothing waits when it ends.
+    expect(await turn('begin', 'c', 300)).toEqual(['run', '']);
+    expect(await turn('release', 'c', 0)).toEqual(['released', '']);
+  });
+
+  it('never older after newer: once a newer one started, an older one (a retry, a late hold) is superseded, and check says so', async () => {
+    expect(await turn('begin', 'new', 200)).toEqual(['run', '']);
+    expect(await turn('release', 'new', 0)).toEqual(['released', '']);
+    expect(await turn('begin', 'old', 100)).toEqual(['superseded', 'new']);
+    expect(await turn('check', '', 100, 'old')).toEqual(['superseded', 'new']);
+    // A resubmission of the newest itself (under another job id) still runs.
+    expect(await turn('check', '', 200, 'new')).toEqual(['ok', '']);
+    expect(await turn('begin', 'new.retry', 200, 'new')).toEqual(['run', '']);
+  });
+
+  it('within one millisecond the acceptance id decides, numerically for numeric ids', async () => {
+    expect(await turn('begin', '10', 100)).toEqual(['run', '']);
+    await turn('release', '10', 0);
+    expect(await turn('begin', '9', 100)).toEqual(['superseded', '10']);
+    expect(await turn('begin', '11', 100)).toEqual(['run', '']);
+  });
+
+  it('a running deploy past its lease no longer holds the group', async () => {
+    expect(await turn('begin', 'a', 100, 'a', 1000, 500)).toEqual(['run', '']);
+    expect(await turn('begin', 'b', 200, 'b', 1400)).toEqual(['wait', 'a']);
+    expect(await turn('begin', 'b', 200, 'b', 1600)).toEqual(['run', '']);
+    expect(await redis.hget('grp', 'running')).toBe('b');
+  });
+});
+
+describe('approval-decide.lua supersede: a pending or approving record closes superseded, naming the newer job', () => {
+  const now = Date.now();
+  const setUp = async (status: string) => {
+    await redis.set(
+      'rec',
+      JSON.stringify({
+        id: 'apr-1',
+        status,
+        requester: 'key:req',
+        requester_owner: 'alice',
+        required: 1,
+        approvers: [],
+        expires_at: now + 60_000,
+      }),
+      'PX',
+      120_000,
+    );
+    await redis.set('idx', 'apr-1');
+    await redis.zadd('pending', now + 60_000, 'apr-1');
+  };
+  const supersede = () =>
+    redis.eval(
+      loadLua('approval-decide'),
+      3,
+      'rec',
+      'pending',
+      'idx',
+      'supersede',
+      'opsgate',
+      'opsgate',
+      '',
+      'job-9',
+      now,
+      5_000,
+      0,
+    ) as Promise<[string, string]>;
+
+  for (const status of ['pending', 'approving']) {
+    it(`${status} -> superseded`, async () => {
+      await setUp(status);
+      const [verdict, raw] = await supersede();
+      expect(verdict).toBe('superseded');
+      expect(JSON.parse(raw)).toMatchObject({ status: 'superseded', superseded_by: 'job-9', decided_at: now });
+      expect(await redis.exists('idx')).toBe(0);
+      expect(await redis.zcard('pending')).toBe(0);
+    });
+  }
+
+  it('a decided record stays as it is', async () => {
+    await setUp('approved');
+    expect((await supersede())[0]).toBe('decided');
   });
 });

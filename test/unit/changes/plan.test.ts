@@ -182,6 +182,14 @@ const rows: Row[] = [
   ],
   ['deploy wake: its own event record is no duplicate', change(deploy, 'wake'), { gate: open, duplicateOf: 'job-9' }, 'queue'],
   ['deploy ci: open gate, no policy: queued', change(deploy, 'ci'), { gate: open }, 'queue'],
+  // deploys in order: a resubmission after a newer deploy of its group started never runs, before any other guard
+  ...(['retry', 'replay', 'approval'] as const).map((o): Row => [
+    `deploy ${o}: a newer deploy of its group started: superseded, whatever the gate or policy`,
+    change(deploy, o, { accepted: { at: NOW - 5000, id: 'old' } }),
+    { gate: closed(freeze), approval, duplicateOf: 'job-9', supersededBy: 'job-new' },
+    'superseded',
+    { by: 'job-new' },
+  ]),
 ];
 
 describe('plan(change, facts, now): every guard and origin', () => {
