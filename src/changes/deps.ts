@@ -53,6 +53,9 @@ export interface Pipeline extends PipelineInputs {
   budgetPools(namespace: string, requester: string): BudgetPool[];
 }
 
+/** The pipeline of a restart (a remediation's): no deploy's intake, no dry run against the cluster. */
+export type RestartPipeline = Omit<Pipeline, 'intake' | 'probe' | 'dryRunTimeoutMs'>;
+
 export function createPipeline(deps: PipelineInputs): Pipeline {
   return {
     ...deps,

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { describePool, poolsOf } from '../changes/budget/pools.js';
 import { describeReasons } from '../changes/gate.js';
-import { queueReport, type Pipeline } from '../changes/deps.js';
+import { queueReport, type RestartPipeline } from '../changes/deps.js';
 import { planChange, submitChange } from '../changes/pipeline.js';
 import type { ChangeResult } from '../changes/execute.js';
 import type { Change, Principal, RestartTarget } from '../changes/types.js';
@@ -51,7 +51,7 @@ import { OUTCOMES, type Active, type RemediationDecision, type RemediationStore 
  * is logged and recorded as a decision, never answered as an error of the notification.
  */
 export interface RemediationDeps {
-  pipeline: Pipeline;
+  pipeline: RestartPipeline;
   rules: readonly RemediationRule[];
   store: RemediationStore;
   /** PROMETHEUS_URL: where rules with `confirm: prometheus` confirm and time their alerts. */
