@@ -13,7 +13,7 @@ import {
 } from 'jose';
 import { credentialId, sha256Hex } from '../shared/crypto.js';
 import { ForbiddenError, ServiceUnavailableError, UnauthorizedError } from '../shared/errors.js';
-import { widthProblem, type Identity } from '../shared/identity.js';
+import { widthProblem, type Identity } from '../api/identity.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 import {
@@ -25,12 +25,12 @@ import {
   type OidcIssuer,
   type OidcSettings,
   type Role,
-} from '../shared/oidcConfig.js';
+} from '../api/oidcConfig.js';
 import type { KubeEnv } from '../shared/kubeconfig.js';
 import type { Scope } from '../shared/scope.js';
 
 /**
- * OIDC ID tokens as bearer credentials (OPS_OIDC_FILE, src/shared/oidcConfig.ts), verified with
+ * OIDC ID tokens as bearer credentials (OPS_OIDC_FILE, src/api/oidcConfig.ts), verified with
  * `jose`: the issuer's allow-list, opsgate's audience, exp/nbf/iat with LEEWAY_SECONDS, a lifetime
  * (exp - iat) within the entry's max_token_lifetime and an age within its max_token_age, RS256 or
  * ES256 only, the key from the issuer's JWKS (found through its discovery document unless the

@@ -6,7 +6,7 @@ import type { AppControllerRoute, AppViewRoute, ControllerHandlerReturnType, ISe
 import type { ExpressAdapter as ExpressAdapterClass } from '@bull-board/express';
 import type { Queue } from 'bullmq';
 import { Router, type NextFunction, type Request, type RequestHandler, type Response } from 'express';
-import type { ApiKey } from '../shared/apiKeys.js';
+import type { ApiKey } from '../api/apiKeys.js';
 import { sha256Hex } from '../shared/crypto.js';
 import { ConflictError, ERROR_CODES, ForbiddenError, NotFoundError, codesOfStatus, type ErrorCode } from '../shared/errors.js';
 import { refuseCrossSiteWrites, requireOperatorKeyOrBasic } from '../middleware/auth.js';

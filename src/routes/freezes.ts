@@ -19,7 +19,7 @@ import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { requireInScope, scopeOf } from '../middleware/scope.js';
 import { projectNamespace } from '../changes/deps.js';
-import type { ApiConfig } from '../shared/config.js';
+import type { ApiConfig } from '../api/config.js';
 import { ForbiddenError } from '../shared/errors.js';
 import type { JobReads } from '../shared/jobReads.js';
 import { FREEZES_KEY, HOLDS_KEY } from '../shared/keys.js';

@@ -5,7 +5,7 @@ import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { redisCall } from '../domain/redisOps.js';
 import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
-import type { ApiConfig } from '../shared/config.js';
+import type { ApiConfig } from '../api/config.js';
 import { UnprocessableError } from '../shared/errors.js';
 import type { Metrics, RemediationBudgetUse } from '../shared/metrics.js';
 import type { Redis } from 'ioredis';

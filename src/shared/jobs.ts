@@ -37,7 +37,7 @@ export function metricJobName(name: string): JobName | 'unknown' {
 /**
  * The longest identity a job records (requested_by, approvers, override.by): a principal such as
  * `key:<id>` or an owner. The configuration refuses any credential whose principal or owner would
- * not fit (src/shared/identity.ts), so every accepted caller can be written into every job.
+ * not fit (src/api/identity.ts), so every accepted caller can be written into every job.
  */
 export const MAX_PRINCIPAL = 256;
 

@@ -420,7 +420,7 @@ export function createMetrics(component: Component, version: string, opts: { def
     registers: [registry],
   });
 
-  // --- API keys (src/shared/apiKeyLifetime.ts); key_id takes only the ids of configured keys ----
+  // --- API keys (src/api/apiKeyLifetime.ts); key_id takes only the ids of configured keys ----
   // The configured keys, read at scrape time: a reload of the keys file is exported without a call.
   let apiKeys: readonly { id: string; expiresAt?: number }[] = [];
   const apiKeyExpiry = new Gauge({

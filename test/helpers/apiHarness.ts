@@ -5,7 +5,7 @@ import { createApp, type AppDeps } from '../../src/app.js';
 import { createDeliveryLog, type DeliveryLog } from '../../src/domain/deliveries.js';
 import { createKubeHostStatusProvider } from '../../src/domain/kubeHostStatus.js';
 import type { HostStatusProvider } from '../../src/domain/hostStatus.js';
-import { loadApiConfig, secretsOf, type ApiConfig } from '../../src/shared/config.js';
+import { loadApiConfig, secretsOf, type ApiConfig } from '../../src/api/config.js';
 import { parseInventory, type Inventory } from '../../src/shared/inventory.js';
 import { createLogger, type Logger } from '../../src/shared/logger.js';
 import { createMetrics, type Metrics } from '../../src/shared/metrics.js';

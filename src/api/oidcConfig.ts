@@ -1,10 +1,10 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import { ConfigError, type ConfigProblem } from './errors.js';
+import { ConfigError, type ConfigProblem } from '../shared/errors.js';
 import { ownerProblem } from './identity.js';
-import { durationSchema } from './policy.js';
-import { scopeSchema, type Scope } from './scope.js';
+import { durationSchema } from '../shared/policy.js';
+import { scopeSchema, type Scope } from '../shared/scope.js';
 
 /**
  * OPS_OIDC_FILE (YAML or JSON): the OIDC issuers whose ID tokens opsgate accepts as bearer

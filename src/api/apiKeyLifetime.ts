@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { API_KEY_LAST_USED_KEY } from './keys.js';
+import { API_KEY_LAST_USED_KEY } from '../shared/keys.js';
 
 /**
  * The lifetime of API keys: whether a key is active, close to its expiry or past it, how an answer

@@ -1,4 +1,4 @@
-import { MAX_PRINCIPAL } from './jobs.js';
+import { MAX_PRINCIPAL } from '../shared/jobs.js';
 
 /**
  * Who a caller is. Every credential the API accepts resolves to a principal (which credential:
