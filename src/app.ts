@@ -92,7 +92,7 @@ export interface AppDeps {
   allowedNames?: AllowedNames;
 }
 
-export function parseTrustProxy(v: string): boolean | number | string {
+function parseTrustProxy(v: string): boolean | number | string {
   if (v === 'true') return true;
   if (v === 'false') return false;
   if (/^\d+$/.test(v)) return Number(v);

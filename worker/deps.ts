@@ -51,15 +51,9 @@ export interface WorkerDeps {
   close: () => Promise<void>;
 }
 
-export function createWorkerDeps(base: {
-  config: WorkerConfig;
-  inventory: Inventory;
-  redis: Redis;
-  logger: Logger;
-  kubeConfig: KubeConfigFactory;
-  now: () => number;
-  metrics?: JobMetrics | undefined;
-}): WorkerDeps {
+export function createWorkerDeps(
+  base: Pick<WorkerDeps, 'config' | 'inventory' | 'redis' | 'logger' | 'kubeConfig' | 'now'> & { metrics?: JobMetrics | undefined },
+): WorkerDeps {
   const { config, inventory, redis, logger, now, metrics: m } = base;
   const reportQueue = new Queue(QUEUE_NAME, {
     connection: redis,

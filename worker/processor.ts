@@ -49,7 +49,7 @@ function handlerOf(name: string): Handler<unknown> | undefined {
   return kind?.handle ? (data, ctx) => kind.handle!(data, ctx as never) : undefined;
 }
 
-export type Processor = (job: Job, token?: string, signal?: AbortSignal) => Promise<unknown>;
+type Processor = (job: Job, token?: string, signal?: AbortSignal) => Promise<unknown>;
 
 /** A change's job (a restart, a deploy: its kind's job, src/changes/kinds/): its gate and outcome are guarded. */
 const changeOf = changeJobOf;

@@ -16,7 +16,7 @@ import { isPlaceholder, MIN_SECRET_LENGTH, PLACEHOLDER_PROBLEM } from '../shared
 export type Role = 'readonly' | 'operator';
 
 /** Where a key is configured: OPS_API_KEY_ROLES (the contract's form) or the keys file. */
-export type ApiKeySource = 'env' | 'file';
+type ApiKeySource = 'env' | 'file';
 
 export interface ApiKey {
   /**

@@ -40,7 +40,7 @@ function setIdentity(res: { locals: Record<string, unknown> }, identity: Identit
  * hashed once and its digest compared with every configured digest (a clear key's and a
  * `sha256` entry's alike) in constant time.
  */
-export function findApiKey(keys: readonly ApiKey[], presented: string): ApiKey | undefined {
+function findApiKey(keys: readonly ApiKey[], presented: string): ApiKey | undefined {
   const digest = sha256Digest(presented);
   let found: ApiKey | undefined;
   for (const k of keys) {
@@ -207,7 +207,7 @@ const BEARER = /^(\S+)(?:\s+(.*))?$/;
  * A secret as a check reads it: a fixed value (unset or empty: not configured), or the values in
  * use at each request (a sender's secret reloaded from its file: [current] or [current, previous]).
  */
-export type SecretSource = string | undefined | (() => SecretValues);
+type SecretSource = string | undefined | (() => SecretValues);
 
 const valuesOf = (secret: SecretSource): (() => SecretValues) => {
   if (typeof secret === 'function') return secret;
@@ -366,12 +366,12 @@ export function requireOidcOrOperatorKey(
  * `after` checks what needs the raw body. Failures are 403 (401 for a bearer token), counted
  * under the sender's scheme.
  */
-export interface SenderCheck {
+interface SenderCheck {
   before: RequestHandler;
   after: RequestHandler;
 }
 
-export interface SenderVerifyOptions {
+interface SenderVerifyOptions {
   source: Pick<Source, 'name' | 'title' | 'verification'>;
   /** The sender's secret: one value, or the values in use at each request (src/shared/liveSecrets.ts). */
   secret: SecretSource;

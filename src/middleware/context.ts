@@ -47,7 +47,7 @@ declare module 'express-serve-static-core' {
 }
 
 /** Longest caller X-Request-Id kept (as caller_request_id in the audit line). */
-export const CALLER_REQUEST_ID_MAX = 128;
+const CALLER_REQUEST_ID_MAX = 128;
 
 /**
  * The caller's X-Request-Id as a log field: cut to CALLER_REQUEST_ID_MAX characters, every

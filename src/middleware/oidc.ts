@@ -44,13 +44,13 @@ import type { Scope } from '../shared/scope.js';
  * never an accept. Every verification is counted by issuer (one of the allow-list, or `unlisted`)
  * and a result of OIDC_RESULTS.
  */
-export const OIDC_ALGORITHMS = ['RS256', 'ES256'];
+const OIDC_ALGORITHMS = ['RS256', 'ES256'];
 /** Clock skew tolerated on exp, nbf and iat. */
-export const LEEWAY_SECONDS = 30;
+const LEEWAY_SECONDS = 30;
 /** How long a fetch of discovery or keys may take. */
-export const FETCH_TIMEOUT_MS = 5000;
+const FETCH_TIMEOUT_MS = 5000;
 /** After a failed discovery, how long requests are answered 503 before it is tried again (and the answer's Retry-After). */
-export const DISCOVERY_RETRY_SECONDS = 5;
+const DISCOVERY_RETRY_SECONDS = 5;
 const MAX_DOCUMENT_BYTES = 1024 * 1024;
 
 export const OIDC_RESULTS = [
@@ -67,7 +67,7 @@ export const OIDC_RESULTS = [
   'unknown_issuer',
   'issuer_unavailable',
 ] as const;
-export type OidcResult = (typeof OIDC_RESULTS)[number];
+type OidcResult = (typeof OIDC_RESULTS)[number];
 
 /** A verified token's caller, as the routes and the audit line take it. */
 export interface OidcCaller {
@@ -90,7 +90,7 @@ export interface OidcVerifier {
   verify(token: string): Promise<OidcCaller | undefined>;
 }
 
-export interface OidcVerifierDeps {
+interface OidcVerifierDeps {
   settings: OidcSettings;
   metrics?: Pick<Metrics, 'oidcVerifications'>;
   logger?: Pick<Logger, 'warn'>;

@@ -30,7 +30,7 @@ import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
  *   the change still needs others answers 202 (the change still waits for approval, as a restart
  *   that asks for one); a decision answers 200 (approved: the change is queued; rejected).
  */
-export interface ApprovalsDeps extends Pick<Pipeline, 'approvals' | 'redis' | 'now'> {
+interface ApprovalsDeps extends Pick<Pipeline, 'approvals' | 'redis' | 'now'> {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
   /** The change pipeline: a decision that approves hands its change over (decideApproval). */
   pipeline: Pipeline;

@@ -42,7 +42,7 @@ export function guardFields(out: IntakeResult): Record<string, string> {
  *   audited with the principal and the reason, and recorded as a delivery of its own.
  *   Queued, held or a duplicate: 200; waiting for approval: 202 (nothing queued yet), as a restart.
  */
-export interface DeliveriesDeps extends Pick<Pipeline, 'inventory'> {
+interface DeliveriesDeps extends Pick<Pipeline, 'inventory'> {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
   deliveries: DeliveryLog;
   intake: Pick<Intake, 'push'>;

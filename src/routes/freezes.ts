@@ -36,7 +36,7 @@ import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
  * - GET /ops/holds (any valid key): the deploys held now, with why and until when, soonest first,
  *   paged the same way.
  */
-export interface FreezesDeps extends Pick<Pipeline, 'inventory'> {
+interface FreezesDeps extends Pick<Pipeline, 'inventory'> {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
   /** The change pipeline: freezes and holds are its records (src/changes/freezes/service.ts). */
   pipeline: Pipeline;

@@ -16,7 +16,7 @@ import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
  * and who holds each. Never a key or a hash. In the order of the configuration, paged with limit and
  * cursor (src/routes/paging.ts).
  */
-export interface KeysDeps {
+interface KeysDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'API_KEY_EXPIRY_WARNING_DAYS'> & { oidc?: ApiConfig['oidc'] };
   metrics: Pick<Metrics, 'authFailures'>;
   usage: Pick<KeyUsage, 'lastUsed'>;

@@ -20,7 +20,7 @@ import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 
 /** /ops/hosts, /ops/hosts/:host, /ops/restart, /ops/cache. */
-export interface OpsDeps {
+interface OpsDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'OPS_BEARER_TOKEN' | 'OPS_BEARER_TOKEN_OWNER' | 'BODY_LIMIT'>;
   redis: Redis;
   inventory: Inventory;

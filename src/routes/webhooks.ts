@@ -31,7 +31,7 @@ import { SOURCES, SOURCE_SECRET_ENVS, type AlertsSource, type PushSource, type S
  * GET /ops/jobs/{id}; and, when the inventory has remediation rules that the alerts matched, their
  * decisions (`remediations`).
  */
-export interface WebhookDeps extends Pick<Pipeline, 'inventory'> {
+interface WebhookDeps extends Pick<Pipeline, 'inventory'> {
   config: Pick<ApiConfig, 'ALERTS_MAX_PER_REQUEST' | 'BODY_LIMIT'> & Readonly<Record<string, unknown>>;
   redis: Redis;
   intake: Intake;

@@ -65,7 +65,7 @@ function headline(d: ReportChangeData, base: string): string {
   }
 }
 
-export function reportBody(d: ReportChangeData, jobId: string, publicUrl: string | undefined): Record<string, unknown> {
+function reportBody(d: ReportChangeData, jobId: string, publicUrl: string | undefined): Record<string, unknown> {
   const text = `${ICON[d.event]} ${escapeSlack(headline(d, publicUrl ?? ''))}`;
   return {
     text,
