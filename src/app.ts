@@ -29,9 +29,9 @@ import { createRemediationStore, OUTCOMES, SUPPRESSION_GUARDS } from './remediat
 import { deploysRouter } from './routes/deploys.js';
 import { createOidcVerifier } from './middleware/oidc.js';
 import { webhookFailures, webhooksRouter } from './routes/webhooks.js';
-import { createKeyUsage } from './shared/apiKeyLifetime.js';
-import { createAllowedNames, type AllowedNames } from './shared/clientNames.js';
-import type { ApiConfig } from './shared/config.js';
+import { createKeyUsage } from './api/apiKeyLifetime.js';
+import { createAllowedNames, type AllowedNames } from './api/clientNames.js';
+import type { ApiConfig } from './api/config.js';
 import type { FreezeWatch } from './changes/freezes/store.js';
 import type { Inventory } from './shared/inventory.js';
 import type { SenderSecrets } from './shared/liveSecrets.js';
@@ -92,7 +92,7 @@ export interface AppDeps {
   allowedNames?: AllowedNames;
 }
 
-export function parseTrustProxy(v: string): boolean | number | string {
+function parseTrustProxy(v: string): boolean | number | string {
   if (v === 'true') return true;
   if (v === 'false') return false;
   if (/^\d+$/.test(v)) return Number(v);

@@ -13,7 +13,7 @@ import type { JobContext } from './context.js';
  *   (Job#moveToDelayed with its token, then DelayedError) and asks again when it wakes, holding no
  *   worker slot meanwhile; the running one, when it ends, wakes the newest waiting one at once;
  * - its turn: it runs, and `release` ends the turn when the handler ends.
- * Without the store or the job's lock token the turn cannot be taken: the attempt fails (retried),
+ * Without the job's lock token the turn cannot be taken: the attempt fails (retried),
  * it never runs out of order.
  */
 
@@ -27,16 +27,18 @@ export function acceptanceOf(c: ChangeJob, job: Pick<Job, 'id' | 'timestamp'>): 
   return { at: c.data.accepted_at ?? job.timestamp, id: c.data.accepted_id ?? String(job.id) };
 }
 
-export async function takeTurn(c: ChangeJob, ctx: JobContext): Promise<TakenTurn | undefined> {
+export async function takeTurn(
+  c: ChangeJob,
+  ctx: Pick<JobContext, 'job' | 'token' | 'logger' | 'inventory' | 'config' | 'deployTurns' | 'promote' | 'now'>,
+): Promise<TakenTurn | undefined> {
   const kind = kindOf(c.name);
   if (!kind.turnGroup) return undefined;
-  const turns = ctx.guards?.deployTurns;
-  if (!turns) throw new Error(`the ${c.name}'s turn in its group cannot be taken (no store in this worker); not running it`);
+  const turns = ctx.deployTurns;
   const { target } = kind.fromJob(ctx.inventory, c.data);
   const group = kind.turnGroup(ctx.inventory, target);
   const jobId = String(ctx.job.id);
   const leaseMs = ctx.config.JOB_TIMEOUT_SECONDS * 1000 + 60_000;
-  const turn = await turns.begin(group, jobId, acceptanceOf(c, ctx.job), ctx.guards!.now(), leaseMs);
+  const turn = await turns.begin(group, jobId, acceptanceOf(c, ctx.job), ctx.now(), leaseMs);
   if (turn.turn === 'superseded') return { superseded: turn.by };
   if (turn.turn === 'wait') {
     if (!ctx.job.moveToDelayed || !ctx.token) {
@@ -50,7 +52,7 @@ export async function takeTurn(c: ChangeJob, ctx: JobContext): Promise<TakenTurn
     release: async () => {
       const next = await turns.release(group, jobId);
       // The newest waiting one need not sleep out its recheck: it runs now (or finds itself superseded).
-      if (next) await ctx.guards!.promote(next).catch((err: unknown) => ctx.logger.debug('could not wake the next deploy', { err }));
+      if (next) await ctx.promote(next).catch((err: unknown) => ctx.logger.debug('could not wake the next deploy', { err }));
     },
   };
 }

@@ -20,7 +20,7 @@ import { apiStatus, resolveKubeConfig } from './k8s.js';
  * Event (409) instead of writing a second one. An Event is a record, not the work: failing to
  * write it (e.g. RBAC without `create` on `events`) is logged and the job goes on.
  */
-export const REPORTING_CONTROLLER = 'opsgate.io/worker';
+const REPORTING_CONTROLLER = 'opsgate.io/worker';
 
 export type EventReason =
   | 'OpsgateRestart'
@@ -51,7 +51,7 @@ const WHAT: Record<EventReason, string> = {
   OpsgateRemediationFailed: 'remediation did not clear the alert',
 };
 
-export interface OpsgateEvent {
+interface OpsgateEvent {
   namespace: string;
   regarding: Required<Pick<V1ObjectReference, 'apiVersion' | 'kind' | 'name' | 'namespace'>> & Pick<V1ObjectReference, 'uid'>;
   reason: EventReason;

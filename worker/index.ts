@@ -17,7 +17,7 @@ import { settlesWithin } from '../src/shared/timeout.js';
 import { loadTlsMaterial, type ListenerTls } from '../src/shared/tls.js';
 import { packageVersion } from '../src/shared/version.js';
 import { kubeConfigFromEnv, type KubeConfigFactory } from '../src/shared/kubeconfig.js';
-import { createWorkerGuards } from './guards.js';
+import { createWorkerDeps } from './deps.js';
 import { createRemediationStore, OUTCOMES, SUPPRESSION_GUARDS } from '../src/remediation/store.js';
 import { remediationStartProblems } from '../src/shared/remediations.js';
 import { confirmSourcesOf, remediationSources } from '../src/remediation/sources.js';
@@ -38,7 +38,8 @@ import { closeWorker, onShutdownSignals } from './shutdown.js';
 export const READY_MESSAGE = 'worker ready';
 export { secretsForWorker, workerLiveness };
 
-export interface WorkerDeps {
+/** What startWorker may be given instead of its defaults (tests pass their own). */
+export interface WorkerOptions {
   logger?: Logger;
   metrics?: JobMetrics;
   /** Default: loadInventory(config.OPS_INVENTORY_FILE). */
@@ -64,28 +65,21 @@ export interface WorkerHandle {
   close(graceMs?: number, stepMs?: number): Promise<boolean>;
 }
 
-export async function startWorker(config: WorkerConfig, deps: WorkerDeps = {}): Promise<WorkerHandle> {
-  const logger = deps.logger ?? createLogger({ level: config.LOG_LEVEL, base: { component: 'worker' }, secrets: secretsForWorker(config) });
-  const inventory = deps.inventory ?? loadInventory(config.OPS_INVENTORY_FILE);
-  const kubeConfig = deps.kubeConfig ?? kubeConfigFromEnv(process.env);
-  const redis = connectRedis({ url: config.REDIS_URL, profile: 'blocking', name: deps.name ?? 'opsgate-worker', logger });
-
-  const m = deps.metrics;
-  const guardMetrics = m?.changeOutcomes && m.holds ? { changeOutcomes: m.changeOutcomes, holds: m.holds } : undefined;
-  const remediationMetrics =
-    m?.remediations && m.remediationsSuppressed && m.remediationEscalations
-      ? { remediations: m.remediations, remediationsSuppressed: m.remediationsSuppressed, remediationEscalations: m.remediationEscalations }
-      : undefined;
-  const { guards, reportQueue } = createWorkerGuards({
-    redis,
+export async function startWorker(config: WorkerConfig, opts: WorkerOptions = {}): Promise<WorkerHandle> {
+  const logger = opts.logger ?? createLogger({ level: config.LOG_LEVEL, base: { component: 'worker' }, secrets: secretsForWorker(config) });
+  const inventory = opts.inventory ?? loadInventory(config.OPS_INVENTORY_FILE);
+  const kubeConfig = opts.kubeConfig ?? kubeConfigFromEnv(process.env);
+  const redis = connectRedis({ url: config.REDIS_URL, profile: 'blocking', name: opts.name ?? 'opsgate-worker', logger });
+  const { close: closeReports, ...deps } = createWorkerDeps({
     config,
-    logger,
-    now: deps.now ?? Date.now,
-    ...(guardMetrics ? { metrics: guardMetrics } : {}),
     inventory,
-    ...(remediationMetrics ? { remediationMetrics } : {}),
+    redis,
+    logger,
+    kubeConfig,
+    now: opts.now ?? Date.now,
+    metrics: opts.metrics,
   });
-  const processor = createProcessor({ config, inventory, redis, kubeConfig, logger, guards });
+  const processor = createProcessor(deps);
   const worker = new Worker(QUEUE_NAME, processor, {
     connection: redis,
     prefix: queuePrefix(config.REDIS_URL),
@@ -94,9 +88,9 @@ export async function startWorker(config: WorkerConfig, deps: WorkerDeps = {}): 
     stalledInterval: config.WORKER_STALLED_INTERVAL_MS,
     maxStalledCount: config.WORKER_MAX_STALLED_COUNT,
     autorun: false,
-    ...(deps.name ? { name: deps.name } : {}),
+    ...(opts.name ? { name: opts.name } : {}),
   });
-  observeJobs(worker, { logger, metrics: deps.metrics });
+  observeJobs(worker, { logger, metrics: opts.metrics });
 
   // Connect first (waits, retrying, while Redis is unreachable), then start taking jobs.
   await worker.waitUntilReady();
@@ -114,7 +108,7 @@ export async function startWorker(config: WorkerConfig, deps: WorkerDeps = {}): 
   const close = (
     graceMs = config.WORKER_SHUTDOWN_GRACE_SECONDS * 1000,
     stepMs = config.SHUTDOWN_TIMEOUT_SECONDS * 1000,
-  ): Promise<boolean> => (closing ??= closeWorker(worker, redis, logger, graceMs, stepMs, () => reportQueue.close()));
+  ): Promise<boolean> => (closing ??= closeWorker(worker, redis, logger, graceMs, stepMs, closeReports));
 
   return { worker, redis, logger, close };
 }

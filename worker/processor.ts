@@ -4,6 +4,7 @@ import { kindOfJob } from '../src/changes/kinds/index.js';
 import { changeJobOf } from '../src/changes/wake.js';
 import { withTimeout } from '../src/shared/timeout.js';
 import type { Handler, JobContext } from './context.js';
+import type { WorkerDeps } from './deps.js';
 import { JobCancelledError, JobTimeoutError } from './errors.js';
 import { runDeployPipeline } from './jobs/deploy.js';
 import { dryRun } from './jobs/dryRun.js';
@@ -48,14 +49,12 @@ function handlerOf(name: string): Handler<unknown> | undefined {
   return kind?.handle ? (data, ctx) => kind.handle!(data, ctx as never) : undefined;
 }
 
-export type Processor = (job: Job, token?: string, signal?: AbortSignal) => Promise<unknown>;
+type Processor = (job: Job, token?: string, signal?: AbortSignal) => Promise<unknown>;
 
 /** A change's job (a restart, a deploy: its kind's job, src/changes/kinds/): its gate and outcome are guarded. */
 const changeOf = changeJobOf;
 
-export function createProcessor(
-  base: Omit<JobContext, 'job' | 'signal' | 'logger' | 'token'> & { logger: JobContext['logger'] },
-): Processor {
+export function createProcessor(base: Omit<WorkerDeps, 'close'>): Processor {
   const timeoutSeconds = base.config.JOB_TIMEOUT_SECONDS;
   // Three declared parameters: BullMQ passes the cancellation signal only to processors that take it.
   return async function process(job: Job, token?: string, bullSignal?: AbortSignal): Promise<unknown> {

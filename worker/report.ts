@@ -43,7 +43,7 @@ export function failureOutcome(err: unknown, seconds: number): Outcome {
 type ChangeData = ChangeJob;
 
 /** The report fields of the job's target, its kind's (src/changes/kinds/). */
-function target(c: ChangeData, ctx: JobContext) {
+function target(c: ChangeData, ctx: Pick<JobContext, 'inventory'>) {
   const kind = kindOf(c.name);
   return kind.reportFields(kind.fromJob(ctx.inventory, c.data).target);
 }
@@ -54,12 +54,13 @@ function target(c: ChangeData, ctx: JobContext) {
  * was moved); a restart it closes is refused. Without its stores or the job's lock token the check
  * cannot be made or carried out: the attempt fails (and is retried), it never runs unchecked.
  */
-export async function checkGate(c: ChangeData, ctx: JobContext): Promise<void> {
-  const g = ctx.guards;
-  if (!g) throw new Error('the change gate cannot be checked (no guard stores in this worker); not running the change');
-  const now = g.now();
+export async function checkGate(
+  c: ChangeData,
+  ctx: Pick<JobContext, 'job' | 'token' | 'logger' | 'inventory' | 'freezes' | 'holds' | 'metrics' | 'report' | 'now'>,
+): Promise<void> {
+  const now = ctx.now();
   const jobId = String(ctx.job.id);
-  const { change, decision } = planWake(ctx.inventory, await g.freezes.list(now), c, jobId, now);
+  const { change, decision } = planWake(ctx.inventory, await ctx.freezes.list(now), c, jobId, now);
   const t = target(c, ctx);
   const kind = kindOf(c.name);
   switch (decision.kind) {
@@ -71,7 +72,7 @@ export async function checkGate(c: ChangeData, ctx: JobContext): Promise<void> {
           reasons: describeReasons(decision.overridden),
         });
       }
-      if (kind.closedGate === 'hold') await g.holds.remove(jobId);
+      if (kind.closedGate === 'hold') await ctx.holds.remove(jobId);
       return;
     case 'refuse':
       throw new ChangeFailedError(`${c.name} refused: ${describeReasons(decision.reasons)}`, 'refused');
@@ -82,7 +83,7 @@ export async function checkGate(c: ChangeData, ctx: JobContext): Promise<void> {
       }
       const until = decision.until;
       const { project, ref } = kind.intake!(change.target);
-      await g.holds.set({
+      await ctx.holds.set({
         job_id: jobId,
         project,
         namespace: t.namespace,
@@ -93,9 +94,9 @@ export async function checkGate(c: ChangeData, ctx: JobContext): Promise<void> {
         by: 'worker',
         requested_by: c.data.requested_by,
       });
-      for (const r of decision.reasons) g.metrics?.holds.inc({ by: 'worker', guard: r.guard });
+      for (const r of decision.reasons) ctx.metrics?.holds.inc({ by: 'worker', guard: r.guard });
       ctx.logger.info('deploy held', { until: new Date(until).toISOString(), reasons: describeReasons(decision.reasons) });
-      await g.report(`report.${jobId}.held`, {
+      await ctx.report(`report.${jobId}.held`, {
         event: 'held',
         ...t,
         job_id: jobId,
@@ -104,7 +105,7 @@ export async function checkGate(c: ChangeData, ctx: JobContext): Promise<void> {
         audit_id: c.data.audit_id,
         requested_by: c.data.requested_by,
       });
-      // The delay is relative: BullMQ schedules on the process's own clock, the gate on the guards' one.
+      // The delay is relative: BullMQ schedules on the process's own clock, the gate on the worker's one.
       await ctx.job.moveToDelayed(Date.now() + Math.max(1, until - now), ctx.token);
       throw new DelayedError();
     }
@@ -121,7 +122,11 @@ function reported(ctx: Pick<JobContext, 'config'>, outcome: Outcome): boolean {
 }
 
 /** Records how a restart or deploy ended: its progress, the metric, the report (REPORT_OUTCOMES). */
-export async function recordOutcome(c: ChangeData, ctx: JobContext, outcome: Outcome): Promise<void> {
+export async function recordOutcome(
+  c: ChangeData,
+  ctx: Pick<JobContext, 'job' | 'logger' | 'inventory' | 'config' | 'metrics' | 'report'>,
+  outcome: Outcome,
+): Promise<void> {
   const jobId = String(ctx.job.id);
   const previous = typeof ctx.job.progress === 'object' && ctx.job.progress !== null ? (ctx.job.progress as Record<string, unknown>) : {};
   try {
@@ -129,12 +134,11 @@ export async function recordOutcome(c: ChangeData, ctx: JobContext, outcome: Out
   } catch (err) {
     ctx.logger.warn('could not record the outcome on the job', { err });
   }
-  const g = ctx.guards;
-  g?.metrics?.changeOutcomes.inc({ change: c.name, result: outcome.result });
+  ctx.metrics?.changeOutcomes.inc({ change: c.name, result: outcome.result });
   ctx.logger.info('change outcome', { change: c.name, result: outcome.result, duration_s: outcome.duration_s, reason: outcome.reason });
   if (!reported(ctx, outcome)) return;
-  await g
-    ?.report(`report.${jobId}.outcome`, {
+  await ctx
+    .report(`report.${jobId}.outcome`, {
       event: 'outcome',
       ...target(c, ctx),
       job_id: jobId,

@@ -10,7 +10,7 @@ import { markClosing } from '../src/shared/redisConnection.js';
  * connection is a duplicate of the worker's connection (same address, same retry strategy), so
  * after a Redis restart both come back within one retry step of each other.
  */
-export async function settleConnection(client: Redis, ms: number): Promise<void> {
+async function settleConnection(client: Redis, ms: number): Promise<void> {
   if (client.status !== 'reconnecting' && client.status !== 'connecting') return;
   await settlesWithin(
     new Promise<void>((resolve) => {
@@ -70,7 +70,7 @@ export async function closeWorker(
   return clean;
 }
 
-export interface ProcessShutdownDeps {
+interface ProcessShutdownDeps {
   logger: Logger;
   graceMs: number;
   stepMs: number;

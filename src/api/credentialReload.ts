@@ -1,9 +1,9 @@
 import { ConfigError } from '../shared/errors.js';
-import type { ApiConfig } from '../shared/config.js';
-import { API_KEYS_FILE_VAR, expiredKeyWarnings, reloadApiKeys, weakCredentialWarnings } from '../shared/apiKeys.js';
+import type { ApiConfig } from '../api/config.js';
+import { API_KEYS_FILE_VAR, expiredKeyWarnings, reloadApiKeys, weakCredentialWarnings } from './apiKeys.js';
 import { parseSecretFile } from '../shared/secrets.js';
 import type { FileReloader } from '../shared/fileReload.js';
-import { OIDC_FILE_VAR, parseOidcFile } from '../shared/oidcConfig.js';
+import { OIDC_FILE_VAR, parseOidcFile } from './oidcConfig.js';
 import { watchCredentialFile, type CredentialReloadMetrics, type SenderSecrets } from '../shared/liveSecrets.js';
 import type { Logger } from '../shared/logger.js';
 import { SOURCE_SECRET_ENVS, secretFileVar } from '../sources/index.js';

@@ -13,7 +13,7 @@ export type RetryOutcome =
   | { outcome: 'busy'; holder: string };
 
 /** Who retries a dead letter, and why (a restart's or deploy's retry is a new change of theirs). */
-export interface RetryBy {
+interface RetryBy {
   requester: { principal: string; credential: string; owner: string; ownerKnown: boolean };
   reason: string;
   auditId: string;

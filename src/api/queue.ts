@@ -22,7 +22,7 @@ import { createRedis } from '../shared/redis.js';
  * Every operation is bounded by `timeoutMs` and fails fast while Redis is down, as a 503 with
  * Retry-After (src/shared/queueGuard.ts).
  */
-export interface OpsQueueOptions {
+interface OpsQueueOptions {
   url: string;
   policy: JobPolicy;
   logger?: Logger;

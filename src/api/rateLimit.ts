@@ -27,7 +27,7 @@ const SCRIPT_NAME = 'opsgateRateLimitHit';
 /** KEYS[1] = counter key, ARGV[1] = window ms. Returns {count, remaining window ms}. */
 const HIT_SCRIPT = loadLua(new URL('./rate-limit.lua', import.meta.url));
 
-export interface RateCounterOptions {
+interface RateCounterOptions {
   /** A `request`-profile connection (fails fast when Redis is down). */
   redis: Redis;
   /** Hits per window per key; at least 1. */
@@ -39,7 +39,7 @@ export interface RateCounterOptions {
   logger?: Logger;
 }
 
-export interface RateCounter {
+interface RateCounter {
   /** One hit: resolves with the 429 error or undefined (fail open on error or timeout). */
   hit(key: string): Promise<TooManyRequestsError | undefined>;
 }

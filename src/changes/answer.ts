@@ -33,7 +33,7 @@ export interface ChangeBody {
   ignored_reason?: string;
 }
 
-export type ChangeAnswer =
+type ChangeAnswer =
   | { status: 200 | 202; body: ChangeBody; /** What was written, for REDIS_MIN_REPLICAS_ACK. */ written?: Written; error?: undefined }
   | { error: AppError; status?: undefined; body?: undefined };
 

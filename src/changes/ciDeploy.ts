@@ -26,10 +26,10 @@ import type { Change, DeployTarget, Principal } from './types.js';
  * IDEMPOTENCY_TTL_SECONDS, so a retry answers as the first call did, and the key reused for
  * another commit is refused (422).
  */
-export const CI_EVENT_PREFIX = 'ci';
-export const CI_SOURCE = 'ci';
+const CI_EVENT_PREFIX = 'ci';
+const CI_SOURCE = 'ci';
 
-export interface CiDeployRequest {
+interface CiDeployRequest {
   project: string;
   ref: string;
   sha: string;
@@ -39,7 +39,7 @@ export interface CiDeployRequest {
   reason?: string;
 }
 
-export interface CiDeployAnswer {
+interface CiDeployAnswer {
   project: string;
   ref: string;
   sha: string;
@@ -56,14 +56,14 @@ export interface CiDeployAnswer {
 }
 
 /** The answer, and what this call wrote (for REDIS_MIN_REPLICAS_ACK's take-back; absent for a repeat or a pending approval). */
-export interface CiDeployResult {
+interface CiDeployResult {
   /** The status the renderer (src/changes/answer.ts) gave it; a repeat under its Idempotency-Key is a deploy's 202. */
   http: 200 | 202;
   answer: CiDeployAnswer;
   written?: Written;
 }
 
-export interface CiDeployDeps {
+interface CiDeployDeps {
   inventory: Inventory;
   redis: Redis;
   logger: Logger;
@@ -71,12 +71,12 @@ export interface CiDeployDeps {
 }
 
 /** The per-principal scope of a deploy's Idempotency-Key. */
-export function deployIdempotencyScope(principal: string, key: string): string {
+function deployIdempotencyScope(principal: string, key: string): string {
   return sha256Hex(`deploy\n${principal}\n${key}`).slice(0, 40);
 }
 
 /** The project's namespace, refusing what the inventory does not let CI deploy: 404, 409, 422. */
-export function checkCiDeploy(inventory: Inventory, project: string, ref: string): string {
+function checkCiDeploy(inventory: Inventory, project: string, ref: string): string {
   const entry = findProject(inventory, project);
   if (!entry) throw new NotFoundError(`unknown project ${JSON.stringify(project)}`, 'unknown_project');
   if (!deploysFrom(inventory, project, 'ci')) {
@@ -94,7 +94,7 @@ export function checkCiDeploy(inventory: Inventory, project: string, ref: string
   return projectNamespace(inventory, project);
 }
 
-export function ciDeployChange(inventory: Inventory, req: CiDeployRequest, scope?: string): Change & { target: DeployTarget } {
+function ciDeployChange(inventory: Inventory, req: CiDeployRequest, scope?: string): Change & { target: DeployTarget } {
   const namespace = checkCiDeploy(inventory, req.project, req.ref);
   return {
     target: {

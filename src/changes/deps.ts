@@ -14,7 +14,7 @@ import type { Producer } from '../shared/producer.js';
 import type { Prober } from '../shared/probe.js';
 import type { Intake } from '../domain/intake.js';
 
-export type GuardMetrics = Pick<
+type GuardMetrics = Pick<
   Metrics,
   'budgetExhausted' | 'remediationBudgetExhausted' | 'approvals' | 'guardRefusals' | 'guardOverrides' | 'holds' | 'freezes' | 'dryRuns'
 >;
@@ -24,7 +24,7 @@ export type GuardMetrics = Pick<
  * intake, one clock; createPipeline adds the Redis stores of approvals, freezes, holds and
  * budgets. Plain values in and out; no HTTP here.
  */
-export interface PipelineInputs {
+interface PipelineInputs {
   inventory: Inventory;
   /** A `request`-profile connection (fails fast when Redis is down). */
   redis: Redis;
@@ -52,6 +52,9 @@ export interface Pipeline extends PipelineInputs {
   /** The restart budgets a restart of the namespace by `requester` draws on (hosts sharing a namespace agree: checked at start). */
   budgetPools(namespace: string, requester: string): BudgetPool[];
 }
+
+/** The pipeline of a restart (a remediation's): no deploy's intake, no dry run against the cluster. */
+export type RestartPipeline = Omit<Pipeline, 'intake' | 'probe' | 'dryRunTimeoutMs'>;
 
 export function createPipeline(deps: PipelineInputs): Pipeline {
   return {

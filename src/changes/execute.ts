@@ -54,7 +54,7 @@ export interface Carried {
 }
 
 /** A resubmission of a deploy after a newer one of its group started: it never runs (409 superseded). */
-export class SupersededError extends ConflictError {
+class SupersededError extends ConflictError {
   readonly by: string;
   constructor(detail: string, by: string) {
     super(detail, 'superseded');
@@ -74,7 +74,7 @@ export function supersededRefusal(c: Change, by: string): Refusal {
 }
 
 /** A restart or deploy refused by a freeze or outside its windows (409). */
-export class ChangeRefusedError extends ConflictError {
+class ChangeRefusedError extends ConflictError {
   readonly reasons: GateReason[];
   constructor(detail: string, reasons: GateReason[]) {
     super(detail, 'change_refused');
@@ -114,7 +114,7 @@ function parsed(name: JobName, data: unknown): unknown {
  * in that answers over HTTP turns it into its error (`refusalError`: 409 change_refused, 429
  * budget_exhausted), remediation reads it.
  */
-export type Refusal =
+type Refusal =
   | { guard: 'gate'; reasons: GateReason[]; detail: string }
   | { guard: 'budget'; pool: BudgetPool; retryMs: number; detail: string }
   /** A resubmission after a newer change of its group started (src/changes/deployOrder/). */
@@ -136,7 +136,7 @@ export function gateRefusal(g: Pipeline, c: Change, reasons: GateReason[]): Refu
 }
 
 /** The refusal of a spent budget, counted: people's by namespace, a remediation's by its budget. */
-export function budgetRefusal(g: Pick<Pipeline, 'metrics'>, pool: BudgetPool, retryMs: number): Refusal {
+function budgetRefusal(g: Pick<Pipeline, 'metrics'>, pool: BudgetPool, retryMs: number): Refusal {
   countBudgetRefusal(g, pool);
   return { guard: 'budget', pool, retryMs, detail: budgetDetail(pool, retryMs) };
 }

@@ -30,9 +30,9 @@ export interface Confirms {
 }
 
 /** Where the request's audit line takes its fields from (`auditFields`). */
-export type AuditSink = Record<string, unknown>;
+type AuditSink = Record<string, unknown>;
 
-export interface Hand<T> {
+interface Hand<T> {
   /** The change handed to the pipeline (its way in's submit). */
   submit: () => Promise<T>;
   /** What it wrote. */

@@ -25,7 +25,7 @@ export interface OverrideAsk {
  * The change with the override its requester asked for, covering exactly the reasons the gate
  * gives now (a freeze declared later is not covered). No reasons: no override to record.
  */
-export function resolveOverride(change: Change, facts: Facts, ask: OverrideAsk | undefined): Change {
+function resolveOverride(change: Change, facts: Facts, ask: OverrideAsk | undefined): Change {
   if (!ask || facts.gate.reasons.length === 0) return change;
   const by = ask.by ?? change.requester;
   const mine = overrideOf(facts.gate.reasons, by.principal, by.owner, ask.reason);

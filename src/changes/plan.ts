@@ -41,7 +41,7 @@ export function overrideOf(reasons: readonly GateReason[], by: string, owner: st
 }
 
 /** The approvals a change needs: the policy's, one more when nobody is named for the requester's credential. */
-export function requiredApprovals(required: number, change: Pick<Change, 'requester'>): number {
+function requiredApprovals(required: number, change: Pick<Change, 'requester'>): number {
   return required + (change.requester.ownerKnown ? 0 : 1);
 }
 

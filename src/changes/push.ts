@@ -15,7 +15,7 @@ import type { Change, Origin, Principal } from './types.js';
  * (the same event again joins it); a deploy covered by a freeze or outside its windows is queued
  * held, a BullMQ delayed job due when the gate opens, with the reasons recorded and reported.
  */
-export interface PushRequest {
+interface PushRequest {
   source: string;
   project: string;
   ref: string;

@@ -33,7 +33,7 @@ export { coalesceId };
  * so while a restart of that Deployment is waiting, retrying or rolling out, a new request adds
  * nothing and answers with that job's id and `coalesced: true`.
  */
-export interface RestartRequest {
+interface RestartRequest {
   host: string;
   service: string;
   requester: Principal;
@@ -46,7 +46,7 @@ export interface RestartRequest {
   origin?: Origin;
 }
 
-export interface RestartAck {
+interface RestartAck {
   host: string;
   service: string;
   status: 'submitted';
@@ -87,7 +87,7 @@ function parseStored(raw: string | null): StoredAnswer | undefined {
   }
 }
 
-export interface RestartDeps {
+interface RestartDeps {
   inventory: Inventory;
   redis: Redis;
   logger: Logger;
@@ -95,7 +95,7 @@ export interface RestartDeps {
 }
 
 /** `http`: the status the renderer (src/changes/answer.ts) gave it; a repeat under its Idempotency-Key is a restart's 200. */
-export type RestartAnswer =
+type RestartAnswer =
   | ({ kind: 'submitted'; http: 200 | 202 } & RestartAck)
   | ({ kind: 'pending_approval'; http: 200 | 202; host: string; service: string } & PendingApproval);
 
@@ -148,7 +148,7 @@ export async function submitRestart(deps: RestartDeps, req: RestartRequest): Pro
 }
 
 /** 202's body of a change that waits for approval. */
-export function pendingAnswer(b: ChangeBody): PendingApproval {
+function pendingAnswer(b: ChangeBody): PendingApproval {
   return {
     status: 'pending_approval',
     approval_id: b.approval_id!,

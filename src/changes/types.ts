@@ -74,7 +74,7 @@ export interface DeployTarget {
  * What every kind's target has: its kind's name (src/changes/kinds/) and the namespace its change
  * acts in (freezes of a namespace cover it). A kind's module names the rest.
  */
-export interface TargetBase {
+interface TargetBase {
   kind: string;
   namespace: string;
 }

@@ -18,10 +18,10 @@ import type { Written } from './replication.js';
  * Size: more than `maxAlerts` alerts in one payload -> 413, nothing recorded or queued
  * (ALERTS_MAX_PER_REQUEST; Alertmanager's receiver option `max_alerts` keeps it below).
  */
-export const DEFAULT_MAX_ALERTS = 1000;
+const DEFAULT_MAX_ALERTS = 1000;
 const MAX_ALERTNAME = 1024;
 
-export interface AlertsOutcome {
+interface AlertsOutcome {
   received: number;
   firing: number;
   queued: number;
@@ -32,7 +32,7 @@ export interface AlertsOutcome {
   written: Written[];
 }
 
-export interface AlertsOptions {
+interface AlertsOptions {
   /** ALERTS_MAX_PER_REQUEST. */
   maxAlerts?: number;
 }

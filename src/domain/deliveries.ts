@@ -37,7 +37,7 @@ import { redisCall } from './redisOps.js';
  * either way.
  */
 /** The longest a recorded verdict waits before it is sent. */
-export const FLUSH_INTERVAL_MS = 5;
+const FLUSH_INTERVAL_MS = 5;
 /** Verdicts waiting that are sent at once, without waiting for the interval. */
 export const FLUSH_MAX = 256;
 export const VERDICTS = [
@@ -115,7 +115,7 @@ export const deliveryViewSchema = z.object({
       "false: the sender's proof was missing or wrong, or the delivery was refused before it was checked (rate-limited); kept apart, fewer of them (DELIVERIES_UNVERIFIED_KEPT)",
     ),
 });
-export type DeliveryView = z.infer<typeof deliveryViewSchema>;
+type DeliveryView = z.infer<typeof deliveryViewSchema>;
 
 export interface DeliveryLog {
   /** Queues the verdict for the next write (see above); never throws, never waits. */

@@ -8,9 +8,9 @@ import type { PushSource } from '../sources/index.js';
  * (src/changes/push.ts), one run_deploy_pipeline job per event.
  * Plain values in, plain values out: no HTTP here.
  */
-export const DEPLOY_REF = 'refs/heads/main';
+const DEPLOY_REF = 'refs/heads/main';
 /** A delivery id longer than this, or with control characters, is refused (422). */
-export const MAX_DELIVERY_ID = 128;
+const MAX_DELIVERY_ID = 128;
 
 /** The delivery id header, checked; undefined when absent or empty. */
 export function deliveryIdOf(value: string | undefined, header: string): string | undefined {
@@ -22,9 +22,9 @@ export function deliveryIdOf(value: string | undefined, header: string): string 
 }
 
 /** Why a push is ignored: another event, another branch, or the sender's own reason (a deletion). */
-export type IgnoredCode = 'not_a_push' | 'not_deploy_branch' | 'ignored';
+type IgnoredCode = 'not_a_push' | 'not_deploy_branch' | 'ignored';
 
-export type PushDecision =
+type PushDecision =
   | { kind: 'ignored'; code: IgnoredCode; reason: string }
   /** `before`: a `replayGuard` sender's commit before the push (src/sources/types.ts). */
   | { kind: 'deploy'; project: string; ref: string; sha: string; eventId: string; before?: string };

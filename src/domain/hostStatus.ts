@@ -30,7 +30,7 @@ export interface HostStatusProvider {
   deployments(namespace: string, names: readonly string[]): Promise<DeploymentStatus[]>;
 }
 
-export interface HostStatus {
+interface HostStatus {
   host: string;
   namespace: string;
   deployments: DeploymentStatus[];
@@ -44,9 +44,9 @@ export class ClusterUnavailableError extends ServiceUnavailableError {
   }
 }
 
-export const HOST_STATUS_TTL_SECONDS = 30;
+const HOST_STATUS_TTL_SECONDS = 30;
 
-export interface HostStatusDeps {
+interface HostStatusDeps {
   redis: Redis;
   inventory: Inventory;
   provider: HostStatusProvider;

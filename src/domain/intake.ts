@@ -41,13 +41,13 @@ import type { Written } from './replication.js';
  *   that id (BullMQ adds nothing when it exists). A queue without any job has accepted nothing in
  *   the last 24 h (completed jobs are kept that long), so a new installation never reads them.
  */
-export const SEEN_EVENT_TTL_SECONDS = 86400;
-export const SEEN_ALERT_TTL_SECONDS = 300;
+const SEEN_EVENT_TTL_SECONDS = 86400;
+const SEEN_ALERT_TTL_SECONDS = 300;
 /**
  * How long a sender's delivery id is remembered: 30 days, well past the event's 24 h and GitHub's
  * 3-day redelivery limit, so a replayed delivery never deploys again.
  */
-export const SEEN_DELIVERY_TTL_SECONDS = 30 * 86400;
+const SEEN_DELIVERY_TTL_SECONDS = 30 * 86400;
 /** How long a push's commit pair is remembered (`replayGuard` senders): as long as a delivery id. */
 export const SEEN_PAIR_TTL_SECONDS = SEEN_DELIVERY_TTL_SECONDS;
 /**
@@ -62,7 +62,7 @@ const LEGACY_PENDING = 'p:';
 /** Version 0.1's longest record (a push's 24 h) and an upgrade's rollout after it. */
 export const LEGACY_WINDOW_MS = (SEEN_EVENT_TTL_SECONDS + 3600) * 1000;
 
-export interface IntakeDeps {
+interface IntakeDeps {
   producer: Pick<Producer, 'add' | 'addMany'>;
   jobs: Pick<JobReads, 'any'>;
   /** A `request`-profile connection: aliases and version 0.1's records. */
@@ -110,7 +110,7 @@ export interface IntakeResult {
   ignored?: { reason: string };
 }
 
-export interface AlertEvent {
+interface AlertEvent {
   fingerprint: string;
   data: JobDataByName[typeof JOB.notifyOncall];
 }

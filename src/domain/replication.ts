@@ -48,7 +48,7 @@ export interface Written {
 
 export type ConfirmReplicated = (written: readonly Written[]) => Promise<void>;
 
-export interface ReplicationDeps {
+interface ReplicationDeps {
   redis: Redis;
   queue: Pick<Producer, 'waitReplicas' | 'remove'>;
   logger: Logger;

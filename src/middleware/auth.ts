@@ -2,11 +2,11 @@ import { randomUUID, timingSafeEqual } from 'node:crypto';
 import type { RequestHandler, Response } from 'express';
 import type { Redis } from 'ioredis';
 import type { Source } from '../sources/index.js';
-import { expiryHeaders, keyStatus, rfc3339, type KeyUsage } from '../shared/apiKeyLifetime.js';
-import type { ApiKey, Role } from '../shared/apiKeys.js';
+import { expiryHeaders, keyStatus, rfc3339, type KeyUsage } from '../api/apiKeyLifetime.js';
+import type { ApiKey, Role } from '../api/apiKeys.js';
 import { credentialId, firstMatch, hmacSha256, secretsMatcher, sha256Digest } from '../shared/crypto.js';
 import { ApiKeyExpiredError, ForbiddenError, RedisUnavailableError, UnauthorizedError, type ErrorCodeOf } from '../shared/errors.js';
-import { bearerIdentity, keyIdentity, senderIdentity, type Identity } from '../shared/identity.js';
+import { bearerIdentity, keyIdentity, senderIdentity, type Identity } from '../api/identity.js';
 import { signatureSeenKey } from '../shared/keys.js';
 import { SECRET_ROLES, type SecretValues } from '../shared/liveSecrets.js';
 import type { Logger } from '../shared/logger.js';
@@ -19,7 +19,7 @@ import type { OidcVerifier } from './oidc.js';
  * every configured key, without stopping at the first match, so timing reveals neither which
  * key matched nor how many are configured. Failures are counted in
  * opsgate_auth_failures_total{scheme,reason}. Every accepted credential sets res.locals.principal,
- * .owner and .ownerKnown (src/shared/identity.ts), and .credential for a secret the caller presented
+ * .owner and .ownerKnown (src/api/identity.ts), and .credential for a secret the caller presented
  * itself; the audit line names them.
  */
 type AuthMetrics = Pick<Metrics, 'authFailures'>;
@@ -40,7 +40,7 @@ function setIdentity(res: { locals: Record<string, unknown> }, identity: Identit
  * hashed once and its digest compared with every configured digest (a clear key's and a
  * `sha256` entry's alike) in constant time.
  */
-export function findApiKey(keys: readonly ApiKey[], presented: string): ApiKey | undefined {
+function findApiKey(keys: readonly ApiKey[], presented: string): ApiKey | undefined {
   const digest = sha256Digest(presented);
   let found: ApiKey | undefined;
   for (const k of keys) {
@@ -207,7 +207,7 @@ const BEARER = /^(\S+)(?:\s+(.*))?$/;
  * A secret as a check reads it: a fixed value (unset or empty: not configured), or the values in
  * use at each request (a sender's secret reloaded from its file: [current] or [current, previous]).
  */
-export type SecretSource = string | undefined | (() => SecretValues);
+type SecretSource = string | undefined | (() => SecretValues);
 
 const valuesOf = (secret: SecretSource): (() => SecretValues) => {
   if (typeof secret === 'function') return secret;
@@ -366,12 +366,12 @@ export function requireOidcOrOperatorKey(
  * `after` checks what needs the raw body. Failures are 403 (401 for a bearer token), counted
  * under the sender's scheme.
  */
-export interface SenderCheck {
+interface SenderCheck {
   before: RequestHandler;
   after: RequestHandler;
 }
 
-export interface SenderVerifyOptions {
+interface SenderVerifyOptions {
   source: Pick<Source, 'name' | 'title' | 'verification'>;
   /** The sender's secret: one value, or the values in use at each request (src/shared/liveSecrets.ts). */
   secret: SecretSource;

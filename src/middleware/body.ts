@@ -4,7 +4,7 @@ import { lingeringClose } from './lingeringClose.js';
 import { InvalidJsonError, PayloadTooLargeError, UnprocessableError } from '../shared/errors.js';
 
 /** A size as BODY_LIMIT spells it (512kb, 1mb, 100 = bytes) in bytes. */
-export function sizeInBytes(limit: string): number {
+function sizeInBytes(limit: string): number {
   const m = /^(\d+)(b|kb|mb)?$/i.exec(limit.trim());
   if (!m) throw new Error(`not a size: ${limit}`);
   const unit = (m[2] ?? 'b').toLowerCase();

@@ -1,6 +1,6 @@
 import type { RequestHandler } from 'express';
 import type { TLSSocket } from 'node:tls';
-import { matchAllowedName, type AllowedName } from '../shared/clientNames.js';
+import { matchAllowedName, type AllowedName } from '../api/clientNames.js';
 import { ForbiddenError, type ErrorCodeOf } from '../shared/errors.js';
 import type { Metrics } from '../shared/metrics.js';
 
@@ -9,7 +9,7 @@ import type { Metrics } from '../shared/metrics.js';
  * certificate without requiring one in the handshake (src/shared/tls.ts), so the paths that need
  * none keep working; this check refuses the request (403 {detail, code}) unless the connection presented
  * a certificate that verified against the CA file in use when it was opened and, when a list of
- * allowed names is configured (TLS_CLIENT_ALLOWED_NAMES, src/shared/clientNames.ts), one whose
+ * allowed names is configured (TLS_CLIENT_ALLOWED_NAMES, src/api/clientNames.ts), one whose
  * subject or subjectAltName is on it. A change of the CA or of the list closes the connections that
  * presented a certificate before it (src/shared/tls.ts), so none goes on under what was refused. It
  * is one more gate: a bearer token configured for the same route is still required

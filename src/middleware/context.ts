@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { RequestHandler } from 'express';
-import type { Role } from '../shared/apiKeys.js';
+import type { Role } from '../api/apiKeys.js';
 
 /** What the middlewares learn about a request, kept on res.locals (typed here). */
 declare module 'express-serve-static-core' {
@@ -12,7 +12,7 @@ declare module 'express-serve-static-core' {
     /** Who made the call: `key:<id>`, `bearer:<id>`, `webhook:<source>`; unset when unauthenticated. */
     principal?: string;
     /**
-     * Who holds the accepted credential (src/shared/identity.ts), set with `principal` by every
+     * Who holds the accepted credential (src/api/identity.ts), set with `principal` by every
      * check that accepts one: a person or service, so that four eyes can compare people. A key's owner (a
      * keys-file entry's `owner`, default its id; `env:<id>` for OPS_API_KEY_ROLES),
      * OPS_BEARER_TOKEN_OWNER for the bearer token, `webhook:<sender>` for a sender. Unset when
@@ -27,7 +27,7 @@ declare module 'express-serve-static-core' {
     ownerKnown?: boolean;
     /** The person behind an OIDC token (its rule's `person`), compared by four eyes besides `owner`. */
     person?: string;
-    /** Whether the caller may override a freeze or the change windows (src/shared/identity.ts); unset: it may not. */
+    /** Whether the caller may override a freeze or the change windows (src/api/identity.ts); unset: it may not. */
     mayOverride?: boolean;
     role?: Role;
     /**
@@ -47,7 +47,7 @@ declare module 'express-serve-static-core' {
 }
 
 /** Longest caller X-Request-Id kept (as caller_request_id in the audit line). */
-export const CALLER_REQUEST_ID_MAX = 128;
+const CALLER_REQUEST_ID_MAX = 128;
 
 /**
  * The caller's X-Request-Id as a log field: cut to CALLER_REQUEST_ID_MAX characters, every

@@ -19,7 +19,7 @@ import type { Logger } from '../shared/logger.js';
  */
 
 /** Errors from ioredis when Redis is unreachable or slow: the caller should retry. */
-export function isRedisUnavailable(err: unknown): boolean {
+function isRedisUnavailable(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   const name = err.name;
   const msg = err.message;

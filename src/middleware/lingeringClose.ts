@@ -8,8 +8,8 @@ import type { Duplex } from 'node:stream';
  * then the socket is destroyed: the lingering close of Apache and nginx. The bounds keep a client
  * from making the server read a large body after all.
  */
-export const LINGER_MS = 2000;
-export const LINGER_BYTES = 16 * 1024 * 1024;
+const LINGER_MS = 2000;
+const LINGER_BYTES = 16 * 1024 * 1024;
 
 /**
  * Ends `socket` after what was written to it and closes it once the client has closed its side or

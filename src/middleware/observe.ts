@@ -3,7 +3,7 @@ import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 
 /** The route template that answered (e.g. /ops/jobs/:id), never the raw path; "unmatched" when none did. */
-export function routeTemplate(req: Request): string {
+function routeTemplate(req: Request): string {
   const path = (req.route as { path?: unknown } | undefined)?.path;
   if (typeof path === 'string') return (req.baseUrl ?? '') + path;
   return 'unmatched';

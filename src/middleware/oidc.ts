@@ -13,7 +13,7 @@ import {
 } from 'jose';
 import { credentialId, sha256Hex } from '../shared/crypto.js';
 import { ForbiddenError, ServiceUnavailableError, UnauthorizedError } from '../shared/errors.js';
-import { widthProblem, type Identity } from '../shared/identity.js';
+import { widthProblem, type Identity } from '../api/identity.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 import {
@@ -25,12 +25,12 @@ import {
   type OidcIssuer,
   type OidcSettings,
   type Role,
-} from '../shared/oidcConfig.js';
+} from '../api/oidcConfig.js';
 import type { KubeEnv } from '../shared/kubeconfig.js';
 import type { Scope } from '../shared/scope.js';
 
 /**
- * OIDC ID tokens as bearer credentials (OPS_OIDC_FILE, src/shared/oidcConfig.ts), verified with
+ * OIDC ID tokens as bearer credentials (OPS_OIDC_FILE, src/api/oidcConfig.ts), verified with
  * `jose`: the issuer's allow-list, opsgate's audience, exp/nbf/iat with LEEWAY_SECONDS, a lifetime
  * (exp - iat) within the entry's max_token_lifetime and an age within its max_token_age, RS256 or
  * ES256 only, the key from the issuer's JWKS (found through its discovery document unless the
@@ -44,13 +44,13 @@ import type { Scope } from '../shared/scope.js';
  * never an accept. Every verification is counted by issuer (one of the allow-list, or `unlisted`)
  * and a result of OIDC_RESULTS.
  */
-export const OIDC_ALGORITHMS = ['RS256', 'ES256'];
+const OIDC_ALGORITHMS = ['RS256', 'ES256'];
 /** Clock skew tolerated on exp, nbf and iat. */
-export const LEEWAY_SECONDS = 30;
+const LEEWAY_SECONDS = 30;
 /** How long a fetch of discovery or keys may take. */
-export const FETCH_TIMEOUT_MS = 5000;
+const FETCH_TIMEOUT_MS = 5000;
 /** After a failed discovery, how long requests are answered 503 before it is tried again (and the answer's Retry-After). */
-export const DISCOVERY_RETRY_SECONDS = 5;
+const DISCOVERY_RETRY_SECONDS = 5;
 const MAX_DOCUMENT_BYTES = 1024 * 1024;
 
 export const OIDC_RESULTS = [
@@ -67,7 +67,7 @@ export const OIDC_RESULTS = [
   'unknown_issuer',
   'issuer_unavailable',
 ] as const;
-export type OidcResult = (typeof OIDC_RESULTS)[number];
+type OidcResult = (typeof OIDC_RESULTS)[number];
 
 /** A verified token's caller, as the routes and the audit line take it. */
 export interface OidcCaller {
@@ -90,7 +90,7 @@ export interface OidcVerifier {
   verify(token: string): Promise<OidcCaller | undefined>;
 }
 
-export interface OidcVerifierDeps {
+interface OidcVerifierDeps {
   settings: OidcSettings;
   metrics?: Pick<Metrics, 'oidcVerifications'>;
   logger?: Pick<Logger, 'warn'>;

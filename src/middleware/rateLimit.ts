@@ -26,7 +26,7 @@ import { addressKey, createRateCounter } from '../api/rateLimit.js';
  * A plain middleware: one Redis call of its own per request, before the routes; nothing after it
  * knows it exists.
  */
-export interface RateLimitOptions {
+interface RateLimitOptions {
   /** A `request`-profile connection (fails fast when Redis is down). */
   redis: Redis;
   /** Requests per second per client address; 0 disables the limiter. */
@@ -43,7 +43,7 @@ export interface RateLimitOptions {
   timeoutMs?: number;
 }
 
-export const DEFAULT_EXEMPT_PATHS = ['/health', '/ready'] as const;
+const DEFAULT_EXEMPT_PATHS = ['/health', '/ready'] as const;
 
 export function createRateLimiter(opts: RateLimitOptions): RequestHandler {
   const rps = opts.rps;

@@ -14,7 +14,7 @@ import { ERROR_CODES, ERROR_CODE_LIST, codesOfStatus, type ErrorCode } from '../
  * could not catch an undocumented one.
  */
 /** A security scheme: the API's own, or a webhook sender's (`<source>Webhook`, src/openapi/routes.ts). */
-export type SecuritySchemeName = string;
+type SecuritySchemeName = string;
 
 export interface ResponseDoc {
   description: string;
@@ -66,7 +66,7 @@ export function errorSchemaFor(codes: readonly ErrorCode[]) {
 }
 
 /** Every error answer: `{detail, code}`, the code one of the catalog's. */
-export const errorSchema = errorSchemaFor(ERROR_CODE_LIST);
+const errorSchema = errorSchemaFor(ERROR_CODE_LIST);
 
 /** The catalog as a schema: every code, and a table of their statuses and meanings. */
 function catalogSchema(): Record<string, unknown> {

@@ -24,7 +24,7 @@ export interface AlertmanagerClient {
   getSilence(id: string): Promise<Silence | undefined>;
 }
 
-export interface SilenceRequest {
+interface SilenceRequest {
   labels: Readonly<Record<string, string>>;
   endsAt: Date;
   createdBy: string;
@@ -38,7 +38,7 @@ const heldAlertSchema = z.object({
   endsAt: z.string(),
   status: z.object({ state: z.string() }),
 });
-export type HeldAlert = z.infer<typeof heldAlertSchema>;
+type HeldAlert = z.infer<typeof heldAlertSchema>;
 
 const matcherSchema = z.object({ name: z.string(), value: z.string(), isRegex: z.boolean(), isEqual: z.boolean().optional() });
 const silenceSchema = z.object({
@@ -50,10 +50,10 @@ const silenceSchema = z.object({
   createdBy: z.string(),
   comment: z.string(),
 });
-export type Silence = z.infer<typeof silenceSchema>;
+type Silence = z.infer<typeof silenceSchema>;
 
 /** How far ahead of now a silence starts (see createSilence). */
-export const START_AHEAD_MS = 200;
+const START_AHEAD_MS = 200;
 
 export class AlertmanagerError extends Error {
   constructor(message: string) {

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { describePool, poolsOf } from '../changes/budget/pools.js';
 import { describeReasons } from '../changes/gate.js';
-import { queueReport, type Pipeline } from '../changes/deps.js';
+import { queueReport, type RestartPipeline } from '../changes/deps.js';
 import { planChange, submitChange } from '../changes/pipeline.js';
 import type { ChangeResult } from '../changes/execute.js';
 import type { Change, Principal, RestartTarget } from '../changes/types.js';
@@ -51,7 +51,7 @@ import { OUTCOMES, type Active, type RemediationDecision, type RemediationStore 
  * is logged and recorded as a decision, never answered as an error of the notification.
  */
 export interface RemediationDeps {
-  pipeline: Pipeline;
+  pipeline: RestartPipeline;
   rules: readonly RemediationRule[];
   store: RemediationStore;
   /** PROMETHEUS_URL: where rules with `confirm: prometheus` confirm and time their alerts. */
@@ -68,11 +68,11 @@ export interface RemediationDeps {
   onOutcome?: (a: Active, outcome: RemediationOutcome, reason: string) => Promise<void>;
 }
 
-export type RemediationMetrics = Pick<Metrics, 'remediations' | 'remediationsSuppressed' | 'remediationEscalations'>;
+type RemediationMetrics = Pick<Metrics, 'remediations' | 'remediationsSuppressed' | 'remediationEscalations'>;
 type RemediationOutcome = (typeof OUTCOMES)[number];
 
 /** An alert of a notification, as remediation reads it. */
-export interface NotifiedAlert {
+interface NotifiedAlert {
   status: 'firing' | 'resolved';
   labels: Record<string, string>;
   fingerprint: string;
@@ -80,7 +80,7 @@ export interface NotifiedAlert {
 }
 
 /** What the webhook answer shows of a notification's remediations (additive fields). */
-export interface Summary {
+interface Summary {
   rule: string;
   fingerprint: string;
   decision: RemediationDecision['decision'];
@@ -98,7 +98,7 @@ export const principalOf = (rule: string): Principal => ({
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** The alerts of a notification payload remediation can read (a label set, a fingerprint, a status). */
-export function notifiedAlerts(payload: unknown, now: number): NotifiedAlert[] {
+function notifiedAlerts(payload: unknown, now: number): NotifiedAlert[] {
   if (!isObject(payload) || !Array.isArray(payload.alerts)) return [];
   const out: NotifiedAlert[] = [];
   for (const a of payload.alerts) {
@@ -113,10 +113,10 @@ export function notifiedAlerts(payload: unknown, now: number): NotifiedAlert[] {
 }
 
 /** How often a remediation under way is looked at, and how far ahead its silence ends (4 steps). */
-export function watchStepMs(rule: Pick<RemediationRule, 'verify' | 'settle'>): number {
+function watchStepMs(rule: Pick<RemediationRule, 'verify' | 'settle'>): number {
   return Math.min(15_000, Math.max(1000, Math.round((Math.min(rule.verify, rule.settle) * 1000) / 5)));
 }
-export const silenceLeaseMs = (rule: Pick<RemediationRule, 'verify' | 'settle'>): number => 4 * watchStepMs(rule);
+const silenceLeaseMs = (rule: Pick<RemediationRule, 'verify' | 'settle'>): number => 4 * watchStepMs(rule);
 
 /** (rule, alert) pairs of one notification decided at once. */
 const NOTIFY_CONCURRENCY = 8;
@@ -825,6 +825,6 @@ export function createRemediation(deps: RemediationDeps): Remediation {
 }
 
 /** How long a remediation's record may live: the longest it can wait, verify and settle, with margin. */
-export function activeTtlMs(rule: Pick<RemediationRule, 'verify' | 'settle' | 'approval'>): number {
+function activeTtlMs(rule: Pick<RemediationRule, 'verify' | 'settle' | 'approval'>): number {
   return ((rule.approval?.ttl ?? 86400) + 3600 + rule.verify + rule.settle) * 1000;
 }

@@ -24,14 +24,14 @@ export interface PrometheusClient {
   firing(labels: Readonly<Record<string, string>>): Promise<FiringAlert | undefined>;
 }
 
-export interface FiringAlert {
+interface FiringAlert {
   /** The ALERTS series' labels, less alertstate. */
   labels: Record<string, string>;
   /** When it began firing (ms): active since + its rule's `for`. */
   since: number;
 }
 
-export class PrometheusError extends Error {
+class PrometheusError extends Error {
   constructor(message: string) {
     super(message);
     this.name = 'PrometheusError';
@@ -76,7 +76,7 @@ const same = (a: Readonly<Record<string, string>>, b: Readonly<Record<string, st
 const literal = (v: string): string => JSON.stringify(v);
 
 /** Whether `series` (an ALERTS series, less alertstate) is the alert these notified labels name. */
-export function namesAlert(
+function namesAlert(
   series: Readonly<Record<string, string>>,
   notified: Readonly<Record<string, string>>,
   external: Readonly<Record<string, string>>,

@@ -11,7 +11,7 @@ import { createPrometheusClient, type PrometheusClient } from './prometheus.js';
  * confirmation of rules with `confirm: alertmanager` when opsgate presents credentials of its API).
  * A problem with their credentials is a ConfigError naming the variables.
  */
-export interface RemediationSources {
+interface RemediationSources {
   prometheus?: PrometheusClient;
   alertmanager?: AlertmanagerClient;
   /** Alertmanager's API is asked with credentials: it may confirm alerts (`confirm: alertmanager`). */

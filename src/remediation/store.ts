@@ -20,7 +20,7 @@ import { defineLua, loadLua } from '../shared/lua.js';
  */
 
 /** How many decisions GET /ops/remediations can show. */
-export const DECISIONS_KEPT = 1000;
+const DECISIONS_KEPT = 1000;
 
 export const DECISIONS = [
   'waiting',
@@ -36,7 +36,7 @@ export const DECISIONS = [
   'error',
 ] as const;
 /** Why nothing was done: which guard said so. */
-export const GUARDS = [
+const GUARDS = [
   'target',
   'target_not_allowed',
   'for',
@@ -118,7 +118,7 @@ export interface Active {
   audit_id: string;
 }
 
-export type GuardVerdict = { verdict: 'claimed' | 'escalate' | 'escalated'; count: number } | { verdict: 'cooldown'; leftMs: number };
+type GuardVerdict = { verdict: 'claimed' | 'escalate' | 'escalated'; count: number } | { verdict: 'cooldown'; leftMs: number };
 
 export interface RemediationStore {
   claim(

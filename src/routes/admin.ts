@@ -6,7 +6,7 @@ import type { AppControllerRoute, AppViewRoute, ControllerHandlerReturnType, ISe
 import type { ExpressAdapter as ExpressAdapterClass } from '@bull-board/express';
 import type { Queue } from 'bullmq';
 import { Router, type NextFunction, type Request, type RequestHandler, type Response } from 'express';
-import type { ApiKey } from '../shared/apiKeys.js';
+import type { ApiKey } from '../api/apiKeys.js';
 import { sha256Hex } from '../shared/crypto.js';
 import { ConflictError, ERROR_CODES, ForbiddenError, NotFoundError, codesOfStatus, type ErrorCode } from '../shared/errors.js';
 import { refuseCrossSiteWrites, requireOperatorKeyOrBasic } from '../middleware/auth.js';
@@ -58,7 +58,7 @@ function loadBullBoard() {
   };
 }
 
-export interface AdminRouterOptions {
+interface AdminRouterOptions {
   queues: Queue[];
   apiKeys: readonly ApiKey[];
   logger: Logger;
@@ -78,13 +78,13 @@ const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
  * (IServerAdapter.setEntryRoute and setApiRoutes) and as the adapter routes it: an Express path
  * pattern, matched in table order.
  */
-export interface BoardRoute {
+interface BoardRoute {
   /** Upper case: GET, PUT, PATCH, POST. */
   method: string;
   path: string;
 }
 
-export type BoardAction = 'retry' | 'remove';
+type BoardAction = 'retry' | 'remove';
 
 /**
  * The writes opsgate lets through, by Bull Board route: retry of one job and removal ("clean") of
@@ -295,7 +295,7 @@ async function retryLikeTheApi(
 }
 
 /** The catalog's code for one of Bull Board's own error answers (its `error.key`, e.g. ERRORS.QUEUE_NOT_FOUND). */
-export function boardErrorCode(status: number, key: string | undefined): ErrorCode {
+function boardErrorCode(status: number, key: string | undefined): ErrorCode {
   if (key === 'ERRORS.QUEUE_NOT_FOUND') return 'queue_not_found';
   if (key === 'ERRORS.JOB_NOT_FOUND') return 'job_not_found';
   if (status >= 500) return 'internal_error';

@@ -13,7 +13,7 @@ import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { requireInScope, scopeOf } from '../middleware/scope.js';
-import type { ApiConfig } from '../shared/config.js';
+import type { ApiConfig } from '../api/config.js';
 import { approvalKey } from '../shared/keys.js';
 import { NotFoundError, UnprocessableError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
@@ -30,7 +30,7 @@ import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
  *   the change still needs others answers 202 (the change still waits for approval, as a restart
  *   that asks for one); a decision answers 200 (approved: the change is queued; rejected).
  */
-export interface ApprovalsDeps extends Pick<Pipeline, 'approvals' | 'redis' | 'now'> {
+interface ApprovalsDeps extends Pick<Pipeline, 'approvals' | 'redis' | 'now'> {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
   /** The change pipeline: a decision that approves hands its change over (decideApproval). */
   pipeline: Pipeline;

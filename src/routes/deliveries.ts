@@ -16,7 +16,7 @@ import { requireInScope } from '../middleware/scope.js';
 import { projectNamespace } from '../changes/deps.js';
 import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
-import type { ApiConfig } from '../shared/config.js';
+import type { ApiConfig } from '../api/config.js';
 import { ConflictError, NotFoundError, UnprocessableError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
@@ -42,7 +42,7 @@ export function guardFields(out: IntakeResult): Record<string, string> {
  *   audited with the principal and the reason, and recorded as a delivery of its own.
  *   Queued, held or a duplicate: 200; waiting for approval: 202 (nothing queued yet), as a restart.
  */
-export interface DeliveriesDeps extends Pick<Pipeline, 'inventory'> {
+interface DeliveriesDeps extends Pick<Pipeline, 'inventory'> {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
   deliveries: DeliveryLog;
   intake: Pick<Intake, 'push'>;

@@ -10,7 +10,7 @@ import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { OidcCaller, OidcVerifier } from '../middleware/oidc.js';
 import { requireInScope } from '../middleware/scope.js';
-import type { ApiConfig } from '../shared/config.js';
+import type { ApiConfig } from '../api/config.js';
 import { ForbiddenError, UnprocessableError } from '../shared/errors.js';
 import { findProject, type Inventory } from '../shared/inventory.js';
 import type { Logger } from '../shared/logger.js';

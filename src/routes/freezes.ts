@@ -19,7 +19,7 @@ import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { requireInScope, scopeOf } from '../middleware/scope.js';
 import { projectNamespace } from '../changes/deps.js';
-import type { ApiConfig } from '../shared/config.js';
+import type { ApiConfig } from '../api/config.js';
 import { ForbiddenError } from '../shared/errors.js';
 import type { JobReads } from '../shared/jobReads.js';
 import { FREEZES_KEY, HOLDS_KEY } from '../shared/keys.js';
@@ -36,7 +36,7 @@ import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
  * - GET /ops/holds (any valid key): the deploys held now, with why and until when, soonest first,
  *   paged the same way.
  */
-export interface FreezesDeps extends Pick<Pipeline, 'inventory'> {
+interface FreezesDeps extends Pick<Pipeline, 'inventory'> {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
   /** The change pipeline: freezes and holds are its records (src/changes/freezes/service.ts). */
   pipeline: Pipeline;

@@ -9,7 +9,7 @@ import type { OpsQueue } from '../api/queue.js';
  * GET /health (liveness, `{"status":"ok"}`), GET /ready (Redis reachable; 503 {detail, code} says why not),
  * GET /version. No authentication.
  */
-export interface HealthDeps {
+interface HealthDeps {
   redis: Redis;
   queue: Pick<OpsQueue, 'isReady'>;
   version: string;

@@ -15,7 +15,7 @@ import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { scopeOf } from '../middleware/scope.js';
 import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
-import type { ApiConfig } from '../shared/config.js';
+import type { ApiConfig } from '../api/config.js';
 import { ConflictError, ForbiddenError, NotFoundError, UnprocessableError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
@@ -36,7 +36,7 @@ import { decodeCursor, encodeCursor, nextCursorSchema, pageQueryShape } from './
  *   with REDIS_MIN_REPLICAS_ACK, 200 only once the retry is on that many replicas, else 503
  *   (nothing taken back; repeating the retry is safe: src/domain/replication.ts).
  */
-export interface JobsDeps {
+interface JobsDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
   jobs: JobReads;
   deadLetters: DeadLetters;
@@ -50,7 +50,7 @@ export interface JobsDeps {
   changeRecords?: Pick<Pipeline, 'holds' | 'approvals' | 'redis' | 'now'>;
 }
 
-export const JOB_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+const JOB_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
 const MAX_OFFSET = 100000;
 

@@ -3,11 +3,11 @@ import { Router } from 'express';
 import { z } from 'zod';
 import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { methodNotAllowed } from '../middleware/errors.js';
-import { keyStatus, rfc3339, type KeyUsage } from '../shared/apiKeyLifetime.js';
-import type { ApiConfig } from '../shared/config.js';
+import { keyStatus, rfc3339, type KeyUsage } from '../api/apiKeyLifetime.js';
+import type { ApiConfig } from '../api/config.js';
 import { RedisUnavailableError } from '../shared/errors.js';
 import type { Metrics } from '../shared/metrics.js';
-import { describeIssuers, OIDC_KINDS } from '../shared/oidcConfig.js';
+import { describeIssuers, OIDC_KINDS } from '../api/oidcConfig.js';
 import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
 
 /**
@@ -16,7 +16,7 @@ import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
  * and who holds each. Never a key or a hash. In the order of the configuration, paged with limit and
  * cursor (src/routes/paging.ts).
  */
-export interface KeysDeps {
+interface KeysDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'API_KEY_EXPIRY_WARNING_DAYS'> & { oidc?: ApiConfig['oidc'] };
   metrics: Pick<Metrics, 'authFailures'>;
   usage: Pick<KeyUsage, 'lastUsed'>;

@@ -14,13 +14,13 @@ import { rawBody } from '../middleware/body.js';
 import type { OidcVerifier } from '../middleware/oidc.js';
 import { requireInScope } from '../middleware/scope.js';
 import { methodNotAllowed } from '../middleware/errors.js';
-import type { ApiConfig } from '../shared/config.js';
+import type { ApiConfig } from '../api/config.js';
 import { findHost, hostNames, type Inventory } from '../shared/inventory.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 
 /** /ops/hosts, /ops/hosts/:host, /ops/restart, /ops/cache. */
-export interface OpsDeps {
+interface OpsDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'OPS_BEARER_TOKEN' | 'OPS_BEARER_TOKEN_OWNER' | 'BODY_LIMIT'>;
   redis: Redis;
   inventory: Inventory;

@@ -18,7 +18,7 @@ import { UnprocessableError } from '../shared/errors.js';
  */
 
 /** A list's order: a number, then a string that makes every item's key unique. */
-export type SortKey = readonly [number, string];
+type SortKey = readonly [number, string];
 
 const sortKeySchema = z.tuple([z.number(), z.string().max(512)]);
 

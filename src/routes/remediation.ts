@@ -5,7 +5,7 @@ import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { redisCall } from '../domain/redisOps.js';
 import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
-import type { ApiConfig } from '../shared/config.js';
+import type { ApiConfig } from '../api/config.js';
 import { UnprocessableError } from '../shared/errors.js';
 import type { Metrics, RemediationBudgetUse } from '../shared/metrics.js';
 import type { Redis } from 'ioredis';
@@ -17,7 +17,7 @@ import { decisionSchema, type RemediationStore } from '../remediation/store.js';
  * cursor (src/routes/paging.ts); `rule` keeps one rule's. Each page shows the remediation budgets
  * and their use now: every rule's own, and each namespace's for all rules (apart from people's).
  */
-export interface RemediationRoutesDeps {
+interface RemediationRoutesDeps {
   config: Pick<ApiConfig, 'apiKeys'>;
   redis: Redis;
   store: RemediationStore;
@@ -31,7 +31,7 @@ export const remediationsQuerySchema = z.object({
   rule: z.string().min(1).max(63).optional().describe("only this rule's decisions"),
 });
 
-export const remediationBudgetSchema = z.object({
+const remediationBudgetSchema = z.object({
   budget: z.enum(['rule', 'namespace']).describe("rule: the rule's own; namespace: all rules of the namespace together"),
   name: z.string(),
   used: z.number().int().describe('restarts by remediation in the window now'),

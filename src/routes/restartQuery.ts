@@ -67,7 +67,7 @@ export const restartOptionsSchema = z.object({
     .optional()
     .describe('why: audited, carried by the job, the approval and the notification'),
 });
-export type RestartOptions = z.infer<typeof restartOptionsSchema>;
+type RestartOptions = z.infer<typeof restartOptionsSchema>;
 
 /** Parses the guard options from a request's query; a repeated parameter is a 422. */
 export function restartOptions(query: Record<string, unknown>): RestartOptions {

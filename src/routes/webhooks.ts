@@ -13,7 +13,7 @@ import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js'
 import { verifySender } from '../middleware/auth.js';
 import { parseJson, parseWebhookBody, rawBody } from '../middleware/body.js';
 import { methodNotAllowed, toAppError } from '../middleware/errors.js';
-import type { ApiConfig } from '../shared/config.js';
+import type { ApiConfig } from '../api/config.js';
 import { deploysFrom } from '../shared/inventory.js';
 import { createSenderSecrets, type SenderSecrets } from '../shared/liveSecrets.js';
 import type { Logger } from '../shared/logger.js';
@@ -31,7 +31,7 @@ import { SOURCES, SOURCE_SECRET_ENVS, type AlertsSource, type PushSource, type S
  * GET /ops/jobs/{id}; and, when the inventory has remediation rules that the alerts matched, their
  * decisions (`remediations`).
  */
-export interface WebhookDeps extends Pick<Pipeline, 'inventory'> {
+interface WebhookDeps extends Pick<Pipeline, 'inventory'> {
   config: Pick<ApiConfig, 'ALERTS_MAX_PER_REQUEST' | 'BODY_LIMIT'> & Readonly<Record<string, unknown>>;
   redis: Redis;
   intake: Intake;

@@ -189,7 +189,7 @@ export function codesOfStatus(status: number): ErrorCode[] {
 }
 
 /** An error answer's body. */
-export interface ErrorBody {
+interface ErrorBody {
   detail: string;
   code: ErrorCode;
 }

@@ -77,7 +77,7 @@ export interface FileReloader {
   close(): void;
 }
 
-export interface WatchFilesOptions<T> {
+interface WatchFilesOptions<T> {
   files: readonly WatchedFile[];
   /** contentsDigest of the contents in use when the watch starts. */
   initialDigest: string;

@@ -24,7 +24,7 @@ const hostSchema = z.object({
 });
 
 /** The ways a project's deploys may come in. */
-export const DEPLOY_FROM = ['push', 'ci', 'both'] as const;
+const DEPLOY_FROM = ['push', 'ci', 'both'] as const;
 
 const projectSchema = z.object({
   namespace: dnsLabel,
@@ -142,10 +142,10 @@ export const inventorySchema = z
   });
 
 export type Inventory = z.infer<typeof inventorySchema>;
-export type HostEntry = z.infer<typeof hostSchema>;
+type HostEntry = z.infer<typeof hostSchema>;
 export type ProjectEntry = z.infer<typeof projectSchema>;
 
-export const emptyInventory: Inventory = { hosts: {}, projects: {}, remediations: [] };
+const emptyInventory: Inventory = { hosts: {}, projects: {}, remediations: [] };
 
 /** The effective policy of a host's restarts (the inventory's default, replaced field by field by the host's own). */
 export function hostPolicy(inv: Inventory, host: string): HostPolicy {

@@ -19,7 +19,7 @@ export interface JobView {
 }
 
 /** The outcome a worker wrote into a job's progress (`{..., outcome}`), if any. */
-export function outcomeOf(progress: unknown): Outcome | undefined {
+function outcomeOf(progress: unknown): Outcome | undefined {
   if (typeof progress !== 'object' || progress === null || !('outcome' in progress)) return undefined;
   const parsed = outcomeSchema.safeParse(progress.outcome);
   return parsed.success ? parsed.data : undefined;

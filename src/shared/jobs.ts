@@ -23,7 +23,7 @@ export const JOB = {
   remediate: 'ops_worker.remediate',
 } as const;
 export type JobName = (typeof JOB)[keyof typeof JOB];
-export const JOB_NAMES: readonly JobName[] = Object.values(JOB);
+const JOB_NAMES: readonly JobName[] = Object.values(JOB);
 
 /**
  * A job name as a metric label: the catalogue's names as they are, anything else (a job added to
@@ -37,7 +37,7 @@ export function metricJobName(name: string): JobName | 'unknown' {
 /**
  * The longest identity a job records (requested_by, approvers, override.by): a principal such as
  * `key:<id>` or an owner. The configuration refuses any credential whose principal or owner would
- * not fit (src/shared/identity.ts), so every accepted caller can be written into every job.
+ * not fit (src/api/identity.ts), so every accepted caller can be written into every job.
  */
 export const MAX_PRINCIPAL = 256;
 
@@ -72,7 +72,7 @@ const requesterFields = {
   requested_credential: z.string().min(1).max(64).optional(),
 };
 
-export const restartServiceData = z.object({
+const restartServiceData = z.object({
   host: z.string().min(1).max(253),
   service: dnsSubdomain,
   ...approvalFields,
@@ -93,7 +93,7 @@ export const restartServiceData = z.object({
   ...auditFields,
 });
 
-export const runDeployPipelineData = z.object({
+const runDeployPipelineData = z.object({
   project: z.string().min(1).max(255),
   ref: z.string().min(1).max(255),
   /** The dedup identity (scm:<project>:<ref>:<sha>) of the event that caused this job. */
@@ -114,7 +114,7 @@ export const runDeployPipelineData = z.object({
   ...auditFields,
 });
 
-export const notifyOncallData = z.object({
+const notifyOncallData = z.object({
   alertname: z.string().max(1024),
   annotations: z.record(z.string(), z.unknown()),
   fingerprint: z.string().max(256).optional(),
@@ -122,7 +122,7 @@ export const notifyOncallData = z.object({
 });
 
 /** What a dry run rehearses: the worker's server-side dry run of the patch or the Job create. */
-export const dryRunData = z.discriminatedUnion('change', [
+const dryRunData = z.discriminatedUnion('change', [
   z.object({ change: z.literal('restart'), host: z.string().min(1).max(253), service: dnsSubdomain, ...auditFields }),
   z.object({
     change: z.literal('deploy'),
@@ -139,7 +139,7 @@ export const dryRunData = z.discriminatedUnion('change', [
  * identity (RBAC, then admission: ValidatingAdmissionPolicies and webhooks), asked with a
  * server-side dry run (dryRun=All), which persists nothing.
  */
-export const DRY_RUN_REFUSALS = ['rbac', 'admission', 'not_found', 'invalid', 'api'] as const;
+const DRY_RUN_REFUSALS = ['rbac', 'admission', 'not_found', 'invalid', 'api'] as const;
 export const dryRunResultSchema = z.object({
   identity: z.string().nullable().describe("the worker's user name as the API server sees it (SelfSubjectReview), when it may ask"),
   object: z
@@ -175,7 +175,7 @@ export const dryRunResultSchema = z.object({
 export type DryRunResult = z.infer<typeof dryRunResultSchema>;
 
 /** How a restart or deploy ended (GET /ops/jobs/{id}, its Kubernetes Event, the notification). */
-export const OUTCOME_RESULTS = [
+const OUTCOME_RESULTS = [
   'rolled_out',
   'created',
   'failed',
@@ -198,18 +198,10 @@ export const outcomeSchema = z.object({
 });
 export type Outcome = z.infer<typeof outcomeSchema>;
 
-export const REPORT_EVENTS = [
-  'approval_requested',
-  'approval_rejected',
-  'approval_expiry',
-  'override',
-  'held',
-  'outcome',
-  'remediation',
-] as const;
+const REPORT_EVENTS = ['approval_requested', 'approval_rejected', 'approval_expiry', 'override', 'held', 'outcome', 'remediation'] as const;
 
 /** A remediation's news (event `remediation`): the rule, the alert, what was decided and why. */
-export const remediationReportSchema = z.object({
+const remediationReportSchema = z.object({
   rule: z.string().max(63),
   mode: z.enum(['act', 'dry-run']),
   alertname: z.string().max(1024),
@@ -228,7 +220,7 @@ export const remediationReportSchema = z.object({
  * delayed until the approval's expiry: when it runs, it expires the approval if nobody decided it
  * and reports that.
  */
-export const reportChangeData = z.object({
+const reportChangeData = z.object({
   event: z.enum(REPORT_EVENTS),
   /** The kind of change (src/changes/kinds/): restart, deploy, or one a module registers. */
   change: z.string().regex(/^[a-z][a-z0-9_]{0,31}$/),
@@ -255,7 +247,7 @@ const remediationAlert = z.object({
   starts_at: z.number().int().min(0),
 });
 
-export const remediateData = z.discriminatedUnion('step', [
+const remediateData = z.discriminatedUnion('step', [
   /**
    * A firing alert, looked at again: once its rule's `for` has passed, or after its confirmation
    * failed (asked again with backoff until the rule's `within` has passed since `notified_at`).

@@ -16,8 +16,8 @@ import { redisTopology } from './redis.js';
  */
 
 /** Prefix of everything opsgate itself keeps in Redis (BullMQ's keys use the queue prefix). */
-export const KEY_PREFIX = 'opsgate:';
-export const SLOT_TAG = '{opsgate}';
+const KEY_PREFIX = 'opsgate:';
+const SLOT_TAG = '{opsgate}';
 
 /**
  * BullMQ key prefix. A single server and Sentinel keep BullMQ's default ("bull", so an existing
@@ -41,7 +41,7 @@ export const taggedKey = (prefix: string, id: string): string => `${prefix}{${id
  * (src/domain/intake.ts): a sender's delivery-id aliases, the commit pairs of the signed senders'
  * pushes, and version 0.1's event records, read during an upgrade.
  */
-export const SEEN_PREFIX = `${SLOT_TAG}:seen:`;
+const SEEN_PREFIX = `${SLOT_TAG}:seen:`;
 /** A sender's own delivery id (X-GitHub-Delivery, X-Gitlab-Event-UUID, Idempotency-Key): "q:<job id>". */
 export const deliveryKey = (source: string, deliveryId: string): string => `${SEEN_PREFIX}delivery:${source}:${deliveryId}`;
 /**
@@ -89,7 +89,7 @@ export const CACHE_PREFIX = `${KEY_PREFIX}cache:`;
 export const hostStatusKey = (host: string): string => `${CACHE_PREFIX}host-status:${host}`;
 
 /** Records the worker writes besides BullMQ's own. */
-export const WORKER_KEY_PREFIX = `${KEY_PREFIX}worker`;
+const WORKER_KEY_PREFIX = `${KEY_PREFIX}worker`;
 /**
  * The worker's record of the restartedAt value a restart job chose (its retries re-apply it: no
  * second restart). The API drops it on a manual retry of a dead-lettered restart (POST
@@ -104,7 +104,7 @@ export const notifyDeliveryKey = (jobId: string, urlHash: string): string => `${
  * restart budgets share the SLOT_TAG hash tag: the approval's decision and the budget it takes
  * are one script over both (on a Cluster, one slot).
  */
-export const GUARD_PREFIX = `${SLOT_TAG}:guard:`;
+const GUARD_PREFIX = `${SLOT_TAG}:guard:`;
 /** One approval (JSON), kept until a while after its decision or expiry. */
 export const approvalKey = (id: string): string => `${GUARD_PREFIX}approval:${id}`;
 /** The pending approvals: a sorted set, member = approval id, score = expiry (ms). */
@@ -137,7 +137,7 @@ export const HOLDS_KEY = `${KEY_PREFIX}holds`;
  * records of one Deployment (its cooldown, its remediations in the escalation window, whether it
  * escalated) share a hash tag, so the guard's one script covers them on a Cluster too.
  */
-export const REMEDIATION_PREFIX = `${KEY_PREFIX}remediation:`;
+const REMEDIATION_PREFIX = `${KEY_PREFIX}remediation:`;
 const remediationTarget = (rule: string, namespace: string, deployment: string): string => `{${rule}/${namespace}/${deployment}}`;
 /** The rule's cooldown of a Deployment: the id of the remediation that started it, expiring with it. */
 export const remediationCooldownKey = (rule: string, namespace: string, deployment: string): string =>

@@ -15,7 +15,7 @@ import type { KubeConfig } from '@kubernetes/client-node';
  * (about 78 MB of RSS at import) is loaded only when a configuration is first built, so the API,
  * which needs it for one read-only endpoint, can import this module at start-up.
  */
-export const SERVICEACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
+const SERVICEACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 
 /** Raised when no cluster configuration exists; jobs turn it into an UnrecoverableError (dead-lettered). */
 export class NoKubeConfigError extends Error {
@@ -32,13 +32,13 @@ export interface KubeEnv {
   KUBERNETES_SERVICE_PORT?: string;
 }
 
-export interface KubeConfigLookup {
+interface KubeConfigLookup {
   /** Prefix of the ServiceAccount directory (tests). */
   pathPrefix?: string;
 }
 
 /** Where the configuration is: kubeconfig files (merged in order), or the in-cluster ServiceAccount. */
-export type KubeConfigSource = { kind: 'files'; name: string; files: string[] } | { kind: 'in-cluster'; server: string; saDir: string };
+type KubeConfigSource = { kind: 'files'; name: string; files: string[] } | { kind: 'in-cluster'; server: string; saDir: string };
 
 /**
  * kubectl's order: $KUBECONFIG (a path list, every file must exist), ~/.kube/config, then

@@ -6,7 +6,7 @@ import type { Source } from '../sources/index.js';
 /**
  * Credentials the API re-reads from mounted files while it runs, so that rotating them needs no
  * restart: the webhook senders' secrets in file mode (`<VARIABLE>_FILE`, parsed by
- * src/shared/secrets.ts) and the API keys file (OPS_API_KEYS_FILE, parsed by src/shared/apiKeys.ts).
+ * src/shared/secrets.ts) and the API keys file (OPS_API_KEYS_FILE, parsed by src/api/apiKeys.ts).
  * A Secret volume is updated by the kubelet in place; the reload poll (src/shared/fileReload.ts)
  * sees the new contents within SECRETS_RELOAD_INTERVAL_MS. An invalid new file is refused: logged,
  * counted, and the last good values stay in use.

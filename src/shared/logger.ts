@@ -18,7 +18,7 @@ import { withFallback } from './timeout.js';
  *
  * Before a process exits, `await logger.flush()` so no buffered line is lost (bounded).
  */
-export type Level = 'debug' | 'info' | 'warn' | 'error';
+type Level = 'debug' | 'info' | 'warn' | 'error';
 
 export interface Logger {
   debug(msg: string, fields?: Record<string, unknown>): void;
@@ -35,7 +35,7 @@ export interface Logger {
   addSecrets(values: readonly string[]): void;
 }
 
-export interface LoggerOptions {
+interface LoggerOptions {
   level?: Level;
   base?: Record<string, unknown>;
   secrets?: string[];
@@ -49,7 +49,7 @@ export interface LoggerOptions {
   maxBufferBytes?: number;
 }
 
-export const DEFAULT_LOG_BUFFER_BYTES = 16 * 1024 * 1024;
+const DEFAULT_LOG_BUFFER_BYTES = 16 * 1024 * 1024;
 
 const REDACTED = '[REDACTED]';
 

@@ -6,16 +6,16 @@ import { withTimeout } from './timeout.js';
  * moves a job there only once its attempts are exhausted or it is unrecoverable), also exported
  * on its own as opsgate_dead_letter_jobs.
  */
-export const QUEUE_STATES = ['waiting', 'active', 'delayed', 'prioritized', 'paused', 'failed'] as const;
+const QUEUE_STATES = ['waiting', 'active', 'delayed', 'prioritized', 'paused', 'failed'] as const;
 
 /** Where queue depth is read from at scrape time: one entry per queue. */
-export interface QueueCountsSource {
+interface QueueCountsSource {
   queue: string;
   counts(): Promise<Partial<Record<string, number>>>;
 }
 
 /** Anything with BullMQ's Queue#getJobCounts (kept structural so this file needs no bullmq import). */
-export interface JobCountsReader {
+interface JobCountsReader {
   readonly name: string;
   getJobCounts(...types: string[]): Promise<Record<string, number>>;
 }
@@ -38,7 +38,7 @@ export function redisMemoryReader(client: { info(section: 'memory'): Promise<str
 }
 
 /** Upper bound of one scrape's Redis read; past it the depth samples are skipped for that scrape. */
-export const QUEUE_SCRAPE_TIMEOUT_MS = 1500;
+const QUEUE_SCRAPE_TIMEOUT_MS = 1500;
 
 /**
  * Every metric opsgate exports, in one place (prefix opsgate_). Each process (api, worker)
@@ -46,7 +46,7 @@ export const QUEUE_SCRAPE_TIMEOUT_MS = 1500;
  * Label values are bounded: route templates (never raw paths), job names from the catalog,
  * fixed outcome/reason words.
  */
-export type Component = 'api' | 'worker';
+type Component = 'api' | 'worker';
 
 export function createMetrics(component: Component, version: string, opts: { defaults?: boolean } = {}) {
   const registry = new Registry();
@@ -420,7 +420,7 @@ export function createMetrics(component: Component, version: string, opts: { def
     registers: [registry],
   });
 
-  // --- API keys (src/shared/apiKeyLifetime.ts); key_id takes only the ids of configured keys ----
+  // --- API keys (src/api/apiKeyLifetime.ts); key_id takes only the ids of configured keys ----
   // The configured keys, read at scrape time: a reload of the keys file is exported without a call.
   let apiKeys: readonly { id: string; expiresAt?: number }[] = [];
   const apiKeyExpiry = new Gauge({

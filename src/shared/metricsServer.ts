@@ -13,7 +13,7 @@ import { createListener, type ListenerTls, type TlsListenerMetrics } from './tls
  * With `tls` (METRICS_TLS_CERT_FILE/METRICS_TLS_KEY_FILE) it serves HTTPS and picks up a renewed
  * certificate without a restart (src/shared/tls.ts).
  */
-export interface MetricsServerOptions {
+interface MetricsServerOptions {
   registry: Registry;
   port: number;
   /** Default 0.0.0.0 so Prometheus can reach the pod; tests pass 127.0.0.1. */
@@ -53,7 +53,7 @@ function sendJson(res: ServerResponse, status: number, body: object, headers: Re
   res.end(text);
 }
 
-export function metricsHandler(registry: Registry, logger?: Logger, livez?: MetricsServerOptions['livez']) {
+function metricsHandler(registry: Registry, logger?: Logger, livez?: MetricsServerOptions['livez']) {
   return (req: IncomingMessage, res: ServerResponse): void => {
     let path: string;
     try {

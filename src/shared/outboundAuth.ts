@@ -26,12 +26,12 @@ export interface OutboundAuth {
   tls?: { cert?: LiveFile; key?: LiveFile; ca?: LiveFile };
 }
 
-export interface LiveSecret {
+interface LiveSecret {
   /** The value in use (a file's first line, read again when the file changed). */
   value(): string;
 }
 
-export interface LiveFile {
+interface LiveFile {
   bytes(): Buffer;
 }
 

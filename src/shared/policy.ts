@@ -58,7 +58,7 @@ export function formatDuration(seconds: number): string {
 
 const hhmm = z.string().regex(/^([01]\d|2[0-3]):[0-5]\d$/, 'must be HH:MM (00:00-23:59)');
 
-export const windowSchema = z
+const windowSchema = z
   .strictObject({
     days: z.array(z.enum(WEEKDAYS)).min(1, 'needs at least one day'),
     start: hhmm,

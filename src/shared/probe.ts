@@ -13,7 +13,7 @@ import { createRedis } from './redis.js';
  * first use (its own blocking connection) and closed with the queue. Too late: the job is taken
  * back when no worker has started it, and the answer says so; nothing else waits on it.
  */
-export type ProbeResult = { state: 'completed'; value: unknown } | { state: 'failed'; reason: string } | { state: 'timeout' };
+type ProbeResult = { state: 'completed'; value: unknown } | { state: 'failed'; reason: string } | { state: 'timeout' };
 
 export interface Prober {
   run<N extends JobName>(req: AddRequest<N>, timeoutMs: number): Promise<ProbeResult & { jobId: string }>;

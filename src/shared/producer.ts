@@ -19,7 +19,7 @@ import type { QueueGuard } from './queueGuard.js';
  * call; and a failure before the script ran leaves nothing, so the sender's retry is delivered
  * again.
  */
-export interface Deduplication {
+interface Deduplication {
   id: string;
   /** How long the record outlives its job; absent: until the job finishes. */
   ttlMs?: number;
@@ -37,7 +37,7 @@ export interface AddRequest<N extends JobName = JobName> {
   jobOptions?: { attempts?: number; removeOnComplete?: { age: number }; removeOnFail?: { age: number } };
 }
 
-export interface Added {
+interface Added {
   /** The job that stands for the request: the new one, or the one that held its id or deduplication record. */
   jobId: string;
   /** false: nothing was added (a job with that id or deduplication record existed). */
@@ -67,7 +67,7 @@ export interface Producer {
   acceptedAt(id: string): Promise<number | undefined>;
 }
 
-export interface ProducerDeps {
+interface ProducerDeps {
   bull: Queue;
   /** The connection the Queue was given (so WAIT covers its writes). */
   connection: Redis;

@@ -20,9 +20,9 @@ import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis'
  *   (src/shared/keys.ts queuePrefix), and opsgate's own keys carry a hash tag (src/shared/keys.ts).
  */
 export type RedisProfile = 'request' | 'blocking';
-export type RedisTopology = 'standalone' | 'sentinel' | 'cluster';
+type RedisTopology = 'standalone' | 'sentinel' | 'cluster';
 
-export interface RedisNode {
+interface RedisNode {
   host: string;
   port: number;
 }

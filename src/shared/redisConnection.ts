@@ -10,7 +10,7 @@ import { createRedis, type RedisProfile } from './redis.js';
  */
 
 /** REDIS_URL with every password replaced by "***" (the userinfo's and sentinelPassword=). */
-export function redactRedisUrl(url: string): string {
+function redactRedisUrl(url: string): string {
   return url
     .replace(/^([a-z+]+:\/\/)([^@/]*)@/i, (_m, scheme: string, userinfo: string) => {
       const colon = userinfo.indexOf(':');
@@ -94,7 +94,7 @@ export function reconnectWhenEnded(client: Redis, opts: { url: string; logger?: 
 }
 
 /** How long after an unasked end connectRedis connects again (the retry strategy's first step). */
-export const RECONNECT_AFTER_END_MS = 200;
+const RECONNECT_AFTER_END_MS = 200;
 
 /** Says the process is closing a connectRedis connection (before its quit or disconnect): it is not connected again. */
 export function markClosing(client: Redis): void {

@@ -43,7 +43,7 @@ const positiveDuration = (max: number, what: string) => durationOrZero(max, what
 /** A Prometheus label name. */
 const labelName = z.string().regex(/^[a-zA-Z_][a-zA-Z0-9_]*$/, 'must be a label name ([a-zA-Z_][a-zA-Z0-9_]*)');
 
-export const REGEX_PREFIX = '=~';
+const REGEX_PREFIX = '=~';
 
 /**
  * A label matcher as Alertmanager writes one: a value to equal, or `=~<regex>` (anchored at both
@@ -141,13 +141,13 @@ export function targetAllowed(rule: Pick<RemediationRule, 'targets'>, host: stri
 }
 
 /** The rule a remediation's principal (remediation:<rule>) names; undefined for anyone else's. */
-export const REMEDIATION_PRINCIPAL_PREFIX = 'remediation:';
+const REMEDIATION_PRINCIPAL_PREFIX = 'remediation:';
 export function ruleOfPrincipal(principal: string): string | undefined {
   return principal.startsWith(REMEDIATION_PRINCIPAL_PREFIX) ? principal.slice(REMEDIATION_PRINCIPAL_PREFIX.length) : undefined;
 }
 
 /** Whether a label value satisfies a matcher value (equality, or an anchored `=~regex`). */
-export function matchesValue(matcher: string, value: string | undefined): boolean {
+function matchesValue(matcher: string, value: string | undefined): boolean {
   if (matcher.startsWith(REGEX_PREFIX)) return new RegExp(`^(?:${matcher.slice(REGEX_PREFIX.length)})$`).test(value ?? '');
   // Alertmanager treats a missing label as the empty string.
   return (value ?? '') === matcher;

@@ -10,7 +10,7 @@ import { settlesWithin } from './timeout.js';
  * is down, frozen or still reconnecting.
  */
 
-export interface ShutdownBudget {
+interface ShutdownBudget {
   /** Milliseconds left before the hard deadline (never below 0). */
   remaining(): number;
   /**

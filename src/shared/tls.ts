@@ -27,7 +27,7 @@ export interface TlsFiles {
   vars: { cert: string; key: string; ca?: string };
 }
 
-export interface TlsMaterial {
+interface TlsMaterial {
   cert: Buffer;
   key: Buffer;
   ca?: Buffer;
@@ -38,7 +38,7 @@ export interface TlsMaterial {
 }
 
 /** A problem with one TLS file: the variable naming it and what is wrong, never the contents. */
-export class TlsFileError extends FileProblem {
+class TlsFileError extends FileProblem {
   constructor(variable: string, problem: string) {
     super(variable, problem);
     this.name = 'TlsFileError';
@@ -48,7 +48,7 @@ export class TlsFileError extends FileProblem {
 const PEM_CERT = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
 
 /** Checks the bytes of a set and returns what to serve; throws TlsFileError naming the variable. */
-export function parseTlsMaterial(files: TlsFiles, bytes: { cert: Buffer; key: Buffer; ca?: Buffer }): TlsMaterial {
+function parseTlsMaterial(files: TlsFiles, bytes: { cert: Buffer; key: Buffer; ca?: Buffer }): TlsMaterial {
   const certs = bytes.cert.toString('utf8').match(PEM_CERT);
   if (!certs) throw new TlsFileError(files.vars.cert, 'holds no PEM certificate');
   let leaf: X509Certificate;
@@ -114,7 +114,7 @@ export function loadTlsMaterial(files: TlsFiles): TlsMaterial {
 }
 
 /** The options of https.createServer / setSecureContext for a set. */
-export function secureContextOptions(m: TlsMaterial): SecureContextOptions {
+function secureContextOptions(m: TlsMaterial): SecureContextOptions {
   return { cert: m.cert, key: m.key, ...(m.ca ? { ca: m.ca } : {}) };
 }
 
@@ -123,16 +123,16 @@ export function secureContextOptions(m: TlsMaterial): SecureContextOptions {
  * but not required by the handshake (`rejectUnauthorized: false`), so paths that do not need one
  * still work without; the route that needs one checks `socket.authorized`.
  */
-export function tlsServerOptions(m: TlsMaterial): SecureContextOptions & { requestCert?: boolean; rejectUnauthorized?: boolean } {
+function tlsServerOptions(m: TlsMaterial): SecureContextOptions & { requestCert?: boolean; rejectUnauthorized?: boolean } {
   return { ...secureContextOptions(m), ...(m.ca ? { requestCert: true, rejectUnauthorized: false } : {}) };
 }
 
 /** Anything with tls.Server's setSecureContext (https.Server is one). */
-export interface SecureContextTarget {
+interface SecureContextTarget {
   setSecureContext(options: SecureContextOptions): void;
 }
 
-export interface TlsReloadMetrics {
+interface TlsReloadMetrics {
   tlsReloads: { inc(labels: { listener: string; outcome: 'reloaded' | 'refused' }): void };
   tlsCertificateExpiry: { set(labels: { listener: string }, value: number): void };
 }
@@ -149,7 +149,7 @@ export interface TlsListenerMetrics extends TlsReloadMetrics {
  * no longer trusted must connect again, and is judged again. Connections without a certificate
  * stay: no change makes them pass.
  */
-export interface ClientCertificateConnections {
+interface ClientCertificateConnections {
   /**
    * Closes every connection that presented a client certificate, including those whose handshake
    * was under way (they are closed when it ends); returns how many were open.
@@ -233,13 +233,13 @@ export function createListener(
   return { server, reloader, ...(clientConnections ? { clientConnections } : {}) };
 }
 
-export type TlsReloader = FileReloader;
+type TlsReloader = FileReloader;
 
 /**
  * Polls the files every intervalMs and swaps a changed, valid set into the server
  * (src/shared/fileReload.ts: refused sets are reported once per distinct contents, never thrown).
  */
-export function watchTls(opts: {
+function watchTls(opts: {
   server: SecureContextTarget;
   files: TlsFiles;
   /** The set the server started with. */

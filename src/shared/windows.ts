@@ -12,7 +12,7 @@
  * The clock is always passed in (`now`, ms since the epoch): the tests control it.
  */
 export const WEEKDAYS = ['sun', 'mon', 'tue', 'wed', 'thu', 'fri', 'sat'] as const;
-export type Weekday = (typeof WEEKDAYS)[number];
+type Weekday = (typeof WEEKDAYS)[number];
 
 export interface ChangeWindow {
   days: readonly Weekday[];
@@ -23,7 +23,7 @@ export interface ChangeWindow {
   timeZone: string;
 }
 
-export interface WindowState {
+interface WindowState {
   /** Now is inside one of the windows (or there are none: always open). */
   open: boolean;
   /** Open: when the window that contains now closes (ms); absent when always open. */
@@ -63,7 +63,7 @@ export function isTimeZone(tz: string): boolean {
 }
 
 /** "HH:MM" -> minutes since midnight. */
-export function minutesOf(hhmm: string): number {
+function minutesOf(hhmm: string): number {
   const [h, m] = hhmm.split(':').map(Number) as [number, number];
   return h * 60 + m;
 }

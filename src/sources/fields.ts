@@ -35,7 +35,7 @@ export const HEX_COMMIT = /^[0-9a-fA-F]{7,64}$/;
 export const isZeroSha = (sha: string): boolean => /^0+$/.test(sha);
 
 /** The longest commit id read from a field other than the pushed commit (a SHA-256 commit id is 64). */
-export const MAX_COMMIT_LENGTH = 255;
+const MAX_COMMIT_LENGTH = 255;
 
 /**
  * A commit id read from a field other than the pushed commit (`before`): "" when absent, null or

@@ -5,7 +5,7 @@ import { createApp, type AppDeps } from '../../src/app.js';
 import { createDeliveryLog, type DeliveryLog } from '../../src/domain/deliveries.js';
 import { createKubeHostStatusProvider } from '../../src/domain/kubeHostStatus.js';
 import type { HostStatusProvider } from '../../src/domain/hostStatus.js';
-import { loadApiConfig, secretsOf, type ApiConfig } from '../../src/shared/config.js';
+import { loadApiConfig, secretsOf, type ApiConfig } from '../../src/api/config.js';
 import { parseInventory, type Inventory } from '../../src/shared/inventory.js';
 import { createLogger, type Logger } from '../../src/shared/logger.js';
 import { createMetrics, type Metrics } from '../../src/shared/metrics.js';
@@ -17,7 +17,7 @@ import { Worker } from 'bullmq';
 import { loadWorkerConfig } from '../../src/shared/config.js';
 import { QUEUE_NAME } from '../../src/shared/jobs.js';
 import { NoKubeConfigError } from '../../src/shared/kubeconfig.js';
-import { createWorkerGuards } from '../../worker/guards.js';
+import { createWorkerDeps } from '../../worker/deps.js';
 import { createProcessor } from '../../worker/processor.js';
 import { startRedis, type RedisServer } from './redis.js';
 import { senderSecretsEnv } from './senders.js';
@@ -263,23 +263,23 @@ export async function runWorkerUntil(
   const redis = new Redis(redisUrl, { maxRetriesPerRequest: null });
   const config = loadWorkerConfig({ ...env, REDIS_URL: redisUrl });
   const logger = createLogger({ level: 'error', write: () => {} });
-  const { guards, reportQueue } = createWorkerGuards({ redis, config, logger, now: Date.now });
-  const processor = createProcessor({
+  const { close, ...deps } = createWorkerDeps({
     config,
     inventory: parseInventory(INVENTORY_YAML),
     redis,
     logger,
-    guards,
     kubeConfig: () => {
       throw new NoKubeConfigError('none in this test');
     },
+    now: Date.now,
   });
+  const processor = createProcessor(deps);
   const worker = new Worker(QUEUE_NAME, processor, { connection: redis });
   try {
     await eventually(done, timeoutMs);
   } finally {
     await worker.close();
-    await reportQueue.close();
+    await close();
     redis.disconnect();
   }
 }

@@ -1,6 +1,6 @@
 import { createHmac } from 'node:crypto';
 import { SOURCES, type PushSource, type Source } from '../../src/sources/index.js';
-import type { ApiConfig } from '../../src/shared/config.js';
+import type { ApiConfig } from '../../src/api/config.js';
 import { createSenderSecrets } from '../../src/shared/liveSecrets.js';
 
 /**

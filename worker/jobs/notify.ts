@@ -23,7 +23,7 @@ import { abortReason } from '../k8s.js';
 type EndpointAnswer = { kind: 'sent' } | { kind: 'rejected'; status: number };
 
 /** host[:port] of an endpoint: the only part of a webhook URL that may be logged. */
-export function endpointHost(url: string): string {
+function endpointHost(url: string): string {
   try {
     return new URL(url).host;
   } catch {
@@ -63,7 +63,7 @@ function escapeDeep(v: unknown, depth = 0): unknown {
  * The Slack-compatible message. All alert-supplied text is escaped (escapeSlack): the `text` a chat
  * renders, and the alertname/annotations/fingerprint copies a receiver may render too.
  */
-export function notificationBody(data: NotifyOncallData, jobId: string): Record<string, unknown> {
+function notificationBody(data: NotifyOncallData, jobId: string): Record<string, unknown> {
   const summary = summaryOf(data.annotations);
   const text = `:rotating_light: Alert firing: ${escapeSlack(data.alertname || 'unknown')}${summary ? ` - ${escapeSlack(summary)}` : ''}`;
   return {
@@ -77,7 +77,7 @@ export function notificationBody(data: NotifyOncallData, jobId: string): Record<
 }
 
 /** Header naming the delivery: the job id, the same on every attempt and every retry of that job. */
-export const DELIVERY_HEADER = 'X-Opsgate-Delivery';
+const DELIVERY_HEADER = 'X-Opsgate-Delivery';
 
 function parseOutcome(raw: string | null): EndpointAnswer | undefined {
   if (raw === 'sent') return { kind: 'sent' };

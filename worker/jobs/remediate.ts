@@ -14,9 +14,11 @@ import { recordEventResolving } from '../events.js';
  *   or job, its silence kept, the verification of its outcome, which ends as an Event on the
  *   Deployment (OpsgateRemediated, or OpsgateRemediationFailed as a Warning).
  */
-export async function remediate(data: RemediateData, ctx: JobContext): Promise<{ step: string; done: true }> {
-  const deps = ctx.guards?.remediation;
-  if (!deps) throw new Error('this worker has no remediation rules (OPS_INVENTORY_FILE) or no guard stores; not acting on the alert');
+type RemediateContext = Pick<JobContext, 'job' | 'token' | 'logger' | 'kubeConfig' | 'remediation'>;
+
+export async function remediate(data: RemediateData, ctx: RemediateContext): Promise<{ step: string; done: true }> {
+  const deps = ctx.remediation;
+  if (!deps) throw new Error('this worker has no remediation rules (OPS_INVENTORY_FILE); not acting on the alert');
   const engine = createRemediation({ ...deps, onOutcome: (a, outcome, reason) => outcomeEvent(a, outcome, reason, data, ctx) });
   const next = await engine.step(data);
   if (next === undefined) return { step: data.step, done: true };
@@ -25,7 +27,7 @@ export async function remediate(data: RemediateData, ctx: JobContext): Promise<{
   throw new DelayedError();
 }
 
-async function outcomeEvent(a: Active, outcome: string, reason: string, data: RemediateData, ctx: JobContext): Promise<void> {
+async function outcomeEvent(a: Active, outcome: string, reason: string, data: RemediateData, ctx: RemediateContext): Promise<void> {
   await recordEventResolving(
     ctx.kubeConfig,
     {

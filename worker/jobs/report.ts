@@ -65,7 +65,7 @@ function headline(d: ReportChangeData, base: string): string {
   }
 }
 
-export function reportBody(d: ReportChangeData, jobId: string, publicUrl: string | undefined): Record<string, unknown> {
+function reportBody(d: ReportChangeData, jobId: string, publicUrl: string | undefined): Record<string, unknown> {
   const text = `${ICON[d.event]} ${escapeSlack(headline(d, publicUrl ?? ''))}`;
   return {
     text,
@@ -117,22 +117,21 @@ async function restartEvent(d: ReportChangeData, ctx: JobContext, reason: EventR
 export async function reportChange(d: ReportChangeData, ctx: JobContext): Promise<{ delivered: number; endpoints: number; event: string }> {
   let data = d;
   if (d.event === 'approval_expiry') {
-    const g = ctx.guards;
-    if (!g || !d.approval_id) return { delivered: 0, endpoints: 0, event: 'skipped' };
-    const now = g.now();
+    if (!d.approval_id) return { delivered: 0, endpoints: 0, event: 'skipped' };
+    const now = ctx.now();
     const decide = (action: 'expire' | 'finish' | 'abandon', reason: string) =>
-      g.approvals.decide(d.approval_id!, { action, by: 'opsgate', owner: 'opsgate', credential: '', reason, now });
+      ctx.approvals.decide(d.approval_id!, { action, by: 'opsgate', owner: 'opsgate', credential: '', reason, now });
     let out = await decide('expire', 'expired');
     if (out.verdict === 'approving' && out.approval) {
       // Approved, its change not confirmed carried out: the job under the approval's id says whether it was.
       const id = out.approval.id;
-      if (await g.jobExists(id)) {
+      if (await ctx.jobExists(id)) {
         await decide('finish', id);
         return { delivered: 0, endpoints: 0, event: 'decided in time' };
       }
       out = await decide('abandon', `expired before its change could be carried out: ${out.approval.last_error ?? 'no job was added'}`);
       const asked = out.approval;
-      if (asked) await g.budgets.giveBack(poolsOf(asked.change.namespace, asked.requester), id).catch(() => undefined);
+      if (asked) await ctx.budgets.giveBack(poolsOf(asked.change.namespace, asked.requester), id).catch(() => undefined);
     }
     const a: Approval | undefined = out.approval;
     if (out.verdict === 'pending' && a && ctx.job.moveToDelayed && ctx.token) {
@@ -141,11 +140,11 @@ export async function reportChange(d: ReportChangeData, ctx: JobContext): Promis
       throw new DelayedError();
     }
     if (!a || effectiveStatus(a, now) !== 'expired') return { delivered: 0, endpoints: 0, event: 'decided in time' };
-    g.metrics?.changeOutcomes.inc({ change: d.change, result: 'expired' });
+    ctx.metrics?.changeOutcomes.inc({ change: d.change, result: 'expired' });
     data = { ...d, outcome: { result: 'expired', reason: `nobody approved it before ${new Date(a.expires_at).toISOString()}` } };
     await restartEvent(data, ctx, 'OpsgateRestartExpired', `approval ${d.approval_id} expired`);
   } else if (d.event === 'approval_rejected') {
-    ctx.guards?.metrics?.changeOutcomes.inc({ change: d.change, result: 'rejected' });
+    ctx.metrics?.changeOutcomes.inc({ change: d.change, result: 'rejected' });
     await restartEvent(d, ctx, 'OpsgateRestartRejected', `approval ${d.approval_id} rejected: ${d.outcome?.reason ?? ''}`);
   }
   const body = reportBody(data, String(ctx.job.id), ctx.config.OPSGATE_PUBLIC_URL);

@@ -38,7 +38,7 @@ export function pausedReason(namespace: string, name: string): string {
 export const SCALED_TO_ZERO =
   'successfully rolled out, but scaled to 0 replicas: no pod was restarted (the new template applies when it is scaled up)';
 
-export interface RolloutState {
+interface RolloutState {
   done: boolean;
   /** Why it is not done yet (or failed), kubectl-style. */
   message: string;

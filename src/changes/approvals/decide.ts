@@ -34,7 +34,7 @@ import { approvalView, type DecisionAnswer } from './view.js';
  * taken to be abandoned (its API died while carrying it out): the next approve call finishes it.
  * Sooner, another call is still at it, and a racer is told so (409).
  */
-export const APPROVING_GRACE_MS = 30_000;
+const APPROVING_GRACE_MS = 30_000;
 
 /** An approving record another call is still carrying out (no error yet, within the grace): 409. */
 function refuseRacer(a: Approval, id: string, now: number): void {
@@ -43,7 +43,7 @@ function refuseRacer(a: Approval, id: string, now: number): void {
   }
 }
 
-export interface DecisionRequest {
+interface DecisionRequest {
   id: string;
   action: 'approve' | 'reject';
   by: Principal;
@@ -116,7 +116,7 @@ const closeApproval = (
  * Carries out an approving approval's change and marks it approved with its job; a failure stays on
  * the record as its last error and is thrown. Also what the expiry runs for a record left approving.
  */
-export async function finishApproval(g: Pipeline, a: Approval, ask?: OverrideAsk): Promise<{ approval: Approval; carried: ChangeBody }> {
+async function finishApproval(g: Pipeline, a: Approval, ask?: OverrideAsk): Promise<{ approval: Approval; carried: ChangeBody }> {
   const approved: ApprovedBy = { approvalId: a.id, approvers: a.approvers.map((x) => x.by) };
   let carried: ChangeBody;
   try {

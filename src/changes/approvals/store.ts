@@ -27,7 +27,7 @@ export const APPROVAL_ID = /^apr-[a-z0-9]{20}$/;
 export const APPROVAL_STATES = ['pending', 'approving', 'approved', 'rejected', 'expired', 'superseded'] as const;
 /** What GET /ops/approvals shows: `approving` reads as pending. */
 export const APPROVAL_VIEW_STATES = ['pending', 'approved', 'rejected', 'expired', 'superseded'] as const;
-export type ApprovalState = (typeof APPROVAL_STATES)[number];
+type ApprovalState = (typeof APPROVAL_STATES)[number];
 
 /** What a restart or deploy approval stands for. */
 export type ApprovalChange =
@@ -98,7 +98,7 @@ export function approvalIdFor(scopeHex: string): string {
 }
 
 /** A record as Redis holds it (Lua's cjson writes an empty list as {}). */
-export function parseApproval(raw: string | null | undefined): Approval | undefined {
+function parseApproval(raw: string | null | undefined): Approval | undefined {
   if (!raw) return undefined;
   try {
     const a = JSON.parse(raw) as Approval;
@@ -115,9 +115,9 @@ export function effectiveStatus(a: Approval, now: number): (typeof APPROVAL_VIEW
   return a.status === 'pending' && now >= a.expires_at ? 'expired' : a.status;
 }
 
-export type ApprovalAction = 'approve' | 'reject' | 'expire' | 'finish' | 'fail' | 'abandon' | 'supersede';
+type ApprovalAction = 'approve' | 'reject' | 'expire' | 'finish' | 'fail' | 'abandon' | 'supersede';
 
-export type DecideVerdict =
+type DecideVerdict =
   | 'not_found'
   | 'decided'
   | 'expired'

@@ -46,7 +46,7 @@ export const approvalViewSchema = z.object({
     .nullable()
     .describe('superseded: the newer deploy of its concurrency group that started before the last approval; this one never runs'),
 });
-export type ApprovalView = z.infer<typeof approvalViewSchema>;
+type ApprovalView = z.infer<typeof approvalViewSchema>;
 
 const personView = (x: { by: string; owner?: string; credential?: string; reason: string; at: number }) => ({
   by: x.by,

@@ -18,14 +18,14 @@ export interface BudgetLimit {
   per: number;
 }
 
-export interface BudgetUse {
+interface BudgetUse {
   /** Restarts in the window (after this one, when taken). */
   used: number;
   /** Spent: ms until the oldest restart of the window leaves it. */
   retryMs: number;
 }
 
-export interface BudgetTake extends BudgetUse {
+interface BudgetTake extends BudgetUse {
   taken: boolean;
   /** The budget that is spent, when not taken. */
   spent?: BudgetPool;
@@ -44,7 +44,7 @@ export interface Budgets {
 const TAKE = 'opsgateBudgetTake';
 const TAKE_LUA = loadLua(new URL('./budget-take.lua', import.meta.url));
 
-export const poolKey = (p: { kind: BudgetPoolKind; name: string }): string =>
+const poolKey = (p: { kind: BudgetPoolKind; name: string }): string =>
   p.kind === 'namespace' ? budgetKey(p.name) : remediationBudgetKey(p.kind === 'remediation_rule' ? 'rule' : 'namespace', p.name);
 
 export function createBudgets(redis: Redis): Budgets {

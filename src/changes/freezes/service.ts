@@ -17,7 +17,7 @@ import { redisCall } from '../../domain/redisOps.js';
  * worker is free, and the worker checks the gate again, so a deploy still covered by another
  * freeze, or outside its windows, is held again.
  */
-export const MAX_FREEZE_SECONDS = 30 * 86400;
+const MAX_FREEZE_SECONDS = 30 * 86400;
 
 const rfc3339 = z.iso.datetime({ offset: true, error: 'must be an RFC 3339 date-time such as 2026-12-24T18:00:00Z' });
 
@@ -32,7 +32,7 @@ export const freezeBodySchema = z.object({
   duration: z.string().max(32).optional().describe('how long from starts_at, e.g. 2h, 90m, 3d; give this or ends_at'),
   starts_at: rfc3339.optional().describe('when it starts (RFC 3339); default now'),
 });
-export type FreezeBody = z.infer<typeof freezeBodySchema>;
+type FreezeBody = z.infer<typeof freezeBodySchema>;
 
 export const freezeViewSchema = z.object({
   id: z.string(),
@@ -46,7 +46,7 @@ export const freezeViewSchema = z.object({
   ends_at: z.string(),
   in_force: z.boolean().describe('started and not ended'),
 });
-export type FreezeView = z.infer<typeof freezeViewSchema>;
+type FreezeView = z.infer<typeof freezeViewSchema>;
 
 export const liftBodySchema = z.object({ reason: z.string().trim().min(1).max(500).describe('why it is lifted early; audited') });
 
@@ -69,11 +69,11 @@ export const holdViewSchema = z.object({
   held_by: z.enum(['api', 'worker']).describe('api: held when queued; worker: held again when it woke to a closed gate'),
   requested_by: z.string(),
 });
-export type HoldView = z.infer<typeof holdViewSchema>;
+type HoldView = z.infer<typeof holdViewSchema>;
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
-export function freezeView(f: Freeze, now: number): FreezeView {
+function freezeView(f: Freeze, now: number): FreezeView {
   return {
     id: f.id,
     scope: f.scope,

@@ -16,8 +16,8 @@ import type { Logger } from '../../shared/logger.js';
  * caught by the worker, which reads the freezes afresh when it takes a job (worker/report.ts).
  */
 export const FREEZE_SCOPES = ['all', 'namespace', 'project'] as const;
-export type FreezeScope = (typeof FREEZE_SCOPES)[number];
-export const FREEZE_ID = /^frz-[0-9a-f]{16}$/;
+type FreezeScope = (typeof FREEZE_SCOPES)[number];
+const FREEZE_ID = /^frz-[0-9a-f]{16}$/;
 
 export interface Freeze {
   id: string;

@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createOidcVerifier } from '../../../src/middleware/oidc.js';
-import { parseOidcFile } from '../../../src/shared/oidcConfig.js';
+import { parseOidcFile } from '../../../src/api/oidcConfig.js';
 import { kubectl, ok, useCluster } from '../../helpers/cluster.js';
 import { adminKubeConfig, createNamespaces, deleteNamespaces } from '../../helpers/controlPlaneFixtures.js';
 

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import request from 'supertest';
-import { API_KEY_ID } from '../../../src/shared/apiKeys.js';
+import { API_KEY_ID } from '../../../src/api/apiKeys.js';
 import { credentialId } from '../../../src/shared/crypto.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { BEARER, createHarness, OP_KEY, OP_KEY_2, RO_KEY, useHarness } from '../../helpers/apiHarness.js';

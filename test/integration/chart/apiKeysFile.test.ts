@@ -3,8 +3,8 @@ import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadApiConfig } from '../../../src/shared/config.js';
-import { parseApiKeyRoles } from '../../../src/shared/apiKeys.js';
+import { loadApiConfig } from '../../../src/api/config.js';
+import { parseApiKeyRoles } from '../../../src/api/apiKeys.js';
 import { find, one, render, renderError, renderNotes, VALUES_DIR, type K8sObject } from '../../helpers/helm.js';
 
 /**

@@ -2,7 +2,7 @@ import { describe, expect, jest, test } from '@jest/globals';
 import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseApiKeyRoles } from '../../../src/shared/apiKeys.js';
+import { parseApiKeyRoles } from '../../../src/api/apiKeys.js';
 import { CHART, KUBE_VERSION, ROOT, find, helm, one, render, renderError, templateArgs } from '../../helpers/helm.js';
 
 /**

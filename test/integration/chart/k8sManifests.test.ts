@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
-import { loadApiConfig } from '../../../src/shared/config.js';
+import { loadApiConfig } from '../../../src/api/config.js';
 import { parseInventory } from '../../../src/shared/inventory.js';
 import { CHART, KUBE_VERSION, ROOT, find, helm, one, parseManifests, run } from '../../helpers/helm.js';
 import { source as scm } from '../../../src/sources/scm.js';

@@ -2,8 +2,8 @@ import { afterAll, describe, expect, jest, test } from '@jest/globals';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadApiConfig } from '../../../src/shared/config.js';
-import { parseOidcFile } from '../../../src/shared/oidcConfig.js';
+import { loadApiConfig } from '../../../src/api/config.js';
+import { parseOidcFile } from '../../../src/api/oidcConfig.js';
 import { containerEnv, find, one, render, renderError, secretData, type K8sObject } from '../../helpers/helm.js';
 
 /**

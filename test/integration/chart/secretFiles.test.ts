@@ -2,7 +2,7 @@ import { afterAll, describe, expect, jest, test } from '@jest/globals';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadApiConfig } from '../../../src/shared/config.js';
+import { loadApiConfig } from '../../../src/api/config.js';
 import { SOURCES } from '../../../src/sources/index.js';
 import { containerEnv, one, render, renderError, renderNotes, secretData, type K8sObject } from '../../helpers/helm.js';
 

@@ -1,5 +1,5 @@
 import { describe, expect, jest, test } from '@jest/globals';
-import { loadApiConfig } from '../../../src/shared/config.js';
+import { loadApiConfig } from '../../../src/api/config.js';
 import { SOURCES } from '../../../src/sources/index.js';
 import { createSenderSecrets } from '../../../src/shared/liveSecrets.js';
 import { containerEnv, find, one, render, renderError, renderNotes, secretData, type K8sObject } from '../../helpers/helm.js';

@@ -6,7 +6,8 @@ import { fileURLToPath } from 'node:url';
 import { parse as parseYaml } from 'yaml';
 import { docBlocks, docBlocksOf, docFiles, markerProblem, where } from '../../helpers/docBlocks.js';
 import { SOURCES, SOURCE_SECRET_ENVS, SOURCE_SECRET_FILE_ENVS } from '../../../src/sources/index.js';
-import { API_VARIABLES, WORKER_VARIABLES } from '../../../src/shared/config.js';
+import { API_VARIABLES } from '../../../src/api/config.js';
+import { WORKER_VARIABLES } from '../../../src/shared/config.js';
 import { ERROR_CODES, ERROR_CODE_LIST } from '../../../src/shared/errors.js';
 import { CHART_TABLE_BEGIN, CHART_TABLE_END, TABLE_BEGIN, TABLE_END, chartSendersTable, sendersTable } from '../../../src/sources/table.js';
 

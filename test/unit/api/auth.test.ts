@@ -11,7 +11,7 @@ import {
   verifySender,
 } from '../../../src/middleware/auth.js';
 import { errorHandler } from '../../../src/middleware/errors.js';
-import { parseApiKeyRoles, parseApiKeysFile } from '../../../src/shared/apiKeys.js';
+import { parseApiKeyRoles, parseApiKeysFile } from '../../../src/api/apiKeys.js';
 import { credentialId } from '../../../src/shared/crypto.js';
 import { createHash, createHmac } from 'node:crypto';
 import { silentLogger } from '../../../src/shared/logger.js';

@@ -14,7 +14,7 @@ const scmEventId = (project: string, ref: string, sha: string) => pushEventId('s
 import { validateRestart } from '../../../src/changes/restart.js';
 import { restartTargetQuery } from '../../../src/routes/restartQuery.js';
 import { matchApiKey } from '../../../src/middleware/auth.js';
-import { parseApiKeyRoles } from '../../../src/shared/apiKeys.js';
+import { parseApiKeyRoles } from '../../../src/api/apiKeys.js';
 import { AppError } from '../../../src/shared/errors.js';
 import { parseInventory } from '../../../src/shared/inventory.js';
 

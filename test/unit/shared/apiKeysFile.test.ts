@@ -3,14 +3,8 @@ import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadApiConfig, secretsOf } from '../../../src/shared/config.js';
-import {
-  expiredKeyWarnings,
-  parseApiKeyRoles,
-  parseApiKeysFile,
-  reloadApiKeys,
-  weakCredentialWarnings,
-} from '../../../src/shared/apiKeys.js';
+import { loadApiConfig, secretsOf } from '../../../src/api/config.js';
+import { expiredKeyWarnings, parseApiKeyRoles, parseApiKeysFile, reloadApiKeys, weakCredentialWarnings } from '../../../src/api/apiKeys.js';
 import { credentialId } from '../../../src/shared/crypto.js';
 import { ConfigError } from '../../../src/shared/errors.js';
 

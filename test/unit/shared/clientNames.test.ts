@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { matchAllowedName, parseAllowedNames, subjectAltNames } from '../../../src/shared/clientNames.js';
+import { matchAllowedName, parseAllowedNames, subjectAltNames } from '../../../src/api/clientNames.js';
 
 /**
  * The list of allowed client certificates against what Node reports of a peer certificate

@@ -1,8 +1,9 @@
 import { describe, expect, it } from '@jest/globals';
-import { apiTlsFiles, loadApiConfig, loadWorkerConfig, metricsTlsFiles, secretsOf } from '../../../src/shared/config.js';
-import { parseApiKeyRoles, reloadApiKeys, weakCredentialWarnings } from '../../../src/shared/apiKeys.js';
+import { apiTlsFiles, loadApiConfig, secretsOf } from '../../../src/api/config.js';
+import { loadWorkerConfig, metricsTlsFiles } from '../../../src/shared/config.js';
+import { parseApiKeyRoles, reloadApiKeys, weakCredentialWarnings } from '../../../src/api/apiKeys.js';
 import { absentSecretFileWarnings, parseSecretFile } from '../../../src/shared/secrets.js';
-import { clientCertificateWarnings } from '../../../src/shared/clientNames.js';
+import { clientCertificateWarnings } from '../../../src/api/clientNames.js';
 import { credentialId } from '../../../src/shared/crypto.js';
 import { ConfigError } from '../../../src/shared/errors.js';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';

@@ -1,5 +1,5 @@
 /**
- * Who a caller is (src/shared/identity.ts): every credential resolves to a principal and an owner,
+ * Who a caller is (src/api/identity.ts): every credential resolves to a principal and an owner,
  * and every identity the configuration accepts fits every job field it reaches (requested_by,
  * approvers, override.by), checked here against the job schemas themselves with the longest id and
  * owner the configuration's own patterns accept.
@@ -8,8 +8,8 @@ import { afterAll, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadApiConfig } from '../../../src/shared/config.js';
-import { API_KEY_ID } from '../../../src/shared/apiKeys.js';
+import { loadApiConfig } from '../../../src/api/config.js';
+import { API_KEY_ID } from '../../../src/api/apiKeys.js';
 import { credentialId } from '../../../src/shared/crypto.js';
 import {
   bearerIdentity,
@@ -20,7 +20,7 @@ import {
   ownerProblem,
   senderIdentity,
   widthProblem,
-} from '../../../src/shared/identity.js';
+} from '../../../src/api/identity.js';
 import { JOB, MAX_PRINCIPAL, parseJobData } from '../../../src/shared/jobs.js';
 
 /** The longest string of `ch` a pattern accepts, found by trying (the pattern's own bound, not a copy of it). */

@@ -4,10 +4,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse } from 'yaml';
-import { loadApiConfig } from '../../../src/shared/config.js';
-import { parseApiKeysFile } from '../../../src/shared/apiKeys.js';
+import { loadApiConfig } from '../../../src/api/config.js';
+import { parseApiKeysFile } from '../../../src/api/apiKeys.js';
 import { ConfigError } from '../../../src/shared/errors.js';
-import { claimAt, grantFor, normalizeClaims, parseOidcFile } from '../../../src/shared/oidcConfig.js';
+import { claimAt, grantFor, normalizeClaims, parseOidcFile } from '../../../src/api/oidcConfig.js';
 import { scopeAdmits } from '../../../src/shared/scope.js';
 import { docBlocks } from '../../helpers/docBlocks.js';
 

@@ -5,7 +5,8 @@
  */
 import { describe, expect, it } from '@jest/globals';
 import { deliveryKey, queuePrefix, taggedKey } from '../../../src/shared/keys.js';
-import { loadApiConfig, loadWorkerConfig } from '../../../src/shared/config.js';
+import { loadApiConfig } from '../../../src/api/config.js';
+import { loadWorkerConfig } from '../../../src/shared/config.js';
 import { ConfigError } from '../../../src/shared/errors.js';
 import { clusterOptions, parseRedisUrl, redisPasswords, sentinelOptions, type ParsedRedisUrl } from '../../../src/shared/redis.js';
 

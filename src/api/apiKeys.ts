@@ -1,11 +1,11 @@
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { rfc3339 } from './apiKeyLifetime.js';
-import { ConfigError, type ConfigProblem } from './errors.js';
-import { credentialId, sha256Digest } from './crypto.js';
+import { ConfigError, type ConfigProblem } from '../shared/errors.js';
+import { credentialId, sha256Digest } from '../shared/crypto.js';
 import { envKeyOwner, keyPrincipal, ownerProblem, widthProblem } from './identity.js';
-import { scopeSchema, type Scope } from './scope.js';
-import { isPlaceholder, MIN_SECRET_LENGTH, PLACEHOLDER_PROBLEM } from './secrets.js';
+import { scopeSchema, type Scope } from '../shared/scope.js';
+import { isPlaceholder, MIN_SECRET_LENGTH, PLACEHOLDER_PROBLEM } from '../shared/secrets.js';
 
 /**
  * The API keys: those of OPS_API_KEY_ROLES (the contract's form) and those of the keys file
@@ -16,7 +16,7 @@ import { isPlaceholder, MIN_SECRET_LENGTH, PLACEHOLDER_PROBLEM } from './secrets
 export type Role = 'readonly' | 'operator';
 
 /** Where a key is configured: OPS_API_KEY_ROLES (the contract's form) or the keys file. */
-export type ApiKeySource = 'env' | 'file';
+type ApiKeySource = 'env' | 'file';
 
 export interface ApiKey {
   /**
@@ -25,7 +25,7 @@ export interface ApiKey {
    */
   readonly id: string;
   /**
-   * Who holds the key (a person or a service; src/shared/identity.ts): a keys-file entry's `owner`,
+   * Who holds the key (a person or a service; src/api/identity.ts): a keys-file entry's `owner`,
    * else its id; `env:<id>` for a key of OPS_API_KEY_ROLES, which names none. Two keys with one
    * owner are one person.
    */

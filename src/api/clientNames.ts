@@ -1,7 +1,7 @@
 import type { PeerCertificate } from 'node:tls';
-import { ConfigError, type ConfigProblem } from './errors.js';
-import type { CredentialFile } from './liveSecrets.js';
-import { readCredentialFile } from './secrets.js';
+import { ConfigError, type ConfigProblem } from '../shared/errors.js';
+import type { CredentialFile } from '../shared/liveSecrets.js';
+import { readCredentialFile } from '../shared/secrets.js';
 
 /**
  * Which client certificates the CA of TLS_CLIENT_CA_FILE signed may call a route that asks for one

@@ -1,4 +1,4 @@
-import { MAX_PRINCIPAL } from './jobs.js';
+import { MAX_PRINCIPAL } from '../shared/jobs.js';
 
 /**
  * Who a caller is. Every credential the API accepts resolves to a principal (which credential:
@@ -49,8 +49,8 @@ const OWNER_RULE = `is not 1-${OWNER_MAX} letters, digits or the characters . _ 
 export const keyPrincipal = (id: string): string => `key:${id}`;
 /** The owner of a key of OPS_API_KEY_ROLES, which names no owner: the key alone (its id is the first 12 hex of its SHA-256). */
 export const envKeyOwner = (id: string): string => `env:${id}`;
-export const bearerPrincipal = (credential: string): string => `bearer:${credential}`;
-export const senderPrincipal = (sender: string): string => `webhook:${sender}`;
+const bearerPrincipal = (credential: string): string => `bearer:${credential}`;
+const senderPrincipal = (sender: string): string => `webhook:${sender}`;
 
 /** An API key's identity: its principal and its configured owner, a person. */
 export function keyIdentity(key: { readonly id: string; readonly owner: string }): Identity {

@@ -1,10 +1,10 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import { ConfigError, type ConfigProblem } from './errors.js';
+import { ConfigError, type ConfigProblem } from '../shared/errors.js';
 import { ownerProblem } from './identity.js';
-import { durationSchema } from './policy.js';
-import { scopeSchema, type Scope } from './scope.js';
+import { durationSchema } from '../shared/policy.js';
+import { scopeSchema, type Scope } from '../shared/scope.js';
 
 /**
  * OPS_OIDC_FILE (YAML or JSON): the OIDC issuers whose ID tokens opsgate accepts as bearer
@@ -25,16 +25,16 @@ export const OIDC_FILE_VAR = 'OPS_OIDC_FILE';
 export type Role = 'readonly' | 'operator';
 
 export const OIDC_KINDS = ['github', 'gitlab', 'kubernetes', 'generic'] as const;
-export type OidcKind = (typeof OIDC_KINDS)[number];
+type OidcKind = (typeof OIDC_KINDS)[number];
 
 /** Where a Kubernetes pod finds its own ServiceAccount token and the cluster's CA. */
 export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 
 /** How a claim is named: a top-level key, or a JSON Pointer (RFC 6901) for a key with a dot or a nested value. */
-export type ClaimPath = string;
+type ClaimPath = string;
 
 /** A value a rule matches a claim with: equality, a glob (`*` within a path segment, `**` across `/`), or a regex. */
-export interface ClaimMatcher {
+interface ClaimMatcher {
   readonly claim: ClaimPath;
   /** As written in the file (for GET /ops/keys). */
   readonly pattern: string;
@@ -47,13 +47,13 @@ export interface Template {
   render(claims: Readonly<Record<string, unknown>>): string | undefined;
 }
 
-export interface DeployBinding {
+interface DeployBinding {
   readonly project?: Template;
   readonly ref?: Template;
   readonly sha?: Template;
 }
 
-export interface OidcRule {
+interface OidcRule {
   /** The rule's name (its `name`, else `rule-<n>`), for the audit line. */
   readonly name: string;
   readonly match: readonly ClaimMatcher[];
@@ -266,7 +266,7 @@ const fileSchema = z.strictObject({ issuers: z.array(issuerSchema) });
  * default (`expirationSeconds` 3600), and GitLab's ID tokens as long as their job's timeout, a day
  * at most on GitLab.com. A generic issuer gets the strictest of them.
  */
-export const DEFAULT_MAX_TOKEN_LIFETIME: Record<OidcKind, number> = {
+const DEFAULT_MAX_TOKEN_LIFETIME: Record<OidcKind, number> = {
   github: 3600,
   gitlab: 86400,
   kubernetes: 3600,

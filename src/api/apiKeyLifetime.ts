@@ -1,12 +1,12 @@
 import type { Redis } from 'ioredis';
-import { API_KEY_LAST_USED_KEY } from './keys.js';
+import { API_KEY_LAST_USED_KEY } from '../shared/keys.js';
 
 /**
  * The lifetime of API keys: whether a key is active, close to its expiry or past it, how an answer
  * tells the caller (RFC 9745 Deprecation, RFC 8594 Sunset), and when each key was last used, kept
  * in Redis so every replica reports the same.
  */
-export type KeyStatus = 'active' | 'expiring' | 'expired';
+type KeyStatus = 'active' | 'expiring' | 'expired';
 
 const DAY_MS = 86_400_000;
 
@@ -31,7 +31,7 @@ export function expiryHeaders(expiresAt: number): { Deprecation: string; Sunset:
 }
 
 /** How often one process writes one key's last use at most: bounds the writes, whatever the traffic. */
-export const LAST_USED_WRITE_INTERVAL_MS = 60_000;
+const LAST_USED_WRITE_INTERVAL_MS = 60_000;
 
 export interface KeyUsage {
   /** Notes an accepted use of key `id` at `now` (ms); written to Redis at most once per interval per key, never awaited. */

@@ -1,0 +1,106 @@
+import { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { Budgets } from '../src/changes/budget/store.js';
+import { createPipeline, type Pipeline, type RestartPipeline } from '../src/changes/deps.js';
+import { remediationSources } from '../src/remediation/sources.js';
+import type { RemediationDeps } from '../src/remediation/engine.js';
+import { createRemediationStore } from '../src/remediation/store.js';
+import type { WorkerConfig } from '../src/shared/config.js';
+import type { Inventory } from '../src/shared/inventory.js';
+import { createJobReads } from '../src/shared/jobReads.js';
+import { defaultJobOptions, JOB, QUEUE_NAME, type ReportChangeData } from '../src/shared/jobs.js';
+import type { Logger } from '../src/shared/logger.js';
+import type { Metrics } from '../src/shared/metrics.js';
+import type { KubeConfigFactory } from '../src/shared/kubeconfig.js';
+import { createProducer } from '../src/shared/producer.js';
+import { createQueueGuard } from '../src/shared/queueGuard.js';
+import { queuePrefix } from '../src/shared/keys.js';
+import type { JobMetrics } from './outcomes.js';
+
+/**
+ * The worker's dependencies, built once per process (worker/index.ts); the processor builds each
+ * job's context from them. The change pipeline's stores are the ones the API writes (freezes,
+ * holds, approvals, budgets, the deploys' turns): every restart or deploy job is checked against
+ * them when it starts an attempt.
+ */
+export interface WorkerDeps {
+  config: WorkerConfig;
+  inventory: Inventory;
+  /** The worker's Redis connection (idempotency records, the stores, the report queue). */
+  redis: Redis;
+  logger: Logger;
+  kubeConfig: KubeConfigFactory;
+  /** The clock of guarded changes (freezes, windows, approval expiry). */
+  now: () => number;
+  metrics?: Pick<Metrics, 'changeOutcomes' | 'holds'>;
+  freezes: Pipeline['freezes'];
+  holds: Pipeline['holds'];
+  approvals: Pipeline['approvals'];
+  budgets: Pick<Budgets, 'giveBack'>;
+  /** The deploys' concurrency groups: a deploy takes its group's turn before it runs. */
+  deployTurns: Pipeline['deployTurns'];
+  /** Wakes a delayed job now (the next deploy of a group whose running one ended); a job not delayed is left as it is. */
+  promote: (id: string) => Promise<void>;
+  /** Whether a job of that id is on the queue (an approval left approving: was its change added?). */
+  jobExists: (id: string) => Promise<boolean>;
+  /** Queues a report_change job under `jobId` (one job per id: a repeat adds nothing). */
+  report: (jobId: string, data: ReportChangeData, delayMs?: number) => Promise<void>;
+  /** Alert-driven remediation's checks and watches (absent without rules in the inventory). */
+  remediation?: Omit<RemediationDeps, 'onOutcome'>;
+  /** Closes the queue the reports are added on (the connection stays the caller's). */
+  close: () => Promise<void>;
+}
+
+export function createWorkerDeps(
+  base: Pick<WorkerDeps, 'config' | 'inventory' | 'redis' | 'logger' | 'kubeConfig' | 'now'> & { metrics?: JobMetrics | undefined },
+): WorkerDeps {
+  const { config, inventory, redis, logger, now, metrics: m } = base;
+  const reportQueue = new Queue(QUEUE_NAME, {
+    connection: redis,
+    prefix: queuePrefix(config.REDIS_URL),
+    defaultJobOptions: defaultJobOptions({ attempts: config.JOB_ATTEMPTS, backoffMs: config.JOB_BACKOFF_MS }),
+  });
+  reportQueue.on('error', (err) => logger.debug('report queue connection error', { err }));
+  const reports = createProducer({ bull: reportQueue, connection: redis, guard: createQueueGuard(redis, 5000, logger) });
+  // A remediation's check acts through the same pipeline as the API: its restarts only, so no intake.
+  const pipeline: RestartPipeline = createPipeline({ inventory, redis, producer: reports, logger, now });
+  const deps: WorkerDeps = {
+    ...base,
+    metrics: m?.changeOutcomes && m.holds ? { changeOutcomes: m.changeOutcomes, holds: m.holds } : undefined,
+    freezes: pipeline.freezes,
+    holds: pipeline.holds,
+    approvals: pipeline.approvals,
+    budgets: pipeline.budgets,
+    deployTurns: pipeline.deployTurns,
+    promote: async (id) => {
+      const job = await reportQueue.getJob(id);
+      if (job && (await job.isDelayed())) await job.promote();
+    },
+    jobExists: async (id) => (await reportQueue.getJob(id)) !== undefined,
+    report: async (jobId, data, delayMs) => {
+      await reports.add({ name: JOB.reportChange, data, jobId, ...(delayMs !== undefined ? { delay: delayMs } : {}) });
+    },
+    close: () => reportQueue.close(),
+  };
+  if (inventory.remediations.length > 0) {
+    deps.remediation = {
+      pipeline,
+      rules: inventory.remediations,
+      store: createRemediationStore(redis),
+      ...remediationSources(config, logger),
+      jobs: createJobReads(reportQueue, createQueueGuard(redis, 5000, logger)),
+      logger: logger.child({ component: 'remediation' }),
+      ...(m?.remediations && m.remediationsSuppressed && m.remediationEscalations
+        ? {
+            metrics: {
+              remediations: m.remediations,
+              remediationsSuppressed: m.remediationsSuppressed,
+              remediationEscalations: m.remediationEscalations,
+            },
+          }
+        : {}),
+      now,
+    };
+  }
+  return deps;
+}
