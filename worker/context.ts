@@ -31,7 +31,7 @@ export interface WorkerGuards {
   jobExists(id: string): Promise<boolean>;
   /** Queues a report_change job under `jobId` (one job per id: a repeat adds nothing). */
   report(jobId: string, data: ReportChangeData, delayMs?: number): Promise<void>;
-  metrics?: Pick<Metrics, 'changeOutcomes' | 'holds'>;
+  metrics?: Pick<Metrics, 'changeOutcomes' | 'holds'> & Partial<Pick<Metrics, 'deployLastSuccess'>>;
   now: () => number;
   /** Alert-driven remediation's checks and watches (absent without rules in the inventory). */
   remediation?: Omit<RemediationDeps, 'onOutcome'>;

@@ -71,7 +71,10 @@ export async function startWorker(config: WorkerConfig, deps: WorkerDeps = {}): 
   const redis = connectRedis({ url: config.REDIS_URL, profile: 'blocking', name: deps.name ?? 'opsgate-worker', logger });
 
   const m = deps.metrics;
-  const guardMetrics = m?.changeOutcomes && m.holds ? { changeOutcomes: m.changeOutcomes, holds: m.holds } : undefined;
+  const guardMetrics =
+    m?.changeOutcomes && m.holds
+      ? { changeOutcomes: m.changeOutcomes, holds: m.holds, ...(m.deployLastSuccess ? { deployLastSuccess: m.deployLastSuccess } : {}) }
+      : undefined;
   const remediationMetrics =
     m?.remediations && m.remediationsSuppressed && m.remediationEscalations
       ? { remediations: m.remediations, remediationsSuppressed: m.remediationsSuppressed, remediationEscalations: m.remediationEscalations }
