@@ -2,6 +2,8 @@ import type { Redis } from 'ioredis';
 import { createDeployHistory, type DeployHistory, type DeployOrigin, type DeployStep } from '../src/changes/deployOrder/history.js';
 import { concurrencyGroup } from '../src/changes/deployOrder/store.js';
 import type { ChangeJob } from '../src/changes/wake.js';
+import { deployKind } from '../src/changes/kinds/deploy.js';
+import { kindOf } from '../src/changes/kinds/index.js';
 import type { RunDeployPipelineData } from '../src/shared/jobs.js';
 import type { JobContext } from './context.js';
 import { acceptanceOf } from './deployTurn.js';
@@ -38,7 +40,7 @@ function originOf(d: RunDeployPipelineData): DeployOrigin {
 }
 
 export function deployRecorder(c: ChangeJob, ctx: JobContext): DeployRecorder | undefined {
-  if (c.name !== 'deploy') return undefined;
+  if (kindOf(c.name) !== deployKind) return undefined;
   const d = c.data as unknown as RunDeployPipelineData;
   const id = String(ctx.job.id);
   const first: DeployStep['first'] = {

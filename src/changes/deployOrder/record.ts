@@ -1,4 +1,6 @@
 import type { Pipeline } from '../deps.js';
+import { deployKind } from '../kinds/deploy.js';
+import { kindOfTarget } from '../kinds/index.js';
 import type { Change, DeployTarget } from '../types.js';
 import { deployOrigin, type DeployState } from './history.js';
 import { concurrencyGroup } from './store.js';
@@ -17,7 +19,7 @@ export async function recordDeployStep(
   state: Extract<DeployState, 'pending_approval' | 'held' | 'queued' | 'rejected'>,
   now: number,
 ): Promise<void> {
-  if (change.target.kind !== 'deploy' || (change.origin === 'webhook' && state !== 'rejected')) return;
+  if (kindOfTarget(change.target) !== deployKind || (change.origin === 'webhook' && state !== 'rejected')) return;
   const t = change.target as DeployTarget;
   const origin = deployOrigin(change.origin);
   try {
