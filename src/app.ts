@@ -154,6 +154,7 @@ export function createApp(deps: AppDeps): Express {
     metrics: deps.metrics,
     now: deps.now ?? Date.now,
     dryRunTimeoutMs: deps.config.DRY_RUN_TIMEOUT_MS,
+    deployHistoryKept: deps.config.DEPLOY_HISTORY_KEPT,
     ...(deps.freezeWatch ? { freezeWatch: deps.freezeWatch } : {}),
   });
   const deliveries =

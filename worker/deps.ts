@@ -32,7 +32,7 @@ export interface WorkerDeps {
   kubeConfig: KubeConfigFactory;
   /** The clock of guarded changes (freezes, windows, approval expiry). */
   now: () => number;
-  metrics?: Pick<Metrics, 'changeOutcomes' | 'holds'>;
+  metrics?: Pick<Metrics, 'changeOutcomes' | 'holds'> & Partial<Pick<Metrics, 'deployLastSuccess'>>;
   freezes: Pipeline['freezes'];
   holds: Pipeline['holds'];
   approvals: Pipeline['approvals'];
@@ -66,7 +66,10 @@ export function createWorkerDeps(
   const pipeline: RestartPipeline = createPipeline({ inventory, redis, producer: reports, logger, now });
   const deps: WorkerDeps = {
     ...base,
-    metrics: m?.changeOutcomes && m.holds ? { changeOutcomes: m.changeOutcomes, holds: m.holds } : undefined,
+    metrics:
+      m?.changeOutcomes && m.holds
+        ? { changeOutcomes: m.changeOutcomes, holds: m.holds, ...(m.deployLastSuccess ? { deployLastSuccess: m.deployLastSuccess } : {}) }
+        : undefined,
     freezes: pipeline.freezes,
     holds: pipeline.holds,
     approvals: pipeline.approvals,

@@ -8,7 +8,14 @@ export type JobMetrics = Pick<Metrics, 'jobsProcessed' | 'jobDuration' | 'jobRet
   Partial<
     Pick<
       Metrics,
-      'jobsStalled' | 'workerErrors' | 'changeOutcomes' | 'holds' | 'remediations' | 'remediationsSuppressed' | 'remediationEscalations'
+      | 'jobsStalled'
+      | 'workerErrors'
+      | 'changeOutcomes'
+      | 'holds'
+      | 'deployLastSuccess'
+      | 'remediations'
+      | 'remediationsSuppressed'
+      | 'remediationEscalations'
     >
   >;
 

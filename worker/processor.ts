@@ -1,4 +1,4 @@
-import { UnrecoverableError, type Job } from 'bullmq';
+import { DelayedError, UnrecoverableError, type Job } from 'bullmq';
 import { JOB, jobSchemaOf, type JobName } from '../src/shared/jobs.js';
 import { kindOfJob } from '../src/changes/kinds/index.js';
 import { changeJobOf } from '../src/changes/wake.js';
@@ -14,6 +14,7 @@ import { reportChange } from './jobs/report.js';
 import { restartService } from './jobs/restart.js';
 import { checkGate, failureOutcome, isFinal, recordOutcome } from './report.js';
 import { takeTurn, type TakenTurn } from './deployTurn.js';
+import { deployRecorder } from './deployHistory.js';
 
 /**
  * The worker's processor: dispatch by job name to its handler, with
@@ -87,13 +88,19 @@ export function createProcessor(base: Omit<WorkerDeps, 'close'>): Processor {
     const started = Date.now();
     let turn: TakenTurn | undefined;
     let interrupted = false;
+    // A deploy's steps in its history (worker/deployHistory.ts); `passed` tells a hold from a wait for its turn.
+    const history = change ? deployRecorder(change, ctx) : undefined;
+    let passed = false;
     try {
       if (change) await checkGate(change, ctx);
+      passed = true;
       turn = change ? await takeTurn(change, ctx) : undefined;
       if (change && turn?.superseded !== undefined) {
         await recordOutcome(change, ctx, { result: 'superseded', reason: `superseded by deploy ${turn.superseded}, accepted after it` });
+        await history?.step({ state: 'superseded', superseded_by: turn.superseded, finished_at: Date.now() });
         return { superseded_by: turn.superseded };
       }
+      await history?.step({ state: 'running', started_at: Date.now() });
       const value = await withTimeout(Promise.race([handler(parsed.data, ctx), cancelled]), timeoutSeconds * 1000, () => {
         const err = new JobTimeoutError(timeoutSeconds);
         controller.abort(err);
@@ -106,11 +113,18 @@ export function createProcessor(base: Omit<WorkerDeps, 'close'>): Processor {
           ...(own?.reason ? { reason: own.reason } : {}),
           duration_s: Math.round((Date.now() - started) / 100) / 10,
         });
+        await history?.step({ state: 'succeeded', finished_at: Date.now() });
       }
       return value;
     } catch (err) {
       interrupted = err instanceof JobCancelledError;
-      if (change && isFinal(err, ctx)) await recordOutcome(change, ctx, failureOutcome(err, (Date.now() - started) / 1000));
+      if (change && isFinal(err, ctx)) {
+        const outcome = failureOutcome(err, (Date.now() - started) / 1000);
+        await recordOutcome(change, ctx, outcome);
+        await history?.step({ state: outcome.result === 'cancelled' ? 'cancelled' : 'failed', finished_at: Date.now() });
+      } else if (err instanceof DelayedError) {
+        await history?.step({ state: passed ? 'queued' : 'held' });
+      }
       throw err;
     } finally {
       if (turn?.release && !interrupted)

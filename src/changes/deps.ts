@@ -5,6 +5,7 @@ import { budgetPools, describePool, type BudgetPool } from './budget/pools.js';
 import { createFreezeStore, type FreezeStore, type FreezeWatch } from './freezes/store.js';
 import { createHoldStore, type HoldStore } from './holds.js';
 import { createDeployTurns, type DeployTurns } from './deployOrder/store.js';
+import { createDeployHistory, type DeployHistory } from './deployOrder/history.js';
 import { findProject, type Inventory } from '../shared/inventory.js';
 import { JOB, type ReportChangeData } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
@@ -40,6 +41,8 @@ interface PipelineInputs {
   dryRunTimeoutMs?: number;
   /** The freezes kept in memory (src/changes/freezes/store.ts): no Redis round trip per change; absent: read per change. */
   freezeWatch?: FreezeWatch;
+  /** DEPLOY_HISTORY_KEPT: deploys kept per project in the history (100 when not given). */
+  deployHistoryKept?: number;
 }
 
 export interface Pipeline extends PipelineInputs {
@@ -49,6 +52,8 @@ export interface Pipeline extends PipelineInputs {
   budgets: Budgets;
   /** The deploys' concurrency groups (src/changes/deployOrder/). */
   deployTurns: DeployTurns;
+  /** The history of deploys (src/changes/deployOrder/history.ts). */
+  deployHistory: DeployHistory;
   /** The restart budgets a restart of the namespace by `requester` draws on (hosts sharing a namespace agree: checked at start). */
   budgetPools(namespace: string, requester: string): BudgetPool[];
 }
@@ -64,6 +69,7 @@ export function createPipeline(deps: PipelineInputs): Pipeline {
     holds: createHoldStore(deps.redis),
     budgets: createBudgets(deps.redis),
     deployTurns: createDeployTurns(deps.redis),
+    deployHistory: createDeployHistory(deps.redis, deps.deployHistoryKept ?? 100),
     budgetPools: (namespace, requester) => budgetPools(deps.inventory, namespace, requester),
   };
 }

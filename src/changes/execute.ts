@@ -16,6 +16,7 @@ import { describeReasons, type GateReason } from './gate.js';
 import type { BudgetPool } from './budget/pools.js';
 import { budgetDetail, countBudgetRefusal, queueReport, type Pipeline } from './deps.js';
 import type { Hold } from './holds.js';
+import { recordDeployStep } from './deployOrder/record.js';
 import { kindOfChange, kindOfTarget, type AnyKind } from './kinds/index.js';
 import type { AnyTarget, ApprovedBy, Change, Decision } from './types.js';
 
@@ -275,6 +276,7 @@ async function queueThroughIntake(
     return { decision, jobId: out.jobId, coalesced: false, ignored: out.ignored };
   }
   const mine = out.accepted && (jobId === undefined || out.jobId === jobId);
+  if (out.accepted) await recordDeployStep(g, change, out.jobId, hold && mine ? 'held' : 'queued', now);
   if (hold && mine) {
     await queueReport(g, `report.${hold.job_id}.held`, {
       event: 'held',
@@ -328,6 +330,7 @@ async function pendingApproval(
   if (!stored) throw new ConflictError('the approval of this change could not be read back; retry', 'approval_changed');
   if (out.created) {
     g.metrics?.approvals.inc({ change: change.target.kind, event: 'requested' });
+    await recordDeployStep(g, change, id, 'pending_approval', now);
     const base: Omit<ReportChangeData, 'event'> = {
       ...targetFields(change.target),
       job_id: id,

@@ -18,6 +18,8 @@ import { keyListSchema, listKeysQuerySchema } from '../routes/keys.js';
 import { remediationListSchema, remediationsQuerySchema } from '../routes/remediation.js';
 import { DECISIONS } from '../remediation/store.js';
 import { deployAnswerSchema, deployBodySchema } from '../routes/deploys.js';
+import { listDeploysQuerySchema } from '../routes/deployHistory.js';
+import { deployListSchema, deployViewSchema, projectViewSchema } from '../changes/deployOrder/history.js';
 import type { ErrorCode } from '../shared/errors.js';
 import { SOURCES, type Source } from '../sources/index.js';
 import type { ResponseDoc, RouteDoc } from './document.js';
@@ -680,6 +682,56 @@ export const API_ROUTES: readonly RouteDoc[] = [
       422: E[422]('reason missing, blank or too long', [...BODY_422, 'invalid_job_data', 'unprocessable']),
       429: E[429],
       503: E[503](),
+    },
+  },
+  {
+    method: 'get',
+    path: '/ops/deploys',
+    summary: 'The history of deploys, newest accepted first (the last DEPLOY_HISTORY_KEPT of each project)',
+    description:
+      'Each deploy with its state (pending_approval, held, queued, running, succeeded, failed, superseded, cancelled, rejected), its times, ' +
+      'its queue job and Kubernetes Job. Paged with limit and cursor (next_cursor). A scoped credential sees only the projects its scope admits.',
+    tags: ['ops'],
+    security: ['apiKey'],
+    query: listDeploysQuerySchema,
+    responses: {
+      200: { description: 'one page of deploys', schema: deployListSchema },
+      401: E[401](),
+      422: E[422]('a filter or limit out of range, a parameter repeated, or a cursor not of this list', LIST_422),
+      429: E[429],
+      503: E[503]('Redis unavailable'),
+    },
+  },
+  {
+    method: 'get',
+    path: '/ops/deploys/{id}',
+    summary: 'One deploy of the history',
+    tags: ['ops'],
+    security: ['apiKey'],
+    pathParams: z.object({ id: z.string().describe('a deploy id: its job id (or the approval id it waited under)') }),
+    responses: {
+      200: { description: 'the deploy', schema: deployViewSchema },
+      401: E[401](),
+      404: E[404]('no kept deploy of this id, or one of a project outside the scope', ['deploy_not_found']),
+      429: E[429],
+      503: E[503]('Redis unavailable'),
+    },
+  },
+  {
+    method: 'get',
+    path: '/ops/projects/{project}',
+    summary: "A project's refs: each one's current (last succeeded) deploy and the one running",
+    description: 'The project name is one path segment: its slashes encoded (group%2Fapp).',
+    tags: ['ops'],
+    security: ['apiKey'],
+    pathParams: z.object({ project: z.string().describe('an inventory project, URL-encoded') }),
+    responses: {
+      200: { description: "the project's refs", schema: projectViewSchema },
+      401: E[401](),
+      403: E[403]('a project outside the scope of the credential', ['out_of_scope']),
+      404: E[404]('neither the inventory nor the history knows the project', ['project_not_found']),
+      429: E[429],
+      503: E[503]('Redis unavailable'),
     },
   },
   {

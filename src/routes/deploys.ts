@@ -5,7 +5,7 @@ import { submitCiDeploy } from '../changes/ciDeploy.js';
 import { handChange } from '../changes/hand.js';
 import type { Pipeline } from '../changes/deps.js';
 import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
-import { requireOidcOrOperatorKey, type ApiKeyPolicy } from '../middleware/auth.js';
+import { requireApiKey, requireOidcOrOperatorKey, type ApiKeyPolicy } from '../middleware/auth.js';
 import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { OidcCaller, OidcVerifier } from '../middleware/oidc.js';
@@ -17,6 +17,7 @@ import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
 import { principalOf } from './principal.js';
 import { idempotencyKeyOf } from './restartQuery.js';
+import { getDeploy, getProject, listDeploys } from './deployHistory.js';
 
 /**
  * POST /ops/deploys: a deploy of one commit asked for by CI (origin `ci`, src/changes/ciDeploy.ts).
@@ -25,6 +26,8 @@ import { idempotencyKeyOf } from './restartQuery.js';
  * claims (a GitHub or GitLab token names its repository, ref and commit); a body that says
  * otherwise is refused (403 `deploy_not_bound_to_token`). An operator key names all three. The
  * credential's scope must admit the project.
+ * GET /ops/deploys, /ops/deploys/{id}, /ops/projects/{project}: the history of deploys, for any
+ * valid key (src/routes/deployHistory.ts).
  */
 export interface DeploysDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'OPS_BEARER_TOKEN' | 'BODY_LIMIT'>;
@@ -119,7 +122,11 @@ export function deploysRouter(deps: DeploysDeps): Router {
   const auth = requireOidcOrOperatorKey(deps.config.apiKeys, deps.config.OPS_BEARER_TOKEN, deps.metrics, deps.apiKeyPolicy, deps.oidc);
   const body = rawBody(deps.config.BODY_LIMIT);
 
+  const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
+  const history = { inventory: deps.inventory, redis: deps.redis, history: deps.pipeline.deployHistory };
+
   r.route('/ops/deploys')
+    .get(anyKey, listDeploys(history))
     .post(auth, ...body, async (req: Request, res: Response) => {
       const caller = res.locals.oidc as OidcCaller | undefined;
       const b = bodyOf(req);
@@ -155,7 +162,14 @@ export function deploysRouter(deps: DeploysDeps): Router {
       });
       res.status(http).json(answer);
     })
-    .all(methodNotAllowed(['POST']));
+    .all(methodNotAllowed(['GET', 'POST']));
+
+  r.route('/ops/deploys/:id')
+    .get(anyKey, getDeploy(history))
+    .all(methodNotAllowed(['GET']));
+  r.route('/ops/projects/:project')
+    .get(anyKey, getProject(history))
+    .all(methodNotAllowed(['GET']));
 
   return r;
 }

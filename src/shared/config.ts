@@ -60,6 +60,8 @@ export const commonSchema = z.object({
   JOB_ATTEMPTS: intFrom(5, 1),
   JOB_BACKOFF_MS: intFrom(10000, 0),
   JOB_TIMEOUT_SECONDS: intFrom(900, 1),
+  /** Deploys kept per project in the history (GET /ops/deploys), written by both processes. */
+  DEPLOY_HISTORY_KEPT: intFrom(100, 1),
   OPSGATE_VERSION: z.string().optional(),
   /**
    * Alertmanager's address (its API v2 under /api/v2), for alert-driven remediation: a firing

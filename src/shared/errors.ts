@@ -90,6 +90,8 @@ export const ERROR_CODES = {
   approval_not_found: { status: 404, meaning: 'no approval has this id (kept a day after its decision or expiry)' },
   delivery_not_found: { status: 404, meaning: 'no recorded delivery has this id (or it is no longer kept)' },
   freeze_not_found: { status: 404, meaning: 'no freeze in force or to come has this id' },
+  deploy_not_found: { status: 404, meaning: 'no kept deploy in the history has this id (or the credential may not see its project)' },
+  project_not_found: { status: 404, meaning: 'the inventory has no project of this name, and the history no deploy of it' },
   queue_not_found: { status: 404, meaning: 'Bull Board: no queue of this name' },
   // 405, 408
   method_not_allowed: { status: 405, meaning: 'the path exists, not with this method (Allow lists the methods)' },

@@ -186,6 +186,8 @@ const OUTCOME_RESULTS = [
   'expired',
   /** A deploy that never ran: a deploy of its group accepted after it started, or waits to (the reason names it). */
   'superseded',
+  /** A running deploy whose Kubernetes Job a newer deploy of its group deleted as it came to run (cancel_in_progress). */
+  'cancelled',
 ] as const;
 export type OutcomeResult = (typeof OUTCOME_RESULTS)[number];
 

@@ -158,3 +158,12 @@ export const remediationResolvedKey = (rule: string, fingerprint: string): strin
 export const REMEDIATION_DECISIONS_KEY = `${REMEDIATION_PREFIX}decisions`;
 /** The silences opsgate keeps now (a set of Alertmanager silence ids), for opsgate_remediation_silences_active. */
 export const REMEDIATION_SILENCES_KEY = `${REMEDIATION_PREFIX}silences`;
+
+/** The history of deploys (src/changes/deployOrder/history.ts): every kept deploy's entry (hash: id -> JSON). */
+export const DEPLOY_HISTORY_KEY = `${GUARD_PREFIX}deploys:entries`;
+/** Every project's kept deploys: a sorted set, member = deploy id, score = acceptance (ms). */
+export const DEPLOY_HISTORY_ALL_KEY = `${GUARD_PREFIX}deploys:all`;
+/** One project's kept deploys, as DEPLOY_HISTORY_ALL_KEY; its length is the bound (DEPLOY_HISTORY_KEPT). */
+export const deployHistoryProjectKey = (project: string): string => `${GUARD_PREFIX}deploys:project:${project}`;
+/** One project's refs: the current (last succeeded) and the running deploy of each. */
+export const deployRefsKey = (project: string): string => `${GUARD_PREFIX}deploys:refs:${project}`;

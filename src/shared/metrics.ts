@@ -290,8 +290,16 @@ export function createMetrics(component: Component, version: string, opts: { def
   });
   const changeOutcomes = new Counter({
     name: 'opsgate_change_outcomes_total',
-    help: 'How restarts and deploys ended, by change and result (rolled_out, created, failed, progress_deadline_exceeded, refused, held, rejected, expired, superseded).',
+    help: 'How restarts and deploys ended, by change and result (rolled_out, created, failed, progress_deadline_exceeded, refused, held, rejected, expired, superseded, cancelled).',
     labelNames: ['change', 'result'] as const,
+    registers: [registry],
+  });
+
+  /** Set by the worker when a deploy succeeds; project and ref are the inventory's, never a commit. */
+  const deployLastSuccess = new Gauge({
+    name: 'opsgate_deploy_last_success_timestamp_seconds',
+    help: "When a project's ref last deployed successfully (Unix seconds), by project and ref; set by the worker.",
+    labelNames: ['project', 'ref'] as const,
     registers: [registry],
   });
 
@@ -503,6 +511,7 @@ export function createMetrics(component: Component, version: string, opts: { def
     freezes,
     dryRuns,
     changeOutcomes,
+    deployLastSuccess,
     remediations,
     remediationsSuppressed,
     remediationEscalations,

@@ -1,4 +1,5 @@
 import { ConflictError, ForbiddenError, NotFoundError, UnprocessableError } from '../../shared/errors.js';
+import { recordDeployStep } from '../deployOrder/record.js';
 import { redisCall } from '../../domain/redisOps.js';
 import { answerChange, answered, type ChangeBody } from '../answer.js';
 import { gateRefusal, supersededRefusal, targetFields, type ApprovedBy } from '../execute.js';
@@ -208,6 +209,7 @@ export async function decideApproval(g: Pipeline, req: DecisionRequest): Promise
         return answer(a, now);
       case 'rejected':
         g.metrics?.approvals.inc({ change: kind, event: 'rejected' });
+        await recordDeployStep(g, { ...changeOfApproval(a), origin: a.origin }, a.id, 'rejected', now);
         await queueReport(g, `report.${a.id}.rejected`, {
           event: 'approval_rejected',
           ...targetFields(changeOfApproval(a).target),

@@ -324,6 +324,18 @@ const CASES: Array<{ condition: string; status: number; code: ErrorCode; send: (
     send: () => request(guarded.app).get('/ops/freezes/frz-0000000000000000').set('X-API-Key', RO_KEY),
   },
   {
+    condition: 'an unknown deploy',
+    status: 404,
+    code: 'deploy_not_found',
+    send: () => request(ctx.h.app).get('/ops/deploys/no-such-deploy').set('X-API-Key', RO_KEY),
+  },
+  {
+    condition: 'a project neither the inventory nor the history knows',
+    status: 404,
+    code: 'project_not_found',
+    send: () => request(ctx.h.app).get('/ops/projects/group%2Fnope').set('X-API-Key', RO_KEY),
+  },
+  {
     condition: 'Bull Board: an unknown queue',
     status: 404,
     code: 'queue_not_found',

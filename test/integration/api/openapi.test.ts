@@ -289,7 +289,10 @@ const call = (app: Express, method: string, path: string) => {
 
 /** The request path of a documented path (parameters filled in with something that exists when needed). */
 const concrete = (path: string) =>
-  path.replace('{host}', 'web-1').replace('{id}', path.startsWith('/ops/deliveries/') ? 'scm.1-0' : 'some-job');
+  path
+    .replace('{host}', 'web-1')
+    .replace('{project}', 'group%2Fapp')
+    .replace('{id}', path.startsWith('/ops/deliveries/') ? 'scm.1-0' : 'some-job');
 
 /** Producers for the statuses every route of a kind shares. */
 function generic(method: string, path: string, status: number): (() => Promise<Res>) | undefined {
@@ -559,6 +562,19 @@ const PRODUCERS: Record<string, () => Promise<Res>> = {
       .send(body);
     return request(guarded.app).get('/ops/holds').set('X-API-Key', RO_KEY);
   },
+  'GET /ops/deploys 200': async () => {
+    await deployAs(ctx.h.app, { project: 'group/ci', ref: 'refs/heads/main', sha: FULL_SHA });
+    return request(ctx.h.app).get('/ops/deploys?project=group%2Fci').set('X-API-Key', RO_KEY);
+  },
+  'GET /ops/deploys 422': () => request(ctx.h.app).get('/ops/deploys?state=nope').set('X-API-Key', RO_KEY),
+  'GET /ops/deploys/{id} 200': async () => {
+    const id = (await deployAs(ctx.h.app, { project: 'group/ci', ref: 'refs/heads/main', sha: FULL_SHA })).body.job_id as string;
+    return request(ctx.h.app).get(`/ops/deploys/${id}`).set('X-API-Key', RO_KEY);
+  },
+  'GET /ops/deploys/{id} 404': () => request(ctx.h.app).get('/ops/deploys/nope').set('X-API-Key', RO_KEY),
+  'GET /ops/projects/{project} 200': () => request(ctx.h.app).get('/ops/projects/group%2Fapp').set('X-API-Key', RO_KEY),
+  'GET /ops/projects/{project} 403': () => request(ctx.h.app).get('/ops/projects/group%2Fapp').set('X-API-Key', SCOPED_KEY),
+  'GET /ops/projects/{project} 404': () => request(ctx.h.app).get('/ops/projects/group%2Fnope').set('X-API-Key', RO_KEY),
   'GET /admin/queues 200': () => request(ctx.h.app).get('/admin/queues').set('X-API-Key', OP_KEY),
   'GET /admin/queues 403': () => request(ctx.h.app).get('/admin/queues').set('X-API-Key', RO_KEY),
 };

@@ -21,6 +21,7 @@ const TESTED = [
   'remediation-guard',
   'deliveries-add',
   'deploy-turn',
+  'deploy-history',
 ];
 const SRC = new URL('../../../src/', import.meta.url);
 /** Every script under src/, by its file name. */
@@ -518,5 +519,46 @@ describe('approval-decide.lua supersede: a pending or approving record closes su
   it('a decided record stays as it is', async () => {
     await setUp('approved');
     expect((await supersede())[0]).toBe('decided');
+  });
+});
+
+describe('deploy-history.lua: KEYS entries, project index, all index, refs; ARGV id, accepted, kept, first, info, step', () => {
+  const first = { project: 'g/a', ref: 'main', commit: null, group: 'g', origin: 'push', owner: null, queue_job: null };
+  const put = (id: string, at: number, step: Record<string, unknown>, info: Record<string, unknown> = {}, keep = 2) =>
+    redis.eval(
+      loadLua('deploy-history'),
+      4,
+      'entries',
+      'project',
+      'all',
+      'refs',
+      id,
+      at,
+      keep,
+      JSON.stringify(first),
+      JSON.stringify(info),
+      JSON.stringify(step),
+    ) as Promise<[string, string, string]>;
+  const entry = async (id: string) => JSON.parse((await redis.hget('entries', id)) ?? 'null') as Record<string, unknown> | null;
+
+  it('merges steps and never moves a deploy back; the info fields are written whatever the state', async () => {
+    expect(await put('a', 100, { state: 'running', started_at: 150 })).toEqual(['written', 'running', '']);
+    // The API's late "queued" after the worker's "running": the state stays, the origin it knows is taken.
+    expect(await put('a', 100, { state: 'queued' }, { origin: 'ci' })).toEqual(['kept', 'running', '']);
+    expect(await entry('a')).toMatchObject({ id: 'a', state: 'running', started_at: 150, origin: 'ci', accepted_at: 100 });
+    expect(JSON.parse((await redis.hget('refs', 'main\nrunning'))!)).toMatchObject({ id: 'a' });
+    expect(await put('a', 100, { state: 'succeeded', finished_at: 200 })).toEqual(['written', 'succeeded', '']);
+    expect(await put('a', 100, { state: 'failed' })).toEqual(['kept', 'succeeded', '']);
+    expect(await redis.hget('refs', 'main\nrunning')).toBeNull();
+    expect(JSON.parse((await redis.hget('refs', 'main\ncurrent'))!)).toMatchObject({ id: 'a', state: 'succeeded' });
+  });
+
+  it('keeps the newest `kept` of a project: the oldest leave both indexes and the entries', async () => {
+    await put('a', 100, { state: 'queued' });
+    await put('b', 200, { state: 'queued' });
+    expect(await put('c', 300, { state: 'queued' })).toEqual(['written', 'queued', 'a']);
+    expect(await redis.zrange('project', '0', '-1')).toEqual(['b', 'c']);
+    expect(await redis.zrange('all', '0', '-1')).toEqual(['b', 'c']);
+    expect(await entry('a')).toBeNull();
   });
 });

@@ -1,0 +1,45 @@
+import type { Pipeline } from '../deps.js';
+import { deployKind } from '../kinds/deploy.js';
+import { kindOfTarget } from '../kinds/index.js';
+import type { Change, DeployTarget } from '../types.js';
+import { deployOrigin, type DeployState } from './history.js';
+import { concurrencyGroup } from './store.js';
+
+/**
+ * The API's steps of a deploy in its history (src/changes/deployOrder/history.ts), written where it
+ * already writes: after the add of a CI deploy, a replay, a retry or the last approval (queued,
+ * held), with an approval record (pending_approval), with a rejection. A push (origin webhook) is
+ * left to the worker: its path adds no round trip. The history is a record, not the change: a write
+ * that fails is logged, never answered as the change's error.
+ */
+export async function recordDeployStep(
+  g: Pick<Pipeline, 'deployHistory' | 'inventory' | 'logger'>,
+  change: Change,
+  id: string,
+  state: Extract<DeployState, 'pending_approval' | 'held' | 'queued' | 'rejected'>,
+  now: number,
+): Promise<void> {
+  if (kindOfTarget(change.target) !== deployKind || (change.origin === 'webhook' && state !== 'rejected')) return;
+  const t = change.target as DeployTarget;
+  const origin = deployOrigin(change.origin);
+  try {
+    await g.deployHistory.record({
+      id,
+      accepted: change.accepted?.at ?? now,
+      first: {
+        project: t.project,
+        ref: t.ref,
+        commit: t.sha ?? null,
+        group: concurrencyGroup(g.inventory, t.project, t.ref),
+        origin,
+        owner: change.requester.owner || null,
+        queue_job: state === 'pending_approval' || state === 'rejected' ? null : id,
+      },
+      // The last approval keeps the origin of the deploy it lets through.
+      ...(change.origin !== 'webhook' && change.origin !== 'approval' ? { origin } : {}),
+      step: { state, ...(state === 'rejected' ? { finished_at: now } : {}) },
+    });
+  } catch (err) {
+    g.logger.warn('could not record the deploy in its history', { deploy: id, state, err });
+  }
+}

@@ -1,0 +1,244 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { KubeConfig } from '@kubernetes/client-node';
+import request from 'supertest';
+import { parseInventory } from '../../../src/shared/inventory.js';
+import { startWorker, type WorkerHandle } from '../../../worker/index.js';
+import { RO_KEY, SCM_SECRET, useHarness } from '../../helpers/apiHarness.js';
+import { waitFor } from '../../helpers/waitFor.js';
+import { collectLogs, metricValue, testMetrics, workerConfig } from '../../helpers/workerSupport.js';
+
+/**
+ * The history of deploys (src/changes/deployOrder/history.ts) on real Redis, through the real app
+ * and the real worker; the Kubernetes API is a local stand-in that creates Jobs and completes each
+ * a moment later. The push path writes no entry: every push's entry here is the worker's.
+ */
+const INVENTORY_YAML = `
+projects:
+  group/app:
+    namespace: deploys
+    serviceAccountName: deployer
+    image: alpine:3.20
+  site/web:
+    namespace: deploys
+    serviceAccountName: deployer
+    image: alpine:3.20
+`;
+const inventory = parseInventory(INVENTORY_YAML);
+const SCOPED_KEY = 'scoped-history-key-0401';
+const keysDir = mkdtempSync(join(tmpdir(), 'opsgate-history-'));
+writeFileSync(join(keysDir, 'keys.yaml'), `- {id: scoped, role: readonly, key: ${SCOPED_KEY}, scope: {projects: [site/web]}}\n`);
+const ctx = useHarness({ inventoryYaml: INVENTORY_YAML, env: { OPS_API_KEYS_FILE: join(keysDir, 'keys.yaml') } });
+
+const RUN_MS = 300;
+let api: Server;
+let kc: KubeConfig;
+const created = new Map<string, number>();
+
+function reply(res: ServerResponse, status: number, body: unknown) {
+  res.writeHead(status, { 'Content-Type': 'application/json' });
+  res.end(JSON.stringify(body));
+}
+
+async function kube(req: IncomingMessage, res: ServerResponse) {
+  const chunks: Buffer[] = [];
+  for await (const c of req) chunks.push(c as Buffer);
+  const url = new URL(req.url ?? '/', 'http://x');
+  if (req.method === 'POST' && url.pathname === '/apis/batch/v1/namespaces/deploys/jobs') {
+    const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { metadata: { name: string } };
+    if (created.has(body.metadata.name)) return reply(res, 409, { kind: 'Status', code: 409, reason: 'AlreadyExists' });
+    created.set(body.metadata.name, Date.now());
+    return reply(res, 201, { ...body, metadata: { ...body.metadata, uid: `uid-${body.metadata.name}` } });
+  }
+  const read = /^\/apis\/batch\/v1\/namespaces\/deploys\/jobs\/([^/]+)$/.exec(url.pathname);
+  if (req.method === 'GET' && read) {
+    const at = created.get(read[1]!);
+    if (at === undefined) return reply(res, 404, { kind: 'Status', code: 404 });
+    const conditions = Date.now() - at >= RUN_MS ? [{ type: 'Complete', status: 'True' }] : [];
+    return reply(res, 200, {
+      apiVersion: 'batch/v1',
+      kind: 'Job',
+      metadata: { name: read[1], uid: `uid-${read[1]}` },
+      status: { conditions },
+    });
+  }
+  if (req.method === 'POST' && url.pathname.endsWith('/events')) return reply(res, 201, {});
+  return reply(res, 404, { kind: 'Status', code: 404 });
+}
+
+beforeAll(async () => {
+  api = createServer((req, res) => void kube(req, res));
+  await new Promise<void>((r) => api.listen(0, '127.0.0.1', () => r()));
+  kc = new KubeConfig();
+  kc.loadFromOptions({
+    clusters: [{ name: 'local', server: `http://127.0.0.1:${(api.address() as AddressInfo).port}`, skipTLSVerify: true }],
+    users: [{ name: 'u', token: 'test-token' }],
+    contexts: [{ name: 'ctx', cluster: 'local', user: 'u' }],
+    currentContext: 'ctx',
+  });
+});
+afterAll(async () => {
+  await new Promise<void>((r) => (api ? api.close(() => r()) : r()));
+});
+
+async function withWorker<T>(
+  fn: (w: WorkerHandle & { metrics: ReturnType<typeof testMetrics> }) => Promise<T>,
+  env: Record<string, string> = {},
+): Promise<T> {
+  created.clear();
+  const metrics = testMetrics();
+  const w = await startWorker(workerConfig({ REDIS_URL: ctx.srv.url, ROLLOUT_POLL_INTERVAL_MS: '50', ...env }), {
+    logger: collectLogs().logger,
+    metrics,
+    inventory,
+    kubeConfig: () => kc,
+  });
+  try {
+    return await fn(Object.assign(w, { metrics }));
+  } finally {
+    await w.close(1000);
+  }
+}
+
+async function pushed(project: string, sha: string): Promise<string> {
+  const res = await request(ctx.h.app)
+    .post('/webhook/scm')
+    .set('Content-Type', 'application/json')
+    .set({ 'X-Scm-Token': SCM_SECRET, 'X-Scm-Event': 'Push Hook' })
+    .send(JSON.stringify({ ref: 'refs/heads/main', checkout_sha: sha, project: { path_with_namespace: project } }));
+  expect(res.status).toBe(202);
+  return res.body.job_id as string;
+}
+
+const get = (path: string, key = RO_KEY) => request(ctx.h.app).get(path).set('X-API-Key', key);
+
+/** The deploys of the list once every one of `ids` has ended. */
+const ended = (ids: string[], project = 'group/app') =>
+  waitFor(`deploys ${ids.join(', ')} ended`, async () => {
+    const res = await get(`/ops/deploys?project=${encodeURIComponent(project)}`);
+    const mine = (res.body.deploys as Array<{ id: string; state: string }>).filter((d) => ids.includes(d.id));
+    return mine.length === ids.length && mine.every((d) => ['succeeded', 'failed', 'superseded'].includes(d.state)) ? res.body : false;
+  });
+
+describe('the history of deploys', () => {
+  it('three pushes: newest first, their states, superseded_by, the Kubernetes Job, GET by id, the project, the gauge', async () => {
+    await withWorker(async (w) => {
+      const ids = [await pushed('group/app', 'aaa1'), await pushed('group/app', 'aaa2'), await pushed('group/app', 'aaa3')];
+      const body = (await ended(ids)) as { deploys: Array<Record<string, unknown>>; next_cursor: string | null };
+      expect(body.deploys.map((d) => d.id)).toEqual([...ids].reverse());
+      expect(body.next_cursor).toBeNull();
+      const [newest, ...older] = body.deploys;
+      expect(newest).toMatchObject({
+        project: 'group/app',
+        ref: 'refs/heads/main',
+        commit: 'aaa3',
+        group: 'group/app:refs/heads/main',
+        origin: 'push',
+        state: 'succeeded',
+        job_id: ids[2],
+        superseded_by: null,
+      });
+      expect(newest!.kubernetes_job).toMatch(/^opsgate-deploy-group-app-/);
+      expect(created.has(newest!.kubernetes_job as string)).toBe(true);
+      for (const k of ['accepted_at', 'started_at', 'finished_at']) expect(Date.parse(newest![k] as string)).toBeGreaterThan(0);
+      for (const d of older) {
+        if (d.state === 'superseded') {
+          expect(ids).toContain(d.superseded_by);
+          expect(d.kubernetes_job).toBeNull();
+          expect(d.started_at).toBeNull();
+        } else {
+          expect(d).toMatchObject({ state: 'succeeded', superseded_by: null });
+        }
+      }
+      expect(older.some((d) => d.state === 'superseded')).toBe(true);
+
+      const one = await get(`/ops/deploys/${ids[2]}`);
+      expect(one.status).toBe(200);
+      expect(one.body).toEqual(newest);
+      const missing = await get('/ops/deploys/no-such-deploy');
+      expect(missing.status).toBe(404);
+      expect(missing.body).toMatchObject({ code: 'deploy_not_found' });
+
+      const project = await get('/ops/projects/group%2Fapp');
+      expect(project.status).toBe(200);
+      expect(project.body).toEqual({ project: 'group/app', refs: [{ ref: 'refs/heads/main', current: newest, running: null }] });
+      const unknown = await get('/ops/projects/group%2Fnope');
+      expect(unknown.status).toBe(404);
+      expect(unknown.body).toMatchObject({ code: 'project_not_found' });
+
+      const seconds = await metricValue(w.metrics, 'opsgate_deploy_last_success_timestamp_seconds', {
+        project: 'group/app',
+        ref: 'refs/heads/main',
+      });
+      expect(seconds * 1000).toBeGreaterThanOrEqual(Date.parse(newest!.finished_at as string) - 1000);
+    });
+  });
+
+  it('pages with limit and cursor, keeps the filters in the cursor, filters by state, refuses bad input with 422', async () => {
+    await withWorker(async () => {
+      const ids: string[] = [];
+      for (const sha of ['bbb1', 'bbb2', 'bbb3']) {
+        ids.push(await pushed('group/app', sha));
+        await ended([ids.at(-1)!]);
+      }
+      const first = await get('/ops/deploys?project=group%2Fapp&limit=2');
+      expect(first.body.deploys.map((d: { id: string }) => d.id)).toEqual([ids[2], ids[1]]);
+      expect(first.body.next_cursor).toEqual(expect.any(String));
+      const second = await get(`/ops/deploys?cursor=${first.body.next_cursor as string}`);
+      expect(second.body.deploys.map((d: { id: string }) => d.id)).toEqual([ids[0]]);
+      expect(second.body.next_cursor).toBeNull();
+      const other = await get(`/ops/deploys?project=site%2Fweb&cursor=${first.body.next_cursor as string}`);
+      expect(other.status).toBe(422);
+      expect(other.body).toMatchObject({ code: 'invalid_cursor' });
+      expect((await get('/ops/deploys?state=running')).body.deploys).toEqual([]);
+      expect((await get('/ops/deploys?state=succeeded&ref=refs%2Fheads%2Fmain')).body.deploys).toHaveLength(3);
+      for (const bad of ['?state=nope', '?limit=0', '?limit=101', '?cursor=nope', '?project=a&project=b']) {
+        const res = await get(`/ops/deploys${bad}`);
+        expect({ bad, status: res.status, code: res.body.code }).toEqual({ bad, status: 422, code: expect.any(String) });
+        expect(res.body.detail).toEqual(expect.any(String));
+      }
+    });
+  });
+
+  it("a scoped credential sees only its projects' deploys", async () => {
+    await withWorker(async () => {
+      const app = await pushed('group/app', 'ccc1');
+      const web = await pushed('site/web', 'ccc2');
+      await ended([app]);
+      await ended([web], 'site/web');
+      expect((await get('/ops/deploys')).body.deploys.map((d: { id: string }) => d.id).sort()).toEqual([app, web].sort());
+      expect((await get('/ops/deploys', SCOPED_KEY)).body.deploys.map((d: { id: string }) => d.id)).toEqual([web]);
+      expect((await get(`/ops/deploys/${app}`, SCOPED_KEY)).status).toBe(404);
+      expect((await get(`/ops/deploys/${web}`, SCOPED_KEY)).status).toBe(200);
+      const out = await get('/ops/projects/group%2Fapp', SCOPED_KEY);
+      expect(out.status).toBe(403);
+      expect(out.body).toMatchObject({ code: 'out_of_scope' });
+      expect((await get('/ops/projects/site%2Fweb', SCOPED_KEY)).status).toBe(200);
+      expect((await request(ctx.h.app).get('/ops/deploys')).status).toBe(401);
+    });
+  });
+
+  it('keeps DEPLOY_HISTORY_KEPT deploys per project; the project keeps its current deploy', async () => {
+    await withWorker(
+      async () => {
+        const ids: string[] = [];
+        for (const sha of ['ddd1', 'ddd2', 'ddd3']) {
+          ids.push(await pushed('group/app', sha));
+          await ended([ids.at(-1)!]);
+        }
+        const web = await pushed('site/web', 'ddd4');
+        await ended([web], 'site/web');
+        expect((await get('/ops/deploys?project=group%2Fapp')).body.deploys.map((d: { id: string }) => d.id)).toEqual([ids[2], ids[1]]);
+        expect((await get(`/ops/deploys/${ids[0]}`)).status).toBe(404);
+        // Another project's deploys are bounded on their own.
+        expect((await get('/ops/deploys')).body.deploys.map((d: { id: string }) => d.id)).toEqual([web, ids[2], ids[1]]);
+        expect((await get('/ops/projects/group%2Fapp')).body.refs[0].current.id).toBe(ids[2]);
+      },
+      { DEPLOY_HISTORY_KEPT: '2' },
+    );
+  });
+});

@@ -1,0 +1,67 @@
+import type { Redis } from 'ioredis';
+import { createDeployHistory, type DeployHistory, type DeployOrigin, type DeployStep } from '../src/changes/deployOrder/history.js';
+import { concurrencyGroup } from '../src/changes/deployOrder/store.js';
+import type { ChangeJob } from '../src/changes/wake.js';
+import { deployKind } from '../src/changes/kinds/deploy.js';
+import { kindOf } from '../src/changes/kinds/index.js';
+import type { RunDeployPipelineData } from '../src/shared/jobs.js';
+import type { JobContext } from './context.js';
+import { acceptanceOf } from './deployTurn.js';
+import { deployJobName } from './jobs/deploy.js';
+
+/**
+ * The worker's steps of a deploy in its history (src/changes/deployOrder/history.ts): the first
+ * time it handles a push's job is that push's first entry (the push path writes none), then held,
+ * queued (waiting for its group's turn), running (with its Kubernetes Job), and its end. The API's
+ * entry of a CI deploy, replay, retry or approval is merged into, never moved back. A write that
+ * fails is logged: the history is a record, not the deploy.
+ */
+export interface DeployRecorder {
+  step(step: DeployStep['step']): Promise<void>;
+}
+
+const stores = new WeakMap<Redis, DeployHistory>();
+
+/** The store on the worker's connection, one per connection. */
+export function historyOf(ctx: Pick<JobContext, 'redis' | 'config'>): DeployHistory {
+  let h = stores.get(ctx.redis);
+  if (!h) {
+    h = createDeployHistory(ctx.redis, ctx.config.DEPLOY_HISTORY_KEPT);
+    stores.set(ctx.redis, h);
+  }
+  return h;
+}
+
+/** The origin the job's data tells, for an entry the worker writes first (the API's write names it where it knows better). */
+function originOf(d: RunDeployPipelineData): DeployOrigin {
+  if (d.approval_id) return 'approval';
+  if (d.event_id?.startsWith('ci:')) return 'ci';
+  return 'push';
+}
+
+export function deployRecorder(c: ChangeJob, ctx: JobContext): DeployRecorder | undefined {
+  if (kindOf(c.name) !== deployKind) return undefined;
+  const d = c.data as unknown as RunDeployPipelineData;
+  const id = String(ctx.job.id);
+  const first: DeployStep['first'] = {
+    project: d.project,
+    ref: d.ref,
+    commit: d.sha ?? null,
+    group: concurrencyGroup(ctx.inventory, d.project, d.ref),
+    origin: originOf(d),
+    owner: d.requested_owner ?? null,
+    queue_job: id,
+  };
+  const accepted = acceptanceOf(c, ctx.job).at;
+  return {
+    async step(step) {
+      const full = step.state === 'running' ? { ...step, k8s_job: deployJobName(id, d.audit_id, d.project) } : step;
+      try {
+        await historyOf(ctx).record({ id, accepted, first, step: full });
+      } catch (err) {
+        ctx.logger.warn('could not record the deploy in its history', { state: step.state, err });
+      }
+      if (step.state === 'succeeded') ctx.metrics?.deployLastSuccess?.set({ project: d.project, ref: d.ref }, Date.now() / 1000);
+    },
+  };
+}
