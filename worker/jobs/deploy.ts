@@ -80,6 +80,17 @@ export interface DeployJobInput {
   entry: ProjectEntry;
 }
 
+/** A queue job's deploy Job, its name and its object: what the deploy creates and its dry run rehearses. */
+export function deployJobOf(
+  data: Pick<RunDeployPipelineData, 'project' | 'ref' | 'audit_id' | 'requested_by' | 'sha' | 'event_id'>,
+  queueJobId: string,
+  entry: ProjectEntry,
+): { name: string; body: V1Job } {
+  const name = deployJobName(queueJobId, data.audit_id, data.project);
+  const { project, ref, audit_id: auditId, requested_by: requestedBy, sha, event_id: eventId } = data;
+  return { name, body: buildDeployJob({ name, project, ref, auditId, requestedBy, queueJobId, eventId, sha, entry }) };
+}
+
 /** The deploy Job's object; throws checkCommit's UnrecoverableError for a commit of another form. */
 export function buildDeployJob(i: DeployJobInput): V1Job {
   if (i.sha !== undefined) checkCommit(i.sha);
@@ -179,18 +190,7 @@ export async function runDeployPipeline(
   // Before the cluster is touched, with the allow-lists: a commit of another form ends the job here.
   if (data.sha !== undefined) checkCommit(data.sha);
   const queueJobId = String(ctx.job.id);
-  const name = deployJobName(queueJobId, data.audit_id, data.project);
-  const body = buildDeployJob({
-    name,
-    project: data.project,
-    ref: data.ref,
-    auditId: data.audit_id,
-    requestedBy: data.requested_by,
-    queueJobId,
-    eventId: data.event_id,
-    sha: data.sha,
-    entry,
-  });
+  const { name, body } = deployJobOf(data, queueJobId, entry);
   const what = `Job ${entry.namespace}/${name}`;
 
   const kc = await resolveKubeConfig(ctx.kubeConfig);

@@ -13,7 +13,7 @@ import { findHost, findProject } from '../../src/shared/inventory.js';
 import type { DryRunData, DryRunResult } from '../../src/shared/jobs.js';
 import type { JobContext } from '../context.js';
 import { apiStatus, k8sFailure, resolveKubeConfig, rfc3339 } from '../k8s.js';
-import { buildDeployJob, deployJobName } from './deploy.js';
+import { deployJobOf } from './deploy.js';
 import { RESTARTED_AT_ANNOTATION, rolloutState } from './restart.js';
 
 /**
@@ -145,18 +145,7 @@ async function dryRunDeploy(data: Extract<DryRunData, { change: 'deploy' }>, ctx
   if (!entry) throw new UnrecoverableError(`project ${JSON.stringify(data.project)} is not in the worker's inventory`);
   const kc = await resolveKubeConfig(ctx.kubeConfig);
   const identity = await whoAmI(kc);
-  const jobId = String(ctx.job.id);
-  const name = deployJobName(jobId, data.audit_id, data.project);
-  const body = buildDeployJob({
-    name,
-    project: data.project,
-    ref: data.ref,
-    auditId: data.audit_id,
-    requestedBy: data.requested_by,
-    queueJobId: jobId,
-    ...(data.sha ? { sha: data.sha } : {}),
-    entry,
-  });
+  const { name, body } = deployJobOf(data, String(ctx.job.id), entry);
   let verdict: Pick<DryRunResult, 'admitted' | 'refused_by' | 'status' | 'message'>;
   if (!entry.refs.includes(data.ref)) {
     verdict = {
