@@ -36,6 +36,7 @@ export async function takeTurn(
   const turns = ctx.deployTurns;
   const { target } = kind.fromJob(ctx.inventory, c.data);
   const group = kind.turnGroup(ctx.inventory, target);
+  if (group === undefined) return undefined;
   const jobId = String(ctx.job.id);
   const leaseMs = ctx.config.JOB_TIMEOUT_SECONDS * 1000 + 60_000;
   const turn = await turns.begin(group, jobId, acceptanceOf(c, ctx.job), ctx.now(), leaseMs);

@@ -91,7 +91,8 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
     }
   },
 
-  turnGroup: (inventory, t) => concurrencyGroup(inventory, t.project, t.ref),
+  // A project the inventory lacks has nothing to order: its handler fails it at once.
+  turnGroup: (inventory, t) => (findProject(inventory, t.project) ? concurrencyGroup(inventory, t.project, t.ref) : undefined),
 
   jobData(c, approved) {
     const t = c.target;

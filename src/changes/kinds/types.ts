@@ -56,7 +56,7 @@ export interface ChangeKind<T extends AnyTarget = AnyTarget, D = unknown> {
    * Its changes run one at a time per group, in the order opsgate accepted them, and an older one
    * never after a newer one (src/changes/deployOrder/): the target's group. Absent: no order.
    */
-  turnGroup?(inventory: Inventory, t: T): string;
+  turnGroup?(inventory: Inventory, t: T): string | undefined;
 
   // ---- job data, and a change rebuilt from a job, an approval record or a held job ----
   jobData(c: Change & { target: T }, approved?: ApprovedBy): D;
