@@ -94,8 +94,8 @@ describe('the tables the code renders or reads', () => {
   const senders = read('docs/senders.md');
   const api = read('docs/api.md');
 
-  test("the processes' table lists exactly the variables src/shared/config.ts reads", () => {
-    const config = read('src/shared/config.ts');
+  test("the processes' table lists exactly the variables their configuration reads (src/shared/config.ts, src/api/config.ts)", () => {
+    const config = read('src/shared/config.ts') + read('src/api/config.ts');
     const schemaKeys = [...config.matchAll(/^\s+([A-Z][A-Z0-9_]+): /gm)].map((m) => m[1]!);
     const direct = [...config.matchAll(/\benv\.([A-Z][A-Z0-9_]+)/g)].map((m) => m[1]!);
     // The schemas' keys as the processes see them too: variables the text does not spell (the senders' _FILE ones).
