@@ -42,6 +42,7 @@ const NS = 'grd';
 const APPS = 'grd-apps';
 const DEPLOY = 'grd-deploy';
 const PROJECT = 'group/guarded';
+const ORDERED = 'group/ordered';
 const NODE_IP = process.env.NODE_IP ?? '10.244.0.1';
 
 const secrets = {
@@ -160,6 +161,15 @@ describe('guarded changes on a real node', () => {
             image: TESTTOOLS_IMAGE,
             command: ['sh', '-c'],
             args: ['echo "deploying $OPSGATE_PROJECT $OPSGATE_REF"'],
+            activeDeadlineSeconds: 300,
+          },
+          // Deploys of one group in order: each Job prints its commit and takes 10 s.
+          [ORDERED]: {
+            namespace: DEPLOY,
+            serviceAccountName: 'deployer',
+            image: TESTTOOLS_IMAGE,
+            command: ['sh', '-c'],
+            args: ['echo "deploying $OPSGATE_COMMIT_SHA"; sleep 10'],
             activeDeadlineSeconds: 300,
           },
         },
@@ -351,5 +361,41 @@ describe('guarded changes on a real node', () => {
     });
     expect(report.body.text).toMatch(/^:checkered_flag: Progress deadline exceeded in [0-9.]+ s: restart of Deployment grd-apps\/broken/);
     expect(await opsgateEvents('broken', 'OpsgateRolloutFailed')).toHaveLength(1);
+  });
+  test('three pushes of one project within a second: one deploy Job at a time, and the last to finish carries the newest commit', async () => {
+    const shas = [0, 1, 2].map(() => randomBytes(20).toString('hex'));
+    const ids: string[] = [];
+    for (const sha of shas) {
+      const body = JSON.stringify({ ref: 'refs/heads/main', after: sha, repository: { full_name: ORDERED } });
+      const pushed = await http('POST', `${api}/webhook/github`, {
+        headers: {
+          ...json,
+          'X-GitHub-Event': 'push',
+          'X-GitHub-Delivery': randomUUID(),
+          'X-Hub-Signature-256': githubSignature(secrets.githubWebhookSecret, body),
+        },
+        body,
+      });
+      expect(pushed.status).toBe(202);
+      expect(pushed.body).toMatchObject({ accepted: true });
+      ids.push(pushed.body.job_id as string);
+    }
+    const ends = [];
+    for (const id of ids) ends.push(await jobEnds(id, 240_000));
+    // The newest ran; an older one ran before it started, or ended superseded without a Job.
+    expect(ends[2]).toMatchObject({ state: 'completed', outcome: { result: 'rolled_out' } });
+    for (const e of ends.slice(0, 2)) expect(['rolled_out', 'superseded']).toContain(e.outcome?.result);
+
+    const sha = (j: Obj) =>
+      ((j.spec.template.spec.containers[0].env ?? []) as Obj[]).find((v) => v.name === 'OPSGATE_COMMIT_SHA')?.value as string;
+    const runs = (await list('jobs', DEPLOY))
+      .filter((j) => shas.includes(sha(j)))
+      .map((j) => ({ sha: sha(j), start: Date.parse(j.status.startTime), end: Date.parse(j.status.completionTime) }))
+      .sort((a, b) => a.start - b.start);
+    expect(runs.length).toBe(ends.filter((e) => e.outcome?.result === 'rolled_out').length);
+    for (const r of runs) expect(Number.isFinite(r.end)).toBe(true);
+    // Never two at once: each Job starts after the one before it completed (times in whole seconds).
+    for (let i = 1; i < runs.length; i++) expect(runs[i]!.start).toBeGreaterThanOrEqual(runs[i - 1]!.end);
+    expect(runs.at(-1)!.sha).toBe(shas[2]);
   });
 });
