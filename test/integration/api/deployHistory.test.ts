@@ -1,14 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, writeFileSync } from 'node:fs';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { KubeConfig } from '@kubernetes/client-node';
 import request from 'supertest';
 import { parseInventory } from '../../../src/shared/inventory.js';
 import { startWorker, type WorkerHandle } from '../../../worker/index.js';
 import { RO_KEY, SCM_SECRET, useHarness } from '../../helpers/apiHarness.js';
+import { startKubeJobsStandIn, type KubeJobsStandIn } from '../../helpers/kubeJobsStandIn.js';
 import { waitFor } from '../../helpers/waitFor.js';
 import { collectLogs, metricValue, testMetrics, workerConfig } from '../../helpers/workerSupport.js';
 
@@ -35,67 +33,23 @@ writeFileSync(join(keysDir, 'keys.yaml'), `- {id: scoped, role: readonly, key: $
 const ctx = useHarness({ inventoryYaml: INVENTORY_YAML, env: { OPS_API_KEYS_FILE: join(keysDir, 'keys.yaml') } });
 
 const RUN_MS = 300;
-let api: Server;
-let kc: KubeConfig;
-const created = new Map<string, number>();
-
-function reply(res: ServerResponse, status: number, body: unknown) {
-  res.writeHead(status, { 'Content-Type': 'application/json' });
-  res.end(JSON.stringify(body));
-}
-
-async function kube(req: IncomingMessage, res: ServerResponse) {
-  const chunks: Buffer[] = [];
-  for await (const c of req) chunks.push(c as Buffer);
-  const url = new URL(req.url ?? '/', 'http://x');
-  if (req.method === 'POST' && url.pathname === '/apis/batch/v1/namespaces/deploys/jobs') {
-    const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { metadata: { name: string } };
-    if (created.has(body.metadata.name)) return reply(res, 409, { kind: 'Status', code: 409, reason: 'AlreadyExists' });
-    created.set(body.metadata.name, Date.now());
-    return reply(res, 201, { ...body, metadata: { ...body.metadata, uid: `uid-${body.metadata.name}` } });
-  }
-  const read = /^\/apis\/batch\/v1\/namespaces\/deploys\/jobs\/([^/]+)$/.exec(url.pathname);
-  if (req.method === 'GET' && read) {
-    const at = created.get(read[1]!);
-    if (at === undefined) return reply(res, 404, { kind: 'Status', code: 404 });
-    const conditions = Date.now() - at >= RUN_MS ? [{ type: 'Complete', status: 'True' }] : [];
-    return reply(res, 200, {
-      apiVersion: 'batch/v1',
-      kind: 'Job',
-      metadata: { name: read[1], uid: `uid-${read[1]}` },
-      status: { conditions },
-    });
-  }
-  if (req.method === 'POST' && url.pathname.endsWith('/events')) return reply(res, 201, {});
-  return reply(res, 404, { kind: 'Status', code: 404 });
-}
-
+let kube: KubeJobsStandIn;
 beforeAll(async () => {
-  api = createServer((req, res) => void kube(req, res));
-  await new Promise<void>((r) => api.listen(0, '127.0.0.1', () => r()));
-  kc = new KubeConfig();
-  kc.loadFromOptions({
-    clusters: [{ name: 'local', server: `http://127.0.0.1:${(api.address() as AddressInfo).port}`, skipTLSVerify: true }],
-    users: [{ name: 'u', token: 'test-token' }],
-    contexts: [{ name: 'ctx', cluster: 'local', user: 'u' }],
-    currentContext: 'ctx',
-  });
+  kube = await startKubeJobsStandIn('deploys', RUN_MS);
 });
-afterAll(async () => {
-  await new Promise<void>((r) => (api ? api.close(() => r()) : r()));
-});
+afterAll(() => kube.close());
 
 async function withWorker<T>(
   fn: (w: WorkerHandle & { metrics: ReturnType<typeof testMetrics> }) => Promise<T>,
   env: Record<string, string> = {},
 ): Promise<T> {
-  created.clear();
+  kube.reset();
   const metrics = testMetrics();
   const w = await startWorker(workerConfig({ REDIS_URL: ctx.srv.url, ROLLOUT_POLL_INTERVAL_MS: '50', ...env }), {
     logger: collectLogs().logger,
     metrics,
     inventory,
-    kubeConfig: () => kc,
+    kubeConfig: () => kube.kc,
   });
   try {
     return await fn(Object.assign(w, { metrics }));
@@ -143,7 +97,7 @@ describe('the history of deploys', () => {
         superseded_by: null,
       });
       expect(newest!.kubernetes_job).toMatch(/^opsgate-deploy-group-app-/);
-      expect(created.has(newest!.kubernetes_job as string)).toBe(true);
+      expect(kube.jobs.some((j) => j.name === newest!.kubernetes_job)).toBe(true);
       for (const k of ['accepted_at', 'started_at', 'finished_at']) expect(Date.parse(newest![k] as string)).toBeGreaterThan(0);
       for (const d of older) {
         if (d.state === 'superseded') {

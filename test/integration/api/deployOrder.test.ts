@@ -1,7 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { KubeConfig } from '@kubernetes/client-node';
 import request from 'supertest';
 import { createFreezeStore } from '../../../src/changes/freezes/store.js';
 import { concurrencyGroup } from '../../../src/changes/deployOrder/store.js';
@@ -10,15 +7,15 @@ import { JOB } from '../../../src/shared/jobs.js';
 import { startWorker, type WorkerHandle } from '../../../worker/index.js';
 import { OP_KEY, OP_KEY_2, RO_KEY, SCM_SECRET, useHarness } from '../../helpers/apiHarness.js';
 import { decide } from '../../helpers/guards.js';
+import { startKubeJobsStandIn, type KubeJobsStandIn } from '../../helpers/kubeJobsStandIn.js';
 import { waitFor } from '../../helpers/waitFor.js';
 import { collectLogs, metricValue, testMetrics, workerConfig } from '../../helpers/workerSupport.js';
 
 /**
  * Deploys in order (src/changes/deployOrder/), on real Redis, through the real app and the real
- * worker (startWorker, its processor and deploy handler). The only stand-in is the Kubernetes API:
- * a local HTTP server that creates batch/v1 Jobs, completes each a moment after it was created, and
- * records when each one ran, so the test sees which deploys ran, in what order, and whether two ever
- * ran at once.
+ * worker (startWorker, its processor and deploy handler). The only stand-in is the Kubernetes API
+ * (test/helpers/kubeJobsStandIn.ts), so the test sees which deploys ran, in what order, and whether
+ * two ever ran at once.
  */
 const INVENTORY_YAML = `
 projects:
@@ -41,88 +38,32 @@ projects:
 const inventory = parseInventory(INVENTORY_YAML);
 const ctx = useHarness({ inventoryYaml: INVENTORY_YAML });
 
-/** A Kubernetes Job the fake API server created: its commit, when it was created and when it completed. */
-interface RanJob {
-  name: string;
-  sha: string;
-  queueJobId: string;
-  created: number;
-  completed?: number;
-}
-
-/** How long a fake Job runs before its Complete condition shows (the cluster's own pace, not a wait of the test). */
+/** How long a stand-in Job runs before its Complete condition shows (the cluster's own pace, not a wait of the test). */
 const RUN_MS = 400;
-let api: Server;
-let kc: KubeConfig;
-let ran: RanJob[] = [];
+
+let kube: KubeJobsStandIn;
 /** Creates of a commit answered 403 (its deploy is dead-lettered) or 500 once (retried after its backoff). */
 const forbidden = new Set<string>();
 const failOnce = new Set<string>();
-/** The most Jobs ever running at once. */
-let mostAtOnce = 0;
-
-function reply(res: ServerResponse, status: number, body: unknown) {
-  res.writeHead(status, { 'Content-Type': 'application/json' });
-  res.end(JSON.stringify(body));
-}
-
-async function kube(req: IncomingMessage, res: ServerResponse) {
-  const chunks: Buffer[] = [];
-  for await (const c of req) chunks.push(c as Buffer);
-  const url = new URL(req.url ?? '/', 'http://x');
-  const now = Date.now();
-  if (req.method === 'POST' && url.pathname === '/apis/batch/v1/namespaces/deploys/jobs') {
-    const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as {
-      metadata: { name: string; annotations: Record<string, string> };
-    };
-    const sha = body.metadata.annotations['opsgate.io/commit-sha'] ?? '';
-    if (forbidden.has(sha)) return reply(res, 403, { kind: 'Status', code: 403, message: 'forbidden in this test' });
-    if (failOnce.delete(sha)) return reply(res, 500, { kind: 'Status', code: 500, message: 'down for a moment' });
-    if (ran.some((j) => j.name === body.metadata.name)) return reply(res, 409, { kind: 'Status', code: 409, reason: 'AlreadyExists' });
-    ran.push({ name: body.metadata.name, sha, queueJobId: body.metadata.annotations['opsgate.io/queue-job-id'] ?? '', created: now });
-    mostAtOnce = Math.max(mostAtOnce, ran.filter((j) => j.completed === undefined).length);
-    return reply(res, 201, { ...body, metadata: { ...body.metadata, uid: `uid-${body.metadata.name}` } });
-  }
-  const read = /^\/apis\/batch\/v1\/namespaces\/deploys\/jobs\/([^/]+)$/.exec(url.pathname);
-  if (req.method === 'GET' && read) {
-    const j = ran.find((x) => x.name === read[1]);
-    if (!j) return reply(res, 404, { kind: 'Status', code: 404 });
-    if (j.completed === undefined && now - j.created >= RUN_MS) j.completed = now;
-    const conditions = j.completed !== undefined ? [{ type: 'Complete', status: 'True' }] : [];
-    return reply(res, 200, {
-      apiVersion: 'batch/v1',
-      kind: 'Job',
-      metadata: { name: j.name, uid: `uid-${j.name}` },
-      status: { conditions },
-    });
-  }
-  if (req.method === 'POST' && url.pathname.endsWith('/events')) return reply(res, 201, {});
-  return reply(res, 404, { kind: 'Status', code: 404 });
-}
 
 beforeAll(async () => {
-  api = createServer((req, res) => void kube(req, res));
-  await new Promise<void>((r) => api.listen(0, '127.0.0.1', () => r()));
-  kc = new KubeConfig();
-  kc.loadFromOptions({
-    clusters: [{ name: 'local', server: `http://127.0.0.1:${(api.address() as AddressInfo).port}`, skipTLSVerify: true }],
-    users: [{ name: 'u', token: 'test-token' }],
-    contexts: [{ name: 'ctx', cluster: 'local', user: 'u' }],
-    currentContext: 'ctx',
-  });
+  kube = await startKubeJobsStandIn('deploys', RUN_MS);
+  kube.refuse = (sha) =>
+    forbidden.has(sha)
+      ? { status: 403, message: 'forbidden in this test' }
+      : failOnce.delete(sha)
+        ? { status: 500, message: 'down for a moment' }
+        : undefined;
 });
-afterAll(async () => {
-  await new Promise<void>((r) => (api ? api.close(() => r()) : r()));
-});
+afterAll(() => kube.close());
 
 /** The real worker for one test: 2 attempts, a backoff no test waits out (a retry is promoted by hand). */
 async function withWorker<T>(fn: (w: WorkerHandle & { metrics: ReturnType<typeof testMetrics> }) => Promise<T>): Promise<T> {
-  ran = [];
-  mostAtOnce = 0;
+  kube.reset();
   const metrics = testMetrics();
   const w = await startWorker(
     workerConfig({ REDIS_URL: ctx.srv.url, JOB_ATTEMPTS: '2', JOB_BACKOFF_MS: '600000', ROLLOUT_POLL_INTERVAL_MS: '50' }),
-    { logger: collectLogs().logger, metrics, inventory, kubeConfig: () => kc },
+    { logger: collectLogs().logger, metrics, inventory, kubeConfig: () => kube.kc },
   );
   try {
     return await fn(Object.assign(w, { metrics }));
@@ -159,13 +100,13 @@ describe('one deploy at a time per group, the newest last', () => {
     await withWorker(async (w) => {
       const ids = [await pushed('group/app', 'aaa1'), await pushed('group/app', 'aaa2'), await pushed('group/app', 'aaa3')];
       const ends = await Promise.all(ids.map(finished));
-      expect(mostAtOnce).toBe(1);
-      const newest = ran.find((j) => j.queueJobId === ids[2]);
+      expect(kube.mostAtOnce).toBe(1);
+      const newest = kube.jobs.find((j) => j.queueJobId === ids[2]);
       expect(newest).toBeDefined();
-      expect(ran.at(-1)).toBe(newest);
+      expect(kube.jobs.at(-1)).toBe(newest);
       expect(ends[2]!.outcome?.result).toBe('rolled_out');
       for (const [i, end] of ends.slice(0, 2).entries()) {
-        const mine = ran.find((j) => j.queueJobId === ids[i]);
+        const mine = kube.jobs.find((j) => j.queueJobId === ids[i]);
         if (end.outcome?.result === 'superseded') {
           expect(mine).toBeUndefined();
           expect(end.state).toBe('completed');
@@ -212,7 +153,7 @@ describe('never an older deploy after a newer one', () => {
         state: 'completed',
         outcome: { result: 'superseded', reason: `superseded by deploy ${newer}, accepted after it` },
       });
-      expect(ran.map((j) => j.sha)).toEqual(['bbb2']);
+      expect(kube.jobs.map((j) => j.sha)).toEqual(['bbb2']);
     });
   });
 
@@ -234,7 +175,7 @@ describe('never an older deploy after a newer one', () => {
       await (await ctx.h.queue.bull.getJob(held.body.job_id as string))!.promote();
       const end = await finished(held.body.job_id as string);
       expect(end.outcome).toMatchObject({ result: 'superseded', reason: `superseded by deploy ${newer}, accepted after it` });
-      expect(ran.map((j) => j.sha)).toEqual(['ccc2']);
+      expect(kube.jobs.map((j) => j.sha)).toEqual(['ccc2']);
     });
   });
 });
