@@ -101,6 +101,20 @@ async function job(id: string): Promise<Obj> {
   return r.body;
 }
 
+/** A signed GitHub push of `project`'s main at `sha`, as GitHub delivers it. */
+function githubPush(project: string, sha: string) {
+  const body = JSON.stringify({ ref: 'refs/heads/main', after: sha, repository: { full_name: project } });
+  return http('POST', `${api}/webhook/github`, {
+    headers: {
+      ...json,
+      'X-GitHub-Event': 'push',
+      'X-GitHub-Delivery': randomUUID(),
+      'X-Hub-Signature-256': githubSignature(secrets.githubWebhookSecret, body),
+    },
+    body,
+  });
+}
+
 const jobEnds = (id: string, timeoutMs: number) =>
   waitFor(
     `job ${id} to end`,
@@ -306,16 +320,7 @@ describe('guarded changes on a real node', () => {
       body: JSON.stringify({ scope: 'project', project: PROJECT, reason: 'e2e release freeze', duration: '2h' }),
     });
     expect(declared.status).toBe(201);
-    const body = JSON.stringify({ ref: 'refs/heads/main', after: randomBytes(20).toString('hex'), repository: { full_name: PROJECT } });
-    const pushed = await http('POST', `${api}/webhook/github`, {
-      headers: {
-        ...json,
-        'X-GitHub-Event': 'push',
-        'X-GitHub-Delivery': randomUUID(),
-        'X-Hub-Signature-256': githubSignature(secrets.githubWebhookSecret, body),
-      },
-      body,
-    });
+    const pushed = await githubPush(PROJECT, randomBytes(20).toString('hex'));
     expect(pushed.status).toBe(202);
     expect(pushed.body).toMatchObject({ accepted: true, status: 'held', held_until: declared.body.ends_at });
     const id = pushed.body.job_id as string;
@@ -366,16 +371,7 @@ describe('guarded changes on a real node', () => {
     const shas = [0, 1, 2].map(() => randomBytes(20).toString('hex'));
     const ids: string[] = [];
     for (const sha of shas) {
-      const body = JSON.stringify({ ref: 'refs/heads/main', after: sha, repository: { full_name: ORDERED } });
-      const pushed = await http('POST', `${api}/webhook/github`, {
-        headers: {
-          ...json,
-          'X-GitHub-Event': 'push',
-          'X-GitHub-Delivery': randomUUID(),
-          'X-Hub-Signature-256': githubSignature(secrets.githubWebhookSecret, body),
-        },
-        body,
-      });
+      const pushed = await githubPush(ORDERED, sha);
       expect(pushed.status).toBe(202);
       expect(pushed.body).toMatchObject({ accepted: true });
       ids.push(pushed.body.job_id as string);
