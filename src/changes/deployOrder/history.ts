@@ -13,12 +13,12 @@ import type { Origin } from '../types.js';
  *
  * Who writes a step is whoever already writes at that moment, so a push costs no round trip more:
  * - a push (origin webhook): the worker, when it first handles the job (queued, held, running,
- *   and the end), its acceptance the job's own timestamp;
+ *   and the end), its acceptance the job's own timestamp; a push waiting for approval: the API,
+ *   with its approval record;
  * - a CI deploy, a replay, a retry, the last approval: the API after its add (queued, held), or
  *   with its approval record (pending_approval); a rejection: the API with its decision;
  * - the end (succeeded, failed, superseded, cancelled): the worker.
- * A push waiting for approval has no entry until its approval lets it through: the push path
- * writes only its approval record.
+ * A push waiting for approval is recorded with its approval record (pending_approval).
  */
 const LUA = loadLua(new URL('./deploy-history.lua', import.meta.url));
 const COMMAND = 'opsgateDeployHistory';
@@ -67,7 +67,9 @@ export interface DeployStep {
   first: Pick<DeployEntry, 'project' | 'ref' | 'commit' | 'group' | 'origin' | 'owner' | 'queue_job'>;
   /** The origin as the API knows it (a worker's first write only guesses it). */
   origin?: DeployOrigin;
-  step: { state: DeployState } & Partial<Pick<DeployEntry, 'started_at' | 'finished_at' | 'k8s_job' | 'superseded_by' | 'cancelled_by'>>;
+  step: { state: DeployState } & Partial<
+    Pick<DeployEntry, 'started_at' | 'finished_at' | 'k8s_job' | 'superseded_by' | 'cancelled_by' | 'queue_job'>
+  >;
 }
 
 /** A list's position: the acceptance and id of the last entry of the page before. */

@@ -8,8 +8,9 @@ import { concurrencyGroup } from './store.js';
 /**
  * The API's steps of a deploy in its history (src/changes/deployOrder/history.ts), written where it
  * already writes: after the add of a CI deploy, a replay, a retry or the last approval (queued,
- * held), with an approval record (pending_approval), with a rejection. A push (origin webhook) is
- * left to the worker: its path adds no round trip. The history is a record, not the change: a write
+ * held), with an approval record (pending_approval), with a rejection. A push (origin webhook) that
+ * goes to the queue is left to the worker: its path adds no round trip; one that waits for approval
+ * is recorded with its approval record, a path that writes to Redis anyway. The history is a record, not the change: a write
  * that fails is logged, never answered as the change's error.
  */
 export async function recordDeployStep(
@@ -19,7 +20,8 @@ export async function recordDeployStep(
   state: Extract<DeployState, 'pending_approval' | 'held' | 'queued' | 'rejected'>,
   now: number,
 ): Promise<void> {
-  if (kindOfTarget(change.target) !== deployKind || (change.origin === 'webhook' && state !== 'rejected')) return;
+  if (kindOfTarget(change.target) !== deployKind || (change.origin === 'webhook' && state !== 'rejected' && state !== 'pending_approval'))
+    return;
   const t = change.target as DeployTarget;
   const origin = deployOrigin(change.origin);
   try {
@@ -37,7 +39,12 @@ export async function recordDeployStep(
       },
       // The last approval keeps the origin of the deploy it lets through.
       ...(change.origin !== 'webhook' && change.origin !== 'approval' ? { origin } : {}),
-      step: { state, ...(state === 'rejected' ? { finished_at: now } : {}) },
+      // A push approved last gets its queue job with this step: its entry was written without one.
+      step: {
+        state,
+        ...(state === 'rejected' ? { finished_at: now } : {}),
+        ...(state === 'held' || state === 'queued' ? { queue_job: id } : {}),
+      },
     });
   } catch (err) {
     g.logger.warn('could not record the deploy in its history', { deploy: id, state, err });

@@ -323,6 +323,16 @@ describe('a deploy whose project asks for approval', () => {
       job_id: first.body.approval_id,
     });
     expect(await jobsNamed(ctx.h, JOB.runDeployPipeline)).toEqual([]);
+    // the history lists the push as it waits: the API writes it with the approval record
+    const waiting = await request(ctx.h.app).get(`/ops/deploys/${first.body.approval_id}`).set('X-API-Key', RO_KEY);
+    expect(waiting.status).toBe(200);
+    expect(waiting.body).toMatchObject({
+      project: 'group/guarded',
+      commit: 'f00d',
+      origin: 'push',
+      state: 'pending_approval',
+      job_id: null,
+    });
     const again = await send();
     expect(again.body).toMatchObject({ accepted: false, duplicate: true, approval_id: first.body.approval_id });
     // a replay of the delivery joins the approval too: the change still waits for it (202, as a restart)
@@ -343,6 +353,8 @@ describe('a deploy whose project asks for approval', () => {
     expect(ok.body).toMatchObject({ status: 'approved', job_id: first.body.approval_id, held_until: null });
     const [job] = await jobsNamed(ctx.h, JOB.runDeployPipeline);
     expect(job!.data).toMatchObject({ project: 'group/guarded', sha: 'f00d', approvers: [keyId(OP_KEY)], requested_by: 'webhook:scm' });
+    const approved = await request(ctx.h.app).get(`/ops/deploys/${first.body.approval_id}`).set('X-API-Key', RO_KEY);
+    expect(approved.body).toMatchObject({ origin: 'push', state: 'queued', job_id: first.body.approval_id });
     // the event now has its job: a redelivery is a duplicate of it
     expect((await send()).body).toMatchObject({ duplicate: true, job_id: first.body.approval_id });
   });
