@@ -42,7 +42,7 @@ export interface DeployJobs {
 const ENDS: Record<string, boolean> = { SuccessCriteriaMet: true, Complete: true, FailureTarget: false, Failed: false };
 
 function endOf(job: k8s.V1Job): boolean | undefined {
-  for (const c of job.status?.conditions ?? []) if (c.status === 'True' && c.type in ENDS) return ENDS[c.type];
+  for (const c of job.status?.conditions ?? []) if (c.status === 'True' && Object.hasOwn(ENDS, c.type)) return ENDS[c.type];
   return undefined;
 }
 
@@ -123,11 +123,14 @@ export async function runDeployJobs(kc: k8s.KubeConfig, namespace: string, runMs
       `/apis/batch/v1/namespaces/${namespace}/jobs`,
       { allowWatchBookmarks: true, ...(resourceVersion ? { resourceVersion } : {}) },
       (type, obj: k8s.V1Job) => {
-        if (obj?.metadata?.resourceVersion) resourceVersion = obj.metadata.resourceVersion;
+        // An ERROR (such as 410 Gone, the version too old to go on from): start again from a list,
+        // whose ADDED events of Jobs already known only say whether they ended.
+        if (type === 'ERROR') resourceVersion = undefined;
+        else if (obj?.metadata?.resourceVersion) resourceVersion = obj.metadata.resourceVersion;
         if (type === 'ADDED' || type === 'MODIFIED') onEvent(type, obj);
       },
       // The apiserver ends a watch after a while: go on from the last event seen.
-      () => later(0, start),
+      () => later(100, start),
     );
   };
   // The watch starts from now: Jobs of earlier tests in the namespace are not this run's.
