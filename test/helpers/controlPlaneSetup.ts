@@ -6,13 +6,18 @@ import type { Cluster } from './cluster.js';
 // TypeScript file by its real name through jest's require hook.
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const { SHARED_CLUSTER_ENV, startCluster } = require('./cluster.ts') as typeof import('./cluster.js');
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const { default: buildDist } = require('./globalSetup.ts') as typeof import('./globalSetup.js');
 
 /**
  * One control plane (etcd + kube-apiserver + kube-controller-manager) for the whole
  * test/e2e/controlplane suite: started once here, reached by every test file through useCluster(),
- * stopped in globalTeardown.ts. Each test file works in namespaces of its own.
+ * stopped in globalTeardown.ts. Each test file works in namespaces of its own. dist/ is compiled
+ * first, as the other tiers compile it (test/helpers/globalSetup.ts; OPSGATE_SKIP_BUILD=1 skips it):
+ * tests of the API and worker processes run it.
  */
 export default async function globalSetup(): Promise<void> {
+  await buildDist();
   const t0 = Date.now();
   const cluster = await startCluster();
   (globalThis as { __opsgateCluster?: Cluster }).__opsgateCluster = cluster;

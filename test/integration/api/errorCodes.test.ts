@@ -593,7 +593,7 @@ const ELSEWHERE: Partial<Record<ErrorCode, string>> = {
   untrusted_client_certificate: 'test/integration/api/tls.test.ts',
   client_certificate_not_allowed: 'an allow-list of client certificate names (src/middleware/clientCert.ts)',
   restart_in_progress: 'test/integration/observability/adminRetryRule.test.ts (a dead-lettered restart whose Deployment is busy)',
-  superseded: 'test/integration/api/deployOrder.test.ts (a retry, a replay and the last approval of a deploy after a newer one started)',
+  superseded: 'test/e2e/controlplane/deployOrder.test.ts (a retry, a replay and the last approval of a deploy after a newer one started)',
   queue_unconfirmed: 'test/integration/api/unavailableWording.test.ts (a paused Redis)',
   not_replicated: 'test/integration/api/replicaAck.test.ts (REDIS_MIN_REPLICAS_ACK without replicas)',
   event_loop_blocked: "test/integration/worker/livez.test.ts (the worker's /livez)",

@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
+import * as k8s from '@kubernetes/client-node';
 import request from 'supertest';
 import { createFreezeStore } from '../../../src/changes/freezes/store.js';
 import { concurrencyGroup } from '../../../src/changes/deployOrder/store.js';
@@ -6,31 +7,38 @@ import { parseInventory } from '../../../src/shared/inventory.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { startWorker, type WorkerHandle } from '../../../worker/index.js';
 import { OP_KEY, OP_KEY_2, RO_KEY, SCM_SECRET, useHarness } from '../../helpers/apiHarness.js';
+import { useCluster } from '../../helpers/cluster.js';
+import { adminKubeConfig, createNamespaces, deleteNamespaces } from '../../helpers/controlPlaneFixtures.js';
+import { runDeployJobs, startRefusingWebhook, type DeployJobs, type RefusingWebhook } from '../../helpers/deployJobs.js';
 import { decide } from '../../helpers/guards.js';
-import { startKubeJobsStandIn, type KubeJobsStandIn } from '../../helpers/kubeJobsStandIn.js';
 import { waitFor } from '../../helpers/waitFor.js';
 import { collectLogs, metricValue, testMetrics, workerConfig } from '../../helpers/workerSupport.js';
 
+jest.setTimeout(120_000);
+
 /**
  * Deploys in order (src/changes/deployOrder/), on real Redis, through the real app and the real
- * worker (startWorker, its processor and deploy handler). The only stand-in is the Kubernetes API
- * (test/helpers/kubeJobsStandIn.ts), so the test sees which deploys ran, in what order, and whether
- * two ever ran at once.
+ * worker (startWorker, its processor and deploy handler), against the real kube-apiserver and Job
+ * controller of the shared control plane. No kubelet runs here: test/helpers/deployJobs.ts ends
+ * each Job's pod through its status subresource, and reads from the apiserver's watch of the
+ * namespace's Jobs which deploys ran, in what order, and whether two ever ran at once. A
+ * ValidatingWebhookConfiguration answers the create of one commit's Job with a 503.
  */
+const NS = 'dord-deploy';
 const INVENTORY_YAML = `
 projects:
   group/app:
-    namespace: deploys
+    namespace: ${NS}
     serviceAccountName: deployer
     image: alpine:3.20
   group/approved:
-    namespace: deploys
+    namespace: ${NS}
     serviceAccountName: deployer
     image: alpine:3.20
     policy:
       approval: {required: 1, ttl: 1h}
   site/web:
-    namespace: deploys
+    namespace: ${NS}
     serviceAccountName: deployer
     image: alpine:3.20
     concurrency: {group: "site-{ref}"}
@@ -38,24 +46,37 @@ projects:
 const inventory = parseInventory(INVENTORY_YAML);
 const ctx = useHarness({ inventoryYaml: INVENTORY_YAML });
 
-/** How long a stand-in Job runs before its Complete condition shows (the cluster's own pace, not a wait of the test). */
+/** How long a Job's pod runs before the test ends it (a deploy's own pace, not a wait of the test). */
 const RUN_MS = 400;
 
-let kube: KubeJobsStandIn;
-/** Creates of a commit answered 403 (its deploy is dead-lettered) or 500 once (retried after its backoff). */
-const forbidden = new Set<string>();
-const failOnce = new Set<string>();
+let cluster: Awaited<ReturnType<typeof useCluster>>;
+let admin: k8s.KubeConfig;
+let kube: DeployJobs;
+let webhook: RefusingWebhook;
+/** Commits whose Job's pod fails (its deploy is dead-lettered), and whose first create is answered 503 (retried after its backoff). */
+const failing = new Set<string>();
+const unavailableOnce = new Set<string>();
 
 beforeAll(async () => {
-  kube = await startKubeJobsStandIn('deploys', RUN_MS);
-  kube.refuse = (sha) =>
-    forbidden.has(sha)
-      ? { status: 403, message: 'forbidden in this test' }
-      : failOnce.delete(sha)
-        ? { status: 500, message: 'down for a moment' }
-        : undefined;
-});
-afterAll(() => kube.close());
+  cluster = await useCluster();
+  admin = adminKubeConfig(cluster);
+  await createNamespaces(cluster, [NS]);
+  await admin.makeApiClient(k8s.CoreV1Api).createNamespacedServiceAccount({ namespace: NS, body: { metadata: { name: 'deployer' } } });
+  kube = await runDeployJobs(admin, NS, RUN_MS);
+  kube.fail = (sha) => failing.has(sha);
+  webhook = await startRefusingWebhook(admin, NS, (sha) =>
+    unavailableOnce.delete(sha) ? { code: 503, message: 'the deploy admission is down for a moment' } : undefined,
+  );
+}, 240_000); // starts a cluster when run outside make test-k8s
+
+afterAll(async () => {
+  await webhook?.close();
+  await kube?.close();
+  if (cluster) {
+    await deleteNamespaces(cluster, [NS]);
+    await cluster.release();
+  }
+}, 120_000);
 
 /** The real worker for one test: 2 attempts, a backoff no test waits out (a retry is promoted by hand). */
 async function withWorker<T>(fn: (w: WorkerHandle & { metrics: ReturnType<typeof testMetrics> }) => Promise<T>): Promise<T> {
@@ -63,7 +84,7 @@ async function withWorker<T>(fn: (w: WorkerHandle & { metrics: ReturnType<typeof
   const metrics = testMetrics();
   const w = await startWorker(
     workerConfig({ REDIS_URL: ctx.srv.url, JOB_ATTEMPTS: '2', JOB_BACKOFF_MS: '600000', ROLLOUT_POLL_INTERVAL_MS: '50' }),
-    { logger: collectLogs().logger, metrics, inventory, kubeConfig: () => kube.kc },
+    { logger: collectLogs().logger, metrics, inventory, kubeConfig: () => admin },
   );
   try {
     return await fn(Object.assign(w, { metrics }));
@@ -112,7 +133,8 @@ describe('one deploy at a time per group, the newest last', () => {
           expect(end.state).toBe('completed');
           expect(ids.map((id) => `superseded by deploy ${id}, accepted after it`)).toContain(end.outcome.reason);
         } else {
-          expect(mine!.completed).toBeLessThanOrEqual(newest!.created);
+          expect(mine!.ended).toBeLessThan(newest!.created);
+          expect(mine!.succeeded).toBe(true);
         }
       }
       // However the worker interleaved them, three pushes in a second supersede at least one.
@@ -136,15 +158,17 @@ describe('one deploy at a time per group, the newest last', () => {
 });
 
 describe('never an older deploy after a newer one', () => {
-  it("the worker's own retry after a newer deploy ran ends superseded and creates no Job", async () => {
+  it("a deploy failing once with a 503 from the API server: the worker's own retry after a newer deploy ran ends superseded and creates no Job", async () => {
     await withWorker(async () => {
-      failOnce.add('bbb1');
+      unavailableOnce.add('bbb1');
       const older = await pushed('group/app', 'bbb1');
-      // Its first attempt failed; its retry waits out a backoff no test waits for.
-      await waitFor(
-        'the retry scheduled',
-        async () => (await ctx.h.queue.bull.getJob(older))?.attemptsMade === 1 && (await ctx.h.queue.bull.getJob(older))!.isDelayed(),
-      );
+      // Its first attempt failed on the apiserver's 503; its retry waits out a backoff no test waits for.
+      const first = await waitFor('the retry scheduled', async () => {
+        const job = await ctx.h.queue.bull.getJob(older);
+        return job?.attemptsMade === 1 && (await job.isDelayed()) ? job : false;
+      });
+      expect(first.failedReason).toMatch(/Kubernetes API error 503 while trying to create Job/);
+      expect(first.failedReason).toContain('the deploy admission is down for a moment');
       const newer = await pushed('group/app', 'bbb2');
       expect((await finished(newer)).outcome?.result).toBe('rolled_out');
       await (await ctx.h.queue.bull.getJob(older))!.promote();
@@ -154,6 +178,11 @@ describe('never an older deploy after a newer one', () => {
         outcome: { result: 'superseded', reason: `superseded by deploy ${newer}, accepted after it` },
       });
       expect(kube.jobs.map((j) => j.sha)).toEqual(['bbb2']);
+      // The retry asked the apiserver nothing: one refused create, one admitted.
+      expect(webhook.answers.filter((a) => a.sha.startsWith('bbb'))).toEqual([
+        { sha: 'bbb1', dryRun: false, code: 503 },
+        { sha: 'bbb2', dryRun: false },
+      ]);
     });
   });
 
@@ -183,10 +212,11 @@ describe('never an older deploy after a newer one', () => {
 describe('409 superseded where a person asks to run an older deploy again', () => {
   it("a dead letter's retry after a newer deploy started: 409 naming it; nothing queued", async () => {
     await withWorker(async () => {
-      forbidden.add('ddd1');
+      // Its Job's pod fails: the Job controller fails the Job, and the deploy is dead-lettered.
+      failing.add('ddd1');
       const older = await pushed('group/app', 'ddd1');
       expect((await finished(older)).state).toBe('failed');
-      forbidden.delete('ddd1');
+      expect(kube.jobs.find((j) => j.sha === 'ddd1')).toMatchObject({ succeeded: false });
       const newer = await pushed('group/app', 'ddd2');
       expect((await finished(newer)).outcome?.result).toBe('rolled_out');
       const res = await request(ctx.h.app)

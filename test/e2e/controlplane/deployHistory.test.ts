@@ -1,28 +1,35 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import * as k8s from '@kubernetes/client-node';
 import request from 'supertest';
 import { parseInventory } from '../../../src/shared/inventory.js';
 import { startWorker, type WorkerHandle } from '../../../worker/index.js';
 import { RO_KEY, SCM_SECRET, useHarness } from '../../helpers/apiHarness.js';
-import { startKubeJobsStandIn, type KubeJobsStandIn } from '../../helpers/kubeJobsStandIn.js';
+import { useCluster } from '../../helpers/cluster.js';
+import { adminKubeConfig, createNamespaces, deleteNamespaces } from '../../helpers/controlPlaneFixtures.js';
+import { runDeployJobs, type DeployJobs } from '../../helpers/deployJobs.js';
 import { waitFor } from '../../helpers/waitFor.js';
 import { collectLogs, metricValue, testMetrics, workerConfig } from '../../helpers/workerSupport.js';
 
+jest.setTimeout(120_000);
+
 /**
  * The history of deploys (src/changes/deployOrder/history.ts) on real Redis, through the real app
- * and the real worker; the Kubernetes API is a local stand-in that creates Jobs and completes each
- * a moment later. The push path writes no entry: every push's entry here is the worker's.
+ * and the real worker, against the real kube-apiserver and Job controller of the shared control
+ * plane; no kubelet runs here, test/helpers/deployJobs.ts ends each Job's pod a moment after its
+ * Job was created. The push path writes no entry: every push's entry here is the worker's.
  */
+const NS = 'dhist-deploy';
 const INVENTORY_YAML = `
 projects:
   group/app:
-    namespace: deploys
+    namespace: ${NS}
     serviceAccountName: deployer
     image: alpine:3.20
   site/web:
-    namespace: deploys
+    namespace: ${NS}
     serviceAccountName: deployer
     image: alpine:3.20
 `;
@@ -33,11 +40,24 @@ writeFileSync(join(keysDir, 'keys.yaml'), `- {id: scoped, role: readonly, key: $
 const ctx = useHarness({ inventoryYaml: INVENTORY_YAML, env: { OPS_API_KEYS_FILE: join(keysDir, 'keys.yaml') } });
 
 const RUN_MS = 300;
-let kube: KubeJobsStandIn;
+let cluster: Awaited<ReturnType<typeof useCluster>>;
+let admin: k8s.KubeConfig;
+let kube: DeployJobs;
 beforeAll(async () => {
-  kube = await startKubeJobsStandIn('deploys', RUN_MS);
-});
-afterAll(() => kube.close());
+  cluster = await useCluster();
+  admin = adminKubeConfig(cluster);
+  await createNamespaces(cluster, [NS]);
+  await admin.makeApiClient(k8s.CoreV1Api).createNamespacedServiceAccount({ namespace: NS, body: { metadata: { name: 'deployer' } } });
+  kube = await runDeployJobs(admin, NS, RUN_MS);
+}, 240_000); // starts a cluster when run outside make test-k8s
+
+afterAll(async () => {
+  await kube?.close();
+  if (cluster) {
+    await deleteNamespaces(cluster, [NS]);
+    await cluster.release();
+  }
+}, 120_000);
 
 async function withWorker<T>(
   fn: (w: WorkerHandle & { metrics: ReturnType<typeof testMetrics> }) => Promise<T>,
@@ -49,7 +69,7 @@ async function withWorker<T>(
     logger: collectLogs().logger,
     metrics,
     inventory,
-    kubeConfig: () => kube.kc,
+    kubeConfig: () => admin,
   });
   try {
     return await fn(Object.assign(w, { metrics }));
