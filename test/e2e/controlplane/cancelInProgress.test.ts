@@ -40,6 +40,8 @@ jest.setTimeout(180_000);
  *   `cancelled` naming the newer one (job outcome, history, metric, notification), and the newer
  *   deploy's Job is created;
  * - a project without it: the newer deploy waits, the running Job stays;
+ * - the running deploy's worker stops under it (its attempt is retried) and another worker takes
+ *   the newer push: the retried attempt creates no Job again and ends `cancelled`;
  * - the chart gives the worker's ServiceAccount `delete` on Jobs only in the namespace of the
  *   project that asks for it (the real RBAC authorizer).
  */
@@ -47,6 +49,7 @@ const SCM_SECRET = 'k8s-cancel-test-scm-0001';
 const RO_KEY = 'k8s-cancel-test-readonly-0001';
 const CANCELS = 'group/cancels';
 const WAITS = 'group/waits';
+const HANDED_OVER = 'group/handed-over';
 
 describe('cancel_in_progress on a real API server, as the worker ServiceAccount', () => {
   let cluster: Awaited<ReturnType<typeof useCluster>>;
@@ -56,6 +59,7 @@ describe('cancel_in_progress on a real API server, as the worker ServiceAccount'
   let redis: RedisServer;
   let queue: OpsQueue;
   let worker: WorkerHandle | undefined;
+  let startOne: () => Promise<WorkerHandle>;
   let receiver: Receiver;
   let app: Express;
   const metrics = testMetrics();
@@ -74,6 +78,7 @@ describe('cancel_in_progress on a real API server, as the worker ServiceAccount'
     hosts: {},
     projects: {
       [CANCELS]: project(ns.deploy, { cancel_in_progress: true }),
+      [HANDED_OVER]: project(ns.deploy, { cancel_in_progress: true }),
       [WAITS]: project(ns.other, {}),
     },
   });
@@ -102,20 +107,22 @@ describe('cancel_in_progress on a real API server, as the worker ServiceAccount'
     const inv = parseInventory(JSON.stringify(inventory()));
     redis = await startRedis();
     receiver = await startReceiver();
-    worker = await startWorker(
-      loadWorkerConfig({
-        REDIS_URL: redis.url,
-        ROLLOUT_POLL_INTERVAL_MS: '200',
-        JOB_ATTEMPTS: '2',
-        NOTIFY_WEBHOOK_URLS: receiver.url('/hook'),
-      }),
-      {
-        inventory: inv,
-        metrics,
-        logger: createLogger({ level: 'warn', write: () => {} }),
-        kubeConfig: () => kubeConfigForToken(cluster.server, token, { caData }),
-      },
-    );
+    startOne = () =>
+      startWorker(
+        loadWorkerConfig({
+          REDIS_URL: redis.url,
+          ROLLOUT_POLL_INTERVAL_MS: '200',
+          JOB_ATTEMPTS: '2',
+          NOTIFY_WEBHOOK_URLS: receiver.url('/hook'),
+        }),
+        {
+          inventory: inv,
+          metrics,
+          logger: createLogger({ level: 'warn', write: () => {} }),
+          kubeConfig: () => kubeConfigForToken(cluster.server, token, { caData }),
+        },
+      );
+    worker = await startOne();
     const config = loadApiConfig({
       OPS_API_KEY_ROLES: `${RO_KEY}:readonly`,
       SCM_WEBHOOK_SECRET: SCM_SECRET,
@@ -249,5 +256,33 @@ describe('cancel_in_progress on a real API server, as the worker ServiceAccount'
     expect(await k8sJobOf(ns.other, newer)).toBeUndefined();
     expect((await view(`/ops/jobs/${older}`)).state).toBe('active');
     expect(await view(`/ops/deploys/${newer}`)).toMatchObject({ state: 'queued' });
+  });
+
+  it("the running deploy's worker stops under it and another worker takes the newer push: the retried attempt creates no Job and ends cancelled", async () => {
+    const older = await push(HANDED_OVER, 'beef0001');
+    const running = await waitFor('the older deploy Job', () => k8sJobOf(ns.deploy, older), 60_000, 250);
+    // The worker stops: its attempt is aborted (retried), the group still held by it.
+    await worker!.close(1000);
+    worker = undefined;
+    const newer = await push(HANDED_OVER, 'beef0002');
+    worker = await startOne();
+    const ended = await waitFor(
+      'the older deploy to end',
+      async () => {
+        const j = await view(`/ops/jobs/${older}`);
+        return j.state === 'completed' || j.state === 'failed' ? j : undefined;
+      },
+      120_000,
+      250,
+    );
+    expect(ended).toMatchObject({ state: 'completed', attempts_made: 2, outcome: { result: 'cancelled' } });
+    expect(ended.outcome.reason).toContain(`cancelled by deploy ${newer}`);
+    await expect(batch().readNamespacedJob({ name: running.metadata!.name!, namespace: ns.deploy })).rejects.toMatchObject({ code: 404 });
+    const next = await waitFor('the newer deploy Job', () => k8sJobOf(ns.deploy, newer), 60_000, 250);
+    expect(next.metadata?.annotations?.['opsgate.io/commit-sha']).toBe('beef0002');
+    // The older deploy's Job was not created again by its retried attempt.
+    await new Promise((r) => setTimeout(r, 1000));
+    expect(await k8sJobOf(ns.deploy, older)).toBeUndefined();
+    expect(await view(`/ops/deploys/${older}`)).toMatchObject({ state: 'cancelled', cancelled_by: newer });
   });
 });
