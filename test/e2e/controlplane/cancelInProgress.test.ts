@@ -43,7 +43,8 @@ jest.setTimeout(180_000);
  * - the running deploy's worker stops under it (its attempt is retried) and another worker takes
  *   the newer push: the retried attempt creates no Job again and ends `cancelled`;
  * - the chart gives the worker's ServiceAccount `delete` on Jobs only in the namespace of the
- *   project that asks for it (the real RBAC authorizer).
+ *   project that asks for it (the real RBAC authorizer), and its admission policy lets it delete
+ *   there only the deploy Jobs opsgate made.
  */
 const SCM_SECRET = 'k8s-cancel-test-scm-0001';
 const RO_KEY = 'k8s-cancel-test-readonly-0001';
@@ -60,6 +61,8 @@ describe('cancel_in_progress on a real API server, as the worker ServiceAccount'
   let queue: OpsQueue;
   let worker: WorkerHandle | undefined;
   let startOne: () => Promise<WorkerHandle>;
+  /** The Kubernetes API as the chart's worker ServiceAccount. */
+  let asWorker: () => k8s.KubeConfig;
   let receiver: Receiver;
   let app: Express;
   const metrics = testMetrics();
@@ -104,6 +107,7 @@ describe('cancel_in_progress on a real API server, as the worker ServiceAccount'
     }
     const token = await serviceAccountToken(admin, ns.release, 'opsgate-worker', 3600);
     const caData = Buffer.from(cluster.caPem).toString('base64');
+    asWorker = () => kubeConfigForToken(cluster.server, token, { caData });
     const inv = parseInventory(JSON.stringify(inventory()));
     redis = await startRedis();
     receiver = await startReceiver();
@@ -119,7 +123,7 @@ describe('cancel_in_progress on a real API server, as the worker ServiceAccount'
           inventory: inv,
           metrics,
           logger: createLogger({ level: 'warn', write: () => {} }),
-          kubeConfig: () => kubeConfigForToken(cluster.server, token, { caData }),
+          kubeConfig: asWorker,
         },
       );
     worker = await startOne();
@@ -198,6 +202,43 @@ describe('cancel_in_progress on a real API server, as the worker ServiceAccount'
     expect(await canI('delete', ns.apps)).toBe('no');
     expect(await canI('deletecollection', ns.deploy)).toBe('no');
     expect(await canI('create', ns.other)).toBe('yes');
+
+    // Another Job of the namespace: RBAC cannot tell it apart by name, the admission policy does.
+    await batch().createNamespacedJob({
+      namespace: ns.deploy,
+      body: {
+        metadata: { name: 'not-opsgate' },
+        spec: { template: { spec: { restartPolicy: 'Never', containers: [{ name: 'c', image: 'registry.example.com/other:1' }] } } },
+      },
+    });
+    const refused = await waitFor(
+      'the delete policy enforced (asynchronous)',
+      async () => {
+        try {
+          await asWorker().makeApiClient(k8s.BatchV1Api).deleteNamespacedJob({ name: 'not-opsgate', namespace: ns.deploy, dryRun: 'All' });
+          return undefined;
+        } catch (err) {
+          return err as { code?: number; body?: string };
+        }
+      },
+      60_000,
+      500,
+    );
+    // kube-controller-manager type-checks the policy's expression against the Job's schema.
+    const name = `${ns.release}-opsgate-worker-job-deletes`;
+    const policy = await waitFor(
+      `the type check of ${name}`,
+      async () => {
+        const p = await admin.makeApiClient(k8s.AdmissionregistrationV1Api).readValidatingAdmissionPolicy({ name });
+        return p.status?.observedGeneration === p.metadata?.generation && p.status?.typeChecking ? p : undefined;
+      },
+      60_000,
+      250,
+    );
+    expect(policy.status?.typeChecking?.expressionWarnings ?? []).toEqual([]);
+    expect(refused.code).toBe(403);
+    expect(String(refused.body)).toContain('only a deploy Job opsgate created may be deleted');
+    expect((await batch().readNamespacedJob({ name: 'not-opsgate', namespace: ns.deploy })).metadata?.deletionTimestamp).toBeUndefined();
   });
 
   it('a newer push deletes the running Job with its pods: the running deploy ends cancelled, naming it, and the newer one runs', async () => {

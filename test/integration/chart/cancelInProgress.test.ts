@@ -71,6 +71,29 @@ describe('cancel_in_progress in the chart', () => {
     expect(findProject(inv, 'acme/api')?.cancel_in_progress).toBeUndefined();
   });
 
+  test("the worker's admission policy lets it delete only deploy Jobs opsgate made, rendered only with the flag", async () => {
+    const VAP = 'admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy';
+    const off = await render({
+      files: [valuesFile({ inventory: { projects: { 'acme/web': project('web-deploys') } } })],
+      apiVersions: [VAP],
+    });
+    expect(find(off, 'ValidatingAdmissionPolicy').map((p) => p.metadata.name)).not.toContain('opsgate-opsgate-worker-job-deletes');
+    const on = await render({
+      files: [valuesFile({ inventory: { projects: { 'acme/web': project('web-deploys', { cancel_in_progress: true }) } } })],
+      apiVersions: [VAP],
+    });
+    const policy = one(on, 'ValidatingAdmissionPolicy', 'opsgate-opsgate-worker-job-deletes');
+    expect(policy.spec.matchConstraints.resourceRules).toEqual([
+      { apiGroups: ['batch'], apiVersions: ['v1'], operations: ['DELETE'], resources: ['jobs'] },
+    ]);
+    expect(policy.spec.matchConditions[0].expression).toBe('request.userInfo.username == "system:serviceaccount:opsgate:opsgate-worker"');
+    expect(policy.spec.validations[0].expression).toContain("oldObject.metadata.labels['app.kubernetes.io/managed-by'] == 'opsgate'");
+    expect(one(on, 'ValidatingAdmissionPolicyBinding', 'opsgate-opsgate-worker-job-deletes').spec).toEqual({
+      policyName: 'opsgate-opsgate-worker-job-deletes',
+      validationActions: ['Deny'],
+    });
+  });
+
   test('the schema refuses a cancel_in_progress that is not a boolean', async () => {
     const err = await renderError({
       files: [valuesFile({ inventory: { projects: { 'acme/web': project('web-deploys', { cancel_in_progress: 'always' }) } } })],
