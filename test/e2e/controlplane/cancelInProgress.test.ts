@@ -289,7 +289,7 @@ describe('cancel_in_progress on a real API server, as the worker ServiceAccount'
     const older = await push(WAITS, 'feed0001');
     const running = await waitFor('the older deploy Job', () => k8sJobOf(ns.other, older), 60_000, 250);
     const newer = await push(WAITS, 'feed0002');
-    // The newer one took its turn and was told to wait: back in the delayed set.
+    // The newer one takes its turn and is told to wait: back in the delayed set.
     await waitFor('the newer deploy to wait', async () => ((await view(`/ops/jobs/${newer}`)).state === 'delayed' ? true : undefined));
     await new Promise((r) => setTimeout(r, 3000));
     const still = await batch().readNamespacedJob({ name: running.metadata!.name!, namespace: ns.other });
@@ -321,7 +321,7 @@ describe('cancel_in_progress on a real API server, as the worker ServiceAccount'
     await expect(batch().readNamespacedJob({ name: running.metadata!.name!, namespace: ns.deploy })).rejects.toMatchObject({ code: 404 });
     const next = await waitFor('the newer deploy Job', () => k8sJobOf(ns.deploy, newer), 60_000, 250);
     expect(next.metadata?.annotations?.['opsgate.io/commit-sha']).toBe('beef0002');
-    // The older deploy's Job was not created again by its retried attempt.
+    // The retried attempt of the older deploy creates no Job again.
     await new Promise((r) => setTimeout(r, 1000));
     expect(await k8sJobOf(ns.deploy, older)).toBeUndefined();
     expect(await view(`/ops/deploys/${older}`)).toMatchObject({ state: 'cancelled', cancelled_by: newer });
