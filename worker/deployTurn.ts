@@ -3,6 +3,7 @@ import type { ChangeJob } from '../src/changes/wake.js';
 import { kindOf } from '../src/changes/kinds/index.js';
 import type { Acceptance } from '../src/changes/deployOrder/store.js';
 import type { JobContext } from './context.js';
+import { cancelRunning } from './deployCancel.js';
 
 /**
  * A change of a kind with an order (a deploy: src/changes/deployOrder/) takes its group's turn
@@ -11,7 +12,9 @@ import type { JobContext } from './context.js';
  *   processor records the outcome `superseded`, naming that deploy, and the job completes;
  * - another deploy of its group runs: the job goes back to the delayed set with BullMQ's public API
  *   (Job#moveToDelayed with its token, then DelayedError) and asks again when it wakes, holding no
- *   worker slot meanwhile; the running one, when it ends, wakes the newest waiting one at once;
+ *   worker slot meanwhile; the running one, when it ends, wakes the newest waiting one at once.
+ *   When the running one's project has cancel_in_progress, it first deletes that one's Job
+ *   (worker/deployCancel.ts), which ends it `cancelled`;
  * - its turn: it runs, and `release` ends the turn when the handler ends.
  * Without the job's lock token the turn cannot be taken: the attempt fails (retried),
  * it never runs out of order.
@@ -29,7 +32,10 @@ export function acceptanceOf(c: ChangeJob, job: Pick<Job, 'id' | 'timestamp'>): 
 
 export async function takeTurn(
   c: ChangeJob,
-  ctx: Pick<JobContext, 'job' | 'token' | 'logger' | 'inventory' | 'config' | 'deployTurns' | 'promote' | 'now'>,
+  ctx: Pick<
+    JobContext,
+    'job' | 'token' | 'logger' | 'inventory' | 'config' | 'deployTurns' | 'promote' | 'now' | 'redis' | 'kubeConfig' | 'readJob'
+  >,
 ): Promise<TakenTurn | undefined> {
   const kind = kindOf(c.name);
   if (!kind.turnGroup) return undefined;
@@ -46,6 +52,8 @@ export async function takeTurn(
       throw new Error(`${c.name} waits for ${turn.running} of its group but its lock token is missing; not running it`);
     }
     ctx.logger.info('waits for the running deploy of its group', { group, running: turn.running });
+    // cancel_in_progress: the running one's Job is deleted; it ends cancelled and wakes this one.
+    await cancelRunning(ctx, turn.running, jobId);
     await ctx.job.moveToDelayed(Date.now() + TURN_RECHECK_MS, ctx.token);
     throw new DelayedError();
   }

@@ -43,6 +43,8 @@ export interface WorkerDeps {
   promote: (id: string) => Promise<void>;
   /** Whether a job of that id is on the queue (an approval left approving: was its change added?). */
   jobExists: (id: string) => Promise<boolean>;
+  /** A job of the queue, its name and data (a running deploy a newer one may cancel: worker/deployCancel.ts). */
+  readJob?: (id: string) => Promise<{ name: string; data: unknown } | undefined>;
   /** Queues a report_change job under `jobId` (one job per id: a repeat adds nothing). */
   report: (jobId: string, data: ReportChangeData, delayMs?: number) => Promise<void>;
   /** Alert-driven remediation's checks and watches (absent without rules in the inventory). */
@@ -80,6 +82,10 @@ export function createWorkerDeps(
       if (job && (await job.isDelayed())) await job.promote();
     },
     jobExists: async (id) => (await reportQueue.getJob(id)) !== undefined,
+    readJob: async (id) => {
+      const job = await reportQueue.getJob(id);
+      return job ? { name: job.name, data: job.data as unknown } : undefined;
+    },
     report: async (jobId, data, delayMs) => {
       await reports.add({ name: JOB.reportChange, data, jobId, ...(delayMs !== undefined ? { delay: delayMs } : {}) });
     },

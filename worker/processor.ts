@@ -30,7 +30,8 @@ import { deployRecorder } from './deployHistory.js';
  * - order (worker/deployTurn.ts): past its gate, a deploy takes its concurrency group's turn: it
  *   waits (delayed) while another runs, and ends `superseded` without running when a newer one
  *   of its group started or waits; its turn ends with its attempt (not when the worker shuts down
- *   under it: its next attempt takes the turn again).
+ *   under it: its next attempt takes the turn again). A deploy whose Job a newer one deleted
+ *   (cancel_in_progress) completes with the outcome `cancelled`, naming that deploy.
  */
 export const handlers: { [N in JobName]: Handler<never> } = {
   [JOB.restartService]: restartService,
@@ -107,13 +108,20 @@ export function createProcessor(base: Omit<WorkerDeps, 'close'>): Processor {
         return err;
       });
       if (change) {
-        const own = (value as { outcome?: { result?: string; reason?: string } } | undefined)?.outcome;
+        const ended = value as { outcome?: { result?: string; reason?: string }; cancelled_by?: string } | undefined;
+        const own = ended?.outcome;
+        // A deploy a newer one cancelled (cancel_in_progress, worker/deployCancel.ts) ended as asked: no retry, no dead letter.
+        const cancelled = own?.result === 'cancelled' && ended?.cancelled_by !== undefined;
         await recordOutcome(change, ctx, {
-          result: own?.result === 'created' ? 'created' : 'rolled_out',
+          result: cancelled ? 'cancelled' : own?.result === 'created' ? 'created' : 'rolled_out',
           ...(own?.reason ? { reason: own.reason } : {}),
           duration_s: Math.round((Date.now() - started) / 100) / 10,
         });
-        await history?.step({ state: 'succeeded', finished_at: Date.now() });
+        await history?.step(
+          cancelled
+            ? { state: 'cancelled', cancelled_by: ended.cancelled_by, finished_at: Date.now() }
+            : { state: 'succeeded', finished_at: Date.now() },
+        );
       }
       return value;
     } catch (err) {

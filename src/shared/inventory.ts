@@ -63,6 +63,13 @@ const projectSchema = z.object({
         .regex(/^(?:[^{}]|\{project\}|\{ref\})+$/, 'may hold only {project} and {ref} in braces'),
     })
     .optional(),
+  /**
+   * A newer deploy of the group, come to its turn while one of this project's deploys runs, deletes
+   * that running deploy's Kubernetes Job (with its pods) instead of waiting for it: the running one
+   * ends `cancelled` (worker/deployCancel.ts). Needs `delete` on the namespace's Jobs, which the
+   * chart grants only to namespaces of projects that ask for it. Off unless set.
+   */
+  cancel_in_progress: z.boolean().optional(),
   policy: projectPolicySchema.optional(),
 });
 

@@ -117,6 +117,8 @@ export const APPROVALS_PENDING_KEY = `${GUARD_PREFIX}approvals:pending`;
 export const approvalIndexKey = (identity: string): string => `${GUARD_PREFIX}approval-for:${identity}`;
 /** A concurrency group of deploys: the one running and the newest started and accepted (src/changes/deployOrder/). */
 export const deployGroupKey = (group: string): string => `${GUARD_PREFIX}deploy-group:${group}`;
+/** A running deploy a newer one of its group cancels (cancel_in_progress): the newer deploy's job id, for a while. */
+export const deployCancelKey = (jobId: string): string => `${GUARD_PREFIX}deploy-cancel:${jobId}`;
 /** A namespace's restarts in the budget's sliding window: a sorted set, member = job id, score = when (ms). */
 export const budgetKey = (namespace: string): string => `${GUARD_PREFIX}budget:restart:${namespace}`;
 /**

@@ -7,6 +7,7 @@ import type { JobContext } from '../context.js';
 import { describeRequester, recordEvent, type EventReason } from '../events.js';
 import { apiStatus, k8sFailure, resolveKubeConfig, sleep } from '../k8s.js';
 import { ChangeFailedError, isFinal } from '../report.js';
+import { cancelledBy } from '../../src/changes/deployOrder/cancel.js';
 
 /**
  * run_deploy_pipeline(project, ref): creates a Kubernetes batch/v1 Job from the project's template
@@ -24,6 +25,11 @@ import { ChangeFailedError, isFinal } from '../report.js';
  * most its activeDeadlineSeconds and a minute) and ends with that outcome, recorded as the Event
  * OpsgateDeployed or OpsgateDeployFailed (Warning) on the Job. A worker whose RBAC does not let it
  * read Jobs reports the Job created, and says it could not wait.
+ *
+ * A project with cancel_in_progress: a newer deploy of its group may cancel this one
+ * (worker/deployCancel.ts). The job reads that mark before it creates its Job (then it creates
+ * none) and while it waits: it deletes its Job, with its pods, and ends `cancelled` once the Job is
+ * gone, naming the newer deploy.
  */
 export const MANAGED_BY = 'opsgate';
 export const AUDIT_LABEL = 'opsgate.io/audit-id';
@@ -166,6 +172,17 @@ export function buildDeployJob(i: DeployJobInput): V1Job {
   };
 }
 
+/** Deletes a deploy Job with its pods (foreground: the Job stays, being deleted, until they are gone). */
+export async function deleteDeployJob(batch: BatchV1Api, namespace: string, name: string): Promise<'deleting' | 'gone'> {
+  try {
+    await batch.deleteNamespacedJob({ name, namespace, propagationPolicy: 'Foreground' });
+    return 'deleting';
+  } catch (err) {
+    if (apiStatus(err) === 404) return 'gone';
+    throw k8sFailure(err, `Job ${namespace}/${name}`, 'delete');
+  }
+}
+
 /** The Job's end, as its conditions tell it: succeeded, failed (with the reason), or not yet. */
 export function jobEnd(j: V1Job): { done: false } | { done: true; succeeded: boolean; message: string } {
   for (const c of j.status?.conditions ?? []) {
@@ -181,7 +198,13 @@ export function jobEnd(j: V1Job): { done: false } | { done: true; succeeded: boo
 export async function runDeployPipeline(
   data: RunDeployPipelineData,
   ctx: JobContext,
-): Promise<{ namespace: string; job: string; created: boolean; outcome: { result: 'rolled_out' | 'created'; reason?: string } }> {
+): Promise<{
+  namespace: string;
+  job: string;
+  created: boolean;
+  outcome: { result: 'rolled_out' | 'created' | 'cancelled'; reason?: string };
+  cancelled_by?: string;
+}> {
   const entry = findProject(ctx.inventory, data.project);
   if (!entry) throw new UnrecoverableError(`project ${JSON.stringify(data.project)} is not in the inventory`);
   if (!entry.refs.includes(data.ref)) {
@@ -195,21 +218,33 @@ export async function runDeployPipeline(
 
   const kc = await resolveKubeConfig(ctx.kubeConfig);
   const batch = kc.makeApiClient(BatchV1Api);
-  let created = true;
+  // cancel_in_progress: whether a newer deploy of the group cancelled this one (read only for such a project).
+  const cancelBy = async () => (entry.cancel_in_progress && entry.waitForCompletion ? cancelledBy(ctx.redis, queueJobId) : undefined);
+  const cancelledBefore = await cancelBy();
+  let created = cancelledBefore === undefined;
   let uid: string | undefined;
-  try {
-    uid = (await batch.createNamespacedJob({ namespace: entry.namespace, body, fieldManager: 'opsgate' })).metadata?.uid;
-  } catch (err) {
-    if (apiStatus(err) !== 409) throw k8sFailure(err, what, 'create');
-    created = false; // an earlier attempt of this same queue job created it
+  if (created) {
+    try {
+      uid = (await batch.createNamespacedJob({ namespace: entry.namespace, body, fieldManager: 'opsgate' })).metadata?.uid;
+    } catch (err) {
+      if (apiStatus(err) !== 409) throw k8sFailure(err, what, 'create');
+      created = false; // an earlier attempt of this same queue job created it
+    }
   }
-  ctx.logger.info(created ? 'deploy job created' : 'deploy job already exists (created by an earlier attempt)', {
-    project: data.project,
-    ref: data.ref,
-    namespace: entry.namespace,
-    k8s_job: name,
-    service_account: entry.serviceAccountName,
-  });
+  ctx.logger.info(
+    created
+      ? 'deploy job created'
+      : cancelledBefore
+        ? 'deploy cancelled before its job was created'
+        : 'deploy job already exists (created by an earlier attempt)',
+    {
+      project: data.project,
+      ref: data.ref,
+      namespace: entry.namespace,
+      k8s_job: name,
+      service_account: entry.serviceAccountName,
+    },
+  );
   const event = (reason: EventReason, detail: string) =>
     recordEvent(
       kc,
@@ -227,18 +262,27 @@ export async function runDeployPipeline(
       },
       ctx.logger,
     );
-  await event('OpsgateDeploy', `${data.project} ${data.ref}`);
-  await ctx.job.updateProgress({ phase: 'created', namespace: entry.namespace, k8s_job: name });
+  if (!cancelledBefore) {
+    await event('OpsgateDeploy', `${data.project} ${data.ref}`);
+    await ctx.job.updateProgress({ phase: 'created', namespace: entry.namespace, k8s_job: name });
+  }
   if (!entry.waitForCompletion) return { namespace: entry.namespace, job: name, created, outcome: { result: 'created' } };
 
   const started = Date.now();
   const deadline = started + (entry.activeDeadlineSeconds + 60) * 1000;
+  const cancelled = async (by: string, gone: boolean) => {
+    const reason = `cancelled by deploy ${by}, accepted after it (cancel_in_progress): ${what} deleted${gone ? '' : ', still being deleted'}`;
+    await ctx.job.updateProgress({ phase: 'done', namespace: entry.namespace, k8s_job: name, message: reason });
+    return { namespace: entry.namespace, job: name, created, outcome: { result: 'cancelled' as const, reason }, cancelled_by: by };
+  };
   try {
     for (;;) {
       let j: V1Job;
       try {
         j = await batch.readNamespacedJob({ name, namespace: entry.namespace });
       } catch (err) {
+        const by = apiStatus(err) === 404 ? await cancelBy() : undefined;
+        if (by !== undefined) return await cancelled(by, true);
         if (apiStatus(err) === 403) {
           const reason = `the worker may not read Jobs in ${entry.namespace} (RBAC): created, not waited for`;
           ctx.logger.warn(reason, { k8s_job: name });
@@ -255,7 +299,13 @@ export async function runDeployPipeline(
         await event('OpsgateDeployed', `completed in ${seconds} s`);
         return { namespace: entry.namespace, job: name, created, outcome: { result: 'rolled_out' } };
       }
+      // Cancelled: its Job goes (again, should the newer deploy have found none), and it ends once the Job is gone.
+      const by = await cancelBy();
+      if (by !== undefined && !j.metadata?.deletionTimestamp && (await deleteDeployJob(batch, entry.namespace, name)) === 'gone') {
+        return await cancelled(by, true);
+      }
       if (Date.now() + ctx.config.ROLLOUT_POLL_INTERVAL_MS > deadline) {
+        if (by !== undefined) return await cancelled(by, false);
         throw new ChangeFailedError(
           `${what} did not finish within its activeDeadlineSeconds (${entry.activeDeadlineSeconds}) and a minute`,
           'failed',

@@ -60,6 +60,7 @@ function headline(d: ReportChangeData, base: string): string {
       if (o?.result === 'rolled_out') return `Rolled out${took}: ${s}${approved}`;
       if (o?.result === 'created') return `Deploy Job created${took}: ${s}${approved}`;
       if (o?.result === 'superseded') return `Superseded, not run: ${s}${approved}: ${o.reason ?? ''}`;
+      if (o?.result === 'cancelled') return `Cancelled${took}: ${s}${approved}: ${o.reason ?? ''}`;
       return `${o?.result === 'progress_deadline_exceeded' ? 'Progress deadline exceeded' : o?.result === 'refused' ? 'Refused' : 'Failed'}${took}: ${s}${approved}: ${o?.reason ?? ''}`;
     }
   }

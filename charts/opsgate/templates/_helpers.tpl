@@ -465,6 +465,9 @@ Namespaces the inventory names, with what opsgate may touch there:
 {{- range $project, $p := .Values.inventory.projects }}
 {{- $e := get $out $p.namespace | default (dict "deployments" (list) "jobs" false) }}
 {{- $_ := set $e "jobs" true }}
+{{- if and $p.cancel_in_progress (ne (toString $p.waitForCompletion) "false") }}
+{{- $_ := set $e "deleteJobs" true }}
+{{- end }}
 {{- $_ := set $out $p.namespace $e }}
 {{- end }}
 {{- toYaml $out }}

@@ -343,10 +343,13 @@ describe.each(valueFiles)('%s', (file) => {
 
   test('RBAC: a Role per inventory namespace, worker get/patch on exactly its Deployments, Jobs only where projects deploy, create on events, api get only', () => {
     const v = values();
-    const expected = new Map<string, { deployments: Set<string>; jobs: boolean }>();
-    const entry = (ns: string) => expected.get(ns) ?? expected.set(ns, { deployments: new Set(), jobs: false }).get(ns)!;
+    const expected = new Map<string, { deployments: Set<string>; jobs: boolean; deleteJobs: boolean }>();
+    const entry = (ns: string) => expected.get(ns) ?? expected.set(ns, { deployments: new Set(), jobs: false, deleteJobs: false }).get(ns)!;
     for (const h of Object.values<any>(v.inventory.hosts)) for (const d of h.deployments) entry(h.namespace).deployments.add(d);
-    for (const p of Object.values<any>(v.inventory.projects)) entry(p.namespace).jobs = true;
+    for (const p of Object.values<any>(v.inventory.projects)) {
+      entry(p.namespace).jobs = true;
+      if (p.cancel_in_progress === true && p.waitForCompletion !== false) entry(p.namespace).deleteJobs = true;
+    }
 
     expect(find(objs(), 'ClusterRole')).toHaveLength(0);
     expect(find(objs(), 'ClusterRoleBinding')).toHaveLength(0);
@@ -362,8 +365,9 @@ describe.each(valueFiles)('%s', (file) => {
         ]);
       } else expect(dep).toHaveLength(0);
       const jobs = rules.filter((r) => r.resources.includes('jobs'));
-      // create, and get to wait for the Job's outcome; no list/watch: never used
-      expect(jobs).toEqual(e.jobs ? [{ apiGroups: ['batch'], resources: ['jobs'], verbs: ['create', 'get'] }] : []);
+      // create, and get to wait for the Job's outcome (delete: cancel_in_progress); no list/watch: never used
+      const jobVerbs = e.deleteJobs ? ['create', 'get', 'delete'] : ['create', 'get'];
+      expect(jobs).toEqual(e.jobs ? [{ apiGroups: ['batch'], resources: ['jobs'], verbs: jobVerbs }] : []);
       const events = rules.filter((r) => r.resources.includes('events'));
       expect(events).toEqual([{ apiGroups: ['events.k8s.io'], resources: ['events'], verbs: ['create'] }]);
       expect(rules).toHaveLength(dep.length + jobs.length + events.length);
