@@ -92,7 +92,7 @@ describe('deploys in order: 2 workers, 50 groups x 5 pushes, a worker SIGKILLed'
     cluster = await useCluster();
     admin = adminKubeConfig(cluster);
     await createNamespaces(cluster, [NS]);
-    // the job controller's pods run as it; the ServiceAccount admission needs it to exist
+    // the deploy pods run as it, and the ServiceAccount admission refuses a pod whose account is missing
     ok(await kubectl(cluster.kubeconfigPath, ['-n', NS, 'create', 'serviceaccount', 'deployer']), 'create deployer SA');
     redis = await startRedis();
     dir = mkdtempSync(join(tmpdir(), 'opsgate-bbox-'));
