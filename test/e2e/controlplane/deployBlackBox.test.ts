@@ -70,6 +70,8 @@ interface SeenJob {
   doneAt?: number;
 }
 
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
+
 /** Whether acceptance a came after b: by time, then by job id (numerically for BullMQ's numeric ids). */
 function acceptedAfter(a: { at: number; id: string }, b: { at: number; id: string }): boolean {
   if (a.at !== b.at) return a.at > b.at;
@@ -338,6 +340,8 @@ describe('deploys in order: 2 workers, 50 groups x 5 pushes, a worker SIGKILLed'
         stalled,
         resumedOnTheirJob: retried,
         maxActivePerGroup: Math.max(...maxActive.values()),
+        // from a Job's creation to its Complete condition, as the watch saw them
+        jobSecondsMedian: median([...seen.values()].map((s) => (s.doneAt! - s.createdAt) / 1000)),
         wallSeconds: {
           setUp: (tReady - t0) / 1000,
           pushes: (tPushed - tReady) / 1000,
