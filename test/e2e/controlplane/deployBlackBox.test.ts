@@ -412,6 +412,13 @@ describe('deploys in order: 2 workers, 50 groups x 5 pushes, a worker SIGKILLed'
         for (const d of list.slice(1)) {
           expect(['superseded', 'succeeded']).toContain(d.state);
           if (d.state === 'succeeded') expect(Date.parse(d.finished_at!)).toBeLessThanOrEqual(Date.parse(list[0]!.started_at!));
+          if (d.state === 'superseded') {
+            // named: a deploy of the same group, accepted after it
+            const self = byJobId.get(d.job_id!)!;
+            const by = byJobId.get(d.superseded_by!);
+            expect({ id: d.job_id, by: by?.project }).toEqual({ id: d.job_id, by: project });
+            expect(acceptedAfter({ at: by!.acceptedAt!, id: by!.jobId! }, { at: self.acceptedAt!, id: self.jobId! })).toBe(true);
+          }
         }
       }
       expect(Date.now() - t0).toBeLessThan(180_000);
