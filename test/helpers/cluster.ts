@@ -389,6 +389,10 @@ export async function startCluster(opts: { log?: (msg: string) => void } = {}): 
         `--root-ca-file=${caFile}`,
         '--cluster-name=opsgate-test',
         '--concurrent-deployment-syncs=5',
+        // the controllers' own client limit (20 requests/s by default) would pace a test's hundreds
+        // of Jobs, not the code under test
+        '--kube-api-qps=200',
+        '--kube-api-burst=400',
         '--profiling=false',
         '--v=1',
       ],

@@ -183,12 +183,19 @@ export async function deleteDeployJob(batch: BatchV1Api, namespace: string, name
   }
 }
 
-/** The Job's end, as its conditions tell it: succeeded, failed (with the reason), or not yet. */
+/**
+ * The Job's end, as its terminal conditions tell it: succeeded, failed (with the reason), or not
+ * yet. Only Complete and Failed count: the job controller sets them once every pod of the Job has
+ * terminated. SuccessCriteriaMet and FailureTarget come earlier, while pods may still be
+ * terminating (a Job past its activeDeadlineSeconds keeps its pod running through the grace
+ * period), and a deploy's turn ends with its end: the group's next deploy Job never runs beside
+ * the pods of this one.
+ */
 export function jobEnd(j: V1Job): { done: false } | { done: true; succeeded: boolean; message: string } {
   for (const c of j.status?.conditions ?? []) {
     if (c.status !== 'True') continue;
-    if (c.type === 'Complete' || c.type === 'SuccessCriteriaMet') return { done: true, succeeded: true, message: 'completed' };
-    if (c.type === 'Failed' || c.type === 'FailureTarget') {
+    if (c.type === 'Complete') return { done: true, succeeded: true, message: 'completed' };
+    if (c.type === 'Failed') {
       return { done: true, succeeded: false, message: [c.reason, c.message].filter(Boolean).join(': ') || 'failed' };
     }
   }

@@ -1,7 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { UnrecoverableError } from 'bullmq';
 import { ApiException, type V1Deployment } from '@kubernetes/client-node';
-import { buildDeployJob, deployJobName, labelValue } from '../../../worker/jobs/deploy.js';
+import { buildDeployJob, deployJobName, jobEnd, labelValue } from '../../../worker/jobs/deploy.js';
 import { pausedReason, rolloutState, SCALED_TO_ZERO } from '../../../worker/jobs/restart.js';
 import { describeRequester, eventName, eventNote } from '../../../worker/events.js';
 import { k8sFailure, rfc3339 } from '../../../worker/k8s.js';
@@ -132,6 +132,25 @@ describe('deploy Job', () => {
       expect(n.length).toBeLessThanOrEqual(63);
       expect(n).toMatch(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/);
     }
+  });
+});
+
+describe("a deploy Job's end", () => {
+  const withConditions = (...types: Array<[type: string, reason?: string]>) => ({
+    status: { conditions: types.map(([type, reason]) => ({ type, status: 'True', ...(reason ? { reason } : {}) })) },
+  });
+
+  it('is its terminal condition, set once its pods terminated, not the earlier SuccessCriteriaMet or FailureTarget', () => {
+    expect(jobEnd({})).toEqual({ done: false });
+    expect(jobEnd(withConditions(['SuccessCriteriaMet']))).toEqual({ done: false });
+    expect(jobEnd(withConditions(['FailureTarget', 'DeadlineExceeded']))).toEqual({ done: false });
+    expect(jobEnd(withConditions(['SuccessCriteriaMet'], ['Complete']))).toEqual({ done: true, succeeded: true, message: 'completed' });
+    expect(jobEnd(withConditions(['FailureTarget', 'DeadlineExceeded'], ['Failed', 'DeadlineExceeded']))).toEqual({
+      done: true,
+      succeeded: false,
+      message: 'DeadlineExceeded',
+    });
+    expect(jobEnd({ status: { conditions: [{ type: 'Complete', status: 'False' }] } })).toEqual({ done: false });
   });
 });
 
