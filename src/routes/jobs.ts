@@ -16,9 +16,9 @@ import { scopeOf } from '../middleware/scope.js';
 import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { ApiConfig } from '../api/config.js';
-import { ConflictError, ForbiddenError, NotFoundError, UnprocessableError } from '../shared/errors.js';
+import { ForbiddenError, NotFoundError, UnprocessableError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
-import type { DeadLetters } from '../api/deadLetters.js';
+import { refuseUnretried, type DeadLetters } from '../api/deadLetters.js';
 import { principalOf } from './principal.js';
 import { LISTABLE_STATES, type JobReads } from '../shared/jobReads.js';
 import { decodeCursor, encodeCursor, nextCursorSchema, pageQueryShape } from './paging.js';
@@ -220,16 +220,8 @@ export function jobsRouter(deps: JobsDeps): Router {
         // A retry that waits for approval, or did not happen, wrote nothing of its own to confirm.
         handed: (out) => (out.outcome === 'retried' ? { wrote: 'retry' } : { wrote: 'nothing' }),
       });
+      refuseUnretried(out);
       switch (out.outcome) {
-        case 'not_found':
-          throw new NotFoundError('job not found', 'job_not_found');
-        case 'not_failed':
-          throw new ConflictError(`job is ${out.state}; only a failed (dead-lettered) job can be retried`, 'job_not_failed');
-        case 'busy':
-          throw new ConflictError(
-            `another restart of this Deployment is waiting or rolling out (job ${out.holder}); retry this one after it finished`,
-            'restart_in_progress',
-          );
         case 'pending_approval':
           res.status(202).json({ retried: false, ...out });
           return;
