@@ -240,6 +240,9 @@ function proofCodes(s: Source): readonly ErrorCode[] {
   }
 }
 
+/** An operator's write refused: a readonly key, or a target outside the key's scope. */
+const SCOPED_403 = E[403]("a readonly key; a target outside the key's scope", ['operator_role_required', 'out_of_scope']);
+
 /** A write of a guarded change's records: Redis down, or not replicated in time. */
 const CHANGE_503 = E[503](
   'Redis unavailable, or (REDIS_MIN_REPLICAS_ACK) the change not acknowledged by the replicas in time: it may still take effect, read it back before repeating it',
@@ -367,6 +370,11 @@ type Read = Omit<RouteDoc, 'method' | 'security'> & { unavailable?: ResponseDoc 
 /** A GET any valid key may call, with the answers every one has: 401, 429, and 503 `unavailable`. */
 function read({ unavailable = E[503]('Redis unavailable'), ...r }: Read): RouteDoc {
   return { method: 'get', security: ['apiKey'], ...r, responses: { 401: E[401](), 429: E[429], 503: unavailable, ...r.responses } };
+}
+
+/** An operator's write with a JSON body: a `read`'s 401 and 429, with 400 and 413 for the body. */
+function write(r: Omit<RouteDoc, 'security'>): RouteDoc {
+  return { security: ['apiKey'], ...r, responses: { 400: E[400](), 401: E[401](), 413: E[413], 429: E[429], ...r.responses } };
 }
 
 /** A page of a list: a `read` that also answers 422 for the query it refuses (`refused`). */
@@ -595,32 +603,27 @@ export const API_ROUTES: readonly RouteDoc[] = [
     },
     unavailable: E[503](),
   }),
-  {
+  write({
     method: 'post',
     path: '/ops/jobs/{id}/retry',
     summary: 'Re-queue a dead-lettered job (operator, audited with the reason)',
     tags: ['jobs'],
-    security: ['apiKey'],
     pathParams: jobIdParam,
     body: { contentTypes: ['application/json'], schema: retryBodySchema, required: true },
     responses: {
       200: { description: 're-queued with a fresh attempt budget', schema: retryAnswerSchema },
-      400: E[400](),
-      401: E[401](),
-      403: E[403]("a readonly key; a target outside the key's scope", ['operator_role_required', 'out_of_scope']),
+      403: SCOPED_403,
       404: E[404]('unknown job', ['job_not_found']),
       409: E[409](
         'the job is not failed, another restart of its Deployment is in progress, or (superseded) a newer deploy of its group has started',
         ['job_not_failed', 'restart_in_progress', 'superseded'],
       ),
-      413: E[413],
       422: E[422]('reason missing, blank or too long', BODY_422),
-      429: E[429],
       503: E[503](
         'Redis (queue) unavailable, or (REDIS_MIN_REPLICAS_ACK) the retry not acknowledged by enough replicas in time: it may still take effect, repeating it is safe',
       ),
     },
-  },
+  }),
   list({
     path: '/ops/deliveries',
     summary: "The senders' last deliveries with their verdicts, newest first: why a push did or did not deploy",
@@ -640,12 +643,11 @@ export const API_ROUTES: readonly RouteDoc[] = [
       404: E[404]('unknown delivery (or no longer kept)', ['delivery_not_found']),
     },
   }),
-  {
+  write({
     method: 'post',
     path: '/ops/deliveries/{id}/replay',
     summary: 'Replay a recorded push through the same intake and deduplication (operator, audited with the reason)',
     tags: ['deliveries'],
-    security: ['apiKey'],
     pathParams: deliveryIdParam,
     query: dryRunQuerySchema,
     body: { contentTypes: ['application/json'], schema: replayBodySchema, required: true },
@@ -659,21 +661,17 @@ export const API_ROUTES: readonly RouteDoc[] = [
         description: "waits for approval by the project's policy (status pending_approval, job_id the approval id); nothing is queued yet",
         schema: replayAnswerSchema,
       },
-      400: E[400](),
-      401: E[401](),
-      403: E[403]("a readonly key; a target outside the key's scope", ['operator_role_required', 'out_of_scope']),
+      403: SCOPED_403,
       404: E[404]('unknown delivery (or no longer kept)', ['delivery_not_found']),
       409: E[409](
         'the delivery reached no push event (refused, invalid, ignored, rate-limited): have the sender redeliver it; superseded: a newer deploy of its group has started',
         ['delivery_not_replayable', 'superseded', 'guards_unavailable', 'approval_changed', 'conflict'],
       ),
-      413: E[413],
       // unprocessable: the generic code of a throw site of src/domain/deploy.ts that names no condition
       422: E[422]('reason missing, blank or too long', [...BODY_422, 'invalid_job_data', 'unprocessable']),
-      429: E[429],
       503: E[503](),
     },
-  },
+  }),
   list({
     path: '/ops/deploys',
     summary: 'The history of deploys, newest accepted first (the last DEPLOY_HISTORY_KEPT of each project)',
@@ -756,25 +754,20 @@ export const API_ROUTES: readonly RouteDoc[] = [
     responses: { 200: { description: 'one page of the freezes, soonest end first', schema: freezeListSchema } },
     refused: 'limit out of range, a parameter repeated, or a cursor not of this list',
   }),
-  {
+  write({
     method: 'post',
     path: '/ops/freezes',
     summary: 'Declare a freeze of everything, a namespace or a project until an end time (operator, audited)',
     description: 'While in force, a restart it covers is refused (409 unless overridden) and a deploy it covers is held until it ends.',
     tags: ['guards'],
-    security: ['apiKey'],
     body: { contentTypes: ['application/json'], schema: freezeBodySchema, required: true },
     responses: {
       201: { description: 'declared', schema: freezeViewSchema },
-      400: E[400](),
-      401: E[401](),
-      403: E[403]("a readonly key; a target outside the key's scope", ['operator_role_required', 'out_of_scope']),
-      413: E[413],
+      403: SCOPED_403,
       422: E[422]('unknown scope, namespace or project; no or two ends; an end in the past or more than 30 days away; no reason', BODY_422),
-      429: E[429],
       503: CHANGE_503,
     },
-  },
+  }),
   read({
     path: '/ops/freezes/{id}',
     summary: 'One freeze',
@@ -785,26 +778,21 @@ export const API_ROUTES: readonly RouteDoc[] = [
       404: E[404]('unknown or ended freeze', ['freeze_not_found']),
     },
   }),
-  {
+  write({
     method: 'delete',
     path: '/ops/freezes/{id}',
     summary: 'Lift a freeze early, releasing the deploys it held (operator, audited with the reason)',
     tags: ['guards'],
-    security: ['apiKey'],
     pathParams: freezeIdParam,
     body: { contentTypes: ['application/json'], schema: liftBodySchema, required: true },
     responses: {
       200: { description: 'lifted; released: the held jobs promoted', schema: liftAnswerSchema },
-      400: E[400](),
-      401: E[401](),
-      403: E[403]("a readonly key; a target outside the key's scope", ['operator_role_required', 'out_of_scope']),
+      403: SCOPED_403,
       404: E[404]('unknown or ended freeze', ['freeze_not_found']),
-      413: E[413],
       422: E[422]('reason missing, blank or too long', BODY_422),
-      429: E[429],
       503: CHANGE_503,
     },
-  },
+  }),
   list({
     path: '/ops/holds',
     summary: 'The deploys held now by a freeze or outside their change windows, with why and until when',
