@@ -114,20 +114,15 @@ export function createApp(deps: AppDeps): Express {
   if (deps.rateLimit) app.use(deps.rateLimit);
 
   // REDIS_MIN_REPLICAS_ACK: one check before each success answer of a route that writes (no-op at 0).
-  const replicated = replicationGate({
+  const replication = {
     redis: deps.redis,
     queue: deps.queue.producer,
     logger: deps.logger,
     minReplicas: deps.config.REDIS_MIN_REPLICAS_ACK,
     timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
-  });
-  const changed = changeReplicationGate({
-    redis: deps.redis,
-    queue: deps.queue.producer,
-    logger: deps.logger,
-    minReplicas: deps.config.REDIS_MIN_REPLICAS_ACK,
-    timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
-  });
+  };
+  const replicated = replicationGate(replication);
+  const changed = changeReplicationGate(replication);
   // API keys: expiry judged by one clock, last use shared through Redis and exported by metrics.
   const keyUsage = createKeyUsage({ redis: deps.redis });
   const apiKeyPolicy = { warningDays: deps.config.API_KEY_EXPIRY_WARNING_DAYS, now: deps.now ?? Date.now, usage: keyUsage };
@@ -220,12 +215,7 @@ export function createApp(deps: AppDeps): Express {
       budgetUses: () => remediationBudgetUses(deps.inventory, pipeline.budgets, (deps.now ?? Date.now)()),
     }),
   );
-  const retryReplicated = retryReplicationGate({
-    queue: deps.queue.producer,
-    logger: deps.logger,
-    minReplicas: deps.config.REDIS_MIN_REPLICAS_ACK,
-    timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
-  });
+  const retryReplicated = retryReplicationGate(replication);
   app.use(deliveriesRouter({ ...deps, deliveries, intake, replicated, changed, apiKeyPolicy, pipeline }));
   // Dead letters: a restart's or deploy's retry is a new change through the pipeline, from the API and Bull Board alike.
   const deadLetters = deps.queue.deadLetters(changeRetry(pipeline, deps.queue.jobs));

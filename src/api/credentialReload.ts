@@ -29,65 +29,49 @@ export function watchCredentials(opts: {
   const reloaders: FileReloader[] = [];
 
   for (const file of config.credentialFiles) {
+    const watch = <T>(how: Pick<Parameters<typeof watchCredentialFile<T>>[0], 'parse' | 'apply' | 'describe'>) =>
+      reloaders.push(watchCredentialFile({ file, intervalMs, logger, metrics, ...how }));
     if (file.variable === API_KEYS_FILE_VAR) {
-      reloaders.push(
-        watchCredentialFile({
-          file,
-          intervalMs,
-          logger,
-          metrics,
-          parse: (text) => reloadApiKeys(text ?? '', envKeys),
-          apply(keys) {
-            logger.addSecrets(keys.map((k) => k.key ?? k.digest.toString('hex')));
-            // In place: every holder of config.apiKeys sees the new set at once.
-            config.apiKeys.splice(0, config.apiKeys.length, ...keys);
-            const fileKeys = { apiKeys: keys.filter((k) => k.source === 'file'), OPS_BEARER_TOKEN: undefined };
-            for (const warning of [...weakCredentialWarnings(fileKeys), ...expiredKeyWarnings(fileKeys)]) logger.warn(warning);
-          },
-          describe: (keys) => ({ key_ids: keys.filter((k) => k.source === 'file').map((k) => k.id) }),
-        }),
-      );
+      watch({
+        parse: (text) => reloadApiKeys(text ?? '', envKeys),
+        apply(keys) {
+          logger.addSecrets(keys.map((k) => k.key ?? k.digest.toString('hex')));
+          // In place: every holder of config.apiKeys sees the new set at once.
+          config.apiKeys.splice(0, config.apiKeys.length, ...keys);
+          const fileKeys = { apiKeys: keys.filter((k) => k.source === 'file'), OPS_BEARER_TOKEN: undefined };
+          for (const warning of [...weakCredentialWarnings(fileKeys), ...expiredKeyWarnings(fileKeys)]) logger.warn(warning);
+        },
+        describe: (keys) => ({ key_ids: keys.filter((k) => k.source === 'file').map((k) => k.id) }),
+      });
       continue;
     }
     if (file.variable === OIDC_FILE_VAR && config.oidc) {
       const oidc = config.oidc;
-      reloaders.push(
-        watchCredentialFile({
-          file,
-          intervalMs,
-          logger,
-          metrics,
-          parse: (text) => parseOidcFile(text ?? ''),
-          apply(issuers) {
-            // In place: the verifier reads the list at each request.
-            oidc.issuers.splice(0, oidc.issuers.length, ...issuers);
-          },
-          describe: (issuers) => ({ issuers: issuers.map((i) => i.issuer), rules: issuers.reduce((n, i) => n + i.rules.length, 0) }),
-        }),
-      );
+      watch({
+        parse: (text) => parseOidcFile(text ?? ''),
+        apply(issuers) {
+          // In place: the verifier reads the list at each request.
+          oidc.issuers.splice(0, oidc.issuers.length, ...issuers);
+        },
+        describe: (issuers) => ({ issuers: issuers.map((i) => i.issuer), rules: issuers.reduce((n, i) => n + i.rules.length, 0) }),
+      });
       continue;
     }
     const env = secretEnvOf.get(file.variable);
     if (!env) continue;
-    reloaders.push(
-      watchCredentialFile({
-        file,
-        intervalMs,
-        logger,
-        metrics,
-        // Once in use, a secret file that goes away is refused like any invalid one: the last good secret stays.
-        parse: (text) => {
-          if (text === undefined) throw new ConfigError(file.variable, 'cannot be read (ENOENT)');
-          return parseSecretFile(text, file.variable);
-        },
-        apply(values) {
-          logger.addSecrets(values);
-          senderSecrets.set(env, values);
-        },
-        // How many values are in use: 2 while a previous secret is still accepted.
-        describe: (values) => ({ values: values.length }),
-      }),
-    );
+    watch({
+      // Once in use, a secret file that goes away is refused like any invalid one: the last good secret stays.
+      parse: (text) => {
+        if (text === undefined) throw new ConfigError(file.variable, 'cannot be read (ENOENT)');
+        return parseSecretFile(text, file.variable);
+      },
+      apply(values) {
+        logger.addSecrets(values);
+        senderSecrets.set(env, values);
+      },
+      // How many values are in use: 2 while a previous secret is still accepted.
+      describe: (values) => ({ values: values.length }),
+    });
   }
   return {
     async check() {

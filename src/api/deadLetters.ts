@@ -1,6 +1,6 @@
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { ConflictError, QueueUnavailableError } from '../shared/errors.js';
+import { ConflictError, NotFoundError, QueueUnavailableError } from '../shared/errors.js';
 import { JOB } from '../shared/jobs.js';
 import { jobView, type JobView } from '../shared/jobReads.js';
 import type { QueueGuard } from '../shared/queueGuard.js';
@@ -11,6 +11,21 @@ export type RetryOutcome =
   | { outcome: 'not_found' }
   | { outcome: 'not_failed'; state: string }
   | { outcome: 'busy'; holder: string };
+
+/** A retry that did not happen, as the error both ways of retrying (the API, Bull Board) answer with. */
+export function refuseUnretried(out: RetryOutcome): asserts out is Extract<RetryOutcome, { outcome: 'retried' | 'pending_approval' }> {
+  switch (out.outcome) {
+    case 'not_found':
+      throw new NotFoundError('job not found', 'job_not_found');
+    case 'not_failed':
+      throw new ConflictError(`job is ${out.state}; only a failed (dead-lettered) job can be retried`, 'job_not_failed');
+    case 'busy':
+      throw new ConflictError(
+        `another restart of this Deployment is waiting or rolling out (job ${out.holder}); retry this one after it finished`,
+        'restart_in_progress',
+      );
+  }
+}
 
 /** Who retries a dead letter, and why (a restart's or deploy's retry is a new change of theirs). */
 interface RetryBy {

@@ -13,6 +13,7 @@ import { answerChange, answered } from './answer.js';
 import { projectNamespace, type Pipeline } from './deps.js';
 import { submitChange } from './pipeline.js';
 import type { Change, DeployTarget, Principal } from './types.js';
+import { storedJson } from '../shared/redis.js';
 
 /**
  * A deploy asked for by a CI job (POST /ops/deploys, origin `ci`): exactly one commit of one
@@ -115,13 +116,8 @@ function ciDeployChange(inventory: Inventory, req: CiDeployRequest, scope?: stri
 }
 
 function parseStored(raw: string | null): CiDeployAnswer | undefined {
-  if (raw === null) return undefined;
-  try {
-    const v = JSON.parse(raw) as CiDeployAnswer;
-    return typeof v.job_id === 'string' && typeof v.sha === 'string' ? v : undefined;
-  } catch {
-    return undefined;
-  }
+  const v = storedJson<CiDeployAnswer>(raw);
+  return typeof v?.job_id === 'string' && typeof v.sha === 'string' ? v : undefined;
 }
 
 const reused = () =>

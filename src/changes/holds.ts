@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import { HOLDS_KEY } from '../shared/keys.js';
 import type { GateReason } from './gate.js';
+import { storedJson } from '../shared/redis.js';
 
 /**
  * Deploys held by a freeze or outside their project's change windows: each is a BullMQ delayed
@@ -30,14 +31,7 @@ export interface HoldStore {
   all(): Promise<Hold[]>;
 }
 
-function parse(raw: string | null | undefined): Hold | undefined {
-  if (!raw) return undefined;
-  try {
-    return JSON.parse(raw) as Hold;
-  } catch {
-    return undefined;
-  }
-}
+const parse = storedJson<Hold>;
 
 export function createHoldStore(redis: Redis): HoldStore {
   return {

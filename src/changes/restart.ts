@@ -13,6 +13,7 @@ import { sameTarget } from './kinds/index.js';
 import { coalesceId, type Pipeline } from './deps.js';
 import { checkOverrideAsk, submitChange } from './pipeline.js';
 import type { Change, Origin, Principal, RestartTarget } from './types.js';
+import { storedJson } from '../shared/redis.js';
 
 export { coalesceId };
 
@@ -78,13 +79,8 @@ interface StoredAnswer {
 }
 
 function parseStored(raw: string | null): StoredAnswer | undefined {
-  if (raw === null) return undefined;
-  try {
-    const v = JSON.parse(raw) as StoredAnswer;
-    return typeof v.job_id === 'string' ? v : undefined;
-  } catch {
-    return undefined;
-  }
+  const v = storedJson<StoredAnswer>(raw);
+  return typeof v?.job_id === 'string' ? v : undefined;
 }
 
 interface RestartDeps {

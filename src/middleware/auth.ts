@@ -66,6 +66,22 @@ export interface ApiKeyPolicy {
   usage?: Pick<KeyUsage, 'record'>;
 }
 
+/** What a router that checks X-API-Key reads: the keys, the failure counter and the keys' policy. */
+export interface KeyedDeps {
+  config: { apiKeys: readonly ApiKey[] };
+  metrics: AuthMetrics;
+  /** Expiry warnings, the clock and last use of API keys. */
+  apiKeyPolicy?: ApiKeyPolicy;
+}
+
+/** A router's two key checks: any valid key, and an operator key. */
+export function keyChecks(deps: KeyedDeps): { anyKey: RequestHandler; operatorKey: RequestHandler } {
+  return {
+    anyKey: requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy),
+    operatorKey: requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', deps.apiKeyPolicy),
+  };
+}
+
 /**
  * `X-API-Key`: missing/empty/unknown 401; an expired key 401 naming it and its expiry; with
  * `role: 'operator'`, a non-operator key 403. A key within the warning window works, and the

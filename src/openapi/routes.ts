@@ -171,9 +171,7 @@ const decisionAnswers = (action: 'approve' | 'reject'): RouteDoc['responses'] =>
           codes: ['rate_limited', 'budget_exhausted'],
         }
       : E[429],
-  503: E[503](
-    'Redis unavailable, or (REDIS_MIN_REPLICAS_ACK) the change not acknowledged by the replicas in time: it may still take effect, read it back before repeating it',
-  ),
+  503: CHANGE_503,
 });
 
 // --- shared answers ------------------------------------------------------------------------
@@ -241,6 +239,14 @@ function proofCodes(s: Source): readonly ErrorCode[] {
       return ['missing_credentials', 'unsupported_auth_scheme', 'invalid_bearer_token'];
   }
 }
+
+/** An operator's write refused: a readonly key, or a target outside the key's scope. */
+const SCOPED_403 = E[403]("a readonly key; a target outside the key's scope", ['operator_role_required', 'out_of_scope']);
+
+/** A write of a guarded change's records: Redis down, or not replicated in time. */
+const CHANGE_503 = E[503](
+  'Redis unavailable, or (REDIS_MIN_REPLICAS_ACK) the change not acknowledged by the replicas in time: it may still take effect, read it back before repeating it',
+);
 
 // --- webhook senders (src/sources) --------------------------------------------------------
 
@@ -357,6 +363,23 @@ function webhookRoute(s: Source): RouteDoc {
       503: E[503](),
     },
   };
+}
+
+type Read = Omit<RouteDoc, 'method' | 'security'> & { unavailable?: ResponseDoc };
+
+/** A GET any valid key may call, with the answers every one has: 401, 429, and 503 `unavailable`. */
+function read({ unavailable = E[503]('Redis unavailable'), ...r }: Read): RouteDoc {
+  return { method: 'get', security: ['apiKey'], ...r, responses: { 401: E[401](), 429: E[429], 503: unavailable, ...r.responses } };
+}
+
+/** An operator's write with a JSON body: a `read`'s 401 and 429, with 400 and 413 for the body. */
+function write(r: Omit<RouteDoc, 'security'>): RouteDoc {
+  return { security: ['apiKey'], ...r, responses: { 400: E[400](), 401: E[401](), 413: E[413], 429: E[429], ...r.responses } };
+}
+
+/** A page of a list: a `read` that also answers 422 for the query it refuses (`refused`). */
+function list({ refused, ...r }: Read & { refused: string }): RouteDoc {
+  return read({ ...r, responses: { 422: E[422](refused, LIST_422), ...r.responses } });
 }
 
 export const API_ROUTES: readonly RouteDoc[] = [
@@ -558,104 +581,73 @@ export const API_ROUTES: readonly RouteDoc[] = [
       503: E[503]('Redis unavailable: last use cannot be read', ['redis_unavailable']),
     },
   },
-  {
-    method: 'get',
+  list({
     path: '/ops/jobs',
     summary: 'List jobs by state; state=failed lists the dead letters',
     description:
       'Newest first, paged with limit and cursor (next_cursor; offset/next_offset still work). Never returns job data or return values.',
     tags: ['jobs'],
-    security: ['apiKey'],
     query: listJobsQuerySchema,
-    responses: {
-      200: { description: 'one page', schema: jobListSchema },
-      401: E[401](),
-      422: E[422](
-        'unknown state, limit/offset out of range, a parameter repeated, cursor with offset, or a cursor not of this query',
-        LIST_422,
-      ),
-      429: E[429],
-      503: E[503](),
-    },
-  },
-  {
-    method: 'get',
+    responses: { 200: { description: 'one page', schema: jobListSchema } },
+    refused: 'unknown state, limit/offset out of range, a parameter repeated, cursor with offset, or a cursor not of this query',
+    unavailable: E[503](),
+  }),
+  read({
     path: '/ops/jobs/{id}',
     summary: 'State and bookkeeping of one job (never its data)',
     tags: ['jobs'],
-    security: ['apiKey'],
     pathParams: jobIdParam,
     responses: {
       200: { description: 'the job', schema: jobViewSchema },
-      401: E[401](),
       404: E[404]('unknown job', ['job_not_found']),
-      429: E[429],
-      503: E[503](),
     },
-  },
-  {
+    unavailable: E[503](),
+  }),
+  write({
     method: 'post',
     path: '/ops/jobs/{id}/retry',
     summary: 'Re-queue a dead-lettered job (operator, audited with the reason)',
     tags: ['jobs'],
-    security: ['apiKey'],
     pathParams: jobIdParam,
     body: { contentTypes: ['application/json'], schema: retryBodySchema, required: true },
     responses: {
       200: { description: 're-queued with a fresh attempt budget', schema: retryAnswerSchema },
-      400: E[400](),
-      401: E[401](),
-      403: E[403]("a readonly key; a target outside the key's scope", ['operator_role_required', 'out_of_scope']),
+      403: SCOPED_403,
       404: E[404]('unknown job', ['job_not_found']),
       409: E[409](
         'the job is not failed, another restart of its Deployment is in progress, or (superseded) a newer deploy of its group has started',
         ['job_not_failed', 'restart_in_progress', 'superseded'],
       ),
-      413: E[413],
       422: E[422]('reason missing, blank or too long', BODY_422),
-      429: E[429],
       503: E[503](
         'Redis (queue) unavailable, or (REDIS_MIN_REPLICAS_ACK) the retry not acknowledged by enough replicas in time: it may still take effect, repeating it is safe',
       ),
     },
-  },
-  {
-    method: 'get',
+  }),
+  list({
     path: '/ops/deliveries',
     summary: "The senders' last deliveries with their verdicts, newest first: why a push did or did not deploy",
     description: 'Paged with limit and cursor (next_cursor; before/next still work).',
     tags: ['deliveries'],
-    security: ['apiKey'],
     query: listDeliveriesQuerySchema,
-    responses: {
-      200: { description: 'one page', schema: deliveryListSchema },
-      401: E[401](),
-      422: E[422]('unknown source or verdict, bad limit or cursor, cursor with before, or a cursor not of this query', LIST_422),
-      429: E[429],
-      503: E[503]('Redis unavailable'),
-    },
-  },
-  {
-    method: 'get',
+    responses: { 200: { description: 'one page', schema: deliveryListSchema } },
+    refused: 'unknown source or verdict, bad limit or cursor, cursor with before, or a cursor not of this query',
+  }),
+  read({
     path: '/ops/deliveries/{id}',
     summary: 'One recorded delivery',
     tags: ['deliveries'],
-    security: ['apiKey'],
     pathParams: deliveryIdParam,
     responses: {
       200: { description: 'the delivery', schema: deliveryViewSchema },
-      401: E[401](),
       404: E[404]('unknown delivery (or no longer kept)', ['delivery_not_found']),
-      429: E[429],
-      503: E[503]('Redis unavailable'),
     },
-  },
-  {
+  }),
+  write({
     method: 'post',
     path: '/ops/deliveries/{id}/replay',
     summary: 'Replay a recorded push through the same intake and deduplication (operator, audited with the reason)',
     tags: ['deliveries'],
-    security: ['apiKey'],
     pathParams: deliveryIdParam,
     query: dryRunQuerySchema,
     body: { contentTypes: ['application/json'], schema: replayBodySchema, required: true },
@@ -669,101 +661,68 @@ export const API_ROUTES: readonly RouteDoc[] = [
         description: "waits for approval by the project's policy (status pending_approval, job_id the approval id); nothing is queued yet",
         schema: replayAnswerSchema,
       },
-      400: E[400](),
-      401: E[401](),
-      403: E[403]("a readonly key; a target outside the key's scope", ['operator_role_required', 'out_of_scope']),
+      403: SCOPED_403,
       404: E[404]('unknown delivery (or no longer kept)', ['delivery_not_found']),
       409: E[409](
         'the delivery reached no push event (refused, invalid, ignored, rate-limited): have the sender redeliver it; superseded: a newer deploy of its group has started',
         ['delivery_not_replayable', 'superseded', 'guards_unavailable', 'approval_changed', 'conflict'],
       ),
-      413: E[413],
       // unprocessable: the generic code of a throw site of src/domain/deploy.ts that names no condition
       422: E[422]('reason missing, blank or too long', [...BODY_422, 'invalid_job_data', 'unprocessable']),
-      429: E[429],
       503: E[503](),
     },
-  },
-  {
-    method: 'get',
+  }),
+  list({
     path: '/ops/deploys',
     summary: 'The history of deploys, newest accepted first (the last DEPLOY_HISTORY_KEPT of each project)',
     description:
       'Each deploy with its state (pending_approval, held, queued, running, succeeded, failed, superseded, cancelled, rejected), its times, ' +
       'its queue job and Kubernetes Job. Paged with limit and cursor (next_cursor). A scoped credential sees only the projects its scope admits.',
     tags: ['ops'],
-    security: ['apiKey'],
     query: listDeploysQuerySchema,
-    responses: {
-      200: { description: 'one page of deploys', schema: deployListSchema },
-      401: E[401](),
-      422: E[422]('a filter or limit out of range, a parameter repeated, or a cursor not of this list', LIST_422),
-      429: E[429],
-      503: E[503]('Redis unavailable'),
-    },
-  },
-  {
-    method: 'get',
+    responses: { 200: { description: 'one page of deploys', schema: deployListSchema } },
+    refused: 'a filter or limit out of range, a parameter repeated, or a cursor not of this list',
+  }),
+  read({
     path: '/ops/deploys/{id}',
     summary: 'One deploy of the history',
     tags: ['ops'],
-    security: ['apiKey'],
     pathParams: z.object({ id: z.string().describe('a deploy id: its job id (or the approval id it waited under)') }),
     responses: {
       200: { description: 'the deploy', schema: deployViewSchema },
-      401: E[401](),
       404: E[404]('no kept deploy of this id, or one of a project outside the scope', ['deploy_not_found']),
-      429: E[429],
-      503: E[503]('Redis unavailable'),
     },
-  },
-  {
-    method: 'get',
+  }),
+  read({
     path: '/ops/projects/{project}',
     summary: "A project's refs: each one's current (last succeeded) deploy and the one running",
     description: 'The project name is one path segment: its slashes encoded (group%2Fapp).',
     tags: ['ops'],
-    security: ['apiKey'],
     pathParams: z.object({ project: z.string().describe('an inventory project, URL-encoded') }),
     responses: {
       200: { description: "the project's refs", schema: projectViewSchema },
-      401: E[401](),
       403: E[403]('a project outside the scope of the credential', ['out_of_scope']),
       404: E[404]('neither the inventory nor the history knows the project', ['project_not_found']),
-      429: E[429],
-      503: E[503]('Redis unavailable'),
     },
-  },
-  {
-    method: 'get',
+  }),
+  list({
     path: '/ops/approvals',
     summary: 'The pending approvals of guarded changes, soonest expiry first',
     tags: ['guards'],
-    security: ['apiKey'],
     query: listApprovalsQuerySchema,
-    responses: {
-      200: { description: 'one page of the pending approvals', schema: approvalListSchema },
-      401: E[401](),
-      422: E[422]('limit out of range, a parameter repeated, or a cursor not of this list', LIST_422),
-      429: E[429],
-      503: E[503]('Redis unavailable'),
-    },
-  },
-  {
-    method: 'get',
+    responses: { 200: { description: 'one page of the pending approvals', schema: approvalListSchema } },
+    refused: 'limit out of range, a parameter repeated, or a cursor not of this list',
+  }),
+  read({
     path: '/ops/approvals/{id}',
     summary: 'One approval, whatever became of it (kept a day after its decision or expiry)',
     tags: ['guards'],
-    security: ['apiKey'],
     pathParams: approvalIdParam,
     responses: {
       200: { description: 'the approval', schema: approvalViewSchema },
-      401: E[401](),
       404: E[404]('unknown approval', ['approval_not_found']),
-      429: E[429],
-      503: E[503]('Redis unavailable'),
     },
-  },
+  }),
   {
     method: 'post',
     path: '/ops/approvals/{id}/approve',
@@ -787,111 +746,71 @@ export const API_ROUTES: readonly RouteDoc[] = [
     body: { contentTypes: ['application/json'], schema: decisionBodySchema.omit({ override: true }), required: true },
     responses: decisionResponses('reject'),
   },
-  {
-    method: 'get',
+  list({
     path: '/ops/freezes',
     summary: 'The freezes not yet ended',
     tags: ['guards'],
-    security: ['apiKey'],
     query: listFreezesQuerySchema,
-    responses: {
-      200: { description: 'one page of the freezes, soonest end first', schema: freezeListSchema },
-      401: E[401](),
-      422: E[422]('limit out of range, a parameter repeated, or a cursor not of this list', LIST_422),
-      429: E[429],
-      503: E[503]('Redis unavailable'),
-    },
-  },
-  {
+    responses: { 200: { description: 'one page of the freezes, soonest end first', schema: freezeListSchema } },
+    refused: 'limit out of range, a parameter repeated, or a cursor not of this list',
+  }),
+  write({
     method: 'post',
     path: '/ops/freezes',
     summary: 'Declare a freeze of everything, a namespace or a project until an end time (operator, audited)',
     description: 'While in force, a restart it covers is refused (409 unless overridden) and a deploy it covers is held until it ends.',
     tags: ['guards'],
-    security: ['apiKey'],
     body: { contentTypes: ['application/json'], schema: freezeBodySchema, required: true },
     responses: {
       201: { description: 'declared', schema: freezeViewSchema },
-      400: E[400](),
-      401: E[401](),
-      403: E[403]("a readonly key; a target outside the key's scope", ['operator_role_required', 'out_of_scope']),
-      413: E[413],
+      403: SCOPED_403,
       422: E[422]('unknown scope, namespace or project; no or two ends; an end in the past or more than 30 days away; no reason', BODY_422),
-      429: E[429],
-      503: E[503](
-        'Redis unavailable, or (REDIS_MIN_REPLICAS_ACK) the change not acknowledged by the replicas in time: it may still take effect, read it back before repeating it',
-      ),
+      503: CHANGE_503,
     },
-  },
-  {
-    method: 'get',
+  }),
+  read({
     path: '/ops/freezes/{id}',
     summary: 'One freeze',
     tags: ['guards'],
-    security: ['apiKey'],
     pathParams: freezeIdParam,
     responses: {
       200: { description: 'the freeze', schema: freezeViewSchema },
-      401: E[401](),
       404: E[404]('unknown or ended freeze', ['freeze_not_found']),
-      429: E[429],
-      503: E[503]('Redis unavailable'),
     },
-  },
-  {
+  }),
+  write({
     method: 'delete',
     path: '/ops/freezes/{id}',
     summary: 'Lift a freeze early, releasing the deploys it held (operator, audited with the reason)',
     tags: ['guards'],
-    security: ['apiKey'],
     pathParams: freezeIdParam,
     body: { contentTypes: ['application/json'], schema: liftBodySchema, required: true },
     responses: {
       200: { description: 'lifted; released: the held jobs promoted', schema: liftAnswerSchema },
-      400: E[400](),
-      401: E[401](),
-      403: E[403]("a readonly key; a target outside the key's scope", ['operator_role_required', 'out_of_scope']),
+      403: SCOPED_403,
       404: E[404]('unknown or ended freeze', ['freeze_not_found']),
-      413: E[413],
       422: E[422]('reason missing, blank or too long', BODY_422),
-      429: E[429],
-      503: E[503](
-        'Redis unavailable, or (REDIS_MIN_REPLICAS_ACK) the change not acknowledged by the replicas in time: it may still take effect, read it back before repeating it',
-      ),
+      503: CHANGE_503,
     },
-  },
-  {
-    method: 'get',
+  }),
+  list({
     path: '/ops/holds',
     summary: 'The deploys held now by a freeze or outside their change windows, with why and until when',
     tags: ['guards'],
-    security: ['apiKey'],
     query: listFreezesQuerySchema,
-    responses: {
-      200: { description: 'one page of the held deploys, soonest due first', schema: holdListSchema },
-      401: E[401](),
-      422: E[422]('limit out of range, a parameter repeated, or a cursor not of this list', LIST_422),
-      429: E[429],
-      503: E[503]('Redis unavailable'),
-    },
-  },
-  {
-    method: 'get',
+    responses: { 200: { description: 'one page of the held deploys, soonest due first', schema: holdListSchema } },
+    refused: 'limit out of range, a parameter repeated, or a cursor not of this list',
+  }),
+  list({
     path: '/ops/remediations',
     summary: 'Recent decisions of alert-driven remediation, with their reasons, newest first',
     description:
       "Why did (or didn't) opsgate restart a Deployment for an alert: each decision names its rule, alert, target, the guard that stopped it and its outcome.",
     tags: ['guards'],
-    security: ['apiKey'],
     query: remediationsQuerySchema,
-    responses: {
-      200: { description: 'one page of the decisions, newest first', schema: remediationListSchema },
-      401: E[401](),
-      422: E[422]('limit out of range, a parameter repeated, or a cursor not of this list', LIST_422),
-      429: E[429],
-      503: E[503]('Redis unavailable'),
-    },
-  },
+    responses: { 200: { description: 'one page of the decisions, newest first', schema: remediationListSchema } },
+    refused: 'limit out of range, a parameter repeated, or a cursor not of this list',
+  }),
   ...SOURCES.map(webhookRoute),
   {
     method: 'get',

@@ -170,6 +170,10 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     return full;
   }
 
+  /** A firing that restarts nothing, recorded with the guard that stopped it and why. */
+  const suppress = (base: Base, guard: NonNullable<RemediationDecision['guard']>, reason: string) =>
+    recordDecision({ ...base, decision: 'suppressed', guard, reason });
+
   /** The decision's news to the notification endpoints (report_change, event `remediation`). */
   async function report(rule: RemediationRule, d: RemediationDecision, auditId: string, history?: Array<{ id: string; at: number }>) {
     await queueReport(g, `report.${d.id}.${d.decision}${d.outcome ? `.${d.outcome}` : ''}`, {
@@ -267,23 +271,21 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     const host = namespace && deployment ? hostOfDeployment(g.inventory, namespace, deployment) : undefined;
     if (!host || !namespace || !deployment) {
       return {
-        d: await recordDecision({
-          ...base,
-          decision: 'suppressed',
-          guard: 'target',
-          reason: `labels ${rule.target.namespace}=${JSON.stringify(namespace ?? '')} and ${rule.target.deployment}=${JSON.stringify(deployment ?? '')} name no Deployment of an inventory host; nothing restarted`,
-        }),
+        d: await suppress(
+          base,
+          'target',
+          `labels ${rule.target.namespace}=${JSON.stringify(namespace ?? '')} and ${rule.target.deployment}=${JSON.stringify(deployment ?? '')} name no Deployment of an inventory host; nothing restarted`,
+        ),
       };
     }
     base.host = host;
     if (!targetAllowed(rule, host, namespace, deployment)) {
       return {
-        d: await recordDecision({
-          ...base,
-          decision: 'suppressed',
-          guard: 'target_not_allowed',
-          reason: `Deployment ${namespace}/${deployment} (host ${host}) is not among the targets of rule ${rule.name}; nothing restarted`,
-        }),
+        d: await suppress(
+          base,
+          'target_not_allowed',
+          `Deployment ${namespace}/${deployment} (host ${host}) is not among the targets of rule ${rule.name}; nothing restarted`,
+        ),
       };
     }
 
@@ -292,12 +294,11 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     let since = alert.startsAt;
     if (!source && rule.mode === 'act') {
       return {
-        d: await recordDecision({
-          ...base,
-          decision: 'suppressed',
-          guard: 'unconfirmed',
-          reason: `rule ${rule.name} confirms its alerts with ${rule.confirm}, which this process cannot ask; nothing restarted`,
-        }),
+        d: await suppress(
+          base,
+          'unconfirmed',
+          `rule ${rule.name} confirms its alerts with ${rule.confirm}, which this process cannot ask; nothing restarted`,
+        ),
       };
     }
     if (source) {
@@ -321,14 +322,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
         return { d, ...(via === 'check' && next ? { againMs } : {}) };
       }
       if (fired === undefined) {
-        return {
-          d: await recordDecision({
-            ...base,
-            decision: 'suppressed',
-            guard: 'not_firing',
-            reason: `${source.name} fires no alert with these labels; nothing restarted`,
-          }),
-        };
+        return { d: await suppress(base, 'not_firing', `${source.name} fires no alert with these labels; nothing restarted`) };
       }
       since = fired;
       base.starts_at = iso(since);
@@ -337,12 +331,11 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     const episodes = await store.episode(rule.name, alert.fingerprint, since, now, rule.trigger.within * 1000);
     if (episodes < rule.trigger.episodes) {
       return {
-        d: await recordDecision({
-          ...base,
-          decision: 'suppressed',
-          guard: 'episodes',
-          reason: `${episodes} of the ${rule.trigger.episodes} firings within ${formatDuration(rule.trigger.within)} the rule waits for`,
-        }),
+        d: await suppress(
+          base,
+          'episodes',
+          `${episodes} of the ${rule.trigger.episodes} firings within ${formatDuration(rule.trigger.within)} the rule waits for`,
+        ),
       };
     }
     const due = since + rule.trigger.for * 1000;
@@ -375,20 +368,18 @@ export function createRemediation(deps: RemediationDeps): Remediation {
       escalateAfter: rule.escalate_after,
     });
     if (claim.verdict === 'cooldown') {
-      return recordDecision({
-        ...base,
-        decision: 'suppressed',
-        guard: 'cooldown',
-        reason: `restarted by this rule less than ${formatDuration(rule.cooldown)} ago; the cooldown ends in ${Math.ceil(claim.leftMs / 1000)} s`,
-      });
+      return suppress(
+        base,
+        'cooldown',
+        `restarted by this rule less than ${formatDuration(rule.cooldown)} ago; the cooldown ends in ${Math.ceil(claim.leftMs / 1000)} s`,
+      );
     }
     if (claim.verdict === 'escalated') {
-      return recordDecision({
-        ...base,
-        decision: 'suppressed',
-        guard: 'escalated',
-        reason: `escalated: ${claim.count} remediations within ${formatDuration(rule.escalation_window)} did not keep the alert away; on-call was paged, nothing more is done until the window passes`,
-      });
+      return suppress(
+        base,
+        'escalated',
+        `escalated: ${claim.count} remediations within ${formatDuration(rule.escalation_window)} did not keep the alert away; on-call was paged, nothing more is done until the window passes`,
+      );
     }
     if (claim.verdict === 'escalate') return escalate(rule, alert, base, claim.count, auditId, now);
 

@@ -11,6 +11,7 @@ import {
   remediationResolvedKey,
 } from '../shared/keys.js';
 import { defineLua, loadLua } from '../shared/lua.js';
+import { storedJson } from '../shared/redis.js';
 
 /**
  * What remediation keeps in Redis, shared by every API replica and worker: the guard of a rule's
@@ -155,14 +156,7 @@ export interface RemediationStore {
 const GUARD = 'opsgateRemediationGuard';
 const GUARD_LUA = loadLua(new URL('./remediation-guard.lua', import.meta.url));
 
-const parseActive = (raw: string | null): Active | undefined => {
-  if (!raw) return undefined;
-  try {
-    return JSON.parse(raw) as Active;
-  } catch {
-    return undefined;
-  }
-};
+const parseActive = storedJson<Active>;
 
 export function createRemediationStore(redis: Redis): RemediationStore {
   defineLua(redis, GUARD, GUARD_LUA, 3);

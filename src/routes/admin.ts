@@ -8,12 +8,12 @@ import type { Queue } from 'bullmq';
 import { Router, type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 import type { ApiKey } from '../api/apiKeys.js';
 import { sha256Hex } from '../shared/crypto.js';
-import { ConflictError, ERROR_CODES, ForbiddenError, NotFoundError, codesOfStatus, type ErrorCode } from '../shared/errors.js';
+import { ERROR_CODES, ForbiddenError, NotFoundError, codesOfStatus, type ErrorCode } from '../shared/errors.js';
 import { refuseCrossSiteWrites, requireOperatorKeyOrBasic } from '../middleware/auth.js';
 import { boundedRaw } from '../middleware/body.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
-import type { DeadLetters } from '../api/deadLetters.js';
+import { refuseUnretried, type DeadLetters } from '../api/deadLetters.js';
 import { principalOf } from './principal.js';
 
 /**
@@ -261,16 +261,8 @@ async function retryLikeTheApi(
     reason: 'retried from Bull Board',
     auditId: String(res.locals.requestId),
   });
+  refuseUnretried(out);
   switch (out.outcome) {
-    case 'not_found':
-      throw new NotFoundError('job not found', 'job_not_found');
-    case 'not_failed':
-      throw new ConflictError(`job is ${out.state}; only a failed (dead-lettered) job can be retried`, 'job_not_failed');
-    case 'busy':
-      throw new ConflictError(
-        `another restart of this Deployment is waiting or rolling out (job ${out.holder}); retry this one after it finished`,
-        'restart_in_progress',
-      );
     case 'pending_approval':
       res.locals.auditFields = { ...(res.locals.auditFields as object), outcome: 'pending_approval', approval_id: out.approval_id };
       res.status(202).json(out);

@@ -9,7 +9,7 @@ import { principalOf } from './principal.js';
 import type { Pipeline } from '../changes/deps.js';
 import type { ConfirmChange } from '../domain/replication.js';
 import { redisCall } from '../domain/redisOps.js';
-import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
+import { keyChecks, type KeyedDeps } from '../middleware/auth.js';
 import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { requireInScope, scopeOf } from '../middleware/scope.js';
@@ -17,7 +17,6 @@ import type { ApiConfig } from '../api/config.js';
 import { approvalKey } from '../shared/keys.js';
 import { NotFoundError, UnprocessableError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
-import type { Metrics } from '../shared/metrics.js';
 import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
 
 /**
@@ -30,13 +29,11 @@ import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
  *   the change still needs others answers 202 (the change still waits for approval, as a restart
  *   that asks for one); a decision answers 200 (approved: the change is queued; rejected).
  */
-interface ApprovalsDeps extends Pick<Pipeline, 'approvals' | 'redis' | 'now'> {
+interface ApprovalsDeps extends KeyedDeps, Pick<Pipeline, 'approvals' | 'redis' | 'now'> {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
   /** The change pipeline: a decision that approves hands its change over (decideApproval). */
   pipeline: Pipeline;
   logger: Logger;
-  metrics: Pick<Metrics, 'authFailures'>;
-  apiKeyPolicy?: ApiKeyPolicy;
   /** REDIS_MIN_REPLICAS_ACK for a decision and the job it queues (src/domain/replication.ts); absent = off. */
   changed?: ConfirmChange;
 }
@@ -48,8 +45,7 @@ export const listApprovalsQuerySchema = z.object(pageQueryShape(100, 500));
 
 export function approvalsRouter(deps: ApprovalsDeps): Router {
   const r = Router();
-  const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
-  const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', deps.apiKeyPolicy);
+  const { anyKey, operatorKey } = keyChecks(deps);
 
   r.route('/ops/approvals')
     .get(anyKey, async (req, res) => {

@@ -11,7 +11,7 @@ import { dryRunDeploy } from '../changes/dryRun.js';
 import type { Pipeline } from '../changes/deps.js';
 import type { Intake, IntakeResult } from '../domain/intake.js';
 import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
-import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
+import { keyChecks, type KeyedDeps } from '../middleware/auth.js';
 import { requireInScope } from '../middleware/scope.js';
 import { projectNamespace } from '../changes/deps.js';
 import { parseJson, rawBody } from '../middleware/body.js';
@@ -19,7 +19,6 @@ import { methodNotAllowed } from '../middleware/errors.js';
 import type { ApiConfig } from '../api/config.js';
 import { ConflictError, NotFoundError, UnprocessableError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
-import type { Metrics } from '../shared/metrics.js';
 import { SOURCES } from '../sources/index.js';
 import { decodeCursor, encodeCursor, nextCursorSchema, pageQueryShape } from './paging.js';
 
@@ -42,14 +41,11 @@ export function guardFields(out: IntakeResult): Record<string, string> {
  *   audited with the principal and the reason, and recorded as a delivery of its own.
  *   Queued, held or a duplicate: 200; waiting for approval: 202 (nothing queued yet), as a restart.
  */
-interface DeliveriesDeps extends Pick<Pipeline, 'inventory'> {
+interface DeliveriesDeps extends KeyedDeps, Pick<Pipeline, 'inventory'> {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
   deliveries: DeliveryLog;
   intake: Pick<Intake, 'push'>;
   logger: Logger;
-  metrics: Pick<Metrics, 'authFailures'>;
-  /** Expiry warnings, the clock and last use of API keys (src/middleware/auth.ts). */
-  apiKeyPolicy?: ApiKeyPolicy;
   replicated?: ConfirmReplicated;
   /** REDIS_MIN_REPLICAS_ACK for a push that asks for an approval (src/domain/replication.ts); absent = off. */
   changed?: ConfirmChange;
@@ -107,8 +103,7 @@ export const replayAnswerSchema = z.object({
 
 export function deliveriesRouter(deps: DeliveriesDeps): Router {
   const r = Router();
-  const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
-  const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', deps.apiKeyPolicy);
+  const { anyKey, operatorKey } = keyChecks(deps);
 
   r.route('/ops/deliveries')
     .get(anyKey, async (req, res) => {

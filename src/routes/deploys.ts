@@ -5,7 +5,7 @@ import { submitCiDeploy } from '../changes/ciDeploy.js';
 import { handChange } from '../changes/hand.js';
 import type { Pipeline } from '../changes/deps.js';
 import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
-import { requireApiKey, requireOidcOrOperatorKey, type ApiKeyPolicy } from '../middleware/auth.js';
+import { keyChecks, type KeyedDeps, requireOidcOrOperatorKey } from '../middleware/auth.js';
 import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { OidcCaller, OidcVerifier } from '../middleware/oidc.js';
@@ -14,7 +14,6 @@ import type { ApiConfig } from '../api/config.js';
 import { ForbiddenError, UnprocessableError } from '../shared/errors.js';
 import { findProject, type Inventory } from '../shared/inventory.js';
 import type { Logger } from '../shared/logger.js';
-import type { Metrics } from '../shared/metrics.js';
 import { principalOf } from './principal.js';
 import { idempotencyKeyOf } from './restartQuery.js';
 import { getDeploy, getProject, listDeploys } from './deployHistory.js';
@@ -29,13 +28,11 @@ import { getDeploy, getProject, listDeploys } from './deployHistory.js';
  * GET /ops/deploys, /ops/deploys/{id}, /ops/projects/{project}: the history of deploys, for any
  * valid key (src/routes/deployHistory.ts).
  */
-export interface DeploysDeps {
+export interface DeploysDeps extends KeyedDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'OPS_BEARER_TOKEN' | 'BODY_LIMIT'>;
   redis: Redis;
   inventory: Inventory;
   logger: Logger;
-  metrics: Pick<Metrics, 'authFailures'>;
-  apiKeyPolicy?: ApiKeyPolicy;
   oidc?: OidcVerifier;
   replicated?: ConfirmReplicated;
   changed?: ConfirmChange;
@@ -122,7 +119,7 @@ export function deploysRouter(deps: DeploysDeps): Router {
   const auth = requireOidcOrOperatorKey(deps.config.apiKeys, deps.config.OPS_BEARER_TOKEN, deps.metrics, deps.apiKeyPolicy, deps.oidc);
   const body = rawBody(deps.config.BODY_LIMIT);
 
-  const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
+  const { anyKey } = keyChecks(deps);
   const history = { inventory: deps.inventory, redis: deps.redis, history: deps.pipeline.deployHistory };
 
   r.route('/ops/deploys')

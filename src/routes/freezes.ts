@@ -14,7 +14,7 @@ import {
 } from '../changes/freezes/service.js';
 import type { Pipeline } from '../changes/deps.js';
 import type { ConfirmChange } from '../domain/replication.js';
-import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
+import { keyChecks, type KeyedDeps } from '../middleware/auth.js';
 import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { requireInScope, scopeOf } from '../middleware/scope.js';
@@ -24,7 +24,6 @@ import { ForbiddenError } from '../shared/errors.js';
 import type { JobReads } from '../shared/jobReads.js';
 import { FREEZES_KEY, HOLDS_KEY } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
-import type { Metrics } from '../shared/metrics.js';
 import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
 
 /**
@@ -36,14 +35,12 @@ import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
  * - GET /ops/holds (any valid key): the deploys held now, with why and until when, soonest first,
  *   paged the same way.
  */
-interface FreezesDeps extends Pick<Pipeline, 'inventory'> {
+interface FreezesDeps extends KeyedDeps, Pick<Pipeline, 'inventory'> {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
   /** The change pipeline: freezes and holds are its records (src/changes/freezes/service.ts). */
   pipeline: Pipeline;
   jobs: Pick<JobReads, 'get'>;
   logger: Logger;
-  metrics: Pick<Metrics, 'authFailures'>;
-  apiKeyPolicy?: ApiKeyPolicy;
   /** REDIS_MIN_REPLICAS_ACK for a freeze declared or lifted and the deploys it releases (src/domain/replication.ts); absent = off. */
   changed?: ConfirmChange;
 }
@@ -56,8 +53,7 @@ export const listFreezesQuerySchema = z.object(pageQueryShape(100, 500));
 
 export function freezesRouter(deps: FreezesDeps): Router {
   const r = Router();
-  const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
-  const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', deps.apiKeyPolicy);
+  const { anyKey, operatorKey } = keyChecks(deps);
   const body = rawBody(deps.config.BODY_LIMIT);
   const g = deps.pipeline;
 

@@ -11,15 +11,14 @@ import { APPROVAL_ID, effectiveStatus } from '../changes/approvals/store.js';
 import { describeReasons } from '../changes/gate.js';
 import { outcomeSchema } from '../shared/jobs.js';
 import { handChange } from '../changes/hand.js';
-import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
+import { keyChecks, type KeyedDeps } from '../middleware/auth.js';
 import { scopeOf } from '../middleware/scope.js';
 import { parseJson, rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { ApiConfig } from '../api/config.js';
-import { ConflictError, ForbiddenError, NotFoundError, UnprocessableError } from '../shared/errors.js';
+import { ForbiddenError, NotFoundError, UnprocessableError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
-import type { Metrics } from '../shared/metrics.js';
-import type { DeadLetters } from '../api/deadLetters.js';
+import { refuseUnretried, type DeadLetters } from '../api/deadLetters.js';
 import { principalOf } from './principal.js';
 import { LISTABLE_STATES, type JobReads } from '../shared/jobReads.js';
 import { decodeCursor, encodeCursor, nextCursorSchema, pageQueryShape } from './paging.js';
@@ -36,14 +35,11 @@ import { decodeCursor, encodeCursor, nextCursorSchema, pageQueryShape } from './
  *   with REDIS_MIN_REPLICAS_ACK, 200 only once the retry is on that many replicas, else 503
  *   (nothing taken back; repeating the retry is safe: src/domain/replication.ts).
  */
-interface JobsDeps {
+interface JobsDeps extends KeyedDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
   jobs: JobReads;
   deadLetters: DeadLetters;
   logger: Logger;
-  metrics: Pick<Metrics, 'authFailures'>;
-  /** Expiry warnings, the clock and last use of API keys (src/middleware/auth.ts). */
-  apiKeyPolicy?: ApiKeyPolicy;
   /** REDIS_MIN_REPLICAS_ACK: WAIT before the retry's 200 (src/domain/replication.ts); absent = off. */
   retryReplicated?: ConfirmRetryReplicated;
   /** The change records a job stands for: a held job's reasons, an approval that has no job yet. */
@@ -108,8 +104,7 @@ export const retryAnswerSchema = z.object({ retried: z.literal(true), job: jobVi
 
 export function jobsRouter(deps: JobsDeps): Router {
   const r = Router();
-  const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
-  const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', deps.apiKeyPolicy);
+  const { anyKey, operatorKey } = keyChecks(deps);
 
   r.route('/ops/jobs')
     .get(anyKey, async (req, res) => {
@@ -225,16 +220,8 @@ export function jobsRouter(deps: JobsDeps): Router {
         // A retry that waits for approval, or did not happen, wrote nothing of its own to confirm.
         handed: (out) => (out.outcome === 'retried' ? { wrote: 'retry' } : { wrote: 'nothing' }),
       });
+      refuseUnretried(out);
       switch (out.outcome) {
-        case 'not_found':
-          throw new NotFoundError('job not found', 'job_not_found');
-        case 'not_failed':
-          throw new ConflictError(`job is ${out.state}; only a failed (dead-lettered) job can be retried`, 'job_not_failed');
-        case 'busy':
-          throw new ConflictError(
-            `another restart of this Deployment is waiting or rolling out (job ${out.holder}); retry this one after it finished`,
-            'restart_in_progress',
-          );
         case 'pending_approval':
           res.status(202).json({ retried: false, ...out });
           return;

@@ -1,12 +1,11 @@
 import { parseQuery } from './invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
-import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
+import { keyChecks, type KeyedDeps } from '../middleware/auth.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { keyStatus, rfc3339, type KeyUsage } from '../api/apiKeyLifetime.js';
 import type { ApiConfig } from '../api/config.js';
 import { RedisUnavailableError } from '../shared/errors.js';
-import type { Metrics } from '../shared/metrics.js';
 import { describeIssuers, OIDC_KINDS } from '../api/oidcConfig.js';
 import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
 
@@ -16,11 +15,9 @@ import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
  * and who holds each. Never a key or a hash. In the order of the configuration, paged with limit and
  * cursor (src/routes/paging.ts).
  */
-interface KeysDeps {
+interface KeysDeps extends KeyedDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'API_KEY_EXPIRY_WARNING_DAYS'> & { oidc?: ApiConfig['oidc'] };
-  metrics: Pick<Metrics, 'authFailures'>;
   usage: Pick<KeyUsage, 'lastUsed'>;
-  apiKeyPolicy?: ApiKeyPolicy;
 }
 
 const scopeView = z.object({
@@ -84,7 +81,7 @@ export const listKeysQuerySchema = z.object(pageQueryShape(100, 500));
 
 export function keysRouter(deps: KeysDeps): Router {
   const r = Router();
-  const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', deps.apiKeyPolicy);
+  const { operatorKey } = keyChecks(deps);
   const now = deps.apiKeyPolicy?.now ?? Date.now;
 
   r.route('/ops/keys')

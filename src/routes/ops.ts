@@ -9,7 +9,7 @@ import { idempotencyScope, restartChange, submitRestart } from '../changes/resta
 import { idempotencyKeyOf, restartOptions, restartTargetQuery } from './restartQuery.js';
 import { principalOf } from './principal.js';
 import { idempotencyRecordKey } from '../shared/keys.js';
-import { requireApiKey, requireBearerOrOperatorKey, type ApiKeyPolicy } from '../middleware/auth.js';
+import { keyChecks, type KeyedDeps, requireBearerOrOperatorKey } from '../middleware/auth.js';
 import { rawBody } from '../middleware/body.js';
 import type { OidcVerifier } from '../middleware/oidc.js';
 import { requireInScope } from '../middleware/scope.js';
@@ -17,18 +17,14 @@ import { methodNotAllowed } from '../middleware/errors.js';
 import type { ApiConfig } from '../api/config.js';
 import { findHost, hostNames, type Inventory } from '../shared/inventory.js';
 import type { Logger } from '../shared/logger.js';
-import type { Metrics } from '../shared/metrics.js';
 
 /** /ops/hosts, /ops/hosts/:host, /ops/restart, /ops/cache. */
-interface OpsDeps {
+interface OpsDeps extends KeyedDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'OPS_BEARER_TOKEN' | 'OPS_BEARER_TOKEN_OWNER' | 'BODY_LIMIT'>;
   redis: Redis;
   inventory: Inventory;
   hostStatus: HostStatusProvider;
   logger: Logger;
-  metrics: Pick<Metrics, 'authFailures'>;
-  /** Expiry warnings, the clock and last use of API keys (src/middleware/auth.ts). */
-  apiKeyPolicy?: ApiKeyPolicy;
   /** REDIS_MIN_REPLICAS_ACK (src/domain/replication.ts); absent = off. */
   replicated?: ConfirmReplicated;
   /** REDIS_MIN_REPLICAS_ACK for a change of the guarded-changes state (a pending approval); absent = off. */
@@ -41,8 +37,7 @@ interface OpsDeps {
 
 export function opsRouter(deps: OpsDeps): Router {
   const r = Router();
-  const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
-  const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', deps.apiKeyPolicy);
+  const { anyKey, operatorKey } = keyChecks(deps);
   const bearerOrOperator = requireBearerOrOperatorKey(
     deps.config.apiKeys,
     deps.config.OPS_BEARER_TOKEN,

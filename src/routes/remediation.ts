@@ -1,13 +1,13 @@
 import { parseQuery } from './invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
-import { requireApiKey, type ApiKeyPolicy } from '../middleware/auth.js';
+import { keyChecks, type KeyedDeps } from '../middleware/auth.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { redisCall } from '../domain/redisOps.js';
 import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
 import type { ApiConfig } from '../api/config.js';
 import { UnprocessableError } from '../shared/errors.js';
-import type { Metrics, RemediationBudgetUse } from '../shared/metrics.js';
+import type { RemediationBudgetUse } from '../shared/metrics.js';
 import type { Redis } from 'ioredis';
 import { decisionSchema, type RemediationStore } from '../remediation/store.js';
 
@@ -17,12 +17,10 @@ import { decisionSchema, type RemediationStore } from '../remediation/store.js';
  * cursor (src/routes/paging.ts); `rule` keeps one rule's. Each page shows the remediation budgets
  * and their use now: every rule's own, and each namespace's for all rules (apart from people's).
  */
-interface RemediationRoutesDeps {
+interface RemediationRoutesDeps extends KeyedDeps {
   config: Pick<ApiConfig, 'apiKeys'>;
   redis: Redis;
   store: RemediationStore;
-  metrics: Pick<Metrics, 'authFailures'>;
-  apiKeyPolicy?: ApiKeyPolicy;
   budgetUses?: () => Promise<RemediationBudgetUse[]>;
 }
 
@@ -67,7 +65,7 @@ function ruleOfCursor(cursor: string, given: string | undefined): string | undef
 
 export function remediationsRouter(deps: RemediationRoutesDeps): Router {
   const r = Router();
-  const anyKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy);
+  const { anyKey } = keyChecks(deps);
   r.route('/ops/remediations')
     .get(anyKey, async (req, res) => {
       const q = parseQuery(remediationsQuerySchema, req.query);

@@ -44,6 +44,11 @@ export const optionalPath = z
   .optional()
   .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim()));
 
+/** An http(s) base URL without its trailing slashes; unset or blank: undefined. */
+const optionalHttpUrl = optionalPath
+  .transform((v) => v?.replace(/\/+$/, ''))
+  .refine((v) => v === undefined || /^https?:\/\/[^\s]+$/.test(v), 'must be an http(s) URL');
+
 export const commonSchema = z.object({
   REDIS_URL: redisUrl,
   METRICS_PORT: intFrom(9464),
@@ -68,21 +73,13 @@ export const commonSchema = z.object({
    * alert is confirmed there before anything is restarted, its resolution read there, and the
    * silences of the rules with `silence: true` kept there. Unset: notifications alone, no silence.
    */
-  ALERTMANAGER_URL: z
-    .string()
-    .optional()
-    .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim().replace(/\/+$/, '')))
-    .refine((v) => v === undefined || /^https?:\/\/[^\s]+$/.test(v), 'must be an http(s) URL'),
+  ALERTMANAGER_URL: optionalHttpUrl,
   /**
    * Where alerts are born, for alert-driven remediation: Prometheus (or a server answering its
    * query API, such as Thanos Query). A rule with `confirm: prometheus` acts only on an alert
    * Prometheus itself fires, timed by Prometheus (src/remediation/prometheus.ts).
    */
-  PROMETHEUS_URL: z
-    .string()
-    .optional()
-    .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim().replace(/\/+$/, '')))
-    .refine((v) => v === undefined || /^https?:\/\/[^\s]+$/.test(v), 'must be an http(s) URL'),
+  PROMETHEUS_URL: optionalHttpUrl,
   /**
    * Prometheus's external labels, `name=value` comma-separated, when /api/v1/status/config cannot
    * tell them (Thanos Query and others): the labels a notification may carry beyond the ALERTS
@@ -144,11 +141,7 @@ const workerSchema = commonSchema.extend({
    * The API's address as operators reach it, for the notifications of guarded changes ("approve:
    * POST <url>/ops/approvals/<id>/approve"); unset: the path alone.
    */
-  OPSGATE_PUBLIC_URL: z
-    .string()
-    .optional()
-    .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim().replace(/\/+$/, '')))
-    .refine((v) => v === undefined || /^https?:\/\/[^\s]+$/.test(v), 'must be an http(s) URL'),
+  OPSGATE_PUBLIC_URL: optionalHttpUrl,
   /**
    * Which ends of restarts and deploys the worker posts to NOTIFY_WEBHOOK_URLS: all, failures
    * (failed, past its progress deadline, refused) or none. The news of guards (an approval asked for,

@@ -14,173 +14,151 @@
  * (`bad_request`, `conflict`, `unprocessable`) stand for a throw site (or one of Bull Board's own
  * answers: src/routes/admin.ts) that names no condition.
  */
-export const ERROR_CODES = {
-  // 400
-  bad_request: {
-    status: 400,
-    meaning: 'generic: the request cannot be served as sent (a throw site, or a Bull Board answer, that names no condition)',
+const CATALOG = {
+  400: {
+    bad_request: 'generic: the request cannot be served as sent (a throw site, or a Bull Board answer, that names no condition)',
+    malformed_request: "the request line, a header or the path cannot be read (Node's HTTP parser or the router refused it)",
+    invalid_json: 'the body is not a JSON payload: empty, not JSON, or a form body without its payload field',
+    request_aborted: 'the client closed the request before its body arrived',
+    content_length_mismatch: "the body's length differs from its Content-Length",
+    invalid_idempotency_key: 'Idempotency-Key is not 1-255 printable ASCII characters',
   },
-  malformed_request: {
-    status: 400,
-    meaning: "the request line, a header or the path cannot be read (Node's HTTP parser or the router refused it)",
-  },
-  invalid_json: { status: 400, meaning: 'the body is not a JSON payload: empty, not JSON, or a form body without its payload field' },
-  request_aborted: { status: 400, meaning: 'the client closed the request before its body arrived' },
-  content_length_mismatch: { status: 400, meaning: "the body's length differs from its Content-Length" },
-  invalid_idempotency_key: { status: 400, meaning: 'Idempotency-Key is not 1-255 printable ASCII characters' },
-  // 401
-  missing_api_key: { status: 401, meaning: 'no X-API-Key header' },
-  invalid_api_key: { status: 401, meaning: 'X-API-Key is not a configured key' },
-  api_key_expired: { status: 401, meaning: 'X-API-Key is a configured key past its expiry (the detail names it and when)' },
-  missing_credentials: { status: 401, meaning: 'no Authorization header, or a scheme without its credentials' },
-  unsupported_auth_scheme: { status: 401, meaning: 'the Authorization scheme is not Bearer' },
-  malformed_credentials: { status: 401, meaning: 'the Authorization header is not HTTP Basic with user:password' },
-  bearer_not_configured: { status: 401, meaning: 'no bearer token is configured for this route, so every bearer call is refused' },
-  invalid_bearer_token: { status: 401, meaning: 'the bearer token does not match' },
-  invalid_credentials: { status: 401, meaning: 'the key presented (X-API-Key or HTTP Basic password) is unknown or expired' },
-  invalid_oidc_token: {
-    status: 401,
-    meaning:
+  401: {
+    missing_api_key: 'no X-API-Key header',
+    invalid_api_key: 'X-API-Key is not a configured key',
+    api_key_expired: 'X-API-Key is a configured key past its expiry (the detail names it and when)',
+    missing_credentials: 'no Authorization header, or a scheme without its credentials',
+    unsupported_auth_scheme: 'the Authorization scheme is not Bearer',
+    malformed_credentials: 'the Authorization header is not HTTP Basic with user:password',
+    bearer_not_configured: 'no bearer token is configured for this route, so every bearer call is refused',
+    invalid_bearer_token: 'the bearer token does not match',
+    invalid_credentials: 'the key presented (X-API-Key or HTTP Basic password) is unknown or expired',
+    invalid_oidc_token:
       'an OIDC token of a listed issuer that does not verify: signature, algorithm, audience, expiry, nbf/iat, max_token_age, a required claim (exp, iat, sub) missing, or a key its issuer does not hold',
+    oidc_token_lifetime_exceeded: "an OIDC token whose lifetime (exp - iat) is longer than its issuer's max_token_lifetime allows",
   },
-  oidc_token_lifetime_exceeded: {
-    status: 401,
-    meaning: "an OIDC token whose lifetime (exp - iat) is longer than its issuer's max_token_lifetime allows",
-  },
-  // 403
-  operator_role_required: { status: 403, meaning: 'a valid key whose role is not operator, on an operator-only operation' },
-  cross_site_request: { status: 403, meaning: 'a state-changing call from another site (Sec-Fetch-Site or Origin)' },
-  admin_action_refused: {
-    status: 403,
-    meaning: 'Bull Board here only retries or removes failed (dead-lettered) jobs: any other write, or one on a job that is not failed',
-  },
-  webhook_secret_not_configured: { status: 403, meaning: "the sender's secret is not configured, so every delivery is refused" },
-  missing_webhook_token: { status: 403, meaning: "the sender's token header is missing or empty" },
-  invalid_webhook_token: { status: 403, meaning: "the sender's token does not match" },
-  missing_signature: { status: 403, meaning: "the sender's signature header is missing or empty" },
-  malformed_signature: { status: 403, meaning: 'the signature is not of the form the sender signs with (e.g. no sha256= prefix)' },
-  invalid_signature: { status: 403, meaning: 'the signature does not match the body' },
-  stale_signature: { status: 403, meaning: "a timestamped signature too far from the server's clock" },
-  replayed_signature: { status: 403, meaning: 'a timestamped signature already used (a replayed delivery)' },
-  client_certificate_required: { status: 403, meaning: 'the route needs a client certificate and the connection presented none' },
-  untrusted_client_certificate: { status: 403, meaning: 'the client certificate is not signed by a trusted CA' },
-  client_certificate_not_allowed: { status: 403, meaning: 'the client certificate names none of the names allowed for the route' },
-  self_approval: {
-    status: 403,
-    meaning: 'the requester of a change approving it: the same owner, or the person behind its OIDC token (four eyes: another person must)',
-  },
-  override_not_allowed: {
-    status: 403,
-    meaning:
+  403: {
+    operator_role_required: 'a valid key whose role is not operator, on an operator-only operation',
+    cross_site_request: 'a state-changing call from another site (Sec-Fetch-Site or Origin)',
+    admin_action_refused:
+      'Bull Board here only retries or removes failed (dead-lettered) jobs: any other write, or one on a job that is not failed',
+    webhook_secret_not_configured: "the sender's secret is not configured, so every delivery is refused",
+    missing_webhook_token: "the sender's token header is missing or empty",
+    invalid_webhook_token: "the sender's token does not match",
+    missing_signature: "the sender's signature header is missing or empty",
+    malformed_signature: 'the signature is not of the form the sender signs with (e.g. no sha256= prefix)',
+    invalid_signature: 'the signature does not match the body',
+    stale_signature: "a timestamped signature too far from the server's clock",
+    replayed_signature: 'a timestamped signature already used (a replayed delivery)',
+    client_certificate_required: 'the route needs a client certificate and the connection presented none',
+    untrusted_client_certificate: 'the client certificate is not signed by a trusted CA',
+    client_certificate_not_allowed: 'the client certificate names none of the names allowed for the route',
+    self_approval:
+      'the requester of a change approving it: the same owner, or the person behind its OIDC token (four eyes: another person must)',
+    override_not_allowed:
       'override=true from the shared bearer token or an OIDC token whose rule does not say may_override: true (overrides are for people)',
+    oidc_no_matching_rule: 'a verified OIDC token whose claims no rule of OPS_OIDC_FILE admits',
+    out_of_scope: "the host, namespace or project is outside the credential's scope (keys file or OIDC rule)",
+    bearer_token_not_accepted: 'the shared bearer token on a route that takes only OIDC tokens and operator keys',
+    deploy_not_bound_to_token: "a deploy whose project, ref or sha differs from what the caller's OIDC token names (the rule binds them)",
   },
-  oidc_no_matching_rule: { status: 403, meaning: 'a verified OIDC token whose claims no rule of OPS_OIDC_FILE admits' },
-  out_of_scope: { status: 403, meaning: "the host, namespace or project is outside the credential's scope (keys file or OIDC rule)" },
-  bearer_token_not_accepted: { status: 403, meaning: 'the shared bearer token on a route that takes only OIDC tokens and operator keys' },
-  deploy_not_bound_to_token: {
-    status: 403,
-    meaning: "a deploy whose project, ref or sha differs from what the caller's OIDC token names (the rule binds them)",
+  404: {
+    not_found: 'no route has this path',
+    unknown_host: 'the host is not in the inventory',
+    unknown_service: 'the service is not a Deployment of that host',
+    unknown_project: 'the project is not in the inventory',
+    job_not_found: 'no job (and no approval standing for one) has this id',
+    approval_not_found: 'no approval has this id (kept a day after its decision or expiry)',
+    delivery_not_found: 'no recorded delivery has this id (or it is no longer kept)',
+    freeze_not_found: 'no freeze in force or to come has this id',
+    deploy_not_found: 'no kept deploy in the history has this id (or the credential may not see its project)',
+    project_not_found: 'the inventory has no project of this name, and the history no deploy of it',
+    queue_not_found: 'Bull Board: no queue of this name',
   },
-  // 404
-  not_found: { status: 404, meaning: 'no route has this path' },
-  unknown_host: { status: 404, meaning: 'the host is not in the inventory' },
-  unknown_service: { status: 404, meaning: 'the service is not a Deployment of that host' },
-  unknown_project: { status: 404, meaning: 'the project is not in the inventory' },
-  job_not_found: { status: 404, meaning: 'no job (and no approval standing for one) has this id' },
-  approval_not_found: { status: 404, meaning: 'no approval has this id (kept a day after its decision or expiry)' },
-  delivery_not_found: { status: 404, meaning: 'no recorded delivery has this id (or it is no longer kept)' },
-  freeze_not_found: { status: 404, meaning: 'no freeze in force or to come has this id' },
-  deploy_not_found: { status: 404, meaning: 'no kept deploy in the history has this id (or the credential may not see its project)' },
-  project_not_found: { status: 404, meaning: 'the inventory has no project of this name, and the history no deploy of it' },
-  queue_not_found: { status: 404, meaning: 'Bull Board: no queue of this name' },
-  // 405, 408
-  method_not_allowed: { status: 405, meaning: 'the path exists, not with this method (Allow lists the methods)' },
-  request_timeout: { status: 408, meaning: 'the request did not arrive in time' },
-  // 409
-  conflict: {
-    status: 409,
-    meaning: 'generic: the resource is not in a state that allows this (a throw site, or a Bull Board answer, that names no condition)',
+  405: {
+    method_not_allowed: 'the path exists, not with this method (Allow lists the methods)',
   },
-  change_refused: {
-    status: 409,
-    meaning:
+  408: {
+    request_timeout: 'the request did not arrive in time',
+  },
+  409: {
+    conflict: 'generic: the resource is not in a state that allows this (a throw site, or a Bull Board answer, that names no condition)',
+    change_refused:
       'a guard refuses the change now: a freeze, or outside the change windows (the detail names them); override=true with a reason lets it through',
-  },
-  approval_decided: { status: 409, meaning: 'the approval is already approved or rejected' },
-  approval_expired: { status: 409, meaning: 'the approval expired before it was decided: ask for the change again' },
-  duplicate_approval: { status: 409, meaning: 'this operator already approved it; it needs approvals from others' },
-  approval_changed: { status: 409, meaning: 'the pending approval this request joined was decided or expired meanwhile: retry' },
-  job_not_failed: { status: 409, meaning: 'only a failed (dead-lettered) job can be retried; the detail names its state' },
-  restart_in_progress: { status: 409, meaning: 'another restart of this Deployment is waiting or rolling out: retry after it finished' },
-  superseded: {
-    status: 409,
-    meaning:
+    approval_decided: 'the approval is already approved or rejected',
+    approval_expired: 'the approval expired before it was decided: ask for the change again',
+    duplicate_approval: 'this operator already approved it; it needs approvals from others',
+    approval_changed: 'the pending approval this request joined was decided or expired meanwhile: retry',
+    job_not_failed: 'only a failed (dead-lettered) job can be retried; the detail names its state',
+    restart_in_progress: 'another restart of this Deployment is waiting or rolling out: retry after it finished',
+    superseded:
       'a deploy accepted after this one, in its concurrency group, has started: an older deploy never runs after a newer one (the detail names it); deploy the older commit anew to roll back',
+    delivery_not_replayable: 'the delivery reached no push event to replay: have the sender redeliver it',
+    deploy_source_refused:
+      "the project's deploy_from does not take deploys from this way in (a CI deploy to a project that deploys from pushes)",
+    guards_unavailable: 'this process has no change pipeline (no guards) to rehearse or carry out the change with',
   },
-  delivery_not_replayable: { status: 409, meaning: 'the delivery reached no push event to replay: have the sender redeliver it' },
-  deploy_source_refused: {
-    status: 409,
-    meaning: "the project's deploy_from does not take deploys from this way in (a CI deploy to a project that deploys from pushes)",
+  413: {
+    payload_too_large: 'the body is larger than BODY_LIMIT',
+    too_many_alerts: 'more alerts in one payload than ALERTS_MAX_PER_REQUEST; nothing was queued',
   },
-  guards_unavailable: { status: 409, meaning: 'this process has no change pipeline (no guards) to rehearse or carry out the change with' },
-  // 413, 415
-  payload_too_large: { status: 413, meaning: 'the body is larger than BODY_LIMIT' },
-  too_many_alerts: { status: 413, meaning: 'more alerts in one payload than ALERTS_MAX_PER_REQUEST; nothing was queued' },
-  unsupported_encoding: { status: 415, meaning: 'a Content-Encoding or charset the API does not read' },
-  // 422
-  unprocessable: { status: 422, meaning: 'generic: the request is well-formed but invalid (a throw site that names no condition)' },
-  invalid_query: { status: 422, meaning: 'a query parameter is missing, repeated or invalid (the detail names it)' },
-  invalid_body: { status: 422, meaning: 'a body field is missing or invalid (the detail names it)' },
-  invalid_cursor: { status: 422, meaning: 'cursor is not a next_cursor of this list, or contradicts the filters given with it' },
-  invalid_payload: { status: 422, meaning: "a webhook payload is not of the sender's shape (the detail names the field)" },
-  missing_commit: { status: 422, meaning: "a push without its commit (the sender's commit field, e.g. checkout_sha, missing or empty)" },
-  invalid_commit: { status: 422, meaning: "a vendor sender's commit that is not a commit id of 7 to 64 hex digits" },
-  invalid_alerts: { status: 422, meaning: 'an alert payload that is not an object with an alerts array' },
-  invalid_delivery_id: { status: 422, meaning: "the sender's delivery id header is too long or not printable" },
-  payload_too_deep: { status: 422, meaning: 'the JSON body is nested deeper than the API reads' },
-  idempotency_key_reused: {
-    status: 422,
-    meaning: 'this Idempotency-Key was already used for another change (a restart of another host or service, a deploy of another commit)',
+  415: {
+    unsupported_encoding: 'a Content-Encoding or charset the API does not read',
   },
-  ref_not_deployable: { status: 422, meaning: "the ref is not one of the project's deployable refs (inventory refs)" },
-  nothing_to_decide: { status: 422, meaning: 'the decision names nothing to decide' },
-  invalid_job_data: {
-    status: 422,
-    meaning: "the job the request would queue does not fit the queue's contract (the detail names the field)",
+  422: {
+    unprocessable: 'generic: the request is well-formed but invalid (a throw site that names no condition)',
+    invalid_query: 'a query parameter is missing, repeated or invalid (the detail names it)',
+    invalid_body: 'a body field is missing or invalid (the detail names it)',
+    invalid_cursor: 'cursor is not a next_cursor of this list, or contradicts the filters given with it',
+    invalid_payload: "a webhook payload is not of the sender's shape (the detail names the field)",
+    missing_commit: "a push without its commit (the sender's commit field, e.g. checkout_sha, missing or empty)",
+    invalid_commit: "a vendor sender's commit that is not a commit id of 7 to 64 hex digits",
+    invalid_alerts: 'an alert payload that is not an object with an alerts array',
+    invalid_delivery_id: "the sender's delivery id header is too long or not printable",
+    payload_too_deep: 'the JSON body is nested deeper than the API reads',
+    idempotency_key_reused:
+      'this Idempotency-Key was already used for another change (a restart of another host or service, a deploy of another commit)',
+    ref_not_deployable: "the ref is not one of the project's deployable refs (inventory refs)",
+    nothing_to_decide: 'the decision names nothing to decide',
+    invalid_job_data: "the job the request would queue does not fit the queue's contract (the detail names the field)",
   },
-  // 429, 431
-  rate_limited: { status: 429, meaning: 'over RATE_LIMIT_RPS for this client address; Retry-After says when to come back' },
-  budget_exhausted: {
-    status: 429,
-    meaning: "the namespace's restart budget is spent; nothing was queued or decided; Retry-After says when it has room",
+  429: {
+    rate_limited: 'over RATE_LIMIT_RPS for this client address; Retry-After says when to come back',
+    budget_exhausted: "the namespace's restart budget is spent; nothing was queued or decided; Retry-After says when it has room",
   },
-  headers_too_large: { status: 431, meaning: "the request's headers are larger than the HTTP parser reads" },
-  // 500, 503
-  internal_error: { status: 500, meaning: 'an unexpected error, logged; never a stack trace' },
-  redis_unavailable: { status: 503, meaning: 'Redis is unreachable or slow; nothing was changed; retry after Retry-After' },
-  queue_unavailable: { status: 503, meaning: 'the job queue is unreachable; nothing was read, queued or retried; retry after Retry-After' },
-  queue_unconfirmed: {
-    status: 503,
-    meaning:
+  431: {
+    headers_too_large: "the request's headers are larger than the HTTP parser reads",
+  },
+  500: {
+    internal_error: 'an unexpected error, logged; never a stack trace',
+  },
+  503: {
+    redis_unavailable: 'Redis is unreachable or slow; nothing was changed; retry after Retry-After',
+    queue_unavailable: 'the job queue is unreachable; nothing was read, queued or retried; retry after Retry-After',
+    queue_unconfirmed:
       'the queue took a submission or retry and did not confirm it in time: it may still take effect (the detail says how to retry safely)',
+    not_replicated: 'REDIS_MIN_REPLICAS_ACK: the write was not acknowledged by enough replicas in time (the detail says what was kept)',
+    cluster_unavailable: 'the Kubernetes API is unreachable or not configured',
+    oidc_issuer_unavailable:
+      "the OIDC token's issuer (its discovery or key set) cannot be reached: nothing is accepted until it answers; Retry-After",
+    event_loop_blocked: "the worker's /livez: its event loop lagged past WORKER_LIVENESS_MAX_LAG_MS",
   },
-  not_replicated: {
-    status: 503,
-    meaning: 'REDIS_MIN_REPLICAS_ACK: the write was not acknowledged by enough replicas in time (the detail says what was kept)',
-  },
-  cluster_unavailable: { status: 503, meaning: 'the Kubernetes API is unreachable or not configured' },
-  oidc_issuer_unavailable: {
-    status: 503,
-    meaning: "the OIDC token's issuer (its discovery or key set) cannot be reached: nothing is accepted until it answers; Retry-After",
-  },
-  event_loop_blocked: { status: 503, meaning: "the worker's /livez: its event loop lagged past WORKER_LIVENESS_MAX_LAG_MS" },
-} as const satisfies Record<string, { status: number; meaning: string }>;
+} as const satisfies Record<number, Record<string, string>>;
+
+type Catalog = typeof CATALOG;
 
 /** Every code a client can see. */
-export type ErrorCode = keyof typeof ERROR_CODES;
+export type ErrorCode = { [S in keyof Catalog]: keyof Catalog[S] }[keyof Catalog];
 
 /** The codes answered with HTTP status `S`: what a class of that status accepts. */
-export type ErrorCodeOf<S extends number> = { [C in ErrorCode]: (typeof ERROR_CODES)[C]['status'] extends S ? C : never }[ErrorCode];
+export type ErrorCodeOf<S extends number> = S extends keyof Catalog ? keyof Catalog[S] : never;
+
+/** Each code with its status and meaning, in catalog order (status by status). */
+export const ERROR_CODES = Object.fromEntries(
+  Object.entries(CATALOG).flatMap(([status, codes]) =>
+    Object.entries(codes).map(([code, meaning]) => [code, { status: Number(status), meaning }]),
+  ),
+) as Record<ErrorCode, { status: number; meaning: string }>;
 
 /** Every code, in catalog order: the `enum` of the OpenAPI error schema. */
 export const ERROR_CODE_LIST = Object.keys(ERROR_CODES) as ErrorCode[];

@@ -60,20 +60,20 @@ export function createMetrics(component: Component, version: string, opts: { def
     }
   }
 
-  const buildInfo = new Gauge({
-    name: 'opsgate_build_info',
-    help: 'Build information; the value is always 1.',
-    labelNames: ['version', 'component', 'node_version'] as const,
-    registers: [registry],
-  });
+  // A metric of this registry: its name, its label names and its help text.
+  const counter = <const L extends string>(name: string, labelNames: readonly L[], help: string) =>
+    new Counter<L>({ name, help, labelNames, registers: [registry] });
+  const gauge = <const L extends string>(name: string, labelNames: readonly L[], help: string) =>
+    new Gauge<L>({ name, help, labelNames, registers: [registry] });
+
+  const buildInfo = gauge('opsgate_build_info', ['version', 'component', 'node_version'], 'Build information; the value is always 1.');
   buildInfo.set({ version, component, node_version: process.version }, 1);
 
-  const httpRequests = new Counter({
-    name: 'opsgate_http_requests_total',
-    help: 'HTTP requests answered, by method, route template and status code.',
-    labelNames: ['method', 'route', 'status'] as const,
-    registers: [registry],
-  });
+  const httpRequests = counter(
+    'opsgate_http_requests_total',
+    ['method', 'route', 'status'],
+    'HTTP requests answered, by method, route template and status code.',
+  );
   const httpDuration = new Histogram({
     name: 'opsgate_http_request_duration_seconds',
     help: 'HTTP request latency, by method, route template and status code.',
@@ -81,41 +81,28 @@ export function createMetrics(component: Component, version: string, opts: { def
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
     registers: [registry],
   });
-  const webhookEvents = new Counter({
-    name: 'opsgate_webhook_events_total',
-    help: 'Webhook deliveries by source and outcome (accepted, duplicate, ignored, rejected, invalid, failed).',
-    labelNames: ['source', 'outcome'] as const,
-    registers: [registry],
-  });
-  const authFailures = new Counter({
-    name: 'opsgate_auth_failures_total',
-    help: 'Rejected credentials by scheme (api_key, bearer, oidc, scm_token, signature, basic, client_certificate) and reason.',
-    labelNames: ['scheme', 'reason'] as const,
-    registers: [registry],
-  });
-  const oidcVerifications = new Counter({
-    name: 'opsgate_oidc_verifications_total',
-    help: 'OIDC bearer tokens verified, by issuer (one of OPS_OIDC_FILE, or unlisted) and result (accepted, expired, audience, claims, algorithm, signature, unknown_key, invalid, no_matching_rule, unknown_issuer, issuer_unavailable).',
-    labelNames: ['issuer', 'result'] as const,
-    registers: [registry],
-  });
-  const jobsEnqueued = new Counter({
-    name: 'opsgate_jobs_enqueued_total',
-    help: 'Jobs put on the queue by the API, by job name.',
-    labelNames: ['name'] as const,
-    registers: [registry],
-  });
-  const rateLimited = new Counter({
-    name: 'opsgate_rate_limited_requests_total',
-    help: 'Requests refused with 429 by the per-address rate limit.',
-    registers: [registry],
-  });
-  const jobsProcessed = new Counter({
-    name: 'opsgate_jobs_processed_total',
-    help: 'Job attempts finished by the worker, by job name and outcome (completed, retried, dead_lettered).',
-    labelNames: ['name', 'outcome'] as const,
-    registers: [registry],
-  });
+  const webhookEvents = counter(
+    'opsgate_webhook_events_total',
+    ['source', 'outcome'],
+    'Webhook deliveries by source and outcome (accepted, duplicate, ignored, rejected, invalid, failed).',
+  );
+  const authFailures = counter(
+    'opsgate_auth_failures_total',
+    ['scheme', 'reason'],
+    'Rejected credentials by scheme (api_key, bearer, oidc, scm_token, signature, basic, client_certificate) and reason.',
+  );
+  const oidcVerifications = counter(
+    'opsgate_oidc_verifications_total',
+    ['issuer', 'result'],
+    'OIDC bearer tokens verified, by issuer (one of OPS_OIDC_FILE, or unlisted) and result (accepted, expired, audience, claims, algorithm, signature, unknown_key, invalid, no_matching_rule, unknown_issuer, issuer_unavailable).',
+  );
+  const jobsEnqueued = counter('opsgate_jobs_enqueued_total', ['name'], 'Jobs put on the queue by the API, by job name.');
+  const rateLimited = counter('opsgate_rate_limited_requests_total', [], 'Requests refused with 429 by the per-address rate limit.');
+  const jobsProcessed = counter(
+    'opsgate_jobs_processed_total',
+    ['name', 'outcome'],
+    'Job attempts finished by the worker, by job name and outcome (completed, retried, dead_lettered).',
+  );
   const jobDuration = new Histogram({
     name: 'opsgate_job_duration_seconds',
     help: 'Duration of job attempts, by job name and outcome.',
@@ -123,22 +110,17 @@ export function createMetrics(component: Component, version: string, opts: { def
     buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 600, 900],
     registers: [registry],
   });
-  const jobRetries = new Counter({
-    name: 'opsgate_job_retries_total',
-    help: 'Failed job attempts that will be retried, by job name.',
-    labelNames: ['name'] as const,
-    registers: [registry],
-  });
-  const jobsStalled = new Counter({
-    name: 'opsgate_jobs_stalled_total',
-    help: 'Active jobs found stalled by this worker (their worker stopped renewing the lock) and moved back to waiting.',
-    registers: [registry],
-  });
-  const workerErrors = new Counter({
-    name: 'opsgate_worker_errors_total',
-    help: "Errors reported by the worker's queue machinery (mostly Redis connection errors), not job failures.",
-    registers: [registry],
-  });
+  const jobRetries = counter('opsgate_job_retries_total', ['name'], 'Failed job attempts that will be retried, by job name.');
+  const jobsStalled = counter(
+    'opsgate_jobs_stalled_total',
+    [],
+    'Active jobs found stalled by this worker (their worker stopped renewing the lock) and moved back to waiting.',
+  );
+  const workerErrors = counter(
+    'opsgate_worker_errors_total',
+    [],
+    "Errors reported by the worker's queue machinery (mostly Redis connection errors), not job failures.",
+  );
 
   // --- queue depth, read from Redis at scrape time -------------------------------------------
   // Decision: when Redis cannot be read within the timeout, the depth samples are left out of that
@@ -247,87 +229,71 @@ export function createMetrics(component: Component, version: string, opts: { def
   };
 
   // --- guarded changes (src/changes/, worker/report.ts); namespace takes inventory namespaces only
-  const budgetExhausted = new Counter({
-    name: 'opsgate_budget_exhausted_total',
-    help: "Restarts refused with 429 because their namespace's restart budget (the inventory's policy) was spent, by namespace.",
-    labelNames: ['namespace'] as const,
-    registers: [registry],
-  });
-  const approvals = new Counter({
-    name: 'opsgate_approvals_total',
-    help: 'Approval events of guarded changes, by change (restart, deploy) and event (requested, approved, recorded = one of several, rejected, refused_self, expired, superseded).',
-    labelNames: ['change', 'event'] as const,
-    registers: [registry],
-  });
-  const guardRefusals = new Counter({
-    name: 'opsgate_guard_refusals_total',
-    help: 'Restarts refused with 409 by a freeze or outside their change windows, by guard (freeze, window).',
-    labelNames: ['guard'] as const,
-    registers: [registry],
-  });
-  const guardOverrides = new Counter({
-    name: 'opsgate_guard_overrides_total',
-    help: 'Restarts let through a freeze or outside their change windows by an operator (override=true with a reason).',
-    registers: [registry],
-  });
-  const holds = new Counter({
-    name: 'opsgate_holds_total',
-    help: 'Deploys held as delayed jobs by a freeze or outside their change windows, by who held them (api at intake, worker when a held job woke to a closed gate) and guard (freeze, window).',
-    labelNames: ['by', 'guard'] as const,
-    registers: [registry],
-  });
-  const freezes = new Counter({
-    name: 'opsgate_freezes_total',
-    help: 'Freezes declared and lifted (DELETE /ops/freezes/{id}), by action.',
-    labelNames: ['action'] as const,
-    registers: [registry],
-  });
-  const dryRuns = new Counter({
-    name: 'opsgate_dry_runs_total',
-    help: "Dry runs by change (restart, deploy) and the Kubernetes API server's verdict on the worker's identity (admitted, refused, unknown = no worker answered in time or the cluster could not be asked).",
-    labelNames: ['change', 'verdict'] as const,
-    registers: [registry],
-  });
-  const changeOutcomes = new Counter({
-    name: 'opsgate_change_outcomes_total',
-    help: 'How restarts and deploys ended, by change and result (rolled_out, created, failed, progress_deadline_exceeded, refused, held, rejected, expired, superseded, cancelled).',
-    labelNames: ['change', 'result'] as const,
-    registers: [registry],
-  });
+  const budgetExhausted = counter(
+    'opsgate_budget_exhausted_total',
+    ['namespace'],
+    "Restarts refused with 429 because their namespace's restart budget (the inventory's policy) was spent, by namespace.",
+  );
+  const approvals = counter(
+    'opsgate_approvals_total',
+    ['change', 'event'],
+    'Approval events of guarded changes, by change (restart, deploy) and event (requested, approved, recorded = one of several, rejected, refused_self, expired, superseded).',
+  );
+  const guardRefusals = counter(
+    'opsgate_guard_refusals_total',
+    ['guard'],
+    'Restarts refused with 409 by a freeze or outside their change windows, by guard (freeze, window).',
+  );
+  const guardOverrides = counter(
+    'opsgate_guard_overrides_total',
+    [],
+    'Restarts let through a freeze or outside their change windows by an operator (override=true with a reason).',
+  );
+  const holds = counter(
+    'opsgate_holds_total',
+    ['by', 'guard'],
+    'Deploys held as delayed jobs by a freeze or outside their change windows, by who held them (api at intake, worker when a held job woke to a closed gate) and guard (freeze, window).',
+  );
+  const freezes = counter('opsgate_freezes_total', ['action'], 'Freezes declared and lifted (DELETE /ops/freezes/{id}), by action.');
+  const dryRuns = counter(
+    'opsgate_dry_runs_total',
+    ['change', 'verdict'],
+    "Dry runs by change (restart, deploy) and the Kubernetes API server's verdict on the worker's identity (admitted, refused, unknown = no worker answered in time or the cluster could not be asked).",
+  );
+  const changeOutcomes = counter(
+    'opsgate_change_outcomes_total',
+    ['change', 'result'],
+    'How restarts and deploys ended, by change and result (rolled_out, created, failed, progress_deadline_exceeded, refused, held, rejected, expired, superseded, cancelled).',
+  );
 
   /** Set by the worker when a deploy succeeds; project and ref are the inventory's, never a commit. */
-  const deployLastSuccess = new Gauge({
-    name: 'opsgate_deploy_last_success_timestamp_seconds',
-    help: "When a project's ref last deployed successfully (Unix seconds), by project and ref; set by the worker.",
-    labelNames: ['project', 'ref'] as const,
-    registers: [registry],
-  });
+  const deployLastSuccess = gauge(
+    'opsgate_deploy_last_success_timestamp_seconds',
+    ['project', 'ref'],
+    "When a project's ref last deployed successfully (Unix seconds), by project and ref; set by the worker.",
+  );
 
   // --- alert-driven remediation (src/remediation/); rule takes the inventory's rule names only ---
-  const remediations = new Counter({
-    name: 'opsgate_remediations_total',
-    help: 'Remediations by rule and outcome (remediated, rolled_out_still_firing, failed, progress_deadline_exceeded, refused, rejected, expired, cancelled, dry_run).',
-    labelNames: ['rule', 'outcome'] as const,
-    registers: [registry],
-  });
-  const remediationsSuppressed = new Counter({
-    name: 'opsgate_remediations_suppressed_total',
-    help: 'Firing alerts a remediation rule matched that restarted nothing, by rule and the guard that stopped them (target, target_not_allowed, episodes, not_firing, unconfirmed, prometheus, alertmanager, cooldown, escalated, freeze, window, budget).',
-    labelNames: ['rule', 'guard'] as const,
-    registers: [registry],
-  });
-  const remediationEscalations = new Counter({
-    name: 'opsgate_remediation_escalations_total',
-    help: 'Remediation rules that stopped acting on a Deployment and paged, after escalate_after remediations within their escalation window, by rule.',
-    labelNames: ['rule'] as const,
-    registers: [registry],
-  });
-  const remediationBudgetExhausted = new Counter({
-    name: 'opsgate_remediation_budget_exhausted_total',
-    help: "Remediation restarts refused because a remediation budget was spent, by budget (rule: the rule's own; namespace: all rules of a namespace) and name.",
-    labelNames: ['budget', 'name'] as const,
-    registers: [registry],
-  });
+  const remediations = counter(
+    'opsgate_remediations_total',
+    ['rule', 'outcome'],
+    'Remediations by rule and outcome (remediated, rolled_out_still_firing, failed, progress_deadline_exceeded, refused, rejected, expired, cancelled, dry_run).',
+  );
+  const remediationsSuppressed = counter(
+    'opsgate_remediations_suppressed_total',
+    ['rule', 'guard'],
+    'Firing alerts a remediation rule matched that restarted nothing, by rule and the guard that stopped them (target, target_not_allowed, episodes, not_firing, unconfirmed, prometheus, alertmanager, cooldown, escalated, freeze, window, budget).',
+  );
+  const remediationEscalations = counter(
+    'opsgate_remediation_escalations_total',
+    ['rule'],
+    'Remediation rules that stopped acting on a Deployment and paged, after escalate_after remediations within their escalation window, by rule.',
+  );
+  const remediationBudgetExhausted = counter(
+    'opsgate_remediation_budget_exhausted_total',
+    ['budget', 'name'],
+    "Remediation restarts refused because a remediation budget was spent, by budget (rule: the rule's own; namespace: all rules of a namespace) and name.",
+  );
   let budgetsSource: (() => Promise<RemediationBudgetUse[]>) | undefined;
   // Both gauges of a scrape (collected at once) share one read of Redis.
   let budgetsRead: { at: number; uses: Promise<RemediationBudgetUse[] | undefined> } | undefined;
@@ -387,46 +353,40 @@ export function createMetrics(component: Component, version: string, opts: { def
     if (budgets) budgetsSource = budgets;
   };
 
-  const adminActions = new Counter({
-    name: 'opsgate_admin_actions_total',
-    help: 'State-changing calls under /admin (Bull Board retry, clean, promote, remove...), by method and status code.',
-    labelNames: ['method', 'status'] as const,
-    registers: [registry],
-  });
+  const adminActions = counter(
+    'opsgate_admin_actions_total',
+    ['method', 'status'],
+    'State-changing calls under /admin (Bull Board retry, clean, promote, remove...), by method and status code.',
+  );
 
   // --- TLS of the process' own listeners (src/shared/tls.ts); listener = api or metrics ----------
-  const tlsReloads = new Counter({
-    name: 'opsgate_tls_reloads_total',
-    help: 'Changed TLS files checked by a listener (api, metrics), by outcome: reloaded (served to new connections) or refused (the last good certificate stays).',
-    labelNames: ['listener', 'outcome'] as const,
-    registers: [registry],
-  });
-  const tlsCertificateExpiry = new Gauge({
-    name: 'opsgate_tls_certificate_expiry_timestamp_seconds',
-    help: 'notAfter of the certificate a listener (api, metrics) serves, as a Unix timestamp.',
-    labelNames: ['listener'] as const,
-    registers: [registry],
-  });
-  const tlsHandshakeErrors = new Counter({
-    name: 'opsgate_tls_handshake_errors_total',
-    help: 'Connections to a TLS listener (api, metrics) closed because the TLS handshake failed (a plaintext HTTP client, an unsupported protocol).',
-    labelNames: ['listener'] as const,
-    registers: [registry],
-  });
+  const tlsReloads = counter(
+    'opsgate_tls_reloads_total',
+    ['listener', 'outcome'],
+    'Changed TLS files checked by a listener (api, metrics), by outcome: reloaded (served to new connections) or refused (the last good certificate stays).',
+  );
+  const tlsCertificateExpiry = gauge(
+    'opsgate_tls_certificate_expiry_timestamp_seconds',
+    ['listener'],
+    'notAfter of the certificate a listener (api, metrics) serves, as a Unix timestamp.',
+  );
+  const tlsHandshakeErrors = counter(
+    'opsgate_tls_handshake_errors_total',
+    ['listener'],
+    'Connections to a TLS listener (api, metrics) closed because the TLS handshake failed (a plaintext HTTP client, an unsupported protocol).',
+  );
 
   // --- Credentials re-read while the API runs (src/shared/liveSecrets.ts); variable = the file's variable
-  const secretReloads = new Counter({
-    name: 'opsgate_secret_reloads_total',
-    help: "Changed credential files (OPS_API_KEYS_FILE, a webhook sender's <VARIABLE>_FILE) checked by the API, by variable and outcome: reloaded (in use) or refused (invalid: the last good values stay in use).",
-    labelNames: ['variable', 'outcome'] as const,
-    registers: [registry],
-  });
-  const secretReloadRefused = new Gauge({
-    name: 'opsgate_secret_reload_refused',
-    help: '1 while a credential file (by variable) holds contents the API refused, so it still uses the last good ones; 0 once the file is valid again or back to what is in use.',
-    labelNames: ['variable'] as const,
-    registers: [registry],
-  });
+  const secretReloads = counter(
+    'opsgate_secret_reloads_total',
+    ['variable', 'outcome'],
+    "Changed credential files (OPS_API_KEYS_FILE, a webhook sender's <VARIABLE>_FILE) checked by the API, by variable and outcome: reloaded (in use) or refused (invalid: the last good values stay in use).",
+  );
+  const secretReloadRefused = gauge(
+    'opsgate_secret_reload_refused',
+    ['variable'],
+    '1 while a credential file (by variable) holds contents the API refused, so it still uses the last good ones; 0 once the file is valid again or back to what is in use.',
+  );
 
   // --- API keys (src/api/apiKeyLifetime.ts); key_id takes only the ids of configured keys ----
   // The configured keys, read at scrape time: a reload of the keys file is exported without a call.

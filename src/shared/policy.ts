@@ -27,9 +27,13 @@ export function parseDuration(v: string | number): number | undefined {
   return s > 0 ? s : undefined;
 }
 
-/** A duration in seconds, written "90s", "10m", "1h", "1h30m", "2d" or as a number of seconds. */
-export const durationSchema = (max: number, what: string) =>
+/**
+ * A duration in seconds, written "90s", "10m", "1h", "1h30m", "2d" or as a number of seconds;
+ * with `zero`, "0s" (or 0) too.
+ */
+export const durationSchema = (max: number, what: string, zero = false) =>
   z.union([z.string(), z.number()]).transform((v, ctx) => {
+    if (zero && (v === 0 || (typeof v === 'string' && /^\s*0+[smhd]?\s*$/.test(v)))) return 0;
     const s = parseDuration(v);
     if (s === undefined || s > max) {
       ctx.addIssue({ code: 'custom', message: `${what} must be a duration such as 90s, 10m or 1h, at most ${max} s` });

@@ -283,3 +283,13 @@ export function redisPasswords(url: string): string[] {
     return [];
   }
 }
+
+/** A record Redis holds as JSON text: undefined when absent or not JSON, so a damaged record reads as none. */
+export function storedJson<T>(raw: string | null | undefined): T | undefined {
+  if (!raw) return undefined;
+  try {
+    return JSON.parse(raw) as T;
+  } catch {
+    return undefined;
+  }
+}

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { approvalPolicySchema, budgetPolicySchema, parseDuration } from './policy.js';
+import { approvalPolicySchema, budgetPolicySchema, durationSchema } from './policy.js';
 
 /**
  * Alert-driven remediation rules, from the inventory's `remediations:` (src/shared/inventory.ts):
@@ -26,17 +26,8 @@ import { approvalPolicySchema, budgetPolicySchema, parseDuration } from './polic
  * Every duration is written like the policy's ("90s", "10m", "1h"), so tests can use seconds.
  */
 
-/** A duration in seconds that may be zero ("0s", 0): `for` of an alert that acts at once. */
-const durationOrZero = (max: number, what: string) =>
-  z.union([z.string(), z.number()]).transform((v, ctx) => {
-    if (v === 0 || (typeof v === 'string' && /^\s*0+[smhd]?\s*$/.test(v))) return 0;
-    const s = parseDuration(v);
-    if (s === undefined || s > max) {
-      ctx.addIssue({ code: 'custom', message: `${what} must be a duration such as 90s, 10m or 1h, at most ${max} s` });
-      return z.NEVER;
-    }
-    return s;
-  });
+/** A duration that may be zero ("0s", 0): `for` of an alert that acts at once. */
+const durationOrZero = (max: number, what: string) => durationSchema(max, what, true);
 
 const positiveDuration = (max: number, what: string) => durationOrZero(max, what).refine((s) => s > 0, `${what} must be longer than 0s`);
 

@@ -1,4 +1,6 @@
+import { z } from 'zod';
 import { UnprocessableError } from '../shared/errors.js';
+import type { PushSource } from './types.js';
 
 /** Helpers the senders' payload mappings share: typed reads that answer 422 naming the field. */
 export const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -44,3 +46,38 @@ const MAX_COMMIT_LENGTH = 255;
  * stricter reading (every such push of one commit is one pair).
  */
 export const commitOrNone = (v: unknown): string => (typeof v === 'string' && v.length <= MAX_COMMIT_LENGTH ? v : '');
+
+/**
+ * The push payload GitHub defines and Gitea copies: ref, before, after, repository.full_name, and
+ * (GitHub only) `deleted`. An all-zero `after` is a branch deletion either way.
+ */
+export function githubShapedPush(withDeleted: boolean): Pick<PushSource, 'commitField' | 'commitForm' | 'payload' | 'map'> {
+  return {
+    commitField: 'after',
+    commitForm: 'hex',
+    payload: z.looseObject({
+      ref: z.string().optional().describe('branch reference; only refs/heads/main deploys'),
+      before: z
+        .string()
+        .optional()
+        .describe('the branch before the push: a push of the same before and after is deployed once by a delivery in 30 days'),
+      after: z.string().regex(HEX_COMMIT).describe('the pushed commit, 7 to 64 hex digits; required for a push to main'),
+      ...(withDeleted ? { deleted: z.boolean().optional().describe('a branch deletion is ignored') } : {}),
+      repository: z.looseObject({ full_name: z.string().optional() }).optional(),
+    }),
+    map(payload) {
+      const p = objectPayload(payload);
+      const sha = p.after;
+      return {
+        kind: 'push',
+        fields: {
+          ref: stringField(p, 'ref', ''),
+          project: nestedString(p, 'repository', 'full_name', 'unknown'),
+          sha,
+          before: commitOrNone(p.before),
+          deleted: (withDeleted && p.deleted === true) || (typeof sha === 'string' && isZeroSha(sha)),
+        },
+      };
+    },
+  };
+}

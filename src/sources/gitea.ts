@@ -1,5 +1,4 @@
-import { z } from 'zod';
-import { HEX_COMMIT, commitOrNone, isZeroSha, nestedString, objectPayload, stringField } from './fields.js';
+import { githubShapedPush } from './fields.js';
 import type { PushSource } from './types.js';
 
 /**
@@ -15,39 +14,15 @@ export const source: PushSource = {
   secret: { env: 'GITEA_WEBHOOK_SECRET', description: 'secret of /webhook/gitea (X-Gitea-Signature)' },
   event: { header: 'X-Gitea-Event', push: 'push' },
   eventPrefix: 'gitea',
-  commitField: 'after',
-  commitForm: 'hex',
+  ...githubShapedPush(false),
   example: {
     ref: 'refs/heads/main',
     before: '28e1879d029cb852e4844d9c718537df08844e03',
     after: 'bffeb74224043ba2feb48d137756c8a9331c449a',
     repository: { full_name: 'gitea/webhooks' },
   },
-  payload: z.looseObject({
-    ref: z.string().optional().describe('branch reference; only refs/heads/main deploys'),
-    before: z
-      .string()
-      .optional()
-      .describe('the branch before the push: a push of the same before and after is deployed once by a delivery in 30 days'),
-    after: z.string().regex(HEX_COMMIT).describe('the pushed commit, 7 to 64 hex digits; required for a push to main'),
-    repository: z.looseObject({ full_name: z.string().optional() }).optional(),
-  }),
   replayGuard: true,
   deliveryHeaders: ['X-Gitea-Delivery'],
   setup:
     'repository → Settings → Webhooks → Add webhook → Gitea (or Forgejo): Target URL `…/webhook/gitea`, POST, application/json, Secret, "Push events"',
-  map(payload) {
-    const p = objectPayload(payload);
-    const sha = p.after;
-    return {
-      kind: 'push',
-      fields: {
-        ref: stringField(p, 'ref', ''),
-        project: nestedString(p, 'repository', 'full_name', 'unknown'),
-        sha,
-        before: commitOrNone(p.before),
-        deleted: typeof sha === 'string' && isZeroSha(sha),
-      },
-    };
-  },
 };

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { FREEZES_CHANNEL, FREEZES_KEY } from '../../shared/keys.js';
 import type { Logger } from '../../shared/logger.js';
+import { storedJson } from '../../shared/redis.js';
 
 /**
  * Change freezes, declared by operators (POST /ops/freezes) and kept in one Redis hash shared by
@@ -62,14 +63,7 @@ export interface FreezeStore {
   remove(id: string, now: number): Promise<Freeze | undefined>;
 }
 
-function parse(raw: string | null | undefined): Freeze | undefined {
-  if (!raw) return undefined;
-  try {
-    return JSON.parse(raw) as Freeze;
-  } catch {
-    return undefined;
-  }
-}
+const parse = storedJson<Freeze>;
 
 export function createFreezeStore(redis: Redis): FreezeStore {
   return {
