@@ -117,6 +117,11 @@ export const ERROR_CODES = {
     meaning:
       'a deploy accepted after this one, in its concurrency group, has started: an older deploy never runs after a newer one (the detail names it); deploy the older commit anew to roll back',
   },
+  rollback_target_unknown: {
+    status: 409,
+    meaning:
+      "a rollback's commit never succeeded in the project's ref's deploy history (or no succeeded deploy of another commit is kept): nothing to go back to",
+  },
   delivery_not_replayable: { status: 409, meaning: 'the delivery reached no push event to replay: have the sender redeliver it' },
   deploy_source_refused: {
     status: 409,

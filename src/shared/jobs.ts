@@ -109,6 +109,12 @@ const runDeployPipelineData = z.object({
    */
   accepted_at: z.number().int().min(0).optional(),
   accepted_id: z.string().min(1).max(128).optional(),
+  /**
+   * A rollback (POST /ops/deploys/rollback): the deploy Job gets OPSGATE_ROLLBACK=true;
+   * `rolled_back_from` names the deploy it goes back from (absent: none was current).
+   */
+  rollback: z.literal(true).optional(),
+  rolled_back_from: z.string().min(1).max(128).optional(),
   ...approvalFields,
   ...requesterFields,
   ...auditFields,

@@ -41,6 +41,8 @@ export type ApprovalChange =
       event_id?: string;
       delivery_id?: string;
       source?: string;
+      /** A rollback: the deploy it goes back from (null: none was current). */
+      rollback?: { from: string | null };
     };
 
 export interface Approval {

@@ -103,6 +103,7 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
       ...(t.eventId ? { event_id: t.eventId } : {}),
       ...(t.deliveryId ? { delivery_id: t.deliveryId } : {}),
       ...(c.accepted ? { accepted_at: c.accepted.at, accepted_id: c.accepted.id } : {}),
+      ...(t.rollback ? { rollback: true as const, ...(t.rollback.from ? { rolled_back_from: t.rollback.from } : {}) } : {}),
       ...approvalFieldsOf(c, approved),
       ...requesterFieldsOf(c),
     };
@@ -116,6 +117,7 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
       namespace: findProject(inventory, d.project)?.namespace ?? '',
       ...(d.sha ? { sha: d.sha } : {}),
       ...(d.event_id ? { eventId: d.event_id } : {}),
+      ...(d.rollback ? { rollback: { from: d.rolled_back_from ?? null } } : {}),
     },
     ...(d.reason ? { reason: d.reason } : {}),
   }),
@@ -133,6 +135,7 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
       ...(t.eventId ? { event_id: t.eventId } : {}),
       ...(t.deliveryId ? { delivery_id: t.deliveryId } : {}),
       ...(t.source ? { source: t.source } : {}),
+      ...(t.rollback ? { rollback: t.rollback } : {}),
     };
   },
 
@@ -148,6 +151,7 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
         ...(c.event_id ? { eventId: c.event_id } : {}),
         ...(c.delivery_id ? { deliveryId: c.delivery_id } : {}),
         ...(c.source ? { source: c.source } : {}),
+        ...(c.rollback ? { rollback: c.rollback } : {}),
       },
     };
   },
