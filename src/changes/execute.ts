@@ -277,6 +277,7 @@ async function queueThroughIntake(
   }
   const mine = out.accepted && (jobId === undefined || out.jobId === jobId);
   if (out.accepted) await recordDeployStep(g, change, out.jobId, hold && mine ? 'held' : 'queued', now);
+  if (out.accepted && decision.kind === 'queue') await reportOverride(g, change, out.jobId, decision.overridden, approved);
   if (hold && mine) {
     await queueReport(g, `report.${hold.job_id}.held`, {
       event: 'held',

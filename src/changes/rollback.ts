@@ -18,6 +18,9 @@ import type { Change, DeployTarget, Principal } from './types.js';
  * other (the deploy kind, src/changes/kinds/deploy.ts), through the pipeline: approvals, freezes
  * and windows as for a deploy of the project; in the project's concurrency group, the newest when
  * accepted (a new request), so it waits for a running deploy and supersedes the older waiting ones.
+ * A person (an operator's own key, an OIDC rule with may_override) may let it through the freezes
+ * and windows as they stand, as a restart's override: the job carries the override, so a freeze
+ * declared later still holds it.
  * Its identity is its own (`rollback:<uuid>`): the 24 h deduplication of a commit's deploy never
  * answers it `duplicate`, and a second rollback is a second deploy. The deploy Job is told
  * (OPSGATE_ROLLBACK=true), and the history names the deploy it went back from.
@@ -32,6 +35,8 @@ interface RollbackRequest {
   requester: Principal;
   auditId: string;
   reason: string;
+  /** Let it through the gate as it stands, with the reason: a person only (pipeline.ts checkOverrideAsk). */
+  override?: boolean;
 }
 
 export interface RollbackAnswer {
@@ -118,7 +123,8 @@ export async function submitRollback(deps: RollbackDeps, req: RollbackRequest): 
     origin: 'rollback',
     auditId: req.auditId,
   };
-  const { body: b, written } = answered(answerChange(await submitChange(deps.pipeline, change), 202));
+  const ask = req.override ? { reason: req.reason } : undefined;
+  const { body: b, written } = answered(answerChange(await submitChange(deps.pipeline, change, ask), 202));
   const answer: RollbackAnswer = {
     project: req.project,
     ref: req.ref,

@@ -544,8 +544,15 @@ export const API_ROUTES: readonly RouteDoc[] = [
         ...API_KEY_401,
       ]),
       403: E[403](
-        "a readonly key or rule; the shared bearer token; an OIDC token no rule admits; a project or ref other than the token's rule binds; a project outside the scope",
-        ['operator_role_required', 'bearer_token_not_accepted', 'oidc_no_matching_rule', 'deploy_not_bound_to_token', 'out_of_scope'],
+        "a readonly key or rule; the shared bearer token; an OIDC token no rule admits; a project or ref other than the token's rule binds; an override by a caller who is not a person; a project outside the scope",
+        [
+          'operator_role_required',
+          'bearer_token_not_accepted',
+          'oidc_no_matching_rule',
+          'deploy_not_bound_to_token',
+          'override_not_allowed',
+          'out_of_scope',
+        ],
       ),
       404: E[404]('the project is not in the inventory', ['unknown_project']),
       409: E[409]('the commit never succeeded on this ref in the history, or no succeeded deploy of another commit is kept', [

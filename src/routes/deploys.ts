@@ -91,6 +91,12 @@ export const rollbackBodySchema = z.strictObject({
       "the commit to go back to: one that succeeded on this ref; default the newest succeeded deploy's commit other than the current one",
     ),
   reason: z.string().trim().min(1).max(500).describe('why: audited, carried by the job and an approval'),
+  override: z
+    .literal(true)
+    .optional()
+    .describe(
+      "let it through the project's freezes and windows as they stand now, with the reason: a person only (403 override_not_allowed)",
+    ),
 });
 
 export const rollbackAnswerSchema = z.object({
@@ -226,6 +232,7 @@ export function deploysRouter(deps: DeploysDeps): Router {
             requester: principalOf(res),
             auditId: res.locals.requestId,
             reason: b.reason,
+            ...(b.override ? { override: true } : {}),
           }),
         audit: ({ answer }) => ({
           event_id: answer.event_id,

@@ -7,7 +7,7 @@ import { approvalVerdict, approvalVerdictSchema, gateView, gateViewSchema, kuber
 import { concurrencyGroup } from '../deployOrder/store.js';
 import { describeReasons, gate } from '../gate.js';
 import type { Decision, DeployTarget } from '../types.js';
-import { approvalFieldsOf, requesterFieldsOf } from './common.js';
+import { approvalFieldsOf, overrideOf, requesterFieldsOf } from './common.js';
 import type { ChangeKind } from './types.js';
 
 /**
@@ -104,12 +104,14 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
       ...(t.deliveryId ? { delivery_id: t.deliveryId } : {}),
       ...(c.accepted ? { accepted_at: c.accepted.at, accepted_id: c.accepted.id } : {}),
       ...(t.rollback ? { rollback: true as const, ...(t.rollback.from ? { rolled_back_from: t.rollback.from } : {}) } : {}),
+      ...(c.override ? { override: c.override } : {}),
       ...approvalFieldsOf(c, approved),
       ...requesterFieldsOf(c),
     };
   },
 
   fromJob: (inventory, d) => ({
+    ...(d.override ? { override: overrideOf(d.override)! } : {}),
     target: {
       kind: 'deploy',
       project: d.project,
@@ -136,12 +138,14 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
       ...(t.deliveryId ? { delivery_id: t.deliveryId } : {}),
       ...(t.source ? { source: t.source } : {}),
       ...(t.rollback ? { rollback: t.rollback } : {}),
+      ...(c.override ? { override: c.override } : {}),
     };
   },
 
   fromApproval(a) {
     const c = a as DeployApproval;
     return {
+      ...(c.override ? { override: overrideOf(c.override)! } : {}),
       target: {
         kind: 'deploy',
         project: c.project,
@@ -158,7 +162,7 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
 
   approvalView(a) {
     const c = a as DeployApproval;
-    return { host: null, service: null, project: c.project, ref: c.ref, override: undefined };
+    return { host: null, service: null, project: c.project, ref: c.ref, override: c.override };
   },
 
   dryRun: {
@@ -171,7 +175,7 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
       audit_id: c.auditId,
       requested_by: c.requester.principal,
     }),
-    // A deploy is never overridden: its gate holds it.
+    // No dry run asks to override a deploy (only a rollback may be let through, by a person): its gate holds it.
     answer: ({ change, facts, decision }, _override, kubernetes): DeployDryRun => ({
       dry_run: true,
       change: 'deploy',

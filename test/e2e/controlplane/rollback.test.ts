@@ -29,8 +29,8 @@ jest.setTimeout(180_000);
  *   back from, and GET /ops/projects names it current once it succeeded;
  * - a commit that never succeeded: 409 rollback_target_unknown, nothing queued;
  * - a second rollback is a new deploy, never a duplicate;
- * - under a freeze: held, and run when the freeze is lifted; with an approval policy: pending,
- *   then run once approved;
+ * - under a freeze: held, and run when the freeze is lifted; let through by a person's override,
+ *   run while it stands; with an approval policy: pending, then run once approved;
  * - during a running deploy: it waits for its turn, then runs.
  */
 const OP_KEY = 'k8s-rollback-test-operator-0001';
@@ -294,6 +294,23 @@ describe('rollback on a real API server, with the real worker', () => {
     expect(lifted.status).toBe(200);
     const v = await runToSuccess(back.body.job_id);
     expect(await envOf(v.kubernetes_job!)).toMatchObject({ OPSGATE_COMMIT_SHA: sha('a'), OPSGATE_ROLLBACK: 'true' });
+  });
+
+  it("a person's override: it runs while the freeze stands (the worker's gate check honours what it covers)", async () => {
+    const freeze = await post('/ops/freezes', { scope: 'project', project: 'shop/web', reason: 'incident', duration: '1h' });
+    expect(freeze.status).toBe(201);
+    const back = await rollback({ project: 'shop/web', to: sha('b'), override: true });
+    expect(back.status).toBe(202);
+    expect(back.body).toMatchObject({ status: 'queued', sha: sha('b') });
+    const v = await runToSuccess(back.body.job_id);
+    expect(await envOf(v.kubernetes_job!)).toMatchObject({ OPSGATE_COMMIT_SHA: sha('b'), OPSGATE_ROLLBACK: 'true' });
+    const freezes = await request(app).get('/ops/freezes').set('X-API-Key', RO_KEY);
+    expect(freezes.body.freezes).toEqual([expect.objectContaining({ id: freeze.body.id, in_force: true })]);
+    await request(app)
+      .delete(`/ops/freezes/${freeze.body.id}`)
+      .set('X-API-Key', OP_KEY)
+      .set('Content-Type', 'application/json')
+      .send('{"reason":"over"}');
   });
 
   it('with an approval policy: pending approval, then run once approved', async () => {

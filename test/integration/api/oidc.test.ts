@@ -540,6 +540,9 @@ describe('POST /ops/deploys/rollback with an OIDC token', () => {
       ref: 'refs/heads/release/1',
     });
     expect([readonly.status, readonly.body.code]).toEqual([403, 'operator_role_required']);
+    // Its rule does not say may_override: no person stands behind it.
+    const override = await rollback(await gh.sign(githubClaims()), { project: 'acme/storefront', to: OTHER_SHA, override: true });
+    expect([override.status, override.body.code]).toEqual([403, 'override_not_allowed']);
   });
 });
 

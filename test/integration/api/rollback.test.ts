@@ -129,6 +129,36 @@ describe('POST /ops/deploys/rollback', () => {
     expect(none.body.code).toBe('rollback_target_unknown');
   });
 
+  it("under a freeze: held; a person's override lets it through, the job carrying what it covers", async () => {
+    const freeze = await request(ctx.h.app)
+      .post('/ops/freezes')
+      .set('X-API-Key', OP_KEY)
+      .set('Content-Type', 'application/json')
+      .send(JSON.stringify({ scope: 'project', project: 'group/app', reason: 'incident', duration: '1h' }));
+    expect(freeze.status).toBe(201);
+    try {
+      const held = await rollback({ project: 'group/app', ref: REF, reason: 'r' });
+      expect(held.status).toBe(202);
+      expect(held.body).toMatchObject({ status: 'held', held_reasons: expect.stringContaining('incident') });
+      expect(await view(held.body.job_id as string)).toMatchObject({ state: 'held', origin: 'rollback' });
+
+      const through = await rollback({ project: 'group/app', ref: REF, reason: 'the release breaks checkout', override: true });
+      expect(through.status).toBe(202);
+      expect(through.body).toMatchObject({ status: 'queued', sha: 'aaa1' });
+      const job = await ctx.h.queue.bull.getJob(through.body.job_id as string);
+      expect(job?.data).toMatchObject({
+        rollback: true,
+        override: { reason: 'the release breaks checkout', covers: [`freeze:${freeze.body.id}`] },
+      });
+    } finally {
+      await request(ctx.h.app)
+        .delete(`/ops/freezes/${freeze.body.id}`)
+        .set('X-API-Key', OP_KEY)
+        .set('Content-Type', 'application/json')
+        .send('{"reason":"over"}');
+    }
+  });
+
   it('refuses bad input with {detail, code}: 400, 404, 422', async () => {
     const cases: Array<[unknown, number, string]> = [
       ['{nope', 400, 'invalid_json'],
@@ -139,6 +169,7 @@ describe('POST /ops/deploys/rollback', () => {
       [{ ref: REF, reason: 'r' }, 422, 'invalid_body'],
       [{ project: 'group/app', ref: REF, reason: 'r', to: '--orphan=x' }, 422, 'invalid_body'],
       [{ project: 'group/app', ref: REF, reason: 'r', sha: 'aaa1' }, 422, 'invalid_body'],
+      [{ project: 'group/app', ref: REF, reason: 'r', override: false }, 422, 'invalid_body'],
       ['', 422, 'invalid_body'],
     ];
     for (const [body, status, code] of cases) {
