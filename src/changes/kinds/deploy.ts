@@ -12,8 +12,9 @@ import type { ChangeKind } from './types.js';
 
 /**
  * A deploy of a project's ref (a push from a sender, its replay, a CI job's POST /ops/deploys, an
- * approval, a retry): one job per push event within its dedup window, through the intake; a closed
- * gate holds it (a delayed job due when the gate is expected to open).
+ * approval, a retry, a rollback: src/changes/rollback.ts): one job per push event within its dedup
+ * window, through the intake; a closed gate holds it (a delayed job due when the gate is expected to
+ * open) unless a person's override of a rollback covers it.
  */
 type DeployApproval = Extract<ApprovalChange, { kind: 'deploy' }>;
 
