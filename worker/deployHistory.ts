@@ -34,6 +34,7 @@ export function historyOf(ctx: Pick<JobContext, 'redis' | 'config'>): DeployHist
 
 /** The origin the job's data tells, for an entry the worker writes first (the API's write names it where it knows better). */
 function originOf(d: RunDeployPipelineData): DeployOrigin {
+  if (d.rollback) return 'rollback';
   if (d.approval_id) return 'approval';
   if (d.event_id?.startsWith('ci:')) return 'ci';
   return 'push';
@@ -51,6 +52,7 @@ export function deployRecorder(c: ChangeJob, ctx: JobContext): DeployRecorder | 
     origin: originOf(d),
     owner: d.requested_owner ?? null,
     queue_job: id,
+    ...(d.rollback ? { rolled_back_from: d.rolled_back_from ?? null } : {}),
   };
   const accepted = acceptanceOf(c, ctx.job).at;
   return {

@@ -70,7 +70,7 @@ export function supersededRefusal(c: Change, by: string): Refusal {
     by,
     detail:
       `${describeTarget(c.target)} is superseded: deploy ${by} of its group, accepted after it, has started; ` +
-      'an older deploy never runs after a newer one. To go back to its commit, deploy it anew (a rollback: a new push or POST /ops/deploys)',
+      'an older deploy never runs after a newer one. To go back to its commit, deploy it anew: POST /ops/deploys/rollback (with "to": the commit), a new push or POST /ops/deploys',
   };
 }
 
@@ -277,6 +277,7 @@ async function queueThroughIntake(
   }
   const mine = out.accepted && (jobId === undefined || out.jobId === jobId);
   if (out.accepted) await recordDeployStep(g, change, out.jobId, hold && mine ? 'held' : 'queued', now);
+  if (out.accepted && decision.kind === 'queue') await reportOverride(g, change, out.jobId, decision.overridden, approved);
   if (hold && mine) {
     await queueReport(g, `report.${hold.job_id}.held`, {
       event: 'held',

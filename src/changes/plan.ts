@@ -28,7 +28,7 @@ import type { Change, Decision, Facts, Origin, Override } from './types.js';
  */
 
 /** The origins that ask for approval when the policy wants one: all but the approval itself and a job already let through. */
-const ASKS_APPROVAL: ReadonlySet<Origin> = new Set(['api', 'webhook', 'replay', 'retry', 'remediation', 'ci']);
+const ASKS_APPROVAL: ReadonlySet<Origin> = new Set(['api', 'webhook', 'replay', 'retry', 'remediation', 'ci', 'rollback']);
 /** The origins of a job already counted against the budget or let through (no budget taken again, no coalescing). */
 const ALREADY_LET_THROUGH: ReadonlySet<Origin> = new Set(['wake']);
 

@@ -10,7 +10,7 @@ import type { GateReason, GateVerdict } from './gate.js';
  */
 
 /** Where a change came from. Every way into a restart or deploy is one of these. */
-export const ORIGINS = ['api', 'webhook', 'replay', 'approval', 'retry', 'wake', 'remediation', 'ci'] as const;
+export const ORIGINS = ['api', 'webhook', 'replay', 'approval', 'retry', 'wake', 'remediation', 'ci', 'rollback'] as const;
 export type Origin = (typeof ORIGINS)[number];
 
 /**
@@ -68,6 +68,11 @@ export interface DeployTarget {
    * (project, before, after) queued in the last 30 days is ignored (src/domain/intake.ts).
    */
   before?: string;
+  /**
+   * A rollback (POST /ops/deploys/rollback): the deploy Job is told so (OPSGATE_ROLLBACK=true), and
+   * `from` is the deploy it goes back from (the ref's current one when accepted; null: none).
+   */
+  rollback?: { from: string | null };
 }
 
 /**

@@ -17,7 +17,7 @@ import { deliveryListSchema, listDeliveriesQuerySchema, replayAnswerSchema, repl
 import { keyListSchema, listKeysQuerySchema } from '../routes/keys.js';
 import { remediationListSchema, remediationsQuerySchema } from '../routes/remediation.js';
 import { DECISIONS } from '../remediation/store.js';
-import { deployAnswerSchema, deployBodySchema } from '../routes/deploys.js';
+import { deployAnswerSchema, deployBodySchema, rollbackAnswerSchema, rollbackBodySchema } from '../routes/deploys.js';
 import { listDeploysQuerySchema } from '../routes/deployHistory.js';
 import { deployListSchema, deployViewSchema, projectViewSchema } from '../changes/deployOrder/history.js';
 import type { ErrorCode } from '../shared/errors.js';
@@ -537,6 +537,54 @@ export const API_ROUTES: readonly RouteDoc[] = [
         ...BODY_422,
         'ref_not_deployable',
         'idempotency_key_reused',
+        'invalid_job_data',
+      ]),
+      429: E[429],
+      503: E[503]("Redis or the queue unavailable, or the OIDC token's issuer cannot be reached", [
+        ...UNAVAILABLE_503,
+        'oidc_issuer_unavailable',
+      ]),
+    },
+  },
+  {
+    method: 'post',
+    path: '/ops/deploys/rollback',
+    summary: "Roll a project's ref back to the commit of an earlier succeeded deploy (operator; guarded as its deploys)",
+    description:
+      'Queues run_deploy_pipeline for the commit of an earlier succeeded deploy in the history: by default the newest succeeded one whose commit ' +
+      'differs from the current (last succeeded) deploy; `to` names the commit. Through the change pipeline (origin rollback): approvals, ' +
+      "freezes and windows as for a deploy of the project; in the project's concurrency group, the newest when accepted. Its own identity " +
+      '(rollback:<uuid>): never a duplicate of a deploy of that commit. The deploy Job gets OPSGATE_ROLLBACK=true beside OPSGATE_COMMIT_SHA, ' +
+      'and GET /ops/deploys lists it with origin rollback and rolled_back_from. Callers: an operator key, or an OIDC token whose rule gives the operator role.',
+    tags: ['ops'],
+    security: ['bearer', 'apiKey'],
+    body: { contentTypes: ['application/json'], schema: rollbackBodySchema, required: true },
+    responses: {
+      202: { description: 'queued, held by a freeze or window, or waiting for approval', schema: rollbackAnswerSchema },
+      400: E[400]('invalid JSON body', BODY_400),
+      401: E[401]('credentials missing or invalid (an X-API-Key, or a bearer token that is no valid OIDC token)', [
+        ...BEARER_401,
+        ...API_KEY_401,
+      ]),
+      403: E[403](
+        "a readonly key or rule; the shared bearer token; an OIDC token no rule admits; a project or ref other than the token's rule binds; an override by a caller who is not a person; a project outside the scope",
+        [
+          'operator_role_required',
+          'bearer_token_not_accepted',
+          'oidc_no_matching_rule',
+          'deploy_not_bound_to_token',
+          'override_not_allowed',
+          'out_of_scope',
+        ],
+      ),
+      404: E[404]('the project is not in the inventory', ['unknown_project']),
+      409: E[409]('the commit never succeeded on this ref in the history, or no succeeded deploy of another commit is kept', [
+        'rollback_target_unknown',
+      ]),
+      413: E[413],
+      422: E[422]('a body field missing or invalid; a ref the project does not deploy', [
+        ...BODY_422,
+        'ref_not_deployable',
         'invalid_job_data',
       ]),
       429: E[429],

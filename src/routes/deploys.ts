@@ -2,6 +2,7 @@ import { Router, type Request, type Response } from 'express';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { submitCiDeploy } from '../changes/ciDeploy.js';
+import { submitRollback } from '../changes/rollback.js';
 import { handChange } from '../changes/hand.js';
 import type { Pipeline } from '../changes/deps.js';
 import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
@@ -24,6 +25,9 @@ import { getDeploy, getProject, listDeploys } from './deployHistory.js';
  * The body `{project, ref, sha}` may leave out what the caller's OIDC rule binds from the token's
  * claims (a GitHub or GitLab token names its repository, ref and commit); a body that says
  * otherwise is refused (403 `deploy_not_bound_to_token`). An operator key names all three. The
+ * credential's scope must admit the project.
+ * POST /ops/deploys/rollback: a deploy of the commit of an earlier succeeded deploy
+ * (src/changes/rollback.ts), for an operator key or an OIDC rule with role operator; the
  * credential's scope must admit the project.
  * GET /ops/deploys, /ops/deploys/{id}, /ops/projects/{project}: the history of deploys, for any
  * valid key (src/routes/deployHistory.ts).
@@ -73,11 +77,47 @@ export const deployAnswerSchema = z.object({
   held_reasons: z.string().optional(),
 });
 
-/** The body, empty meaning `{}`: what the token binds may be all there is to say. */
-function bodyOf(req: Request): z.infer<typeof deployBodySchema> {
+export const rollbackBodySchema = z.strictObject({
+  project: z.string().min(1).max(255).describe('an inventory project'),
+  ref: z.string().min(1).max(255).describe("the ref rolled back, e.g. refs/heads/main (one of the project's refs)"),
+  to: z
+    .string()
+    .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/, 'must be a commit as the deploy history names it (letters, digits, ".", "_", "-")')
+    .optional()
+    .describe(
+      "the commit to go back to: one that succeeded on this ref; default the newest succeeded deploy's commit other than the current one",
+    ),
+  reason: z.string().trim().min(1).max(500).describe('why: audited, carried by the job and an approval'),
+  override: z
+    .literal(true)
+    .optional()
+    .describe(
+      "let it through the project's freezes and windows as they stand now, with the reason: a person only (403 override_not_allowed)",
+    ),
+});
+
+export const rollbackAnswerSchema = z.object({
+  project: z.string(),
+  ref: z.string(),
+  sha: z.string().describe('the commit deployed again'),
+  rolled_back_from: z.string().nullable().describe("the ref's current deploy (the last succeeded) when the rollback was accepted"),
+  rolled_back_to: z.string().describe('the earlier succeeded deploy whose commit it deploys'),
+  event_id: z.string().describe('rollback:<uuid>: its own identity, never a duplicate of a deploy of that commit'),
+  job_id: z.string().describe('the job, or the approval id while it waits'),
+  accepted: z.boolean(),
+  duplicate: z.boolean().describe('always the negation of accepted'),
+  status: z.enum(['queued', 'held', 'pending_approval']),
+  approval_id: z.string().optional(),
+  expires_at: z.string().optional(),
+  held_until: z.string().optional(),
+  held_reasons: z.string().optional(),
+});
+
+/** The body parsed by `schema`, empty meaning `{}`: 422 invalid_body naming the first fault. */
+function parseBody<S extends z.ZodType>(req: Request, schema: S): z.infer<S> {
   const raw = req.body as Buffer;
   const value = raw.length === 0 ? {} : parseJson(raw);
-  const parsed = deployBodySchema.safeParse(value);
+  const parsed = schema.safeParse(value);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
     const field = issue.path.join('.');
@@ -90,6 +130,9 @@ function bodyOf(req: Request): z.infer<typeof deployBodySchema> {
   }
   return parsed.data;
 }
+
+/** The body, empty meaning `{}`: what the token binds may be all there is to say. */
+const bodyOf = (req: Request): z.infer<typeof deployBodySchema> => parseBody(req, deployBodySchema);
 
 /** project, ref and sha: the token's where its rule binds them (a body disagreeing is refused), else the body's. */
 function resolveTarget(body: z.infer<typeof deployBodySchema>, caller: OidcCaller | undefined) {
@@ -160,6 +203,53 @@ export function deploysRouter(deps: DeploysDeps): Router {
       res.status(http).json(answer);
     })
     .all(methodNotAllowed(['GET', 'POST']));
+
+  r.route('/ops/deploys/rollback')
+    .post(auth, ...body, async (req: Request, res: Response) => {
+      const b = parseBody(req, rollbackBodySchema);
+      // An OIDC rule that binds a project or ref from the token's claims rolls back only that one.
+      const binds = (res.locals.oidc as OidcCaller | undefined)?.binds;
+      for (const f of ['project', 'ref'] as const) {
+        const bound = binds?.[f];
+        if (bound !== undefined && bound !== b[f]) {
+          throw new ForbiddenError(
+            `the body's ${f} ${JSON.stringify(b[f])} differs from the ${f} the OIDC token names (${JSON.stringify(bound)})`,
+            'deploy_not_bound_to_token',
+          );
+        }
+      }
+      const entry = findProject(deps.inventory, b.project);
+      if (entry) requireInScope(res, { kind: 'project', project: b.project, namespace: entry.namespace });
+      const { answer } = await handChange(deps, res.locals, {
+        submit: () =>
+          submitRollback(deps, {
+            project: b.project,
+            ref: b.ref,
+            ...(b.to !== undefined ? { to: b.to } : {}),
+            requester: principalOf(res),
+            auditId: res.locals.requestId,
+            reason: b.reason,
+            ...(b.override ? { override: true } : {}),
+          }),
+        audit: ({ answer }) => ({
+          event_id: answer.event_id,
+          job_id: answer.job_id,
+          outcome: 'accepted',
+          deploy_status: answer.status,
+          project: answer.project,
+          ref: answer.ref,
+          sha: answer.sha,
+          rolled_back_from: answer.rolled_back_from,
+          reason: b.reason,
+        }),
+        handed: ({ answer, written }) =>
+          answer.status === 'pending_approval'
+            ? { wrote: 'approval', approvalId: answer.approval_id!, event: 'requested' }
+            : { wrote: 'job', ...(written ? { written } : {}) },
+      });
+      res.status(202).json(answer);
+    })
+    .all(methodNotAllowed(['POST']));
 
   r.route('/ops/deploys/:id')
     .get(anyKey, getDeploy(history))

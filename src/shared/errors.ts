@@ -93,6 +93,8 @@ const CATALOG = {
     restart_in_progress: 'another restart of this Deployment is waiting or rolling out: retry after it finished',
     superseded:
       'a deploy accepted after this one, in its concurrency group, has started: an older deploy never runs after a newer one (the detail names it); deploy the older commit anew to roll back',
+    rollback_target_unknown:
+      "a rollback's commit never succeeded in the project's ref's deploy history (or no succeeded deploy of another commit is kept): nothing to go back to",
     delivery_not_replayable: 'the delivery reached no push event to replay: have the sender redeliver it',
     deploy_source_refused:
       "the project's deploy_from does not take deploys from this way in (a CI deploy to a project that deploys from pushes)",

@@ -72,23 +72,25 @@ const requesterFields = {
   requested_credential: z.string().min(1).max(64).optional(),
 };
 
+/**
+ * A change let through a freeze or outside its windows by an operator: who (principal and owner),
+ * why, and which gate reasons it covers (`freeze:<id>`, `window`); a freeze declared after it is
+ * not covered, and the worker refuses the restart (holds the deploy) when it meets one (audited, notified).
+ */
+const overrideField = z
+  .object({
+    by: z.string().min(1).max(MAX_PRINCIPAL),
+    owner: z.string().min(1).max(MAX_PRINCIPAL).optional(),
+    reason: z.string().min(1).max(500),
+    covers: z.array(z.string().min(1).max(128)).max(64).optional(),
+  })
+  .optional();
+
 const restartServiceData = z.object({
   host: z.string().min(1).max(253),
   service: dnsSubdomain,
   ...approvalFields,
-  /**
-   * A restart let through a freeze or outside its windows by an operator: who (principal and
-   * owner), why, and which gate reasons it covers (`freeze:<id>`, `window`); a freeze declared
-   * after it is not covered, and the worker refuses the restart when it meets one (audited, notified).
-   */
-  override: z
-    .object({
-      by: z.string().min(1).max(MAX_PRINCIPAL),
-      owner: z.string().min(1).max(MAX_PRINCIPAL).optional(),
-      reason: z.string().min(1).max(500),
-      covers: z.array(z.string().min(1).max(128)).max(64).optional(),
-    })
-    .optional(),
+  override: overrideField,
   ...requesterFields,
   ...auditFields,
 });
@@ -109,6 +111,14 @@ const runDeployPipelineData = z.object({
    */
   accepted_at: z.number().int().min(0).optional(),
   accepted_id: z.string().min(1).max(128).optional(),
+  /**
+   * A rollback (POST /ops/deploys/rollback): the deploy Job gets OPSGATE_ROLLBACK=true;
+   * `rolled_back_from` names the deploy it goes back from (absent: none was current).
+   */
+  rollback: z.literal(true).optional(),
+  rolled_back_from: z.string().min(1).max(128).optional(),
+  /** A rollback a person let through a freeze or outside the project's windows. */
+  override: overrideField,
   ...approvalFields,
   ...requesterFields,
   ...auditFields,

@@ -33,7 +33,7 @@ import { cancelledBy } from '../../src/changes/deployOrder/cancel.js';
  */
 export const MANAGED_BY = 'opsgate';
 export const AUDIT_LABEL = 'opsgate.io/audit-id';
-export const RESERVED_ENV = ['OPSGATE_PROJECT', 'OPSGATE_REF', 'OPSGATE_AUDIT_ID', 'OPSGATE_COMMIT_SHA'] as const;
+export const RESERVED_ENV = ['OPSGATE_PROJECT', 'OPSGATE_REF', 'OPSGATE_AUDIT_ID', 'OPSGATE_COMMIT_SHA', 'OPSGATE_ROLLBACK'] as const;
 
 /** Deterministic, DNS-1123 Job name (<= 63 chars so the pods' job-name label stays valid). */
 export function deployJobName(queueJobId: string, auditId: string, project: string): string {
@@ -83,18 +83,21 @@ export interface DeployJobInput {
   eventId?: string;
   /** The pushed commit: the Job deploys exactly it (OPSGATE_COMMIT_SHA), so a replayed event cannot deploy another one. */
   sha?: string;
+  /** A rollback (POST /ops/deploys/rollback): the Job is told so (OPSGATE_ROLLBACK=true), beside the commit it goes back to. */
+  rollback?: boolean;
   entry: ProjectEntry;
 }
 
 /** A queue job's deploy Job, its name and its object: what the deploy creates and its dry run rehearses. */
 export function deployJobOf(
-  data: Pick<RunDeployPipelineData, 'project' | 'ref' | 'audit_id' | 'requested_by' | 'sha' | 'event_id'>,
+  data: Pick<RunDeployPipelineData, 'project' | 'ref' | 'audit_id' | 'requested_by' | 'sha' | 'event_id' | 'rollback'>,
   queueJobId: string,
   entry: ProjectEntry,
 ): { name: string; body: V1Job } {
   const name = deployJobName(queueJobId, data.audit_id, data.project);
   const { project, ref, audit_id: auditId, requested_by: requestedBy, sha, event_id: eventId } = data;
-  return { name, body: buildDeployJob({ name, project, ref, auditId, requestedBy, queueJobId, eventId, sha, entry }) };
+  const rollback = data.rollback === true;
+  return { name, body: buildDeployJob({ name, project, ref, auditId, requestedBy, queueJobId, eventId, sha, rollback, entry }) };
 }
 
 /** The deploy Job's object; throws checkCommit's UnrecoverableError for a commit of another form. */
@@ -113,6 +116,7 @@ export function buildDeployJob(i: DeployJobInput): V1Job {
     { name: 'OPSGATE_REF', value: i.ref },
     { name: 'OPSGATE_AUDIT_ID', value: i.auditId },
     ...(i.sha ? [{ name: 'OPSGATE_COMMIT_SHA', value: i.sha }] : []),
+    ...(i.rollback ? [{ name: 'OPSGATE_ROLLBACK', value: 'true' }] : []),
     // Writable scratch space on a read-only root filesystem.
     { name: 'TMPDIR', value: '/tmp' },
   ];

@@ -41,6 +41,10 @@ export type ApprovalChange =
       event_id?: string;
       delivery_id?: string;
       source?: string;
+      /** A rollback: the deploy it goes back from (null: none was current). */
+      rollback?: { from: string | null };
+      /** A rollback a person let through the gate when asking for it. */
+      override?: Override;
     };
 
 export interface Approval {

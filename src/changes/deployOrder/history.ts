@@ -58,13 +58,15 @@ export interface DeployEntry {
   superseded_by?: string | null;
   /** A deploy whose Kubernetes Job a newer one of its group deleted (cancel_in_progress): that deploy. */
   cancelled_by?: string | null;
+  /** A rollback (origin `rollback`): the deploy that was current when it was accepted. */
+  rolled_back_from?: string | null;
 }
 
 /** One step of a deploy: who it is (written when first seen), what only the API knows, and its state. */
 export interface DeployStep {
   id: string;
   accepted: number;
-  first: Pick<DeployEntry, 'project' | 'ref' | 'commit' | 'group' | 'origin' | 'owner' | 'queue_job'>;
+  first: Pick<DeployEntry, 'project' | 'ref' | 'commit' | 'group' | 'origin' | 'owner' | 'queue_job' | 'rolled_back_from'>;
   /** The origin as the API knows it (a worker's first write only guesses it). */
   origin?: DeployOrigin;
   step: { state: DeployState } & Partial<
@@ -180,7 +182,7 @@ export const deployViewSchema = z.object({
   ref: z.string(),
   commit: z.string().nullable(),
   group: z.string().describe('its concurrency group'),
-  origin: z.string().describe('push, ci, api, replay, retry, approval'),
+  origin: z.string().describe('push, ci, api, replay, retry, approval, rollback'),
   owner: z.string().nullable().describe("the owner of the requester's credential"),
   state: z.enum(DEPLOY_STATES),
   accepted_at: z.string().nullable(),
@@ -190,6 +192,10 @@ export const deployViewSchema = z.object({
   kubernetes_job: z.string().nullable().describe('the Kubernetes Job it created, once it runs'),
   superseded_by: z.string().nullable().describe('superseded: the deploy of its group accepted after it'),
   cancelled_by: z.string().nullable().describe('cancelled: the deploy of its group whose start deleted its Kubernetes Job'),
+  rolled_back_from: z
+    .string()
+    .nullable()
+    .describe('a rollback (origin rollback): the deploy of its ref that was current (the last succeeded) when it was accepted'),
 });
 export type DeployView = z.infer<typeof deployViewSchema>;
 
@@ -210,6 +216,7 @@ export function deployView(e: DeployEntry): DeployView {
     kubernetes_job: e.k8s_job ?? null,
     superseded_by: e.superseded_by ?? null,
     cancelled_by: e.cancelled_by ?? null,
+    rolled_back_from: e.rolled_back_from ?? null,
   };
 }
 

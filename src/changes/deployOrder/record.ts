@@ -36,6 +36,7 @@ export async function recordDeployStep(
         origin,
         owner: change.requester.owner || null,
         queue_job: state === 'pending_approval' || state === 'rejected' ? null : id,
+        ...(t.rollback ? { rolled_back_from: t.rollback.from } : {}),
       },
       // The last approval keeps the origin of the deploy it lets through.
       ...(change.origin !== 'webhook' && change.origin !== 'approval' ? { origin } : {}),

@@ -1,5 +1,5 @@
 import type { ApprovalPolicy } from '../../shared/policy.js';
-import type { ApprovedBy, Change } from '../types.js';
+import type { ApprovedBy, Change, Override } from '../types.js';
 
 /** What every kind's job carries of the change besides its target: who asked, and what let it through. */
 
@@ -26,3 +26,7 @@ export function stricter(policy: ApprovalPolicy | undefined, asked: ApprovalPoli
   if (!policy || !asked) return policy ?? asked;
   return asked.required > policy.required ? asked : policy;
 }
+
+/** An override without the reasons it covers covers nothing: the gate fails closed. */
+export const overrideOf = (o: { by: string; owner?: string; reason: string; covers?: string[] } | undefined): Override | undefined =>
+  o ? { by: o.by, owner: o.owner ?? o.by, reason: o.reason, covers: o.covers ?? [] } : undefined;

@@ -7,13 +7,14 @@ import { approvalVerdict, approvalVerdictSchema, gateView, gateViewSchema, kuber
 import { concurrencyGroup } from '../deployOrder/store.js';
 import { describeReasons, gate } from '../gate.js';
 import type { Decision, DeployTarget } from '../types.js';
-import { approvalFieldsOf, requesterFieldsOf } from './common.js';
+import { approvalFieldsOf, overrideOf, requesterFieldsOf } from './common.js';
 import type { ChangeKind } from './types.js';
 
 /**
  * A deploy of a project's ref (a push from a sender, its replay, a CI job's POST /ops/deploys, an
- * approval, a retry): one job per push event within its dedup window, through the intake; a closed
- * gate holds it (a delayed job due when the gate is expected to open).
+ * approval, a retry, a rollback: src/changes/rollback.ts): one job per push event within its dedup
+ * window, through the intake; a closed gate holds it (a delayed job due when the gate is expected to
+ * open) unless a person's override of a rollback covers it.
  */
 type DeployApproval = Extract<ApprovalChange, { kind: 'deploy' }>;
 
@@ -103,12 +104,15 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
       ...(t.eventId ? { event_id: t.eventId } : {}),
       ...(t.deliveryId ? { delivery_id: t.deliveryId } : {}),
       ...(c.accepted ? { accepted_at: c.accepted.at, accepted_id: c.accepted.id } : {}),
+      ...(t.rollback ? { rollback: true as const, ...(t.rollback.from ? { rolled_back_from: t.rollback.from } : {}) } : {}),
+      ...(c.override ? { override: c.override } : {}),
       ...approvalFieldsOf(c, approved),
       ...requesterFieldsOf(c),
     };
   },
 
   fromJob: (inventory, d) => ({
+    ...(d.override ? { override: overrideOf(d.override)! } : {}),
     target: {
       kind: 'deploy',
       project: d.project,
@@ -116,6 +120,7 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
       namespace: findProject(inventory, d.project)?.namespace ?? '',
       ...(d.sha ? { sha: d.sha } : {}),
       ...(d.event_id ? { eventId: d.event_id } : {}),
+      ...(d.rollback ? { rollback: { from: d.rolled_back_from ?? null } } : {}),
     },
     ...(d.reason ? { reason: d.reason } : {}),
   }),
@@ -133,12 +138,15 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
       ...(t.eventId ? { event_id: t.eventId } : {}),
       ...(t.deliveryId ? { delivery_id: t.deliveryId } : {}),
       ...(t.source ? { source: t.source } : {}),
+      ...(t.rollback ? { rollback: t.rollback } : {}),
+      ...(c.override ? { override: c.override } : {}),
     };
   },
 
   fromApproval(a) {
     const c = a as DeployApproval;
     return {
+      ...(c.override ? { override: overrideOf(c.override)! } : {}),
       target: {
         kind: 'deploy',
         project: c.project,
@@ -148,13 +156,14 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
         ...(c.event_id ? { eventId: c.event_id } : {}),
         ...(c.delivery_id ? { deliveryId: c.delivery_id } : {}),
         ...(c.source ? { source: c.source } : {}),
+        ...(c.rollback ? { rollback: c.rollback } : {}),
       },
     };
   },
 
   approvalView(a) {
     const c = a as DeployApproval;
-    return { host: null, service: null, project: c.project, ref: c.ref, override: undefined };
+    return { host: null, service: null, project: c.project, ref: c.ref, override: c.override };
   },
 
   dryRun: {
@@ -167,7 +176,7 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
       audit_id: c.auditId,
       requested_by: c.requester.principal,
     }),
-    // A deploy is never overridden: its gate holds it.
+    // No dry run asks to override a deploy (only a rollback may be let through, by a person): its gate holds it.
     answer: ({ change, facts, decision }, _override, kubernetes): DeployDryRun => ({
       dry_run: true,
       change: 'deploy',

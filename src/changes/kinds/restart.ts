@@ -10,8 +10,8 @@ import { approvalVerdict, approvalVerdictSchema, gateView, gateViewSchema, kuber
 import type { Freeze } from '../freezes/store.js';
 import { describeReasons, gate } from '../gate.js';
 import { coalesceId, describeBudget } from '../deps.js';
-import type { Decision, Facts, Override, RestartTarget } from '../types.js';
-import { approvalFieldsOf, requesterFieldsOf, stricter } from './common.js';
+import type { Decision, Facts, RestartTarget } from '../types.js';
+import { approvalFieldsOf, overrideOf, requesterFieldsOf, stricter } from './common.js';
 import type { ChangeKind } from './types.js';
 
 /**
@@ -21,10 +21,6 @@ import type { ChangeKind } from './types.js';
  * namespace's restart budget (a remediation's on its rule's and its namespace's too).
  */
 type RestartApproval = Extract<ApprovalChange, { kind: 'restart' }>;
-
-/** An override without the reasons it covers covers nothing: the gate fails closed. */
-const overrideOf = (o: { by: string; owner?: string; reason: string; covers?: string[] } | undefined): Override | undefined =>
-  o ? { by: o.by, owner: o.owner ?? o.by, reason: o.reason, covers: o.covers ?? [] } : undefined;
 
 export const restartDryRunSchema = z.object({
   dry_run: z.literal(true),

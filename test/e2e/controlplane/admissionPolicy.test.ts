@@ -179,7 +179,7 @@ describe('ValidatingAdmissionPolicy of the worker', () => {
   describe('Job', () => {
     const entry = () => parseInventory(JSON.stringify(inventory(ns))).projects[PROJECT]!;
     let n = 0;
-    const job = (mutate: (j: k8s.V1Job, pod: k8s.V1PodSpec, c: k8s.V1Container) => void = () => {}) => {
+    const job = (mutate: (j: k8s.V1Job, pod: k8s.V1PodSpec, c: k8s.V1Container) => void = () => {}, rollback = false) => {
       const j = buildDeployJob({
         name: `vap-deploy-${++n}`,
         project: PROJECT,
@@ -189,6 +189,7 @@ describe('ValidatingAdmissionPolicy of the worker', () => {
         queueJobId: String(n),
         eventId: 'scm:group/shop:refs/heads/main:0123abc',
         sha: '0123456789abcdef0123456789abcdef01234567',
+        rollback,
         entry: entry(),
       });
       const pod = j.spec!.template.spec!;
@@ -208,13 +209,15 @@ describe('ValidatingAdmissionPolicy of the worker', () => {
       }
     }
 
-    it("the worker's own Job passes, whatever the request's audit id and commit; so does one without a commit (no sha in the job's data)", async () => {
+    it("the worker's own Job passes, whatever the request's audit id and commit; so does one without a commit (no sha in the job's data), and a rollback's (OPSGATE_ROLLBACK=true)", async () => {
       const ok1 = job();
       const ok2 = job((_j, _p, c) => {
         for (const e of c.env!) if (e.name === 'OPSGATE_AUDIT_ID' || e.name === 'OPSGATE_COMMIT_SHA') e.value = 'other-value';
       });
       const ok3 = job((_j, _p, c) => (c.env = c.env!.filter((e) => e.name !== 'OPSGATE_COMMIT_SHA')));
-      for (const j of [ok1, ok2, ok3]) {
+      const ok4 = job(undefined, true);
+      expect(ok4.spec!.template.spec!.containers[0]!.env).toContainEqual({ name: 'OPSGATE_ROLLBACK', value: 'true' });
+      for (const j of [ok1, ok2, ok3, ok4]) {
         expect(await create(j)).toEqual({ code: 200, message: '' });
         created.push(j.metadata!.name!);
       }
@@ -335,6 +338,7 @@ describe('ValidatingAdmissionPolicy of the worker', () => {
         ['no ref', job((_j, _p, c) => (c.env = c.env!.filter((e) => e.name !== 'OPSGATE_REF')))],
         ['another project', setEnv('OPSGATE_PROJECT', 'group/other')],
         ['TMPDIR elsewhere', setEnv('TMPDIR', '/usr/local/bin')],
+        ['OPSGATE_ROLLBACK other than true', job((_j, _p, c) => c.env!.push({ name: 'OPSGATE_ROLLBACK', value: 'yes' }))],
         [
           'a value from a Secret',
           job((_j, _p, c) => {
@@ -350,7 +354,7 @@ describe('ValidatingAdmissionPolicy of the worker', () => {
     it('nothing refused was created; a Job in a namespace with no inventory project is refused by RBAC (403)', async () => {
       const jobs = await admin.makeApiClient(k8s.BatchV1Api).listNamespacedJob({ namespace: ns.deploy });
       expect(jobs.items.map((j) => j.metadata!.name).sort()).toEqual([...created].sort());
-      expect(created).toHaveLength(3);
+      expect(created).toHaveLength(4);
       expect((await create(job(), ns.other)).code).toBe(403);
     });
   });

@@ -440,6 +440,16 @@ const CASES: Array<{ condition: string; status: number; code: ErrorCode; send: (
     code: 'deploy_source_refused',
     send: () => deployAs(ctx.h.app, { 'X-API-Key': OP_KEY }, { project: 'group/app', ref: 'refs/heads/main', sha: FULL_SHA }),
   },
+  {
+    condition: 'a rollback to a commit that never succeeded in the history',
+    status: 409,
+    code: 'rollback_target_unknown',
+    send: () =>
+      json(
+        request(ctx.h.app).post('/ops/deploys/rollback').set('X-API-Key', OP_KEY),
+        JSON.stringify({ project: 'group/app', ref: 'refs/heads/main', to: FULL_SHA, reason: 'r' }),
+      ),
+  },
   // 413, 415
   {
     condition: 'a body over BODY_LIMIT',

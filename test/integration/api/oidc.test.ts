@@ -10,6 +10,7 @@ import { watchCredentials } from '../../../src/api/credentialReload.js';
 import { createSenderSecrets } from '../../../src/shared/liveSecrets.js';
 import { createLogger } from '../../../src/shared/logger.js';
 import { JOB } from '../../../src/shared/jobs.js';
+import { createDeployHistory } from '../../../src/changes/deployOrder/history.js';
 import { parseOidcFile } from '../../../src/api/oidcConfig.js';
 import { BEARER, OP_KEY, RO_KEY, SCM_SECRET, baseEnv, createHarness, type Harness } from '../../helpers/apiHarness.js';
 import { makeCa, makeLeaf, type Pem } from '../../helpers/certs.js';
@@ -499,6 +500,49 @@ describe('POST /ops/deploys', () => {
     expect(retry.body).toEqual(first.body);
     const reused = await key('release-1', OTHER_SHA);
     expect([reused.status, reused.body.code]).toEqual([422, 'idempotency_key_reused']);
+  });
+});
+
+describe('POST /ops/deploys/rollback with an OIDC token', () => {
+  const rollback = (token: string, body: Record<string, unknown>) =>
+    request(h.app)
+      .post('/ops/deploys/rollback')
+      .set('Authorization', `Bearer ${token}`)
+      .set('Content-Type', 'application/json')
+      .send(JSON.stringify({ ref: 'refs/heads/main', reason: 'bad release', ...body }));
+
+  it("an operator rule rolls back its own project; a readonly rule, and a project other than the token's, are refused", async () => {
+    // A succeeded deploy of another commit in the history (the step as the worker writes it).
+    await createDeployHistory(h.redis, 100).record({
+      id: 'storefront-1',
+      accepted: Date.now() - 1000,
+      first: {
+        project: 'acme/storefront',
+        ref: 'refs/heads/main',
+        commit: OTHER_SHA,
+        group: 'acme/storefront:refs/heads/main',
+        origin: 'ci',
+        owner: 'github:acme/storefront',
+        queue_job: 'storefront-1',
+      },
+      step: { state: 'succeeded', finished_at: Date.now() },
+    });
+    const ok = await rollback(await gh.sign(githubClaims()), { project: 'acme/storefront', to: OTHER_SHA });
+    expect(ok.status).toBe(202);
+    expect(ok.body).toMatchObject({ sha: OTHER_SHA, rolled_back_from: 'storefront-1', rolled_back_to: 'storefront-1', status: 'queued' });
+    const job = await h.queue.bull.getJob(ok.body.job_id);
+    expect(job?.data).toMatchObject({ sha: OTHER_SHA, rollback: true, requested_owner: 'github:acme/storefront' });
+
+    const other = await rollback(await gh.sign(githubClaims()), { project: 'acme/legacy' });
+    expect([other.status, other.body.code]).toEqual([403, 'deploy_not_bound_to_token']);
+    const readonly = await rollback(await gh.sign(githubClaims({ ref: 'refs/heads/release/1' })), {
+      project: 'acme/storefront',
+      ref: 'refs/heads/release/1',
+    });
+    expect([readonly.status, readonly.body.code]).toEqual([403, 'operator_role_required']);
+    // Its rule does not say may_override: no person stands behind it.
+    const override = await rollback(await gh.sign(githubClaims()), { project: 'acme/storefront', to: OTHER_SHA, override: true });
+    expect([override.status, override.body.code]).toEqual([403, 'override_not_allowed']);
   });
 });
 

@@ -17,6 +17,7 @@ import { harnessSecretOf, pushHeaders, pushSources } from '../../helpers/senders
 import { SOURCES, type PushSource, type Source } from '../../../src/sources/index.js';
 import { waitFor } from '../../helpers/waitFor.js';
 import { GUARDED_INVENTORY_YAML, decide, restartAs } from '../../helpers/guards.js';
+import { createDeployHistory } from '../../../src/changes/deployOrder/history.js';
 
 /**
  * GET /openapi.json:
@@ -330,6 +331,8 @@ const json = (r: request.Test, body: string) => r.set('Content-Type', 'applicati
 const FULL_SHA = 'e1c5b7a0f9d3c2b1a0e9d8c7b6a5f4e3d2c1b0a9';
 const deployAs = (app: Express, body: Record<string, unknown>, key = OP_KEY) =>
   json(request(app).post('/ops/deploys').set('X-API-Key', key), JSON.stringify(body));
+const rollbackAs = (app: Express, body: Record<string, unknown>, key = OP_KEY) =>
+  json(request(app).post('/ops/deploys/rollback').set('X-API-Key', key), JSON.stringify(body));
 
 /** A pending approval of a restart (pay-1's policy asks for one), asked for by a person's key (OP_KEY_2): its id. */
 async function pending(): Promise<string> {
@@ -381,6 +384,30 @@ const PRODUCERS: Record<string, () => Promise<Res>> = {
   'POST /ops/deploys 409': () => deployAs(ctx.h.app, { project: 'group/app', ref: 'refs/heads/main', sha: FULL_SHA }),
   'POST /ops/deploys 422': () => deployAs(ctx.h.app, { project: 'group/ci', ref: 'refs/heads/main' }),
   'POST /ops/deploys 503': () => deployAs(down.app, { project: 'group/ci', ref: 'refs/heads/main', sha: FULL_SHA }),
+  'POST /ops/deploys/rollback 202': async () => {
+    // A succeeded deploy in the history to go back to (its step as the worker writes it).
+    await createDeployHistory(ctx.h.redis, 100).record({
+      id: 'deploy-openapi-1',
+      accepted: Date.now() - 1000,
+      first: {
+        project: 'group/app',
+        ref: 'refs/heads/main',
+        commit: FULL_SHA,
+        group: 'group/app:refs/heads/main',
+        origin: 'push',
+        owner: null,
+        queue_job: 'deploy-openapi-1',
+      },
+      step: { state: 'succeeded', finished_at: Date.now() },
+    });
+    return rollbackAs(ctx.h.app, { project: 'group/app', ref: 'refs/heads/main', to: FULL_SHA, reason: 'r' });
+  },
+  'POST /ops/deploys/rollback 400': () => json(request(ctx.h.app).post('/ops/deploys/rollback').set('X-API-Key', OP_KEY), '{nope'),
+  'POST /ops/deploys/rollback 403': () => rollbackAs(ctx.h.app, { project: 'group/app', ref: 'refs/heads/main', reason: 'r' }, RO_KEY),
+  'POST /ops/deploys/rollback 404': () => rollbackAs(ctx.h.app, { project: 'group/nope', ref: 'refs/heads/main', reason: 'r' }),
+  'POST /ops/deploys/rollback 409': () => rollbackAs(ctx.h.app, { project: 'group/app', ref: 'refs/heads/main', reason: 'r' }),
+  'POST /ops/deploys/rollback 422': () => rollbackAs(ctx.h.app, { project: 'group/app', ref: 'refs/heads/main' }),
+  'POST /ops/deploys/rollback 503': () => rollbackAs(down.app, { project: 'group/app', ref: 'refs/heads/main', reason: 'r' }),
   'GET /ops/keys 200': () => request(ctx.h.app).get('/ops/keys').set('X-API-Key', OP_KEY),
   'GET /ops/keys 403': () => request(ctx.h.app).get('/ops/keys').set('X-API-Key', RO_KEY),
   'GET /ops/keys 422': () => request(ctx.h.app).get('/ops/keys?limit=0').set('X-API-Key', OP_KEY),

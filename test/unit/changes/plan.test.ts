@@ -40,7 +40,7 @@ const remediationBudgets = [
 ];
 
 type Row = [string, Change, Facts, ReturnType<typeof plan>['kind'], Record<string, unknown>?];
-const ASKING: Origin[] = ['api', 'webhook', 'replay', 'retry', 'remediation', 'ci'];
+const ASKING: Origin[] = ['api', 'webhook', 'replay', 'retry', 'remediation', 'ci', 'rollback'];
 
 const rows: Row[] = [
   // restarts: the gate
