@@ -183,7 +183,8 @@ const workerSchema = commonSchema.extend({
   /**
    * The hosts' APIs told each deploy's state (worker/commitStatus.ts): their base URLs (GitHub
    * Enterprise, a self-hosted GitLab or Gitea), and the token of each (`<PREFIX>_BEARER_TOKEN` or
-   * its `_FILE`, read again when the file changes; `<PREFIX>_TLS_CA_FILE` for a private CA). No
+   * its `_FILE`, read again when the file changes; `<PREFIX>_TLS_CA_FILE` for a private CA), read
+   * by src/shared/outboundAuth.ts (only these of its settings are in the schema). No
    * token, or no URL (Gitea has no default): nothing is sent to that host.
    */
   GITHUB_STATUS_API_URL: apiUrl('https://api.github.com'),
@@ -191,7 +192,7 @@ const workerSchema = commonSchema.extend({
   GITEA_STATUS_API_URL: apiUrl(undefined),
   BITBUCKET_STATUS_API_URL: apiUrl('https://api.bitbucket.org'),
   ...Object.fromEntries(
-    STATUS_HOSTS.flatMap((prefix) => outboundVariables(prefix, false)).map((v) => [
+    STATUS_HOSTS.flatMap((prefix) => [`${prefix}_BEARER_TOKEN`, `${prefix}_BEARER_TOKEN_FILE`, `${prefix}_TLS_CA_FILE`]).map((v) => [
       v,
       v.endsWith('_FILE') ? optionalPath : z.string().optional(),
     ]),
