@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -12,6 +12,8 @@ import { SOURCES, type PushSource } from '../../../src/sources/index.js';
 import { startWorker, type WorkerHandle } from '../../../worker/index.js';
 import { OP_KEY, RO_KEY, useHarness } from '../../helpers/apiHarness.js';
 import { makeCa, makeLeaf } from '../../helpers/certs.js';
+import { startWorkerProcess } from '../../helpers/processes.js';
+import { freePort } from '../../helpers/redis.js';
 import { startKubeJobsStandIn, type KubeJobsStandIn } from '../../helpers/kubeJobsStandIn.js';
 import { harnessSecretOf, pushHeaders } from '../../helpers/senders.js';
 import { waitFor } from '../../helpers/waitFor.js';
@@ -25,7 +27,7 @@ import { collectLogs, metricValue, testMetrics, workerConfig, type LogCollector 
  * GitHub's OpenAPI description from @octokit/openapi, Gitea's and Bitbucket's descriptions and
  * GitLab's documented attributes kept in test/fixtures/commit-status (each naming its source).
  */
-const TOKENS = {
+const TOKENS: Record<string, string> = {
   github: 'ghp-status-token-0001',
   gitlab: 'glpat-status-token-0002',
   gitea: 'gitea-status-token-0003',
@@ -170,7 +172,7 @@ async function startHosts(): Promise<Hosts> {
         if (!op.validate(body)) problems.push(...(op.validate.errors ?? []).map((e) => `${e.instancePath} ${e.message}`));
         for (const k of Object.keys(body)) if (!op.known.has(k)) problems.push(`unknown property ${k}`);
       }
-      const token = TOKENS[host as keyof typeof TOKENS];
+      const token = TOKENS[host];
       if (req.headers.authorization !== `Bearer ${token}`) problems.push(`authorization ${req.headers.authorization}`);
       if (req.headers['content-type'] !== 'application/json') problems.push(`content-type ${req.headers['content-type']}`);
       if (host === 'github') {
@@ -396,5 +398,58 @@ describe('each state of a deploy on its commit', () => {
       },
       hostEnv(['gitea']),
     );
+  });
+});
+
+describe('the worker process (node dist/worker/index.js)', () => {
+  it('reads its token from a file, uses a rotated one without a restart, says once at start which hosts are told nothing, and never logs a token', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'opsgate-status-proc-'));
+    const tokenFile = join(dir, 'github-token');
+    writeFileSync(tokenFile, `${TOKENS.github}\n`);
+    writeFileSync(join(dir, 'inventory.yaml'), INVENTORY_YAML);
+    writeFileSync(join(dir, 'kubeconfig'), kube.kc.exportConfig());
+    kube.reset();
+    hosts.seen.length = 0;
+    const first = TOKENS.github!;
+    const p = await startWorkerProcess({
+      env: {
+        REDIS_URL: ctx.srv.url,
+        METRICS_PORT: String(await freePort()),
+        HOME: dir,
+        LOG_LEVEL: 'info',
+        OPS_INVENTORY_FILE: join(dir, 'inventory.yaml'),
+        KUBECONFIG: join(dir, 'kubeconfig'),
+        ROLLOUT_POLL_INTERVAL_MS: '50',
+        OPSGATE_PUBLIC_URL: PUBLIC_URL,
+        GITHUB_STATUS_API_URL: hosts.url('github'),
+        GITHUB_STATUS_BEARER_TOKEN_FILE: tokenFile,
+        GITHUB_STATUS_TLS_CA_FILE: hosts.caFile,
+      },
+    });
+    try {
+      const off = p.logs().filter((l) => l.msg === 'deploy states are not reported to this sender');
+      expect(off.map((l) => l.sender).sort()).toEqual(['bitbucket', 'gitea', 'gitlab']);
+      await push('github', 'octo/app', sha(20));
+      const seen = await statuses('github', ['success']);
+      expect(seen.flatMap((s) => s.problems)).toEqual([]);
+
+      // The Secret rotated as the kubelet does it: a new file in place of the old one.
+      const rotated = 'ghp-status-token-rotated-0005';
+      writeFileSync(`${tokenFile}.new`, `${rotated}\n${first}\n`);
+      renameSync(`${tokenFile}.new`, tokenFile);
+      TOKENS.github = rotated;
+      hosts.seen.length = 0;
+      await push('github', 'octo/app', sha(21));
+      const after = await statuses('github', ['success']);
+      expect(after.flatMap((s) => s.problems)).toEqual([]);
+      expect(p.exited).toBe(false);
+      const out = [...p.lines, ...p.stderr].join('\n');
+      expect(out).not.toContain(first);
+      expect(out).not.toContain(rotated);
+      expect(p.logs().filter((l) => l.msg === 'deploy states are not reported to this sender')).toHaveLength(3);
+    } finally {
+      TOKENS.github = first;
+      await p.stop();
+    }
   });
 });
