@@ -1,3 +1,4 @@
+import { UnrecoverableError } from 'bullmq';
 import type { DeployState } from '../src/changes/deployOrder/history.js';
 import type { WorkerConfig } from '../src/shared/config.js';
 import { findProject, type Inventory } from '../src/shared/inventory.js';
@@ -213,7 +214,8 @@ const seg = encodeURIComponent;
 
 function ownerRepo(project: string): string {
   const cut = project.indexOf('/');
-  if (cut <= 0 || cut === project.length - 1) throw new Error(`project ${JSON.stringify(project)} is not owner/repository`);
+  // Asking again cannot fix the name: the report ends at once.
+  if (cut <= 0 || cut === project.length - 1) throw new UnrecoverableError(`project ${JSON.stringify(project)} is not owner/repository`);
   return `${seg(project.slice(0, cut))}/${seg(project.slice(cut + 1))}`;
 }
 
