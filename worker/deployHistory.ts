@@ -66,14 +66,14 @@ export function deployRecorder(c: ChangeJob, ctx: JobContext): DeployRecorder | 
       } catch (err) {
         ctx.logger.warn('could not record the deploy in its history', { state: step.state, err });
       }
-      // The state is told to the host of the commit where it is recorded: by its own job, so a host
-      // that cannot be reached never fails nor delays the deploy.
+      // The state is told to the host of the commit where it is recorded, by a job of its own whose
+      // add is not waited for: neither a host nor the queue ever fails or delays the deploy.
       const report =
         written && ctx.reportStatus
           ? statusReport(ctx.inventory, ctx.statusHosts, d, id, step.state, step.superseded_by ?? step.cancelled_by ?? undefined)
           : undefined;
       if (report)
-        await ctx.reportStatus!(report).catch((err: unknown) =>
+        void ctx.reportStatus!(report).catch((err: unknown) =>
           ctx.logger.warn('could not queue the report of the deploy state', { state: step.state, err }),
         );
       if (step.state === 'succeeded') ctx.metrics?.deployLastSuccess?.set({ project: d.project, ref: d.ref }, Date.now() / 1000);

@@ -306,7 +306,10 @@ describe('each state of a deploy on its commit', () => {
           environment: 'production',
         });
       expect((await deployState(id)).state).toBe('succeeded');
-      expect(await metricValue(w.metrics, 'opsgate_commit_status_reports_total', { sender: 'github', result: 'sent' })).toBe(2);
+      await waitFor(
+        'both reports counted as sent',
+        async () => (await metricValue(w.metrics, 'opsgate_commit_status_reports_total', { sender: 'github', result: 'sent' })) === 2,
+      );
       expect(w.logs.lines.join('\n')).not.toContain(TOKENS.github);
     });
   });
@@ -368,7 +371,12 @@ describe('each state of a deploy on its commit', () => {
         expect(seen.filter((s) => s.status === 500)).toHaveLength(2);
         expect(ok.at(-1)!.body.state).toBe('success');
         expect(await metricValue(w.metrics, 'opsgate_commit_status_reports_total', { sender: 'gitea', result: 'failed' })).toBe(2);
-        expect(await metricValue(w.metrics, 'opsgate_commit_status_reports_total', { sender: 'gitea', result: 'sent' })).toBe(ok.length);
+        // Counted once the worker has the answer (a moment after the host saw the request).
+        await waitFor(
+          'every report sent counted',
+          async () =>
+            (await metricValue(w.metrics, 'opsgate_commit_status_reports_total', { sender: 'gitea', result: 'sent' })) === ok.length,
+        );
         // The deploy ended while its host still failed: it never waited for its reports.
         const entry = await deployState(id);
         expect(entry.state).toBe('succeeded');
