@@ -6,6 +6,7 @@ import { deployKind } from '../src/changes/kinds/deploy.js';
 import { kindOf } from '../src/changes/kinds/index.js';
 import type { RunDeployPipelineData } from '../src/shared/jobs.js';
 import type { JobContext } from './context.js';
+import { statusReport } from './commitStatus.js';
 import { acceptanceOf } from './deployTurn.js';
 import { deployJobName } from './jobs/deploy.js';
 
@@ -14,7 +15,9 @@ import { deployJobName } from './jobs/deploy.js';
  * time it handles a push's job is that push's first entry (the push path writes none), then held,
  * queued (waiting for its group's turn), running (with its Kubernetes Job), and its end. The API's
  * entry of a CI deploy, replay, retry or approval is merged into, never moved back. A write that
- * fails is logged: the history is a record, not the deploy.
+ * fails is logged: the history is a record, not the deploy. Each step written here is also told to
+ * the host of the deploy's commit (worker/commitStatus.ts); the steps only the API records (a CI
+ * deploy's pending approval, a rejection) are not, so no path of the API pays a round trip for them.
  */
 export interface DeployRecorder {
   step(step: DeployStep['step']): Promise<void>;
@@ -58,11 +61,23 @@ export function deployRecorder(c: ChangeJob, ctx: JobContext): DeployRecorder | 
   return {
     async step(step) {
       const full = step.state === 'running' ? { ...step, k8s_job: deployJobName(id, d.audit_id, d.project) } : step;
+      let written = false;
       try {
-        await historyOf(ctx).record({ id, accepted, first, step: full });
+        const r = await historyOf(ctx).record({ id, accepted, first, step: full });
+        written = r.written && r.state === step.state;
       } catch (err) {
         ctx.logger.warn('could not record the deploy in its history', { state: step.state, err });
       }
+      // The state is told to the host of the commit where it is recorded, by a job of its own whose
+      // add is not waited for: neither a host nor the queue ever fails or delays the deploy.
+      const report =
+        written && ctx.reportStatus
+          ? statusReport(ctx.inventory, ctx.statusHosts, d, id, step.state, step.superseded_by ?? step.cancelled_by ?? undefined)
+          : undefined;
+      if (report)
+        void ctx.reportStatus!(report).catch((err: unknown) =>
+          ctx.logger.warn('could not queue the report of the deploy state', { state: step.state, err }),
+        );
       if (step.state === 'succeeded') ctx.metrics?.deployLastSuccess?.set({ project: d.project, ref: d.ref }, Date.now() / 1000);
     },
   };

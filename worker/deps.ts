@@ -8,13 +8,14 @@ import { createRemediationStore } from '../src/remediation/store.js';
 import type { WorkerConfig } from '../src/shared/config.js';
 import type { Inventory } from '../src/shared/inventory.js';
 import { createJobReads } from '../src/shared/jobReads.js';
-import { defaultJobOptions, JOB, QUEUE_NAME, type ReportChangeData } from '../src/shared/jobs.js';
+import { defaultJobOptions, JOB, QUEUE_NAME, type ReportChangeData, type ReportStatusData } from '../src/shared/jobs.js';
 import type { Logger } from '../src/shared/logger.js';
 import type { Metrics } from '../src/shared/metrics.js';
 import type { KubeConfigFactory } from '../src/shared/kubeconfig.js';
 import { createProducer } from '../src/shared/producer.js';
 import { createQueueGuard } from '../src/shared/queueGuard.js';
 import { queuePrefix } from '../src/shared/keys.js';
+import { statusHosts, type StatusHosts } from './commitStatus.js';
 import type { JobMetrics } from './outcomes.js';
 
 /**
@@ -32,7 +33,7 @@ export interface WorkerDeps {
   kubeConfig: KubeConfigFactory;
   /** The clock of guarded changes (freezes, windows, approval expiry). */
   now: () => number;
-  metrics?: Pick<Metrics, 'changeOutcomes' | 'holds'> & Partial<Pick<Metrics, 'deployLastSuccess'>>;
+  metrics?: Pick<Metrics, 'changeOutcomes' | 'holds'> & Partial<Pick<Metrics, 'deployLastSuccess' | 'commitStatusReports'>>;
   freezes: Pipeline['freezes'];
   holds: Pipeline['holds'];
   approvals: Pipeline['approvals'];
@@ -47,6 +48,10 @@ export interface WorkerDeps {
   readJob?: (id: string) => Promise<{ name: string; data: unknown } | undefined>;
   /** Queues a report_change job under `jobId` (one job per id: a repeat adds nothing). */
   report: (jobId: string, data: ReportChangeData, delayMs?: number) => Promise<void>;
+  /** The hosts told each deploy's state (worker/commitStatus.ts): those this worker holds a token for. */
+  statusHosts?: StatusHosts;
+  /** Queues a report_status job, one per deploy and state (a repeat adds nothing). */
+  reportStatus?: (data: ReportStatusData) => Promise<void>;
   /** Alert-driven remediation's checks and watches (absent without rules in the inventory). */
   remediation?: Omit<RemediationDeps, 'onOutcome'>;
   /** Closes the queue the reports are added on (the connection stays the caller's). */
@@ -70,7 +75,12 @@ export function createWorkerDeps(
     ...base,
     metrics:
       m?.changeOutcomes && m.holds
-        ? { changeOutcomes: m.changeOutcomes, holds: m.holds, ...(m.deployLastSuccess ? { deployLastSuccess: m.deployLastSuccess } : {}) }
+        ? {
+            changeOutcomes: m.changeOutcomes,
+            holds: m.holds,
+            ...(m.deployLastSuccess ? { deployLastSuccess: m.deployLastSuccess } : {}),
+            ...(m.commitStatusReports ? { commitStatusReports: m.commitStatusReports } : {}),
+          }
         : undefined,
     freezes: pipeline.freezes,
     holds: pipeline.holds,
@@ -88,6 +98,10 @@ export function createWorkerDeps(
     },
     report: async (jobId, data, delayMs) => {
       await reports.add({ name: JOB.reportChange, data, jobId, ...(delayMs !== undefined ? { delay: delayMs } : {}) });
+    },
+    statusHosts: statusHosts(config, logger),
+    reportStatus: async (data) => {
+      await reports.add({ name: JOB.reportStatus, data, jobId: `status.${data.deploy_id}.${data.state}` });
     },
     close: () => reportQueue.close(),
   };

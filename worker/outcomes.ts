@@ -13,6 +13,7 @@ export type JobMetrics = Pick<Metrics, 'jobsProcessed' | 'jobDuration' | 'jobRet
       | 'changeOutcomes'
       | 'holds'
       | 'deployLastSuccess'
+      | 'commitStatusReports'
       | 'remediations'
       | 'remediationsSuppressed'
       | 'remediationEscalations'

@@ -11,6 +11,7 @@ import { dryRun } from './jobs/dryRun.js';
 import { notifyOncall } from './jobs/notify.js';
 import { remediate } from './jobs/remediate.js';
 import { reportChange } from './jobs/report.js';
+import { reportStatus } from './jobs/reportStatus.js';
 import { restartService } from './jobs/restart.js';
 import { checkGate, failureOutcome, isFinal, recordOutcome } from './report.js';
 import { takeTurn, type TakenTurn } from './deployTurn.js';
@@ -40,6 +41,7 @@ export const handlers: { [N in JobName]: Handler<never> } = {
   [JOB.dryRun]: dryRun,
   [JOB.reportChange]: reportChange,
   [JOB.remediate]: remediate,
+  [JOB.reportStatus]: reportStatus,
 };
 
 export { JobCancelledError, JobTimeoutError };

@@ -1,9 +1,9 @@
-import type { WorkerConfig } from '../src/shared/config.js';
+import { STATUS_HOSTS, type WorkerConfig } from '../src/shared/config.js';
 import { outboundSecrets } from '../src/shared/outboundVariables.js';
 import { redisPasswords } from '../src/shared/redis.js';
 
 /**
- * What the worker's logger redacts: Redis passwords and every notify endpoint URL with its
+ * What the worker's logger redacts: Redis passwords, the tokens of the hosts told deploy states, and every notify endpoint URL with its
  * credential-looking parts (userinfo, long path segments and query values), since on-call webhook
  * URLs carry their token in the path.
  */
@@ -11,6 +11,7 @@ export function secretsForWorker(config: WorkerConfig): string[] {
   const out: string[] = [];
   out.push(...redisPasswords(config.REDIS_URL));
   out.push(...outboundSecrets(config, 'PROMETHEUS'), ...outboundSecrets(config, 'ALERTMANAGER'));
+  for (const prefix of STATUS_HOSTS) out.push(...outboundSecrets(config, prefix));
   for (const raw of config.NOTIFY_WEBHOOK_URLS) {
     out.push(raw);
     try {

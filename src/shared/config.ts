@@ -115,6 +115,17 @@ export const commonSchema = z.object({
   SHUTDOWN_TIMEOUT_SECONDS: intFrom(20, 1),
 });
 
+/** The settings' prefix of each host told deploy states (`<PREFIX>_API_URL`, `<PREFIX>_BEARER_TOKEN`...). */
+export const STATUS_HOSTS = ['GITHUB_STATUS', 'GITLAB_STATUS', 'GITEA_STATUS', 'BITBUCKET_STATUS'] as const;
+
+/** A host API's base URL, its default when unset; trailing slashes dropped. */
+const apiUrl = (fallback: string | undefined) =>
+  z
+    .string()
+    .optional()
+    .transform((v) => (v === undefined || v.trim() === '' ? fallback : v.trim().replace(/\/+$/, '')))
+    .refine((v) => v === undefined || /^https?:\/\/[^\s]+$/.test(v), 'must be an http(s) URL');
+
 const workerSchema = commonSchema.extend({
   NOTIFY_WEBHOOK_URLS: z
     .string()
@@ -162,6 +173,25 @@ const workerSchema = commonSchema.extend({
   WORKER_SHUTDOWN_GRACE_SECONDS: intFrom(25, 0),
   /** GET /livez on METRICS_PORT answers 503 when the event loop lagged more than this within the last 10 s. */
   WORKER_LIVENESS_MAX_LAG_MS: intFrom(5000, 50),
+  /**
+   * The hosts' APIs told each deploy's state (worker/commitStatus.ts): their base URLs (GitHub
+   * Enterprise, a self-hosted GitLab or Gitea), and the token of each (`<PREFIX>_BEARER_TOKEN` or
+   * its `_FILE`, read again when the file changes; `<PREFIX>_TLS_CA_FILE` for a private CA), read
+   * by src/shared/outboundAuth.ts (only these of its settings are in the schema). No
+   * token, or no URL (Gitea has no default): nothing is sent to that host.
+   */
+  GITHUB_STATUS_API_URL: apiUrl('https://api.github.com'),
+  GITLAB_STATUS_API_URL: apiUrl('https://gitlab.com/api/v4'),
+  GITEA_STATUS_API_URL: apiUrl(undefined),
+  BITBUCKET_STATUS_API_URL: apiUrl('https://api.bitbucket.org'),
+  ...Object.fromEntries(
+    STATUS_HOSTS.flatMap((prefix) => [`${prefix}_BEARER_TOKEN`, `${prefix}_BEARER_TOKEN_FILE`, `${prefix}_TLS_CA_FILE`]).map((v) => [
+      v,
+      v.endsWith('_FILE') ? optionalPath : z.string().optional(),
+    ]),
+  ),
+  /** Bound of one request to a host's status API. */
+  STATUS_TIMEOUT_MS: intFrom(10000, 1),
 });
 
 /** Every variable the worker reads (its schema's keys), so the chart can be held to setting each one. */

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { ConfigError } from './errors.js';
-import { dnsLabel, dnsSubdomain } from './jobs.js';
+import { dnsLabel, dnsSubdomain, STATUS_SENDERS } from './jobs.js';
 import { hostPolicySchema, mergePolicy, projectPolicySchema, type HostPolicy, type ProjectPolicy } from './policy.js';
 import { pinnedValue, remediationRuleSchema } from './remediations.js';
 
@@ -71,6 +71,19 @@ const projectSchema = z.object({
    */
   cancel_in_progress: z.boolean().optional(),
   policy: projectPolicySchema.optional(),
+  /**
+   * The environment a deploy's state is told under on the host of its commit (a GitHub
+   * deployment's environment, the context of a commit status); default: the deploy's ref.
+   */
+  environment: z.string().min(1).max(255).optional(),
+  /** GitHub: `deployment` (the Deployments API; default) or `commit` (commit statuses). */
+  status: z.enum(['deployment', 'commit']).optional(),
+  /**
+   * The host of the project's commits, for deploys whose sender does not say (a CI deploy, a push
+   * through /webhook/generic): its API is told their states. A push from a host's own webhook
+   * is told to that host.
+   */
+  sender: z.enum(STATUS_SENDERS).optional(),
 });
 
 export const inventorySchema = z

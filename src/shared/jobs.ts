@@ -21,6 +21,12 @@ export const JOB = {
    * silence, the verification of its outcome).
    */
   remediate: 'ops_worker.remediate',
+  /**
+   * A deploy's state told to the host of its commit (GitHub, GitLab, Gitea, Bitbucket: a deployment
+   * status or a commit status, worker/jobs/reportStatus.ts): one job per deploy and state, added by
+   * the worker as it records the step, so a host that cannot be reached never holds a deploy up.
+   */
+  reportStatus: 'ops_worker.report_status',
 } as const;
 export type JobName = (typeof JOB)[keyof typeof JOB];
 const JOB_NAMES: readonly JobName[] = Object.values(JOB);
@@ -282,7 +288,31 @@ const remediateData = z.discriminatedUnion('step', [
   }),
 ]);
 
+/** The hosts whose API is told the state of a deploy of one of their commits. */
+export const STATUS_SENDERS = ['github', 'gitlab', 'gitea', 'bitbucket'] as const;
+export type StatusSender = (typeof STATUS_SENDERS)[number];
+
+const reportStatusData = z.object({
+  /** The deploy (its history entry, GET /ops/deploys/{id}). */
+  deploy_id: z.string().min(1).max(128),
+  sender: z.enum(STATUS_SENDERS),
+  /** The repository as the sender names it (GitLab: the project's path), the inventory's project. */
+  project: z.string().min(1).max(255),
+  ref: z.string().min(1).max(255),
+  sha: z.string().min(1).max(255),
+  /** The deploy's state in opsgate's history (src/changes/deployOrder/history.ts DEPLOY_STATES). */
+  state: z.string().regex(/^[a-z_]{1,32}$/),
+  /** The project's `environment` (its ref when the inventory names none). */
+  environment: z.string().min(1).max(255),
+  /** GitHub: a deployment and its statuses, or commit statuses (the inventory's `status: commit`). */
+  mode: z.enum(['deployment', 'commit']),
+  /** What the state's description adds (the superseding deploy). */
+  detail: z.string().max(200).optional(),
+  ...auditFields,
+});
+
 export type RestartServiceData = z.infer<typeof restartServiceData>;
+export type ReportStatusData = z.infer<typeof reportStatusData>;
 export type DryRunData = z.infer<typeof dryRunData>;
 export type ReportChangeData = z.infer<typeof reportChangeData>;
 export type RunDeployPipelineData = z.infer<typeof runDeployPipelineData>;
@@ -296,6 +326,7 @@ export interface JobDataByName {
   [JOB.dryRun]: DryRunData;
   [JOB.reportChange]: ReportChangeData;
   [JOB.remediate]: RemediateData;
+  [JOB.reportStatus]: ReportStatusData;
 }
 
 export const jobDataSchemas = {
@@ -305,6 +336,7 @@ export const jobDataSchemas = {
   [JOB.dryRun]: dryRunData,
   [JOB.reportChange]: reportChangeData,
   [JOB.remediate]: remediateData,
+  [JOB.reportStatus]: reportStatusData,
 } as const;
 
 /**

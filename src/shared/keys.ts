@@ -167,5 +167,12 @@ export const DEPLOY_HISTORY_KEY = `${GUARD_PREFIX}deploys:entries`;
 export const DEPLOY_HISTORY_ALL_KEY = `${GUARD_PREFIX}deploys:all`;
 /** One project's kept deploys, as DEPLOY_HISTORY_ALL_KEY; its length is the bound (DEPLOY_HISTORY_KEPT). */
 export const deployHistoryProjectKey = (project: string): string => `${GUARD_PREFIX}deploys:project:${project}`;
+/**
+ * What the host of a deploy's commit was told (worker/jobs/reportStatus.ts): the last state sent
+ * and, on GitHub, the deployment created for it (a hash per deploy, expiring a month after its
+ * last report); and the lock its reports take one at a time.
+ */
+export const deployStatusKey = (id: string): string => `${GUARD_PREFIX}deploys:status:${id}`;
+export const deployStatusLockKey = (id: string): string => `${GUARD_PREFIX}deploys:status-lock:${id}`;
 /** One project's refs: the current (last succeeded) and the running deploy of each. */
 export const deployRefsKey = (project: string): string => `${GUARD_PREFIX}deploys:refs:${project}`;

@@ -273,6 +273,14 @@ export function createMetrics(component: Component, version: string, opts: { def
     "When a project's ref last deployed successfully (Unix seconds), by project and ref; set by the worker.",
   );
 
+  /** A deploy's state told to the host of its commit (worker/jobs/reportStatus.ts), by attempt. */
+  const commitStatusReports = new Counter({
+    name: 'opsgate_commit_status_reports_total',
+    help: 'Deploy states told to the host of the commit, by sender (github, gitlab, gitea, bitbucket) and result (sent; failed: an attempt failed, retried with backoff unless the host refused the request; skipped: a later state was told already; no_token: this worker holds no token for the sender).',
+    labelNames: ['sender', 'result'] as const,
+    registers: [registry],
+  });
+
   // --- alert-driven remediation (src/remediation/); rule takes the inventory's rule names only ---
   const remediations = counter(
     'opsgate_remediations_total',
@@ -472,6 +480,7 @@ export function createMetrics(component: Component, version: string, opts: { def
     dryRuns,
     changeOutcomes,
     deployLastSuccess,
+    commitStatusReports,
     remediations,
     remediationsSuppressed,
     remediationEscalations,

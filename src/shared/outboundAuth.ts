@@ -184,9 +184,11 @@ export function outboundCall(
   method: string,
   path: string,
   body?: string,
+  /** Headers a server asks for besides these (GitHub's User-Agent and API version). */
+  extra: Readonly<Record<string, string>> = {},
 ): Promise<{ status: number; text: string }> {
   const url = new URL(`${base}${path}`);
-  const headers: Record<string, string> = { accept: 'application/json' };
+  const headers: Record<string, string> = { accept: 'application/json', ...extra };
   if (body !== undefined) headers['content-type'] = 'application/json';
   if (auth?.bearer) headers.authorization = `Bearer ${auth.bearer.value()}`;
   else if (auth?.basic)

@@ -2,18 +2,16 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { parseInventory } from '../../../src/shared/inventory.js';
 import { JOB } from '../../../src/shared/jobs.js';
-import { startWorker } from '../../../worker/index.js';
-import { BEARER, OP_KEY, RO_KEY, SCM_SECRET, useHarness } from '../../helpers/apiHarness.js';
-import { startKubeJobsStandIn, type KubeJobsStandIn } from '../../helpers/kubeJobsStandIn.js';
-import { waitFor } from '../../helpers/waitFor.js';
-import { collectLogs, testMetrics, workerConfig } from '../../helpers/workerSupport.js';
+import { createDeployHistory } from '../../../src/changes/deployOrder/history.js';
+import { concurrencyGroup } from '../../../src/changes/deployOrder/store.js';
+import { BEARER, OP_KEY, RO_KEY, useHarness } from '../../helpers/apiHarness.js';
 
 /**
  * POST /ops/deploys/rollback (src/changes/rollback.ts) on real Redis through the real app: who may
  * call it, its refusals ({detail, code} with the right status), which commit it picks from the
- * history and the job it queues. The history's succeeded deploys are real pushes run by the real
- * worker against the Kubernetes Jobs stand-in (test/helpers/kubeJobsStandIn.ts); the rollback's own
- * runs on a real API server are test/e2e/controlplane/rollback.test.ts's.
+ * history and the job it queues. The history's deploys are written through its store, as the
+ * worker writes them; deploys and rollbacks run by the worker on a real API server are
+ * test/e2e/controlplane/rollback.test.ts's.
  */
 const INVENTORY_YAML = `
 projects:
@@ -31,49 +29,30 @@ const inventory = parseInventory(INVENTORY_YAML);
 const ctx = useHarness({ inventoryYaml: INVENTORY_YAML, flush: false });
 const REF = 'refs/heads/main';
 
-let kube: KubeJobsStandIn;
 /** The deploys of group/app that succeeded, oldest first: commits aaa1, aaa2, then aaa3 (failed). */
 const ids: string[] = [];
 
-async function pushed(project: string, sha: string): Promise<string> {
-  const res = await request(ctx.h.app)
-    .post('/webhook/scm')
-    .set('Content-Type', 'application/json')
-    .set({ 'X-Scm-Token': SCM_SECRET, 'X-Scm-Event': 'Push Hook' })
-    .send(JSON.stringify({ ref: REF, checkout_sha: sha, project: { path_with_namespace: project } }));
-  expect(res.status).toBe(202);
-  return res.body.job_id as string;
-}
-
 const view = async (id: string) => (await request(ctx.h.app).get(`/ops/deploys/${id}`).set('X-API-Key', RO_KEY)).body;
-const ended = (id: string) =>
-  waitFor(`deploy ${id} ended`, async () => {
-    const v = await view(id);
-    return ['succeeded', 'failed'].includes(v.state) ? v : false;
-  });
 
 beforeAll(async () => {
-  kube = await startKubeJobsStandIn('deploys', 50);
-  kube.refuse = (sha) => (sha === 'aaa3' ? { status: 403, message: 'forbidden in this test' } : undefined);
-  const w = await startWorker(workerConfig({ REDIS_URL: ctx.srv.url, ROLLOUT_POLL_INTERVAL_MS: '50', JOB_ATTEMPTS: '1' }), {
-    logger: collectLogs().logger,
-    metrics: testMetrics(),
-    inventory,
-    kubeConfig: () => kube.kc,
-  });
-  try {
-    for (const sha of ['aaa1', 'aaa2']) {
-      const id = await pushed('group/app', sha);
-      expect((await ended(id)).state).toBe('succeeded');
-      ids.push(id);
-    }
+  // The history the worker writes as deploys end, written through the same store (real Redis):
+  // the worker's runs of deploys on a real API server are test/e2e/controlplane's.
+  const history = createDeployHistory(ctx.h.redis, 100);
+  const group = concurrencyGroup(inventory, 'group/app', REF);
+  const t0 = Date.now() - 60_000;
+  for (const [i, sha, state] of [
+    [0, 'aaa1', 'succeeded'],
+    [1, 'aaa2', 'succeeded'],
     // A failed deploy of another commit is never a target.
-    expect((await ended(await pushed('group/app', 'aaa3'))).state).toBe('failed');
-  } finally {
-    await w.close(1000);
+    [2, 'aaa3', 'failed'],
+  ] as const) {
+    const id = `hist-${i + 1}`;
+    const first = { project: 'group/app', ref: REF, commit: sha, group, origin: 'push' as const, owner: null, queue_job: id };
+    await history.record({ id, accepted: t0 + i * 1000, first, step: { state: 'running', started_at: t0 + i * 1000 + 10 } });
+    await history.record({ id, accepted: t0 + i * 1000, first, step: { state, finished_at: t0 + i * 1000 + 500 } });
+    if (state === 'succeeded') ids.push(id);
   }
-}, 60_000);
-afterAll(() => kube.close());
+});
 
 const rollback = (body: unknown, headers: Record<string, string> = { 'X-API-Key': OP_KEY }) =>
   request(ctx.h.app)

@@ -65,6 +65,25 @@ const SPECIAL: Record<string, { set: Record<string, string>; expected: unknown }
   PROMETHEUS_TLS_CERT_FILE: { set: { 'config.prometheusTls.secret': 'prom-client' }, expected: `${OUTBOUND}/prometheus-client.crt` },
   PROMETHEUS_TLS_KEY_FILE: { set: {}, expected: `${OUTBOUND}/prometheus-client.key` },
   PROMETHEUS_TLS_CA_FILE: { set: {}, expected: `${OUTBOUND}/prometheus-ca.crt` },
+  ...Object.fromEntries(
+    (['github', 'gitlab', 'gitea', 'bitbucket'] as const).flatMap((host) => {
+      const v = `${host.toUpperCase()}_STATUS`;
+      return [
+        [
+          `${v}_API_URL`,
+          { set: { [`statusReports.${host}.apiUrl`]: `https://${host}.example.com/api/` }, expected: `https://${host}.example.com/api` },
+        ],
+        [
+          `${v}_BEARER_TOKEN_FILE`,
+          {
+            set: { [`statusReports.${host}.existingSecret`]: `${host}-status`, [`statusReports.${host}.tokenKey`]: 'pat' },
+            expected: `/etc/opsgate-status/${host}/pat`,
+          },
+        ],
+        [`${v}_TLS_CA_FILE`, { set: { [`statusReports.${host}.caKey`]: 'ca.crt' }, expected: `/etc/opsgate-status/${host}/ca.crt` }],
+      ];
+    }),
+  ),
 };
 
 /**
@@ -94,6 +113,10 @@ const FILE_ONLY = [
   'PROMETHEUS_TENANT',
   'ALERTMANAGER_BEARER_TOKEN',
   'ALERTMANAGER_BASIC_AUTH_PASSWORD',
+  'GITHUB_STATUS_BEARER_TOKEN',
+  'GITLAB_STATUS_BEARER_TOKEN',
+  'GITEA_STATUS_BEARER_TOKEN',
+  'BITBUCKET_STATUS_BEARER_TOKEN',
 ];
 
 /** A valid value other than the code's default, for a variable set through config.*. */

@@ -1,0 +1,300 @@
+import { UnrecoverableError } from 'bullmq';
+import type { DeployState } from '../src/changes/deployOrder/history.js';
+import type { WorkerConfig } from '../src/shared/config.js';
+import { findProject, type Inventory } from '../src/shared/inventory.js';
+import type { ReportStatusData, RunDeployPipelineData, StatusSender } from '../src/shared/jobs.js';
+import type { Logger } from '../src/shared/logger.js';
+import { authenticates, loadOutboundAuth, type OutboundAuth } from '../src/shared/outboundAuth.js';
+
+/**
+ * A deploy's state on its commit, where developers look: each state the worker records for a deploy
+ * from a push or a CI call (worker/deployHistory.ts) becomes a report_status job
+ * (worker/jobs/reportStatus.ts) that tells the host of the commit:
+ * - GitHub: the Deployments API, one deployment per deploy, then its deployment statuses (or, for a
+ *   project with `status: commit`, commit statuses);
+ * - GitLab: POST /projects/:id/statuses/:sha;
+ * - Gitea: POST /repos/{owner}/{repo}/statuses/{sha};
+ * - Bitbucket Cloud: POST /2.0/repositories/{workspace}/{repo}/commit/{commit}/statuses/build.
+ * The states each host is told are STATUS_TABLE (docs/deploys.md shows it). The service still sends
+ * no webhooks of its own: these are calls to the hosts' APIs, made by worker jobs, as the
+ * notification jobs call chat and paging endpoints.
+ */
+
+/** One host as the worker may call it: its API's base URL and its credentials (read again when their files change). */
+export interface StatusHost {
+  base: string;
+  auth: OutboundAuth;
+}
+
+export type StatusHosts = Partial<Record<StatusSender, StatusHost>>;
+
+const PREFIX: Record<StatusSender, 'GITHUB_STATUS' | 'GITLAB_STATUS' | 'GITEA_STATUS' | 'BITBUCKET_STATUS'> = {
+  github: 'GITHUB_STATUS',
+  gitlab: 'GITLAB_STATUS',
+  gitea: 'GITEA_STATUS',
+  bitbucket: 'BITBUCKET_STATUS',
+};
+
+/**
+ * The hosts this worker may tell, from its settings; a host without a token (or without a URL,
+ * or Bitbucket without OPSGATE_PUBLIC_URL, whose statuses need a link) is told nothing, and this
+ * says so once, at start. Credential problems are a ConfigError naming the variables.
+ */
+export function statusHosts(config: WorkerConfig, logger: Pick<Logger, 'addSecrets' | 'error' | 'info'>): StatusHosts {
+  const env = config as unknown as Readonly<Record<string, string | undefined>>;
+  const opts = {
+    onSecret: (v: string) => logger.addSecrets([v]),
+    onRefused: (p: { variable: string; problem: string }) =>
+      logger.error('credentials reload refused: keeping the ones in use', { variable: p.variable, problems: [p] }),
+  };
+  const out: StatusHosts = {};
+  for (const sender of Object.keys(PREFIX) as StatusSender[]) {
+    const prefix = PREFIX[sender];
+    const base = env[`${prefix}_API_URL`];
+    const auth = loadOutboundAuth(env, prefix, opts);
+    const off = !authenticates(auth)
+      ? `no ${prefix}_BEARER_TOKEN (or its _FILE)`
+      : base === undefined
+        ? `no ${prefix}_API_URL`
+        : sender === 'bitbucket' && !config.OPSGATE_PUBLIC_URL
+          ? 'no OPSGATE_PUBLIC_URL (a Bitbucket build status needs its link)'
+          : undefined;
+    if (off !== undefined || base === undefined) {
+      logger.info('deploy states are not reported to this sender', { sender, why: off });
+      continue;
+    }
+    out[sender] = { base, auth };
+  }
+  return out;
+}
+
+/** The event id's first part (src/sources/: each sender's eventPrefix) -> the host of the pushed commit. */
+const SENDER_OF_PREFIX: Readonly<Record<string, StatusSender>> = {
+  github: 'github',
+  scm: 'gitlab',
+  gitea: 'gitea',
+  bitbucket: 'bitbucket',
+};
+
+/**
+ * The host told a deploy's states: a push's own sender, else (a CI deploy, a push through the
+ * generic sender) the project's `sender` in the inventory. A deploy without an event (an operator's
+ * own deploy) or without a commit tells nobody.
+ */
+export function senderOf(inventory: Inventory, d: Pick<RunDeployPipelineData, 'project' | 'event_id' | 'sha'>): StatusSender | undefined {
+  if (!d.event_id || !d.sha) return undefined;
+  const prefix = d.event_id.slice(0, d.event_id.indexOf(':'));
+  return SENDER_OF_PREFIX[prefix] ?? findProject(inventory, d.project)?.sender;
+}
+
+/** The report of one state of a deploy, or undefined when nobody is told. */
+export function statusReport(
+  inventory: Inventory,
+  hosts: StatusHosts | undefined,
+  d: RunDeployPipelineData,
+  deployId: string,
+  state: DeployState,
+  detail?: string,
+): ReportStatusData | undefined {
+  const sender = senderOf(inventory, d);
+  if (!sender || !hosts?.[sender] || !d.sha) return undefined;
+  const project = findProject(inventory, d.project);
+  return {
+    deploy_id: deployId,
+    sender,
+    project: d.project,
+    ref: d.ref,
+    sha: d.sha,
+    state,
+    environment: project?.environment ?? d.ref,
+    mode: project?.status ?? 'deployment',
+    ...(detail ? { detail: detail.slice(0, 200) } : {}),
+    audit_id: d.audit_id,
+    requested_by: d.requested_by,
+  };
+}
+
+/**
+ * opsgate's states -> each host's (docs/deploys.md shows this table). GitHub's deployment states
+ * have no "cancelled": `inactive`, with the description saying why. Commit statuses have no state
+ * for a deploy that never ran: `error` (GitHub), `canceled` (GitLab), `warning` (Gitea), `STOPPED`
+ * (Bitbucket), the description naming the deploy that superseded it.
+ */
+export const STATUS_TABLE: Readonly<
+  Record<DeployState, { deployment: string; commit: string; gitlab: string; gitea: string; bitbucket: string; description: string }>
+> = {
+  pending_approval: {
+    deployment: 'pending',
+    commit: 'pending',
+    gitlab: 'pending',
+    gitea: 'pending',
+    bitbucket: 'INPROGRESS',
+    description: 'waiting for approval',
+  },
+  held: {
+    deployment: 'queued',
+    commit: 'pending',
+    gitlab: 'pending',
+    gitea: 'pending',
+    bitbucket: 'INPROGRESS',
+    description: 'held by a freeze or outside a change window',
+  },
+  queued: { deployment: 'queued', commit: 'pending', gitlab: 'pending', gitea: 'pending', bitbucket: 'INPROGRESS', description: 'queued' },
+  running: {
+    deployment: 'in_progress',
+    commit: 'pending',
+    gitlab: 'running',
+    gitea: 'pending',
+    bitbucket: 'INPROGRESS',
+    description: 'deploying',
+  },
+  succeeded: {
+    deployment: 'success',
+    commit: 'success',
+    gitlab: 'success',
+    gitea: 'success',
+    bitbucket: 'SUCCESSFUL',
+    description: 'deployed',
+  },
+  failed: {
+    deployment: 'failure',
+    commit: 'failure',
+    gitlab: 'failed',
+    gitea: 'failure',
+    bitbucket: 'FAILED',
+    description: 'the deploy failed',
+  },
+  superseded: {
+    deployment: 'inactive',
+    commit: 'error',
+    gitlab: 'canceled',
+    gitea: 'warning',
+    bitbucket: 'STOPPED',
+    description: 'superseded by a newer deploy',
+  },
+  cancelled: {
+    deployment: 'inactive',
+    commit: 'error',
+    gitlab: 'canceled',
+    gitea: 'warning',
+    bitbucket: 'STOPPED',
+    description: 'cancelled: a newer deploy replaced it',
+  },
+  rejected: {
+    deployment: 'error',
+    commit: 'failure',
+    gitlab: 'failed',
+    gitea: 'failure',
+    bitbucket: 'FAILED',
+    description: 'rejected by an approver',
+  },
+};
+
+/** The order of the states: a report is never sent after one of a later state (the history's order). */
+export const STATE_RANK: Readonly<Record<DeployState, number>> = {
+  pending_approval: 0,
+  held: 1,
+  queued: 1,
+  running: 2,
+  succeeded: 3,
+  failed: 3,
+  superseded: 3,
+  cancelled: 3,
+  rejected: 3,
+};
+
+/** One call to a host's API. */
+export interface StatusCall {
+  method: 'POST';
+  path: string;
+  body: Record<string, unknown>;
+}
+
+const seg = encodeURIComponent;
+
+function ownerRepo(project: string): string {
+  const cut = project.indexOf('/');
+  // Asking again cannot fix the name: the report ends at once.
+  if (cut <= 0 || cut === project.length - 1) throw new UnrecoverableError(`project ${JSON.stringify(project)} is not owner/repository`);
+  return `${seg(project.slice(0, cut))}/${seg(project.slice(cut + 1))}`;
+}
+
+/** The host's state of a report (what is compared to skip a repeat). */
+export function hostState(d: Pick<ReportStatusData, 'sender' | 'mode' | 'state'>): string {
+  const row = STATUS_TABLE[d.state as DeployState];
+  if (d.sender === 'github') return d.mode === 'commit' ? row.commit : row.deployment;
+  return row[d.sender];
+}
+
+const branch = (ref: string) => ref.replace(/^refs\/heads\//, '');
+
+/** GitHub's deployment of a deploy: created once, before its first status. */
+export function githubDeployment(d: ReportStatusData): StatusCall {
+  return {
+    method: 'POST',
+    path: `/repos/${ownerRepo(d.project)}/deployments`,
+    body: {
+      ref: d.sha,
+      task: 'deploy',
+      environment: d.environment,
+      auto_merge: false,
+      required_contexts: [],
+      description: `opsgate deploy ${d.deploy_id}`.slice(0, 140),
+    },
+  };
+}
+
+/** The status call of a report (GitHub in deployment mode: of the deployment `deployment`). */
+export function statusCall(d: ReportStatusData, targetUrl: string | undefined, deployment?: number): StatusCall {
+  const row = STATUS_TABLE[d.state as DeployState];
+  const description = (d.detail ? `${row.description} (${d.detail})` : row.description).slice(0, 140);
+  const context = `opsgate/${d.environment}`;
+  const link = targetUrl !== undefined ? { target_url: targetUrl } : {};
+  switch (d.sender) {
+    case 'github':
+      if (d.mode === 'deployment') {
+        return {
+          method: 'POST',
+          path: `/repos/${ownerRepo(d.project)}/deployments/${deployment}/statuses`,
+          body: { state: row.deployment, description, environment: d.environment, ...link, ...(targetUrl ? { log_url: targetUrl } : {}) },
+        };
+      }
+      return {
+        method: 'POST',
+        path: `/repos/${ownerRepo(d.project)}/statuses/${seg(d.sha)}`,
+        body: { state: row.commit, description, context, ...link },
+      };
+    case 'gitea':
+      return {
+        method: 'POST',
+        path: `/repos/${ownerRepo(d.project)}/statuses/${seg(d.sha)}`,
+        body: { state: row.gitea, description, context, ...link },
+      };
+    case 'gitlab':
+      return {
+        method: 'POST',
+        path: `/projects/${seg(d.project)}/statuses/${seg(d.sha)}`,
+        body: { state: row.gitlab, ref: branch(d.ref), name: context, description, ...link },
+      };
+    case 'bitbucket':
+      return {
+        method: 'POST',
+        path: `/2.0/repositories/${ownerRepo(d.project)}/commit/${seg(d.sha)}/statuses/build`,
+        body: {
+          key: `opsgate-${d.environment}`.replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 40),
+          state: row.bitbucket,
+          name: context,
+          description,
+          url: targetUrl,
+          refname: branch(d.ref),
+        },
+      };
+  }
+}
+
+/** The headers each host asks for besides the token (GitHub: a User-Agent, its media type and API version). */
+export function hostHeaders(sender: StatusSender): Record<string, string> {
+  return sender === 'github'
+    ? { accept: 'application/vnd.github+json', 'x-github-api-version': '2022-11-28', 'user-agent': 'opsgate' }
+    : { 'user-agent': 'opsgate' };
+}
