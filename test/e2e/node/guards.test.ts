@@ -394,4 +394,49 @@ describe('guarded changes on a real node', () => {
     for (let i = 1; i < runs.length; i++) expect(runs[i]!.start).toBeGreaterThanOrEqual(runs[i - 1]!.end);
     expect(runs.at(-1)!.sha).toBe(shas[2]);
   });
+
+  test('a rollback deploys the commit of the succeeded deploy before the current one, as GET /ops/deploys lists it, and GET /ops/projects says so', async () => {
+    const succeeded = async (): Promise<Obj[]> => {
+      const r = await http('GET', `${api}/ops/deploys?project=${encodeURIComponent(ORDERED)}&state=succeeded&limit=100`, {
+        headers: readonly,
+      });
+      expect(r.status).toBe(200);
+      return r.body.deploys as Obj[];
+    };
+    let listed = await succeeded();
+    if (!listed.slice(1).some((d) => d.commit !== listed[0]!.commit)) {
+      // Only the newest of the pushes above ran: one more push gives the history a commit before the current one.
+      const pushed = await githubPush(ORDERED, randomBytes(20).toString('hex'));
+      expect(pushed.status).toBe(202);
+      expect(await jobEnds(pushed.body.job_id as string, 240_000)).toMatchObject({ outcome: { result: 'rolled_out' } });
+      listed = await succeeded();
+    }
+    const [current, ...older] = listed;
+    const target = older.find((d) => d.commit !== current!.commit)!;
+    expect(target).toBeDefined();
+
+    const asked = await http('POST', `${api}/ops/deploys/rollback`, {
+      headers: { 'X-API-Key': OPERATOR_KEY, ...json },
+      body: JSON.stringify({ project: ORDERED, ref: current!.ref, reason: 'node e2e: back to the deploy before' }),
+    });
+    expect(asked.status).toBe(202);
+    expect(asked.body).toMatchObject({ sha: target.commit, rolled_back_from: current!.id, rolled_back_to: target.id });
+    const id = asked.body.job_id as string;
+    expect(await jobEnds(id, 240_000)).toMatchObject({ state: 'completed', outcome: { result: 'rolled_out' } });
+
+    // The Job the kubelet ran carries the target's commit and says it is a rollback.
+    const env = (j: Obj) => Object.fromEntries(((j.spec.template.spec.containers[0].env ?? []) as Obj[]).map((v) => [v.name, v.value]));
+    const ran = (await list('jobs', DEPLOY)).filter((j) => env(j).OPSGATE_ROLLBACK === 'true');
+    expect(ran.map((j) => env(j).OPSGATE_COMMIT_SHA)).toContain(target.commit);
+
+    const entry = await http('GET', `${api}/ops/deploys/${encodeURIComponent(id)}`, { headers: readonly });
+    expect(entry.body).toMatchObject({ origin: 'rollback', commit: target.commit, state: 'succeeded', rolled_back_from: current!.id });
+    const newest = await http('GET', `${api}/ops/deploys?project=${encodeURIComponent(ORDERED)}&limit=1`, { headers: readonly });
+    expect(newest.body.deploys[0]).toMatchObject({ id, origin: 'rollback' });
+    const project = await http('GET', `${api}/ops/projects/${encodeURIComponent(ORDERED)}`, { headers: readonly });
+    expect(project.status).toBe(200);
+    expect(JSON.stringify(project.body)).toContain(target.commit);
+    const ref = (project.body.refs as Obj[]).find((r) => r.ref === current!.ref)!;
+    expect(ref.current).toMatchObject({ id, commit: target.commit });
+  });
 });
