@@ -40,7 +40,7 @@ interface CiDeployRequest {
   reason?: string;
 }
 
-interface CiDeployAnswer {
+export interface CiDeployAnswer {
   project: string;
   ref: string;
   sha: string;

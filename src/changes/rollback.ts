@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { CiDeployAnswer } from './ciDeploy.js';
 import type { Redis } from 'ioredis';
 import { redisCall } from '../domain/redisOps.js';
 import type { Written } from '../domain/replication.js';
@@ -39,23 +40,11 @@ interface RollbackRequest {
   override?: boolean;
 }
 
-export interface RollbackAnswer {
-  project: string;
-  ref: string;
-  sha: string;
+export interface RollbackAnswer extends CiDeployAnswer {
   /** The deploy current when the rollback was accepted (null: none had succeeded). */
   rolled_back_from: string | null;
   /** The deploy whose commit it deploys again. */
   rolled_back_to: string;
-  event_id: string;
-  job_id: string;
-  accepted: boolean;
-  duplicate: boolean;
-  status: 'queued' | 'held' | 'pending_approval';
-  approval_id?: string;
-  expires_at?: string;
-  held_until?: string;
-  held_reasons?: string;
 }
 
 interface RollbackDeps {

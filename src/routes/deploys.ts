@@ -96,21 +96,11 @@ export const rollbackBodySchema = z.strictObject({
     ),
 });
 
-export const rollbackAnswerSchema = z.object({
-  project: z.string(),
-  ref: z.string(),
+export const rollbackAnswerSchema = deployAnswerSchema.extend({
   sha: z.string().describe('the commit deployed again'),
   rolled_back_from: z.string().nullable().describe("the ref's current deploy (the last succeeded) when the rollback was accepted"),
   rolled_back_to: z.string().describe('the earlier succeeded deploy whose commit it deploys'),
   event_id: z.string().describe('rollback:<uuid>: its own identity, never a duplicate of a deploy of that commit'),
-  job_id: z.string().describe('the job, or the approval id while it waits'),
-  accepted: z.boolean(),
-  duplicate: z.boolean().describe('always the negation of accepted'),
-  status: z.enum(['queued', 'held', 'pending_approval']),
-  approval_id: z.string().optional(),
-  expires_at: z.string().optional(),
-  held_until: z.string().optional(),
-  held_reasons: z.string().optional(),
 });
 
 /** The body parsed by `schema`, empty meaning `{}`: 422 invalid_body naming the first fault. */
