@@ -2,6 +2,7 @@ import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Budgets } from '../src/changes/budget/store.js';
 import { createPipeline, type Pipeline, type RestartPipeline } from '../src/changes/deps.js';
+import { createDeployEndLog, type DeployEndLog } from '../src/changes/deployOrder/deliveries.js';
 import { remediationSources } from '../src/remediation/sources.js';
 import type { RemediationDeps } from '../src/remediation/engine.js';
 import { createRemediationStore } from '../src/remediation/store.js';
@@ -47,6 +48,11 @@ export interface WorkerDeps {
   readJob?: (id: string) => Promise<{ name: string; data: unknown } | undefined>;
   /** Queues a report_change job under `jobId` (one job per id: a repeat adds nothing). */
   report: (jobId: string, data: ReportChangeData, delayMs?: number) => Promise<void>;
+  /**
+   * The senders' deliveries log, the API's: a pushed deploy that never ran or was cancelled is
+   * appended to it (src/changes/deployOrder/deliveries.ts). Sent in the background; flushed by `close`.
+   */
+  deliveries?: Pick<DeployEndLog, 'record'>;
   /** Alert-driven remediation's checks and watches (absent without rules in the inventory). */
   remediation?: Omit<RemediationDeps, 'onOutcome'>;
   /** Closes the queue the reports are added on (the connection stays the caller's). */
@@ -66,6 +72,7 @@ export function createWorkerDeps(
   const reports = createProducer({ bull: reportQueue, connection: redis, guard: createQueueGuard(redis, 5000, logger) });
   // A remediation's check acts through the same pipeline as the API: its restarts only, so no intake.
   const pipeline: RestartPipeline = createPipeline({ inventory, redis, producer: reports, logger, now });
+  const deliveries = createDeployEndLog({ redis, logger, keep: config.DELIVERIES_KEPT, keepUnverified: config.DELIVERIES_UNVERIFIED_KEPT });
   const deps: WorkerDeps = {
     ...base,
     metrics:
@@ -89,7 +96,11 @@ export function createWorkerDeps(
     report: async (jobId, data, delayMs) => {
       await reports.add({ name: JOB.reportChange, data, jobId, ...(delayMs !== undefined ? { delay: delayMs } : {}) });
     },
-    close: () => reportQueue.close(),
+    deliveries,
+    // The verdicts recorded last are sent before the connection is quit.
+    close: async () => {
+      await Promise.all([deliveries.flush(), reportQueue.close()]);
+    },
   };
   if (inventory.remediations.length > 0) {
     deps.remediation = {
