@@ -2,6 +2,7 @@ import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Budgets } from '../src/changes/budget/store.js';
 import { createPipeline, type Pipeline, type RestartPipeline } from '../src/changes/deps.js';
+import { createDeployEndLog, type DeployEndLog } from '../src/changes/deployOrder/deliveries.js';
 import { remediationSources } from '../src/remediation/sources.js';
 import type { RemediationDeps } from '../src/remediation/engine.js';
 import { createRemediationStore } from '../src/remediation/store.js';
@@ -52,6 +53,11 @@ export interface WorkerDeps {
   statusHosts?: StatusHosts;
   /** Queues a report_status job, one per deploy and state (a repeat adds nothing). */
   reportStatus?: (data: ReportStatusData) => Promise<void>;
+  /**
+   * The senders' deliveries log, the API's: a pushed deploy that never ran or was cancelled is
+   * appended to it (src/changes/deployOrder/deliveries.ts). Sent in the background; flushed by `close`.
+   */
+  deliveries?: Pick<DeployEndLog, 'record'>;
   /** Alert-driven remediation's checks and watches (absent without rules in the inventory). */
   remediation?: Omit<RemediationDeps, 'onOutcome'>;
   /** Closes the queue the reports are added on (the connection stays the caller's). */
@@ -71,6 +77,7 @@ export function createWorkerDeps(
   const reports = createProducer({ bull: reportQueue, connection: redis, guard: createQueueGuard(redis, 5000, logger) });
   // A remediation's check acts through the same pipeline as the API: its restarts only, so no intake.
   const pipeline: RestartPipeline = createPipeline({ inventory, redis, producer: reports, logger, now });
+  const deliveries = createDeployEndLog({ redis, logger, keep: config.DELIVERIES_KEPT, keepUnverified: config.DELIVERIES_UNVERIFIED_KEPT });
   const deps: WorkerDeps = {
     ...base,
     metrics:
@@ -103,7 +110,11 @@ export function createWorkerDeps(
     reportStatus: async (data) => {
       await reports.add({ name: JOB.reportStatus, data, jobId: `status.${data.deploy_id}.${data.state}` });
     },
-    close: () => reportQueue.close(),
+    deliveries,
+    // The verdicts recorded last are sent before the connection is quit.
+    close: async () => {
+      await Promise.all([deliveries.flush(), reportQueue.close()]);
+    },
   };
   if (inventory.remediations.length > 0) {
     deps.remediation = {

@@ -99,7 +99,12 @@ export function createProcessor(base: Omit<WorkerDeps, 'close'>): Processor {
       passed = true;
       turn = change ? await takeTurn(change, ctx) : undefined;
       if (change && turn?.superseded !== undefined) {
-        await recordOutcome(change, ctx, { result: 'superseded', reason: `superseded by deploy ${turn.superseded}, accepted after it` });
+        await recordOutcome(
+          change,
+          ctx,
+          { result: 'superseded', reason: `superseded by deploy ${turn.superseded}, accepted after it` },
+          turn.superseded,
+        );
         await history?.step({ state: 'superseded', superseded_by: turn.superseded, finished_at: Date.now() });
         return { superseded_by: turn.superseded };
       }
@@ -114,11 +119,16 @@ export function createProcessor(base: Omit<WorkerDeps, 'close'>): Processor {
         const own = ended?.outcome;
         // A deploy a newer one cancelled (cancel_in_progress, worker/deployCancel.ts) ended as asked: no retry, no dead letter.
         const cancelled = own?.result === 'cancelled' && ended?.cancelled_by !== undefined;
-        await recordOutcome(change, ctx, {
-          result: cancelled ? 'cancelled' : own?.result === 'created' ? 'created' : 'rolled_out',
-          ...(own?.reason ? { reason: own.reason } : {}),
-          duration_s: Math.round((Date.now() - started) / 100) / 10,
-        });
+        await recordOutcome(
+          change,
+          ctx,
+          {
+            result: cancelled ? 'cancelled' : own?.result === 'created' ? 'created' : 'rolled_out',
+            ...(own?.reason ? { reason: own.reason } : {}),
+            duration_s: Math.round((Date.now() - started) / 100) / 10,
+          },
+          cancelled ? ended.cancelled_by : undefined,
+        );
         await history?.step(
           cancelled
             ? { state: 'cancelled', cancelled_by: ended.cancelled_by, finished_at: Date.now() }

@@ -121,11 +121,16 @@ function reported(ctx: Pick<JobContext, 'config'>, outcome: Outcome): boolean {
   return which === 'all' || !['rolled_out', 'created'].includes(outcome.result);
 }
 
-/** Records how a restart or deploy ended: its progress, the metric, the report (REPORT_OUTCOMES). */
+/**
+ * Records how a restart or deploy ended: its progress, the metric, the audit line, the report
+ * (REPORT_OUTCOMES), and for a pushed deploy that never ran or was cancelled its sender's
+ * deliveries log. `by`: the deploy that superseded or cancelled it.
+ */
 export async function recordOutcome(
   c: ChangeData,
-  ctx: Pick<JobContext, 'job' | 'logger' | 'inventory' | 'config' | 'metrics' | 'report'>,
+  ctx: Pick<JobContext, 'job' | 'logger' | 'inventory' | 'config' | 'metrics' | 'report'> & Partial<Pick<JobContext, 'deliveries'>>,
   outcome: Outcome,
+  by?: string,
 ): Promise<void> {
   const jobId = String(ctx.job.id);
   const previous = typeof ctx.job.progress === 'object' && ctx.job.progress !== null ? (ctx.job.progress as Record<string, unknown>) : {};
@@ -135,7 +140,19 @@ export async function recordOutcome(
     ctx.logger.warn('could not record the outcome on the job', { err });
   }
   ctx.metrics?.changeOutcomes.inc({ change: c.name, result: outcome.result });
-  ctx.logger.info('change outcome', { change: c.name, result: outcome.result, duration_s: outcome.duration_s, reason: outcome.reason });
+  // The end of the request that asked for the change: the audit id of the API's audit line of that
+  // request (the job's logger carries the job id and name).
+  ctx.logger.info('change outcome', {
+    audit: true,
+    audit_id: c.data.audit_id,
+    who: c.data.requested_by,
+    change: c.name,
+    result: outcome.result,
+    duration_s: outcome.duration_s,
+    reason: outcome.reason,
+    ...(by !== undefined ? { [outcome.result === 'cancelled' ? 'cancelled_by' : 'superseded_by']: by } : {}),
+  });
+  ctx.deliveries?.record(c.data, jobId, outcome);
   if (!reported(ctx, outcome)) return;
   await ctx
     .report(`report.${jobId}.outcome`, {

@@ -89,14 +89,6 @@ const apiSchema = commonSchema.extend({
   ...Object.fromEntries(SOURCE_SECRET_FILE_ENVS.map((env) => [env, optionalPath])),
   /** How often the keys file and the senders' secret files are re-read, so a rotation needs no restart. */
   SECRETS_RELOAD_INTERVAL_MS: intFrom(10000, 100),
-  /** Each sender's last deliveries kept for GET /ops/deliveries (a capped stream per sender); 0 keeps none. */
-  DELIVERIES_KEPT: intFrom(1000, 0),
-  /**
-   * Each sender's last unverified deliveries (its proof missing or wrong, or refused before it was
-   * checked: rate-limited), kept apart in a smaller stream so that anyone's flood of them evicts
-   * none of the verified ones; 0 keeps none.
-   */
-  DELIVERIES_UNVERIFIED_KEPT: intFrom(100, 0),
   /** Alerts accepted in one /webhook/alerts payload; over it 413, nothing queued. */
   ALERTS_MAX_PER_REQUEST: intFrom(1000, 1),
   RATE_LIMIT_RPS: intFrom(50),

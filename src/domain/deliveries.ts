@@ -17,6 +17,10 @@ import { redisCall } from './redisOps.js';
  * before it for a `replayGuard` sender): an operator can replay it through the same intake
  * (src/routes/deliveries.ts), which may deploy a push a delivery may not (`allowRedeploy`).
  *
+ * The worker appends to the same log how a pushed deploy ended when it never ran or was cancelled
+ * (`superseded`, `cancelled`: src/changes/deployOrder/deliveries.ts), after the push's own entry,
+ * with the push's job, event and delivery id.
+ *
  * Unverified deliveries (the sender's proof missing or wrong, or refused before it was checked: a
  * rate-limited one) are kept apart, in a smaller stream of their own per sender
  * (DELIVERIES_UNVERIFIED_KEPT): anyone can send those, with any delivery id, as fast as the rate
@@ -50,6 +54,13 @@ export const VERDICTS = [
   'invalid_payload',
   'rate_limited',
   'failed',
+  /**
+   * Appended by the worker, after the push's own entry: the deploy it queued never ran, a deploy of
+   * its group accepted after it has started or waits (the detail names it).
+   */
+  'superseded',
+  /** Appended by the worker: the deploy it queued was running when a newer one of its group deleted its Job (cancel_in_progress). */
+  'cancelled',
 ] as const;
 export type Verdict = (typeof VERDICTS)[number];
 
@@ -89,7 +100,11 @@ export const deliveryViewSchema = z.object({
   id: z.string().describe('<sender>.<stream id>, or <sender>.unverified.<stream id> for an unverified delivery; newest first'),
   at: z.string().describe('when the answer was given (RFC 3339)'),
   source: z.string(),
-  verdict: z.enum(VERDICTS),
+  verdict: z
+    .enum(VERDICTS)
+    .describe(
+      "the API's answer; superseded or cancelled: a second entry of a push, appended by the worker when its deploy never ran or was cancelled (job_id, event and delivery_id as the push's, detail naming the newer deploy)",
+    ),
   status: z.number().int().describe('the HTTP status of the answer'),
   detail: z.string().nullable(),
   code: z.string().nullable().describe('an error answer: its code (the error catalog), e.g. invalid_signature'),

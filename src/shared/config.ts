@@ -67,6 +67,18 @@ export const commonSchema = z.object({
   JOB_TIMEOUT_SECONDS: intFrom(900, 1),
   /** Deploys kept per project in the history (GET /ops/deploys), written by both processes. */
   DEPLOY_HISTORY_KEPT: intFrom(100, 1),
+  /**
+   * Each sender's last deliveries kept for GET /ops/deliveries (a capped stream per sender); 0 keeps
+   * none. Both processes append to it: the API its answers, the worker a pushed deploy's end when
+   * it never ran or was cancelled (superseded, cancelled), and each trims the stream to this cap.
+   */
+  DELIVERIES_KEPT: intFrom(1000, 0),
+  /**
+   * Each sender's last unverified deliveries (its proof missing or wrong, or refused before it was
+   * checked: rate-limited), kept apart in a smaller stream so that anyone's flood of them evicts
+   * none of the verified ones; 0 keeps none.
+   */
+  DELIVERIES_UNVERIFIED_KEPT: intFrom(100, 0),
   OPSGATE_VERSION: z.string().optional(),
   /**
    * Alertmanager's address (its API v2 under /api/v2), for alert-driven remediation: a firing

@@ -111,6 +111,14 @@ const runDeployPipelineData = z.object({
   /** The sender's delivery id (X-GitHub-Delivery, X-Gitlab-Event-UUID), for tracing. */
   delivery_id: z.string().min(1).max(255).optional(),
   /**
+   * The webhook sender whose push (or its replay) this deploy is: a deploy of it that never runs
+   * or is cancelled is appended to that sender's deliveries log (src/domain/deliveries.ts).
+   */
+  source: z
+    .string()
+    .regex(/^[a-z][a-z0-9-]{0,62}$/)
+    .optional(),
+  /**
    * A resubmission of a deploy accepted earlier (a retry, a replay, an approval): that acceptance
    * (ms, and the id it was accepted under), its place in its group's order. Absent: the job's own
    * timestamp and id (src/changes/deployOrder/).

@@ -34,6 +34,9 @@ function checked(sources: Source[]): Source[] {
   return sources;
 }
 
+/** Whether `name` is a sender of pushes (a deploy's `source` may also be a CI job's `ci`, no sender). */
+export const isPushSender = (name: string): boolean => SOURCES.some((s) => s.name === name && s.kind === 'push');
+
 /** Every environment variable that holds a sender's secret. */
 export const SOURCE_SECRET_ENVS: readonly string[] = [...new Set(SOURCES.map((s) => s.secret.env))];
 

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { findProject, projectPolicy } from '../../shared/inventory.js';
 import { formatDuration } from '../../shared/policy.js';
+import { isPushSender } from '../../sources/index.js';
 import { JOB, type RunDeployPipelineData } from '../../shared/jobs.js';
 import type { ApprovalChange } from '../approvals/store.js';
 import { approvalVerdict, approvalVerdictSchema, gateView, gateViewSchema, kubernetesVerdictSchema } from '../dryRunView.js';
@@ -103,6 +104,7 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
       ...(t.sha ? { sha: t.sha } : {}),
       ...(t.eventId ? { event_id: t.eventId } : {}),
       ...(t.deliveryId ? { delivery_id: t.deliveryId } : {}),
+      ...(t.source && isPushSender(t.source) ? { source: t.source } : {}),
       ...(c.accepted ? { accepted_at: c.accepted.at, accepted_id: c.accepted.id } : {}),
       ...(t.rollback ? { rollback: true as const, ...(t.rollback.from ? { rolled_back_from: t.rollback.from } : {}) } : {}),
       ...(c.override ? { override: c.override } : {}),

@@ -274,6 +274,18 @@ describe('cancel_in_progress on a real API server, as the worker ServiceAccount'
     expect(await view(`/ops/deploys/${older}`)).toMatchObject({ state: 'cancelled', cancelled_by: newer, commit: 'c0ffee01' });
     expect(await view(`/ops/deploys/${newer}`)).toMatchObject({ state: 'running', commit: 'c0ffee02' });
     expect(await metricValue(metrics, 'opsgate_change_outcomes_total', { change: 'deploy', result: 'cancelled' })).toBe(1);
+    // Appended to the push's deliveries log after its `queued` entry, naming the newer deploy.
+    const entry = await waitFor('the cancelled entry of the push', async () =>
+      ((await view('/ops/deliveries?source=scm&verdict=cancelled')).deliveries as Array<Record<string, any>>).find(
+        (d) => d.job_id === older,
+      ),
+    );
+    expect(entry).toMatchObject({
+      verdict: 'cancelled',
+      status: 202,
+      detail: expect.stringContaining(`cancelled by deploy ${newer}`),
+      event: { project: CANCELS, ref: 'refs/heads/main', sha: 'c0ffee01' },
+    });
     const report = await waitFor('the outcome report of the older deploy', async () =>
       receiver
         .requests('/hook')

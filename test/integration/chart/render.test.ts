@@ -326,6 +326,13 @@ describe.each(valueFiles)('%s', (file) => {
     // Every key is a variable the api's or the worker's configuration schema reads.
     const known = new Set([...API_VARIABLES, ...WORKER_VARIABLES]);
     for (const key of Object.keys(cm.data)) expect([key, known.has(key)]).toEqual([key, true]);
+    // Both processes append to the deliveries log, trimmed to the same caps: both read this ConfigMap.
+    for (const name of ['opsgate-api', 'opsgate-worker']) {
+      const c = one(objs(), 'Deployment', name).spec.template.spec.containers.find((x: any) => x.name === name.replace('opsgate-', ''));
+      expect(c.envFrom).toContainEqual({ configMapRef: { name: 'opsgate-config' } });
+    }
+    expect(WORKER_VARIABLES).toEqual(expect.arrayContaining(['DELIVERIES_KEPT', 'DELIVERIES_UNVERIFIED_KEPT']));
+    expect(cm.data.DELIVERIES_KEPT).toBe(String(v.config.deliveriesKept));
     expect(cm.data.OPS_INVENTORY_FILE).toBe('/etc/opsgate/inventory.yaml');
     expect(cm.data.LOG_LEVEL).toBe(v.config.logLevel);
     const inv = one(objs(), 'ConfigMap', 'opsgate-inventory');

@@ -90,7 +90,16 @@ describe('prototype pollution attempts', () => {
       expect(Object.getPrototypeOf(data)).toBe(Object.prototype);
       expect(data.polluted).toBeUndefined();
       if (j.name === 'ops_worker.run_deploy_pipeline') {
-        expect(Object.keys(data).sort()).toEqual(['audit_id', 'event_id', 'project', 'ref', 'requested_by', 'requested_owner', 'sha']);
+        expect(Object.keys(data).sort()).toEqual([
+          'audit_id',
+          'event_id',
+          'project',
+          'ref',
+          'requested_by',
+          'requested_owner',
+          'sha',
+          'source',
+        ]);
         expect(typeof data.project).toBe('string');
       } else {
         expect(j.name).toBe('ops_worker.notify_oncall');

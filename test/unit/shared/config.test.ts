@@ -337,6 +337,16 @@ describe('deliveries kept', () => {
     expect(loadApiConfig({ ...base, DELIVERIES_UNVERIFIED_KEPT: '0' }).DELIVERIES_UNVERIFIED_KEPT).toBe(0);
     expect(refusal(() => loadApiConfig({ ...base, DELIVERIES_UNVERIFIED_KEPT: '-1' })).variable).toBe('DELIVERIES_UNVERIFIED_KEPT');
   });
+
+  it('the worker reads the same caps (it appends a pushed deploy that never ran or was cancelled)', () => {
+    const base = { REDIS_URL: 'redis://127.0.0.1:6379' };
+    expect(loadWorkerConfig(base)).toMatchObject({ DELIVERIES_KEPT: 1000, DELIVERIES_UNVERIFIED_KEPT: 100 });
+    expect(loadWorkerConfig({ ...base, DELIVERIES_KEPT: '20', DELIVERIES_UNVERIFIED_KEPT: '0' })).toMatchObject({
+      DELIVERIES_KEPT: 20,
+      DELIVERIES_UNVERIFIED_KEPT: 0,
+    });
+    expect(refusal(() => loadWorkerConfig({ ...base, DELIVERIES_KEPT: '-1' })).variable).toBe('DELIVERIES_KEPT');
+  });
 });
 
 /** File mode of the senders' secrets: <VARIABLE>_FILE, one value or two (current, then previous). */
