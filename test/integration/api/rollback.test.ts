@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { beforeAll, describe, expect, it } from '@jest/globals';
 import request from 'supertest';
 import { parseInventory } from '../../../src/shared/inventory.js';
 import { JOB } from '../../../src/shared/jobs.js';
