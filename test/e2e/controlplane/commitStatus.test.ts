@@ -1,9 +1,10 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { mkdtempSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import * as k8s from '@kubernetes/client-node';
 import { Ajv, type ValidateFunction } from 'ajv';
 import request from 'supertest';
 import { parseInventory } from '../../../src/shared/inventory.js';
@@ -12,16 +13,22 @@ import { SOURCES, type PushSource } from '../../../src/sources/index.js';
 import { startWorker, type WorkerHandle } from '../../../worker/index.js';
 import { OP_KEY, RO_KEY, useHarness } from '../../helpers/apiHarness.js';
 import { makeCa, makeLeaf } from '../../helpers/certs.js';
+import { useCluster } from '../../helpers/cluster.js';
+import { adminKubeConfig, createNamespaces, deleteNamespaces } from '../../helpers/controlPlaneFixtures.js';
+import { runDeployJobs, type DeployJobs } from '../../helpers/deployJobs.js';
 import { startWorkerProcess } from '../../helpers/processes.js';
 import { freePort } from '../../helpers/redis.js';
-import { startKubeJobsStandIn, type KubeJobsStandIn } from '../../helpers/kubeJobsStandIn.js';
 import { harnessSecretOf, pushHeaders } from '../../helpers/senders.js';
 import { waitFor } from '../../helpers/waitFor.js';
 import { collectLogs, metricValue, testMetrics, workerConfig, type LogCollector } from '../../helpers/workerSupport.js';
 
+jest.setTimeout(120_000);
+
 /**
  * Each deploy's state on its commit (worker/commitStatus.ts, worker/jobs/reportStatus.ts), on real
- * Redis, through the real app and the real worker; the hosts' APIs are one local HTTPS server
+ * Redis, through the real app and the real worker, whose deploys run as Jobs on the real
+ * kube-apiserver and Job controller of the shared control plane (test/helpers/deployJobs.ts ends
+ * each Job's pod: no kubelet runs here); the hosts' APIs are one local HTTPS server
  * (a test CA the worker is told to trust) that checks every request: its method and path, its
  * Authorization header, and its body against the host's own description of the operation:
  * GitHub's OpenAPI description from @octokit/openapi, Gitea's and Bitbucket's descriptions and
@@ -34,13 +41,16 @@ const TOKENS: Record<string, string> = {
   bitbucket: 'bb-status-token-0004',
 };
 const PUBLIC_URL = 'https://opsgate.example.com';
+const NS = 'cstat-deploy';
+/** How long a Job's pod runs before it is ended (a deploy's own pace, not a wait of the test). */
+const RUN_MS = 200;
 
 const INVENTORY_YAML = `
 projects:
 ${['octo/app', 'octo/commits', 'group/lab', 'team/tea', 'work/bucket', 'group/ci-app']
   .map(
     (p) => `  ${p}:
-    namespace: deploys
+    namespace: ${NS}
     serviceAccountName: deployer
     image: alpine:3.20
 ${p === 'octo/app' ? '    environment: production\n' : ''}${p === 'octo/commits' ? '    status: commit\n' : ''}${
@@ -205,16 +215,26 @@ async function startHosts(): Promise<Hosts> {
 
 // --- the rig -----------------------------------------------------------------------------
 
-let kube: KubeJobsStandIn;
+let cluster: Awaited<ReturnType<typeof useCluster>>;
+let admin: k8s.KubeConfig;
+let kube: DeployJobs;
 let hosts: Hosts;
 beforeAll(async () => {
-  kube = await startKubeJobsStandIn('deploys', 200);
+  cluster = await useCluster();
+  admin = adminKubeConfig(cluster);
+  await createNamespaces(cluster, [NS]);
+  await admin.makeApiClient(k8s.CoreV1Api).createNamespacedServiceAccount({ namespace: NS, body: { metadata: { name: 'deployer' } } });
+  kube = await runDeployJobs(admin, NS, RUN_MS);
   hosts = await startHosts();
-});
+}, 240_000); // starts a cluster when run outside make test-k8s
 afterAll(async () => {
-  await kube.close();
-  await hosts.close();
-});
+  await kube?.close();
+  await hosts?.close();
+  if (cluster) {
+    await deleteNamespaces(cluster, [NS]);
+    await cluster.release();
+  }
+}, 120_000);
 
 function hostEnv(without: string[] = []): Record<string, string> {
   const env: Record<string, string> = {
@@ -244,7 +264,7 @@ async function withWorker<T>(fn: (w: Rig) => Promise<T>, env: Record<string, str
     logger: logs.logger,
     metrics,
     inventory,
-    kubeConfig: () => kube.kc,
+    kubeConfig: () => admin,
   });
   try {
     return await fn(Object.assign(w, { metrics, logs }));
@@ -415,7 +435,6 @@ describe('the worker process (node dist/worker/index.js)', () => {
     const tokenFile = join(dir, 'github-token');
     writeFileSync(tokenFile, `${TOKENS.github}\n`);
     writeFileSync(join(dir, 'inventory.yaml'), INVENTORY_YAML);
-    writeFileSync(join(dir, 'kubeconfig'), kube.kc.exportConfig());
     kube.reset();
     hosts.seen.length = 0;
     const first = TOKENS.github!;
@@ -426,7 +445,7 @@ describe('the worker process (node dist/worker/index.js)', () => {
         HOME: dir,
         LOG_LEVEL: 'info',
         OPS_INVENTORY_FILE: join(dir, 'inventory.yaml'),
-        KUBECONFIG: join(dir, 'kubeconfig'),
+        KUBECONFIG: cluster.kubeconfigPath,
         ROLLOUT_POLL_INTERVAL_MS: '50',
         OPSGATE_PUBLIC_URL: PUBLIC_URL,
         GITHUB_STATUS_API_URL: hosts.url('github'),
