@@ -1,279 +1,84 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { mkdtempSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
-import { createServer, type Server } from 'node:https';
-import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { Ajv, type ValidateFunction } from 'ajv';
-import request from 'supertest';
+import { Redis } from 'ioredis';
 import { parseInventory } from '../../../src/shared/inventory.js';
-import { JOB } from '../../../src/shared/jobs.js';
-import { SOURCES, type PushSource } from '../../../src/sources/index.js';
+import type { ReportStatusData } from '../../../src/shared/jobs.js';
+import { deployStatusKey } from '../../../src/shared/keys.js';
+import { createWorkerDeps } from '../../../worker/deps.js';
 import { startWorker, type WorkerHandle } from '../../../worker/index.js';
-import { OP_KEY, RO_KEY, useHarness } from '../../helpers/apiHarness.js';
-import { makeCa, makeLeaf } from '../../helpers/certs.js';
-import { startWorkerProcess } from '../../helpers/processes.js';
-import { freePort } from '../../helpers/redis.js';
-import { startKubeJobsStandIn, type KubeJobsStandIn } from '../../helpers/kubeJobsStandIn.js';
-import { harnessSecretOf, pushHeaders } from '../../helpers/senders.js';
+import { startRedis, type RedisServer } from '../../helpers/redis.js';
+import { startStatusHosts, statusHostEnv, type Hosts } from '../../helpers/statusHosts.js';
 import { waitFor } from '../../helpers/waitFor.js';
 import { collectLogs, metricValue, testMetrics, workerConfig, type LogCollector } from '../../helpers/workerSupport.js';
 
 /**
- * Each deploy's state on its commit (worker/commitStatus.ts, worker/jobs/reportStatus.ts), on real
- * Redis, through the real app and the real worker; the hosts' APIs are one local HTTPS server
- * (a test CA the worker is told to trust) that checks every request: its method and path, its
- * Authorization header, and its body against the host's own description of the operation:
- * GitHub's OpenAPI description from @octokit/openapi, Gitea's and Bitbucket's descriptions and
- * GitLab's documented attributes kept in test/fixtures/commit-status (each naming its source).
+ * report_status jobs (worker/jobs/reportStatus.ts) on real Redis, processed by the real worker,
+ * added to the queue as the worker adds them for a deploy's recorded state (createWorkerDeps's
+ * reportStatus). The hosts' APIs are one local HTTPS server that checks every request against the
+ * host's own description of it (test/helpers/statusHosts.ts). The deploys behind these states run
+ * on the real control plane in test/e2e/controlplane/commitStatus.test.ts.
  */
 const TOKENS: Record<string, string> = {
-  github: 'ghp-status-token-0001',
-  gitlab: 'glpat-status-token-0002',
-  gitea: 'gitea-status-token-0003',
-  bitbucket: 'bb-status-token-0004',
+  github: 'ghp-status-token-1001',
+  gitlab: 'glpat-status-token-1002',
+  gitea: 'gitea-status-token-1003',
+  bitbucket: 'bb-status-token-1004',
 };
 const PUBLIC_URL = 'https://opsgate.example.com';
+const inventory = parseInventory(
+  'projects:\n  octo/app:\n    namespace: deploys\n    serviceAccountName: deployer\n    image: alpine:3.20\n',
+);
 
-const INVENTORY_YAML = `
-projects:
-${['octo/app', 'octo/commits', 'group/lab', 'team/tea', 'work/bucket', 'group/ci-app']
-  .map(
-    (p) => `  ${p}:
-    namespace: deploys
-    serviceAccountName: deployer
-    image: alpine:3.20
-${p === 'octo/app' ? '    environment: production\n' : ''}${p === 'octo/commits' ? '    status: commit\n' : ''}${
-      p === 'group/ci-app' ? '    deploy_from: ci\n    sender: gitea\n' : ''
-    }`,
-  )
-  .join('')}`;
-const inventory = parseInventory(INVENTORY_YAML);
-const ctx = useHarness({ inventoryYaml: INVENTORY_YAML });
-
-// --- the hosts' descriptions ---------------------------------------------------------------
-
-type Json = Record<string, unknown>;
-const ajv = new Ajv({ strict: false, allErrors: true });
-const fixture = (name: string) =>
-  JSON.parse(readFileSync(new URL(`../../fixtures/commit-status/${name}.json`, import.meta.url), 'utf8')) as Json;
-
-interface Operation {
-  method: string;
-  path: RegExp;
-  validate: ValidateFunction;
-  /** The properties the description names: a body with any other fails the check. */
-  known: Set<string>;
-}
-
-const pathRe = (template: string, prefix = '') =>
-  new RegExp(`^${prefix}${template.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replace(/\{[^}]+\}/g, '[^/]+')}$`);
-
-function operations(): Record<string, Operation[]> {
-  const octokit = JSON.parse(
-    readFileSync(new URL('../../../node_modules/@octokit/openapi/generated/api.github.com.json', import.meta.url), 'utf8'),
-  ) as { paths: Record<string, Record<string, { requestBody: { content: { 'application/json': { schema: Json } } } }>> };
-  const github = [
-    '/repos/{owner}/{repo}/deployments',
-    '/repos/{owner}/{repo}/deployments/{deployment_id}/statuses',
-    '/repos/{owner}/{repo}/statuses/{sha}',
-  ].map((p) => {
-    const schema = octokit.paths[p]!.post!.requestBody.content['application/json'].schema;
-    return {
-      method: 'POST',
-      path: pathRe(p, '/github'),
-      validate: ajv.compile(schema),
-      known: new Set(Object.keys(schema.properties as Json)),
-    };
-  });
-  const gitea = fixture('gitea') as { paths: Record<string, unknown>; definitions: Record<string, Json> };
-  const giteaPath = Object.keys(gitea.paths)[0]!;
-  const bitbucket = fixture('bitbucket') as { paths: Record<string, unknown>; components: { schemas: Record<string, Json> } };
-  const bitbucketPath = Object.keys(bitbucket.paths)[0]!;
-  const gitlab = fixture('gitlab') as { path: string; body: Json };
-  return {
-    github,
-    gitea: [
-      {
-        method: 'POST',
-        path: pathRe(giteaPath, '/gitea/api/v1'),
-        validate: ajv.compile({ $ref: '#/definitions/CreateStatusOption', definitions: gitea.definitions }),
-        known: new Set(Object.keys(gitea.definitions.CreateStatusOption!.properties as Json)),
-      },
-    ],
-    bitbucket: [
-      {
-        method: 'POST',
-        path: pathRe(bitbucketPath, '/bitbucket/2.0'),
-        validate: ajv.compile({ $ref: '#/components/schemas/commitstatus', components: bitbucket.components }),
-        known: new Set(Object.keys(bitbucket.components.schemas.commitstatus!.properties as Json)),
-      },
-    ],
-    gitlab: [
-      {
-        method: 'POST',
-        path: pathRe(gitlab.path, '/gitlab/api/v4'),
-        validate: ajv.compile(gitlab.body),
-        known: new Set(Object.keys(gitlab.body.properties as Json)),
-      },
-    ],
-  };
-}
-
-// --- the hosts ---------------------------------------------------------------------------
-
-interface Seen {
-  host: string;
-  method: string;
-  path: string;
-  body: Json;
-  /** Its answer's status, and when it came (ms). */
-  status: number;
-  at: number;
-  /** The request's problems against its host's description (none when it conforms). */
-  problems: string[];
-}
-
-interface Hosts {
-  seen: Seen[];
-  /** Answers of the next requests to a host (default 201), taken one per request. */
-  fail: Record<string, number[]>;
-  url(host: string): string;
-  caFile: string;
-  close(): Promise<void>;
-}
-
-async function startHosts(): Promise<Hosts> {
-  const dir = mkdtempSync(join(tmpdir(), 'opsgate-status-'));
-  const ca = makeCa(dir, 'hosts-ca');
-  const leaf = makeLeaf(dir, ca, 'hosts');
-  const caFile = join(dir, 'ca.crt');
-  writeFileSync(caFile, ca.cert);
-  const ops = operations();
-  const seen: Seen[] = [];
-  const fail: Record<string, number[]> = {};
-  let deployments = 1000;
-  const server: Server = createServer({ cert: leaf.cert, key: leaf.key }, (req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const path = new URL(req.url ?? '/', 'https://x').pathname;
-      const host = path.split('/')[1] ?? '';
-      const problems: string[] = [];
-      let body: Json = {};
-      try {
-        body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as Json;
-      } catch {
-        problems.push('body is not JSON');
-      }
-      const op = (ops[host] ?? []).find((o) => o.method === req.method && o.path.test(path));
-      if (!op) problems.push(`no operation ${req.method} ${path}`);
-      else {
-        if (!op.validate(body)) problems.push(...(op.validate.errors ?? []).map((e) => `${e.instancePath} ${e.message}`));
-        for (const k of Object.keys(body)) if (!op.known.has(k)) problems.push(`unknown property ${k}`);
-      }
-      const token = TOKENS[host];
-      if (req.headers.authorization !== `Bearer ${token}`) problems.push(`authorization ${req.headers.authorization}`);
-      if (req.headers['content-type'] !== 'application/json') problems.push(`content-type ${req.headers['content-type']}`);
-      if (host === 'github') {
-        if (req.headers.accept !== 'application/vnd.github+json') problems.push(`accept ${req.headers.accept}`);
-        if (req.headers['x-github-api-version'] !== '2022-11-28') problems.push('no X-GitHub-Api-Version');
-        if (!req.headers['user-agent']) problems.push('no User-Agent');
-      }
-      const status = fail[host]?.shift() ?? 201;
-      seen.push({ host, method: req.method ?? '', path, body, problems, status, at: Date.now() });
-      res.writeHead(status, { 'content-type': 'application/json' });
-      res.end(
-        JSON.stringify(status >= 300 ? { message: 'failing on purpose' } : path.endsWith('/deployments') ? { id: ++deployments } : {}),
-      );
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as AddressInfo).port;
-  return {
-    seen,
-    fail,
-    caFile,
-    url: (host) => `https://127.0.0.1:${port}/${host}`,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
-
-// --- the rig -----------------------------------------------------------------------------
-
-let kube: KubeJobsStandIn;
+let redis: RedisServer;
+let inspect: Redis;
 let hosts: Hosts;
 beforeAll(async () => {
-  kube = await startKubeJobsStandIn('deploys', 200);
-  hosts = await startHosts();
+  redis = await startRedis();
+  inspect = new Redis(redis.url, { maxRetriesPerRequest: 1 });
+  hosts = await startStatusHosts(TOKENS);
 });
 afterAll(async () => {
-  await kube.close();
-  await hosts.close();
+  inspect?.disconnect();
+  await hosts?.close();
+  await redis?.destroy();
 });
 
-function hostEnv(without: string[] = []): Record<string, string> {
-  const env: Record<string, string> = {
-    OPSGATE_PUBLIC_URL: PUBLIC_URL,
-    GITHUB_STATUS_API_URL: hosts.url('github'),
-    GITLAB_STATUS_API_URL: `${hosts.url('gitlab')}/api/v4`,
-    GITEA_STATUS_API_URL: `${hosts.url('gitea')}/api/v1`,
-    BITBUCKET_STATUS_API_URL: hosts.url('bitbucket'),
-  };
-  for (const [sender, token] of Object.entries(TOKENS)) {
-    if (without.includes(sender)) continue;
-    const prefix = `${sender.toUpperCase()}_STATUS`;
-    env[`${prefix}_BEARER_TOKEN`] = token;
-    env[`${prefix}_TLS_CA_FILE`] = hosts.caFile;
-  }
-  return env;
-}
+type Rig = WorkerHandle & {
+  metrics: ReturnType<typeof testMetrics>;
+  logs: LogCollector;
+  /** Adds the report of one state through the worker's own add (its queue, options and job id). */
+  report(data: Partial<ReportStatusData> & Pick<ReportStatusData, 'deploy_id' | 'sender' | 'state'>): Promise<void>;
+};
 
-type Rig = WorkerHandle & { metrics: ReturnType<typeof testMetrics>; logs: LogCollector };
-
-async function withWorker<T>(fn: (w: Rig) => Promise<T>, env: Record<string, string> = hostEnv()): Promise<T> {
-  kube.reset();
+async function withWorker<T>(fn: (w: Rig) => Promise<T>, env = statusHostEnv(hosts, TOKENS, PUBLIC_URL)): Promise<T> {
   hosts.seen.length = 0;
   const metrics = testMetrics();
   const logs = collectLogs();
-  const w = await startWorker(workerConfig({ REDIS_URL: ctx.srv.url, ROLLOUT_POLL_INTERVAL_MS: '50', JOB_BACKOFF_MS: '300', ...env }), {
-    logger: logs.logger,
-    metrics,
-    inventory,
-    kubeConfig: () => kube.kc,
+  const config = workerConfig({
+    REDIS_URL: redis.url,
+    JOB_BACKOFF_MS: '300',
+    ...env,
   });
+  const noKube = () => Promise.reject(new Error('report_status never asks Kubernetes'));
+  const w = await startWorker(config, { logger: logs.logger, metrics, inventory, kubeConfig: noKube });
+  const deps = createWorkerDeps({ config, inventory, redis: w.redis, logger: collectLogs().logger, kubeConfig: noKube, now: Date.now });
+  const report: Rig['report'] = (d) =>
+    deps.reportStatus!({
+      project: 'octo/app',
+      ref: 'refs/heads/main',
+      sha: 'c'.repeat(40),
+      environment: 'production',
+      mode: 'deployment',
+      audit_id: `audit-${d.deploy_id}`,
+      requested_by: 'github',
+      ...d,
+    });
   try {
-    return await fn(Object.assign(w, { metrics, logs }));
+    return await fn(Object.assign(w, { metrics, logs, report }));
   } finally {
+    await deps.close();
     await w.close(1000);
   }
 }
-
-const sourceOf = (name: string) => SOURCES.find((s) => s.name === name) as PushSource;
-
-/** A push of `sha` to `project`'s main from a sender, made from its documented example payload. */
-async function push(sender: string, project: string, sha: string): Promise<string> {
-  const source = sourceOf(sender);
-  const example = source.map(source.example, 'refs/heads/main') as { fields: { project: string; sha: string } };
-  const body = JSON.stringify(source.example).replaceAll(example.fields.sha, sha).replaceAll(example.fields.project, project);
-  const res = await request(ctx.h.app)
-    .post(`/webhook/${sender}`)
-    .set(pushHeaders(source, harnessSecretOf(source, ctx.h.config), body))
-    .send(body);
-  expect(res.status).toBe(202);
-  return res.body.job_id as string;
-}
-
-const deployState = async (id: string) =>
-  (
-    await request(ctx.h.app)
-      .get(`/ops/deploys/${encodeURIComponent(id)}`)
-      .set('X-API-Key', RO_KEY)
-  ).body as { state: string; finished_at: string | null };
 
 /** The requests to `host` once they include a status of each of `states` (the host's own states). */
 const statuses = (host: string, states: string[]) =>
@@ -282,182 +87,109 @@ const statuses = (host: string, states: string[]) =>
     return states.every((st) => mine.some((s) => s.body.state === st)) ? hosts.seen.filter((s) => s.host === host) : false;
   });
 
-const sha = (n: number) => n.toString(16).padStart(40, 'a');
+const sent = (w: Rig, sender: string) => metricValue(w.metrics, 'opsgate_commit_status_reports_total', { sender, result: 'sent' });
 
-describe('each state of a deploy on its commit', () => {
-  it('GitHub: one deployment (the commit, the environment, no auto-merge, no required contexts), then its statuses', async () => {
+describe('report_status jobs, processed by the worker', () => {
+  it('GitHub: the first report creates the deployment, kept beside the deploy; the next reports post its statuses', async () => {
     await withWorker(async (w) => {
-      const id = await push('github', 'octo/app', sha(1));
+      const id = 'int-github-1';
+      await w.report({ deploy_id: id, sender: 'github', state: 'running' });
+      await statuses('github', ['in_progress']);
+      await w.report({ deploy_id: id, sender: 'github', state: 'succeeded' });
       const seen = await statuses('github', ['in_progress', 'success']);
       expect(seen.flatMap((s) => s.problems)).toEqual([]);
       const created = seen.filter((s) => s.path.endsWith('/deployments'));
-      expect(created).toHaveLength(1);
-      expect(created[0]!.path).toBe('/github/repos/octo/app/deployments');
-      expect(created[0]!.body).toMatchObject({ ref: sha(1), environment: 'production', auto_merge: false, required_contexts: [] });
-      const posted = seen.filter((s) => s.path.endsWith('/statuses'));
-      const deployment = await ctx.h.inspect.hget(`{opsgate}:guard:deploys:status:${id}`, 'deployment');
+      expect(created.map((s) => s.path)).toEqual(['/github/repos/octo/app/deployments']);
+      expect(created[0]!.body).toMatchObject({ ref: 'c'.repeat(40), environment: 'production', auto_merge: false, required_contexts: [] });
+      const deployment = await inspect.hget(deployStatusKey(id), 'deployment');
       expect(deployment).toMatch(/^\d+$/);
+      const posted = seen.filter((s) => s.path.endsWith('/statuses'));
       expect(new Set(posted.map((s) => s.path))).toEqual(new Set([`/github/repos/octo/app/deployments/${deployment}/statuses`]));
       expect(posted.map((s) => s.body.state)).toEqual(['in_progress', 'success']);
-      for (const s of posted)
-        expect(s.body).toMatchObject({
-          log_url: `${PUBLIC_URL}/ops/deploys/${id}`,
-          target_url: `${PUBLIC_URL}/ops/deploys/${id}`,
-          environment: 'production',
-        });
-      expect((await deployState(id)).state).toBe('succeeded');
+      expect(posted[1]!.body).toMatchObject({ log_url: `${PUBLIC_URL}/ops/deploys/${id}`, environment: 'production' });
+      await waitFor('both reports counted as sent', async () => (await sent(w, 'github')) === 2);
+      // A late retry of an earlier state is not told after a later one.
+      await w.report({ deploy_id: id, sender: 'github', state: 'queued' });
       await waitFor(
-        'both reports counted as sent',
-        async () => (await metricValue(w.metrics, 'opsgate_commit_status_reports_total', { sender: 'github', result: 'sent' })) === 2,
+        'the late report skipped',
+        async () => (await metricValue(w.metrics, 'opsgate_commit_status_reports_total', { sender: 'github', result: 'skipped' })) === 1,
       );
+      expect(hosts.seen.filter((s) => s.host === 'github')).toHaveLength(3);
       expect(w.logs.lines.join('\n')).not.toContain(TOKENS.github);
     });
   });
 
-  it('GitHub with `status: commit`: commit statuses with the environment as context; no deployment', async () => {
-    await withWorker(async () => {
-      const id = await push('github', 'octo/commits', sha(2));
-      const seen = await statuses('github', ['pending', 'success']);
-      expect(seen.flatMap((s) => s.problems)).toEqual([]);
-      expect(seen.every((s) => s.path === `/github/repos/octo/commits/statuses/${sha(2)}`)).toBe(true);
-      expect(seen.map((s) => s.body)).toEqual([
-        { state: 'pending', description: 'deploying', context: 'opsgate/refs/heads/main', target_url: `${PUBLIC_URL}/ops/deploys/${id}` },
-        { state: 'success', description: 'deployed', context: 'opsgate/refs/heads/main', target_url: `${PUBLIC_URL}/ops/deploys/${id}` },
-      ]);
-    });
-  });
-
   it('GitLab (its project path encoded), Gitea and Bitbucket: their commit status calls, as each describes them', async () => {
-    await withWorker(async () => {
-      await push('gitlab', 'group/lab', sha(3));
-      await push('gitea', 'team/tea', sha(4));
-      const bb = await push('bitbucket', 'work/bucket', sha(5));
-      const lab = await statuses('gitlab', ['running', 'success']);
-      const tea = await statuses('gitea', ['pending', 'success']);
-      const bucket = await statuses('bitbucket', ['INPROGRESS', 'SUCCESSFUL']);
+    await withWorker(async (w) => {
+      const told = async (sender: string, project: string, id: string, states: string[]) => {
+        await w.report({
+          deploy_id: id,
+          sender: sender as ReportStatusData['sender'],
+          project,
+          environment: 'refs/heads/main',
+          state: 'running',
+        });
+        await statuses(sender, states.slice(0, 1));
+        await w.report({
+          deploy_id: id,
+          sender: sender as ReportStatusData['sender'],
+          project,
+          environment: 'refs/heads/main',
+          state: 'succeeded',
+        });
+        return statuses(sender, states);
+      };
+      const lab = await told('gitlab', 'group/lab', 'int-lab-1', ['running', 'success']);
+      const tea = await told('gitea', 'team/tea', 'int-tea-1', ['pending', 'success']);
+      const bucket = await told('bitbucket', 'work/bucket', 'int-bb-1', ['INPROGRESS', 'SUCCESSFUL']);
       expect([...lab, ...tea, ...bucket].flatMap((s) => s.problems)).toEqual([]);
-      expect(new Set(lab.map((s) => s.path))).toEqual(new Set([`/gitlab/api/v4/projects/group%2Flab/statuses/${sha(3)}`]));
+      const sha = 'c'.repeat(40);
+      expect(new Set(lab.map((s) => s.path))).toEqual(new Set([`/gitlab/api/v4/projects/group%2Flab/statuses/${sha}`]));
       expect(lab.map((s) => s.body.state)).toEqual(['running', 'success']);
       expect(lab[0]!.body).toMatchObject({ ref: 'main', name: 'opsgate/refs/heads/main' });
-      expect(new Set(tea.map((s) => s.path))).toEqual(new Set([`/gitea/api/v1/repos/team/tea/statuses/${sha(4)}`]));
-      expect(new Set(bucket.map((s) => s.path))).toEqual(
-        new Set([`/bitbucket/2.0/repositories/work/bucket/commit/${sha(5)}/statuses/build`]),
-      );
-      expect(bucket.at(-1)!.body).toMatchObject({ state: 'SUCCESSFUL', url: `${PUBLIC_URL}/ops/deploys/${bb}`, refname: 'main' });
+      expect(new Set(tea.map((s) => s.path))).toEqual(new Set([`/gitea/api/v1/repos/team/tea/statuses/${sha}`]));
+      expect(tea.map((s) => s.body.state)).toEqual(['pending', 'success']);
+      expect(new Set(bucket.map((s) => s.path))).toEqual(new Set([`/bitbucket/2.0/repositories/work/bucket/commit/${sha}/statuses/build`]));
+      expect(bucket.at(-1)!.body).toMatchObject({ state: 'SUCCESSFUL', url: `${PUBLIC_URL}/ops/deploys/int-bb-1`, refname: 'main' });
+      const out = w.logs.lines.join('\n');
+      for (const token of Object.values(TOKENS)) expect(out).not.toContain(token);
     });
   });
 
-  it("a CI deploy is told to the project's `sender`", async () => {
-    await withWorker(async () => {
-      const res = await request(ctx.h.app)
-        .post('/ops/deploys')
-        .set('X-API-Key', OP_KEY)
-        .send({ project: 'group/ci-app', ref: 'refs/heads/main', sha: sha(6) });
-      expect(res.status).toBe(202);
+  it('a failing host (500, then ok) is asked again with backoff, each failure counted and logged', async () => {
+    await withWorker(async (w) => {
+      hosts.fail.gitea = [500, 500];
+      await w.report({ deploy_id: 'int-tea-2', sender: 'gitea', project: 'team/tea', state: 'succeeded' });
       const seen = await statuses('gitea', ['success']);
       expect(seen.flatMap((s) => s.problems)).toEqual([]);
-      expect(seen.every((s) => s.path === `/gitea/api/v1/repos/group/ci-app/statuses/${sha(6)}`)).toBe(true);
+      expect(seen.map((s) => s.status)).toEqual([500, 500, 201]);
+      // The queue's exponential backoff (300 ms, then 600 ms) between the attempts.
+      expect(seen[1]!.at - seen[0]!.at).toBeGreaterThanOrEqual(250);
+      expect(seen[2]!.at - seen[1]!.at).toBeGreaterThanOrEqual(550);
+      expect(await metricValue(w.metrics, 'opsgate_commit_status_reports_total', { sender: 'gitea', result: 'failed' })).toBe(2);
+      await waitFor('the report counted as sent', async () => (await sent(w, 'gitea')) === 1);
+      const failures = w.logs.find('could not report the deploy state to its sender');
+      expect(failures.map((f) => f.attempt)).toEqual([1, 2]);
+      expect(failures[0]).toMatchObject({ sender: 'gitea', deploy: 'int-tea-2' });
+      expect(w.logs.lines.join('\n')).not.toContain(TOKENS.gitea);
     });
   });
 
-  it('a failing host (500, then ok) is asked again with backoff, and the deploy does not wait for it', async () => {
+  it('no token for a sender: the worker says so once at start, and a report for it asks nothing', async () => {
     await withWorker(
       async (w) => {
-        hosts.fail.gitea = [500, 500];
-        const id = await push('gitea', 'team/tea', sha(7));
-        const seen = await statuses('gitea', ['success']);
-        const ok = seen.filter((s) => s.status < 300);
-        expect(seen.flatMap((s) => s.problems)).toEqual([]);
-        expect(seen.filter((s) => s.status === 500)).toHaveLength(2);
-        expect(ok.at(-1)!.body.state).toBe('success');
-        expect(await metricValue(w.metrics, 'opsgate_commit_status_reports_total', { sender: 'gitea', result: 'failed' })).toBe(2);
-        // Counted once the worker has the answer (a moment after the host saw the request).
-        await waitFor(
-          'every report sent counted',
-          async () =>
-            (await metricValue(w.metrics, 'opsgate_commit_status_reports_total', { sender: 'gitea', result: 'sent' })) === ok.length,
-        );
-        // The deploy ended while its host still failed: it never waited for its reports.
-        const entry = await deployState(id);
-        expect(entry.state).toBe('succeeded');
-        expect(Date.parse(entry.finished_at!)).toBeLessThan(ok[0]!.at);
-        const failures = w.logs.find('could not report the deploy state to its sender');
-        expect(failures.length).toBe(2);
-        expect(failures[0]).toMatchObject({ sender: 'gitea', deploy: id });
-        expect(w.logs.lines.join('\n')).not.toContain(TOKENS.gitea);
-      },
-      { ...hostEnv(), JOB_BACKOFF_MS: '1500' },
-    );
-  });
-
-  it('no token for a sender: no request, no job, and the worker says so once at start', async () => {
-    await withWorker(
-      async (w) => {
-        const id = await push('gitea', 'team/tea', sha(8));
-        await waitFor('the deploy ended', async () => (await deployState(id)).state === 'succeeded');
-        await push('github', 'octo/app', sha(9));
-        await statuses('github', ['success']);
-        expect(hosts.seen.filter((s) => s.host === 'gitea')).toEqual([]);
-        const jobs = await ctx.h.queue.bull.getJobs(['completed', 'failed', 'waiting', 'delayed', 'active']);
-        expect(jobs.filter((j) => j.name === JOB.reportStatus && (j.data as { sender: string }).sender === 'gitea')).toEqual([]);
         const off = w.logs.find('deploy states are not reported to this sender');
         expect(off.map((l) => l.sender)).toEqual(['gitea']);
         expect(String(off[0]!.why)).toContain('GITEA_STATUS_BEARER_TOKEN');
+        await w.report({ deploy_id: 'int-tea-3', sender: 'gitea', project: 'team/tea', state: 'succeeded' });
+        await waitFor(
+          'the report counted as not sent',
+          async () => (await metricValue(w.metrics, 'opsgate_commit_status_reports_total', { sender: 'gitea', result: 'no_token' })) === 1,
+        );
+        expect(hosts.seen).toEqual([]);
+        expect(w.logs.find('deploy states are not reported to this sender')).toHaveLength(1);
       },
-      hostEnv(['gitea']),
+      statusHostEnv(hosts, TOKENS, PUBLIC_URL, ['gitea']),
     );
-  });
-});
-
-describe('the worker process (node dist/worker/index.js)', () => {
-  it('reads its token from a file, uses a rotated one without a restart, says once at start which hosts are told nothing, and never logs a token', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'opsgate-status-proc-'));
-    const tokenFile = join(dir, 'github-token');
-    writeFileSync(tokenFile, `${TOKENS.github}\n`);
-    writeFileSync(join(dir, 'inventory.yaml'), INVENTORY_YAML);
-    writeFileSync(join(dir, 'kubeconfig'), kube.kc.exportConfig());
-    kube.reset();
-    hosts.seen.length = 0;
-    const first = TOKENS.github!;
-    const p = await startWorkerProcess({
-      env: {
-        REDIS_URL: ctx.srv.url,
-        METRICS_PORT: String(await freePort()),
-        HOME: dir,
-        LOG_LEVEL: 'info',
-        OPS_INVENTORY_FILE: join(dir, 'inventory.yaml'),
-        KUBECONFIG: join(dir, 'kubeconfig'),
-        ROLLOUT_POLL_INTERVAL_MS: '50',
-        OPSGATE_PUBLIC_URL: PUBLIC_URL,
-        GITHUB_STATUS_API_URL: hosts.url('github'),
-        GITHUB_STATUS_BEARER_TOKEN_FILE: tokenFile,
-        GITHUB_STATUS_TLS_CA_FILE: hosts.caFile,
-      },
-    });
-    try {
-      const off = p.logs().filter((l) => l.msg === 'deploy states are not reported to this sender');
-      expect(off.map((l) => l.sender).sort()).toEqual(['bitbucket', 'gitea', 'gitlab']);
-      await push('github', 'octo/app', sha(20));
-      const seen = await statuses('github', ['success']);
-      expect(seen.flatMap((s) => s.problems)).toEqual([]);
-
-      // The Secret rotated as the kubelet does it: a new file in place of the old one.
-      const rotated = 'ghp-status-token-rotated-0005';
-      writeFileSync(`${tokenFile}.new`, `${rotated}\n${first}\n`);
-      renameSync(`${tokenFile}.new`, tokenFile);
-      TOKENS.github = rotated;
-      hosts.seen.length = 0;
-      await push('github', 'octo/app', sha(21));
-      const after = await statuses('github', ['success']);
-      expect(after.flatMap((s) => s.problems)).toEqual([]);
-      expect(p.exited).toBe(false);
-      const out = [...p.lines, ...p.stderr].join('\n');
-      expect(out).not.toContain(first);
-      expect(out).not.toContain(rotated);
-      expect(p.logs().filter((l) => l.msg === 'deploy states are not reported to this sender')).toHaveLength(3);
-    } finally {
-      TOKENS.github = first;
-      await p.stop();
-    }
   });
 });
