@@ -4,9 +4,10 @@
  * the servers and the worker, wrk, CPU and memory readings, queueing and draining jobs.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, openSync, readFileSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, readSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { StringDecoder } from 'node:string_decoder';
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { defaultJobOptions, JOB } from '../src/shared/jobs.js';
@@ -199,9 +200,23 @@ export function percentile(sorted: number[], p: number): number {
 }
 
 export function countLines(file: string, needle?: string): number {
+  // Read in chunks: a log of many rounds outgrows the longest string Node can hold.
+  const fd = openSync(file, 'r');
+  const buf = Buffer.alloc(1 << 20);
+  const decoder = new StringDecoder('utf8');
+  const counts = (line: string) => line !== '' && (!needle || line.includes(needle));
+  let rest = '';
   let n = 0;
-  for (const line of readFileSync(file, 'utf8').split('\n')) if (line && (!needle || line.includes(needle))) n++;
-  return n;
+  try {
+    for (let got = readSync(fd, buf); got > 0; got = readSync(fd, buf)) {
+      const lines = (rest + decoder.write(buf.subarray(0, got))).split('\n');
+      rest = lines.pop() ?? '';
+      for (const line of lines) if (counts(line)) n++;
+    }
+  } finally {
+    closeSync(fd);
+  }
+  return counts(rest + decoder.end()) ? n + 1 : n;
 }
 
 function rssMb(pid: number): number {
