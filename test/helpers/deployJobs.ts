@@ -3,8 +3,11 @@ import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { afterAll, beforeAll } from '@jest/globals';
 import * as k8s from '@kubernetes/client-node';
 import { makeCa, makeLeaf } from './certs.js';
+import { useCluster } from './cluster.js';
+import { adminKubeConfig, createNamespaces, deleteNamespaces } from './controlPlaneFixtures.js';
 import { waitFor } from './waitFor.js';
 
 /**
@@ -257,4 +260,35 @@ export async function startRefusingWebhook(
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** A namespace of the shared control plane for deploy Jobs: its cluster, admin client and Jobs. */
+export interface DeployNamespace {
+  readonly cluster: Awaited<ReturnType<typeof useCluster>>;
+  readonly admin: k8s.KubeConfig;
+  readonly kube: DeployJobs;
+}
+
+/**
+ * A test file's deploy namespace, made before its tests (with the `deployer` ServiceAccount the
+ * inventory's deploy Jobs run as, and runDeployJobs ending their pods after `runMs`) and deleted
+ * after them. Call it at the top of the file, before hooks that use it.
+ */
+export function useDeployNamespace(namespace: string, runMs: number): DeployNamespace {
+  const made: Partial<{ -readonly [K in keyof DeployNamespace]: DeployNamespace[K] }> = {};
+  beforeAll(async () => {
+    const cluster = (made.cluster = await useCluster());
+    const admin = (made.admin = adminKubeConfig(cluster));
+    await createNamespaces(cluster, [namespace]);
+    await admin.makeApiClient(k8s.CoreV1Api).createNamespacedServiceAccount({ namespace, body: { metadata: { name: 'deployer' } } });
+    made.kube = await runDeployJobs(admin, namespace, runMs);
+  }, 240_000); // starts a cluster when run outside make test-k8s
+  afterAll(async () => {
+    await made.kube?.close();
+    if (made.cluster) {
+      await deleteNamespaces(made.cluster, [namespace]);
+      await made.cluster.release();
+    }
+  }, 120_000);
+  return made as DeployNamespace;
 }

@@ -2,16 +2,13 @@ import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { mkdtempSync, renameSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import * as k8s from '@kubernetes/client-node';
 import request from 'supertest';
 import { parseInventory } from '../../../src/shared/inventory.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { SOURCES, type PushSource } from '../../../src/sources/index.js';
 import { startWorker, type WorkerHandle } from '../../../worker/index.js';
 import { OP_KEY, RO_KEY, useHarness } from '../../helpers/apiHarness.js';
-import { useCluster } from '../../helpers/cluster.js';
-import { adminKubeConfig, createNamespaces, deleteNamespaces } from '../../helpers/controlPlaneFixtures.js';
-import { runDeployJobs, type DeployJobs } from '../../helpers/deployJobs.js';
+import { useDeployNamespace } from '../../helpers/deployJobs.js';
 import { startWorkerProcess } from '../../helpers/processes.js';
 import { freePort } from '../../helpers/redis.js';
 import { harnessSecretOf, pushHeaders } from '../../helpers/senders.js';
@@ -57,33 +54,21 @@ const ctx = useHarness({ inventoryYaml: INVENTORY_YAML });
 
 // --- the rig -----------------------------------------------------------------------------
 
-let cluster: Awaited<ReturnType<typeof useCluster>>;
-let admin: k8s.KubeConfig;
-let kube: DeployJobs;
+const deployNs = useDeployNamespace(NS, RUN_MS);
 let hosts: Hosts;
 beforeAll(async () => {
-  cluster = await useCluster();
-  admin = adminKubeConfig(cluster);
-  await createNamespaces(cluster, [NS]);
-  await admin.makeApiClient(k8s.CoreV1Api).createNamespacedServiceAccount({ namespace: NS, body: { metadata: { name: 'deployer' } } });
-  kube = await runDeployJobs(admin, NS, RUN_MS);
   hosts = await startStatusHosts(TOKENS);
-}, 240_000); // starts a cluster when run outside make test-k8s
+});
 afterAll(async () => {
-  await kube?.close();
   await hosts?.close();
-  if (cluster) {
-    await deleteNamespaces(cluster, [NS]);
-    await cluster.release();
-  }
-}, 120_000);
+});
 
 const hostEnv = (without: string[] = []) => statusHostEnv(hosts, TOKENS, PUBLIC_URL, without);
 
 type Rig = WorkerHandle & { metrics: ReturnType<typeof testMetrics>; logs: LogCollector };
 
 async function withWorker<T>(fn: (w: Rig) => Promise<T>, env: Record<string, string> = hostEnv()): Promise<T> {
-  kube.reset();
+  deployNs.kube.reset();
   hosts.seen.length = 0;
   const metrics = testMetrics();
   const logs = collectLogs();
@@ -91,7 +76,7 @@ async function withWorker<T>(fn: (w: Rig) => Promise<T>, env: Record<string, str
     logger: logs.logger,
     metrics,
     inventory,
-    kubeConfig: () => admin,
+    kubeConfig: () => deployNs.admin,
   });
   try {
     return await fn(Object.assign(w, { metrics, logs }));
@@ -262,7 +247,7 @@ describe('the worker process (node dist/worker/index.js)', () => {
     const tokenFile = join(dir, 'github-token');
     writeFileSync(tokenFile, `${TOKENS.github}\n`);
     writeFileSync(join(dir, 'inventory.yaml'), INVENTORY_YAML);
-    kube.reset();
+    deployNs.kube.reset();
     hosts.seen.length = 0;
     const first = TOKENS.github!;
     const p = await startWorkerProcess({
@@ -272,7 +257,7 @@ describe('the worker process (node dist/worker/index.js)', () => {
         HOME: dir,
         LOG_LEVEL: 'info',
         OPS_INVENTORY_FILE: join(dir, 'inventory.yaml'),
-        KUBECONFIG: cluster.kubeconfigPath,
+        KUBECONFIG: deployNs.cluster.kubeconfigPath,
         ROLLOUT_POLL_INTERVAL_MS: '50',
         OPSGATE_PUBLIC_URL: PUBLIC_URL,
         GITHUB_STATUS_API_URL: hosts.url('github'),

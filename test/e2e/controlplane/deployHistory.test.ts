@@ -1,15 +1,12 @@
-import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
+import { describe, expect, it, jest } from '@jest/globals';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import * as k8s from '@kubernetes/client-node';
 import request from 'supertest';
 import { parseInventory } from '../../../src/shared/inventory.js';
 import { startWorker, type WorkerHandle } from '../../../worker/index.js';
 import { RO_KEY, SCM_SECRET, useHarness } from '../../helpers/apiHarness.js';
-import { useCluster } from '../../helpers/cluster.js';
-import { adminKubeConfig, createNamespaces, deleteNamespaces } from '../../helpers/controlPlaneFixtures.js';
-import { runDeployJobs, type DeployJobs } from '../../helpers/deployJobs.js';
+import { useDeployNamespace } from '../../helpers/deployJobs.js';
 import { waitFor } from '../../helpers/waitFor.js';
 import { collectLogs, metricValue, testMetrics, workerConfig } from '../../helpers/workerSupport.js';
 
@@ -40,36 +37,19 @@ writeFileSync(join(keysDir, 'keys.yaml'), `- {id: scoped, role: readonly, key: $
 const ctx = useHarness({ inventoryYaml: INVENTORY_YAML, env: { OPS_API_KEYS_FILE: join(keysDir, 'keys.yaml') } });
 
 const RUN_MS = 300;
-let cluster: Awaited<ReturnType<typeof useCluster>>;
-let admin: k8s.KubeConfig;
-let kube: DeployJobs;
-beforeAll(async () => {
-  cluster = await useCluster();
-  admin = adminKubeConfig(cluster);
-  await createNamespaces(cluster, [NS]);
-  await admin.makeApiClient(k8s.CoreV1Api).createNamespacedServiceAccount({ namespace: NS, body: { metadata: { name: 'deployer' } } });
-  kube = await runDeployJobs(admin, NS, RUN_MS);
-}, 240_000); // starts a cluster when run outside make test-k8s
-
-afterAll(async () => {
-  await kube?.close();
-  if (cluster) {
-    await deleteNamespaces(cluster, [NS]);
-    await cluster.release();
-  }
-}, 120_000);
+const deployNs = useDeployNamespace(NS, RUN_MS);
 
 async function withWorker<T>(
   fn: (w: WorkerHandle & { metrics: ReturnType<typeof testMetrics> }) => Promise<T>,
   env: Record<string, string> = {},
 ): Promise<T> {
-  kube.reset();
+  deployNs.kube.reset();
   const metrics = testMetrics();
   const w = await startWorker(workerConfig({ REDIS_URL: ctx.srv.url, ROLLOUT_POLL_INTERVAL_MS: '50', ...env }), {
     logger: collectLogs().logger,
     metrics,
     inventory,
-    kubeConfig: () => admin,
+    kubeConfig: () => deployNs.admin,
   });
   try {
     return await fn(Object.assign(w, { metrics }));
@@ -117,7 +97,7 @@ describe('the history of deploys', () => {
         superseded_by: null,
       });
       expect(newest!.kubernetes_job).toMatch(/^opsgate-deploy-group-app-/);
-      expect(kube.jobs.some((j) => j.name === newest!.kubernetes_job)).toBe(true);
+      expect(deployNs.kube.jobs.some((j) => j.name === newest!.kubernetes_job)).toBe(true);
       for (const k of ['accepted_at', 'started_at', 'finished_at']) expect(Date.parse(newest![k] as string)).toBeGreaterThan(0);
       for (const d of older) {
         if (d.state === 'superseded') {

@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
-import * as k8s from '@kubernetes/client-node';
 import request from 'supertest';
 import { createFreezeStore } from '../../../src/changes/freezes/store.js';
 import { concurrencyGroup } from '../../../src/changes/deployOrder/store.js';
@@ -7,9 +6,7 @@ import { parseInventory } from '../../../src/shared/inventory.js';
 import { JOB } from '../../../src/shared/jobs.js';
 import { startWorker, type WorkerHandle } from '../../../worker/index.js';
 import { OP_KEY, OP_KEY_2, RO_KEY, SCM_SECRET, useHarness } from '../../helpers/apiHarness.js';
-import { useCluster } from '../../helpers/cluster.js';
-import { adminKubeConfig, createNamespaces, deleteNamespaces } from '../../helpers/controlPlaneFixtures.js';
-import { runDeployJobs, startRefusingWebhook, type DeployJobs, type RefusingWebhook } from '../../helpers/deployJobs.js';
+import { startRefusingWebhook, useDeployNamespace, type RefusingWebhook } from '../../helpers/deployJobs.js';
 import { decide } from '../../helpers/guards.js';
 import { waitFor } from '../../helpers/waitFor.js';
 import { collectLogs, metricValue, testMetrics, workerConfig } from '../../helpers/workerSupport.js';
@@ -49,42 +46,30 @@ const ctx = useHarness({ inventoryYaml: INVENTORY_YAML });
 /** How long a Job's pod runs before the test ends it (a deploy's own pace, not a wait of the test). */
 const RUN_MS = 400;
 
-let cluster: Awaited<ReturnType<typeof useCluster>>;
-let admin: k8s.KubeConfig;
-let kube: DeployJobs;
+const deployNs = useDeployNamespace(NS, RUN_MS);
 let webhook: RefusingWebhook;
 /** Commits whose Job's pod fails (its deploy is dead-lettered), and whose first create is answered 503 (retried after its backoff). */
 const failing = new Set<string>();
 const unavailableOnce = new Set<string>();
 
 beforeAll(async () => {
-  cluster = await useCluster();
-  admin = adminKubeConfig(cluster);
-  await createNamespaces(cluster, [NS]);
-  await admin.makeApiClient(k8s.CoreV1Api).createNamespacedServiceAccount({ namespace: NS, body: { metadata: { name: 'deployer' } } });
-  kube = await runDeployJobs(admin, NS, RUN_MS);
-  kube.fail = (sha) => failing.has(sha);
-  webhook = await startRefusingWebhook(admin, NS, (sha) =>
+  deployNs.kube.fail = (sha) => failing.has(sha);
+  webhook = await startRefusingWebhook(deployNs.admin, NS, (sha) =>
     unavailableOnce.delete(sha) ? { code: 503, message: 'the deploy admission is down for a moment' } : undefined,
   );
-}, 240_000); // starts a cluster when run outside make test-k8s
+});
 
 afterAll(async () => {
   await webhook?.close();
-  await kube?.close();
-  if (cluster) {
-    await deleteNamespaces(cluster, [NS]);
-    await cluster.release();
-  }
-}, 120_000);
+});
 
 /** The real worker for one test: 2 attempts, a backoff no test waits out (a retry is promoted by hand). */
 async function withWorker<T>(fn: (w: WorkerHandle & { metrics: ReturnType<typeof testMetrics> }) => Promise<T>): Promise<T> {
-  kube.reset();
+  deployNs.kube.reset();
   const metrics = testMetrics();
   const w = await startWorker(
     workerConfig({ REDIS_URL: ctx.srv.url, JOB_ATTEMPTS: '2', JOB_BACKOFF_MS: '600000', ROLLOUT_POLL_INTERVAL_MS: '50' }),
-    { logger: collectLogs().logger, metrics, inventory, kubeConfig: () => admin },
+    { logger: collectLogs().logger, metrics, inventory, kubeConfig: () => deployNs.admin },
   );
   try {
     return await fn(Object.assign(w, { metrics }));
@@ -121,13 +106,13 @@ describe('one deploy at a time per group, the newest last', () => {
     await withWorker(async (w) => {
       const ids = [await pushed('group/app', 'aaa1'), await pushed('group/app', 'aaa2'), await pushed('group/app', 'aaa3')];
       const ends = await Promise.all(ids.map(finished));
-      expect(kube.mostAtOnce).toBe(1);
-      const newest = kube.jobs.find((j) => j.queueJobId === ids[2]);
+      expect(deployNs.kube.mostAtOnce).toBe(1);
+      const newest = deployNs.kube.jobs.find((j) => j.queueJobId === ids[2]);
       expect(newest).toBeDefined();
-      expect(kube.jobs.at(-1)).toBe(newest);
+      expect(deployNs.kube.jobs.at(-1)).toBe(newest);
       expect(ends[2]!.outcome?.result).toBe('rolled_out');
       for (const [i, end] of ends.slice(0, 2).entries()) {
-        const mine = kube.jobs.find((j) => j.queueJobId === ids[i]);
+        const mine = deployNs.kube.jobs.find((j) => j.queueJobId === ids[i]);
         if (end.outcome?.result === 'superseded') {
           expect(mine).toBeUndefined();
           expect(end.state).toBe('completed');
@@ -177,7 +162,7 @@ describe('never an older deploy after a newer one', () => {
         state: 'completed',
         outcome: { result: 'superseded', reason: `superseded by deploy ${newer}, accepted after it` },
       });
-      expect(kube.jobs.map((j) => j.sha)).toEqual(['bbb2']);
+      expect(deployNs.kube.jobs.map((j) => j.sha)).toEqual(['bbb2']);
       // The retry asked the apiserver nothing: one refused create, one admitted.
       expect(webhook.answers.filter((a) => a.sha.startsWith('bbb'))).toEqual([
         { sha: 'bbb1', dryRun: false, code: 503 },
@@ -204,7 +189,7 @@ describe('never an older deploy after a newer one', () => {
       await (await ctx.h.queue.bull.getJob(held.body.job_id as string))!.promote();
       const end = await finished(held.body.job_id as string);
       expect(end.outcome).toMatchObject({ result: 'superseded', reason: `superseded by deploy ${newer}, accepted after it` });
-      expect(kube.jobs.map((j) => j.sha)).toEqual(['ccc2']);
+      expect(deployNs.kube.jobs.map((j) => j.sha)).toEqual(['ccc2']);
     });
   });
 });
@@ -216,7 +201,7 @@ describe('409 superseded where a person asks to run an older deploy again', () =
       failing.add('ddd1');
       const older = await pushed('group/app', 'ddd1');
       expect((await finished(older)).state).toBe('failed');
-      expect(kube.jobs.find((j) => j.sha === 'ddd1')).toMatchObject({ succeeded: false });
+      expect(deployNs.kube.jobs.find((j) => j.sha === 'ddd1')).toMatchObject({ succeeded: false });
       const newer = await pushed('group/app', 'ddd2');
       expect((await finished(newer)).outcome?.result).toBe('rolled_out');
       const res = await request(ctx.h.app)
