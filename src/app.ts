@@ -39,20 +39,16 @@ import type { Logger } from './shared/logger.js';
 import type { Metrics } from './shared/metrics.js';
 import type { OpsQueue } from './api/queue.js';
 
-/**
- * The API as an Express app, with every dependency passed in (nothing listens here; only
- * src/server.ts does). Order: request id -> metrics/audit -> rate limit -> routes -> 404 -> errors.
- */
-/** What a way in of a kind of change registered beyond restart and deploy is given (AppDeps.changeRoutes). */
+/** What the routes of a kind of change registered beyond restart and deploy are given (AppDeps.changeRoutes). */
 export interface ChangeWays {
   pipeline: Pipeline;
   /** Its REDIS_MIN_REPLICAS_ACK, for handChange (src/changes/hand.ts). */
   confirms: Confirms;
   apiKeyPolicy: ApiKeyPolicy;
-  /** The operator-key check the change routes use. */
   operatorKey: RequestHandler;
 }
 
+/** The API's dependencies; nothing listens here (src/server.ts does). */
 export interface AppDeps {
   /** The routes of kinds of change registered by their modules (src/changes/kinds/ registerKind), before the 404. */
   changeRoutes?: (ways: ChangeWays) => RequestHandler;
@@ -63,52 +59,34 @@ export interface AppDeps {
   inventory: Inventory;
   logger: Logger;
   metrics: Metrics;
-  /** Deployment status for GET /ops/hosts/:host (the real one: createKubeHostStatusProvider). */
   hostStatus: HostStatusProvider;
   version?: string;
-  /**
-   * The freezes kept in memory, told of changes through Redis pub/sub (src/changes/freezes/store.ts): a
-   * push or a restart then costs no round trip for them. Absent: read from Redis per change.
-   */
+  /** The freezes kept in memory, told of changes through pub/sub. Absent: read from Redis per change. */
   freezeWatch?: FreezeWatch;
-  /** Per-client rate limit (src/middleware/rateLimit.ts), applied before every route when given. */
+  /** Per-client rate limit, applied before every route when given. */
   rateLimit?: RequestHandler;
-  /**
-   * The clock (ms since the epoch) API-key expiry and every guard of a change (windows, freezes,
-   * approvals' expiry, restart budgets) are judged by; default Date.now.
-   */
+  /** The clock API-key expiry and every guard of a change are judged by; default Date.now. */
   now?: () => number;
-  /** The webhook senders' secrets in use, reloaded from their files (src/server.ts); default: config.senderSecrets, fixed. */
+  /** The senders' secrets in use, reloaded from their files; default: config.senderSecrets, fixed. */
   senderSecrets?: SenderSecrets;
-  /**
-   * The deliveries log (src/domain/deliveries.ts), given by whoever stops the process so it can
-   * send the last verdicts before Redis closes (src/server.ts); default: one made here.
-   */
+  /** Given by whoever stops the process, so it can send the last verdicts before Redis closes; default: one made here. */
   deliveries?: DeliveryLog;
-  /**
-   * The client certificates allowed on /webhook/alerts with TLS_CLIENT_CA_FILE, replaced when their
-   * file changes (src/server.ts); default: config.clientAllowedNames, fixed.
-   */
+  /** The client certificates allowed on /webhook/alerts, replaced when their file changes; default: config.clientAllowedNames. */
   allowedNames?: AllowedNames;
 }
 
-function parseTrustProxy(v: string): boolean | number | string {
-  if (v === 'true') return true;
-  if (v === 'false') return false;
-  if (/^\d+$/.test(v)) return Number(v);
-  return v;
-}
+const trustProxy = (v: string): boolean | number | string =>
+  v === 'true' ? true : v === 'false' ? false : /^\d+$/.test(v) ? Number(v) : v;
 
 export function createApp(deps: AppDeps): Express {
   const app = express();
   app.disable('x-powered-by');
-  app.set('trust proxy', parseTrustProxy(deps.config.TRUST_PROXY));
+  app.set('trust proxy', trustProxy(deps.config.TRUST_PROXY));
   app.set('json spaces', 0);
   // No ETag: every answer is Cache-Control: no-store (src/middleware/context.ts), so a validator is
   // never used, and Express would compute a SHA-1 of every response body for it (about 9 us per
   // webhook answer under `make bench-profile`).
   app.set('etag', false);
-
   app.use(requestId());
   app.use(observe({ metrics: deps.metrics, logger: deps.logger }));
   if (deps.rateLimit) app.use(deps.rateLimit);
@@ -125,12 +103,11 @@ export function createApp(deps: AppDeps): Express {
   const changed = changeReplicationGate(replication);
   // API keys: expiry judged by one clock, last use shared through Redis and exported by metrics.
   const keyUsage = createKeyUsage({ redis: deps.redis });
-  const apiKeyPolicy = { warningDays: deps.config.API_KEY_EXPIRY_WARNING_DAYS, now: deps.now ?? Date.now, usage: keyUsage };
+  const now = deps.now ?? Date.now;
+  const apiKeyPolicy = { warningDays: deps.config.API_KEY_EXPIRY_WARNING_DAYS, now, usage: keyUsage };
   deps.metrics.setApiKeys(deps.config.apiKeys, (ids) => keyUsage.lastUsed(ids));
 
-  // The webhooks first: they carry the volume, and each router a request passes
-  // through costs a match against every one of its routes. Paths do not overlap, so the order
-  // changes nothing else.
+  // The webhooks first: they carry the volume, and each router passed costs a match against all its routes.
   const intake = createIntake({
     producer: deps.queue.producer,
     jobs: deps.queue.jobs,
@@ -147,7 +124,7 @@ export function createApp(deps: AppDeps): Express {
     probe: deps.queue.probe,
     logger: deps.logger,
     metrics: deps.metrics,
-    now: deps.now ?? Date.now,
+    now,
     dryRunTimeoutMs: deps.config.DRY_RUN_TIMEOUT_MS,
     deployHistoryKept: deps.config.DEPLOY_HISTORY_KEPT,
     ...(deps.freezeWatch ? { freezeWatch: deps.freezeWatch } : {}),
@@ -181,7 +158,7 @@ export function createApp(deps: AppDeps): Express {
           jobs: deps.queue.jobs,
           logger: deps.logger.child({ component: 'remediation' }),
           metrics: deps.metrics,
-          now: deps.now ?? Date.now,
+          now,
         });
   app.use(
     webhooksRouter({
@@ -202,7 +179,7 @@ export function createApp(deps: AppDeps): Express {
   const oidc = deps.config.oidc?.configured
     ? createOidcVerifier({ settings: deps.config.oidc, metrics: deps.metrics, logger: deps.logger })
     : undefined;
-  app.use(opsRouter({ ...deps, hostStatus: deps.hostStatus, replicated, changed, apiKeyPolicy, pipeline, ...(oidc ? { oidc } : {}) }));
+  app.use(opsRouter({ ...deps, replicated, changed, apiKeyPolicy, pipeline, ...(oidc ? { oidc } : {}) }));
   app.use(deploysRouter({ ...deps, replicated, changed, apiKeyPolicy, pipeline, ...(oidc ? { oidc } : {}) }));
   app.use(approvalsRouter({ ...deps, pipeline, approvals: pipeline.approvals, now: pipeline.now, apiKeyPolicy, changed }));
   app.use(freezesRouter({ ...deps, pipeline, jobs: deps.queue.jobs, apiKeyPolicy, changed }));
@@ -212,7 +189,7 @@ export function createApp(deps: AppDeps): Express {
       ...deps,
       store: remediationStore,
       apiKeyPolicy,
-      budgetUses: () => remediationBudgetUses(deps.inventory, pipeline.budgets, (deps.now ?? Date.now)()),
+      budgetUses: () => remediationBudgetUses(deps.inventory, pipeline.budgets, now()),
     }),
   );
   const retryReplicated = retryReplicationGate(replication);

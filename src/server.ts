@@ -32,21 +32,13 @@ import type { FileReloader } from './shared/fileReload.js';
 import { createListener, loadTlsMaterial, type ListenerTls } from './shared/tls.js';
 import { packageVersion } from './shared/version.js';
 
-/**
- * The API process: load the config (a bad environment is one line on stderr naming the
- * variable, exit 1), connect, listen on PORT, and on SIGTERM/SIGINT stop accepting, finish
- * in-flight requests, then close the queue and Redis.
- */
+/** The API process. */
 export interface Running {
   server: Server;
   port: number;
   config: ApiConfig;
   logger: Logger;
-  /**
-   * Graceful stop: no new connections, in-flight requests finish (bounded by graceMs), then the
-   * metrics server, queue and Redis close, each step bounded and the whole within
-   * SHUTDOWN_TIMEOUT_SECONDS. Resolves false when a step did not finish in time.
-   */
+  /** Graceful stop: in-flight requests get graceMs, every close step is bounded; false when one did not finish. */
   stop(graceMs?: number): Promise<boolean>;
 }
 
@@ -80,9 +72,8 @@ export async function start(
     ...expiredKeyWarnings(config),
     ...absentSecretFileWarnings(config),
     ...clientCertificateWarnings(config),
-  ]) {
+  ])
     logger.warn(warning);
-  }
   const metrics = createMetrics('api', version);
   // The keys file and the senders' secret files, re-read while the process runs.
   const senderSecrets = createSenderSecrets(config.senderSecrets);
@@ -139,11 +130,7 @@ export async function start(
       parse: (text) => parseAllowedNamesFile(text ?? ''),
       apply(list) {
         // A file rewritten with the same entries (a comment, their order) judges no one differently.
-        const same = (l: readonly { text: string }[]) =>
-          l
-            .map((e) => e.text)
-            .sort()
-            .join('\n');
+        const same = (l: readonly { text: string }[]) => JSON.stringify(l.map((e) => e.text).sort());
         const changed = same(list) !== same(allowedNames.current());
         allowedNames.set(list);
         closed = changed ? (clientConnections?.closeAll() ?? 0) : 0;
@@ -191,7 +178,6 @@ export async function start(
   let stopping: Promise<boolean> | undefined;
   const stop = (graceMs?: number): Promise<boolean> => {
     stopping ??= (async () => {
-      // Every step bounded (src/shared/shutdown.ts); the whole stop within SHUTDOWN_TIMEOUT_SECONDS.
       const totalMs = config.SHUTDOWN_TIMEOUT_SECONDS * 1000;
       const budget = shutdownBudget(logger, totalMs, () => {
         if (exitOnDeadline) process.exit(1);

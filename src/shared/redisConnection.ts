@@ -3,10 +3,8 @@ import type { Logger } from './logger.js';
 import { createRedis, type RedisProfile } from './redis.js';
 
 /**
- * The Redis connection as both processes open it: createRedis (src/shared/redis.ts) plus one
- * watcher that remembers why the connection is down and logs the change once each way ("redis
- * connection error" with the URL, its password removed, and the reason; then "redis connection
- * restored"), instead of once per reconnect attempt.
+ * The Redis connection as both processes open it: createRedis plus a watcher that logs a lost and
+ * a restored connection once each, not once per reconnect attempt.
  */
 
 /** REDIS_URL with every password replaced by "***" (the userinfo's and sentinelPassword=). */
@@ -22,7 +20,7 @@ function redactRedisUrl(url: string): string {
 interface Watch {
   /** Why the connection last failed (an error code such as ECONNREFUSED), until it is ready again. */
   problem?: string;
-  /** Set by markClosing: the process itself is closing the connection, which then stays closed. */
+  /** Set by markClosing: the connection then stays closed. */
   closing?: boolean;
 }
 const watches = new WeakMap<Redis, Watch>();
@@ -62,10 +60,7 @@ export function redisProblem(client: Redis): string | undefined {
   return `redis unreachable: ${problem ?? client.status}`;
 }
 
-/**
- * A watched connection for REDIS_URL (see the header) that is never left closed by anyone but the
- * process (reconnectWhenEnded).
- */
+/** A watched connection for REDIS_URL, never left closed by anyone but the process. */
 export function connectRedis(opts: { url: string; profile: RedisProfile; name: string; logger: Logger }): Redis {
   const client = createRedis(opts.url, opts.profile, opts.name);
   watchRedis(client, { logger: opts.logger, url: opts.url });
@@ -74,11 +69,9 @@ export function connectRedis(opts: { url: string; profile: RedisProfile; name: s
 }
 
 /**
- * Connects `client` again when it ends while nobody closed it (markClosing). ioredis ends a
- * connection for good (status `end`, every command "Connection is closed.") when a reconnect is
- * asked while its previous connect is still under way, which a failover does: the sentinels'
- * +switch-master, or a READONLY answer, arriving while the client is asking the sentinels for the
- * primary.
+ * Connects `client` again when it ends while nobody closed it. ioredis ends a connection for good
+ * when a reconnect is asked while its previous connect is under way, which a failover does
+ * (+switch-master or a READONLY answer while the client asks the sentinels for the primary).
  */
 export function reconnectWhenEnded(client: Redis, opts: { url: string; logger?: Logger }): void {
   watchRedis(client);
