@@ -79,73 +79,58 @@ const trustProxy = (v: string): boolean | number | string =>
   v === 'true' ? true : v === 'false' ? false : /^\d+$/.test(v) ? Number(v) : v;
 
 export function createApp(deps: AppDeps): Express {
+  const { config, redis, queue, inventory, logger, metrics } = deps;
   const app = express();
   app.disable('x-powered-by');
-  app.set('trust proxy', trustProxy(deps.config.TRUST_PROXY));
+  app.set('trust proxy', trustProxy(config.TRUST_PROXY));
   app.set('json spaces', 0);
   // No ETag: every answer is Cache-Control: no-store (src/middleware/context.ts), so a validator is
   // never used, and Express would compute a SHA-1 of every response body for it (about 9 us per
   // webhook answer under `make bench-profile`).
   app.set('etag', false);
   app.use(requestId());
-  app.use(observe({ metrics: deps.metrics, logger: deps.logger }));
+  app.use(observe({ metrics, logger }));
   if (deps.rateLimit) app.use(deps.rateLimit);
 
   // REDIS_MIN_REPLICAS_ACK: one check before each success answer of a route that writes (no-op at 0).
-  const replication = {
-    redis: deps.redis,
-    queue: deps.queue.producer,
-    logger: deps.logger,
-    minReplicas: deps.config.REDIS_MIN_REPLICAS_ACK,
-    timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
-  };
+  const minReplicas = config.REDIS_MIN_REPLICAS_ACK;
+  const replication = { redis, queue: queue.producer, logger, minReplicas, timeoutMs: config.REDIS_ACK_TIMEOUT_MS };
   const replicated = replicationGate(replication);
   const changed = changeReplicationGate(replication);
   // API keys: expiry judged by one clock, last use shared through Redis and exported by metrics.
-  const keyUsage = createKeyUsage({ redis: deps.redis });
+  const keyUsage = createKeyUsage({ redis });
   const now = deps.now ?? Date.now;
-  const apiKeyPolicy = { warningDays: deps.config.API_KEY_EXPIRY_WARNING_DAYS, now, usage: keyUsage };
-  deps.metrics.setApiKeys(deps.config.apiKeys, (ids) => keyUsage.lastUsed(ids));
+  const apiKeyPolicy = { warningDays: config.API_KEY_EXPIRY_WARNING_DAYS, now, usage: keyUsage };
+  metrics.setApiKeys(config.apiKeys, (ids) => keyUsage.lastUsed(ids));
 
   // The webhooks first: they carry the volume, and each router passed costs a match against all its routes.
-  const intake = createIntake({
-    producer: deps.queue.producer,
-    jobs: deps.queue.jobs,
-    redis: deps.redis,
-    logger: deps.logger,
-    ...(deps.now ? { now: deps.now } : {}),
-  });
+  const intake = createIntake({ producer: queue.producer, jobs: queue.jobs, redis, logger, ...(deps.now ? { now: deps.now } : {}) });
   // The change pipeline: one set of stores and one clock for every way in of a change.
   const pipeline = createPipeline({
-    inventory: deps.inventory,
-    redis: deps.redis,
-    producer: deps.queue.producer,
+    inventory,
+    redis,
+    producer: queue.producer,
     intake,
-    probe: deps.queue.probe,
-    logger: deps.logger,
-    metrics: deps.metrics,
+    probe: queue.probe,
+    logger,
+    metrics,
     now,
-    dryRunTimeoutMs: deps.config.DRY_RUN_TIMEOUT_MS,
-    deployHistoryKept: deps.config.DEPLOY_HISTORY_KEPT,
+    dryRunTimeoutMs: config.DRY_RUN_TIMEOUT_MS,
+    deployHistoryKept: config.DEPLOY_HISTORY_KEPT,
     ...(deps.freezeWatch ? { freezeWatch: deps.freezeWatch } : {}),
   });
   const deliveries =
     deps.deliveries ??
-    createDeliveryLog({
-      redis: deps.redis,
-      logger: deps.logger,
-      keep: deps.config.DELIVERIES_KEPT,
-      keepUnverified: deps.config.DELIVERIES_UNVERIFIED_KEPT,
-    });
-  const allowedNames = deps.allowedNames ?? createAllowedNames(deps.config.clientAllowedNames ?? []);
+    createDeliveryLog({ redis, logger, keep: config.DELIVERIES_KEPT, keepUnverified: config.DELIVERIES_UNVERIFIED_KEPT });
+  const allowedNames = deps.allowedNames ?? createAllowedNames(config.clientAllowedNames ?? []);
   // Alert-driven remediation: the inventory's rules, given every alerts notification after its intake.
-  const rules = deps.inventory.remediations ?? [];
-  const remediationStore = createRemediationStore(deps.redis);
-  deps.metrics.setRemediationRules(
+  const rules = inventory.remediations ?? [];
+  const remediationStore = createRemediationStore(redis);
+  metrics.setRemediationRules(
     rules.map((r) => r.name),
     { outcomes: OUTCOMES, guards: SUPPRESSION_GUARDS },
     () => remediationStore.silences(),
-    () => remediationBudgetUses(deps.inventory, pipeline.budgets, Date.now()),
+    () => remediationBudgetUses(inventory, pipeline.budgets, Date.now()),
   );
   const remediation =
     rules.length === 0
@@ -154,12 +139,13 @@ export function createApp(deps: AppDeps): Express {
           pipeline,
           rules,
           store: remediationStore,
-          ...remediationSources(deps.config, deps.logger),
-          jobs: deps.queue.jobs,
-          logger: deps.logger.child({ component: 'remediation' }),
-          metrics: deps.metrics,
+          ...remediationSources(config, logger),
+          jobs: queue.jobs,
+          logger: logger.child({ component: 'remediation' }),
+          metrics,
           now,
         });
+  const alertsClientCertificate = config.TLS_CLIENT_CA_FILE ? requireClientCertificate(metrics, () => allowedNames.current()) : undefined;
   app.use(
     webhooksRouter({
       ...deps,
@@ -169,56 +155,39 @@ export function createApp(deps: AppDeps): Express {
       changed,
       pipeline,
       ...(remediation ? { remediation } : {}),
-      ...(deps.config.TLS_CLIENT_CA_FILE
-        ? { alertsClientCertificate: requireClientCertificate(deps.metrics, () => allowedNames.current()) }
-        : {}),
+      ...(alertsClientCertificate ? { alertsClientCertificate } : {}),
     }),
   );
-  app.use(healthRouter({ redis: deps.redis, queue: deps.queue, version: deps.version ?? '0.0.0' }));
+  app.use(healthRouter({ redis, queue, version: deps.version ?? '0.0.0' }));
   // OIDC ID tokens (OPS_OIDC_FILE) as bearer credentials on POST /ops/restart and POST /ops/deploys.
-  const oidc = deps.config.oidc?.configured
-    ? createOidcVerifier({ settings: deps.config.oidc, metrics: deps.metrics, logger: deps.logger })
-    : undefined;
-  app.use(opsRouter({ ...deps, replicated, changed, apiKeyPolicy, pipeline, ...(oidc ? { oidc } : {}) }));
-  app.use(deploysRouter({ ...deps, replicated, changed, apiKeyPolicy, pipeline, ...(oidc ? { oidc } : {}) }));
+  const oidc = config.oidc?.configured ? { oidc: createOidcVerifier({ settings: config.oidc, metrics, logger }) } : {};
+  app.use(opsRouter({ ...deps, replicated, changed, apiKeyPolicy, pipeline, ...oidc }));
+  app.use(deploysRouter({ ...deps, replicated, changed, apiKeyPolicy, pipeline, ...oidc }));
   app.use(approvalsRouter({ ...deps, pipeline, approvals: pipeline.approvals, now: pipeline.now, apiKeyPolicy, changed }));
-  app.use(freezesRouter({ ...deps, pipeline, jobs: deps.queue.jobs, apiKeyPolicy, changed }));
+  app.use(freezesRouter({ ...deps, pipeline, jobs: queue.jobs, apiKeyPolicy, changed }));
   app.use(keysRouter({ ...deps, usage: keyUsage, apiKeyPolicy }));
-  app.use(
-    remediationsRouter({
-      ...deps,
-      store: remediationStore,
-      apiKeyPolicy,
-      budgetUses: () => remediationBudgetUses(deps.inventory, pipeline.budgets, now()),
-    }),
-  );
+  const budgetUses = () => remediationBudgetUses(inventory, pipeline.budgets, now());
+  app.use(remediationsRouter({ ...deps, store: remediationStore, apiKeyPolicy, budgetUses }));
   const retryReplicated = retryReplicationGate(replication);
   app.use(deliveriesRouter({ ...deps, deliveries, intake, replicated, changed, apiKeyPolicy, pipeline }));
   // Dead letters: a restart's or deploy's retry is a new change through the pipeline, from the API and Bull Board alike.
-  const deadLetters = deps.queue.deadLetters(changeRetry(pipeline, deps.queue.jobs));
-  app.use(jobsRouter({ ...deps, jobs: deps.queue.jobs, deadLetters, retryReplicated, apiKeyPolicy, changeRecords: pipeline }));
-  app.use(openapiRouter({ version: deps.version, adminUI: deps.config.ADMIN_UI_ENABLED }));
+  const deadLetters = queue.deadLetters(changeRetry(pipeline, queue.jobs));
+  app.use(jobsRouter({ ...deps, jobs: queue.jobs, deadLetters, retryReplicated, apiKeyPolicy, changeRecords: pipeline }));
+  app.use(openapiRouter({ version: deps.version, adminUI: config.ADMIN_UI_ENABLED }));
   // Bull Board (operator only, audited): src/routes/admin.ts.
-  if (deps.config.ADMIN_UI_ENABLED) {
+  if (config.ADMIN_UI_ENABLED) {
+    const opsQueue = { bull: queue.bull, deadLetters };
     app.use(
       ADMIN_BASE_PATH,
-      createAdminRouter({
-        queues: [deps.queue.bull],
-        opsQueue: { bull: deps.queue.bull, deadLetters },
-        retryReplicated,
-        apiKeys: deps.config.apiKeys,
-        logger: deps.logger,
-        metrics: deps.metrics,
-      }),
+      createAdminRouter({ queues: [queue.bull], opsQueue, retryReplicated, apiKeys: config.apiKeys, logger, metrics }),
     );
   }
-
   if (deps.changeRoutes) {
-    const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', apiKeyPolicy);
+    const operatorKey = requireApiKey(config.apiKeys, metrics, 'operator', apiKeyPolicy);
     app.use(deps.changeRoutes({ pipeline, confirms: { replicated, changed, retryReplicated }, apiKeyPolicy, operatorKey }));
   }
   app.use(notFound);
   app.use(webhookFailures({ deliveries }));
-  app.use(errorHandler(deps.logger));
+  app.use(errorHandler(logger));
   return app;
 }

@@ -46,7 +46,6 @@ export async function start(
   env: Record<string, string | undefined> = process.env,
   opts: { exitOnDeadline?: boolean } = {},
 ): Promise<Running> {
-  const exitOnDeadline = opts.exitOnDeadline ?? false;
   const config = loadApiConfig(env);
   const inventory = loadInventory(config.OPS_INVENTORY_FILE);
   // Remediation rules only behind an authenticated alerts sender, and silences only with an Alertmanager to keep them.
@@ -180,7 +179,7 @@ export async function start(
     stopping ??= (async () => {
       const totalMs = config.SHUTDOWN_TIMEOUT_SECONDS * 1000;
       const budget = shutdownBudget(logger, totalMs, () => {
-        if (exitOnDeadline) process.exit(1);
+        if (opts.exitOnDeadline) process.exit(1);
       });
       const drainMs = graceMs ?? Math.min(10_000, totalMs / 2);
       logger.info('api stopping: draining in-flight requests', { drain_ms: drainMs, shutdown_timeout_s: config.SHUTDOWN_TIMEOUT_SECONDS });

@@ -88,7 +88,6 @@ export function watchFiles<T>(opts: WatchFilesOptions<T>): FileReloader {
   let timer: NodeJS.Timeout | undefined;
   let closed = false;
   let running: Promise<void> | undefined;
-
   const read = async (file: WatchedFile): Promise<Buffer | undefined> => {
     try {
       return await readFile(file.path);
@@ -97,7 +96,6 @@ export function watchFiles<T>(opts: WatchFilesOptions<T>): FileReloader {
       throw readProblem(file.variable, err);
     }
   };
-
   const once = async (): Promise<void> => {
     let seen: string | undefined;
     let value: T;
@@ -127,7 +125,6 @@ export function watchFiles<T>(opts: WatchFilesOptions<T>): FileReloader {
     refused = undefined;
     opts.onApplied(value);
   };
-
   const check = (): Promise<void> => {
     running ??= once()
       .catch(() => {

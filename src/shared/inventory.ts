@@ -65,50 +65,32 @@ export const inventorySchema = z
   .superRefine((inv, ctx) => {
     // A rule is named once (its requester, its metrics and its Redis records carry the name), and
     // a namespace or Deployment its match pins must be one the inventory lets opsgate restart.
+    const issue = (path: (string | number)[], message: string) => ctx.addIssue({ code: 'custom', path, message });
     const names = new Set<string>();
     inv.remediations.forEach((rule, i) => {
-      if (names.has(rule.name))
-        ctx.addIssue({ code: 'custom', path: ['remediations', i, 'name'], message: `repeats the rule name ${rule.name}` });
+      if (names.has(rule.name)) issue(['remediations', i, 'name'], `repeats the rule name ${rule.name}`);
       names.add(rule.name);
       if (rule.target.namespace === rule.target.deployment) {
-        ctx.addIssue({
-          code: 'custom',
-          path: ['remediations', i, 'target'],
-          message: 'namespace and deployment must be two different labels',
-        });
+        issue(['remediations', i, 'target'], 'namespace and deployment must be two different labels');
       }
       rule.targets.forEach((t, j) => {
         const slash = t.indexOf('/');
-        const known =
-          slash < 0
-            ? Object.hasOwn(inv.hosts, t)
-            : Object.values(inv.hosts).some((h) => h.namespace === t.slice(0, slash) && h.deployments.includes(t.slice(slash + 1)));
-        if (!known) {
-          ctx.addIssue({
-            code: 'custom',
-            path: ['remediations', i, 'targets', j],
-            message:
-              slash < 0
-                ? `names host ${JSON.stringify(t)}, which the inventory lacks`
-                : `names Deployment ${t}, which no inventory host lists`,
-          });
+        if (slash < 0 && !Object.hasOwn(inv.hosts, t)) {
+          issue(['remediations', i, 'targets', j], `names host ${JSON.stringify(t)}, which the inventory lacks`);
+        }
+        const [namespace, deployment] = [t.slice(0, slash), t.slice(slash + 1)];
+        if (slash >= 0 && !Object.values(inv.hosts).some((h) => h.namespace === namespace && h.deployments.includes(deployment))) {
+          issue(['remediations', i, 'targets', j], `names Deployment ${t}, which no inventory host lists`);
         }
       });
       const ns = pinnedValue(rule, rule.target.namespace);
       const dep = pinnedValue(rule, rule.target.deployment);
       const hosts = Object.values(inv.hosts).filter((h) => ns === undefined || h.namespace === ns);
       if (ns !== undefined && hosts.length === 0) {
-        ctx.addIssue({
-          code: 'custom',
-          path: ['remediations', i, 'match', 'labels'],
-          message: `pins namespace ${ns}, which no inventory host has`,
-        });
+        issue(['remediations', i, 'match', 'labels'], `pins namespace ${ns}, which no inventory host has`);
       } else if (dep !== undefined && !hosts.some((h) => h.deployments.includes(dep))) {
-        ctx.addIssue({
-          code: 'custom',
-          path: ['remediations', i, 'match', 'labels'],
-          message: `pins Deployment ${dep}, which no inventory host${ns !== undefined ? ` of namespace ${ns}` : ''} lists`,
-        });
+        const of = ns !== undefined ? ` of namespace ${ns}` : '';
+        issue(['remediations', i, 'match', 'labels'], `pins Deployment ${dep}, which no inventory host${of} lists`);
       }
     });
     // A restart budget (people's, and remediation's) counts per namespace: hosts sharing one must agree on it.
@@ -118,11 +100,10 @@ export const inventorySchema = z
         const budget = JSON.stringify(mergePolicy(inv.policy, h.policy)[field] ?? null);
         const other = seen.get(h.namespace);
         if (other && other.budget !== budget) {
-          ctx.addIssue({
-            code: 'custom',
-            path: ['hosts', host, 'policy', field],
-            message: `differs from the ${field} of host ${JSON.stringify(other.host)} in the same namespace ${h.namespace} (a restart budget counts per namespace)`,
-          });
+          issue(
+            ['hosts', host, 'policy', field],
+            `differs from the ${field} of host ${JSON.stringify(other.host)} in the same namespace ${h.namespace} (a restart budget counts per namespace)`,
+          );
         }
         if (!other) seen.set(h.namespace, { host, budget });
       }

@@ -20,12 +20,7 @@ export class NoKubeConfigError extends Error {
   }
 }
 
-export interface KubeEnv {
-  KUBECONFIG?: string;
-  HOME?: string;
-  KUBERNETES_SERVICE_HOST?: string;
-  KUBERNETES_SERVICE_PORT?: string;
-}
+export type KubeEnv = Partial<Record<'KUBECONFIG' | 'HOME' | 'KUBERNETES_SERVICE_HOST' | 'KUBERNETES_SERVICE_PORT', string>>;
 
 /** pathPrefix: prefix of the ServiceAccount directory (tests). */
 type KubeConfigLookup = { pathPrefix?: string };

@@ -1,6 +1,7 @@
 import type { ConfigProblem } from './errors.js';
 import { watchFiles, type FileReloader } from './fileReload.js';
 import type { Logger } from './logger.js';
+import type { Metrics } from './metrics.js';
 import type { Source } from '../sources/index.js';
 
 /**
@@ -52,10 +53,7 @@ export interface CredentialFile {
   optional?: boolean;
 }
 
-export interface CredentialReloadMetrics {
-  secretReloads: { inc(labels: { variable: string; outcome: 'reloaded' | 'refused' }): void };
-  secretReloadRefused: { set(labels: { variable: string }, value: number): void };
-}
+export type CredentialReloadMetrics = Pick<Metrics, 'secretReloads' | 'secretReloadRefused'>;
 
 /**
  * Polls one credential file: a valid new file is applied, an invalid one refused (one error line,

@@ -1,4 +1,4 @@
-import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import { ERROR_CODES, errorBody, type ErrorCode } from './errors.js';
@@ -22,11 +22,7 @@ interface MetricsServerOptions {
   metrics?: TlsListenerMetrics;
 }
 
-export interface MetricsServer {
-  readonly server: Server;
-  readonly port: number;
-  close(): Promise<void>;
-}
+export type MetricsServer = Awaited<ReturnType<typeof startMetricsServer>>;
 
 function sendError(res: ServerResponse, code: ErrorCode, detail: string, headers: Record<string, string> = {}) {
   sendJson(res, ERROR_CODES[code].status, errorBody(code, detail), headers);
@@ -84,7 +80,7 @@ function metricsHandler(registry: Registry, logger?: Logger, livez?: MetricsServ
   };
 }
 
-export async function startMetricsServer(opts: MetricsServerOptions): Promise<MetricsServer> {
+export async function startMetricsServer(opts: MetricsServerOptions) {
   const { server } = createListener(metricsHandler(opts.registry, opts.logger, opts.livez), {
     listener: 'metrics',
     ...(opts.tls ? { tls: opts.tls } : {}),

@@ -33,7 +33,6 @@ export function createProber(deps: { bull: Queue; url: string; producer: Produce
       opening = undefined;
       throw err;
     }));
-
   return {
     async run(req, timeoutMs) {
       const qe = await deps.guard('read', open);

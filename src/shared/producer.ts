@@ -13,18 +13,13 @@ import type { QueueGuard } from './queueGuard.js';
  * record and adds the job, or answers the job holding it, so a record never exists without its job
  * nor a job without its record, whatever fails around the call.
  */
-interface Deduplication {
-  id: string;
-  /** How long the record outlives its job; absent: until the job finishes. */
-  ttlMs?: number;
-}
-
 export interface AddRequest<N extends JobName = JobName> {
   name: N;
   data: JobDataByName[N];
   /** Default: a new UUID. An existing job id adds nothing and answers that job. */
   jobId?: string;
-  deduplication?: Deduplication;
+  /** ttlMs: how long the record outlives its job; absent: until the job finishes. */
+  deduplication?: { id: string; ttlMs?: number };
   /** A held job: processed no earlier than this many ms from now. */
   delay?: number;
   /** Options that differ from the queue's defaults (a dry run's single short-lived attempt). */
@@ -92,7 +87,6 @@ export function createProducer(deps: ProducerDeps): Producer {
     if (out.added) deps.metrics?.jobsEnqueued.inc({ name });
     return out;
   };
-
   return {
     async add(req) {
       const data = validated(req);

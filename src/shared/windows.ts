@@ -16,13 +16,6 @@ export interface ChangeWindow {
   timeZone: string;
 }
 
-interface WindowState {
-  open: boolean;
-  /** Open: when the window that contains now closes (ms); absent when always open. */
-  closesAt?: number;
-  opensAt?: number;
-}
-
 const formatters = new Map<string, Intl.DateTimeFormat>();
 function formatter(timeZone: string): Intl.DateTimeFormat {
   let f = formatters.get(timeZone);
@@ -58,21 +51,12 @@ function minutesOf(hhmm: string): number {
   return h * 60 + m;
 }
 
-interface Local {
-  year: number;
-  month: number;
-  day: number;
-  /** 0 = Sunday */
-  weekday: number;
-  /** minutes since local midnight, with seconds as a fraction */
-  minutes: number;
-}
-
 const DAY_MS = 86_400_000;
 
 const WEEKDAY_INDEX: Record<string, number> = { Sun: 0, Mon: 1, Tue: 2, Wed: 3, Thu: 4, Fri: 5, Sat: 6 };
 
-function local(ms: number, timeZone: string): Local {
+/** A local date, its weekday (0 = Sunday) and the minutes since its midnight (seconds as a fraction). */
+function local(ms: number, timeZone: string) {
   const parts: Record<string, string> = {};
   for (const p of formatter(timeZone).formatToParts(new Date(ms))) parts[p.type] = p.value;
   return {
@@ -107,7 +91,7 @@ export function zonedInstant(year: number, month: number, day: number, minutes: 
 }
 
 /** The [open, close) instants of one window for the local date `offsetDays` from now's local date. */
-function occurrence(w: ChangeWindow, base: Local, offsetDays: number): [number, number] | undefined {
+function occurrence(w: ChangeWindow, base: ReturnType<typeof local>, offsetDays: number): [number, number] | undefined {
   const weekday = (((base.weekday + offsetDays) % 7) + 7) % 7;
   if (!w.days.includes(WEEKDAYS[weekday]!)) return undefined;
   const start = minutesOf(w.start);
@@ -116,8 +100,8 @@ function occurrence(w: ChangeWindow, base: Local, offsetDays: number): [number, 
   return [start, end].map((m) => zonedInstant(base.year, base.month, base.day + offsetDays, m, w.timeZone)) as [number, number];
 }
 
-/** Whether `now` is inside one of the windows (none: always open), and when that changes. */
-export function windowState(windows: readonly ChangeWindow[] | undefined, now: number): WindowState {
+/** Whether `now` is inside one of the windows (none: always open, no closesAt), and when that changes. */
+export function windowState(windows: readonly ChangeWindow[] | undefined, now: number) {
   if (!windows || windows.length === 0) return { open: true };
   let closesAt: number | undefined;
   let opensAt: number | undefined;
