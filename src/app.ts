@@ -134,30 +134,23 @@ export function createApp(deps: AppDeps): Express {
   );
   const remediation =
     rules.length === 0
-      ? undefined
-      : createRemediation({
-          pipeline,
-          rules,
-          store: remediationStore,
-          ...remediationSources(config, logger),
-          jobs: queue.jobs,
-          logger: logger.child({ component: 'remediation' }),
-          metrics,
-          now,
-        });
-  const alertsClientCertificate = config.TLS_CLIENT_CA_FILE ? requireClientCertificate(metrics, () => allowedNames.current()) : undefined;
-  app.use(
-    webhooksRouter({
-      ...deps,
-      intake,
-      deliveries,
-      replicated,
-      changed,
-      pipeline,
-      ...(remediation ? { remediation } : {}),
-      ...(alertsClientCertificate ? { alertsClientCertificate } : {}),
-    }),
-  );
+      ? {}
+      : {
+          remediation: createRemediation({
+            pipeline,
+            rules,
+            store: remediationStore,
+            ...remediationSources(config, logger),
+            jobs: queue.jobs,
+            logger: logger.child({ component: 'remediation' }),
+            metrics,
+            now,
+          }),
+        };
+  const alertsCertificate = config.TLS_CLIENT_CA_FILE
+    ? { alertsClientCertificate: requireClientCertificate(metrics, () => allowedNames.current()) }
+    : {};
+  app.use(webhooksRouter({ ...deps, intake, deliveries, replicated, changed, pipeline, ...remediation, ...alertsCertificate }));
   app.use(healthRouter({ redis, queue, version: deps.version ?? '0.0.0' }));
   // OIDC ID tokens (OPS_OIDC_FILE) as bearer credentials on POST /ops/restart and POST /ops/deploys.
   const oidc = config.oidc?.configured ? { oidc: createOidcVerifier({ settings: config.oidc, metrics, logger }) } : {};
@@ -174,7 +167,6 @@ export function createApp(deps: AppDeps): Express {
   const deadLetters = queue.deadLetters(changeRetry(pipeline, queue.jobs));
   app.use(jobsRouter({ ...deps, jobs: queue.jobs, deadLetters, retryReplicated, apiKeyPolicy, changeRecords: pipeline }));
   app.use(openapiRouter({ version: deps.version, adminUI: config.ADMIN_UI_ENABLED }));
-  // Bull Board (operator only, audited): src/routes/admin.ts.
   if (config.ADMIN_UI_ENABLED) {
     const opsQueue = { bull: queue.bull, deadLetters };
     app.use(

@@ -32,7 +32,6 @@ import type { FileReloader } from './shared/fileReload.js';
 import { createListener, loadTlsMaterial, type ListenerTls } from './shared/tls.js';
 import { packageVersion } from './shared/version.js';
 
-/** The API process. */
 export interface Running {
   server: Server;
   port: number;
@@ -74,7 +73,6 @@ export async function start(
   ])
     logger.warn(warning);
   const metrics = createMetrics('api', version);
-  // The keys file and the senders' secret files, re-read while the process runs.
   const senderSecrets = createSenderSecrets(config.senderSecrets);
   const credentials = watchCredentials({ config, senderSecrets, logger, metrics });
   const redis = connectRedis({ url: config.REDIS_URL, profile: 'request', name: 'opsgate-api', logger });
@@ -85,7 +83,6 @@ export async function start(
     metrics,
   });
   metrics.setQueueDepthSources([queueCountsSource(queue.bull)]);
-  // The freezes in memory, kept current through pub/sub (its own subscriber connection).
   const freezeWatch = watchFreezes({
     store: createFreezeStore(redis),
     subscriber: createRedis(config.REDIS_URL, 'blocking', 'opsgate-api-freezes'),
@@ -98,7 +95,6 @@ export async function start(
     logger.warn(`${err.message}; GET /ops/hosts/{host} answers 503 until there is one`);
   }
   const deliveries = createDeliveryLog({ redis, logger, keep: config.DELIVERIES_KEPT, keepUnverified: config.DELIVERIES_UNVERIFIED_KEPT });
-  // The client certificates allowed on /webhook/alerts: read at each request, replaced when their file changes.
   const allowedNames = createAllowedNames(config.clientAllowedNames);
   const app = createApp({
     config,

@@ -63,7 +63,6 @@ export const commonSchema = z.object({
   JOB_ATTEMPTS: intFrom(5, 1),
   JOB_BACKOFF_MS: intFrom(10000, 0),
   JOB_TIMEOUT_SECONDS: intFrom(900, 1),
-  /** Deploys kept per project in the history (GET /ops/deploys). */
   DEPLOY_HISTORY_KEPT: intFrom(100, 1),
   /** Each sender's last deliveries kept for GET /ops/deliveries; 0 keeps none. Both processes append and trim. */
   DELIVERIES_KEPT: intFrom(1000, 0),

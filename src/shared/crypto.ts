@@ -1,11 +1,9 @@
 import { createHmac, hash, timingSafeEqual } from 'node:crypto';
 
 /**
- * Which of several configured secrets (current, then previous) a presented one equals: its index,
- * or -1. Both sides are hashed to 32-byte SHA-256 digests, so a comparison takes the same time
- * whatever the lengths or the first differing byte; every value is compared, in constant time and
- * without stopping at a match, so timing tells neither which matched nor how many are configured.
- * `values` is read at each call; digests are recomputed only when it returns another list.
+ * Which of the configured secrets (current, then previous) a presented one equals: its index, or -1. Both sides are hashed
+ * to 32-byte SHA-256 digests, so a comparison takes the same time whatever the lengths or the first differing byte; every
+ * value is compared, without stopping at a match, so timing tells neither which matched nor how many are configured.
  */
 export function secretsMatcher(values: () => readonly string[]): (presented: string) => number {
   let last: readonly string[] | undefined;

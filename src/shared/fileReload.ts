@@ -4,11 +4,9 @@ import { readFile } from 'node:fs/promises';
 import { ConfigError, type ConfigProblem } from './errors.js';
 
 /**
- * Files a running process re-reads instead of needing a restart (TLS certificates, the API keys
- * file, the senders' secret files). Contents are polled, not watched with inotify: the kubelet
- * updates a Secret volume by swapping a `..data` symlink, and a watch on the old files would never
- * fire again. A changed set that fails its check is refused, reported once per distinct contents,
- * and what is in use stays. Nothing here throws into the process.
+ * Files a running process re-reads instead of needing a restart. Contents are polled, not watched with inotify: the kubelet
+ * swaps a Secret volume's `..data` symlink, and a watch on the old files would never fire again. A changed set that fails
+ * its check is refused, reported once per distinct contents, and what is in use stays. Nothing here throws into the process.
  */
 
 /** One file of a set, and the variable that names it in every problem report. */
@@ -53,15 +51,13 @@ export function readWatchedFile(file: WatchedFile): Buffer {
 export function contentsDigest(parts: ReadonlyArray<Buffer | undefined>): string {
   const h = createHash('sha256');
   for (const p of parts) {
-    h.update(p ? String(p.length) : '-');
-    h.update(':');
+    h.update(p ? `${p.length}:` : '-:');
     if (p) h.update(p);
   }
   return h.digest('hex');
 }
 
 export interface FileReloader {
-  /** Checks the files now, as the poll does. */
   check(): Promise<void>;
   close(): void;
 }

@@ -7,10 +7,8 @@ import { hostPolicySchema, mergePolicy, projectPolicySchema, type HostPolicy, ty
 import { pinnedValue, remediationRuleSchema } from './remediations.js';
 
 /**
- * The inventory (OPS_INVENTORY_FILE, YAML or JSON) is the allow-list of what opsgate may touch:
- * hosts (a namespace and the Deployments that may be restarted), projects (how a deploy Job is
- * built; Job arguments never come from a request: project and ref reach it only as environment
- * variables), policies, and remediation rules, which reach only the hosts' Deployments.
+ * The inventory (OPS_INVENTORY_FILE, YAML or JSON), the allow-list of what opsgate may touch. A deploy Job's arguments never
+ * come from a request: project and ref reach it only as environment variables.
  */
 const hostSchema = z.object({
   namespace: dnsLabel,
@@ -63,8 +61,7 @@ export const inventorySchema = z
     remediations: z.array(remediationRuleSchema).max(200).default([]),
   })
   .superRefine((inv, ctx) => {
-    // A rule is named once (its requester, its metrics and its Redis records carry the name), and
-    // a namespace or Deployment its match pins must be one the inventory lets opsgate restart.
+    // A rule is named once (its metrics and Redis records carry the name); what its match pins must be restartable.
     const issue = (path: (string | number)[], message: string) => ctx.addIssue({ code: 'custom', path, message });
     const names = new Set<string>();
     inv.remediations.forEach((rule, i) => {

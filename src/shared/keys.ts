@@ -18,7 +18,6 @@ export const QUEUE_PREFIX_CLUSTER = SLOT_TAG;
 export function queuePrefix(url: string): string {
   return redisTopology(url) === 'cluster' ? QUEUE_PREFIX_CLUSTER : QUEUE_PREFIX_DEFAULT;
 }
-/** One of BullMQ's keys of a queue, e.g. queueKey('bull', 'ops', 'id'). */
 export const queueKey = (prefix: string, queue: string, suffix: string): string => `${prefix}:${queue}:${suffix}`;
 
 /** A key in its own slot by id. `prefix` must not contain braces. */
@@ -91,16 +90,16 @@ export const HOLDS_KEY = `${KEY_PREFIX}holds`;
 
 /** Alert-driven remediation. A rule's records of one Deployment share a hash tag: the guard's one script covers them. */
 const REMEDIATION_PREFIX = `${KEY_PREFIX}remediation:`;
-const remediationTarget = (rule: string, namespace: string, deployment: string): string => `{${rule}/${namespace}/${deployment}}`;
+function remediationTargetKey(kind: string) {
+  return (rule: string, namespace: string, deployment: string): string =>
+    `${REMEDIATION_PREFIX}${kind}:{${rule}/${namespace}/${deployment}}`;
+}
 /** The rule's cooldown of a Deployment: the id of the remediation that started it, expiring with it. */
-export const remediationCooldownKey = (rule: string, namespace: string, deployment: string): string =>
-  `${REMEDIATION_PREFIX}cooldown:${remediationTarget(rule, namespace, deployment)}`;
+export const remediationCooldownKey = remediationTargetKey('cooldown');
 /** The rule's remediations of a Deployment in the escalation window: a sorted set, member = id, score = when (ms). */
-export const remediationHistoryKey = (rule: string, namespace: string, deployment: string): string =>
-  `${REMEDIATION_PREFIX}history:${remediationTarget(rule, namespace, deployment)}`;
+export const remediationHistoryKey = remediationTargetKey('history');
 /** The rule escalated for this Deployment: no remediation and no second page until it expires. */
-export const remediationEscalatedKey = (rule: string, namespace: string, deployment: string): string =>
-  `${REMEDIATION_PREFIX}escalated:${remediationTarget(rule, namespace, deployment)}`;
+export const remediationEscalatedKey = remediationTargetKey('escalated');
 /** The distinct firings of one alert seen by a rule: a sorted set, member = its firing start, score = when last seen (ms). */
 export const remediationEpisodesKey = (rule: string, fingerprint: string): string => `${REMEDIATION_PREFIX}episodes:${rule}:${fingerprint}`;
 /** The remediation under way for one alert of a rule (JSON), until its silence's settle time ends. */

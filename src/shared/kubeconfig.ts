@@ -5,10 +5,9 @@ import { delimiter, join } from 'node:path';
 import type { KubeConfig } from '@kubernetes/client-node';
 
 /**
- * The Kubernetes configuration of both processes, found as kubectl does, except that nothing
- * configured is an error rather than client-node's implicit "http://localhost:8080" (the API's own
- * port in development). @kubernetes/client-node (about 78 MB of RSS at import) is loaded only when
- * a configuration is first built, so the API can import this module at start-up.
+ * The Kubernetes configuration, found as kubectl does, except that nothing configured is an error rather than client-node's
+ * implicit "http://localhost:8080" (the API's own port in development). @kubernetes/client-node (about 78 MB of RSS at
+ * import) is loaded only when a configuration is first built, so the API can import this module at start-up.
  */
 const SERVICEACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 
@@ -28,10 +27,7 @@ type KubeConfigLookup = { pathPrefix?: string };
 /** Kubeconfig files (merged in order), or the in-cluster ServiceAccount. */
 type KubeConfigSource = { kind: 'files'; name: string; files: string[] } | { kind: 'in-cluster'; server: string; saDir: string };
 
-/**
- * kubectl's order: $KUBECONFIG (every file must exist), ~/.kube/config, then in-cluster. Reads no
- * file; throws NoKubeConfigError naming what was looked for (never a file's content).
- */
+/** kubectl's order: $KUBECONFIG (every file must exist), ~/.kube/config, then in-cluster; reads no file. */
 export function findKubeConfig(env: KubeEnv = process.env, opts: KubeConfigLookup = {}): KubeConfigSource {
   const kubeconfig = env.KUBECONFIG?.trim();
   if (kubeconfig) {

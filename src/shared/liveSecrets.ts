@@ -4,11 +4,7 @@ import type { Logger } from './logger.js';
 import type { Metrics } from './metrics.js';
 import type { Source } from '../sources/index.js';
 
-/**
- * Credentials the API re-reads from mounted files while it runs (the senders' `<VARIABLE>_FILE`
- * secrets, OPS_API_KEYS_FILE), so that rotating them needs no restart; an invalid new file is
- * refused (logged, counted) and the last good values stay in use.
- */
+/** Credentials the API re-reads from mounted files while it runs, so that rotating them needs no restart. */
 
 /** A sender's secret: [current] or [current, previous] during a rotation; empty when not configured. */
 export type SecretValues = readonly string[];
@@ -55,10 +51,7 @@ export interface CredentialFile {
 
 export type CredentialReloadMetrics = Pick<Metrics, 'secretReloads' | 'secretReloadRefused'>;
 
-/**
- * Polls one credential file: a valid new file is applied, an invalid one refused (one error line,
- * counted, opsgate_secret_reload_refused at 1 until fixed or restored). `describe` says what changed, never a value.
- */
+/** Polls one credential file: a valid new file is applied, an invalid one refused. `describe` says what changed, never a value. */
 export function watchCredentialFile<T>(opts: {
   file: CredentialFile;
   intervalMs: number;

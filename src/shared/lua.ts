@@ -1,9 +1,6 @@
 import { readFileSync } from 'node:fs';
 
-/**
- * A Lua script, read at module load (a missing file fails the start, not a request): `name` is one
- * of src/shared/lua/, a URL names one anywhere (`new URL('./x.lua', import.meta.url)`).
- */
+/** A Lua script of src/shared/lua/ by name, or anywhere by URL; read at module load, so a missing file fails the start. */
 export function loadLua(name: string | URL): string {
   return readFileSync(typeof name === 'string' ? new URL(`./lua/${name}.lua`, import.meta.url) : name, 'utf8');
 }

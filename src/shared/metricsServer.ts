@@ -5,10 +5,7 @@ import { ERROR_CODES, errorBody, type ErrorCode } from './errors.js';
 import type { Logger } from './logger.js';
 import { createListener, type ListenerTls, type TlsListenerMetrics } from './tls.js';
 
-/**
- * Each process' metrics listener on METRICS_PORT, never the public port: GET/HEAD /metrics (and
- * the worker's /livez), any other path 404 and other methods 405, in the API's JSON {detail, code}.
- */
+/** The metrics listener on METRICS_PORT, never the public port: GET/HEAD /metrics (and /livez), errors as JSON {detail, code}. */
 interface MetricsServerOptions {
   registry: Registry;
   port: number;

@@ -5,10 +5,8 @@ import { ConfigError, type ConfigProblem } from './errors.js';
 import { parseSecretFile } from './secrets.js';
 
 /**
- * Credentials opsgate presents to a server it asks, from `<PREFIX>_*` settings (src/shared/outboundVariables.ts),
- * and the one HTTP call that presents them. A secret file's first line is sent (a second is the
- * previous value in a rotation); files are read again when they change, and a changed file that is
- * not valid is refused, the last good value staying in use. Nothing here puts a value in a message.
+ * Credentials opsgate presents to a server it asks (`<PREFIX>_*` settings), and the one HTTP call that presents them. A
+ * secret file's first line is sent; files are read again when they change. Nothing here puts a value in a message.
  */
 export interface OutboundAuth {
   bearer?: LiveSecret;

@@ -2,10 +2,8 @@ import { z } from 'zod';
 import { isTimeZone, WEEKDAYS } from './windows.js';
 
 /**
- * The guards of a host's restarts or a project's deploys: the inventory's top-level `policy`,
- * replaced field by field by the entry's own. A namespace's `budget` is shared by its hosts and
- * counted across every replica and caller; `remediation_budget` is the rules' own (default: the
- * `budget`), so remediation never takes a place of the people's budget.
+ * The guards of a change: the inventory's `policy`, replaced field by field by a host's or project's own. A namespace's
+ * `budget` is shared by its hosts; `remediation_budget` (default: `budget`) is the rules' own, never taking a place of people's.
  */
 
 /** "90s", "10m", "1h", "1h30m", "2d" or a number of seconds -> seconds. */
@@ -33,11 +31,7 @@ export const durationSchema = (max: number, what: string, zero = false) =>
 export function formatDuration(seconds: number): string {
   const parts: string[] = [];
   let s = Math.round(seconds);
-  for (const [unit, size] of [
-    ['d', 86400],
-    ['h', 3600],
-    ['m', 60],
-  ] as const) {
+  for (const [unit, size] of Object.entries({ d: 86400, h: 3600, m: 60 })) {
     if (s >= size) {
       parts.push(`${Math.floor(s / size)}${unit}`);
       s %= size;

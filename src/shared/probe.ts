@@ -7,9 +7,8 @@ import type { QueueGuard } from './queueGuard.js';
 import { createRedis } from './redis.js';
 
 /**
- * A job whose answer the API waits for, within a bound: a dry run, rehearsed by the worker with its
- * own Kubernetes identity (the API holds none of its rights). Too late: the job is taken back when
- * no worker has started it.
+ * A job whose answer the API waits for, within a bound: a dry run, rehearsed by the worker with its own Kubernetes identity
+ * (the API holds none of its rights). Too late: the job is taken back when no worker has started it.
  */
 type ProbeResult = { state: 'completed'; value: unknown } | { state: 'failed'; reason: string } | { state: 'timeout' };
 

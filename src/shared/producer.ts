@@ -9,9 +9,8 @@ import { waitForReplicas } from './redis.js';
 import type { QueueGuard } from './queueGuard.js';
 
 /**
- * The API's producer side of the "ops" queue, with BullMQ's own deduplication: one script sets the
- * record and adds the job, or answers the job holding it, so a record never exists without its job
- * nor a job without its record, whatever fails around the call.
+ * The API's side of the "ops" queue, with BullMQ's own deduplication: one script sets the record and adds the job, or answers
+ * the job holding it, so a record never exists without its job nor a job without its record, whatever fails around the call.
  */
 export interface AddRequest<N extends JobName = JobName> {
   name: N;
@@ -107,8 +106,7 @@ export function createProducer(deps: ProducerDeps): Producer {
     },
     async remove(id) {
       if (connection.status !== 'ready') throw new QueueUnavailableError('submit', true);
-      // Only a job no worker has taken yet is taken back: one that is active or already finished
-      // was accepted for real (removing it would let a retry run the work twice).
+      // An active or finished job was accepted for real: removing it would let a retry run the work twice.
       const state = await bull.getJobState(id);
       if (state === 'unknown') return true;
       if (!['waiting', 'delayed', 'prioritized', 'waiting-children'].includes(state)) return false;

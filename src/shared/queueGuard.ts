@@ -4,8 +4,7 @@ import type { Logger } from './logger.js';
 import { withTimeout } from './timeout.js';
 
 /**
- * Runs one queue operation under the API's contract for Redis trouble: refused at once while the
- * connection is down (BullMQ would wait for it), bounded, any failure a 503 (QueueUnavailableError).
+ * One queue operation: refused at once while the connection is down (BullMQ would wait for it), bounded, any failure a 503.
  * Only a reply error means nothing ran; anything else leaves its fate unknown: `mayHaveLanded`.
  */
 export type QueueGuard = <T>(operation: QueueOperation, op: () => Promise<T>) => Promise<T>;

@@ -1,9 +1,8 @@
 import { z } from 'zod';
 
 /**
- * What a credential may act on; none: everything its role allows. A target is in scope when the
- * scope lists its kind or namespaces and every such list admits it: `{projects: [a/b]}` restarts
- * nothing, `{hosts: [web-1], namespaces: [shop]}` restarts web-1 only while it lives in shop.
+ * What a credential may act on (none: everything its role allows): every list of the target's kind and of namespaces must
+ * admit it. `{projects: [a/b]}` restarts nothing; `{hosts: [web-1], namespaces: [shop]}` restarts web-1 only while in shop.
  */
 export interface Scope {
   readonly hosts?: readonly string[];

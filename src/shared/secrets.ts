@@ -13,10 +13,7 @@ export const PLACEHOLDER_PROBLEM = `still holds the ${PLACEHOLDER_PREFIX} placeh
 /** Keys (and the bearer token) shorter than this are accepted but logged as a warning at start. */
 export const MIN_SECRET_LENGTH = 16;
 
-/**
- * A secret file: the secret, then during a rotation the previous one; line ends are not part of a
- * value. Spaces or tabs around a value are refused: a pasting mistake no sender would reproduce.
- */
+/** A secret file: the secret, then in a rotation the previous one. Spaces around a value: a pasting mistake, refused. */
 export function parseSecretFile(text: string, variable: string): string[] {
   const lines = text.split('\n').map((l) => (l.endsWith('\r') ? l.slice(0, -1) : l));
   if (lines.length > 1 && lines[lines.length - 1] === '') lines.pop();
@@ -45,9 +42,8 @@ export function readCredentialFile(variable: string, path: string): { text: stri
 }
 
 /**
- * The senders' secrets, each from its variable or its file. An absent file leaves its sender
- * unconfigured (an optional key of a Secret, or one not written yet), is named in `absent`, and is
- * watched, so its sender is configured when it appears.
+ * The senders' secrets, each from its variable or its file. An absent file (an optional key of a Secret) leaves its sender
+ * unconfigured, is named in `absent`, and is watched, so its sender is configured when it appears.
  */
 export function loadSenderSecrets(
   env: Record<string, string | undefined>,

@@ -2,9 +2,8 @@ import type { Logger } from './logger.js';
 import { settlesWithin } from './timeout.js';
 
 /**
- * Bounded shutdown: each close step runs against a deadline (left behind and logged when late), and
- * a hard deadline over the whole shutdown runs `onDeadline` (production: exit 1), so SIGTERM never
- * hangs on a Redis that is down, frozen or still reconnecting.
+ * Bounded shutdown: each close step runs against a deadline (left behind and logged when late), and a hard deadline over
+ * the whole runs `onDeadline` (exit 1), so SIGTERM never hangs on a Redis that is down, frozen or still reconnecting.
  */
 interface ShutdownBudget {
   /** Milliseconds left before the hard deadline (never below 0). */
@@ -44,9 +43,7 @@ export function shutdownBudget(logger: Logger, totalMs: number, onDeadline: () =
       }
       return true;
     },
-    get unfinished() {
-      return unfinished;
-    },
+    unfinished,
     done: () => clearTimeout(timer),
   };
 }

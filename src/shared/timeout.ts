@@ -1,8 +1,6 @@
 /**
- * Deadlines on promises: `p` keeps running past the deadline and its later outcome is ignored (a
- * late rejection is handled, never unhandled). The timer is not unref'd, so a deadline fires even
- * when nothing else keeps the process alive (a shutdown step waiting on a dead socket must reach
- * its timeout, not end the process halfway).
+ * Deadlines on promises: `p` runs on past the deadline, its later outcome ignored (never an unhandled rejection). The timer
+ * is not unref'd: a shutdown step waiting on a dead socket must reach its timeout, not end the process halfway.
  */
 
 export class TimeoutError extends Error {
@@ -24,14 +22,8 @@ export function withFallback<T>(p: Promise<T>, ms: number, fallback: () => T): P
 
 /** Whether `p` settled (resolved or rejected) within `ms`. */
 export function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> {
-  return withFallback(
-    p.then(
-      () => true,
-      () => true,
-    ),
-    ms,
-    () => false,
-  );
+  const settled = () => true;
+  return withFallback(p.then(settled, settled), ms, () => false);
 }
 
 function race<T>(p: Promise<T>, ms: number, late: (resolve: (v: T) => void, reject: (e: Error) => void) => void): Promise<T> {

@@ -1,8 +1,6 @@
 /**
- * Recurring change windows: weekdays and wall-clock hours in an IANA time zone, computed with the
- * runtime's time-zone database (Intl.DateTimeFormat). A window whose end is not after its start
- * spans midnight (its days name the day it opens); "24:00" ends one at midnight. A skipped
- * wall-clock time moves forward by the gap; a repeated one is its first occurrence.
+ * Recurring change windows in an IANA time zone, by the runtime's time-zone database. A window whose end is not after its
+ * start spans midnight; "24:00" ends one at midnight. A skipped wall-clock time moves forward by the gap; a repeated one is its first.
  */
 export const WEEKDAYS = ['sun', 'mon', 'tue', 'wed', 'thu', 'fri', 'sat'] as const;
 type Weekday = (typeof WEEKDAYS)[number];
@@ -16,21 +14,12 @@ export interface ChangeWindow {
   timeZone: string;
 }
 
+const NUMERIC = { year: 'numeric', month: 'numeric', day: 'numeric', hour: 'numeric', minute: 'numeric', second: 'numeric' } as const;
 const formatters = new Map<string, Intl.DateTimeFormat>();
 function formatter(timeZone: string): Intl.DateTimeFormat {
   let f = formatters.get(timeZone);
   if (!f) {
-    f = new Intl.DateTimeFormat('en-US', {
-      timeZone,
-      hourCycle: 'h23',
-      year: 'numeric',
-      month: 'numeric',
-      day: 'numeric',
-      hour: 'numeric',
-      minute: 'numeric',
-      second: 'numeric',
-      weekday: 'short',
-    });
+    f = new Intl.DateTimeFormat('en-US', { timeZone, hourCycle: 'h23', weekday: 'short', ...NUMERIC });
     formatters.set(timeZone, f);
   }
   return f;
@@ -53,8 +42,6 @@ function minutesOf(hhmm: string): number {
 
 const DAY_MS = 86_400_000;
 
-const WEEKDAY_INDEX: Record<string, number> = { Sun: 0, Mon: 1, Tue: 2, Wed: 3, Thu: 4, Fri: 5, Sat: 6 };
-
 /** A local date, its weekday (0 = Sunday) and the minutes since its midnight (seconds as a fraction). */
 function local(ms: number, timeZone: string) {
   const parts: Record<string, string> = {};
@@ -63,7 +50,7 @@ function local(ms: number, timeZone: string) {
     year: Number(parts.year),
     month: Number(parts.month),
     day: Number(parts.day),
-    weekday: WEEKDAY_INDEX[parts.weekday!]!,
+    weekday: WEEKDAYS.indexOf(parts.weekday!.toLowerCase() as Weekday),
     minutes: Number(parts.hour) * 60 + Number(parts.minute) + Number(parts.second) / 60,
   };
 }
@@ -121,7 +108,6 @@ export function windowState(windows: readonly ChangeWindow[] | undefined, now: n
   return { open: false, opensAt: opensAt ?? now + DAY_MS };
 }
 
-/** One line for an answer or a notification. */
 export function describeWindow(w: ChangeWindow): string {
   return `${w.days.join(',')} ${w.start}-${w.end} ${w.timeZone}`;
 }
