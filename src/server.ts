@@ -246,8 +246,7 @@ async function main(): Promise<void> {
       () => running.logger.flush().finally(() => process.exit(1)),
     );
   };
-  process.once('SIGTERM', () => onSignal('SIGTERM'));
-  process.once('SIGINT', () => onSignal('SIGINT'));
+  for (const signal of ['SIGTERM', 'SIGINT']) process.once(signal, () => onSignal(signal));
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {

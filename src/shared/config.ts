@@ -5,20 +5,18 @@ import { isPlaceholder, PLACEHOLDER_PREFIX, PLACEHOLDER_PROBLEM } from './secret
 import { tlsPairProblems, type TlsFiles } from './tls.js';
 import { outboundVariables } from './outboundVariables.js';
 
-/** The environment both processes read (commonSchema) and the worker's; the API's is src/api/config.ts. */
+const optionalString = z.string().optional();
+
 export const intFrom = (def: number, min = 0) =>
-  z
-    .string()
-    .optional()
-    .transform((v, ctx) => {
-      if (v === undefined || v.trim() === '') return def;
-      const n = Number(v);
-      if (!Number.isInteger(n) || n < min) {
-        ctx.addIssue({ code: 'custom', message: `must be an integer >= ${min}` });
-        return z.NEVER;
-      }
-      return n;
-    });
+  optionalString.transform((v, ctx) => {
+    if (v === undefined || v.trim() === '') return def;
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < min) {
+      ctx.addIssue({ code: 'custom', message: `must be an integer >= ${min}` });
+      return z.NEVER;
+    }
+    return n;
+  });
 
 /** One server, Sentinel or Cluster (src/shared/redis.ts); the message names the problem, never the value. */
 const redisUrl = z
@@ -34,10 +32,7 @@ const redisUrl = z
   })
   .refine((v) => !redisPasswords(v).some((pw) => isPlaceholder(pw)), `password ${PLACEHOLDER_PROBLEM}`);
 
-export const optionalPath = z
-  .string()
-  .optional()
-  .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim()));
+export const optionalPath = optionalString.transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim()));
 
 /** An http(s) base URL without its trailing slashes; unset or blank: undefined. */
 const optionalHttpUrl = optionalPath
@@ -46,8 +41,9 @@ const optionalHttpUrl = optionalPath
 
 /** Optional settings by name: a `_FILE` one is a path. */
 const optionalSettings = (names: readonly string[]) =>
-  Object.fromEntries(names.map((v) => [v, v.endsWith('_FILE') ? optionalPath : z.string().optional()]));
+  Object.fromEntries(names.map((v) => [v, v.endsWith('_FILE') ? optionalPath : optionalString]));
 
+/** The environment both processes read; the worker's extends it, the API's is src/api/config.ts. */
 export const commonSchema = z.object({
   REDIS_URL: redisUrl,
   METRICS_PORT: intFrom(9464),
@@ -55,10 +51,7 @@ export const commonSchema = z.object({
   METRICS_TLS_CERT_FILE: optionalPath,
   METRICS_TLS_KEY_FILE: optionalPath,
   TLS_RELOAD_INTERVAL_MS: intFrom(10000, 100),
-  OPS_INVENTORY_FILE: z
-    .string()
-    .optional()
-    .transform((v) => (v ? v : undefined)),
+  OPS_INVENTORY_FILE: optionalString.transform((v) => (v ? v : undefined)),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error']).optional().default('info'),
   JOB_ATTEMPTS: intFrom(5, 1),
   JOB_BACKOFF_MS: intFrom(10000, 0),
@@ -68,28 +61,25 @@ export const commonSchema = z.object({
   DELIVERIES_KEPT: intFrom(1000, 0),
   /** Unverified deliveries, kept apart so that anyone's flood of them evicts none of the verified ones; 0 keeps none. */
   DELIVERIES_UNVERIFIED_KEPT: intFrom(100, 0),
-  OPSGATE_VERSION: z.string().optional(),
+  OPSGATE_VERSION: optionalString,
   /** Alertmanager (API v2): firing alerts confirmed and silences kept there. Unset: notifications alone, no silence. */
   ALERTMANAGER_URL: optionalHttpUrl,
   /** Prometheus (or its query API, e.g. Thanos Query), for rules with `confirm: prometheus`. */
   PROMETHEUS_URL: optionalHttpUrl,
   /** Prometheus's external labels (`name=value,...`) when /api/v1/status/config cannot tell them (Thanos Query). */
-  PROMETHEUS_EXTERNAL_LABELS: z
-    .string()
-    .optional()
-    .transform((v, ctx) => {
-      if (v === undefined || v.trim() === '') return undefined;
-      const out: Record<string, string> = {};
-      for (const item of v.split(',').map((x) => x.trim())) {
-        const m = /^([a-zA-Z_][a-zA-Z0-9_]*)=(.*)$/.exec(item);
-        if (!m) {
-          ctx.addIssue({ code: 'custom', message: 'must be name=value items, comma-separated' });
-          return z.NEVER;
-        }
-        out[m[1]!] = m[2]!;
+  PROMETHEUS_EXTERNAL_LABELS: optionalString.transform((v, ctx) => {
+    if (v === undefined || v.trim() === '') return undefined;
+    const out: Record<string, string> = {};
+    for (const item of v.split(',').map((x) => x.trim())) {
+      const m = /^([a-zA-Z_][a-zA-Z0-9_]*)=(.*)$/.exec(item);
+      if (!m) {
+        ctx.addIssue({ code: 'custom', message: 'must be name=value items, comma-separated' });
+        return z.NEVER;
       }
-      return out;
-    }),
+      out[m[1]!] = m[2]!;
+    }
+    return out;
+  }),
   /** Credentials presented to PROMETHEUS_URL and ALERTMANAGER_URL, read by loadOutboundAuth. */
   ...optionalSettings([...outboundVariables('PROMETHEUS', true), ...outboundVariables('ALERTMANAGER', false)]),
   /** Bound of the close steps on SIGTERM/SIGINT (the worker's after its job drain); past it the process exits 1. */
@@ -102,26 +92,23 @@ export const STATUS_HOSTS = ['GITHUB_STATUS', 'GITLAB_STATUS', 'GITEA_STATUS', '
 const apiUrl = (fallback: string | undefined) => optionalHttpUrl.transform((v) => v ?? fallback);
 
 const workerSchema = commonSchema.extend({
-  NOTIFY_WEBHOOK_URLS: z
-    .string()
-    .optional()
-    .transform((v, ctx) => {
-      const urls = (v ?? '')
-        .split(',')
-        .map((s) => s.trim())
-        .filter(Boolean);
-      for (const u of urls) {
-        if (!/^https?:\/\//.test(u)) {
-          ctx.addIssue({ code: 'custom', message: 'must be a comma-separated list of http(s) URLs' });
-          return z.NEVER;
-        }
-        if (u.toUpperCase().includes(PLACEHOLDER_PREFIX)) {
-          ctx.addIssue({ code: 'custom', message: PLACEHOLDER_PROBLEM });
-          return z.NEVER;
-        }
+  NOTIFY_WEBHOOK_URLS: optionalString.transform((v, ctx) => {
+    const urls = (v ?? '')
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean);
+    for (const u of urls) {
+      if (!/^https?:\/\//.test(u)) {
+        ctx.addIssue({ code: 'custom', message: 'must be a comma-separated list of http(s) URLs' });
+        return z.NEVER;
       }
-      return urls;
-    }),
+      if (u.toUpperCase().includes(PLACEHOLDER_PREFIX)) {
+        ctx.addIssue({ code: 'custom', message: PLACEHOLDER_PROBLEM });
+        return z.NEVER;
+      }
+    }
+    return urls;
+  }),
   WORKER_CONCURRENCY: intFrom(8, 1),
   /** The API's address as operators reach it, for the links in notifications; unset: the path alone. */
   OPSGATE_PUBLIC_URL: optionalHttpUrl,

@@ -1,18 +1,14 @@
 import { redisTopology } from './redis.js';
 
 /**
- * Every Redis key opsgate reads or writes is named here. On a Cluster only the part inside braces
- * (a hash tag) picks the slot: delivery aliases and push pairs share SLOT_TAG with the queue's keys
- * (queue prefix "{opsgate}"), so one MGET or MULTI covers them and their job; rate-limit counters
- * are tagged by address, spread over the cluster.
+ * Every Redis key opsgate reads or writes is named here. On a Cluster only the part inside braces (a hash tag) picks the
+ * slot: delivery aliases and push pairs share SLOT_TAG with the queue's keys (queue prefix "{opsgate}"), so one MGET or
+ * MULTI covers them and their job; rate-limit counters are tagged by address, spread over the cluster.
  */
 const KEY_PREFIX = 'opsgate:';
 const SLOT_TAG = '{opsgate}';
 
-/**
- * A single server and Sentinel keep BullMQ's default prefix (an existing queue stays visible); a
- * Cluster needs every key of one BullMQ script in one slot, so there the prefix is a hash tag.
- */
+/** A single server and Sentinel keep BullMQ's default prefix; a Cluster needs each BullMQ script's keys in one slot: a hash tag. */
 export const QUEUE_PREFIX_DEFAULT = 'bull';
 export const QUEUE_PREFIX_CLUSTER = SLOT_TAG;
 export function queuePrefix(url: string): string {

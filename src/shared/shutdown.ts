@@ -30,8 +30,7 @@ export function shutdownBudget(logger: Logger, totalMs: number, onDeadline: () =
       const p = (async () => run())().catch((err: unknown) => {
         failed = err;
       });
-      const finished = await settlesWithin(p, ms);
-      if (!finished) {
+      if (!(await settlesWithin(p, ms))) {
         unfinished.push(name);
         logger.error('shutdown step timed out', { step: name, timeout_ms: ms });
         return false;
