@@ -39,20 +39,16 @@ import type { Logger } from './shared/logger.js';
 import type { Metrics } from './shared/metrics.js';
 import type { OpsQueue } from './api/queue.js';
 
-/**
- * The API as an Express app, with every dependency passed in (nothing listens here; only
- * src/server.ts does). Order: request id -> metrics/audit -> rate limit -> routes -> 404 -> errors.
- */
-/** What a way in of a kind of change registered beyond restart and deploy is given (AppDeps.changeRoutes). */
+/** What the routes of a kind of change registered beyond restart and deploy are given (AppDeps.changeRoutes). */
 export interface ChangeWays {
   pipeline: Pipeline;
   /** Its REDIS_MIN_REPLICAS_ACK, for handChange (src/changes/hand.ts). */
   confirms: Confirms;
   apiKeyPolicy: ApiKeyPolicy;
-  /** The operator-key check the change routes use. */
   operatorKey: RequestHandler;
 }
 
+/** The API's dependencies; nothing listens here (src/server.ts does). */
 export interface AppDeps {
   /** The routes of kinds of change registered by their modules (src/changes/kinds/ registerKind), before the 404. */
   changeRoutes?: (ways: ChangeWays) => RequestHandler;
@@ -63,185 +59,127 @@ export interface AppDeps {
   inventory: Inventory;
   logger: Logger;
   metrics: Metrics;
-  /** Deployment status for GET /ops/hosts/:host (the real one: createKubeHostStatusProvider). */
   hostStatus: HostStatusProvider;
   version?: string;
-  /**
-   * The freezes kept in memory, told of changes through Redis pub/sub (src/changes/freezes/store.ts): a
-   * push or a restart then costs no round trip for them. Absent: read from Redis per change.
-   */
+  /** The freezes kept in memory, told of changes through pub/sub. Absent: read from Redis per change. */
   freezeWatch?: FreezeWatch;
-  /** Per-client rate limit (src/middleware/rateLimit.ts), applied before every route when given. */
+  /** Per-client rate limit, applied before every route when given. */
   rateLimit?: RequestHandler;
-  /**
-   * The clock (ms since the epoch) API-key expiry and every guard of a change (windows, freezes,
-   * approvals' expiry, restart budgets) are judged by; default Date.now.
-   */
+  /** The clock API-key expiry and every guard of a change are judged by; default Date.now. */
   now?: () => number;
-  /** The webhook senders' secrets in use, reloaded from their files (src/server.ts); default: config.senderSecrets, fixed. */
+  /** The senders' secrets in use, reloaded from their files; default: config.senderSecrets, fixed. */
   senderSecrets?: SenderSecrets;
-  /**
-   * The deliveries log (src/domain/deliveries.ts), given by whoever stops the process so it can
-   * send the last verdicts before Redis closes (src/server.ts); default: one made here.
-   */
+  /** Given by whoever stops the process, so it can send the last verdicts before Redis closes; default: one made here. */
   deliveries?: DeliveryLog;
-  /**
-   * The client certificates allowed on /webhook/alerts with TLS_CLIENT_CA_FILE, replaced when their
-   * file changes (src/server.ts); default: config.clientAllowedNames, fixed.
-   */
+  /** The client certificates allowed on /webhook/alerts, replaced when their file changes; default: config.clientAllowedNames. */
   allowedNames?: AllowedNames;
 }
 
-function parseTrustProxy(v: string): boolean | number | string {
-  if (v === 'true') return true;
-  if (v === 'false') return false;
-  if (/^\d+$/.test(v)) return Number(v);
-  return v;
-}
+const trustProxy = (v: string): boolean | number | string =>
+  v === 'true' ? true : v === 'false' ? false : /^\d+$/.test(v) ? Number(v) : v;
 
 export function createApp(deps: AppDeps): Express {
+  const { config, redis, queue, inventory, logger, metrics } = deps;
   const app = express();
   app.disable('x-powered-by');
-  app.set('trust proxy', parseTrustProxy(deps.config.TRUST_PROXY));
+  app.set('trust proxy', trustProxy(config.TRUST_PROXY));
   app.set('json spaces', 0);
   // No ETag: every answer is Cache-Control: no-store (src/middleware/context.ts), so a validator is
   // never used, and Express would compute a SHA-1 of every response body for it (about 9 us per
   // webhook answer under `make bench-profile`).
   app.set('etag', false);
-
   app.use(requestId());
-  app.use(observe({ metrics: deps.metrics, logger: deps.logger }));
+  app.use(observe({ metrics, logger }));
   if (deps.rateLimit) app.use(deps.rateLimit);
 
   // REDIS_MIN_REPLICAS_ACK: one check before each success answer of a route that writes (no-op at 0).
-  const replication = {
-    redis: deps.redis,
-    queue: deps.queue.producer,
-    logger: deps.logger,
-    minReplicas: deps.config.REDIS_MIN_REPLICAS_ACK,
-    timeoutMs: deps.config.REDIS_ACK_TIMEOUT_MS,
-  };
+  const minReplicas = config.REDIS_MIN_REPLICAS_ACK;
+  const replication = { redis, queue: queue.producer, logger, minReplicas, timeoutMs: config.REDIS_ACK_TIMEOUT_MS };
   const replicated = replicationGate(replication);
   const changed = changeReplicationGate(replication);
   // API keys: expiry judged by one clock, last use shared through Redis and exported by metrics.
-  const keyUsage = createKeyUsage({ redis: deps.redis });
-  const apiKeyPolicy = { warningDays: deps.config.API_KEY_EXPIRY_WARNING_DAYS, now: deps.now ?? Date.now, usage: keyUsage };
-  deps.metrics.setApiKeys(deps.config.apiKeys, (ids) => keyUsage.lastUsed(ids));
+  const keyUsage = createKeyUsage({ redis });
+  const now = deps.now ?? Date.now;
+  const apiKeyPolicy = { warningDays: config.API_KEY_EXPIRY_WARNING_DAYS, now, usage: keyUsage };
+  metrics.setApiKeys(config.apiKeys, (ids) => keyUsage.lastUsed(ids));
 
-  // The webhooks first: they carry the volume, and each router a request passes
-  // through costs a match against every one of its routes. Paths do not overlap, so the order
-  // changes nothing else.
-  const intake = createIntake({
-    producer: deps.queue.producer,
-    jobs: deps.queue.jobs,
-    redis: deps.redis,
-    logger: deps.logger,
-    ...(deps.now ? { now: deps.now } : {}),
-  });
+  // The webhooks first: they carry the volume, and each router passed costs a match against all its routes.
+  const intake = createIntake({ producer: queue.producer, jobs: queue.jobs, redis, logger, ...(deps.now ? { now: deps.now } : {}) });
   // The change pipeline: one set of stores and one clock for every way in of a change.
   const pipeline = createPipeline({
-    inventory: deps.inventory,
-    redis: deps.redis,
-    producer: deps.queue.producer,
+    inventory,
+    redis,
+    producer: queue.producer,
     intake,
-    probe: deps.queue.probe,
-    logger: deps.logger,
-    metrics: deps.metrics,
-    now: deps.now ?? Date.now,
-    dryRunTimeoutMs: deps.config.DRY_RUN_TIMEOUT_MS,
-    deployHistoryKept: deps.config.DEPLOY_HISTORY_KEPT,
+    probe: queue.probe,
+    logger,
+    metrics,
+    now,
+    dryRunTimeoutMs: config.DRY_RUN_TIMEOUT_MS,
+    deployHistoryKept: config.DEPLOY_HISTORY_KEPT,
     ...(deps.freezeWatch ? { freezeWatch: deps.freezeWatch } : {}),
   });
   const deliveries =
     deps.deliveries ??
-    createDeliveryLog({
-      redis: deps.redis,
-      logger: deps.logger,
-      keep: deps.config.DELIVERIES_KEPT,
-      keepUnverified: deps.config.DELIVERIES_UNVERIFIED_KEPT,
-    });
-  const allowedNames = deps.allowedNames ?? createAllowedNames(deps.config.clientAllowedNames ?? []);
+    createDeliveryLog({ redis, logger, keep: config.DELIVERIES_KEPT, keepUnverified: config.DELIVERIES_UNVERIFIED_KEPT });
+  const allowedNames = deps.allowedNames ?? createAllowedNames(config.clientAllowedNames ?? []);
   // Alert-driven remediation: the inventory's rules, given every alerts notification after its intake.
-  const rules = deps.inventory.remediations ?? [];
-  const remediationStore = createRemediationStore(deps.redis);
-  deps.metrics.setRemediationRules(
+  const rules = inventory.remediations ?? [];
+  const remediationStore = createRemediationStore(redis);
+  metrics.setRemediationRules(
     rules.map((r) => r.name),
     { outcomes: OUTCOMES, guards: SUPPRESSION_GUARDS },
     () => remediationStore.silences(),
-    () => remediationBudgetUses(deps.inventory, pipeline.budgets, Date.now()),
+    () => remediationBudgetUses(inventory, pipeline.budgets, Date.now()),
   );
   const remediation =
     rules.length === 0
-      ? undefined
-      : createRemediation({
-          pipeline,
-          rules,
-          store: remediationStore,
-          ...remediationSources(deps.config, deps.logger),
-          jobs: deps.queue.jobs,
-          logger: deps.logger.child({ component: 'remediation' }),
-          metrics: deps.metrics,
-          now: deps.now ?? Date.now,
-        });
-  app.use(
-    webhooksRouter({
-      ...deps,
-      intake,
-      deliveries,
-      replicated,
-      changed,
-      pipeline,
-      ...(remediation ? { remediation } : {}),
-      ...(deps.config.TLS_CLIENT_CA_FILE
-        ? { alertsClientCertificate: requireClientCertificate(deps.metrics, () => allowedNames.current()) }
-        : {}),
-    }),
-  );
-  app.use(healthRouter({ redis: deps.redis, queue: deps.queue, version: deps.version ?? '0.0.0' }));
+      ? {}
+      : {
+          remediation: createRemediation({
+            pipeline,
+            rules,
+            store: remediationStore,
+            ...remediationSources(config, logger),
+            jobs: queue.jobs,
+            logger: logger.child({ component: 'remediation' }),
+            metrics,
+            now,
+          }),
+        };
+  const alertsCertificate = config.TLS_CLIENT_CA_FILE
+    ? { alertsClientCertificate: requireClientCertificate(metrics, () => allowedNames.current()) }
+    : {};
+  app.use(webhooksRouter({ ...deps, intake, deliveries, replicated, changed, pipeline, ...remediation, ...alertsCertificate }));
+  app.use(healthRouter({ redis, queue, version: deps.version ?? '0.0.0' }));
   // OIDC ID tokens (OPS_OIDC_FILE) as bearer credentials on POST /ops/restart and POST /ops/deploys.
-  const oidc = deps.config.oidc?.configured
-    ? createOidcVerifier({ settings: deps.config.oidc, metrics: deps.metrics, logger: deps.logger })
-    : undefined;
-  app.use(opsRouter({ ...deps, hostStatus: deps.hostStatus, replicated, changed, apiKeyPolicy, pipeline, ...(oidc ? { oidc } : {}) }));
-  app.use(deploysRouter({ ...deps, replicated, changed, apiKeyPolicy, pipeline, ...(oidc ? { oidc } : {}) }));
+  const oidc = config.oidc?.configured ? { oidc: createOidcVerifier({ settings: config.oidc, metrics, logger }) } : {};
+  app.use(opsRouter({ ...deps, replicated, changed, apiKeyPolicy, pipeline, ...oidc }));
+  app.use(deploysRouter({ ...deps, replicated, changed, apiKeyPolicy, pipeline, ...oidc }));
   app.use(approvalsRouter({ ...deps, pipeline, approvals: pipeline.approvals, now: pipeline.now, apiKeyPolicy, changed }));
-  app.use(freezesRouter({ ...deps, pipeline, jobs: deps.queue.jobs, apiKeyPolicy, changed }));
+  app.use(freezesRouter({ ...deps, pipeline, jobs: queue.jobs, apiKeyPolicy, changed }));
   app.use(keysRouter({ ...deps, usage: keyUsage, apiKeyPolicy }));
-  app.use(
-    remediationsRouter({
-      ...deps,
-      store: remediationStore,
-      apiKeyPolicy,
-      budgetUses: () => remediationBudgetUses(deps.inventory, pipeline.budgets, (deps.now ?? Date.now)()),
-    }),
-  );
+  const budgetUses = () => remediationBudgetUses(inventory, pipeline.budgets, now());
+  app.use(remediationsRouter({ ...deps, store: remediationStore, apiKeyPolicy, budgetUses }));
   const retryReplicated = retryReplicationGate(replication);
   app.use(deliveriesRouter({ ...deps, deliveries, intake, replicated, changed, apiKeyPolicy, pipeline }));
   // Dead letters: a restart's or deploy's retry is a new change through the pipeline, from the API and Bull Board alike.
-  const deadLetters = deps.queue.deadLetters(changeRetry(pipeline, deps.queue.jobs));
-  app.use(jobsRouter({ ...deps, jobs: deps.queue.jobs, deadLetters, retryReplicated, apiKeyPolicy, changeRecords: pipeline }));
-  app.use(openapiRouter({ version: deps.version, adminUI: deps.config.ADMIN_UI_ENABLED }));
-  // Bull Board (operator only, audited): src/routes/admin.ts.
-  if (deps.config.ADMIN_UI_ENABLED) {
+  const deadLetters = queue.deadLetters(changeRetry(pipeline, queue.jobs));
+  app.use(jobsRouter({ ...deps, jobs: queue.jobs, deadLetters, retryReplicated, apiKeyPolicy, changeRecords: pipeline }));
+  app.use(openapiRouter({ version: deps.version, adminUI: config.ADMIN_UI_ENABLED }));
+  if (config.ADMIN_UI_ENABLED) {
+    const opsQueue = { bull: queue.bull, deadLetters };
     app.use(
       ADMIN_BASE_PATH,
-      createAdminRouter({
-        queues: [deps.queue.bull],
-        opsQueue: { bull: deps.queue.bull, deadLetters },
-        retryReplicated,
-        apiKeys: deps.config.apiKeys,
-        logger: deps.logger,
-        metrics: deps.metrics,
-      }),
+      createAdminRouter({ queues: [queue.bull], opsQueue, retryReplicated, apiKeys: config.apiKeys, logger, metrics }),
     );
   }
-
   if (deps.changeRoutes) {
-    const operatorKey = requireApiKey(deps.config.apiKeys, deps.metrics, 'operator', apiKeyPolicy);
+    const operatorKey = requireApiKey(config.apiKeys, metrics, 'operator', apiKeyPolicy);
     app.use(deps.changeRoutes({ pipeline, confirms: { replicated, changed, retryReplicated }, apiKeyPolicy, operatorKey }));
   }
   app.use(notFound);
   app.use(webhookFailures({ deliveries }));
-  app.use(errorHandler(deps.logger));
+  app.use(errorHandler(logger));
   return app;
 }

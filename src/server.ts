@@ -32,21 +32,12 @@ import type { FileReloader } from './shared/fileReload.js';
 import { createListener, loadTlsMaterial, type ListenerTls } from './shared/tls.js';
 import { packageVersion } from './shared/version.js';
 
-/**
- * The API process: load the config (a bad environment is one line on stderr naming the
- * variable, exit 1), connect, listen on PORT, and on SIGTERM/SIGINT stop accepting, finish
- * in-flight requests, then close the queue and Redis.
- */
 export interface Running {
   server: Server;
   port: number;
   config: ApiConfig;
   logger: Logger;
-  /**
-   * Graceful stop: no new connections, in-flight requests finish (bounded by graceMs), then the
-   * metrics server, queue and Redis close, each step bounded and the whole within
-   * SHUTDOWN_TIMEOUT_SECONDS. Resolves false when a step did not finish in time.
-   */
+  /** Graceful stop: in-flight requests get graceMs, every close step is bounded; false when one did not finish. */
   stop(graceMs?: number): Promise<boolean>;
 }
 
@@ -54,7 +45,6 @@ export async function start(
   env: Record<string, string | undefined> = process.env,
   opts: { exitOnDeadline?: boolean } = {},
 ): Promise<Running> {
-  const exitOnDeadline = opts.exitOnDeadline ?? false;
   const config = loadApiConfig(env);
   const inventory = loadInventory(config.OPS_INVENTORY_FILE);
   // Remediation rules only behind an authenticated alerts sender, and silences only with an Alertmanager to keep them.
@@ -80,11 +70,9 @@ export async function start(
     ...expiredKeyWarnings(config),
     ...absentSecretFileWarnings(config),
     ...clientCertificateWarnings(config),
-  ]) {
+  ])
     logger.warn(warning);
-  }
   const metrics = createMetrics('api', version);
-  // The keys file and the senders' secret files, re-read while the process runs.
   const senderSecrets = createSenderSecrets(config.senderSecrets);
   const credentials = watchCredentials({ config, senderSecrets, logger, metrics });
   const redis = connectRedis({ url: config.REDIS_URL, profile: 'request', name: 'opsgate-api', logger });
@@ -95,7 +83,6 @@ export async function start(
     metrics,
   });
   metrics.setQueueDepthSources([queueCountsSource(queue.bull)]);
-  // The freezes in memory, kept current through pub/sub (its own subscriber connection).
   const freezeWatch = watchFreezes({
     store: createFreezeStore(redis),
     subscriber: createRedis(config.REDIS_URL, 'blocking', 'opsgate-api-freezes'),
@@ -108,7 +95,6 @@ export async function start(
     logger.warn(`${err.message}; GET /ops/hosts/{host} answers 503 until there is one`);
   }
   const deliveries = createDeliveryLog({ redis, logger, keep: config.DELIVERIES_KEPT, keepUnverified: config.DELIVERIES_UNVERIFIED_KEPT });
-  // The client certificates allowed on /webhook/alerts: read at each request, replaced when their file changes.
   const allowedNames = createAllowedNames(config.clientAllowedNames);
   const app = createApp({
     config,
@@ -139,11 +125,7 @@ export async function start(
       parse: (text) => parseAllowedNamesFile(text ?? ''),
       apply(list) {
         // A file rewritten with the same entries (a comment, their order) judges no one differently.
-        const same = (l: readonly { text: string }[]) =>
-          l
-            .map((e) => e.text)
-            .sort()
-            .join('\n');
+        const same = (l: readonly { text: string }[]) => JSON.stringify(l.map((e) => e.text).sort());
         const changed = same(list) !== same(allowedNames.current());
         allowedNames.set(list);
         closed = changed ? (clientConnections?.closeAll() ?? 0) : 0;
@@ -191,10 +173,9 @@ export async function start(
   let stopping: Promise<boolean> | undefined;
   const stop = (graceMs?: number): Promise<boolean> => {
     stopping ??= (async () => {
-      // Every step bounded (src/shared/shutdown.ts); the whole stop within SHUTDOWN_TIMEOUT_SECONDS.
       const totalMs = config.SHUTDOWN_TIMEOUT_SECONDS * 1000;
       const budget = shutdownBudget(logger, totalMs, () => {
-        if (exitOnDeadline) process.exit(1);
+        if (opts.exitOnDeadline) process.exit(1);
       });
       const drainMs = graceMs ?? Math.min(10_000, totalMs / 2);
       logger.info('api stopping: draining in-flight requests', { drain_ms: drainMs, shutdown_timeout_s: config.SHUTDOWN_TIMEOUT_SECONDS });
@@ -265,8 +246,7 @@ async function main(): Promise<void> {
       () => running.logger.flush().finally(() => process.exit(1)),
     );
   };
-  process.once('SIGTERM', () => onSignal('SIGTERM'));
-  process.once('SIGINT', () => onSignal('SIGINT'));
+  for (const signal of ['SIGTERM', 'SIGINT']) process.once(signal, () => onSignal(signal));
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {

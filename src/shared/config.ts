@@ -5,25 +5,18 @@ import { isPlaceholder, PLACEHOLDER_PREFIX, PLACEHOLDER_PROBLEM } from './secret
 import { tlsPairProblems, type TlsFiles } from './tls.js';
 import { outboundVariables } from './outboundVariables.js';
 
-/**
- * The environment both processes read (commonSchema) and the worker's: the variables' schemas and
- * defaults, read once at start, every problem reported at once (src/shared/configReport.ts). The
- * API's own variables are parsed by src/api/config.ts on the same rules.
- */
+const optionalString = z.string().optional();
 
 export const intFrom = (def: number, min = 0) =>
-  z
-    .string()
-    .optional()
-    .transform((v, ctx) => {
-      if (v === undefined || v.trim() === '') return def;
-      const n = Number(v);
-      if (!Number.isInteger(n) || n < min) {
-        ctx.addIssue({ code: 'custom', message: `must be an integer >= ${min}` });
-        return z.NEVER;
-      }
-      return n;
-    });
+  optionalString.transform((v, ctx) => {
+    if (v === undefined || v.trim() === '') return def;
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < min) {
+      ctx.addIssue({ code: 'custom', message: `must be an integer >= ${min}` });
+      return z.NEVER;
+    }
+    return n;
+  });
 
 /** One server, Sentinel or Cluster (src/shared/redis.ts); the message names the problem, never the value. */
 const redisUrl = z
@@ -39,141 +32,90 @@ const redisUrl = z
   })
   .refine((v) => !redisPasswords(v).some((pw) => isPlaceholder(pw)), `password ${PLACEHOLDER_PROBLEM}`);
 
-export const optionalPath = z
-  .string()
-  .optional()
-  .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim()));
+export const optionalPath = optionalString.transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim()));
 
 /** An http(s) base URL without its trailing slashes; unset or blank: undefined. */
 const optionalHttpUrl = optionalPath
   .transform((v) => v?.replace(/\/+$/, ''))
   .refine((v) => v === undefined || /^https?:\/\/[^\s]+$/.test(v), 'must be an http(s) URL');
 
+/** Optional settings by name: a `_FILE` one is a path. */
+const optionalSettings = (names: readonly string[]) =>
+  Object.fromEntries(names.map((v) => [v, v.endsWith('_FILE') ? optionalPath : optionalString]));
+
+/** The environment both processes read; the worker's extends it, the API's is src/api/config.ts. */
 export const commonSchema = z.object({
   REDIS_URL: redisUrl,
   METRICS_PORT: intFrom(9464),
-  /** HTTPS on METRICS_PORT: certificate and key files (both or neither), re-read when they change. */
+  /** HTTPS on METRICS_PORT (both or neither), re-read when they change. */
   METRICS_TLS_CERT_FILE: optionalPath,
   METRICS_TLS_KEY_FILE: optionalPath,
-  /** How often the TLS files of the process' listeners are checked for a renewed certificate. */
   TLS_RELOAD_INTERVAL_MS: intFrom(10000, 100),
-  OPS_INVENTORY_FILE: z
-    .string()
-    .optional()
-    .transform((v) => (v ? v : undefined)),
+  OPS_INVENTORY_FILE: optionalString.transform((v) => (v ? v : undefined)),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error']).optional().default('info'),
   JOB_ATTEMPTS: intFrom(5, 1),
   JOB_BACKOFF_MS: intFrom(10000, 0),
   JOB_TIMEOUT_SECONDS: intFrom(900, 1),
-  /** Deploys kept per project in the history (GET /ops/deploys), written by both processes. */
   DEPLOY_HISTORY_KEPT: intFrom(100, 1),
-  /**
-   * Each sender's last deliveries kept for GET /ops/deliveries (a capped stream per sender); 0 keeps
-   * none. Both processes append to it: the API its answers, the worker a pushed deploy's end when
-   * it never ran or was cancelled (superseded, cancelled), and each trims the stream to this cap.
-   */
+  /** Each sender's last deliveries kept for GET /ops/deliveries; 0 keeps none. Both processes append and trim. */
   DELIVERIES_KEPT: intFrom(1000, 0),
-  /**
-   * Each sender's last unverified deliveries (its proof missing or wrong, or refused before it was
-   * checked: rate-limited), kept apart in a smaller stream so that anyone's flood of them evicts
-   * none of the verified ones; 0 keeps none.
-   */
+  /** Unverified deliveries, kept apart so that anyone's flood of them evicts none of the verified ones; 0 keeps none. */
   DELIVERIES_UNVERIFIED_KEPT: intFrom(100, 0),
-  OPSGATE_VERSION: z.string().optional(),
-  /**
-   * Alertmanager's address (its API v2 under /api/v2), for alert-driven remediation: a firing
-   * alert is confirmed there before anything is restarted, its resolution read there, and the
-   * silences of the rules with `silence: true` kept there. Unset: notifications alone, no silence.
-   */
+  OPSGATE_VERSION: optionalString,
+  /** Alertmanager (API v2): firing alerts confirmed and silences kept there. Unset: notifications alone, no silence. */
   ALERTMANAGER_URL: optionalHttpUrl,
-  /**
-   * Where alerts are born, for alert-driven remediation: Prometheus (or a server answering its
-   * query API, such as Thanos Query). A rule with `confirm: prometheus` acts only on an alert
-   * Prometheus itself fires, timed by Prometheus (src/remediation/prometheus.ts).
-   */
+  /** Prometheus (or its query API, e.g. Thanos Query), for rules with `confirm: prometheus`. */
   PROMETHEUS_URL: optionalHttpUrl,
-  /**
-   * Prometheus's external labels, `name=value` comma-separated, when /api/v1/status/config cannot
-   * tell them (Thanos Query and others): the labels a notification may carry beyond the ALERTS
-   * series'. Unset: read from Prometheus.
-   */
-  PROMETHEUS_EXTERNAL_LABELS: z
-    .string()
-    .optional()
-    .transform((v, ctx) => {
-      if (v === undefined || v.trim() === '') return undefined;
-      const out: Record<string, string> = {};
-      for (const item of v.split(',').map((x) => x.trim())) {
-        const m = /^([a-zA-Z_][a-zA-Z0-9_]*)=(.*)$/.exec(item);
-        if (!m) {
-          ctx.addIssue({ code: 'custom', message: 'must be name=value items, comma-separated' });
-          return z.NEVER;
-        }
-        out[m[1]!] = m[2]!;
+  /** Prometheus's external labels (`name=value,...`) when /api/v1/status/config cannot tell them (Thanos Query). */
+  PROMETHEUS_EXTERNAL_LABELS: optionalString.transform((v, ctx) => {
+    if (v === undefined || v.trim() === '') return undefined;
+    const out: Record<string, string> = {};
+    for (const item of v.split(',').map((x) => x.trim())) {
+      const m = /^([a-zA-Z_][a-zA-Z0-9_]*)=(.*)$/.exec(item);
+      if (!m) {
+        ctx.addIssue({ code: 'custom', message: 'must be name=value items, comma-separated' });
+        return z.NEVER;
       }
-      return out;
-    }),
-  /** Credentials presented to PROMETHEUS_URL and ALERTMANAGER_URL (src/shared/outboundAuth.ts); read by loadOutboundAuth. */
-  ...Object.fromEntries(
-    [...outboundVariables('PROMETHEUS', true), ...outboundVariables('ALERTMANAGER', false)].map((v) => [
-      v,
-      v.endsWith('_FILE') ? optionalPath : z.string().optional(),
-    ]),
-  ),
-  /**
-   * Bound of the close steps on SIGTERM/SIGINT (src/shared/shutdown.ts): the API's whole shutdown,
-   * the worker's after its job drain (WORKER_SHUTDOWN_GRACE_SECONDS). Past it the process exits 1.
-   */
+      out[m[1]!] = m[2]!;
+    }
+    return out;
+  }),
+  /** Credentials presented to PROMETHEUS_URL and ALERTMANAGER_URL, read by loadOutboundAuth. */
+  ...optionalSettings([...outboundVariables('PROMETHEUS', true), ...outboundVariables('ALERTMANAGER', false)]),
+  /** Bound of the close steps on SIGTERM/SIGINT (the worker's after its job drain); past it the process exits 1. */
   SHUTDOWN_TIMEOUT_SECONDS: intFrom(20, 1),
 });
 
 /** The settings' prefix of each host told deploy states (`<PREFIX>_API_URL`, `<PREFIX>_BEARER_TOKEN`...). */
 export const STATUS_HOSTS = ['GITHUB_STATUS', 'GITLAB_STATUS', 'GITEA_STATUS', 'BITBUCKET_STATUS'] as const;
 
-/** A host API's base URL, its default when unset; trailing slashes dropped. */
-const apiUrl = (fallback: string | undefined) =>
-  z
-    .string()
-    .optional()
-    .transform((v) => (v === undefined || v.trim() === '' ? fallback : v.trim().replace(/\/+$/, '')))
-    .refine((v) => v === undefined || /^https?:\/\/[^\s]+$/.test(v), 'must be an http(s) URL');
+const apiUrl = (fallback: string | undefined) => optionalHttpUrl.transform((v) => v ?? fallback);
 
 const workerSchema = commonSchema.extend({
-  NOTIFY_WEBHOOK_URLS: z
-    .string()
-    .optional()
-    .transform((v, ctx) => {
-      const urls = (v ?? '')
-        .split(',')
-        .map((s) => s.trim())
-        .filter(Boolean);
-      for (const u of urls) {
-        if (!/^https?:\/\//.test(u)) {
-          ctx.addIssue({ code: 'custom', message: 'must be a comma-separated list of http(s) URLs' });
-          return z.NEVER;
-        }
-        if (u.toUpperCase().includes(PLACEHOLDER_PREFIX)) {
-          ctx.addIssue({ code: 'custom', message: PLACEHOLDER_PROBLEM });
-          return z.NEVER;
-        }
+  NOTIFY_WEBHOOK_URLS: optionalString.transform((v, ctx) => {
+    const urls = (v ?? '')
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean);
+    for (const u of urls) {
+      if (!/^https?:\/\//.test(u)) {
+        ctx.addIssue({ code: 'custom', message: 'must be a comma-separated list of http(s) URLs' });
+        return z.NEVER;
       }
-      return urls;
-    }),
+      if (u.toUpperCase().includes(PLACEHOLDER_PREFIX)) {
+        ctx.addIssue({ code: 'custom', message: PLACEHOLDER_PROBLEM });
+        return z.NEVER;
+      }
+    }
+    return urls;
+  }),
   WORKER_CONCURRENCY: intFrom(8, 1),
-  /**
-   * The API's address as operators reach it, for the notifications of guarded changes ("approve:
-   * POST <url>/ops/approvals/<id>/approve"); unset: the path alone.
-   */
+  /** The API's address as operators reach it, for the links in notifications; unset: the path alone. */
   OPSGATE_PUBLIC_URL: optionalHttpUrl,
-  /**
-   * Which ends of restarts and deploys the worker posts to NOTIFY_WEBHOOK_URLS: all, failures
-   * (failed, past its progress deadline, refused) or none. The news of guards (an approval asked for,
-   * rejected or expired, an override, a hold) is always posted; the outcome is always on the job.
-   */
+  /** Which ends of restarts and deploys are posted to NOTIFY_WEBHOOK_URLS; the news of guards always is. */
   REPORT_OUTCOMES: z.enum(['all', 'failures', 'none']).optional().default('all'),
   NOTIFY_TIMEOUT_MS: intFrom(5000, 1),
   ROLLOUT_TIMEOUT_SECONDS: intFrom(600, 1),
-  /** How often restart_service polls the Deployment while waiting for its rollout. */
   ROLLOUT_POLL_INTERVAL_MS: intFrom(2000, 50),
   /** BullMQ job lock: a worker that stops renewing it for this long loses the job (stalled). */
   WORKER_LOCK_DURATION_MS: intFrom(30000, 1000),
@@ -185,24 +127,12 @@ const workerSchema = commonSchema.extend({
   WORKER_SHUTDOWN_GRACE_SECONDS: intFrom(25, 0),
   /** GET /livez on METRICS_PORT answers 503 when the event loop lagged more than this within the last 10 s. */
   WORKER_LIVENESS_MAX_LAG_MS: intFrom(5000, 50),
-  /**
-   * The hosts' APIs told each deploy's state (worker/commitStatus.ts): their base URLs (GitHub
-   * Enterprise, a self-hosted GitLab or Gitea), and the token of each (`<PREFIX>_BEARER_TOKEN` or
-   * its `_FILE`, read again when the file changes; `<PREFIX>_TLS_CA_FILE` for a private CA), read
-   * by src/shared/outboundAuth.ts (only these of its settings are in the schema). No
-   * token, or no URL (Gitea has no default): nothing is sent to that host.
-   */
+  /** The hosts' APIs told each deploy's state (worker/commitStatus.ts). No token or no URL: nothing is sent there. */
   GITHUB_STATUS_API_URL: apiUrl('https://api.github.com'),
   GITLAB_STATUS_API_URL: apiUrl('https://gitlab.com/api/v4'),
   GITEA_STATUS_API_URL: apiUrl(undefined),
   BITBUCKET_STATUS_API_URL: apiUrl('https://api.bitbucket.org'),
-  ...Object.fromEntries(
-    STATUS_HOSTS.flatMap((prefix) => [`${prefix}_BEARER_TOKEN`, `${prefix}_BEARER_TOKEN_FILE`, `${prefix}_TLS_CA_FILE`]).map((v) => [
-      v,
-      v.endsWith('_FILE') ? optionalPath : z.string().optional(),
-    ]),
-  ),
-  /** Bound of one request to a host's status API. */
+  ...optionalSettings(STATUS_HOSTS.flatMap((prefix) => [`${prefix}_BEARER_TOKEN`, `${prefix}_BEARER_TOKEN_FILE`, `${prefix}_TLS_CA_FILE`])),
   STATUS_TIMEOUT_MS: intFrom(10000, 1),
 });
 
@@ -230,7 +160,6 @@ export function parseWith<S extends z.ZodType>(schema: S, env: Env, earlier: rea
   return result.data as z.infer<S>;
 }
 
-/** The metrics port's TLS files, or undefined when it serves plain HTTP. */
 export function metricsTlsFiles(config: Pick<CommonConfig, 'METRICS_TLS_CERT_FILE' | 'METRICS_TLS_KEY_FILE'>): TlsFiles | undefined {
   if (!config.METRICS_TLS_CERT_FILE || !config.METRICS_TLS_KEY_FILE) return undefined;
   return {

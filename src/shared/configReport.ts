@@ -1,10 +1,8 @@
 import type { ConfigError } from './errors.js';
 
 /**
- * How a process that cannot start for its configuration says so, before any logger exists (its
- * own settings may be what is wrong): one JSON line on stdout in the logger's shape, for log
- * pipelines, and one human line per problem on stderr, for a person at a terminal or reading
- * `kubectl logs --previous`. Each names the variable and the problem, never a value.
+ * A configuration that stops the start, said before any logger exists (its settings may be what is wrong): one JSON line on
+ * stdout in the logger's shape, and one line per problem on stderr for a person. Each names the variable, never a value.
  */
 export function reportConfigError(processName: 'opsgate-api' | 'opsgate-worker', component: 'api' | 'worker', err: ConfigError): void {
   const line = { level: 'error', time: new Date().toISOString(), component, msg: 'configuration error', problems: err.problems };

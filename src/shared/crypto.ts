@@ -1,14 +1,9 @@
 import { createHmac, hash, timingSafeEqual } from 'node:crypto';
 
 /**
- * Which of several configured secrets a presented one equals (a secret in rotation: the current
- * value first, the previous one second): its index, or -1. Both sides are hashed to a fixed
- * 32-byte digest first, so a comparison takes the same time whatever the lengths or the position of
- * the first differing byte (equal digests imply equal values: SHA-256 is collision-free in
- * practice). Every value is compared, each in constant time and without stopping at a match, so
- * timing tells neither which one matched nor how many are configured. `values` is read at each
- * call (secrets reloaded from a file); their digests are computed again only when it returns
- * another list.
+ * Which of the configured secrets (current, then previous) a presented one equals: its index, or -1. Both sides are hashed
+ * to 32-byte SHA-256 digests, so a comparison takes the same time whatever the lengths or the first differing byte; every
+ * value is compared, without stopping at a match, so timing tells neither which matched nor how many are configured.
  */
 export function secretsMatcher(values: () => readonly string[]): (presented: string) => number {
   let last: readonly string[] | undefined;
@@ -17,9 +12,9 @@ export function secretsMatcher(values: () => readonly string[]): (presented: str
     const current = values();
     if (current !== last) {
       last = current;
-      digests = current.map((v) => sha256(v));
+      digests = current.map((v) => sha256Digest(v));
     }
-    return firstMatch(sha256(presented), digests);
+    return firstMatch(sha256Digest(presented), digests);
   };
 }
 
@@ -33,12 +28,12 @@ export function firstMatch(digest: Buffer, candidates: readonly Buffer[]): numbe
   return found;
 }
 
-// The hex form, decoded: measured faster than crypto.hash's 'buffer' output and than createHash().digest() (Node 26).
-const sha256 = (data: string | Buffer): Buffer => Buffer.from(hash('sha256', data, 'hex'), 'hex');
-
-/** SHA-256 as 32 bytes: what a configured API key is kept as, and compared with in constant time. */
+/**
+ * SHA-256 as 32 bytes: what a configured API key is kept as, and compared with in constant time.
+ * The hex form, decoded: measured faster than crypto.hash's 'buffer' output and than createHash().digest() (Node 26).
+ */
 export function sha256Digest(data: string | Buffer): Buffer {
-  return sha256(data);
+  return Buffer.from(hash('sha256', data, 'hex'), 'hex');
 }
 
 export function sha256Hex(data: string | Buffer): string {
@@ -50,7 +45,6 @@ export function credentialId(secret: string): string {
   return sha256Hex(secret).slice(0, 12);
 }
 
-/** HMAC-SHA256 of `data` keyed by `secret`, in `encoding`. */
 export function hmacSha256(secret: string, data: Buffer | string, encoding: 'hex' | 'base64'): string {
   return createHmac('sha256', secret).update(data).digest(encoding);
 }

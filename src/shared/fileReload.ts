@@ -4,32 +4,20 @@ import { readFile } from 'node:fs/promises';
 import { ConfigError, type ConfigProblem } from './errors.js';
 
 /**
- * Files a running process re-reads instead of needing a restart: its TLS certificate
- * (src/shared/tls.ts), the API keys file and the webhook senders' secret files
- * (src/shared/liveSecrets.ts). Each set of files is polled every interval and its contents
- * compared with what is in use; a changed set is checked, then put in use. Polling the contents
- * (not inotify) follows the kubelet's update of a Secret volume, which swaps a `..data` symlink:
- * a watch set on the old files would never fire again.
- *
- * A changed set that fails its check (unreadable, malformed, refused where it is applied) is
- * refused: reported once per distinct contents (not on every poll), and what is in use stays. A
- * later change is checked again, so fixing the files is enough. Nothing here throws into the
- * process: a reload problem never takes a listener or a route down.
+ * Files a running process re-reads instead of needing a restart. Contents are polled, not watched with inotify: the kubelet
+ * swaps a Secret volume's `..data` symlink, and a watch on the old files would never fire again. A changed set that fails
+ * its check is refused, reported once per distinct contents, and what is in use stays. Nothing here throws into the process.
  */
 
-/** One file of a set, and the variable that names it (the name goes into every problem report). */
+/** One file of a set, and the variable that names it in every problem report. */
 export interface WatchedFile {
   variable: string;
   path: string;
-  /**
-   * The file may not exist (an optional key of a mounted Secret): its absence is a state like any
-   * contents (undefined for `parse`), not a read error. A file that appears later is then checked
-   * like a changed one.
-   */
+  /** The file may not exist (an optional key of a Secret): its absence is a state (undefined for `parse`), not an error. */
   optional?: boolean;
 }
 
-/** A problem with one file: the variable naming it and what is wrong, never the contents. */
+/** What is wrong with one file, naming its variable, never the contents. */
 export class FileProblem extends Error {
   readonly problem: ConfigProblem;
   constructor(variable: string, problem: string) {
@@ -39,7 +27,6 @@ export class FileProblem extends Error {
   }
 }
 
-/** The problems of a failed check: a FileProblem's, every one of a ConfigError's, or one naming the first file. */
 function problemsOf(err: unknown, files: readonly WatchedFile[]): ConfigProblem[] {
   if (err instanceof FileProblem) return [err.problem];
   if (err instanceof ConfigError) return [...err.problems];
@@ -64,50 +51,39 @@ export function readWatchedFile(file: WatchedFile): Buffer {
 export function contentsDigest(parts: ReadonlyArray<Buffer | undefined>): string {
   const h = createHash('sha256');
   for (const p of parts) {
-    h.update(p ? String(p.length) : '-');
-    h.update(':');
+    h.update(p ? `${p.length}:` : '-:');
     if (p) h.update(p);
   }
   return h.digest('hex');
 }
 
 export interface FileReloader {
-  /** Checks the files now (the poll does the same on its own); resolves when done. */
   check(): Promise<void>;
   close(): void;
 }
 
 interface WatchFilesOptions<T> {
   files: readonly WatchedFile[];
-  /** contentsDigest of the contents in use when the watch starts. */
   initialDigest: string;
   intervalMs: number;
-  /**
-   * Checks changed contents (one Buffer per file, in order; undefined for an optional file that does
-   * not exist); throws a FileProblem or a ConfigError to refuse them.
-   */
+  /** Checks changed contents (one per file; undefined for an absent optional one); throws FileProblem or ConfigError to refuse. */
   parse(contents: Array<Buffer | undefined>): T;
-  /** Puts a checked value in use; throws a FileProblem when it cannot (the contents are then refused). */
+  /** Puts a checked value in use; throws a FileProblem to refuse it. */
   apply(value: T): void;
-  /** After apply: the new contents are in use. */
   onApplied(value: T): void;
-  /** Changed contents were refused; what was in use stays. Once per distinct contents. */
+  /** Once per distinct refused contents. */
   onRefused(problems: readonly ConfigProblem[]): void;
   /** The files hold what is in use again, after a refusal (a bad update undone, a half-written one completed). */
   onRestored?(): void;
 }
 
-/**
- * Polls a set of files every `intervalMs` (the first poll one interval after the call) and puts
- * changed, valid contents in use. At most one check runs at a time.
- */
+/** Polls a set of files every `intervalMs` and puts changed, valid contents in use; one check at a time. */
 export function watchFiles<T>(opts: WatchFilesOptions<T>): FileReloader {
   let inUse = opts.initialDigest;
   let refused: string | undefined;
   let timer: NodeJS.Timeout | undefined;
   let closed = false;
   let running: Promise<void> | undefined;
-
   const read = async (file: WatchedFile): Promise<Buffer | undefined> => {
     try {
       return await readFile(file.path);
@@ -116,7 +92,6 @@ export function watchFiles<T>(opts: WatchFilesOptions<T>): FileReloader {
       throw readProblem(file.variable, err);
     }
   };
-
   const once = async (): Promise<void> => {
     let seen: string | undefined;
     let value: T;
@@ -146,7 +121,6 @@ export function watchFiles<T>(opts: WatchFilesOptions<T>): FileReloader {
     refused = undefined;
     opts.onApplied(value);
   };
-
   const check = (): Promise<void> => {
     running ??= once()
       .catch(() => {

@@ -7,24 +7,14 @@ import { hostPolicySchema, mergePolicy, projectPolicySchema, type HostPolicy, ty
 import { pinnedValue, remediationRuleSchema } from './remediations.js';
 
 /**
- * The inventory (OPS_INVENTORY_FILE, YAML or JSON) is the allow-list of what opsgate may touch:
- * - hosts: host name -> Kubernetes namespace + the Deployments ("services") that may be restarted;
- * - projects: source-control project -> how its deploy Job is built (image, command, the
- *   restricted ServiceAccount it runs as). Job arguments are never taken from a request: the
- *   project and ref reach the Job only as environment variables.
- * - policy (top level, per host, per project): the guards of a change (src/shared/policy.ts):
- *   approval, change windows, a restart budget per namespace.
- * - remediations: rules turning firing Alertmanager alerts into restarts (src/shared/remediations.ts);
- *   a rule reaches only the Deployments of the hosts above.
+ * The inventory (OPS_INVENTORY_FILE, YAML or JSON), the allow-list of what opsgate may touch. A deploy Job's arguments never
+ * come from a request: project and ref reach it only as environment variables.
  */
 const hostSchema = z.object({
   namespace: dnsLabel,
   deployments: z.array(dnsSubdomain).min(1),
   policy: hostPolicySchema.optional(),
 });
-
-/** The ways a project's deploys may come in. */
-const DEPLOY_FROM = ['push', 'ci', 'both'] as const;
 
 const projectSchema = z.object({
   namespace: dnsLabel,
@@ -38,22 +28,11 @@ const projectSchema = z.object({
   activeDeadlineSeconds: z.number().int().positive().max(900).default(900),
   backoffLimit: z.number().int().min(0).max(6).default(0),
   ttlSecondsAfterFinished: z.number().int().min(0).default(86400),
-  /**
-   * run_deploy_pipeline waits for the deploy Job to succeed or fail and reports that outcome
-   * (needs `get` on the project namespace's Jobs, which the chart grants); false: the queue job
-   * ends once the Job is created.
-   */
+  /** Wait for the deploy Job's end and report it; false: the queue job ends once the Job is created. */
   waitForCompletion: z.boolean().default(true),
-  /**
-   * Where the project's deploys come from: `push` (a push webhook to the deploy branch; default),
-   * `ci` (POST /ops/deploys from its CI, bound to the commit: a push does not deploy it), or `both`.
-   */
-  deploy_from: z.enum(DEPLOY_FROM).default('push'),
-  /**
-   * Deploys of one concurrency group run one at a time, in the order opsgate accepted them
-   * (src/changes/deployOrder/): `group` is a template over `{project}` and `{ref}`, default
-   * `{project}:{ref}`; projects naming the same group share it.
-   */
+  /** `push` (a push webhook), `ci` (POST /ops/deploys, bound to the commit) or `both`. */
+  deploy_from: z.enum(['push', 'ci', 'both']).default('push'),
+  /** Deploys of one group (a template over `{project}` and `{ref}`; default `{project}:{ref}`) run one at a time, in acceptance order. */
   concurrency: z
     .object({
       group: z
@@ -63,84 +42,52 @@ const projectSchema = z.object({
         .regex(/^(?:[^{}]|\{project\}|\{ref\})+$/, 'may hold only {project} and {ref} in braces'),
     })
     .optional(),
-  /**
-   * A newer deploy of the group, come to its turn while one of this project's deploys runs, deletes
-   * that running deploy's Kubernetes Job (with its pods) instead of waiting for it: the running one
-   * ends `cancelled` (worker/deployCancel.ts). Needs `delete` on the namespace's Jobs, which the
-   * chart grants only to namespaces of projects that ask for it. Off unless set.
-   */
+  /** A newer deploy of the group deletes the running one's Job instead of waiting (worker/deployCancel.ts). */
   cancel_in_progress: z.boolean().optional(),
   policy: projectPolicySchema.optional(),
-  /**
-   * The environment a deploy's state is told under on the host of its commit (a GitHub
-   * deployment's environment, the context of a commit status); default: the deploy's ref.
-   */
+  /** The environment a deploy's state is told under on its commit's host; default: the deploy's ref. */
   environment: z.string().min(1).max(255).optional(),
   /** GitHub: `deployment` (the Deployments API; default) or `commit` (commit statuses). */
   status: z.enum(['deployment', 'commit']).optional(),
-  /**
-   * The host of the project's commits, for deploys whose sender does not say (a CI deploy, a push
-   * through /webhook/generic): its API is told their states. A push from a host's own webhook
-   * is told to that host.
-   */
+  /** The host told the states of deploys whose sender does not say (a CI deploy, /webhook/generic). */
   sender: z.enum(STATUS_SENDERS).optional(),
 });
 
 export const inventorySchema = z
   .object({
-    /** The default policy of every host and project (each may replace its fields). */
     policy: hostPolicySchema.optional(),
     hosts: z.record(z.string().min(1).max(253), hostSchema).default({}),
     projects: z.record(z.string().min(1).max(255), projectSchema).default({}),
     remediations: z.array(remediationRuleSchema).max(200).default([]),
   })
   .superRefine((inv, ctx) => {
-    // A rule is named once (its requester, its metrics and its Redis records carry the name), and
-    // a namespace or Deployment its match pins must be one the inventory lets opsgate restart.
+    // A rule is named once (its metrics and Redis records carry the name); what its match pins must be restartable.
+    const issue = (path: (string | number)[], message: string) => ctx.addIssue({ code: 'custom', path, message });
     const names = new Set<string>();
     inv.remediations.forEach((rule, i) => {
-      if (names.has(rule.name))
-        ctx.addIssue({ code: 'custom', path: ['remediations', i, 'name'], message: `repeats the rule name ${rule.name}` });
+      if (names.has(rule.name)) issue(['remediations', i, 'name'], `repeats the rule name ${rule.name}`);
       names.add(rule.name);
       if (rule.target.namespace === rule.target.deployment) {
-        ctx.addIssue({
-          code: 'custom',
-          path: ['remediations', i, 'target'],
-          message: 'namespace and deployment must be two different labels',
-        });
+        issue(['remediations', i, 'target'], 'namespace and deployment must be two different labels');
       }
       rule.targets.forEach((t, j) => {
         const slash = t.indexOf('/');
-        const known =
-          slash < 0
-            ? Object.hasOwn(inv.hosts, t)
-            : Object.values(inv.hosts).some((h) => h.namespace === t.slice(0, slash) && h.deployments.includes(t.slice(slash + 1)));
-        if (!known) {
-          ctx.addIssue({
-            code: 'custom',
-            path: ['remediations', i, 'targets', j],
-            message:
-              slash < 0
-                ? `names host ${JSON.stringify(t)}, which the inventory lacks`
-                : `names Deployment ${t}, which no inventory host lists`,
-          });
+        if (slash < 0 && !Object.hasOwn(inv.hosts, t)) {
+          issue(['remediations', i, 'targets', j], `names host ${JSON.stringify(t)}, which the inventory lacks`);
+        }
+        const [namespace, deployment] = [t.slice(0, slash), t.slice(slash + 1)];
+        if (slash >= 0 && !Object.values(inv.hosts).some((h) => h.namespace === namespace && h.deployments.includes(deployment))) {
+          issue(['remediations', i, 'targets', j], `names Deployment ${t}, which no inventory host lists`);
         }
       });
       const ns = pinnedValue(rule, rule.target.namespace);
       const dep = pinnedValue(rule, rule.target.deployment);
       const hosts = Object.values(inv.hosts).filter((h) => ns === undefined || h.namespace === ns);
       if (ns !== undefined && hosts.length === 0) {
-        ctx.addIssue({
-          code: 'custom',
-          path: ['remediations', i, 'match', 'labels'],
-          message: `pins namespace ${ns}, which no inventory host has`,
-        });
+        issue(['remediations', i, 'match', 'labels'], `pins namespace ${ns}, which no inventory host has`);
       } else if (dep !== undefined && !hosts.some((h) => h.deployments.includes(dep))) {
-        ctx.addIssue({
-          code: 'custom',
-          path: ['remediations', i, 'match', 'labels'],
-          message: `pins Deployment ${dep}, which no inventory host${ns !== undefined ? ` of namespace ${ns}` : ''} lists`,
-        });
+        const of = ns !== undefined ? ` of namespace ${ns}` : '';
+        issue(['remediations', i, 'match', 'labels'], `pins Deployment ${dep}, which no inventory host${of} lists`);
       }
     });
     // A restart budget (people's, and remediation's) counts per namespace: hosts sharing one must agree on it.
@@ -150,11 +97,10 @@ export const inventorySchema = z
         const budget = JSON.stringify(mergePolicy(inv.policy, h.policy)[field] ?? null);
         const other = seen.get(h.namespace);
         if (other && other.budget !== budget) {
-          ctx.addIssue({
-            code: 'custom',
-            path: ['hosts', host, 'policy', field],
-            message: `differs from the ${field} of host ${JSON.stringify(other.host)} in the same namespace ${h.namespace} (a restart budget counts per namespace)`,
-          });
+          issue(
+            ['hosts', host, 'policy', field],
+            `differs from the ${field} of host ${JSON.stringify(other.host)} in the same namespace ${h.namespace} (a restart budget counts per namespace)`,
+          );
         }
         if (!other) seen.set(h.namespace, { host, budget });
       }
@@ -167,10 +113,9 @@ export type ProjectEntry = z.infer<typeof projectSchema>;
 
 const emptyInventory: Inventory = { hosts: {}, projects: {}, remediations: [] };
 
-/** The effective policy of a host's restarts (the inventory's default, replaced field by field by the host's own). */
+/** The effective policy of a host's restarts. */
 export function hostPolicy(inv: Inventory, host: string): HostPolicy {
-  const h = findHost(inv, host);
-  return mergePolicy(inv.policy, h?.policy);
+  return mergePolicy(inv.policy, findHost(inv, host)?.policy);
 }
 
 /** The effective policy of a project's deploys (a budget applies to restarts only). */
@@ -179,20 +124,20 @@ export function projectPolicy(inv: Inventory, project: string): ProjectPolicy {
   return mergePolicy<ProjectPolicy>(defaults, findProject(inv, project)?.policy);
 }
 
-/** A namespace's restart budget (the same for every host in it; see the schema's check). */
+/** The policy of a namespace's hosts (the same budgets for every host in it; see the schema's check). */
+const namespacePolicy = (inv: Inventory, namespace: string): HostPolicy | undefined => {
+  const host = Object.keys(inv.hosts).find((h) => inv.hosts[h]!.namespace === namespace);
+  return host === undefined ? inv.policy : hostPolicy(inv, host);
+};
+
 export function namespaceBudget(inv: Inventory, namespace: string): HostPolicy['budget'] {
-  for (const [host, h] of Object.entries(inv.hosts)) if (h.namespace === namespace) return hostPolicy(inv, host).budget;
-  return inv.policy?.budget;
+  return namespacePolicy(inv, namespace)?.budget;
 }
 
 /** A namespace's remediation budget, bounding every rule's restarts there together: its own, else its restart budget. */
 export function namespaceRemediationBudget(inv: Inventory, namespace: string): HostPolicy['budget'] {
-  for (const [host, h] of Object.entries(inv.hosts)) {
-    if (h.namespace !== namespace) continue;
-    const p = hostPolicy(inv, host);
-    return p.remediation_budget ?? p.budget;
-  }
-  return inv.policy?.remediation_budget ?? inv.policy?.budget;
+  const p = namespacePolicy(inv, namespace);
+  return p?.remediation_budget ?? p?.budget;
 }
 
 export function parseInventory(text: string, source = 'OPS_INVENTORY_FILE'): Inventory {

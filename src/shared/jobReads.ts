@@ -14,18 +14,16 @@ export interface JobView {
   created_at: string | null;
   processed_at: string | null;
   finished_at: string | null;
-  /** How a restart or deploy ended (or why it is held): from its progress, written by the worker. */
+  /** How a restart or deploy ended (or why it is held), from the progress the worker wrote. */
   outcome?: Outcome;
 }
 
-/** The outcome a worker wrote into a job's progress (`{..., outcome}`), if any. */
 function outcomeOf(progress: unknown): Outcome | undefined {
   if (typeof progress !== 'object' || progress === null || !('outcome' in progress)) return undefined;
   const parsed = outcomeSchema.safeParse(progress.outcome);
   return parsed.success ? parsed.data : undefined;
 }
 
-/** States GET /ops/jobs lists. */
 export const LISTABLE_STATES = ['failed', 'completed', 'active', 'waiting', 'delayed'] as const;
 export type ListableState = (typeof LISTABLE_STATES)[number];
 
@@ -34,7 +32,6 @@ export interface JobReads {
   get(id: string): Promise<JobView | undefined>;
   /** One page of the jobs in a state, newest first (failed: the dead letters), and the state's total. */
   list(state: ListableState, offset: number, limit: number): Promise<{ total: number; jobs: JobView[] }>;
-  /** Whether the queue holds any job, in any state. */
   any(): Promise<boolean>;
 }
 
@@ -69,17 +66,14 @@ export function createJobReads(bull: Queue, guard: QueueGuard): JobReads {
       const state = await guard('read', () => bull.getJobState(id));
       if (state === 'unknown') return undefined;
       const job = await guard('read', () => bull.getJob(id));
-      if (!job) return undefined;
-      return jobView(job, state);
+      return job ? jobView(job, state) : undefined;
     },
-
     async list(state, offset, limit) {
       const [jobs, total] = await guard('read', () =>
         Promise.all([bull.getJobs([state], offset, offset + limit - 1, false), bull.getJobCountByTypes(state)]),
       );
       return { total, jobs: jobs.filter((j): j is Job => Boolean(j)).map((j) => jobView(j, state)) };
     },
-
     async any() {
       return (await guard('read', () => bull.getJobCountByTypes(...LISTABLE_STATES, 'prioritized', 'waiting-children'))) > 0;
     },

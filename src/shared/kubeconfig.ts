@@ -5,15 +5,9 @@ import { delimiter, join } from 'node:path';
 import type { KubeConfig } from '@kubernetes/client-node';
 
 /**
- * The one Kubernetes configuration loader of both processes (the worker's jobs, the API's host
- * status), read the way kubectl and client-go do, except that nothing configured is an error
- * rather than client-node's implicit "http://localhost:8080" (the API's own port in development).
- *
- * One contract: loadKubeConfig resolves with a configuration that names a current cluster, or
- * rejects with NoKubeConfigError naming what was looked for (never the content of a file).
- * findKubeConfig answers where that configuration is without reading it, and @kubernetes/client-node
- * (about 78 MB of RSS at import) is loaded only when a configuration is first built, so the API,
- * which needs it for one read-only endpoint, can import this module at start-up.
+ * The Kubernetes configuration, found as kubectl does, except that nothing configured is an error rather than client-node's
+ * implicit "http://localhost:8080" (the API's own port in development). @kubernetes/client-node (about 78 MB of RSS at
+ * import) is loaded only when a configuration is first built, so the API can import this module at start-up.
  */
 const SERVICEACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 
@@ -25,26 +19,15 @@ export class NoKubeConfigError extends Error {
   }
 }
 
-export interface KubeEnv {
-  KUBECONFIG?: string;
-  HOME?: string;
-  KUBERNETES_SERVICE_HOST?: string;
-  KUBERNETES_SERVICE_PORT?: string;
-}
+export type KubeEnv = Partial<Record<'KUBECONFIG' | 'HOME' | 'KUBERNETES_SERVICE_HOST' | 'KUBERNETES_SERVICE_PORT', string>>;
 
-interface KubeConfigLookup {
-  /** Prefix of the ServiceAccount directory (tests). */
-  pathPrefix?: string;
-}
+/** pathPrefix: prefix of the ServiceAccount directory (tests). */
+type KubeConfigLookup = { pathPrefix?: string };
 
-/** Where the configuration is: kubeconfig files (merged in order), or the in-cluster ServiceAccount. */
+/** Kubeconfig files (merged in order), or the in-cluster ServiceAccount. */
 type KubeConfigSource = { kind: 'files'; name: string; files: string[] } | { kind: 'in-cluster'; server: string; saDir: string };
 
-/**
- * kubectl's order: $KUBECONFIG (a path list, every file must exist), ~/.kube/config, then
- * in-cluster (KUBERNETES_SERVICE_HOST/PORT and the mounted ServiceAccount token). Reads no file.
- * Throws NoKubeConfigError naming what was looked for.
- */
+/** kubectl's order: $KUBECONFIG (every file must exist), ~/.kube/config, then in-cluster; reads no file. */
 export function findKubeConfig(env: KubeEnv = process.env, opts: KubeConfigLookup = {}): KubeConfigSource {
   const kubeconfig = env.KUBECONFIG?.trim();
   if (kubeconfig) {
@@ -98,10 +81,7 @@ export async function loadKubeConfig(env: KubeEnv = process.env, opts: KubeConfi
   return requireCluster(kc, source.name);
 }
 
-/**
- * Where a process gets its configuration: the environment's (kubeConfigFromEnv) in production;
- * tests and the cluster suites point either process at any API server with their own.
- */
+/** The environment's configuration (kubeConfigFromEnv) in production; tests give their own. */
 export type KubeConfigFactory = () => KubeConfig | Promise<KubeConfig>;
 
 export function kubeConfigFromEnv(env: KubeEnv = process.env, opts: KubeConfigLookup = {}): KubeConfigFactory {

@@ -1,22 +1,12 @@
 import type { ConfigProblem } from './errors.js';
 import { watchFiles, type FileReloader } from './fileReload.js';
 import type { Logger } from './logger.js';
+import type { Metrics } from './metrics.js';
 import type { Source } from '../sources/index.js';
 
-/**
- * Credentials the API re-reads from mounted files while it runs, so that rotating them needs no
- * restart: the webhook senders' secrets in file mode (`<VARIABLE>_FILE`, parsed by
- * src/shared/secrets.ts) and the API keys file (OPS_API_KEYS_FILE, parsed by src/api/apiKeys.ts).
- * A Secret volume is updated by the kubelet in place; the reload poll (src/shared/fileReload.ts)
- * sees the new contents within SECRETS_RELOAD_INTERVAL_MS. An invalid new file is refused: logged,
- * counted, and the last good values stay in use.
- *
- * A webhook secret holds one value, or two during a rotation: the secret in use, then the previous
- * one, which senders not yet switched over still prove. Deliveries are checked against both (in
- * constant time, src/shared/crypto.ts) and the audit line says which one matched.
- */
+/** Credentials the API re-reads from mounted files while it runs, so that rotating them needs no restart. */
 
-/** A sender's secret: [current] or [current, previous]; empty when it is not configured. */
+/** A sender's secret: [current] or [current, previous] during a rotation; empty when not configured. */
 export type SecretValues = readonly string[];
 
 /** Which value a delivery proved, by position: what the audit line says (never the value). */
@@ -24,14 +14,9 @@ export const SECRET_ROLES = ['current', 'previous'] as const;
 
 /** The values in use of every sender secret variable, replaced whole by a reload. */
 export interface SenderSecrets {
-  /** The values of one variable ([] when unset). */
   values(env: string): SecretValues;
-  /**
-   * The values a delivery to `source` may prove, read at each call: its own variable's, else its
-   * fallback variable's (GitLab falls back to SCM_WEBHOOK_SECRET).
-   */
+  /** Read at each call: the source's own variable's values, else its fallback's (GitLab: SCM_WEBHOOK_SECRET). */
   of(source: Pick<Source, 'secret'>): () => SecretValues;
-  /** Replaces one variable's values (a reload). */
   set(env: string, values: SecretValues): void;
 }
 
@@ -56,30 +41,20 @@ export function createSenderSecrets(initial: Readonly<Record<string, SecretValue
 
 /** A credential file as loaded at start: what the reload poll compares with. */
 export interface CredentialFile {
-  /** The variable naming the file (OPS_API_KEYS_FILE, GITHUB_WEBHOOK_SECRET_FILE...). */
   variable: string;
   path: string;
   /** contentsDigest of the contents loaded at start (of an absent optional file: its absence). */
   digest: string;
-  /** A sender's secret file may not exist (an optional key of the Secret): its sender is then not configured. */
+  /** An absent sender's secret file leaves its sender unconfigured. */
   optional?: boolean;
 }
 
-export interface CredentialReloadMetrics {
-  secretReloads: { inc(labels: { variable: string; outcome: 'reloaded' | 'refused' }): void };
-  secretReloadRefused: { set(labels: { variable: string }, value: number): void };
-}
+export type CredentialReloadMetrics = Pick<Metrics, 'secretReloads' | 'secretReloadRefused'>;
 
-/**
- * Polls one credential file: a valid new file is put in use with `apply`, an invalid one refused
- * (one error line with every problem, the refusal counted, opsgate_secret_reload_refused at 1 until
- * the file is valid again or back to what is in use). `describe` says what changed, for the log
- * line of a reload (never a value).
- */
+/** Polls one credential file: a valid new file is applied, an invalid one refused. `describe` says what changed, never a value. */
 export function watchCredentialFile<T>(opts: {
   file: CredentialFile;
   intervalMs: number;
-  /** The file's text; undefined when an optional file does not exist. */
   parse(text: string | undefined): T;
   apply(value: T): void;
   describe(value: T): Record<string, unknown>;

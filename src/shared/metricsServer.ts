@@ -1,43 +1,26 @@
-import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import { ERROR_CODES, errorBody, type ErrorCode } from './errors.js';
 import type { Logger } from './logger.js';
 import { createListener, type ListenerTls, type TlsListenerMetrics } from './tls.js';
 
-/**
- * The separate metrics listener of each process (api and worker): METRICS_PORT, never the
- * public port. It serves the Prometheus text format at GET/HEAD /metrics and nothing else
- * (404 JSON {detail, code} as the API answers errors: src/shared/errors.ts; other methods on /metrics: 405). Scrapes run the registry's async
- * collectors (queue depth from Redis, bounded by a timeout), so a slow Redis never blocks it.
- * With `tls` (METRICS_TLS_CERT_FILE/METRICS_TLS_KEY_FILE) it serves HTTPS and picks up a renewed
- * certificate without a restart (src/shared/tls.ts).
- */
+/** The metrics listener on METRICS_PORT, never the public port: GET/HEAD /metrics (and /livez), errors as JSON {detail, code}. */
 interface MetricsServerOptions {
   registry: Registry;
   port: number;
   /** Default 0.0.0.0 so Prometheus can reach the pod; tests pass 127.0.0.1. */
   host?: string;
   logger?: Logger;
-  /**
-   * GET/HEAD /livez (the worker's liveness probe): called per request; its status and JSON body
-   * are the answer. Absent: /livez is 404 like any other path.
-   */
+  /** GET/HEAD /livez (the worker's liveness probe), called per request. Absent: /livez is 404. */
   livez?: () => Promise<{ status: number; body: Record<string, unknown> }>;
-  /** HTTPS: the files loaded at start (loadTlsMaterial) and the renewal poll. Absent: plain HTTP. */
+  /** HTTPS, with the renewal poll. Absent: plain HTTP. */
   tls?: ListenerTls;
-  /** TLS reload and handshake counters (createMetrics' own). */
   metrics?: TlsListenerMetrics;
 }
 
-export interface MetricsServer {
-  readonly server: Server;
-  /** The bound port (useful with port 0). */
-  readonly port: number;
-  close(): Promise<void>;
-}
+export type MetricsServer = Awaited<ReturnType<typeof startMetricsServer>>;
 
-/** An error answer of the catalog: its status is the code's. */
 function sendError(res: ServerResponse, code: ErrorCode, detail: string, headers: Record<string, string> = {}) {
   sendJson(res, ERROR_CODES[code].status, errorBody(code, detail), headers);
 }
@@ -59,29 +42,21 @@ function metricsHandler(registry: Registry, logger?: Logger, livez?: MetricsServ
     try {
       path = new URL(req.url ?? '/', 'http://metrics.local').pathname;
     } catch {
-      sendError(res, 'malformed_request', 'bad request');
-      return;
+      return sendError(res, 'malformed_request', 'bad request');
     }
-    if (path === '/livez' && livez) {
-      if (req.method !== 'GET' && req.method !== 'HEAD') {
-        sendError(res, 'method_not_allowed', 'method not allowed; allowed: GET, HEAD', { Allow: 'GET, HEAD' });
-        return;
-      }
-      livez().then(
+    const live = path === '/livez' ? livez : undefined;
+    if (path !== '/metrics' && !live) return sendError(res, 'not_found', 'not found');
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      return sendError(res, 'method_not_allowed', 'method not allowed; allowed: GET, HEAD', { Allow: 'GET, HEAD' });
+    }
+    if (live) {
+      live().then(
         (r) => sendJson(res, r.status, r.body),
         (err: unknown) => {
           logger?.error('liveness check failed', { err });
           sendError(res, 'internal_error', 'internal error');
         },
       );
-      return;
-    }
-    if (path !== '/metrics') {
-      sendError(res, 'not_found', 'not found');
-      return;
-    }
-    if (req.method !== 'GET' && req.method !== 'HEAD') {
-      sendError(res, 'method_not_allowed', 'method not allowed; allowed: GET, HEAD', { Allow: 'GET, HEAD' });
       return;
     }
     registry.metrics().then(
@@ -102,7 +77,7 @@ function metricsHandler(registry: Registry, logger?: Logger, livez?: MetricsServ
   };
 }
 
-export async function startMetricsServer(opts: MetricsServerOptions): Promise<MetricsServer> {
+export async function startMetricsServer(opts: MetricsServerOptions) {
   const { server } = createListener(metricsHandler(opts.registry, opts.logger, opts.livez), {
     listener: 'metrics',
     ...(opts.tls ? { tls: opts.tls } : {}),

@@ -3,21 +3,10 @@ import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { ConfigError, type ConfigProblem } from './errors.js';
 import { parseSecretFile } from './secrets.js';
-export { outboundSecrets, outboundVariables } from './outboundVariables.js';
 
 /**
- * Credentials opsgate presents to a server it asks (PROMETHEUS_URL, ALERTMANAGER_URL), read from
- * `<PREFIX>_*` settings, and the one HTTP call that presents them:
- * - a bearer token (`<PREFIX>_BEARER_TOKEN`, or `_FILE`);
- * - basic auth (`<PREFIX>_BASIC_AUTH_USER` and `<PREFIX>_BASIC_AUTH_PASSWORD`, or its `_FILE`);
- * - a client certificate (`<PREFIX>_TLS_CERT_FILE`, `<PREFIX>_TLS_KEY_FILE`), and a CA to verify
- *   the server with (`<PREFIX>_TLS_CA_FILE`);
- * - a tenant header (`<PREFIX>_TENANT` or `_FILE`, sent as `<PREFIX>_TENANT_HEADER`, default
- *   X-Scope-OrgID: Thanos, Mimir, Cortex), where the prefix allows one.
- * A file holds the secret on its first line and, during a rotation, the previous one on the second
- * (as the senders' secret files); the first is sent. Files are read again when they change (their
- * size or modification time), so a rotated Secret needs no restart; a changed file that is not
- * valid is refused and the last good value stays in use. Nothing here puts a value in a message.
+ * Credentials opsgate presents to a server it asks (`<PREFIX>_*` settings), and the one HTTP call that presents them. A
+ * secret file's first line is sent; files are read again when they change. Nothing here puts a value in a message.
  */
 export interface OutboundAuth {
   bearer?: LiveSecret;
@@ -27,7 +16,6 @@ export interface OutboundAuth {
 }
 
 interface LiveSecret {
-  /** The value in use (a file's first line, read again when the file changed). */
   value(): string;
 }
 
@@ -67,19 +55,31 @@ function liveFile<T>(variable: string, path: string, parse: (b: Buffer) => T, on
   };
 }
 
-const fileProblem = (variable: string, err: unknown): ConfigProblem =>
-  err instanceof ConfigError ? err.problems[0]! : { variable, problem: `cannot be read (${(err as { code?: string }).code ?? 'error'})` };
-
-/**
- * The credentials of one prefix, checked at start: every problem at once (a ConfigError), each
- * naming its variable. `onSecret` is told every value in use (for the logger's redaction).
- */
+/** The credentials of one prefix: every problem at once (a ConfigError). `onSecret` is told every value in use (redaction). */
 export function loadOutboundAuth(
   env: Env,
   prefix: string,
   opts: { tenant?: boolean; onSecret?: (v: string) => void; onRefused?: (p: ConfigProblem) => void } = {},
 ): OutboundAuth {
   const problems: ConfigProblem[] = [];
+  const watched = <T>(variable: string, path: string, parse: (b: Buffer) => T): (() => T) | undefined => {
+    try {
+      return liveFile(variable, path, parse, opts.onRefused);
+    } catch (err) {
+      const code = (err as { code?: string }).code ?? 'error';
+      problems.push(err instanceof ConfigError ? err.problems[0]! : { variable, problem: `cannot be read (${code})` });
+      return undefined;
+    }
+  };
+  /** Both or neither of a and b; else a problem of the one missing. */
+  const pair = (a: unknown, b: unknown, aVar: string, bVar: string, what: string): boolean => {
+    if ((a === undefined) === (b === undefined)) return true;
+    problems.push({
+      variable: a === undefined ? aVar : bVar,
+      problem: `is needed with ${a === undefined ? bVar : aVar} (${what} needs both)`,
+    });
+    return false;
+  };
   const secret = (name: string): LiveSecret | undefined => {
     const inline = set(env, name);
     const path = set(env, `${name}_FILE`)?.trim();
@@ -92,45 +92,24 @@ export function loadOutboundAuth(
       return { value: () => inline };
     }
     if (path === undefined) return undefined;
-    try {
-      const read = liveFile(
-        `${name}_FILE`,
-        path,
-        (b) => {
-          const v = parseSecretFile(b.toString('utf8'), `${name}_FILE`)[0]!;
-          opts.onSecret?.(v);
-          return v;
-        },
-        opts.onRefused,
-      );
-      return { value: read };
-    } catch (err) {
-      problems.push(fileProblem(`${name}_FILE`, err));
-      return undefined;
-    }
+    const value = watched(`${name}_FILE`, path, (b) => {
+      const v = parseSecretFile(b.toString('utf8'), `${name}_FILE`)[0]!;
+      opts.onSecret?.(v);
+      return v;
+    });
+    return value && { value };
   };
   const file = (name: string): LiveFile | undefined => {
     const path = set(env, name)?.trim();
-    if (path === undefined) return undefined;
-    try {
-      return { bytes: liveFile(name, path, (b) => b, opts.onRefused) };
-    } catch (err) {
-      problems.push(fileProblem(name, err));
-      return undefined;
-    }
+    const bytes = path === undefined ? undefined : watched(name, path, (b) => b);
+    return bytes && { bytes };
   };
-
   const out: OutboundAuth = {};
   const bearer = secret(`${prefix}_BEARER_TOKEN`);
   const user = set(env, `${prefix}_BASIC_AUTH_USER`);
   const password = secret(`${prefix}_BASIC_AUTH_PASSWORD`);
   if (bearer) out.bearer = bearer;
-  if ((user === undefined) !== (password === undefined)) {
-    problems.push({
-      variable: user === undefined ? `${prefix}_BASIC_AUTH_USER` : `${prefix}_BASIC_AUTH_PASSWORD`,
-      problem: `is needed with ${user === undefined ? `${prefix}_BASIC_AUTH_PASSWORD` : `${prefix}_BASIC_AUTH_USER`} (basic auth needs both)`,
-    });
-  } else if (user !== undefined && password) {
+  if (pair(user, password, `${prefix}_BASIC_AUTH_USER`, `${prefix}_BASIC_AUTH_PASSWORD`, 'basic auth') && user !== undefined && password) {
     if (user.includes(':')) problems.push({ variable: `${prefix}_BASIC_AUTH_USER`, problem: 'must not contain ":"' });
     out.basic = { user, password };
   }
@@ -143,11 +122,8 @@ export function loadOutboundAuth(
   const cert = file(`${prefix}_TLS_CERT_FILE`);
   const key = file(`${prefix}_TLS_KEY_FILE`);
   const ca = file(`${prefix}_TLS_CA_FILE`);
-  if ((cert === undefined) !== (key === undefined) && !problems.some((p) => p.variable.startsWith(`${prefix}_TLS_`))) {
-    problems.push({
-      variable: cert === undefined ? `${prefix}_TLS_CERT_FILE` : `${prefix}_TLS_KEY_FILE`,
-      problem: `is needed with ${cert === undefined ? `${prefix}_TLS_KEY_FILE` : `${prefix}_TLS_CERT_FILE`} (a client certificate needs both)`,
-    });
+  if (!problems.some((p) => p.variable.startsWith(`${prefix}_TLS_`))) {
+    pair(cert, key, `${prefix}_TLS_CERT_FILE`, `${prefix}_TLS_KEY_FILE`, 'a client certificate');
   }
   if (cert || key || ca) out.tls = { ...(cert ? { cert } : {}), ...(key ? { key } : {}), ...(ca ? { ca } : {}) };
   if (opts.tenant) {
@@ -171,11 +147,7 @@ export class OutboundError extends Error {
   }
 }
 
-/**
- * One request to `base` + `path` with the credentials, bounded by `timeoutMs`. Answers the status
- * and body; throws an OutboundError (naming `what`, the method and the path, never a credential)
- * when there is no answer.
- */
+/** One request to `base` + `path` with the credentials, bounded; no answer: an OutboundError naming `what`, never a credential. */
 export function outboundCall(
   what: string,
   base: string,

@@ -1,8 +1,4 @@
-/**
- * The settings of the credentials opsgate presents to a server it asks (src/shared/outboundAuth.ts),
- * by prefix (PROMETHEUS, ALERTMANAGER): every one optional. Apart from outboundAuth.ts so that the
- * configuration's schema can list them without importing what reads them.
- */
+/** The optional credential settings of a prefix (PROMETHEUS, ALERTMANAGER), apart from outboundAuth.ts, which reads them. */
 export const outboundVariables = (prefix: string, tenant: boolean): string[] => [
   `${prefix}_BEARER_TOKEN`,
   `${prefix}_BEARER_TOKEN_FILE`,

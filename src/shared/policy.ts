@@ -2,20 +2,8 @@ import { z } from 'zod';
 import { isTimeZone, WEEKDAYS } from './windows.js';
 
 /**
- * Guarded changes: the policy of a host (its restarts) or a project (its deploys), from the
- * inventory (src/shared/inventory.ts). The inventory's top-level `policy` is the default of every
- * host and project; a host's or project's own `policy` replaces it field by field.
- *
- * - approval: {required, ttl}: the change waits for `required` operators other than the requester
- *   to approve it within `ttl` (four-eyes).
- * - windows: recurring change windows (src/shared/windows.ts). Outside them a restart is refused
- *   (409, unless overridden with a reason) and a deploy is held until the next one opens.
- * - budget (hosts only): at most `restarts` restarts of Deployments of the host's namespace per
- *   `per`, counted across every API replica, caller and webhook. Hosts sharing a namespace share
- *   its budget, so they must give the same one.
- * - remediation_budget (hosts only): at most `restarts` restarts by remediation rules (all rules
- *   together) of the namespace's Deployments per `per`. Default: the namespace's `budget`. It is a
- *   budget of its own: remediation never takes a place of the budget above, which stays for people.
+ * The guards of a change: the inventory's `policy`, replaced field by field by a host's or project's own. A namespace's
+ * `budget` is shared by its hosts; `remediation_budget` (default: `budget`) is the rules' own, never taking a place of people's.
  */
 
 /** "90s", "10m", "1h", "1h30m", "2d" or a number of seconds -> seconds. */
@@ -27,10 +15,7 @@ export function parseDuration(v: string | number): number | undefined {
   return s > 0 ? s : undefined;
 }
 
-/**
- * A duration in seconds, written "90s", "10m", "1h", "1h30m", "2d" or as a number of seconds;
- * with `zero`, "0s" (or 0) too.
- */
+/** A duration in seconds, as parseDuration reads it; with `zero`, "0s" (or 0) too. */
 export const durationSchema = (max: number, what: string, zero = false) =>
   z.union([z.string(), z.number()]).transform((v, ctx) => {
     if (zero && (v === 0 || (typeof v === 'string' && /^\s*0+[smhd]?\s*$/.test(v)))) return 0;
@@ -46,11 +31,7 @@ export const durationSchema = (max: number, what: string, zero = false) =>
 export function formatDuration(seconds: number): string {
   const parts: string[] = [];
   let s = Math.round(seconds);
-  for (const [unit, size] of [
-    ['d', 86400],
-    ['h', 3600],
-    ['m', 60],
-  ] as const) {
+  for (const [unit, size] of Object.entries({ d: 86400, h: 3600, m: 60 })) {
     if (s >= size) {
       parts.push(`${Math.floor(s / size)}${unit}`);
       s %= size;
@@ -71,15 +52,15 @@ const windowSchema = z
   })
   .refine((w) => w.start !== w.end, 'start and end must differ (a window across midnight ends before it starts)');
 
+/** `required` operators other than the requester approve the change within `ttl` (four-eyes). */
 export const approvalPolicySchema = z.strictObject({
   required: z.number().int().min(1).max(5).default(1),
-  /** How long the approval may be given, in seconds. */
   ttl: durationSchema(7 * 86400, 'ttl').default(3600),
 });
 
 export const budgetPolicySchema = z.strictObject({
   restarts: z.number().int().min(1).max(10000),
-  /** The sliding window, in seconds. */
+  /** The sliding window. */
   per: durationSchema(7 * 86400, 'per'),
 });
 

@@ -7,11 +7,8 @@ import type { QueueGuard } from './queueGuard.js';
 import { createRedis } from './redis.js';
 
 /**
- * A job whose answer the API waits for, within a bound: a dry run, rehearsed by the worker with
- * its own Kubernetes identity (the API holds none of the worker's rights). The job is added
- * through the producer and awaited with BullMQ's Job#waitUntilFinished on a QueueEvents, opened on
- * first use (its own blocking connection) and closed with the queue. Too late: the job is taken
- * back when no worker has started it, and the answer says so; nothing else waits on it.
+ * A job whose answer the API waits for, within a bound: a dry run, rehearsed by the worker with its own Kubernetes identity
+ * (the API holds none of its rights). Too late: the job is taken back when no worker has started it.
  */
 type ProbeResult = { state: 'completed'; value: unknown } | { state: 'failed'; reason: string } | { state: 'timeout' };
 
@@ -35,7 +32,6 @@ export function createProber(deps: { bull: Queue; url: string; producer: Produce
       opening = undefined;
       throw err;
     }));
-
   return {
     async run(req, timeoutMs) {
       const qe = await deps.guard('read', open);
@@ -57,7 +53,6 @@ export function createProber(deps: { bull: Queue; url: string; producer: Produce
       await deps.producer.remove(jobId).catch(() => false);
       return { state: 'timeout', jobId };
     },
-
     async close() {
       if (!events) return;
       const { qe, connection } = events;

@@ -9,29 +9,17 @@ import { waitForReplicas } from './redis.js';
 import type { QueueGuard } from './queueGuard.js';
 
 /**
- * The API's producer side of the "ops" queue, on BullMQ's public API only: `Queue#add` and
- * `Queue#addBulk`, with BullMQ's own deduplication.
- *
- * A deduplicated add is one BullMQ script: it sets the deduplication record (`deduplication.id`,
- * kept `ttlMs` whatever becomes of the job; without a ttl, until the job finishes) and adds the
- * job together, or finds the record and answers the job that holds it. A record therefore never
- * exists without its job, nor a job without its record, whatever fails or is killed around the
- * call; and a failure before the script ran leaves nothing, so the sender's retry is delivered
- * again.
+ * The API's side of the "ops" queue, with BullMQ's own deduplication: one script sets the record and adds the job, or answers
+ * the job holding it, so a record never exists without its job nor a job without its record, whatever fails around the call.
  */
-interface Deduplication {
-  id: string;
-  /** How long the record outlives its job; absent: until the job finishes. */
-  ttlMs?: number;
-}
-
 export interface AddRequest<N extends JobName = JobName> {
   name: N;
   data: JobDataByName[N];
-  /** Default: a new UUID. An add whose job id already exists adds nothing and answers that job. */
+  /** Default: a new UUID. An existing job id adds nothing and answers that job. */
   jobId?: string;
-  deduplication?: Deduplication;
-  /** A held job: processed no earlier than this many ms from now (BullMQ's delayed jobs). */
+  /** ttlMs: how long the record outlives its job; absent: until the job finishes. */
+  deduplication?: { id: string; ttlMs?: number };
+  /** A held job: processed no earlier than this many ms from now. */
   delay?: number;
   /** Options that differ from the queue's defaults (a dry run's single short-lived attempt). */
   jobOptions?: { attempts?: number; removeOnComplete?: { age: number }; removeOnFail?: { age: number } };
@@ -47,23 +35,17 @@ interface Added {
 export interface Producer {
   /** Validates the data against its job's schema (422), then adds it. 503 when Redis is unavailable. */
   add<N extends JobName>(req: AddRequest<N>): Promise<Added>;
-  /** Several adds in one round trip (BullMQ's addBulk), answers in order. */
+  /** Several adds in one round trip, answers in order. */
   addMany(reqs: readonly AddRequest[]): Promise<Added[]>;
-  /**
-   * Takes back a job no worker has taken yet, with its deduplication record. true: removed (or
-   * not there); false: it is active or finished, so it stays (and counts as accepted).
-   */
+  /** Takes back a job no worker has taken yet, with its deduplication record; false: active or finished, it stays. */
   remove(id: string): Promise<boolean>;
   /** WAIT on the queue's connection: how many replicas acknowledged every job added so far. */
   waitReplicas(numReplicas: number, timeoutMs: number): Promise<number>;
-  /**
-   * Runs a delayed (held) job as soon as a worker is free (BullMQ's Job#promote). true: promoted;
-   * false: it is not delayed (already running, finished, or gone).
-   */
+  /** Runs a delayed (held) job as soon as a worker is free; false: it is not delayed. */
   promote(id: string): Promise<boolean>;
   /** The job holding a deduplication id (a restart coalesced on its Deployment), or null. */
   deduplicationHolder(dedupId: string): Promise<string | null>;
-  /** When the job was added (ms, its BullMQ timestamp): a deploy's acceptance; undefined when it is gone. */
+  /** When the job was added (ms): a deploy's acceptance; undefined when it is gone. */
   acceptedAt(id: string): Promise<number | undefined>;
 }
 
@@ -104,7 +86,6 @@ export function createProducer(deps: ProducerDeps): Producer {
     if (out.added) deps.metrics?.jobsEnqueued.inc({ name });
     return out;
   };
-
   return {
     async add(req) {
       const data = validated(req);
@@ -113,7 +94,6 @@ export function createProducer(deps: ProducerDeps): Producer {
       if (job.id === undefined) throw new QueueUnavailableError('submit', true);
       return counted(req.name, { jobId: job.id, added: job.id === jobId });
     },
-
     async addMany(reqs) {
       if (reqs.length === 0) return [];
       const ids = reqs.map((r) => r.jobId ?? randomUUID());
@@ -124,25 +104,20 @@ export function createProducer(deps: ProducerDeps): Producer {
         return counted(reqs[i]!.name, { jobId: job.id, added: job.id === ids[i] });
       });
     },
-
     async remove(id) {
       if (connection.status !== 'ready') throw new QueueUnavailableError('submit', true);
-      // Only a job no worker has taken yet is taken back: one that is active or already finished
-      // was accepted for real (removing it would let a retry run the work twice).
+      // An active or finished job was accepted for real: removing it would let a retry run the work twice.
       const state = await bull.getJobState(id);
       if (state === 'unknown') return true;
       if (!['waiting', 'delayed', 'prioritized', 'waiting-children'].includes(state)) return false;
-      // BullMQ's remove answers 0 when a worker locked the job in the meantime; it drops the
-      // job's deduplication record with it.
+      // 0 when a worker locked the job in the meantime; the deduplication record goes with the job.
       return (await bull.remove(id)) === 1;
     },
-
     async waitReplicas(numReplicas, timeoutMs) {
       if (connection.status !== 'ready') throw new QueueUnavailableError('submit', true);
       // Every key of the queue shares the prefix's hash tag: on a Cluster, one primary.
       return waitForReplicas(connection, numReplicas, timeoutMs, [queueKey(bull.opts.prefix ?? QUEUE_PREFIX_DEFAULT, QUEUE_NAME, 'id')]);
     },
-
     async promote(id) {
       const job = await guard('retry', () => bull.getJob(id));
       if (!job || (await guard('read', () => job.getState())) !== 'delayed') return false;
@@ -150,16 +125,13 @@ export function createProducer(deps: ProducerDeps): Producer {
         await guard('retry', () => job.promote());
         return true;
       } catch {
-        // Promoted or started by another caller in the meantime (not delayed any more), or Redis
-        // is unavailable (the read answers 503 then).
+        // Promoted or started by another caller meanwhile, or Redis is unavailable (the read answers 503).
         return (await guard('read', () => job.getState())) !== 'delayed';
       }
     },
-
     async deduplicationHolder(dedupId) {
       return guard('read', () => bull.getDeduplicationJobId(dedupId));
     },
-
     async acceptedAt(id) {
       return (await guard('read', () => bull.getJob(id)))?.timestamp;
     },

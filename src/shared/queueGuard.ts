@@ -4,11 +4,8 @@ import type { Logger } from './logger.js';
 import { withTimeout } from './timeout.js';
 
 /**
- * Runs one queue operation with the API's contract for Redis trouble: refused at once while the
- * connection is down (BullMQ would otherwise wait for it to come back), bounded by `timeoutMs`,
- * and any failure answered as 503 + Retry-After (QueueUnavailableError). A reply error is Redis
- * refusing the command (nothing ran); anything else (the bound, the connection's command
- * timeout, a closed connection) leaves the operation's fate unknown: `mayHaveLanded`.
+ * One queue operation: refused at once while the connection is down (BullMQ would wait for it), bounded, any failure a 503.
+ * Only a reply error means nothing ran; anything else leaves its fate unknown: `mayHaveLanded`.
  */
 export type QueueGuard = <T>(operation: QueueOperation, op: () => Promise<T>) => Promise<T>;
 

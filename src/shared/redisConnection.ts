@@ -2,12 +2,7 @@ import type { Redis } from 'ioredis';
 import type { Logger } from './logger.js';
 import { createRedis, type RedisProfile } from './redis.js';
 
-/**
- * The Redis connection as both processes open it: createRedis (src/shared/redis.ts) plus one
- * watcher that remembers why the connection is down and logs the change once each way ("redis
- * connection error" with the URL, its password removed, and the reason; then "redis connection
- * restored"), instead of once per reconnect attempt.
- */
+/** createRedis plus a watcher that logs a lost and a restored connection once each, not once per reconnect attempt. */
 
 /** REDIS_URL with every password replaced by "***" (the userinfo's and sentinelPassword=). */
 function redactRedisUrl(url: string): string {
@@ -22,7 +17,7 @@ function redactRedisUrl(url: string): string {
 interface Watch {
   /** Why the connection last failed (an error code such as ECONNREFUSED), until it is ready again. */
   problem?: string;
-  /** Set by markClosing: the process itself is closing the connection, which then stays closed. */
+  /** Set by markClosing: the connection then stays closed. */
   closing?: boolean;
 }
 const watches = new WeakMap<Redis, Watch>();
@@ -40,32 +35,26 @@ export function watchRedis(client: Redis, opts: { logger?: Logger; url?: string 
   if (watches.has(client)) return;
   const watch: Watch = {};
   watches.set(client, watch);
+  const where = opts.url ? { redis: redactRedisUrl(opts.url) } : {};
   client.on('error', (err: unknown) => {
     const first = watch.problem === undefined;
     watch.problem = reasonOf(err);
-    if (first)
-      opts.logger?.warn('redis connection error', { err, reason: watch.problem, ...(opts.url ? { redis: redactRedisUrl(opts.url) } : {}) });
+    if (first) opts.logger?.warn('redis connection error', { err, reason: watch.problem, ...where });
   });
   client.on('ready', () => {
-    if (watch.problem !== undefined) opts.logger?.info('redis connection restored', opts.url ? { redis: redactRedisUrl(opts.url) } : {});
+    if (watch.problem !== undefined) opts.logger?.info('redis connection restored', where);
     watch.problem = undefined;
   });
 }
 
-/**
- * Why `client` cannot serve now, for a readiness answer: "redis unreachable: <reason>" while it is
- * not connected, undefined when it is (a failing command is then the caller's to report).
- */
+/** Why `client` cannot serve now, for a readiness answer; undefined when connected (a failing command is the caller's). */
 export function redisProblem(client: Redis): string | undefined {
   if (client.status === 'ready') return undefined;
   const problem = watches.get(client)?.problem;
   return `redis unreachable: ${problem ?? client.status}`;
 }
 
-/**
- * A watched connection for REDIS_URL (see the header) that is never left closed by anyone but the
- * process (reconnectWhenEnded).
- */
+/** A watched connection for REDIS_URL, never left closed by anyone but the process. */
 export function connectRedis(opts: { url: string; profile: RedisProfile; name: string; logger: Logger }): Redis {
   const client = createRedis(opts.url, opts.profile, opts.name);
   watchRedis(client, { logger: opts.logger, url: opts.url });
@@ -74,11 +63,8 @@ export function connectRedis(opts: { url: string; profile: RedisProfile; name: s
 }
 
 /**
- * Connects `client` again when it ends while nobody closed it (markClosing). ioredis ends a
- * connection for good (status `end`, every command "Connection is closed.") when a reconnect is
- * asked while its previous connect is still under way, which a failover does: the sentinels'
- * +switch-master, or a READONLY answer, arriving while the client is asking the sentinels for the
- * primary.
+ * Connects `client` again when it ends while nobody closed it: ioredis ends a connection for good when a reconnect is asked
+ * during its previous connect, which a failover does (+switch-master or READONLY while it asks the sentinels for the primary).
  */
 export function reconnectWhenEnded(client: Redis, opts: { url: string; logger?: Logger }): void {
   watchRedis(client);

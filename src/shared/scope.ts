@@ -1,14 +1,8 @@
 import { z } from 'zod';
 
 /**
- * What a credential may act on: hosts, namespaces and projects. A keys-file entry and an OIDC
- * rule may each carry one; a credential without a scope acts on everything its role allows.
- *
- * A scope is an allow-list per kind of target. A restart (host, namespace) is in scope when the
- * scope lists hosts or namespaces and every one of those two lists it names admits the target; a
- * deploy (project, namespace) likewise with projects and namespaces. So `{projects: [a/b]}` deploys
- * a/b and restarts nothing, and `{hosts: [web-1], namespaces: [shop]}` restarts web-1 only while it
- * lives in shop.
+ * What a credential may act on (none: everything its role allows): every list of the target's kind and of namespaces must
+ * admit it. `{projects: [a/b]}` restarts nothing; `{hosts: [web-1], namespaces: [shop]}` restarts web-1 only while in shop.
  */
 export interface Scope {
   readonly hosts?: readonly string[];
@@ -16,7 +10,6 @@ export interface Scope {
   readonly projects?: readonly string[];
 }
 
-/** What a route acts on, as a scope reads it. */
 export type ScopeTarget =
   | { kind: 'host'; host: string; namespace: string }
   | { kind: 'project'; project: string; namespace: string }
@@ -25,14 +18,13 @@ export type ScopeTarget =
 
 const names = z.array(z.string().min(1).max(255)).max(500);
 
-/** A scope in a configuration file: only these three lists, each optional, and at least one of them. */
+/** At least one of the three lists. */
 export const scopeSchema = z
   .strictObject({ hosts: names.optional(), namespaces: names.optional(), projects: names.optional() })
   .refine((s) => s.hosts !== undefined || s.namespaces !== undefined || s.projects !== undefined, {
     message: 'names none of hosts, namespaces, projects (leave scope out to act on everything)',
   });
 
-/** Whether the scope (none: everything) admits the target. */
 export function scopeAdmits(scope: Scope | undefined, target: ScopeTarget): boolean {
   if (!scope) return true;
   const own = target.kind === 'host' ? scope.hosts : target.kind === 'project' ? scope.projects : undefined;
@@ -43,7 +35,6 @@ export function scopeAdmits(scope: Scope | undefined, target: ScopeTarget): bool
   return true;
 }
 
-/** The target in words, for a refusal's detail. */
 export function describeScopeTarget(target: ScopeTarget): string {
   if (target.kind === 'host') return `host ${target.host} (namespace ${target.namespace})`;
   if (target.kind === 'project') return `project ${target.project} (namespace ${target.namespace})`;

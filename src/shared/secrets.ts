@@ -4,29 +4,16 @@ import { contentsDigest, FileProblem, readWatchedFile } from './fileReload.js';
 import type { CredentialFile, SecretValues } from './liveSecrets.js';
 import { secretFileVar, SOURCE_SECRET_ENVS } from '../sources/index.js';
 
-/**
- * The secrets opsgate is given, as read at start: the placeholder rule every secret is held to,
- * the senders' secrets (each from its variable or its file) and the read of a credential file.
- * Messages name the variable, the file or the line, never a value.
- */
+/** The secrets as read at start. Messages name the variable, the file or the line, never a value. */
 
-/**
- * The fake secrets of the plain manifests (k8s/opsgate.yaml, k8s/examples/values.example.yaml) all start
- * with this. They are public, so a process holding one would accept anyone: refuse to start.
- */
+/** The plain manifests' fake secrets start with this; they are public, so a process holding one would accept anyone. */
 export const PLACEHOLDER_PREFIX = 'CHANGE-ME';
 export const isPlaceholder = (v: string): boolean => v.trim().toUpperCase().startsWith(PLACEHOLDER_PREFIX);
 export const PLACEHOLDER_PROBLEM = `still holds the ${PLACEHOLDER_PREFIX} placeholder of the plain manifests; set a real secret`;
 /** Keys (and the bearer token) shorter than this are accepted but logged as a warning at start. */
 export const MIN_SECRET_LENGTH = 16;
 
-/**
- * The text of a sender's secret file (`<VARIABLE>_FILE`): the secret on the first line and, during
- * a rotation, the previous one on the second; line ends (LF or CRLF, and a final one) are not part
- * of a value. Refused, naming the line and never its text: no secret, an empty line, more than two
- * values, spaces or tabs around a value (a pasting mistake no sender would reproduce), a
- * placeholder.
- */
+/** A secret file: the secret, then in a rotation the previous one. Spaces around a value: a pasting mistake, refused. */
 export function parseSecretFile(text: string, variable: string): string[] {
   const lines = text.split('\n').map((l) => (l.endsWith('\r') ? l.slice(0, -1) : l));
   if (lines.length > 1 && lines[lines.length - 1] === '') lines.pop();
@@ -43,7 +30,6 @@ export function parseSecretFile(text: string, variable: string): string[] {
   return lines;
 }
 
-/** Reads a credential file at start-up: its text and what the reload poll compares with. */
 export function readCredentialFile(variable: string, path: string): { text: string; file: CredentialFile } {
   let bytes: Buffer;
   try {
@@ -55,17 +41,12 @@ export function readCredentialFile(variable: string, path: string): { text: stri
   return { text: bytes.toString('utf8'), file: { variable, path, digest: contentsDigest([bytes]) } };
 }
 
-type Env = Record<string, string | undefined>;
-
 /**
- * The senders' secrets: each variable's value, or its file's values; both set is a problem of the
- * file variable. A file that does not exist leaves its sender unconfigured, as an unset variable
- * does (an optional key absent from a mounted Secret, or one the kubelet has not written yet): it
- * is named in `absent` for a warning, and watched like the others, so its sender is configured
- * when it appears.
+ * The senders' secrets, each from its variable or its file. An absent file (an optional key of a Secret) leaves its sender
+ * unconfigured, is named in `absent`, and is watched, so its sender is configured when it appears.
  */
 export function loadSenderSecrets(
-  env: Env,
+  env: Record<string, string | undefined>,
   problems: ConfigProblem[],
   files: CredentialFile[],
   absent: string[],
@@ -100,7 +81,6 @@ export function loadSenderSecrets(
   return out;
 }
 
-/** Start-up warnings about secret files that do not exist: their senders run unconfigured, as with the variable unset. */
 export function absentSecretFileWarnings(config: { readonly absentSecretFiles: readonly string[] }): string[] {
   return config.absentSecretFiles.map(
     (v) =>

@@ -2,32 +2,19 @@ import type { Logger } from './logger.js';
 import { settlesWithin } from './timeout.js';
 
 /**
- * Bounded shutdown for both processes. Every close step (HTTP server, metrics
- * server, BullMQ worker/queue, Redis connections) runs against a deadline: a step that does not
- * finish in time is logged (msg "shutdown step timed out") and left behind, and the process exits
- * non-zero. A hard deadline covers the whole shutdown: past it the process exits 1 whatever is
- * still running (msg "shutdown deadline passed; timed out"), so SIGTERM never hangs on a Redis that
- * is down, frozen or still reconnecting.
+ * Bounded shutdown: each close step runs against a deadline (left behind and logged when late), and a hard deadline over
+ * the whole runs `onDeadline` (exit 1), so SIGTERM never hangs on a Redis that is down, frozen or still reconnecting.
  */
-
 interface ShutdownBudget {
   /** Milliseconds left before the hard deadline (never below 0). */
   remaining(): number;
-  /**
-   * Runs one close step bounded by min(maxMs, what is left); logs and records it when it times
-   * out (or fails). Returns whether it finished cleanly.
-   */
+  /** Runs one close step bounded by min(maxMs, what is left); whether it finished cleanly. */
   step(name: string, run: () => Promise<unknown>, maxMs: number): Promise<boolean>;
-  /** Names of the steps that did not finish. */
   readonly unfinished: readonly string[];
   /** Cancels the hard-deadline timer (call right before exiting normally). */
   done(): void;
 }
 
-/**
- * Starts the hard deadline (totalMs from now): when it passes, `onDeadline` runs (production:
- * log + process.exit(1)).
- */
 export function shutdownBudget(logger: Logger, totalMs: number, onDeadline: () => void): ShutdownBudget {
   const deadline = Date.now() + totalMs;
   const unfinished: string[] = [];
@@ -43,8 +30,7 @@ export function shutdownBudget(logger: Logger, totalMs: number, onDeadline: () =
       const p = (async () => run())().catch((err: unknown) => {
         failed = err;
       });
-      const finished = await settlesWithin(p, ms);
-      if (!finished) {
+      if (!(await settlesWithin(p, ms))) {
         unfinished.push(name);
         logger.error('shutdown step timed out', { step: name, timeout_ms: ms });
         return false;
@@ -56,9 +42,7 @@ export function shutdownBudget(logger: Logger, totalMs: number, onDeadline: () =
       }
       return true;
     },
-    get unfinished() {
-      return unfinished;
-    },
+    unfinished,
     done: () => clearTimeout(timer),
   };
 }

@@ -1,15 +1,6 @@
 /**
- * Recurring change windows: weekdays and hours of the wall clock in an IANA time zone, e.g.
- * `{days: [mon, tue, wed, thu], start: "09:00", end: "17:00", timeZone: "Europe/Paris"}`.
- *
- * Everything is computed with the runtime's own time-zone database (Intl.DateTimeFormat), so
- * daylight-saving changes follow the zone's rules and no dependency is added. A window whose end is
- * not after its start spans midnight (22:00-06:00): its days name the day it opens. "24:00" ends a
- * window at midnight. A wall-clock time that does not exist (the hour skipped when clocks go
- * forward) moves forward by the length of the gap; one that exists twice (clocks go back) is its
- * first occurrence.
- *
- * The clock is always passed in (`now`, ms since the epoch): the tests control it.
+ * Recurring change windows in an IANA time zone, by the runtime's time-zone database. A window whose end is not after its
+ * start spans midnight; "24:00" ends one at midnight. A skipped wall-clock time moves forward by the gap; a repeated one is its first.
  */
 export const WEEKDAYS = ['sun', 'mon', 'tue', 'wed', 'thu', 'fri', 'sat'] as const;
 type Weekday = (typeof WEEKDAYS)[number];
@@ -23,30 +14,12 @@ export interface ChangeWindow {
   timeZone: string;
 }
 
-interface WindowState {
-  /** Now is inside one of the windows (or there are none: always open). */
-  open: boolean;
-  /** Open: when the window that contains now closes (ms); absent when always open. */
-  closesAt?: number;
-  /** Closed: when the next window opens (ms). */
-  opensAt?: number;
-}
-
+const NUMERIC = { year: 'numeric', month: 'numeric', day: 'numeric', hour: 'numeric', minute: 'numeric', second: 'numeric' } as const;
 const formatters = new Map<string, Intl.DateTimeFormat>();
 function formatter(timeZone: string): Intl.DateTimeFormat {
   let f = formatters.get(timeZone);
   if (!f) {
-    f = new Intl.DateTimeFormat('en-US', {
-      timeZone,
-      hourCycle: 'h23',
-      year: 'numeric',
-      month: 'numeric',
-      day: 'numeric',
-      hour: 'numeric',
-      minute: 'numeric',
-      second: 'numeric',
-      weekday: 'short',
-    });
+    f = new Intl.DateTimeFormat('en-US', { timeZone, hourCycle: 'h23', weekday: 'short', ...NUMERIC });
     formatters.set(timeZone, f);
   }
   return f;
@@ -62,34 +35,22 @@ export function isTimeZone(tz: string): boolean {
   }
 }
 
-/** "HH:MM" -> minutes since midnight. */
 function minutesOf(hhmm: string): number {
   const [h, m] = hhmm.split(':').map(Number) as [number, number];
   return h * 60 + m;
 }
 
-interface Local {
-  year: number;
-  month: number;
-  day: number;
-  /** 0 = Sunday */
-  weekday: number;
-  /** minutes since local midnight, with seconds as a fraction */
-  minutes: number;
-}
-
 const DAY_MS = 86_400_000;
 
-const WEEKDAY_INDEX: Record<string, number> = { Sun: 0, Mon: 1, Tue: 2, Wed: 3, Thu: 4, Fri: 5, Sat: 6 };
-
-function local(ms: number, timeZone: string): Local {
+/** A local date, its weekday (0 = Sunday) and the minutes since its midnight (seconds as a fraction). */
+function local(ms: number, timeZone: string) {
   const parts: Record<string, string> = {};
   for (const p of formatter(timeZone).formatToParts(new Date(ms))) parts[p.type] = p.value;
   return {
     year: Number(parts.year),
     month: Number(parts.month),
     day: Number(parts.day),
-    weekday: WEEKDAY_INDEX[parts.weekday!]!,
+    weekday: WEEKDAYS.indexOf(parts.weekday!.toLowerCase() as Weekday),
     minutes: Number(parts.hour) * 60 + Number(parts.minute) + Number(parts.second) / 60,
   };
 }
@@ -102,15 +63,10 @@ function offsetAt(ms: number, timeZone: string): number {
 }
 
 /**
- * The instant a wall-clock time of a local date has in a zone (see the header for the skipped
- * and repeated hours of daylight-saving changes). `day` may overflow the month and `minutes` the
- * day (Date.UTC normalises both).
- *
- * The zone's offsets half a day before and after are the only candidates (no zone changes its
- * offset twice within a day): each gives an instant, and the earliest that shows this wall time
- * wins. None shows it when the wall time was skipped: then the offset from before the change
- * applies, which moves it forward by the length of the gap (02:30 becomes 03:30), as Temporal's
- * "compatible" disambiguation does.
+ * The instant of a wall-clock time of a local date in a zone (`day` and `minutes` may overflow).
+ * The offsets half a day before and after are the only candidates (no zone changes its offset twice
+ * within a day); the earliest showing this wall time wins, else (a skipped time) the one from
+ * before, as Temporal's "compatible" disambiguation does.
  */
 export function zonedInstant(year: number, month: number, day: number, minutes: number, timeZone: string): number {
   const wall = Date.UTC(year, month - 1, day, 0, minutes, 0);
@@ -122,23 +78,17 @@ export function zonedInstant(year: number, month: number, day: number, minutes: 
 }
 
 /** The [open, close) instants of one window for the local date `offsetDays` from now's local date. */
-function occurrence(w: ChangeWindow, base: Local, offsetDays: number): [number, number] | undefined {
-  // The weekday of the local date base + offsetDays.
+function occurrence(w: ChangeWindow, base: ReturnType<typeof local>, offsetDays: number): [number, number] | undefined {
   const weekday = (((base.weekday + offsetDays) % 7) + 7) % 7;
   if (!w.days.includes(WEEKDAYS[weekday]!)) return undefined;
   const start = minutesOf(w.start);
   let end = minutesOf(w.end);
   if (end <= start) end += 1440; // spans midnight
-  const opens = zonedInstant(base.year, base.month, base.day + offsetDays, start, w.timeZone);
-  const closes = zonedInstant(base.year, base.month, base.day + offsetDays, end, w.timeZone);
-  return [opens, closes];
+  return [start, end].map((m) => zonedInstant(base.year, base.month, base.day + offsetDays, m, w.timeZone)) as [number, number];
 }
 
-/**
- * Whether `now` is inside one of the windows, and when that changes. No windows: always open.
- * Looks up to 8 days ahead (every window opens at least once a week).
- */
-export function windowState(windows: readonly ChangeWindow[] | undefined, now: number): WindowState {
+/** Whether `now` is inside one of the windows (none: always open, no closesAt), and when that changes. */
+export function windowState(windows: readonly ChangeWindow[] | undefined, now: number) {
   if (!windows || windows.length === 0) return { open: true };
   let closesAt: number | undefined;
   let opensAt: number | undefined;
@@ -158,7 +108,6 @@ export function windowState(windows: readonly ChangeWindow[] | undefined, now: n
   return { open: false, opensAt: opensAt ?? now + DAY_MS };
 }
 
-/** One line for an answer or a notification: "Mon-Thu 09:00-17:00 Europe/Paris". */
 export function describeWindow(w: ChangeWindow): string {
   return `${w.days.join(',')} ${w.start}-${w.end} ${w.timeZone}`;
 }
