@@ -4,11 +4,8 @@ import type { GateReason } from './gate.js';
 import { storedJson } from '../shared/redis.js';
 
 /**
- * Deploys held by a freeze or outside their project's change windows: each is a BullMQ delayed
- * job (it wakes when the gate is expected to open), and this record says why, for GET /ops/jobs/{id},
- * GET /ops/holds and the release of a lifted freeze (DELETE /ops/freezes/{id} promotes the jobs
- * its freeze held). Written before the job is added or delayed, dropped when the worker lets the
- * job run; a record whose job is gone is ignored by every reader.
+ * Why a held deploy (a delayed job, due when its gate should open) is held. Written before the job
+ * is added or delayed, dropped when it runs; a record whose job is gone is ignored by every reader.
  */
 export interface Hold {
   job_id: string;

@@ -6,15 +6,7 @@ import { submitChange } from './pipeline.js';
 import type { Acceptance } from './deployOrder/store.js';
 import type { Change, Origin, Principal } from './types.js';
 
-/**
- * A push to the deploy branch, from a sender (origin `webhook`) or an operator's replay of a
- * recorded delivery (origin `replay`): one run_deploy_pipeline job per event id within 24 h (and,
- * from a signed sender without a timestamp, one per commit pair a delivery brings in 30 days; a
- * replay may deploy it again), through
- * the pipeline: a project whose policy asks for approval gets a pending approval instead of a job
- * (the same event again joins it); a deploy covered by a freeze or outside its windows is queued
- * held, a BullMQ delayed job due when the gate opens, with the reasons recorded and reported.
- */
+/** A push to the deploy branch (origin `webhook`) or an operator's replay of one (`replay`), through the pipeline. */
 interface PushRequest {
   source: string;
   project: string;

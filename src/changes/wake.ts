@@ -6,12 +6,10 @@ import { plan } from './plan.js';
 import type { Change, Decision, Facts, Principal } from './types.js';
 
 /**
- * A change's job starting an attempt in the worker (origin `wake`): planned again on the gate as it
- * stands, with the override the job carries, so a freeze declared since it was queued refuses the
- * restart or holds the deploy again. The worker carries out the answer (worker/report.ts):
- * queue runs the job, hold moves it back to the delayed set, refuse fails it for good.
+ * A change's job starting an attempt (origin `wake`) is planned again on the gate as it stands, with
+ * the override it carries, so a freeze declared since refuses or holds it again (worker/report.ts).
  */
-/** A change's job: its kind's name (src/changes/kinds/) and its data, parsed by the job's schema. */
+/** A change's job: its kind's name and its data, parsed by the job's schema. */
 export interface ChangeJob {
   name: string;
   data: ChangeJobData;
