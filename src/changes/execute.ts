@@ -6,7 +6,7 @@ import {
   RestartNotConfirmedError,
   UnprocessableError,
 } from '../shared/errors.js';
-import { parseJobData, type JobName, type ReportChangeData } from '../shared/jobs.js';
+import { parseJobData, type JobName } from '../shared/jobs.js';
 import type { AddRequest } from '../shared/producer.js';
 import type { PushEvent } from '../domain/intake.js';
 import { redisCall } from '../domain/redisOps.js';
@@ -144,18 +144,23 @@ export async function execute(g: Pipeline, change: Change, decision: Decision, n
   }
 }
 
+/** What every report of a change names. */
+const reportOf = (change: Change, jobId: string, approved?: ApprovedBy) => ({
+  ...targetFields(change.target),
+  job_id: jobId,
+  approvers: approved?.approvers ?? [],
+  audit_id: change.auditId,
+  requested_by: change.requester.principal,
+});
+
 async function reportOverride(g: Pipeline, change: Change, jobId: string, overridden: GateReason[], approved?: ApprovedBy) {
   if (!change.override || overridden.length === 0) return;
   g.metrics?.guardOverrides.inc();
   await queueReport(g, `report.${jobId}.override`, {
     event: 'override',
-    ...targetFields(change.target),
-    job_id: jobId,
+    ...reportOf(change, jobId, approved),
     ...(approved ? { approval_id: approved.approvalId } : {}),
-    approvers: approved?.approvers ?? [],
     reason: `${change.override.reason} (overriding: ${describeReasons(overridden)}; by ${change.override.by})`,
-    audit_id: change.auditId,
-    requested_by: change.requester.principal,
   });
 }
 
@@ -253,12 +258,8 @@ async function queueThroughIntake(
   if (hold && mine) {
     await queueReport(g, `report.${hold.job_id}.held`, {
       event: 'held',
-      ...targetFields(change.target),
-      job_id: hold.job_id,
+      ...reportOf(change, hold.job_id, approved),
       outcome: { result: 'held', reason: describeReasons(hold.reasons), until: new Date(hold.until).toISOString() },
-      approvers: approved?.approvers ?? [],
-      audit_id: change.auditId,
-      requested_by: change.requester.principal,
     });
   } else if (hold) {
     await g.holds.remove(hold.job_id).catch(() => undefined);
@@ -304,14 +305,7 @@ async function pendingApproval(
   if (out.created) {
     g.metrics?.approvals.inc({ change: change.target.kind, event: 'requested' });
     await recordDeployStep(g, change, id, 'pending_approval', now);
-    const base: Omit<ReportChangeData, 'event'> = {
-      ...targetFields(change.target),
-      job_id: id,
-      approval_id: id,
-      approvers: [],
-      audit_id: change.auditId,
-      requested_by: change.requester.principal,
-    };
+    const base = { ...reportOf(change, id), approval_id: id };
     await queueReport(g, `report.${id}.requested`, {
       ...base,
       event: 'approval_requested',

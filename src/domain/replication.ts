@@ -43,25 +43,27 @@ const RELEASE = 'opsgateReplicaRelease';
 /** src/shared/lua/replica-release.lua: deletes a record only while it names the job. */
 const RELEASE_LUA = loadLua('replica-release');
 
-/** Replicas that acknowledged every write of both connections so far (on a Cluster, `keys`' primaries); -1: failed or cut. */
-async function ackedOnBoth(
-  deps: Omit<ReplicationDeps, 'queue'> & { queue: Pick<Producer, 'waitReplicas'> },
-  keys: readonly string[],
-): Promise<number> {
-  const { minReplicas, timeoutMs } = deps;
+/** The fewest replicas any of the WAITs saw acknowledge every write so far; -1: one failed, or all were cut. */
+async function fewestAcked(deps: Pick<ReplicationDeps, 'logger' | 'timeoutMs'>, waits: () => Array<Promise<number>>): Promise<number> {
   try {
-    const both = Promise.all([
-      // The records' primary (on a Cluster the queue's too; a single server or Sentinel: the one).
-      waitForReplicas(deps.redis, minReplicas, timeoutMs, deps.redis.isCluster ? keys : undefined),
-      deps.queue.waitReplicas(minReplicas, timeoutMs),
-    ]);
-    const [onRecords, onJobs] = await withFallback(both, timeoutMs + CONFIRM_SLACK_MS, () => [-1, -1]);
-    return Math.min(onRecords, onJobs);
+    return Math.min(...(await withFallback(Promise.all(waits()), deps.timeoutMs + CONFIRM_SLACK_MS, () => [-1])));
   } catch (err) {
     deps.logger.debug('WAIT failed', { err });
     return -1;
   }
 }
+
+/** WAIT on both writing connections (the request one's on the primaries of `keys` on a Cluster). */
+const onBoth = (deps: Omit<ReplicationDeps, 'queue'> & { queue: Pick<Producer, 'waitReplicas'> }, keys: readonly string[]) => () => [
+  waitForReplicas(deps.redis, deps.minReplicas, deps.timeoutMs, deps.redis.isCluster ? keys : undefined),
+  deps.queue.waitReplicas(deps.minReplicas, deps.timeoutMs),
+];
+
+const ackFields = (deps: Pick<ReplicationDeps, 'minReplicas' | 'timeoutMs'>, acked: number) => ({
+  replicas_required: deps.minReplicas,
+  replicas_acked: acked < 0 ? null : acked,
+  timeout_ms: deps.timeoutMs,
+});
 
 /** The one check every route calls before its success answer; a no-op when minReplicas is 0. */
 export function replicationGate(deps: ReplicationDeps): ConfirmReplicated {
@@ -69,8 +71,7 @@ export function replicationGate(deps: ReplicationDeps): ConfirmReplicated {
   defineLua(deps.redis, RELEASE, RELEASE_LUA, 1);
   const release = (key: string, jobId: string) =>
     (deps.redis as unknown as Record<string, (key: string, jobId: string) => Promise<unknown>>)[RELEASE]!(key, jobId);
-  const { minReplicas, timeoutMs, logger } = deps;
-
+  const { minReplicas, logger } = deps;
   const takeBack = async (w: Written): Promise<void> => {
     try {
       if (!(await deps.queue.remove(w.jobId))) return; // taken by a worker: it stays accepted
@@ -81,17 +82,10 @@ export function replicationGate(deps: ReplicationDeps): ConfirmReplicated {
   };
 
   return async (written) => {
-    const acked = await ackedOnBoth(
-      deps,
-      written.flatMap((w) => w.keys ?? []),
-    );
+    const keys = written.flatMap((w) => w.keys ?? []);
+    const acked = await fewestAcked(deps, onBoth(deps, keys));
     if (acked >= minReplicas) return;
-    logger.warn('writes not acknowledged by enough Redis replicas; answering 503', {
-      replicas_required: minReplicas,
-      replicas_acked: acked < 0 ? null : acked,
-      timeout_ms: timeoutMs,
-      jobs: written.length,
-    });
+    logger.warn('writes not acknowledged by enough Redis replicas; answering 503', { ...ackFields(deps, acked), jobs: written.length });
     const takenBack = (async () => {
       for (const w of written) await takeBack(w);
       return true;
@@ -117,18 +111,9 @@ export function retryReplicationGate(deps: Omit<ReplicationDeps, 'redis'>): Conf
   if (deps.minReplicas <= 0) return async () => {};
   const { minReplicas, timeoutMs, logger } = deps;
   return async () => {
-    let acked = -1;
-    try {
-      acked = await withFallback(deps.queue.waitReplicas(minReplicas, timeoutMs), timeoutMs + CONFIRM_SLACK_MS, () => -1);
-    } catch (err) {
-      logger.debug('WAIT failed', { err });
-    }
+    const acked = await fewestAcked(deps, () => [deps.queue.waitReplicas(minReplicas, timeoutMs)]);
     if (acked >= minReplicas) return;
-    logger.warn('job retry not acknowledged by enough Redis replicas; answering 503', {
-      replicas_required: minReplicas,
-      replicas_acked: acked < 0 ? null : acked,
-      timeout_ms: timeoutMs,
-    });
+    logger.warn('job retry not acknowledged by enough Redis replicas; answering 503', ackFields(deps, acked));
     throw new NotReplicatedError(
       minReplicas,
       `retry not acknowledged by ${minReplicas} Redis replica${minReplicas === 1 ? '' : 's'} in time; it may still take effect; repeating it is safe (409 "job is waiting" then means it did)`,
@@ -146,16 +131,11 @@ export type ConfirmChange = (change: string, keys?: readonly string[]) => Promis
  */
 export function changeReplicationGate(deps: Omit<ReplicationDeps, 'queue'> & { queue: Pick<Producer, 'waitReplicas'> }): ConfirmChange {
   if (deps.minReplicas <= 0) return async () => {};
-  const { minReplicas, timeoutMs, logger } = deps;
+  const { minReplicas, logger } = deps;
   return async (change, keys = []) => {
-    const acked = await ackedOnBoth(deps, keys);
+    const acked = await fewestAcked(deps, onBoth(deps, keys));
     if (acked >= minReplicas) return;
-    logger.warn('change not acknowledged by enough Redis replicas; answering 503', {
-      change,
-      replicas_required: minReplicas,
-      replicas_acked: acked < 0 ? null : acked,
-      timeout_ms: timeoutMs,
-    });
+    logger.warn('change not acknowledged by enough Redis replicas; answering 503', { change, ...ackFields(deps, acked) });
     throw new NotReplicatedError(
       minReplicas,
       `${change}, not acknowledged by ${minReplicas} Redis replica${minReplicas === 1 ? '' : 's'} in time; it may still take effect: read it back before repeating it`,
