@@ -1,14 +1,12 @@
-import type { Redis } from 'ioredis';
 import { pushEventId } from '../domain/deploy.js';
 import type { Written } from '../domain/replication.js';
 import { sha256Hex } from '../shared/crypto.js';
 import { ConflictError, NotFoundError, UnprocessableError } from '../shared/errors.js';
 import { deploysFrom, findProject, type Inventory } from '../shared/inventory.js';
 import { deployIdempotencyRecordKey } from '../shared/keys.js';
-import type { Logger } from '../shared/logger.js';
 import { approvalIdFor } from './approvals/store.js';
 import { answerChange, answered, idempotentAnswer, type ChangeBody } from './answer.js';
-import { projectNamespace, type Pipeline } from './deps.js';
+import { projectNamespace, type WayInDeps } from './deps.js';
 import { submitChange } from './pipeline.js';
 import type { Principal } from './types.js';
 
@@ -77,7 +75,7 @@ export function deployableNamespace(inventory: Inventory, project: string, ref: 
 
 /** The answer (`http`: the renderer's status; a repeat is 202), and what this call wrote (none for a repeat or a pending approval). */
 export async function submitCiDeploy(
-  deps: { inventory: Inventory; redis: Redis; logger: Logger; pipeline: Pipeline },
+  deps: WayInDeps,
   req: CiDeployRequest,
 ): Promise<{ http: 200 | 202; answer: CiDeployAnswer; written?: Written }> {
   const scope =

@@ -52,6 +52,9 @@ export interface Pipeline extends PipelineInputs {
   budgetPools(namespace: string, requester: string): BudgetPool[];
 }
 
+/** What a way in over HTTP needs. */
+export type WayInDeps = { inventory: Inventory; redis: Redis; logger: Logger; pipeline: Pipeline };
+
 /** The pipeline of a restart (a remediation's): no deploy's intake, no dry run against the cluster. */
 export type RestartPipeline = Omit<Pipeline, 'intake' | 'probe' | 'dryRunTimeoutMs'>;
 

@@ -1,15 +1,13 @@
-import type { Redis } from 'ioredis';
 import { sha256Hex } from '../shared/crypto.js';
 import { NotFoundError, UnprocessableError } from '../shared/errors.js';
 import { findHost, hostPolicy, type Inventory } from '../shared/inventory.js';
-import type { Logger } from '../shared/logger.js';
 import { idempotencyRecordKey } from '../shared/keys.js';
 import { redisCall } from '../domain/redisOps.js';
 import { approvalIdFor } from './approvals/store.js';
 import type { PendingApproval } from './approvals/view.js';
 import { answerChange, answered, idempotentAnswer } from './answer.js';
 import { sameTarget } from './kinds/index.js';
-import { coalesceId, type Pipeline } from './deps.js';
+import { coalesceId, type WayInDeps } from './deps.js';
 import { checkOverrideAsk, submitChange } from './pipeline.js';
 import type { Change, Origin, Principal, RestartTarget } from './types.js';
 
@@ -67,13 +65,6 @@ interface StoredAnswer {
   approval_id?: string;
 }
 
-interface RestartDeps {
-  inventory: Inventory;
-  redis: Redis;
-  logger: Logger;
-  pipeline: Pipeline;
-}
-
 /** `http`: the status the renderer (src/changes/answer.ts) gave it; a repeat under its Idempotency-Key is a restart's 200. */
 type RestartAnswer =
   | ({ kind: 'submitted'; http: 200 | 202 } & RestartAck)
@@ -83,11 +74,7 @@ const reused = () =>
   new UnprocessableError('this Idempotency-Key was already used for a restart of another host or service', 'idempotency_key_reused');
 
 /** The change a restart request stands for. */
-export function restartChange(
-  deps: Pick<RestartDeps, 'inventory'>,
-  req: RestartRequest,
-  scope?: string,
-): Change & { target: RestartTarget } {
+export function restartChange(deps: Pick<WayInDeps, 'inventory'>, req: RestartRequest, scope?: string): Change & { target: RestartTarget } {
   return {
     target: validateRestart(deps.inventory, req.host, req.service),
     requester: req.requester,
@@ -98,7 +85,7 @@ export function restartChange(
   };
 }
 
-export async function submitRestart(deps: RestartDeps, req: RestartRequest): Promise<RestartAnswer> {
+export async function submitRestart(deps: WayInDeps, req: RestartRequest): Promise<RestartAnswer> {
   const scope = req.idempotencyKey === undefined ? undefined : idempotencyScope(req.requester.principal, req.idempotencyKey);
   const change = restartChange(deps, req, scope);
   const ask = req.override && req.reason ? { reason: req.reason } : undefined;

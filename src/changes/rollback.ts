@@ -4,9 +4,8 @@ import type { Redis } from 'ioredis';
 import { redisCall } from '../domain/redisOps.js';
 import type { Written } from '../domain/replication.js';
 import { ConflictError } from '../shared/errors.js';
-import type { Inventory } from '../shared/inventory.js';
 import { answerChange, answered } from './answer.js';
-import type { Pipeline } from './deps.js';
+import type { Pipeline, WayInDeps } from './deps.js';
 import type { DeployEntry } from './deployOrder/history.js';
 import { submitChange } from './pipeline.js';
 import type { Change, Principal } from './types.js';
@@ -57,7 +56,7 @@ async function targetOf(g: Pipeline, redis: Redis, req: Pick<RollbackRequest, 'p
 }
 
 export async function submitRollback(
-  deps: { inventory: Inventory; redis: Redis; pipeline: Pipeline },
+  deps: Omit<WayInDeps, 'logger'>,
   req: RollbackRequest,
 ): Promise<{ answer: CiDeployAnswer & { rolled_back_from: string | null; rolled_back_to: string }; written?: Written }> {
   const namespace = deployableNamespace(deps.inventory, req.project, req.ref, false);
