@@ -1,11 +1,11 @@
 import type { Redis } from 'ioredis';
-import { createApprovalStore, type ApprovalStore } from './approvals/store.js';
-import { createBudgets, type BudgetLimit, type Budgets } from './budget/store.js';
-import { budgetPools, type BudgetPool } from './budget/pools.js';
-import { createFreezeStore, type FreezeStore, type FreezeWatch } from './freezes/store.js';
-import { createHoldStore, type HoldStore } from './holds.js';
-import { createDeployTurns, type DeployTurns } from './deployOrder/store.js';
-import { createDeployHistory, type DeployHistory } from './deployOrder/history.js';
+import { createApprovalStore } from './approvals/store.js';
+import { createBudgets, type BudgetLimit } from './budget/store.js';
+import { budgetPools } from './budget/pools.js';
+import { createFreezeStore, type FreezeWatch } from './freezes/store.js';
+import { createHoldStore } from './holds.js';
+import { createDeployTurns } from './deployOrder/store.js';
+import { createDeployHistory } from './deployOrder/history.js';
 import { findProject, type Inventory } from '../shared/inventory.js';
 import { JOB, type ReportChangeData } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
@@ -41,24 +41,13 @@ interface PipelineInputs {
   deployHistoryKept?: number;
 }
 
-export interface Pipeline extends PipelineInputs {
-  approvals: ApprovalStore;
-  freezes: FreezeStore;
-  holds: HoldStore;
-  budgets: Budgets;
-  deployTurns: DeployTurns;
-  deployHistory: DeployHistory;
-  /** The restart budgets a restart of the namespace by `requester` draws on (hosts sharing a namespace agree: checked at start). */
-  budgetPools(namespace: string, requester: string): BudgetPool[];
-}
-
 /** What a way in over HTTP needs. */
 export type WayInDeps = { inventory: Inventory; redis: Redis; logger: Logger; pipeline: Pipeline };
 
 /** The pipeline of a restart (a remediation's): no deploy's intake, no dry run against the cluster. */
 export type RestartPipeline = Omit<Pipeline, 'intake' | 'probe' | 'dryRunTimeoutMs'>;
 
-export function createPipeline(deps: PipelineInputs): Pipeline {
+export function createPipeline(deps: PipelineInputs) {
   return {
     ...deps,
     approvals: createApprovalStore(deps.redis),
@@ -67,9 +56,12 @@ export function createPipeline(deps: PipelineInputs): Pipeline {
     budgets: createBudgets(deps.redis),
     deployTurns: createDeployTurns(deps.redis),
     deployHistory: createDeployHistory(deps.redis, deps.deployHistoryKept ?? 100),
-    budgetPools: (namespace, requester) => budgetPools(deps.inventory, namespace, requester),
+    /** The restart budgets a restart of the namespace by `requester` draws on (hosts sharing a namespace agree: checked at start). */
+    budgetPools: (namespace: string, requester: string) => budgetPools(deps.inventory, namespace, requester),
   };
 }
+
+export type Pipeline = ReturnType<typeof createPipeline>;
 
 /** The namespace a project's deploy Job runs in ('' for a project the inventory lacks: only a freeze of everything covers it). */
 export function projectNamespace(inventory: Inventory, project: string): string {

@@ -21,24 +21,17 @@ export interface Hold {
   requested_by: string;
 }
 
-export interface HoldStore {
-  set(h: Hold): Promise<void>;
-  get(jobId: string): Promise<Hold | undefined>;
-  remove(jobId: string): Promise<void>;
-  all(): Promise<Hold[]>;
-}
-
 const parse = storedJson<Hold>;
 
-export function createHoldStore(redis: Redis): HoldStore {
+export function createHoldStore(redis: Redis) {
   return {
-    async set(h) {
+    async set(h: Hold) {
       await redis.hset(HOLDS_KEY, h.job_id, JSON.stringify(h));
     },
-    async get(jobId) {
+    async get(jobId: string) {
       return parse(await redis.hget(HOLDS_KEY, jobId));
     },
-    async remove(jobId) {
+    async remove(jobId: string) {
       await redis.hdel(HOLDS_KEY, jobId);
     },
     async all() {

@@ -56,14 +56,8 @@ export function idempotencyScope(principal: string, key: string): string {
   return sha256Hex(`restart\n${principal}\n${key}`).slice(0, 40);
 }
 
-interface StoredAnswer {
-  host: string;
-  service: string;
-  job_id: string;
-  coalesced: boolean;
-  /** The first call waits for this approval. */
-  approval_id?: string;
-}
+/** `approval_id`: the first call waits for this approval. */
+type StoredAnswer = Omit<RestartAck, 'status'> & { approval_id?: string };
 
 /** `http`: the status the renderer (src/changes/answer.ts) gave it; a repeat under its Idempotency-Key is a restart's 200. */
 type RestartAnswer =

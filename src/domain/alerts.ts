@@ -1,7 +1,6 @@
 import { PayloadTooLargeError, UnprocessableError } from '../shared/errors.js';
 import { JOB, parseJobData, type NotifyOncallData } from '../shared/jobs.js';
 import type { Intake } from './intake.js';
-import type { Written } from './replication.js';
 
 /**
  * The Alertmanager payload: firing alerts with a fingerprint become notify_oncall jobs, each
@@ -10,17 +9,6 @@ import type { Written } from './replication.js';
  */
 const DEFAULT_MAX_ALERTS = 1000;
 const MAX_ALERTNAME = 1024;
-
-interface AlertsOutcome {
-  received: number;
-  firing: number;
-  queued: number;
-  duplicates: number;
-  /** The ids of the jobs this payload queued (new ones only), in payload order. */
-  jobIds: string[];
-  /** What this call wrote (REDIS_MIN_REPLICAS_ACK takes it back). */
-  written: Written[];
-}
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
@@ -77,9 +65,10 @@ export async function submitAlerts(
   auditId: string,
   requestedBy: string,
   opts: { maxAlerts?: number } = {},
-): Promise<AlertsOutcome> {
+) {
   const plan = planAlerts(payload, auditId, requestedBy, opts.maxAlerts);
   const outs = await intake.alerts(plan.planned);
+  // What this call wrote (REDIS_MIN_REPLICAS_ACK takes it back), and its new jobs in payload order.
   const written = outs.flatMap((o) => (o.written ? [o.written] : []));
   const jobIds = written.map((w) => w.jobId);
   return { received: plan.received, firing: plan.firing, queued: jobIds.length, duplicates: outs.length - jobIds.length, jobIds, written };

@@ -4,6 +4,7 @@ import type { ErrorCode } from '../shared/errors.js';
 import { deliveriesKey, unverifiedDeliveriesKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import { defineLua, loadLua } from '../shared/lua.js';
+import { storedJson } from '../shared/redis.js';
 import { redisCall } from './redisOps.js';
 
 /**
@@ -126,21 +127,9 @@ const streamKey = (source: string, verified: boolean): string => (verified ? del
 function toView(source: string, verified: boolean, streamId: string, flat: string[]): DeliveryView {
   const f: Record<string, string> = {};
   for (let i = 0; i + 1 < flat.length; i += 2) f[flat[i]!] = flat[i + 1]!;
-  let event: DeliveryView['event'] = null;
-  if (f.push) {
-    try {
-      const p = JSON.parse(f.push) as { project: string; ref: string; sha: string; eventId: string; before?: unknown };
-      event = {
-        project: p.project,
-        ref: p.ref,
-        sha: p.sha,
-        event_id: p.eventId,
-        ...(typeof p.before === 'string' ? { before: p.before } : {}),
-      };
-    } catch {
-      event = null;
-    }
-  }
+  const p = storedJson<{ project: string; ref: string; sha: string; eventId: string; before?: unknown }>(f.push);
+  const before = typeof p?.before === 'string' ? { before: p.before } : {};
+  const event = p ? { project: p.project, ref: p.ref, sha: p.sha, event_id: p.eventId, ...before } : null;
   const verdict = (VERDICTS as readonly string[]).includes(f.verdict ?? '') ? (f.verdict as Verdict) : 'failed';
   return {
     id: verified ? `${source}.${streamId}` : `${source}.unverified.${streamId}`,

@@ -42,14 +42,10 @@ export class ClusterUnavailableError extends ServiceUnavailableError {
 
 const HOST_STATUS_TTL_SECONDS = 30;
 
-interface HostStatusDeps {
-  redis: Redis;
-  inventory: Inventory;
-  provider: HostStatusProvider;
-  logger: Logger;
-}
-
-export async function getHostStatus(deps: HostStatusDeps, host: string): Promise<HostStatus> {
+export async function getHostStatus(
+  deps: { redis: Redis; inventory: Inventory; provider: HostStatusProvider; logger: Logger },
+  host: string,
+): Promise<HostStatus> {
   const entry = findHost(deps.inventory, host);
   if (!entry) throw new NotFoundError('unknown host', 'unknown_host');
   const key = hostStatusKey(host);

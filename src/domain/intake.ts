@@ -78,18 +78,7 @@ interface AlertEvent {
   data: JobDataByName[typeof JOB.notifyOncall];
 }
 
-export interface Intake {
-  push(event: PushEvent): Promise<IntakeResult>;
-  /** One payload's firing alerts, in one round trip (two while version 0.1's records may be read). */
-  alerts(events: readonly AlertEvent[]): Promise<IntakeResult[]>;
-}
-
-interface RecordWrite {
-  key: string;
-  value: string;
-  ttl: number;
-  nx: boolean;
-}
+type RecordWrite = { key: string; value: string; ttl: number; nx: boolean };
 
 /** The records as one command, or one MULTI (one round trip either way; on a Cluster they share a slot): whether each was set. */
 async function writeRecords(redis: Redis, writes: readonly RecordWrite[]): Promise<boolean[]> {
@@ -133,16 +122,9 @@ function parsePair(v: string | null | undefined): { until: number; jobId: string
   return Number.isFinite(until) ? { until, jobId: v.slice(at + 1) } : undefined;
 }
 
-/** The answer of an ignored push: the pair and the job that deployed it. */
-function pairReason(before: string, sha: string, jobId: string): string {
-  const from = before === '' ? 'a new branch' : before;
-  return (
-    `the push from ${from} to ${sha} was queued as job ${jobId} in the last 30 days: ` +
-    'a delivery does not deploy it again (an operator can replay this delivery)'
-  );
-}
+export type Intake = ReturnType<typeof createIntake>;
 
-export function createIntake(deps: IntakeDeps): Intake {
+export function createIntake(deps: IntakeDeps) {
   const now = deps.now ?? Date.now;
   const { redis, logger } = deps;
 
@@ -174,7 +156,7 @@ export function createIntake(deps: IntakeDeps): Intake {
   };
 
   return {
-    async push(event) {
+    async push(event: PushEvent): Promise<IntakeResult> {
       const alias = event.deliveryId ? deliveryKey(event.source, event.deliveryId) : undefined;
       const pair = event.before !== undefined && event.eventId ? pushPairKey(event.eventId, event.before) : undefined;
       const legacy = event.eventId && (await legacyOpen()) ? legacySeenKey(event.eventId) : undefined;
@@ -192,7 +174,10 @@ export function createIntake(deps: IntakeDeps): Intake {
       } else if (queuedPair && !event.allowRedeploy && now() >= queuedPair.until - PAIR_CLOCK_SKEW_MS) {
         // No alias for it: it queued nothing, and the same delivery again meets the same rule.
         // The pair keeps naming its job: an ignored push is not a new deploy of it.
-        const reason = pairReason(event.before ?? '', event.job.data.sha ?? '', queuedPair.jobId);
+        const from = event.before ? event.before : 'a new branch';
+        const reason =
+          `the push from ${from} to ${event.job.data.sha ?? ''} was queued as job ${queuedPair.jobId} in the last 30 days: ` +
+          'a delivery does not deploy it again (an operator can replay this delivery)';
         return { accepted: false, duplicate: false, jobId: queuedPair.jobId, ignored: { reason } };
       } else {
         out = addedOf(
@@ -236,7 +221,8 @@ export function createIntake(deps: IntakeDeps): Intake {
       return out;
     },
 
-    async alerts(events) {
+    /** One payload's firing alerts, in one round trip (two while version 0.1's records may be read). */
+    async alerts(events: readonly AlertEvent[]): Promise<IntakeResult[]> {
       if (events.length === 0) return [];
       let legacy: ReturnType<typeof parseRecord>[] = [];
       if (await legacyOpen()) {
