@@ -86,7 +86,6 @@ export function idempotentAnswer<A extends { job_id: string }>(opts: {
   valid: (a: A) => boolean;
   same: (a: A) => boolean;
   reused: () => UnprocessableError;
-  /** The warning when the answer could not be kept. */
   warning: string;
 }) {
   const { redis, key } = opts;

@@ -49,7 +49,6 @@ export function gate(
   }));
   if (!w.open) reasons.push({ guard: 'window', opens_at: iso(w.opensAt!), windows: (windows ?? []).map(describeWindow) });
   if (reasons.length === 0) return { blocked: false, reasons, ...(w.closesAt !== undefined ? { closesAt: w.closesAt } : {}) };
-
   // When does it open? Past every freeze in force, then into a window, until both hold at once.
   let t = now;
   for (let i = 0; i < 64; i++) {

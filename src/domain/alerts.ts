@@ -18,12 +18,7 @@ interface Planned {
 }
 
 /** The payload's firing alerts, and the job data of each with a fingerprint, validated before anything is recorded. */
-export function planAlerts(
-  payload: unknown,
-  auditId: string,
-  requestedBy: string,
-  maxAlerts = DEFAULT_MAX_ALERTS,
-): { received: number; firing: number; planned: Planned[] } {
+export function planAlerts(payload: unknown, auditId: string, requestedBy: string, maxAlerts = DEFAULT_MAX_ALERTS) {
   if (!isObject(payload)) throw new UnprocessableError('payload must be a JSON object with an "alerts" array', 'invalid_alerts');
   const alerts = payload.alerts;
   if (!Array.isArray(alerts)) throw new UnprocessableError('"alerts" must be an array', 'invalid_alerts');

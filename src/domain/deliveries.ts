@@ -101,18 +101,7 @@ export const deliveryViewSchema = z.object({
 });
 type DeliveryView = z.infer<typeof deliveryViewSchema>;
 
-export interface DeliveryLog {
-  /** Queues the verdict for the next write; never throws, never waits. */
-  record(entry: DeliveryEntry): void;
-  /** Sends every verdict recorded so far (at shutdown); resolves once Redis answered them. */
-  flush(): Promise<void>;
-  /** Newest first, across `sources`, optionally of one verdict, before a cursor id. */
-  list(opts: { sources: readonly string[]; verdict?: Verdict; limit: number; before?: string }): Promise<{
-    deliveries: DeliveryView[];
-    next: string | null;
-  }>;
-  get(id: string): Promise<DeliveryView | undefined>;
-}
+export type DeliveryLog = ReturnType<typeof createDeliveryLog>;
 
 /** `<sender>.<stream id>` or `<sender>.unverified.<stream id>`: the sender and the kind name the stream. */
 export const DELIVERY_ID = /^([a-z][a-z0-9-]*)\.(?:(unverified)\.)?(\d{1,15}-\d{1,10})$/;
@@ -176,7 +165,7 @@ export function createDeliveryLog(deps: {
   /** Each sender's deliveries kept (DELIVERIES_KEPT, DELIVERIES_UNVERIFIED_KEPT); 0 keeps none. */
   keep: number;
   keepUnverified: number;
-}): DeliveryLog {
+}) {
   const { redis, logger, keep, keepUnverified } = deps;
   defineLua(redis, ADD, ADD_LUA, 2);
   const scripts = redis as unknown as Record<string, (...a: Array<string | number>) => Promise<number>>;
@@ -189,8 +178,9 @@ export function createDeliveryLog(deps: {
     logger.warn('could not record a webhook delivery (GET /ops/deliveries will miss it)', { source, err });
   };
 
-  // Recorded, not yet sent: [sender, verified, fields], in the order recorded.
-  let waiting: Array<[string, boolean, Array<string | number>]> = [];
+  // Recorded, not yet sent: each sender's script arguments (per entry: v|u, its field count, its fields), in the order recorded.
+  let waiting = new Map<string, Array<string | number>>();
+  let waitingCount = 0;
   let timer: NodeJS.Timeout | undefined;
   // The last writes sent: flush() resolves once it (and every earlier one, same connection) is answered.
   let lastSent: Promise<void> = Promise.resolve();
@@ -200,30 +190,24 @@ export function createDeliveryLog(deps: {
       clearTimeout(timer);
       timer = undefined;
     }
-    if (waiting.length === 0) return lastSent;
+    if (waitingCount === 0) return lastSent;
     const batch = waiting;
-    waiting = [];
-    // One script per sender (on a Cluster each sender has its own slot, both its streams in it), in the order recorded.
-    const bySender = new Map<string, Array<[boolean, Array<string | number>]>>();
-    for (const [source, verified, fields] of batch) {
-      const list = bySender.get(source);
-      if (list) list.push([verified, fields]);
-      else bySender.set(source, [[verified, fields]]);
-    }
-    const sent = [...bySender].map(([source, entries]) => {
-      const args: Array<string | number> = [streamKey(source, true), streamKey(source, false), keep, keepUnverified];
-      for (const [verified, fields] of entries) args.push(verified ? 'v' : 'u', fields.length, ...fields);
-      return scripts[ADD]!(...args).then(
+    waiting = new Map();
+    waitingCount = 0;
+    // One script per sender (on a Cluster each sender has its own slot, both its streams in it).
+    const sent = [...batch].map(([source, args]) =>
+      scripts[ADD]!(streamKey(source, true), streamKey(source, false), keep, keepUnverified, ...args).then(
         () => undefined,
         (err: unknown) => warn(source, err),
-      );
-    });
+      ),
+    );
     lastSent = sent.length === 1 ? sent[0]! : Promise.all(sent).then(() => undefined);
     return lastSent;
   };
 
   return {
-    record(e) {
+    /** Queues the verdict for the next write; never throws, never waits. */
+    record(e: DeliveryEntry): void {
       const verified = !isUnverified(e);
       if (capOf(verified) <= 0) return;
       const fields: Array<string | number> = ['verdict', e.verdict, 'status', e.status];
@@ -236,14 +220,19 @@ export function createDeliveryLog(deps: {
       if (e.requestId) fields.push('request', e.requestId);
       if (e.push) fields.push('push', JSON.stringify(e.push));
       if (e.replayOf) fields.push('replay_of', e.replayOf);
-      waiting.push([e.source, verified, fields]);
-      if (waiting.length >= FLUSH_MAX) void send();
+      const args = waiting.get(e.source) ?? [];
+      waiting.set(e.source, args);
+      args.push(verified ? 'v' : 'u', fields.length, ...fields);
+      if (++waitingCount >= FLUSH_MAX) void send();
       else timer ??= setTimeout(() => void send(), FLUSH_INTERVAL_MS);
     },
 
+    /** Sends every verdict recorded so far (at shutdown); resolves once Redis answered them. */
     flush: send,
 
-    async list({ sources, verdict, limit, before }) {
+    /** Newest first, across `sources`, optionally of one verdict, before a cursor id. */
+    async list(opts: { sources: readonly string[]; verdict?: Verdict; limit: number; before?: string }) {
+      const { sources, verdict, limit, before } = opts;
       // Sent before the read, on the same connection: Redis applies them first.
       void send();
       const cursor = before && parseId(before) ? { id: before } : undefined;
@@ -272,7 +261,7 @@ export function createDeliveryLog(deps: {
       return { deliveries: page, next: all.length > limit ? page[page.length - 1]!.id : null };
     },
 
-    async get(id) {
+    async get(id: string): Promise<DeliveryView | undefined> {
       const p = parseId(id);
       if (!p) return undefined;
       void send();

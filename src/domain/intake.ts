@@ -128,8 +128,7 @@ export function createIntake(deps: IntakeDeps) {
   const now = deps.now ?? Date.now;
   const { redis, logger } = deps;
 
-  // When this version first ran against a queue with jobs: version 0.1's records are read until
-  // they have all expired. Known once per process; until it is, they are read.
+  // Version 0.1's records are read until LEGACY_WINDOW_MS after this version first met a queue with jobs.
   let legacyUntil: number | undefined;
   const legacyOpen = async (): Promise<boolean> => {
     if (legacyUntil === undefined) {
@@ -148,8 +147,7 @@ export function createIntake(deps: IntakeDeps) {
     return legacyUntil === undefined || now() < legacyUntil;
   };
 
-  // Version 0.1's pending claim, its job now made sure of: the record names the job from here on,
-  // and the delivery that made sure of it answers as a duplicate of the claim's delivery.
+  // Version 0.1's pending claim, its job made sure of: the record names the job, and this delivery is a duplicate.
   const settlePending = async (key: string, out: IntakeResult): Promise<IntakeResult> => {
     await redisCall((r) => r.set(key, QUEUED + out.jobId, 'KEEPTTL', 'XX'), redis);
     return { accepted: false, duplicate: true, jobId: out.jobId };
@@ -172,8 +170,7 @@ export function createIntake(deps: IntakeDeps) {
       if (prior?.duplicateOf) {
         out = { accepted: false, duplicate: true, jobId: prior.duplicateOf };
       } else if (queuedPair && !event.allowRedeploy && now() >= queuedPair.until - PAIR_CLOCK_SKEW_MS) {
-        // No alias for it: it queued nothing, and the same delivery again meets the same rule.
-        // The pair keeps naming its job: an ignored push is not a new deploy of it.
+        // No alias (it queued nothing: the same delivery again meets the same rule); the pair keeps naming its job.
         const from = event.before ? event.before : 'a new branch';
         const reason =
           `the push from ${from} to ${event.job.data.sha ?? ''} was queued as job ${queuedPair.jobId} in the last 30 days: ` +
@@ -210,8 +207,7 @@ export function createIntake(deps: IntakeDeps) {
       if (writes.length > 0) {
         try {
           const set = await writeRecords(redis, writes);
-          // REDIS_MIN_REPLICAS_ACK's take-back deletes the alias with its job ("q:<id>"); a pair left
-          // behind names a job that is gone, and the sender's retry (within the window) adds it again.
+          // REDIS_MIN_REPLICAS_ACK's take-back deletes the alias with its job; a pair left behind names a job that is gone.
           if (writes[0]!.key === alias && set[0] && out.written) out.written = { jobId: out.jobId, keys: [alias] };
         } catch (err) {
           // The job is queued and its event deduplicated for 24 h; a 503 now would only invite a retry.
