@@ -27,23 +27,9 @@ interface CiDeployRequest {
   reason?: string;
 }
 
-export interface CiDeployAnswer {
-  project: string;
-  ref: string;
-  sha: string;
-  event_id: string;
-  /** The job that carries the deploy (an earlier one for a duplicate), or the approval's id while it waits. */
-  job_id: string;
-  accepted: boolean;
-  duplicate: boolean;
-  status: 'queued' | 'held' | 'pending_approval';
-  approval_id?: string;
-  expires_at?: string;
-  held_until?: string;
-  held_reasons?: string;
-}
+export type CiDeployAnswer = ReturnType<typeof deployAnswer<{ project: string; ref: string; sha: string; event_id: string }>>;
 
-/** A deploy's answer: `base` names it, the rest is what the pipeline made of it. */
+/** A deploy's answer: `base` names it, the rest is what the pipeline made of it (`job_id`: the approval's while it waits). */
 export const deployAnswer = <B extends object>(base: B, b: ChangeBody) => ({
   ...base,
   job_id: b.job_id,

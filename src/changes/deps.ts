@@ -41,7 +41,6 @@ interface PipelineInputs {
   deployHistoryKept?: number;
 }
 
-/** What a way in over HTTP needs. */
 export type WayInDeps = { inventory: Inventory; redis: Redis; logger: Logger; pipeline: Pipeline };
 
 /** The pipeline of a restart (a remediation's): no deploy's intake, no dry run against the cluster. */

@@ -36,7 +36,6 @@ export interface Carried {
   duplicate?: boolean;
   /** A signed push whose commit pair a delivery already deployed: nothing queued, the reason names that job. */
   ignored?: { reason: string };
-  /** What was written, for REDIS_MIN_REPLICAS_ACK's take-back. */
   written?: Written;
 }
 
@@ -94,7 +93,6 @@ type Refusal =
 /** What submitting a change came to: carried out (queued, joined, held, waiting for approval), or refused. */
 export type ChangeResult = { carried: Carried; refusal?: undefined } | { refusal: Refusal; carried?: undefined };
 
-/** The refusal of a closed gate, counted. */
 export function gateRefusal(g: Pipeline, c: Change, reasons: GateReason[]): Refusal {
   for (const r of reasons) g.metrics?.guardRefusals.inc({ guard: r.guard });
   const how =

@@ -17,7 +17,6 @@ interface PushRequest {
   requester: Principal;
   /** The sender's own delivery id: remembered 30 days, so its replay is a duplicate after the event's 24 h. */
   deliveryId?: string;
-  /** A replay's reason. */
   reason?: string;
   origin: Extract<Origin, 'webhook' | 'replay'>;
   /** A signed sender's commit before the push (its replay guard). */
@@ -55,19 +54,12 @@ export const pushHanded = (out: IntakeResult): Handed =>
 
 export async function submitPush(g: Pipeline, req: PushRequest): Promise<IntakeResult> {
   const { body: b, written } = answered(answerChange(await submitChange(g, pushChange(g, req)), 202));
-  if (b.status === 'pending_approval') {
-    return {
-      accepted: b.accepted,
-      duplicate: b.duplicate,
-      jobId: b.job_id,
-      approval: { id: b.approval_id!, expires_at: b.expires_at!, required: b.required! },
-    };
-  }
   if (b.status === 'ignored') return { accepted: false, duplicate: false, jobId: b.job_id, ignored: { reason: b.ignored_reason! } };
   return {
     accepted: b.accepted,
     duplicate: b.duplicate,
     jobId: b.job_id,
+    ...(b.status === 'pending_approval' ? { approval: { id: b.approval_id!, expires_at: b.expires_at!, required: b.required! } } : {}),
     ...(written ? { written } : {}),
     ...(b.status === 'held' ? { held: { until: b.held_until!, reasons: b.held_reasons! } } : {}),
   };

@@ -67,7 +67,6 @@ type RestartAnswer =
 const reused = () =>
   new UnprocessableError('this Idempotency-Key was already used for a restart of another host or service', 'idempotency_key_reused');
 
-/** The change a restart request stands for. */
 export function restartChange(deps: Pick<WayInDeps, 'inventory'>, req: RestartRequest, scope?: string): Change & { target: RestartTarget } {
   return {
     target: validateRestart(deps.inventory, req.host, req.service),

@@ -6,7 +6,6 @@ import type { GateReason, GateVerdict } from './gate.js';
 
 /** The change pipeline's vocabulary: a change, the facts about it, the planner's decision. Plain values. */
 
-/** Where a change came from. */
 export const ORIGINS = ['api', 'webhook', 'replay', 'approval', 'retry', 'wake', 'remediation', 'ci', 'rollback'] as const;
 export type Origin = (typeof ORIGINS)[number];
 
@@ -94,7 +93,6 @@ export interface Change {
   accepted?: Acceptance;
 }
 
-/** What the stores answered about a change, read before the plan. */
 export interface Facts {
   gate: GateVerdict;
   approval?: ApprovalPolicy;

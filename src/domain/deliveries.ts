@@ -55,7 +55,6 @@ export interface DeliveryEntry {
   requestId?: string;
   /** The push event (a decision was reached): what a replay submits again. */
   push?: { project: string; ref: string; sha: string; eventId: string; before?: string };
-  /** A replay: the delivery it replays. */
   replayOf?: string;
   /** The sender's proof was missing or wrong, or it was refused before the check (always so for UNVERIFIED_VERDICTS). */
   unverified?: boolean;
