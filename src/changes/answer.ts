@@ -1,19 +1,18 @@
+import type { Redis } from 'ioredis';
 import type { Written } from '../domain/replication.js';
-import type { AppError } from '../shared/errors.js';
+import { redisCall } from '../domain/redisOps.js';
+import { UnprocessableError, type AppError } from '../shared/errors.js';
+import { IDEMPOTENCY_TTL_SECONDS } from '../shared/jobs.js';
+import type { Logger } from '../shared/logger.js';
+import { storedJson } from '../shared/redis.js';
 import { refusalError, type ChangeResult } from './execute.js';
 import { describeReasons } from './gate.js';
 
 /**
- * The one renderer of what a change came to, for every way in that answers over HTTP (the restart
- * API, CI deploys, every push sender and a delivery's replay, a dead letter's retry, the last
- * approval): a refusal is its catalog error (409 change_refused, 429 budget_exhausted), anything
- * carried out is a status and the fields each way in's answer is made of, in the API's words. A way
- * in picks the fields its contract names (a restart's `coalesced`, a push's `accepted`/`duplicate`)
- * and adds what names its target; it does not read the pipeline's result itself. Remediation is no
- * way in over HTTP: it reads the result.
+ * The one renderer of what a change came to, for every way in that answers over HTTP: a refusal is
+ * its catalog error (409 change_refused, 429 budget_exhausted), anything carried out a status and
+ * the fields each way in picks its answer from. Remediation answers nobody: it reads the result.
  */
-
-/** The fields of a carried change's answer. */
 export interface ChangeBody {
   status: 'queued' | 'held' | 'ignored' | 'pending_approval';
   /** The job that carries the change (an earlier one for a duplicate), or the approval's id while it waits. */
@@ -29,18 +28,14 @@ export interface ChangeBody {
   required?: number;
   held_until?: string;
   held_reasons?: string;
-  /** Ignored: why nothing was queued. */
   ignored_reason?: string;
 }
 
 type ChangeAnswer =
-  | { status: 200 | 202; body: ChangeBody; /** What was written, for REDIS_MIN_REPLICAS_ACK. */ written?: Written; error?: undefined }
+  | { status: 200 | 202; body: ChangeBody; /** For REDIS_MIN_REPLICAS_ACK. */ written?: Written; error?: undefined }
   | { error: AppError; status?: undefined; body?: undefined };
 
-/**
- * `queued`: the status of a change carried out (queued, joined, held, ignored) on this way in: a
- * restart's 200, a deploy's 202. A change that waits for approval is always 202.
- */
+/** `queued`: this way in's status of a change carried out (a restart's 200, a deploy's 202); waiting for approval is always 202. */
 export function answerChange(result: ChangeResult, queued: 200 | 202): ChangeAnswer {
   if (result.refusal) return { error: refusalError(result.refusal) };
   const c = result.carried;
@@ -76,4 +71,46 @@ export function answerChange(result: ChangeResult, queued: 200 | 202): ChangeAns
 export function answered(a: ChangeAnswer): { status: 200 | 202; body: ChangeBody; written?: Written } {
   if (a.error) throw a.error;
   return a;
+}
+
+/**
+ * A way in's first answer, kept IDEMPOTENCY_TTL_SECONDS under its Idempotency-Key's record (no
+ * key: nothing kept), so a repeat answers as the first call did; a stored answer for another
+ * target is the key reused (422).
+ */
+export function idempotentAnswer<A extends { job_id: string }>(opts: {
+  redis: Redis;
+  logger: Logger;
+  key: string | undefined;
+  /** A stored answer is one of this way in's (its fields present). */
+  valid: (a: A) => boolean;
+  same: (a: A) => boolean;
+  reused: () => UnprocessableError;
+  warning: string;
+}) {
+  const { redis, key } = opts;
+  const parse = (raw: string | null): A | undefined => {
+    const v = storedJson<A>(raw);
+    if (typeof v?.job_id !== 'string' || !opts.valid(v)) return undefined;
+    if (!opts.same(v)) throw opts.reused();
+    return v;
+  };
+  return {
+    read: async (): Promise<A | undefined> => (key ? parse(await redisCall((r) => r.get(key), redis)) : undefined),
+    /** Keeps the answer and returns it; a concurrent call's stored answer wins. */
+    async keep(answer: A): Promise<A> {
+      if (!key) return answer;
+      try {
+        // NX: a concurrent call with the same key may have stored first; then its answer wins.
+        const set = await redis.set(key, JSON.stringify(answer), 'EX', IDEMPOTENCY_TTL_SECONDS, 'NX');
+        if (set === null) return parse(await redis.get(key)) ?? answer;
+      } catch (err) {
+        if (err instanceof UnprocessableError) throw err;
+        // The change is queued; answering 503 now would invite a retry, and a retry without the
+        // record finds its job anyway (by its id, the same running restart, the event's deduplication).
+        opts.logger.warn(opts.warning, { err });
+      }
+      return answer;
+    },
+  };
 }

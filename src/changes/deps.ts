@@ -1,11 +1,11 @@
 import type { Redis } from 'ioredis';
-import { createApprovalStore, type ApprovalStore } from './approvals/store.js';
-import { createBudgets, type BudgetLimit, type Budgets } from './budget/store.js';
-import { budgetPools, describePool, type BudgetPool } from './budget/pools.js';
-import { createFreezeStore, type FreezeStore, type FreezeWatch } from './freezes/store.js';
-import { createHoldStore, type HoldStore } from './holds.js';
-import { createDeployTurns, type DeployTurns } from './deployOrder/store.js';
-import { createDeployHistory, type DeployHistory } from './deployOrder/history.js';
+import { createApprovalStore } from './approvals/store.js';
+import { createBudgets, type BudgetLimit } from './budget/store.js';
+import { budgetPools } from './budget/pools.js';
+import { createFreezeStore, type FreezeWatch } from './freezes/store.js';
+import { createHoldStore } from './holds.js';
+import { createDeployTurns } from './deployOrder/store.js';
+import { createDeployHistory } from './deployOrder/history.js';
 import { findProject, type Inventory } from '../shared/inventory.js';
 import { JOB, type ReportChangeData } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
@@ -20,11 +20,7 @@ type GuardMetrics = Pick<
   'budgetExhausted' | 'remediationBudgetExhausted' | 'approvals' | 'guardRefusals' | 'guardOverrides' | 'holds' | 'freezes' | 'dryRuns'
 >;
 
-/**
- * What the change pipeline needs (src/changes/): the inventory's policies, the producer and the
- * intake, one clock; createPipeline adds the Redis stores of approvals, freezes, holds and
- * budgets. Plain values in and out; no HTTP here.
- */
+/** What the change pipeline needs; createPipeline adds its Redis stores. */
 interface PipelineInputs {
   inventory: Inventory;
   /** A `request`-profile connection (fails fast when Redis is down). */
@@ -35,33 +31,22 @@ interface PipelineInputs {
   probe?: Pick<Prober, 'run'>;
   logger: Logger;
   metrics?: GuardMetrics;
-  /** The clock of every guard (ms since the epoch); tests control it. */
+  /** The clock of every guard (ms); tests control it. */
   now: () => number;
   /** DRY_RUN_TIMEOUT_MS. */
   dryRunTimeoutMs?: number;
-  /** The freezes kept in memory (src/changes/freezes/store.ts): no Redis round trip per change; absent: read per change. */
+  /** The freezes kept in memory: no Redis round trip per change; absent: read per change. */
   freezeWatch?: FreezeWatch;
   /** DEPLOY_HISTORY_KEPT: deploys kept per project in the history (100 when not given). */
   deployHistoryKept?: number;
 }
 
-export interface Pipeline extends PipelineInputs {
-  approvals: ApprovalStore;
-  freezes: FreezeStore;
-  holds: HoldStore;
-  budgets: Budgets;
-  /** The deploys' concurrency groups (src/changes/deployOrder/). */
-  deployTurns: DeployTurns;
-  /** The history of deploys (src/changes/deployOrder/history.ts). */
-  deployHistory: DeployHistory;
-  /** The restart budgets a restart of the namespace by `requester` draws on (hosts sharing a namespace agree: checked at start). */
-  budgetPools(namespace: string, requester: string): BudgetPool[];
-}
+export type WayInDeps = { inventory: Inventory; redis: Redis; logger: Logger; pipeline: Pipeline };
 
 /** The pipeline of a restart (a remediation's): no deploy's intake, no dry run against the cluster. */
 export type RestartPipeline = Omit<Pipeline, 'intake' | 'probe' | 'dryRunTimeoutMs'>;
 
-export function createPipeline(deps: PipelineInputs): Pipeline {
+export function createPipeline(deps: PipelineInputs) {
   return {
     ...deps,
     approvals: createApprovalStore(deps.redis),
@@ -70,9 +55,12 @@ export function createPipeline(deps: PipelineInputs): Pipeline {
     budgets: createBudgets(deps.redis),
     deployTurns: createDeployTurns(deps.redis),
     deployHistory: createDeployHistory(deps.redis, deps.deployHistoryKept ?? 100),
-    budgetPools: (namespace, requester) => budgetPools(deps.inventory, namespace, requester),
+    /** The restart budgets a restart of the namespace by `requester` draws on (hosts sharing a namespace agree: checked at start). */
+    budgetPools: (namespace: string, requester: string) => budgetPools(deps.inventory, namespace, requester),
   };
 }
+
+export type Pipeline = ReturnType<typeof createPipeline>;
 
 /** The namespace a project's deploy Job runs in ('' for a project the inventory lacks: only a freeze of everything covers it). */
 export function projectNamespace(inventory: Inventory, project: string): string {
@@ -83,22 +71,9 @@ export function projectNamespace(inventory: Inventory, project: string): string 
 export const describeBudget = (b: BudgetLimit): string =>
   `${b.restarts} restart${b.restarts === 1 ? '' : 's'} per ${formatDuration(b.per)}`;
 
-/** Counts a spent budget's refusal: people's by namespace, a remediation's by its budget. */
-export function countBudgetRefusal(g: Pick<Pipeline, 'metrics'>, pool: BudgetPool): void {
-  if (pool.kind === 'namespace') g.metrics?.budgetExhausted.inc({ namespace: pool.name });
-  else g.metrics?.remediationBudgetExhausted.inc({ budget: pool.kind === 'remediation_rule' ? 'rule' : 'namespace', name: pool.name });
-}
-
-/** A spent budget's refusal in words (429's detail to a person). */
-export function budgetDetail(pool: BudgetPool, retryMs: number): string {
-  const seconds = Math.max(1, Math.ceil(retryMs / 1000));
-  return `${describePool(pool)} exhausted: at most ${describeBudget(pool.limit)}; the next restart fits in ${seconds} s`;
-}
-
 /**
- * Queues a report of a guarded change for the notification endpoints (the worker's report_change).
- * A report is news, not the change: failing to queue it is logged, never answered as an error of
- * the change it reports. `jobId` makes a repeated report of the same thing one job.
+ * Queues a report of a guarded change (the worker's report_change). A report is news, not the
+ * change: failing to queue it is logged, never the change's error. `jobId` makes a repeat one job.
  */
 export async function queueReport(
   g: Pick<Pipeline, 'producer' | 'logger'>,
@@ -113,8 +88,5 @@ export async function queueReport(
   }
 }
 
-/**
- * Every restart job carries the BullMQ deduplication id `restart:<ns>/<deployment>`: while one
- * restart of a Deployment waits or rolls out, another request joins it.
- */
+/** Every restart job's BullMQ deduplication id: while one restart of a Deployment waits or rolls out, another joins it. */
 export const coalesceId = (namespace: string, deployment: string): string => `restart:${namespace}/${deployment}`;

@@ -4,11 +4,7 @@ import { dryRunResultSchema } from '../shared/jobs.js';
 import { gateReasonSchema, type GateVerdict } from './gate.js';
 import type { Facts } from './types.js';
 
-/**
- * The parts every kind's dry-run answer shares (src/changes/dryRun.ts runs it, each kind's module
- * under src/changes/kinds/ renders its own answer): the gate's and the approval's verdicts, and
- * what the Kubernetes API server told the worker.
- */
+/** The parts every kind's dry-run answer shares. */
 export const kubernetesVerdictSchema = z.object({
   checked: z
     .boolean()

@@ -6,43 +6,29 @@ import {
   RestartNotConfirmedError,
   UnprocessableError,
 } from '../shared/errors.js';
-import { parseJobData, type JobName, type ReportChangeData } from '../shared/jobs.js';
+import { parseJobData, type JobName } from '../shared/jobs.js';
 import type { AddRequest } from '../shared/producer.js';
 import type { PushEvent } from '../domain/intake.js';
 import { redisCall } from '../domain/redisOps.js';
 import type { Written } from '../domain/replication.js';
-import { newApprovalId, type Approval, type ApprovalChange } from './approvals/store.js';
+import { newApprovalId, type Approval } from './approvals/store.js';
 import { describeReasons, type GateReason } from './gate.js';
-import type { BudgetPool } from './budget/pools.js';
-import { budgetDetail, countBudgetRefusal, queueReport, type Pipeline } from './deps.js';
+import { describePool, type BudgetPool } from './budget/pools.js';
+import { describeBudget, queueReport, type Pipeline } from './deps.js';
 import type { Hold } from './holds.js';
 import { recordDeployStep } from './deployOrder/record.js';
 import { kindOfChange, kindOfTarget, type AnyKind } from './kinds/index.js';
 import type { AnyTarget, ApprovedBy, Change, Decision } from './types.js';
 
-type JobToAdd = AddRequest;
-
 /**
  * The executor: carries out the planner's decision (src/changes/plan.ts). The only code that adds a
- * change's job, whatever its kind (test/unit/changes/oneAdder.test.ts fails when another file
- * does): its kind (src/changes/kinds/) gives the job, its data and which of the two ways below
- * carries it. Each write is atomic where the store allows it:
- * - a kind carried `coalesced` (a restart): a place of each of its budgets (one script), then BullMQ's add with the Deployment's coalescing
- *   record (one script); a place whose restart was not added, or joined another, is given back;
- * - a kind carried through the `intake` (a deploy): through the intake (src/domain/intake.ts): BullMQ's add with the event's dedup record,
- *   then the sender's delivery alias; a held one writes its hold record first (a record without
- *   its job is ignored by every reader), and its job is delayed until the gate should open;
- * - a pending approval: its record, its index and its place in the pending set (one script), then
- *   the on-call report and the expiry job;
- * - every override and hold is reported.
+ * change's job (test/unit/changes/oneAdder.test.ts checks it); its kind (src/changes/kinds/) gives
+ * the job, its data and which way carries it. Every override and hold is reported.
  */
-
-/** What carrying out a decision left behind. */
 export interface Carried {
   decision: Decision;
   /** The job that carries the change (a joined one's id), or the approval's id while it waits. */
   jobId: string;
-  /** The change joined a job of the same restart or push event instead of adding one. */
   coalesced: boolean;
   held?: { until: number; reasons: GateReason[] };
   approval?: { approval: Approval; created: boolean; coalesced: boolean };
@@ -50,11 +36,9 @@ export interface Carried {
   duplicate?: boolean;
   /** A signed push whose commit pair a delivery already deployed: nothing queued, the reason names that job. */
   ignored?: { reason: string };
-  /** What was written, for REDIS_MIN_REPLICAS_ACK's take-back. */
   written?: Written;
 }
 
-/** A resubmission of a deploy after a newer one of its group started: it never runs (409 superseded). */
 class SupersededError extends ConflictError {
   readonly by: string;
   constructor(detail: string, by: string) {
@@ -74,7 +58,6 @@ export function supersededRefusal(c: Change, by: string): Refusal {
   };
 }
 
-/** A restart or deploy refused by a freeze or outside its windows (409). */
 class ChangeRefusedError extends ConflictError {
   readonly reasons: GateReason[];
   constructor(detail: string, reasons: GateReason[]) {
@@ -86,21 +69,13 @@ class ChangeRefusedError extends ConflictError {
 /** "restart of Deployment ns/name", "deploy of group/app refs/heads/main": its kind's words (src/changes/kinds/). */
 export const describeTarget = (t: AnyTarget): string => kindOfTarget(t).describe(t);
 
-/** The report fields of a change's target. */
 export const targetFields = (t: AnyTarget) => kindOfTarget(t).reportFields(t);
 
 export type { ApprovedBy };
 
-/** The job data of a change, its kind's. */
-export const jobDataOf = (c: Change, approved?: ApprovedBy): unknown => kindOfChange(c).jobData(c, approved);
-
-/** What an approval record keeps of a change, its kind's. */
-export const approvalChangeOf = (c: Change): ApprovalChange => kindOfChange(c).toApproval(c);
-
 /**
- * The job's data, parsed by its schema before anything is written (422 naming the field), so a
- * change that could not be added never takes a budget place, a hold or an approval's decision.
- * The producer adds the parsed data without parsing it again.
+ * The job's data, parsed before anything is written (422 naming the field), so a change that could
+ * not be added never takes a budget place, a hold or an approval's decision.
  */
 function parsed(name: JobName, data: unknown): unknown {
   const p = parseJobData(name, data);
@@ -109,22 +84,15 @@ function parsed(name: JobName, data: unknown): unknown {
   return p.data;
 }
 
-/**
- * A decision that refuses the change, with nothing carried out: a closed gate, or a spent budget
- * (planned, or met by the budget's atomic take). A value, counted once where it is decided; a way
- * in that answers over HTTP turns it into its error (`refusalError`: 409 change_refused, 429
- * budget_exhausted), remediation reads it.
- */
+/** A refusal, nothing carried out: counted once where it is decided; a way in over HTTP answers `refusalError`. */
 type Refusal =
   | { guard: 'gate'; reasons: GateReason[]; detail: string }
   | { guard: 'budget'; pool: BudgetPool; retryMs: number; detail: string }
-  /** A resubmission after a newer change of its group started (src/changes/deployOrder/). */
   | { guard: 'order'; by: string; detail: string };
 
 /** What submitting a change came to: carried out (queued, joined, held, waiting for approval), or refused. */
 export type ChangeResult = { carried: Carried; refusal?: undefined } | { refusal: Refusal; carried?: undefined };
 
-/** The refusal of a closed gate, counted. */
 export function gateRefusal(g: Pipeline, c: Change, reasons: GateReason[]): Refusal {
   for (const r of reasons) g.metrics?.guardRefusals.inc({ guard: r.guard });
   const how =
@@ -138,11 +106,13 @@ export function gateRefusal(g: Pipeline, c: Change, reasons: GateReason[]): Refu
 
 /** The refusal of a spent budget, counted: people's by namespace, a remediation's by its budget. */
 function budgetRefusal(g: Pick<Pipeline, 'metrics'>, pool: BudgetPool, retryMs: number): Refusal {
-  countBudgetRefusal(g, pool);
-  return { guard: 'budget', pool, retryMs, detail: budgetDetail(pool, retryMs) };
+  if (pool.kind === 'namespace') g.metrics?.budgetExhausted.inc({ namespace: pool.name });
+  else g.metrics?.remediationBudgetExhausted.inc({ budget: pool.kind === 'remediation_rule' ? 'rule' : 'namespace', name: pool.name });
+  const seconds = Math.max(1, Math.ceil(retryMs / 1000));
+  const detail = `${describePool(pool)} exhausted: at most ${describeBudget(pool.limit)}; the next restart fits in ${seconds} s`;
+  return { guard: 'budget', pool, retryMs, detail };
 }
 
-/** The error a refusal is answered with. */
 export function refusalError(r: Refusal): ChangeRefusedError | BudgetExhaustedError | SupersededError {
   if (r.guard === 'order') return new SupersededError(r.detail, r.by);
   return r.guard === 'gate'
@@ -172,18 +142,23 @@ export async function execute(g: Pipeline, change: Change, decision: Decision, n
   }
 }
 
+/** What every report of a change names. */
+const reportOf = (change: Change, jobId: string, approved?: ApprovedBy) => ({
+  ...targetFields(change.target),
+  job_id: jobId,
+  approvers: approved?.approvers ?? [],
+  audit_id: change.auditId,
+  requested_by: change.requester.principal,
+});
+
 async function reportOverride(g: Pipeline, change: Change, jobId: string, overridden: GateReason[], approved?: ApprovedBy) {
   if (!change.override || overridden.length === 0) return;
   g.metrics?.guardOverrides.inc();
   await queueReport(g, `report.${jobId}.override`, {
     event: 'override',
-    ...targetFields(change.target),
-    job_id: jobId,
+    ...reportOf(change, jobId, approved),
     ...(approved ? { approval_id: approved.approvalId } : {}),
-    approvers: approved?.approvers ?? [],
     reason: `${change.override.reason} (overriding: ${describeReasons(overridden)}; by ${change.override.by})`,
-    audit_id: change.auditId,
-    requested_by: change.requester.principal,
   });
 }
 
@@ -210,7 +185,7 @@ async function queueCoalesced(
       data,
       jobId,
       deduplication: { id: kind.coalesceId!(t) },
-    } as JobToAdd));
+    } as AddRequest));
   } catch (err) {
     // Not added (or not known to be): its budget place is given back; an add that lands later
     // restarts within the budget's tolerance of one.
@@ -281,12 +256,8 @@ async function queueThroughIntake(
   if (hold && mine) {
     await queueReport(g, `report.${hold.job_id}.held`, {
       event: 'held',
-      ...targetFields(change.target),
-      job_id: hold.job_id,
+      ...reportOf(change, hold.job_id, approved),
       outcome: { result: 'held', reason: describeReasons(hold.reasons), until: new Date(hold.until).toISOString() },
-      approvers: approved?.approvers ?? [],
-      audit_id: change.auditId,
-      requested_by: change.requester.principal,
     });
   } else if (hold) {
     await g.holds.remove(hold.job_id).catch(() => undefined);
@@ -311,7 +282,7 @@ async function pendingApproval(
   const approval: Approval = {
     id,
     status: 'pending',
-    change: approvalChangeOf(change),
+    change: kindOfChange(change).toApproval(change),
     requester: change.requester.principal,
     requester_credential: change.requester.credential,
     requester_owner: change.requester.owner,
@@ -332,14 +303,7 @@ async function pendingApproval(
   if (out.created) {
     g.metrics?.approvals.inc({ change: change.target.kind, event: 'requested' });
     await recordDeployStep(g, change, id, 'pending_approval', now);
-    const base: Omit<ReportChangeData, 'event'> = {
-      ...targetFields(change.target),
-      job_id: id,
-      approval_id: id,
-      approvers: [],
-      audit_id: change.auditId,
-      requested_by: change.requester.principal,
-    };
+    const base = { ...reportOf(change, id), approval_id: id };
     await queueReport(g, `report.${id}.requested`, {
       ...base,
       event: 'approval_requested',

@@ -2,11 +2,7 @@ import { z } from 'zod';
 import { covers, describeScope, type Freeze, type FreezeTarget } from './freezes/store.js';
 import { describeWindow, windowState, type ChangeWindow } from '../shared/windows.js';
 
-/**
- * The gate of a change: the freezes that cover it and its change windows, at a given instant.
- * The API asks it for every restart and deploy; the worker asks it again when a held deploy wakes
- * (a freeze declared in the meantime, a clock that drifted), so both decide by the same rules.
- */
+/** The gate of a change at an instant: the freezes that cover it and its change windows (the API's and the worker's). */
 export const gateReasonSchema = z.discriminatedUnion('guard', [
   z.object({
     guard: z.literal('freeze'),
@@ -31,7 +27,6 @@ export interface GateVerdict {
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
-/** Freezes in force at `t` that cover the target. */
 function inForce(freezes: readonly Freeze[], target: FreezeTarget, t: number): Freeze[] {
   return freezes.filter((f) => f.starts_at <= t && t < f.ends_at && covers(f, target));
 }
@@ -54,7 +49,6 @@ export function gate(
   }));
   if (!w.open) reasons.push({ guard: 'window', opens_at: iso(w.opensAt!), windows: (windows ?? []).map(describeWindow) });
   if (reasons.length === 0) return { blocked: false, reasons, ...(w.closesAt !== undefined ? { closesAt: w.closesAt } : {}) };
-
   // When does it open? Past every freeze in force, then into a window, until both hold at once.
   let t = now;
   for (let i = 0; i < 64; i++) {

@@ -2,13 +2,9 @@ import type { ConfirmChange, ConfirmReplicated, ConfirmRetryReplicated, Written 
 import { approvalKey } from '../shared/keys.js';
 
 /**
- * Where a way in hands a change to the pipeline (the restart API, CI deploys, a push, a delivery's
- * replay, a dead letter's retry, an approval given): the one place that applies what an answer
- * about a change owes beyond the pipeline. In this order: the audit line's fields (kept even when
- * the WAIT below fails, so a 503 names the job), then REDIS_MIN_REPLICAS_ACK for what the change
- * wrote (src/domain/replication.ts). Scope is the pipeline's (`checkScope`, src/changes/pipeline.ts).
- * A way in says what it wrote; it cannot skip the WAIT, since the answer comes back only through
- * here. No Express in it: the audit fields go to a plain record (a route's `res.locals`).
+ * Where every way in hands a change over: the audit line's fields first (kept when the WAIT fails,
+ * so a 503 names the job), then REDIS_MIN_REPLICAS_ACK for what it wrote. The answer comes back
+ * only through here, so no way in can skip the WAIT.
  */
 
 /** What handing the change over wrote, for REDIS_MIN_REPLICAS_ACK. */
@@ -29,13 +25,8 @@ export interface Confirms {
   retryReplicated?: ConfirmRetryReplicated;
 }
 
-/** Where the request's audit line takes its fields from (`auditFields`). */
-type AuditSink = Record<string, unknown>;
-
 interface Hand<T> {
-  /** The change handed to the pipeline (its way in's submit). */
   submit: () => Promise<T>;
-  /** What it wrote. */
   handed: (out: T) => Handed;
   /** The audit line's fields; absent or undefined: the route sets them itself, after the WAIT. */
   audit?: (out: T) => Record<string, unknown> | undefined;
@@ -54,7 +45,8 @@ async function confirm(c: Confirms, h: Handed): Promise<void> {
   }
 }
 
-export async function handChange<T>(confirms: Confirms, sink: AuditSink, hand: Hand<T>): Promise<T> {
+/** `sink`: where the request's audit line takes its fields from (`auditFields`: a route's `res.locals`). */
+export async function handChange<T>(confirms: Confirms, sink: Record<string, unknown>, hand: Hand<T>): Promise<T> {
   const out = await hand.submit();
   const fields = hand.audit?.(out);
   if (fields) sink.auditFields = fields;

@@ -4,11 +4,8 @@ import type { GateReason } from './gate.js';
 import { storedJson } from '../shared/redis.js';
 
 /**
- * Deploys held by a freeze or outside their project's change windows: each is a BullMQ delayed
- * job (it wakes when the gate is expected to open), and this record says why, for GET /ops/jobs/{id},
- * GET /ops/holds and the release of a lifted freeze (DELETE /ops/freezes/{id} promotes the jobs
- * its freeze held). Written before the job is added or delayed, dropped when the worker lets the
- * job run; a record whose job is gone is ignored by every reader.
+ * Why a held deploy (a delayed job, due when its gate should open) is held. Written before the job
+ * is added or delayed, dropped when it runs; a record whose job is gone is ignored by every reader.
  */
 export interface Hold {
   job_id: string;
@@ -24,24 +21,17 @@ export interface Hold {
   requested_by: string;
 }
 
-export interface HoldStore {
-  set(h: Hold): Promise<void>;
-  get(jobId: string): Promise<Hold | undefined>;
-  remove(jobId: string): Promise<void>;
-  all(): Promise<Hold[]>;
-}
-
 const parse = storedJson<Hold>;
 
-export function createHoldStore(redis: Redis): HoldStore {
+export function createHoldStore(redis: Redis) {
   return {
-    async set(h) {
+    async set(h: Hold) {
       await redis.hset(HOLDS_KEY, h.job_id, JSON.stringify(h));
     },
-    async get(jobId) {
+    async get(jobId: string) {
       return parse(await redis.hget(HOLDS_KEY, jobId));
     },
-    async remove(jobId) {
+    async remove(jobId: string) {
       await redis.hdel(HOLDS_KEY, jobId);
     },
     async all() {

@@ -7,12 +7,7 @@ import type { Pipeline } from './deps.js';
 import { overrideOf, plan } from './plan.js';
 import type { Change, Decision, Facts, Principal } from './types.js';
 
-/**
- * Every way into a change (the restart API, every push sender, a delivery's replay, the last
- * approval, a dead letter's retry, remediation, a deploy from CI) calls `submitChange`: the
- * stores' facts, the planner's decision, the executor. A dry run calls `planChange` and carries
- * nothing out. The worker's check of a job waking uses the same planner (src/changes/wake.ts).
- */
+/** Every way into a change calls `submitChange`: facts, the planner's decision, the executor; a dry run `planChange`. */
 
 /** An operator's request to let the change through a closed gate: resolved against the gate as it stands. */
 export interface OverrideAsk {
@@ -21,10 +16,7 @@ export interface OverrideAsk {
   by?: Principal;
 }
 
-/**
- * The change with the override its requester asked for, covering exactly the reasons the gate
- * gives now (a freeze declared later is not covered). No reasons: no override to record.
- */
+/** The change with the override asked for, covering exactly the gate's reasons now (a later freeze is not covered). */
 function resolveOverride(change: Change, facts: Facts, ask: OverrideAsk | undefined): Change {
   if (!ask || facts.gate.reasons.length === 0) return change;
   const by = ask.by ?? change.requester;
@@ -42,10 +34,8 @@ export interface Planned {
 }
 
 /**
- * Overrides are for people: an override asked by a caller many people may hold (the shared bearer
- * token, an OIDC token whose rule does not say may_override) is refused before anything is read,
- * whether or not the gate is closed now. Every override ask, dry run included, passes here (a
- * restart's before its Idempotency-Key's answer is read back).
+ * Overrides are for people: one asked by a caller many people may hold (the shared bearer token, an
+ * OIDC rule without may_override) is refused before anything is read, whether or not the gate is closed.
  */
 export function checkOverrideAsk(change: Change, ask: OverrideAsk | undefined): void {
   if (!ask) return;
@@ -58,12 +48,7 @@ export function checkOverrideAsk(change: Change, ask: OverrideAsk | undefined): 
   }
 }
 
-/**
- * A scoped credential (a keys-file entry's, an OIDC rule's) changes only what its scope admits: the
- * target as its kind names it to a scope. Checked here, where every way in hands its change to the
- * pipeline (a dry run too), so a way in cannot forget it; a route may check earlier to answer 403
- * before its other checks.
- */
+/** A scoped credential changes only what its scope admits: checked where every way in passes, so none can forget it. */
 export function checkScope(change: Change): void {
   const scope = change.requester.scope;
   if (!scope) return;
@@ -82,11 +67,7 @@ export async function planChange(g: Pipeline, change: Change, ask?: OverrideAsk,
   return { change: resolved, facts, decision: plan(resolved, facts, now), now };
 }
 
-/**
- * Plans the change and carries the decision out: what it came to, a refusal included, is a value.
- * Only what keeps it from being decided or carried out (a store down, a job that does not parse,
- * an unknown target) is thrown.
- */
+/** Plans and carries out: a refusal is a value; only what keeps it from being decided or carried out is thrown. */
 export async function submitChange(g: Pipeline, change: Change, ask?: OverrideAsk, approved?: ApprovedBy): Promise<ChangeResult> {
   const p = await planChange(g, change, ask);
   return execute(g, p.change, p.decision, p.now, approved);

@@ -6,15 +6,7 @@ import { submitChange } from './pipeline.js';
 import type { Acceptance } from './deployOrder/store.js';
 import type { Change, Origin, Principal } from './types.js';
 
-/**
- * A push to the deploy branch, from a sender (origin `webhook`) or an operator's replay of a
- * recorded delivery (origin `replay`): one run_deploy_pipeline job per event id within 24 h (and,
- * from a signed sender without a timestamp, one per commit pair a delivery brings in 30 days; a
- * replay may deploy it again), through
- * the pipeline: a project whose policy asks for approval gets a pending approval instead of a job
- * (the same event again joins it); a deploy covered by a freeze or outside its windows is queued
- * held, a BullMQ delayed job due when the gate opens, with the reasons recorded and reported.
- */
+/** A push to the deploy branch (origin `webhook`) or an operator's replay of one (`replay`), through the pipeline. */
 interface PushRequest {
   source: string;
   project: string;
@@ -25,7 +17,6 @@ interface PushRequest {
   requester: Principal;
   /** The sender's own delivery id: remembered 30 days, so its replay is a duplicate after the event's 24 h. */
   deliveryId?: string;
-  /** A replay's reason. */
   reason?: string;
   origin: Extract<Origin, 'webhook' | 'replay'>;
   /** A signed sender's commit before the push (its replay guard). */
@@ -63,19 +54,12 @@ export const pushHanded = (out: IntakeResult): Handed =>
 
 export async function submitPush(g: Pipeline, req: PushRequest): Promise<IntakeResult> {
   const { body: b, written } = answered(answerChange(await submitChange(g, pushChange(g, req)), 202));
-  if (b.status === 'pending_approval') {
-    return {
-      accepted: b.accepted,
-      duplicate: b.duplicate,
-      jobId: b.job_id,
-      approval: { id: b.approval_id!, expires_at: b.expires_at!, required: b.required! },
-    };
-  }
   if (b.status === 'ignored') return { accepted: false, duplicate: false, jobId: b.job_id, ignored: { reason: b.ignored_reason! } };
   return {
     accepted: b.accepted,
     duplicate: b.duplicate,
     jobId: b.job_id,
+    ...(b.status === 'pending_approval' ? { approval: { id: b.approval_id!, expires_at: b.expires_at!, required: b.required! } } : {}),
     ...(written ? { written } : {}),
     ...(b.status === 'held' ? { held: { until: b.held_until!, reasons: b.held_reasons! } } : {}),
   };

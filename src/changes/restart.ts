@@ -1,38 +1,25 @@
-import type { Redis } from 'ioredis';
 import { sha256Hex } from '../shared/crypto.js';
 import { NotFoundError, UnprocessableError } from '../shared/errors.js';
 import { findHost, hostPolicy, type Inventory } from '../shared/inventory.js';
-import { IDEMPOTENCY_TTL_SECONDS } from '../shared/jobs.js';
-import type { Logger } from '../shared/logger.js';
 import { idempotencyRecordKey } from '../shared/keys.js';
 import { redisCall } from '../domain/redisOps.js';
 import { approvalIdFor } from './approvals/store.js';
 import type { PendingApproval } from './approvals/view.js';
-import { answerChange, answered, type ChangeBody } from './answer.js';
+import { answerChange, answered, idempotentAnswer } from './answer.js';
 import { sameTarget } from './kinds/index.js';
-import { coalesceId, type Pipeline } from './deps.js';
+import { coalesceId, type WayInDeps } from './deps.js';
 import { checkOverrideAsk, submitChange } from './pipeline.js';
 import type { Change, Origin, Principal, RestartTarget } from './types.js';
-import { storedJson } from '../shared/redis.js';
 
 export { coalesceId };
 
 /**
- * A restart of an inventory host's Deployment, asked for by a caller (POST /ops/restart) or by the
- * pipeline's other ways in: the target is checked against the inventory (404 otherwise; the worker
- * checks again), then the change goes through the pipeline (src/changes/pipeline.ts).
- *
- * Idempotency (optional key; without it nothing is derived): the job id is
- * `restart-<sha256(principal, key)>` and a pending approval's id derives from the same scope, so the
- * same key from another principal is another id (no collision, no probing of someone else's keys).
- * BullMQ ignores an add whose job id exists, so a retry of a call whose answer was lost never makes
- * a second job. The answer itself is remembered for IDEMPOTENCY_TTL_SECONDS, so a repeat answers
- * exactly as the first call did (even a first call that joined another restart), and a key reused
- * for another target is refused, whether the first call queued a job or waits for approval.
- *
- * Coalescing: every restart job carries the BullMQ deduplication id `restart:<ns>/<deployment>`,
- * so while a restart of that Deployment is waiting, retrying or rolling out, a new request adds
- * nothing and answers with that job's id and `coalesced: true`.
+ * A restart of an inventory host's Deployment (POST /ops/restart): the target is checked against
+ * the inventory (404; the worker checks again), then the change goes through the pipeline.
+ * An Idempotency-Key names the job `restart-<sha256(principal, key)>` and its pending approval, so
+ * another principal's same key is another id (no probing of someone else's keys); BullMQ adds
+ * nothing under an existing id, and the first answer is kept (a key reused for another target: 422).
+ * While a restart of the Deployment waits or rolls out, a new one joins it (`coalesced: true`).
  */
 interface RestartRequest {
   host: string;
@@ -69,26 +56,8 @@ export function idempotencyScope(principal: string, key: string): string {
   return sha256Hex(`restart\n${principal}\n${key}`).slice(0, 40);
 }
 
-interface StoredAnswer {
-  host: string;
-  service: string;
-  job_id: string;
-  coalesced: boolean;
-  /** The first call waits for this approval. */
-  approval_id?: string;
-}
-
-function parseStored(raw: string | null): StoredAnswer | undefined {
-  const v = storedJson<StoredAnswer>(raw);
-  return typeof v?.job_id === 'string' ? v : undefined;
-}
-
-interface RestartDeps {
-  inventory: Inventory;
-  redis: Redis;
-  logger: Logger;
-  pipeline: Pipeline;
-}
+/** `approval_id`: the first call waits for this approval. */
+type StoredAnswer = Omit<RestartAck, 'status'> & { approval_id?: string };
 
 /** `http`: the status the renderer (src/changes/answer.ts) gave it; a repeat under its Idempotency-Key is a restart's 200. */
 type RestartAnswer =
@@ -98,12 +67,7 @@ type RestartAnswer =
 const reused = () =>
   new UnprocessableError('this Idempotency-Key was already used for a restart of another host or service', 'idempotency_key_reused');
 
-/** The change a restart request stands for. */
-export function restartChange(
-  deps: Pick<RestartDeps, 'inventory'>,
-  req: RestartRequest,
-  scope?: string,
-): Change & { target: RestartTarget } {
+export function restartChange(deps: Pick<WayInDeps, 'inventory'>, req: RestartRequest, scope?: string): Change & { target: RestartTarget } {
   return {
     target: validateRestart(deps.inventory, req.host, req.service),
     requester: req.requester,
@@ -114,69 +78,44 @@ export function restartChange(
   };
 }
 
-export async function submitRestart(deps: RestartDeps, req: RestartRequest): Promise<RestartAnswer> {
+export async function submitRestart(deps: WayInDeps, req: RestartRequest): Promise<RestartAnswer> {
   const scope = req.idempotencyKey === undefined ? undefined : idempotencyScope(req.requester.principal, req.idempotencyKey);
   const change = restartChange(deps, req, scope);
   const ask = req.override && req.reason ? { reason: req.reason } : undefined;
   checkOverrideAsk(change, ask);
   const { host, service } = req;
-  const recordKey = scope === undefined ? undefined : idempotencyRecordKey(scope);
-  if (recordKey) {
-    const stored = parseStored(await redisCall((r) => r.get(recordKey), deps.redis));
-    if (stored && (stored.host !== host || stored.service !== service)) throw reused();
+  const record = idempotentAnswer<StoredAnswer>({
+    ...deps,
+    key: scope === undefined ? undefined : idempotencyRecordKey(scope),
+    valid: () => true,
+    same: (a) => a.host === host && a.service === service,
+    reused,
+    warning: 'could not record the Idempotency-Key answer',
+  });
+  if (scope !== undefined) {
+    const stored = await record.read();
     if (stored && !stored.approval_id) {
       return { kind: 'submitted', http: 200, host, service, status: 'submitted', job_id: stored.job_id, coalesced: stored.coalesced };
     }
     // A pending approval of the key's first call, for another target (its answer was not stored).
     if (!stored && hostPolicy(deps.inventory, host).approval) {
-      const earlier = await redisCall(() => deps.pipeline.approvals.get(change.approvalId!), deps.redis);
-      const c = earlier?.change;
+      const c = (await redisCall(() => deps.pipeline.approvals.get(change.approvalId!), deps.redis))?.change;
       if (c && !sameTarget(c, change.target)) throw reused();
     }
   }
 
   const { status: http, body: b } = answered(answerChange(await submitChange(deps.pipeline, change, ask), 200));
   if (b.status === 'pending_approval') {
-    await remember(deps, recordKey, { host, service, job_id: b.job_id, coalesced: false, approval_id: b.approval_id! });
-    return { kind: 'pending_approval', http, host, service, ...pendingAnswer(b) };
+    await record.keep({ host, service, job_id: b.job_id, coalesced: false, approval_id: b.approval_id! });
+    const pending: PendingApproval = {
+      status: 'pending_approval',
+      approval_id: b.approval_id!,
+      expires_at: b.expires_at!,
+      required: b.required!,
+      coalesced: b.coalesced,
+    };
+    return { kind: 'pending_approval', http, host, service, ...pending };
   }
-  return { ...(await remember(deps, recordKey, { host, service, job_id: b.job_id, coalesced: b.coalesced })), http };
-}
-
-/** 202's body of a change that waits for approval. */
-function pendingAnswer(b: ChangeBody): PendingApproval {
-  return {
-    status: 'pending_approval',
-    approval_id: b.approval_id!,
-    expires_at: b.expires_at!,
-    required: b.required!,
-    coalesced: b.coalesced,
-  };
-}
-
-/** Remembers the answer under the Idempotency-Key (when given) and returns it; a concurrent call's stored answer wins. */
-async function remember(
-  deps: RestartDeps,
-  recordKey: string | undefined,
-  answer: StoredAnswer,
-): Promise<Omit<RestartAnswer & { kind: 'submitted' }, 'http'>> {
-  const { host, service } = answer;
-  let kept = answer;
-  if (recordKey) {
-    try {
-      // NX: a concurrent call with the same key may have stored first; then its answer wins.
-      const set = await deps.redis.set(recordKey, JSON.stringify(answer), 'EX', IDEMPOTENCY_TTL_SECONDS, 'NX');
-      if (set === null) {
-        const stored = parseStored(await deps.redis.get(recordKey));
-        if (stored && (stored.host !== host || stored.service !== service)) throw reused();
-        if (stored) kept = stored;
-      }
-    } catch (err) {
-      if (err instanceof UnprocessableError) throw err;
-      // The job is queued; answering 503 now would invite a retry. A retry without the record
-      // still finds the job by its id (or joins the same running restart).
-      deps.logger.warn('could not record the Idempotency-Key answer', { err });
-    }
-  }
-  return { kind: 'submitted', host, service, status: 'submitted', job_id: kept.job_id, coalesced: kept.coalesced };
+  const kept = await record.keep({ host, service, job_id: b.job_id, coalesced: b.coalesced });
+  return { kind: 'submitted', http, host, service, status: 'submitted', job_id: kept.job_id, coalesced: kept.coalesced };
 }

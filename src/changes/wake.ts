@@ -3,15 +3,13 @@ import { policyFacts } from './facts.js';
 import type { Freeze } from './freezes/store.js';
 import { kindOf, kindOfJob } from './kinds/index.js';
 import { plan } from './plan.js';
-import type { Change, Decision, Facts, Principal } from './types.js';
+import type { Change } from './types.js';
 
 /**
- * A change's job starting an attempt in the worker (origin `wake`): planned again on the gate as it
- * stands, with the override the job carries, so a freeze declared since it was queued refuses the
- * restart or holds the deploy again. The worker carries out the answer (worker/report.ts):
- * queue runs the job, hold moves it back to the delayed set, refuse fails it for good.
+ * A change's job starting an attempt (origin `wake`) is planned again on the gate as it stands, with
+ * the override it carries, so a freeze declared since refuses or holds it again (worker/report.ts).
  */
-/** A change's job: its kind's name (src/changes/kinds/) and its data, parsed by the job's schema. */
+/** A change's job: its kind's name and its data, parsed by the job's schema. */
 export interface ChangeJob {
   name: string;
   data: ChangeJobData;
@@ -37,21 +35,17 @@ export function changeJobOf(jobName: string, data: unknown): ChangeJob | undefin
   return kind ? { name: kind.name, data: data as ChangeJobData } : undefined;
 }
 
-function requesterOf(d: ChangeJobData): Principal {
-  return {
-    principal: d.requested_by,
-    credential: d.requested_credential ?? '',
-    owner: d.requested_owner ?? d.requested_by,
-    ownerKnown: true,
-  };
-}
-
 /** The change a job stands for (the one converter of each kind: its module's `fromJob`). */
 export function changeOfJob(inventory: Inventory, c: ChangeJob, jobId: string): Change {
   const { target, reason, override } = kindOf(c.name).fromJob(inventory, c.data);
   return {
     target,
-    requester: requesterOf(c.data),
+    requester: {
+      principal: c.data.requested_by,
+      credential: c.data.requested_credential ?? '',
+      owner: c.data.requested_owner ?? c.data.requested_by,
+      ownerKnown: true,
+    },
     ...(reason ? { reason } : {}),
     ...(override ? { override } : {}),
     origin: 'wake',
@@ -60,13 +54,7 @@ export function changeOfJob(inventory: Inventory, c: ChangeJob, jobId: string): 
   };
 }
 
-export function planWake(
-  inventory: Inventory,
-  freezes: readonly Freeze[],
-  c: ChangeJob,
-  jobId: string,
-  now: number,
-): { change: Change; facts: Facts; decision: Decision } {
+export function planWake(inventory: Inventory, freezes: readonly Freeze[], c: ChangeJob, jobId: string, now: number) {
   const change = changeOfJob(inventory, c, jobId);
   const facts = policyFacts(inventory, freezes, change, now);
   return { change, facts, decision: plan(change, facts, now) };

@@ -1,59 +1,24 @@
 import { PayloadTooLargeError, UnprocessableError } from '../shared/errors.js';
 import { JOB, parseJobData, type NotifyOncallData } from '../shared/jobs.js';
 import type { Intake } from './intake.js';
-import type { Written } from './replication.js';
 
 /**
  * The Alertmanager payload: firing alerts with a fingerprint become notify_oncall jobs, each
- * fingerprint at most once per 300 s. Plain values in, counts out.
- *
- * One payload is one BullMQ addBulk (one round trip), each job with its fingerprint as its
- * deduplication record (src/domain/intake.ts).
- *
- * Failure handling (the contract leaves it open): an alert is recorded together with its job or not at
- * all; when the call fails the failure propagates (503 + Retry-After), so Alertmanager retries the
- * whole batch: alerts already queued are then duplicates (not queued twice), the others are
- * queued. No accepted alert is lost.
- *
- * Size: more than `maxAlerts` alerts in one payload -> 413, nothing recorded or queued
- * (ALERTS_MAX_PER_REQUEST; Alertmanager's receiver option `max_alerts` keeps it below).
+ * fingerprint at most once per 300 s, in one addBulk. An alert is recorded with its job or not at
+ * all; a failure is a 503, and Alertmanager's retry of the batch queues only what is missing.
  */
 const DEFAULT_MAX_ALERTS = 1000;
 const MAX_ALERTNAME = 1024;
 
-interface AlertsOutcome {
-  received: number;
-  firing: number;
-  queued: number;
-  duplicates: number;
-  /** The ids of the jobs this payload queued (new ones only), in payload order. */
-  jobIds: string[];
-  /** What this call wrote (REDIS_MIN_REPLICAS_ACK takes it back). */
-  written: Written[];
-}
-
-interface AlertsOptions {
-  /** ALERTS_MAX_PER_REQUEST. */
-  maxAlerts?: number;
-}
-
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-export interface Planned {
+interface Planned {
   fingerprint: string;
   data: NotifyOncallData;
 }
 
-/**
- * The payload's shape (an object with an `alerts` array, else 422), its firing alerts, and the job
- * data of every firing alert with a fingerprint (validated before anything is recorded).
- */
-export function planAlerts(
-  payload: unknown,
-  auditId: string,
-  requestedBy: string,
-  maxAlerts = DEFAULT_MAX_ALERTS,
-): { received: number; firing: number; planned: Planned[] } {
+/** The payload's firing alerts, and the job data of each with a fingerprint, validated before anything is recorded. */
+export function planAlerts(payload: unknown, auditId: string, requestedBy: string, maxAlerts = DEFAULT_MAX_ALERTS) {
   if (!isObject(payload)) throw new UnprocessableError('payload must be a JSON object with an "alerts" array', 'invalid_alerts');
   const alerts = payload.alerts;
   if (!Array.isArray(alerts)) throw new UnprocessableError('"alerts" must be an array', 'invalid_alerts');
@@ -88,19 +53,17 @@ export function planAlerts(
   return { received: alerts.length, firing, planned };
 }
 
-/**
- * Per planned alert, its fingerprint recorded as seen for 300 s (only if not already recorded) and,
- * when recorded, one notify_oncall job, in the same step (src/domain/intake.ts).
- */
+/** `maxAlerts`: ALERTS_MAX_PER_REQUEST (more: 413, nothing queued; Alertmanager's `max_alerts` keeps below it). */
 export async function submitAlerts(
   intake: Pick<Intake, 'alerts'>,
   payload: unknown,
   auditId: string,
   requestedBy: string,
-  opts: AlertsOptions = {},
-): Promise<AlertsOutcome> {
+  opts: { maxAlerts?: number } = {},
+) {
   const plan = planAlerts(payload, auditId, requestedBy, opts.maxAlerts);
   const outs = await intake.alerts(plan.planned);
+  // What this call wrote (REDIS_MIN_REPLICAS_ACK takes it back), and its new jobs in payload order.
   const written = outs.flatMap((o) => (o.written ? [o.written] : []));
   const jobIds = written.map((w) => w.jobId);
   return { received: plan.received, firing: plan.firing, queued: jobIds.length, duplicates: outs.length - jobIds.length, jobIds, written };

@@ -4,45 +4,24 @@ import type { ErrorCode } from '../shared/errors.js';
 import { deliveriesKey, unverifiedDeliveriesKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import { defineLua, loadLua } from '../shared/lua.js';
+import { storedJson } from '../shared/redis.js';
 import { redisCall } from './redisOps.js';
 
 /**
- * "Why didn't my push deploy?": each sender's last deliveries, newest first, with the verdict the
- * API gave each one. A capped Redis stream per sender (shared by every replica): the time, the
- * verdict, the HTTP status and detail, the job it queued or was a duplicate of, the sender's
- * delivery id and the body's SHA-256. Never the body, never a header, never a secret.
+ * "Why didn't my push deploy?": each sender's last deliveries with the API's verdict, in a capped
+ * Redis stream per sender. Never the body, a header or a secret. A push that reached a decision
+ * keeps its event, so an operator can replay it.
  *
- * A push that reached a decision (queued, duplicate, ignored as queued before, or failed while
- * queueing) also keeps the event it stands for (project, ref, commit, event id, and the commit
- * before it for a `replayGuard` sender): an operator can replay it through the same intake
- * (src/routes/deliveries.ts), which may deploy a push a delivery may not (`allowRedeploy`).
+ * Unverified deliveries go to a smaller stream of their own (DELIVERIES_UNVERIFIED_KEPT): anyone
+ * can send those as fast as the rate limit lets them, and in the sender's stream they would push
+ * its genuine deliveries (and the pushes an operator would replay) out.
  *
- * The worker appends to the same log how a pushed deploy ended when it never ran or was cancelled
- * (`superseded`, `cancelled`: src/changes/deployOrder/deliveries.ts), after the push's own entry,
- * with the push's job, event and delivery id.
- *
- * Unverified deliveries (the sender's proof missing or wrong, or refused before it was checked: a
- * rate-limited one) are kept apart, in a smaller stream of their own per sender
- * (DELIVERIES_UNVERIFIED_KEPT): anyone can send those, with any delivery id, as fast as the rate
- * limit lets them, and in the sender's stream they would push its genuine deliveries out (and with
- * them the pushes an operator would replay). The listing reads both streams, merged newest first.
- *
- * Recording never fails a delivery: a Redis error while recording is logged and the answer goes
- * out as it would have.
- *
- * Writing: the verdicts of one short interval (FLUSH_INTERVAL_MS, or FLUSH_MAX entries, whichever
- * comes first) go out together, one script per sender (deliveries-add.lua; its two streams share
- * its slot) appending them in the order they were recorded, instead of one write per delivery:
- * under load that is one socket write and one Redis read for many deliveries. `list` and `get` send what is waiting
- * first (this process reads its own verdicts), and `flush` sends it at shutdown. It is a
- * diagnostic log, not the delivery: a process killed without its shutdown loses the verdicts of
- * its last interval (the answers went out, the jobs are queued; only their lines in GET
- * /ops/deliveries are missing), as an XADD written but not yet applied by Redis would be lost
- * either way.
+ * Recording never fails a delivery: a Redis error is logged. The verdicts of one short interval
+ * (FLUSH_INTERVAL_MS or FLUSH_MAX) go out together, one script per sender, instead of one write
+ * per delivery. A process killed without its shutdown loses its last interval's lines (the answers
+ * went out, the jobs are queued), as an XADD not yet applied would be lost either way.
  */
-/** The longest a recorded verdict waits before it is sent. */
 const FLUSH_INTERVAL_MS = 5;
-/** Verdicts waiting that are sent at once, without waiting for the interval. */
 export const FLUSH_MAX = 256;
 export const VERDICTS = [
   'queued',
@@ -54,12 +33,8 @@ export const VERDICTS = [
   'invalid_payload',
   'rate_limited',
   'failed',
-  /**
-   * Appended by the worker, after the push's own entry: the deploy it queued never ran, a deploy of
-   * its group accepted after it has started or waits (the detail names it).
-   */
+  // Appended by the worker after the push's entry: its deploy never ran, or was cancelled by a newer one.
   'superseded',
-  /** Appended by the worker: the deploy it queued was running when a newer one of its group deleted its Job (cancel_in_progress). */
   'cancelled',
 ] as const;
 export type Verdict = (typeof VERDICTS)[number];
@@ -70,7 +45,6 @@ export interface DeliveryEntry {
   status: number;
   /** The answer's reason or error detail (never a secret: the error catalog's texts). */
   detail?: string;
-  /** An error answer: its code (src/shared/errors.ts). */
   code?: ErrorCode;
   /** The job it queued, or the job a duplicate stands for. */
   jobId?: string;
@@ -81,17 +55,11 @@ export interface DeliveryEntry {
   requestId?: string;
   /** The push event (a decision was reached): what a replay submits again. */
   push?: { project: string; ref: string; sha: string; eventId: string; before?: string };
-  /** A replay: the delivery it replays, and who asked. */
   replayOf?: string;
-  /**
-   * The sender's proof was missing or wrong, or the delivery was refused before it was checked:
-   * kept in the sender's stream of unverified deliveries. `bad_signature` and `rate_limited` are
-   * unverified whatever this says.
-   */
+  /** The sender's proof was missing or wrong, or it was refused before the check (always so for UNVERIFIED_VERDICTS). */
   unverified?: boolean;
 }
 
-/** Verdicts no verified delivery gets: their deliveries are unverified by definition. */
 const UNVERIFIED_VERDICTS: ReadonlySet<Verdict> = new Set(['bad_signature', 'rate_limited']);
 const isUnverified = (e: Pick<DeliveryEntry, 'verdict' | 'unverified'>): boolean =>
   e.unverified === true || UNVERIFIED_VERDICTS.has(e.verdict);
@@ -132,23 +100,11 @@ export const deliveryViewSchema = z.object({
 });
 type DeliveryView = z.infer<typeof deliveryViewSchema>;
 
-export interface DeliveryLog {
-  /** Queues the verdict for the next write (see above); never throws, never waits. */
-  record(entry: DeliveryEntry): void;
-  /** Sends every verdict recorded so far; resolves once Redis answered them (or failed: logged). */
-  flush(): Promise<void>;
-  /** Newest first, across `sources` (or one), optionally of one verdict, before a cursor id. */
-  list(opts: { sources: readonly string[]; verdict?: Verdict; limit: number; before?: string }): Promise<{
-    deliveries: DeliveryView[];
-    next: string | null;
-  }>;
-  get(id: string): Promise<DeliveryView | undefined>;
-}
+export type DeliveryLog = ReturnType<typeof createDeliveryLog>;
 
 /** `<sender>.<stream id>` or `<sender>.unverified.<stream id>`: the sender and the kind name the stream. */
 export const DELIVERY_ID = /^([a-z][a-z0-9-]*)\.(?:(unverified)\.)?(\d{1,15}-\d{1,10})$/;
 
-/** The parts of a delivery id. */
 function parseId(id: string): { source: string; verified: boolean; streamId: string } | undefined {
   const m = DELIVERY_ID.exec(id);
   return m ? { source: m[1]!, verified: m[2] === undefined, streamId: m[3]! } : undefined;
@@ -159,21 +115,9 @@ const streamKey = (source: string, verified: boolean): string => (verified ? del
 function toView(source: string, verified: boolean, streamId: string, flat: string[]): DeliveryView {
   const f: Record<string, string> = {};
   for (let i = 0; i + 1 < flat.length; i += 2) f[flat[i]!] = flat[i + 1]!;
-  let event: DeliveryView['event'] = null;
-  if (f.push) {
-    try {
-      const p = JSON.parse(f.push) as { project: string; ref: string; sha: string; eventId: string; before?: unknown };
-      event = {
-        project: p.project,
-        ref: p.ref,
-        sha: p.sha,
-        event_id: p.eventId,
-        ...(typeof p.before === 'string' ? { before: p.before } : {}),
-      };
-    } catch {
-      event = null;
-    }
-  }
+  const p = storedJson<{ project: string; ref: string; sha: string; eventId: string; before?: unknown }>(f.push);
+  const before = typeof p?.before === 'string' ? { before: p.before } : {};
+  const event = p ? { project: p.project, ref: p.ref, sha: p.sha, event_id: p.eventId, ...before } : null;
   const verdict = (VERDICTS as readonly string[]).includes(f.verdict ?? '') ? (f.verdict as Verdict) : 'failed';
   return {
     id: verified ? `${source}.${streamId}` : `${source}.unverified.${streamId}`,
@@ -217,11 +161,10 @@ const newestFirst = (a: Pick<DeliveryView, 'id'>, b: Pick<DeliveryView, 'id'>): 
 export function createDeliveryLog(deps: {
   redis: Redis;
   logger: Logger;
-  /** Each sender's verified deliveries kept (DELIVERIES_KEPT); 0 keeps none. */
+  /** Each sender's deliveries kept (DELIVERIES_KEPT, DELIVERIES_UNVERIFIED_KEPT); 0 keeps none. */
   keep: number;
-  /** Each sender's unverified deliveries kept (DELIVERIES_UNVERIFIED_KEPT); 0 keeps none. */
   keepUnverified: number;
-}): DeliveryLog {
+}) {
   const { redis, logger, keep, keepUnverified } = deps;
   defineLua(redis, ADD, ADD_LUA, 2);
   const scripts = redis as unknown as Record<string, (...a: Array<string | number>) => Promise<number>>;
@@ -234,8 +177,9 @@ export function createDeliveryLog(deps: {
     logger.warn('could not record a webhook delivery (GET /ops/deliveries will miss it)', { source, err });
   };
 
-  // Recorded, not yet sent: [sender, verified, fields], in the order recorded.
-  let waiting: Array<[string, boolean, Array<string | number>]> = [];
+  // Recorded, not yet sent: each sender's script arguments (per entry: v|u, its field count, its fields), in the order recorded.
+  let waiting = new Map<string, Array<string | number>>();
+  let waitingCount = 0;
   let timer: NodeJS.Timeout | undefined;
   // The last writes sent: flush() resolves once it (and every earlier one, same connection) is answered.
   let lastSent: Promise<void> = Promise.resolve();
@@ -245,30 +189,24 @@ export function createDeliveryLog(deps: {
       clearTimeout(timer);
       timer = undefined;
     }
-    if (waiting.length === 0) return lastSent;
+    if (waitingCount === 0) return lastSent;
     const batch = waiting;
-    waiting = [];
-    // One script per sender (on a Cluster each sender has its own slot, both its streams in it), in the order recorded.
-    const bySender = new Map<string, Array<[boolean, Array<string | number>]>>();
-    for (const [source, verified, fields] of batch) {
-      const list = bySender.get(source);
-      if (list) list.push([verified, fields]);
-      else bySender.set(source, [[verified, fields]]);
-    }
-    const sent = [...bySender].map(([source, entries]) => {
-      const args: Array<string | number> = [streamKey(source, true), streamKey(source, false), keep, keepUnverified];
-      for (const [verified, fields] of entries) args.push(verified ? 'v' : 'u', fields.length, ...fields);
-      return scripts[ADD]!(...args).then(
+    waiting = new Map();
+    waitingCount = 0;
+    // One script per sender (on a Cluster each sender has its own slot, both its streams in it).
+    const sent = [...batch].map(([source, args]) =>
+      scripts[ADD]!(streamKey(source, true), streamKey(source, false), keep, keepUnverified, ...args).then(
         () => undefined,
         (err: unknown) => warn(source, err),
-      );
-    });
+      ),
+    );
     lastSent = sent.length === 1 ? sent[0]! : Promise.all(sent).then(() => undefined);
     return lastSent;
   };
 
   return {
-    record(e) {
+    /** Queues the verdict for the next write; never throws, never waits. */
+    record(e: DeliveryEntry): void {
       const verified = !isUnverified(e);
       if (capOf(verified) <= 0) return;
       const fields: Array<string | number> = ['verdict', e.verdict, 'status', e.status];
@@ -281,14 +219,19 @@ export function createDeliveryLog(deps: {
       if (e.requestId) fields.push('request', e.requestId);
       if (e.push) fields.push('push', JSON.stringify(e.push));
       if (e.replayOf) fields.push('replay_of', e.replayOf);
-      waiting.push([e.source, verified, fields]);
-      if (waiting.length >= FLUSH_MAX) void send();
+      const args = waiting.get(e.source) ?? [];
+      waiting.set(e.source, args);
+      args.push(verified ? 'v' : 'u', fields.length, ...fields);
+      if (++waitingCount >= FLUSH_MAX) void send();
       else timer ??= setTimeout(() => void send(), FLUSH_INTERVAL_MS);
     },
 
+    /** Sends every verdict recorded so far (at shutdown); resolves once Redis answered them. */
     flush: send,
 
-    async list({ sources, verdict, limit, before }) {
+    /** Newest first, across `sources`, optionally of one verdict, before a cursor id. */
+    async list(opts: { sources: readonly string[]; verdict?: Verdict; limit: number; before?: string }) {
+      const { sources, verdict, limit, before } = opts;
       // Sent before the read, on the same connection: Redis applies them first.
       void send();
       const cursor = before && parseId(before) ? { id: before } : undefined;
@@ -317,7 +260,7 @@ export function createDeliveryLog(deps: {
       return { deliveries: page, next: all.length > limit ? page[page.length - 1]!.id : null };
     },
 
-    async get(id) {
+    async get(id: string): Promise<DeliveryView | undefined> {
       const p = parseId(id);
       if (!p) return undefined;
       void send();

@@ -2,12 +2,7 @@ import { UnprocessableError } from '../shared/errors.js';
 import { HEX_COMMIT } from '../sources/fields.js';
 import type { PushSource } from '../sources/index.js';
 
-/**
- * Push webhooks, whatever their sender (src/sources): decide from the event header and the
- * payload whether a push deploys; a push that does is a change for the pipeline
- * (src/changes/push.ts), one run_deploy_pipeline job per event.
- * Plain values in, plain values out: no HTTP here.
- */
+/** Push webhooks, whatever their sender: whether a push deploys, from the event header and the payload. */
 const DEPLOY_REF = 'refs/heads/main';
 /** A delivery id longer than this, or with control characters, is refused (422). */
 const MAX_DELIVERY_ID = 128;
@@ -37,12 +32,7 @@ export function pushEventId(prefix: string, project: string, ref: string, sha: s
 /** Quotes a caller-supplied value for a reason text, bounded in length. */
 const quote = (s: string): string => JSON.stringify(s.length > 200 ? s.slice(0, 200) + '…' : s);
 
-/**
- * The push rules, in the contract's order, on a verified and parsed payload: an event header that
- * is not the sender's push -> ignored; a ref other than the deploy branch -> ignored naming the
- * ref; a branch deletion -> ignored; no pushed commit, or for a sender that always sends commit
- * ids (`commitForm: 'hex'`) one that is not, -> 422. Then the event id.
- */
+/** The push rules, in the contract's order, on a verified and parsed payload. */
 export function decidePush(source: PushSource, eventHeader: string | undefined, payload: unknown, deployRef = DEPLOY_REF): PushDecision {
   const { header, push } = source.event;
   if (eventHeader !== push) {

@@ -7,12 +7,8 @@ import { CACHE_PREFIX, hostStatusKey } from '../shared/keys.js';
 import { redisCall } from './redisOps.js';
 
 /**
- * GET /ops/hosts/{host}: the status of the host's Deployments, from a HostStatusProvider (the
- * real one reads the Kubernetes API, see kubeHostStatus.ts), cached in Redis for 30 s.
- * DELETE /ops/cache removes every cache key.
- *
- * When Redis is down the cache is skipped (status is read live): the cache is an optimisation,
- * not a dependency. A provider that cannot reach a cluster throws ClusterUnavailableError (503).
+ * GET /ops/hosts/{host}: the status of the host's Deployments, cached in Redis for 30 s. When Redis
+ * is down the cache is skipped: it is an optimisation, not a dependency.
  */
 export interface DeploymentStatus {
   name: string;
@@ -46,14 +42,10 @@ export class ClusterUnavailableError extends ServiceUnavailableError {
 
 const HOST_STATUS_TTL_SECONDS = 30;
 
-interface HostStatusDeps {
-  redis: Redis;
-  inventory: Inventory;
-  provider: HostStatusProvider;
-  logger: Logger;
-}
-
-export async function getHostStatus(deps: HostStatusDeps, host: string): Promise<HostStatus> {
+export async function getHostStatus(
+  deps: { redis: Redis; inventory: Inventory; provider: HostStatusProvider; logger: Logger },
+  host: string,
+): Promise<HostStatus> {
   const entry = findHost(deps.inventory, host);
   if (!entry) throw new NotFoundError('unknown host', 'unknown_host');
   const key = hostStatusKey(host);
@@ -73,7 +65,7 @@ export async function getHostStatus(deps: HostStatusDeps, host: string): Promise
   return { ...fresh, cached: false };
 }
 
-/** DELETE /ops/cache: removes every opsgate cache key (SCAN + UNLINK, never KEYS). Returns how many. */
+/** DELETE /ops/cache: removes every opsgate cache key (SCAN + UNLINK, never KEYS); how many. */
 export async function clearCache(redis: Redis): Promise<number> {
   return redisCall(async (r) => {
     let removed = 0;

@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { JOB, type JobDataByName, type JobName } from '../shared/jobs.js';
+import { JOB, type JobDataByName } from '../shared/jobs.js';
 import { INTAKE_SINCE_KEY, deliveryKey, legacySeenKey, pushPairKey } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import type { JobReads } from '../shared/jobReads.js';
@@ -11,52 +11,26 @@ import type { Written } from './replication.js';
  * The intake: an event that passed its sender's checks becomes exactly one job, however often it
  * is delivered.
  *
- * - The event's own identity (a push's `<source>:<project>:<ref>:<sha>`, an alert's fingerprint)
- *   is BullMQ's deduplication id of its job, kept for the event's lifetime (24 h for a push, 300 s
- *   for an alert) whatever becomes of the job. BullMQ writes that record and the job in one script
- *   (src/shared/producer.ts): the contract's "record as seen only if not already recorded, enqueue
- *   when recorded, remove the record when enqueueing fails" with no step in between that a crash
- *   could split. A duplicate answers with the job that holds the record.
- * - A sender's own delivery id (X-GitHub-Delivery, X-Request-UUID, Idempotency-Key) is an alias
- *   kept 30 days, past the event's 24 h, so a delivery replayed by its sender days later does not
- *   deploy again. It is read before the add and written after it ("q:<job id>", SET NX), so it is
- *   at most one step behind its job: an API killed between the add and the alias leaves the event
- *   deduplicated by its identity for 24 h, and its delivery id unknown after that.
- * - A push of a signed sender without a timestamp (`replayGuard`, src/sources/types.ts: GitHub,
- *   Gitea, Bitbucket) carries its `before` commit. A delivery captured once verifies forever, and
- *   a new delivery id would make it a new delivery after the event's 24 h: the old commit deployed
- *   again, a rollback by anyone who kept one delivery. So its (project, before, after) is kept 30
- *   days beside the alias ("<until>:<job id>", `until` the end of the event's own deduplication,
- *   ms): read by the same MGET, written by the same MULTI after the add, so a push costs no round
- *   trip more. Found with its window over, the push is ignored, naming that job; within the window
- *   the add goes ahead and BullMQ's record answers, as for any push. A force-push back to an old
- *   commit has another `before`: another pair, deployed. An operator's replay (`allowRedeploy`)
- *   skips the rule; it still stands in its delivery's place in its deploy group's order, so once a
- *   newer deploy of the group has started the pipeline answers it 409 superseded before it gets
- *   here (src/changes/deployOrder/). The token senders (/webhook/scm, GitLab) keep the contract's 24 h rule.
- * - Upgrade: version 0.1 kept an event's record under `{opsgate}:seen:<identity>` ("q:<job id>",
- *   or "p:<job id>" for a claim whose job it may not have added). For the lifetime of such records
- *   after this version first ran against a queue that already held jobs (LEGACY_WINDOW_MS), the
- *   intake reads them with the alias: "q:" is a duplicate of that job; "p:" adds the job under
- *   that id (BullMQ adds nothing when it exists). A queue without any job has accepted nothing in
- *   the last 24 h (completed jobs are kept that long), so a new installation never reads them.
+ * - The event's identity (a push's `<source>:<project>:<ref>:<sha>`, an alert's fingerprint) is
+ *   its job's BullMQ deduplication id, written with the job in one script: no step between record
+ *   and job that a crash could split. A duplicate answers with the job that holds the record.
+ * - A sender's delivery id is an alias ("q:<job id>") kept 30 days, past the event's 24 h and
+ *   GitHub's 3-day redelivery, read before the add and written after it (at most one step behind).
+ * - A signed sender without a timestamp (`replayGuard`) carries the push's `before` commit. A
+ *   captured delivery verifies forever, so with a new delivery id after 24 h it would deploy the
+ *   old commit again: a rollback by anyone who kept one. Its (project, before, after) is kept 30
+ *   days ("<until>:<job id>", in the alias's MGET and MULTI); found past `until`, the push is
+ *   ignored. An operator's replay (`allowRedeploy`) skips the rule.
+ * - Version 0.1's records (`{opsgate}:seen:<identity>`: "q:<job id>", or "p:<job id>" for a claim
+ *   it may not have added) are read for LEGACY_WINDOW_MS after this version first met a queue with
+ *   jobs; a queue without jobs accepted nothing in the last 24 h, so a new installation never reads them.
  */
 const SEEN_EVENT_TTL_SECONDS = 86400;
 const SEEN_ALERT_TTL_SECONDS = 300;
-/**
- * How long a sender's delivery id is remembered: 30 days, well past the event's 24 h and GitHub's
- * 3-day redelivery limit, so a replayed delivery never deploys again.
- */
 const SEEN_DELIVERY_TTL_SECONDS = 30 * 86400;
-/** How long a push's commit pair is remembered (`replayGuard` senders): as long as a delivery id. */
 export const SEEN_PAIR_TTL_SECONDS = SEEN_DELIVERY_TTL_SECONDS;
-/**
- * How far the API's clock may lag Redis's (or another replica's) before a pair found near the end
- * of its event's window could reach an add whose deduplication record already expired: the rule
- * answers from this long before the window's end.
- */
+/** The API's clock may lag Redis's: a pair's rule answers from this long before its window's end, never after the record expired. */
 export const PAIR_CLOCK_SKEW_MS = 60_000;
-/** An alias value: the job the delivery stands for. */
 export const QUEUED = 'q:';
 const LEGACY_PENDING = 'p:';
 /** Version 0.1's longest record (a push's 24 h) and an upgrade's rollout after it. */
@@ -68,7 +42,6 @@ interface IntakeDeps {
   /** A `request`-profile connection: aliases and version 0.1's records. */
   redis: Redis;
   logger: Logger;
-  /** Test clocks; default Date.now. */
   now?: () => number;
 }
 
@@ -78,20 +51,11 @@ export interface PushEvent {
   /** The event's dedup identity (absent: an operator's explicit deploy, not deduplicated by event). */
   eventId?: string;
   deliveryId?: string;
-  /**
-   * The deploy job, as the change pipeline's executor built it (src/changes/execute.ts): its data,
-   * and for a held or approved deploy its job id and delay. The intake adds its dedup record.
-   */
+  /** The deploy job as the executor built it; the intake adds its dedup record. */
   job: Omit<AddRequest<typeof JOB.runDeployPipeline>, 'deduplication'>;
-  /**
-   * The branch's commit before the push ("" for a new branch), given for the senders with
-   * `replayGuard`: its (project, before, after) is deployed once by a delivery in 30 days.
-   */
+  /** A `replayGuard` sender's commit before the push ("" for a new branch). */
   before?: string;
-  /**
-   * An operator's replay: deploys a push the commit-pair rule ignores (the event's 24 h still hold),
-   * unless a newer deploy of its group has started (the pipeline refuses it first: superseded).
-   */
+  /** An operator's replay: not ignored by the commit-pair rule (the event's 24 h still hold). */
   allowRedeploy?: boolean;
 }
 
@@ -102,11 +66,10 @@ export interface IntakeResult {
   jobId: string;
   /** Accepted: what the intake wrote, for REDIS_MIN_REPLICAS_ACK's take-back. */
   written?: Written;
-  /** The deploy waits for approval (no job yet; its job id will be the approval id). */
+  /** Waiting for approval (its job id will be the approval id). */
   approval?: { id: string; expires_at: string; required: number };
-  /** The deploy is held by a freeze or outside its windows: a delayed job until then. */
   held?: { until: string; reasons: string };
-  /** Not deployed: its commit pair was queued as `jobId` in the last 30 days (`before` above). */
+  /** Not deployed: its commit pair was queued as `jobId` in the last 30 days. */
   ignored?: { reason: string };
 }
 
@@ -115,19 +78,7 @@ interface AlertEvent {
   data: JobDataByName[typeof JOB.notifyOncall];
 }
 
-export interface Intake {
-  push(event: PushEvent): Promise<IntakeResult>;
-  /** One payload's firing alerts, in one round trip (two while version 0.1's records may exist). */
-  alerts(events: readonly AlertEvent[]): Promise<IntakeResult[]>;
-}
-
-/** A record the intake writes after an add: SET key value EX ttl, with NX when `nx`. */
-interface RecordWrite {
-  key: string;
-  value: string;
-  ttl: number;
-  nx: boolean;
-}
+type RecordWrite = { key: string; value: string; ttl: number; nx: boolean };
 
 /** The records as one command, or one MULTI (one round trip either way; on a Cluster they share a slot): whether each was set. */
 async function writeRecords(redis: Redis, writes: readonly RecordWrite[]): Promise<boolean[]> {
@@ -148,8 +99,12 @@ async function writeRecords(redis: Redis, writes: readonly RecordWrite[]): Promi
   });
 }
 
-const pushDedupId = (eventId: string): string => eventId;
-const alertDedupId = (fingerprint: string): string => `alert:${fingerprint}`;
+const addedOf = (a: { added: boolean; jobId: string }): IntakeResult => ({
+  accepted: a.added,
+  duplicate: !a.added,
+  jobId: a.jobId,
+  ...(a.added ? { written: { jobId: a.jobId } } : {}),
+});
 
 /** A record's job: "q:<id>" -> a duplicate of <id>; "p:<id>" -> add under <id>; else nothing. */
 function parseRecord(v: string | null | undefined): { duplicateOf?: string; pendingId?: string } {
@@ -167,21 +122,13 @@ function parsePair(v: string | null | undefined): { until: number; jobId: string
   return Number.isFinite(until) ? { until, jobId: v.slice(at + 1) } : undefined;
 }
 
-/** The answer of an ignored push: the pair and the job that deployed it. */
-function pairReason(before: string, sha: string, jobId: string): string {
-  const from = before === '' ? 'a new branch' : before;
-  return (
-    `the push from ${from} to ${sha} was queued as job ${jobId} in the last 30 days: ` +
-    'a delivery does not deploy it again (an operator can replay this delivery)'
-  );
-}
+export type Intake = ReturnType<typeof createIntake>;
 
-export function createIntake(deps: IntakeDeps): Intake {
+export function createIntake(deps: IntakeDeps) {
   const now = deps.now ?? Date.now;
   const { redis, logger } = deps;
 
-  // When this version first ran against a queue with jobs: version 0.1's records are read until
-  // they have all expired. Known once per process; until it is, they are read.
+  // Version 0.1's records are read until LEGACY_WINDOW_MS after this version first met a queue with jobs.
   let legacyUntil: number | undefined;
   const legacyOpen = async (): Promise<boolean> => {
     if (legacyUntil === undefined) {
@@ -200,20 +147,14 @@ export function createIntake(deps: IntakeDeps): Intake {
     return legacyUntil === undefined || now() < legacyUntil;
   };
 
-  // Version 0.1's pending claim, its job now made sure of: the record names the job from here on,
-  // and the delivery that made sure of it answers as a duplicate of the claim's delivery.
+  // Version 0.1's pending claim, its job made sure of: the record names the job, and this delivery is a duplicate.
   const settlePending = async (key: string, out: IntakeResult): Promise<IntakeResult> => {
     await redisCall((r) => r.set(key, QUEUED + out.jobId, 'KEEPTTL', 'XX'), redis);
     return { accepted: false, duplicate: true, jobId: out.jobId };
   };
 
-  const add = async <N extends JobName>(req: AddRequest<N>): Promise<IntakeResult> => {
-    const out = await deps.producer.add(req);
-    return { accepted: out.added, duplicate: !out.added, jobId: out.jobId, ...(out.added ? { written: { jobId: out.jobId } } : {}) };
-  };
-
   return {
-    async push(event) {
+    async push(event: PushEvent): Promise<IntakeResult> {
       const alias = event.deliveryId ? deliveryKey(event.source, event.deliveryId) : undefined;
       const pair = event.before !== undefined && event.eventId ? pushPairKey(event.eventId, event.before) : undefined;
       const legacy = event.eventId && (await legacyOpen()) ? legacySeenKey(event.eventId) : undefined;
@@ -229,27 +170,27 @@ export function createIntake(deps: IntakeDeps): Intake {
       if (prior?.duplicateOf) {
         out = { accepted: false, duplicate: true, jobId: prior.duplicateOf };
       } else if (queuedPair && !event.allowRedeploy && now() >= queuedPair.until - PAIR_CLOCK_SKEW_MS) {
-        // No alias for it: it queued nothing, and the same delivery again meets the same rule.
-        // The pair keeps naming its job: an ignored push is not a new deploy of it.
-        const reason = pairReason(event.before ?? '', event.job.data.sha ?? '', queuedPair.jobId);
+        // No alias (it queued nothing: the same delivery again meets the same rule); the pair keeps naming its job.
+        const from = event.before ? event.before : 'a new branch';
+        const reason =
+          `the push from ${from} to ${event.job.data.sha ?? ''} was queued as job ${queuedPair.jobId} in the last 30 days: ` +
+          'a delivery does not deploy it again (an operator can replay this delivery)';
         return { accepted: false, duplicate: false, jobId: queuedPair.jobId, ignored: { reason } };
       } else {
-        out = await add({
-          ...event.job,
-          ...(prior?.pendingId ? { jobId: prior.pendingId } : {}),
-          // A held event stays deduplicated for 24 h after it is due, not after it arrived.
-          ...(event.eventId ? { deduplication: { id: pushDedupId(event.eventId), ttlMs: SEEN_EVENT_TTL_SECONDS * 1000 + delay } } : {}),
-        });
+        out = addedOf(
+          await deps.producer.add({
+            ...event.job,
+            ...(prior?.pendingId ? { jobId: prior.pendingId } : {}),
+            // A held event stays deduplicated for 24 h after it is due, not after it arrived.
+            ...(event.eventId ? { deduplication: { id: event.eventId, ttlMs: SEEN_EVENT_TTL_SECONDS * 1000 + delay } } : {}),
+          }),
+        );
         if (prior?.pendingId && event.eventId) out = await settlePending(legacySeenKey(event.eventId), out);
       }
 
       // After the add, one step: the alias (unless it was the answer) and the pair. An accepted
-      // push's pair names its job with the end of the deduplication record the add just wrote. A
-      // duplicate's pair, when none is kept (another push to the same commit queued it), names the
-      // job that holds the event; that record's end is only known to be later than now, and a
-      // later end could let a delivery through to an add after the record expired. So it says now:
-      // the same pair again is ignored at once, naming that job, where it would have been a
-      // duplicate of it; neither deploys.
+      // push's pair ends with the record the add just wrote. A duplicate's new pair says now: that
+      // record's end is unknown, and a later guess could let a delivery reach an add after it expired.
       const writes: RecordWrite[] = [];
       if (alias && aliasRecord.duplicateOf === undefined) {
         writes.push({ key: alias, value: QUEUED + out.jobId, ttl: SEEN_DELIVERY_TTL_SECONDS, nx: true });
@@ -266,8 +207,7 @@ export function createIntake(deps: IntakeDeps): Intake {
       if (writes.length > 0) {
         try {
           const set = await writeRecords(redis, writes);
-          // REDIS_MIN_REPLICAS_ACK's take-back deletes the alias with its job ("q:<id>"); a pair left
-          // behind names a job that is gone, and the sender's retry (within the window) adds it again.
+          // REDIS_MIN_REPLICAS_ACK's take-back deletes the alias with its job; a pair left behind names a job that is gone.
           if (writes[0]!.key === alias && set[0] && out.written) out.written = { jobId: out.jobId, keys: [alias] };
         } catch (err) {
           // The job is queued and its event deduplicated for 24 h; a 503 now would only invite a retry.
@@ -277,7 +217,8 @@ export function createIntake(deps: IntakeDeps): Intake {
       return out;
     },
 
-    async alerts(events) {
+    /** One payload's firing alerts, in one round trip (two while version 0.1's records may be read). */
+    async alerts(events: readonly AlertEvent[]): Promise<IntakeResult[]> {
       if (events.length === 0) return [];
       let legacy: ReturnType<typeof parseRecord>[] = [];
       if (await legacyOpen()) {
@@ -298,20 +239,14 @@ export function createIntake(deps: IntakeDeps): Intake {
             name: JOB.notifyOncall,
             data: e.data,
             ...(prior?.pendingId ? { jobId: prior.pendingId } : {}),
-            deduplication: { id: alertDedupId(e.fingerprint), ttlMs: SEEN_ALERT_TTL_SECONDS * 1000 },
+            deduplication: { id: `alert:${e.fingerprint}`, ttlMs: SEEN_ALERT_TTL_SECONDS * 1000 },
           },
         });
       });
       const added = await deps.producer.addMany(toAdd.map((t) => t.req));
       for (const [j, a] of added.entries()) {
         const { i, req } = toAdd[j]!;
-        const out: IntakeResult = {
-          accepted: a.added,
-          duplicate: !a.added,
-          jobId: a.jobId,
-          ...(a.added ? { written: { jobId: a.jobId } } : {}),
-        };
-        outcomes[i] = req.jobId ? await settlePending(legacySeenKey(`alert:${events[i]!.fingerprint}`), out) : out;
+        outcomes[i] = req.jobId ? await settlePending(legacySeenKey(`alert:${events[i]!.fingerprint}`), addedOf(a)) : addedOf(a);
       }
       return outcomes;
     },

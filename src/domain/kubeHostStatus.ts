@@ -4,14 +4,9 @@ import { withTimeout } from '../shared/timeout.js';
 import { ClusterUnavailableError, type DeploymentStatus, type HostStatusProvider } from './hostStatus.js';
 
 /**
- * The real HostStatusProvider: AppsV1Api.readNamespacedDeployment for each Deployment.
- * A missing Deployment is reported (found: false); an unreachable or refusing API server is a 503.
- *
- * The configuration comes from a KubeConfigFactory (src/shared/kubeconfig.ts: the loader the
- * worker uses too), and the client is built on the first GET /ops/hosts/{host}: every other
- * request (webhooks, restart submissions) never touches Kubernetes, and @kubernetes/client-node
- * costs about 78 MB of RSS at import (measured by `make bench`). No configuration: 503, and it is
- * looked for again on the next request; once built, the client is kept.
+ * The real HostStatusProvider: a missing Deployment is found: false, an unreachable or refusing API
+ * server a 503. The client is built on the first GET /ops/hosts/{host}, since @kubernetes/client-node
+ * costs about 78 MB of RSS at import (measured by `make bench`); no configuration: 503, looked for again.
  */
 const RESTARTED_AT = 'kubectl.kubernetes.io/restartedAt';
 
@@ -52,9 +47,7 @@ export function createKubeHostStatusProvider(kubeConfig: KubeConfigFactory, opts
             return statusOf(name, d);
           } catch (err) {
             const code = (err as { code?: unknown }).code;
-            if (code === 404) {
-              return { name, found: false, replicas: null, ready: 0, updated: 0, available: 0, restarted_at: null };
-            }
+            if (code === 404) return { ...statusOf(name, {}), found: false };
             if (typeof code === 'number') throw new ClusterUnavailableError(`Kubernetes API answered ${code}; retry later`);
             throw new ClusterUnavailableError();
           }

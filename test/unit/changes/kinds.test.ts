@@ -2,11 +2,11 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { changeOfApproval } from '../../../src/changes/approvals/decide.js';
 import type { Approval } from '../../../src/changes/approvals/store.js';
 import { approvalView } from '../../../src/changes/approvals/view.js';
-import { approvalChangeOf, describeTarget, jobDataOf, targetFields } from '../../../src/changes/execute.js';
+import { describeTarget, targetFields } from '../../../src/changes/execute.js';
 import { policyFacts } from '../../../src/changes/facts.js';
 import type { Freeze } from '../../../src/changes/freezes/store.js';
 import { gate } from '../../../src/changes/gate.js';
-import { kindOf, kindOfJob, kinds, registerKind, sameTarget, type ChangeKind } from '../../../src/changes/kinds/index.js';
+import { kindOf, kindOfChange, kindOfJob, kinds, registerKind, sameTarget, type ChangeKind } from '../../../src/changes/kinds/index.js';
 import { checkScope } from '../../../src/changes/pipeline.js';
 import { plan } from '../../../src/changes/plan.js';
 import type { AnyTarget, Change, Origin, Target } from '../../../src/changes/types.js';
@@ -99,7 +99,7 @@ function approvalOf(change: Change): Approval {
   return {
     id: 'apr-aaaaaaaaaaaaaaaaaaaa',
     status: 'pending',
-    change: approvalChangeOf(change),
+    change: kindOfChange(change).toApproval(change),
     requester: change.requester.principal,
     requester_credential: change.requester.credential,
     requester_owner: change.requester.owner,
@@ -121,7 +121,7 @@ describe("each kind's converters agree: a change rebuilt from its job or its app
     ['deploy', changeOf({ kind: 'deploy', project: 'g/app', ref: 'refs/heads/main', sha: 'abc', namespace: 'apps', eventId: 'e-1' })],
   ])('%s: from its job (the worker waking it, a retry)', (name, change) => {
     const kind = kindOf(name);
-    const data = jobDataOf(change);
+    const data = kindOfChange(change).jobData(change);
     expect(jobDataSchemas[kind.job].safeParse(data).success).toBe(true);
     const job = changeJobOf(kind.job, data)!;
     expect(job.name).toBe(name);
@@ -261,7 +261,7 @@ describe('a third kind, registered by a test, goes through the pipeline by the r
   });
 
   it('its job wakes it: rebuilt by its fromJob, held again by a freeze declared since', () => {
-    const data = jobDataOf(changeOf(note));
+    const data = kindOfChange(changeOf(note)).jobData(changeOf(note));
     const job = changeJobOf(JOB.notifyOncall, data)!;
     expect(job.name).toBe('note');
     const frozen = freezeOfShop('frz-2', 5000);
