@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { OutboundAuth } from '../shared/outboundAuth.js';
-import { jsonApi, sameLabels } from './api.js';
+import { jsonApi, sameLabels, type Labels } from './api.js';
 
 /**
  * A client of Alertmanager's API v2 (ALERTMANAGER_URL), for what remediation asks of it:
@@ -12,9 +12,8 @@ import { jsonApi, sameLabels } from './api.js';
  *   only its end moves), expired with DELETE.
  */
 export interface AlertmanagerClient {
-  readonly url: string;
   /** The alert with exactly these labels, if Alertmanager holds it as firing (active, suppressed or unprocessed). */
-  firing(labels: Readonly<Record<string, string>>): Promise<HeldAlert | undefined>;
+  firing(labels: Labels): Promise<HeldAlert | undefined>;
   createSilence(s: SilenceRequest): Promise<string>;
   /** Moves an active silence's end; answers its id (Alertmanager may answer a new one when it cannot update in place). */
   extendSilence(id: string, endsAt: Date): Promise<string>;
@@ -23,7 +22,7 @@ export interface AlertmanagerClient {
 }
 
 interface SilenceRequest {
-  labels: Readonly<Record<string, string>>;
+  labels: Labels;
   endsAt: Date;
   createdBy: string;
   comment: string;
@@ -63,9 +62,8 @@ export function filterMatcher(name: string, value: string): string {
 }
 
 export function createAlertmanagerClient(url: string, opts: { timeoutMs?: number; auth?: OutboundAuth } = {}): AlertmanagerClient {
-  const { base, call, parse } = jsonApi('Alertmanager', url, opts, AlertmanagerError, true);
+  const { call, parse } = jsonApi('Alertmanager', url, opts, AlertmanagerError, true);
   return {
-    url: base,
     async firing(labels) {
       const q = new URLSearchParams({ active: 'true', silenced: 'true', inhibited: 'true', unprocessed: 'true' });
       for (const [k, v] of Object.entries(labels)) q.append('filter', filterMatcher(k, v));

@@ -37,8 +37,10 @@ export function jsonApi(
     if (!p.success) throw new Err(`${name} answered an unexpected ${what}`);
     return p.data;
   }
-  return { base, call, parse };
+  return { call, parse };
 }
 
-export const sameLabels = (a: Readonly<Record<string, string>>, b: Readonly<Record<string, string>>): boolean =>
+export type Labels = Readonly<Record<string, string>>;
+
+export const sameLabels = (a: Labels, b: Labels): boolean =>
   Object.keys(a).length === Object.keys(b).length && Object.entries(a).every(([k, v]) => Object.hasOwn(b, k) && b[k] === v);

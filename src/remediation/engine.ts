@@ -111,15 +111,9 @@ const PERSIST_RETRIES_MS = [0, 100, 200, 400, 800, 1600];
 const newId = (): string => `rem-${randomBytes(10).toString('hex')}`;
 const iso = (ms: number) => new Date(ms).toISOString();
 
-export interface Remediation {
-  readonly rules: readonly RemediationRule[];
-  /** A notification's alerts: each firing or resolved alert that matches a rule. Never throws. */
-  notify(payload: unknown, auditId: string): Promise<Summary[]>;
-  /** A worker step: a check once `for` passed, or a watch. Answers the delay of its next run, or undefined when done. */
-  step(data: RemediateData): Promise<number | undefined>;
-}
+export type Remediation = ReturnType<typeof createRemediation>;
 
-export function createRemediation(deps: RemediationDeps): Remediation {
+export function createRemediation(deps: RemediationDeps) {
   const { store, logger } = deps;
   const g = deps.pipeline;
   const byName = new Map(deps.rules.map((r) => [r.name, r]));
@@ -171,7 +165,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
   function sourceOf(rule: RemediationRule): Source | undefined {
     if (rule.confirm === 'prometheus') {
       const p = deps.prometheus;
-      return p ? { name: 'Prometheus at PROMETHEUS_URL', guard: 'prometheus', firing: async (l) => (await p.firing(l))?.since } : undefined;
+      return p ? { name: 'Prometheus at PROMETHEUS_URL', guard: 'prometheus', firing: (l) => p.firing(l) } : undefined;
     }
     const am = deps.alertmanager;
     if (!am || !deps.alertmanagerAuthenticated) return undefined;
@@ -549,10 +543,15 @@ export function createRemediation(deps: RemediationDeps): Remediation {
 
   /** One look at a remediation under way (the worker's watch job). */
   async function watch(rule: RemediationRule, id: string, fingerprint: string): Promise<number | undefined> {
-    let a = await store.getActive(rule.name, fingerprint);
-    if (!a || a.id !== id) return undefined;
+    const found = await store.getActive(rule.name, fingerprint);
+    if (!found || found.id !== id) return undefined;
+    let a = found;
     const now = deps.now();
     const step = watchStepMs(rule);
+    const ended = async (outcome: RemediationOutcome, reason: string) => {
+      await finish(rule, a, outcome, reason);
+      return step;
+    };
     if (a.phase === 'settling') {
       if (now >= (a.settle_until ?? 0)) {
         await endSilence(a);
@@ -575,46 +574,33 @@ export function createRemediation(deps: RemediationDeps): Remediation {
           await store.putActive(a, activeTtlMs(rule));
         } else if (approval && (approval.status === 'rejected' || approval.status === 'expired' || deps.now() >= approval.expires_at)) {
           const outcome = approval.status === 'rejected' ? 'rejected' : 'expired';
-          await finish(rule, a, outcome, `approval ${a.approval_id} ${outcome}: nothing restarted`);
-          return step;
+          return ended(outcome, `approval ${a.approval_id} ${outcome}: nothing restarted`);
         }
       }
       if (a.job_id) {
         const job = await deps.jobs.get(a.job_id);
-        if (!job) {
-          await finish(rule, a, 'failed', `restart ${a.job_id} is no longer on the queue; its outcome is unknown`);
-          return step;
-        }
+        if (!job) return ended('failed', `restart ${a.job_id} is no longer on the queue; its outcome is unknown`);
         if (job.state === 'completed') {
           a = { ...a, phase: 'verifying', verify_until: deps.now() + rule.verify * 1000 };
           await store.putActive(a, activeTtlMs(rule));
         } else if (job.state === 'failed') {
           const result = job.outcome?.result;
           const outcome: RemediationOutcome = result === 'progress_deadline_exceeded' || result === 'refused' ? result : 'failed';
-          await finish(
-            rule,
-            a,
+          return ended(
             outcome,
             `restart ${a.job_id} ${outcome === 'failed' ? 'failed' : outcome.replaceAll('_', ' ')}: ${job.outcome?.reason ?? job.failed_reason ?? ''}`.trim(),
           );
-          return step;
         }
       }
     }
     if (a.phase === 'verifying') {
-      if (await isResolved(rule, a)) {
-        await finish(rule, a, 'remediated', `restart ${a.job_id} rolled out and alert ${a.labels.alertname ?? ''} resolved`);
-        return step;
-      }
-      if (deps.now() >= (a.verify_until ?? 0)) {
-        await finish(
-          rule,
-          a,
+      if (await isResolved(rule, a))
+        return ended('remediated', `restart ${a.job_id} rolled out and alert ${a.labels.alertname ?? ''} resolved`);
+      if (deps.now() >= (a.verify_until ?? 0))
+        return ended(
           'rolled_out_still_firing',
           `restart ${a.job_id} rolled out, but alert ${a.labels.alertname ?? ''} still fires ${formatDuration(rule.verify)} later`,
         );
-        return step;
-      }
     }
     return step;
   }
@@ -664,7 +650,8 @@ export function createRemediation(deps: RemediationDeps): Remediation {
   return {
     rules: deps.rules,
 
-    async notify(payload, auditId) {
+    /** A notification's alerts: each firing or resolved alert that matches a rule. Never throws. */
+    async notify(payload: unknown, auditId: string): Promise<Summary[]> {
       if (deps.rules.length === 0) return [];
       const pairs: Array<[RemediationRule, NotifiedAlert]> = [];
       for (const alert of notifiedAlerts(payload, deps.now())) {
@@ -691,7 +678,8 @@ export function createRemediation(deps: RemediationDeps): Remediation {
       return out.filter((s): s is Summary => s !== undefined);
     },
 
-    async step(data) {
+    /** A worker step: a check once `for` passed, or a watch. Answers the delay of its next run, or undefined when done. */
+    async step(data: RemediateData): Promise<number | undefined> {
       const rule = byName.get(data.rule);
       if (!rule) {
         logger.warn('remediation step of a rule the inventory no longer has', { rule: data.rule });

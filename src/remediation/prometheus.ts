@@ -1,7 +1,7 @@
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import type { OutboundAuth } from '../shared/outboundAuth.js';
-import { jsonApi, sameLabels } from './api.js';
+import { jsonApi, sameLabels, type Labels } from './api.js';
 
 /**
  * A client of Prometheus's HTTP API (PROMETHEUS_URL; or any server answering its query API, such as
@@ -13,16 +13,8 @@ import { jsonApi, sameLabels } from './api.js';
  * them, and no notification's startsAt moves that time.
  */
 export interface PrometheusClient {
-  readonly url: string;
-  /** The firing Prometheus alert this notification's labels are, and since when it fires (ms); undefined: none. */
-  firing(labels: Readonly<Record<string, string>>): Promise<FiringAlert | undefined>;
-}
-
-interface FiringAlert {
-  /** The ALERTS series' labels, less alertstate. */
-  labels: Record<string, string>;
-  /** When it began firing (ms): active since + its rule's `for`. */
-  since: number;
+  /** Since when (ms) the Prometheus alert these notified labels name fires; undefined: it does not. */
+  firing(labels: Labels): Promise<number | undefined>;
 }
 
 class PrometheusError extends Error {
@@ -58,18 +50,14 @@ const configSchema = z.object({ status: z.literal('success'), data: z.object({ y
 /** How long external labels read from Prometheus are kept before they are read again. */
 const EXTERNAL_LABELS_TTL_MS = 60_000;
 
-const without = (m: Readonly<Record<string, string>>, ...names: string[]): Record<string, string> =>
+const without = (m: Labels, ...names: string[]): Record<string, string> =>
   Object.fromEntries(Object.entries(m).filter(([k]) => !names.includes(k)));
 
 /** A PromQL selector's string literal (Go's escapes, which JSON's quoting writes). */
 const literal = (v: string): string => JSON.stringify(v);
 
 /** Whether `series` (an ALERTS series, less alertstate) is the alert these notified labels name. */
-function namesAlert(
-  series: Readonly<Record<string, string>>,
-  notified: Readonly<Record<string, string>>,
-  external: Readonly<Record<string, string>>,
-): boolean {
+function namesAlert(series: Labels, notified: Labels, external: Labels): boolean {
   for (const [k, v] of Object.entries(series)) if (!Object.hasOwn(notified, k) || notified[k] !== v) return false;
   for (const [k, v] of Object.entries(notified)) {
     if (Object.hasOwn(series, k)) continue;
@@ -80,7 +68,7 @@ function namesAlert(
 
 export function createPrometheusClient(
   url: string,
-  opts: { timeoutMs?: number; auth?: OutboundAuth; externalLabels?: Readonly<Record<string, string>> } = {},
+  opts: { timeoutMs?: number; auth?: OutboundAuth; externalLabels?: Labels } = {},
 ): PrometheusClient {
   const api = jsonApi('Prometheus', url, opts, PrometheusError);
   let external: { labels: Record<string, string>; until: number } | undefined;
@@ -88,7 +76,7 @@ export function createPrometheusClient(
 
   const query = (q: string) => get(`/api/v1/query?${new URLSearchParams({ query: q }).toString()}`, vectorSchema, 'query result');
 
-  async function externalLabels(): Promise<Readonly<Record<string, string>>> {
+  async function externalLabels(): Promise<Labels> {
     if (opts.externalLabels) return opts.externalLabels;
     if (external && external.until > Date.now()) return external.labels;
     const cfg = await get('/api/v1/status/config', configSchema, 'configuration');
@@ -106,7 +94,6 @@ export function createPrometheusClient(
   }
 
   return {
-    url: api.base,
     async firing(labels) {
       const alertname = labels.alertname;
       if (alertname === undefined || alertname === '') return undefined;
@@ -124,7 +111,7 @@ export function createPrometheusClient(
       const named = rules.data.groups.flatMap((g) => g.rules).filter((r) => r.type === 'alerting' && r.name === alertname);
       const rule = named.find((r) => r.alerts?.some((a) => sameLabels(a.labels, series))) ?? (named.length === 1 ? named[0] : undefined);
       if (!rule) throw new PrometheusError(`Prometheus names no single alerting rule ${alertname} that fires this alert`);
-      return { labels: series, since: Math.round((activeSince + (rule.duration ?? 0)) * 1000) };
+      return Math.round((activeSince + (rule.duration ?? 0)) * 1000);
     },
   };
 }
