@@ -38,13 +38,12 @@ export interface RemediationDeps {
   alertmanagerAuthenticated?: boolean;
   jobs: Pick<JobReads, 'get'>;
   logger: Logger;
-  metrics?: RemediationMetrics;
+  metrics?: Pick<Metrics, 'remediations' | 'remediationsSuppressed' | 'remediationEscalations'>;
   now: () => number;
   /** The worker's Kubernetes Event of an outcome on the Deployment (absent in the API). */
   onOutcome?: (a: Active, outcome: RemediationOutcome, reason: string) => Promise<void>;
 }
 
-type RemediationMetrics = Pick<Metrics, 'remediations' | 'remediationsSuppressed' | 'remediationEscalations'>;
 type RemediationOutcome = (typeof OUTCOMES)[number];
 
 /** An alert of a notification, as remediation reads it. */

@@ -73,7 +73,6 @@ export function createPrometheusClient(
   const api = jsonApi('Prometheus', url, opts, PrometheusError);
   let external: { labels: Record<string, string>; until: number } | undefined;
   const get = async <T>(path: string, schema: z.ZodType<T>, what: string) => api.parse(schema, await api.call('GET', path), what);
-
   const query = (q: string) => get(`/api/v1/query?${new URLSearchParams({ query: q }).toString()}`, vectorSchema, 'query result');
 
   async function externalLabels(): Promise<Labels> {

@@ -120,6 +120,7 @@ export interface Active {
 }
 
 type GuardVerdict = { verdict: 'claimed' | 'escalate' | 'escalated'; count: number } | { verdict: 'cooldown'; leftMs: number };
+type GuardLimits = { cooldownMs: number; windowMs: number; escalateAfter: number };
 export type RemediationStore = ReturnType<typeof createRemediationStore>;
 
 const GUARD = 'opsgateRemediationGuard';
@@ -131,14 +132,7 @@ export function createRemediationStore(redis: Redis) {
   const keys = (rule: string, ns: string, dep: string) =>
     [remediationCooldownKey(rule, ns, dep), remediationHistoryKey(rule, ns, dep), remediationEscalatedKey(rule, ns, dep)] as const;
   return {
-    async claim(
-      rule: string,
-      ns: string,
-      dep: string,
-      id: string,
-      now: number,
-      l: { cooldownMs: number; windowMs: number; escalateAfter: number },
-    ): Promise<GuardVerdict> {
+    async claim(rule: string, ns: string, dep: string, id: string, now: number, l: GuardLimits): Promise<GuardVerdict> {
       const [verdict, n] = await scripts[GUARD]!(...keys(rule, ns, dep), 'claim', id, now, l.cooldownMs, l.windowMs, l.escalateAfter);
       if (verdict === 'cooldown') return { verdict, leftMs: Number(n) };
       return { verdict: verdict as 'claimed' | 'escalate' | 'escalated', count: Number(n) };

@@ -117,7 +117,6 @@ export async function deliver(message: Record<string, unknown>, ctx: JobContext)
   if (urls.length === 0) return { delivered: 0, endpoints: 0 };
   const jobId = String(ctx.job.id);
   const body = JSON.stringify(message);
-
   const results = await Promise.all(
     urls.map(async (url) => {
       const host = endpointHost(url);

@@ -75,7 +75,6 @@ export async function restartService(
   const namespace = entry.namespace;
   const name = data.service;
   const what = `Deployment ${namespace}/${name}`;
-
   const kc = await resolveKubeConfig(ctx.kubeConfig);
   const apps = kc.makeApiClient(AppsV1Api);
   const jobId = String(ctx.job.id);
