@@ -1,22 +1,19 @@
 import { z } from 'zod';
-import { outboundCall, OutboundError, type OutboundAuth } from '../shared/outboundAuth.js';
+import type { OutboundAuth } from '../shared/outboundAuth.js';
+import { jsonApi, sameLabels, type Labels } from './api.js';
 
 /**
  * A client of Alertmanager's API v2 (ALERTMANAGER_URL), for what remediation asks of it:
- * - whether an alert is still firing: GET /api/v2/alerts with one equality filter per label, silenced,
- *   inhibited and unprocessed alerts included (a silence opsgate keeps must not read as resolved), and
- *   only an alert with exactly that label set counts (the filters match every superset too);
- * - a silence of exactly that alert: equality matchers on its full label set, a short end, a comment
- *   naming the job; extended by posting it again with its id (Alertmanager updates an active silence
- *   in place when only its end moves), expired with DELETE /api/v2/silence/{id}.
- * Every call is bounded (`timeoutMs`) and presents the credentials of ALERTMANAGER_* (a bearer
- * token, basic auth or a client certificate: src/shared/outboundAuth.ts); an answer that is not
- * 2xx, or not the documented shape, throws.
+ * - whether an alert fires: silenced, inhibited and unprocessed alerts included (a silence opsgate
+ *   keeps must not read as resolved), and only one with exactly that label set (the equality
+ *   filters match every superset too);
+ * - a silence of exactly that alert (equality matchers on its full label set, a short end),
+ *   extended by posting it again with its id (Alertmanager updates an active silence in place when
+ *   only its end moves), expired with DELETE.
  */
 export interface AlertmanagerClient {
-  readonly url: string;
   /** The alert with exactly these labels, if Alertmanager holds it as firing (active, suppressed or unprocessed). */
-  firing(labels: Readonly<Record<string, string>>): Promise<HeldAlert | undefined>;
+  firing(labels: Labels): Promise<HeldAlert | undefined>;
   createSilence(s: SilenceRequest): Promise<string>;
   /** Moves an active silence's end; answers its id (Alertmanager may answer a new one when it cannot update in place). */
   extendSilence(id: string, endsAt: Date): Promise<string>;
@@ -25,7 +22,7 @@ export interface AlertmanagerClient {
 }
 
 interface SilenceRequest {
-  labels: Readonly<Record<string, string>>;
+  labels: Labels;
   endsAt: Date;
   createdBy: string;
   comment: string;
@@ -56,10 +53,7 @@ type Silence = z.infer<typeof silenceSchema>;
 const START_AHEAD_MS = 200;
 
 export class AlertmanagerError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'AlertmanagerError';
-  }
+  override name = 'AlertmanagerError';
 }
 
 /** A filter matcher as Alertmanager parses one: `name="value"`, the value quoted with Go's escapes. */
@@ -67,52 +61,9 @@ export function filterMatcher(name: string, value: string): string {
   return `${name}=${JSON.stringify(value)}`;
 }
 
-const sameLabels = (a: Readonly<Record<string, string>>, b: Readonly<Record<string, string>>): boolean => {
-  const ka = Object.keys(a);
-  return ka.length === Object.keys(b).length && ka.every((k) => Object.hasOwn(b, k) && b[k] === a[k]);
-};
-
 export function createAlertmanagerClient(url: string, opts: { timeoutMs?: number; auth?: OutboundAuth } = {}): AlertmanagerClient {
-  const base = url.replace(/\/+$/, '');
-  const timeoutMs = opts.timeoutMs ?? 3000;
-
-  async function call(method: string, path: string, body?: unknown): Promise<unknown> {
-    let res: { status: number; text: string };
-    try {
-      res = await outboundCall(
-        'Alertmanager',
-        base,
-        opts.auth,
-        timeoutMs,
-        method,
-        path,
-        body === undefined ? undefined : JSON.stringify(body),
-      );
-    } catch (err) {
-      throw new AlertmanagerError(err instanceof OutboundError ? err.message : `Alertmanager ${method} ${path.split('?')[0]}: unreachable`);
-    }
-    const text = res.text;
-    if (res.status === 404 && method === 'GET') return undefined;
-    if (res.status < 200 || res.status > 299) {
-      throw new AlertmanagerError(`Alertmanager ${method} ${path.split('?')[0]} answered ${res.status}: ${text.slice(0, 200)}`);
-    }
-    if (text === '') return undefined;
-    try {
-      return JSON.parse(text) as unknown;
-    } catch {
-      throw new AlertmanagerError(`Alertmanager ${method} ${path.split('?')[0]} answered something that is not JSON`);
-    }
-  }
-
-  const parse = <T>(schema: z.ZodType<T>, v: unknown, what: string): T => {
-    const p = schema.safeParse(v);
-    if (!p.success) throw new AlertmanagerError(`Alertmanager answered an unexpected ${what}`);
-    return p.data;
-  };
-
+  const { call, parse } = jsonApi('Alertmanager', url, opts, AlertmanagerError, true);
   return {
-    url: base,
-
     async firing(labels) {
       const q = new URLSearchParams({ active: 'true', silenced: 'true', inhibited: 'true', unprocessed: 'true' });
       for (const [k, v] of Object.entries(labels)) q.append('filter', filterMatcher(k, v));
@@ -123,7 +74,6 @@ export function createAlertmanagerClient(url: string, opts: { timeoutMs?: number
         return sameLabels(a.labels, labels) && (Number.isNaN(ends) || ends > now);
       });
     },
-
     async createSilence(s) {
       const out = await call('POST', '/api/v2/silences', {
         matchers: Object.entries(s.labels).map(([name, value]) => ({ name, value, isRegex: false, isEqual: true })),
@@ -137,7 +87,6 @@ export function createAlertmanagerClient(url: string, opts: { timeoutMs?: number
       });
       return parse(z.object({ silenceID: z.string() }), out, 'answer to a new silence').silenceID;
     },
-
     async extendSilence(id, endsAt) {
       const s = await this.getSilence(id);
       if (!s) throw new AlertmanagerError(`Alertmanager holds no silence ${id}`);
@@ -151,7 +100,6 @@ export function createAlertmanagerClient(url: string, opts: { timeoutMs?: number
       });
       return parse(z.object({ silenceID: z.string() }), out, 'answer to a silence update').silenceID;
     },
-
     async expireSilence(id) {
       try {
         await call('DELETE', `/api/v2/silence/${encodeURIComponent(id)}`);
@@ -162,7 +110,6 @@ export function createAlertmanagerClient(url: string, opts: { timeoutMs?: number
         throw err;
       }
     },
-
     async getSilence(id) {
       const out = await call('GET', `/api/v2/silence/${encodeURIComponent(id)}`);
       return out === undefined ? undefined : parse(silenceSchema, out, 'silence');

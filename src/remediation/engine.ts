@@ -18,37 +18,13 @@ import type { PrometheusClient } from './prometheus.js';
 import { OUTCOMES, type Active, type RemediationDecision, type RemediationStore } from './store.js';
 
 /**
- * Alert-driven remediation: a firing alert that matches a rule of the inventory becomes a restart
- * of the Deployment its labels name, through the change pipeline (origin `remediation`, requester
- * `remediation:<rule>`), so the host's freezes, windows and approval policy apply as to a person's
- * restart; its budgets are its own (the rule's, and the namespace's remediation budget), never the
- * places people's restarts need. In order, for a firing alert:
- *
- *   1. the target: the Deployment its labels name must be one of an inventory host's, and one the
- *      rule's `targets` list (by host, or namespace/Deployment);
- *   2. confirmation where the alert is born: Prometheus must fire it (`confirm: prometheus`,
- *      src/remediation/prometheus.ts), or Alertmanager's authenticated API hold it (`confirm:
- *      alertmanager`). A forged notification, or an alert posted to Alertmanager by anyone, does
- *      nothing and counts as no firing. Its firing start is the source's, never the notification's
- *      startsAt. The source down or in error: `error`, nothing done, and a delayed check asks again
- *      with backoff until `within` has passed. (A dry-run rule with no source reads the notification.)
- *   3. flapping: the rule's `episodes` distinct firings (their starts) seen within `within`; an
- *      alert firing for longer than `within` is one episode;
- *   4. `for`, from the firing start: a notification before it schedules a check at that moment (a
- *      delayed job the worker runs, which confirms again);
- *   5. the rule's guard of the Deployment, one script for every replica: `escalate_after`
- *      remediations within `escalation_window` -> stop and page once; else the cooldown;
- *   6. the change: dry-run plans it and reports what would happen; act submits it. A refusal
- *      (freeze, window, budget) or a job that could not be added gives the guard's claim back and is
- *      reported. Once the pipeline carried it out, the claim stays: the remediation's record and its
- *      watch are written with retries, never reported as "not restarted".
- * Then a watch job in the worker follows it: cancels it when the alert resolves before it started
- * (an approval pending, a job not taken yet; never a restart it joined), keeps the silence once the
- * restart is queued (never while it waits for approval; matchers: the notification's full label
- * set), and verifies the outcome (the alert resolving within `verify`).
- *
- * The contract of /webhook/alerts is untouched: this runs beside the intake, and a failure here
- * is logged and recorded as a decision, never answered as an error of the notification.
+ * Alert-driven remediation (docs/remediation.md): a firing alert matching a rule of the inventory
+ * becomes a restart through the change pipeline (origin `remediation`, requester
+ * `remediation:<rule>`), so freezes, windows and approval apply as to a person's restart, on
+ * budgets of its own. Only an alert confirmed where it is born acts: a forged notification, or an
+ * alert posted to Alertmanager by anyone, does nothing and counts as no firing. A watch job in the
+ * worker then cancels, silences and verifies it. The contract of /webhook/alerts is untouched: a
+ * failure here is logged and recorded as a decision, never answered as an error of the notification.
  */
 export interface RemediationDeps {
   pipeline: RestartPipeline;
@@ -62,13 +38,12 @@ export interface RemediationDeps {
   alertmanagerAuthenticated?: boolean;
   jobs: Pick<JobReads, 'get'>;
   logger: Logger;
-  metrics?: RemediationMetrics;
+  metrics?: Pick<Metrics, 'remediations' | 'remediationsSuppressed' | 'remediationEscalations'>;
   now: () => number;
   /** The worker's Kubernetes Event of an outcome on the Deployment (absent in the API). */
   onOutcome?: (a: Active, outcome: RemediationOutcome, reason: string) => Promise<void>;
 }
 
-type RemediationMetrics = Pick<Metrics, 'remediations' | 'remediationsSuppressed' | 'remediationEscalations'>;
 type RemediationOutcome = (typeof OUTCOMES)[number];
 
 /** An alert of a notification, as remediation reads it. */
@@ -80,12 +55,9 @@ interface NotifiedAlert {
 }
 
 /** What the webhook answer shows of a notification's remediations (additive fields). */
-interface Summary {
-  rule: string;
-  fingerprint: string;
-  decision: RemediationDecision['decision'];
-  reason: string;
-  id: string;
+type Summary = Pick<RemediationDecision, 'rule' | 'fingerprint' | 'decision' | 'reason' | 'id'>;
+function summary(rule: string, fingerprint: string, decision: Summary['decision'], reason: string, id: string): Summary {
+  return { rule, fingerprint, decision, reason, id };
 }
 
 export const principalOf = (rule: string): Principal => ({
@@ -138,15 +110,9 @@ const PERSIST_RETRIES_MS = [0, 100, 200, 400, 800, 1600];
 const newId = (): string => `rem-${randomBytes(10).toString('hex')}`;
 const iso = (ms: number) => new Date(ms).toISOString();
 
-export interface Remediation {
-  readonly rules: readonly RemediationRule[];
-  /** A notification's alerts: each firing or resolved alert that matches a rule. Never throws. */
-  notify(payload: unknown, auditId: string): Promise<Summary[]>;
-  /** A worker step: a check once `for` passed, or a watch. Answers the delay of its next run, or undefined when done. */
-  step(data: RemediateData): Promise<number | undefined>;
-}
+export type Remediation = ReturnType<typeof createRemediation>;
 
-export function createRemediation(deps: RemediationDeps): Remediation {
+export function createRemediation(deps: RemediationDeps) {
   const { store, logger } = deps;
   const g = deps.pipeline;
   const byName = new Map(deps.rules.map((r) => [r.name, r]));
@@ -157,15 +123,8 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     const full: RemediationDecision = { job_id: null, approval_id: null, outcome: null, guard: null, ...d, at: iso(deps.now()) };
     if (full.guard && SUPPRESSING.has(full.decision)) deps.metrics?.remediationsSuppressed.inc({ rule: full.rule, guard: full.guard });
     if (full.outcome) deps.metrics?.remediations.inc({ rule: full.rule, outcome: full.outcome });
-    logger.info('remediation decision', {
-      remediation: full.id,
-      rule: full.rule,
-      decision: full.decision,
-      guard: full.guard,
-      outcome: full.outcome,
-      fingerprint: full.fingerprint,
-      reason: full.reason,
-    });
+    const { id: remediation, rule, decision, guard, outcome, fingerprint, reason } = full;
+    logger.info('remediation decision', { remediation, rule, decision, guard, outcome, fingerprint, reason });
     await store.record(full).catch((err: unknown) => logger.warn('could not record a remediation decision', { err }));
     return full;
   }
@@ -198,13 +157,14 @@ export function createRemediation(deps: RemediationDeps): Remediation {
       audit_id: auditId,
       requested_by: principalOf(rule.name).principal,
     });
+    return d;
   }
 
   /** Where a rule's alerts are confirmed, when this process can ask there. */
   function sourceOf(rule: RemediationRule): Source | undefined {
     if (rule.confirm === 'prometheus') {
       const p = deps.prometheus;
-      return p ? { name: 'Prometheus at PROMETHEUS_URL', guard: 'prometheus', firing: async (l) => (await p.firing(l))?.since } : undefined;
+      return p ? { name: 'Prometheus at PROMETHEUS_URL', guard: 'prometheus', firing: (l) => p.firing(l) } : undefined;
     }
     const am = deps.alertmanager;
     if (!am || !deps.alertmanagerAuthenticated) return undefined;
@@ -253,54 +213,41 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     notifiedAt: number,
   ): Promise<{ d: RemediationDecision; againMs?: number }> {
     const now = deps.now();
-    const id = newId();
-    const alertname = alert.labels.alertname ?? '';
     const namespace = alert.labels[rule.target.namespace] ?? null;
     const deployment = alert.labels[rule.target.deployment] ?? null;
     const base: Base = {
-      id,
+      id: newId(),
       rule: rule.name,
       mode: rule.mode,
-      alertname,
+      alertname: alert.labels.alertname ?? '',
       fingerprint: alert.fingerprint,
       starts_at: iso(alert.startsAt),
       namespace,
       deployment,
       host: null,
     };
+    const stop = async (guard: NonNullable<RemediationDecision['guard']>, reason: string) => ({ d: await suppress(base, guard, reason) });
     const host = namespace && deployment ? hostOfDeployment(g.inventory, namespace, deployment) : undefined;
-    if (!host || !namespace || !deployment) {
-      return {
-        d: await suppress(
-          base,
-          'target',
-          `labels ${rule.target.namespace}=${JSON.stringify(namespace ?? '')} and ${rule.target.deployment}=${JSON.stringify(deployment ?? '')} name no Deployment of an inventory host; nothing restarted`,
-        ),
-      };
-    }
+    if (!host || !namespace || !deployment)
+      return stop(
+        'target',
+        `labels ${rule.target.namespace}=${JSON.stringify(namespace ?? '')} and ${rule.target.deployment}=${JSON.stringify(deployment ?? '')} name no Deployment of an inventory host; nothing restarted`,
+      );
     base.host = host;
-    if (!targetAllowed(rule, host, namespace, deployment)) {
-      return {
-        d: await suppress(
-          base,
-          'target_not_allowed',
-          `Deployment ${namespace}/${deployment} (host ${host}) is not among the targets of rule ${rule.name}; nothing restarted`,
-        ),
-      };
-    }
+    if (!targetAllowed(rule, host, namespace, deployment))
+      return stop(
+        'target_not_allowed',
+        `Deployment ${namespace}/${deployment} (host ${host}) is not among the targets of rule ${rule.name}; nothing restarted`,
+      );
 
     // Only real alerts act, and only they count as a firing: confirmed, and timed, where they are born.
     const source = sourceOf(rule);
     let since = alert.startsAt;
-    if (!source && rule.mode === 'act') {
-      return {
-        d: await suppress(
-          base,
-          'unconfirmed',
-          `rule ${rule.name} confirms its alerts with ${rule.confirm}, which this process cannot ask; nothing restarted`,
-        ),
-      };
-    }
+    if (!source && rule.mode === 'act')
+      return stop(
+        'unconfirmed',
+        `rule ${rule.name} confirms its alerts with ${rule.confirm}, which this process cannot ask; nothing restarted`,
+      );
     if (source) {
       let fired: number | undefined;
       try {
@@ -321,23 +268,17 @@ export function createRemediation(deps: RemediationDeps): Remediation {
         });
         return { d, ...(via === 'check' && next ? { againMs } : {}) };
       }
-      if (fired === undefined) {
-        return { d: await suppress(base, 'not_firing', `${source.name} fires no alert with these labels; nothing restarted`) };
-      }
+      if (fired === undefined) return stop('not_firing', `${source.name} fires no alert with these labels; nothing restarted`);
       since = fired;
       base.starts_at = iso(since);
     }
 
     const episodes = await store.episode(rule.name, alert.fingerprint, since, now, rule.trigger.within * 1000);
-    if (episodes < rule.trigger.episodes) {
-      return {
-        d: await suppress(
-          base,
-          'episodes',
-          `${episodes} of the ${rule.trigger.episodes} firings within ${formatDuration(rule.trigger.within)} the rule waits for`,
-        ),
-      };
-    }
+    if (episodes < rule.trigger.episodes)
+      return stop(
+        'episodes',
+        `${episodes} of the ${rule.trigger.episodes} firings within ${formatDuration(rule.trigger.within)} the rule waits for`,
+      );
     const due = since + rule.trigger.for * 1000;
     if (now < due) {
       if (source && via === 'notification') await scheduleCheck(rule, alert, auditId, since, due - now, notifiedAt);
@@ -353,35 +294,28 @@ export function createRemediation(deps: RemediationDeps): Remediation {
   }
 
   /** The rule's guard, then the change: planned (dry-run) or carried out (act). */
-  async function act(
-    rule: RemediationRule,
-    alert: NotifiedAlert,
-    base: Base,
-    since: number,
-    auditId: string,
-    now: number,
-  ): Promise<RemediationDecision> {
+  async function act(rule: RemediationRule, alert: NotifiedAlert, base: Base, since: number, auditId: string, now: number) {
     const { id, host, namespace, deployment, alertname } = base as Base & { host: string; namespace: string; deployment: string };
     const claim = await store.claim(rule.name, namespace, deployment, id, now, {
       cooldownMs: rule.cooldown * 1000,
       windowMs: rule.escalation_window * 1000,
       escalateAfter: rule.escalate_after,
     });
-    if (claim.verdict === 'cooldown') {
+    if (claim.verdict === 'cooldown')
       return suppress(
         base,
         'cooldown',
         `restarted by this rule less than ${formatDuration(rule.cooldown)} ago; the cooldown ends in ${Math.ceil(claim.leftMs / 1000)} s`,
       );
-    }
-    if (claim.verdict === 'escalated') {
+    if (claim.verdict === 'escalated')
       return suppress(
         base,
         'escalated',
         `escalated: ${claim.count} remediations within ${formatDuration(rule.escalation_window)} did not keep the alert away; on-call was paged, nothing more is done until the window passes`,
       );
-    }
     if (claim.verdict === 'escalate') return escalate(rule, alert, base, claim.count, auditId, now);
+    /** A decision recorded and reported. */
+    const recorded = async (d: Parameters<typeof recordDecision>[0]) => report(rule, await recordDecision(d), auditId);
 
     const change: Change & { target: RestartTarget } = {
       target: { kind: 'restart', host, service: deployment, namespace },
@@ -393,8 +327,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     };
 
     if (rule.mode === 'dry-run') {
-      const p = await planChange(g, change, undefined, true);
-      const k = p.decision;
+      const k = (await planChange(g, change, undefined, true)).decision;
       const would =
         k.kind === 'refuse' || k.kind === 'hold'
           ? `refuse it: ${describeReasons(k.reasons)}`
@@ -405,14 +338,8 @@ export function createRemediation(deps: RemediationDeps): Remediation {
               : k.kind === 'over_budget'
                 ? `refuse it: the ${describePool(k.pool)} is spent for ${Math.ceil(k.retryMs / 1000)} s`
                 : 'queue the restart';
-      const d = await recordDecision({
-        ...base,
-        decision: 'dry_run',
-        outcome: 'dry_run',
-        reason: `dry-run: would restart Deployment ${namespace}/${deployment}; the pipeline would ${would}`,
-      });
-      await report(rule, d, auditId);
-      return d;
+      const reason = `dry-run: would restart Deployment ${namespace}/${deployment}; the pipeline would ${would}`;
+      return recorded({ ...base, decision: 'dry_run', outcome: 'dry_run', reason });
     }
 
     let result: ChangeResult;
@@ -422,23 +349,19 @@ export function createRemediation(deps: RemediationDeps): Remediation {
       // Its job not added (or not known to be): nothing was restarted, the claim goes back.
       await store.release(rule.name, namespace, deployment, id).catch(() => undefined);
       logger.warn('remediation could not submit its restart', { err, rule: rule.name });
-      const d = await recordDecision({ ...base, decision: 'error', reason: `not restarted: ${(err as Error).message}` });
-      await report(rule, d, auditId);
-      return d;
+      return recorded({ ...base, decision: 'error', reason: `not restarted: ${(err as Error).message}` });
     }
     const { carried, refusal } = result;
     if (refusal) {
       // Refused by the gate or a budget: nothing was restarted, the claim goes back.
       await store.release(rule.name, namespace, deployment, id).catch(() => undefined);
-      const d = await recordDecision({
+      return recorded({
         ...base,
         decision: 'refused',
         guard: refusal.guard === 'gate' ? (refusal.reasons[0]?.guard ?? 'freeze') : 'budget',
         outcome: 'refused',
         reason: `not restarted: ${refusal.guard === 'gate' ? describeReasons(refusal.reasons) : refusal.detail}`,
       });
-      await report(rule, d, auditId);
-      return d;
     }
     // Carried out: the claim stays whatever follows. The record and the watch are retried, since
     // without them nothing would verify the restart or manage its silence.
@@ -487,27 +410,16 @@ export function createRemediation(deps: RemediationDeps): Remediation {
         remediation: id,
       });
     const note = unsaved ? `; its record or watch could not be saved (${unsaved.message}): nothing verifies it` : '';
-    return carried.approval
-      ? recordDecision({
-          ...base,
-          decision: 'pending_approval',
-          guard: 'approval',
-          approval_id: carried.approval.approval.id,
-          reason: `restart of Deployment ${namespace}/${deployment} waits for ${carried.approval.approval.required} approval(s) until ${iso(carried.approval.approval.expires_at)}${note}`,
-        })
-      : carried.coalesced
-        ? recordDecision({
-            ...base,
-            decision: 'joined',
-            job_id: carried.jobId,
-            reason: `joined restart ${carried.jobId} of Deployment ${namespace}/${deployment}, already waiting or rolling out${note}`,
-          })
-        : recordDecision({
-            ...base,
-            decision: 'queued',
-            job_id: carried.jobId,
-            reason: `restart of Deployment ${namespace}/${deployment} queued${note}`,
-          });
+    const what = `Deployment ${namespace}/${deployment}`;
+    if (carried.approval) {
+      const { approval } = carried.approval;
+      const reason = `restart of ${what} waits for ${approval.required} approval(s) until ${iso(approval.expires_at)}${note}`;
+      return recordDecision({ ...base, decision: 'pending_approval', guard: 'approval', approval_id: approval.id, reason });
+    }
+    const reason = carried.coalesced
+      ? `joined restart ${carried.jobId} of ${what}, already waiting or rolling out${note}`
+      : `restart of ${what} queued${note}`;
+    return recordDecision({ ...base, decision: carried.coalesced ? 'joined' : 'queued', job_id: carried.jobId, reason });
   }
 
   async function escalate(rule: RemediationRule, alert: NotifiedAlert, base: Base, count: number, auditId: string, now: number) {
@@ -537,8 +449,7 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     } catch (err) {
       logger.warn('could not queue the page of an escalated remediation', { err, rule: rule.name });
     }
-    await report(rule, d, auditId, history);
-    return d;
+    return report(rule, d, auditId, history);
   }
 
   /** Whether the alert of a remediation under way has resolved: its rule's source says so, else a resolved notification. */
@@ -625,24 +536,21 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     await store.markResolved(rule.name, alert.fingerprint, alert.startsAt, ttl);
     const a = await store.getActive(rule.name, alert.fingerprint);
     if (!a || a.phase !== 'waiting') return undefined;
-    const after = await cancel(rule, a);
-    return after.outcome === 'cancelled'
-      ? {
-          rule: rule.name,
-          fingerprint: alert.fingerprint,
-          decision: 'cancelled',
-          reason: 'the alert resolved before the restart started',
-          id: a.id,
-        }
-      : undefined;
+    if ((await cancel(rule, a)).outcome !== 'cancelled') return undefined;
+    return summary(rule.name, alert.fingerprint, 'cancelled', 'the alert resolved before the restart started', a.id);
   }
 
   /** One look at a remediation under way (the worker's watch job). */
   async function watch(rule: RemediationRule, id: string, fingerprint: string): Promise<number | undefined> {
-    let a = await store.getActive(rule.name, fingerprint);
-    if (!a || a.id !== id) return undefined;
+    const found = await store.getActive(rule.name, fingerprint);
+    if (!found || found.id !== id) return undefined;
+    let a = found;
     const now = deps.now();
     const step = watchStepMs(rule);
+    const ended = async (outcome: RemediationOutcome, reason: string) => {
+      await finish(rule, a, outcome, reason);
+      return step;
+    };
     if (a.phase === 'settling') {
       if (now >= (a.settle_until ?? 0)) {
         await endSilence(a);
@@ -665,46 +573,33 @@ export function createRemediation(deps: RemediationDeps): Remediation {
           await store.putActive(a, activeTtlMs(rule));
         } else if (approval && (approval.status === 'rejected' || approval.status === 'expired' || deps.now() >= approval.expires_at)) {
           const outcome = approval.status === 'rejected' ? 'rejected' : 'expired';
-          await finish(rule, a, outcome, `approval ${a.approval_id} ${outcome}: nothing restarted`);
-          return step;
+          return ended(outcome, `approval ${a.approval_id} ${outcome}: nothing restarted`);
         }
       }
       if (a.job_id) {
         const job = await deps.jobs.get(a.job_id);
-        if (!job) {
-          await finish(rule, a, 'failed', `restart ${a.job_id} is no longer on the queue; its outcome is unknown`);
-          return step;
-        }
+        if (!job) return ended('failed', `restart ${a.job_id} is no longer on the queue; its outcome is unknown`);
         if (job.state === 'completed') {
           a = { ...a, phase: 'verifying', verify_until: deps.now() + rule.verify * 1000 };
           await store.putActive(a, activeTtlMs(rule));
         } else if (job.state === 'failed') {
           const result = job.outcome?.result;
           const outcome: RemediationOutcome = result === 'progress_deadline_exceeded' || result === 'refused' ? result : 'failed';
-          await finish(
-            rule,
-            a,
+          return ended(
             outcome,
             `restart ${a.job_id} ${outcome === 'failed' ? 'failed' : outcome.replaceAll('_', ' ')}: ${job.outcome?.reason ?? job.failed_reason ?? ''}`.trim(),
           );
-          return step;
         }
       }
     }
     if (a.phase === 'verifying') {
-      if (await isResolved(rule, a)) {
-        await finish(rule, a, 'remediated', `restart ${a.job_id} rolled out and alert ${a.labels.alertname ?? ''} resolved`);
-        return step;
-      }
-      if (deps.now() >= (a.verify_until ?? 0)) {
-        await finish(
-          rule,
-          a,
+      if (await isResolved(rule, a))
+        return ended('remediated', `restart ${a.job_id} rolled out and alert ${a.labels.alertname ?? ''} resolved`);
+      if (deps.now() >= (a.verify_until ?? 0))
+        return ended(
           'rolled_out_still_firing',
           `restart ${a.job_id} rolled out, but alert ${a.labels.alertname ?? ''} still fires ${formatDuration(rule.verify)} later`,
         );
-        return step;
-      }
     }
     return step;
   }
@@ -719,27 +614,21 @@ export function createRemediation(deps: RemediationDeps): Remediation {
     if (!rule.silence || !am || !a.job_id) return a;
     const endsAt = new Date(deps.now() + silenceLeaseMs(rule));
     try {
-      if (!a.silence_id) {
-        const sid = await am.createSilence({
-          labels: a.labels,
-          endsAt,
-          createdBy: 'opsgate',
-          comment: `opsgate remediation ${a.id} by rule ${rule.name}: restart of Deployment ${a.namespace}/${a.deployment}${a.job_id ? ` (job ${a.job_id})` : ''}`,
-        });
-        await store.addSilence(sid);
-        const next = { ...a, silence_id: sid };
-        await store.putActive(next, activeTtlMs(rule));
-        logger.info('remediation silence created', { remediation: a.id, silence: sid, ends_at: endsAt.toISOString() });
-        return next;
-      }
-      const sid = await am.extendSilence(a.silence_id, endsAt);
-      if (sid !== a.silence_id) {
-        await store.removeSilence(a.silence_id);
-        await store.addSilence(sid);
-        const next = { ...a, silence_id: sid };
-        await store.putActive(next, activeTtlMs(rule));
-        return next;
-      }
+      const sid = a.silence_id
+        ? await am.extendSilence(a.silence_id, endsAt)
+        : await am.createSilence({
+            labels: a.labels,
+            endsAt,
+            createdBy: 'opsgate',
+            comment: `opsgate remediation ${a.id} by rule ${rule.name}: restart of Deployment ${a.namespace}/${a.deployment}${a.job_id ? ` (job ${a.job_id})` : ''}`,
+          });
+      if (sid === a.silence_id) return a;
+      if (a.silence_id) await store.removeSilence(a.silence_id);
+      await store.addSilence(sid);
+      const next = { ...a, silence_id: sid };
+      await store.putActive(next, activeTtlMs(rule));
+      if (!a.silence_id) logger.info('remediation silence created', { remediation: a.id, silence: sid, ends_at: endsAt.toISOString() });
+      return next;
     } catch (err) {
       logger.warn('could not keep the remediation silence', { remediation: a.id, err: (err as Error).message });
     }
@@ -760,7 +649,8 @@ export function createRemediation(deps: RemediationDeps): Remediation {
   return {
     rules: deps.rules,
 
-    async notify(payload, auditId) {
+    /** A notification's alerts: each firing or resolved alert that matches a rule. Never throws. */
+    async notify(payload: unknown, auditId: string): Promise<Summary[]> {
       if (deps.rules.length === 0) return [];
       const pairs: Array<[RemediationRule, NotifiedAlert]> = [];
       for (const alert of notifiedAlerts(payload, deps.now())) {
@@ -770,23 +660,14 @@ export function createRemediation(deps: RemediationDeps): Remediation {
         try {
           if (alert.status === 'resolved') return await resolved(rule, alert);
           const { d } = await fire(rule, alert, auditId, 'notification', deps.now());
-          return { rule: rule.name, fingerprint: alert.fingerprint, decision: d.decision, reason: d.reason, id: d.id };
+          return summary(rule.name, alert.fingerprint, d.decision, d.reason, d.id);
         } catch (err) {
           logger.warn('remediation failed on a notification', { rule: rule.name, fingerprint: alert.fingerprint, err });
-          return {
-            rule: rule.name,
-            fingerprint: alert.fingerprint,
-            decision: 'error',
-            reason: 'remediation failed; see the API log',
-            id: '',
-          };
+          return summary(rule.name, alert.fingerprint, 'error', 'remediation failed; see the API log', '');
         }
       };
-      // Each pair waits on Alertmanager's API (up to its timeout) and Redis: several at once, so the
-      // answer to a notification of many alerts waits for the slowest few, not for their sum. Pairs
-      // never share a guard's keys (one alert per fingerprint in a notification, keys per rule), and
-      // the cooldown is one script for every replica anyway. Bounded, so a large notification does
-      // not open hundreds of requests to Alertmanager at once.
+      // Several pairs at once, so a notification of many alerts waits for the slowest few, not their sum
+      // (pairs never share a guard's keys); bounded, so it never opens hundreds of requests to Alertmanager.
       const out = new Array<Summary | undefined>(pairs.length);
       let next = 0;
       const lane = async () => {
@@ -796,21 +677,17 @@ export function createRemediation(deps: RemediationDeps): Remediation {
       return out.filter((s): s is Summary => s !== undefined);
     },
 
-    async step(data) {
+    /** A worker step: a check once `for` passed, or a watch. Answers the delay of its next run, or undefined when done. */
+    async step(data: RemediateData): Promise<number | undefined> {
       const rule = byName.get(data.rule);
       if (!rule) {
         logger.warn('remediation step of a rule the inventory no longer has', { rule: data.rule });
         return undefined;
       }
       if (data.step === 'watch') return watch(rule, data.id, data.fingerprint);
-      const alert: NotifiedAlert = {
-        status: 'firing',
-        labels: data.alert.labels,
-        fingerprint: data.alert.fingerprint,
-        startsAt: data.alert.starts_at,
-      };
-      const { againMs } = await fire(rule, alert, data.audit_id, 'check', data.notified_at ?? alert.startsAt);
-      return againMs;
+      const { labels, fingerprint, starts_at: startsAt } = data.alert;
+      const alert: NotifiedAlert = { status: 'firing', labels, fingerprint, startsAt };
+      return (await fire(rule, alert, data.audit_id, 'check', data.notified_at ?? startsAt)).againMs;
     },
   };
 }

@@ -1,41 +1,24 @@
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import { outboundCall, OutboundError, type OutboundAuth } from '../shared/outboundAuth.js';
+import type { OutboundAuth } from '../shared/outboundAuth.js';
+import { jsonApi, sameLabels, type Labels } from './api.js';
 
 /**
- * Where an alert is born: a client of Prometheus's HTTP API (PROMETHEUS_URL; Prometheus, or any
- * server answering its query API, such as Thanos Query), for what remediation asks of it. A
- * notification's alert is one Prometheus fires when:
- * - some series ALERTS{alertstate="firing"} has labels (less alertstate) that all appear, with the
- *   same values, in the notification; and
- * - the notification's other labels are all Prometheus's external labels (Prometheus adds them to
- *   the alerts it sends), with their values: PROMETHEUS_EXTERNAL_LABELS, else read from
- *   /api/v1/status/config.
- * Its firing began at the active-since time of ALERTS_FOR_STATE (when it went pending) plus the
- * `for` of its Prometheus rule (/api/v1/rules). Both series are written by Prometheus's rule
- * evaluation alone: nothing posted to Alertmanager can make them, and no startsAt of a
- * notification moves that time.
- * Every call is bounded and presents PROMETHEUS_* credentials (src/shared/outboundAuth.ts); an
- * answer that is not 2xx and `success`, or not the documented shape, throws a PrometheusError.
+ * A client of Prometheus's HTTP API (PROMETHEUS_URL; or any server answering its query API, such as
+ * Thanos Query), where alerts are born. A notification's alert is one Prometheus fires when some
+ * series ALERTS{alertstate="firing"} has labels (less alertstate) that all appear in the
+ * notification, and its other labels are all Prometheus's external labels (PROMETHEUS_EXTERNAL_LABELS,
+ * else /api/v1/status/config). It fires since ALERTS_FOR_STATE's active-since plus its rule's `for`.
+ * Only Prometheus's rule evaluation writes those series: nothing posted to Alertmanager can make
+ * them, and no notification's startsAt moves that time.
  */
 export interface PrometheusClient {
-  readonly url: string;
-  /** The firing Prometheus alert this notification's labels are, and since when it fires (ms); undefined: none. */
-  firing(labels: Readonly<Record<string, string>>): Promise<FiringAlert | undefined>;
-}
-
-interface FiringAlert {
-  /** The ALERTS series' labels, less alertstate. */
-  labels: Record<string, string>;
-  /** When it began firing (ms): active since + its rule's `for`. */
-  since: number;
+  /** Since when (ms) the Prometheus alert these notified labels name fires; undefined: it does not. */
+  firing(labels: Labels): Promise<number | undefined>;
 }
 
 class PrometheusError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'PrometheusError';
-  }
+  override name = 'PrometheusError';
 }
 
 const vectorSchema = z.object({
@@ -67,20 +50,14 @@ const configSchema = z.object({ status: z.literal('success'), data: z.object({ y
 /** How long external labels read from Prometheus are kept before they are read again. */
 const EXTERNAL_LABELS_TTL_MS = 60_000;
 
-const without = (m: Readonly<Record<string, string>>, ...names: string[]): Record<string, string> =>
+const without = (m: Labels, ...names: string[]): Record<string, string> =>
   Object.fromEntries(Object.entries(m).filter(([k]) => !names.includes(k)));
-const same = (a: Readonly<Record<string, string>>, b: Readonly<Record<string, string>>): boolean =>
-  Object.keys(a).length === Object.keys(b).length && Object.entries(a).every(([k, v]) => Object.hasOwn(b, k) && b[k] === v);
 
 /** A PromQL selector's string literal (Go's escapes, which JSON's quoting writes). */
 const literal = (v: string): string => JSON.stringify(v);
 
 /** Whether `series` (an ALERTS series, less alertstate) is the alert these notified labels name. */
-function namesAlert(
-  series: Readonly<Record<string, string>>,
-  notified: Readonly<Record<string, string>>,
-  external: Readonly<Record<string, string>>,
-): boolean {
+function namesAlert(series: Labels, notified: Labels, external: Labels): boolean {
   for (const [k, v] of Object.entries(series)) if (!Object.hasOwn(notified, k) || notified[k] !== v) return false;
   for (const [k, v] of Object.entries(notified)) {
     if (Object.hasOwn(series, k)) continue;
@@ -91,36 +68,14 @@ function namesAlert(
 
 export function createPrometheusClient(
   url: string,
-  opts: { timeoutMs?: number; auth?: OutboundAuth; externalLabels?: Readonly<Record<string, string>> } = {},
+  opts: { timeoutMs?: number; auth?: OutboundAuth; externalLabels?: Labels } = {},
 ): PrometheusClient {
-  const base = url.replace(/\/+$/, '');
-  const timeoutMs = opts.timeoutMs ?? 3000;
+  const api = jsonApi('Prometheus', url, opts, PrometheusError);
   let external: { labels: Record<string, string>; until: number } | undefined;
-
-  async function get<T>(path: string, schema: z.ZodType<T>, what: string): Promise<T> {
-    let res: { status: number; text: string };
-    try {
-      res = await outboundCall('Prometheus', base, opts.auth, timeoutMs, 'GET', path);
-    } catch (err) {
-      throw new PrometheusError(err instanceof OutboundError ? err.message : `Prometheus GET ${path.split('?')[0]}: unreachable`);
-    }
-    if (res.status < 200 || res.status > 299) {
-      throw new PrometheusError(`Prometheus GET ${path.split('?')[0]} answered ${res.status}: ${res.text.slice(0, 200)}`);
-    }
-    let raw: unknown;
-    try {
-      raw = JSON.parse(res.text);
-    } catch {
-      throw new PrometheusError(`Prometheus GET ${path.split('?')[0]} answered something that is not JSON`);
-    }
-    const p = schema.safeParse(raw);
-    if (!p.success) throw new PrometheusError(`Prometheus answered an unexpected ${what}`);
-    return p.data;
-  }
-
+  const get = async <T>(path: string, schema: z.ZodType<T>, what: string) => api.parse(schema, await api.call('GET', path), what);
   const query = (q: string) => get(`/api/v1/query?${new URLSearchParams({ query: q }).toString()}`, vectorSchema, 'query result');
 
-  async function externalLabels(): Promise<Readonly<Record<string, string>>> {
+  async function externalLabels(): Promise<Labels> {
     if (opts.externalLabels) return opts.externalLabels;
     if (external && external.until > Date.now()) return external.labels;
     const cfg = await get('/api/v1/status/config', configSchema, 'configuration');
@@ -138,7 +93,6 @@ export function createPrometheusClient(
   }
 
   return {
-    url: base,
     async firing(labels) {
       const alertname = labels.alertname;
       if (alertname === undefined || alertname === '') return undefined;
@@ -150,13 +104,13 @@ export function createPrometheusClient(
         query(`ALERTS_FOR_STATE{alertname=${literal(alertname)}}`),
         get(`/api/v1/rules?type=alert`, rulesSchema, 'list of rules'),
       ]);
-      const state = forState.data.result.find((r) => same(without(r.metric, '__name__'), series));
+      const state = forState.data.result.find((r) => sameLabels(without(r.metric, '__name__'), series));
       const activeSince = state ? Number(state.value[1]) : NaN;
       if (!Number.isFinite(activeSince)) throw new PrometheusError(`Prometheus has no ALERTS_FOR_STATE of the firing alert ${alertname}`);
       const named = rules.data.groups.flatMap((g) => g.rules).filter((r) => r.type === 'alerting' && r.name === alertname);
-      const rule = named.find((r) => r.alerts?.some((a) => same(a.labels, series))) ?? (named.length === 1 ? named[0] : undefined);
+      const rule = named.find((r) => r.alerts?.some((a) => sameLabels(a.labels, series))) ?? (named.length === 1 ? named[0] : undefined);
       if (!rule) throw new PrometheusError(`Prometheus names no single alerting rule ${alertname} that fires this alert`);
-      return { labels: series, since: Math.round((activeSince + (rule.duration ?? 0)) * 1000) };
+      return Math.round((activeSince + (rule.duration ?? 0)) * 1000);
     },
   };
 }

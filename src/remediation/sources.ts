@@ -2,21 +2,16 @@ import type { CommonConfig } from '../shared/config.js';
 import type { Logger } from '../shared/logger.js';
 import { authenticates, loadOutboundAuth } from '../shared/outboundAuth.js';
 import type { ConfirmSources } from '../shared/remediations.js';
-import { createAlertmanagerClient, type AlertmanagerClient } from './alertmanager.js';
-import { createPrometheusClient, type PrometheusClient } from './prometheus.js';
+import { createAlertmanagerClient } from './alertmanager.js';
+import type { RemediationDeps } from './engine.js';
+import { createPrometheusClient } from './prometheus.js';
 
 /**
- * The servers remediation asks, from the settings of the API and the worker alike: Prometheus
- * (PROMETHEUS_URL, where alerts are born) and Alertmanager (ALERTMANAGER_URL: silences, and the
- * confirmation of rules with `confirm: alertmanager` when opsgate presents credentials of its API).
- * A problem with their credentials is a ConfigError naming the variables.
+ * The servers remediation asks, for the API and the worker alike: Prometheus (PROMETHEUS_URL) and
+ * Alertmanager (ALERTMANAGER_URL; it confirms alerts only when asked with credentials). A problem
+ * with their credentials is a ConfigError naming the variables.
  */
-interface RemediationSources {
-  prometheus?: PrometheusClient;
-  alertmanager?: AlertmanagerClient;
-  /** Alertmanager's API is asked with credentials: it may confirm alerts (`confirm: alertmanager`). */
-  alertmanagerAuthenticated: boolean;
-}
+type RemediationSources = Pick<RemediationDeps, 'prometheus' | 'alertmanager'> & { alertmanagerAuthenticated: boolean };
 
 export function remediationSources(
   config: Partial<Pick<CommonConfig, 'PROMETHEUS_URL' | 'ALERTMANAGER_URL' | 'PROMETHEUS_EXTERNAL_LABELS'>>,
@@ -31,10 +26,8 @@ export function remediationSources(
   const out: RemediationSources = { alertmanagerAuthenticated: false };
   if (config.PROMETHEUS_URL) {
     const auth = loadOutboundAuth(env, 'PROMETHEUS', { tenant: true, ...opts });
-    out.prometheus = createPrometheusClient(config.PROMETHEUS_URL, {
-      auth,
-      ...(config.PROMETHEUS_EXTERNAL_LABELS ? { externalLabels: config.PROMETHEUS_EXTERNAL_LABELS } : {}),
-    });
+    const externalLabels = config.PROMETHEUS_EXTERNAL_LABELS;
+    out.prometheus = createPrometheusClient(config.PROMETHEUS_URL, { auth, ...(externalLabels ? { externalLabels } : {}) });
   }
   if (config.ALERTMANAGER_URL) {
     const auth = loadOutboundAuth(env, 'ALERTMANAGER', opts);

@@ -16,8 +16,8 @@ import { storedJson } from '../shared/redis.js';
 /**
  * What remediation keeps in Redis, shared by every API replica and worker: the guard of a rule's
  * remediations of a Deployment (cooldown and escalation, one script: remediation-guard.lua), the
- * distinct firings of an alert (flapping), the remediation under way for an alert, a resolved
- * notification, the silences kept, and the recent decisions (GET /ops/remediations).
+ * distinct firings of an alert, the remediation under way, resolved notifications, the silences
+ * kept, and the recent decisions (GET /ops/remediations).
  */
 
 /** How many decisions GET /ops/remediations can show. */
@@ -120,65 +120,35 @@ export interface Active {
 }
 
 type GuardVerdict = { verdict: 'claimed' | 'escalate' | 'escalated'; count: number } | { verdict: 'cooldown'; leftMs: number };
-
-export interface RemediationStore {
-  claim(
-    rule: string,
-    namespace: string,
-    deployment: string,
-    id: string,
-    now: number,
-    limits: { cooldownMs: number; windowMs: number; escalateAfter: number },
-  ): Promise<GuardVerdict>;
-  release(rule: string, namespace: string, deployment: string, id: string): Promise<void>;
-  /** The rule's remediations of a Deployment in the escalation window, oldest first. */
-  history(rule: string, namespace: string, deployment: string, now: number, windowMs: number): Promise<Array<{ id: string; at: number }>>;
-  /**
-   * Records a firing seen now (by its start) and answers how many distinct firings were seen within
-   * `withinMs`: an alert firing longer than that is still one episode.
-   */
-  episode(rule: string, fingerprint: string, startsAt: number, now: number, withinMs: number): Promise<number>;
-  getActive(rule: string, fingerprint: string): Promise<Active | undefined>;
-  /** Records it (NX: false when another remediation of this alert is under way). */
-  startActive(a: Active, ttlMs: number): Promise<boolean>;
-  putActive(a: Active, ttlMs: number): Promise<void>;
-  endActive(rule: string, fingerprint: string): Promise<void>;
-  markResolved(rule: string, fingerprint: string, startsAt: number, ttlMs: number): Promise<void>;
-  /** Whether a resolved notification came for this firing (startsAt) of the alert. */
-  resolved(rule: string, fingerprint: string, startsAt: number): Promise<boolean>;
-  record(d: RemediationDecision): Promise<void>;
-  decisions(): Promise<RemediationDecision[]>;
-  addSilence(id: string): Promise<void>;
-  removeSilence(id: string): Promise<void>;
-  silences(): Promise<number>;
-}
+type GuardLimits = { cooldownMs: number; windowMs: number; escalateAfter: number };
+export type RemediationStore = ReturnType<typeof createRemediationStore>;
 
 const GUARD = 'opsgateRemediationGuard';
 const GUARD_LUA = loadLua(new URL('./remediation-guard.lua', import.meta.url));
 
-const parseActive = storedJson<Active>;
-
-export function createRemediationStore(redis: Redis): RemediationStore {
+export function createRemediationStore(redis: Redis) {
   defineLua(redis, GUARD, GUARD_LUA, 3);
   const scripts = redis as unknown as Record<string, (...a: Array<string | number>) => Promise<[string, number]>>;
   const keys = (rule: string, ns: string, dep: string) =>
     [remediationCooldownKey(rule, ns, dep), remediationHistoryKey(rule, ns, dep), remediationEscalatedKey(rule, ns, dep)] as const;
   return {
-    async claim(rule, ns, dep, id, now, l) {
+    async claim(rule: string, ns: string, dep: string, id: string, now: number, l: GuardLimits): Promise<GuardVerdict> {
       const [verdict, n] = await scripts[GUARD]!(...keys(rule, ns, dep), 'claim', id, now, l.cooldownMs, l.windowMs, l.escalateAfter);
       if (verdict === 'cooldown') return { verdict, leftMs: Number(n) };
       return { verdict: verdict as 'claimed' | 'escalate' | 'escalated', count: Number(n) };
     },
-    async release(rule, ns, dep, id) {
+    async release(rule: string, ns: string, dep: string, id: string) {
       await scripts[GUARD]!(...keys(rule, ns, dep), 'release', id, 0, 0, 0, 0);
     },
-    async history(rule, ns, dep, now, windowMs) {
+    /** The rule's remediations of a Deployment in the escalation window, oldest first. */
+    async history(rule: string, ns: string, dep: string, now: number, windowMs: number) {
       const flat = await redis.zrangebyscore(remediationHistoryKey(rule, ns, dep), now - windowMs, '+inf', 'WITHSCORES');
       const out: Array<{ id: string; at: number }> = [];
       for (let i = 0; i + 1 < flat.length; i += 2) out.push({ id: flat[i]!, at: Number(flat[i + 1]) });
       return out;
     },
-    async episode(rule, fingerprint, startsAt, now, withinMs) {
+    /** Records a firing seen now (by its start); answers the distinct firings within `withinMs` (a longer one is one episode). */
+    async episode(rule: string, fingerprint: string, startsAt: number, now: number, withinMs: number) {
       const key = remediationEpisodesKey(rule, fingerprint);
       const replies = await redis
         .multi()
@@ -192,26 +162,28 @@ export function createRemediationStore(redis: Redis): RemediationStore {
       if (err) throw err;
       return Number(count);
     },
-    async getActive(rule, fingerprint) {
-      return parseActive(await redis.get(remediationActiveKey(rule, fingerprint)));
+    async getActive(rule: string, fingerprint: string) {
+      return storedJson<Active>(await redis.get(remediationActiveKey(rule, fingerprint)));
     },
-    async startActive(a, ttlMs) {
+    /** Records it (NX: false when another remediation of this alert is under way). */
+    async startActive(a: Active, ttlMs: number) {
       return (await redis.set(remediationActiveKey(a.rule, a.fingerprint), JSON.stringify(a), 'PX', Math.max(1, ttlMs), 'NX')) !== null;
     },
-    async putActive(a, ttlMs) {
+    async putActive(a: Active, ttlMs: number) {
       await redis.set(remediationActiveKey(a.rule, a.fingerprint), JSON.stringify(a), 'PX', Math.max(1, ttlMs));
     },
-    async endActive(rule, fingerprint) {
+    async endActive(rule: string, fingerprint: string) {
       await redis.del(remediationActiveKey(rule, fingerprint));
     },
-    async markResolved(rule, fingerprint, startsAt, ttlMs) {
+    async markResolved(rule: string, fingerprint: string, startsAt: number, ttlMs: number) {
       await redis.set(remediationResolvedKey(rule, fingerprint), String(startsAt), 'PX', Math.max(1, ttlMs));
     },
-    async resolved(rule, fingerprint, startsAt) {
+    /** Whether a resolved notification came for this firing (startsAt) of the alert. */
+    async resolved(rule: string, fingerprint: string, startsAt: number) {
       const v = await redis.get(remediationResolvedKey(rule, fingerprint));
       return v !== null && Number(v) >= startsAt;
     },
-    async record(d) {
+    async record(d: RemediationDecision) {
       await redis
         .multi()
         .lpush(REMEDIATION_DECISIONS_KEY, JSON.stringify(d))
@@ -221,20 +193,14 @@ export function createRemediationStore(redis: Redis): RemediationStore {
     async decisions() {
       const raws = await redis.lrange(REMEDIATION_DECISIONS_KEY, 0, DECISIONS_KEPT - 1);
       return raws.flatMap((r) => {
-        let raw: unknown;
-        try {
-          raw = JSON.parse(r);
-        } catch {
-          return [];
-        }
-        const p = decisionSchema.safeParse(raw);
+        const p = decisionSchema.safeParse(storedJson(r));
         return p.success ? [p.data] : [];
       });
     },
-    async addSilence(id) {
+    async addSilence(id: string) {
       await redis.sadd(REMEDIATION_SILENCES_KEY, id);
     },
-    async removeSilence(id) {
+    async removeSilence(id: string) {
       await redis.srem(REMEDIATION_SILENCES_KEY, id);
     },
     async silences() {

@@ -10,30 +10,15 @@ import { ChangeFailedError, isFinal } from '../report.js';
 import { cancelledBy } from '../../src/changes/deployOrder/cancel.js';
 
 /**
- * run_deploy_pipeline(project, ref): creates a Kubernetes batch/v1 Job from the project's template
- * in the inventory. The request only chooses *which* allowed project and ref run: image, command
- * and ServiceAccount come from the inventory, and project/ref reach the container only as the
- * environment variables OPSGATE_PROJECT / OPSGATE_REF (never interpolated into a command line);
- * the pushed commit, as OPSGATE_COMMIT_SHA, only in a safe form (SAFE_COMMIT), else the job is
- * dead-lettered with the reason.
- * The Job name is derived from the queue job id (+ audit id), so a retried attempt finds its own
- * Job (409 AlreadyExists = already created) instead of starting a second deployment.
- * A Kubernetes Event (reason OpsgateDeploy) on the Job records who asked (worker/events.ts).
- *
- * With the project's waitForCompletion (the default), the job then waits for the deploy Job to
- * succeed or fail (its Complete / Failed condition, polled every ROLLOUT_POLL_INTERVAL_MS, for at
- * most its activeDeadlineSeconds and a minute) and ends with that outcome, recorded as the Event
- * OpsgateDeployed or OpsgateDeployFailed (Warning) on the Job. A worker whose RBAC does not let it
- * read Jobs reports the Job created, and says it could not wait.
- *
- * A project with cancel_in_progress: a newer deploy of its group may cancel this one
- * (worker/deployCancel.ts). The job reads that mark before it creates its Job (then it creates
- * none) and while it waits: it deletes its Job, with its pods, and ends `cancelled` once the Job is
- * gone, naming the newer deploy.
+ * run_deploy_pipeline(project, ref): a Kubernetes batch/v1 Job from the project's inventory
+ * template (docs/deploys.md). The request only chooses which allowed project and ref run: image,
+ * command and ServiceAccount come from the inventory; project, ref and commit reach the container
+ * only as environment variables, never interpolated into a command line. The Job's name derives
+ * from the queue job id, so a retried attempt finds its own Job (409) instead of deploying twice.
+ * With waitForCompletion the job waits for the Job's end; with cancel_in_progress a newer deploy
+ * of its group may cancel it (worker/deployCancel.ts), and it deletes its Job.
  */
-export const MANAGED_BY = 'opsgate';
-export const AUDIT_LABEL = 'opsgate.io/audit-id';
-export const RESERVED_ENV = ['OPSGATE_PROJECT', 'OPSGATE_REF', 'OPSGATE_AUDIT_ID', 'OPSGATE_COMMIT_SHA', 'OPSGATE_ROLLBACK'] as const;
+const RESERVED_ENV = ['OPSGATE_PROJECT', 'OPSGATE_REF', 'OPSGATE_AUDIT_ID', 'OPSGATE_COMMIT_SHA', 'OPSGATE_ROLLBACK'];
 
 /** Deterministic, DNS-1123 Job name (<= 63 chars so the pods' job-name label stays valid). */
 export function deployJobName(queueJobId: string, auditId: string, project: string): string {
@@ -56,13 +41,11 @@ export function labelValue(v: string): string {
 }
 
 /**
- * The form of a commit the deploy Job may be given (OPSGATE_COMMIT_SHA and its annotation): a
- * letter or digit first, then only letters, digits, `.`, `_` and `-`, at most 255 characters. A
- * commit id, a tag or a build's own id passes; an option (`--orphan=x`), a revision expression
- * (`HEAD~3`, `main@{1}`) or anything with spaces or quotes never reaches a deploy script, whatever
- * sender or API queued it and however the script passes it on to git.
+ * The commit a deploy Job may be given: a letter or digit, then letters, digits, `.`, `_`, `-`.
+ * A commit id, tag or build id passes; an option (`--orphan=x`), a revision expression (`HEAD~3`)
+ * or spaces and quotes never reach a deploy script, whoever queued it and however it calls git.
  */
-export const SAFE_COMMIT = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;
+const SAFE_COMMIT = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;
 
 /** Refuses (UnrecoverableError: dead-lettered at once) a commit that is not of SAFE_COMMIT's form. */
 export function checkCommit(sha: string): string {
@@ -105,12 +88,12 @@ export function buildDeployJob(i: DeployJobInput): V1Job {
   if (i.sha !== undefined) checkCommit(i.sha);
   const labels = {
     'app.kubernetes.io/name': 'opsgate-deploy',
-    'app.kubernetes.io/managed-by': MANAGED_BY,
-    [AUDIT_LABEL]: labelValue(i.auditId) || 'none',
+    'app.kubernetes.io/managed-by': 'opsgate',
+    'opsgate.io/audit-id': labelValue(i.auditId) || 'none',
   };
   const env: V1EnvVar[] = [
     ...Object.entries(i.entry.env)
-      .filter(([k]) => !(RESERVED_ENV as readonly string[]).includes(k))
+      .filter(([k]) => !RESERVED_ENV.includes(k))
       .map(([name, value]) => ({ name, value })),
     { name: 'OPSGATE_PROJECT', value: i.project },
     { name: 'OPSGATE_REF', value: i.ref },
@@ -120,6 +103,7 @@ export function buildDeployJob(i: DeployJobInput): V1Job {
     // Writable scratch space on a read-only root filesystem.
     { name: 'TMPDIR', value: '/tmp' },
   ];
+  const hardened = { runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } };
   return {
     apiVersion: 'batch/v1',
     kind: 'Job',
@@ -147,10 +131,7 @@ export function buildDeployJob(i: DeployJobInput): V1Job {
           serviceAccountName: i.entry.serviceAccountName,
           automountServiceAccountToken: false,
           enableServiceLinks: false,
-          securityContext: {
-            runAsNonRoot: true,
-            seccompProfile: { type: 'RuntimeDefault' },
-          },
+          securityContext: hardened,
           containers: [
             {
               name: 'deploy',
@@ -159,12 +140,11 @@ export function buildDeployJob(i: DeployJobInput): V1Job {
               ...(i.entry.args ? { args: [...i.entry.args] } : {}),
               env,
               securityContext: {
-                runAsNonRoot: true,
+                ...hardened,
                 allowPrivilegeEscalation: false,
                 readOnlyRootFilesystem: true,
                 privileged: false,
                 capabilities: { drop: ['ALL'] },
-                seccompProfile: { type: 'RuntimeDefault' },
               },
               volumeMounts: [{ name: 'tmp', mountPath: '/tmp' }],
             },
@@ -188,12 +168,9 @@ export async function deleteDeployJob(batch: BatchV1Api, namespace: string, name
 }
 
 /**
- * The Job's end, as its terminal conditions tell it: succeeded, failed (with the reason), or not
- * yet. Only Complete and Failed count: the job controller sets them once every pod of the Job has
- * terminated. SuccessCriteriaMet and FailureTarget come earlier, while pods may still be
- * terminating (a Job past its activeDeadlineSeconds keeps its pod running through the grace
- * period), and a deploy's turn ends with its end: the group's next deploy Job never runs beside
- * the pods of this one.
+ * The Job's end: only Complete and Failed count, set once every pod has terminated.
+ * SuccessCriteriaMet and FailureTarget come while pods may still run (past activeDeadlineSeconds,
+ * through the grace period), and the group's next deploy Job must never run beside them.
  */
 export function jobEnd(j: V1Job): { done: false } | { done: true; succeeded: boolean; message: string } {
   for (const c of j.status?.conditions ?? []) {
@@ -221,12 +198,10 @@ export async function runDeployPipeline(
   if (!entry.refs.includes(data.ref)) {
     throw new UnrecoverableError(`ref ${JSON.stringify(data.ref)} is not allowed for project ${JSON.stringify(data.project)}`);
   }
-  // Before the cluster is touched, with the allow-lists: a commit of another form ends the job here.
-  if (data.sha !== undefined) checkCommit(data.sha);
   const queueJobId = String(ctx.job.id);
   const { name, body } = deployJobOf(data, queueJobId, entry);
-  const what = `Job ${entry.namespace}/${name}`;
-
+  const { namespace } = entry;
+  const what = `Job ${namespace}/${name}`;
   const kc = await resolveKubeConfig(ctx.kubeConfig);
   const batch = kc.makeApiClient(BatchV1Api);
   // cancel_in_progress: whether a newer deploy of the group cancelled this one (read only for such a project).
@@ -236,32 +211,24 @@ export async function runDeployPipeline(
   let uid: string | undefined;
   if (created) {
     try {
-      uid = (await batch.createNamespacedJob({ namespace: entry.namespace, body, fieldManager: 'opsgate' })).metadata?.uid;
+      uid = (await batch.createNamespacedJob({ namespace, body, fieldManager: 'opsgate' })).metadata?.uid;
     } catch (err) {
       if (apiStatus(err) !== 409) throw k8sFailure(err, what, 'create');
       created = false; // an earlier attempt of this same queue job created it
     }
   }
-  ctx.logger.info(
-    created
-      ? 'deploy job created'
-      : cancelledBefore
-        ? 'deploy cancelled before its job was created'
-        : 'deploy job already exists (created by an earlier attempt)',
-    {
-      project: data.project,
-      ref: data.ref,
-      namespace: entry.namespace,
-      k8s_job: name,
-      service_account: entry.serviceAccountName,
-    },
-  );
+  const logged = created
+    ? 'deploy job created'
+    : cancelledBefore
+      ? 'deploy cancelled before its job was created'
+      : 'deploy job already exists (created by an earlier attempt)';
+  ctx.logger.info(logged, { project: data.project, ref: data.ref, namespace, k8s_job: name, service_account: entry.serviceAccountName });
   const event = (reason: EventReason, detail: string) =>
     recordEvent(
       kc,
       {
-        namespace: entry.namespace,
-        regarding: { apiVersion: 'batch/v1', kind: 'Job', name, namespace: entry.namespace, ...(uid ? { uid } : {}) },
+        namespace,
+        regarding: { apiVersion: 'batch/v1', kind: 'Job', name, namespace, ...(uid ? { uid } : {}) },
         reason,
         action: reason === 'OpsgateDeploy' ? 'Create' : reason === 'OpsgateDeployed' ? 'Complete' : 'Fail',
         type: reason === 'OpsgateDeployFailed' ? 'Warning' : 'Normal',
@@ -275,29 +242,29 @@ export async function runDeployPipeline(
     );
   if (!cancelledBefore) {
     await event('OpsgateDeploy', `${data.project} ${data.ref}`);
-    await ctx.job.updateProgress({ phase: 'created', namespace: entry.namespace, k8s_job: name });
+    await ctx.job.updateProgress({ phase: 'created', namespace, k8s_job: name });
   }
-  if (!entry.waitForCompletion) return { namespace: entry.namespace, job: name, created, outcome: { result: 'created' } };
+  if (!entry.waitForCompletion) return { namespace, job: name, created, outcome: { result: 'created' } };
 
   const started = Date.now();
   const deadline = started + (entry.activeDeadlineSeconds + 60) * 1000;
   const cancelled = async (by: string, gone: boolean) => {
     const reason = `cancelled by deploy ${by}, accepted after it (cancel_in_progress): ${what} deleted${gone ? '' : ', still being deleted'}`;
-    await ctx.job.updateProgress({ phase: 'done', namespace: entry.namespace, k8s_job: name, message: reason });
-    return { namespace: entry.namespace, job: name, created, outcome: { result: 'cancelled' as const, reason }, cancelled_by: by };
+    await ctx.job.updateProgress({ phase: 'done', namespace, k8s_job: name, message: reason });
+    return { namespace, job: name, created, outcome: { result: 'cancelled' as const, reason }, cancelled_by: by };
   };
   try {
     for (;;) {
       let j: V1Job;
       try {
-        j = await batch.readNamespacedJob({ name, namespace: entry.namespace });
+        j = await batch.readNamespacedJob({ name, namespace });
       } catch (err) {
         const by = apiStatus(err) === 404 ? await cancelBy() : undefined;
         if (by !== undefined) return await cancelled(by, true);
         if (apiStatus(err) === 403) {
-          const reason = `the worker may not read Jobs in ${entry.namespace} (RBAC): created, not waited for`;
+          const reason = `the worker may not read Jobs in ${namespace} (RBAC): created, not waited for`;
           ctx.logger.warn(reason, { k8s_job: name });
-          return { namespace: entry.namespace, job: name, created, outcome: { result: 'created', reason } };
+          return { namespace, job: name, created, outcome: { result: 'created', reason } };
         }
         throw k8sFailure(err, what, 'read');
       }
@@ -306,13 +273,13 @@ export async function runDeployPipeline(
       if (end.done) {
         const seconds = Math.round((Date.now() - started) / 100) / 10;
         if (!end.succeeded) throw new ChangeFailedError(`${what} failed: ${end.message}`, 'failed');
-        await ctx.job.updateProgress({ phase: 'done', namespace: entry.namespace, k8s_job: name, message: 'deploy Job completed' });
+        await ctx.job.updateProgress({ phase: 'done', namespace, k8s_job: name, message: 'deploy Job completed' });
         await event('OpsgateDeployed', `completed in ${seconds} s`);
-        return { namespace: entry.namespace, job: name, created, outcome: { result: 'rolled_out' } };
+        return { namespace, job: name, created, outcome: { result: 'rolled_out' } };
       }
       // Cancelled: its Job goes (again, should the newer deploy have found none), and it ends once the Job is gone.
       const by = await cancelBy();
-      if (by !== undefined && !j.metadata?.deletionTimestamp && (await deleteDeployJob(batch, entry.namespace, name)) === 'gone') {
+      if (by !== undefined && !j.metadata?.deletionTimestamp && (await deleteDeployJob(batch, namespace, name)) === 'gone') {
         return await cancelled(by, true);
       }
       if (Date.now() + ctx.config.ROLLOUT_POLL_INTERVAL_MS > deadline) {

@@ -17,18 +17,14 @@ import { deployJobOf } from './deploy.js';
 import { RESTARTED_AT_ANNOTATION, rolloutState } from './restart.js';
 
 /**
- * dry_run: the worker asks the Kubernetes API server, with its own identity, whether it would
- * accept the change: a restart's restartedAt patch, a deploy's Job, each sent exactly as the real
- * job sends it but with dryRun=All, so the API server authenticates, authorises (RBAC) and admits
- * it (ValidatingAdmissionPolicies, admission webhooks) and persists nothing. A restart's
- * Deployment is read first (found, paused, replicas, the rollout in progress); its resourceVersion
- * is what the answer shows, and it is unchanged afterwards.
- *
- * A refusal is an answer (admitted: false, refused_by, the API server's message), not a failure:
- * the job completes with it. Only what leaves no answer fails the job (no cluster configuration,
- * an unreachable API server), and the API says the cluster could not be asked.
+ * dry_run: the change sent exactly as its real job sends it, with dryRun=All, from the worker's own
+ * identity: the API server authenticates, authorises (RBAC) and admits it and persists nothing. A
+ * refusal is an answer (admitted: false, refused_by, the API server's message) and the job
+ * completes with it; only what leaves no answer (no cluster configuration, no API server) fails.
  */
-function refusal(err: unknown): Pick<DryRunResult, 'admitted' | 'refused_by' | 'status' | 'message'> {
+type Verdict = Pick<DryRunResult, 'admitted' | 'refused_by' | 'status' | 'message'>;
+
+function refusal(err: unknown): Verdict {
   const status = apiStatus(err);
   if (status === undefined) throw err;
   const message = messageOf(err);
@@ -55,6 +51,20 @@ function messageOf(err: unknown): string {
   }
   const m = (parsed as { message?: unknown } | undefined)?.message;
   return typeof m === 'string' ? m.slice(0, 1000) : '';
+}
+
+/** The API server's verdict on a request sent with dryRun=All; no answer is a k8sFailure. */
+async function verdictOf(send: () => Promise<unknown>, status: number, what: string, verb: string): Promise<Verdict> {
+  try {
+    await send();
+    return { admitted: true, refused_by: null, status, message: null };
+  } catch (err) {
+    try {
+      return refusal(err);
+    } catch {
+      throw k8sFailure(err, what, verb);
+    }
+  }
 }
 
 /** The worker's user name as the API server sees it; null when it may not ask (older clusters, RBAC). */
@@ -109,26 +119,17 @@ async function dryRunRestart(data: Extract<DryRunData, { change: 'restart' }>, c
     if (status === 404) found = false;
     else if (status !== 403) throw k8sFailure(err, `Deployment ${namespace}/${name}`, 'read');
   }
-  let verdict: Pick<DryRunResult, 'admitted' | 'refused_by' | 'status' | 'message'>;
-  try {
-    await apps.patchNamespacedDeployment(
-      {
-        name,
-        namespace,
-        dryRun: 'All',
-        fieldManager: 'opsgate',
-        body: { spec: { template: { metadata: { annotations: { [RESTARTED_AT_ANNOTATION]: rfc3339(new Date()) } } } } },
-      },
-      setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch),
-    );
-    verdict = { admitted: true, refused_by: null, status: 200, message: null };
-  } catch (err) {
-    try {
-      verdict = refusal(err);
-    } catch {
-      throw k8sFailure(err, `Deployment ${namespace}/${name}`, 'dry-run patch');
-    }
-  }
+  const patch = { spec: { template: { metadata: { annotations: { [RESTARTED_AT_ANNOTATION]: rfc3339(new Date()) } } } } };
+  const verdict = await verdictOf(
+    () =>
+      apps.patchNamespacedDeployment(
+        { name, namespace, dryRun: 'All', fieldManager: 'opsgate', body: patch },
+        setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch),
+      ),
+    200,
+    `Deployment ${namespace}/${name}`,
+    'dry-run patch',
+  );
   ctx.logger.info('dry run', {
     change: 'restart',
     namespace,
@@ -146,26 +147,20 @@ async function dryRunDeploy(data: Extract<DryRunData, { change: 'deploy' }>, ctx
   const kc = await resolveKubeConfig(ctx.kubeConfig);
   const identity = await whoAmI(kc);
   const { name, body } = deployJobOf(data, String(ctx.job.id), entry);
-  let verdict: Pick<DryRunResult, 'admitted' | 'refused_by' | 'status' | 'message'>;
-  if (!entry.refs.includes(data.ref)) {
-    verdict = {
-      admitted: false,
-      refused_by: 'invalid',
-      status: null,
-      message: `ref ${data.ref} is not allowed for project ${data.project} (inventory)`,
-    };
-  } else {
-    try {
-      await kc.makeApiClient(BatchV1Api).createNamespacedJob({ namespace: entry.namespace, body, dryRun: 'All', fieldManager: 'opsgate' });
-      verdict = { admitted: true, refused_by: null, status: 201, message: null };
-    } catch (err) {
-      try {
-        verdict = refusal(err);
-      } catch {
-        throw k8sFailure(err, `Job ${entry.namespace}/${name}`, 'dry-run create');
-      }
-    }
-  }
+  const verdict: Verdict = entry.refs.includes(data.ref)
+    ? await verdictOf(
+        () =>
+          kc.makeApiClient(BatchV1Api).createNamespacedJob({ namespace: entry.namespace, body, dryRun: 'All', fieldManager: 'opsgate' }),
+        201,
+        `Job ${entry.namespace}/${name}`,
+        'dry-run create',
+      )
+    : {
+        admitted: false,
+        refused_by: 'invalid',
+        status: null,
+        message: `ref ${data.ref} is not allowed for project ${data.project} (inventory)`,
+      };
   ctx.logger.info('dry run', { change: 'deploy', namespace: entry.namespace, admitted: verdict.admitted, refused_by: verdict.refused_by });
   return {
     identity,

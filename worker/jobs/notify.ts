@@ -6,18 +6,12 @@ import type { JobContext } from '../context.js';
 import { abortReason } from '../k8s.js';
 
 /**
- * notify_oncall(alertname, annotations): logs the alert name and its `summary` annotation, then
- * posts a Slack-compatible JSON message to every NOTIFY_WEBHOOK_URLS endpoint.
- *
- * Per endpoint: 2xx = delivered; 408/429/5xx/network error/timeout = retried (the attempt fails
- * and BullMQ retries with backoff); any other 3xx/4xx = rejected for good.
- * Across retries: each endpoint's outcome is recorded in Redis under the job id once it answered,
- * so a retried attempt only posts to endpoints that have not answered yet. That is at-least-once,
- * not exactly-once: a post whose answer was not recorded is sent again by the next attempt (the
- * worker SIGKILLed, or SIGTERMed past its grace, while the endpoint was answering; a Redis failover
- * that lost the record). Every post of one alert's job therefore carries the same delivery id, in
- * the header X-Opsgate-Delivery and as `job_id` in the body, for the receiver to drop a repeat.
- * Endpoint URLs often carry a secret in their path: only the host is ever logged or reported.
+ * notify_oncall(alertname, annotations): logs the alert and posts a Slack-compatible JSON message
+ * to every NOTIFY_WEBHOOK_URLS endpoint. Per endpoint: 2xx delivered; 408, 429, 5xx, no answer:
+ * retried; any other status: rejected for good. Each endpoint's answer is recorded under the job id,
+ * so a retry posts only to the others. That is at least once (an answer not recorded is posted
+ * again), so every post of a job carries one delivery id (X-Opsgate-Delivery, and `job_id`) for the
+ * receiver to drop a repeat. Endpoint URLs often hold a secret in their path: only the host is logged.
  */
 
 type EndpointAnswer = { kind: 'sent' } | { kind: 'rejected'; status: number };
@@ -43,9 +37,8 @@ function summaryOf(annotations: Record<string, unknown>): string | undefined {
 }
 
 /**
- * Slack's control characters in message text (https://api.slack.com/reference/surfaces/formatting#escaping):
- * `&`, `<`, `>` become `&amp;`, `&lt;`, `&gt;`, so alert text can never ping (`<!channel>`,
- * `<@U123>`) or render a disguised link (`<https://evil.example|Click to ack>`). `&` goes first.
+ * Slack's control characters escaped (https://api.slack.com/reference/surfaces/formatting#escaping),
+ * `&` first, so alert text can never ping (`<!channel>`) or render a disguised link (`<https://evil.example|Ack>`).
  */
 export function escapeSlack(text: string): string {
   return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
@@ -59,10 +52,7 @@ function escapeDeep(v: unknown, depth = 0): unknown {
   return Object.fromEntries(Object.entries(v).map(([k, x]) => [escapeSlack(k), escapeDeep(x, depth + 1)]));
 }
 
-/**
- * The Slack-compatible message. All alert-supplied text is escaped (escapeSlack): the `text` a chat
- * renders, and the alertname/annotations/fingerprint copies a receiver may render too.
- */
+/** The Slack-compatible message; all alert text escaped, the copies a receiver may render too. */
 function notificationBody(data: NotifyOncallData, jobId: string): Record<string, unknown> {
   const summary = summaryOf(data.annotations);
   const text = `:rotating_light: Alert firing: ${escapeSlack(data.alertname || 'unknown')}${summary ? ` - ${escapeSlack(summary)}` : ''}`;
@@ -120,28 +110,20 @@ export async function notifyOncall(data: NotifyOncallData, ctx: JobContext): Pro
   return deliver(notificationBody(data, String(ctx.job.id)), ctx);
 }
 
-/**
- * Posts one JSON message to every NOTIFY_WEBHOOK_URLS endpoint with the rules above (per-endpoint
- * records under the job id, retryable and final failures, the delivery header): notify_oncall's
- * alerts and report_change's news of guarded changes (worker/jobs/report.ts) go out the same way.
- */
+/** Posts one JSON message to every NOTIFY_WEBHOOK_URLS endpoint with the rules above (report_change's news too). */
 export async function deliver(message: Record<string, unknown>, ctx: JobContext): Promise<{ delivered: number; endpoints: number }> {
   const { config, logger, redis, signal } = ctx;
   const urls = config.NOTIFY_WEBHOOK_URLS;
   if (urls.length === 0) return { delivered: 0, endpoints: 0 };
   const jobId = String(ctx.job.id);
   const body = JSON.stringify(message);
-
   const results = await Promise.all(
     urls.map(async (url) => {
       const host = endpointHost(url);
       const key = notifyRecordKey(jobId, url);
       const earlier = parseOutcome(await redis.get(key));
       if (earlier) {
-        logger.info('notification endpoint already handled by an earlier attempt; not posting again', {
-          host,
-          outcome: earlier.kind,
-        });
+        logger.info('notification endpoint already handled by an earlier attempt; not posting again', { host, outcome: earlier.kind });
         return { host, outcome: earlier };
       }
       let status: number;

@@ -6,13 +6,10 @@ import type { JobContext } from '../context.js';
 import { recordEventResolving } from '../events.js';
 
 /**
- * remediate: alert-driven remediation's steps in the worker (src/remediation/engine.ts).
- * - check: a firing alert whose rule's `for` has passed since its notification: Alertmanager is
- *   asked whether it still fires, and the rule acts through the change pipeline;
- * - watch: a remediation under way, looked at every few seconds (the job moves itself back to the
- *   delayed set between looks, BullMQ's documented way: the attempt does not count): its approval
- *   or job, its silence kept, the verification of its outcome, which ends as an Event on the
- *   Deployment (OpsgateRemediated, or OpsgateRemediationFailed as a Warning).
+ * remediate: alert-driven remediation's steps in the worker (src/remediation/engine.ts): a check
+ * once a rule's `for` passed, or a watch of a remediation under way, which moves itself back to
+ * the delayed set between looks (BullMQ's documented way: the attempt does not count) and ends with
+ * an Event on the Deployment (OpsgateRemediated, or OpsgateRemediationFailed as a Warning).
  */
 type RemediateContext = Pick<JobContext, 'job' | 'token' | 'logger' | 'kubeConfig' | 'remediation'>;
 

@@ -8,18 +8,11 @@ import { recordEventResolving, type EventReason } from '../events.js';
 import { deliver, escapeSlack } from './notify.js';
 
 /**
- * report_change: news of a guarded change for the on-call channel, posted to every
- * NOTIFY_WEBHOOK_URLS endpoint as notify_oncall posts (worker/jobs/notify.ts: at least once, the
- * job id in X-Opsgate-Delivery): an approval asked for (with how to approve it), rejected or
- * expired; a gate overridden; a deploy held; how a restart or deploy ended. The message is
- * Slack-compatible `text` plus the fields a receiver can act on: the job id, the requester, the
- * approvers, the outcome with its duration or reason.
- *
- * approval_expiry runs at the approval's expiry (a delayed job): it expires the approval if nobody
- * decided it (the decision script: a decision and the expiry cannot both win) and reports the
- * expiry; an approval decided in time makes it a no-op. A rejected or expired restart gets its
- * Kubernetes Event on the Deployment here (the API writes none); a deploy that never ran has no
- * object to carry one.
+ * report_change: news of a guarded change for the on-call channel, posted as notify_oncall posts
+ * (worker/jobs/notify.ts): Slack-compatible `text` plus the fields a receiver can act on.
+ * approval_expiry runs at an approval's expiry (a delayed job): it expires the approval unless
+ * someone decided it (the decision script: a decision and the expiry cannot both win), and reports
+ * it. A rejected or expired restart gets its Kubernetes Event here (the API writes none).
  */
 const ICON: Record<ReportChangeData['event'], string> = {
   approval_requested: ':lock:',

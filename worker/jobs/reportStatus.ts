@@ -8,15 +8,11 @@ import { githubDeployment, hostHeaders, hostState, STATE_RANK, STATUS_TABLE, sta
 import type { JobContext } from '../context.js';
 
 /**
- * report_status: one state of a deploy told to the host of its commit (worker/commitStatus.ts). A
- * failed call fails the attempt, retried with the queue's backoff; a host refusing the request
- * (a 4xx other than 408 and 429) is not asked again. The deploy never waits for this job.
- *
- * The reports of one deploy go one at a time (a lock per deploy; a report finding it taken comes
- * back a moment later), and never backwards: a report of a state earlier than one already told
- * (a retry arriving late) is skipped, as is the same host state told twice (GitLab refuses a
- * transition to the state a status is in). What was told is kept beside the deploy's history entry
- * (deployStatusKey), with the GitHub deployment created for it, a month after its last report.
+ * report_status: one state of a deploy told to the host of its commit (worker/commitStatus.ts);
+ * a host refusing the request (4xx but 408 and 429) is not asked again. Reports of one deploy go one
+ * at a time (a lock per deploy) and never backwards: an earlier state than one told (a late retry),
+ * or the same host state twice (GitLab refuses that transition), is skipped. What was told is kept
+ * beside the deploy's history entry (deployStatusKey) a month after its last report.
  */
 const KEPT_MS = 30 * 24 * 3600 * 1000;
 

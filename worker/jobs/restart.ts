@@ -9,23 +9,12 @@ import { k8sFailure, resolveKubeConfig, rfc3339, sleep } from '../k8s.js';
 import { ChangeFailedError, isFinal } from '../report.js';
 
 /**
- * restart_service(host, service): what `kubectl rollout restart deployment/<service> -n <ns>` does
- * (a strategic-merge patch of spec.template.metadata.annotations["kubectl.kubernetes.io/restartedAt"]),
- * then waits for the rollout like `kubectl rollout status`, reporting progress on the job.
- *
- * The restartedAt value is recorded in Redis per job id on the first attempt and reused by
- * retries: re-applying the same value is a no-op patch, so a retried job never restarts the
- * Deployment twice; it only waits for the rollout again.
- *
- * Refusals, as kubectl: a paused Deployment is dead-lettered at once (UnrecoverableError) with
- * kubectl's reason, before anything is patched; paused during the wait, likewise. A Deployment
- * scaled to 0 is patched (as kubectl does); its rollout ends as soon as the controller observed
- * the new template (nothing to wait for) and the job's progress and result say no pod was restarted.
- * Each restart writes a Kubernetes Event on the Deployment (worker/events.ts): OpsgateRestart,
- * or OpsgateRestartRefused (Warning) for a refusal; and its outcome: OpsgateRolledOut with the
- * duration, or OpsgateRolloutFailed (Warning) with the reason once no retry follows. A rollout
- * whose Deployment reports ProgressDeadlineExceeded (its progressDeadlineSeconds passed without
- * progress) is a failure, final at once: waiting longer cannot make it succeed.
+ * restart_service(host, service): `kubectl rollout restart` (a strategic-merge patch of the
+ * template's restartedAt annotation), then a wait for the rollout like `kubectl rollout status`.
+ * The restartedAt value is kept in Redis per job id and reused by retries: the same patch again
+ * is a no-op, so a retried job never restarts the Deployment twice. A paused Deployment is
+ * refused as kubectl refuses it; ProgressDeadlineExceeded fails at once (waiting cannot help).
+ * Each step is a Kubernetes Event on the Deployment (worker/events.ts).
  */
 export const RESTARTED_AT_ANNOTATION = 'kubectl.kubernetes.io/restartedAt';
 
@@ -58,22 +47,15 @@ export function rolloutState(d: V1Deployment): RolloutState {
   const replicas = st.replicas ?? 0;
   const base = { desired, updated, available };
   const generation = d.metadata?.generation ?? 0;
-  if ((st.observedGeneration ?? 0) < generation) {
-    return { ...base, done: false, message: 'waiting for the deployment spec update to be observed' };
-  }
+  const notDone = (message: string): RolloutState => ({ ...base, done: false, message });
+  if ((st.observedGeneration ?? 0) < generation) return notDone('waiting for the deployment spec update to be observed');
   const progressing = st.conditions?.find((c) => c.type === 'Progressing');
   if (progressing?.reason === 'ProgressDeadlineExceeded') {
     return { ...base, done: false, failed: true, message: 'rollout exceeded its progress deadline' };
   }
-  if (updated < desired) {
-    return { ...base, done: false, message: `${updated} of ${desired} updated replicas are available` };
-  }
-  if (replicas > updated) {
-    return { ...base, done: false, message: `${replicas - updated} old replicas are pending termination` };
-  }
-  if (available < updated) {
-    return { ...base, done: false, message: `${available} of ${updated} updated replicas are available` };
-  }
+  if (updated < desired) return notDone(`${updated} of ${desired} updated replicas are available`);
+  if (replicas > updated) return notDone(`${replicas - updated} old replicas are pending termination`);
+  if (available < updated) return notDone(`${available} of ${updated} updated replicas are available`);
   if (desired === 0) return { ...base, done: true, message: SCALED_TO_ZERO };
   return { ...base, done: true, message: 'successfully rolled out' };
 }
@@ -93,7 +75,6 @@ export async function restartService(
   const namespace = entry.namespace;
   const name = data.service;
   const what = `Deployment ${namespace}/${name}`;
-
   const kc = await resolveKubeConfig(ctx.kubeConfig);
   const apps = kc.makeApiClient(AppsV1Api);
   const jobId = String(ctx.job.id);
