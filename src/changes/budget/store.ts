@@ -1,22 +1,15 @@
 import type { Redis } from 'ioredis';
 import { budgetKey, remediationBudgetKey } from '../../shared/keys.js';
 import { defineLua, loadLua } from '../../shared/lua.js';
+import type { BudgetPolicy } from '../../shared/policy.js';
 import type { BudgetPool, BudgetPoolKind } from './pools.js';
 
 /**
- * Restart budgets: at most N restarts per sliding window of each budget a restart draws on (a
- * namespace's for people; a rule's and a namespace's remediation budget for a remediation:
- * src/changes/budget/pools.ts), counted in Redis (budget-take.lua, all of them or none), so every
- * API replica, caller and webhook draws on the same budgets. A member is the restart's job id:
- * taking twice for one job takes once, and a restart that turned out not to run (it joined another
- * one, or was never added) gives its place back. An approved restart takes its places when the
- * change pipeline carries it out, under the approval's id (the job's id), like any other restart.
+ * Restart budgets: at most N restarts per sliding window of each pool a restart draws on, taken all or none by
+ * budget-take.lua, shared by every replica. A member is the job id: taking twice takes once, and a restart that did
+ * not run (it joined another, or was never added) gives its place back.
  */
-export interface BudgetLimit {
-  restarts: number;
-  /** The window, in seconds. */
-  per: number;
-}
+export type BudgetLimit = BudgetPolicy;
 
 interface BudgetUse {
   /** Restarts in the window (after this one, when taken). */

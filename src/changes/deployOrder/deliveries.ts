@@ -1,18 +1,12 @@
 import type { Redis } from 'ioredis';
-import { createDeliveryLog, type DeliveryLog } from '../../domain/deliveries.js';
+import { createDeliveryLog } from '../../domain/deliveries.js';
 import type { Outcome, RunDeployPipelineData } from '../../shared/jobs.js';
 import type { Logger } from '../../shared/logger.js';
 import { isPushSender } from '../../sources/index.js';
 
 /**
- * The end of a pushed deploy that never ran (`superseded`) or was cancelled (`cancelled`), in its
- * sender's deliveries log (src/domain/deliveries.ts), written by the worker: an entry appended
- * after the push's own, so GET /ops/deliveries shows the push and how its deploy ended together.
- * The log is append-only: the push's `queued` entry stays as the push was answered.
- *
- * A deploy of a sender's push, or of its replay, carries the sender in its data (`source`); a
- * deploy from anywhere else (a CI job, an operator) has no deliveries log and gets no entry.
- * Recording never fails the job: it is sent in the background, a Redis error logged.
+ * A pushed deploy's end when superseded or cancelled, appended to its sender's deliveries log (append-only: the push's
+ * own entry stays as it was answered). Only a deploy carrying a sender (`source`) has a log. Never fails the job.
  */
 export interface DeployEndLog {
   /** Appends the deploy's end when it is a pushed deploy's `superseded` or `cancelled`; never throws, never waits. */
@@ -28,7 +22,7 @@ export function createDeployEndLog(deps: {
   keep: number;
   keepUnverified: number;
 }): DeployEndLog {
-  const log: DeliveryLog = createDeliveryLog(deps);
+  const log = createDeliveryLog(deps);
   return {
     record(d, jobId, outcome) {
       const result = outcome.result;

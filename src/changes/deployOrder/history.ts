@@ -2,23 +2,14 @@ import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { DEPLOY_HISTORY_ALL_KEY, DEPLOY_HISTORY_KEY, deployHistoryProjectKey, deployRefsKey } from '../../shared/keys.js';
 import { defineLua, loadLua } from '../../shared/lua.js';
+import { storedJson } from '../../shared/redis.js';
 import type { Origin } from '../types.js';
 
 /**
- * The history of deploys (GET /ops/deploys, /ops/deploys/{id}, /ops/projects/{project}): one entry
- * per deploy, newest accepted first, the last DEPLOY_HISTORY_KEPT of each project kept in Redis,
- * so both processes may restart without losing it. Each step is one script (deploy-history.lua)
- * that merges it into the entry and never moves a deploy back to an earlier state, whatever order
- * the API's and the worker's writes land in.
- *
- * Who writes a step is whoever already writes at that moment, so a push costs no round trip more:
- * - a push (origin webhook): the worker, when it first handles the job (queued, held, running,
- *   and the end), its acceptance the job's own timestamp; a push waiting for approval: the API,
- *   with its approval record;
- * - a CI deploy, a replay, a retry, the last approval: the API after its add (queued, held), or
- *   with its approval record (pending_approval); a rejection: the API with its decision;
- * - the end (succeeded, failed, superseded, cancelled): the worker.
- * A push waiting for approval is recorded with its approval record (pending_approval).
+ * The history of deploys: the last DEPLOY_HISTORY_KEPT of each project, newest accepted first. Each step is one
+ * script (deploy-history.lua) that never moves a deploy back to an earlier state, whatever order the API's and the
+ * worker's writes land in. A step is written by whoever writes at that moment anyway, so a push costs no round trip
+ * more: the worker for a queued push and every end, the API for the rest (src/changes/deployOrder/record.ts).
  */
 const LUA = loadLua(new URL('./deploy-history.lua', import.meta.url));
 const COMMAND = 'opsgateDeployHistory';
@@ -40,7 +31,7 @@ export type DeployState = (typeof DEPLOY_STATES)[number];
 export type DeployOrigin = Exclude<Origin, 'webhook' | 'wake'> | 'push';
 export const deployOrigin = (o: Origin): DeployOrigin => (o === 'webhook' || o === 'wake' ? 'push' : o);
 
-/** One deploy as kept (times in ms). */
+/** Times in ms. */
 export interface DeployEntry {
   id: string;
   project: string;
@@ -93,14 +84,7 @@ export interface DeployHistory {
 
 type Run = (k1: string, k2: string, k3: string, k4: string, ...argv: (string | number)[]) => Promise<[string, string, string]>;
 
-const parse = (raw: string | null | undefined): DeployEntry | undefined => {
-  if (!raw) return undefined;
-  try {
-    return JSON.parse(raw) as DeployEntry;
-  } catch {
-    return undefined;
-  }
-};
+const parse = storedJson<DeployEntry>;
 
 /** How many entries one read of a list's index asks for, while the filters leave the page short. */
 const BATCH = 200;
@@ -171,8 +155,6 @@ export function createDeployHistory(redis: Redis, keep: number): DeployHistory {
     },
   };
 }
-
-// --- the view ---------------------------------------------------------------------------
 
 const iso = (ms: number | null | undefined): string | null => (typeof ms === 'number' ? new Date(ms).toISOString() : null);
 

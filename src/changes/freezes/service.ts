@@ -10,12 +10,8 @@ import type { Pipeline } from '../deps.js';
 import { redisCall } from '../../domain/redisOps.js';
 
 /**
- * Freezes (POST/GET/DELETE /ops/freezes): an operator stops changes to everything, a namespace or a
- * project until an end time, with a reason. While one is in force a restart it covers is refused
- * (409, unless overridden) and a deploy it covers is held (src/domain/deploy.ts). Lifting it
- * (DELETE) promotes the delayed jobs it held (BullMQ's Job#promote): each runs as soon as a
- * worker is free, and the worker checks the gate again, so a deploy still covered by another
- * freeze, or outside its windows, is held again.
+ * Freezes (/ops/freezes): a restart one covers is refused, a deploy held. Lifting one promotes the delayed jobs it
+ * held; the worker checks the gate again, so a deploy another freeze or its windows still cover is held again.
  */
 const MAX_FREEZE_SECONDS = 30 * 86400;
 
@@ -125,12 +121,12 @@ export async function declareFreeze(g: Pipeline, body: FreezeBody, by: string): 
   const startsAt = body.starts_at !== undefined ? Date.parse(body.starts_at) : now;
   if (startsAt < now - 60_000) throw invalid('starts_at is in the past');
   if ((body.ends_at === undefined) === (body.duration === undefined)) throw invalid('give exactly one of ends_at or duration');
-  let endsAt: number;
+  let endsAt = Date.parse(body.ends_at ?? '');
   if (body.duration !== undefined) {
     const s = parseDuration(body.duration);
     if (s === undefined) throw invalid('duration must be a duration such as 90m, 2h or 3d');
     endsAt = startsAt + s * 1000;
-  } else endsAt = Date.parse(body.ends_at!);
+  }
   if (endsAt <= Math.max(now, startsAt)) throw invalid('the freeze must end after it starts and after now');
   if (endsAt - now > MAX_FREEZE_SECONDS * 1000) throw invalid(`a freeze may last at most ${MAX_FREEZE_SECONDS / 86400} days from now`);
 
@@ -164,7 +160,7 @@ export async function getFreeze(g: Pipeline, id: string): Promise<FreezeView> {
 }
 
 /** Lifts a freeze and promotes what it held. */
-export async function liftFreeze(g: Pipeline, id: string): Promise<{ lifted: true; freeze: FreezeView; released: string[] }> {
+export async function liftFreeze(g: Pipeline, id: string): Promise<z.infer<typeof liftAnswerSchema>> {
   const now = g.now();
   const f = await redisCall(() => g.freezes.remove(id, now), g.redis);
   if (!f) throw new NotFoundError('freeze not found (or already ended)', 'freeze_not_found');

@@ -5,16 +5,9 @@ import type { Logger } from '../../shared/logger.js';
 import { storedJson } from '../../shared/redis.js';
 
 /**
- * Change freezes, declared by operators (POST /ops/freezes) and kept in one Redis hash shared by
- * every API replica and the worker. A freeze covers every change (`all`), the changes of one
- * namespace (restarts of its hosts' Deployments, deploys of projects whose Jobs run there) or the
- * deploys of one project, from `starts_at` (default: when it is declared) until `ends_at`.
- * Freezes past their end are dropped when next read.
- *
- * Every change is published on FREEZES_CHANNEL with the write (one MULTI), so each API process can
- * keep the freezes in memory (watchFreezes) and a push or a restart costs no Redis round trip for
- * them. A process learns of another's change a moment later; a change it misses in that moment is
- * caught by the worker, which reads the freezes afresh when it takes a job (worker/report.ts).
+ * Change freezes, in one Redis hash; those past their end are dropped when next read. Every change is published on
+ * FREEZES_CHANNEL in the same MULTI, so each API process keeps them in memory (watchFreezes) at no round trip per
+ * request; a change it misses for a moment is caught by the worker, which reads them afresh per job.
  */
 export const FREEZE_SCOPES = ['all', 'namespace', 'project'] as const;
 type FreezeScope = (typeof FREEZE_SCOPES)[number];
@@ -34,7 +27,6 @@ export interface Freeze {
   ends_at: number;
 }
 
-/** What a freeze can cover. */
 export interface FreezeTarget {
   namespace: string;
   /** A deploy's project; absent for a restart. */
@@ -100,14 +92,10 @@ export function createFreezeStore(redis: Redis): FreezeStore {
 }
 
 /**
- * The freezes kept in memory by an API process: loaded at start, reloaded whenever FREEZES_CHANNEL
- * says they changed (and after every reconnection of the subscriber, which may have missed a
- * message), read from Redis only while the subscription is not live. Changes made through the API
- * are published; one made by hand in Redis is seen at the next change or reconnection (or publish
- * on FREEZES_CHANNEL).
+ * An API process's freezes in memory: reloaded on each FREEZES_CHANNEL message and after each reconnection (which
+ * may have missed one), read from Redis while the subscription is not live. A hand edit in Redis is seen at the next.
  */
 export interface FreezeWatch {
-  /** The freezes not yet ended at `now`. */
   list(now: number): Promise<Freeze[]>;
   /** They changed (this process changed them; the message comes a moment later): reload now. Resolves once reloaded. */
   changed(): Promise<void>;

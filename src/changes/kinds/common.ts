@@ -1,8 +1,6 @@
 import type { ApprovalPolicy } from '../../shared/policy.js';
 import type { ApprovedBy, Change, Override } from '../types.js';
 
-/** What every kind's job carries of the change besides its target: who asked, and what let it through. */
-
 /** Who asked, as the job carries it (the Event and the report name the owner and the credential id). */
 export function requesterFieldsOf(c: Change) {
   return {
