@@ -7,7 +7,7 @@ import { queueReport, type Pipeline } from '../deps.js';
 import { planChange, submitChange, type OverrideAsk } from '../pipeline.js';
 import { kindOfApproval } from '../kinds/index.js';
 import type { Change, Principal } from '../types.js';
-import { effectiveStatus, type Approval, type DecideResult } from './store.js';
+import { effectiveStatus, type Approval } from './store.js';
 import { approvalView, type DecisionAnswer } from './view.js';
 
 /**
@@ -66,8 +66,7 @@ const selfApproval = (owner: string) =>
 
 /** Whether an approver is the requester as four eyes sees it: the requester's owner, or the person behind its OIDC token. */
 const isRequester = (a: Approval, by: Principal): boolean =>
-  by.owner === (a.requester_owner || a.requester) ||
-  (a.requester_person !== undefined && a.requester_person !== '' && by.owner === a.requester_person);
+  by.owner === (a.requester_owner || a.requester) || (!!a.requester_person && by.owner === a.requester_person);
 
 function answer(a: Approval, now: number, extra: Partial<DecisionAnswer> = {}): DecisionAnswer {
   const status = effectiveStatus(a, now);
@@ -83,13 +82,7 @@ function answer(a: Approval, now: number, extra: Partial<DecisionAnswer> = {}): 
 }
 
 /** opsgate's own closing of an approval (finish, fail, abandon, supersede); a person's decision is decideApproval. */
-const closeApproval = (
-  g: Pipeline,
-  id: string,
-  action: 'finish' | 'fail' | 'abandon' | 'supersede',
-  detail: string,
-  coalesced = false,
-): Promise<DecideResult> =>
+const closeApproval = (g: Pipeline, id: string, action: 'finish' | 'fail' | 'supersede', detail: string, coalesced = false) =>
   redisCall(
     () => g.approvals.decide(id, { action, by: 'opsgate', owner: 'opsgate', credential: '', reason: detail, now: g.now(), coalesced }),
     g.redis,
@@ -121,7 +114,6 @@ export async function decideApproval(g: Pipeline, req: DecisionRequest): Promise
   if (!current) throw new NotFoundError('approval not found', 'approval_not_found');
   const kind = current.change.kind;
   const ask: OverrideAsk | undefined = req.override ? { reason: req.reason, by: req.by } : undefined;
-  const requesterOwner = current.requester_owner || current.requester;
 
   const last =
     req.action === 'approve' &&
@@ -168,7 +160,7 @@ export async function decideApproval(g: Pipeline, req: DecisionRequest): Promise
         throw new UnprocessableError('nothing to decide', 'nothing_to_decide');
       case 'self':
         g.metrics?.approvals.inc({ change: kind, event: 'refused_self' });
-        throw selfApproval(isRequester(current, req.by) ? req.by.owner : requesterOwner);
+        throw selfApproval(isRequester(current, req.by) ? req.by.owner : current.requester_owner || current.requester);
       case 'again':
         throw new ConflictError(
           `you already approved ${req.id} (as ${req.by.owner}); it needs ${a.required - a.approvers.length} more approval(s) from other people`,

@@ -59,11 +59,9 @@ export interface Approval {
   created_at: number;
   expires_at: number;
   decided_at?: number;
-  /** The audit id of the request that asked for it (the job carries it). */
   audit_id: string;
   /** The identity whose pending approval a second request joins (a Deployment, an event id). */
   identity: string;
-  /** Approved: the job that carries the change (a restart that joined another: that one). */
   job_id?: string;
   coalesced?: boolean;
   /** Approving: why carrying it out failed last time. */
@@ -99,21 +97,8 @@ export function effectiveStatus(a: Approval, now: number): (typeof APPROVAL_VIEW
 
 type ApprovalAction = 'approve' | 'reject' | 'expire' | 'finish' | 'fail' | 'abandon' | 'supersede';
 
-type DecideVerdict =
-  | 'not_found'
-  | 'decided'
-  | 'expired'
-  | 'pending'
-  | 'self'
-  | 'again'
-  | 'recorded'
-  | 'approving'
-  | 'approved'
-  | 'rejected'
-  | 'failed'
-  | 'superseded';
-
-export type DecideResult = { verdict: DecideVerdict; approval?: Approval };
+/** The script's answer: the state it left the record in, or why it changed nothing. */
+type DecideVerdict = ApprovalState | 'not_found' | 'decided' | 'self' | 'again' | 'recorded' | 'failed';
 
 export interface ApprovalStore {
   /** Records it, or answers the approval that already stands for its identity (created: false). */
@@ -134,7 +119,7 @@ export interface ApprovalStore {
       /** finish: the carried change joined another job. */
       coalesced?: boolean;
     },
-  ): Promise<DecideResult>;
+  ): Promise<{ verdict: DecideVerdict; approval?: Approval }>;
 }
 
 const CREATE = 'opsgateApprovalCreate';

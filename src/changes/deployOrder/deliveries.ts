@@ -6,14 +6,10 @@ import { isPushSender } from '../../sources/index.js';
 
 /**
  * A pushed deploy's end when superseded or cancelled, appended to its sender's deliveries log (append-only: the push's
- * own entry stays as it was answered). Only a deploy carrying a sender (`source`) has a log. Never fails the job.
+ * own entry stays as it was answered). Only a deploy carrying a sender (`source`) has a log. `record` never throws
+ * nor waits: the entry is sent in the background (`flush` at shutdown).
  */
-export interface DeployEndLog {
-  /** Appends the deploy's end when it is a pushed deploy's `superseded` or `cancelled`; never throws, never waits. */
-  record(data: Partial<RunDeployPipelineData>, jobId: string, outcome: Outcome): void;
-  /** Sends what was recorded (at shutdown). */
-  flush(): Promise<void>;
-}
+export type DeployEndLog = ReturnType<typeof createDeployEndLog>;
 
 export function createDeployEndLog(deps: {
   redis: Redis;
@@ -21,10 +17,10 @@ export function createDeployEndLog(deps: {
   /** DELIVERIES_KEPT and DELIVERIES_UNVERIFIED_KEPT: the caps the API trims the same streams to. */
   keep: number;
   keepUnverified: number;
-}): DeployEndLog {
+}) {
   const log = createDeliveryLog(deps);
   return {
-    record(d, jobId, outcome) {
+    record(d: Partial<RunDeployPipelineData>, jobId: string, outcome: Outcome): void {
       const result = outcome.result;
       if (!d.source || !(result === 'superseded' || result === 'cancelled') || !isPushSender(d.source)) return;
       log.record({
@@ -40,6 +36,6 @@ export function createDeployEndLog(deps: {
         ...(d.audit_id ? { requestId: d.audit_id } : {}),
       });
     },
-    flush: () => log.flush(),
+    flush: (): Promise<void> => log.flush(),
   };
 }

@@ -10,15 +10,12 @@ import { storedJson } from '../../shared/redis.js';
  * request; a change it misses for a moment is caught by the worker, which reads them afresh per job.
  */
 export const FREEZE_SCOPES = ['all', 'namespace', 'project'] as const;
-type FreezeScope = (typeof FREEZE_SCOPES)[number];
 const FREEZE_ID = /^frz-[0-9a-f]{16}$/;
 
 export interface Freeze {
   id: string;
-  scope: FreezeScope;
-  /** scope namespace */
+  scope: (typeof FREEZE_SCOPES)[number];
   namespace?: string;
-  /** scope project */
   project?: string;
   reason: string;
   created_by: string;

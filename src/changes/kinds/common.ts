@@ -25,6 +25,6 @@ export function stricter(policy: ApprovalPolicy | undefined, asked: ApprovalPoli
   return asked.required > policy.required ? asked : policy;
 }
 
-/** An override without the reasons it covers covers nothing: the gate fails closed. */
-export const overrideOf = (o: { by: string; owner?: string; reason: string; covers?: string[] } | undefined): Override | undefined =>
-  o ? { by: o.by, owner: o.owner ?? o.by, reason: o.reason, covers: o.covers ?? [] } : undefined;
+/** A job's or an approval record's override, as a field. One without the reasons it covers covers nothing: the gate fails closed. */
+export const overrideField = (o: { by: string; owner?: string; reason: string; covers?: string[] } | undefined): { override?: Override } =>
+  o ? { override: { by: o.by, owner: o.owner ?? o.by, reason: o.reason, covers: o.covers ?? [] } } : {};

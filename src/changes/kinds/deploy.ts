@@ -8,7 +8,7 @@ import { approvalVerdict, approvalVerdictSchema, gateView, gateViewSchema, kuber
 import { concurrencyGroup } from '../deployOrder/store.js';
 import { describeReasons, gate } from '../gate.js';
 import type { Decision, DeployTarget } from '../types.js';
-import { approvalFieldsOf, overrideOf, requesterFieldsOf } from './common.js';
+import { approvalFieldsOf, overrideField, requesterFieldsOf } from './common.js';
 import type { ChangeKind } from './types.js';
 
 /**
@@ -105,7 +105,7 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
     };
   },
   fromJob: (inventory, d) => ({
-    ...(d.override ? { override: overrideOf(d.override)! } : {}),
+    ...overrideField(d.override),
     target: {
       kind: 'deploy',
       project: d.project,
@@ -136,7 +136,7 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
   fromApproval(a) {
     const c = a as DeployApproval;
     return {
-      ...(c.override ? { override: overrideOf(c.override)! } : {}),
+      ...overrideField(c.override),
       target: {
         kind: 'deploy',
         project: c.project,

@@ -11,7 +11,7 @@ import type { Freeze } from '../freezes/store.js';
 import { describeReasons, gate } from '../gate.js';
 import { coalesceId, describeBudget } from '../deps.js';
 import type { Decision, Facts, RestartTarget } from '../types.js';
-import { approvalFieldsOf, overrideOf, requesterFieldsOf, stricter } from './common.js';
+import { approvalFieldsOf, overrideField, requesterFieldsOf, stricter } from './common.js';
 import type { ChangeKind } from './types.js';
 
 /**
@@ -49,17 +49,6 @@ export const restartDryRunSchema = z.object({
   kubernetes: kubernetesVerdictSchema,
 });
 export type RestartDryRun = z.infer<typeof restartDryRunSchema>;
-
-const WOULD: Record<Decision['kind'], RestartDryRun['would']> = {
-  refuse: 'refuse',
-  pending_approval: 'pending_approval',
-  join: 'join',
-  over_budget: 'over_budget',
-  queue: 'queue',
-  hold: 'refuse',
-  // A kind without an order (no turnGroup) is never superseded.
-  superseded: 'refuse',
-};
 
 function dryRunDetail(decision: Decision): string {
   switch (decision.kind) {
@@ -134,14 +123,11 @@ export const restartKind: ChangeKind<RestartTarget, RestartServiceData> = {
     ...(c.override ? { override: c.override } : {}),
     ...requesterFieldsOf(c),
   }),
-  fromJob(inventory, d) {
-    const override = overrideOf(d.override);
-    return {
-      target: { kind: 'restart', host: d.host, service: d.service, namespace: findHost(inventory, d.host)?.namespace ?? '' },
-      ...(d.reason ? { reason: d.reason } : {}),
-      ...(override ? { override } : {}),
-    };
-  },
+  fromJob: (inventory, d) => ({
+    target: { kind: 'restart', host: d.host, service: d.service, namespace: findHost(inventory, d.host)?.namespace ?? '' },
+    ...(d.reason ? { reason: d.reason } : {}),
+    ...overrideField(d.override),
+  }),
   approvalIdentity: (t) => coalesceId(t.namespace, t.service),
   toApproval: (c) => ({
     kind: 'restart',
@@ -152,11 +138,7 @@ export const restartKind: ChangeKind<RestartTarget, RestartServiceData> = {
   }),
   fromApproval(a) {
     const c = a as RestartApproval;
-    const override = overrideOf(c.override);
-    return {
-      target: { kind: 'restart', host: c.host, service: c.service, namespace: c.namespace },
-      ...(override ? { override } : {}),
-    };
+    return { target: { kind: 'restart', host: c.host, service: c.service, namespace: c.namespace }, ...overrideField(c.override) };
   },
   approvalView(a) {
     const c = a as RestartApproval;
@@ -177,7 +159,8 @@ export const restartKind: ChangeKind<RestartTarget, RestartServiceData> = {
       host: change.target.host,
       service: change.target.service,
       namespace: change.target.namespace,
-      would: WOULD[decision.kind],
+      // A kind without an order (no turnGroup) is never superseded.
+      would: decision.kind === 'hold' || decision.kind === 'superseded' ? 'refuse' : decision.kind,
       detail: dryRunDetail(decision),
       verdicts: {
         gate: gateView(facts.gate, override),
