@@ -96,6 +96,8 @@ export function effectiveStatus(a: Approval, now: number): (typeof APPROVAL_VIEW
 }
 
 type ApprovalAction = 'approve' | 'reject' | 'expire' | 'finish' | 'fail' | 'abandon' | 'supersede';
+/** `reason`: for `finish` the job id, for `fail` the error; `coalesced` (finish): the carried change joined another job. */
+type DecideArgs = Record<'by' | 'owner' | 'credential' | 'reason', string> & { action: ApprovalAction; now: number; coalesced?: boolean };
 
 /** The script's answer: the state it left the record in, or why it changed nothing. */
 type DecideVerdict = ApprovalState | 'not_found' | 'decided' | 'self' | 'again' | 'recorded' | 'failed';
@@ -106,20 +108,7 @@ export interface ApprovalStore {
   get(id: string): Promise<Approval | undefined>;
   /** Pending approvals, soonest expiry first. */
   pending(now: number): Promise<Approval[]>;
-  decide(
-    id: string,
-    d: {
-      action: ApprovalAction;
-      by: string;
-      owner: string;
-      credential: string;
-      /** The reason; for `finish` the job id, for `fail` the error. */
-      reason: string;
-      now: number;
-      /** finish: the carried change joined another job. */
-      coalesced?: boolean;
-    },
-  ): Promise<{ verdict: DecideVerdict; approval?: Approval }>;
+  decide(id: string, d: DecideArgs): Promise<{ verdict: DecideVerdict; approval?: Approval }>;
 }
 
 const CREATE = 'opsgateApprovalCreate';

@@ -67,17 +67,13 @@ export interface DeployStep {
 
 /** A list's position: the acceptance and id of the last entry of the page before. */
 export type HistoryPosition = readonly [number, string];
+type ListQuery = { project?: string; after?: HistoryPosition; limit: number; admit: (e: DeployEntry) => boolean };
 
 export interface DeployHistory {
   record(s: DeployStep): Promise<{ written: boolean; state: DeployState }>;
   get(id: string): Promise<DeployEntry | undefined>;
   /** Newest first, after `after`, the entries `admit` lets through, at most `limit`, and the position after them when more remain. */
-  list(q: {
-    project?: string;
-    after?: HistoryPosition;
-    limit: number;
-    admit: (e: DeployEntry) => boolean;
-  }): Promise<{ items: DeployEntry[]; next: HistoryPosition | null }>;
+  list(q: ListQuery): Promise<{ items: DeployEntry[]; next: HistoryPosition | null }>;
   /** Each ref's current (last succeeded) and running deploy of the project. */
   refs(project: string): Promise<Map<string, { current?: DeployEntry; running?: DeployEntry }>>;
 }

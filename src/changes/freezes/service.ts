@@ -98,20 +98,15 @@ export function holdView(h: Hold): HoldView {
   };
 }
 
-function inventoryNamespaces(g: Pipeline): Set<string> {
-  return new Set([
-    ...Object.values(g.inventory.hosts).map((h) => h.namespace),
-    ...Object.values(g.inventory.projects).map((p) => p.namespace),
-  ]);
-}
-
 export async function declareFreeze(g: Pipeline, body: FreezeBody, by: string): Promise<FreezeView> {
   const now = g.now();
   // Every refusal here is a body field that does not fit the others or the inventory.
   const invalid = (detail: string) => new UnprocessableError(detail, 'invalid_body');
   if (body.scope === 'namespace') {
     if (!body.namespace) throw invalid('scope namespace needs namespace');
-    if (!inventoryNamespaces(g).has(body.namespace)) throw invalid(`namespace ${body.namespace} is not a namespace of the inventory`);
+    const entries = [...Object.values(g.inventory.hosts), ...Object.values(g.inventory.projects)];
+    if (!entries.some((e) => e.namespace === body.namespace))
+      throw invalid(`namespace ${body.namespace} is not a namespace of the inventory`);
   } else if (body.namespace !== undefined) throw invalid(`namespace is only for scope namespace`);
   if (body.scope === 'project') {
     if (!body.project) throw invalid('scope project needs project');

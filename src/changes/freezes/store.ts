@@ -153,9 +153,7 @@ export function watchFreezes(deps: { store: FreezeStore; subscriber: Redis; logg
       if (live && cached) return cached.filter((f) => f.ends_at > now);
       return store.list(now);
     },
-    changed() {
-      return reload();
-    },
+    changed: reload,
     async close() {
       live = false;
       subscriber.off('message', onMessage);
