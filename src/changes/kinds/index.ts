@@ -51,5 +51,3 @@ export function sameTarget(a: ApprovalChange, t: AnyTarget): boolean {
   const k = kindOfApproval(a);
   return JSON.stringify(k.reportFields(k.fromApproval(a).target)) === JSON.stringify(kindOfTarget(t).reportFields(t));
 }
-
-export { restartKind, deployKind };
