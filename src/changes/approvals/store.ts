@@ -102,14 +102,7 @@ type DecideArgs = Record<'by' | 'owner' | 'credential' | 'reason', string> & { a
 /** The script's answer: the state it left the record in, or why it changed nothing. */
 type DecideVerdict = ApprovalState | 'not_found' | 'decided' | 'self' | 'again' | 'recorded' | 'failed';
 
-export interface ApprovalStore {
-  /** Records it, or answers the approval that already stands for its identity (created: false). */
-  create(a: Approval): Promise<{ created: boolean; id: string }>;
-  get(id: string): Promise<Approval | undefined>;
-  /** Pending approvals, soonest expiry first. */
-  pending(now: number): Promise<Approval[]>;
-  decide(id: string, d: DecideArgs): Promise<{ verdict: DecideVerdict; approval?: Approval }>;
-}
+export type ApprovalStore = ReturnType<typeof createApprovalStore>;
 
 const CREATE = 'opsgateApprovalCreate';
 const DECIDE = 'opsgateApprovalDecide';
@@ -119,12 +112,13 @@ const KEEP_MS = IDEMPOTENCY_TTL_SECONDS * 1000;
 
 type Scripts = Record<string, (...args: Array<string | number>) => Promise<unknown>>;
 
-export function createApprovalStore(redis: Redis): ApprovalStore {
+export function createApprovalStore(redis: Redis) {
   defineLua(redis, CREATE, CREATE_LUA, 3);
   defineLua(redis, DECIDE, DECIDE_LUA, 3);
   const call = redis as unknown as Scripts;
   return {
-    async create(a) {
+    /** Records it, or answers the approval that already stands for its identity (created: false). */
+    async create(a: Approval): Promise<{ created: boolean; id: string }> {
       const [created, id] = (await call[CREATE]!(
         approvalKey(a.id),
         approvalIndexKey(a.identity),
@@ -137,17 +131,18 @@ export function createApprovalStore(redis: Redis): ApprovalStore {
       )) as [number, string];
       return { created: created === 1, id };
     },
-    async get(id) {
+    async get(id: string): Promise<Approval | undefined> {
       if (!APPROVAL_ID.test(id)) return undefined;
       return parseApproval(await redis.get(approvalKey(id)));
     },
-    async pending(now) {
+    /** Pending approvals, soonest expiry first. */
+    async pending(now: number): Promise<Approval[]> {
       const ids = await redis.zrangebyscore(APPROVALS_PENDING_KEY, now + 1, '+inf');
       if (ids.length === 0) return [];
       const raws = await redis.mget(...ids.map(approvalKey));
       return raws.map(parseApproval).filter((a): a is Approval => a !== undefined && effectiveStatus(a, now) === 'pending');
     },
-    async decide(id, d) {
+    async decide(id: string, d: DecideArgs): Promise<{ verdict: DecideVerdict; approval?: Approval }> {
       const [verdict, raw] = (await call[DECIDE]!(
         approvalKey(id),
         APPROVALS_PENDING_KEY,

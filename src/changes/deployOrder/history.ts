@@ -69,14 +69,7 @@ export interface DeployStep {
 export type HistoryPosition = readonly [number, string];
 type ListQuery = { project?: string; after?: HistoryPosition; limit: number; admit: (e: DeployEntry) => boolean };
 
-export interface DeployHistory {
-  record(s: DeployStep): Promise<{ written: boolean; state: DeployState }>;
-  get(id: string): Promise<DeployEntry | undefined>;
-  /** Newest first, after `after`, the entries `admit` lets through, at most `limit`, and the position after them when more remain. */
-  list(q: ListQuery): Promise<{ items: DeployEntry[]; next: HistoryPosition | null }>;
-  /** Each ref's current (last succeeded) and running deploy of the project. */
-  refs(project: string): Promise<Map<string, { current?: DeployEntry; running?: DeployEntry }>>;
-}
+export type DeployHistory = ReturnType<typeof createDeployHistory>;
 
 type Run = (k1: string, k2: string, k3: string, k4: string, ...argv: (string | number)[]) => Promise<[string, string, string]>;
 
@@ -85,11 +78,11 @@ const parse = storedJson<DeployEntry>;
 /** How many entries one read of a list's index asks for, while the filters leave the page short. */
 const BATCH = 200;
 
-export function createDeployHistory(redis: Redis, keep: number): DeployHistory {
+export function createDeployHistory(redis: Redis, keep: number) {
   defineLua(redis, COMMAND, LUA, 4);
   const run: Run = (...args) => (redis as unknown as Record<string, Run>)[COMMAND]!(...args);
   return {
-    async record(s) {
+    async record(s: DeployStep): Promise<{ written: boolean; state: DeployState }> {
       const info = s.origin ? { origin: s.origin } : {};
       const [verdict, state] = await run(
         DEPLOY_HISTORY_KEY,
@@ -105,10 +98,11 @@ export function createDeployHistory(redis: Redis, keep: number): DeployHistory {
       );
       return { written: verdict === 'written', state: state as DeployState };
     },
-    async get(id) {
+    async get(id: string): Promise<DeployEntry | undefined> {
       return parse(await redis.hget(DEPLOY_HISTORY_KEY, id));
     },
-    async list({ project, after, limit, admit }) {
+    /** Newest first, after `after`, the entries `admit` lets through, at most `limit`, and the position after them when more remain. */
+    async list({ project, after, limit, admit }: ListQuery): Promise<{ items: DeployEntry[]; next: HistoryPosition | null }> {
       const index = project !== undefined ? deployHistoryProjectKey(project) : DEPLOY_HISTORY_ALL_KEY;
       const items: DeployEntry[] = [];
       let offset = 0;
@@ -136,7 +130,8 @@ export function createDeployHistory(redis: Redis, keep: number): DeployHistory {
         }
       }
     },
-    async refs(project) {
+    /** Each ref's current (last succeeded) and running deploy of the project. */
+    async refs(project: string): Promise<Map<string, { current?: DeployEntry; running?: DeployEntry }>> {
       const all = await redis.hgetall(deployRefsKey(project));
       const out = new Map<string, { current?: DeployEntry; running?: DeployEntry }>();
       for (const [field, raw] of Object.entries(all)) {

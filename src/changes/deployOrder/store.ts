@@ -21,13 +21,7 @@ export interface Acceptance {
 
 type Turn = { turn: 'run' } | { turn: 'wait'; running: string } | { turn: 'superseded'; by: string };
 
-export interface DeployTurns {
-  begin(group: string, jobId: string, accepted: Acceptance, now: number, leaseMs: number): Promise<Turn>;
-  /** Ends its turn; answers the newest deploy waiting for the group's turn, if any. */
-  release(group: string, jobId: string): Promise<string | undefined>;
-  /** The deploy of the group accepted after `accepted` that has started already, if any. */
-  supersededBy(group: string, accepted: Acceptance): Promise<string | undefined>;
-}
+export type DeployTurns = ReturnType<typeof createDeployTurns>;
 
 /** A project's ref's concurrency group: its template (`{project}`, `{ref}`; default a project's ref) filled in. */
 export function concurrencyGroup(inventory: Inventory, project: string, ref: string): string {
@@ -37,22 +31,24 @@ export function concurrencyGroup(inventory: Inventory, project: string, ref: str
 
 type Run = (key: string, action: string, job: string, at: number, id: string, now: number, lease: number) => Promise<[string, string]>;
 
-export function createDeployTurns(redis: Redis): DeployTurns {
+export function createDeployTurns(redis: Redis) {
   defineLua(redis, COMMAND, LUA, 1);
   const run: Run = (...args) => (redis as unknown as Record<string, Run>)[COMMAND]!(...args);
   return {
-    async begin(group, jobId, accepted, now, leaseMs) {
+    async begin(group: string, jobId: string, accepted: Acceptance, now: number, leaseMs: number): Promise<Turn> {
       const [verdict, job] = await run(deployGroupKey(group), 'begin', jobId, accepted.at, accepted.id, now, leaseMs);
       if (verdict === 'run') return { turn: 'run' };
       if (verdict === 'wait') return { turn: 'wait', running: job };
       if (verdict === 'superseded') return { turn: 'superseded', by: job };
       throw new Error(`unexpected answer of the deploy group's script: ${verdict}`);
     },
-    async release(group, jobId) {
+    /** Ends its turn; answers the newest deploy waiting for the group's turn, if any. */
+    async release(group: string, jobId: string): Promise<string | undefined> {
       const [verdict, next] = await run(deployGroupKey(group), 'release', jobId, 0, '', 0, 0);
       return verdict === 'released' && next !== '' ? next : undefined;
     },
-    async supersededBy(group, accepted) {
+    /** The deploy of the group accepted after `accepted` that has started already, if any. */
+    async supersededBy(group: string, accepted: Acceptance): Promise<string | undefined> {
       const [verdict, job] = await run(deployGroupKey(group), 'check', '', accepted.at, accepted.id, 0, 0);
       return verdict === 'superseded' ? job : undefined;
     },

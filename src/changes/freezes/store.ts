@@ -43,23 +43,17 @@ export function describeScope(f: Pick<Freeze, 'scope' | 'namespace' | 'project'>
 
 export const newFreezeId = (): string => `frz-${randomBytes(8).toString('hex')}`;
 
-export interface FreezeStore {
-  create(f: Freeze): Promise<void>;
-  /** Every freeze not yet ended (those that start later included), soonest end first. */
-  list(now: number): Promise<Freeze[]>;
-  get(id: string, now: number): Promise<Freeze | undefined>;
-  /** Removes it; answers the freeze that was removed, or undefined when there was none (or it had ended). */
-  remove(id: string, now: number): Promise<Freeze | undefined>;
-}
+export type FreezeStore = ReturnType<typeof createFreezeStore>;
 
 const parse = storedJson<Freeze>;
 
-export function createFreezeStore(redis: Redis): FreezeStore {
+export function createFreezeStore(redis: Redis) {
   return {
-    async create(f) {
+    async create(f: Freeze): Promise<void> {
       await redis.multi().hset(FREEZES_KEY, f.id, JSON.stringify(f)).publish(FREEZES_CHANNEL, f.id).exec();
     },
-    async list(now) {
+    /** Every freeze not yet ended (those that start later included), soonest end first. */
+    async list(now: number): Promise<Freeze[]> {
       const all = await redis.hgetall(FREEZES_KEY);
       const out: Freeze[] = [];
       const ended: string[] = [];
@@ -72,12 +66,13 @@ export function createFreezeStore(redis: Redis): FreezeStore {
       if (ended.length > 0) await redis.hdel(FREEZES_KEY, ...ended).catch(() => undefined);
       return out.sort((a, b) => a.ends_at - b.ends_at || a.id.localeCompare(b.id));
     },
-    async get(id, now) {
+    async get(id: string, now: number): Promise<Freeze | undefined> {
       if (!FREEZE_ID.test(id)) return undefined;
       const f = parse(await redis.hget(FREEZES_KEY, id));
       return f && f.ends_at > now ? f : undefined;
     },
-    async remove(id, now) {
+    /** Removes it; answers the freeze that was removed, or undefined when there was none (or it had ended). */
+    async remove(id: string, now: number): Promise<Freeze | undefined> {
       if (!FREEZE_ID.test(id)) return undefined;
       const f = parse(await redis.hget(FREEZES_KEY, id));
       // HDEL answers 1 to one caller only: two operators lifting the same freeze release its holds once.
@@ -92,14 +87,9 @@ export function createFreezeStore(redis: Redis): FreezeStore {
  * An API process's freezes in memory: reloaded on each FREEZES_CHANNEL message and after each reconnection (which
  * may have missed one), read from Redis while the subscription is not live. A hand edit in Redis is seen at the next.
  */
-export interface FreezeWatch {
-  list(now: number): Promise<Freeze[]>;
-  /** They changed (this process changed them; the message comes a moment later): reload now. Resolves once reloaded. */
-  changed(): Promise<void>;
-  close(): Promise<void>;
-}
+export type FreezeWatch = ReturnType<typeof watchFreezes>;
 
-export function watchFreezes(deps: { store: FreezeStore; subscriber: Redis; logger?: Logger }): FreezeWatch {
+export function watchFreezes(deps: { store: FreezeStore; subscriber: Redis; logger?: Logger }) {
   const { store, subscriber, logger } = deps;
   let cached: Freeze[] | undefined;
   let live = false;
@@ -147,14 +137,15 @@ export function watchFreezes(deps: { store: FreezeStore; subscriber: Redis; logg
     .catch((err: unknown) => logger?.warn('could not subscribe to the freezes channel; reading them per request', { err }));
 
   return {
-    async list(now) {
+    async list(now: number): Promise<Freeze[]> {
       // A reload in flight was asked for by a change: its answer is the one to use.
       if (inflight) await inflight;
       if (live && cached) return cached.filter((f) => f.ends_at > now);
       return store.list(now);
     },
+    /** They changed (this process changed them; the message comes a moment later): reload now. Resolves once reloaded. */
     changed: reload,
-    async close() {
+    async close(): Promise<void> {
       live = false;
       subscriber.off('message', onMessage);
       subscriber.off('ready', onReady);
