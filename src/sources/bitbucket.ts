@@ -3,13 +3,9 @@ import { UnprocessableError } from '../shared/errors.js';
 import { HEX_COMMIT, commitOrNone, isObject, nestedString, objectPayload } from './fields.js';
 import type { PushSource } from './types.js';
 
-const BRANCH_PREFIX = 'refs/heads/';
-
 /**
- * Bitbucket Cloud: `X-Hub-Signature: sha256=<hex>` over the body, event `X-Event-Key: repo:push`,
- * `X-Request-UUID` as the delivery id. One delivery may carry several pushes (`push.changes`):
- * the change to the deploy branch is the one that counts; a change whose `new` is null deleted
- * its branch. The change's `old.target.hash` is the commit before it (`replayGuard`).
+ * Bitbucket Cloud. One delivery may carry several pushes (`push.changes`): the one to the deploy branch counts;
+ * a null `new` deleted its branch; `old.target.hash` is the commit before it.
  */
 export const source: PushSource = {
   kind: 'push',
@@ -71,7 +67,7 @@ export const source: PushSource = {
       const isBranch = side?.type === 'branch';
       const target = isObject(c.new) && isObject(c.new.target) ? c.new.target : undefined;
       const before = isObject(c.old) && isObject(c.old.target) ? commitOrNone(c.old.target.hash) : '';
-      return { ref: isBranch ? BRANCH_PREFIX + name : name, sha: target?.hash, before, deleted: !isObject(c.new) };
+      return { ref: isBranch ? `refs/heads/${name}` : name, sha: target?.hash, before, deleted: !isObject(c.new) };
     });
     if (changes.length === 0) return { kind: 'ignored', reason: 'push.changes is empty' };
     const chosen = changes.find((c) => c.ref === deployRef) ?? changes[0]!;

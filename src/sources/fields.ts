@@ -5,7 +5,6 @@ import type { PushSource } from './types.js';
 /** Helpers the senders' payload mappings share: typed reads that answer 422 naming the field. */
 export const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-/** The payload itself, which must be a JSON object. */
 export function objectPayload(payload: unknown): Record<string, unknown> {
   if (!isObject(payload)) throw new UnprocessableError('payload must be a JSON object', 'invalid_payload');
   return payload;
@@ -27,30 +26,16 @@ export function nestedString(obj: Record<string, unknown>, parent: string, name:
   return stringField(p, name, def, `${parent}.${name}`);
 }
 
-/**
- * A commit id as the vendors send it (`commitForm: 'hex'`): 7 to 64 hex digits, an abbreviated
- * or full SHA-1 id up to a full SHA-256 one.
- */
+/** A commit id as the vendors send it (`commitForm: 'hex'`): an abbreviated SHA-1 id up to a full SHA-256 one. */
 export const HEX_COMMIT = /^[0-9a-fA-F]{7,64}$/;
 
-/** An all-zero commit id: the "after" of a branch deletion. */
-export const isZeroSha = (sha: string): boolean => /^0+$/.test(sha);
-
-/** The longest commit id read from a field other than the pushed commit (a SHA-256 commit id is 64). */
-const MAX_COMMIT_LENGTH = 255;
-
 /**
- * A commit id read from a field other than the pushed commit (`before`): "" when absent, null or
- * not a string of at most MAX_COMMIT_LENGTH characters. Never a 422: the field decides nothing
- * that the contract orders (a push to another branch is still ignored first), and "" is the
- * stricter reading (every such push of one commit is one pair).
+ * A commit id of a field other than the pushed commit (`before`): "" unless a string of at most 255 characters.
+ * Never a 422: the field decides nothing the contract orders, and "" is the stricter reading.
  */
-export const commitOrNone = (v: unknown): string => (typeof v === 'string' && v.length <= MAX_COMMIT_LENGTH ? v : '');
+export const commitOrNone = (v: unknown): string => (typeof v === 'string' && v.length <= 255 ? v : '');
 
-/**
- * The push payload GitHub defines and Gitea copies: ref, before, after, repository.full_name, and
- * (GitHub only) `deleted`. An all-zero `after` is a branch deletion either way.
- */
+/** GitHub's push payload, which Gitea copies (without `deleted`); an all-zero `after` is a branch deletion either way. */
 export function githubShapedPush(withDeleted: boolean): Pick<PushSource, 'commitField' | 'commitForm' | 'payload' | 'map'> {
   return {
     commitField: 'after',
@@ -75,7 +60,7 @@ export function githubShapedPush(withDeleted: boolean): Pick<PushSource, 'commit
           project: nestedString(p, 'repository', 'full_name', 'unknown'),
           sha,
           before: commitOrNone(p.before),
-          deleted: (withDeleted && p.deleted === true) || (typeof sha === 'string' && isZeroSha(sha)),
+          deleted: (withDeleted && p.deleted === true) || (typeof sha === 'string' && /^0+$/.test(sha)),
         },
       };
     },

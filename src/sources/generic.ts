@@ -2,12 +2,7 @@ import { z } from 'zod';
 import { objectPayload, stringField } from './fields.js';
 import type { PushSource } from './types.js';
 
-/**
- * In-house senders: `X-Opsgate-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`
- * with a 5-minute window; a stale timestamp or a signature already used is refused (a delivery
- * answered 5xx does not use it: the sender retries the same request). The payload is opsgate's
- * own: {"project", "ref", "sha"}, any non-empty sha (the worker deploys only a safe form of it).
- */
+/** In-house senders: a timestamped HMAC (5-minute window, no reuse) over opsgate's own {"project", "ref", "sha"}. */
 export const source: PushSource = {
   kind: 'push',
   name: 'generic',

@@ -1,11 +1,7 @@
 import { githubShapedPush } from './fields.js';
 import type { PushSource } from './types.js';
 
-/**
- * Gitea and Forgejo: `X-Gitea-Signature` is the hex HMAC-SHA256 of the body, without a prefix
- * (Forgejo sends the same header beside its own X-Forgejo-Signature). The push payload is shaped
- * like GitHub's: ref, after, repository.full_name.
- */
+/** Gitea and Forgejo (which sends X-Gitea-Signature beside its own): GitHub's payload, an unprefixed signature. */
 export const source: PushSource = {
   kind: 'push',
   name: 'gitea',

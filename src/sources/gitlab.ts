@@ -4,11 +4,8 @@ import { source as scm } from './scm.js';
 import type { PushSource } from './types.js';
 
 /**
- * GitLab's native headers, with the contract's rules and event ids: a push delivered through both
- * /webhook/scm and /webhook/gitlab (during a migration) deploys once. Idempotency-Key (GitLab
- * 17.4+) stays the same across GitLab's retries of one delivery; X-Gitlab-Event-UUID otherwise.
- * GitLab itself always sends a full commit id, so its checkout_sha must be one; the contract's
- * /webhook/scm takes any non-empty value.
+ * GitLab's native headers with scm's event ids, so a push delivered through both (a migration) deploys once.
+ * Idempotency-Key (GitLab 17.4+) is stable across GitLab's retries; X-Gitlab-Event-UUID otherwise.
  */
 export const source: PushSource = {
   ...scm,

@@ -1,12 +1,12 @@
 import { secretFileVar } from './index.js';
 import type { Source, Verification } from './types.js';
 
-/**
- * The table of webhook senders in docs/senders.md, rendered from the registry (`make docs-senders` writes
- * it between its markers; test/integration/docs/docs.test.ts fails when the page's differs).
- */
+/** The senders table of docs/senders.md (`make docs-senders` writes it; docs.test.ts fails when the page's differs). */
 export const TABLE_BEGIN = '<!-- senders:begin (make docs-senders) -->';
 export const TABLE_END = '<!-- senders:end -->';
+
+const table = (begin: string, head: string, rows: string[], end: string): string =>
+  [begin, head, head.replace(/[^|]+/g, '---'), ...rows, end].join('\n');
 
 function proof(v: Verification): string {
   switch (v.kind) {
@@ -29,21 +29,12 @@ export function sendersTable(sources: readonly Source[]): string {
     const delivery = s.kind === 'push' && s.deliveryHeaders?.length ? s.deliveryHeaders.map((h) => `\`${h}\``).join(', ') : '—';
     return `| \`/webhook/${s.name}\` | ${s.title} | ${proof(s.verification)} | ${event} | ${delivery} | ${secret} | ${s.setup} |`;
   });
-  return [
-    TABLE_BEGIN,
-    '| Path | Sender | Proof | Deploys / queues on | Delivery id (kept 30 days) | Secret variable, or its file | Where to set it up |',
-    '|---|---|---|---|---|---|---|',
-    ...rows,
-    TABLE_END,
-  ].join('\n');
+  const head =
+    '| Path | Sender | Proof | Deploys / queues on | Delivery id (kept 30 days) | Secret variable, or its file | Where to set it up |';
+  return table(TABLE_BEGIN, head, rows, TABLE_END);
 }
 
-/**
- * The chart README's table of senders (charts/opsgate/README.md, written by `make docs-senders` too):
- * how an installation enables each one. The chart derives the variable from the name
- * (<NAME>_WEBHOOK_SECRET, alerts: ALERTS_WEBHOOK_TOKEN); test/integration/chart/senders.test.ts
- * holds every sender's `secret.env` to that rule, so the table shows the registry's name.
- */
+/** The chart README's table of how an installation enables each sender (the chart's senders.test.ts checks the names). */
 export const CHART_TABLE_BEGIN = '<!-- chart-senders:begin (make docs-senders) -->';
 export const CHART_TABLE_END = '<!-- chart-senders:end -->';
 
@@ -52,11 +43,5 @@ export function chartSendersTable(sources: readonly Source[]): string {
     const fallback = s.secret.fallbackEnv ? ` (unset: \`${s.secret.fallbackEnv}\`)` : '';
     return `| ${s.title} | \`webhooks.senders.${s.name}.enabled\` | \`secrets.webhookSecrets.${s.name}\` | \`${s.secret.env}\`${fallback} | \`/webhook/${s.name}\` |`;
   });
-  return [
-    CHART_TABLE_BEGIN,
-    '| Sender | Enable | Its secret | Secret key = variable | Ingress path (Exact) |',
-    '|---|---|---|---|---|',
-    ...rows,
-    CHART_TABLE_END,
-  ].join('\n');
+  return table(CHART_TABLE_BEGIN, '| Sender | Enable | Its secret | Secret key = variable | Ingress path (Exact) |', rows, CHART_TABLE_END);
 }

@@ -7,37 +7,20 @@ import { queueReport, type Pipeline } from '../deps.js';
 import { planChange, submitChange, type OverrideAsk } from '../pipeline.js';
 import { kindOfApproval } from '../kinds/index.js';
 import type { Change, Principal } from '../types.js';
-import { effectiveStatus, type Approval, type DecideResult } from './store.js';
+import { effectiveStatus, type Approval } from './store.js';
 import { approvalView, type DecisionAnswer } from './view.js';
 
 /**
- * Four-eyes approval of guarded changes. A restart or deploy whose policy asks for approval waits
- * as a pending approval (the pipeline's executor records it: src/changes/execute.ts). People other
- * than the requester approve or reject it with a reason; the decision is one Redis script
- * (approval-decide.lua), which compares owners, not credentials: nobody whose credential belongs to
- * the requester's owner can approve, and one owner approves once whatever keys they hold.
- *
- * The last approval is carried out in this order, so an approval never reads approved without
- * its job:
- *   1. the plan of the change as it stands (origin `approval`): a closed gate refuses it before
- *      anything is recorded (409; an approver may override with a reason);
- *   2. the script records the approval and marks the record `approving` (exactly one caller of
- *      racing approvers gets there);
- *   3. the pipeline carries the change out under the approval's id as its job id (the budget's
- *      place, then the job; a repeated add adds nothing);
- *   4. the record is marked approved, naming its job.
- * A failure in 3 (a spent budget, a freeze declared meanwhile, Redis) leaves `approving` with its
- * last error, read as pending: the next approve call, or the expiry (worker/jobs/report.ts),
- * finishes it or gives its budget place back.
+ * Four-eyes decisions. The script compares owners, not credentials: nobody of the requester's owner approves, and
+ * one owner approves once whatever keys they hold. So that an approval never reads approved without its job, the
+ * last approval runs: 1. the plan (a closed gate refuses before anything is recorded); 2. the script marks the
+ * record `approving` (one racer gets there); 3. the pipeline carries the change out under the approval's id;
+ * 4. the record is marked approved. A failure in 3 stays as `last_error`, read as pending: the next approve call,
+ * or the expiry (worker/jobs/report.ts), finishes it or gives its budget place back.
  */
-/**
- * An approval left approving without an error this long after its last approval was given is
- * taken to be abandoned (its API died while carrying it out): the next approve call finishes it.
- * Sooner, another call is still at it, and a racer is told so (409).
- */
+/** Approving without an error this long after the last approval: abandoned (its API died), the next call finishes it. */
 const APPROVING_GRACE_MS = 30_000;
 
-/** An approving record another call is still carrying out (no error yet, within the grace): 409. */
 function refuseRacer(a: Approval, id: string, now: number): void {
   if (a.last_error === undefined && now - (a.approving_at ?? 0) < APPROVING_GRACE_MS) {
     throw new ConflictError(`approval ${id} is already approved; its change is being carried out by another call`, 'approval_decided');
@@ -55,7 +38,6 @@ interface DecisionRequest {
 
 /** The change an approval stands for, as the pipeline takes it (origin `approval`, job id = approval id). */
 export function changeOfApproval(a: Approval): Change {
-  // The one converter of each kind from its approval record: its module's `fromApproval`.
   const { target, override } = kindOfApproval(a.change).fromApproval(a.change);
   return {
     target,
@@ -84,8 +66,7 @@ const selfApproval = (owner: string) =>
 
 /** Whether an approver is the requester as four eyes sees it: the requester's owner, or the person behind its OIDC token. */
 const isRequester = (a: Approval, by: Principal): boolean =>
-  by.owner === (a.requester_owner || a.requester) ||
-  (a.requester_person !== undefined && a.requester_person !== '' && by.owner === a.requester_person);
+  by.owner === (a.requester_owner || a.requester) || (!!a.requester_person && by.owner === a.requester_person);
 
 function answer(a: Approval, now: number, extra: Partial<DecisionAnswer> = {}): DecisionAnswer {
   const status = effectiveStatus(a, now);
@@ -101,22 +82,13 @@ function answer(a: Approval, now: number, extra: Partial<DecisionAnswer> = {}): 
 }
 
 /** opsgate's own closing of an approval (finish, fail, abandon, supersede); a person's decision is decideApproval. */
-const closeApproval = (
-  g: Pipeline,
-  id: string,
-  action: 'finish' | 'fail' | 'abandon' | 'supersede',
-  detail: string,
-  coalesced = false,
-): Promise<DecideResult> =>
+const closeApproval = (g: Pipeline, id: string, action: 'finish' | 'fail' | 'supersede', detail: string, coalesced = false) =>
   redisCall(
     () => g.approvals.decide(id, { action, by: 'opsgate', owner: 'opsgate', credential: '', reason: detail, now: g.now(), coalesced }),
     g.redis,
   );
 
-/**
- * Carries out an approving approval's change and marks it approved with its job; a failure stays on
- * the record as its last error and is thrown. Also what the expiry runs for a record left approving.
- */
+/** Carries out an approving approval's change and marks it approved with its job; a failure stays as its last error. */
 async function finishApproval(g: Pipeline, a: Approval, ask?: OverrideAsk): Promise<{ approval: Approval; carried: ChangeBody }> {
   const approved: ApprovedBy = { approvalId: a.id, approvers: a.approvers.map((x) => x.by) };
   let carried: ChangeBody;
@@ -133,10 +105,8 @@ async function finishApproval(g: Pipeline, a: Approval, ask?: OverrideAsk): Prom
 }
 
 /**
- * One operator's decision. Errors: 404 unknown; 403 the requester's own owner approving; 409
- * already decided, expired, approved twice by the same owner, or (the last approval) refused by
- * a freeze or its windows unless `override`; 429 the restart budget is spent (the approval stays,
- * approve again later).
+ * One operator's decision. 404 unknown; 403 the requester's owner; 409 decided, expired, approved twice by one owner,
+ * or (the last approval) refused by the gate unless `override`; 429 the budget is spent (the approval stays).
  */
 export async function decideApproval(g: Pipeline, req: DecisionRequest): Promise<DecisionAnswer> {
   const now = g.now();
@@ -144,7 +114,6 @@ export async function decideApproval(g: Pipeline, req: DecisionRequest): Promise
   if (!current) throw new NotFoundError('approval not found', 'approval_not_found');
   const kind = current.change.kind;
   const ask: OverrideAsk | undefined = req.override ? { reason: req.reason, by: req.by } : undefined;
-  const requesterOwner = current.requester_owner || current.requester;
 
   const last =
     req.action === 'approve' &&
@@ -164,16 +133,9 @@ export async function decideApproval(g: Pipeline, req: DecisionRequest): Promise
 
   let a = current;
   if (current.status !== 'approving') {
+    const { principal: by, owner, credential } = req.by;
     const d = await redisCall(
-      () =>
-        g.approvals.decide(req.id, {
-          action: req.action,
-          by: req.by.principal,
-          owner: req.by.owner,
-          credential: req.by.credential,
-          reason: req.reason,
-          now,
-        }),
+      () => g.approvals.decide(req.id, { action: req.action, by, owner, credential, reason: req.reason, now }),
       g.redis,
     );
     a = d.approval ?? current;
@@ -198,7 +160,7 @@ export async function decideApproval(g: Pipeline, req: DecisionRequest): Promise
         throw new UnprocessableError('nothing to decide', 'nothing_to_decide');
       case 'self':
         g.metrics?.approvals.inc({ change: kind, event: 'refused_self' });
-        throw selfApproval(isRequester(current, req.by) ? req.by.owner : requesterOwner);
+        throw selfApproval(isRequester(current, req.by) ? req.by.owner : current.requester_owner || current.requester);
       case 'again':
         throw new ConflictError(
           `you already approved ${req.id} (as ${req.by.owner}); it needs ${a.required - a.approvers.length} more approval(s) from other people`,

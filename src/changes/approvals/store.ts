@@ -4,32 +4,21 @@ import type { Origin, Override } from '../types.js';
 import { APPROVALS_PENDING_KEY, approvalIndexKey, approvalKey } from '../../shared/keys.js';
 import { IDEMPOTENCY_TTL_SECONDS } from '../../shared/jobs.js';
 import { defineLua, loadLua } from '../../shared/lua.js';
+import { storedJson } from '../../shared/redis.js';
 
 /**
- * Four-eyes approvals of guarded changes, kept in Redis and decided by one script
- * (src/shared/lua/approval-decide.lua), so two operators approving at once see one 'approved'
- * between them, and only that one queues the change. The change's job id is the approval id: a
- * repeated add of it (a retried approval call, an API killed between the decision and the add)
- * adds nothing.
- *
- * The record (JSON) holds what the change is (a restart's host and service, or a deploy's job
- * data), who asked (principal and credential id, never a secret), the required count, the expiry
- * and every approver with their reason. It is kept IDEMPOTENCY_TTL_SECONDS after its expiry, so
- * GET /ops/approvals/{id} and GET /ops/jobs/{id} still tell what became of it.
+ * Four-eyes approvals, decided by one script (approval-decide.lua), so two operators approving at once see one
+ * 'approved' between them. The change's job id is the approval id: a repeated add adds nothing. A record keeps no
+ * secret (a credential id only) and stays IDEMPOTENCY_TTL_SECONDS past its expiry, to tell what became of it.
  */
 export const APPROVAL_ID = /^apr-[a-z0-9]{20}$/;
 
-/**
- * `approving`: the last approval was given and the change is being carried out (its budget place
- * taken, its job added under the approval's id); it reads as pending, with `last_error` when the
- * carrying out failed, until the next approve call or the expiry finishes it or gives the place back.
- */
+/** `approving`: the last approval was given and the change is being carried out; it reads as pending. */
 export const APPROVAL_STATES = ['pending', 'approving', 'approved', 'rejected', 'expired', 'superseded'] as const;
 /** What GET /ops/approvals shows: `approving` reads as pending. */
 export const APPROVAL_VIEW_STATES = ['pending', 'approved', 'rejected', 'expired', 'superseded'] as const;
 type ApprovalState = (typeof APPROVAL_STATES)[number];
 
-/** What a restart or deploy approval stands for. */
 export type ApprovalChange =
   | { kind: 'restart'; host: string; service: string; namespace: string; override?: Override }
   | {
@@ -61,9 +50,8 @@ export interface Approval {
   requester_owner_known: boolean;
   /** The person behind the requester's OIDC token (its rule's `person`): four eyes refuses their approval too. */
   requester_person?: string;
-  /** The way the change came in (src/changes/types.ts). */
   origin: Origin;
-  /** The requester's reason, when given. */
+  /** The requester's reason, or ''. */
   reason: string;
   required: number;
   approvers: Array<{ by: string; owner: string; credential: string; reason: string; at: number }>;
@@ -71,46 +59,34 @@ export interface Approval {
   created_at: number;
   expires_at: number;
   decided_at?: number;
-  /** The audit id of the request that asked for it (the job carries it). */
   audit_id: string;
   /** The identity whose pending approval a second request joins (a Deployment, an event id). */
   identity: string;
-  /** Approved: the job that carries the change (a restart that joined another: that one). */
   job_id?: string;
   coalesced?: boolean;
   /** Approving: why carrying it out failed last time. */
   last_error?: string;
-  /** Superseded: the newer deploy of its group that started before it was approved (src/changes/deployOrder/). */
+  /** Superseded: the newer deploy of its group that started before it was approved. */
   superseded_by?: string;
   /** When the last approval was given (ms): an approve call soon after, with no error yet, is a racer. */
   approving_at?: number;
 }
 
-/** A new approval id: `apr-` + 20 base-36 characters (about 103 bits). */
-export function newApprovalId(): string {
-  const bytes = randomBytes(20);
-  let s = '';
-  for (const b of bytes) s += (b % 36).toString(36);
-  return `apr-${s}`;
-}
+/** `apr-` + 20 base-36 characters, one per byte (about 103 bits from random bytes). */
+const idOfBytes = (bytes: ArrayLike<number>): string => `apr-${Array.from(bytes, (b) => (b % 36).toString(36)).join('')}`;
+
+export const newApprovalId = (): string => idOfBytes(randomBytes(20));
 
 /** An approval id derived from an Idempotency-Key scope (hex), so a retried request finds its approval. */
-export function approvalIdFor(scopeHex: string): string {
-  let s = '';
-  for (let i = 0; i < 20; i++) s += (parseInt(scopeHex.slice(i * 2, i * 2 + 2) || '0', 16) % 36).toString(36);
-  return `apr-${s}`;
-}
+export const approvalIdFor = (scopeHex: string): string =>
+  idOfBytes(Array.from({ length: 20 }, (_, i) => parseInt(scopeHex.slice(i * 2, i * 2 + 2) || '0', 16)));
 
 /** A record as Redis holds it (Lua's cjson writes an empty list as {}). */
 function parseApproval(raw: string | null | undefined): Approval | undefined {
-  if (!raw) return undefined;
-  try {
-    const a = JSON.parse(raw) as Approval;
-    if (!Array.isArray(a.approvers)) a.approvers = [];
-    return a;
-  } catch {
-    return undefined;
-  }
+  const a = storedJson<Approval>(raw);
+  if (typeof a !== 'object' || a === null) return undefined;
+  if (!Array.isArray(a.approvers)) a.approvers = [];
+  return a;
 }
 
 /** pending past its expiry reads as expired, whether or not a script marked it yet; approving reads as pending. */
@@ -120,47 +96,13 @@ export function effectiveStatus(a: Approval, now: number): (typeof APPROVAL_VIEW
 }
 
 type ApprovalAction = 'approve' | 'reject' | 'expire' | 'finish' | 'fail' | 'abandon' | 'supersede';
+/** `reason`: for `finish` the job id, for `fail` the error; `coalesced` (finish): the carried change joined another job. */
+type DecideArgs = Record<'by' | 'owner' | 'credential' | 'reason', string> & { action: ApprovalAction; now: number; coalesced?: boolean };
 
-type DecideVerdict =
-  | 'not_found'
-  | 'decided'
-  | 'expired'
-  | 'pending'
-  | 'self'
-  | 'again'
-  | 'recorded'
-  | 'approving'
-  | 'approved'
-  | 'rejected'
-  | 'failed'
-  | 'superseded';
+/** The script's answer: the state it left the record in, or why it changed nothing. */
+type DecideVerdict = ApprovalState | 'not_found' | 'decided' | 'self' | 'again' | 'recorded' | 'failed';
 
-export interface DecideResult {
-  verdict: DecideVerdict;
-  approval?: Approval;
-}
-
-export interface ApprovalStore {
-  /** Records it, or answers the approval that already stands for its identity (created: false). */
-  create(a: Approval): Promise<{ created: boolean; id: string }>;
-  get(id: string): Promise<Approval | undefined>;
-  /** Pending approvals, soonest expiry first. */
-  pending(now: number): Promise<Approval[]>;
-  decide(
-    id: string,
-    d: {
-      action: ApprovalAction;
-      by: string;
-      owner: string;
-      credential: string;
-      /** The reason; for `finish` the job id, for `fail` the error. */
-      reason: string;
-      now: number;
-      /** finish: the carried change joined another job. */
-      coalesced?: boolean;
-    },
-  ): Promise<DecideResult>;
-}
+export type ApprovalStore = ReturnType<typeof createApprovalStore>;
 
 const CREATE = 'opsgateApprovalCreate';
 const DECIDE = 'opsgateApprovalDecide';
@@ -170,12 +112,13 @@ const KEEP_MS = IDEMPOTENCY_TTL_SECONDS * 1000;
 
 type Scripts = Record<string, (...args: Array<string | number>) => Promise<unknown>>;
 
-export function createApprovalStore(redis: Redis): ApprovalStore {
+export function createApprovalStore(redis: Redis) {
   defineLua(redis, CREATE, CREATE_LUA, 3);
   defineLua(redis, DECIDE, DECIDE_LUA, 3);
   const call = redis as unknown as Scripts;
   return {
-    async create(a) {
+    /** Records it, or answers the approval that already stands for its identity (created: false). */
+    async create(a: Approval): Promise<{ created: boolean; id: string }> {
       const [created, id] = (await call[CREATE]!(
         approvalKey(a.id),
         approvalIndexKey(a.identity),
@@ -188,20 +131,18 @@ export function createApprovalStore(redis: Redis): ApprovalStore {
       )) as [number, string];
       return { created: created === 1, id };
     },
-
-    async get(id) {
+    async get(id: string): Promise<Approval | undefined> {
       if (!APPROVAL_ID.test(id)) return undefined;
       return parseApproval(await redis.get(approvalKey(id)));
     },
-
-    async pending(now) {
+    /** Pending approvals, soonest expiry first. */
+    async pending(now: number): Promise<Approval[]> {
       const ids = await redis.zrangebyscore(APPROVALS_PENDING_KEY, now + 1, '+inf');
       if (ids.length === 0) return [];
       const raws = await redis.mget(...ids.map(approvalKey));
       return raws.map(parseApproval).filter((a): a is Approval => a !== undefined && effectiveStatus(a, now) === 'pending');
     },
-
-    async decide(id, d) {
+    async decide(id: string, d: DecideArgs): Promise<{ verdict: DecideVerdict; approval?: Approval }> {
       const [verdict, raw] = (await call[DECIDE]!(
         approvalKey(id),
         APPROVALS_PENDING_KEY,

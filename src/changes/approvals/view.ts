@@ -2,12 +2,7 @@ import { z } from 'zod';
 import { kindOfApproval, kinds } from '../kinds/index.js';
 import { APPROVAL_VIEW_STATES, effectiveStatus, type Approval } from './store.js';
 
-/**
- * What GET /ops/approvals, GET /ops/approvals/{id} and a decision answer show of an approval: who
- * asked (principal, owner, credential id: never a secret), who approved, what it overrides, and
- * once approved the job that carries it. An approval being carried out reads as pending, with the
- * last error when carrying it out failed.
- */
+/** An approval as the API shows it: never a secret (a credential id only); one being carried out reads as pending. */
 const iso = (ms: number | undefined) => (ms === undefined ? null : new Date(ms).toISOString());
 
 const person = { by: z.string(), owner: z.string().nullable(), credential: z.string().nullable(), reason: z.string(), at: z.string() };

@@ -3,10 +3,8 @@ import { ruleOfPrincipal } from '../../shared/remediations.js';
 import type { BudgetPolicy } from '../../shared/policy.js';
 
 /**
- * The restart budgets a restart draws on, by who asked. A person's (any key, token, sender) draws
- * on the namespace's `budget`. A remediation rule's (requester remediation:<rule>) draws on its
- * rule's `budget` and on the namespace's `remediation_budget` (default: the same numbers as
- * `budget`, counted apart), never on the places people's restarts need.
+ * The budgets a restart draws on: a person's on the namespace's `budget`; a remediation rule's on its rule's `budget`
+ * and the namespace's `remediation_budget` (counted apart), never on the places people's restarts need.
  */
 export type BudgetPoolKind = 'namespace' | 'remediation_namespace' | 'remediation_rule';
 
@@ -20,17 +18,14 @@ export interface BudgetPool {
 /** The budget of a rule the inventory no longer has (an approval asked for before a rename): the schema's default. */
 const DEFAULT_RULE_BUDGET: BudgetPolicy = { restarts: 3, per: 3600 };
 
-/** What a pool is, in words: "restart budget of namespace shop", "remediation budget of rule web-down". */
-export function describePool(p: Pick<BudgetPool, 'kind' | 'name'>): string {
-  switch (p.kind) {
-    case 'namespace':
-      return `restart budget of namespace ${p.name}`;
-    case 'remediation_namespace':
-      return `remediation budget of namespace ${p.name}`;
-    case 'remediation_rule':
-      return `remediation budget of rule ${p.name}`;
-  }
-}
+const POOL_WORDS: Record<BudgetPoolKind, string> = {
+  namespace: 'restart budget of namespace',
+  remediation_namespace: 'remediation budget of namespace',
+  remediation_rule: 'remediation budget of rule',
+};
+
+/** "restart budget of namespace shop", "remediation budget of rule web-down". */
+export const describePool = (p: Pick<BudgetPool, 'kind' | 'name'>): string => `${POOL_WORDS[p.kind]} ${p.name}`;
 
 export function budgetPools(inv: Inventory, namespace: string, requester: string): BudgetPool[] {
   const rule = ruleOfPrincipal(requester);

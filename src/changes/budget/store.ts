@@ -1,22 +1,15 @@
 import type { Redis } from 'ioredis';
 import { budgetKey, remediationBudgetKey } from '../../shared/keys.js';
 import { defineLua, loadLua } from '../../shared/lua.js';
+import type { BudgetPolicy } from '../../shared/policy.js';
 import type { BudgetPool, BudgetPoolKind } from './pools.js';
 
 /**
- * Restart budgets: at most N restarts per sliding window of each budget a restart draws on (a
- * namespace's for people; a rule's and a namespace's remediation budget for a remediation:
- * src/changes/budget/pools.ts), counted in Redis (budget-take.lua, all of them or none), so every
- * API replica, caller and webhook draws on the same budgets. A member is the restart's job id:
- * taking twice for one job takes once, and a restart that turned out not to run (it joined another
- * one, or was never added) gives its place back. An approved restart takes its places when the
- * change pipeline carries it out, under the approval's id (the job's id), like any other restart.
+ * Restart budgets: at most N restarts per sliding window of each pool a restart draws on, taken all or none by
+ * budget-take.lua, shared by every replica. A member is the job id: taking twice takes once, and a restart that did
+ * not run (it joined another, or was never added) gives its place back.
  */
-export interface BudgetLimit {
-  restarts: number;
-  /** The window, in seconds. */
-  per: number;
-}
+export type BudgetLimit = BudgetPolicy;
 
 interface BudgetUse {
   /** Restarts in the window (after this one, when taken). */
@@ -33,13 +26,7 @@ interface BudgetTake extends BudgetUse {
   uses: BudgetUse[];
 }
 
-export interface Budgets {
-  take(pools: readonly BudgetPool[], jobId: string, now: number): Promise<BudgetTake>;
-  /** Gives a job's place back to every budget it may hold one of (a place it does not hold is no change). */
-  giveBack(pools: ReadonlyArray<Pick<BudgetPool, 'kind' | 'name'>>, jobId: string): Promise<void>;
-  /** Without taking anything (a dry run, a listing): each pool's use now, and when a place frees when none is left. */
-  peek(pools: readonly BudgetPool[], now: number): Promise<BudgetUse[]>;
-}
+export type Budgets = ReturnType<typeof createBudgets>;
 
 const TAKE = 'opsgateBudgetTake';
 const TAKE_LUA = loadLua(new URL('./budget-take.lua', import.meta.url));
@@ -47,7 +34,7 @@ const TAKE_LUA = loadLua(new URL('./budget-take.lua', import.meta.url));
 const poolKey = (p: { kind: BudgetPoolKind; name: string }): string =>
   p.kind === 'namespace' ? budgetKey(p.name) : remediationBudgetKey(p.kind === 'remediation_rule' ? 'rule' : 'namespace', p.name);
 
-export function createBudgets(redis: Redis): Budgets {
+export function createBudgets(redis: Redis) {
   defineLua(redis, TAKE, TAKE_LUA, undefined);
   const scripts = redis as unknown as Record<string, (...a: Array<string | number>) => Promise<number[]>>;
   const run = (pools: readonly BudgetPool[], now: number, jobId: string, mode: 'take' | 'peek') =>
@@ -55,7 +42,7 @@ export function createBudgets(redis: Redis): Budgets {
   const usesOf = (reply: number[], n: number): BudgetUse[] =>
     Array.from({ length: n }, (_, i) => ({ used: Number(reply[3 + 2 * i]), retryMs: Number(reply[4 + 2 * i]) }));
   return {
-    async take(pools, jobId, now) {
+    async take(pools: readonly BudgetPool[], jobId: string, now: number): Promise<BudgetTake> {
       if (pools.length === 0) return { taken: true, used: 0, retryMs: 0, uses: [] };
       const reply = await run(pools, now, jobId, 'take');
       const uses = usesOf(reply, pools.length);
@@ -63,13 +50,15 @@ export function createBudgets(redis: Redis): Budgets {
       if (Number(reply[0]) === 1) return { taken: true, used: Math.max(...uses.map((u) => u.used)), retryMs: 0, uses };
       return { taken: false, used: uses[spent - 1]!.used, retryMs: Number(reply[2]), spent: pools[spent - 1]!, uses };
     },
-    async giveBack(pools, jobId) {
+    /** Gives a job's place back to every budget it may hold one of (a place it does not hold is no change). */
+    async giveBack(pools: ReadonlyArray<Pick<BudgetPool, 'kind' | 'name'>>, jobId: string): Promise<void> {
       if (pools.length === 0) return;
       const m = redis.multi();
       for (const p of pools) m.zrem(poolKey(p), jobId);
       await m.exec();
     },
-    async peek(pools, now) {
+    /** Without taking anything (a dry run, a listing): each pool's use now, and when a place frees when none is left. */
+    async peek(pools: readonly BudgetPool[], now: number): Promise<BudgetUse[]> {
       if (pools.length === 0) return [];
       return usesOf(await run(pools, now, '', 'peek'), pools.length);
     },

@@ -1,25 +1,15 @@
 import type { Redis } from 'ioredis';
-import { createDeliveryLog, type DeliveryLog } from '../../domain/deliveries.js';
+import { createDeliveryLog } from '../../domain/deliveries.js';
 import type { Outcome, RunDeployPipelineData } from '../../shared/jobs.js';
 import type { Logger } from '../../shared/logger.js';
 import { isPushSender } from '../../sources/index.js';
 
 /**
- * The end of a pushed deploy that never ran (`superseded`) or was cancelled (`cancelled`), in its
- * sender's deliveries log (src/domain/deliveries.ts), written by the worker: an entry appended
- * after the push's own, so GET /ops/deliveries shows the push and how its deploy ended together.
- * The log is append-only: the push's `queued` entry stays as the push was answered.
- *
- * A deploy of a sender's push, or of its replay, carries the sender in its data (`source`); a
- * deploy from anywhere else (a CI job, an operator) has no deliveries log and gets no entry.
- * Recording never fails the job: it is sent in the background, a Redis error logged.
+ * A pushed deploy's end when superseded or cancelled, appended to its sender's deliveries log (append-only: the push's
+ * own entry stays as it was answered). Only a deploy carrying a sender (`source`) has a log. `record` never throws
+ * nor waits: the entry is sent in the background (`flush` at shutdown).
  */
-export interface DeployEndLog {
-  /** Appends the deploy's end when it is a pushed deploy's `superseded` or `cancelled`; never throws, never waits. */
-  record(data: Partial<RunDeployPipelineData>, jobId: string, outcome: Outcome): void;
-  /** Sends what was recorded (at shutdown). */
-  flush(): Promise<void>;
-}
+export type DeployEndLog = ReturnType<typeof createDeployEndLog>;
 
 export function createDeployEndLog(deps: {
   redis: Redis;
@@ -27,10 +17,10 @@ export function createDeployEndLog(deps: {
   /** DELIVERIES_KEPT and DELIVERIES_UNVERIFIED_KEPT: the caps the API trims the same streams to. */
   keep: number;
   keepUnverified: number;
-}): DeployEndLog {
-  const log: DeliveryLog = createDeliveryLog(deps);
+}) {
+  const log = createDeliveryLog(deps);
   return {
-    record(d, jobId, outcome) {
+    record(d: Partial<RunDeployPipelineData>, jobId: string, outcome: Outcome): void {
       const result = outcome.result;
       if (!d.source || !(result === 'superseded' || result === 'cancelled') || !isPushSender(d.source)) return;
       log.record({
@@ -46,6 +36,6 @@ export function createDeployEndLog(deps: {
         ...(d.audit_id ? { requestId: d.audit_id } : {}),
       });
     },
-    flush: () => log.flush(),
+    flush: (): Promise<void> => log.flush(),
   };
 }

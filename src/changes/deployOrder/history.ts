@@ -2,23 +2,14 @@ import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { DEPLOY_HISTORY_ALL_KEY, DEPLOY_HISTORY_KEY, deployHistoryProjectKey, deployRefsKey } from '../../shared/keys.js';
 import { defineLua, loadLua } from '../../shared/lua.js';
+import { storedJson } from '../../shared/redis.js';
 import type { Origin } from '../types.js';
 
 /**
- * The history of deploys (GET /ops/deploys, /ops/deploys/{id}, /ops/projects/{project}): one entry
- * per deploy, newest accepted first, the last DEPLOY_HISTORY_KEPT of each project kept in Redis,
- * so both processes may restart without losing it. Each step is one script (deploy-history.lua)
- * that merges it into the entry and never moves a deploy back to an earlier state, whatever order
- * the API's and the worker's writes land in.
- *
- * Who writes a step is whoever already writes at that moment, so a push costs no round trip more:
- * - a push (origin webhook): the worker, when it first handles the job (queued, held, running,
- *   and the end), its acceptance the job's own timestamp; a push waiting for approval: the API,
- *   with its approval record;
- * - a CI deploy, a replay, a retry, the last approval: the API after its add (queued, held), or
- *   with its approval record (pending_approval); a rejection: the API with its decision;
- * - the end (succeeded, failed, superseded, cancelled): the worker.
- * A push waiting for approval is recorded with its approval record (pending_approval).
+ * The history of deploys: the last DEPLOY_HISTORY_KEPT of each project, newest accepted first. Each step is one
+ * script (deploy-history.lua) that never moves a deploy back to an earlier state, whatever order the API's and the
+ * worker's writes land in. A step is written by whoever writes at that moment anyway, so a push costs no round trip
+ * more: the worker for a queued push and every end, the API for the rest (src/changes/deployOrder/record.ts).
  */
 const LUA = loadLua(new URL('./deploy-history.lua', import.meta.url));
 const COMMAND = 'opsgateDeployHistory';
@@ -40,7 +31,7 @@ export type DeployState = (typeof DEPLOY_STATES)[number];
 export type DeployOrigin = Exclude<Origin, 'webhook' | 'wake'> | 'push';
 export const deployOrigin = (o: Origin): DeployOrigin => (o === 'webhook' || o === 'wake' ? 'push' : o);
 
-/** One deploy as kept (times in ms). */
+/** Times in ms. */
 export interface DeployEntry {
   id: string;
   project: string;
@@ -76,40 +67,22 @@ export interface DeployStep {
 
 /** A list's position: the acceptance and id of the last entry of the page before. */
 export type HistoryPosition = readonly [number, string];
+type ListQuery = { project?: string; after?: HistoryPosition; limit: number; admit: (e: DeployEntry) => boolean };
 
-export interface DeployHistory {
-  record(s: DeployStep): Promise<{ written: boolean; state: DeployState }>;
-  get(id: string): Promise<DeployEntry | undefined>;
-  /** Newest first, after `after`, the entries `admit` lets through, at most `limit`, and the position after them when more remain. */
-  list(q: {
-    project?: string;
-    after?: HistoryPosition;
-    limit: number;
-    admit: (e: DeployEntry) => boolean;
-  }): Promise<{ items: DeployEntry[]; next: HistoryPosition | null }>;
-  /** Each ref's current (last succeeded) and running deploy of the project. */
-  refs(project: string): Promise<Map<string, { current?: DeployEntry; running?: DeployEntry }>>;
-}
+export type DeployHistory = ReturnType<typeof createDeployHistory>;
 
 type Run = (k1: string, k2: string, k3: string, k4: string, ...argv: (string | number)[]) => Promise<[string, string, string]>;
 
-const parse = (raw: string | null | undefined): DeployEntry | undefined => {
-  if (!raw) return undefined;
-  try {
-    return JSON.parse(raw) as DeployEntry;
-  } catch {
-    return undefined;
-  }
-};
+const parse = storedJson<DeployEntry>;
 
 /** How many entries one read of a list's index asks for, while the filters leave the page short. */
 const BATCH = 200;
 
-export function createDeployHistory(redis: Redis, keep: number): DeployHistory {
+export function createDeployHistory(redis: Redis, keep: number) {
   defineLua(redis, COMMAND, LUA, 4);
   const run: Run = (...args) => (redis as unknown as Record<string, Run>)[COMMAND]!(...args);
   return {
-    async record(s) {
+    async record(s: DeployStep): Promise<{ written: boolean; state: DeployState }> {
       const info = s.origin ? { origin: s.origin } : {};
       const [verdict, state] = await run(
         DEPLOY_HISTORY_KEY,
@@ -125,10 +98,11 @@ export function createDeployHistory(redis: Redis, keep: number): DeployHistory {
       );
       return { written: verdict === 'written', state: state as DeployState };
     },
-    async get(id) {
+    async get(id: string): Promise<DeployEntry | undefined> {
       return parse(await redis.hget(DEPLOY_HISTORY_KEY, id));
     },
-    async list({ project, after, limit, admit }) {
+    /** Newest first, after `after`, the entries `admit` lets through, at most `limit`, and the position after them when more remain. */
+    async list({ project, after, limit, admit }: ListQuery): Promise<{ items: DeployEntry[]; next: HistoryPosition | null }> {
       const index = project !== undefined ? deployHistoryProjectKey(project) : DEPLOY_HISTORY_ALL_KEY;
       const items: DeployEntry[] = [];
       let offset = 0;
@@ -156,7 +130,8 @@ export function createDeployHistory(redis: Redis, keep: number): DeployHistory {
         }
       }
     },
-    async refs(project) {
+    /** Each ref's current (last succeeded) and running deploy of the project. */
+    async refs(project: string): Promise<Map<string, { current?: DeployEntry; running?: DeployEntry }>> {
       const all = await redis.hgetall(deployRefsKey(project));
       const out = new Map<string, { current?: DeployEntry; running?: DeployEntry }>();
       for (const [field, raw] of Object.entries(all)) {
@@ -171,8 +146,6 @@ export function createDeployHistory(redis: Redis, keep: number): DeployHistory {
     },
   };
 }
-
-// --- the view ---------------------------------------------------------------------------
 
 const iso = (ms: number | null | undefined): string | null => (typeof ms === 'number' ? new Date(ms).toISOString() : null);
 

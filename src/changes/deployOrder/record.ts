@@ -6,12 +6,8 @@ import { deployOrigin, type DeployState } from './history.js';
 import { concurrencyGroup } from './store.js';
 
 /**
- * The API's steps of a deploy in its history (src/changes/deployOrder/history.ts), written where it
- * already writes: after the add of a CI deploy, a replay, a retry or the last approval (queued,
- * held), with an approval record (pending_approval), with a rejection. A push (origin webhook) that
- * goes to the queue is left to the worker: its path adds no round trip; one that waits for approval
- * is recorded with its approval record, a path that writes to Redis anyway. The history is a record, not the change: a write
- * that fails is logged, never answered as the change's error.
+ * The API's steps of a deploy in its history, where it writes anyway: after an add, with an approval record, with a
+ * rejection; a queued push is the worker's. The history is a record, not the change: a failed write is only logged.
  */
 export async function recordDeployStep(
   g: Pick<Pipeline, 'deployHistory' | 'inventory' | 'logger'>,

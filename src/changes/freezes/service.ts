@@ -10,12 +10,8 @@ import type { Pipeline } from '../deps.js';
 import { redisCall } from '../../domain/redisOps.js';
 
 /**
- * Freezes (POST/GET/DELETE /ops/freezes): an operator stops changes to everything, a namespace or a
- * project until an end time, with a reason. While one is in force a restart it covers is refused
- * (409, unless overridden) and a deploy it covers is held (src/domain/deploy.ts). Lifting it
- * (DELETE) promotes the delayed jobs it held (BullMQ's Job#promote): each runs as soon as a
- * worker is free, and the worker checks the gate again, so a deploy still covered by another
- * freeze, or outside its windows, is held again.
+ * Freezes (/ops/freezes): a restart one covers is refused, a deploy held. Lifting one promotes the delayed jobs it
+ * held; the worker checks the gate again, so a deploy another freeze or its windows still cover is held again.
  */
 const MAX_FREEZE_SECONDS = 30 * 86400;
 
@@ -102,20 +98,15 @@ export function holdView(h: Hold): HoldView {
   };
 }
 
-function inventoryNamespaces(g: Pipeline): Set<string> {
-  return new Set([
-    ...Object.values(g.inventory.hosts).map((h) => h.namespace),
-    ...Object.values(g.inventory.projects).map((p) => p.namespace),
-  ]);
-}
-
 export async function declareFreeze(g: Pipeline, body: FreezeBody, by: string): Promise<FreezeView> {
   const now = g.now();
   // Every refusal here is a body field that does not fit the others or the inventory.
   const invalid = (detail: string) => new UnprocessableError(detail, 'invalid_body');
   if (body.scope === 'namespace') {
     if (!body.namespace) throw invalid('scope namespace needs namespace');
-    if (!inventoryNamespaces(g).has(body.namespace)) throw invalid(`namespace ${body.namespace} is not a namespace of the inventory`);
+    const entries = [...Object.values(g.inventory.hosts), ...Object.values(g.inventory.projects)];
+    if (!entries.some((e) => e.namespace === body.namespace))
+      throw invalid(`namespace ${body.namespace} is not a namespace of the inventory`);
   } else if (body.namespace !== undefined) throw invalid(`namespace is only for scope namespace`);
   if (body.scope === 'project') {
     if (!body.project) throw invalid('scope project needs project');
@@ -125,12 +116,12 @@ export async function declareFreeze(g: Pipeline, body: FreezeBody, by: string): 
   const startsAt = body.starts_at !== undefined ? Date.parse(body.starts_at) : now;
   if (startsAt < now - 60_000) throw invalid('starts_at is in the past');
   if ((body.ends_at === undefined) === (body.duration === undefined)) throw invalid('give exactly one of ends_at or duration');
-  let endsAt: number;
+  let endsAt = Date.parse(body.ends_at ?? '');
   if (body.duration !== undefined) {
     const s = parseDuration(body.duration);
     if (s === undefined) throw invalid('duration must be a duration such as 90m, 2h or 3d');
     endsAt = startsAt + s * 1000;
-  } else endsAt = Date.parse(body.ends_at!);
+  }
   if (endsAt <= Math.max(now, startsAt)) throw invalid('the freeze must end after it starts and after now');
   if (endsAt - now > MAX_FREEZE_SECONDS * 1000) throw invalid(`a freeze may last at most ${MAX_FREEZE_SECONDS / 86400} days from now`);
 
@@ -164,7 +155,7 @@ export async function getFreeze(g: Pipeline, id: string): Promise<FreezeView> {
 }
 
 /** Lifts a freeze and promotes what it held. */
-export async function liftFreeze(g: Pipeline, id: string): Promise<{ lifted: true; freeze: FreezeView; released: string[] }> {
+export async function liftFreeze(g: Pipeline, id: string): Promise<z.infer<typeof liftAnswerSchema>> {
   const now = g.now();
   const f = await redisCall(() => g.freezes.remove(id, now), g.redis);
   if (!f) throw new NotFoundError('freeze not found (or already ended)', 'freeze_not_found');

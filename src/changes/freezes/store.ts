@@ -5,27 +5,17 @@ import type { Logger } from '../../shared/logger.js';
 import { storedJson } from '../../shared/redis.js';
 
 /**
- * Change freezes, declared by operators (POST /ops/freezes) and kept in one Redis hash shared by
- * every API replica and the worker. A freeze covers every change (`all`), the changes of one
- * namespace (restarts of its hosts' Deployments, deploys of projects whose Jobs run there) or the
- * deploys of one project, from `starts_at` (default: when it is declared) until `ends_at`.
- * Freezes past their end are dropped when next read.
- *
- * Every change is published on FREEZES_CHANNEL with the write (one MULTI), so each API process can
- * keep the freezes in memory (watchFreezes) and a push or a restart costs no Redis round trip for
- * them. A process learns of another's change a moment later; a change it misses in that moment is
- * caught by the worker, which reads the freezes afresh when it takes a job (worker/report.ts).
+ * Change freezes, in one Redis hash; those past their end are dropped when next read. Every change is published on
+ * FREEZES_CHANNEL in the same MULTI, so each API process keeps them in memory (watchFreezes) at no round trip per
+ * request; a change it misses for a moment is caught by the worker, which reads them afresh per job.
  */
 export const FREEZE_SCOPES = ['all', 'namespace', 'project'] as const;
-type FreezeScope = (typeof FREEZE_SCOPES)[number];
 const FREEZE_ID = /^frz-[0-9a-f]{16}$/;
 
 export interface Freeze {
   id: string;
-  scope: FreezeScope;
-  /** scope namespace */
+  scope: (typeof FREEZE_SCOPES)[number];
   namespace?: string;
-  /** scope project */
   project?: string;
   reason: string;
   created_by: string;
@@ -34,7 +24,6 @@ export interface Freeze {
   ends_at: number;
 }
 
-/** What a freeze can cover. */
 export interface FreezeTarget {
   namespace: string;
   /** A deploy's project; absent for a restart. */
@@ -54,23 +43,17 @@ export function describeScope(f: Pick<Freeze, 'scope' | 'namespace' | 'project'>
 
 export const newFreezeId = (): string => `frz-${randomBytes(8).toString('hex')}`;
 
-export interface FreezeStore {
-  create(f: Freeze): Promise<void>;
-  /** Every freeze not yet ended (those that start later included), soonest end first. */
-  list(now: number): Promise<Freeze[]>;
-  get(id: string, now: number): Promise<Freeze | undefined>;
-  /** Removes it; answers the freeze that was removed, or undefined when there was none (or it had ended). */
-  remove(id: string, now: number): Promise<Freeze | undefined>;
-}
+export type FreezeStore = ReturnType<typeof createFreezeStore>;
 
 const parse = storedJson<Freeze>;
 
-export function createFreezeStore(redis: Redis): FreezeStore {
+export function createFreezeStore(redis: Redis) {
   return {
-    async create(f) {
+    async create(f: Freeze): Promise<void> {
       await redis.multi().hset(FREEZES_KEY, f.id, JSON.stringify(f)).publish(FREEZES_CHANNEL, f.id).exec();
     },
-    async list(now) {
+    /** Every freeze not yet ended (those that start later included), soonest end first. */
+    async list(now: number): Promise<Freeze[]> {
       const all = await redis.hgetall(FREEZES_KEY);
       const out: Freeze[] = [];
       const ended: string[] = [];
@@ -83,12 +66,13 @@ export function createFreezeStore(redis: Redis): FreezeStore {
       if (ended.length > 0) await redis.hdel(FREEZES_KEY, ...ended).catch(() => undefined);
       return out.sort((a, b) => a.ends_at - b.ends_at || a.id.localeCompare(b.id));
     },
-    async get(id, now) {
+    async get(id: string, now: number): Promise<Freeze | undefined> {
       if (!FREEZE_ID.test(id)) return undefined;
       const f = parse(await redis.hget(FREEZES_KEY, id));
       return f && f.ends_at > now ? f : undefined;
     },
-    async remove(id, now) {
+    /** Removes it; answers the freeze that was removed, or undefined when there was none (or it had ended). */
+    async remove(id: string, now: number): Promise<Freeze | undefined> {
       if (!FREEZE_ID.test(id)) return undefined;
       const f = parse(await redis.hget(FREEZES_KEY, id));
       // HDEL answers 1 to one caller only: two operators lifting the same freeze release its holds once.
@@ -100,21 +84,12 @@ export function createFreezeStore(redis: Redis): FreezeStore {
 }
 
 /**
- * The freezes kept in memory by an API process: loaded at start, reloaded whenever FREEZES_CHANNEL
- * says they changed (and after every reconnection of the subscriber, which may have missed a
- * message), read from Redis only while the subscription is not live. Changes made through the API
- * are published; one made by hand in Redis is seen at the next change or reconnection (or publish
- * on FREEZES_CHANNEL).
+ * An API process's freezes in memory: reloaded on each FREEZES_CHANNEL message and after each reconnection (which
+ * may have missed one), read from Redis while the subscription is not live. A hand edit in Redis is seen at the next.
  */
-export interface FreezeWatch {
-  /** The freezes not yet ended at `now`. */
-  list(now: number): Promise<Freeze[]>;
-  /** They changed (this process changed them; the message comes a moment later): reload now. Resolves once reloaded. */
-  changed(): Promise<void>;
-  close(): Promise<void>;
-}
+export type FreezeWatch = ReturnType<typeof watchFreezes>;
 
-export function watchFreezes(deps: { store: FreezeStore; subscriber: Redis; logger?: Logger }): FreezeWatch {
+export function watchFreezes(deps: { store: FreezeStore; subscriber: Redis; logger?: Logger }) {
   const { store, subscriber, logger } = deps;
   let cached: Freeze[] | undefined;
   let live = false;
@@ -162,16 +137,15 @@ export function watchFreezes(deps: { store: FreezeStore; subscriber: Redis; logg
     .catch((err: unknown) => logger?.warn('could not subscribe to the freezes channel; reading them per request', { err }));
 
   return {
-    async list(now) {
+    async list(now: number): Promise<Freeze[]> {
       // A reload in flight was asked for by a change: its answer is the one to use.
       if (inflight) await inflight;
       if (live && cached) return cached.filter((f) => f.ends_at > now);
       return store.list(now);
     },
-    changed() {
-      return reload();
-    },
-    async close() {
+    /** They changed (this process changed them; the message comes a moment later): reload now. Resolves once reloaded. */
+    changed: reload,
+    async close(): Promise<void> {
       live = false;
       subscriber.off('message', onMessage);
       subscriber.off('ready', onReady);

@@ -1,8 +1,6 @@
 import type { ApprovalPolicy } from '../../shared/policy.js';
 import type { ApprovedBy, Change, Override } from '../types.js';
 
-/** What every kind's job carries of the change besides its target: who asked, and what let it through. */
-
 /** Who asked, as the job carries it (the Event and the report name the owner and the credential id). */
 export function requesterFieldsOf(c: Change) {
   return {
@@ -27,6 +25,6 @@ export function stricter(policy: ApprovalPolicy | undefined, asked: ApprovalPoli
   return asked.required > policy.required ? asked : policy;
 }
 
-/** An override without the reasons it covers covers nothing: the gate fails closed. */
-export const overrideOf = (o: { by: string; owner?: string; reason: string; covers?: string[] } | undefined): Override | undefined =>
-  o ? { by: o.by, owner: o.owner ?? o.by, reason: o.reason, covers: o.covers ?? [] } : undefined;
+/** A job's or an approval record's override, as a field. One without the reasons it covers covers nothing: the gate fails closed. */
+export const overrideField = (o: { by: string; owner?: string; reason: string; covers?: string[] } | undefined): { override?: Override } =>
+  o ? { override: { by: o.by, owner: o.owner ?? o.by, reason: o.reason, covers: o.covers ?? [] } } : {};

@@ -8,14 +8,12 @@ import { approvalVerdict, approvalVerdictSchema, gateView, gateViewSchema, kuber
 import { concurrencyGroup } from '../deployOrder/store.js';
 import { describeReasons, gate } from '../gate.js';
 import type { Decision, DeployTarget } from '../types.js';
-import { approvalFieldsOf, overrideOf, requesterFieldsOf } from './common.js';
+import { approvalFieldsOf, overrideField, requesterFieldsOf } from './common.js';
 import type { ChangeKind } from './types.js';
 
 /**
- * A deploy of a project's ref (a push from a sender, its replay, a CI job's POST /ops/deploys, an
- * approval, a retry, a rollback: src/changes/rollback.ts): one job per push event within its dedup
- * window, through the intake; a closed gate holds it (a delayed job due when the gate is expected to
- * open) unless a person's override of a rollback covers it.
+ * A deploy of a project's ref: one job per push event within its dedup window, through the intake; a closed gate
+ * holds it unless a person's override of a rollback covers it.
  */
 type DeployApproval = Extract<ApprovalChange, { kind: 'deploy' }>;
 
@@ -39,7 +37,6 @@ export const deployDryRunSchema = z.object({
 });
 export type DeployDryRun = z.infer<typeof deployDryRunSchema>;
 
-/** What a deploy's dry run says it would do. */
 function dryRunWould(decision: Decision): Pick<DeployDryRun, 'would' | 'detail'> {
   switch (decision.kind) {
     case 'join':
@@ -63,12 +60,10 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
   job: JOB.runDeployPipeline,
   closedGate: 'hold',
   carry: 'intake',
-
   describe: (t) => `deploy of ${t.project} ${t.ref}`,
   reportFields: (t) => ({ change: 'deploy', project: t.project, ref: t.ref, namespace: t.namespace }),
   reportWhat: (d) => `deploy of ${d.project ?? '?'} ${d.ref ?? ''}`.trim(),
   scopeTarget: (t) => ({ kind: 'project', project: t.project, namespace: t.namespace }),
-
   policyFacts(inventory, freezes, change, now) {
     const t = change.target;
     const policy = projectPolicy(inventory, t.project);
@@ -77,7 +72,6 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
       ...(policy.approval ? { approval: policy.approval } : {}),
     };
   },
-
   async readFacts(g, change, facts, _now, peek) {
     const t = change.target;
     // An event already let through (approved before, or queued before the policy) is a duplicate of
@@ -92,10 +86,8 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
       if (by !== undefined) facts.supersededBy = by;
     }
   },
-
   // A project the inventory lacks has nothing to order: its handler fails it at once.
   turnGroup: (inventory, t) => (findProject(inventory, t.project) ? concurrencyGroup(inventory, t.project, t.ref) : undefined),
-
   jobData(c, approved) {
     const t = c.target;
     return {
@@ -112,9 +104,8 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
       ...requesterFieldsOf(c),
     };
   },
-
   fromJob: (inventory, d) => ({
-    ...(d.override ? { override: overrideOf(d.override)! } : {}),
+    ...overrideField(d.override),
     target: {
       kind: 'deploy',
       project: d.project,
@@ -126,9 +117,7 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
     },
     ...(d.reason ? { reason: d.reason } : {}),
   }),
-
   approvalIdentity: (t) => `deploy:${t.eventId ?? `${t.project}:${t.ref}:${t.sha ?? ''}`}`,
-
   toApproval(c) {
     const t = c.target;
     return {
@@ -144,11 +133,10 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
       ...(c.override ? { override: c.override } : {}),
     };
   },
-
   fromApproval(a) {
     const c = a as DeployApproval;
     return {
-      ...(c.override ? { override: overrideOf(c.override)! } : {}),
+      ...overrideField(c.override),
       target: {
         kind: 'deploy',
         project: c.project,
@@ -162,12 +150,10 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
       },
     };
   },
-
   approvalView(a) {
     const c = a as DeployApproval;
     return { host: null, service: null, project: c.project, ref: c.ref, override: c.override };
   },
-
   dryRun: {
     schema: deployDryRunSchema,
     data: (c) => ({
@@ -195,7 +181,6 @@ export const deployKind: ChangeKind<DeployTarget, RunDeployPipelineData> = {
       kubernetes,
     }),
   },
-
   intake: (t) => ({
     ...(t.source !== undefined ? { source: t.source } : {}),
     ...(t.eventId !== undefined ? { eventId: t.eventId } : {}),

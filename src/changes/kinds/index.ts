@@ -8,12 +8,7 @@ import type { AnyKind } from './types.js';
 
 export type { AnyKind, ChangeKind, DryRunAsk } from './types.js';
 
-/**
- * The registry of kinds of change: restart and deploy. The pipeline looks a change's kind up here
- * (by its target's `kind`, an approval record's `change.kind`, or its job's name) and asks it
- * everything that differs between kinds; nothing outside src/changes/kinds/ compares kinds.
- * `registerKind` adds one (a test's third kind: test/unit/changes/kinds.test.ts).
- */
+/** The registry of kinds of change, by name and by job (`registerKind` adds one: a test's third kind). */
 const byName = new Map<string, AnyKind>();
 const byJob = new Map<string, AnyKind>();
 
@@ -41,17 +36,14 @@ export function kindOf(name: string): AnyKind {
   return k;
 }
 
-/** The kind a change's target is. */
 export const kindOfTarget = (t: AnyTarget): AnyKind => kindOf(t.kind);
 export const kindOfChange = (c: Pick<Change, 'target'>): AnyKind => kindOf(c.target.kind);
 
 /** The kind whose job this is; undefined for a job that carries no change (a notification, a dry run). */
 export const kindOfJob = (name: string): AnyKind | undefined => byJob.get(name);
 
-/** Every kind registered, in registration order. */
 export const kinds = (): AnyKind[] => [...byName.values()];
 
-/** The kind of an approval record's change. */
 export const kindOfApproval = (c: ApprovalChange): AnyKind => kindOf(c.kind);
 
 /** Whether an approval record stands for the same target as a change (an Idempotency-Key reused for another target). */
@@ -59,5 +51,3 @@ export function sameTarget(a: ApprovalChange, t: AnyTarget): boolean {
   const k = kindOfApproval(a);
   return JSON.stringify(k.reportFields(k.fromApproval(a).target)) === JSON.stringify(kindOfTarget(t).reportFields(t));
 }
-
-export { restartKind, deployKind };

@@ -11,14 +11,12 @@ import type { Freeze } from '../freezes/store.js';
 import { describeReasons, gate } from '../gate.js';
 import { coalesceId, describeBudget } from '../deps.js';
 import type { Decision, Facts, RestartTarget } from '../types.js';
-import { approvalFieldsOf, overrideOf, requesterFieldsOf, stricter } from './common.js';
+import { approvalFieldsOf, overrideField, requesterFieldsOf, stricter } from './common.js';
 import type { ChangeKind } from './types.js';
 
 /**
- * A restart of an inventory host's Deployment (POST /ops/restart, an approval, a remediation, a
- * retry): it answers something happening now, so a closed gate refuses it; one restart of a
- * Deployment waits or rolls out at a time (a second request joins it), and it draws on the
- * namespace's restart budget (a remediation's on its rule's and its namespace's too).
+ * A restart of a host's Deployment: it answers something happening now, so a closed gate refuses it; one per
+ * Deployment waits or rolls out at a time (a second request joins it); it draws on restart budgets.
  */
 type RestartApproval = Extract<ApprovalChange, { kind: 'restart' }>;
 
@@ -52,18 +50,6 @@ export const restartDryRunSchema = z.object({
 });
 export type RestartDryRun = z.infer<typeof restartDryRunSchema>;
 
-const WOULD: Record<Decision['kind'], RestartDryRun['would']> = {
-  refuse: 'refuse',
-  pending_approval: 'pending_approval',
-  join: 'join',
-  over_budget: 'over_budget',
-  queue: 'queue',
-  hold: 'refuse',
-  // A kind without an order (no turnGroup) is never superseded.
-  superseded: 'refuse',
-};
-
-/** What a restart's dry run says it would do. */
 function dryRunDetail(decision: Decision): string {
   switch (decision.kind) {
     case 'refuse':
@@ -101,14 +87,12 @@ export const restartKind: ChangeKind<RestartTarget, RestartServiceData> = {
   job: JOB.restartService,
   closedGate: 'refuse',
   carry: 'coalesced',
-
   describe: (t) => `restart of Deployment ${t.namespace}/${t.service}`,
   reportFields: (t) => ({ change: 'restart', host: t.host, service: t.service, namespace: t.namespace }),
   reportWhat: (d) => `restart of Deployment ${d.namespace}/${d.service ?? '?'} (host ${d.host ?? '?'})`,
   reportObject: (d) =>
     d.service && d.namespace ? { apiVersion: 'apps/v1', kind: 'Deployment', name: d.service, namespace: d.namespace } : undefined,
   scopeTarget: (t) => ({ kind: 'host', host: t.host, namespace: t.namespace }),
-
   policyFacts(inventory: Inventory, freezes: readonly Freeze[], change, now, asked?: ApprovalPolicy) {
     const t = change.target;
     const policy = hostPolicy(inventory, t.host);
@@ -120,7 +104,6 @@ export const restartKind: ChangeKind<RestartTarget, RestartServiceData> = {
       ...(budgets.length > 0 ? { budgets } : {}),
     };
   },
-
   async readFacts(g, change, facts, now, peek) {
     const t = change.target;
     const asksApproval = facts.approval !== undefined && change.origin !== 'approval' && change.origin !== 'wake';
@@ -133,7 +116,6 @@ export const restartKind: ChangeKind<RestartTarget, RestartServiceData> = {
       facts.budgetUse = await redisCall(() => g.budgets.peek(b, now), g.redis);
     }
   },
-
   jobData: (c, approved) => ({
     host: c.target.host,
     service: c.target.service,
@@ -141,18 +123,12 @@ export const restartKind: ChangeKind<RestartTarget, RestartServiceData> = {
     ...(c.override ? { override: c.override } : {}),
     ...requesterFieldsOf(c),
   }),
-
-  fromJob(inventory, d) {
-    const override = overrideOf(d.override);
-    return {
-      target: { kind: 'restart', host: d.host, service: d.service, namespace: findHost(inventory, d.host)?.namespace ?? '' },
-      ...(d.reason ? { reason: d.reason } : {}),
-      ...(override ? { override } : {}),
-    };
-  },
-
+  fromJob: (inventory, d) => ({
+    target: { kind: 'restart', host: d.host, service: d.service, namespace: findHost(inventory, d.host)?.namespace ?? '' },
+    ...(d.reason ? { reason: d.reason } : {}),
+    ...overrideField(d.override),
+  }),
   approvalIdentity: (t) => coalesceId(t.namespace, t.service),
-
   toApproval: (c) => ({
     kind: 'restart',
     host: c.target.host,
@@ -160,21 +136,14 @@ export const restartKind: ChangeKind<RestartTarget, RestartServiceData> = {
     namespace: c.target.namespace,
     ...(c.override ? { override: c.override } : {}),
   }),
-
   fromApproval(a) {
     const c = a as RestartApproval;
-    const override = overrideOf(c.override);
-    return {
-      target: { kind: 'restart', host: c.host, service: c.service, namespace: c.namespace },
-      ...(override ? { override } : {}),
-    };
+    return { target: { kind: 'restart', host: c.host, service: c.service, namespace: c.namespace }, ...overrideField(c.override) };
   },
-
   approvalView(a) {
     const c = a as RestartApproval;
     return { host: c.host, service: c.service, project: null, ref: null, override: c.override };
   },
-
   dryRun: {
     schema: restartDryRunSchema,
     data: (c) => ({
@@ -190,7 +159,8 @@ export const restartKind: ChangeKind<RestartTarget, RestartServiceData> = {
       host: change.target.host,
       service: change.target.service,
       namespace: change.target.namespace,
-      would: WOULD[decision.kind],
+      // A kind without an order (no turnGroup) is never superseded.
+      would: decision.kind === 'hold' || decision.kind === 'superseded' ? 'refuse' : decision.kind,
       detail: dryRunDetail(decision),
       verdicts: {
         gate: gateView(facts.gate, override),
@@ -201,7 +171,6 @@ export const restartKind: ChangeKind<RestartTarget, RestartServiceData> = {
       kubernetes,
     }),
   },
-
   coalesceId: (t) => coalesceId(t.namespace, t.service),
   // A retried restart is a new restart: the old job's restartedAt would make its patch a no-op.
   retryClears: (jobId) => [restartedAtKey(jobId)],
