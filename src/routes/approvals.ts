@@ -1,4 +1,4 @@
-import { invalidInput, parseQuery } from './invalid.js';
+import { parseBody, parseQuery } from './invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import { kindOfApproval } from '../changes/kinds/index.js';
@@ -10,7 +10,7 @@ import type { Pipeline } from '../changes/deps.js';
 import type { ConfirmChange } from '../domain/replication.js';
 import { redisCall } from '../domain/redisOps.js';
 import { keyChecks, type KeyedDeps } from '../middleware/auth.js';
-import { parseJson, rawBody } from '../middleware/body.js';
+import { rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { requireInScope, scopeOf } from '../middleware/scope.js';
 import type { ApiConfig } from '../api/config.js';
@@ -69,12 +69,11 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
     r.route(`/ops/approvals/:id/${action}`)
       .post(operatorKey, ...rawBody(deps.config.BODY_LIMIT), async (req, res) => {
         const id = String(req.params.id);
-        const body = decisionBodySchema.safeParse(parseJson(req.body as Buffer));
-        if (!body.success) throw invalidInput(body.error, 'body field');
-        if (action === 'reject' && body.data.override !== undefined) {
+        const body = parseBody(req, decisionBodySchema);
+        if (action === 'reject' && body.override !== undefined) {
           throw new UnprocessableError('override applies to approve only', 'invalid_body');
         }
-        res.locals.auditFields = { approval_id: id, decision: action, reason: body.data.reason };
+        res.locals.auditFields = { approval_id: id, decision: action, reason: body.reason };
         // A scoped key decides only changes its scope admits (read first only for such a key).
         if (scopeOf(res)) {
           const c = (await redisCall(() => deps.approvals.get(id), deps.redis))?.change;
@@ -87,17 +86,17 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
           id,
           action,
           by: principalOf(res),
-          reason: body.data.reason,
-          ...(body.data.override ? { override: true } : {}),
+          reason: body.reason,
+          ...(body.override ? { override: true } : {}),
           auditId: res.locals.requestId,
         };
         const audit = (out: DecisionAnswer) => ({
           approval_id: id,
           decision: action,
-          reason: body.data.reason,
+          reason: body.reason,
           status: out.status,
           ...(out.job_id ? { job_id: out.job_id } : {}),
-          ...(body.data.override ? { override: true } : {}),
+          ...(body.override ? { override: true } : {}),
         });
         let out: DecisionAnswer;
         if (action === 'approve') {

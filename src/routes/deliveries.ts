@@ -1,4 +1,4 @@
-import { invalidInput, parseQuery } from './invalid.js';
+import { parseBody, parseQuery } from './invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import { DELIVERY_ID, VERDICTS, deliveryViewSchema, type DeliveryLog } from '../domain/deliveries.js';
@@ -14,7 +14,7 @@ import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js'
 import { keyChecks, type KeyedDeps } from '../middleware/auth.js';
 import { requireInScope } from '../middleware/scope.js';
 import { projectNamespace } from '../changes/deps.js';
-import { parseJson, rawBody } from '../middleware/body.js';
+import { rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { ApiConfig } from '../api/config.js';
 import { ConflictError, NotFoundError, UnprocessableError } from '../shared/errors.js';
@@ -30,26 +30,21 @@ export function guardFields(out: IntakeResult): Record<string, string> {
 }
 
 /**
- * Why didn't my push deploy?
- * - GET /ops/deliveries?source=&verdict=&limit=&cursor= (any valid key): the senders' last
- *   deliveries with their verdicts, newest first, paged with limit and cursor (src/routes/paging.ts;
- *   `before`, with the `next` of the answer, still works);
- * - GET /ops/deliveries/:id (any valid key): one of them;
- * - POST /ops/deliveries/:id/replay (operator key, body {reason}): submits a recorded push event
- *   again through the same intake and deduplication (a duplicate answers with the job that stands
- *   for it), past the signed senders' commit-pair rule (a push ignored as queued before deploys);
- *   audited with the principal and the reason, and recorded as a delivery of its own.
- *   Queued, held or a duplicate: 200; waiting for approval: 202 (nothing queued yet), as a restart.
+ * Why didn't my push deploy? GET /ops/deliveries (paged, newest first; `before` still works) and
+ * GET /ops/deliveries/:id for any valid key. POST /ops/deliveries/:id/replay (operator key, body
+ * {reason}) submits a recorded push event again through the same intake and deduplication, past the
+ * signed senders' commit-pair rule; it is audited and recorded as a delivery of its own, and answers
+ * 200 (queued, held, duplicate) or 202 (waiting for approval), as a restart.
  */
 interface DeliveriesDeps extends KeyedDeps, Pick<Pipeline, 'inventory'> {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
   deliveries: DeliveryLog;
   intake: Pick<Intake, 'push'>;
   logger: Logger;
+  /** REDIS_MIN_REPLICAS_ACK (src/domain/replication.ts); absent = off. */
   replicated?: ConfirmReplicated;
-  /** REDIS_MIN_REPLICAS_ACK for a push that asks for an approval (src/domain/replication.ts); absent = off. */
   changed?: ConfirmChange;
-  /** The change pipeline's dependencies (src/changes/deps.ts): a replayed push is a change like a delivered one. */
+  /** A replayed push is a change like a delivered one. */
   pipeline: Pipeline;
 }
 
@@ -138,9 +133,9 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
   r.route('/ops/deliveries/:id/replay')
     .post(operatorKey, ...rawBody(deps.config.BODY_LIMIT), async (req, res) => {
       const id = String(req.params.id);
-      const body = replayBodySchema.safeParse(parseJson(req.body as Buffer));
-      if (!body.success) throw invalidInput(body.error, 'body field');
-      res.locals.auditFields = { delivery: id, replay_reason: body.data.reason };
+      const body = parseBody(req, replayBodySchema);
+      const audit = { delivery: id, replay_reason: body.reason };
+      res.locals.auditFields = audit;
       const view = await deps.deliveries.get(id);
       if (!view) throw new NotFoundError('delivery not found', 'delivery_not_found');
       const source = SOURCES.find((s) => s.name === view.source);
@@ -151,22 +146,25 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
         );
       }
       const requester = principalOf(res);
-      const principal = requester.principal;
       const e = view.event;
       requireInScope(res, { kind: 'project', project: e.project, namespace: projectNamespace(deps.inventory, e.project) });
-      const request = {
-        source: view.source,
+      // A signed sender's commit pair: the replay deploys it and the pair names the replay's job.
+      const push = {
         project: e.project,
         ref: e.ref,
         sha: e.sha,
         eventId: e.event_id,
+        ...(e.before !== undefined ? { before: e.before } : {}),
+      };
+      const deliveryId = view.delivery_id ? { deliveryId: view.delivery_id } : {};
+      const request = {
+        source: view.source,
+        ...push,
         auditId: res.locals.requestId,
         requester,
-        reason: body.data.reason,
+        reason: body.reason,
         origin: 'replay' as const,
-        // A signed sender's commit pair: the replay deploys it and the pair names the replay's job.
-        ...(e.before !== undefined ? { before: e.before } : {}),
-        ...(view.delivery_id ? { deliveryId: view.delivery_id } : {}),
+        ...deliveryId,
         // A replay is the delivery again: its place in its group's order is its job's acceptance (the
         // delivery's answer is logged a moment after it; a newer push may fall in between).
         accepted: {
@@ -175,14 +173,9 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
         },
       };
       // dry_run as on POST /ops/restart (the query), or in the body.
-      if (dryRunQuery(req.query) || body.data.dry_run) {
-        const answer = await dryRunDeploy(
-          deps.pipeline,
-          pushChange(deps.pipeline, request) as Change & {
-            target: DeployTarget;
-          },
-        );
-        res.locals.auditFields = { delivery: id, replay_reason: body.data.reason, dry_run: true, would: answer.would };
+      if (dryRunQuery(req.query) || body.dry_run) {
+        const answer = await dryRunDeploy(deps.pipeline, pushChange(deps.pipeline, request) as Change & { target: DeployTarget });
+        res.locals.auditFields = { ...audit, dry_run: true, would: answer.would };
         res.json(answer);
         return;
       }
@@ -191,16 +184,15 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
         source: view.source,
         verdict: out.accepted ? 'queued' : 'duplicate',
         status: out.approval ? 202 : 200,
-        detail: `replay by ${principal}: ${body.data.reason}`,
+        detail: `replay by ${requester.principal}: ${body.reason}`,
         jobId: out.jobId,
-        push: { project: e.project, ref: e.ref, sha: e.sha, eventId: e.event_id, ...(e.before !== undefined ? { before: e.before } : {}) },
+        push,
         replayOf: id,
-        ...(view.delivery_id ? { deliveryId: view.delivery_id } : {}),
+        ...deliveryId,
         ...(typeof res.locals.requestId === 'string' ? { requestId: res.locals.requestId } : {}),
       });
       res.locals.auditFields = {
-        delivery: id,
-        replay_reason: body.data.reason,
+        ...audit,
         job_id: out.jobId,
         event_id: e.event_id,
         outcome: out.accepted ? 'accepted' : 'duplicate',

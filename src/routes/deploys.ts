@@ -1,13 +1,13 @@
 import { Router, type Request, type Response } from 'express';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
-import { submitCiDeploy } from '../changes/ciDeploy.js';
+import { submitCiDeploy, type CiDeployAnswer } from '../changes/ciDeploy.js';
 import { submitRollback } from '../changes/rollback.js';
-import { handChange } from '../changes/hand.js';
+import { handChange, type Handed } from '../changes/hand.js';
 import type { Pipeline } from '../changes/deps.js';
-import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
+import type { ConfirmChange, ConfirmReplicated, Written } from '../domain/replication.js';
 import { keyChecks, type KeyedDeps, requireOidcOrOperatorKey } from '../middleware/auth.js';
-import { parseJson, rawBody } from '../middleware/body.js';
+import { rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { OidcCaller, OidcVerifier } from '../middleware/oidc.js';
 import { requireInScope } from '../middleware/scope.js';
@@ -17,20 +17,16 @@ import { findProject, type Inventory } from '../shared/inventory.js';
 import type { Logger } from '../shared/logger.js';
 import { principalOf } from './principal.js';
 import { idempotencyKeyOf } from './restartQuery.js';
+import { parseBody } from './invalid.js';
 import { getDeploy, getProject, listDeploys } from './deployHistory.js';
 
 /**
- * POST /ops/deploys: a deploy of one commit asked for by CI (origin `ci`, src/changes/ciDeploy.ts).
- * Callers: an OIDC identity (OPS_OIDC_FILE) or an operator key, never the shared bearer token.
- * The body `{project, ref, sha}` may leave out what the caller's OIDC rule binds from the token's
- * claims (a GitHub or GitLab token names its repository, ref and commit); a body that says
- * otherwise is refused (403 `deploy_not_bound_to_token`). An operator key names all three. The
- * credential's scope must admit the project.
- * POST /ops/deploys/rollback: a deploy of the commit of an earlier succeeded deploy
- * (src/changes/rollback.ts), for an operator key or an OIDC rule with role operator; the
- * credential's scope must admit the project.
- * GET /ops/deploys, /ops/deploys/{id}, /ops/projects/{project}: the history of deploys, for any
- * valid key (src/routes/deployHistory.ts).
+ * - POST /ops/deploys: CI's deploy of one commit (src/changes/ciDeploy.ts), for an OIDC identity or
+ *   an operator key, never the shared bearer token. The body may leave out what the caller's OIDC
+ *   rule binds from the token's claims; a body that says otherwise is refused (403).
+ * - POST /ops/deploys/rollback: a deploy of an earlier succeeded deploy's commit (src/changes/rollback.ts).
+ * - GET /ops/deploys, /ops/deploys/{id}, /ops/projects/{project}: src/routes/deployHistory.ts.
+ * The credential's scope must admit the project.
  */
 export interface DeploysDeps extends KeyedDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'OPS_BEARER_TOKEN' | 'BODY_LIMIT'>;
@@ -44,7 +40,7 @@ export interface DeploysDeps extends KeyedDeps {
 }
 
 /** A full commit id: 40 hex digits (SHA-1) or 64 (SHA-256), lower case. */
-export const FULL_COMMIT = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/;
+const FULL_COMMIT = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/;
 
 export const deployBodySchema = z.strictObject({
   project: z.string().min(1).max(255).optional().describe('an inventory project; optional when the OIDC rule binds it'),
@@ -103,40 +99,23 @@ export const rollbackAnswerSchema = deployAnswerSchema.extend({
   event_id: z.string().describe('rollback:<uuid>: its own identity, never a duplicate of a deploy of that commit'),
 });
 
-/** The body parsed by `schema`, empty meaning `{}`: 422 invalid_body naming the first fault. */
-function parseBody<S extends z.ZodType>(req: Request, schema: S): z.infer<S> {
-  const raw = req.body as Buffer;
-  const value = raw.length === 0 ? {} : parseJson(raw);
-  const parsed = schema.safeParse(value);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    const field = issue.path.join('.');
-    throw new UnprocessableError(
-      issue.code === 'unrecognized_keys'
-        ? `invalid body: unknown field ${issue.keys.join(', ')}`
-        : `invalid body field ${field}: ${issue.message}`,
-      'invalid_body',
+/** A body's field that differs from what the caller's OIDC token binds: 403. */
+function refuseUnbound(f: string, given: string | undefined, bound: string | undefined, why = ''): void {
+  if (bound !== undefined && given !== undefined && bound !== given) {
+    throw new ForbiddenError(
+      `the body's ${f} ${JSON.stringify(given)} differs from the ${f} the OIDC token names (${JSON.stringify(bound)})${why}`,
+      'deploy_not_bound_to_token',
     );
   }
-  return parsed.data;
 }
-
-/** The body, empty meaning `{}`: what the token binds may be all there is to say. */
-const bodyOf = (req: Request): z.infer<typeof deployBodySchema> => parseBody(req, deployBodySchema);
 
 /** project, ref and sha: the token's where its rule binds them (a body disagreeing is refused), else the body's. */
 function resolveTarget(body: z.infer<typeof deployBodySchema>, caller: OidcCaller | undefined) {
   const out: { project?: string; ref?: string; sha?: string } = {};
   for (const f of ['project', 'ref', 'sha'] as const) {
     const bound = caller?.binds[f];
-    const given = body[f];
-    if (bound !== undefined && given !== undefined && bound !== given) {
-      throw new ForbiddenError(
-        `the body's ${f} ${JSON.stringify(given)} differs from the ${f} the OIDC token names (${JSON.stringify(bound)}); a CI identity deploys exactly what its token names`,
-        'deploy_not_bound_to_token',
-      );
-    }
-    const v = bound ?? given;
+    refuseUnbound(f, body[f], bound, '; a CI identity deploys exactly what its token names');
+    const v = bound ?? body[f];
     if (v === undefined)
       throw new UnprocessableError(`invalid body field ${f}: required (the caller's token does not name it)`, 'invalid_body');
     out[f] = v;
@@ -147,6 +126,23 @@ function resolveTarget(body: z.infer<typeof deployBodySchema>, caller: OidcCalle
   return out as { project: string; ref: string; sha: string };
 }
 
+/** The audit line's fields of a deploy or a rollback. */
+const deployAudit = (answer: CiDeployAnswer) => ({
+  event_id: answer.event_id,
+  job_id: answer.job_id,
+  outcome: answer.accepted ? 'accepted' : 'duplicate',
+  deploy_status: answer.status,
+  project: answer.project,
+  ref: answer.ref,
+  sha: answer.sha,
+});
+
+/** Only what this call wrote (a duplicate or a repeat wrote nothing). */
+const handed = ({ answer, written }: { answer: CiDeployAnswer; written?: Written | undefined }): Handed =>
+  answer.status === 'pending_approval'
+    ? { wrote: 'approval', approvalId: answer.approval_id!, event: 'requested' }
+    : { wrote: 'job', ...(written ? { written } : {}) };
+
 export function deploysRouter(deps: DeploysDeps): Router {
   const r = Router();
   const auth = requireOidcOrOperatorKey(deps.config.apiKeys, deps.config.OPS_BEARER_TOKEN, deps.metrics, deps.apiKeyPolicy, deps.oidc);
@@ -154,15 +150,18 @@ export function deploysRouter(deps: DeploysDeps): Router {
 
   const { anyKey } = keyChecks(deps);
   const history = { inventory: deps.inventory, redis: deps.redis, history: deps.pipeline.deployHistory };
+  const projectInScope = (res: Response, project: string) => {
+    const entry = findProject(deps.inventory, project);
+    if (entry) requireInScope(res, { kind: 'project', project, namespace: entry.namespace });
+  };
 
   r.route('/ops/deploys')
     .get(anyKey, listDeploys(history))
     .post(auth, ...body, async (req: Request, res: Response) => {
-      const caller = res.locals.oidc as OidcCaller | undefined;
-      const b = bodyOf(req);
-      const target = resolveTarget(b, caller);
-      const entry = findProject(deps.inventory, target.project);
-      if (entry) requireInScope(res, { kind: 'project', project: target.project, namespace: entry.namespace });
+      // Empty meaning `{}`: what the token binds may be all there is to say.
+      const b = parseBody(req, deployBodySchema, {});
+      const target = resolveTarget(b, res.locals.oidc as OidcCaller | undefined);
+      projectInScope(res, target.project);
       const idempotencyKey = idempotencyKeyOf(req.get('idempotency-key'));
       const requester = principalOf(res);
       const { http, answer } = await handChange(deps, res.locals, {
@@ -174,21 +173,8 @@ export function deploysRouter(deps: DeploysDeps): Router {
             ...(idempotencyKey !== undefined ? { idempotencyKey } : {}),
             ...(b.reason ? { reason: b.reason } : {}),
           }),
-        audit: ({ answer }) => ({
-          event_id: answer.event_id,
-          job_id: answer.job_id,
-          outcome: answer.accepted ? 'accepted' : 'duplicate',
-          deploy_status: answer.status,
-          project: answer.project,
-          ref: answer.ref,
-          sha: answer.sha,
-          ...(b.reason ? { reason: b.reason } : {}),
-        }),
-        // Only what this call wrote (a duplicate or a repeat wrote nothing).
-        handed: ({ answer, written }) =>
-          answer.status === 'pending_approval'
-            ? { wrote: 'approval', approvalId: answer.approval_id!, event: 'requested' }
-            : { wrote: 'job', ...(written ? { written } : {}) },
+        audit: ({ answer }) => ({ ...deployAudit(answer), ...(b.reason ? { reason: b.reason } : {}) }),
+        handed,
       });
       res.status(http).json(answer);
     })
@@ -196,20 +182,11 @@ export function deploysRouter(deps: DeploysDeps): Router {
 
   r.route('/ops/deploys/rollback')
     .post(auth, ...body, async (req: Request, res: Response) => {
-      const b = parseBody(req, rollbackBodySchema);
+      const b = parseBody(req, rollbackBodySchema, {});
       // An OIDC rule that binds a project or ref from the token's claims rolls back only that one.
       const binds = (res.locals.oidc as OidcCaller | undefined)?.binds;
-      for (const f of ['project', 'ref'] as const) {
-        const bound = binds?.[f];
-        if (bound !== undefined && bound !== b[f]) {
-          throw new ForbiddenError(
-            `the body's ${f} ${JSON.stringify(b[f])} differs from the ${f} the OIDC token names (${JSON.stringify(bound)})`,
-            'deploy_not_bound_to_token',
-          );
-        }
-      }
-      const entry = findProject(deps.inventory, b.project);
-      if (entry) requireInScope(res, { kind: 'project', project: b.project, namespace: entry.namespace });
+      for (const f of ['project', 'ref'] as const) refuseUnbound(f, b[f], binds?.[f]);
+      projectInScope(res, b.project);
       const { answer } = await handChange(deps, res.locals, {
         submit: () =>
           submitRollback(deps, {
@@ -222,20 +199,12 @@ export function deploysRouter(deps: DeploysDeps): Router {
             ...(b.override ? { override: true } : {}),
           }),
         audit: ({ answer }) => ({
-          event_id: answer.event_id,
-          job_id: answer.job_id,
+          ...deployAudit(answer),
           outcome: 'accepted',
-          deploy_status: answer.status,
-          project: answer.project,
-          ref: answer.ref,
-          sha: answer.sha,
           rolled_back_from: answer.rolled_back_from,
           reason: b.reason,
         }),
-        handed: ({ answer, written }) =>
-          answer.status === 'pending_approval'
-            ? { wrote: 'approval', approvalId: answer.approval_id!, event: 'requested' }
-            : { wrote: 'job', ...(written ? { written } : {}) },
+        handed,
       });
       res.status(202).json(answer);
     })

@@ -1,4 +1,4 @@
-import { invalidInput, parseQuery } from './invalid.js';
+import { parseBody, parseQuery } from './invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import {
@@ -15,7 +15,7 @@ import {
 import type { Pipeline } from '../changes/deps.js';
 import type { ConfirmChange } from '../domain/replication.js';
 import { keyChecks, type KeyedDeps } from '../middleware/auth.js';
-import { parseJson, rawBody } from '../middleware/body.js';
+import { rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { requireInScope, scopeOf } from '../middleware/scope.js';
 import { projectNamespace } from '../changes/deps.js';
@@ -64,11 +64,10 @@ export function freezesRouter(deps: FreezesDeps): Router {
       res.json({ freezes: page.items, next_cursor: page.next_cursor });
     })
     .post(operatorKey, ...body, async (req, res) => {
-      const parsed = freezeBodySchema.safeParse(parseJson(req.body as Buffer));
-      if (!parsed.success) throw invalidInput(parsed.error, 'body field');
-      res.locals.auditFields = { scope: parsed.data.scope, reason: parsed.data.reason };
-      freezeInScope(res, deps.inventory, parsed.data);
-      const freeze = await declareFreeze(g, parsed.data, res.locals.principal!);
+      const parsed = parseBody(req, freezeBodySchema);
+      res.locals.auditFields = { scope: parsed.scope, reason: parsed.reason };
+      freezeInScope(res, deps.inventory, parsed);
+      const freeze = await declareFreeze(g, parsed, res.locals.principal!);
       res.locals.auditFields = { freeze_id: freeze.id, scope: freeze.scope, reason: freeze.reason, ends_at: freeze.ends_at };
       // A freeze is no change handed to the pipeline: its own WAIT, not handChange's.
       await deps.changed?.(`freeze ${freeze.id} declared`, [FREEZES_KEY]);
@@ -83,12 +82,11 @@ export function freezesRouter(deps: FreezesDeps): Router {
     })
     .delete(operatorKey, ...body, async (req, res) => {
       const id = String(req.params.id);
-      const parsed = liftBodySchema.safeParse(parseJson(req.body as Buffer));
-      if (!parsed.success) throw invalidInput(parsed.error, 'body field');
-      res.locals.auditFields = { freeze_id: id, reason: parsed.data.reason };
+      const parsed = parseBody(req, liftBodySchema);
+      res.locals.auditFields = { freeze_id: id, reason: parsed.reason };
       if (scopeOf(res)) freezeInScope(res, deps.inventory, await getFreeze(g, id));
       const out = await liftFreeze(g, id);
-      res.locals.auditFields = { freeze_id: id, reason: parsed.data.reason, released: out.released };
+      res.locals.auditFields = { freeze_id: id, reason: parsed.reason, released: out.released };
       // A freeze is no change handed to the pipeline (the deploys it releases wake in the worker): its own WAIT.
       await deps.changed?.(`freeze ${id} lifted`, [FREEZES_KEY, HOLDS_KEY]);
       deps.logger.info('freeze lifted', { freeze_id: id, by: res.locals.principal, released: out.released.length });

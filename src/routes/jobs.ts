@@ -1,4 +1,4 @@
-import { invalidInput, parseQuery } from './invalid.js';
+import { parseBody, parseQuery } from './invalid.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import { approvalView, approvalViewSchema } from '../changes/approvals/view.js';
@@ -13,7 +13,7 @@ import { outcomeSchema } from '../shared/jobs.js';
 import { handChange } from '../changes/hand.js';
 import { keyChecks, type KeyedDeps } from '../middleware/auth.js';
 import { scopeOf } from '../middleware/scope.js';
-import { parseJson, rawBody } from '../middleware/body.js';
+import { rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { ApiConfig } from '../api/config.js';
 import { ForbiddenError, NotFoundError, UnprocessableError } from '../shared/errors.js';
@@ -24,23 +24,18 @@ import { LISTABLE_STATES, type JobReads } from '../shared/jobReads.js';
 import { decodeCursor, encodeCursor, nextCursorSchema, pageQueryShape } from './paging.js';
 
 /**
- * Jobs without a browser (Bull Board stays for browsing):
- * - GET /ops/jobs/:id (any valid key): state and bookkeeping of one job, never its data;
- * - GET /ops/jobs?state=failed (any valid key): the dead letters (or another state), newest
- *   first, paged with limit and cursor (src/routes/paging.ts; offset still works); the same view
- *   as one job: never data or return values;
- * - POST /ops/jobs/:id/retry (operator key, body {reason}): re-queues a dead-lettered job with a
- *   fresh attempt budget; audited with the principal, the reason and the job; 409 when the job is
- *   not failed (or, for a restart, when another restart of its Deployment is in progress);
- *   with REDIS_MIN_REPLICAS_ACK, 200 only once the retry is on that many replicas, else 503
- *   (nothing taken back; repeating the retry is safe: src/domain/replication.ts).
+ * Jobs without a browser, never their data or return values: GET /ops/jobs/:id and GET /ops/jobs
+ * (state default failed: the dead letters; `offset` still works) for any valid key.
+ * POST /ops/jobs/:id/retry (operator key, body {reason}) re-queues a dead letter with a fresh
+ * attempt budget, audited; 409 when the job is not failed or another restart of its Deployment is
+ * in progress.
  */
 interface JobsDeps extends KeyedDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
   jobs: JobReads;
   deadLetters: DeadLetters;
   logger: Logger;
-  /** REDIS_MIN_REPLICAS_ACK: WAIT before the retry's 200 (src/domain/replication.ts); absent = off. */
+  /** REDIS_MIN_REPLICAS_ACK: WAIT before the retry's 200 (else 503, repeating it is safe); absent = off. */
   retryReplicated?: ConfirmRetryReplicated;
   /** The change records a job stands for: a held job's reasons, an approval that has no job yet. */
   changeRecords?: Pick<Pipeline, 'holds' | 'approvals' | 'redis' | 'now'>;
@@ -165,6 +160,11 @@ export function jobsRouter(deps: JobsDeps): Router {
       const now = g!.now();
       const status = effectiveStatus(approval, now);
       const view = approvalView(approval, now);
+      const reason: Partial<Record<typeof status, string>> = {
+        rejected: `${view.rejected?.by}: ${view.rejected?.reason}`,
+        expired: `nobody approved it before ${view.expires_at}`,
+        superseded: `superseded by deploy ${view.superseded_by ?? '?'}`,
+      };
       res.json({
         id,
         name: kindOfApproval(approval.change).job,
@@ -176,13 +176,7 @@ export function jobsRouter(deps: JobsDeps): Router {
         created_at: view.created_at,
         processed_at: null,
         finished_at: status === 'pending' ? null : (view.decided_at ?? view.expires_at),
-        ...(status === 'rejected'
-          ? { outcome: { result: 'rejected', reason: `${view.rejected?.by}: ${view.rejected?.reason}` } }
-          : status === 'expired'
-            ? { outcome: { result: 'expired', reason: `nobody approved it before ${view.expires_at}` } }
-            : status === 'superseded'
-              ? { outcome: { result: 'superseded', reason: `superseded by deploy ${view.superseded_by ?? '?'}` } }
-              : {}),
+        ...(reason[status] ? { outcome: { result: status, reason: reason[status] } } : {}),
         approval: view,
       });
     })
@@ -192,9 +186,8 @@ export function jobsRouter(deps: JobsDeps): Router {
     .post(operatorKey, ...rawBody(deps.config.BODY_LIMIT), async (req, res) => {
       const id = req.params.id;
       if (!JOB_ID.test(id)) throw new NotFoundError('job not found', 'job_not_found');
-      const body = retryBodySchema.safeParse(parseJson(req.body as Buffer));
-      if (!body.success) throw invalidInput(body.error, 'body field');
-      res.locals.auditFields = { job_id: id, retry_reason: body.data.reason };
+      const body = parseBody(req, retryBodySchema);
+      res.locals.auditFields = { job_id: id, retry_reason: body.reason };
       // A dead letter may be any host's restart or any project's deploy: a scoped key does not retry them.
       if (scopeOf(res))
         throw new ForbiddenError('a scoped key cannot retry dead-lettered jobs; an unscoped operator key can', 'out_of_scope');
@@ -202,17 +195,17 @@ export function jobsRouter(deps: JobsDeps): Router {
         submit: () =>
           deps.deadLetters.retry(id, {
             requester: principalOf(res),
-            reason: body.data.reason,
+            reason: body.reason,
             auditId: res.locals.requestId,
           }),
         audit: (out) =>
           out.outcome === 'pending_approval'
-            ? { job_id: id, retry_reason: body.data.reason, outcome: 'pending_approval', approval_id: out.approval_id }
+            ? { job_id: id, retry_reason: body.reason, outcome: 'pending_approval', approval_id: out.approval_id }
             : out.outcome === 'retried'
               ? {
                   job_id: id,
                   job_name: out.job.name,
-                  retry_reason: body.data.reason,
+                  retry_reason: body.reason,
                   outcome: 'retried',
                   ...(out.job.id !== id ? { retried_as: out.job.id } : {}),
                 }
@@ -221,19 +214,17 @@ export function jobsRouter(deps: JobsDeps): Router {
         handed: (out) => (out.outcome === 'retried' ? { wrote: 'retry' } : { wrote: 'nothing' }),
       });
       refuseUnretried(out);
-      switch (out.outcome) {
-        case 'pending_approval':
-          res.status(202).json({ retried: false, ...out });
-          return;
-        case 'retried':
-          deps.logger.info('dead-lettered job retried', {
-            job_id: id,
-            job_name: out.job.name,
-            ...(out.job.id !== id ? { retried_as: out.job.id } : {}),
-            request_id: res.locals.requestId,
-          });
-          res.json({ retried: true, job: out.job, ...(out.held_until ? { held_until: out.held_until } : {}) });
+      if (out.outcome === 'pending_approval') {
+        res.status(202).json({ retried: false, ...out });
+        return;
       }
+      deps.logger.info('dead-lettered job retried', {
+        job_id: id,
+        job_name: out.job.name,
+        ...(out.job.id !== id ? { retried_as: out.job.id } : {}),
+        request_id: res.locals.requestId,
+      });
+      res.json({ retried: true, job: out.job, ...(out.held_until ? { held_until: out.held_until } : {}) });
     })
     .all(methodNotAllowed(['POST']));
   return r;

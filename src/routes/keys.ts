@@ -10,10 +10,9 @@ import { describeIssuers, OIDC_KINDS } from '../api/oidcConfig.js';
 import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
 
 /**
- * GET /ops/keys (operator): the configured API keys by id, owner, role, source, expiry, scope and last
- * use (any replica's, from Redis), beside the OIDC issuers and their claim rules, so an operator sees which keys callers still use before one expires,
- * and who holds each. Never a key or a hash. In the order of the configuration, paged with limit and
- * cursor (src/routes/paging.ts).
+ * GET /ops/keys (operator): the configured API keys (never a key or a hash) with their last use by
+ * any replica, beside the OIDC issuers and their claim rules, so an operator sees which keys callers
+ * still use before one expires, and who holds each. In the order of the configuration.
  */
 interface KeysDeps extends KeyedDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'API_KEY_EXPIRY_WARNING_DAYS'> & { oidc?: ApiConfig['oidc'] };
@@ -88,12 +87,8 @@ export function keysRouter(deps: KeysDeps): Router {
     .get(operatorKey, async (req, res) => {
       const q = parseQuery(listKeysQuerySchema, req.query);
       // A snapshot: a reload of the keys file during the read below must not mix two sets.
-      const page = keysetPage(
-        'keys',
-        deps.config.apiKeys.map((k, i) => ({ k, i })),
-        ({ k, i }) => [i, k.id],
-        q,
-      );
+      const indexed = deps.config.apiKeys.map((k, i) => ({ k, i }));
+      const page = keysetPage('keys', indexed, ({ k, i }) => [i, k.id], q);
       const keys = page.items.map(({ k }) => k);
       let lastUsed: Map<string, number>;
       try {
@@ -102,7 +97,7 @@ export function keysRouter(deps: KeysDeps): Router {
         throw new RedisUnavailableError('redis unavailable: the last use of the keys cannot be read; retry later');
       }
       const at = now();
-      const body: z.infer<typeof keyListSchema> = {
+      res.json({
         keys: keys.map((k) => {
           const seen = lastUsed.get(k.id);
           return {
@@ -114,12 +109,11 @@ export function keysRouter(deps: KeysDeps): Router {
             status: keyStatus(k, at, deps.config.API_KEY_EXPIRY_WARNING_DAYS),
             last_used: seen === undefined ? null : rfc3339(seen * 1000),
             scope: k.scope ? { ...k.scope } : null,
-          } as z.infer<typeof keyListSchema>['keys'][number];
+          };
         }),
         oidc_issuers: deps.config.oidc ? describeIssuers(deps.config.oidc) : [],
         next_cursor: page.next_cursor,
-      };
-      res.json(body);
+      });
     })
     .all(methodNotAllowed(['GET']));
 
