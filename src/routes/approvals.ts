@@ -20,27 +20,20 @@ import type { Logger } from '../shared/logger.js';
 import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
 
 /**
- * Four-eyes approvals (src/changes/approvals/decide.ts):
- * - GET /ops/approvals (any valid key): the pending approvals, soonest expiry first, paged with
- *   limit and cursor (src/routes/paging.ts);
- * - GET /ops/approvals/:id (any valid key): one approval, whatever became of it;
- * - POST /ops/approvals/:id/approve, /reject (operator key, body {reason}, approve also
- *   {override}): audited with the principal, its key id and the reason. An approval recorded while
- *   the change still needs others answers 202 (the change still waits for approval, as a restart
- *   that asks for one); a decision answers 200 (approved: the change is queued; rejected).
+ * Four-eyes approvals (src/changes/approvals/decide.ts): GET /ops/approvals (pending, soonest expiry
+ * first) and /ops/approvals/:id for any valid key; POST /ops/approvals/:id/approve and /reject for an
+ * operator key, audited. An approval while the change still needs others answers 202; a decision 200.
  */
 interface ApprovalsDeps extends KeyedDeps, Pick<Pipeline, 'approvals' | 'redis' | 'now'> {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
-  /** The change pipeline: a decision that approves hands its change over (decideApproval). */
   pipeline: Pipeline;
   logger: Logger;
-  /** REDIS_MIN_REPLICAS_ACK for a decision and the job it queues (src/domain/replication.ts); absent = off. */
+  /** REDIS_MIN_REPLICAS_ACK for a decision and the job it queues; absent = off. */
   changed?: ConfirmChange;
 }
 
 export const approvalListSchema = z.object({ approvals: z.array(approvalViewSchema), next_cursor: nextCursorSchema });
 
-/** Query of GET /ops/approvals. */
 export const listApprovalsQuerySchema = z.object(pageQueryShape(100, 500));
 
 export function approvalsRouter(deps: ApprovalsDeps): Router {
@@ -73,7 +66,8 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
         if (action === 'reject' && body.override !== undefined) {
           throw new UnprocessableError('override applies to approve only', 'invalid_body');
         }
-        res.locals.auditFields = { approval_id: id, decision: action, reason: body.reason };
+        const audited = { approval_id: id, decision: action, reason: body.reason };
+        res.locals.auditFields = audited;
         // A scoped key decides only changes its scope admits (read first only for such a key).
         if (scopeOf(res)) {
           const c = (await redisCall(() => deps.approvals.get(id), deps.redis))?.change;
@@ -91,9 +85,7 @@ export function approvalsRouter(deps: ApprovalsDeps): Router {
           auditId: res.locals.requestId,
         };
         const audit = (out: DecisionAnswer) => ({
-          approval_id: id,
-          decision: action,
-          reason: body.reason,
+          ...audited,
           status: out.status,
           ...(out.job_id ? { job_id: out.job_id } : {}),
           ...(body.override ? { override: true } : {}),

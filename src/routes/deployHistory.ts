@@ -8,17 +8,15 @@ import { findProject, type Inventory } from '../shared/inventory.js';
 import { scopeAdmits } from '../shared/scope.js';
 import type { Redis } from 'ioredis';
 import { parseQuery } from './invalid.js';
-import { decodeCursor, encodeCursor, pageQueryShape } from './paging.js';
+import { decodeCursor, encodeCursor, pageQueryShape, sortKeySchema } from './paging.js';
 
 /**
- * The history of deploys (src/changes/deployOrder/history.ts), for any valid key:
- * - GET /ops/deploys?project=&ref=&state=: newest accepted first, paged with limit and cursor;
- * - GET /ops/deploys/{id}: one deploy (404 deploy_not_found);
- * - GET /ops/projects/{project}: each ref's current (last succeeded) and running deploy.
- * A scoped credential sees only the projects its scope admits: the others' deploys are left out of
- * the list and answered 404 by id, as if not kept; a project named in the path is refused 403.
+ * The history of deploys (src/changes/deployOrder/history.ts), for any valid key: GET /ops/deploys
+ * (newest accepted first), /ops/deploys/{id}, and /ops/projects/{project} (each ref's current and
+ * running deploy). A scoped credential sees only the projects its scope admits: the others' deploys
+ * are left out of the list and 404 by id, as if not kept; a project named in the path is refused 403.
  */
-export interface DeployHistoryDeps {
+interface DeployHistoryDeps {
   inventory: Inventory;
   redis: Redis;
   history: DeployHistory;
@@ -30,8 +28,6 @@ export const listDeploysQuerySchema = z.object({
   state: z.enum(DEPLOY_STATES).optional().describe('only deploys in this state'),
   ...pageQueryShape(20, 100),
 });
-
-const positionSchema = z.tuple([z.number(), z.string().max(512)]);
 
 const DEPLOY_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
@@ -47,7 +43,7 @@ export function listDeploys(deps: DeployHistoryDeps) {
     let { project, ref, state } = q;
     let after: readonly [number, string] | undefined;
     if (q.cursor !== undefined) {
-      const c = decodeCursor('deploys', q.cursor, positionSchema, { project, ref, state });
+      const c = decodeCursor('deploys', q.cursor, sortKeySchema, { project, ref, state });
       after = c.position;
       project = c.filters.project;
       ref = c.filters.ref;

@@ -27,28 +27,22 @@ import type { Logger } from '../shared/logger.js';
 import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
 
 /**
- * Freezes and holds (src/changes/freezes/service.ts):
- * - GET /ops/freezes, GET /ops/freezes/:id (any valid key): the freezes not yet ended, soonest end
- *   first, paged with limit and cursor (src/routes/paging.ts);
- * - POST /ops/freezes (operator key): declare one; DELETE /ops/freezes/:id (operator key, body
- *   {reason}): lift it early, releasing the deploys it held; both audited with the reason;
- * - GET /ops/holds (any valid key): the deploys held now, with why and until when, soonest first,
- *   paged the same way.
+ * Freezes and holds (src/changes/freezes/service.ts), read with any valid key, soonest end first.
+ * An operator key declares a freeze (POST /ops/freezes) or lifts one early (DELETE
+ * /ops/freezes/:id, body {reason}), releasing the deploys it held; both audited with the reason.
  */
 interface FreezesDeps extends KeyedDeps, Pick<Pipeline, 'inventory'> {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
-  /** The change pipeline: freezes and holds are its records (src/changes/freezes/service.ts). */
   pipeline: Pipeline;
   jobs: Pick<JobReads, 'get'>;
   logger: Logger;
-  /** REDIS_MIN_REPLICAS_ACK for a freeze declared or lifted and the deploys it releases (src/domain/replication.ts); absent = off. */
+  /** REDIS_MIN_REPLICAS_ACK for a freeze declared or lifted and the deploys it releases; absent = off. */
   changed?: ConfirmChange;
 }
 
 export const freezeListSchema = z.object({ freezes: z.array(freezeViewSchema), next_cursor: nextCursorSchema });
 export const holdListSchema = z.object({ holds: z.array(holdViewSchema), next_cursor: nextCursorSchema });
 
-/** Query of GET /ops/freezes and GET /ops/holds. */
 export const listFreezesQuerySchema = z.object(pageQueryShape(100, 500));
 
 export function freezesRouter(deps: FreezesDeps): Router {
@@ -106,10 +100,7 @@ export function freezesRouter(deps: FreezesDeps): Router {
   return r;
 }
 
-/**
- * A scoped key declares or lifts only freezes within its scope: of a namespace or a project it
- * admits; a freeze of everything is outside any scope.
- */
+/** A scoped key declares or lifts only freezes of a namespace or project it admits; a freeze of everything is outside any scope. */
 function freezeInScope(
   res: Parameters<typeof requireInScope>[0],
   inventory: Pipeline['inventory'],

@@ -5,10 +5,7 @@ import { RedisUnavailableError } from '../shared/errors.js';
 import { redisProblem, watchRedis } from '../shared/redisConnection.js';
 import type { OpsQueue } from '../api/queue.js';
 
-/**
- * GET /health (liveness, `{"status":"ok"}`), GET /ready (Redis reachable; 503 {detail, code} says why not),
- * GET /version. No authentication.
- */
+/** GET /health (liveness), GET /ready (Redis reachable; 503 {detail, code} says why not), GET /version. No authentication. */
 interface HealthDeps {
   redis: Redis;
   queue: Pick<OpsQueue, 'isReady'>;

@@ -75,7 +75,6 @@ export const keyListSchema = z.object({
   next_cursor: nextCursorSchema,
 });
 
-/** Query of GET /ops/keys. */
 export const listKeysQuerySchema = z.object(pageQueryShape(100, 500));
 
 export function keysRouter(deps: KeysDeps): Router {

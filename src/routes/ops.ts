@@ -27,11 +27,9 @@ interface OpsDeps extends KeyedDeps {
   logger: Logger;
   /** REDIS_MIN_REPLICAS_ACK (src/domain/replication.ts); absent = off. */
   replicated?: ConfirmReplicated;
-  /** REDIS_MIN_REPLICAS_ACK for a change of the guarded-changes state (a pending approval); absent = off. */
   changed?: ConfirmChange;
-  /** The change pipeline's dependencies: the policies, freezes, approvals and budgets (src/changes/deps.ts). */
   pipeline: Pipeline;
-  /** OIDC ID tokens as bearer credentials on POST /ops/restart (OPS_OIDC_FILE); absent: the contract's bearer rules alone. */
+  /** OIDC ID tokens as bearer credentials on POST /ops/restart; absent: the contract's bearer rules alone. */
   oidc?: OidcVerifier;
 }
 
@@ -74,17 +72,12 @@ export function opsRouter(deps: OpsDeps): Router {
       const entry = findHost(deps.inventory, host);
       if (entry) requireInScope(res, { kind: 'host', host, namespace: entry.namespace });
       const requester = principalOf(res);
-      const override = opts.override && opts.reason ? { reason: opts.reason } : undefined;
+      const reason = opts.reason ? { reason: opts.reason } : {};
+      const request = { host, service, requester, auditId: res.locals.requestId, ...reason };
       if (opts.dry_run) {
-        const change = restartChange(deps, {
-          host,
-          service,
-          requester,
-          auditId: res.locals.requestId,
-          ...(opts.reason ? { reason: opts.reason } : {}),
-        });
-        res.locals.auditFields = { dry_run: true, ...(opts.reason ? { reason: opts.reason } : {}) };
-        const answer = await dryRunRestart(deps.pipeline, change, override);
+        const change = restartChange(deps, request);
+        res.locals.auditFields = { dry_run: true, ...reason };
+        const answer = await dryRunRestart(deps.pipeline, change, opts.override && opts.reason ? { reason: opts.reason } : undefined);
         res.locals.auditFields = { dry_run: true, would: answer.would, admitted: answer.kubernetes.admitted ?? null };
         res.json(answer);
         return;
@@ -92,24 +85,11 @@ export function opsRouter(deps: OpsDeps): Router {
       const idempotencyKey = idempotencyKeyOf(req.get('idempotency-key'));
       const ack = await handChange(deps, res.locals, {
         submit: () =>
-          submitRestart(deps, {
-            host,
-            service,
-            requester,
-            auditId: res.locals.requestId,
-            ...(idempotencyKey !== undefined ? { idempotencyKey } : {}),
-            override: opts.override,
-            ...(opts.reason ? { reason: opts.reason } : {}),
-          }),
+          submitRestart(deps, { ...request, ...(idempotencyKey !== undefined ? { idempotencyKey } : {}), override: opts.override }),
         audit: (ack) =>
           ack.kind === 'pending_approval'
             ? { approval_id: ack.approval_id, status: ack.status, coalesced: ack.coalesced, reason: opts.reason }
-            : {
-                job_id: ack.job_id,
-                coalesced: ack.coalesced,
-                ...(opts.reason ? { reason: opts.reason } : {}),
-                ...(opts.override ? { override: true } : {}),
-              },
+            : { job_id: ack.job_id, coalesced: ack.coalesced, ...reason, ...(opts.override ? { override: true } : {}) },
         // A restart that joined another one (coalesced) wrote no job of its own.
         handed: (ack) =>
           ack.kind === 'pending_approval'

@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { keyChecks, type KeyedDeps } from '../middleware/auth.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { redisCall } from '../domain/redisOps.js';
-import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
+import { cursorJson, keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
 import type { ApiConfig } from '../api/config.js';
 import { UnprocessableError } from '../shared/errors.js';
 import type { RemediationBudgetUse } from '../shared/metrics.js';
@@ -12,10 +12,8 @@ import type { Redis } from 'ioredis';
 import { decisionSchema, type RemediationStore } from '../remediation/store.js';
 
 /**
- * GET /ops/remediations (any valid key): the recent decisions of alert-driven remediation, newest
- * first, each with its reason: "why did (or didn't) opsgate restart X?". Paged with limit and
- * cursor (src/routes/paging.ts); `rule` keeps one rule's. Each page shows the remediation budgets
- * and their use now: every rule's own, and each namespace's for all rules (apart from people's).
+ * GET /ops/remediations (any valid key): "why did (or didn't) opsgate restart X?": alert-driven
+ * remediation's recent decisions, newest first, with the remediation budgets and their use now.
  */
 interface RemediationRoutesDeps extends KeyedDeps {
   config: Pick<ApiConfig, 'apiKeys'>;
@@ -45,12 +43,7 @@ export const remediationListSchema = z.object({
 
 /** The rule a cursor of this list was made for ('' = every rule): 422 invalid_cursor for another list or rule. */
 function ruleOfCursor(cursor: string, given: string | undefined): string | undefined {
-  let list: unknown;
-  try {
-    list = (JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as { l?: unknown }).l;
-  } catch {
-    list = undefined;
-  }
+  const list = (cursorJson(cursor) as { l?: unknown } | undefined)?.l;
   const m = typeof list === 'string' ? /^remediations:(.*)$/.exec(list) : null;
   if (!m) throw new UnprocessableError('cursor is not a next_cursor of this list', 'invalid_cursor');
   const rule = m[1] === '' ? undefined : m[1];
