@@ -5,28 +5,33 @@ import { submitCiDeploy, type CiDeployAnswer } from '../changes/ciDeploy.js';
 import { submitRollback } from '../changes/rollback.js';
 import { handChange, type Handed } from '../changes/hand.js';
 import type { Pipeline } from '../changes/deps.js';
+import { DEPLOY_STATES, deployView, type DeployEntry } from '../changes/deployOrder/history.js';
+import { redisCall } from '../domain/redisOps.js';
+import { scopeAdmits } from '../shared/scope.js';
 import type { ConfirmChange, ConfirmReplicated, Written } from '../domain/replication.js';
 import { keyChecks, type KeyedDeps, requireOidcOrOperatorKey } from '../middleware/auth.js';
 import { rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { OidcCaller, OidcVerifier } from '../middleware/oidc.js';
-import { requireInScope } from '../middleware/scope.js';
+import { requireInScope, scopeOf } from '../middleware/scope.js';
 import type { ApiConfig } from '../api/config.js';
-import { ForbiddenError, UnprocessableError } from '../shared/errors.js';
+import { ForbiddenError, NotFoundError, UnprocessableError } from '../shared/errors.js';
 import { findProject, type Inventory } from '../shared/inventory.js';
 import type { Logger } from '../shared/logger.js';
 import { principalOf } from './principal.js';
 import { idempotencyKeyOf } from './restartQuery.js';
-import { parseBody } from './invalid.js';
-import { getDeploy, getProject, listDeploys } from './deployHistory.js';
+import { decodeCursor, encodeCursor, only, pageQueryShape, parseBody, parseQuery, sortKeySchema } from './request.js';
 
 /**
  * - POST /ops/deploys: CI's deploy of one commit (src/changes/ciDeploy.ts), for an OIDC identity or
  *   an operator key, never the shared bearer token. The body may leave out what the caller's OIDC
  *   rule binds from the token's claims; a body that says otherwise is refused (403).
  * - POST /ops/deploys/rollback: a deploy of an earlier succeeded deploy's commit (src/changes/rollback.ts).
- * - GET /ops/deploys, /ops/deploys/{id}, /ops/projects/{project}: src/routes/deployHistory.ts.
  * The credential's scope must admit the project.
+ * - GET /ops/deploys (newest accepted first), /ops/deploys/{id}, /ops/projects/{project} (each ref's
+ *   current and running deploy), for any valid key: the history (src/changes/deployOrder/history.ts).
+ *   A scoped credential sees only the projects its scope admits: the others' deploys are left out of
+ *   the list and 404 by id, as if not kept; a project named in the path is refused 403.
  */
 export interface DeploysDeps extends KeyedDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'OPS_BEARER_TOKEN' | 'BODY_LIMIT'>;
@@ -99,6 +104,21 @@ export const rollbackAnswerSchema = deployAnswerSchema.extend({
   event_id: z.string().describe('rollback:<uuid>: its own identity, never a duplicate of a deploy of that commit'),
 });
 
+export const listDeploysQuerySchema = z.object({
+  project: z.string().min(1).max(255).optional().describe('only this project'),
+  ref: z.string().min(1).max(255).optional().describe('only this ref, e.g. refs/heads/main'),
+  state: z.enum(DEPLOY_STATES).optional().describe('only deploys in this state'),
+  ...pageQueryShape(20, 100),
+});
+
+const DEPLOY_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** Whether the request's credential may see the deploys of `project`. */
+function admits(res: Response, inventory: Inventory, project: string): boolean {
+  const scope = scopeOf(res);
+  return !scope || scopeAdmits(scope, { kind: 'project', project, namespace: findProject(inventory, project)?.namespace ?? '' });
+}
+
 /** A body's field that differs from what the caller's OIDC token binds: 403. */
 function refuseUnbound(f: string, given: string | undefined, bound: string | undefined, why = ''): void {
   if (bound !== undefined && given !== undefined && bound !== given) {
@@ -149,14 +169,44 @@ export function deploysRouter(deps: DeploysDeps): Router {
   const body = rawBody(deps.config.BODY_LIMIT);
 
   const { anyKey } = keyChecks(deps);
-  const history = { inventory: deps.inventory, redis: deps.redis, history: deps.pipeline.deployHistory };
+  const history = deps.pipeline.deployHistory;
   const projectInScope = (res: Response, project: string) => {
     const entry = findProject(deps.inventory, project);
     if (entry) requireInScope(res, { kind: 'project', project, namespace: entry.namespace });
   };
 
   r.route('/ops/deploys')
-    .get(anyKey, listDeploys(history))
+    .get(anyKey, async (req: Request, res: Response) => {
+      const q = parseQuery(listDeploysQuerySchema, req.query);
+      let { project, ref, state } = q;
+      let after: readonly [number, string] | undefined;
+      if (q.cursor !== undefined) {
+        const c = decodeCursor('deploys', q.cursor, sortKeySchema, { project, ref, state });
+        after = c.position;
+        project = c.filters.project;
+        ref = c.filters.ref;
+        const s = z.enum(DEPLOY_STATES).optional().safeParse(c.filters.state);
+        state = s.success ? s.data : undefined;
+      }
+      const page = await redisCall(
+        () =>
+          history.list({
+            ...(project !== undefined ? { project } : {}),
+            ...(after ? { after } : {}),
+            limit: q.limit,
+            admit: (e: DeployEntry) =>
+              (project === undefined || e.project === project) &&
+              (ref === undefined || e.ref === ref) &&
+              (state === undefined || e.state === state) &&
+              admits(res, deps.inventory, e.project),
+          }),
+        deps.redis,
+      );
+      res.json({
+        deploys: page.items.map(deployView),
+        next_cursor: page.next ? encodeCursor('deploys', page.next, { project, ref, state }) : null,
+      });
+    })
     .post(auth, ...body, async (req: Request, res: Response) => {
       // Empty meaning `{}`: what the token binds may be all there is to say.
       const b = parseBody(req, deployBodySchema, {});
@@ -180,42 +230,61 @@ export function deploysRouter(deps: DeploysDeps): Router {
     })
     .all(methodNotAllowed(['GET', 'POST']));
 
-  r.route('/ops/deploys/rollback')
-    .post(auth, ...body, async (req: Request, res: Response) => {
-      const b = parseBody(req, rollbackBodySchema, {});
-      // An OIDC rule that binds a project or ref from the token's claims rolls back only that one.
-      const binds = (res.locals.oidc as OidcCaller | undefined)?.binds;
-      for (const f of ['project', 'ref'] as const) refuseUnbound(f, b[f], binds?.[f]);
-      projectInScope(res, b.project);
-      const { answer } = await handChange(deps, res.locals, {
-        submit: () =>
-          submitRollback(deps, {
-            project: b.project,
-            ref: b.ref,
-            ...(b.to !== undefined ? { to: b.to } : {}),
-            requester: principalOf(res),
-            auditId: res.locals.requestId,
-            reason: b.reason,
-            ...(b.override ? { override: true } : {}),
-          }),
-        audit: ({ answer }) => ({
-          ...deployAudit(answer),
-          outcome: 'accepted',
-          rolled_back_from: answer.rolled_back_from,
+  only(r, 'post', '/ops/deploys/rollback', auth, ...body, async (req: Request, res: Response) => {
+    const b = parseBody(req, rollbackBodySchema, {});
+    // An OIDC rule that binds a project or ref from the token's claims rolls back only that one.
+    const binds = (res.locals.oidc as OidcCaller | undefined)?.binds;
+    for (const f of ['project', 'ref'] as const) refuseUnbound(f, b[f], binds?.[f]);
+    projectInScope(res, b.project);
+    const { answer } = await handChange(deps, res.locals, {
+      submit: () =>
+        submitRollback(deps, {
+          project: b.project,
+          ref: b.ref,
+          ...(b.to !== undefined ? { to: b.to } : {}),
+          requester: principalOf(res),
+          auditId: res.locals.requestId,
           reason: b.reason,
+          ...(b.override ? { override: true } : {}),
         }),
-        handed,
-      });
-      res.status(202).json(answer);
-    })
-    .all(methodNotAllowed(['POST']));
+      audit: ({ answer }) => ({
+        ...deployAudit(answer),
+        outcome: 'accepted',
+        rolled_back_from: answer.rolled_back_from,
+        reason: b.reason,
+      }),
+      handed,
+    });
+    res.status(202).json(answer);
+  });
 
-  r.route('/ops/deploys/:id')
-    .get(anyKey, getDeploy(history))
-    .all(methodNotAllowed(['GET']));
-  r.route('/ops/projects/:project')
-    .get(anyKey, getProject(history))
-    .all(methodNotAllowed(['GET']));
+  only(r, 'get', '/ops/deploys/:id', anyKey, async (req, res) => {
+    const id = String(req.params.id);
+    const e = DEPLOY_ID.test(id) ? await redisCall(() => history.get(id), deps.redis) : undefined;
+    if (!e || !admits(res, deps.inventory, e.project)) throw new NotFoundError('deploy not found', 'deploy_not_found');
+    res.json(deployView(e));
+  });
+
+  only(r, 'get', '/ops/projects/:project', anyKey, async (req, res) => {
+    const project = String(req.params.project);
+    const entry = findProject(deps.inventory, project);
+    if (project.length > 255) throw new NotFoundError('project not found', 'project_not_found');
+    requireInScope(res, { kind: 'project', project, namespace: entry?.namespace ?? '' });
+    const refs = await redisCall(() => history.refs(project), deps.redis);
+    if (!entry && refs.size === 0) throw new NotFoundError('project not found', 'project_not_found');
+    const names = [...new Set([...(entry?.refs ?? []), ...refs.keys()])];
+    res.json({
+      project,
+      refs: names.map((ref) => {
+        const kept = refs.get(ref);
+        return {
+          ref,
+          current: kept?.current ? deployView(kept.current) : null,
+          running: kept?.running ? deployView(kept.running) : null,
+        };
+      }),
+    });
+  });
 
   return r;
 }

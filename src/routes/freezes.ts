@@ -1,4 +1,4 @@
-import { parseBody, parseQuery } from './invalid.js';
+import { keysetPage, nextCursorSchema, only, pageQueryShape, parseBody, parseQuery } from './request.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import {
@@ -24,7 +24,6 @@ import { ForbiddenError } from '../shared/errors.js';
 import type { JobReads } from '../shared/jobReads.js';
 import { FREEZES_KEY, HOLDS_KEY } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
-import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
 
 /**
  * Freezes and holds (src/changes/freezes/service.ts), read with any valid key, soonest end first.
@@ -88,14 +87,12 @@ export function freezesRouter(deps: FreezesDeps): Router {
     })
     .all(methodNotAllowed(['GET', 'DELETE']));
 
-  r.route('/ops/holds')
-    .get(anyKey, async (req, res) => {
-      const q = parseQuery(listFreezesQuerySchema, req.query);
-      const holds = await listHolds(g, async (id) => (await deps.jobs.get(id))?.state);
-      const page = keysetPage('holds', holds, (h) => [Date.parse(h.until), h.job_id], q);
-      res.json({ holds: page.items, next_cursor: page.next_cursor });
-    })
-    .all(methodNotAllowed(['GET']));
+  only(r, 'get', '/ops/holds', anyKey, async (req, res) => {
+    const q = parseQuery(listFreezesQuerySchema, req.query);
+    const holds = await listHolds(g, async (id) => (await deps.jobs.get(id))?.state);
+    const page = keysetPage('holds', holds, (h) => [Date.parse(h.until), h.job_id], q);
+    res.json({ holds: page.items, next_cursor: page.next_cursor });
+  });
 
   return r;
 }

@@ -1,10 +1,8 @@
-import { parseQuery } from './invalid.js';
+import { cursorJson, keysetPage, nextCursorSchema, only, pageQueryShape, parseQuery } from './request.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import { keyChecks, type KeyedDeps } from '../middleware/auth.js';
-import { methodNotAllowed } from '../middleware/errors.js';
 import { redisCall } from '../domain/redisOps.js';
-import { cursorJson, keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
 import type { ApiConfig } from '../api/config.js';
 import { UnprocessableError } from '../shared/errors.js';
 import type { RemediationBudgetUse } from '../shared/metrics.js';
@@ -59,22 +57,20 @@ function ruleOfCursor(cursor: string, given: string | undefined): string | undef
 export function remediationsRouter(deps: RemediationRoutesDeps): Router {
   const r = Router();
   const { anyKey } = keyChecks(deps);
-  r.route('/ops/remediations')
-    .get(anyKey, async (req, res) => {
-      const q = parseQuery(remediationsQuerySchema, req.query);
-      // A cursor carries the rule of the query that made it (in its list's name): alone it continues
-      // that query; with another rule it is refused.
-      const rule = q.cursor === undefined ? q.rule : ruleOfCursor(q.cursor, q.rule);
-      const all = await redisCall(() => deps.store.decisions(), deps.redis);
-      // Newest first: by time, then by place in the list (newest at its head), counted from its
-      // oldest entry so that decisions recorded between two pages move no other one.
-      const ranked = all.map((d, i) => ({ d, rank: all.length - 1 - i }));
-      const mine = rule === undefined ? ranked : ranked.filter((e) => e.d.rule === rule);
-      const page = keysetPage(`remediations:${rule ?? ''}`, mine, (e) => [-Date.parse(e.d.at), String(1e9 - e.rank).padStart(10, '0')], q);
-      const budgets = deps.budgetUses ? await redisCall(() => deps.budgetUses!(), deps.redis) : [];
-      const shown = rule === undefined ? budgets : budgets.filter((b) => b.budget === 'namespace' || b.name === rule);
-      res.json({ remediations: page.items.map((e) => e.d), next_cursor: page.next_cursor, budgets: shown });
-    })
-    .all(methodNotAllowed(['GET']));
+  only(r, 'get', '/ops/remediations', anyKey, async (req, res) => {
+    const q = parseQuery(remediationsQuerySchema, req.query);
+    // A cursor carries the rule of the query that made it (in its list's name): alone it continues
+    // that query; with another rule it is refused.
+    const rule = q.cursor === undefined ? q.rule : ruleOfCursor(q.cursor, q.rule);
+    const all = await redisCall(() => deps.store.decisions(), deps.redis);
+    // Newest first: by time, then by place in the list (newest at its head), counted from its
+    // oldest entry so that decisions recorded between two pages move no other one.
+    const ranked = all.map((d, i) => ({ d, rank: all.length - 1 - i }));
+    const mine = rule === undefined ? ranked : ranked.filter((e) => e.d.rule === rule);
+    const page = keysetPage(`remediations:${rule ?? ''}`, mine, (e) => [-Date.parse(e.d.at), String(1e9 - e.rank).padStart(10, '0')], q);
+    const budgets = deps.budgetUses ? await redisCall(() => deps.budgetUses!(), deps.redis) : [];
+    const shown = rule === undefined ? budgets : budgets.filter((b) => b.budget === 'namespace' || b.name === rule);
+    res.json({ remediations: page.items.map((e) => e.d), next_cursor: page.next_cursor, budgets: shown });
+  });
   return r;
 }

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { BadRequestError, UnprocessableError } from '../shared/errors.js';
 import { IDEMPOTENCY_TTL_SECONDS } from '../shared/jobs.js';
-import { singleValued } from './paging.js';
+import { singleValued } from './request.js';
 
 /**
  * The query of POST /ops/restart, parsed here so the change pipeline receives values; what they

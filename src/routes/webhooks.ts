@@ -1,3 +1,4 @@
+import { only } from './request.js';
 import { Router, type Request, type RequestHandler, type Response } from 'express';
 import type { Redis } from 'ioredis';
 import { submitAlerts } from '../domain/alerts.js';
@@ -12,7 +13,7 @@ import type { Intake } from '../domain/intake.js';
 import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
 import { verifySender } from '../middleware/auth.js';
 import { parseJson, parseWebhookBody, rawBody } from '../middleware/body.js';
-import { methodNotAllowed, toAppError } from '../middleware/errors.js';
+import { toAppError } from '../middleware/errors.js';
 import type { ApiConfig } from '../api/config.js';
 import { deploysFrom } from '../shared/inventory.js';
 import { createSenderSecrets, type SenderSecrets } from '../shared/liveSecrets.js';
@@ -256,9 +257,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
     }
     const check = verifySender({ source, secret, metrics: deps.metrics, redis: deps.redis, logger: deps.logger });
     const handler = source.kind === 'push' ? pushHandler(source) : alertsHandler(source);
-    r.route(path)
-      .post(...(clientCertificate ? [clientCertificate] : []), check.before, ...body, check.after, handler)
-      .all(methodNotAllowed(['POST']));
+    only(r, 'post', path, ...(clientCertificate ? [clientCertificate] : []), check.before, ...body, check.after, handler);
     // Counts a failed delivery for this sender, then passes the error on to the error middleware.
     r.use(path, (err: unknown, req: Request, res: Response, next: (e: unknown) => void) => {
       const outcome = failureOutcome(err);
