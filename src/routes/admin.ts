@@ -17,24 +17,15 @@ import { refuseUnretried, type DeadLetters } from '../api/deadLetters.js';
 import { principalOf } from './principal.js';
 
 /**
- * Bull Board at /admin/queues: the operator's view of the queues, dead letters (the failed set)
- * with their failure reason. Access: operator role only (requireOperatorKeyOrBasic: X-API-Key, or
- * HTTP Basic with an operator key as the password for browsers); every refusal is JSON {detail, code}.
- *
- * Writes: only retry and removal of a failed job (DESIGN.md, Bull Board). Every other write route of
- * Bull Board's own route table, including any a later Bull Board adds, is refused with 403 before it
- * reaches Bull Board. A retry of an ops job is the API's retry (DeadLetters.retry), so its 409s and
- * bookkeeping apply. Every state-changing call, allowed or refused, gets one audit line from the
- * app's observe middleware: who (`key:<credential id>`, never the key), method, path, body_sha256,
- * status, request id; an allowed action adds action, queue, job_id and job_name.
+ * Bull Board at /admin/queues, for the operator role only (X-API-Key, or HTTP Basic with an operator
+ * key as the password). Writes: only retry and removal of a failed job (DESIGN.md, Bull Board); every
+ * other write of Bull Board's route table, including any a later Bull Board adds, is refused with 403.
+ * A retry of an ops job is the API's retry (DeadLetters.retry). Every state-changing call gets one
+ * audit line (who as `key:<credential id>`, never the key); an allowed one adds action, queue, job_id, job_name.
  */
 export const ADMIN_BASE_PATH = '/admin/queues';
 
-/**
- * Loaded when the UI is mounted: with ADMIN_UI_ENABLED off (the default) the API does not carry
- * Bull Board (~3 MB of heap and RSS). Its packages are CommonJS: a synchronous require keeps
- * createApp synchronous.
- */
+/** Loaded only with ADMIN_UI_ENABLED (~3 MB of heap and RSS); CommonJS, so require keeps createApp synchronous. */
 function loadBullBoard() {
   const require = createRequire(import.meta.url);
   return {
@@ -120,10 +111,7 @@ function pinRequestId(res: Response): void {
   if (!set.some((v) => typeof v === 'string' && v) && !res.headersSent) res.setHeader('X-Request-Id', randomUUID());
 }
 
-/**
- * State-changing calls: pins the request id and counts the action once answered. The audit line is
- * the observe middleware's (src/middleware/observe.ts), so an admin retry yields exactly one.
- */
+/** Pins the request id of a state-changing call and counts it; its audit line is the observe middleware's (one per call). */
 function adminActions(metrics: Metrics): RequestHandler {
   return (req: Request, res: Response, next: NextFunction) => {
     if (SAFE_METHODS.has(req.method)) return next();
@@ -139,10 +127,9 @@ const ADMIN_BODY_LIMIT = '16kb';
 const REFUSED = 'refused: Bull Board here only retries or removes failed (dead-lettered) jobs; other changes go through the API';
 
 /**
- * State-changing calls, after the operator and same-origin checks: the bounded body's SHA-256 goes
- * to the audit line; the call is matched against Bull Board's write routes with Express's matching
- * (its adapter's), so the route found is the one Bull Board would run. An allowed route passes only
- * while its job is failed (unknown queue or job: 404); any other write is refused with 403.
+ * Matches a state-changing call against Bull Board's write routes with Express's matching (its
+ * adapter's), so the route found is the one Bull Board would run: an allowed one passes only while
+ * its job is failed; any other write is refused with 403. The body's SHA-256 goes to the audit line.
  */
 function writeGate(opts: AdminRouterOptions, table: readonly BoardRoute[]): RequestHandler {
   const { queues, opsQueue } = opts;
@@ -236,11 +223,7 @@ function boardErrorCode(status: number, key: string | undefined): ErrorCode {
   return generic[status] ?? codesOfStatus(status)[0] ?? 'bad_request';
 }
 
-/**
- * Bull Board's own error answers (`{error: {key}, message?}`, read by its page) gain the API's `code`
- * and a `detail` made from the key (its messages may carry an exception's text); the status follows
- * the code.
- */
+/** Bull Board's error answers (read by its page) gain `code` and a `detail` from the key: its messages may carry an exception's text. */
 function boardErrors(): RequestHandler {
   return (_req, res, next) => {
     const json = res.json.bind(res);

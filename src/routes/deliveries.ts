@@ -28,11 +28,9 @@ export function guardFields(out: IntakeResult): Record<string, string> {
 }
 
 /**
- * Why didn't my push deploy? GET /ops/deliveries (paged, newest first; `before` still works) and
- * GET /ops/deliveries/:id for any valid key. POST /ops/deliveries/:id/replay (operator key, body
- * {reason}) submits a recorded push event again through the same intake and deduplication, past the
- * signed senders' commit-pair rule; it is audited and recorded as a delivery of its own, and answers
- * 200 (queued, held, duplicate) or 202 (waiting for approval), as a restart.
+ * Why didn't my push deploy? The senders' deliveries (any valid key), and their replay (operator key):
+ * a recorded push event again through the same intake and deduplication, past the signed senders'
+ * commit-pair rule, audited and recorded as a delivery of its own.
  */
 interface DeliveriesDeps extends KeyedDeps, Pick<Pipeline, 'inventory'> {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;

@@ -23,15 +23,10 @@ import { idempotencyKeyOf } from './restartQuery.js';
 import { decodeCursor, encodeCursor, only, pageQueryShape, parseBody, parseQuery, sortKeySchema } from './request.js';
 
 /**
- * - POST /ops/deploys: CI's deploy of one commit (src/changes/ciDeploy.ts), for an OIDC identity or
- *   an operator key, never the shared bearer token. The body may leave out what the caller's OIDC
- *   rule binds from the token's claims; a body that says otherwise is refused (403).
- * - POST /ops/deploys/rollback: a deploy of an earlier succeeded deploy's commit (src/changes/rollback.ts).
- * The credential's scope must admit the project.
- * - GET /ops/deploys (newest accepted first), /ops/deploys/{id}, /ops/projects/{project} (each ref's
- *   current and running deploy), for any valid key: the history (src/changes/deployOrder/history.ts).
- *   A scoped credential sees only the projects its scope admits: the others' deploys are left out of
- *   the list and 404 by id, as if not kept; a project named in the path is refused 403.
+ * CI deploys (POST /ops/deploys, for an OIDC identity or an operator key, never the shared bearer
+ * token: a body may leave out what the token binds, never contradict it), rollbacks, and the deploy
+ * history for any valid key. A scoped credential acts on and sees only the projects its scope admits:
+ * the others' deploys are left out of the list and 404 by id, as if not kept.
  */
 export interface DeploysDeps extends KeyedDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'OPS_BEARER_TOKEN' | 'BODY_LIMIT'>;

@@ -22,11 +22,8 @@ import { principalOf } from './principal.js';
 import { LISTABLE_STATES, type JobReads } from '../shared/jobReads.js';
 
 /**
- * Jobs without a browser, never their data or return values: GET /ops/jobs/:id and GET /ops/jobs
- * (state default failed: the dead letters; `offset` still works) for any valid key.
- * POST /ops/jobs/:id/retry (operator key, body {reason}) re-queues a dead letter with a fresh
- * attempt budget, audited; 409 when the job is not failed or another restart of its Deployment is
- * in progress.
+ * Jobs without a browser, never their data or return values (any valid key); POST
+ * /ops/jobs/:id/retry (operator key) re-queues a dead letter with a fresh attempt budget, audited.
  */
 interface JobsDeps extends KeyedDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
@@ -43,7 +40,6 @@ const JOB_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
 const MAX_OFFSET = 100000;
 
-/** Query of GET /ops/jobs (also the OpenAPI parameters). */
 export const listJobsQuerySchema = z.object({
   state: z.enum(LISTABLE_STATES).default('failed').describe('failed = the dead letters'),
   offset: z.coerce
@@ -56,7 +52,6 @@ export const listJobsQuerySchema = z.object({
   ...pageQueryShape(20, 100),
 });
 
-/** Body of POST /ops/jobs/{id}/retry. */
 export const retryBodySchema = z.object({
   reason: z.string().trim().min(1).max(500).describe('why the job is replayed; written to the audit line'),
 });

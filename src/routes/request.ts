@@ -5,7 +5,6 @@ import { parseJson } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { UnprocessableError } from '../shared/errors.js';
 
-/** What every router shares: reading its request (query, body, cursor) and its one-method routes. */
 /** The 422 for a query or body that fails its schema: the first issue, named by its field. Every router answers bad input through it. */
 function invalidInput(error: z.ZodError, what: 'query parameter' | 'body field'): UnprocessableError {
   const issue = error.issues[0]!;
@@ -46,11 +45,9 @@ export function only<P extends string>(
 }
 
 /**
- * One paging style for every list: `limit` and `cursor` in, `next_cursor` (null on the last page)
- * out. A cursor is opaque (base64url of JSON): it names its list and carries its query's filters,
- * so `?cursor=` alone continues that query and one given with other filters is refused (422
- * invalid_cursor) rather than read as a position in another list. Lists read whole page by their
- * order's key, so an item that leaves between two pages moves no other item to another page.
+ * Paging: a cursor (base64url JSON) names its list and carries its query's filters, so one given
+ * with other filters is refused (422) rather than read as a position in another list. Lists read
+ * whole page by their order's key: an item that leaves between two pages moves no other item.
  */
 
 /** A list's order: a number, then a string that makes every item's key unique. */

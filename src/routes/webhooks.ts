@@ -96,10 +96,7 @@ const requestFields = (res: Response): Pick<DeliveryEntry, 'requestId' | 'bodySh
   ...(typeof res.locals.bodySha256 === 'string' ? { bodySha256: res.locals.bodySha256 } : {}),
 });
 
-/**
- * The outcome label of a delivery that ended in an error, seen as the error middleware will
- * answer it (a body reader's 413 is "invalid", not "failed"); a 429 is not a delivery (undefined).
- */
+/** A failed delivery's outcome label, by the status the error middleware will answer; a 429 is no delivery. */
 function failureOutcome(err: unknown): WebhookVerdict | undefined {
   const status = toAppError(err)?.statusCode ?? 500;
   if (status === 429) return undefined;
@@ -145,13 +142,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
       return;
     }
     const deliveryId = deliveryIdIn(req, source.deliveryHeaders);
-    const push = {
-      project: decision.project,
-      ref: decision.ref,
-      sha: decision.sha,
-      eventId: decision.eventId,
-      ...(decision.before !== undefined ? { before: decision.before } : {}),
-    };
+    const { kind: _kind, ...push } = decision;
     const recordPush = (entry: Omit<DeliveryEntry, 'source' | 'push' | 'deliveryId' | 'requestId' | 'bodySha256'>) =>
       record(res, { source: source.name, ...entry, push, ...(deliveryId ? { deliveryId } : {}) });
     const audit = (outcome: string, jobId: string) => ({
@@ -268,10 +259,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
   return r;
 }
 
-/**
- * Records a webhook delivery that ended in an error, wherever it was raised: in its route, or
- * before it (the rate limiter's 429). Mounted after every router, before the error middleware.
- */
+/** Records a failed webhook delivery, also one refused before its route (429). Mounted before the error middleware. */
 export function webhookFailures(deps: Pick<WebhookDeps, 'deliveries' | 'sources'>) {
   const byPath = new Map((deps.sources ?? SOURCES).map((s) => [`/webhook/${s.name}`, s]));
   return (err: unknown, req: Request, res: Response, next: (e: unknown) => void): void => {
