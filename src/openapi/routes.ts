@@ -18,7 +18,7 @@ import { keyListSchema, listKeysQuerySchema } from '../routes/keys.js';
 import { remediationListSchema, remediationsQuerySchema } from '../routes/remediation.js';
 import { DECISIONS } from '../remediation/store.js';
 import { deployAnswerSchema, deployBodySchema, rollbackAnswerSchema, rollbackBodySchema } from '../routes/deploys.js';
-import { listDeploysQuerySchema } from '../routes/deployHistory.js';
+import { listDeploysQuerySchema } from '../routes/deploys.js';
 import { deployListSchema, deployViewSchema, projectViewSchema } from '../changes/deployOrder/history.js';
 import type { ErrorCode } from '../shared/errors.js';
 import { SOURCES, type Source } from '../sources/index.js';

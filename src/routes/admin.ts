@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { createRequire } from 'node:module';
 import type { createBullBoard as CreateBullBoard } from '@bull-board/api';
 import type { BullMQAdapter as BullMQAdapterClass } from '@bull-board/api/bullMQAdapter';
-import type { AppControllerRoute, AppViewRoute, ControllerHandlerReturnType, IServerAdapter } from '@bull-board/api/typings/app';
+import type { AppControllerRoute, AppViewRoute } from '@bull-board/api/typings/app';
 import type { ExpressAdapter as ExpressAdapterClass } from '@bull-board/express';
 import type { Queue } from 'bullmq';
 import { Router, type NextFunction, type Request, type RequestHandler, type Response } from 'express';
@@ -17,38 +17,15 @@ import { refuseUnretried, type DeadLetters } from '../api/deadLetters.js';
 import { principalOf } from './principal.js';
 
 /**
- * Bull Board at /admin/queues: the operator's view of the "ops" queue. Dead-lettered jobs (the
- * failed set) are listed with their failure reason and can be retried or removed.
- *
- * Writes: only what dead-letter review needs (DESIGN.md, Bull Board): retry of a failed job and
- * removal of a failed job. Which Bull Board route a call reaches is read from the route table
- * bull-board hands its server adapter (see BoardRoute): every route that is not a GET is a write,
- * and every write but those two is refused with 403 {detail, code} before it reaches Bull Board (add a
- * job, edit its data, delay or priority, empty, clean, obliterate, pause, resume, promote,
- * concurrency, rate limit, bulk retry, and whatever write a later Bull Board adds). A retry of a
- * job of the ops queue is the API's retry (DeadLetters.retry, as POST /ops/jobs/{id}/retry), so a
- * restart whose Deployment already has another restart waiting or rolling out is refused (409
- * {detail, code}) and the same bookkeeping is done; a success answers 204 as Bull Board's retry does.
- * Bull Board's own error answers (an unknown queue or job in its API, its 500) keep the fields its
- * page reads and gain the API's `detail` and `code` (boardErrors).
- *
- * Access: operator role only, through the API's auth module (requireOperatorKeyOrBasic): header
- * X-API-Key (scripts) or HTTP Basic with an operator key as the password (browsers). Every refusal
- * is an error of the catalog answered by the app's error middleware: JSON {detail, code}, the key never
- * echoed or logged.
- *
- * Audit: every state-changing call (any method but GET/HEAD/OPTIONS), allowed or refused, is one
- * structured log line (msg "audit", from the app's observe middleware) with who (`key:<credential
- * id>`, never the key), method, path, body_sha256, status and request id; an allowed action adds
- * action (retry/remove), queue, job_id and job_name; refused keys appear as presented_credential.
+ * Bull Board at /admin/queues, for the operator role only (X-API-Key, or HTTP Basic with an operator
+ * key as the password). Writes: only retry and removal of a failed job (DESIGN.md, Bull Board); every
+ * other write of Bull Board's route table, including any a later Bull Board adds, is refused with 403.
+ * A retry of an ops job is the API's retry (DeadLetters.retry). Every state-changing call gets one
+ * audit line (who as `key:<credential id>`, never the key); an allowed one adds action, queue, job_id, job_name.
  */
 export const ADMIN_BASE_PATH = '/admin/queues';
 
-/**
- * Bull Board is loaded when the UI is mounted, not when this module is: with ADMIN_UI_ENABLED off
- * (the default of the process, the chart and the manifests) the API does not carry it (~3 MB of
- * heap and RSS). Its packages are CommonJS, so a synchronous require keeps createApp synchronous.
- */
+/** Loaded only with ADMIN_UI_ENABLED (~3 MB of heap and RSS); CommonJS, so require keeps createApp synchronous. */
 function loadBullBoard() {
   const require = createRequire(import.meta.url);
   return {
@@ -73,13 +50,8 @@ interface AdminRouterOptions {
 
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
-/**
- * One method and path of Bull Board's route table, as bull-board hands it to every server adapter
- * (IServerAdapter.setEntryRoute and setApiRoutes) and as the adapter routes it: an Express path
- * pattern, matched in table order.
- */
+/** One route of Bull Board's route table (method upper case), an Express path matched in table order. */
 interface BoardRoute {
-  /** Upper case: GET, PUT, PATCH, POST. */
   method: string;
   path: string;
 }
@@ -87,10 +59,8 @@ interface BoardRoute {
 type BoardAction = 'retry' | 'remove';
 
 /**
- * The writes opsgate lets through, by Bull Board route: retry of one job and removal ("clean") of
- * one job, each only while the job is failed (dead-lettered). Their :queueName and :jobId are read
- * by the write gate, so both routes must be in the table exactly as written here (checked when
- * the board is built).
+ * The writes let through, each only while its job is failed. The write gate reads their :queueName
+ * and :jobId, so both must be in Bull Board's table exactly as written (checked when it is built).
  */
 export const ALLOWED_BOARD_WRITES: Readonly<Record<string, BoardAction>> = {
   'PUT /api/queues/:queueName/:jobId/retry': 'retry',
@@ -112,74 +82,40 @@ function tableRows(route: Pick<AppControllerRoute | AppViewRoute, 'method' | 'ro
   return methods.flatMap((m) => paths.map((path) => ({ method: m.toUpperCase(), path })));
 }
 
-/**
- * A server adapter that keeps the route table createBullBoard gives it and hands every call on
- * to `inner` (Express's adapter, or nothing when only the table is wanted).
- */
-class TableKeepingAdapter implements IServerAdapter {
-  readonly routes: BoardRoute[] = [];
-  constructor(private readonly inner?: IServerAdapter) {}
-  setQueues(...a: Parameters<IServerAdapter['setQueues']>) {
-    this.inner?.setQueues(...a);
-    return this;
-  }
-  setViewsPath(viewPath: string) {
-    this.inner?.setViewsPath(viewPath);
-    return this;
-  }
-  setStaticPath(staticsRoute: string, staticsPath: string) {
-    this.inner?.setStaticPath(staticsRoute, staticsPath);
-    return this;
-  }
-  setEntryRoute(route: AppViewRoute) {
-    this.routes.push(...tableRows(route));
-    this.inner?.setEntryRoute(route);
-    return this;
-  }
-  setErrorHandler(handler: (error: Error) => ControllerHandlerReturnType) {
-    this.inner?.setErrorHandler(handler);
-    return this;
-  }
-  setApiRoutes(routes: AppControllerRoute[]) {
-    for (const r of routes) this.routes.push(...tableRows(r));
-    this.inner?.setApiRoutes(routes);
-    return this;
-  }
-  setUIConfig(...a: Parameters<IServerAdapter['setUIConfig']>) {
-    this.inner?.setUIConfig(...a);
-    return this;
-  }
+/** Express's Bull Board adapter, keeping the route table createBullBoard gives it. */
+function tableKeepingAdapter() {
+  const { ExpressAdapter } = loadBullBoard();
+  return new (class extends ExpressAdapter {
+    readonly routes: BoardRoute[] = [];
+    override setEntryRoute(route: AppViewRoute) {
+      this.routes.push(...tableRows(route));
+      return super.setEntryRoute(route);
+    }
+    override setApiRoutes(routes: AppControllerRoute[]) {
+      this.routes.push(...routes.flatMap(tableRows));
+      return super.setApiRoutes(routes);
+    }
+  })();
 }
 
 /** Bull Board's route table, in the order its server adapter registers it (a board over no queue). */
 export function readBoardRoutes(): BoardRoute[] {
-  const { createBullBoard } = loadBullBoard();
-  const adapter = new TableKeepingAdapter();
-  createBullBoard({ queues: [], serverAdapter: adapter });
+  const adapter = tableKeepingAdapter();
+  loadBullBoard().createBullBoard({ queues: [], serverAdapter: adapter });
   return adapter.routes;
 }
 
-function requestIdOf(res: Response): string {
-  const fromLocals = (res.locals as { requestId?: unknown }).requestId;
-  if (typeof fromLocals === 'string' && fromLocals) return fromLocals;
-  const fromRes = res.getHeader('x-request-id');
-  if (typeof fromRes === 'string' && fromRes) return fromRes;
-  const id = randomUUID(); // never the caller's X-Request-Id (src/middleware/context.ts)
-  if (!res.headersSent) res.setHeader('X-Request-Id', id);
-  return id;
+/** A request id unless one is set; never the caller's X-Request-Id (src/middleware/context.ts). */
+function pinRequestId(res: Response): void {
+  const set = [(res.locals as { requestId?: unknown }).requestId, res.getHeader('x-request-id')];
+  if (!set.some((v) => typeof v === 'string' && v) && !res.headersSent) res.setHeader('X-Request-Id', randomUUID());
 }
 
-/**
- * Runs first, for state-changing calls only: pins the request id and counts the action once it is
- * answered (opsgate_admin_actions_total{method,status}). The audit line itself is written by the
- * app-wide observe middleware (src/middleware/observe.ts) for every state-changing call, with
- * who = res.locals.principal (`key:<credential id>`, set by the auth middleware), method, full
- * path, status and request id, so an admin retry yields exactly one audit line.
- */
+/** Pins the request id of a state-changing call and counts it; its audit line is the observe middleware's (one per call). */
 function adminActions(metrics: Metrics): RequestHandler {
   return (req: Request, res: Response, next: NextFunction) => {
     if (SAFE_METHODS.has(req.method)) return next();
-    requestIdOf(res);
+    pinRequestId(res);
     res.once('finish', () => metrics.adminActions.inc({ method: req.method, status: String(res.statusCode) }));
     next();
   };
@@ -191,13 +127,9 @@ const ADMIN_BODY_LIMIT = '16kb';
 const REFUSED = 'refused: Bull Board here only retries or removes failed (dead-lettered) jobs; other changes go through the API';
 
 /**
- * Runs after the operator and same-origin checks, for state-changing calls only. The body is read
- * (bounded) for its SHA-256 in the audit line. Then the call is matched against Bull Board's own
- * write routes, in its order, with Express's matching (the matching of Bull Board's adapter), so
- * the route found is the route Bull Board would run: an allowed route goes on to Bull Board only
- * when its job is in the failed (dead-letter) set right now (unknown queue or job: 404 {detail, code});
- * any other write, and a write Bull Board does not serve, is refused with 403 {detail, code}. The
- * allowed call is tagged for the audit line with action, queue, job id and job name.
+ * Matches a state-changing call against Bull Board's write routes with Express's matching (its
+ * adapter's), so the route found is the one Bull Board would run: an allowed one passes only while
+ * its job is failed; any other write is refused with 403. The body's SHA-256 goes to the audit line.
  */
 function writeGate(opts: AdminRouterOptions, table: readonly BoardRoute[]): RequestHandler {
   const { queues, opsQueue } = opts;
@@ -223,7 +155,7 @@ function writeGate(opts: AdminRouterOptions, table: readonly BoardRoute[]): Requ
             'admin_action_refused',
           );
         }
-        if (action === 'retry' && opsQueue && queue === opsQueue.bull) return retryLikeTheApi(opsQueue, opts, jobId, res);
+        if (action === 'retry' && opsQueue && queue === opsQueue.bull) return retryLikeTheApi(opsQueue.deadLetters, opts, jobId, res);
         next('router'); // on to Bull Board
       })().catch(next);
     };
@@ -250,40 +182,31 @@ function writeGate(opts: AdminRouterOptions, table: readonly BoardRoute[]): Requ
 }
 
 /** The API's retry (src/routes/jobs.ts) answered the way Bull Board's client expects: 204 on success. */
-async function retryLikeTheApi(
-  opsQueue: { deadLetters: DeadLetters },
-  opts: AdminRouterOptions,
-  jobId: string,
-  res: Response,
-): Promise<void> {
-  const out = await opsQueue.deadLetters.retry(jobId, {
+async function retryLikeTheApi(deadLetters: DeadLetters, opts: AdminRouterOptions, jobId: string, res: Response): Promise<void> {
+  const out = await deadLetters.retry(jobId, {
     requester: principalOf(res),
     reason: 'retried from Bull Board',
     auditId: String(res.locals.requestId),
   });
   refuseUnretried(out);
-  switch (out.outcome) {
-    case 'pending_approval':
-      res.locals.auditFields = { ...(res.locals.auditFields as object), outcome: 'pending_approval', approval_id: out.approval_id };
-      res.status(202).json(out);
-      return;
-    case 'retried':
-      res.locals.auditFields = {
-        ...(res.locals.auditFields as object),
-        outcome: 'retried',
-        ...(out.job.id !== jobId ? { retried_as: out.job.id } : {}),
-      };
-      // Bull Board's own WAIT, not handChange's: its answer is Bull Board's, not a change's API answer.
-      await opts.retryReplicated?.();
-      opts.logger.info('dead-lettered job retried', {
-        job_id: jobId,
-        job_name: out.job.name,
-        ...(out.job.id !== jobId ? { retried_as: out.job.id } : {}),
-        via: 'admin',
-        request_id: res.locals.requestId,
-      });
-      res.status(204).end();
+  const fields = res.locals.auditFields as object;
+  if (out.outcome === 'pending_approval') {
+    res.locals.auditFields = { ...fields, outcome: 'pending_approval', approval_id: out.approval_id };
+    res.status(202).json(out);
+    return;
   }
+  const retriedAs = out.job.id !== jobId ? { retried_as: out.job.id } : {};
+  res.locals.auditFields = { ...fields, outcome: 'retried', ...retriedAs };
+  // Bull Board's own WAIT, not handChange's: its answer is Bull Board's, not a change's API answer.
+  await opts.retryReplicated?.();
+  opts.logger.info('dead-lettered job retried', {
+    job_id: jobId,
+    job_name: out.job.name,
+    ...retriedAs,
+    via: 'admin',
+    request_id: res.locals.requestId,
+  });
+  res.status(204).end();
 }
 
 /** The catalog's code for one of Bull Board's own error answers (its `error.key`, e.g. ERRORS.QUEUE_NOT_FOUND). */
@@ -300,12 +223,7 @@ function boardErrorCode(status: number, key: string | undefined): ErrorCode {
   return generic[status] ?? codesOfStatus(status)[0] ?? 'bad_request';
 }
 
-/**
- * Bull Board's API answers its errors itself (`{error: {key}, message?}`, read by its page): each
- * gains the API's `detail` (from the key: Bull Board's messages may carry an exception's text)
- * and `code`, so a script sees the one shape of src/shared/errors.ts there too. Its status is
- * kept unless the code's differs (a generic code of another status is never sent).
- */
+/** Bull Board's error answers (read by its page) gain `code` and a `detail` from the key: its messages may carry an exception's text. */
 function boardErrors(): RequestHandler {
   return (_req, res, next) => {
     const json = res.json.bind(res);
@@ -331,10 +249,9 @@ function boardErrors(): RequestHandler {
 
 export function createAdminRouter(opts: AdminRouterOptions): Router {
   const basePath = opts.basePath ?? ADMIN_BASE_PATH;
-  const { createBullBoard, BullMQAdapter, ExpressAdapter } = loadBullBoard();
-  const serverAdapter = new ExpressAdapter();
-  serverAdapter.setBasePath(basePath);
-  const board = new TableKeepingAdapter(serverAdapter);
+  const { createBullBoard, BullMQAdapter } = loadBullBoard();
+  const board = tableKeepingAdapter();
+  board.setBasePath(basePath);
   createBullBoard({
     queues: opts.queues.map(
       (q) =>
@@ -369,6 +286,6 @@ export function createAdminRouter(opts: AdminRouterOptions): Router {
   });
   router.use(writeGate(opts, board.routes));
   router.use(boardErrors());
-  router.use(serverAdapter.getRouter() as RequestHandler);
+  router.use(board.getRouter() as RequestHandler);
   return router;
 }

@@ -1,4 +1,4 @@
-import { invalidInput, parseQuery } from './invalid.js';
+import { decodeCursor, encodeCursor, nextCursorSchema, only, pageQueryShape, parseBody, parseQuery } from './request.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import { DELIVERY_ID, VERDICTS, deliveryViewSchema, type DeliveryLog } from '../domain/deliveries.js';
@@ -14,13 +14,11 @@ import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js'
 import { keyChecks, type KeyedDeps } from '../middleware/auth.js';
 import { requireInScope } from '../middleware/scope.js';
 import { projectNamespace } from '../changes/deps.js';
-import { parseJson, rawBody } from '../middleware/body.js';
-import { methodNotAllowed } from '../middleware/errors.js';
+import { rawBody } from '../middleware/body.js';
 import type { ApiConfig } from '../api/config.js';
 import { ConflictError, NotFoundError, UnprocessableError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import { SOURCES } from '../sources/index.js';
-import { decodeCursor, encodeCursor, nextCursorSchema, pageQueryShape } from './paging.js';
 
 /** The guard fields of an intake outcome, for an answer: a pending approval or a hold. */
 export function guardFields(out: IntakeResult): Record<string, string> {
@@ -30,26 +28,19 @@ export function guardFields(out: IntakeResult): Record<string, string> {
 }
 
 /**
- * Why didn't my push deploy?
- * - GET /ops/deliveries?source=&verdict=&limit=&cursor= (any valid key): the senders' last
- *   deliveries with their verdicts, newest first, paged with limit and cursor (src/routes/paging.ts;
- *   `before`, with the `next` of the answer, still works);
- * - GET /ops/deliveries/:id (any valid key): one of them;
- * - POST /ops/deliveries/:id/replay (operator key, body {reason}): submits a recorded push event
- *   again through the same intake and deduplication (a duplicate answers with the job that stands
- *   for it), past the signed senders' commit-pair rule (a push ignored as queued before deploys);
- *   audited with the principal and the reason, and recorded as a delivery of its own.
- *   Queued, held or a duplicate: 200; waiting for approval: 202 (nothing queued yet), as a restart.
+ * Why didn't my push deploy? The senders' deliveries (any valid key), and their replay (operator key):
+ * a recorded push event again through the same intake and deduplication, past the signed senders'
+ * commit-pair rule, audited and recorded as a delivery of its own.
  */
 interface DeliveriesDeps extends KeyedDeps, Pick<Pipeline, 'inventory'> {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
   deliveries: DeliveryLog;
   intake: Pick<Intake, 'push'>;
   logger: Logger;
+  /** REDIS_MIN_REPLICAS_ACK (src/domain/replication.ts); absent = off. */
   replicated?: ConfirmReplicated;
-  /** REDIS_MIN_REPLICAS_ACK for a push that asks for an approval (src/domain/replication.ts); absent = off. */
   changed?: ConfirmChange;
-  /** The change pipeline's dependencies (src/changes/deps.ts): a replayed push is a change like a delivered one. */
+  /** A replayed push is a change like a delivered one. */
   pipeline: Pipeline;
 }
 
@@ -105,122 +96,113 @@ export function deliveriesRouter(deps: DeliveriesDeps): Router {
   const r = Router();
   const { anyKey, operatorKey } = keyChecks(deps);
 
-  r.route('/ops/deliveries')
-    .get(anyKey, async (req, res) => {
-      const q = parseQuery(listDeliveriesQuerySchema, req.query);
-      let { source, verdict, before } = q;
-      if (q.cursor !== undefined) {
-        if (before !== undefined) throw new UnprocessableError('give cursor or before, not both', 'invalid_query');
-        const c = decodeCursor('deliveries', q.cursor, z.string().regex(DELIVERY_ID), { source, verdict });
-        const filters = listDeliveriesQuerySchema.pick({ source: true, verdict: true }).safeParse(c.filters);
-        if (!filters.success) throw new UnprocessableError('cursor is not a next_cursor of this list', 'invalid_cursor');
-        ({ source, verdict } = filters.data);
-        before = c.position;
-      }
-      const page = await deps.deliveries.list({
-        sources: source ? [source] : SOURCE_NAMES,
-        limit: q.limit,
-        ...(verdict ? { verdict } : {}),
-        ...(before ? { before } : {}),
-      });
-      res.json({ ...page, next_cursor: page.next === null ? null : encodeCursor('deliveries', page.next, { source, verdict }) });
-    })
-    .all(methodNotAllowed(['GET']));
+  only(r, 'get', '/ops/deliveries', anyKey, async (req, res) => {
+    const q = parseQuery(listDeliveriesQuerySchema, req.query);
+    let { source, verdict, before } = q;
+    if (q.cursor !== undefined) {
+      if (before !== undefined) throw new UnprocessableError('give cursor or before, not both', 'invalid_query');
+      const c = decodeCursor('deliveries', q.cursor, z.string().regex(DELIVERY_ID), { source, verdict });
+      const filters = listDeliveriesQuerySchema.pick({ source: true, verdict: true }).safeParse(c.filters);
+      if (!filters.success) throw new UnprocessableError('cursor is not a next_cursor of this list', 'invalid_cursor');
+      ({ source, verdict } = filters.data);
+      before = c.position;
+    }
+    const page = await deps.deliveries.list({
+      sources: source ? [source] : SOURCE_NAMES,
+      limit: q.limit,
+      ...(verdict ? { verdict } : {}),
+      ...(before ? { before } : {}),
+    });
+    res.json({ ...page, next_cursor: page.next === null ? null : encodeCursor('deliveries', page.next, { source, verdict }) });
+  });
 
-  r.route('/ops/deliveries/:id')
-    .get(anyKey, async (req, res) => {
-      const view = await deps.deliveries.get(String(req.params.id));
-      if (!view) throw new NotFoundError('delivery not found', 'delivery_not_found');
-      res.json(view);
-    })
-    .all(methodNotAllowed(['GET']));
+  only(r, 'get', '/ops/deliveries/:id', anyKey, async (req, res) => {
+    const view = await deps.deliveries.get(String(req.params.id));
+    if (!view) throw new NotFoundError('delivery not found', 'delivery_not_found');
+    res.json(view);
+  });
 
-  r.route('/ops/deliveries/:id/replay')
-    .post(operatorKey, ...rawBody(deps.config.BODY_LIMIT), async (req, res) => {
-      const id = String(req.params.id);
-      const body = replayBodySchema.safeParse(parseJson(req.body as Buffer));
-      if (!body.success) throw invalidInput(body.error, 'body field');
-      res.locals.auditFields = { delivery: id, replay_reason: body.data.reason };
-      const view = await deps.deliveries.get(id);
-      if (!view) throw new NotFoundError('delivery not found', 'delivery_not_found');
-      const source = SOURCES.find((s) => s.name === view.source);
-      if (!view.event || source?.kind !== 'push') {
-        throw new ConflictError(
-          `delivery ${id} (${view.verdict}) reached no push event to replay; have the sender redeliver it`,
-          'delivery_not_replayable',
-        );
-      }
-      const requester = principalOf(res);
-      const principal = requester.principal;
-      const e = view.event;
-      requireInScope(res, { kind: 'project', project: e.project, namespace: projectNamespace(deps.inventory, e.project) });
-      const request = {
-        source: view.source,
-        project: e.project,
-        ref: e.ref,
-        sha: e.sha,
-        eventId: e.event_id,
-        auditId: res.locals.requestId,
-        requester,
-        reason: body.data.reason,
-        origin: 'replay' as const,
-        // A signed sender's commit pair: the replay deploys it and the pair names the replay's job.
-        ...(e.before !== undefined ? { before: e.before } : {}),
-        ...(view.delivery_id ? { deliveryId: view.delivery_id } : {}),
-        // A replay is the delivery again: its place in its group's order is its job's acceptance (the
-        // delivery's answer is logged a moment after it; a newer push may fall in between).
-        accepted: {
-          at: (view.job_id ? await deps.pipeline.producer.acceptedAt(view.job_id) : undefined) ?? Date.parse(view.at),
-          id: view.job_id ?? view.id,
-        },
-      };
-      // dry_run as on POST /ops/restart (the query), or in the body.
-      if (dryRunQuery(req.query) || body.data.dry_run) {
-        const answer = await dryRunDeploy(
-          deps.pipeline,
-          pushChange(deps.pipeline, request) as Change & {
-            target: DeployTarget;
-          },
-        );
-        res.locals.auditFields = { delivery: id, replay_reason: body.data.reason, dry_run: true, would: answer.would };
-        res.json(answer);
-        return;
-      }
-      const out = await handChange(deps, res.locals, { submit: () => submitPush(deps.pipeline, request), handed: pushHanded });
-      deps.deliveries.record({
-        source: view.source,
-        verdict: out.accepted ? 'queued' : 'duplicate',
-        status: out.approval ? 202 : 200,
-        detail: `replay by ${principal}: ${body.data.reason}`,
-        jobId: out.jobId,
-        push: { project: e.project, ref: e.ref, sha: e.sha, eventId: e.event_id, ...(e.before !== undefined ? { before: e.before } : {}) },
-        replayOf: id,
-        ...(view.delivery_id ? { deliveryId: view.delivery_id } : {}),
-        ...(typeof res.locals.requestId === 'string' ? { requestId: res.locals.requestId } : {}),
-      });
-      res.locals.auditFields = {
-        delivery: id,
-        replay_reason: body.data.reason,
-        job_id: out.jobId,
-        event_id: e.event_id,
-        outcome: out.accepted ? 'accepted' : 'duplicate',
-      };
-      deps.logger.info('webhook delivery replayed', {
-        delivery: id,
-        job_id: out.jobId,
-        accepted: out.accepted,
-        request_id: res.locals.requestId,
-      });
-      res.status(out.approval ? 202 : 200).json({
-        replayed: true,
-        accepted: out.accepted,
-        duplicate: out.duplicate,
-        job_id: out.jobId,
-        event_id: e.event_id,
-        ...guardFields(out),
-      });
-    })
-    .all(methodNotAllowed(['POST']));
+  only(r, 'post', '/ops/deliveries/:id/replay', operatorKey, ...rawBody(deps.config.BODY_LIMIT), async (req, res) => {
+    const id = String(req.params.id);
+    const body = parseBody(req, replayBodySchema);
+    const audit = { delivery: id, replay_reason: body.reason };
+    res.locals.auditFields = audit;
+    const view = await deps.deliveries.get(id);
+    if (!view) throw new NotFoundError('delivery not found', 'delivery_not_found');
+    const source = SOURCES.find((s) => s.name === view.source);
+    if (!view.event || source?.kind !== 'push') {
+      throw new ConflictError(
+        `delivery ${id} (${view.verdict}) reached no push event to replay; have the sender redeliver it`,
+        'delivery_not_replayable',
+      );
+    }
+    const requester = principalOf(res);
+    const e = view.event;
+    requireInScope(res, { kind: 'project', project: e.project, namespace: projectNamespace(deps.inventory, e.project) });
+    // A signed sender's commit pair: the replay deploys it and the pair names the replay's job.
+    const push = {
+      project: e.project,
+      ref: e.ref,
+      sha: e.sha,
+      eventId: e.event_id,
+      ...(e.before !== undefined ? { before: e.before } : {}),
+    };
+    const deliveryId = view.delivery_id ? { deliveryId: view.delivery_id } : {};
+    const request = {
+      source: view.source,
+      ...push,
+      auditId: res.locals.requestId,
+      requester,
+      reason: body.reason,
+      origin: 'replay' as const,
+      ...deliveryId,
+      // A replay is the delivery again: its place in its group's order is its job's acceptance (the
+      // delivery's answer is logged a moment after it; a newer push may fall in between).
+      accepted: {
+        at: (view.job_id ? await deps.pipeline.producer.acceptedAt(view.job_id) : undefined) ?? Date.parse(view.at),
+        id: view.job_id ?? view.id,
+      },
+    };
+    // dry_run as on POST /ops/restart (the query), or in the body.
+    if (dryRunQuery(req.query) || body.dry_run) {
+      const answer = await dryRunDeploy(deps.pipeline, pushChange(deps.pipeline, request) as Change & { target: DeployTarget });
+      res.locals.auditFields = { ...audit, dry_run: true, would: answer.would };
+      res.json(answer);
+      return;
+    }
+    const out = await handChange(deps, res.locals, { submit: () => submitPush(deps.pipeline, request), handed: pushHanded });
+    deps.deliveries.record({
+      source: view.source,
+      verdict: out.accepted ? 'queued' : 'duplicate',
+      status: out.approval ? 202 : 200,
+      detail: `replay by ${requester.principal}: ${body.reason}`,
+      jobId: out.jobId,
+      push,
+      replayOf: id,
+      ...deliveryId,
+      ...(typeof res.locals.requestId === 'string' ? { requestId: res.locals.requestId } : {}),
+    });
+    res.locals.auditFields = {
+      ...audit,
+      job_id: out.jobId,
+      event_id: e.event_id,
+      outcome: out.accepted ? 'accepted' : 'duplicate',
+    };
+    deps.logger.info('webhook delivery replayed', {
+      delivery: id,
+      job_id: out.jobId,
+      accepted: out.accepted,
+      request_id: res.locals.requestId,
+    });
+    res.status(out.approval ? 202 : 200).json({
+      replayed: true,
+      accepted: out.accepted,
+      duplicate: out.duplicate,
+      job_id: out.jobId,
+      event_id: e.event_id,
+      ...guardFields(out),
+    });
+  });
 
   return r;
 }

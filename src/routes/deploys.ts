@@ -1,36 +1,32 @@
 import { Router, type Request, type Response } from 'express';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
-import { submitCiDeploy } from '../changes/ciDeploy.js';
+import { submitCiDeploy, type CiDeployAnswer } from '../changes/ciDeploy.js';
 import { submitRollback } from '../changes/rollback.js';
-import { handChange } from '../changes/hand.js';
+import { handChange, type Handed } from '../changes/hand.js';
 import type { Pipeline } from '../changes/deps.js';
-import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
+import { DEPLOY_STATES, deployView, type DeployEntry } from '../changes/deployOrder/history.js';
+import { redisCall } from '../domain/redisOps.js';
+import { scopeAdmits } from '../shared/scope.js';
+import type { ConfirmChange, ConfirmReplicated, Written } from '../domain/replication.js';
 import { keyChecks, type KeyedDeps, requireOidcOrOperatorKey } from '../middleware/auth.js';
-import { parseJson, rawBody } from '../middleware/body.js';
+import { rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import type { OidcCaller, OidcVerifier } from '../middleware/oidc.js';
-import { requireInScope } from '../middleware/scope.js';
+import { requireInScope, scopeOf } from '../middleware/scope.js';
 import type { ApiConfig } from '../api/config.js';
-import { ForbiddenError, UnprocessableError } from '../shared/errors.js';
+import { ForbiddenError, NotFoundError, UnprocessableError } from '../shared/errors.js';
 import { findProject, type Inventory } from '../shared/inventory.js';
 import type { Logger } from '../shared/logger.js';
 import { principalOf } from './principal.js';
 import { idempotencyKeyOf } from './restartQuery.js';
-import { getDeploy, getProject, listDeploys } from './deployHistory.js';
+import { decodeCursor, encodeCursor, only, pageQueryShape, parseBody, parseQuery, sortKeySchema } from './request.js';
 
 /**
- * POST /ops/deploys: a deploy of one commit asked for by CI (origin `ci`, src/changes/ciDeploy.ts).
- * Callers: an OIDC identity (OPS_OIDC_FILE) or an operator key, never the shared bearer token.
- * The body `{project, ref, sha}` may leave out what the caller's OIDC rule binds from the token's
- * claims (a GitHub or GitLab token names its repository, ref and commit); a body that says
- * otherwise is refused (403 `deploy_not_bound_to_token`). An operator key names all three. The
- * credential's scope must admit the project.
- * POST /ops/deploys/rollback: a deploy of the commit of an earlier succeeded deploy
- * (src/changes/rollback.ts), for an operator key or an OIDC rule with role operator; the
- * credential's scope must admit the project.
- * GET /ops/deploys, /ops/deploys/{id}, /ops/projects/{project}: the history of deploys, for any
- * valid key (src/routes/deployHistory.ts).
+ * CI deploys (POST /ops/deploys, for an OIDC identity or an operator key, never the shared bearer
+ * token: a body may leave out what the token binds, never contradict it), rollbacks, and the deploy
+ * history for any valid key. A scoped credential acts on and sees only the projects its scope admits:
+ * the others' deploys are left out of the list and 404 by id, as if not kept.
  */
 export interface DeploysDeps extends KeyedDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'OPS_BEARER_TOKEN' | 'BODY_LIMIT'>;
@@ -44,7 +40,7 @@ export interface DeploysDeps extends KeyedDeps {
 }
 
 /** A full commit id: 40 hex digits (SHA-1) or 64 (SHA-256), lower case. */
-export const FULL_COMMIT = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/;
+const FULL_COMMIT = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/;
 
 export const deployBodySchema = z.strictObject({
   project: z.string().min(1).max(255).optional().describe('an inventory project; optional when the OIDC rule binds it'),
@@ -103,40 +99,38 @@ export const rollbackAnswerSchema = deployAnswerSchema.extend({
   event_id: z.string().describe('rollback:<uuid>: its own identity, never a duplicate of a deploy of that commit'),
 });
 
-/** The body parsed by `schema`, empty meaning `{}`: 422 invalid_body naming the first fault. */
-function parseBody<S extends z.ZodType>(req: Request, schema: S): z.infer<S> {
-  const raw = req.body as Buffer;
-  const value = raw.length === 0 ? {} : parseJson(raw);
-  const parsed = schema.safeParse(value);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    const field = issue.path.join('.');
-    throw new UnprocessableError(
-      issue.code === 'unrecognized_keys'
-        ? `invalid body: unknown field ${issue.keys.join(', ')}`
-        : `invalid body field ${field}: ${issue.message}`,
-      'invalid_body',
-    );
-  }
-  return parsed.data;
+export const listDeploysQuerySchema = z.object({
+  project: z.string().min(1).max(255).optional().describe('only this project'),
+  ref: z.string().min(1).max(255).optional().describe('only this ref, e.g. refs/heads/main'),
+  state: z.enum(DEPLOY_STATES).optional().describe('only deploys in this state'),
+  ...pageQueryShape(20, 100),
+});
+
+const DEPLOY_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** Whether the request's credential may see the deploys of `project`. */
+function admits(res: Response, inventory: Inventory, project: string): boolean {
+  const scope = scopeOf(res);
+  return !scope || scopeAdmits(scope, { kind: 'project', project, namespace: findProject(inventory, project)?.namespace ?? '' });
 }
 
-/** The body, empty meaning `{}`: what the token binds may be all there is to say. */
-const bodyOf = (req: Request): z.infer<typeof deployBodySchema> => parseBody(req, deployBodySchema);
+/** A body's field that differs from what the caller's OIDC token binds: 403. */
+function refuseUnbound(f: string, given: string | undefined, bound: string | undefined, why = ''): void {
+  if (bound !== undefined && given !== undefined && bound !== given) {
+    throw new ForbiddenError(
+      `the body's ${f} ${JSON.stringify(given)} differs from the ${f} the OIDC token names (${JSON.stringify(bound)})${why}`,
+      'deploy_not_bound_to_token',
+    );
+  }
+}
 
 /** project, ref and sha: the token's where its rule binds them (a body disagreeing is refused), else the body's. */
 function resolveTarget(body: z.infer<typeof deployBodySchema>, caller: OidcCaller | undefined) {
   const out: { project?: string; ref?: string; sha?: string } = {};
   for (const f of ['project', 'ref', 'sha'] as const) {
     const bound = caller?.binds[f];
-    const given = body[f];
-    if (bound !== undefined && given !== undefined && bound !== given) {
-      throw new ForbiddenError(
-        `the body's ${f} ${JSON.stringify(given)} differs from the ${f} the OIDC token names (${JSON.stringify(bound)}); a CI identity deploys exactly what its token names`,
-        'deploy_not_bound_to_token',
-      );
-    }
-    const v = bound ?? given;
+    refuseUnbound(f, body[f], bound, '; a CI identity deploys exactly what its token names');
+    const v = bound ?? body[f];
     if (v === undefined)
       throw new UnprocessableError(`invalid body field ${f}: required (the caller's token does not name it)`, 'invalid_body');
     out[f] = v;
@@ -147,22 +141,72 @@ function resolveTarget(body: z.infer<typeof deployBodySchema>, caller: OidcCalle
   return out as { project: string; ref: string; sha: string };
 }
 
+/** The audit line's fields of a deploy or a rollback. */
+const deployAudit = (answer: CiDeployAnswer) => ({
+  event_id: answer.event_id,
+  job_id: answer.job_id,
+  outcome: answer.accepted ? 'accepted' : 'duplicate',
+  deploy_status: answer.status,
+  project: answer.project,
+  ref: answer.ref,
+  sha: answer.sha,
+});
+
+/** Only what this call wrote (a duplicate or a repeat wrote nothing). */
+const handed = ({ answer, written }: { answer: CiDeployAnswer; written?: Written | undefined }): Handed =>
+  answer.status === 'pending_approval'
+    ? { wrote: 'approval', approvalId: answer.approval_id!, event: 'requested' }
+    : { wrote: 'job', ...(written ? { written } : {}) };
+
 export function deploysRouter(deps: DeploysDeps): Router {
   const r = Router();
   const auth = requireOidcOrOperatorKey(deps.config.apiKeys, deps.config.OPS_BEARER_TOKEN, deps.metrics, deps.apiKeyPolicy, deps.oidc);
   const body = rawBody(deps.config.BODY_LIMIT);
 
   const { anyKey } = keyChecks(deps);
-  const history = { inventory: deps.inventory, redis: deps.redis, history: deps.pipeline.deployHistory };
+  const history = deps.pipeline.deployHistory;
+  const projectInScope = (res: Response, project: string) => {
+    const entry = findProject(deps.inventory, project);
+    if (entry) requireInScope(res, { kind: 'project', project, namespace: entry.namespace });
+  };
 
   r.route('/ops/deploys')
-    .get(anyKey, listDeploys(history))
+    .get(anyKey, async (req: Request, res: Response) => {
+      const q = parseQuery(listDeploysQuerySchema, req.query);
+      let { project, ref, state } = q;
+      let after: readonly [number, string] | undefined;
+      if (q.cursor !== undefined) {
+        const c = decodeCursor('deploys', q.cursor, sortKeySchema, { project, ref, state });
+        after = c.position;
+        project = c.filters.project;
+        ref = c.filters.ref;
+        const s = z.enum(DEPLOY_STATES).optional().safeParse(c.filters.state);
+        state = s.success ? s.data : undefined;
+      }
+      const page = await redisCall(
+        () =>
+          history.list({
+            ...(project !== undefined ? { project } : {}),
+            ...(after ? { after } : {}),
+            limit: q.limit,
+            admit: (e: DeployEntry) =>
+              (project === undefined || e.project === project) &&
+              (ref === undefined || e.ref === ref) &&
+              (state === undefined || e.state === state) &&
+              admits(res, deps.inventory, e.project),
+          }),
+        deps.redis,
+      );
+      res.json({
+        deploys: page.items.map(deployView),
+        next_cursor: page.next ? encodeCursor('deploys', page.next, { project, ref, state }) : null,
+      });
+    })
     .post(auth, ...body, async (req: Request, res: Response) => {
-      const caller = res.locals.oidc as OidcCaller | undefined;
-      const b = bodyOf(req);
-      const target = resolveTarget(b, caller);
-      const entry = findProject(deps.inventory, target.project);
-      if (entry) requireInScope(res, { kind: 'project', project: target.project, namespace: entry.namespace });
+      // Empty meaning `{}`: what the token binds may be all there is to say.
+      const b = parseBody(req, deployBodySchema, {});
+      const target = resolveTarget(b, res.locals.oidc as OidcCaller | undefined);
+      projectInScope(res, target.project);
       const idempotencyKey = idempotencyKeyOf(req.get('idempotency-key'));
       const requester = principalOf(res);
       const { http, answer } = await handChange(deps, res.locals, {
@@ -174,79 +218,68 @@ export function deploysRouter(deps: DeploysDeps): Router {
             ...(idempotencyKey !== undefined ? { idempotencyKey } : {}),
             ...(b.reason ? { reason: b.reason } : {}),
           }),
-        audit: ({ answer }) => ({
-          event_id: answer.event_id,
-          job_id: answer.job_id,
-          outcome: answer.accepted ? 'accepted' : 'duplicate',
-          deploy_status: answer.status,
-          project: answer.project,
-          ref: answer.ref,
-          sha: answer.sha,
-          ...(b.reason ? { reason: b.reason } : {}),
-        }),
-        // Only what this call wrote (a duplicate or a repeat wrote nothing).
-        handed: ({ answer, written }) =>
-          answer.status === 'pending_approval'
-            ? { wrote: 'approval', approvalId: answer.approval_id!, event: 'requested' }
-            : { wrote: 'job', ...(written ? { written } : {}) },
+        audit: ({ answer }) => ({ ...deployAudit(answer), ...(b.reason ? { reason: b.reason } : {}) }),
+        handed,
       });
       res.status(http).json(answer);
     })
     .all(methodNotAllowed(['GET', 'POST']));
 
-  r.route('/ops/deploys/rollback')
-    .post(auth, ...body, async (req: Request, res: Response) => {
-      const b = parseBody(req, rollbackBodySchema);
-      // An OIDC rule that binds a project or ref from the token's claims rolls back only that one.
-      const binds = (res.locals.oidc as OidcCaller | undefined)?.binds;
-      for (const f of ['project', 'ref'] as const) {
-        const bound = binds?.[f];
-        if (bound !== undefined && bound !== b[f]) {
-          throw new ForbiddenError(
-            `the body's ${f} ${JSON.stringify(b[f])} differs from the ${f} the OIDC token names (${JSON.stringify(bound)})`,
-            'deploy_not_bound_to_token',
-          );
-        }
-      }
-      const entry = findProject(deps.inventory, b.project);
-      if (entry) requireInScope(res, { kind: 'project', project: b.project, namespace: entry.namespace });
-      const { answer } = await handChange(deps, res.locals, {
-        submit: () =>
-          submitRollback(deps, {
-            project: b.project,
-            ref: b.ref,
-            ...(b.to !== undefined ? { to: b.to } : {}),
-            requester: principalOf(res),
-            auditId: res.locals.requestId,
-            reason: b.reason,
-            ...(b.override ? { override: true } : {}),
-          }),
-        audit: ({ answer }) => ({
-          event_id: answer.event_id,
-          job_id: answer.job_id,
-          outcome: 'accepted',
-          deploy_status: answer.status,
-          project: answer.project,
-          ref: answer.ref,
-          sha: answer.sha,
-          rolled_back_from: answer.rolled_back_from,
+  only(r, 'post', '/ops/deploys/rollback', auth, ...body, async (req: Request, res: Response) => {
+    const b = parseBody(req, rollbackBodySchema, {});
+    // An OIDC rule that binds a project or ref from the token's claims rolls back only that one.
+    const binds = (res.locals.oidc as OidcCaller | undefined)?.binds;
+    for (const f of ['project', 'ref'] as const) refuseUnbound(f, b[f], binds?.[f]);
+    projectInScope(res, b.project);
+    const { answer } = await handChange(deps, res.locals, {
+      submit: () =>
+        submitRollback(deps, {
+          project: b.project,
+          ref: b.ref,
+          ...(b.to !== undefined ? { to: b.to } : {}),
+          requester: principalOf(res),
+          auditId: res.locals.requestId,
           reason: b.reason,
+          ...(b.override ? { override: true } : {}),
         }),
-        handed: ({ answer, written }) =>
-          answer.status === 'pending_approval'
-            ? { wrote: 'approval', approvalId: answer.approval_id!, event: 'requested' }
-            : { wrote: 'job', ...(written ? { written } : {}) },
-      });
-      res.status(202).json(answer);
-    })
-    .all(methodNotAllowed(['POST']));
+      audit: ({ answer }) => ({
+        ...deployAudit(answer),
+        outcome: 'accepted',
+        rolled_back_from: answer.rolled_back_from,
+        reason: b.reason,
+      }),
+      handed,
+    });
+    res.status(202).json(answer);
+  });
 
-  r.route('/ops/deploys/:id')
-    .get(anyKey, getDeploy(history))
-    .all(methodNotAllowed(['GET']));
-  r.route('/ops/projects/:project')
-    .get(anyKey, getProject(history))
-    .all(methodNotAllowed(['GET']));
+  only(r, 'get', '/ops/deploys/:id', anyKey, async (req, res) => {
+    const id = String(req.params.id);
+    const e = DEPLOY_ID.test(id) ? await redisCall(() => history.get(id), deps.redis) : undefined;
+    if (!e || !admits(res, deps.inventory, e.project)) throw new NotFoundError('deploy not found', 'deploy_not_found');
+    res.json(deployView(e));
+  });
+
+  only(r, 'get', '/ops/projects/:project', anyKey, async (req, res) => {
+    const project = String(req.params.project);
+    const entry = findProject(deps.inventory, project);
+    if (project.length > 255) throw new NotFoundError('project not found', 'project_not_found');
+    requireInScope(res, { kind: 'project', project, namespace: entry?.namespace ?? '' });
+    const refs = await redisCall(() => history.refs(project), deps.redis);
+    if (!entry && refs.size === 0) throw new NotFoundError('project not found', 'project_not_found');
+    const names = [...new Set([...(entry?.refs ?? []), ...refs.keys()])];
+    res.json({
+      project,
+      refs: names.map((ref) => {
+        const kept = refs.get(ref);
+        return {
+          ref,
+          current: kept?.current ? deployView(kept.current) : null,
+          running: kept?.running ? deployView(kept.running) : null,
+        };
+      }),
+    });
+  });
 
   return r;
 }

@@ -1,4 +1,4 @@
-import { invalidInput, parseQuery } from './invalid.js';
+import { keysetPage, nextCursorSchema, only, pageQueryShape, parseBody, parseQuery } from './request.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import {
@@ -15,7 +15,7 @@ import {
 import type { Pipeline } from '../changes/deps.js';
 import type { ConfirmChange } from '../domain/replication.js';
 import { keyChecks, type KeyedDeps } from '../middleware/auth.js';
-import { parseJson, rawBody } from '../middleware/body.js';
+import { rawBody } from '../middleware/body.js';
 import { methodNotAllowed } from '../middleware/errors.js';
 import { requireInScope, scopeOf } from '../middleware/scope.js';
 import { projectNamespace } from '../changes/deps.js';
@@ -24,31 +24,24 @@ import { ForbiddenError } from '../shared/errors.js';
 import type { JobReads } from '../shared/jobReads.js';
 import { FREEZES_KEY, HOLDS_KEY } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
-import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
 
 /**
- * Freezes and holds (src/changes/freezes/service.ts):
- * - GET /ops/freezes, GET /ops/freezes/:id (any valid key): the freezes not yet ended, soonest end
- *   first, paged with limit and cursor (src/routes/paging.ts);
- * - POST /ops/freezes (operator key): declare one; DELETE /ops/freezes/:id (operator key, body
- *   {reason}): lift it early, releasing the deploys it held; both audited with the reason;
- * - GET /ops/holds (any valid key): the deploys held now, with why and until when, soonest first,
- *   paged the same way.
+ * Freezes and holds (src/changes/freezes/service.ts), read with any valid key, soonest end first.
+ * An operator key declares a freeze (POST /ops/freezes) or lifts one early (DELETE
+ * /ops/freezes/:id, body {reason}), releasing the deploys it held; both audited with the reason.
  */
 interface FreezesDeps extends KeyedDeps, Pick<Pipeline, 'inventory'> {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
-  /** The change pipeline: freezes and holds are its records (src/changes/freezes/service.ts). */
   pipeline: Pipeline;
   jobs: Pick<JobReads, 'get'>;
   logger: Logger;
-  /** REDIS_MIN_REPLICAS_ACK for a freeze declared or lifted and the deploys it releases (src/domain/replication.ts); absent = off. */
+  /** REDIS_MIN_REPLICAS_ACK for a freeze declared or lifted and the deploys it releases; absent = off. */
   changed?: ConfirmChange;
 }
 
 export const freezeListSchema = z.object({ freezes: z.array(freezeViewSchema), next_cursor: nextCursorSchema });
 export const holdListSchema = z.object({ holds: z.array(holdViewSchema), next_cursor: nextCursorSchema });
 
-/** Query of GET /ops/freezes and GET /ops/holds. */
 export const listFreezesQuerySchema = z.object(pageQueryShape(100, 500));
 
 export function freezesRouter(deps: FreezesDeps): Router {
@@ -64,11 +57,10 @@ export function freezesRouter(deps: FreezesDeps): Router {
       res.json({ freezes: page.items, next_cursor: page.next_cursor });
     })
     .post(operatorKey, ...body, async (req, res) => {
-      const parsed = freezeBodySchema.safeParse(parseJson(req.body as Buffer));
-      if (!parsed.success) throw invalidInput(parsed.error, 'body field');
-      res.locals.auditFields = { scope: parsed.data.scope, reason: parsed.data.reason };
-      freezeInScope(res, deps.inventory, parsed.data);
-      const freeze = await declareFreeze(g, parsed.data, res.locals.principal!);
+      const parsed = parseBody(req, freezeBodySchema);
+      res.locals.auditFields = { scope: parsed.scope, reason: parsed.reason };
+      freezeInScope(res, deps.inventory, parsed);
+      const freeze = await declareFreeze(g, parsed, res.locals.principal!);
       res.locals.auditFields = { freeze_id: freeze.id, scope: freeze.scope, reason: freeze.reason, ends_at: freeze.ends_at };
       // A freeze is no change handed to the pipeline: its own WAIT, not handChange's.
       await deps.changed?.(`freeze ${freeze.id} declared`, [FREEZES_KEY]);
@@ -83,12 +75,11 @@ export function freezesRouter(deps: FreezesDeps): Router {
     })
     .delete(operatorKey, ...body, async (req, res) => {
       const id = String(req.params.id);
-      const parsed = liftBodySchema.safeParse(parseJson(req.body as Buffer));
-      if (!parsed.success) throw invalidInput(parsed.error, 'body field');
-      res.locals.auditFields = { freeze_id: id, reason: parsed.data.reason };
+      const parsed = parseBody(req, liftBodySchema);
+      res.locals.auditFields = { freeze_id: id, reason: parsed.reason };
       if (scopeOf(res)) freezeInScope(res, deps.inventory, await getFreeze(g, id));
       const out = await liftFreeze(g, id);
-      res.locals.auditFields = { freeze_id: id, reason: parsed.data.reason, released: out.released };
+      res.locals.auditFields = { freeze_id: id, reason: parsed.reason, released: out.released };
       // A freeze is no change handed to the pipeline (the deploys it releases wake in the worker): its own WAIT.
       await deps.changed?.(`freeze ${id} lifted`, [FREEZES_KEY, HOLDS_KEY]);
       deps.logger.info('freeze lifted', { freeze_id: id, by: res.locals.principal, released: out.released.length });
@@ -96,22 +87,17 @@ export function freezesRouter(deps: FreezesDeps): Router {
     })
     .all(methodNotAllowed(['GET', 'DELETE']));
 
-  r.route('/ops/holds')
-    .get(anyKey, async (req, res) => {
-      const q = parseQuery(listFreezesQuerySchema, req.query);
-      const holds = await listHolds(g, async (id) => (await deps.jobs.get(id))?.state);
-      const page = keysetPage('holds', holds, (h) => [Date.parse(h.until), h.job_id], q);
-      res.json({ holds: page.items, next_cursor: page.next_cursor });
-    })
-    .all(methodNotAllowed(['GET']));
+  only(r, 'get', '/ops/holds', anyKey, async (req, res) => {
+    const q = parseQuery(listFreezesQuerySchema, req.query);
+    const holds = await listHolds(g, async (id) => (await deps.jobs.get(id))?.state);
+    const page = keysetPage('holds', holds, (h) => [Date.parse(h.until), h.job_id], q);
+    res.json({ holds: page.items, next_cursor: page.next_cursor });
+  });
 
   return r;
 }
 
-/**
- * A scoped key declares or lifts only freezes within its scope: of a namespace or a project it
- * admits; a freeze of everything is outside any scope.
- */
+/** A scoped key declares or lifts only freezes of a namespace or project it admits; a freeze of everything is outside any scope. */
 function freezeInScope(
   res: Parameters<typeof requireInScope>[0],
   inventory: Pipeline['inventory'],

@@ -1,4 +1,4 @@
-import { invalidInput, parseQuery } from './invalid.js';
+import { decodeCursor, encodeCursor, nextCursorSchema, only, pageQueryShape, parseBody, parseQuery } from './request.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import { approvalView, approvalViewSchema } from '../changes/approvals/view.js';
@@ -13,34 +13,24 @@ import { outcomeSchema } from '../shared/jobs.js';
 import { handChange } from '../changes/hand.js';
 import { keyChecks, type KeyedDeps } from '../middleware/auth.js';
 import { scopeOf } from '../middleware/scope.js';
-import { parseJson, rawBody } from '../middleware/body.js';
-import { methodNotAllowed } from '../middleware/errors.js';
+import { rawBody } from '../middleware/body.js';
 import type { ApiConfig } from '../api/config.js';
 import { ForbiddenError, NotFoundError, UnprocessableError } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import { refuseUnretried, type DeadLetters } from '../api/deadLetters.js';
 import { principalOf } from './principal.js';
 import { LISTABLE_STATES, type JobReads } from '../shared/jobReads.js';
-import { decodeCursor, encodeCursor, nextCursorSchema, pageQueryShape } from './paging.js';
 
 /**
- * Jobs without a browser (Bull Board stays for browsing):
- * - GET /ops/jobs/:id (any valid key): state and bookkeeping of one job, never its data;
- * - GET /ops/jobs?state=failed (any valid key): the dead letters (or another state), newest
- *   first, paged with limit and cursor (src/routes/paging.ts; offset still works); the same view
- *   as one job: never data or return values;
- * - POST /ops/jobs/:id/retry (operator key, body {reason}): re-queues a dead-lettered job with a
- *   fresh attempt budget; audited with the principal, the reason and the job; 409 when the job is
- *   not failed (or, for a restart, when another restart of its Deployment is in progress);
- *   with REDIS_MIN_REPLICAS_ACK, 200 only once the retry is on that many replicas, else 503
- *   (nothing taken back; repeating the retry is safe: src/domain/replication.ts).
+ * Jobs without a browser, never their data or return values (any valid key); POST
+ * /ops/jobs/:id/retry (operator key) re-queues a dead letter with a fresh attempt budget, audited.
  */
 interface JobsDeps extends KeyedDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'BODY_LIMIT'>;
   jobs: JobReads;
   deadLetters: DeadLetters;
   logger: Logger;
-  /** REDIS_MIN_REPLICAS_ACK: WAIT before the retry's 200 (src/domain/replication.ts); absent = off. */
+  /** REDIS_MIN_REPLICAS_ACK: WAIT before the retry's 200 (else 503, repeating it is safe); absent = off. */
   retryReplicated?: ConfirmRetryReplicated;
   /** The change records a job stands for: a held job's reasons, an approval that has no job yet. */
   changeRecords?: Pick<Pipeline, 'holds' | 'approvals' | 'redis' | 'now'>;
@@ -50,7 +40,6 @@ const JOB_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
 const MAX_OFFSET = 100000;
 
-/** Query of GET /ops/jobs (also the OpenAPI parameters). */
 export const listJobsQuerySchema = z.object({
   state: z.enum(LISTABLE_STATES).default('failed').describe('failed = the dead letters'),
   offset: z.coerce
@@ -63,7 +52,6 @@ export const listJobsQuerySchema = z.object({
   ...pageQueryShape(20, 100),
 });
 
-/** Body of POST /ops/jobs/{id}/retry. */
 export const retryBodySchema = z.object({
   reason: z.string().trim().min(1).max(500).describe('why the job is replayed; written to the audit line'),
 });
@@ -106,135 +94,125 @@ export function jobsRouter(deps: JobsDeps): Router {
   const r = Router();
   const { anyKey, operatorKey } = keyChecks(deps);
 
-  r.route('/ops/jobs')
-    .get(anyKey, async (req, res) => {
-      const q = parseQuery(listJobsQuerySchema, req.query);
-      const { limit, cursor } = q;
-      let { state, offset = 0 } = q;
-      if (cursor !== undefined) {
-        if (q.offset !== undefined) throw new UnprocessableError('give cursor or offset, not both', 'invalid_query');
-        const c = decodeCursor('jobs', cursor, z.number().int().min(0).max(MAX_OFFSET), {
-          state: typeof req.query.state === 'string' ? state : undefined,
-        });
-        const s = z.enum(LISTABLE_STATES).safeParse(c.filters.state);
-        if (!s.success) throw new UnprocessableError('cursor is not a next_cursor of this list', 'invalid_cursor');
-        offset = c.position;
-        state = s.data;
-      }
-      const page = await deps.jobs.list(state, offset, limit);
-      const next = offset + page.jobs.length;
-      const more = next < page.total && page.jobs.length > 0;
-      res.json({
-        state,
-        total: page.total,
-        offset,
-        limit,
-        next_offset: more ? next : null,
-        // A cursor past the deepest offset would be refused: the last reachable page has none.
-        next_cursor: more && next <= MAX_OFFSET ? encodeCursor('jobs', next, { state }) : null,
-        jobs: page.jobs,
+  only(r, 'get', '/ops/jobs', anyKey, async (req, res) => {
+    const q = parseQuery(listJobsQuerySchema, req.query);
+    const { limit, cursor } = q;
+    let { state, offset = 0 } = q;
+    if (cursor !== undefined) {
+      if (q.offset !== undefined) throw new UnprocessableError('give cursor or offset, not both', 'invalid_query');
+      const c = decodeCursor('jobs', cursor, z.number().int().min(0).max(MAX_OFFSET), {
+        state: typeof req.query.state === 'string' ? state : undefined,
       });
-    })
-    .all(methodNotAllowed(['GET']));
+      const s = z.enum(LISTABLE_STATES).safeParse(c.filters.state);
+      if (!s.success) throw new UnprocessableError('cursor is not a next_cursor of this list', 'invalid_cursor');
+      offset = c.position;
+      state = s.data;
+    }
+    const page = await deps.jobs.list(state, offset, limit);
+    const next = offset + page.jobs.length;
+    const more = next < page.total && page.jobs.length > 0;
+    res.json({
+      state,
+      total: page.total,
+      offset,
+      limit,
+      next_offset: more ? next : null,
+      // A cursor past the deepest offset would be refused: the last reachable page has none.
+      next_cursor: more && next <= MAX_OFFSET ? encodeCursor('jobs', next, { state }) : null,
+      jobs: page.jobs,
+    });
+  });
 
-  r.route('/ops/jobs/:id')
-    .get(anyKey, async (req, res) => {
-      const id = req.params.id;
-      if (!JOB_ID.test(id)) throw new NotFoundError('job not found', 'job_not_found');
-      const job = await deps.jobs.get(id);
-      const g = deps.changeRecords;
-      if (job && job.state === 'delayed' && g) {
-        const hold = await redisCall(() => g.holds.get(id), g.redis);
-        if (hold) {
-          res.json({
-            ...job,
-            state: 'held',
-            outcome: { result: 'held', reason: describeReasons(hold.reasons), until: new Date(hold.until).toISOString() },
-            hold: holdView(hold),
-          });
-          return;
-        }
-      }
-      if (job) {
-        res.json(job);
+  only(r, 'get', '/ops/jobs/:id', anyKey, async (req, res) => {
+    const id = req.params.id;
+    if (!JOB_ID.test(id)) throw new NotFoundError('job not found', 'job_not_found');
+    const job = await deps.jobs.get(id);
+    const g = deps.changeRecords;
+    if (job && job.state === 'delayed' && g) {
+      const hold = await redisCall(() => g.holds.get(id), g.redis);
+      if (hold) {
+        res.json({
+          ...job,
+          state: 'held',
+          outcome: { result: 'held', reason: describeReasons(hold.reasons), until: new Date(hold.until).toISOString() },
+          hold: holdView(hold),
+        });
         return;
       }
-      // A change still waiting for approval (or rejected, expired) has no job: its approval stands for it.
-      const approval = g && APPROVAL_ID.test(id) ? await redisCall(() => g.approvals.get(id), g.redis) : undefined;
-      if (!approval) throw new NotFoundError('job not found', 'job_not_found');
-      const now = g!.now();
-      const status = effectiveStatus(approval, now);
-      const view = approvalView(approval, now);
-      res.json({
-        id,
-        name: kindOfApproval(approval.change).job,
-        state: status === 'pending' ? 'pending_approval' : status,
-        attempts_made: 0,
-        attempts_max: 0,
-        failed_reason: null,
-        progress: null,
-        created_at: view.created_at,
-        processed_at: null,
-        finished_at: status === 'pending' ? null : (view.decided_at ?? view.expires_at),
-        ...(status === 'rejected'
-          ? { outcome: { result: 'rejected', reason: `${view.rejected?.by}: ${view.rejected?.reason}` } }
-          : status === 'expired'
-            ? { outcome: { result: 'expired', reason: `nobody approved it before ${view.expires_at}` } }
-            : status === 'superseded'
-              ? { outcome: { result: 'superseded', reason: `superseded by deploy ${view.superseded_by ?? '?'}` } }
-              : {}),
-        approval: view,
-      });
-    })
-    .all(methodNotAllowed(['GET']));
+    }
+    if (job) {
+      res.json(job);
+      return;
+    }
+    // A change still waiting for approval (or rejected, expired) has no job: its approval stands for it.
+    const approval = g && APPROVAL_ID.test(id) ? await redisCall(() => g.approvals.get(id), g.redis) : undefined;
+    if (!approval) throw new NotFoundError('job not found', 'job_not_found');
+    const now = g!.now();
+    const status = effectiveStatus(approval, now);
+    const view = approvalView(approval, now);
+    const reason: Partial<Record<typeof status, string>> = {
+      rejected: `${view.rejected?.by}: ${view.rejected?.reason}`,
+      expired: `nobody approved it before ${view.expires_at}`,
+      superseded: `superseded by deploy ${view.superseded_by ?? '?'}`,
+    };
+    res.json({
+      id,
+      name: kindOfApproval(approval.change).job,
+      state: status === 'pending' ? 'pending_approval' : status,
+      attempts_made: 0,
+      attempts_max: 0,
+      failed_reason: null,
+      progress: null,
+      created_at: view.created_at,
+      processed_at: null,
+      finished_at: status === 'pending' ? null : (view.decided_at ?? view.expires_at),
+      ...(reason[status] ? { outcome: { result: status, reason: reason[status] } } : {}),
+      approval: view,
+    });
+  });
 
-  r.route('/ops/jobs/:id/retry')
-    .post(operatorKey, ...rawBody(deps.config.BODY_LIMIT), async (req, res) => {
-      const id = req.params.id;
-      if (!JOB_ID.test(id)) throw new NotFoundError('job not found', 'job_not_found');
-      const body = retryBodySchema.safeParse(parseJson(req.body as Buffer));
-      if (!body.success) throw invalidInput(body.error, 'body field');
-      res.locals.auditFields = { job_id: id, retry_reason: body.data.reason };
-      // A dead letter may be any host's restart or any project's deploy: a scoped key does not retry them.
-      if (scopeOf(res))
-        throw new ForbiddenError('a scoped key cannot retry dead-lettered jobs; an unscoped operator key can', 'out_of_scope');
-      const out = await handChange({ retryReplicated: deps.retryReplicated }, res.locals, {
-        submit: () =>
-          deps.deadLetters.retry(id, {
-            requester: principalOf(res),
-            reason: body.data.reason,
-            auditId: res.locals.requestId,
-          }),
-        audit: (out) =>
-          out.outcome === 'pending_approval'
-            ? { job_id: id, retry_reason: body.data.reason, outcome: 'pending_approval', approval_id: out.approval_id }
-            : out.outcome === 'retried'
-              ? {
-                  job_id: id,
-                  job_name: out.job.name,
-                  retry_reason: body.data.reason,
-                  outcome: 'retried',
-                  ...(out.job.id !== id ? { retried_as: out.job.id } : {}),
-                }
-              : undefined,
-        // A retry that waits for approval, or did not happen, wrote nothing of its own to confirm.
-        handed: (out) => (out.outcome === 'retried' ? { wrote: 'retry' } : { wrote: 'nothing' }),
-      });
-      refuseUnretried(out);
-      switch (out.outcome) {
-        case 'pending_approval':
-          res.status(202).json({ retried: false, ...out });
-          return;
-        case 'retried':
-          deps.logger.info('dead-lettered job retried', {
-            job_id: id,
-            job_name: out.job.name,
-            ...(out.job.id !== id ? { retried_as: out.job.id } : {}),
-            request_id: res.locals.requestId,
-          });
-          res.json({ retried: true, job: out.job, ...(out.held_until ? { held_until: out.held_until } : {}) });
-      }
-    })
-    .all(methodNotAllowed(['POST']));
+  only(r, 'post', '/ops/jobs/:id/retry', operatorKey, ...rawBody(deps.config.BODY_LIMIT), async (req, res) => {
+    const id = req.params.id;
+    if (!JOB_ID.test(id)) throw new NotFoundError('job not found', 'job_not_found');
+    const body = parseBody(req, retryBodySchema);
+    res.locals.auditFields = { job_id: id, retry_reason: body.reason };
+    // A dead letter may be any host's restart or any project's deploy: a scoped key does not retry them.
+    if (scopeOf(res))
+      throw new ForbiddenError('a scoped key cannot retry dead-lettered jobs; an unscoped operator key can', 'out_of_scope');
+    const out = await handChange({ retryReplicated: deps.retryReplicated }, res.locals, {
+      submit: () =>
+        deps.deadLetters.retry(id, {
+          requester: principalOf(res),
+          reason: body.reason,
+          auditId: res.locals.requestId,
+        }),
+      audit: (out) =>
+        out.outcome === 'pending_approval'
+          ? { job_id: id, retry_reason: body.reason, outcome: 'pending_approval', approval_id: out.approval_id }
+          : out.outcome === 'retried'
+            ? {
+                job_id: id,
+                job_name: out.job.name,
+                retry_reason: body.reason,
+                outcome: 'retried',
+                ...(out.job.id !== id ? { retried_as: out.job.id } : {}),
+              }
+            : undefined,
+      // A retry that waits for approval, or did not happen, wrote nothing of its own to confirm.
+      handed: (out) => (out.outcome === 'retried' ? { wrote: 'retry' } : { wrote: 'nothing' }),
+    });
+    refuseUnretried(out);
+    if (out.outcome === 'pending_approval') {
+      res.status(202).json({ retried: false, ...out });
+      return;
+    }
+    deps.logger.info('dead-lettered job retried', {
+      job_id: id,
+      job_name: out.job.name,
+      ...(out.job.id !== id ? { retried_as: out.job.id } : {}),
+      request_id: res.locals.requestId,
+    });
+    res.json({ retried: true, job: out.job, ...(out.held_until ? { held_until: out.held_until } : {}) });
+  });
   return r;
 }

@@ -1,19 +1,16 @@
-import { parseQuery } from './invalid.js';
+import { keysetPage, nextCursorSchema, only, pageQueryShape, parseQuery } from './request.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import { keyChecks, type KeyedDeps } from '../middleware/auth.js';
-import { methodNotAllowed } from '../middleware/errors.js';
 import { keyStatus, rfc3339, type KeyUsage } from '../api/apiKeyLifetime.js';
 import type { ApiConfig } from '../api/config.js';
 import { RedisUnavailableError } from '../shared/errors.js';
 import { describeIssuers, OIDC_KINDS } from '../api/oidcConfig.js';
-import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
 
 /**
- * GET /ops/keys (operator): the configured API keys by id, owner, role, source, expiry, scope and last
- * use (any replica's, from Redis), beside the OIDC issuers and their claim rules, so an operator sees which keys callers still use before one expires,
- * and who holds each. Never a key or a hash. In the order of the configuration, paged with limit and
- * cursor (src/routes/paging.ts).
+ * GET /ops/keys (operator): the configured API keys (never a key or a hash) with their last use by
+ * any replica, beside the OIDC issuers and their claim rules, so an operator sees which keys callers
+ * still use before one expires, and who holds each. In the order of the configuration.
  */
 interface KeysDeps extends KeyedDeps {
   config: Pick<ApiConfig, 'apiKeys' | 'API_KEY_EXPIRY_WARNING_DAYS'> & { oidc?: ApiConfig['oidc'] };
@@ -76,7 +73,6 @@ export const keyListSchema = z.object({
   next_cursor: nextCursorSchema,
 });
 
-/** Query of GET /ops/keys. */
 export const listKeysQuerySchema = z.object(pageQueryShape(100, 500));
 
 export function keysRouter(deps: KeysDeps): Router {
@@ -84,44 +80,37 @@ export function keysRouter(deps: KeysDeps): Router {
   const { operatorKey } = keyChecks(deps);
   const now = deps.apiKeyPolicy?.now ?? Date.now;
 
-  r.route('/ops/keys')
-    .get(operatorKey, async (req, res) => {
-      const q = parseQuery(listKeysQuerySchema, req.query);
-      // A snapshot: a reload of the keys file during the read below must not mix two sets.
-      const page = keysetPage(
-        'keys',
-        deps.config.apiKeys.map((k, i) => ({ k, i })),
-        ({ k, i }) => [i, k.id],
-        q,
-      );
-      const keys = page.items.map(({ k }) => k);
-      let lastUsed: Map<string, number>;
-      try {
-        lastUsed = await deps.usage.lastUsed(keys.map((k) => k.id));
-      } catch {
-        throw new RedisUnavailableError('redis unavailable: the last use of the keys cannot be read; retry later');
-      }
-      const at = now();
-      const body: z.infer<typeof keyListSchema> = {
-        keys: keys.map((k) => {
-          const seen = lastUsed.get(k.id);
-          return {
-            id: k.id,
-            owner: k.owner,
-            role: k.role,
-            source: k.source,
-            expires: k.expiresAt === undefined ? null : rfc3339(k.expiresAt),
-            status: keyStatus(k, at, deps.config.API_KEY_EXPIRY_WARNING_DAYS),
-            last_used: seen === undefined ? null : rfc3339(seen * 1000),
-            scope: k.scope ? { ...k.scope } : null,
-          } as z.infer<typeof keyListSchema>['keys'][number];
-        }),
-        oidc_issuers: deps.config.oidc ? describeIssuers(deps.config.oidc) : [],
-        next_cursor: page.next_cursor,
-      };
-      res.json(body);
-    })
-    .all(methodNotAllowed(['GET']));
+  only(r, 'get', '/ops/keys', operatorKey, async (req, res) => {
+    const q = parseQuery(listKeysQuerySchema, req.query);
+    // A snapshot: a reload of the keys file during the read below must not mix two sets.
+    const indexed = deps.config.apiKeys.map((k, i) => ({ k, i }));
+    const page = keysetPage('keys', indexed, ({ k, i }) => [i, k.id], q);
+    const keys = page.items.map(({ k }) => k);
+    let lastUsed: Map<string, number>;
+    try {
+      lastUsed = await deps.usage.lastUsed(keys.map((k) => k.id));
+    } catch {
+      throw new RedisUnavailableError('redis unavailable: the last use of the keys cannot be read; retry later');
+    }
+    const at = now();
+    res.json({
+      keys: keys.map((k) => {
+        const seen = lastUsed.get(k.id);
+        return {
+          id: k.id,
+          owner: k.owner,
+          role: k.role,
+          source: k.source,
+          expires: k.expiresAt === undefined ? null : rfc3339(k.expiresAt),
+          status: keyStatus(k, at, deps.config.API_KEY_EXPIRY_WARNING_DAYS),
+          last_used: seen === undefined ? null : rfc3339(seen * 1000),
+          scope: k.scope ? { ...k.scope } : null,
+        };
+      }),
+      oidc_issuers: deps.config.oidc ? describeIssuers(deps.config.oidc) : [],
+      next_cursor: page.next_cursor,
+    });
+  });
 
   return r;
 }

@@ -1,3 +1,4 @@
+import { only } from './request.js';
 import { Router } from 'express';
 import type { Redis } from 'ioredis';
 import { dryRunRestart } from '../changes/dryRun.js';
@@ -13,7 +14,6 @@ import { keyChecks, type KeyedDeps, requireBearerOrOperatorKey } from '../middle
 import { rawBody } from '../middleware/body.js';
 import type { OidcVerifier } from '../middleware/oidc.js';
 import { requireInScope } from '../middleware/scope.js';
-import { methodNotAllowed } from '../middleware/errors.js';
 import type { ApiConfig } from '../api/config.js';
 import { findHost, hostNames, type Inventory } from '../shared/inventory.js';
 import type { Logger } from '../shared/logger.js';
@@ -27,11 +27,9 @@ interface OpsDeps extends KeyedDeps {
   logger: Logger;
   /** REDIS_MIN_REPLICAS_ACK (src/domain/replication.ts); absent = off. */
   replicated?: ConfirmReplicated;
-  /** REDIS_MIN_REPLICAS_ACK for a change of the guarded-changes state (a pending approval); absent = off. */
   changed?: ConfirmChange;
-  /** The change pipeline's dependencies: the policies, freezes, approvals and budgets (src/changes/deps.ts). */
   pipeline: Pipeline;
-  /** OIDC ID tokens as bearer credentials on POST /ops/restart (OPS_OIDC_FILE); absent: the contract's bearer rules alone. */
+  /** OIDC ID tokens as bearer credentials on POST /ops/restart; absent: the contract's bearer rules alone. */
   oidc?: OidcVerifier;
 }
 
@@ -48,94 +46,68 @@ export function opsRouter(deps: OpsDeps): Router {
   );
   const body = rawBody(deps.config.BODY_LIMIT);
 
-  r.route('/ops/hosts')
-    .get(anyKey, (_req, res) => {
-      res.json({ hosts: hostNames(deps.inventory) });
-    })
-    .all(methodNotAllowed(['GET']));
+  only(r, 'get', '/ops/hosts', anyKey, (_req, res) => {
+    res.json({ hosts: hostNames(deps.inventory) });
+  });
 
-  r.route('/ops/hosts/:host')
-    .get(anyKey, async (req, res) => {
-      const entry = findHost(deps.inventory, req.params.host);
-      if (entry) requireInScope(res, { kind: 'host', host: req.params.host, namespace: entry.namespace });
-      const status = await getHostStatus(
-        { redis: deps.redis, inventory: deps.inventory, provider: deps.hostStatus, logger: deps.logger },
-        req.params.host,
-      );
-      res.json(status);
-    })
-    .all(methodNotAllowed(['GET']));
+  only(r, 'get', '/ops/hosts/:host', anyKey, async (req, res) => {
+    const entry = findHost(deps.inventory, req.params.host);
+    if (entry) requireInScope(res, { kind: 'host', host: req.params.host, namespace: entry.namespace });
+    const status = await getHostStatus(
+      { redis: deps.redis, inventory: deps.inventory, provider: deps.hostStatus, logger: deps.logger },
+      req.params.host,
+    );
+    res.json(status);
+  });
 
-  r.route('/ops/restart')
-    .post(bearerOrOperator, ...body, async (req, res) => {
-      const opts = restartOptions(req.query);
-      const { host, service } = restartTargetQuery(req.query);
-      // A scoped credential (keys file, OIDC rule) restarts only hosts its scope admits; an unknown host is the pipeline's 404.
-      const entry = findHost(deps.inventory, host);
-      if (entry) requireInScope(res, { kind: 'host', host, namespace: entry.namespace });
-      const requester = principalOf(res);
-      const override = opts.override && opts.reason ? { reason: opts.reason } : undefined;
-      if (opts.dry_run) {
-        const change = restartChange(deps, {
-          host,
-          service,
-          requester,
-          auditId: res.locals.requestId,
-          ...(opts.reason ? { reason: opts.reason } : {}),
-        });
-        res.locals.auditFields = { dry_run: true, ...(opts.reason ? { reason: opts.reason } : {}) };
-        const answer = await dryRunRestart(deps.pipeline, change, override);
-        res.locals.auditFields = { dry_run: true, would: answer.would, admitted: answer.kubernetes.admitted ?? null };
-        res.json(answer);
-        return;
-      }
-      const idempotencyKey = idempotencyKeyOf(req.get('idempotency-key'));
-      const ack = await handChange(deps, res.locals, {
-        submit: () =>
-          submitRestart(deps, {
-            host,
-            service,
-            requester,
-            auditId: res.locals.requestId,
-            ...(idempotencyKey !== undefined ? { idempotencyKey } : {}),
-            override: opts.override,
-            ...(opts.reason ? { reason: opts.reason } : {}),
-          }),
-        audit: (ack) =>
-          ack.kind === 'pending_approval'
-            ? { approval_id: ack.approval_id, status: ack.status, coalesced: ack.coalesced, reason: opts.reason }
+  only(r, 'post', '/ops/restart', bearerOrOperator, ...body, async (req, res) => {
+    const opts = restartOptions(req.query);
+    const { host, service } = restartTargetQuery(req.query);
+    // A scoped credential (keys file, OIDC rule) restarts only hosts its scope admits; an unknown host is the pipeline's 404.
+    const entry = findHost(deps.inventory, host);
+    if (entry) requireInScope(res, { kind: 'host', host, namespace: entry.namespace });
+    const requester = principalOf(res);
+    const reason = opts.reason ? { reason: opts.reason } : {};
+    const request = { host, service, requester, auditId: res.locals.requestId, ...reason };
+    if (opts.dry_run) {
+      const change = restartChange(deps, request);
+      res.locals.auditFields = { dry_run: true, ...reason };
+      const answer = await dryRunRestart(deps.pipeline, change, opts.override && opts.reason ? { reason: opts.reason } : undefined);
+      res.locals.auditFields = { dry_run: true, would: answer.would, admitted: answer.kubernetes.admitted ?? null };
+      res.json(answer);
+      return;
+    }
+    const idempotencyKey = idempotencyKeyOf(req.get('idempotency-key'));
+    const ack = await handChange(deps, res.locals, {
+      submit: () =>
+        submitRestart(deps, { ...request, ...(idempotencyKey !== undefined ? { idempotencyKey } : {}), override: opts.override }),
+      audit: (ack) =>
+        ack.kind === 'pending_approval'
+          ? { approval_id: ack.approval_id, status: ack.status, coalesced: ack.coalesced, reason: opts.reason }
+          : { job_id: ack.job_id, coalesced: ack.coalesced, ...reason, ...(opts.override ? { override: true } : {}) },
+      // A restart that joined another one (coalesced) wrote no job of its own.
+      handed: (ack) =>
+        ack.kind === 'pending_approval'
+          ? { wrote: 'approval', approvalId: ack.approval_id, event: 'requested' }
+          : ack.coalesced
+            ? { wrote: 'job' }
             : {
-                job_id: ack.job_id,
-                coalesced: ack.coalesced,
-                ...(opts.reason ? { reason: opts.reason } : {}),
-                ...(opts.override ? { override: true } : {}),
-              },
-        // A restart that joined another one (coalesced) wrote no job of its own.
-        handed: (ack) =>
-          ack.kind === 'pending_approval'
-            ? { wrote: 'approval', approvalId: ack.approval_id, event: 'requested' }
-            : ack.coalesced
-              ? { wrote: 'job' }
-              : {
-                  wrote: 'job',
-                  written: {
-                    jobId: ack.job_id,
-                    keys: idempotencyKey === undefined ? [] : [idempotencyRecordKey(idempotencyScope(requester.principal, idempotencyKey))],
-                  },
+                wrote: 'job',
+                written: {
+                  jobId: ack.job_id,
+                  keys: idempotencyKey === undefined ? [] : [idempotencyRecordKey(idempotencyScope(requester.principal, idempotencyKey))],
                 },
-      });
-      const { kind: _kind, http, ...answer } = ack;
-      res.status(http).json(answer);
-    })
-    .all(methodNotAllowed(['POST']));
+              },
+    });
+    const { kind: _kind, http, ...answer } = ack;
+    res.status(http).json(answer);
+  });
 
-  r.route('/ops/cache')
-    .delete(operatorKey, ...body, async (_req, res) => {
-      const removed = await clearCache(deps.redis);
-      deps.logger.info('cache cleared', { keys_removed: removed, request_id: res.locals.requestId });
-      res.json({ cleared: true });
-    })
-    .all(methodNotAllowed(['DELETE']));
+  only(r, 'delete', '/ops/cache', operatorKey, ...body, async (_req, res) => {
+    const removed = await clearCache(deps.redis);
+    deps.logger.info('cache cleared', { keys_removed: removed, request_id: res.locals.requestId });
+    res.json({ cleared: true });
+  });
 
   return r;
 }

@@ -3,12 +3,9 @@ import type { Principal } from '../changes/types.js';
 import { scopeOf } from '../middleware/scope.js';
 
 /**
- * The authenticated caller of a request as the change pipeline takes it: the principal the auth
- * middleware accepted, its credential id, the owner behind it and the person behind an OIDC token.
- * A credential behind which no known person stands (the shared bearer token, an OIDC token whose
- * rule names none) is flagged, so its changes need one approver more; only a caller the middleware
- * said may override does. The credential's scope goes with it: the pipeline refuses a change outside
- * it, whichever way it came in.
+ * The authenticated caller as the change pipeline takes it. A credential behind which no known
+ * person stands (the shared bearer token, an OIDC token whose rule names none) is flagged, so its
+ * changes need one approver more; its scope goes with it, so the pipeline refuses a change outside it.
  */
 export function principalOf(res: Response): Principal {
   const l = res.locals;

@@ -1,10 +1,8 @@
-import { parseQuery } from './invalid.js';
+import { cursorJson, keysetPage, nextCursorSchema, only, pageQueryShape, parseQuery } from './request.js';
 import { Router } from 'express';
 import { z } from 'zod';
 import { keyChecks, type KeyedDeps } from '../middleware/auth.js';
-import { methodNotAllowed } from '../middleware/errors.js';
 import { redisCall } from '../domain/redisOps.js';
-import { keysetPage, nextCursorSchema, pageQueryShape } from './paging.js';
 import type { ApiConfig } from '../api/config.js';
 import { UnprocessableError } from '../shared/errors.js';
 import type { RemediationBudgetUse } from '../shared/metrics.js';
@@ -12,10 +10,8 @@ import type { Redis } from 'ioredis';
 import { decisionSchema, type RemediationStore } from '../remediation/store.js';
 
 /**
- * GET /ops/remediations (any valid key): the recent decisions of alert-driven remediation, newest
- * first, each with its reason: "why did (or didn't) opsgate restart X?". Paged with limit and
- * cursor (src/routes/paging.ts); `rule` keeps one rule's. Each page shows the remediation budgets
- * and their use now: every rule's own, and each namespace's for all rules (apart from people's).
+ * GET /ops/remediations (any valid key): "why did (or didn't) opsgate restart X?": alert-driven
+ * remediation's recent decisions, newest first, with the remediation budgets and their use now.
  */
 interface RemediationRoutesDeps extends KeyedDeps {
   config: Pick<ApiConfig, 'apiKeys'>;
@@ -45,12 +41,7 @@ export const remediationListSchema = z.object({
 
 /** The rule a cursor of this list was made for ('' = every rule): 422 invalid_cursor for another list or rule. */
 function ruleOfCursor(cursor: string, given: string | undefined): string | undefined {
-  let list: unknown;
-  try {
-    list = (JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as { l?: unknown }).l;
-  } catch {
-    list = undefined;
-  }
+  const list = (cursorJson(cursor) as { l?: unknown } | undefined)?.l;
   const m = typeof list === 'string' ? /^remediations:(.*)$/.exec(list) : null;
   if (!m) throw new UnprocessableError('cursor is not a next_cursor of this list', 'invalid_cursor');
   const rule = m[1] === '' ? undefined : m[1];
@@ -66,22 +57,20 @@ function ruleOfCursor(cursor: string, given: string | undefined): string | undef
 export function remediationsRouter(deps: RemediationRoutesDeps): Router {
   const r = Router();
   const { anyKey } = keyChecks(deps);
-  r.route('/ops/remediations')
-    .get(anyKey, async (req, res) => {
-      const q = parseQuery(remediationsQuerySchema, req.query);
-      // A cursor carries the rule of the query that made it (in its list's name): alone it continues
-      // that query; with another rule it is refused.
-      const rule = q.cursor === undefined ? q.rule : ruleOfCursor(q.cursor, q.rule);
-      const all = await redisCall(() => deps.store.decisions(), deps.redis);
-      // Newest first: by time, then by place in the list (newest at its head), counted from its
-      // oldest entry so that decisions recorded between two pages move no other one.
-      const ranked = all.map((d, i) => ({ d, rank: all.length - 1 - i }));
-      const mine = rule === undefined ? ranked : ranked.filter((e) => e.d.rule === rule);
-      const page = keysetPage(`remediations:${rule ?? ''}`, mine, (e) => [-Date.parse(e.d.at), String(1e9 - e.rank).padStart(10, '0')], q);
-      const budgets = deps.budgetUses ? await redisCall(() => deps.budgetUses!(), deps.redis) : [];
-      const shown = rule === undefined ? budgets : budgets.filter((b) => b.budget === 'namespace' || b.name === rule);
-      res.json({ remediations: page.items.map((e) => e.d), next_cursor: page.next_cursor, budgets: shown });
-    })
-    .all(methodNotAllowed(['GET']));
+  only(r, 'get', '/ops/remediations', anyKey, async (req, res) => {
+    const q = parseQuery(remediationsQuerySchema, req.query);
+    // A cursor carries the rule of the query that made it (in its list's name): alone it continues
+    // that query; with another rule it is refused.
+    const rule = q.cursor === undefined ? q.rule : ruleOfCursor(q.cursor, q.rule);
+    const all = await redisCall(() => deps.store.decisions(), deps.redis);
+    // Newest first: by time, then by place in the list (newest at its head), counted from its
+    // oldest entry so that decisions recorded between two pages move no other one.
+    const ranked = all.map((d, i) => ({ d, rank: all.length - 1 - i }));
+    const mine = rule === undefined ? ranked : ranked.filter((e) => e.d.rule === rule);
+    const page = keysetPage(`remediations:${rule ?? ''}`, mine, (e) => [-Date.parse(e.d.at), String(1e9 - e.rank).padStart(10, '0')], q);
+    const budgets = deps.budgetUses ? await redisCall(() => deps.budgetUses!(), deps.redis) : [];
+    const shown = rule === undefined ? budgets : budgets.filter((b) => b.budget === 'namespace' || b.name === rule);
+    res.json({ remediations: page.items.map((e) => e.d), next_cursor: page.next_cursor, budgets: shown });
+  });
   return r;
 }

@@ -1,12 +1,11 @@
 import { z } from 'zod';
 import { BadRequestError, UnprocessableError } from '../shared/errors.js';
 import { IDEMPOTENCY_TTL_SECONDS } from '../shared/jobs.js';
+import { singleValued } from './request.js';
 
 /**
- * The query of POST /ops/restart, parsed here so the change pipeline receives values: the target
- * (`host`, `service`, each given once), the guard options (`dry_run`, `override`, `reason`) and
- * the Idempotency-Key header's form. What the values mean (an inventory host, its Deployment) is
- * the pipeline's to check (src/changes/restart.ts).
+ * The query of POST /ops/restart, parsed here so the change pipeline receives values; what they
+ * mean (an inventory host, its Deployment) is the pipeline's to check (src/changes/restart.ts).
  */
 /** A query parameter must be given exactly once and be non-empty. */
 const queryParam = (name: string) =>
@@ -67,41 +66,32 @@ export const restartOptionsSchema = z.object({
     .optional()
     .describe('why: audited, carried by the job, the approval and the notification'),
 });
-type RestartOptions = z.infer<typeof restartOptionsSchema>;
 
-/** Parses the guard options from a request's query; a repeated parameter is a 422. */
-export function restartOptions(query: Record<string, unknown>): RestartOptions {
-  const raw = { dry_run: query.dry_run, override: query.override, reason: query.reason };
-  for (const [k, v] of Object.entries(raw)) {
-    if (v !== undefined && typeof v !== 'string')
-      throw new UnprocessableError(`query parameter "${k}" must be given once, as a string`, 'invalid_query');
-  }
-  const parsed = restartOptionsSchema.safeParse(raw);
+/** `?dry_run=true` of a change's route (a restart, a delivery's replay). */
+export const dryRunQuerySchema = restartOptionsSchema.pick({ dry_run: true });
+
+/** The parameters of `schema` in a request's query, each given once (422 otherwise). */
+function optionsOf<S extends z.ZodObject>(schema: S, query: Record<string, unknown>): z.output<S> {
+  const given = Object.keys(schema.shape).filter((k) => query[k] !== undefined);
+  const raw = Object.fromEntries(given.map((k) => [k, query[k]]));
+  singleValued(raw);
+  const parsed = schema.safeParse(raw);
   if (!parsed.success) throw new UnprocessableError(parsed.error.issues[0]!.message, 'invalid_query');
-  if (parsed.data.override && !parsed.data.reason)
-    throw new UnprocessableError('override=true needs a reason (query parameter "reason")', 'invalid_query');
   return parsed.data;
 }
+
+export function restartOptions(query: Record<string, unknown>): z.infer<typeof restartOptionsSchema> {
+  const options = optionsOf(restartOptionsSchema, query);
+  if (options.override && !options.reason)
+    throw new UnprocessableError('override=true needs a reason (query parameter "reason")', 'invalid_query');
+  return options;
+}
+
+export const dryRunQuery = (query: Record<string, unknown>): boolean => optionsOf(dryRunQuerySchema, query).dry_run;
 
 /** The target's query parameters, each given once and non-empty (422 otherwise). */
 export function restartTargetQuery(query: Record<string, unknown>): { host: string; service: string } {
   const q = restartQuerySchema.safeParse({ host: query.host, service: query.service });
   if (!q.success) throw new UnprocessableError(q.error.issues[0]!.message, 'invalid_query');
   return q.data;
-}
-
-/** `?dry_run=true` of a change's route (a restart, a delivery's replay): given once, true or false (422 otherwise). */
-export const dryRunQuerySchema = z.object({
-  dry_run: flag('dry_run').describe(
-    "change nothing: answer what would happen (the guards' verdicts) and what the Kubernetes API server says to the worker's own identity (a server-side dry run)",
-  ),
-});
-
-export function dryRunQuery(query: Record<string, unknown>): boolean {
-  const v = query.dry_run;
-  if (v !== undefined && typeof v !== 'string')
-    throw new UnprocessableError('query parameter "dry_run" must be given once, as a string', 'invalid_query');
-  const parsed = dryRunQuerySchema.safeParse({ dry_run: v });
-  if (!parsed.success) throw new UnprocessableError(parsed.error.issues[0]!.message, 'invalid_query');
-  return parsed.data.dry_run;
 }

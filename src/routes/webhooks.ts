@@ -1,3 +1,4 @@
+import { only } from './request.js';
 import { Router, type Request, type RequestHandler, type Response } from 'express';
 import type { Redis } from 'ioredis';
 import { submitAlerts } from '../domain/alerts.js';
@@ -12,7 +13,7 @@ import type { Intake } from '../domain/intake.js';
 import type { ConfirmChange, ConfirmReplicated } from '../domain/replication.js';
 import { verifySender } from '../middleware/auth.js';
 import { parseJson, parseWebhookBody, rawBody } from '../middleware/body.js';
-import { methodNotAllowed, toAppError } from '../middleware/errors.js';
+import { toAppError } from '../middleware/errors.js';
 import type { ApiConfig } from '../api/config.js';
 import { deploysFrom } from '../shared/inventory.js';
 import { createSenderSecrets, type SenderSecrets } from '../shared/liveSecrets.js';
@@ -23,13 +24,9 @@ import { SOURCES, SOURCE_SECRET_ENVS, type AlertsSource, type PushSource, type S
 
 /**
  * POST /webhook/<source> for every sender of the registry (src/sources). The sender is verified
- * before the body is parsed (the raw body is read only after the header checks, and JSON.parse
- * runs after the signature), then the domain decides; every delivery is counted by outcome.
- *
- * Answers: the contract's fields, plus `job_id` on an accepted or duplicate push (a duplicate
- * carries the original job's id) and `job_ids` (the jobs it queued) on an alert payload, for
- * GET /ops/jobs/{id}; and, when the inventory has remediation rules that the alerts matched, their
- * decisions (`remediations`).
+ * before the body is read and parsed; every delivery is counted by outcome. Answers add to the
+ * contract's fields `job_id` (a push; a duplicate's is the original job), `job_ids` (alerts) and
+ * the matched remediation rules' decisions (`remediations`).
  */
 interface WebhookDeps extends Pick<Pipeline, 'inventory'> {
   config: Pick<ApiConfig, 'ALERTS_MAX_PER_REQUEST' | 'BODY_LIMIT'> & Readonly<Record<string, unknown>>;
@@ -39,22 +36,17 @@ interface WebhookDeps extends Pick<Pipeline, 'inventory'> {
   metrics: Pick<Metrics, 'authFailures' | 'webhookEvents'>;
   /** REDIS_MIN_REPLICAS_ACK (src/domain/replication.ts); absent = off. */
   replicated?: ConfirmReplicated;
-  /** REDIS_MIN_REPLICAS_ACK for a push that asks for an approval (src/domain/replication.ts); absent = off. */
   changed?: ConfirmChange;
   /** The senders to serve; default the registry. */
   sources?: readonly Source[];
   /** Each delivery's verdict, for GET /ops/deliveries (src/domain/deliveries.ts); absent = not kept. */
   deliveries?: DeliveryLog;
-  /** TLS_CLIENT_CA_FILE: the client-certificate check of the alerts sender, before its token check (src/middleware/clientCert.ts). */
+  /** TLS_CLIENT_CA_FILE: the alerts sender's client-certificate check, before its token check. */
   alertsClientCertificate?: RequestHandler;
-  /**
-   * The senders' secrets in use, read at each delivery (reloaded from their files while the API
-   * runs: src/shared/liveSecrets.ts). Default: config.senderSecrets, else each variable's value, fixed.
-   */
+  /** Read at each delivery (reloaded from their files: src/shared/liveSecrets.ts); default fixedSecrets. */
   senderSecrets?: SenderSecrets;
-  /** The change pipeline: a push meets its project's approval policy, freezes and windows (src/changes/push.ts). */
   pipeline: Pipeline;
-  /** Alert-driven remediation (src/remediation/): the inventory's rules, given the alerts after the intake; absent: no rules. */
+  /** Alert-driven remediation: given the alerts after the intake; absent: no rules. */
   remediation?: Pick<Remediation, 'notify'>;
 }
 
@@ -80,23 +72,31 @@ function failureVerdict(status: number): Verdict {
   return 'failed';
 }
 
-/** A delivery id header as recorded: only a well-formed one (the answer refuses the others). */
-function recordableDeliveryId(req: Request, headers: readonly string[] | undefined): string | undefined {
+/** The first delivery id header given; 422 when malformed. */
+function deliveryIdIn(req: Request, headers: readonly string[] | undefined): string | undefined {
   for (const h of headers ?? []) {
-    try {
-      const id = deliveryIdOf(req.get(h), h);
-      if (id) return id;
-    } catch {
-      return undefined;
-    }
+    const id = deliveryIdOf(req.get(h), h);
+    if (id) return id;
   }
   return undefined;
 }
 
-/**
- * The outcome label of a delivery that ended in an error, seen as the error middleware will
- * answer it (a body reader's 413 is "invalid", not "failed"); a 429 is not a delivery (undefined).
- */
+/** A delivery id header as recorded: only a well-formed one (the answer refuses the others). */
+function recordableDeliveryId(req: Request, headers: readonly string[] | undefined): string | undefined {
+  try {
+    return deliveryIdIn(req, headers);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The request's id and body digest, for a delivery's record. */
+const requestFields = (res: Response): Pick<DeliveryEntry, 'requestId' | 'bodySha256'> => ({
+  ...(typeof res.locals.requestId === 'string' ? { requestId: res.locals.requestId } : {}),
+  ...(typeof res.locals.bodySha256 === 'string' ? { bodySha256: res.locals.bodySha256 } : {}),
+});
+
+/** A failed delivery's outcome label, by the status the error middleware will answer; a 429 is no delivery. */
 function failureOutcome(err: unknown): WebhookVerdict | undefined {
   const status = toAppError(err)?.statusCode ?? 500;
   if (status === 429) return undefined;
@@ -112,11 +112,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
   const record = (res: Response, entry: Omit<DeliveryEntry, 'requestId' | 'bodySha256'>) => {
     if (!deps.deliveries) return;
     res.locals.deliveryRecorded = true;
-    deps.deliveries.record({
-      ...entry,
-      ...(typeof res.locals.requestId === 'string' ? { requestId: res.locals.requestId } : {}),
-      ...(typeof res.locals.bodySha256 === 'string' ? { bodySha256: res.locals.bodySha256 } : {}),
-    });
+    deps.deliveries.record({ ...entry, ...requestFields(res) });
   };
 
   const pushHandler = (source: PushSource) => async (req: Request, res: Response) => {
@@ -145,18 +141,16 @@ export function webhooksRouter(deps: WebhookDeps): Router {
       res.status(202).json({ ignored: true, reason: decision.reason });
       return;
     }
-    let deliveryId: string | undefined;
-    for (const h of source.deliveryHeaders ?? []) {
-      deliveryId = deliveryIdOf(req.get(h), h);
-      if (deliveryId) break;
-    }
-    const push = {
-      project: decision.project,
-      ref: decision.ref,
-      sha: decision.sha,
-      eventId: decision.eventId,
-      ...(decision.before !== undefined ? { before: decision.before } : {}),
-    };
+    const deliveryId = deliveryIdIn(req, source.deliveryHeaders);
+    const { kind: _kind, ...push } = decision;
+    const recordPush = (entry: Omit<DeliveryEntry, 'source' | 'push' | 'deliveryId' | 'requestId' | 'bodySha256'>) =>
+      record(res, { source: source.name, ...entry, push, ...(deliveryId ? { deliveryId } : {}) });
+    const audit = (outcome: string, jobId: string) => ({
+      event_id: decision.eventId,
+      job_id: jobId,
+      outcome,
+      ...(deliveryId ? { delivery_id: deliveryId } : {}),
+    });
     let out: Awaited<ReturnType<typeof submitPush>>;
     try {
       // The audit line's fields follow the WAIT here: a push that fails is recorded with its failure.
@@ -164,11 +158,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
         submit: () =>
           submitPush(deps.pipeline, {
             source: source.name,
-            project: decision.project,
-            ref: decision.ref,
-            sha: decision.sha,
-            eventId: decision.eventId,
-            ...(decision.before !== undefined ? { before: decision.before } : {}),
+            ...push,
             auditId: res.locals.requestId,
             requester: principalOf(res),
             origin: 'webhook',
@@ -180,42 +170,20 @@ export function webhooksRouter(deps: WebhookDeps): Router {
       // Kept with its event, so an operator can replay it once the cause is gone.
       const app = toAppError(err);
       const status = app?.statusCode ?? 500;
-      record(res, {
-        source: source.name,
-        verdict: failureVerdict(status),
-        status,
-        detail: app?.message,
-        code: app?.code ?? 'internal_error',
-        push,
-        ...(deliveryId ? { deliveryId } : {}),
-      });
+      recordPush({ verdict: failureVerdict(status), status, detail: app?.message, code: app?.code ?? 'internal_error' });
       throw err;
     }
     if (out.ignored) {
       // A signed push whose commit pair was queued before (src/domain/intake.ts): kept with its
       // event and the earlier job, so an operator can replay it.
       count(source.name, 'ignored');
-      record(res, {
-        source: source.name,
-        verdict: 'ignored',
-        status: 202,
-        detail: out.ignored.reason,
-        jobId: out.jobId,
-        push,
-        ...(deliveryId ? { deliveryId } : {}),
-      });
-      res.locals.auditFields = {
-        event_id: decision.eventId,
-        job_id: out.jobId,
-        outcome: 'ignored',
-        ...(deliveryId ? { delivery_id: deliveryId } : {}),
-      };
+      recordPush({ verdict: 'ignored', status: 202, detail: out.ignored.reason, jobId: out.jobId });
+      res.locals.auditFields = audit('ignored', out.jobId);
       res.status(202).json({ ignored: true, reason: out.ignored.reason });
       return;
     }
     count(source.name, out.accepted ? 'accepted' : 'duplicate');
-    record(res, {
-      source: source.name,
+    recordPush({
       verdict: out.accepted ? 'queued' : 'duplicate',
       status: 202,
       jobId: out.jobId,
@@ -224,17 +192,9 @@ export function webhooksRouter(deps: WebhookDeps): Router {
         : out.held
           ? { detail: `held until ${out.held.until}: ${out.held.reasons}` }
           : {}),
-      push,
-      ...(deliveryId ? { deliveryId } : {}),
     });
     // Carried by this request's audit line (one log line per delivery, not two).
-    res.locals.auditFields = {
-      event_id: decision.eventId,
-      job_id: out.jobId,
-      outcome: out.accepted ? 'accepted' : 'duplicate',
-      ...(deliveryId ? { delivery_id: deliveryId } : {}),
-      ...guardFields(out),
-    };
+    res.locals.auditFields = { ...audit(out.accepted ? 'accepted' : 'duplicate', out.jobId), ...guardFields(out) };
     res.status(202).json({
       accepted: out.accepted,
       duplicate: out.duplicate,
@@ -252,10 +212,9 @@ export function webhooksRouter(deps: WebhookDeps): Router {
     });
     // Beside the contract's intake, never instead of it: its decisions are extra fields of the answer.
     const remediations = deps.remediation ? await deps.remediation.notify(payload, res.locals.requestId) : [];
-    // Its own WAIT, not handChange's: one covers the notification, and the restarts remediation hands
-    // to the pipeline itself (src/remediation/engine.ts), and their guards. Not
-    // acknowledged: the intake's jobs are taken back; a remediation's restart stays, and the
-    // sender's retry finds its cooldown (or, on a promoted replica without it, remediates anew).
+    // Its own WAIT, not handChange's: it also covers the restarts remediation hands to the pipeline
+    // itself. Not acknowledged: the intake's jobs are taken back; a remediation's restart stays, and
+    // the sender's retry finds its cooldown (or, on a promoted replica without it, remediates anew).
     await deps.replicated?.(out.written);
     const outcome = out.queued > 0 ? 'accepted' : out.duplicates > 0 ? 'duplicate' : 'ignored';
     count(source.name, outcome);
@@ -289,9 +248,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
     }
     const check = verifySender({ source, secret, metrics: deps.metrics, redis: deps.redis, logger: deps.logger });
     const handler = source.kind === 'push' ? pushHandler(source) : alertsHandler(source);
-    r.route(path)
-      .post(...(clientCertificate ? [clientCertificate] : []), check.before, ...body, check.after, handler)
-      .all(methodNotAllowed(['POST']));
+    only(r, 'post', path, ...(clientCertificate ? [clientCertificate] : []), check.before, ...body, check.after, handler);
     // Counts a failed delivery for this sender, then passes the error on to the error middleware.
     r.use(path, (err: unknown, req: Request, res: Response, next: (e: unknown) => void) => {
       const outcome = failureOutcome(err);
@@ -302,10 +259,7 @@ export function webhooksRouter(deps: WebhookDeps): Router {
   return r;
 }
 
-/**
- * Records a webhook delivery that ended in an error, wherever it was raised: in its route, or
- * before it (the rate limiter's 429). Mounted after every router, before the error middleware.
- */
+/** Records a failed webhook delivery, also one refused before its route (429). Mounted before the error middleware. */
 export function webhookFailures(deps: Pick<WebhookDeps, 'deliveries' | 'sources'>) {
   const byPath = new Map((deps.sources ?? SOURCES).map((s) => [`/webhook/${s.name}`, s]));
   return (err: unknown, req: Request, res: Response, next: (e: unknown) => void): void => {
@@ -326,8 +280,7 @@ export function webhookFailures(deps: Pick<WebhookDeps, 'deliveries' | 'sources'
         ...(app ? { detail: app.message } : {}),
         code: app?.code ?? 'internal_error',
         ...(deliveryId ? { deliveryId } : {}),
-        ...(typeof res.locals.requestId === 'string' ? { requestId: res.locals.requestId } : {}),
-        ...(typeof res.locals.bodySha256 === 'string' ? { bodySha256: res.locals.bodySha256 } : {}),
+        ...requestFields(res),
       });
     }
     next(err);

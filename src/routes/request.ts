@@ -1,26 +1,59 @@
+import type { Request, RequestHandler, Router } from 'express';
+import type { RouteParameters } from 'express-serve-static-core';
 import { z } from 'zod';
+import { parseJson } from '../middleware/body.js';
+import { methodNotAllowed } from '../middleware/errors.js';
 import { UnprocessableError } from '../shared/errors.js';
 
+/** The 422 for a query or body that fails its schema: the first issue, named by its field. Every router answers bad input through it. */
+function invalidInput(error: z.ZodError, what: 'query parameter' | 'body field'): UnprocessableError {
+  const issue = error.issues[0]!;
+  return new UnprocessableError(
+    `invalid ${what} ${issue.path.join('.')}: ${issue.message}`.replace(/ {2,}/g, ' '),
+    what === 'query parameter' ? 'invalid_query' : 'invalid_body',
+  );
+}
+
+/** A list's query: each parameter given once, then its schema; a 422 otherwise. */
+export function parseQuery<S extends z.ZodType>(schema: S, query: Record<string, unknown>): z.output<S> {
+  singleValued(query);
+  const q = schema.safeParse(query);
+  if (!q.success) throw invalidInput(q.error, 'query parameter');
+  return q.data;
+}
+
+/** A request's JSON body (read by rawBody) through its schema; an empty body stands for `empty` when given, else it is refused. */
+export function parseBody<S extends z.ZodType>(req: Request, schema: S, empty?: object): z.output<S> {
+  const raw = req.body as Buffer;
+  const parsed = schema.safeParse(raw.length === 0 && empty ? empty : parseJson(raw));
+  if (parsed.success) return parsed.data;
+  const issue = parsed.error.issues[0]!;
+  if (issue.code === 'unrecognized_keys')
+    throw new UnprocessableError(`invalid body: unknown field ${issue.keys.join(', ')}`, 'invalid_body');
+  throw invalidInput(parsed.error, 'body field');
+}
+
+/** A route that answers one method: any other gets 405 with Allow (OPTIONS: 204). */
+export function only<P extends string>(
+  r: Router,
+  method: 'get' | 'post' | 'delete',
+  path: P,
+  ...handlers: Array<RequestHandler<RouteParameters<P>>>
+): void {
+  const route = r.route(path);
+  route[method](...handlers).all(methodNotAllowed([method.toUpperCase()]));
+}
+
 /**
- * One paging style for every list of the API: `limit` (how many items, each list its default and
- * maximum) and `cursor` (where to go on: the `next_cursor` of the previous page); every list answers
- * `next_cursor`, null on the last page. A cursor is opaque to clients (base64url of JSON): it names
- * its list and carries the filters of the query that made it, so `?cursor=` alone continues that
- * query, a cursor given with other filters is refused (422 invalid_cursor) rather than read as a
- * position in another list, and a list can change what it keeps in a cursor without changing its
- * parameters.
- *
- * The lists read whole (approvals by expiry, freezes by end, holds by due time, keys by their place
- * in the configuration) page by their order's key, so an item that leaves the list between two
- * pages (an approval decided, a freeze ended) moves no other item to another page. GET /ops/jobs pages by offset (BullMQ reads a state by index) and
- * GET /ops/deliveries by the last delivery's id (`before`); their parameters `offset` and `before`
- * keep working beside `cursor`.
+ * Paging: a cursor (base64url JSON) names its list and carries its query's filters, so one given
+ * with other filters is refused (422) rather than read as a position in another list. Lists read
+ * whole page by their order's key: an item that leaves between two pages moves no other item.
  */
 
 /** A list's order: a number, then a string that makes every item's key unique. */
 type SortKey = readonly [number, string];
 
-const sortKeySchema = z.tuple([z.number(), z.string().max(512)]);
+export const sortKeySchema = z.tuple([z.number(), z.string().max(512)]);
 
 /** `limit` and `cursor`, for a list's query schema. */
 export function pageQueryShape(defaultLimit: number, maxLimit: number) {
@@ -40,30 +73,29 @@ export const nextCursorSchema = z.string().nullable().describe('pass as `cursor`
 
 const invalidCursor = (detail: string) => new UnprocessableError(detail, 'invalid_cursor');
 
+/** A cursor's JSON, or undefined when it is none. */
+export function cursorJson(cursor: string): unknown {
+  try {
+    return JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+  } catch {
+    return undefined;
+  }
+}
+
 /** A next page's cursor: the list, the position after this page and the filters of its query (unset ones left out). */
 export function encodeCursor(list: string, position: number | string | SortKey, filters: Record<string, string | undefined> = {}): string {
   const f = Object.fromEntries(Object.entries(filters).filter((e): e is [string, string] => e[1] !== undefined));
   return Buffer.from(JSON.stringify({ l: list, p: position, f }), 'utf8').toString('base64url');
 }
 
-/**
- * A cursor of `list` read back: its position (checked by `position`) and its filters. A filter
- * given in the query must be the cursor's (422 invalid_cursor otherwise); the answer has the
- * cursor's filters, to be used in place of the query's.
- */
+/** A cursor of `list` read back: its position and its filters, to be used in place of the query's (which must match: 422 otherwise). */
 export function decodeCursor<P>(
   list: string,
   cursor: string,
   position: z.ZodType<P>,
   given: Record<string, string | undefined> = {},
 ): { position: P; filters: Record<string, string> } {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
-  } catch {
-    throw invalidCursor('cursor is not a next_cursor of this list');
-  }
-  const parsed = z.object({ l: z.literal(list), p: position, f: z.record(z.string(), z.string()) }).safeParse(raw);
+  const parsed = z.object({ l: z.literal(list), p: position, f: z.record(z.string(), z.string()) }).safeParse(cursorJson(cursor));
   if (!parsed.success) throw invalidCursor('cursor is not a next_cursor of this list');
   const filters = parsed.data.f;
   for (const [name, value] of Object.entries(given)) {
@@ -82,10 +114,7 @@ export function singleValued(query: Record<string, unknown>): void {
 
 const compare = (a: SortKey, b: SortKey): number => a[0] - b[0] || (a[1] < b[1] ? -1 : a[1] > b[1] ? 1 : 0);
 
-/**
- * One page of a list held in memory, in the order of `keyOf` (ascending): `limit` items after the
- * cursor's key, and the next page's cursor when items remain.
- */
+/** One page of a list held in memory, in ascending order of `keyOf`: `limit` items after the cursor's key. */
 export function keysetPage<T>(
   list: string,
   items: readonly T[],
