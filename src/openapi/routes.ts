@@ -343,6 +343,22 @@ function list({ refused, ...r }: Read & { refused: string }): RouteDoc {
   return read({ ...r, responses: { 422: E[422](refused, LIST_422), ...r.responses } });
 }
 
+/** The answers POST /ops/deploys and its rollback share: a `write`'s, with an OIDC token's refusals. */
+const DEPLOY_ANSWERS: RouteDoc['responses'] = {
+  400: E[400](),
+  401: E[401]('credentials missing or invalid (an X-API-Key, or a bearer token that is no valid OIDC token)', [
+    ...BEARER_401,
+    ...API_KEY_401,
+  ]),
+  404: E[404]('the project is not in the inventory', ['unknown_project']),
+  413: E[413],
+  429: E[429],
+  503: E[503]("Redis or the queue unavailable, or the OIDC token's issuer cannot be reached", [
+    ...UNAVAILABLE_503,
+    'oidc_issuer_unavailable',
+  ]),
+};
+
 /** A GET anyone may call. */
 function open(path: string, summary: string, tag: string, responses: RouteDoc['responses']): RouteDoc {
   return { method: 'get', path, summary, tags: [tag], security: [], responses };
@@ -454,32 +470,22 @@ export const API_ROUTES: readonly RouteDoc[] = [
     headers: z.object({ 'Idempotency-Key': idempotencyKeySchema.optional() }),
     body: { contentTypes: ['application/json'], schema: deployBodySchema, required: false },
     responses: {
+      ...DEPLOY_ANSWERS,
       202: {
         description: 'queued, held by a freeze or window, or waiting for approval; or a duplicate of the same commit',
         schema: deployAnswerSchema,
       },
       400: E[400]('invalid JSON body, or a malformed Idempotency-Key', [...BODY_400, 'invalid_idempotency_key']),
-      401: E[401]('credentials missing or invalid (an X-API-Key, or a bearer token that is no valid OIDC token)', [
-        ...BEARER_401,
-        ...API_KEY_401,
-      ]),
       403: E[403](
         "a readonly key or rule; the shared bearer token; an OIDC token no rule admits; a body disagreeing with the token's claims; a project outside the scope",
         ['operator_role_required', 'bearer_token_not_accepted', 'oidc_no_matching_rule', 'deploy_not_bound_to_token', 'out_of_scope'],
       ),
-      404: E[404]('the project is not in the inventory', ['unknown_project']),
       409: E[409]("the project's deploy_from does not take CI deploys", ['deploy_source_refused', 'approval_changed']),
-      413: E[413],
       422: E[422]('a body field missing or invalid; a ref the project does not deploy; Idempotency-Key reused for another commit', [
         ...BODY_422,
         'ref_not_deployable',
         'idempotency_key_reused',
         'invalid_job_data',
-      ]),
-      429: E[429],
-      503: E[503]("Redis or the queue unavailable, or the OIDC token's issuer cannot be reached", [
-        ...UNAVAILABLE_503,
-        'oidc_issuer_unavailable',
       ]),
     },
   },
@@ -497,12 +503,8 @@ export const API_ROUTES: readonly RouteDoc[] = [
     security: ['bearer', 'apiKey'],
     body: { contentTypes: ['application/json'], schema: rollbackBodySchema, required: true },
     responses: {
+      ...DEPLOY_ANSWERS,
       202: { description: 'queued, held by a freeze or window, or waiting for approval', schema: rollbackAnswerSchema },
-      400: E[400]('invalid JSON body', BODY_400),
-      401: E[401]('credentials missing or invalid (an X-API-Key, or a bearer token that is no valid OIDC token)', [
-        ...BEARER_401,
-        ...API_KEY_401,
-      ]),
       403: E[403](
         "a readonly key or rule; the shared bearer token; an OIDC token no rule admits; a project or ref other than the token's rule binds; an override by a caller who is not a person; a project outside the scope",
         [
@@ -514,20 +516,13 @@ export const API_ROUTES: readonly RouteDoc[] = [
           'out_of_scope',
         ],
       ),
-      404: E[404]('the project is not in the inventory', ['unknown_project']),
       409: E[409]('the commit never succeeded on this ref in the history, or no succeeded deploy of another commit is kept', [
         'rollback_target_unknown',
       ]),
-      413: E[413],
       422: E[422]('a body field missing or invalid; a ref the project does not deploy', [
         ...BODY_422,
         'ref_not_deployable',
         'invalid_job_data',
-      ]),
-      429: E[429],
-      503: E[503]("Redis or the queue unavailable, or the OIDC token's issuer cannot be reached", [
-        ...UNAVAILABLE_503,
-        'oidc_issuer_unavailable',
       ]),
     },
   },

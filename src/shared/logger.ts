@@ -114,6 +114,7 @@ async function settle(dest: AsyncDestination, timeoutMs: number): Promise<void> 
 
 export function createLogger(opts: LoggerOptions = {}): Logger {
   const redaction = redactor(opts.secrets ?? []);
+  const maxLength = opts.maxBufferBytes ?? DEFAULT_LOG_BUFFER_BYTES;
   let dest: DestinationStream;
   let stdout: AsyncDestination | undefined;
   if (opts.write) {
@@ -121,7 +122,6 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
     dest = { write: (s: string) => write(s.endsWith('\n') ? s.slice(0, -1) : s) };
   } else {
     // minLength 0: every line goes to fs.write at once, lines logged meanwhile batched into the next write.
-    const maxLength = opts.maxBufferBytes ?? DEFAULT_LOG_BUFFER_BYTES;
     stdout = pino.destination({ dest: 1, sync: false, minLength: 0, maxLength });
     // EPIPE is handled by pino (logging stops); any other write error must not crash the process.
     stdout.on('error', () => {});
@@ -133,10 +133,7 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
       base: opts.base ?? null,
       timestamp: pino.stdTimeFunctions.isoTime,
       messageKey: 'msg',
-      formatters: {
-        level: (label) => ({ level: label }),
-        log: formatLogObject,
-      },
+      formatters: { level: (label) => ({ level: label }), log: formatLogObject },
       hooks: { streamWrite: redaction.redact },
     },
     dest,
@@ -145,17 +142,12 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
   if (stdout) {
     // Lines dropped past the buffer limit: say how many once it drained, so the gap shows in the log itself.
     let dropped = 0;
-    stdout.on('drop', () => {
-      dropped++;
-    });
+    stdout.on('drop', () => dropped++);
     stdout.on('drain', () => {
       if (dropped === 0) return;
       const n = dropped;
       dropped = 0;
-      root.warn(
-        { dropped_lines: n, buffer_limit_bytes: opts.maxBufferBytes ?? DEFAULT_LOG_BUFFER_BYTES },
-        'log lines dropped: stdout was not read fast enough',
-      );
+      root.warn({ dropped_lines: n, buffer_limit_bytes: maxLength }, 'log lines dropped: stdout was not read fast enough');
     });
   }
   const flush = (timeoutMs = 2000): Promise<void> => (stdout ? settle(stdout, timeoutMs) : Promise.resolve());

@@ -41,16 +41,20 @@ class TlsFileError extends FileProblem {
 
 const PEM_CERT = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
 
+/** The certificates of a PEM file (`leafOnly`: its first), parsed; throws TlsFileError naming the variable. */
+function certificates(pem: Buffer, variable: string, leafOnly = false): X509Certificate[] {
+  const blocks = pem.toString('utf8').match(PEM_CERT);
+  if (!blocks) throw new TlsFileError(variable, 'holds no PEM certificate');
+  try {
+    return (leafOnly ? blocks.slice(0, 1) : blocks).map((b) => new X509Certificate(b));
+  } catch {
+    throw new TlsFileError(variable, 'holds a certificate that cannot be parsed');
+  }
+}
+
 /** Checks the bytes of a set and returns what to serve; throws TlsFileError naming the variable. */
 function parseTlsMaterial(files: TlsFiles, bytes: { cert: Buffer; key: Buffer; ca?: Buffer }): TlsMaterial {
-  const certs = bytes.cert.toString('utf8').match(PEM_CERT);
-  if (!certs) throw new TlsFileError(files.vars.cert, 'holds no PEM certificate');
-  let leaf: X509Certificate;
-  try {
-    leaf = new X509Certificate(certs[0]);
-  } catch {
-    throw new TlsFileError(files.vars.cert, 'holds a certificate that cannot be parsed');
-  }
+  const leaf = certificates(bytes.cert, files.vars.cert, true)[0]!;
   let privateKey;
   try {
     privateKey = createPrivateKey(bytes.key);
@@ -58,17 +62,7 @@ function parseTlsMaterial(files: TlsFiles, bytes: { cert: Buffer; key: Buffer; c
     throw new TlsFileError(files.vars.key, 'holds no usable PEM private key');
   }
   if (!leaf.checkPrivateKey(privateKey)) throw new TlsFileError(files.vars.key, `does not match the certificate of ${files.vars.cert}`);
-  if (bytes.ca !== undefined && files.vars.ca) {
-    const cas = bytes.ca.toString('utf8').match(PEM_CERT);
-    if (!cas) throw new TlsFileError(files.vars.ca, 'holds no PEM certificate');
-    for (const pem of cas) {
-      try {
-        new X509Certificate(pem);
-      } catch {
-        throw new TlsFileError(files.vars.ca, 'holds a certificate that cannot be parsed');
-      }
-    }
-  }
+  if (bytes.ca !== undefined && files.vars.ca) certificates(bytes.ca, files.vars.ca);
   try {
     // What the server will build from it: anything OpenSSL still refuses is refused here, not on a connection.
     createSecureContext({ cert: bytes.cert, key: bytes.key, ...(bytes.ca ? { ca: bytes.ca } : {}) });
