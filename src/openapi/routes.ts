@@ -246,7 +246,7 @@ export const WEBHOOK_SECURITY_SCHEMES: Record<string, Record<string, unknown>> =
 function webhookRoute(s: Source): RouteDoc {
   const path = `/webhook/${s.name}`;
   if (s.kind === 'alerts') {
-    return {
+    return write({
       method: 'post',
       path,
       summary: `${s.title} notification -> notify jobs`,
@@ -257,17 +257,15 @@ function webhookRoute(s: Source): RouteDoc {
       body: { contentTypes: ['application/json'], schema: alertPayload, required: true },
       responses: {
         202: { description: 'counted; firing alerts with a new fingerprint queued', schema: alertResult },
-        400: E[400](),
         401: E[401](`${s.secret.env} set and the bearer token missing or wrong`, proofCodes(s)),
         413: {
           description: 'body over BODY_LIMIT, or more alerts than ALERTS_MAX_PER_REQUEST (nothing queued)',
           codes: ['payload_too_large', 'too_many_alerts'],
         },
         422: E[422]('alerts missing or not an array', ['invalid_alerts', 'invalid_payload', 'payload_too_deep', 'invalid_job_data']),
-        429: E[429],
         503: E[503](),
       },
-    };
+    });
   }
   const headers: Record<string, z.ZodType> = {
     [s.event.header]: z
@@ -333,8 +331,8 @@ function read({ unavailable = E[503]('Redis unavailable'), ...r }: Read): RouteD
   return { method: 'get', security: ['apiKey'], ...r, responses: { 401: E[401](), 429: E[429], 503: unavailable, ...r.responses } };
 }
 
-/** An operator's write with a JSON body: a `read`'s 401 and 429, with 400 and 413 for the body. */
-function write(r: Omit<RouteDoc, 'security'>): RouteDoc {
+/** A write with a JSON body (an operator's, unless `security` says otherwise): a `read`'s 401 and 429, with 400 and 413 for the body. */
+function write(r: Omit<RouteDoc, 'security'> & Partial<Pick<RouteDoc, 'security'>>): RouteDoc {
   return { security: ['apiKey'], ...r, responses: { 400: E[400](), 401: E[401](), 413: E[413], 429: E[429], ...r.responses } };
 }
 
@@ -343,16 +341,13 @@ function list({ refused, ...r }: Read & { refused: string }): RouteDoc {
   return read({ ...r, responses: { 422: E[422](refused, LIST_422), ...r.responses } });
 }
 
-/** The answers POST /ops/deploys and its rollback share: a `write`'s, with an OIDC token's refusals. */
+/** The answers POST /ops/deploys and its rollback share beside a `write`'s: an OIDC token's refusals. */
 const DEPLOY_ANSWERS: RouteDoc['responses'] = {
-  400: E[400](),
   401: E[401]('credentials missing or invalid (an X-API-Key, or a bearer token that is no valid OIDC token)', [
     ...BEARER_401,
     ...API_KEY_401,
   ]),
   404: E[404]('the project is not in the inventory', ['unknown_project']),
-  413: E[413],
-  429: E[429],
   503: E[503]("Redis or the queue unavailable, or the OIDC token's issuer cannot be reached", [
     ...UNAVAILABLE_503,
     'oidc_issuer_unavailable',
@@ -392,7 +387,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
     },
     unavailable: E[503]('Kubernetes API unavailable or not configured', ['cluster_unavailable']),
   }),
-  {
+  write({
     method: 'post',
     path: '/ops/restart',
     summary: 'Submit a rollout restart of one Deployment of a host (guarded by its policy; dry_run rehearses it)',
@@ -438,7 +433,6 @@ export const API_ROUTES: readonly RouteDoc[] = [
         'refused by a freeze or outside the change windows (the detail names them); override=true with a reason lets it through',
         ['change_refused', 'approval_changed', 'conflict'],
       ),
-      413: E[413],
       422: E[422](
         'host or service missing or repeated; Idempotency-Key reused for another target; a bad dry_run/override; override without reason',
         ['invalid_query', 'idempotency_key_reused', 'unprocessable'],
@@ -454,8 +448,8 @@ export const API_ROUTES: readonly RouteDoc[] = [
         [...UNAVAILABLE_503, 'oidc_issuer_unavailable'],
       ),
     },
-  },
-  {
+  }),
+  write({
     method: 'post',
     path: '/ops/deploys',
     summary: 'Deploy one commit of a project from CI (an OIDC identity or an operator key; guarded by its policy)',
@@ -488,8 +482,8 @@ export const API_ROUTES: readonly RouteDoc[] = [
         'invalid_job_data',
       ]),
     },
-  },
-  {
+  }),
+  write({
     method: 'post',
     path: '/ops/deploys/rollback',
     summary: "Roll a project's ref back to the commit of an earlier succeeded deploy (operator; guarded as its deploys)",
@@ -525,7 +519,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
         'invalid_job_data',
       ]),
     },
-  },
+  }),
   {
     method: 'delete',
     path: '/ops/cache',

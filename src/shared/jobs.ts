@@ -122,7 +122,6 @@ const dryRunData = z.discriminatedUnion('change', [
  * A dry run's return value: the object the change would touch, and whether the API server admits
  * the change from the worker's own identity (RBAC, then admission), asked with dryRun=All.
  */
-const DRY_RUN_REFUSALS = ['rbac', 'admission', 'not_found', 'invalid', 'api'] as const;
 export const dryRunResultSchema = z.object({
   identity: z.string().nullable().describe("the worker's user name as the API server sees it (SelfSubjectReview), when it may ask"),
   object: z
@@ -147,7 +146,7 @@ export const dryRunResultSchema = z.object({
     .nullable(),
   admitted: z.boolean().describe('the API server accepted the dry-run patch (restart) or create (deploy) from the worker identity'),
   refused_by: z
-    .enum(DRY_RUN_REFUSALS)
+    .enum(['rbac', 'admission', 'not_found', 'invalid', 'api'])
     .nullable()
     .describe(
       'rbac: the worker may not; admission: a ValidatingAdmissionPolicy or webhook refused; not_found; invalid; api: another answer',

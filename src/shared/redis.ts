@@ -78,16 +78,9 @@ export function parseRedisUrl(raw: string): ParsedRedisUrl {
   const path = m[4] ?? '';
   const query = new URLSearchParams(m[5] ?? '');
   if (hostList === '') throw new RedisUrlError('has no host');
-  let username: string | undefined;
-  let password: string | undefined;
-  if (userinfo !== undefined && userinfo !== '') {
-    const colon = userinfo.indexOf(':');
-    const user = colon < 0 ? userinfo : userinfo.slice(0, colon);
-    const pass = colon < 0 ? '' : userinfo.slice(colon + 1);
-    if (user) username = decode(user, 'user name');
-    if (pass) password = decode(pass, 'password');
-  }
-  const auth = { ...(username ? { username } : {}), ...(password ? { password } : {}) };
+  const [user, ...rest] = (userinfo ?? '').split(':');
+  const pass = rest.join(':');
+  const auth = { ...(user ? { username: decode(user, 'user name') } : {}), ...(pass ? { password: decode(pass, 'password') } : {}) };
   if (kind === 'cluster') {
     if (path !== '' && path !== '/')
       throw new RedisUrlError('is a redis+cluster:// URL and cannot select a database (Redis Cluster has only db 0)');
