@@ -2,41 +2,29 @@ import { z } from 'zod';
 import { ERROR_CODES, ERROR_CODE_LIST, codesOfStatus, type ErrorCode } from '../shared/errors.js';
 
 /**
- * The OpenAPI 3.1 document of the API, built from a registry of route descriptions
- * (src/openapi/routes.ts) whose request and answer schemas are the zod schemas the code uses.
- * zod 4 emits JSON Schema draft 2020-12, which is OpenAPI 3.1's schema dialect, so nothing is
- * translated by hand. Every error answer is the catalog's `{detail, code}` (src/shared/errors.ts):
- * `components.schemas.Error` lists every code with its status and meaning, and each operation's
- * error answers list the codes they can carry (`enum`).
- *
- * Only explicit statuses are documented, never a `default` answer: with one, any status the
- * server gave would conform, and the conformance run (test/integration/api/conformance.test.ts)
- * could not catch an undocumented one.
+ * The OpenAPI 3.1 document, built from the route registry (src/openapi/routes.ts) and the zod
+ * schemas the code uses: zod 4 emits JSON Schema 2020-12, OpenAPI 3.1's dialect. Only explicit
+ * statuses are documented, never a `default` answer: with one, any status would conform, and the
+ * conformance run could not catch an undocumented one.
  */
-/** A security scheme: the API's own, or a webhook sender's (`<source>Webhook`, src/openapi/routes.ts). */
-type SecuritySchemeName = string;
-
 export interface ResponseDoc {
   description: string;
-  /** Answer body (JSON unless contentType says otherwise); errors default to {detail, code}. */
+  /** JSON unless contentType says otherwise; errors default to {detail, code}. */
   schema?: z.ZodType;
   /** An error answer: the codes it can carry; default every code of its status. */
   codes?: readonly ErrorCode[];
-  /** Media type of the answer body; default application/json. */
   contentType?: string;
-  /** Response headers the answer carries (documented as strings). */
   headers?: Record<string, string>;
 }
 
 export interface RouteDoc {
   method: 'get' | 'post' | 'delete';
-  /** OpenAPI path template, e.g. /ops/jobs/{id}. */
   path: string;
   summary: string;
   description?: string;
   tags: string[];
   /** Alternatives: any one of them authenticates the call. Empty: no authentication. */
-  security: SecuritySchemeName[];
+  security: string[];
   /** The credential is required only when its secret is configured: anonymous calls are documented too. */
   securityOptional?: boolean;
   pathParams?: z.ZodObject;
@@ -65,13 +53,10 @@ export function errorSchemaFor(codes: readonly ErrorCode[]) {
   });
 }
 
-/** Every error answer: `{detail, code}`, the code one of the catalog's. */
-const errorSchema = errorSchemaFor(ERROR_CODE_LIST);
-
 /** The catalog as a schema: every code, and a table of their statuses and meanings. */
 function catalogSchema(): Record<string, unknown> {
   const table = ERROR_CODE_LIST.map((c) => `- \`${c}\` (${ERROR_CODES[c].status}): ${ERROR_CODES[c].meaning}`).join('\n');
-  const schema = json(errorSchema, 'output') as { properties: Record<string, Record<string, unknown>> };
+  const schema = json(errorSchemaFor(ERROR_CODE_LIST), 'output') as { properties: Record<string, Record<string, unknown>> };
   schema.properties.code = { ...schema.properties.code, description: `The condition, one per code:\n${table}` };
   return schema;
 }
@@ -82,7 +67,7 @@ export function responseCodes(status: number, doc: ResponseDoc): readonly ErrorC
   return codes.length > 0 ? codes : ERROR_CODE_LIST;
 }
 
-const SECURITY_SCHEMES: Record<SecuritySchemeName, Record<string, unknown>> = {
+const SECURITY_SCHEMES: Record<string, Record<string, unknown>> = {
   apiKey: {
     type: 'apiKey',
     in: 'header',
@@ -123,8 +108,8 @@ function parameters(where: 'path' | 'query' | 'header', obj: z.ZodObject | undef
 export function buildOpenApiDocument(
   routes: readonly RouteDoc[],
   info: { version: string; description: string },
-  /** Schemes beyond the API's own (the webhook senders'). */
-  schemes: Record<SecuritySchemeName, Record<string, unknown>> = {},
+  /** The webhook senders' schemes. */
+  schemes: Record<string, Record<string, unknown>> = {},
 ): Record<string, unknown> {
   const paths: Record<string, Record<string, unknown>> = {};
   for (const r of routes) {

@@ -4,10 +4,7 @@ import { buildOpenApiDocument } from './document.js';
 import { API_DESCRIPTION, API_ROUTES, WEBHOOK_SECURITY_SCHEMES } from './routes.js';
 import { ADMIN_BASE_PATH } from '../routes/admin.js';
 
-/**
- * GET /openapi.json (no authentication): the OpenAPI 3.1 document, built once from the route
- * registry. It lists only what this process serves: /admin/queues only with the admin UI mounted.
- */
+/** GET /openapi.json (no authentication), built once: /admin/queues only with the admin UI mounted. */
 export function openapiRouter(deps: { version?: string; adminUI?: boolean }): Router {
   const r = Router();
   const routes = deps.adminUI ? API_ROUTES : API_ROUTES.filter((route) => !route.path.startsWith(ADMIN_BASE_PATH));

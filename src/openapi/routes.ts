@@ -25,18 +25,11 @@ import { SOURCES, type Source } from '../sources/index.js';
 import type { ResponseDoc, RouteDoc } from './document.js';
 
 /**
- * THE registry of the API's routes for GET /openapi.json: one entry per method and path.
- * Adding a route to the Express app means adding its entry here; test/integration/api/openapi.test.ts
- * fails for a route the app serves that this list lacks, and for a documented status that no
- * request in that test produces.
- *
- * Request schemas are the ones the code validates with where the code validates with zod
- * (restart query, Idempotency-Key, jobs query, retry body). The webhook routes are derived from
- * the sender registry (src/sources): one per sender, its verification as its security scheme, its
- * payload described by the fields its mapping reads.
+ * The registry of the API's routes for GET /openapi.json, one entry per method and path: the
+ * openapi test fails for a route the app serves that this list lacks, and for a documented status
+ * no request produces. Request schemas are those the code validates with; the webhook routes are
+ * derived from the sender registry (src/sources).
  */
-
-// --- answers -----------------------------------------------------------------------------
 
 const health = z.object({ status: z.literal('ok') });
 const ready = z.object({ status: z.literal('ready') });
@@ -95,8 +88,6 @@ const alertResult = z.object({
     .describe("the inventory's remediation rules that matched alerts of this payload, and what each decided; absent when none matched"),
 });
 
-// --- requests ------------------------------------------------------------------------------
-
 /** A push sender's body as one field `payload` holding the event as JSON text (GitHub's form setting). */
 const formPayload = z.object({
   payload: z.string().describe('the push event as JSON text (the fields of the application/json body)'),
@@ -121,66 +112,59 @@ const approvalIdParam = z.object({ id: z.string().describe('an approval id (apr-
 const freezeIdParam = z.object({ id: z.string().describe('a freeze id (frz-...)') });
 const restartPending = pendingApprovalSchema.extend({ host: z.string(), service: z.string() });
 
-const recordedResponse: ResponseDoc = {
-  description: 'recorded (status pending): the change still waits for approvals of other operators',
-  schema: decisionAnswerSchema,
-};
-
-/** The statuses every guarded read and decision shares. */
+/** The answers of an approval's decision. */
 function decisionResponses(action: 'approve' | 'reject'): RouteDoc['responses'] {
-  const responses = decisionAnswers(action);
-  if (action === 'approve') responses[202] = recordedResponse;
-  return responses;
+  const shared = {
+    400: E[400](),
+    401: E[401](),
+    // not_found: the generic code of a throw site of src/domain/approvals.ts that names no condition
+    404: E[404]('unknown approval', ['approval_not_found', 'not_found']),
+    413: E[413],
+    422: E[422]('reason missing, blank or too long; override on reject', [...BODY_422, 'nothing_to_decide', 'unprocessable']),
+    503: CHANGE_503,
+  };
+  if (action === 'reject') {
+    return {
+      ...shared,
+      200: {
+        description: 'rejected (or withdrawn by its requester): nothing is queued; the on-call channel is told',
+        schema: decisionAnswerSchema,
+      },
+      403: E[403]("a readonly key, or a change outside the key's scope", ['operator_role_required', 'out_of_scope']),
+      409: E[409]('already decided or expired', ['approval_decided', 'approval_expired', 'conflict']),
+      429: E[429],
+    };
+  }
+  return {
+    ...shared,
+    200: { description: 'approved (the change is queued: job_id)', schema: decisionAnswerSchema },
+    202: {
+      description: 'recorded (status pending): the change still waits for approvals of other operators',
+      schema: decisionAnswerSchema,
+    },
+    403: E[403]("a readonly key, the requester approving their own change (four eyes), or a change outside the key's scope", [
+      'operator_role_required',
+      'self_approval',
+      'out_of_scope',
+    ]),
+    409: E[409](
+      'already decided, expired, already approved by this operator, or (the last approval of a restart) a freeze or the change windows refuse it now: approve with override; superseded: the last approval of a deploy after a newer one of its group started (the approval ends superseded)',
+      ['approval_decided', 'approval_expired', 'duplicate_approval', 'change_refused', 'superseded', 'conflict'],
+    ),
+    429: {
+      description:
+        'over RATE_LIMIT_RPS, or (the last approval of a restart) its namespace restart budget is spent: nothing decided, approve again after Retry-After',
+      headers: retryAfter,
+      codes: ['rate_limited', 'budget_exhausted'],
+    },
+  };
 }
 
-const decisionAnswers = (action: 'approve' | 'reject'): RouteDoc['responses'] => ({
-  200: {
-    description:
-      action === 'approve'
-        ? 'approved (the change is queued: job_id)'
-        : 'rejected (or withdrawn by its requester): nothing is queued; the on-call channel is told',
-    schema: decisionAnswerSchema,
-  },
-  400: E[400](),
-  401: E[401](),
-  403:
-    action === 'approve'
-      ? E[403]("a readonly key, the requester approving their own change (four eyes), or a change outside the key's scope", [
-          'operator_role_required',
-          'self_approval',
-          'out_of_scope',
-        ])
-      : E[403]("a readonly key, or a change outside the key's scope", ['operator_role_required', 'out_of_scope']),
-  // not_found: the generic code of a throw site of src/domain/approvals.ts that names no condition
-  404: E[404]('unknown approval', ['approval_not_found', 'not_found']),
-  409:
-    action === 'approve'
-      ? E[409](
-          'already decided, expired, already approved by this operator, or (the last approval of a restart) a freeze or the change windows refuse it now: approve with override; superseded: the last approval of a deploy after a newer one of its group started (the approval ends superseded)',
-          ['approval_decided', 'approval_expired', 'duplicate_approval', 'change_refused', 'superseded', 'conflict'],
-        )
-      : E[409]('already decided or expired', ['approval_decided', 'approval_expired', 'conflict']),
-  413: E[413],
-  422: E[422]('reason missing, blank or too long; override on reject', [...BODY_422, 'nothing_to_decide', 'unprocessable']),
-  429:
-    action === 'approve'
-      ? {
-          description:
-            'over RATE_LIMIT_RPS, or (the last approval of a restart) its namespace restart budget is spent: nothing decided, approve again after Retry-After',
-          headers: { 'Retry-After': 'seconds' },
-          codes: ['rate_limited', 'budget_exhausted'],
-        }
-      : E[429],
-  503: CHANGE_503,
-});
-
-// --- shared answers ------------------------------------------------------------------------
-
-/** A request whose body (or path) cannot be read. */
+/** Refusals shared by many answers: a body (or path) that cannot be read, */
 const BODY_400: readonly ErrorCode[] = ['invalid_json', 'malformed_request', 'request_aborted', 'content_length_mismatch'];
-/** An X-API-Key refused. */
+/** an X-API-Key refused, */
 const API_KEY_401: readonly ErrorCode[] = ['missing_api_key', 'invalid_api_key', 'api_key_expired'];
-/** A bearer token refused. */
+/** a bearer token refused, */
 const BEARER_401: readonly ErrorCode[] = [
   'missing_credentials',
   'unsupported_auth_scheme',
@@ -189,35 +173,33 @@ const BEARER_401: readonly ErrorCode[] = [
   'invalid_oidc_token',
   'oidc_token_lifetime_exceeded',
 ];
-/** A JSON body read and refused. */
+/** a JSON body read and refused, */
 const BODY_422: readonly ErrorCode[] = ['invalid_body', 'payload_too_deep'];
-/** A list's query refused. */
+/** a list's query refused, */
 const LIST_422: readonly ErrorCode[] = ['invalid_query', 'invalid_cursor'];
 /** Redis or the queue unavailable, or a write not replicated in time. */
 const UNAVAILABLE_503: readonly ErrorCode[] = ['redis_unavailable', 'queue_unavailable', 'queue_unconfirmed', 'not_replicated'];
 
+const answer = (description: string, codes: readonly ErrorCode[]): ResponseDoc => ({ description, codes });
+const retryAfter = { 'Retry-After': 'seconds' };
+
+/** The error answers by status, with the description and codes most routes share. */
 const E = {
-  400: (d = 'invalid JSON body', codes: readonly ErrorCode[] = BODY_400): ResponseDoc => ({ description: d, codes }),
-  401: (d = 'credentials missing or invalid', codes: readonly ErrorCode[] = API_KEY_401): ResponseDoc => ({ description: d, codes }),
-  403: (d = 'a readonly key on an operator-only operation', codes: readonly ErrorCode[] = ['operator_role_required']): ResponseDoc => ({
-    description: d,
-    codes,
-  }),
-  404: (d: string, codes: readonly ErrorCode[]): ResponseDoc => ({ description: d, codes }),
-  409: (d: string, codes: readonly ErrorCode[]): ResponseDoc => ({ description: d, codes }),
-  413: { description: 'body larger than BODY_LIMIT', codes: ['payload_too_large'] } as ResponseDoc,
-  422: (d: string, codes: readonly ErrorCode[]): ResponseDoc => ({ description: d, codes }),
-  429: {
-    description: 'over RATE_LIMIT_RPS for this client address',
-    headers: { 'Retry-After': 'seconds' },
-    codes: ['rate_limited'],
-  } as ResponseDoc,
-  503: (d = 'Redis (queue) unavailable; nothing lost, retry', codes: readonly ErrorCode[] = UNAVAILABLE_503): ResponseDoc => ({
-    description: d,
-    headers: { 'Retry-After': 'seconds' },
-    codes,
+  400: (d = 'invalid JSON body', codes = BODY_400) => answer(d, codes),
+  401: (d = 'credentials missing or invalid', codes = API_KEY_401) => answer(d, codes),
+  403: (d = 'a readonly key on an operator-only operation', codes: readonly ErrorCode[] = ['operator_role_required']) => answer(d, codes),
+  404: answer,
+  409: answer,
+  413: answer('body larger than BODY_LIMIT', ['payload_too_large']),
+  422: answer,
+  429: { ...answer('over RATE_LIMIT_RPS for this client address', ['rate_limited']), headers: retryAfter },
+  503: (d = 'Redis (queue) unavailable; nothing lost, retry', codes = UNAVAILABLE_503): ResponseDoc => ({
+    ...answer(d, codes),
+    headers: retryAfter,
   }),
 };
+
+const HMAC_403: readonly ErrorCode[] = ['webhook_secret_not_configured', 'missing_signature', 'malformed_signature', 'invalid_signature'];
 
 /** The codes a sender's failed proof answers with (403; a bearer token's 401). */
 function proofCodes(s: Source): readonly ErrorCode[] {
@@ -225,16 +207,9 @@ function proofCodes(s: Source): readonly ErrorCode[] {
     case 'token':
       return ['webhook_secret_not_configured', 'missing_webhook_token', 'invalid_webhook_token'];
     case 'hmac':
-      return ['webhook_secret_not_configured', 'missing_signature', 'malformed_signature', 'invalid_signature'];
+      return HMAC_403;
     case 'timestamped-hmac':
-      return [
-        'webhook_secret_not_configured',
-        'missing_signature',
-        'malformed_signature',
-        'invalid_signature',
-        'stale_signature',
-        'replayed_signature',
-      ];
+      return [...HMAC_403, 'stale_signature', 'replayed_signature'];
     case 'bearer':
       return ['missing_credentials', 'unsupported_auth_scheme', 'invalid_bearer_token'];
   }
@@ -248,33 +223,19 @@ const CHANGE_503 = E[503](
   'Redis unavailable, or (REDIS_MIN_REPLICAS_ACK) the change not acknowledged by the replicas in time: it may still take effect, read it back before repeating it',
 );
 
-// --- webhook senders (src/sources) --------------------------------------------------------
-
 const schemeName = (s: Source): string => `${s.name}Webhook`;
 
 function verificationScheme(s: Source): Record<string, unknown> {
   const v = s.verification;
   const secret = s.secret.fallbackEnv ? `${s.secret.env} (or ${s.secret.fallbackEnv} when unset)` : s.secret.env;
-  switch (v.kind) {
-    case 'token':
-      return { type: 'apiKey', in: 'header', name: v.header, description: `Must equal ${secret}. Unset secret: every call 403.` };
-    case 'hmac':
-      return {
-        type: 'apiKey',
-        in: 'header',
-        name: v.header,
-        description: `\`${v.prefix}<${v.encoding} HMAC-SHA256 of the raw body keyed by ${secret}>\`. Unset secret: every call 403.`,
-      };
-    case 'timestamped-hmac':
-      return {
-        type: 'apiKey',
-        in: 'header',
-        name: v.header,
-        description: `\`t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>" keyed by ${secret}>\`; a timestamp more than ${v.toleranceSeconds} s off, or a signature already used, is refused. Unset secret: every call 403.`,
-      };
-    case 'bearer':
-      return { type: 'http', scheme: 'bearer', description: `${secret}, required only when it is set.` };
-  }
+  if (v.kind === 'bearer') return { type: 'http', scheme: 'bearer', description: `${secret}, required only when it is set.` };
+  const proof =
+    v.kind === 'token'
+      ? `Must equal ${secret}.`
+      : v.kind === 'hmac'
+        ? `\`${v.prefix}<${v.encoding} HMAC-SHA256 of the raw body keyed by ${secret}>\`.`
+        : `\`t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>" keyed by ${secret}>\`; a timestamp more than ${v.toleranceSeconds} s off, or a signature already used, is refused.`;
+  return { type: 'apiKey', in: 'header', name: v.header, description: `${proof} Unset secret: every call 403.` };
 }
 
 /** The security schemes of the webhook senders, one per sender. */
@@ -285,7 +246,7 @@ export const WEBHOOK_SECURITY_SCHEMES: Record<string, Record<string, unknown>> =
 function webhookRoute(s: Source): RouteDoc {
   const path = `/webhook/${s.name}`;
   if (s.kind === 'alerts') {
-    return {
+    return write({
       method: 'post',
       path,
       summary: `${s.title} notification -> notify jobs`,
@@ -296,17 +257,15 @@ function webhookRoute(s: Source): RouteDoc {
       body: { contentTypes: ['application/json'], schema: alertPayload, required: true },
       responses: {
         202: { description: 'counted; firing alerts with a new fingerprint queued', schema: alertResult },
-        400: E[400](),
         401: E[401](`${s.secret.env} set and the bearer token missing or wrong`, proofCodes(s)),
         413: {
           description: 'body over BODY_LIMIT, or more alerts than ALERTS_MAX_PER_REQUEST (nothing queued)',
           codes: ['payload_too_large', 'too_many_alerts'],
         },
         422: E[422]('alerts missing or not an array', ['invalid_alerts', 'invalid_payload', 'payload_too_deep', 'invalid_job_data']),
-        429: E[429],
         503: E[503](),
       },
-    };
+    });
   }
   const headers: Record<string, z.ZodType> = {
     [s.event.header]: z
@@ -372,8 +331,8 @@ function read({ unavailable = E[503]('Redis unavailable'), ...r }: Read): RouteD
   return { method: 'get', security: ['apiKey'], ...r, responses: { 401: E[401](), 429: E[429], 503: unavailable, ...r.responses } };
 }
 
-/** An operator's write with a JSON body: a `read`'s 401 and 429, with 400 and 413 for the body. */
-function write(r: Omit<RouteDoc, 'security'>): RouteDoc {
+/** A write with a JSON body (an operator's, unless `security` says otherwise): a `read`'s 401 and 429, with 400 and 413 for the body. */
+function write(r: Omit<RouteDoc, 'security'> & Partial<Pick<RouteDoc, 'security'>>): RouteDoc {
   return { security: ['apiKey'], ...r, responses: { 400: E[400](), 401: E[401](), 413: E[413], 429: E[429], ...r.responses } };
 }
 
@@ -382,39 +341,32 @@ function list({ refused, ...r }: Read & { refused: string }): RouteDoc {
   return read({ ...r, responses: { 422: E[422](refused, LIST_422), ...r.responses } });
 }
 
+/** The answers POST /ops/deploys and its rollback share beside a `write`'s: an OIDC token's refusals. */
+const DEPLOY_ANSWERS: RouteDoc['responses'] = {
+  401: E[401]('credentials missing or invalid (an X-API-Key, or a bearer token that is no valid OIDC token)', [
+    ...BEARER_401,
+    ...API_KEY_401,
+  ]),
+  404: E[404]('the project is not in the inventory', ['unknown_project']),
+  503: E[503]("Redis or the queue unavailable, or the OIDC token's issuer cannot be reached", [
+    ...UNAVAILABLE_503,
+    'oidc_issuer_unavailable',
+  ]),
+};
+
+/** A GET anyone may call. */
+function open(path: string, summary: string, tag: string, responses: RouteDoc['responses']): RouteDoc {
+  return { method: 'get', path, summary, tags: [tag], security: [], responses };
+}
+
 export const API_ROUTES: readonly RouteDoc[] = [
-  {
-    method: 'get',
-    path: '/health',
-    summary: 'Liveness probe',
-    tags: ['probes'],
-    security: [],
-    responses: { 200: { description: 'alive', schema: health } },
-  },
-  {
-    method: 'get',
-    path: '/ready',
-    summary: 'Readiness probe: Redis reachable',
-    tags: ['probes'],
-    security: [],
-    responses: { 200: { description: 'ready', schema: ready }, 503: E[503]('Redis unreachable', ['redis_unavailable']) },
-  },
-  {
-    method: 'get',
-    path: '/version',
-    summary: 'Build version',
-    tags: ['probes'],
-    security: [],
-    responses: { 200: { description: 'version', schema: version }, 429: E[429] },
-  },
-  {
-    method: 'get',
-    path: '/openapi.json',
-    summary: 'This document (OpenAPI 3.1)',
-    tags: ['meta'],
-    security: [],
-    responses: { 200: { description: 'the OpenAPI document' }, 429: E[429] },
-  },
+  open('/health', 'Liveness probe', 'probes', { 200: { description: 'alive', schema: health } }),
+  open('/ready', 'Readiness probe: Redis reachable', 'probes', {
+    200: { description: 'ready', schema: ready },
+    503: E[503]('Redis unreachable', ['redis_unavailable']),
+  }),
+  open('/version', 'Build version', 'probes', { 200: { description: 'version', schema: version }, 429: E[429] }),
+  open('/openapi.json', 'This document (OpenAPI 3.1)', 'meta', { 200: { description: 'the OpenAPI document' }, 429: E[429] }),
   {
     method: 'get',
     path: '/ops/hosts',
@@ -423,23 +375,19 @@ export const API_ROUTES: readonly RouteDoc[] = [
     security: ['apiKey'],
     responses: { 200: { description: 'host list', schema: hostList }, 401: E[401](), 429: E[429] },
   },
-  {
-    method: 'get',
+  read({
     path: '/ops/hosts/{host}',
     summary: "Status of a host's Deployments (cached 30 s in Redis)",
     tags: ['ops'],
-    security: ['apiKey'],
     pathParams: hostParam,
     responses: {
       200: { description: 'host status', schema: hostStatus },
-      401: E[401](),
       403: E[403]("a host outside the key's scope", ['out_of_scope']),
       404: E[404]('unknown host', ['unknown_host']),
-      429: E[429],
-      503: E[503]('Kubernetes API unavailable or not configured', ['cluster_unavailable']),
     },
-  },
-  {
+    unavailable: E[503]('Kubernetes API unavailable or not configured', ['cluster_unavailable']),
+  }),
+  write({
     method: 'post',
     path: '/ops/restart',
     summary: 'Submit a rollout restart of one Deployment of a host (guarded by its policy; dry_run rehearses it)',
@@ -485,7 +433,6 @@ export const API_ROUTES: readonly RouteDoc[] = [
         'refused by a freeze or outside the change windows (the detail names them); override=true with a reason lets it through',
         ['change_refused', 'approval_changed', 'conflict'],
       ),
-      413: E[413],
       422: E[422](
         'host or service missing or repeated; Idempotency-Key reused for another target; a bad dry_run/override; override without reason',
         ['invalid_query', 'idempotency_key_reused', 'unprocessable'],
@@ -493,7 +440,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
       429: {
         description:
           "over RATE_LIMIT_RPS for this client address (rate_limited), or the namespace's restart budget is spent (budget_exhausted, the detail names it)",
-        headers: { 'Retry-After': 'seconds' },
+        headers: retryAfter,
         codes: ['rate_limited', 'budget_exhausted'],
       },
       503: E[503](
@@ -501,8 +448,8 @@ export const API_ROUTES: readonly RouteDoc[] = [
         [...UNAVAILABLE_503, 'oidc_issuer_unavailable'],
       ),
     },
-  },
-  {
+  }),
+  write({
     method: 'post',
     path: '/ops/deploys',
     summary: 'Deploy one commit of a project from CI (an OIDC identity or an operator key; guarded by its policy)',
@@ -517,36 +464,26 @@ export const API_ROUTES: readonly RouteDoc[] = [
     headers: z.object({ 'Idempotency-Key': idempotencyKeySchema.optional() }),
     body: { contentTypes: ['application/json'], schema: deployBodySchema, required: false },
     responses: {
+      ...DEPLOY_ANSWERS,
       202: {
         description: 'queued, held by a freeze or window, or waiting for approval; or a duplicate of the same commit',
         schema: deployAnswerSchema,
       },
       400: E[400]('invalid JSON body, or a malformed Idempotency-Key', [...BODY_400, 'invalid_idempotency_key']),
-      401: E[401]('credentials missing or invalid (an X-API-Key, or a bearer token that is no valid OIDC token)', [
-        ...BEARER_401,
-        ...API_KEY_401,
-      ]),
       403: E[403](
         "a readonly key or rule; the shared bearer token; an OIDC token no rule admits; a body disagreeing with the token's claims; a project outside the scope",
         ['operator_role_required', 'bearer_token_not_accepted', 'oidc_no_matching_rule', 'deploy_not_bound_to_token', 'out_of_scope'],
       ),
-      404: E[404]('the project is not in the inventory', ['unknown_project']),
       409: E[409]("the project's deploy_from does not take CI deploys", ['deploy_source_refused', 'approval_changed']),
-      413: E[413],
       422: E[422]('a body field missing or invalid; a ref the project does not deploy; Idempotency-Key reused for another commit', [
         ...BODY_422,
         'ref_not_deployable',
         'idempotency_key_reused',
         'invalid_job_data',
       ]),
-      429: E[429],
-      503: E[503]("Redis or the queue unavailable, or the OIDC token's issuer cannot be reached", [
-        ...UNAVAILABLE_503,
-        'oidc_issuer_unavailable',
-      ]),
     },
-  },
-  {
+  }),
+  write({
     method: 'post',
     path: '/ops/deploys/rollback',
     summary: "Roll a project's ref back to the commit of an earlier succeeded deploy (operator; guarded as its deploys)",
@@ -560,12 +497,8 @@ export const API_ROUTES: readonly RouteDoc[] = [
     security: ['bearer', 'apiKey'],
     body: { contentTypes: ['application/json'], schema: rollbackBodySchema, required: true },
     responses: {
+      ...DEPLOY_ANSWERS,
       202: { description: 'queued, held by a freeze or window, or waiting for approval', schema: rollbackAnswerSchema },
-      400: E[400]('invalid JSON body', BODY_400),
-      401: E[401]('credentials missing or invalid (an X-API-Key, or a bearer token that is no valid OIDC token)', [
-        ...BEARER_401,
-        ...API_KEY_401,
-      ]),
       403: E[403](
         "a readonly key or rule; the shared bearer token; an OIDC token no rule admits; a project or ref other than the token's rule binds; an override by a caller who is not a person; a project outside the scope",
         [
@@ -577,23 +510,16 @@ export const API_ROUTES: readonly RouteDoc[] = [
           'out_of_scope',
         ],
       ),
-      404: E[404]('the project is not in the inventory', ['unknown_project']),
       409: E[409]('the commit never succeeded on this ref in the history, or no succeeded deploy of another commit is kept', [
         'rollback_target_unknown',
       ]),
-      413: E[413],
       422: E[422]('a body field missing or invalid; a ref the project does not deploy', [
         ...BODY_422,
         'ref_not_deployable',
         'invalid_job_data',
       ]),
-      429: E[429],
-      503: E[503]("Redis or the queue unavailable, or the OIDC token's issuer cannot be reached", [
-        ...UNAVAILABLE_503,
-        'oidc_issuer_unavailable',
-      ]),
     },
-  },
+  }),
   {
     method: 'delete',
     path: '/ops/cache',
@@ -609,8 +535,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
       503: E[503]('Redis unavailable', ['redis_unavailable']),
     },
   },
-  {
-    method: 'get',
+  list({
     path: '/ops/keys',
     summary: 'The configured API keys: id, owner, role, source, expiry and last use (operator)',
     description:
@@ -618,17 +543,15 @@ export const API_ROUTES: readonly RouteDoc[] = [
       'Last use is shared by every replica through Redis. ' +
       'A key within API_KEY_EXPIRY_WARNING_DAYS of its expiry works, and every answer to it carries Deprecation and Sunset headers; past its expiry it is refused (401).',
     tags: ['ops'],
-    security: ['apiKey'],
     query: listKeysQuerySchema,
     responses: {
       200: { description: 'one page of the keys, in the order of the configuration', schema: keyListSchema },
       401: E[401]('key missing, unknown or expired'),
       403: E[403](),
-      422: E[422]('limit out of range, a parameter repeated, or a cursor not of this list', LIST_422),
-      429: E[429],
-      503: E[503]('Redis unavailable: last use cannot be read', ['redis_unavailable']),
     },
-  },
+    refused: 'limit out of range, a parameter repeated, or a cursor not of this list',
+    unavailable: E[503]('Redis unavailable: last use cannot be read', ['redis_unavailable']),
+  }),
   list({
     path: '/ops/jobs',
     summary: 'List jobs by state; state=failed lists the dead letters',

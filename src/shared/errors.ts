@@ -1,18 +1,9 @@
 /**
- * The one error catalog. Every error a client can see has a code here, one per condition: a stable
- * machine-readable name (clients and tests tell conditions apart by it, never by the detail's
- * wording), the HTTP status it is answered with, and what it means. Every error answer is
- * `{detail, code}`: `detail` a human-readable message that never carries a secret, `code` one of
- * ERROR_CODES. The error middleware (src/middleware/errors.ts) answers the classes below; answers
- * that never pass through Express's error path write the same shape with `errorBody`: the HTTP
- * parser's refusals (src/middleware/clientError.ts) and the metrics port
- * (src/shared/metricsServer.ts). The OpenAPI document lists the codes of every error answer
- * (src/openapi/document.ts), and the "Errors" table of docs/api.md is checked against this list.
- *
- * A class serves the conditions of its status; where it serves several, the thrower names the
- * condition with its code (typed: only a code of that status is accepted). The generic codes
- * (`bad_request`, `conflict`, `unprocessable`) stand for a throw site (or one of Bull Board's own
- * answers: src/routes/admin.ts) that names no condition.
+ * The one error catalog: every error a client can see has a stable code here (clients and tests
+ * tell conditions apart by it, never by the detail's wording), its HTTP status and its meaning.
+ * Every error answer is `{detail, code}`, the detail never carrying a secret; the OpenAPI document
+ * and the "Errors" table of docs/api.md list these codes. The generic codes (`bad_request`,
+ * `conflict`, `unprocessable`) stand for a throw site (or a Bull Board answer) that names no condition.
  */
 const CATALOG = {
   400: {
@@ -148,14 +139,11 @@ const CATALOG = {
 } as const satisfies Record<number, Record<string, string>>;
 
 type Catalog = typeof CATALOG;
-
-/** Every code a client can see. */
 export type ErrorCode = { [S in keyof Catalog]: keyof Catalog[S] }[keyof Catalog];
-
 /** The codes answered with HTTP status `S`: what a class of that status accepts. */
 export type ErrorCodeOf<S extends number> = S extends keyof Catalog ? keyof Catalog[S] : never;
 
-/** Each code with its status and meaning, in catalog order (status by status). */
+/** Each code with its status and meaning, in catalog order. */
 export const ERROR_CODES = Object.fromEntries(
   Object.entries(CATALOG).flatMap(([status, codes]) =>
     Object.entries(codes).map(([code, meaning]) => [code, { status: Number(status), meaning }]),
@@ -165,43 +153,32 @@ export const ERROR_CODES = Object.fromEntries(
 /** Every code, in catalog order: the `enum` of the OpenAPI error schema. */
 export const ERROR_CODE_LIST = Object.keys(ERROR_CODES) as ErrorCode[];
 
-/** The codes of one HTTP status, in catalog order. */
 export function codesOfStatus(status: number): ErrorCode[] {
   return ERROR_CODE_LIST.filter((c) => ERROR_CODES[c].status === status);
 }
 
-/** An error answer's body. */
-interface ErrorBody {
-  detail: string;
-  code: ErrorCode;
-}
-
-/** The body of an answer written outside Express's error path: the catalog's shape. */
-export function errorBody(code: ErrorCode, detail: string): ErrorBody {
+/** The body of an answer written outside Express's error path (the HTTP parser's refusals, the metrics port). */
+export function errorBody(code: ErrorCode, detail: string) {
   return { detail, code };
 }
 
 export class AppError extends Error {
-  readonly code: ErrorCode;
+  /** The code's own status (ERROR_CODES), so a code is never answered with another status. */
   readonly statusCode: number;
-  /** Extra response headers, e.g. Retry-After. */
-  readonly headers: Record<string, string>;
-
-  /** The status is the code's (ERROR_CODES), so a code is never answered with another status. */
-  constructor(code: ErrorCode, detail: string, headers: Record<string, string> = {}) {
+  /** `headers`: extra response headers, e.g. Retry-After. */
+  constructor(
+    readonly code: ErrorCode,
+    detail: string,
+    readonly headers: Record<string, string> = {},
+  ) {
     super(detail);
     this.name = new.target.name;
-    this.code = code;
     this.statusCode = ERROR_CODES[code].status;
-    this.headers = headers;
   }
-
   get detail(): string {
     return this.message;
   }
-
-  /** The answer's body. */
-  toBody(): ErrorBody {
+  toBody() {
     return errorBody(this.code, this.detail);
   }
 }
@@ -224,7 +201,7 @@ export class UnauthorizedError extends AppError {
   }
 }
 
-/** An API key past its expiry: the caller is told which key and since when, so its owner can rotate it. */
+/** Names the key and when it expired, so its owner can rotate it. */
 export class ApiKeyExpiredError extends UnauthorizedError {
   constructor(id: string, expiredAt: string) {
     super(`API key ${id} expired at ${expiredAt}`, 'api_key_expired');
@@ -249,7 +226,6 @@ export class MethodNotAllowedError extends AppError {
   }
 }
 
-/** The resource is not in a state that allows the operation (e.g. retrying a job that is not failed). */
 export class ConflictError extends AppError {
   constructor(detail: string, code: ErrorCodeOf<409> = 'conflict') {
     super(code, detail);
@@ -281,9 +257,8 @@ export class TooManyRequestsError extends AppError {
 }
 
 /**
- * A restart over its namespace's restart budget (the inventory's policy): 429 with Retry-After,
- * the budget in the detail. Nothing was queued. Its own code, so a client tells it from the rate
- * limiter's 429 (which a retry after Retry-After clears; a budget takes longer).
+ * A restart over its namespace's restart budget: nothing was queued. Its own code, so a client
+ * tells it from the rate limiter's 429 (a budget takes longer to clear).
  */
 export class BudgetExhaustedError extends AppError {
   readonly namespace: string;
@@ -306,11 +281,7 @@ export class RedisUnavailableError extends ServiceUnavailableError {
   }
 }
 
-/**
- * What a queue operation was doing when the queue failed; the 503's wording says what the caller
- * can conclude: a read changed nothing, a submission or retry whose command got no answer may
- * still take effect when the queue recovers.
- */
+/** What a queue operation was doing when the queue failed: the 503's wording says what the caller can conclude. */
 export type QueueOperation = 'read' | 'submit' | 'retry';
 
 const QUEUE_UNAVAILABLE: Record<QueueOperation, { nothing: string; unknown: string }> = {
@@ -329,11 +300,9 @@ const QUEUE_UNAVAILABLE: Record<QueueOperation, { nothing: string; unknown: stri
 };
 
 /**
- * 503 from a queue operation. `mayHaveLanded` (given true: the command got no answer; kept only
- * for writes): a write was sent and no answer came (timeout,
- * connection lost): Redis may still run it when it answers again (a paused or slow Redis), so an
- * add may still create its job. A caller that retries with the same job id (POST /ops/restart with
- * the same Idempotency-Key) cannot create a second job.
+ * 503 from a queue operation. `mayHaveLanded`: a write was sent and no answer came (timeout,
+ * connection lost), so Redis may still run it when it answers again and an add may still create
+ * its job; a retry with the same job id (the same Idempotency-Key) cannot create a second one.
  */
 export class QueueUnavailableError extends ServiceUnavailableError {
   readonly operation: QueueOperation;
@@ -388,7 +357,7 @@ export interface ConfigProblem {
   problem: string;
 }
 
-/** Raised at start-up for a bad environment: every problem found, each naming its variable, never a value. */
+/** A bad environment at start-up: every problem found, each naming its variable, never a value. */
 export class ConfigError extends Error {
   /** The first problem's variable. */
   readonly variable: string;

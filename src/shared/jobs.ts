@@ -1,87 +1,61 @@
 import { z } from 'zod';
 
-/**
- * The queue contract shared by the API (producer) and the worker (consumer): queue name,
- * job names, the schema of each job's data and the default job options.
- * Job names are the contract's worker function names (`ops_worker.<name>`) on queue "ops".
- */
+/** The queue contract of the API (producer) and the worker (consumer); job names are the contract's `ops_worker.<name>`. */
 export const QUEUE_NAME = 'ops';
 
 export const JOB = {
   restartService: 'ops_worker.restart_service',
   runDeployPipeline: 'ops_worker.run_deploy_pipeline',
   notifyOncall: 'ops_worker.notify_oncall',
-  /** A rehearsal: what the worker's own identity would be allowed to do (server-side dry run); changes nothing. */
+  /** What the worker's own identity would be allowed to do (server-side dry run); changes nothing. */
   dryRun: 'ops_worker.dry_run',
   /** A guarded change's news to the notification endpoints (and its Kubernetes Event where the API cannot write one). */
   reportChange: 'ops_worker.report_change',
-  /**
-   * Alert-driven remediation's steps in the worker (src/remediation/): a firing alert's check once
-   * its rule's `for` has passed, and the watch of a remediation under way (its approval or job, its
-   * silence, the verification of its outcome).
-   */
+  /** Alert-driven remediation's steps (src/remediation/): a firing alert's check, the watch of a remediation under way. */
   remediate: 'ops_worker.remediate',
-  /**
-   * A deploy's state told to the host of its commit (GitHub, GitLab, Gitea, Bitbucket: a deployment
-   * status or a commit status, worker/jobs/reportStatus.ts): one job per deploy and state, added by
-   * the worker as it records the step, so a host that cannot be reached never holds a deploy up.
-   */
+  /** A deploy's state told to the host of its commit: its own job, so a host that cannot be reached never holds a deploy up. */
   reportStatus: 'ops_worker.report_status',
 } as const;
 export type JobName = (typeof JOB)[keyof typeof JOB];
 const JOB_NAMES: readonly JobName[] = Object.values(JOB);
 
-/**
- * A job name as a metric label: the catalogue's names as they are, anything else (a job added to
- * the queue by something other than the API, e.g. "x2" or "") as "unknown", so label values stay
- * bounded and cannot be chosen by whoever writes to Redis.
- */
+/** A job name as a metric label: a name outside the catalogue is "unknown", so whoever writes to Redis cannot choose label values. */
 export function metricJobName(name: string): JobName | 'unknown' {
   return (JOB_NAMES as readonly string[]).includes(name) ? (name as JobName) : 'unknown';
 }
 
-/**
- * The longest identity a job records (requested_by, approvers, override.by): a principal such as
- * `key:<id>` or an owner. The configuration refuses any credential whose principal or owner would
- * not fit (src/api/identity.ts), so every accepted caller can be written into every job.
- */
+/** The longest identity a job records; the configuration refuses any credential that would not fit (src/api/identity.ts). */
 export const MAX_PRINCIPAL = 256;
 
 const auditFields = {
-  /** Correlates the API request, its audit line, the job and (for deploys) the Kubernetes Job label. */
+  /** Correlates the request, its audit line, the job and a deploy's Kubernetes Job label. */
   audit_id: z.string().min(1).max(64),
   /** Who asked: a credential id (12 hex), or the webhook source. Never a secret. */
   requested_by: z.string().min(1).max(MAX_PRINCIPAL),
 };
 
-/** DNS-1123 label: what a Kubernetes namespace/Deployment name must be. */
 export const dnsLabel = z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, 'must be a DNS-1123 label');
-/** DNS-1123 subdomain (Deployment names may contain dots). */
 export const dnsSubdomain = z
   .string()
   .max(253)
   .regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/, 'must be a DNS-1123 subdomain');
 
-/** A guarded change's approval, carried by the job it let through (and shown in its Kubernetes Event). */
+/** A guarded change's approval, carried by the job it let through (whose id is the approval id). */
 const approvalFields = {
-  /** The approval that let the change through; the job id is the approval id. */
   approval_id: z.string().min(1).max(64).optional(),
-  /** Who approved it (principals, never secrets). */
   approvers: z.array(z.string().min(1).max(MAX_PRINCIPAL)).max(6).optional(),
-  /** The requester's reason, when given. */
   reason: z.string().max(500).optional(),
 };
 
-/** Who asked, as a person: the owner of the requester's credential and that credential's id (never a secret). */
+/** Who asked, as a person: the owner of the requester's credential and its id (never a secret). */
 const requesterFields = {
   requested_owner: z.string().min(1).max(MAX_PRINCIPAL).optional(),
   requested_credential: z.string().min(1).max(64).optional(),
 };
 
 /**
- * A change let through a freeze or outside its windows by an operator: who (principal and owner),
- * why, and which gate reasons it covers (`freeze:<id>`, `window`); a freeze declared after it is
- * not covered, and the worker refuses the restart (holds the deploy) when it meets one (audited, notified).
+ * A change an operator let through a freeze or outside its windows, and the gate reasons it covers
+ * (`freeze:<id>`, `window`): the worker refuses (holds) a change that meets a freeze declared after it.
  */
 const overrideField = z
   .object({
@@ -104,34 +78,22 @@ const restartServiceData = z.object({
 const runDeployPipelineData = z.object({
   project: z.string().min(1).max(255),
   ref: z.string().min(1).max(255),
-  /** The dedup identity (scm:<project>:<ref>:<sha>) of the event that caused this job. */
+  /** scm:<project>:<ref>:<sha>, the dedup identity of the event. */
   event_id: z.string().min(1).max(1024).optional(),
-  /** The pushed commit (checkout_sha / after): the deploy Job gets it as OPSGATE_COMMIT_SHA, so a replay deploys that commit or nothing. */
+  /** The deploy Job gets it as OPSGATE_COMMIT_SHA, so a replay deploys that commit or nothing. */
   sha: z.string().min(1).max(255).optional(),
-  /** The sender's delivery id (X-GitHub-Delivery, X-Gitlab-Event-UUID), for tracing. */
   delivery_id: z.string().min(1).max(255).optional(),
-  /**
-   * The webhook sender whose push (or its replay) this deploy is: a deploy of it that never runs
-   * or is cancelled is appended to that sender's deliveries log (src/domain/deliveries.ts).
-   */
+  /** The webhook sender whose push this is: a deploy of it that never runs is appended to its deliveries log. */
   source: z
     .string()
     .regex(/^[a-z][a-z0-9-]{0,62}$/)
     .optional(),
-  /**
-   * A resubmission of a deploy accepted earlier (a retry, a replay, an approval): that acceptance
-   * (ms, and the id it was accepted under), its place in its group's order. Absent: the job's own
-   * timestamp and id (src/changes/deployOrder/).
-   */
+  /** A resubmission's first acceptance (ms, id): its place in its group's order; absent: the job's own. */
   accepted_at: z.number().int().min(0).optional(),
   accepted_id: z.string().min(1).max(128).optional(),
-  /**
-   * A rollback (POST /ops/deploys/rollback): the deploy Job gets OPSGATE_ROLLBACK=true;
-   * `rolled_back_from` names the deploy it goes back from (absent: none was current).
-   */
+  /** A rollback: the deploy Job gets OPSGATE_ROLLBACK=true; `rolled_back_from`: the deploy it goes back from. */
   rollback: z.literal(true).optional(),
   rolled_back_from: z.string().min(1).max(128).optional(),
-  /** A rollback a person let through a freeze or outside the project's windows. */
   override: overrideField,
   ...approvalFields,
   ...requesterFields,
@@ -145,7 +107,6 @@ const notifyOncallData = z.object({
   ...auditFields,
 });
 
-/** What a dry run rehearses: the worker's server-side dry run of the patch or the Job create. */
 const dryRunData = z.discriminatedUnion('change', [
   z.object({ change: z.literal('restart'), host: z.string().min(1).max(253), service: dnsSubdomain, ...auditFields }),
   z.object({
@@ -158,12 +119,9 @@ const dryRunData = z.discriminatedUnion('change', [
 ]);
 
 /**
- * What a dry run found (its job's return value): the object the change would touch as the worker
- * reads it, and whether the Kubernetes API server admits the change from the worker's own
- * identity (RBAC, then admission: ValidatingAdmissionPolicies and webhooks), asked with a
- * server-side dry run (dryRun=All), which persists nothing.
+ * A dry run's return value: the object the change would touch, and whether the API server admits
+ * the change from the worker's own identity (RBAC, then admission), asked with dryRun=All.
  */
-const DRY_RUN_REFUSALS = ['rbac', 'admission', 'not_found', 'invalid', 'api'] as const;
 export const dryRunResultSchema = z.object({
   identity: z.string().nullable().describe("the worker's user name as the API server sees it (SelfSubjectReview), when it may ask"),
   object: z
@@ -188,7 +146,7 @@ export const dryRunResultSchema = z.object({
     .nullable(),
   admitted: z.boolean().describe('the API server accepted the dry-run patch (restart) or create (deploy) from the worker identity'),
   refused_by: z
-    .enum(DRY_RUN_REFUSALS)
+    .enum(['rbac', 'admission', 'not_found', 'invalid', 'api'])
     .nullable()
     .describe(
       'rbac: the worker may not; admission: a ValidatingAdmissionPolicy or webhook refused; not_found; invalid; api: another answer',
@@ -198,7 +156,7 @@ export const dryRunResultSchema = z.object({
 });
 export type DryRunResult = z.infer<typeof dryRunResultSchema>;
 
-/** How a restart or deploy ended (GET /ops/jobs/{id}, its Kubernetes Event, the notification). */
+/** How a restart or deploy ended. */
 const OUTCOME_RESULTS = [
   'rolled_out',
   'created',
@@ -208,9 +166,9 @@ const OUTCOME_RESULTS = [
   'held',
   'rejected',
   'expired',
-  /** A deploy that never ran: a deploy of its group accepted after it started, or waits to (the reason names it). */
+  /** A deploy that never ran: a newer one of its group started or waits to. */
   'superseded',
-  /** A running deploy whose Kubernetes Job a newer deploy of its group deleted as it came to run (cancel_in_progress). */
+  /** A running deploy whose Job a newer deploy of its group deleted (cancel_in_progress). */
   'cancelled',
 ] as const;
 export type OutcomeResult = (typeof OUTCOME_RESULTS)[number];
@@ -219,14 +177,13 @@ export const outcomeSchema = z.object({
   result: z.enum(OUTCOME_RESULTS),
   reason: z.string().max(1000).optional(),
   duration_s: z.number().min(0).optional(),
-  /** A hold: when the change is expected to run (RFC 3339). */
+  /** A hold: when the change is expected to run. */
   until: z.string().optional(),
 });
 export type Outcome = z.infer<typeof outcomeSchema>;
 
 const REPORT_EVENTS = ['approval_requested', 'approval_rejected', 'approval_expiry', 'override', 'held', 'outcome', 'remediation'] as const;
 
-/** A remediation's news (event `remediation`): the rule, the alert, what was decided and why. */
 const remediationReportSchema = z.object({
   rule: z.string().max(63),
   mode: z.enum(['act', 'dry-run']),
@@ -234,29 +191,23 @@ const remediationReportSchema = z.object({
   fingerprint: z.string().max(256),
   decision: z.string().max(64),
   outcome: z.string().max(64).optional(),
-  /** The rule's remediations of the Deployment in its escalation window (RFC 3339 times), when it escalates. */
+  /** When it escalates: the rule's remediations of the Deployment in its escalation window. */
   history: z
     .array(z.object({ id: z.string().max(128), at: z.string().max(64) }))
     .max(100)
     .optional(),
 });
 
-/**
- * A report about a guarded change, posted to NOTIFY_WEBHOOK_URLS. approval_expiry is added
- * delayed until the approval's expiry: when it runs, it expires the approval if nobody decided it
- * and reports that.
- */
+/** A report posted to NOTIFY_WEBHOOK_URLS; approval_expiry runs at the expiry and expires an approval nobody decided. */
 const reportChangeData = z.object({
   event: z.enum(REPORT_EVENTS),
-  /** The kind of change (src/changes/kinds/): restart, deploy, or one a module registers. */
+  /** restart, deploy, or a kind a module registers (src/changes/kinds/). */
   change: z.string().regex(/^[a-z][a-z0-9_]{0,31}$/),
-  /** The restart's host and Deployment, or the deploy's project and ref. */
   host: z.string().max(253).optional(),
   service: z.string().max(253).optional(),
   project: z.string().max(255).optional(),
   ref: z.string().max(255).optional(),
   namespace: z.string().max(63),
-  /** The job the report is about (for an approval: the job it lets through, same id). */
   job_id: z.string().max(128).optional(),
   approval_id: z.string().max(64).optional(),
   outcome: outcomeSchema.optional(),
@@ -266,7 +217,7 @@ const reportChangeData = z.object({
   ...auditFields,
 });
 
-/** An alert as a remediation step carries it: its full label set, fingerprint and startsAt (ms). */
+/** An alert as a remediation step carries it; starts_at in ms. */
 const remediationAlert = z.object({
   labels: z.record(z.string().max(1024), z.string().max(4096)),
   fingerprint: z.string().min(1).max(256),
@@ -274,19 +225,15 @@ const remediationAlert = z.object({
 });
 
 const remediateData = z.discriminatedUnion('step', [
-  /**
-   * A firing alert, looked at again: once its rule's `for` has passed, or after its confirmation
-   * failed (asked again with backoff until the rule's `within` has passed since `notified_at`).
-   */
+  /** A firing alert, looked at again once its rule's `for` has passed or its confirmation failed. */
   z.object({
     step: z.literal('check'),
     rule: z.string().min(1).max(63),
     alert: remediationAlert,
-    /** When the notification came (ms): the retries of a failed confirmation end `within` after it. */
+    /** When the notification came (ms): a failed confirmation is retried until `within` after it. */
     notified_at: z.number().int().min(0).optional(),
     ...auditFields,
   }),
-  /** A remediation under way: its approval or job, its silence, its verification. */
   z.object({
     step: z.literal('watch'),
     rule: z.string().min(1).max(63),
@@ -296,23 +243,21 @@ const remediateData = z.discriminatedUnion('step', [
   }),
 ]);
 
-/** The hosts whose API is told the state of a deploy of one of their commits. */
 export const STATUS_SENDERS = ['github', 'gitlab', 'gitea', 'bitbucket'] as const;
 export type StatusSender = (typeof STATUS_SENDERS)[number];
 
 const reportStatusData = z.object({
-  /** The deploy (its history entry, GET /ops/deploys/{id}). */
   deploy_id: z.string().min(1).max(128),
   sender: z.enum(STATUS_SENDERS),
-  /** The repository as the sender names it (GitLab: the project's path), the inventory's project. */
+  /** The inventory's project: the repository as the sender names it. */
   project: z.string().min(1).max(255),
   ref: z.string().min(1).max(255),
   sha: z.string().min(1).max(255),
-  /** The deploy's state in opsgate's history (src/changes/deployOrder/history.ts DEPLOY_STATES). */
+  /** One of DEPLOY_STATES (src/changes/deployOrder/history.ts). */
   state: z.string().regex(/^[a-z_]{1,32}$/),
   /** The project's `environment` (its ref when the inventory names none). */
   environment: z.string().min(1).max(255),
-  /** GitHub: a deployment and its statuses, or commit statuses (the inventory's `status: commit`). */
+  /** GitHub: a deployment and its statuses, or commit statuses. */
   mode: z.enum(['deployment', 'commit']),
   /** What the state's description adds (the superseding deploy). */
   detail: z.string().max(200).optional(),
@@ -327,15 +272,7 @@ export type RunDeployPipelineData = z.infer<typeof runDeployPipelineData>;
 export type NotifyOncallData = z.infer<typeof notifyOncallData>;
 export type RemediateData = z.infer<typeof remediateData>;
 
-export interface JobDataByName {
-  [JOB.restartService]: RestartServiceData;
-  [JOB.runDeployPipeline]: RunDeployPipelineData;
-  [JOB.notifyOncall]: NotifyOncallData;
-  [JOB.dryRun]: DryRunData;
-  [JOB.reportChange]: ReportChangeData;
-  [JOB.remediate]: RemediateData;
-  [JOB.reportStatus]: ReportStatusData;
-}
+export type JobDataByName = { [N in JobName]: z.infer<(typeof jobDataSchemas)[N]> };
 
 export const jobDataSchemas = {
   [JOB.restartService]: restartServiceData,
@@ -347,11 +284,7 @@ export const jobDataSchemas = {
   [JOB.reportStatus]: reportStatusData,
 } as const;
 
-/**
- * Jobs beyond the catalog above: a kind of change registered by its module (src/changes/kinds/
- * registerKind) brings its job's name and data schema, so the producer, the worker and a dead
- * letter's retry parse its data as they parse the catalog's.
- */
+/** The jobs of kinds registered by their module (src/changes/kinds/), parsed as the catalog's are. */
 const registeredSchemas = new Map<string, z.ZodType>();
 
 /** Registers a job's data schema under its name (not one of the catalog's); returns its removal. */
@@ -361,10 +294,7 @@ export function registerJobSchema(name: string, schema: z.ZodType): () => void {
   return () => registeredSchemas.delete(name);
 }
 
-/**
- * A dry run of a registered kind whose rehearsal is its own (src/changes/kinds/ registerKind): the
- * dry_run job's data is the catalog's union or one of these, by its `change`.
- */
+/** The dry_run data of registered kinds whose rehearsal is their own, by `change`. */
 const registeredDryRuns = new Map<string, z.ZodType>();
 let dryRunSchema: z.ZodType = dryRunData;
 
@@ -392,20 +322,15 @@ export function jobSchemaOf(name: string): z.ZodType | undefined {
   return Object.hasOwn(jobDataSchemas, name) ? jobDataSchemas[name as JobName] : registeredSchemas.get(name);
 }
 
-/** Job data that came out of its schema's parse in this process (parseJobData): not parsed again. */
 const parsedJobData = new WeakSet<object>();
 
-/**
- * Parses job data against its job's schema, as the producer would; a success's data is remembered,
- * so the producer adds it without parsing it a second time. The data must not be changed after.
- */
+/** Parses job data as the producer would, remembering a success so the producer does not parse it again (it must not change after). */
 export function parseJobData<N extends JobName>(name: N, data: unknown): z.ZodSafeParseResult<JobDataByName[N]> {
   const parsed = jobSchemaOf(name)!.safeParse(data) as z.ZodSafeParseResult<JobDataByName[N]>;
   if (parsed.success) parsedJobData.add(parsed.data);
   return parsed;
 }
 
-/** The data is parseJobData's answer for this job (the same object). */
 export function isParsedJobData(data: unknown): boolean {
   return typeof data === 'object' && data !== null && parsedJobData.has(data);
 }
@@ -419,23 +344,14 @@ export interface JobPolicy {
 }
 
 /**
- * How long a job's identity is remembered, in both processes: a completed job is kept this long
- * (so GET /ops/jobs/{id} can report it), a restart's Idempotency-Key answer names its job this
- * long, and the worker's records of a job's steps (a notification delivered, a restart's
- * restartedAt) live this long. A record keyed by a job id must not outlive the job: a restart
- * asked again with the same Idempotency-Key once both are gone gets the same job id, and a
- * restartedAt left from the first job would turn its patch into a no-op instead of a restart.
- * A day is far longer than a job's tries under the default policy (5 tries from 10 s apart, each
- * at most JOB_TIMEOUT_SECONDS); a dead letter retried after it repeats its steps (notifications
- * are at-least-once, and a retried restart is a new restart).
+ * How long a job's identity is remembered: a completed job, a restart's Idempotency-Key answer,
+ * the worker's records of a job's steps. A record keyed by a job id must not outlive the job: a
+ * restart asked again with the same key once both are gone gets the same job id, and a leftover
+ * restartedAt would turn its patch into a no-op. A day is far longer than a job's tries.
  */
 export const IDEMPOTENCY_TTL_SECONDS = 24 * 3600;
 
-/**
- * Default options of every job on "ops": retries with exponential backoff, then the job stays
- * in the failed set (= dead-lettered) with its reason: removeOnFail is false, nothing is dropped.
- * Completed jobs are kept for IDEMPOTENCY_TTL_SECONDS (and at most 10,000 of them).
- */
+/** Retries with exponential backoff, then the job stays in the failed set (dead-lettered): nothing is dropped. */
 export function defaultJobOptions(policy: JobPolicy) {
   return {
     attempts: policy.attempts,

@@ -2,21 +2,11 @@ import { pino, type DestinationStream, type Logger as PinoLogger } from 'pino';
 import { withFallback } from './timeout.js';
 
 /**
- * Structured JSON logs, one object per line on stdout, written by pino (asynchronously: a line is
- * handed to an in-process buffer and written to fd 1 by the event loop, so a slow log consumer
- * does not stall request handling the way synchronous pipe writes do).
- *
- * Line format (what the audit contract, the dashboards and the tests read):
+ * JSON lines on stdout, written by pino asynchronously (a slow log reader does not stall requests):
  *   {"level":"info","time":"<ISO 8601>", <base and child fields>, <call fields>, "msg":"..."}
- * An `err` field becomes `error` (message) and `error_type` (class name), never a stack.
- *
- * Every serialised line passes through a redaction step (pino's streamWrite hook, i.e. after
- * serialisation, whatever field or message a value came from) that replaces any registered
- * secret value (API keys, tokens, webhook secrets, Redis password), raw, JSON-escaped or
- * percent-encoded, with "[REDACTED]": the last line of defence behind never logging them at all.
- * The same step escapes U+2028/U+2029, so that, like CR, LF and ESC, they never appear raw.
- *
- * Before a process exits, `await logger.flush()` so no buffered line is lost (bounded).
+ * An `err` field becomes `error` (message) and `error_type` (class name), never a stack. Every
+ * serialised line has each registered secret, raw, JSON-escaped or percent-encoded, replaced by
+ * "[REDACTED]": the last line of defence behind never logging them. `await logger.flush()` before exit.
  */
 type Level = 'debug' | 'info' | 'warn' | 'error';
 
@@ -26,12 +16,9 @@ export interface Logger {
   warn(msg: string, fields?: Record<string, unknown>): void;
   error(msg: string, fields?: Record<string, unknown>): void;
   child(fields: Record<string, unknown>): Logger;
-  /** Resolves once every line logged so far has been written to the destination (at most `timeoutMs`, default 2000). */
+  /** Resolves once every line logged so far is written (at most `timeoutMs`, default 2000). */
   flush(timeoutMs?: number): Promise<void>;
-  /**
-   * Adds values to redact from every line of this logger and its children from now on (a credential
-   * reloaded from its file while the process runs). Values already registered are kept.
-   */
+  /** Adds values to redact from every line of this logger and its children from now on (a reloaded credential). */
   addSecrets(values: readonly string[]): void;
 }
 
@@ -39,13 +26,9 @@ interface LoggerOptions {
   level?: Level;
   base?: Record<string, unknown>;
   secrets?: string[];
-  /** Where lines go (one call per line, without the newline, synchronously); stdout by default. Tests pass a collector. */
+  /** Where lines go (one call per line, without the newline); stdout by default. */
   write?: (line: string) => void;
-  /**
-   * stdout only: at most this many bytes wait in memory for a slow log reader (default 16 MiB,
-   * well inside the API's capped V8 heap); lines past it are dropped and counted, and one
-   * "log lines dropped" warning with the count is written once the reader has caught up.
-   */
+  /** stdout: bytes that may wait for a slow reader (default 16 MiB, inside the API's capped heap); lines past it are dropped and counted. */
   maxBufferBytes?: number;
 }
 
@@ -54,9 +37,8 @@ const DEFAULT_LOG_BUFFER_BYTES = 16 * 1024 * 1024;
 const REDACTED = '[REDACTED]';
 
 /**
- * Each secret as it appears inside a serialised line, longest first (a secret containing another
- * is replaced whole): raw, JSON-escaped, and percent-encoded as encodeURIComponent does (the
- * audit line's query is in that one encoding, whatever encoding the client sent).
+ * Each secret as it appears in a line, longest first (a secret containing another is replaced
+ * whole): raw, JSON-escaped, and percent-encoded as the audit line's query is.
  */
 function redactionNeedles(secrets: readonly string[]): string[] {
   return [...new Set(secrets.filter((s) => s.length >= 4).flatMap((s) => [s, JSON.stringify(s).slice(1, -1), encodeURIComponent(s)]))].sort(
@@ -64,17 +46,13 @@ function redactionNeedles(secrets: readonly string[]): string[] {
   );
 }
 
-/**
- * U+2028 and U+2029 are valid raw inside a JSON string, so JSON.stringify leaves them, but many
- * line-oriented readers (and JavaScript before ES2019) take them for line breaks: a value could
- * split one log line in two, as a raw CR or LF would. They are written escaped, like those.
- */
+/** U+2028/U+2029 are valid raw in JSON, but line-oriented readers take them for line breaks: escaped like CR and LF. */
 const HAS_LINE_SEPARATOR = /[\u2028\u2029]/;
 const LINE_SEPARATORS = /[\u2028\u2029]/g;
 const escapeLineSeparators = (line: string): string =>
   HAS_LINE_SEPARATOR.test(line) ? line.replace(LINE_SEPARATORS, (c) => (c === '\u2028' ? '\\u2028' : '\\u2029')) : line;
 
-/** The redaction step over a set of secrets that may grow (addSecrets), the needles recomputed on each addition. */
+/** The redaction step over a set of secrets that may grow (addSecrets). */
 function redactor(initial: readonly string[]): { redact: (line: string) => string; add: (values: readonly string[]) => void } {
   const secrets = new Set(initial);
   let needles = redactionNeedles([...secrets]);
@@ -98,7 +76,7 @@ function errorFields(err: unknown): Record<string, unknown> {
   return { error: String(err) };
 }
 
-/** The `err` field as message and type; objects without it pass through untouched (the common case, no copy). */
+/** The `err` field as message and type; objects without it pass through uncopied. */
 function formatLogObject(obj: Record<string, unknown>): Record<string, unknown> {
   if (!Object.prototype.hasOwnProperty.call(obj, 'err')) return obj;
   const { err, ...rest } = obj;
@@ -114,7 +92,7 @@ interface AsyncDestination extends DestinationStream {
   _len?: number;
 }
 
-/** Waits until the asynchronous destination has nothing in flight or buffered (at most timeoutMs), then writes any rest synchronously. */
+/** Waits until the destination has nothing in flight or buffered (at most timeoutMs), then writes any rest synchronously. */
 async function settle(dest: AsyncDestination, timeoutMs: number): Promise<void> {
   const idle = () => !dest._writing && (dest._len ?? 0) === 0;
   let check = () => {};
@@ -136,16 +114,14 @@ async function settle(dest: AsyncDestination, timeoutMs: number): Promise<void> 
 
 export function createLogger(opts: LoggerOptions = {}): Logger {
   const redaction = redactor(opts.secrets ?? []);
+  const maxLength = opts.maxBufferBytes ?? DEFAULT_LOG_BUFFER_BYTES;
   let dest: DestinationStream;
   let stdout: AsyncDestination | undefined;
   if (opts.write) {
     const write = opts.write;
     dest = { write: (s: string) => write(s.endsWith('\n') ? s.slice(0, -1) : s) };
   } else {
-    // minLength 0: every line is handed to fs.write at once; while one write is in flight the
-    // next lines are batched into the following one. pino registers a synchronous flush on
-    // process exit for this destination as a backstop to flush().
-    const maxLength = opts.maxBufferBytes ?? DEFAULT_LOG_BUFFER_BYTES;
+    // minLength 0: every line goes to fs.write at once, lines logged meanwhile batched into the next write.
     stdout = pino.destination({ dest: 1, sync: false, minLength: 0, maxLength });
     // EPIPE is handled by pino (logging stops); any other write error must not crash the process.
     stdout.on('error', () => {});
@@ -157,30 +133,21 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
       base: opts.base ?? null,
       timestamp: pino.stdTimeFunctions.isoTime,
       messageKey: 'msg',
-      formatters: {
-        level: (label) => ({ level: label }),
-        log: formatLogObject,
-      },
+      formatters: { level: (label) => ({ level: label }), log: formatLogObject },
       hooks: { streamWrite: redaction.redact },
     },
     dest,
   );
 
   if (stdout) {
-    // A reader slower than the log rate for long enough: lines past the buffer limit are dropped;
-    // say how many once the buffer has drained, so the gap is visible in the log itself.
+    // Lines dropped past the buffer limit: say how many once it drained, so the gap shows in the log itself.
     let dropped = 0;
-    stdout.on('drop', () => {
-      dropped++;
-    });
+    stdout.on('drop', () => dropped++);
     stdout.on('drain', () => {
       if (dropped === 0) return;
       const n = dropped;
       dropped = 0;
-      root.warn(
-        { dropped_lines: n, buffer_limit_bytes: opts.maxBufferBytes ?? DEFAULT_LOG_BUFFER_BYTES },
-        'log lines dropped: stdout was not read fast enough',
-      );
+      root.warn({ dropped_lines: n, buffer_limit_bytes: maxLength }, 'log lines dropped: stdout was not read fast enough');
     });
   }
   const flush = (timeoutMs = 2000): Promise<void> => (stdout ? settle(stdout, timeoutMs) : Promise.resolve());

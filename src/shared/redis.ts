@@ -1,26 +1,13 @@
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 
 /**
- * Redis connections. Two profiles:
- * - `request`: for the API's request path (dedup keys, rate limits, caches, enqueueing). It
- *   fails fast when Redis is down (no offline queue, one retry per command) so a request gets
- *   a 503 instead of hanging.
- * - `blocking`: for BullMQ workers and queue event listeners, which need
- *   maxRetriesPerRequest=null and reconnect forever.
- *
- * Three topologies, chosen by the form of REDIS_URL (one value for the API and the worker):
- * - `redis://[[user]:password@]host:port[/db]` (or `rediss://`): one server (ioredis parses it);
- * - `redis+sentinel://[[user]:password@]host1:26379,host2:26379/<master-name>[/db]`: ioredis's
- *   native Sentinel support. The clients ask the sentinels for the current primary on every
- *   (re)connect and watch them for `+switch-master` (failoverDetector), so a failover is followed
- *   without a restart. The password is the data nodes' password; sentinels that require one of
- *   their own take it from the query parameter `sentinelPassword` (percent-encoded).
- * - `redis+cluster://[[user]:password@]host1:7000,host2:7001`: ioredis Cluster (seed nodes; the
- *   rest is discovered). BullMQ's keys then use the hash-tagged prefix QUEUE_PREFIX_CLUSTER
- *   (src/shared/keys.ts queuePrefix), and opsgate's own keys carry a hash tag (src/shared/keys.ts).
+ * Redis connections. The `request` profile (the API's request path) fails fast when Redis is down
+ * (no offline queue, one retry per command), so a request gets a 503 instead of hanging; the
+ * `blocking` one (BullMQ workers, queue events) retries forever. REDIS_URL's form picks the
+ * topology (docs/redis.md): redis:// or rediss://, redis+sentinel://hosts/<master-name>[/db]
+ * (sentinels of their own password take `?sentinelPassword=`), or redis+cluster://seed-hosts.
  */
 export type RedisProfile = 'request' | 'blocking';
-type RedisTopology = 'standalone' | 'sentinel' | 'cluster';
 
 interface RedisNode {
   host: string;
@@ -91,16 +78,9 @@ export function parseRedisUrl(raw: string): ParsedRedisUrl {
   const path = m[4] ?? '';
   const query = new URLSearchParams(m[5] ?? '');
   if (hostList === '') throw new RedisUrlError('has no host');
-  let username: string | undefined;
-  let password: string | undefined;
-  if (userinfo !== undefined && userinfo !== '') {
-    const colon = userinfo.indexOf(':');
-    const user = colon < 0 ? userinfo : userinfo.slice(0, colon);
-    const pass = colon < 0 ? '' : userinfo.slice(colon + 1);
-    if (user) username = decode(user, 'user name');
-    if (pass) password = decode(pass, 'password');
-  }
-  const auth = { ...(username ? { username } : {}), ...(password ? { password } : {}) };
+  const [user, ...rest] = (userinfo ?? '').split(':');
+  const pass = rest.join(':');
+  const auth = { ...(user ? { username: decode(user, 'user name') } : {}), ...(pass ? { password: decode(pass, 'password') } : {}) };
   if (kind === 'cluster') {
     if (path !== '' && path !== '/')
       throw new RedisUrlError('is a redis+cluster:// URL and cannot select a database (Redis Cluster has only db 0)');
@@ -131,23 +111,22 @@ export function parseRedisUrl(raw: string): ParsedRedisUrl {
   };
 }
 
-export function redisTopology(url: string): RedisTopology {
+export function redisTopology(url: string): ParsedRedisUrl['topology'] {
   return parseRedisUrl(url).topology;
 }
+
+/** Capped exponential backoff; never gives up (the process stays up while Redis restarts). */
+const backoff = (times: number) => Math.min(100 * 2 ** Math.min(times, 5), 2000);
 
 export function redisOptions(profile: RedisProfile): RedisOptions {
   const common: RedisOptions = {
     connectTimeout: 2000,
-    // Reconnect with capped backoff; never give up (the process stays up while Redis restarts).
-    retryStrategy: (times) => Math.min(100 * 2 ** Math.min(times, 5), 2000),
+    retryStrategy: backoff,
     lazyConnect: false,
-    // A server that turned into a replica under an open connection answers every write READONLY,
-    // for as long as the connection lives: a primary demoted by a failover whose +switch-master
-    // this client missed (it was reconnecting), or a restarted old primary the sentinels turned
-    // into a replica. Reconnecting asks the sentinels for the primary again. The request profile
-    // lets the refused command fail (the request answers 503 and its sender retries); the
-    // blocking profile (BullMQ workers) sends it again on the new connection (a refused command
-    // did nothing).
+    // A server demoted to a replica under an open connection answers every write READONLY for as
+    // long as it lives: reconnecting asks the sentinels for the primary again. The request profile
+    // lets the refused command fail (503, the sender retries); the blocking one sends it again on
+    // the new connection (a refused command did nothing).
     reconnectOnError: (err) => (err.message.startsWith('READONLY') ? (profile === 'request' ? 1 : 2) : false),
   };
   if (profile === 'request') {
@@ -156,7 +135,7 @@ export function redisOptions(profile: RedisProfile): RedisOptions {
   return { ...common, maxRetriesPerRequest: null, enableOfflineQueue: true };
 }
 
-/** The ioredis options of a Sentinel URL (exported for tests). */
+/** Exported for tests. */
 export function sentinelOptions(p: Extract<ParsedRedisUrl, { topology: 'sentinel' }>, profile: RedisProfile): RedisOptions {
   return {
     ...redisOptions(profile),
@@ -166,16 +145,14 @@ export function sentinelOptions(p: Extract<ParsedRedisUrl, { topology: 'sentinel
     ...(p.username ? { username: p.username } : {}),
     ...(p.password ? { password: p.password } : {}),
     ...(p.sentinelPassword ? { sentinelPassword: p.sentinelPassword } : {}),
-    // Ask the sentinels again quickly while none answers (they are restarting too).
-    sentinelRetryStrategy: (times) => Math.min(100 * 2 ** Math.min(times, 5), 2000),
-    // Subscribe to +switch-master so a connection to a demoted (still running) primary is dropped
-    // at once rather than on its first READONLY error.
+    sentinelRetryStrategy: backoff,
+    // +switch-master drops a connection to a demoted (still running) primary at once, not on its first READONLY.
     failoverDetector: true,
     sentinelCommandTimeout: 1000,
   };
 }
 
-/** The ioredis Cluster options of a cluster URL (exported for tests). */
+/** Exported for tests. */
 export function clusterOptions(p: Extract<ParsedRedisUrl, { topology: 'cluster' }>, profile: RedisProfile): ClusterOptions {
   const node = redisOptions(profile);
   return {
@@ -185,12 +162,10 @@ export function clusterOptions(p: Extract<ParsedRedisUrl, { topology: 'cluster' 
       ...(p.password ? { password: p.password } : {}),
     },
     enableOfflineQueue: node.enableOfflineQueue ?? true,
-    clusterRetryStrategy: (times) => Math.min(100 * 2 ** Math.min(times, 5), 2000),
-    // A failover moves slots: follow MOVED/ASK, retry on CLUSTERDOWN / TRYAGAIN / a closed node.
+    clusterRetryStrategy: backoff,
     // The request profile gives up within ~200 ms, far below any failover (>= cluster-node-timeout):
     // a command of a request that already failed (e.g. removing a seen record after a failed
-    // enqueue, so the sender's retry is delivered again) must never land on the promoted replica,
-    // where the job may have survived.
+    // enqueue) must never land on the promoted replica, where the job may have survived.
     ...(profile === 'request'
       ? { maxRedirections: 4, retryDelayOnFailover: 50, retryDelayOnClusterDown: 50, retryDelayOnTryAgain: 50 }
       : { maxRedirections: 16, retryDelayOnFailover: 200, retryDelayOnClusterDown: 200, retryDelayOnTryAgain: 200 }),
@@ -200,11 +175,7 @@ export function clusterOptions(p: Extract<ParsedRedisUrl, { topology: 'cluster' 
   };
 }
 
-/**
- * One connection for any REDIS_URL form. A Cluster is returned typed as Redis: it has the same
- * command interface (and `isCluster` true); the few places that need the difference (SCAN over
- * every primary, WAIT on every primary) check `isCluster`.
- */
+/** One connection for any REDIS_URL form; a Cluster is typed as Redis (same commands), `isCluster` tells them apart. */
 export function createRedis(url: string, profile: RedisProfile, name = 'opsgate'): Redis {
   const p = parseRedisUrl(url);
   let client: Redis;
@@ -217,8 +188,7 @@ export function createRedis(url: string, profile: RedisProfile, name = 'opsgate'
   } else {
     client = new Redis(p.url, { ...redisOptions(profile), connectionName: name });
   }
-  // ioredis emits 'error' on every failed reconnect; an unhandled 'error' event would crash the
-  // process. Callers that care attach their own listener for logging.
+  // An unhandled 'error' event (ioredis emits one on every failed reconnect) would crash the process.
   client.on('error', () => {});
   return client;
 }
@@ -262,10 +232,8 @@ function primariesFor(client: Redis, keys: readonly string[] | undefined): Redis
 }
 
 /**
- * WAIT numReplicas timeoutMs on the connection: the smallest number of replicas that
- * acknowledged every write this connection made so far. On a Cluster, WAIT goes to each primary
- * serving one of `keys` (through the connection that wrote to it), or to every primary when
- * `keys` is not given; an empty `keys` waits for nothing.
+ * WAIT: the fewest replicas that acknowledged every write of the connection. On a Cluster, on each
+ * primary serving one of `keys` (every primary without `keys`; an empty `keys` waits for nothing).
  */
 export async function waitForReplicas(client: Redis, numReplicas: number, timeoutMs: number, keys?: readonly string[]): Promise<number> {
   if (client.isCluster && keys !== undefined && keys.length === 0) return numReplicas;

@@ -1,29 +1,11 @@
 import { z } from 'zod';
+import type { ConfigProblem } from './errors.js';
 import { approvalPolicySchema, budgetPolicySchema, durationSchema } from './policy.js';
 
 /**
- * Alert-driven remediation rules, from the inventory's `remediations:` (src/shared/inventory.ts):
- * a firing Alertmanager alert that matches a rule becomes a restart of the Deployment its labels
- * name, through the change pipeline (src/remediation/). The shape:
- *
- *   - name: storefront-unavailable
- *     match: {alertname: KubeDeploymentReplicasMismatch, labels: {severity: critical}}  # exact, or "=~regex"
- *     target: {namespace: namespace, deployment: deployment}   # the alert labels that name them
- *     targets: [web-01, shop/storefront]   # what it may restart: inventory hosts, namespace/Deployment pairs
- *     confirm: prometheus   # or alertmanager: where a firing is confirmed and timed
- *     budget: {restarts: 3, per: 1h}       # this rule's restarts, apart from people's budget
- *     trigger: {for: 2m, episodes: 1, within: 30m}
- *     cooldown: 15m
- *     escalate_after: 3
- *     escalation_window: 2h
- *     verify: 10m
- *     settle: 5m
- *     action: restart
- *     mode: act          # or dry-run
- *     silence: true
- *     approval: {required: 1, ttl: 1h}   # optional; the host's policy may ask for one too
- *
- * Every duration is written like the policy's ("90s", "10m", "1h"), so tests can use seconds.
+ * Alert-driven remediation rules, the inventory's `remediations:` (docs/remediation.md): a firing
+ * alert that matches a rule becomes a restart of the Deployment its labels name, through the change
+ * pipeline (src/remediation/). Durations are written like the policy's ("90s", "10m", "1h").
  */
 
 /** A duration that may be zero ("0s", 0): `for` of an alert that acts at once. */
@@ -36,10 +18,7 @@ const labelName = z.string().regex(/^[a-zA-Z_][a-zA-Z0-9_]*$/, 'must be a label 
 
 const REGEX_PREFIX = '=~';
 
-/**
- * A label matcher as Alertmanager writes one: a value to equal, or `=~<regex>` (anchored at both
- * ends, as Alertmanager anchors its regular expressions).
- */
+/** A label matcher as Alertmanager writes one: a value to equal, or `=~<regex>` (anchored, as Alertmanager's). */
 const matcherValue = z
   .string()
   .max(1024)
@@ -90,10 +69,7 @@ export const remediationRuleSchema = z.strictObject({
   verify: positiveDuration(DAY, 'verify').default(600),
   /** How long the silence stays after the work ends. */
   settle: positiveDuration(DAY, 'settle').default(300),
-  /**
-   * What the rule may restart: inventory hosts (`web-01`) or namespace/Deployment pairs
-   * (`shop/storefront`). An alert naming anything else restarts nothing, whatever its labels say.
-   */
+  /** Inventory hosts or namespace/Deployment pairs: an alert naming anything else restarts nothing. */
   targets: z
     .array(
       z
@@ -110,11 +86,7 @@ export const remediationRuleSchema = z.strictObject({
     )
     .min(1, 'must list at least one inventory host or namespace/Deployment pair')
     .max(500),
-  /**
-   * Where a firing is confirmed and timed: `prometheus` (PROMETHEUS_URL: the ALERTS series only its
-   * rule evaluation writes) or `alertmanager` (its API, behind credentials, for alerts born
-   * elsewhere). A notification alone never acts.
-   */
+  /** Where a firing is confirmed and timed (PROMETHEUS_URL's ALERTS, or Alertmanager's API): a notification alone never acts. */
   confirm: z.enum(['prometheus', 'alertmanager']).default('prometheus'),
   /** The rule's own restart budget, apart from the namespace budget of people's restarts. */
   budget: budgetPolicySchema.default({ restarts: 3, per: 3600 }),
@@ -131,7 +103,7 @@ export function targetAllowed(rule: Pick<RemediationRule, 'targets'>, host: stri
   return rule.targets.some((t) => t === host || t === `${namespace}/${deployment}`);
 }
 
-/** The rule a remediation's principal (remediation:<rule>) names; undefined for anyone else's. */
+/** The rule a principal remediation:<rule> names; undefined for anyone else's. */
 const REMEDIATION_PRINCIPAL_PREFIX = 'remediation:';
 export function ruleOfPrincipal(principal: string): string | undefined {
   return principal.startsWith(REMEDIATION_PRINCIPAL_PREFIX) ? principal.slice(REMEDIATION_PRINCIPAL_PREFIX.length) : undefined;
@@ -157,25 +129,21 @@ export function pinnedValue(rule: Pick<RemediationRule, 'match'>, label: string)
   return v === undefined || v.startsWith(REGEX_PREFIX) ? undefined : v;
 }
 
-/** What a process can confirm alerts with (src/remediation/confirm.ts). */
+/** What a process can confirm alerts with: PROMETHEUS_URL, ALERTMANAGER_URL with credentials of its API. */
 export interface ConfirmSources {
-  /** PROMETHEUS_URL is set. */
   prometheus: boolean;
-  /** ALERTMANAGER_URL is set with credentials of its API (basic, bearer or a client certificate). */
   alertmanagerAuthenticated: boolean;
 }
 
 /**
- * Why a process may not start with these rules: rules while anyone can post a firing alert (no
- * ALERTS_WEBHOOK_TOKEN, no client certificate), an `act` rule with no way to confirm its alerts,
- * and silences without an Alertmanager to keep them. Each problem names the variable and the
- * rules, never a value.
+ * Why a process may not start with these rules: anyone can post a firing alert, an `act` rule cannot
+ * confirm its alerts, or silences have no Alertmanager. Each names the variable and rules, never a value.
  */
 export function remediationStartProblems(
   rules: readonly RemediationRule[],
   opts: { alertsAuthenticated?: boolean; alertmanagerUrl?: string | undefined; confirm: ConfirmSources },
-): Array<{ variable: string; problem: string }> {
-  const out: Array<{ variable: string; problem: string }> = [];
+): ConfigProblem[] {
+  const out: ConfigProblem[] = [];
   if (rules.length === 0) return out;
   if (opts.alertsAuthenticated === false) {
     out.push({

@@ -8,18 +8,13 @@ import { contentsDigest, FileProblem, readWatchedFile, watchFiles, type FileRelo
 import type { Logger } from './logger.js';
 
 /**
- * TLS for opsgate's own listeners (the API port and the metrics port): a certificate, its key
- * and, for client-certificate checks, a CA bundle, read from files (a mounted kubernetes.io/tls
- * Secret). The files are re-read by the reload poll of src/shared/fileReload.ts and a changed set
- * is swapped in with `server.setSecureContext()`: new connections get the new certificate,
- * connections already open keep theirs, so nothing in flight is dropped; a changed CA bundle is
- * the exception: the connections that presented a client certificate are closed, since their
- * certificate was judged by the CA they were opened under (below). A changed set that is not
- * a usable pair (unreadable, not PEM, key and certificate that do not belong together, a CA file
- * without a certificate) is refused: logged, counted, and the last good context stays in place.
+ * TLS of opsgate's own listeners (API and metrics ports): certificate, key and optional client CA
+ * bundle, re-read by the poll of src/shared/fileReload.ts and swapped in with setSecureContext():
+ * new connections get the new set, open ones keep theirs (except after a CA change, below). A set
+ * that is not a usable pair is refused: logged, counted, and the last good context stays.
  */
 
-/** Which files, and the variable names that set them (the names go into every problem report). */
+/** Which files, and the variables that set them (named in every problem report). */
 export interface TlsFiles {
   certFile: string;
   keyFile: string;
@@ -31,13 +26,12 @@ interface TlsMaterial {
   cert: Buffer;
   key: Buffer;
   ca?: Buffer;
-  /** notAfter of the served certificate. */
   notAfter: Date;
-  /** SHA-256 fingerprint of the served certificate (public; names it in logs). */
+  /** SHA-256 of the served certificate (public; names it in logs). */
   fingerprint: string;
 }
 
-/** A problem with one TLS file: the variable naming it and what is wrong, never the contents. */
+/** The variable naming the file and what is wrong, never the contents. */
 class TlsFileError extends FileProblem {
   constructor(variable: string, problem: string) {
     super(variable, problem);
@@ -47,16 +41,20 @@ class TlsFileError extends FileProblem {
 
 const PEM_CERT = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
 
+/** The certificates of a PEM file (`leafOnly`: its first), parsed; throws TlsFileError naming the variable. */
+function certificates(pem: Buffer, variable: string, leafOnly = false): X509Certificate[] {
+  const blocks = pem.toString('utf8').match(PEM_CERT);
+  if (!blocks) throw new TlsFileError(variable, 'holds no PEM certificate');
+  try {
+    return (leafOnly ? blocks.slice(0, 1) : blocks).map((b) => new X509Certificate(b));
+  } catch {
+    throw new TlsFileError(variable, 'holds a certificate that cannot be parsed');
+  }
+}
+
 /** Checks the bytes of a set and returns what to serve; throws TlsFileError naming the variable. */
 function parseTlsMaterial(files: TlsFiles, bytes: { cert: Buffer; key: Buffer; ca?: Buffer }): TlsMaterial {
-  const certs = bytes.cert.toString('utf8').match(PEM_CERT);
-  if (!certs) throw new TlsFileError(files.vars.cert, 'holds no PEM certificate');
-  let leaf: X509Certificate;
-  try {
-    leaf = new X509Certificate(certs[0]);
-  } catch {
-    throw new TlsFileError(files.vars.cert, 'holds a certificate that cannot be parsed');
-  }
+  const leaf = certificates(bytes.cert, files.vars.cert, true)[0]!;
   let privateKey;
   try {
     privateKey = createPrivateKey(bytes.key);
@@ -64,17 +62,7 @@ function parseTlsMaterial(files: TlsFiles, bytes: { cert: Buffer; key: Buffer; c
     throw new TlsFileError(files.vars.key, 'holds no usable PEM private key');
   }
   if (!leaf.checkPrivateKey(privateKey)) throw new TlsFileError(files.vars.key, `does not match the certificate of ${files.vars.cert}`);
-  if (bytes.ca !== undefined && files.vars.ca) {
-    const cas = bytes.ca.toString('utf8').match(PEM_CERT);
-    if (!cas) throw new TlsFileError(files.vars.ca, 'holds no PEM certificate');
-    for (const pem of cas) {
-      try {
-        new X509Certificate(pem);
-      } catch {
-        throw new TlsFileError(files.vars.ca, 'holds a certificate that cannot be parsed');
-      }
-    }
-  }
+  if (bytes.ca !== undefined && files.vars.ca) certificates(bytes.ca, files.vars.ca);
   try {
     // What the server will build from it: anything OpenSSL still refuses is refused here, not on a connection.
     createSecureContext({ cert: bytes.cert, key: bytes.key, ...(bytes.ca ? { ca: bytes.ca } : {}) });
@@ -90,7 +78,7 @@ function parseTlsMaterial(files: TlsFiles, bytes: { cert: Buffer; key: Buffer; c
   };
 }
 
-/** The files of a set, in the order their contents are read: certificate, key, then the CA when there is one. */
+/** The files of a set, in the order they are read: certificate, key, CA. */
 function watchedFiles(files: TlsFiles): WatchedFile[] {
   return [
     { variable: files.vars.cert, path: files.certFile },
@@ -99,10 +87,7 @@ function watchedFiles(files: TlsFiles): WatchedFile[] {
   ];
 }
 
-/**
- * Start-up: reads and checks the set; a problem is a ConfigError naming the variable (the process
- * refuses to start, as for any bad configuration).
- */
+/** Start-up: a problem is a ConfigError naming the variable (the process refuses to start). */
 export function loadTlsMaterial(files: TlsFiles): TlsMaterial {
   try {
     const [cert, key, ca] = watchedFiles(files).map(readWatchedFile);
@@ -113,23 +98,13 @@ export function loadTlsMaterial(files: TlsFiles): TlsMaterial {
   }
 }
 
-/** The options of https.createServer / setSecureContext for a set. */
 function secureContextOptions(m: TlsMaterial): SecureContextOptions {
   return { cert: m.cert, key: m.key, ...(m.ca ? { ca: m.ca } : {}) };
 }
 
-/**
- * Server options for a listener: with a CA, a client certificate is asked for on every connection
- * but not required by the handshake (`rejectUnauthorized: false`), so paths that do not need one
- * still work without; the route that needs one checks `socket.authorized`.
- */
+/** With a CA, a client certificate is asked for but not required by the handshake: the route that needs one checks `socket.authorized`. */
 function tlsServerOptions(m: TlsMaterial): SecureContextOptions & { requestCert?: boolean; rejectUnauthorized?: boolean } {
   return { ...secureContextOptions(m), ...(m.ca ? { requestCert: true, rejectUnauthorized: false } : {}) };
-}
-
-/** Anything with tls.Server's setSecureContext (https.Server is one). */
-interface SecureContextTarget {
-  setSecureContext(options: SecureContextOptions): void;
 }
 
 interface TlsReloadMetrics {
@@ -142,22 +117,12 @@ export interface TlsListenerMetrics extends TlsReloadMetrics {
 }
 
 /**
- * The connections of a listener that presented a client certificate. A certificate is verified
- * once, in the handshake, against the CA in use then, and the route that needs one reads that
- * verdict (src/middleware/clientCert.ts); when what judges certificates changes (the CA bundle, the
- * list of allowed names) these connections are closed, so a client holding a certificate that is
- * no longer trusted must connect again, and is judged again. Connections without a certificate
- * stay: no change makes them pass.
+ * A certificate is verified once, in the handshake, against the CA in use then: when what judges
+ * certificates changes (the CA bundle, the allowed names), closeAll() closes the connections that
+ * presented one (those mid-handshake when it ends) so their clients are judged again; it returns
+ * how many were open. Connections without a certificate stay: no change makes them pass.
  */
-interface ClientCertificateConnections {
-  /**
-   * Closes every connection that presented a client certificate, including those whose handshake
-   * was under way (they are closed when it ends); returns how many were open.
-   */
-  closeAll(): number;
-}
-
-function trackClientCertificateConnections(server: HttpsServer): ClientCertificateConnections {
+function trackClientCertificateConnections(server: HttpsServer): { closeAll(): number } {
   // Bumped by each closeAll: a connection accepted under an earlier one is closed when its handshake ends.
   let generation = 0;
   // Accepted TCP connections (before their handshake), by peer address and port: the generation they came in under.
@@ -195,7 +160,7 @@ function trackClientCertificateConnections(server: HttpsServer): ClientCertifica
   };
 }
 
-/** TLS of one listener: its files, what was loaded at start, and how often to look for a renewal. */
+/** TLS of one listener: its files, what was loaded at start, how often to look for a renewal. */
 export interface ListenerTls {
   files: TlsFiles;
   material: TlsMaterial;
@@ -203,15 +168,13 @@ export interface ListenerTls {
 }
 
 /**
- * The HTTP server of a listener: plain HTTP without `tls`, else HTTPS with its files watched for
- * renewal. A connection whose handshake fails (a plaintext HTTP request to the HTTPS port, a
- * protocol the server does not speak) is closed by Node's TLS layer; here it is counted and logged
- * at debug level (scanners would flood the log otherwise).
+ * Plain HTTP without `tls`, else HTTPS with its files watched for renewal. A failed handshake
+ * is counted and logged at debug level (scanners would flood the log otherwise).
  */
 export function createListener(
   handler: RequestListener,
   opts: { tls?: ListenerTls; listener: string; logger?: Logger; metrics?: TlsListenerMetrics },
-): { server: Server; reloader?: TlsReloader; clientConnections?: ClientCertificateConnections } {
+): { server: Server; reloader?: FileReloader; clientConnections?: ClientConnections } {
   if (!opts.tls) return { server: createHttpServer(handler) };
   const server = createHttpsServer(tlsServerOptions(opts.tls.material), handler);
   const clientConnections = opts.tls.material.ca ? trackClientCertificateConnections(server) : undefined;
@@ -233,25 +196,22 @@ export function createListener(
   return { server, reloader, ...(clientConnections ? { clientConnections } : {}) };
 }
 
-type TlsReloader = FileReloader;
+type ClientConnections = ReturnType<typeof trackClientCertificateConnections>;
 
-/**
- * Polls the files every intervalMs and swaps a changed, valid set into the server
- * (src/shared/fileReload.ts: refused sets are reported once per distinct contents, never thrown).
- */
+/** Swaps a changed, valid set into the server (refused sets are reported once per distinct contents, never thrown). */
 function watchTls(opts: {
-  server: SecureContextTarget;
+  server: Pick<HttpsServer, 'setSecureContext'>;
   files: TlsFiles;
   /** The set the server started with. */
   initial: TlsMaterial;
   intervalMs: number;
-  /** Metric and log label: api or metrics. */
+  /** api or metrics. */
   listener: string;
   logger?: Logger;
   metrics?: TlsReloadMetrics;
   /** Closed when a reload changes the CA bundle. */
-  clientConnections?: ClientCertificateConnections;
-}): TlsReloader {
+  clientConnections?: ClientConnections;
+}): FileReloader {
   const { files, listener, logger, metrics } = opts;
   let inUse = opts.initial;
   metrics?.tlsCertificateExpiry.set({ listener }, opts.initial.notAfter.getTime() / 1000);
@@ -291,10 +251,7 @@ function watchTls(opts: {
   });
 }
 
-/**
- * Both files of a pair or neither: one problem naming the variable that is missing. Checked on the
- * raw environment so it joins the rest of the start-up report.
- */
+/** Both files of a pair or neither, checked on the raw environment so it joins the rest of the start-up report. */
 export function tlsPairProblems(env: Record<string, string | undefined>, certVar: string, keyVar: string): ConfigProblem[] {
   const set = (v: string) => (env[v] ?? '').trim() !== '';
   if (set(certVar) && !set(keyVar)) return [{ variable: keyVar, problem: `is required when ${certVar} is set` }];
