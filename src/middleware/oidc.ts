@@ -24,8 +24,8 @@ import {
   type OidcGrant,
   type OidcIssuer,
   type OidcSettings,
-  type Role,
 } from '../api/oidcConfig.js';
+import type { Role } from '../api/apiKeys.js';
 import type { KubeEnv } from '../shared/kubeconfig.js';
 import type { Scope } from '../shared/scope.js';
 
