@@ -182,17 +182,12 @@ export function parseApiKeysFile(text: string, envKeys: readonly ApiKey[] = []):
 /** The keys of a new keys file beside those of OPS_API_KEY_ROLES (which stay), checked as at start. */
 export function reloadApiKeys(text: string, envKeys: readonly ApiKey[]): ApiKey[] {
   const fileKeys = parseApiKeysFile(text, envKeys);
-  if (envKeys.length + fileKeys.length === 0) {
-    throw new ConfigError(API_KEYS_FILE_VAR, 'configures no key, and OPS_API_KEY_ROLES is unset');
-  }
+  if (envKeys.length + fileKeys.length === 0) throw new ConfigError(API_KEYS_FILE_VAR, 'configures no key, and OPS_API_KEY_ROLES is unset');
   return [...envKeys, ...fileKeys];
 }
 
 /** Start-up warnings about weak but accepted credentials: API keys (by id) or a bearer token shorter than MIN_SECRET_LENGTH. */
-export function weakCredentialWarnings(config: {
-  readonly apiKeys: readonly ApiKey[];
-  readonly OPS_BEARER_TOKEN?: string | undefined;
-}): string[] {
+export function weakCredentialWarnings(config: { readonly apiKeys: readonly ApiKey[]; readonly OPS_BEARER_TOKEN?: string | undefined }) {
   const out: string[] = [];
   for (const k of config.apiKeys) {
     if (k.key === undefined || k.key.length >= MIN_SECRET_LENGTH) continue;

@@ -18,6 +18,13 @@ const optionalSecret = z
   .transform((v) => (v === undefined || v === '' ? undefined : v))
   .refine((v) => v === undefined || !isPlaceholder(v), PLACEHOLDER_PROBLEM);
 
+/** A value trimmed, `def` when it is unset or blank. */
+const trimmed = <D extends string | undefined>(def: D) =>
+  z
+    .string()
+    .optional()
+    .transform((v) => (v === undefined || v.trim() === '' ? def : v.trim()));
+
 const apiSchema = commonSchema.extend({
   PORT: intFrom(8080),
   TLS_CERT_FILE: optionalPath,
@@ -35,14 +42,10 @@ const apiSchema = commonSchema.extend({
   REDIS_ACK_TIMEOUT_MS: intFrom(1000, 1).refine((n) => n <= 1500, 'must be at most 1500 (ms)'),
   OPS_BEARER_TOKEN: optionalSecret,
   /** Who holds OPS_BEARER_TOKEN (an owner), so four eyes can tell its holder from the operators. */
-  OPS_BEARER_TOKEN_OWNER: z
-    .string()
-    .optional()
-    .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim()))
-    .superRefine((v, ctx) => {
-      const problem = v === undefined ? undefined : ownerProblem(v);
-      if (problem) ctx.addIssue({ code: 'custom', message: problem });
-    }),
+  OPS_BEARER_TOKEN_OWNER: trimmed(undefined).superRefine((v, ctx) => {
+    const problem = v === undefined ? undefined : ownerProblem(v);
+    if (problem) ctx.addIssue({ code: 'custom', message: problem });
+  }),
   /** The credential files (keys, OIDC, senders' secrets, read by loadApiConfig), re-read every SECRETS_RELOAD_INTERVAL_MS. */
   OPS_API_KEYS_FILE: optionalPath,
   OPS_OIDC_FILE: optionalPath,
@@ -54,19 +57,12 @@ const apiSchema = commonSchema.extend({
   /** Alerts accepted in one /webhook/alerts payload; over it 413, nothing queued. */
   ALERTS_MAX_PER_REQUEST: intFrom(1000, 1),
   RATE_LIMIT_RPS: intFrom(50),
-  BODY_LIMIT: z
-    .string()
-    .optional()
-    .transform((v) => (v === undefined || v.trim() === '' ? '1mb' : v.trim()))
-    .refine((v) => /^\d+(b|kb|mb)?$/i.test(v), 'must be a size such as 512kb or 1mb'),
+  BODY_LIMIT: trimmed('1mb').refine((v) => /^\d+(b|kb|mb)?$/i.test(v), 'must be a size such as 512kb or 1mb'),
   /**
    * Express trust-proxy. Default 0: X-Forwarded-For is ignored; reached directly, a forged one would pick its own rate-limit
    * bucket and audit `client`. Only behind a proxy (the chart's Ingress) may a header speak for the client.
    */
-  TRUST_PROXY: z
-    .string()
-    .optional()
-    .transform((v) => (v === undefined || v.trim() === '' ? '0' : v.trim())),
+  TRUST_PROXY: trimmed('0'),
   /** How long a dry run waits for the worker's rehearsal; past it the answer says the cluster was not asked. */
   DRY_RUN_TIMEOUT_MS: intFrom(10000, 100),
   /** Bull Board at /admin/queues. Off unless asked for: it is a write-capable UI. */
@@ -101,10 +97,8 @@ function tlsProblems(env: Env): ConfigProblem[] {
   out.push(...tlsPairProblems(env, 'TLS_CERT_FILE', 'TLS_KEY_FILE'));
   // A client certificate can only be asked for on a TLS connection.
   if (isSet(env, 'TLS_CLIENT_CA_FILE') && !isSet(env, 'TLS_CERT_FILE') && !isSet(env, 'TLS_KEY_FILE')) {
-    out.push({
-      variable: 'TLS_CLIENT_CA_FILE',
-      problem: 'needs TLS_CERT_FILE and TLS_KEY_FILE (client certificates are checked on HTTPS only)',
-    });
+    const problem = 'needs TLS_CERT_FILE and TLS_KEY_FILE (client certificates are checked on HTTPS only)';
+    out.push({ variable: 'TLS_CLIENT_CA_FILE', problem });
   }
   for (const v of [ALLOWED_NAMES_VAR, ALLOWED_NAMES_FILE_VAR]) {
     if (isSet(env, v) && !isSet(env, 'TLS_CLIENT_CA_FILE')) {

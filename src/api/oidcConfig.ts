@@ -243,8 +243,7 @@ function literalHead(m: ClaimMatcher): boolean {
   if (!m.pattern.startsWith('glob:')) return false;
   const glob = m.pattern.slice(5);
   const slash = glob.indexOf('/');
-  if (slash <= 0) return false;
-  return !/[*?]/.test(glob.slice(0, slash));
+  return slash > 0 && !/[*?]/.test(glob.slice(0, slash));
 }
 
 /** A Kubernetes `sub` glob or value whose namespace part is literal: `system:serviceaccount:ci:*`. */
@@ -308,11 +307,8 @@ function compileRule(kind: OidcKind, raw: RawRule, index: number, where: string,
   }
   const tpl = (field: string, text: string): Template | undefined => {
     const t = compileTemplate(text);
-    if (typeof t === 'string') {
-      problems.push(`${at} ${field} ${t}`);
-      return undefined;
-    }
-    return t;
+    if (typeof t !== 'string') return t;
+    problems.push(`${at} ${field} ${t}`);
   };
   const owner = tpl('owner', raw.owner);
   // An owner without placeholders is checked with the file; one built from claims when it is built.

@@ -23,12 +23,12 @@ type AuthMetrics = Pick<Metrics, 'authFailures'>;
 const header = (v: string | undefined): string => (v ?? '').trim();
 
 /** Who the request is, for everything after the check (routes, four eyes, the audit line). */
-function setIdentity(res: { locals: Record<string, unknown> }, identity: Identity) {
-  res.locals.principal = identity.principal;
-  res.locals.owner = identity.owner;
-  res.locals.ownerKnown = identity.ownerKnown;
-  res.locals.person = identity.person;
-  res.locals.mayOverride = identity.mayOverride;
+const setIdentity = (res: Response, identity: Identity) => Object.assign(res.locals, identity);
+
+/** Counts a refusal under its scheme and reason, and throws it. */
+function refuse(metrics: AuthMetrics, scheme: string, reason: string, err: Error): never {
+  metrics.authFailures.inc({ scheme, reason });
+  throw err;
 }
 
 /** The configured key a presented key is, expired or not: its digest is compared with every configured digest. */
@@ -88,22 +88,17 @@ export function requireApiKey(
   const warningDays = policy.warningDays ?? 14;
   return (req, res, next) => {
     const presented = header(req.get('x-api-key'));
-    if (presented === '') {
-      metrics.authFailures.inc({ scheme: 'api_key', reason: 'missing' });
-      throw new UnauthorizedError('missing X-API-Key header', 'missing_api_key');
-    }
+    if (presented === '') refuse(metrics, 'api_key', 'missing', new UnauthorizedError('missing X-API-Key header', 'missing_api_key'));
     const key = findApiKey(keys, presented);
     if (!key) {
       res.locals.presentedCredential = `key:${credentialId(presented)}`;
-      metrics.authFailures.inc({ scheme: 'api_key', reason: 'invalid' });
-      throw new UnauthorizedError('invalid API key', 'invalid_api_key');
+      refuse(metrics, 'api_key', 'invalid', new UnauthorizedError('invalid API key', 'invalid_api_key'));
     }
     const at = now();
     const status = keyStatus(key, at, warningDays);
     if (status === 'expired') {
       res.locals.presentedCredential = `key:${key.id}`;
-      metrics.authFailures.inc({ scheme: 'api_key', reason: 'expired' });
-      throw new ApiKeyExpiredError(key.id, rfc3339(key.expiresAt!));
+      refuse(metrics, 'api_key', 'expired', new ApiKeyExpiredError(key.id, rfc3339(key.expiresAt!)));
     }
     if (status === 'expiring') {
       for (const [name, value] of Object.entries(expiryHeaders(key.expiresAt!))) res.setHeader(name, value);
@@ -113,8 +108,7 @@ export function requireApiKey(
     const role = acceptKey(res, key, presented);
     res.locals.scope = key.scope;
     if (required === 'operator' && role !== 'operator') {
-      metrics.authFailures.inc({ scheme: 'api_key', reason: 'forbidden_role' });
-      throw new ForbiddenError('this operation requires an operator key', 'operator_role_required');
+      refuse(metrics, 'api_key', 'forbidden_role', new ForbiddenError('this operation requires an operator key', 'operator_role_required'));
     }
     next();
   };
@@ -129,10 +123,8 @@ const BASIC = /^basic\s+([A-Za-z0-9+/=]+)\s*$/i;
  * no other way to send a header). Missing or unknown credentials: 401 with the Basic challenge, so the browser prompts.
  */
 export function requireOperatorKeyOrBasic(keys: readonly ApiKey[], metrics: AuthMetrics): RequestHandler {
-  const fail = (scheme: string, reason: string, detail: string, code: ErrorCodeOf<401>): never => {
-    metrics.authFailures.inc({ scheme, reason });
-    throw new UnauthorizedError(detail, code, { 'WWW-Authenticate': BASIC_CHALLENGE });
-  };
+  const fail = (scheme: string, reason: string, detail: string, code: ErrorCodeOf<401>): never =>
+    refuse(metrics, scheme, reason, new UnauthorizedError(detail, code, { 'WWW-Authenticate': BASIC_CHALLENGE }));
   return (req, res, next) => {
     let scheme: 'api_key' | 'basic' = 'api_key';
     let presented = header(req.get('x-api-key'));
@@ -155,13 +147,12 @@ export function requireOperatorKeyOrBasic(keys: readonly ApiKey[], metrics: Auth
       fail(scheme, 'invalid', 'invalid credentials', 'invalid_credentials');
     }
     if (acceptKey(res, key!, presented) !== 'operator') {
-      metrics.authFailures.inc({ scheme, reason: 'forbidden_role' });
-      throw new ForbiddenError('operator role required', 'operator_role_required');
+      refuse(metrics, scheme, 'forbidden_role', new ForbiddenError('operator role required', 'operator_role_required'));
     }
     // Bull Board acts on every job of the queue: a key scoped to some hosts or projects does not reach it.
     if (key!.scope) {
-      metrics.authFailures.inc({ scheme, reason: 'out_of_scope' });
-      throw new ForbiddenError('a scoped key cannot use Bull Board; an unscoped operator key can', 'out_of_scope');
+      const detail = 'a scoped key cannot use Bull Board; an unscoped operator key can';
+      refuse(metrics, scheme, 'out_of_scope', new ForbiddenError(detail, 'out_of_scope'));
     }
     next();
   };
@@ -180,16 +171,10 @@ export function refuseCrossSiteWrites(metrics: AuthMetrics): RequestHandler {
     const origin = req.get('origin');
     let crossSite = site !== undefined && site !== 'same-origin' && site !== 'none';
     if (!crossSite && origin !== undefined) {
-      try {
-        crossSite = origin === 'null' || new URL(origin).host !== req.get('host');
-      } catch {
-        crossSite = true;
-      }
+      const host = URL.parse(origin)?.host;
+      crossSite = origin === 'null' || host === undefined || host !== req.get('host');
     }
-    if (crossSite) {
-      metrics.authFailures.inc({ scheme: 'basic', reason: 'cross_site' });
-      throw new ForbiddenError('cross-site request refused', 'cross_site_request');
-    }
+    if (crossSite) refuse(metrics, 'basic', 'cross_site', new ForbiddenError('cross-site request refused', 'cross_site_request'));
     next();
   };
 }
@@ -231,8 +216,8 @@ export function requireBearer(
   const scheme = opts.scheme ?? 'bearer';
   const realm = opts.realm ?? 'opsgate';
   const fail = (detail: string, reason: string, code: ErrorCodeOf<401>, error?: string): never => {
-    metrics.authFailures.inc({ scheme, reason });
-    throw new UnauthorizedError(detail, code, { 'WWW-Authenticate': `Bearer realm="${realm}"${error ? `, error="${error}"` : ''}` });
+    const challenge = `Bearer realm="${realm}"${error ? `, error="${error}"` : ''}`;
+    return refuse(metrics, scheme, reason, new UnauthorizedError(detail, code, { 'WWW-Authenticate': challenge }));
   };
   const values = valuesOf(token);
   const match = secretsMatcher(values);
@@ -249,11 +234,8 @@ export function requireBearer(
     // The contract's comparison first; only a token that is not the shared one may be an OIDC token.
     const index = values().length === 0 ? -1 : match(presented);
     if (index >= 0 && opts.refuseShared) {
-      metrics.authFailures.inc({ scheme, reason: 'shared_token_refused' });
-      throw new ForbiddenError(
-        'the shared bearer token is not accepted here: use an OIDC token or an operator key',
-        'bearer_token_not_accepted',
-      );
+      const detail = 'the shared bearer token is not accepted here: use an OIDC token or an operator key';
+      refuse(metrics, scheme, 'shared_token_refused', new ForbiddenError(detail, 'bearer_token_not_accepted'));
     }
     if (index < 0 && oidc) {
       const caller = await oidc.verify(presented).catch((err: unknown) => {
@@ -270,11 +252,8 @@ export function requireBearer(
         res.locals.scope = caller.scope;
         res.locals.oidc = caller;
         if (caller.role !== 'operator') {
-          metrics.authFailures.inc({ scheme: 'oidc', reason: 'forbidden_role' });
-          throw new ForbiddenError(
-            'this operation requires the operator role; the OIDC rule that matched gives readonly',
-            'operator_role_required',
-          );
+          const detail = 'this operation requires the operator role; the OIDC rule that matched gives readonly';
+          refuse(metrics, 'oidc', 'forbidden_role', new ForbiddenError(detail, 'operator_role_required'));
         }
         return next();
       }
@@ -352,10 +331,8 @@ export function verifySender(opts: SenderVerifyOptions): { before: RequestHandle
   const v = source.verification;
   const verified = senderIdentity(source.name, true);
   const scheme = v.kind === 'token' ? `${source.name}_token` : v.kind === 'bearer' ? `${source.name}_bearer` : 'signature';
-  const fail = (detail: string, reason: string, code: ErrorCodeOf<403>): never => {
-    metrics.authFailures.inc({ scheme, reason });
-    throw new ForbiddenError(detail, code);
-  };
+  const fail = (detail: string, reason: string, code: ErrorCodeOf<403>): never =>
+    refuse(metrics, scheme, reason, new ForbiddenError(detail, code));
   const notConfigured = () => fail(`${source.title} webhook secret is not configured`, 'not_configured', 'webhook_secret_not_configured');
   /** Index of the value whose HMAC of `data` equals `presented` (hex compared case-insensitively), or -1. */
   const hmacMatch = (data: Buffer, presented: string, encoding: 'hex' | 'base64') =>
