@@ -20,11 +20,9 @@ export interface ApiKey {
   readonly digest: Buffer;
   /** The key itself when it is configured in clear (absent for a `sha256` entry); never logged. */
   readonly key?: string;
-  /** When the key stops working (ms since the epoch). */
   readonly expiresAt?: number;
   readonly source: 'env' | 'file';
   readonly scope?: Scope;
-  /** 1-based position in its source, for start-up messages. */
   readonly position: number;
 }
 
@@ -65,6 +63,15 @@ export function parseApiKeyRoles(raw: string | undefined, opts: { optional?: boo
 }
 
 export const API_KEYS_FILE_VAR = 'OPS_API_KEYS_FILE';
+
+/** A file's YAML (a superset of JSON), or a ConfigError of its variable. */
+export function parseYamlFile(text: string, variable: string): unknown {
+  try {
+    return parseYaml(text);
+  } catch {
+    throw new ConfigError(variable, 'is not valid YAML or JSON');
+  }
+}
 
 /** A keys-file id: it labels metrics and appears in headers, logs and answers, so it is kept short and plain. */
 export const API_KEY_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
@@ -111,7 +118,6 @@ function entryName(position: number, raw: unknown): string {
   return typeof id === 'string' && API_KEY_ID.test(id) ? `entry ${position} (id "${id}")` : `entry ${position}`;
 }
 
-/** The problem of one entry: zod's first issue, or a duplicate. */
 function keyEntry(raw: unknown, position: number, earlier: readonly ApiKey[], envKeys: readonly ApiKey[]): ApiKey | string {
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) return 'is not a mapping of id, role, key or sha256, expires, owner';
   const parsed = keyEntrySchema.safeParse(raw);
@@ -160,13 +166,7 @@ function keyEntry(raw: unknown, position: number, earlier: readonly ApiKey[], en
 /** Parses the text of OPS_API_KEYS_FILE; every bad entry is reported at once, by its position and id, never its key or hash. */
 export function parseApiKeysFile(text: string, envKeys: readonly ApiKey[] = []): ApiKey[] {
   const variable = API_KEYS_FILE_VAR;
-  let raw: unknown;
-  try {
-    raw = parseYaml(text); // YAML is a superset of JSON
-  } catch {
-    throw new ConfigError(variable, 'is not valid YAML or JSON');
-  }
-  raw ??= [];
+  const raw = parseYamlFile(text, variable) ?? [];
   if (!Array.isArray(raw)) throw new ConfigError(variable, 'must hold a list of entries {id, role, key or sha256, expires, owner}');
   const problems: ConfigProblem[] = [];
   const keys: ApiKey[] = [];

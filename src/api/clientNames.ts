@@ -103,7 +103,6 @@ export function subjectAltNames(text: string | undefined): Array<[string, string
   return out;
 }
 
-/** The first entry of `list` the certificate matches, or undefined. */
 export function matchAllowedName(
   list: readonly AllowedName[],
   peer: Pick<PeerCertificate, 'subject' | 'subjectaltname'>,

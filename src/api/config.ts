@@ -72,7 +72,6 @@ const apiSchema = commonSchema.extend({
     .transform((v) => v === 'true' || v === '1'),
 });
 
-/** Every variable the API reads (its schema's keys). */
 export const API_VARIABLES: readonly string[] = Object.keys(apiSchema.shape);
 
 /** `config[source.secret.env]` is a sender's variable as set; `senderSecrets` holds what the API uses, from it or its file. */
@@ -80,7 +79,6 @@ export type ApiConfig = z.infer<typeof apiSchema> & {
   /** One array for the life of the process: a reload replaces its contents in place, so every holder sees the new set at once. */
   apiKeys: ApiKey[];
   senderSecrets: Readonly<Record<string, SecretValues>>;
-  /** The files re-read while the API runs, as loaded at start. */
   credentialFiles: readonly CredentialFile[];
   oidc: OidcSettings;
   /** Senders' _FILE variables naming a file that did not exist at start: those senders are not configured until it appears. */
@@ -108,7 +106,6 @@ function tlsProblems(env: Env): ConfigProblem[] {
   return out;
 }
 
-/** The API port's TLS files, or undefined when it serves plain HTTP. */
 export function apiTlsFiles(config: Pick<ApiConfig, 'TLS_CERT_FILE' | 'TLS_KEY_FILE' | 'TLS_CLIENT_CA_FILE'>): TlsFiles | undefined {
   if (!config.TLS_CERT_FILE || !config.TLS_KEY_FILE) return undefined;
   return {

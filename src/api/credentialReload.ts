@@ -23,7 +23,6 @@ export function watchCredentials(opts: {
   const envKeys = config.apiKeys.filter((k) => k.source === 'env');
   const secretEnvOf = new Map(SOURCE_SECRET_ENVS.map((env) => [secretFileVar(env), env]));
   const reloaders: FileReloader[] = [];
-
   for (const file of config.credentialFiles) {
     const watch = <T>(how: Pick<Parameters<typeof watchCredentialFile<T>>[0], 'parse' | 'apply' | 'describe'>) =>
       reloaders.push(watchCredentialFile({ file, intervalMs, logger, metrics, ...how }));

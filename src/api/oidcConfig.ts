@@ -1,11 +1,10 @@
 import { readFileSync } from 'node:fs';
-import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { ConfigError, type ConfigProblem } from '../shared/errors.js';
 import { ownerProblem } from './identity.js';
 import { durationSchema } from '../shared/policy.js';
 import { scopeSchema, type Scope } from '../shared/scope.js';
-import type { Role } from './apiKeys.js';
+import { parseYamlFile, type Role } from './apiKeys.js';
 
 /**
  * OPS_OIDC_FILE: the OIDC issuers whose ID tokens are accepted as bearer tokens, and the claim rules that turn a verified token
@@ -76,7 +75,6 @@ export interface OidcSettings {
   configured: boolean;
 }
 
-/** A claim's value by its name (own top-level key) or JSON Pointer; undefined when absent. */
 export function claimAt(claims: Readonly<Record<string, unknown>>, path: string): unknown {
   if (!path.startsWith('/')) return Object.hasOwn(claims, path) ? claims[path] : undefined;
   let at: unknown = claims;
@@ -125,7 +123,6 @@ function globRe(glob: string): RegExp {
   return new RegExp(`^${out}$`, 's');
 }
 
-/** A matcher from its text, or the problem with it. */
 function compileMatcher(claim: string, pattern: string): ClaimMatcher | string {
   let re: RegExp | undefined;
   try {
@@ -139,10 +136,8 @@ function compileMatcher(claim: string, pattern: string): ClaimMatcher | string {
 
 const PLACEHOLDER = /\{([^{}]*)\}/g;
 
-/** The claims a template's placeholders name. */
 const placeholders = (text: string): string[] => [...text.matchAll(PLACEHOLDER)].map((m) => m[1]!);
 
-/** A template from its text, or the problem with it. */
 function compileTemplate(text: string): Template | string {
   const parts: Array<{ literal: string } | { claim: string }> = [];
   let last = 0;
@@ -231,7 +226,6 @@ const PERSON_CLAIMS: Partial<Record<OidcKind, readonly string[]>> = {
   kubernetes: [],
 };
 
-/** Whether a matcher matches exactly one text (neither a glob nor a regex). */
 const exact = (m: ClaimMatcher) => !m.pattern.startsWith('glob:') && !m.pattern.startsWith('re:');
 
 /**
@@ -249,7 +243,6 @@ function literalHead(m: ClaimMatcher): boolean {
 /** A Kubernetes `sub` glob or value whose namespace part is literal: `system:serviceaccount:ci:*`. */
 const K8S_SUB = /^system:serviceaccount:([a-z0-9-]+):/;
 
-/** By kind, whether a matcher binds a literal owner, and what a rule must match to bind one. */
 const BINDS: Record<Exclude<OidcKind, 'generic'>, { test: (m: ClaimMatcher) => boolean; what: string }> = {
   github: {
     test: (m) =>
@@ -269,7 +262,6 @@ const BINDS: Record<Exclude<OidcKind, 'generic'>, { test: (m: ClaimMatcher) => b
   },
 };
 
-/** Why a rule binds no literal owner, or undefined when it binds one. */
 function bindingProblem(kind: OidcKind, match: readonly ClaimMatcher[], ownerClaim: string | undefined): string | undefined {
   const why = 'binds no owner: anyone can make the issuer sign a token, so a rule must';
   if (kind === 'generic') {
@@ -365,13 +357,7 @@ function issueText(issue: z.core.$ZodIssue): string {
 /** Parses the text of OPS_OIDC_FILE. Every problem is reported at once, each naming the issuer's and the rule's position. */
 export function parseOidcFile(text: string, readFile: (path: string) => string = (p) => readFileSync(p, 'utf8')): OidcIssuer[] {
   const variable = OIDC_FILE_VAR;
-  let raw: unknown;
-  try {
-    raw = parseYaml(text);
-  } catch {
-    throw new ConfigError(variable, 'is not valid YAML or JSON');
-  }
-  const parsed = fileSchema.safeParse(raw ?? { issuers: [] });
+  const parsed = fileSchema.safeParse(parseYamlFile(text, variable) ?? { issuers: [] });
   if (!parsed.success) {
     throw new ConfigError(parsed.error.issues.slice(0, 10).map((i): ConfigProblem => ({ variable, problem: issueText(i) })));
   }
@@ -386,7 +372,8 @@ export function parseOidcFile(text: string, readFile: (path: string) => string =
         ca = readFile(e.ca_file);
         if (!ca.includes('-----BEGIN CERTIFICATE-----')) problems.push(`${where} ca_file holds no PEM certificate`);
       } catch (err) {
-        problems.push(`${where} ca_file cannot be read${(err as { code?: string }).code ? ` (${(err as { code?: string }).code})` : ''}`);
+        const code = (err as { code?: string }).code;
+        problems.push(`${where} ca_file cannot be read${code ? ` (${code})` : ''}`);
       }
     }
     const rules = e.rules.map((r, j) => compileRule(e.kind, r, j, where, problems));
@@ -416,7 +403,6 @@ export function findIssuer(settings: Pick<OidcSettings, 'issuers'>, iss: unknown
   return typeof iss === 'string' ? settings.issuers.find((i) => i.issuer === iss) : undefined;
 }
 
-/** What a matching rule gives a verified token. */
 export interface OidcGrant {
   rule: OidcRule;
   owner: string;

@@ -40,7 +40,6 @@ export function createOpsQueue(opts: OpsQueueOptions) {
   const guard = createQueueGuard(connection, opts.timeoutMs ?? 3000, opts.logger);
   const producer = createProducer({ bull, connection, guard, metrics: opts.metrics });
   const probe = createProber({ bull, url: opts.url, producer, guard, ...(opts.logger ? { logger: opts.logger } : {}) });
-
   return {
     bull,
     producer,
@@ -48,7 +47,6 @@ export function createOpsQueue(opts: OpsQueueOptions) {
     jobs: createJobReads(bull, guard),
     deadLetters: (changeRetry?: ChangeRetry) => createDeadLetters(bull, connection, guard, changeRetry),
     isReady: () => connection.status === 'ready',
-
     async close(): Promise<void> {
       markClosing(connection);
       await probe.close();

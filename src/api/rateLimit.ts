@@ -34,27 +34,19 @@ export function addressKey(address: string | undefined): string {
   return 'h:' + sha256Hex(address).slice(0, 32);
 }
 
-function errorsCounter(metrics: Metrics | undefined): Counter | undefined {
-  if (!metrics) return undefined;
-  const name = 'opsgate_rate_limit_errors_total';
-  const existing = metrics.registry.getSingleMetric(name);
-  if (existing) return existing as Counter;
-  return new Counter({
-    name,
-    help: 'Requests let through without a rate-limit decision because Redis was unavailable (fail-open).',
-    registers: [metrics.registry],
-  });
-}
+const ERRORS_METRIC = 'opsgate_rate_limit_errors_total';
+const ERRORS_HELP = 'Requests let through without a rate-limit decision because Redis was unavailable (fail-open).';
+const errorsCounter = (metrics: Metrics) =>
+  (metrics.registry.getSingleMetric(ERRORS_METRIC) as Counter | undefined) ??
+  new Counter({ name: ERRORS_METRIC, help: ERRORS_HELP, registers: [metrics.registry] });
 
 /** `hit` resolves with the 429 error or undefined (also on a Redis error or timeout). */
 export function createRateCounter(opts: RateCounterOptions) {
   const { redis, rps, windowMs, timeoutMs, metrics, logger } = opts;
-  const failOpen = errorsCounter(metrics);
-
+  const failOpen = metrics && errorsCounter(metrics);
   defineLua(redis, SCRIPT_NAME, HIT_SCRIPT, 1);
   const send = (key: string) =>
     (redis as unknown as Record<string, (key: string, windowMs: number) => Promise<[number, number]>>)[SCRIPT_NAME]!(key, windowMs);
-
   let lastWarn = 0;
   const onRedisError = (err: unknown) => {
     failOpen?.inc();
@@ -64,7 +56,6 @@ export function createRateCounter(opts: RateCounterOptions) {
       logger.warn('rate limit unavailable (Redis error); failing open', { err });
     }
   };
-
   const refusalOf = (reply: unknown): TooManyRequestsError | undefined => {
     const [count, ttl] = reply as [number, number];
     if (Number(count) <= rps) return undefined;
@@ -72,7 +63,6 @@ export function createRateCounter(opts: RateCounterOptions) {
     const ttlMs = Number(ttl);
     return new TooManyRequestsError(Math.max(1, Math.ceil((ttlMs > 0 ? ttlMs : windowMs) / 1000)));
   };
-
   // A late answer after the fail-open is ignored: each hit fails open (and is counted) once.
   const hit = (key: string) =>
     withFallback(send(key).then(refusalOf), timeoutMs, (): TooManyRequestsError | undefined => {
@@ -82,6 +72,5 @@ export function createRateCounter(opts: RateCounterOptions) {
       onRedisError(err);
       return undefined;
     });
-
   return { hit };
 }

@@ -25,7 +25,6 @@ const header = (v: string | undefined): string => (v ?? '').trim();
 /** Who the request is, for everything after the check (routes, four eyes, the audit line). */
 const setIdentity = (res: Response, identity: Identity) => Object.assign(res.locals, identity);
 
-/** Counts a refusal under its scheme and reason, and throws it. */
 function refuse(metrics: AuthMetrics, scheme: string, reason: string, err: Error): never {
   metrics.authFailures.inc({ scheme, reason });
   throw err;
@@ -65,7 +64,6 @@ export interface KeyedDeps {
   apiKeyPolicy?: ApiKeyPolicy;
 }
 
-/** A router's two key checks: any valid key, and an operator key. */
 export function keyChecks(deps: KeyedDeps): { anyKey: RequestHandler; operatorKey: RequestHandler } {
   return {
     anyKey: requireApiKey(deps.config.apiKeys, deps.metrics, 'readonly', deps.apiKeyPolicy),
@@ -334,7 +332,6 @@ export function verifySender(opts: SenderVerifyOptions): { before: RequestHandle
   const fail = (detail: string, reason: string, code: ErrorCodeOf<403>): never =>
     refuse(metrics, scheme, reason, new ForbiddenError(detail, code));
   const notConfigured = () => fail(`${source.title} webhook secret is not configured`, 'not_configured', 'webhook_secret_not_configured');
-  /** Index of the value whose HMAC of `data` equals `presented` (hex compared case-insensitively), or -1. */
   const hmacMatch = (data: Buffer, presented: string, encoding: 'hex' | 'base64') =>
     firstMatch(
       sha256Digest(encoding === 'hex' ? presented.toLowerCase() : presented),
@@ -377,7 +374,6 @@ export function verifySender(opts: SenderVerifyOptions): { before: RequestHandle
   }
 
   const rawOf = (body: unknown): Buffer => (Buffer.isBuffer(body) ? body : Buffer.alloc(0));
-  /** The signature header, once the sender is configured and the header present. */
   const signature = (req: Request): string => {
     if (values().length === 0) notConfigured();
     const value = req.get(v.header);

@@ -60,7 +60,6 @@ export const OIDC_RESULTS = [
 ] as const;
 type OidcResult = (typeof OIDC_RESULTS)[number];
 
-/** A verified token's caller, as the routes and the audit line take it. */
 export interface OidcCaller {
   identity: Identity;
   credential: string;
@@ -84,10 +83,9 @@ interface OidcVerifierDeps {
   env?: Pick<KubeEnv, 'KUBERNETES_SERVICE_HOST' | 'KUBERNETES_SERVICE_PORT'>;
 }
 
-/** An issuer's discovery or keys could not be fetched. */
 class IssuerUnavailable extends Error {
   constructor(
-    readonly why: string,
+    why: string,
     readonly retryAfter = DISCOVERY_RETRY_SECONDS,
   ) {
     super(why);
@@ -102,7 +100,6 @@ function endpointOf(url: URL): string {
   return `${url.hostname}:${url.port || (url.protocol === 'http:' ? '80' : '443')}`;
 }
 
-/** `host:port` of an address and a port (IPv6 in brackets). */
 const endpoint = (host: string, port: string | number) => `${host.includes(':') ? `[${host}]` : host}:${port}`;
 
 /** One GET over node:https with the entry's trust, the abort signal and a bounded body. */
@@ -254,7 +251,6 @@ function issuerClient(entry: OidcIssuer, fetchImpl: FetchImplementation) {
   };
 }
 
-/** What a jose error says about the token, as a result label. */
 function resultOf(err: unknown): OidcResult {
   if (err instanceof IssuerUnavailable) return 'issuer_unavailable';
   if (err instanceof LifetimeExceeded) return 'lifetime';
@@ -318,7 +314,6 @@ export function createOidcVerifier(deps: OidcVerifierDeps): OidcVerifier {
     return c;
   };
   const count = (issuer: string, result: OidcResult) => deps.metrics?.oidcVerifications.inc({ issuer, result });
-
   return {
     async verify(token) {
       if (!deps.settings.configured) return undefined;
@@ -370,7 +365,10 @@ export function createOidcVerifier(deps: OidcVerifierDeps): OidcVerifier {
         const result = resultOf(err);
         count(entry.issuer, result);
         if (err instanceof IssuerUnavailable) {
-          deps.logger?.warn('OIDC issuer unavailable: tokens of it are refused until it answers', { issuer: entry.issuer, why: err.why });
+          deps.logger?.warn('OIDC issuer unavailable: tokens of it are refused until it answers', {
+            issuer: entry.issuer,
+            why: err.message,
+          });
           throw new ServiceUnavailableError(
             `the OIDC issuer ${entry.issuer} cannot be reached to verify the token; retry later`,
             'oidc_issuer_unavailable',

@@ -38,7 +38,6 @@ export function createRateLimiter(opts: RateLimitOptions): RequestHandler {
     metrics: opts.metrics,
     logger: opts.logger,
   });
-
   return function rateLimit(req, _res, next) {
     if (exempt.has(req.path)) return next();
     const key = rateLimitKey(addressKey(req.ip ?? req.socket.remoteAddress), prefix);
