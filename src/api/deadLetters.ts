@@ -74,8 +74,7 @@ export function createDeadLetters(bull: Queue, connection: Redis, guard: QueueGu
           throw new ConflictError('a restart or deploy can only be retried through the change pipeline', 'guards_unavailable');
         const { clear, ...out } = await changeRetry.retry({ id, name: job.name, data: job.data, timestamp: job.timestamp }, by);
         if (out.outcome === 'retried') {
-          // The retry is queued: should the removal fail, the dead letter stays visible (and a retry of
-          // it answers `<id>.retry` again) until it is removed by hand.
+          // Should the removal fail, the dead letter stays visible (its retry answers `<id>.retry`) until removed by hand.
           await guard('retry', () => job.remove()).catch(() => undefined);
           if (clear && clear.length > 0) await guard('retry', () => connection.del(...clear));
         }

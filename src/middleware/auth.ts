@@ -51,7 +51,6 @@ export function matchApiKey(keys: readonly ApiKey[], presented: string, now: num
   return key && (key.expiresAt === undefined || now < key.expiresAt) ? key : undefined;
 }
 
-/** What requireApiKey does with keys that expire (API_KEY_EXPIRY_WARNING_DAYS, the clock), and where it notes their use. */
 export interface ApiKeyPolicy {
   warningDays?: number;
   now?: () => number;
@@ -338,8 +337,7 @@ export function verifySender(opts: SenderVerifyOptions): { before: RequestHandle
       values().map((secret) => sha256Digest(hmacSha256(secret, data, encoding))),
     );
   if (v.kind === 'bearer') {
-    // Open while no token is configured; a token file that appears later closes it (a file in use is
-    // never emptied: src/api/credentialReload.ts refuses that).
+    // Open while no token is configured (a token file in use is never emptied: the reload refuses that).
     const bearer = requireBearer(values, metrics, { scheme, realm: `opsgate-${source.name}`, identity: verified, noteMatch: true });
     // Open: the path alone names the sender, and nothing proves who sent the delivery.
     const unproven = senderIdentity(source.name, false);
@@ -400,8 +398,7 @@ export function verifySender(opts: SenderVerifyOptions): { before: RequestHandle
     };
   }
 
-  // Timestamped: the timestamp bounds how long a captured delivery could be replayed, and the
-  // signature's record refuses a replay within that window.
+  // Timestamped: the timestamp bounds how long a captured delivery could be replayed; the signature's record refuses it within.
   const now = opts.now ?? Date.now;
   const redis = opts.redis;
   if (redis) defineLua(redis, RELEASE_SIGNATURE, RELEASE_SIGNATURE_LUA, 1);
@@ -433,8 +430,7 @@ export function verifySender(opts: SenderVerifyOptions): { before: RequestHandle
       const [, t, sig] = TIMESTAMPED.exec(req.get(v.header)!.trim())!;
       proven(res, hmacMatch(Buffer.concat([Buffer.from(`${t}.`), rawOf(req.body)]), sig!, 'hex'));
       if (!redis) return next();
-      // Remembered a little longer than a timestamp stays fresh, on either side of the clock, with
-      // a value of this request's own, so that only it can give the record back.
+      // Kept longer than a timestamp stays fresh on either side of the clock, with a value only this request can give back.
       const key = signatureSeenKey(source.name, sig!);
       const mark = randomUUID();
       redis.set(key, mark, 'EX', v.toleranceSeconds * 2 + 60, 'NX').then(

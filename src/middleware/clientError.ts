@@ -23,13 +23,11 @@ export function jsonClientErrors(server: Server, logger?: Logger): void {
     socket.on('error', () => socket.destroy());
     socket.end(answer(405, 'method_not_allowed', 'method not allowed'));
   });
-  // Node's parser reports an error again for every later chunk of a refused request: the first
-  // answers, the rest are the lingering close's to drop.
+  // Node's parser reports an error again for every later chunk of a refused request: only the first answers.
   const answered = new WeakSet<Duplex>();
   server.on('clientError', (err: Error & { code?: string }, socket: Duplex) => {
     if (answered.has(socket)) return;
-    // As Node's default handler: answer only if nothing was written on this connection yet
-    // (otherwise a response is already out and a second one would corrupt the stream).
+    // As Node's default handler: answer only if nothing was written yet (a second response would corrupt the stream).
     if (err.code === 'ECONNRESET' || !socket.writable || (socket as Duplex & { bytesWritten?: number }).bytesWritten) {
       socket.destroy();
       return;

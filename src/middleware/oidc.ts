@@ -230,15 +230,11 @@ function issuerClient(entry: OidcIssuer, fetchImpl: FetchImplementation) {
     return doc.jwks_uri;
   };
   return {
-    keys() {
-      if (jwks) return Promise.resolve(jwks);
-      if (entry.jwksUri) return Promise.resolve((jwks = remote(entry.jwksUri)));
-      const since = Date.now() - failedAt;
-      if (since < DISCOVERY_RETRY_SECONDS * 1000) {
-        return Promise.reject(
-          new IssuerUnavailable('its discovery failed moments ago', Math.ceil((DISCOVERY_RETRY_SECONDS * 1000 - since) / 1000)),
-        );
-      }
+    async keys() {
+      if (jwks) return jwks;
+      if (entry.jwksUri) return (jwks = remote(entry.jwksUri));
+      const wait = failedAt + DISCOVERY_RETRY_SECONDS * 1000 - Date.now();
+      if (wait > 0) throw new IssuerUnavailable('its discovery failed moments ago', Math.ceil(wait / 1000));
       pending ??= discover()
         .then((uri) => (jwks = remote(uri)))
         .catch((err: unknown) => {
