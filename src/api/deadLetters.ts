@@ -34,10 +34,7 @@ interface RetryBy {
   auditId: string;
 }
 
-/**
- * A change's retry through the change pipeline (src/changes/retry.ts): a new change of origin `retry` under the job id
- * `<id>.retry`, planned like any other (the old job's override is not carried over). Refusals are thrown (409, 429).
- */
+/** A change's retry: a new change under the job id `<id>.retry`, planned like any other (src/changes/retry.ts); refusals thrown. */
 export interface ChangeRetry {
   carries(jobName: string): boolean;
   /** `clear`: the records of the old job to delete once its dead letter is removed (a restart's restartedAt). */

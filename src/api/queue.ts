@@ -51,8 +51,7 @@ export function createOpsQueue(opts: OpsQueueOptions) {
       markClosing(connection);
       await probe.close();
       if (connection.status !== 'ready') {
-        // Not connected: nothing is pending (no offline queue) and BullMQ's close would wait for
-        // a connection that may never come back. Drop the connection and let BullMQ wind down.
+        // Not connected: nothing is pending, and BullMQ's close would wait for a connection that may never come back.
         connection.disconnect();
         void bull.close().catch(() => undefined);
         return;

@@ -49,10 +49,7 @@ export function boundedRaw(limit: string): RequestHandler {
   };
 }
 
-/**
- * The raw body (any content type) into req.body as a Buffer, its SHA-256 for the audit line. Nothing is parsed here: webhook
- * routes verify the sender first and only then parse it.
- */
+/** The raw body as a Buffer, and its SHA-256 for the audit line; unparsed: webhook routes verify the sender first. */
 export function rawBody(limit: string): RequestHandler[] {
   const digest: RequestHandler = (req, res, next) => {
     req.body = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);

@@ -18,9 +18,7 @@ declare module 'express-serve-static-core' {
     presentedCredential?: string;
     /** Why the accepted credential needs attention (an API key close to its expiry), for the audit line. */
     credentialWarning?: string;
-    /** SHA-256 of the raw body, once it has been read. */
     bodySha256?: string;
-    /** Set by the error middleware. */
     error?: unknown;
   }
 }
