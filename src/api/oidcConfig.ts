@@ -308,14 +308,9 @@ function compileRule(kind: OidcKind, raw: RawRule, index: number, where: string,
     const p = ownerProblem(raw.owner);
     if (p) problems.push(`${at} owner ${p}`);
   }
-  const scope = raw.scope
-    ? Object.fromEntries(
-        SCOPE_LISTS.filter((f) => raw.scope![f]).map((f) => [
-          f,
-          raw.scope![f]!.map((v) => tpl(`scope.${f}`, v)).filter((t): t is Template => !!t),
-        ]),
-      )
-    : undefined;
+  const lists = raw.scope;
+  const compiled = (f: (typeof SCOPE_LISTS)[number]) => lists![f]!.map((v) => tpl(`scope.${f}`, v)).filter((t) => t !== undefined);
+  const scope = lists ? Object.fromEntries(SCOPE_LISTS.filter((f) => lists[f]).map((f) => [f, compiled(f)])) : undefined;
   const bind = raw.deploy ?? DEFAULT_BINDING[kind];
   const deploy = bind ? Object.fromEntries(DEPLOY_FIELDS.filter((f) => bind[f]).map((f) => [f, tpl(`deploy.${f}`, bind[f]!)])) : undefined;
   let person: Template | undefined;

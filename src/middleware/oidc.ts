@@ -70,10 +70,7 @@ export interface OidcCaller {
   audit: { issuer: string; subject: string; rule: string; jti: string | null };
 }
 
-export interface OidcVerifier {
-  /** The caller a bearer token stands for; undefined when it is no OIDC token of a listed issuer. Throws the refusal (401, 403, 503). */
-  verify(token: string): Promise<OidcCaller | undefined>;
-}
+export type OidcVerifier = ReturnType<typeof createOidcVerifier>;
 
 interface OidcVerifierDeps {
   settings: OidcSettings;
@@ -299,7 +296,7 @@ function oidcPrincipal(issuer: string, sub: string): string {
   return widthProblem(full) ? `oidc:${where.slice(0, 100)}:sha256:${sha256Hex(sub).slice(0, 24)}` : full;
 }
 
-export function createOidcVerifier(deps: OidcVerifierDeps): OidcVerifier {
+export function createOidcVerifier(deps: OidcVerifierDeps) {
   const saDir = deps.serviceAccountDir ?? SERVICE_ACCOUNT_DIR;
   const env = deps.env ?? process.env;
   // One client per issuer entry as configured: a reload that changes an entry starts its caches afresh.
@@ -311,7 +308,8 @@ export function createOidcVerifier(deps: OidcVerifierDeps): OidcVerifier {
   };
   const count = (issuer: string, result: OidcResult) => deps.metrics?.oidcVerifications.inc({ issuer, result });
   return {
-    async verify(token) {
+    /** The caller a bearer token stands for; undefined when it is no OIDC token of a listed issuer. Throws the refusal (401, 403, 503). */
+    async verify(token: string): Promise<OidcCaller | undefined> {
       if (!deps.settings.configured) return undefined;
       const unverified = peek(token);
       if (!unverified) return undefined;
