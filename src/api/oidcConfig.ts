@@ -398,22 +398,11 @@ export function findIssuer(settings: Pick<OidcSettings, 'issuers'>, iss: unknown
   return typeof iss === 'string' ? settings.issuers.find((i) => i.issuer === iss) : undefined;
 }
 
-export interface OidcGrant {
-  rule: OidcRule;
-  owner: string;
-  role: Role;
-  scope?: Scope;
-  /** The deploy the claims bind (each field only when the rule binds it and the claim is there). */
-  binds: { project?: string; ref?: string; sha?: string };
-  /** The rule's `person` rendered; absent: no known person. */
-  person?: string;
-}
-
 /**
  * The first rule whose every match the (normalized) claims satisfy, rendered. A rule whose owner or scope names a claim the
- * token lacks, or renders an invalid owner, does not apply.
+ * token lacks, or renders an invalid owner, does not apply. `binds`: the deploy the claims bind; no `person`: no known person.
  */
-export function grantFor(issuer: OidcIssuer, claims: Readonly<Record<string, unknown>>): OidcGrant | undefined {
+export function grantFor(issuer: OidcIssuer, claims: Readonly<Record<string, unknown>>) {
   for (const rule of issuer.rules) {
     const ok = rule.match.every((m) => {
       const v = claimText(claimAt(claims, m.claim));
@@ -429,7 +418,7 @@ export function grantFor(issuer: OidcIssuer, claims: Readonly<Record<string, unk
       if (Object.values(lists).some((l) => l?.some((v) => v === undefined))) continue;
       scope = Object.fromEntries(Object.entries(lists).filter(([, l]) => l !== undefined));
     }
-    const binds: OidcGrant['binds'] = {};
+    const binds: Partial<Record<(typeof DEPLOY_FIELDS)[number], string>> = {};
     for (const f of DEPLOY_FIELDS) {
       const v = rule.deploy?.[f]?.render(claims);
       if (v !== undefined) binds[f] = v;

@@ -13,21 +13,11 @@ import {
 } from 'jose';
 import { credentialId, sha256Hex } from '../shared/crypto.js';
 import { ForbiddenError, ServiceUnavailableError, UnauthorizedError } from '../shared/errors.js';
-import { widthProblem, type Identity } from '../api/identity.js';
+import { widthProblem } from '../api/identity.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
-import {
-  SERVICE_ACCOUNT_DIR,
-  findIssuer,
-  grantFor,
-  normalizeClaims,
-  type OidcGrant,
-  type OidcIssuer,
-  type OidcSettings,
-} from '../api/oidcConfig.js';
-import type { Role } from '../api/apiKeys.js';
+import { SERVICE_ACCOUNT_DIR, findIssuer, grantFor, normalizeClaims, type OidcIssuer, type OidcSettings } from '../api/oidcConfig.js';
 import type { KubeEnv } from '../shared/kubeconfig.js';
-import type { Scope } from '../shared/scope.js';
 
 /**
  * OIDC ID tokens as bearer credentials, verified with `jose` against the issuer's JWKS (cached, fetched again for an unknown `kid`
@@ -60,17 +50,9 @@ export const OIDC_RESULTS = [
 ] as const;
 type OidcResult = (typeof OIDC_RESULTS)[number];
 
-export interface OidcCaller {
-  identity: Identity;
-  credential: string;
-  role: Role;
-  scope?: Scope;
-  binds: OidcGrant['binds'];
-  /** For the audit line: the issuer, the subject, the rule matched and the token's jti. */
-  audit: { issuer: string; subject: string; rule: string; jti: string | null };
-}
-
 export type OidcVerifier = ReturnType<typeof createOidcVerifier>;
+/** A verified token's caller; `audit`: the issuer, the subject, the rule matched and the token's jti. */
+export type OidcCaller = NonNullable<Awaited<ReturnType<OidcVerifier['verify']>>>;
 
 interface OidcVerifierDeps {
   settings: OidcSettings;
@@ -309,7 +291,7 @@ export function createOidcVerifier(deps: OidcVerifierDeps) {
   const count = (issuer: string, result: OidcResult) => deps.metrics?.oidcVerifications.inc({ issuer, result });
   return {
     /** The caller a bearer token stands for; undefined when it is no OIDC token of a listed issuer. Throws the refusal (401, 403, 503). */
-    async verify(token: string): Promise<OidcCaller | undefined> {
+    async verify(token: string) {
       if (!deps.settings.configured) return undefined;
       const unverified = peek(token);
       if (!unverified) return undefined;
