@@ -26,10 +26,7 @@ export interface ApiKey {
   readonly position: number;
 }
 
-/**
- * Parses OPS_API_KEY_ROLES: comma-separated `<API_KEY>:<role>` items, the role after the last colon (keys may contain colons).
- * A key listed twice is refused (which role would win is a guess). Errors name the item's position, never the key.
- */
+/** OPS_API_KEY_ROLES: `<key>:<role>` items, the role after the last colon; a key listed twice is refused (which role wins?). */
 export function parseApiKeyRoles(raw: string | undefined, opts: { optional?: boolean } = {}): ApiKey[] {
   const name = 'OPS_API_KEY_ROLES';
   if (raw === undefined || raw.trim() === '') {

@@ -43,10 +43,7 @@ function parseEntry(text: string): AllowedName | string {
   return { kind: 'subject', attributes, text: attributes.map(([k, v]) => `${k}=${v}`).join('+') };
 }
 
-/**
- * Parses a list (commas; in a file also newlines, `#` comments); every bad entry is a problem of `variable`, by position. An
- * entry listed twice is refused (a mistake that hides the one meant).
- */
+/** Parses a list (commas; in a file newlines too, `#` comments), by position; an entry listed twice hides the one meant: refused. */
 export function parseAllowedNames(raw: string | undefined, variable: string, opts: { file?: boolean } = {}): AllowedName[] {
   const text = raw ?? '';
   const items = opts.file
@@ -131,10 +128,7 @@ export function createAllowedNames(initial: readonly AllowedName[]) {
   };
 }
 
-/**
- * The text of TLS_CLIENT_ALLOWED_NAMES_FILE, which must name someone: an emptied file (a key gone from a ConfigMap, a truncated
- * write) is refused rather than let in every certificate of the CA.
- */
+/** The allowed-names file must name someone: an emptied one (a key gone from a ConfigMap) is refused, not read as any certificate. */
 export function parseAllowedNamesFile(text: string): AllowedName[] {
   const list = parseAllowedNames(text, ALLOWED_NAMES_FILE_VAR, { file: true });
   if (list.length === 0) {

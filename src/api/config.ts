@@ -34,10 +34,7 @@ const apiSchema = commonSchema.extend({
   /** Which certificates of that CA may call /webhook/alerts (src/api/clientNames.ts), or a file of them; parsed by loadApiConfig. */
   TLS_CLIENT_ALLOWED_NAMES: z.string().optional(),
   TLS_CLIENT_ALLOWED_NAMES_FILE: optionalPath,
-  /**
-   * "Acknowledged means replicated" (opt-in, 0 = off): WAIT for this many replicas before a 202 or 200 (src/domain/replication.ts),
-   * at most REDIS_ACK_TIMEOUT_MS, kept under the request connection's 2 s command timeout.
-   */
+  /** Opt-in, 0 = off: WAIT for this many replicas before a 202 or 200 (src/domain/replication.ts), under the 2 s command timeout. */
   REDIS_MIN_REPLICAS_ACK: intFrom(0, 0),
   REDIS_ACK_TIMEOUT_MS: intFrom(1000, 1).refine((n) => n <= 1500, 'must be at most 1500 (ms)'),
   OPS_BEARER_TOKEN: optionalSecret,

@@ -213,10 +213,7 @@ const issuerSchema = z.strictObject({
 
 const fileSchema = z.strictObject({ issuers: z.array(issuerSchema) });
 
-/**
- * The longest `exp` - `iat` by kind unless an entry says `max_token_lifetime`: GitHub's tokens live minutes, a projected
- * ServiceAccount token an hour by default, GitLab's as long as their job's timeout (a day at most on GitLab.com).
- */
+/** Longest exp - iat by kind: GitHub's tokens live minutes, a ServiceAccount's an hour, GitLab's a job's timeout (a day at most). */
 const DEFAULT_MAX_TOKEN_LIFETIME: Record<OidcKind, number> = { github: 3600, gitlab: 86400, kubernetes: 3600, generic: 3600 };
 
 /** The claims a `person` template may read, by kind: the ones naming the person who ran the job (any claim: generic). */

@@ -14,10 +14,7 @@ import { defineLua, loadLua } from '../shared/lua.js';
 import type { Metrics } from '../shared/metrics.js';
 import type { OidcVerifier } from './oidc.js';
 
-/**
- * API keys, bearer tokens (the shared one, OIDC ID tokens) and webhook senders' proofs. Every comparison is constant time, and a key
- * is compared with every configured key without stopping at the first match, so timing reveals neither which matched nor how many exist.
- */
+/** Comparisons are constant time, and a key is compared with every configured one: timing tells neither which matched nor how many. */
 type AuthMetrics = Pick<Metrics, 'authFailures'>;
 
 const header = (v: string | undefined): string => (v ?? '').trim();
@@ -70,11 +67,7 @@ export function keyChecks(deps: KeyedDeps): { anyKey: RequestHandler; operatorKe
   };
 }
 
-/**
- * `X-API-Key`: missing/empty/unknown 401; an expired key 401 naming it and its expiry; with
- * `role: 'operator'`, a non-operator key 403. A key within the warning window works, and the
- * answer (whatever its status) carries Deprecation and Sunset, the audit line a warning.
- */
+/** `X-API-Key`: missing or unknown 401, expired 401, readonly where operator is required 403; near expiry, Deprecation and Sunset. */
 export function requireApiKey(
   keys: readonly ApiKey[],
   metrics: AuthMetrics,
@@ -115,10 +108,7 @@ export const BASIC_CHALLENGE = 'Basic realm="opsgate", charset="UTF-8"';
 
 const BASIC = /^basic\s+([A-Za-z0-9+/=]+)\s*$/i;
 
-/**
- * An operator key for a page a browser opens (Bull Board): `X-API-Key`, or HTTP Basic with the key as the password (a browser has
- * no other way to send a header). Missing or unknown credentials: 401 with the Basic challenge, so the browser prompts.
- */
+/** An operator key for Bull Board: X-API-Key, or HTTP Basic with it as password (a browser sends no header); 401 with a challenge. */
 export function requireOperatorKeyOrBasic(keys: readonly ApiKey[], metrics: AuthMetrics): RequestHandler {
   const fail = (scheme: string, reason: string, detail: string, code: ErrorCodeOf<401>): never =>
     refuse(metrics, scheme, reason, new UnauthorizedError(detail, code, { 'WWW-Authenticate': BASIC_CHALLENGE }));
@@ -191,10 +181,7 @@ const valuesOf = (secret: SecretSource): (() => SecretValues) => {
 const noteMatch = (res: { locals: Record<string, unknown> }, index: number) =>
   (res.locals.matchedSecret = SECRET_ROLES[index] ?? 'current');
 
-/**
- * `Authorization: Bearer <token>` (scheme case-insensitive). Missing credentials, another scheme, token not configured or
- * mismatch: 401 with WWW-Authenticate. The caller is `identity` (default: `bearer:<credential id>`, owned by `owner`).
- */
+/** `Authorization: Bearer <token>`: missing, another scheme, unconfigured or wrong: 401 with WWW-Authenticate. */
 export function requireBearer(
   token: SecretSource,
   metrics: AuthMetrics,
@@ -274,10 +261,7 @@ function keyOrBearer(operatorKey: RequestHandler, bearer: RequestHandler): Reque
     req.get('x-api-key') !== undefined && req.get('authorization') === undefined ? operatorKey(req, res, next) : bearer(req, res, next);
 }
 
-/**
- * POST /ops/restart: the contract's bearer token, or an operator's own API key, so that each operator has an identity of their own
- * for four eyes; a request with neither is the contract's 401. `bearerOwner` (OPS_BEARER_TOKEN_OWNER) names the token.
- */
+/** POST /ops/restart: the contract's bearer token, or an operator's own API key so each has an identity of their own (four eyes). */
 export function requireBearerOrOperatorKey(
   keys: readonly ApiKey[],
   token: SecretSource,

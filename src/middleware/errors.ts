@@ -48,10 +48,7 @@ export function toAppError(err: unknown): AppError | undefined {
   return undefined;
 }
 
-/**
- * Every error becomes `{detail, code}` JSON with the AppError's status and headers: Express's HTML error pages never appear, and
- * stack traces and secrets never leave the process (the client of an unexpected error sees "internal error").
- */
+/** Every error becomes {detail, code} JSON: never Express's HTML page, a stack trace or a secret (unexpected: "internal error"). */
 export function errorHandler(logger: Logger): ErrorRequestHandler {
   // Express recognises error middleware by its four parameters.
   return (err, req, res, _next) => {
