@@ -7,50 +7,26 @@ import { envKeyOwner, keyPrincipal, ownerProblem, widthProblem } from './identit
 import { scopeSchema, type Scope } from '../shared/scope.js';
 import { isPlaceholder, MIN_SECRET_LENGTH, PLACEHOLDER_PROBLEM } from '../shared/secrets.js';
 
-/**
- * The API keys: those of OPS_API_KEY_ROLES (the contract's form) and those of the keys file
- * (OPS_API_KEYS_FILE), parsed at start and at each reload of the file, and the start-up warnings
- * about them. Messages name the item or the entry, never a key.
- */
-
+/** The API keys of OPS_API_KEY_ROLES and of the keys file, and the start-up warnings about them. Messages never name a key. */
 export type Role = 'readonly' | 'operator';
 
-/** Where a key is configured: OPS_API_KEY_ROLES (the contract's form) or the keys file. */
-type ApiKeySource = 'env' | 'file';
-
 export interface ApiKey {
-  /**
-   * Audit identity and metric label: a keys-file entry's `id`; for OPS_API_KEY_ROLES the first 12
-   * hex of SHA-256(key). Never the key.
-   */
+  /** Audit identity and metric label: a keys-file entry's `id`; for OPS_API_KEY_ROLES the first 12 hex of SHA-256(key). */
   readonly id: string;
-  /**
-   * Who holds the key (a person or a service; src/api/identity.ts): a keys-file entry's `owner`,
-   * else its id; `env:<id>` for a key of OPS_API_KEY_ROLES, which names none. Two keys with one
-   * owner are one person.
-   */
+  /** Who holds the key: a keys-file entry's `owner`, else its id; `env:<id>` for a key of OPS_API_KEY_ROLES. */
   readonly owner: string;
   readonly role: Role;
-  /** SHA-256 of the key (32 bytes): a presented key is hashed and compared with it in constant time. */
+  /** SHA-256 of the key: a presented key is hashed and compared with it in constant time. */
   readonly digest: Buffer;
   /** The key itself when it is configured in clear (absent for a `sha256` entry); never logged. */
   readonly key?: string;
-  /** When the key stops working (ms since the epoch); absent: it does not expire. */
   readonly expiresAt?: number;
-  readonly source: ApiKeySource;
-  /** What the key may act on (a keys-file entry's `scope`, src/shared/scope.ts); absent: everything its role allows. */
+  readonly source: 'env' | 'file';
   readonly scope?: Scope;
-  /** 1-based position in its source (item of OPS_API_KEY_ROLES, entry of the keys file), for start-up messages. */
   readonly position: number;
 }
 
-/**
- * Parses OPS_API_KEY_ROLES: comma-separated `<API_KEY>:<role>` items, the role being the text
- * after the last colon (so keys may contain colons). Refuses a missing/blank value, an item
- * without `key:role`, an empty key, an unknown role, or no key at all; also a key listed twice
- * (which role would win is a guess) and a key still holding the CHANGE-ME placeholder. Errors name the
- * variable and the item's position, never the key.
- */
+/** OPS_API_KEY_ROLES: `<key>:<role>` items, the role after the last colon; a key listed twice is refused (which role wins?). */
 export function parseApiKeyRoles(raw: string | undefined, opts: { optional?: boolean } = {}): ApiKey[] {
   const name = 'OPS_API_KEY_ROLES';
   if (raw === undefined || raw.trim() === '') {
@@ -58,11 +34,10 @@ export function parseApiKeyRoles(raw: string | undefined, opts: { optional?: boo
     if (opts.optional) return [];
     throw new ConfigError(name, 'is required and must not be blank (or set OPS_API_KEYS_FILE)');
   }
-  const items = raw.split(',').map((s) => s.trim());
   const keys: ApiKey[] = [];
-  items.forEach((item, i) => {
-    // An empty item (",," or a trailing comma) lacks the key:role form too: refuse it rather
-    // than guess what was meant (often a key lost in a templating mistake).
+  raw.split(',').forEach((part, i) => {
+    const item = part.trim();
+    // An empty item (",," or a trailing comma) is refused rather than guessed at (often a key lost in a templating mistake).
     const at = item.lastIndexOf(':');
     if (at < 0) throw new ConfigError(name, `item ${i + 1} is not of the form <key>:<role>`);
     const key = item.slice(0, at);
@@ -86,6 +61,15 @@ export function parseApiKeyRoles(raw: string | undefined, opts: { optional?: boo
 
 export const API_KEYS_FILE_VAR = 'OPS_API_KEYS_FILE';
 
+/** A file's YAML (a superset of JSON), or a ConfigError of its variable. */
+export function parseYamlFile(text: string, variable: string): unknown {
+  try {
+    return parseYaml(text);
+  } catch {
+    throw new ConfigError(variable, 'is not valid YAML or JSON');
+  }
+}
+
 /** A keys-file id: it labels metrics and appears in headers, logs and answers, so it is kept short and plain. */
 export const API_KEY_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
 
@@ -97,10 +81,7 @@ const fieldError =
   (issue: { input?: unknown }): string =>
     issue.input === undefined ? absent : wrong;
 
-/**
- * One entry of the keys file. Unknown fields are refused: a misspelt `expires` would otherwise
- * leave a key that never expires. Messages name the field, never its value.
- */
+/** One entry of the keys file. Unknown fields are refused: a misspelt `expires` would leave a key that never expires. */
 const keyEntrySchema = z
   .strictObject({
     id: z
@@ -134,7 +115,6 @@ function entryName(position: number, raw: unknown): string {
   return typeof id === 'string' && API_KEY_ID.test(id) ? `entry ${position} (id "${id}")` : `entry ${position}`;
 }
 
-/** The problem of one entry: zod's first issue, or a duplicate. */
 function keyEntry(raw: unknown, position: number, earlier: readonly ApiKey[], envKeys: readonly ApiKey[]): ApiKey | string {
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) return 'is not a mapping of id, role, key or sha256, expires, owner';
   const parsed = keyEntrySchema.safeParse(raw);
@@ -163,10 +143,10 @@ function keyEntry(raw: unknown, position: number, earlier: readonly ApiKey[], en
   if (sameId) return `repeats the id of entry ${sameId.position}`;
   const envSameId = envKeys.find((k) => k.id === e.id);
   if (envSameId) return `has the id of OPS_API_KEY_ROLES item ${envSameId.position}`;
-  const sameKey = earlier.find((k) => k.digest.equals(digest));
-  if (sameKey) return `holds the same key as ${entryName(sameKey.position, sameKey)}; list each key once`;
-  const envSameKey = envKeys.find((k) => k.digest.equals(digest));
-  if (envSameKey) return `holds the same key as OPS_API_KEY_ROLES item ${envSameKey.position}; list each key once`;
+  const sameKey = [...earlier, ...envKeys].find((k) => k.digest.equals(digest));
+  if (sameKey) {
+    return `holds the same key as ${sameKey.source === 'file' ? entryName(sameKey.position, sameKey) : `OPS_API_KEY_ROLES item ${sameKey.position}`}; list each key once`;
+  }
   return {
     id: e.id,
     owner: e.owner ?? e.id,
@@ -180,20 +160,10 @@ function keyEntry(raw: unknown, position: number, earlier: readonly ApiKey[], en
   };
 }
 
-/**
- * Parses the text of OPS_API_KEYS_FILE (YAML or JSON): a list of {id, role, key or sha256, expires?, owner?}.
- * Every bad entry is reported at once, each by its position and id, never its key or hash; an id
- * or a key listed twice (in the file, or also in `envKeys`, OPS_API_KEY_ROLES) is refused.
- */
+/** Parses the text of OPS_API_KEYS_FILE; every bad entry is reported at once, by its position and id, never its key or hash. */
 export function parseApiKeysFile(text: string, envKeys: readonly ApiKey[] = []): ApiKey[] {
   const variable = API_KEYS_FILE_VAR;
-  let raw: unknown;
-  try {
-    raw = parseYaml(text); // YAML is a superset of JSON
-  } catch {
-    throw new ConfigError(variable, 'is not valid YAML or JSON');
-  }
-  raw ??= [];
+  const raw = parseYamlFile(text, variable) ?? [];
   if (!Array.isArray(raw)) throw new ConfigError(variable, 'must hold a list of entries {id, role, key or sha256, expires, owner}');
   const problems: ConfigProblem[] = [];
   const keys: ApiKey[] = [];
@@ -206,26 +176,15 @@ export function parseApiKeysFile(text: string, envKeys: readonly ApiKey[] = []):
   return keys;
 }
 
-/**
- * The keys of a new keys file, checked as at start against the keys of OPS_API_KEY_ROLES (which
- * stay): every problem of the file, or no key left at all, is a ConfigError.
- */
+/** The keys of a new keys file beside those of OPS_API_KEY_ROLES (which stay), checked as at start. */
 export function reloadApiKeys(text: string, envKeys: readonly ApiKey[]): ApiKey[] {
   const fileKeys = parseApiKeysFile(text, envKeys);
-  if (envKeys.length + fileKeys.length === 0) {
-    throw new ConfigError(API_KEYS_FILE_VAR, 'configures no key, and OPS_API_KEY_ROLES is unset');
-  }
+  if (envKeys.length + fileKeys.length === 0) throw new ConfigError(API_KEYS_FILE_VAR, 'configures no key, and OPS_API_KEY_ROLES is unset');
   return [...envKeys, ...fileKeys];
 }
 
-/**
- * Start-up warnings about weak but accepted credentials: one message per API key (by its audit id,
- * never the value) or bearer token shorter than MIN_SECRET_LENGTH characters. The API logs each.
- */
-export function weakCredentialWarnings(config: {
-  readonly apiKeys: readonly ApiKey[];
-  readonly OPS_BEARER_TOKEN?: string | undefined;
-}): string[] {
+/** Start-up warnings about weak but accepted credentials: API keys (by id) or a bearer token shorter than MIN_SECRET_LENGTH. */
+export function weakCredentialWarnings(config: { readonly apiKeys: readonly ApiKey[]; readonly OPS_BEARER_TOKEN?: string | undefined }) {
   const out: string[] = [];
   for (const k of config.apiKeys) {
     if (k.key === undefined || k.key.length >= MIN_SECRET_LENGTH) continue;
@@ -241,10 +200,7 @@ export function weakCredentialWarnings(config: {
   return out;
 }
 
-/**
- * Start-up warnings about keys-file entries already past their expiry: accepted (a Secret may be
- * updated late), every call with such a key answers 401. By id and date, never the key.
- */
+/** Start-up warnings about keys-file entries already past their expiry: accepted (a Secret may be updated late), every call answers 401. */
 export function expiredKeyWarnings(config: { readonly apiKeys: readonly ApiKey[] }, now: number = Date.now()): string[] {
   return config.apiKeys
     .filter((k) => k.expiresAt !== undefined && k.expiresAt <= now)

@@ -1,23 +1,12 @@
 import type { PeerCertificate } from 'node:tls';
-import { ConfigError, type ConfigProblem } from '../shared/errors.js';
+import { ConfigError } from '../shared/errors.js';
 import type { CredentialFile } from '../shared/liveSecrets.js';
 import { readCredentialFile } from '../shared/secrets.js';
 
 /**
- * Which client certificates the CA of TLS_CLIENT_CA_FILE signed may call a route that asks for one
- * (TLS_CLIENT_ALLOWED_NAMES, or the file TLS_CLIENT_ALLOWED_NAMES_FILE). A CA that signs for many
- * workloads (a cluster issuer, the chart's default CA) would otherwise let every one of them in.
- *
- * The list: entries separated by commas (in the file, by newlines too; blank lines and lines
- * starting with `#` are skipped), each of them one of
- * - `DNS:<name>`: a DNS name of the certificate's subjectAltName, compared without regard to case;
- * - `URI:<uri>`: a URI of its subjectAltName, exactly (a SPIFFE ID:
- *   `URI:spiffe://cluster.local/ns/monitoring/sa/alertmanager`);
- * - `<ATTR>=<value>`, several joined by `+` (`CN=alertmanager`, `CN=alertmanager+O=monitoring`): the
- *   subject holds each attribute with that value, exactly (attribute names as OpenSSL prints them:
- *   CN, O, OU, C, ST, L...; a value with `,` or `+` cannot be listed: use a subjectAltName).
- * A certificate is allowed when one entry matches. Names are compared as written, never as
- * patterns: no wildcards, and a certificate's own wildcard DNS name is not expanded.
+ * Which client certificates the CA of TLS_CLIENT_CA_FILE signed may call a route that asks for one: a CA that signs for many
+ * workloads would otherwise let every one of them in. Entries `DNS:<name>` (any case), `URI:<uri>` or `<ATTR>=<value>` joined
+ * by `+` (the subject holds each), compared as written, never as patterns: a certificate's own wildcard DNS name is not expanded.
  */
 
 export type AllowedName =
@@ -54,11 +43,7 @@ function parseEntry(text: string): AllowedName | string {
   return { kind: 'subject', attributes, text: attributes.map(([k, v]) => `${k}=${v}`).join('+') };
 }
 
-/**
- * Parses a list (TLS_CLIENT_ALLOWED_NAMES, or the text of its file with `file`); every bad entry is
- * a problem of `variable`, by position. Blank: the empty list. An entry listed twice is refused
- * (a mistake that hides the one meant).
- */
+/** Parses a list (commas; in a file newlines too, `#` comments), by position; an entry listed twice hides the one meant: refused. */
 export function parseAllowedNames(raw: string | undefined, variable: string, opts: { file?: boolean } = {}): AllowedName[] {
   const text = raw ?? '';
   const items = opts.file
@@ -84,10 +69,7 @@ export function parseAllowedNames(raw: string | undefined, variable: string, opt
   return out;
 }
 
-/**
- * The subjectAltName entries of a certificate as Node prints them (`DNS:a, URI:b`; a value holding
- * a comma or a quote is a JSON string: `URI:"a\u002c b"`), as [type, value] pairs.
- */
+/** The subjectAltName entries as Node prints them (`DNS:a, URI:b`; a value holding a comma or a quote is a JSON string). */
 export function subjectAltNames(text: string | undefined): Array<[string, string]> {
   const s = text ?? '';
   const out: Array<[string, string]> = [];
@@ -118,7 +100,6 @@ export function subjectAltNames(text: string | undefined): Array<[string, string
   return out;
 }
 
-/** The first entry of `list` the certificate matches, or undefined. */
 export function matchAllowedName(
   list: readonly AllowedName[],
   peer: Pick<PeerCertificate, 'subject' | 'subjectaltname'>,
@@ -138,26 +119,16 @@ export function matchAllowedName(
 }
 
 /** The list in use, replaced whole when its file changes (src/server.ts). */
-export interface AllowedNames {
-  current(): readonly AllowedName[];
-  set(list: readonly AllowedName[]): void;
-}
-
-export function createAllowedNames(initial: readonly AllowedName[]): AllowedNames {
+export type AllowedNames = ReturnType<typeof createAllowedNames>;
+export function createAllowedNames(initial: readonly AllowedName[]) {
   let list: readonly AllowedName[] = Object.freeze([...initial]);
   return {
     current: () => list,
-    set(next) {
-      list = Object.freeze([...next]);
-    },
+    set: (next: readonly AllowedName[]) => void (list = Object.freeze([...next])),
   };
 }
 
-/**
- * The text of TLS_CLIENT_ALLOWED_NAMES_FILE: the list, which must name someone. An empty file
- * would let in every certificate of the CA; that is what leaving the variables unset says, so an
- * emptied file (a key gone from a ConfigMap, a truncated write) is refused instead of meaning it.
- */
+/** The allowed-names file must name someone: an emptied one (a key gone from a ConfigMap) is refused, not read as any certificate. */
 export function parseAllowedNamesFile(text: string): AllowedName[] {
   const list = parseAllowedNames(text, ALLOWED_NAMES_FILE_VAR, { file: true });
   if (list.length === 0) {
@@ -166,31 +137,18 @@ export function parseAllowedNamesFile(text: string): AllowedName[] {
   return list;
 }
 
-type Env = Record<string, string | undefined>;
-
 /** TLS_CLIENT_ALLOWED_NAMES, or its file (not both). */
-export function loadAllowedNames(env: Env, problems: ConfigProblem[]): { list: AllowedName[]; file?: CredentialFile } {
-  try {
-    const path = (env[ALLOWED_NAMES_FILE_VAR] ?? '').trim();
-    if (path === '') return { list: parseAllowedNames(env[ALLOWED_NAMES_VAR], ALLOWED_NAMES_VAR) };
-    if ((env[ALLOWED_NAMES_VAR] ?? '').trim() !== '') {
-      problems.push({ variable: ALLOWED_NAMES_FILE_VAR, problem: `is set together with ${ALLOWED_NAMES_VAR}; set one of them` });
-      return { list: [] };
-    }
-    const { text, file } = readCredentialFile(ALLOWED_NAMES_FILE_VAR, path);
-    return { list: parseAllowedNamesFile(text), file };
-  } catch (err) {
-    if (!(err instanceof ConfigError)) throw err;
-    problems.push(...err.problems);
-    return { list: [] };
+export function loadAllowedNames(env: Record<string, string | undefined>): { list: AllowedName[]; file?: CredentialFile } {
+  const path = (env[ALLOWED_NAMES_FILE_VAR] ?? '').trim();
+  if (path === '') return { list: parseAllowedNames(env[ALLOWED_NAMES_VAR], ALLOWED_NAMES_VAR) };
+  if ((env[ALLOWED_NAMES_VAR] ?? '').trim() !== '') {
+    throw new ConfigError(ALLOWED_NAMES_FILE_VAR, `is set together with ${ALLOWED_NAMES_VAR}; set one of them`);
   }
+  const { text, file } = readCredentialFile(ALLOWED_NAMES_FILE_VAR, path);
+  return { list: parseAllowedNamesFile(text), file };
 }
 
-/**
- * Start-up warning: client certificates are checked against a CA, and every certificate it signed
- * is accepted. Right for a CA of Alertmanager's alone; with a CA that signs for other workloads
- * (a cluster issuer) any of them can post alerts.
- */
+/** Start-up warning: every certificate the CA signed is accepted (with a CA that signs for other workloads, any of them can post alerts). */
 export function clientCertificateWarnings(config: {
   readonly TLS_CLIENT_CA_FILE?: string | undefined;
   readonly clientAllowedNames: readonly AllowedName[];

@@ -9,12 +9,8 @@ import type { Logger } from '../shared/logger.js';
 import { SOURCE_SECRET_ENVS, secretFileVar } from '../sources/index.js';
 
 /**
- * The API's reload of its credential files while it runs (the files loadApiConfig read at start,
- * config.credentialFiles): the OIDC file replaces the issuers in config.oidc, the keys file replaces the keys of the file in config.apiKeys (those of
- * OPS_API_KEY_ROLES stay), a sender's secret file replaces that sender's values in `senderSecrets`
- * (a file that did not exist at start is watched too: when it appears, its sender is configured).
- * Every new value is added to the logger's redaction before it is in use. An invalid file is
- * refused (src/shared/liveSecrets.ts): the last good keys or secret stay in use.
+ * Re-reads config.credentialFiles while the API runs, replacing what each holds in place (the keys of OPS_API_KEY_ROLES stay).
+ * Every new value is added to the logger's redaction before it is in use; an invalid file is refused, the last good one stays.
  */
 export function watchCredentials(opts: {
   config: Pick<ApiConfig, 'apiKeys' | 'credentialFiles' | 'SECRETS_RELOAD_INTERVAL_MS' | 'OPS_BEARER_TOKEN'> & { oidc?: ApiConfig['oidc'] };
@@ -27,7 +23,6 @@ export function watchCredentials(opts: {
   const envKeys = config.apiKeys.filter((k) => k.source === 'env');
   const secretEnvOf = new Map(SOURCE_SECRET_ENVS.map((env) => [secretFileVar(env), env]));
   const reloaders: FileReloader[] = [];
-
   for (const file of config.credentialFiles) {
     const watch = <T>(how: Pick<Parameters<typeof watchCredentialFile<T>>[0], 'parse' | 'apply' | 'describe'>) =>
       reloaders.push(watchCredentialFile({ file, intervalMs, logger, metrics, ...how }));
@@ -46,13 +41,10 @@ export function watchCredentials(opts: {
       continue;
     }
     if (file.variable === OIDC_FILE_VAR && config.oidc) {
-      const oidc = config.oidc;
+      const issuersInUse = config.oidc.issuers;
       watch({
         parse: (text) => parseOidcFile(text ?? ''),
-        apply(issuers) {
-          // In place: the verifier reads the list at each request.
-          oidc.issuers.splice(0, oidc.issuers.length, ...issuers);
-        },
+        apply: (issuers) => issuersInUse.splice(0, issuersInUse.length, ...issuers),
         describe: (issuers) => ({ issuers: issuers.map((i) => i.issuer), rules: issuers.reduce((n, i) => n + i.rules.length, 0) }),
       });
       continue;
@@ -74,11 +66,7 @@ export function watchCredentials(opts: {
     });
   }
   return {
-    async check() {
-      await Promise.all(reloaders.map((r) => r.check()));
-    },
-    close() {
-      for (const r of reloaders) r.close();
-    },
+    check: async () => void (await Promise.all(reloaders.map((r) => r.check()))),
+    close: () => reloaders.forEach((r) => r.close()),
   };
 }

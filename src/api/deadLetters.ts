@@ -34,14 +34,8 @@ interface RetryBy {
   auditId: string;
 }
 
-/**
- * A change's retry (a restart's, a deploy's: any kind's job), through the change pipeline
- * (src/changes/retry.ts): a new change of origin `retry` under the job id `<id>.retry`, planned
- * like any other (freezes, windows, budget, approval; the old job's override is not carried over).
- * Refusals are thrown (409, 429).
- */
+/** A change's retry: a new change under the job id `<id>.retry`, planned like any other (src/changes/retry.ts); refusals thrown. */
 export interface ChangeRetry {
-  /** Whether the job carries a change (its name is a kind's job). */
   carries(jobName: string): boolean;
   /** `clear`: the records of the old job to delete once its dead letter is removed (a restart's restartedAt). */
   retry(
@@ -53,21 +47,16 @@ export interface ChangeRetry {
 /** The jobs retried in place: they carry no change. Without the pipeline, every other job is refused (fails closed). */
 const RETRIED_IN_PLACE: ReadonlySet<string> = new Set([JOB.notifyOncall, JOB.reportChange, JOB.remediate, JOB.dryRun]);
 
-/** The dead letters: failed jobs, kept with their reason, re-queued by an operator. */
-export interface DeadLetters {
-  /**
-   * Re-queues a failed job, only if it is still failed. A notification is retried in place with a
-   * fresh attempt budget (BullMQ's retry is atomic on that). A restart or deploy is a new change
-   * (ChangeRetry): once it is queued or held, the dead letter is removed (a crash between the two
-   * leaves both, never neither); joined to a restart in progress it is `busy`; waiting for
-   * approval, the dead letter stays. The answer's job is the one that runs.
-   */
-  retry(id: string, by: RetryBy): Promise<RetryOutcome>;
-}
+export type DeadLetters = ReturnType<typeof createDeadLetters>;
 
-export function createDeadLetters(bull: Queue, connection: Redis, guard: QueueGuard, changeRetry?: ChangeRetry): DeadLetters {
+/**
+ * Re-queues a failed job, only if it is still failed. A notification is retried in place with a fresh attempt budget (BullMQ's
+ * retry is atomic on that). A restart or deploy is a new change: once it is queued, the dead letter is removed (a crash between
+ * the two leaves both, never neither); waiting for approval, the dead letter stays. The answer's job is the one that runs.
+ */
+export function createDeadLetters(bull: Queue, connection: Redis, guard: QueueGuard, changeRetry?: ChangeRetry) {
   return {
-    async retry(id, by) {
+    async retry(id: string, by: RetryBy): Promise<RetryOutcome> {
       const job = await guard('read', () => bull.getJob(id));
       if (!job) {
         // A change already retried: its retry stands for it (409 with the retry's state).
@@ -82,8 +71,7 @@ export function createDeadLetters(bull: Queue, connection: Redis, guard: QueueGu
           throw new ConflictError('a restart or deploy can only be retried through the change pipeline', 'guards_unavailable');
         const { clear, ...out } = await changeRetry.retry({ id, name: job.name, data: job.data, timestamp: job.timestamp }, by);
         if (out.outcome === 'retried') {
-          // The retry is queued: should the removal fail, the dead letter stays visible (and a retry of
-          // it answers `<id>.retry` again) until it is removed by hand.
+          // Should the removal fail, the dead letter stays visible (its retry answers `<id>.retry`) until removed by hand.
           await guard('retry', () => job.remove()).catch(() => undefined);
           if (clear && clear.length > 0) await guard('retry', () => connection.del(...clear));
         }

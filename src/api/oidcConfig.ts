@@ -1,28 +1,17 @@
 import { readFileSync } from 'node:fs';
-import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { ConfigError, type ConfigProblem } from '../shared/errors.js';
 import { ownerProblem } from './identity.js';
 import { durationSchema } from '../shared/policy.js';
 import { scopeSchema, type Scope } from '../shared/scope.js';
+import { parseYamlFile, type Role } from './apiKeys.js';
 
 /**
- * OPS_OIDC_FILE (YAML or JSON): the OIDC issuers whose ID tokens opsgate accepts as bearer
- * tokens on POST /ops/restart and POST /ops/deploys, and the claim rules that turn a verified
- * token into an owner, a role and a scope. Re-read while the API runs, like the keys file
- * (src/api/credentialReload.ts): a file that fails these checks is refused, the last good one
- * stays in use.
- *
- * A valid signature alone never authorizes: a token is accepted only through a rule whose `match`
- * its claims satisfy, and every rule must bind a literal owner by its issuer's `kind` (github: the
- * repository's owner, gitlab: the top-level group, kubernetes: the namespace, generic: the claim
- * the rule names), since anyone can make such an issuer sign a token for an owner of their own. A
- * file with a rule that does not is refused, at start and on reload, naming the rule.
+ * OPS_OIDC_FILE: the OIDC issuers whose ID tokens are accepted as bearer tokens, and the claim rules that turn a verified token
+ * into an owner, a role and a scope. A valid signature alone never authorizes: every rule must bind a literal owner by its
+ * issuer's `kind`, since anyone can make such an issuer sign a token for an owner of their own.
  */
 export const OIDC_FILE_VAR = 'OPS_OIDC_FILE';
-
-/** The roles a rule gives (those of API keys). */
-export type Role = 'readonly' | 'operator';
 
 export const OIDC_KINDS = ['github', 'gitlab', 'kubernetes', 'generic'] as const;
 type OidcKind = (typeof OIDC_KINDS)[number];
@@ -30,13 +19,9 @@ type OidcKind = (typeof OIDC_KINDS)[number];
 /** Where a Kubernetes pod finds its own ServiceAccount token and the cluster's CA. */
 export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 
-/** How a claim is named: a top-level key, or a JSON Pointer (RFC 6901) for a key with a dot or a nested value. */
-type ClaimPath = string;
-
-/** A value a rule matches a claim with: equality, a glob (`*` within a path segment, `**` across `/`), or a regex. */
+/** A value a rule matches a claim (a top-level key or a JSON Pointer) with: equality, a glob (`*` within a path segment, `**` across `/`), or a regex. */
 interface ClaimMatcher {
-  readonly claim: ClaimPath;
-  /** As written in the file (for GET /ops/keys). */
+  readonly claim: string;
   readonly pattern: string;
   test(value: string): boolean;
 }
@@ -47,47 +32,38 @@ export interface Template {
   render(claims: Readonly<Record<string, unknown>>): string | undefined;
 }
 
-interface DeployBinding {
-  readonly project?: Template;
-  readonly ref?: Template;
-  readonly sha?: Template;
-}
+const SCOPE_LISTS = ['hosts', 'namespaces', 'projects'] as const;
+const DEPLOY_FIELDS = ['project', 'ref', 'sha'] as const;
 
 interface OidcRule {
-  /** The rule's name (its `name`, else `rule-<n>`), for the audit line. */
+  /** Its `name`, else `rule-<n>`, for the audit line. */
   readonly name: string;
   readonly match: readonly ClaimMatcher[];
   readonly owner: Template;
   readonly role: Role;
-  readonly scope?: {
-    readonly hosts?: readonly Template[];
-    readonly namespaces?: readonly Template[];
-    readonly projects?: readonly Template[];
-  };
+  readonly scope?: Partial<Record<(typeof SCOPE_LISTS)[number], readonly Template[]>>;
   /** What a deploy by this identity is bound to (the claims name the project, ref and commit). */
-  readonly deploy?: DeployBinding;
-  /** The person behind a token (GitHub `actor`, GitLab `user_login`), compared with owners by four eyes; absent: no known person. */
+  readonly deploy?: Partial<Record<(typeof DEPLOY_FIELDS)[number], Template>>;
+  /** The person behind a token (GitHub `actor`, GitLab `user_login`), compared with owners by four eyes. */
   readonly person?: Template;
-  /** Whether its tokens may override a freeze or the change windows (override=true); only a rule that says so. */
   readonly mayOverride: boolean;
   /** generic issuers: the claim whose exact match binds the owner. */
-  readonly ownerClaim?: ClaimPath;
+  readonly ownerClaim?: string;
 }
 
 export interface OidcIssuer {
   readonly issuer: string;
   readonly kind: OidcKind;
   readonly audience: string;
-  /** The PEM text of `ca_file`, read with the OIDC file (again when that file changes, not when only the CA does); absent: the system CAs. */
+  /** The PEM text of `ca_file`, read with the OIDC file (not again when only the CA changes); absent: the system CAs. */
   readonly ca?: string;
   readonly caFile?: string;
   readonly discoveryAuth?: 'serviceaccount';
   readonly jwksUri?: string;
   /** How long after a successful JWKS fetch an unknown `kid` may trigger another one (ms). */
   readonly cooldownMs: number;
-  /** The longest lifetime (`exp` - `iat`, seconds) a token may have: `max_token_lifetime`, else its kind's default. */
+  /** Seconds: the longest `exp` - `iat`, and how long after `iat` a token is accepted (absent: until its `exp`). */
   readonly maxTokenLifetime: number;
-  /** How long after its `iat` a token is still accepted (seconds; jose's maxTokenAge); absent: until its `exp`. */
   readonly maxTokenAge?: number;
   readonly rules: readonly OidcRule[];
 }
@@ -99,10 +75,7 @@ export interface OidcSettings {
   configured: boolean;
 }
 
-// --- claims ------------------------------------------------------------------------------
-
-/** A claim's value by its name (own top-level key) or JSON Pointer; undefined when absent. */
-export function claimAt(claims: Readonly<Record<string, unknown>>, path: ClaimPath): unknown {
+export function claimAt(claims: Readonly<Record<string, unknown>>, path: string): unknown {
   if (!path.startsWith('/')) return Object.hasOwn(claims, path) ? claims[path] : undefined;
   let at: unknown = claims;
   for (const raw of path.slice(1).split('/')) {
@@ -121,11 +94,8 @@ function claimText(value: unknown): string | undefined {
 }
 
 /**
- * The claims as rules and deploys read them. GitLab's `ref` is the bare branch or tag name
- * (`main`): it becomes `refs/heads/main` when `ref_type` is branch, `refs/tags/v1` when it is tag,
- * the form pushes and the inventory's `refs` use. The bare name is always prefixed, even when it
- * starts with `refs/` itself (a tag may be named `refs/heads/main`); with any other `ref_type` the
- * token names no ref.
+ * The claims as rules and deploys read them. GitLab's bare `ref` (`main`) becomes `refs/heads/main` or `refs/tags/main` by its
+ * `ref_type`, always prefixed (a tag may be named `refs/heads/main`); with any other `ref_type` the token names no ref.
  */
 export function normalizeClaims(kind: OidcKind, claims: Readonly<Record<string, unknown>>): Record<string, unknown> {
   const out = { ...claims };
@@ -136,8 +106,6 @@ export function normalizeClaims(kind: OidcKind, claims: Readonly<Record<string, 
   }
   return out;
 }
-
-// --- patterns and templates ----------------------------------------------------------------
 
 const escapeRe = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
@@ -155,30 +123,21 @@ function globRe(glob: string): RegExp {
   return new RegExp(`^${out}$`, 's');
 }
 
-/** A matcher from its text, or the problem with it. */
 function compileMatcher(claim: string, pattern: string): ClaimMatcher | string {
-  if (pattern.startsWith('glob:')) {
-    const re = globRe(pattern.slice(5));
-    return { claim, pattern, test: (v) => re.test(v) };
+  let re: RegExp | undefined;
+  try {
+    if (pattern.startsWith('glob:')) re = globRe(pattern.slice(5));
+    else if (pattern.startsWith('re:')) re = new RegExp(`^(?:${pattern.slice(3)})$`, 's');
+  } catch {
+    return 'is not a valid regular expression';
   }
-  if (pattern.startsWith('re:')) {
-    let re: RegExp;
-    try {
-      re = new RegExp(`^(?:${pattern.slice(3)})$`, 's');
-    } catch {
-      return 'is not a valid regular expression';
-    }
-    return { claim, pattern, test: (v) => re.test(v) };
-  }
-  return { claim, pattern, test: (v) => v === pattern };
+  return { claim, pattern, test: re ? (v) => re.test(v) : (v) => v === pattern };
 }
 
 const PLACEHOLDER = /\{([^{}]*)\}/g;
 
-/** The claims a template's placeholders name. */
 const placeholders = (text: string): string[] => [...text.matchAll(PLACEHOLDER)].map((m) => m[1]!);
 
-/** A template from its text, or the problem with it. */
 function compileTemplate(text: string): Template | string {
   const parts: Array<{ literal: string } | { claim: string }> = [];
   let last = 0;
@@ -212,15 +171,9 @@ function compileTemplate(text: string): Template | string {
   };
 }
 
-// --- the file ------------------------------------------------------------------------------
-
 const httpsUrl = z.string({ error: 'is not text' }).refine((v) => {
-  try {
-    const u = new URL(v);
-    return u.protocol === 'https:' && u.username === '' && u.password === '' && u.hash === '';
-  } catch {
-    return false;
-  }
+  const u = URL.parse(v);
+  return u?.protocol === 'https:' && u.username === '' && u.password === '' && u.hash === '';
 }, 'is not an https:// URL');
 
 const templateText = z.string({ error: 'is not text (quote it)' }).min(1, 'is empty').max(512);
@@ -260,18 +213,8 @@ const issuerSchema = z.strictObject({
 
 const fileSchema = z.strictObject({ issuers: z.array(issuerSchema) });
 
-/**
- * The longest lifetime (`exp` - `iat`) a token of each kind may have unless its entry says
- * `max_token_lifetime`: GitHub's tokens live minutes, a projected ServiceAccount token an hour by
- * default (`expirationSeconds` 3600), and GitLab's ID tokens as long as their job's timeout, a day
- * at most on GitLab.com. A generic issuer gets the strictest of them.
- */
-const DEFAULT_MAX_TOKEN_LIFETIME: Record<OidcKind, number> = {
-  github: 3600,
-  gitlab: 86400,
-  kubernetes: 3600,
-  generic: 3600,
-};
+/** Longest exp - iat by kind: GitHub's tokens live minutes, a ServiceAccount's an hour, GitLab's a job's timeout (a day at most). */
+const DEFAULT_MAX_TOKEN_LIFETIME: Record<OidcKind, number> = { github: 3600, gitlab: 86400, kubernetes: 3600, generic: 3600 };
 
 /** The claims a `person` template may read, by kind: the ones naming the person who ran the job (any claim: generic). */
 const PERSON_CLAIMS: Partial<Record<OidcKind, readonly string[]>> = {
@@ -280,27 +223,23 @@ const PERSON_CLAIMS: Partial<Record<OidcKind, readonly string[]>> = {
   kubernetes: [],
 };
 
-/** Whether a matcher matches exactly one text (neither a glob nor a regex). */
 const exact = (m: ClaimMatcher) => !m.pattern.startsWith('glob:') && !m.pattern.startsWith('re:');
 
 /**
- * Whether a matcher fixes the text before the first `/` (an owner, a top-level group): exactly, or
- * a glob with no wildcard before it. A regex never does: whether it admits a stranger is not
- * something a start-up check can tell.
+ * Whether a matcher fixes the text before the first `/` (an owner, a top-level group): exactly, or a glob with no wildcard
+ * before it. A regex never does: whether it admits a stranger is not something a start-up check can tell.
  */
 function literalHead(m: ClaimMatcher): boolean {
   if (exact(m)) return true;
   if (!m.pattern.startsWith('glob:')) return false;
   const glob = m.pattern.slice(5);
   const slash = glob.indexOf('/');
-  if (slash <= 0) return false;
-  return !/[*?]/.test(glob.slice(0, slash));
+  return slash > 0 && !/[*?]/.test(glob.slice(0, slash));
 }
 
 /** A Kubernetes `sub` glob or value whose namespace part is literal: `system:serviceaccount:ci:*`. */
 const K8S_SUB = /^system:serviceaccount:([a-z0-9-]+):/;
 
-/** By kind, whether a matcher binds a literal owner, and what a rule must match to bind one. */
 const BINDS: Record<Exclude<OidcKind, 'generic'>, { test: (m: ClaimMatcher) => boolean; what: string }> = {
   github: {
     test: (m) =>
@@ -320,7 +259,6 @@ const BINDS: Record<Exclude<OidcKind, 'generic'>, { test: (m: ClaimMatcher) => b
   },
 };
 
-/** Why a rule binds no literal owner, or undefined when it binds one. */
 function bindingProblem(kind: OidcKind, match: readonly ClaimMatcher[], ownerClaim: string | undefined): string | undefined {
   const why = 'binds no owner: anyone can make the issuer sign a token, so a rule must';
   if (kind === 'generic') {
@@ -358,11 +296,8 @@ function compileRule(kind: OidcKind, raw: RawRule, index: number, where: string,
   }
   const tpl = (field: string, text: string): Template | undefined => {
     const t = compileTemplate(text);
-    if (typeof t === 'string') {
-      problems.push(`${at} ${field} ${t}`);
-      return undefined;
-    }
-    return t;
+    if (typeof t !== 'string') return t;
+    problems.push(`${at} ${field} ${t}`);
   };
   const owner = tpl('owner', raw.owner);
   // An owner without placeholders is checked with the file; one built from claims when it is built.
@@ -370,23 +305,11 @@ function compileRule(kind: OidcKind, raw: RawRule, index: number, where: string,
     const p = ownerProblem(raw.owner);
     if (p) problems.push(`${at} owner ${p}`);
   }
-  const list = (field: string, values?: readonly string[]) =>
-    values?.map((v) => tpl(`scope.${field}`, v)).filter((t): t is Template => !!t);
-  const scope = raw.scope
-    ? {
-        ...(raw.scope.hosts ? { hosts: list('hosts', raw.scope.hosts)! } : {}),
-        ...(raw.scope.namespaces ? { namespaces: list('namespaces', raw.scope.namespaces)! } : {}),
-        ...(raw.scope.projects ? { projects: list('projects', raw.scope.projects)! } : {}),
-      }
-    : undefined;
+  const lists = raw.scope;
+  const compiled = (f: (typeof SCOPE_LISTS)[number]) => lists![f]!.map((v) => tpl(`scope.${f}`, v)).filter((t) => t !== undefined);
+  const scope = lists ? Object.fromEntries(SCOPE_LISTS.filter((f) => lists[f]).map((f) => [f, compiled(f)])) : undefined;
   const bind = raw.deploy ?? DEFAULT_BINDING[kind];
-  const deploy = bind
-    ? {
-        ...(bind.project ? { project: tpl('deploy.project', bind.project) } : {}),
-        ...(bind.ref ? { ref: tpl('deploy.ref', bind.ref) } : {}),
-        ...(bind.sha ? { sha: tpl('deploy.sha', bind.sha) } : {}),
-      }
-    : undefined;
+  const deploy = bind ? Object.fromEntries(DEPLOY_FIELDS.filter((f) => bind[f]).map((f) => [f, tpl(`deploy.${f}`, bind[f]!)])) : undefined;
   let person: Template | undefined;
   if (raw.person !== undefined) {
     const named = placeholders(raw.person);
@@ -423,19 +346,10 @@ function issueText(issue: z.core.$ZodIssue): string {
   return `${path ? `${path} ` : ''}${issue.message}`;
 }
 
-/**
- * Parses the text of OPS_OIDC_FILE. Every problem is reported at once, each naming the issuer's
- * and the rule's position; `readFile` reads a `ca_file` (a problem when it cannot).
- */
+/** Parses the text of OPS_OIDC_FILE. Every problem is reported at once, each naming the issuer's and the rule's position. */
 export function parseOidcFile(text: string, readFile: (path: string) => string = (p) => readFileSync(p, 'utf8')): OidcIssuer[] {
   const variable = OIDC_FILE_VAR;
-  let raw: unknown;
-  try {
-    raw = parseYaml(text);
-  } catch {
-    throw new ConfigError(variable, 'is not valid YAML or JSON');
-  }
-  const parsed = fileSchema.safeParse(raw ?? { issuers: [] });
+  const parsed = fileSchema.safeParse(parseYamlFile(text, variable) ?? { issuers: [] });
   if (!parsed.success) {
     throw new ConfigError(parsed.error.issues.slice(0, 10).map((i): ConfigProblem => ({ variable, problem: issueText(i) })));
   }
@@ -450,7 +364,8 @@ export function parseOidcFile(text: string, readFile: (path: string) => string =
         ca = readFile(e.ca_file);
         if (!ca.includes('-----BEGIN CERTIFICATE-----')) problems.push(`${where} ca_file holds no PEM certificate`);
       } catch (err) {
-        problems.push(`${where} ca_file cannot be read${(err as { code?: string }).code ? ` (${(err as { code?: string }).code})` : ''}`);
+        const code = (err as { code?: string }).code;
+        problems.push(`${where} ca_file cannot be read${code ? ` (${code})` : ''}`);
       }
     }
     const rules = e.rules.map((r, j) => compileRule(e.kind, r, j, where, problems));
@@ -480,26 +395,11 @@ export function findIssuer(settings: Pick<OidcSettings, 'issuers'>, iss: unknown
   return typeof iss === 'string' ? settings.issuers.find((i) => i.issuer === iss) : undefined;
 }
 
-// --- rules -----------------------------------------------------------------------------------
-
-/** What a matching rule gives a verified token. */
-export interface OidcGrant {
-  rule: OidcRule;
-  owner: string;
-  role: Role;
-  scope?: Scope;
-  /** The deploy the claims bind (each field only when the rule binds it and the claim is there). */
-  binds: { project?: string; ref?: string; sha?: string };
-  /** The person behind the token, rendered from the rule's `person`; absent: no known person (none named, or an empty or invalid render). */
-  person?: string;
-}
-
 /**
- * The first rule whose every match the claims satisfy (claims normalized for the issuer's kind),
- * rendered: its owner (which must be a valid owner), role, scope and deploy binding. A rule whose
- * owner or scope names a claim the token lacks does not apply. Undefined: no rule applies.
+ * The first rule whose every match the (normalized) claims satisfy, rendered. A rule whose owner or scope names a claim the
+ * token lacks, or renders an invalid owner, does not apply. `binds`: the deploy the claims bind; no `person`: no known person.
  */
-export function grantFor(issuer: OidcIssuer, claims: Readonly<Record<string, unknown>>): OidcGrant | undefined {
+export function grantFor(issuer: OidcIssuer, claims: Readonly<Record<string, unknown>>) {
   for (const rule of issuer.rules) {
     const ok = rule.match.every((m) => {
       const v = claimText(claimAt(claims, m.claim));
@@ -515,8 +415,8 @@ export function grantFor(issuer: OidcIssuer, claims: Readonly<Record<string, unk
       if (Object.values(lists).some((l) => l?.some((v) => v === undefined))) continue;
       scope = Object.fromEntries(Object.entries(lists).filter(([, l]) => l !== undefined));
     }
-    const binds: OidcGrant['binds'] = {};
-    for (const f of ['project', 'ref', 'sha'] as const) {
+    const binds: Partial<Record<(typeof DEPLOY_FIELDS)[number], string>> = {};
+    for (const f of DEPLOY_FIELDS) {
       const v = rule.deploy?.[f]?.render(claims);
       if (v !== undefined) binds[f] = v;
     }
@@ -543,14 +443,8 @@ export function describeIssuers(settings: Pick<OidcSettings, 'issuers'>) {
       match: Object.fromEntries(r.match.map((m) => [m.claim, m.pattern])),
       owner: r.owner.text,
       role: r.role,
-      scope: r.scope
-        ? {
-            ...(r.scope.hosts ? { hosts: r.scope.hosts.map((t) => t.text) } : {}),
-            ...(r.scope.namespaces ? { namespaces: r.scope.namespaces.map((t) => t.text) } : {}),
-            ...(r.scope.projects ? { projects: r.scope.projects.map((t) => t.text) } : {}),
-          }
-        : null,
-      deploy: r.deploy ? Object.fromEntries(Object.entries(r.deploy).map(([k, t]) => [k, (t as Template).text])) : null,
+      scope: r.scope ? Object.fromEntries(Object.entries(r.scope).map(([k, ts]) => [k, ts.map((t) => t.text)])) : null,
+      deploy: r.deploy ? Object.fromEntries(Object.entries(r.deploy).map(([k, t]) => [k, t.text])) : null,
       person: r.person?.text ?? null,
       may_override: r.mayOverride,
       owner_claim: r.ownerClaim ?? null,

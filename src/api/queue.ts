@@ -1,25 +1,20 @@
 import { markClosing, reconnectWhenEnded } from '../shared/redisConnection.js';
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { createDeadLetters, type ChangeRetry, type DeadLetters } from './deadLetters.js';
-import { createJobReads, type JobReads } from '../shared/jobReads.js';
+import { createDeadLetters, type ChangeRetry } from './deadLetters.js';
+import { createJobReads } from '../shared/jobReads.js';
 import { QUEUE_NAME, defaultJobOptions, type JobPolicy } from '../shared/jobs.js';
 import { queuePrefix } from '../shared/keys.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
-import { createProber, type Prober } from '../shared/probe.js';
-import { createProducer, type Producer } from '../shared/producer.js';
+import { createProber } from '../shared/probe.js';
+import { createProducer } from '../shared/producer.js';
 import { createQueueGuard } from '../shared/queueGuard.js';
 import { createRedis } from '../shared/redis.js';
 
 /**
- * The API's side of the "ops" queue: one BullMQ Queue on one connection of the `request` profile
- * (no offline queue, one retry, command timeout), seen as three parts:
- * - `producer` (src/shared/producer.ts): adds jobs, deduplicated by BullMQ;
- * - `jobs` (src/shared/jobReads.ts): reads them for GET /ops/jobs;
- * - `deadLetters` (src/api/deadLetters.ts): re-queues failed ones;
- * - `probe` (src/shared/probe.ts): a job whose answer the API waits for (a dry run).
- * Every operation is bounded by `timeoutMs` and fails fast while Redis is down, as a 503 with
+ * The API's side of the "ops" queue: one BullMQ Queue on one connection of the `request` profile (no offline queue, one retry,
+ * command timeout). Every operation is bounded by `timeoutMs` (default 3000) and fails fast while Redis is down, as a 503 with
  * Retry-After (src/shared/queueGuard.ts).
  */
 interface OpsQueueOptions {
@@ -27,28 +22,12 @@ interface OpsQueueOptions {
   policy: JobPolicy;
   logger?: Logger;
   metrics?: Pick<Metrics, 'jobsEnqueued'>;
-  /** Upper bound of one queue operation; default 3000 ms. */
   timeoutMs?: number;
 }
 
-export interface OpsQueue {
-  readonly producer: Producer;
-  readonly jobs: JobReads;
-  /** The dead letters; a restart's or deploy's retry goes through the change pipeline given here. */
-  deadLetters(changeRetry?: ChangeRetry): DeadLetters;
-  readonly probe: Prober;
-  /** The BullMQ Queue itself (Bull Board mounts it). */
-  readonly bull: Queue;
-  /** Redis reachable from the queue's connection (for /ready). */
-  isReady(): boolean;
-  close(): Promise<void>;
-}
+export type OpsQueue = ReturnType<typeof createOpsQueue>;
 
-export { QueueUnavailableError } from '../shared/errors.js';
-export { LISTABLE_STATES, type JobView, type ListableState } from '../shared/jobReads.js';
-export type { RetryOutcome } from './deadLetters.js';
-
-export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
+export function createOpsQueue(opts: OpsQueueOptions) {
   const connection: Redis = createRedis(opts.url, 'request', 'opsgate-api-queue');
   reconnectWhenEnded(connection, { url: opts.url, ...(opts.logger ? { logger: opts.logger } : {}) });
   const bull = new Queue(QUEUE_NAME, {
@@ -61,21 +40,18 @@ export function createOpsQueue(opts: OpsQueueOptions): OpsQueue {
   const guard = createQueueGuard(connection, opts.timeoutMs ?? 3000, opts.logger);
   const producer = createProducer({ bull, connection, guard, metrics: opts.metrics });
   const probe = createProber({ bull, url: opts.url, producer, guard, ...(opts.logger ? { logger: opts.logger } : {}) });
-
   return {
     bull,
     producer,
     probe,
     jobs: createJobReads(bull, guard),
-    deadLetters: (changeRetry) => createDeadLetters(bull, connection, guard, changeRetry),
+    deadLetters: (changeRetry?: ChangeRetry) => createDeadLetters(bull, connection, guard, changeRetry),
     isReady: () => connection.status === 'ready',
-
-    async close() {
+    async close(): Promise<void> {
       markClosing(connection);
       await probe.close();
       if (connection.status !== 'ready') {
-        // Not connected: nothing is pending (no offline queue) and BullMQ's close would wait for
-        // a connection that may never come back. Drop the connection and let BullMQ wind down.
+        // Not connected: nothing is pending, and BullMQ's close would wait for a connection that may never come back.
         connection.disconnect();
         void bull.close().catch(() => undefined);
         return;

@@ -9,39 +9,22 @@ import type { Metrics } from '../shared/metrics.js';
 import { withFallback } from '../shared/timeout.js';
 
 /**
- * Rate-limit counting: a fixed window per client address, counted in Redis so every API replica
- * shares it. The Express side (which requests count) is src/middleware/rateLimit.ts.
- *
- * One Lua script (./rate-limit.lua) does INCR + PEXPIRE atomically in a single round
- * trip and returns the count and the window's remaining milliseconds. Over the limit: the 429
- * error, whose Retry-After is whole seconds, at least 1. Fixed windows allow a burst of up to 2x
- * the limit across a window boundary; that is the accepted trade-off for one key and one round
- * trip per request.
- *
- * Redis unavailable: FAIL OPEN (the reason is in src/middleware/rateLimit.ts). Each fail-open is
- * counted (opsgate_rate_limit_errors_total) and logged (at most one warning per 10 s per process).
- * A Redis call that hangs is abandoned after `timeoutMs`, then fails open too.
+ * A fixed window per client address, counted in Redis so every API replica shares it, in one round trip (./rate-limit.lua:
+ * INCR + PEXPIRE, returns the count and the window's remaining ms). Fixed windows allow a burst of up to 2x the limit across
+ * a window boundary: the trade-off for one key and one round trip per request. Redis unavailable or slow: fail open, counted
+ * and logged (at most one warning per 10 s).
  */
-
 const SCRIPT_NAME = 'opsgateRateLimitHit';
-/** KEYS[1] = counter key, ARGV[1] = window ms. Returns {count, remaining window ms}. */
 const HIT_SCRIPT = loadLua(new URL('./rate-limit.lua', import.meta.url));
 
 interface RateCounterOptions {
-  /** A `request`-profile connection (fails fast when Redis is down). */
   redis: Redis;
   /** Hits per window per key; at least 1. */
   rps: number;
   windowMs: number;
-  /** Give up on Redis after this long and fail open. */
   timeoutMs: number;
   metrics?: Metrics;
   logger?: Logger;
-}
-
-interface RateCounter {
-  /** One hit: resolves with the 429 error or undefined (fail open on error or timeout). */
-  hit(key: string): Promise<TooManyRequestsError | undefined>;
 }
 
 /** The Redis key part for an address: the IP itself, or a hash of anything that is not one. */
@@ -51,27 +34,19 @@ export function addressKey(address: string | undefined): string {
   return 'h:' + sha256Hex(address).slice(0, 32);
 }
 
-function errorsCounter(metrics: Metrics | undefined): Counter | undefined {
-  if (!metrics) return undefined;
-  const name = 'opsgate_rate_limit_errors_total';
-  const existing = metrics.registry.getSingleMetric(name);
-  if (existing) return existing as Counter;
-  return new Counter({
-    name,
-    help: 'Requests let through without a rate-limit decision because Redis was unavailable (fail-open).',
-    registers: [metrics.registry],
-  });
-}
+const ERRORS_METRIC = 'opsgate_rate_limit_errors_total';
+const ERRORS_HELP = 'Requests let through without a rate-limit decision because Redis was unavailable (fail-open).';
+const errorsCounter = (metrics: Metrics) =>
+  (metrics.registry.getSingleMetric(ERRORS_METRIC) as Counter | undefined) ??
+  new Counter({ name: ERRORS_METRIC, help: ERRORS_HELP, registers: [metrics.registry] });
 
-export function createRateCounter(opts: RateCounterOptions): RateCounter {
+/** `hit` resolves with the 429 error or undefined (also on a Redis error or timeout). */
+export function createRateCounter(opts: RateCounterOptions) {
   const { redis, rps, windowMs, timeoutMs, metrics, logger } = opts;
-  const failOpen = errorsCounter(metrics);
-
-  // EVALSHA with an automatic EVAL fallback (NOSCRIPT after a Redis restart).
+  const failOpen = metrics && errorsCounter(metrics);
   defineLua(redis, SCRIPT_NAME, HIT_SCRIPT, 1);
   const send = (key: string) =>
     (redis as unknown as Record<string, (key: string, windowMs: number) => Promise<[number, number]>>)[SCRIPT_NAME]!(key, windowMs);
-
   let lastWarn = 0;
   const onRedisError = (err: unknown) => {
     failOpen?.inc();
@@ -81,8 +56,6 @@ export function createRateCounter(opts: RateCounterOptions): RateCounter {
       logger.warn('rate limit unavailable (Redis error); failing open', { err });
     }
   };
-
-  /** Over the limit -> the 429 error; within it -> undefined. */
   const refusalOf = (reply: unknown): TooManyRequestsError | undefined => {
     const [count, ttl] = reply as [number, number];
     if (Number(count) <= rps) return undefined;
@@ -90,9 +63,8 @@ export function createRateCounter(opts: RateCounterOptions): RateCounter {
     const ttlMs = Number(ttl);
     return new TooManyRequestsError(Math.max(1, Math.ceil((ttlMs > 0 ? ttlMs : windowMs) / 1000)));
   };
-
   // A late answer after the fail-open is ignored: each hit fails open (and is counted) once.
-  const hit = (key: string): Promise<TooManyRequestsError | undefined> =>
+  const hit = (key: string) =>
     withFallback(send(key).then(refusalOf), timeoutMs, (): TooManyRequestsError | undefined => {
       onRedisError(new Error(`rate limit: Redis did not answer within ${timeoutMs} ms`));
       return undefined;
@@ -100,6 +72,5 @@ export function createRateCounter(opts: RateCounterOptions): RateCounter {
       onRedisError(err);
       return undefined;
     });
-
   return { hit };
 }

@@ -1,4 +1,4 @@
-import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
+import express, { type RequestHandler } from 'express';
 import { sha256Hex } from '../shared/crypto.js';
 import { lingeringClose } from './lingeringClose.js';
 import { InvalidJsonError, PayloadTooLargeError, UnprocessableError } from '../shared/errors.js';
@@ -12,17 +12,14 @@ function sizeInBytes(limit: string): number {
 }
 
 /**
- * express.raw, except that an over-limit body is answered at once: a Content-Length above the
- * limit before a byte is read, a body without one (chunked) as soon as the bytes received pass it.
- * Either way the answer is 413 {detail, code} with `Connection: close`, and the connection is closed
- * after it (a lingering close: src/middleware/lingeringClose.ts), so the rest of the body is not
- * read. (body-parser alone reads the body to its end before it answers: 100 MB, or a declared
- * 5 GB that never comes, until the request times out.)
+ * express.raw, except that an over-limit body is answered 413 at once (a Content-Length above the limit before a byte is read,
+ * a chunked body as soon as it passes it) and the connection closed after it: body-parser alone reads the body to its end
+ * before it answers (100 MB, or a declared 5 GB that never comes, until the request times out).
  */
 export function boundedRaw(limit: string): RequestHandler {
   const max = sizeInBytes(limit);
   const reader = express.raw({ type: () => true, limit });
-  return (req: Request, res: Response, next: NextFunction) => {
+  return (req, res, next) => {
     let answered = false;
     const tooLarge = () => {
       answered = true;
@@ -52,35 +49,26 @@ export function boundedRaw(limit: string): RequestHandler {
   };
 }
 
-/**
- * Reads the raw body (any content type, up to `limit`; over it: 413 at once, see boundedRaw) into
- * req.body as a Buffer and records its SHA-256 for the audit line. Nothing is parsed here: webhook
- * routes verify the sender first and only then call parseJson() themselves.
- */
+/** The raw body as a Buffer, and its SHA-256 for the audit line; unparsed: webhook routes verify the sender first. */
 export function rawBody(limit: string): RequestHandler[] {
-  const reader = boundedRaw(limit);
   const digest: RequestHandler = (req, res, next) => {
-    const buf = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
-    req.body = buf;
-    res.locals.bodySha256 = sha256Hex(buf);
+    req.body = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
+    res.locals.bodySha256 = sha256Hex(req.body as Buffer);
     next();
   };
-  return [reader, digest];
+  return [boundedRaw(limit), digest];
 }
 
 /**
- * Deepest object/array nesting a webhook payload may have. Real payloads nest a few levels;
- * a hostile one (e.g. Alertmanager annotations 5,000 levels deep, 30 KB) parses fine but later
- * blows the stack in JSON.stringify when the job is enqueued, which would surface as a
- * misleading 503 "queue unavailable" that the sender retries forever.
+ * Deepest nesting a webhook payload may have. A hostile one (Alertmanager annotations 5,000 levels deep, 30 KB) parses fine
+ * but later blows the stack in JSON.stringify when the job is enqueued: a misleading 503 that the sender retries forever.
  */
 export const MAX_JSON_DEPTH = 64;
 
 /**
- * True when a parsed JSON value nests objects/arrays deeper than `max`. An explicit stack, no
- * recursion, and it stops at depth max + 1, so a hostile value cannot blow the stack here.
- * Walking the parsed value costs a fraction of scanning the text: 0.16 ms vs 0.9 ms for a
- * 1,000-alert payload (146 KB), measured on Node 26.
+ * True when a parsed JSON value nests deeper than `max`: an explicit stack that stops at max + 1, so a hostile value cannot blow
+ * the stack here. Walking the parsed value costs a fraction of scanning the text: 0.16 ms vs 0.9 ms for a 1,000-alert payload
+ * (146 KB), measured on Node 26.
  */
 export function valueDeeperThan(value: unknown, max: number): boolean {
   if (value === null || typeof value !== 'object') return false;
@@ -107,11 +95,7 @@ export function parseJson(buf: Buffer): unknown {
   return parseJsonText(buf.toString('utf8'));
 }
 
-/**
- * A webhook body as its sender's content type says: JSON, or the form encoding GitHub offers
- * (`application/x-www-form-urlencoded`, the JSON in the field `payload`). Call it only after
- * the sender was verified over the raw body.
- */
+/** A webhook body as its content type says: JSON, or GitHub's form encoding (the JSON in the field `payload`). */
 export function parseWebhookBody(buf: Buffer, contentType: string | undefined): unknown {
   const type = (contentType ?? '').split(';', 1)[0]!.trim().toLowerCase();
   if (type !== 'application/x-www-form-urlencoded') return parseJson(buf);

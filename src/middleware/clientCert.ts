@@ -5,15 +5,9 @@ import { ForbiddenError, type ErrorCodeOf } from '../shared/errors.js';
 import type { Metrics } from '../shared/metrics.js';
 
 /**
- * Mutual TLS for one route (TLS_CLIENT_CA_FILE). The API port asks every connection for a client
- * certificate without requiring one in the handshake (src/shared/tls.ts), so the paths that need
- * none keep working; this check refuses the request (403 {detail, code}) unless the connection presented
- * a certificate that verified against the CA file in use when it was opened and, when a list of
- * allowed names is configured (TLS_CLIENT_ALLOWED_NAMES, src/api/clientNames.ts), one whose
- * subject or subjectAltName is on it. A change of the CA or of the list closes the connections that
- * presented a certificate before it (src/shared/tls.ts), so none goes on under what was refused. It
- * is one more gate: a bearer token configured for the same route is still required
- * (src/routes/webhooks.ts).
+ * Mutual TLS for one route: the handshake asks for a client certificate without requiring one (src/shared/tls.ts), so other
+ * paths keep working; this check refuses (403) a connection without a certificate the CA verified, or one not on the allowed
+ * names. One more gate: a bearer token configured for the same route is still required.
  */
 export function requireClientCertificate(
   metrics: Pick<Metrics, 'authFailures'>,

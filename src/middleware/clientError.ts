@@ -5,34 +5,29 @@ import { errorBody, type ErrorCode } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 import { lingeringClose } from './lingeringClose.js';
 
+/** A whole HTTP answer with the API's JSON {detail, code} body, on a connection that closes after it. */
+function answer(status: number, code: ErrorCode, detail: string): string {
+  const body = JSON.stringify(errorBody(code, detail));
+  const head = `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n`;
+  return `${head}Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
+}
+
 /**
- * Requests that Node's HTTP parser refuses never reach Express: headers over the 16 KiB limit,
- * control characters in a header value, a malformed request line, a header timeout. Node's
- * default answer is a bare status line with no body (and CONNECT gets no answer at all); this
- * one answers the same status with the
- * API's usual JSON {detail, code} body (src/shared/errors.ts; never echoing the request, so nothing a client sent, secret or
- * not, comes back), then closes the connection (lingering: src/middleware/lingeringClose.ts).
+ * Requests that Node's HTTP parser refuses never reach Express (headers over 16 KiB, control characters in a header, a header
+ * timeout), and Node answers them with a bare status line (CONNECT with nothing). These get the same status with the usual JSON
+ * body, never echoing the request (nothing a client sent, secret or not, comes back), then a lingering close.
  */
 export function jsonClientErrors(server: Server, logger?: Logger): void {
   // CONNECT never reaches Express either (without a listener Node just drops the socket).
   server.on('connect', (_req: unknown, socket: Duplex) => {
-    const body = JSON.stringify(errorBody('method_not_allowed', 'method not allowed'));
     socket.on('error', () => socket.destroy());
-    socket.end(
-      'HTTP/1.1 405 Method Not Allowed\r\n' +
-        'Content-Type: application/json; charset=utf-8\r\n' +
-        `Content-Length: ${Buffer.byteLength(body)}\r\n` +
-        'Connection: close\r\n\r\n' +
-        body,
-    );
+    socket.end(answer(405, 'method_not_allowed', 'method not allowed'));
   });
-  // Node's parser reports an error again for every later chunk of a refused request: the first
-  // answers, the rest are the lingering close's to drop.
+  // Node's parser reports an error again for every later chunk of a refused request: only the first answers.
   const answered = new WeakSet<Duplex>();
   server.on('clientError', (err: Error & { code?: string }, socket: Duplex) => {
     if (answered.has(socket)) return;
-    // As Node's default handler: answer only if nothing was written on this connection yet
-    // (otherwise a response is already out and a second one would corrupt the stream).
+    // As Node's default handler: answer only if nothing was written yet (a second response would corrupt the stream).
     if (err.code === 'ECONNRESET' || !socket.writable || (socket as Duplex & { bytesWritten?: number }).bytesWritten) {
       socket.destroy();
       return;
@@ -52,16 +47,9 @@ export function jsonClientErrors(server: Server, logger?: Logger): void {
       detail = 'malformed HTTP request: invalid character in a header';
     }
     logger?.debug('HTTP parser refused a request', { status, code: err.code });
-    const body = JSON.stringify(errorBody(code, detail));
     answered.add(socket);
     socket.on('error', () => socket.destroy());
-    socket.write(
-      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\n` +
-        'Content-Type: application/json; charset=utf-8\r\n' +
-        `Content-Length: ${Buffer.byteLength(body)}\r\n` +
-        'Connection: close\r\n\r\n' +
-        body,
-    );
+    socket.write(answer(status, code, detail));
     // The rest of the refused request (its body, say) may still be arriving.
     lingeringClose(socket);
   });

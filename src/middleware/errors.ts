@@ -12,22 +12,11 @@ import {
 } from '../shared/errors.js';
 import type { Logger } from '../shared/logger.js';
 
-/**
- * The one error middleware: every error becomes `{detail, code}` JSON with the AppError's status
- * and headers (the code from the catalog, src/shared/errors.ts). Express's HTML error pages never appear; stack traces and secrets never leave the
- * process (unexpected errors are logged by message and type only, the client sees "internal error").
- */
-
 /** Errors from ioredis when Redis is unreachable or slow: the caller should retry. */
-function isRedisUnavailable(err: unknown): boolean {
-  if (!(err instanceof Error)) return false;
-  const name = err.name;
-  const msg = err.message;
-  return (
-    name === 'MaxRetriesPerRequestError' ||
-    /Stream isn't writeable|Connection is closed|Command timed out|ECONNREFUSED|ECONNRESET|ETIMEDOUT|Reached the max retries/.test(msg)
-  );
-}
+const REDIS_UNAVAILABLE =
+  /Stream isn't writeable|Connection is closed|Command timed out|ECONNREFUSED|ECONNRESET|ETIMEDOUT|Reached the max retries/;
+const isRedisUnavailable = (err: unknown) =>
+  err instanceof Error && (err.name === 'MaxRetriesPerRequestError' || REDIS_UNAVAILABLE.test(err.message));
 
 /** Maps errors thrown by body-parser / the router (http-errors with `type`/`status`) to the catalog. */
 export function toAppError(err: unknown): AppError | undefined {
@@ -48,8 +37,6 @@ export function toAppError(err: unknown): AppError | undefined {
         return new BadRequestError('request aborted', 'request_aborted');
       case 'request.size.invalid':
         return new BadRequestError('request size did not match content length', 'content_length_mismatch');
-      default:
-        break;
     }
     // Router errors such as a malformed percent-encoding in the path (status 400).
     if (status !== undefined && status >= 400 && status < 500) {
@@ -61,6 +48,7 @@ export function toAppError(err: unknown): AppError | undefined {
   return undefined;
 }
 
+/** Every error becomes {detail, code} JSON: never Express's HTML page, a stack trace or a secret (unexpected: "internal error"). */
 export function errorHandler(logger: Logger): ErrorRequestHandler {
   // Express recognises error middleware by its four parameters.
   return (err, req, res, _next) => {
@@ -91,15 +79,11 @@ export function errorHandler(logger: Logger): ErrorRequestHandler {
   };
 }
 
-/** Last middleware: nothing matched. */
 export const notFound: RequestHandler = () => {
   throw new NotFoundError('not found');
 };
 
-/**
- * For `router.route(path)...all(methodNotAllowed([...]))`: a known path with another method gets
- * 405 with Allow; OPTIONS gets 204 with Allow.
- */
+/** For `router.route(path)...all(methodNotAllowed([...]))`: another method gets 405 with Allow; OPTIONS 204 with Allow. */
 export function methodNotAllowed(allowed: string[]): RequestHandler {
   const list = allowed.includes('GET') && !allowed.includes('HEAD') ? [...allowed, 'HEAD'] : allowed;
   return (req, res) => {

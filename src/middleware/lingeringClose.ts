@@ -1,20 +1,12 @@
 import type { Duplex } from 'node:stream';
 
-/*
- * Closing a connection whose request was answered before its body was read: a socket closed with
- * bytes unread sends a TCP reset, and a client that has not yet read the answer when the reset
- * arrives loses it (it sees a reset or EPIPE, not the 400 or 413). So the answer is followed by a
- * FIN, what the client still sends is read and dropped, at most LINGER_BYTES and LINGER_MS, and
- * then the socket is destroyed: the lingering close of Apache and nginx. The bounds keep a client
- * from making the server read a large body after all.
- */
 const LINGER_MS = 2000;
 const LINGER_BYTES = 16 * 1024 * 1024;
 
 /**
- * Ends `socket` after what was written to it and closes it once the client has closed its side or
- * a bound is reached. `data` is where the client's further bytes arrive (the request while Node's
- * HTTP parser still owns the socket, else the socket itself).
+ * Ends `socket` after its answer, drops what the client still sends (`data`: the request while Node's parser owns the socket),
+ * and destroys it once the client closed its side or a bound is reached: a socket closed with bytes unread sends a TCP reset,
+ * and a client that has not yet read the answer loses it. The bounds keep a client from making the server read a large body.
  */
 export function lingeringClose(socket: Duplex, data: NodeJS.ReadableStream = socket): void {
   let dropped = 0;

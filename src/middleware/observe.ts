@@ -5,18 +5,12 @@ import type { Metrics } from '../shared/metrics.js';
 /** The route template that answered (e.g. /ops/jobs/:id), never the raw path; "unmatched" when none did. */
 function routeTemplate(req: Request): string {
   const path = (req.route as { path?: unknown } | undefined)?.path;
-  if (typeof path === 'string') return (req.baseUrl ?? '') + path;
-  return 'unmatched';
+  return typeof path === 'string' ? (req.baseUrl ?? '') + path : 'unmatched';
 }
 
 const STATE_CHANGING = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 
-/**
- * HTTP metrics for every request, and the audit line for every state-changing call and every
- * webhook: who (principal, owner, credential id; for an OIDC token its issuer, subject, rule and
- * jti), method, path, body SHA-256, status, request id;
- * for a webhook, which value of its sender's secret matched.
- */
+/** HTTP metrics for every request, and the audit line for every state-changing call and every webhook. */
 export function observe(deps: { metrics: Pick<Metrics, 'httpRequests' | 'httpDuration'>; logger: Logger }): RequestHandler {
   return (req, res, next) => {
     const started = process.hrtime.bigint();
@@ -33,10 +27,7 @@ export function observe(deps: { metrics: Pick<Metrics, 'httpRequests' | 'httpDur
 }
 
 /** For /webhook/<source>: the source named by the path (bounded), whether or not the sender was verified. */
-function webhookSource(path: string): string | undefined {
-  const m = /^\/webhook\/([^/]{1,32})/.exec(path);
-  return m ? m[1] : undefined;
-}
+const webhookSource = (path: string) => /^\/webhook\/([^/]{1,32})/.exec(path)?.[1];
 
 /** A query component percent-decoded, then encoded the one way encodeURIComponent does (undecodable: as sent). */
 function canonical(component: string): string {
@@ -48,16 +39,15 @@ function canonical(component: string): string {
 }
 
 /**
- * The query string (bounded), e.g. host=web-1&service=frontend, with every name and value in one
- * canonical encoding: a credential sent there by mistake, spelled with any percent-encoding
- * (`%6fp_...`), reaches the line as the logger's redaction knows it (raw or encodeURIComponent)
- * and is replaced.
+ * The query string (bounded) with every name and value in one canonical encoding: a credential sent there by mistake, spelled
+ * with any percent-encoding (`%6fp_...`), reaches the line as the logger's redaction knows it and is replaced.
  */
 export function queryOf(url: string): string | undefined {
   const i = url.indexOf('?');
   if (i < 0 || i === url.length - 1) return undefined;
-  const parts = url.slice(i + 1, i + 1 + 4096).split('&');
-  return parts
+  return url
+    .slice(i + 1, i + 1 + 4096)
+    .split('&')
     .map((part) => {
       const eq = part.indexOf('=');
       return eq < 0 ? canonical(part) : `${canonical(part.slice(0, eq))}=${canonical(part.slice(eq + 1))}`;
@@ -73,7 +63,6 @@ function audit(logger: Logger, req: Request, res: Response, seconds: number): vo
     request_id: res.locals.requestId,
     caller_request_id: res.locals.callerRequestId,
     who: res.locals.principal ?? 'anonymous',
-    // The person or service behind the credential, and the credential's own id (first 12 hex of the SHA-256 of the secret presented).
     owner: res.locals.owner,
     owner_known: res.locals.ownerKnown,
     person: res.locals.person,

@@ -13,36 +13,17 @@ import {
 } from 'jose';
 import { credentialId, sha256Hex } from '../shared/crypto.js';
 import { ForbiddenError, ServiceUnavailableError, UnauthorizedError } from '../shared/errors.js';
-import { widthProblem, type Identity } from '../api/identity.js';
+import { widthProblem } from '../api/identity.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
-import {
-  SERVICE_ACCOUNT_DIR,
-  findIssuer,
-  grantFor,
-  normalizeClaims,
-  type OidcGrant,
-  type OidcIssuer,
-  type OidcSettings,
-  type Role,
-} from '../api/oidcConfig.js';
+import { SERVICE_ACCOUNT_DIR, findIssuer, grantFor, normalizeClaims, type OidcIssuer, type OidcSettings } from '../api/oidcConfig.js';
 import type { KubeEnv } from '../shared/kubeconfig.js';
-import type { Scope } from '../shared/scope.js';
 
 /**
- * OIDC ID tokens as bearer credentials (OPS_OIDC_FILE, src/api/oidcConfig.ts), verified with
- * `jose`: the issuer's allow-list, opsgate's audience, exp/nbf/iat with LEEWAY_SECONDS, a lifetime
- * (exp - iat) within the entry's max_token_lifetime and an age within its max_token_age, RS256 or
- * ES256 only, the key from the issuer's JWKS (found through its discovery document unless the
- * entry gives `jwks_uri`), cached, fetched again for an unknown `kid` once the entry's cooldown
- * has passed. Keys are fetched over TLS with the system CAs, or the entry's `ca_file` alone;
- * `discovery_auth: serviceaccount` fetches with the pod's own ServiceAccount token (re-read at each
- * fetch: the kubelet rotates it) and, without a `ca_file`, the cluster's CA beside it. That token
- * goes only to the cluster's API server (tokenMayGo); anywhere else the keys are fetched without it.
- *
- * Fails closed: an issuer whose discovery or keys cannot be fetched answers 503 with Retry-After,
- * never an accept. Every verification is counted by issuer (one of the allow-list, or `unlisted`)
- * and a result of OIDC_RESULTS.
+ * OIDC ID tokens as bearer credentials, verified with `jose` against the issuer's JWKS (cached, fetched again for an unknown `kid`
+ * after the entry's cooldown). `discovery_auth: serviceaccount` fetches with the pod's ServiceAccount token, re-read at each fetch
+ * (the kubelet rotates it), sent only to the cluster's API server (tokenMayGo). Fails closed: an issuer whose discovery or keys
+ * cannot be fetched answers 503 with Retry-After, never an accept.
  */
 const OIDC_ALGORITHMS = ['RS256', 'ES256'];
 /** Clock skew tolerated on exp, nbf and iat. */
@@ -69,42 +50,21 @@ export const OIDC_RESULTS = [
 ] as const;
 type OidcResult = (typeof OIDC_RESULTS)[number];
 
-/** A verified token's caller, as the routes and the audit line take it. */
-export interface OidcCaller {
-  identity: Identity;
-  /** Id of the token presented (12 hex of its SHA-256). */
-  credential: string;
-  role: Role;
-  scope?: Scope;
-  binds: OidcGrant['binds'];
-  /** For the audit line: the issuer, the subject, the rule matched and the token's jti. */
-  audit: { issuer: string; subject: string; rule: string; jti: string | null };
-}
-
-export interface OidcVerifier {
-  /**
-   * The caller a bearer token stands for; undefined when it is no OIDC token of a listed issuer
-   * (the contract's bearer rules answer it). Throws the refusal: 401 (not a valid token), 403 (no
-   * rule applies), 503 (its issuer cannot be reached).
-   */
-  verify(token: string): Promise<OidcCaller | undefined>;
-}
+export type OidcVerifier = ReturnType<typeof createOidcVerifier>;
+/** A verified token's caller; `audit`: the issuer, the subject, the rule matched and the token's jti. */
+export type OidcCaller = NonNullable<Awaited<ReturnType<OidcVerifier['verify']>>>;
 
 interface OidcVerifierDeps {
   settings: OidcSettings;
   metrics?: Pick<Metrics, 'oidcVerifications'>;
   logger?: Pick<Logger, 'warn'>;
-  /** Where `discovery_auth: serviceaccount` reads the pod's token and CA (default the kubelet's mount). */
   serviceAccountDir?: string;
-  /** Where the cluster's API server is, as a pod's environment says (default process.env). */
   env?: Pick<KubeEnv, 'KUBERNETES_SERVICE_HOST' | 'KUBERNETES_SERVICE_PORT'>;
 }
 
-/** An issuer's discovery or keys could not be fetched. */
 class IssuerUnavailable extends Error {
   constructor(
-    readonly issuer: string,
-    readonly why: string,
+    why: string,
     readonly retryAfter = DISCOVERY_RETRY_SECONDS,
   ) {
     super(why);
@@ -119,7 +79,6 @@ function endpointOf(url: URL): string {
   return `${url.hostname}:${url.port || (url.protocol === 'http:' ? '80' : '443')}`;
 }
 
-/** `host:port` of an address and a port (IPv6 in brackets). */
 const endpoint = (host: string, port: string | number) => `${host.includes(':') ? `[${host}]` : host}:${port}`;
 
 /** One GET over node:https with the entry's trust, the abort signal and a bounded body. */
@@ -150,12 +109,9 @@ function httpsGet(url: string, headers: Record<string, string>, ca: string | und
 }
 
 /**
- * Where the pod's ServiceAccount token may be sent: the issuer's own origin (its discovery
- * document), the API server as the pod's environment names it (KUBERNETES_SERVICE_HOST and
- * _PORT), or an address the API server advertises in the `default/kubernetes` EndpointSlice (where
- * its discovery document points jwks_uri). Any other host, named by a discovery document or an
- * entry, could be anyone's (a cloud's public key host): the keys are fetched there without the
- * token. The EndpointSlice is read from the API server itself, with the token and the cluster's CA.
+ * Where the pod's ServiceAccount token may be sent: the issuer's origin, the API server as KUBERNETES_SERVICE_HOST and _PORT
+ * name it, or an address it advertises in the `default/kubernetes` EndpointSlice (where its discovery points jwks_uri). Any
+ * other host could be anyone's (a cloud's public key host): the keys are fetched there without the token.
  */
 function tokenMayGo(
   entry: OidcIssuer,
@@ -186,10 +142,7 @@ function tokenMayGo(
     } catch (err) {
       logger?.warn(
         "OIDC: the API server's advertised addresses (EndpointSlice default/kubernetes) could not be read; keys elsewhere are fetched without the ServiceAccount token",
-        {
-          issuer: entry.issuer,
-          why: (err as Error).message,
-        },
+        { issuer: entry.issuer, why: (err as Error).message },
       );
     }
     return found;
@@ -225,11 +178,7 @@ function httpsFetch(
 }
 
 /** One issuer's discovery and key set, kept while its entry is unchanged. */
-interface IssuerClient {
-  keys(): Promise<ReturnType<typeof createRemoteJWKSet>>;
-}
-
-function issuerClient(entry: OidcIssuer, fetchImpl: FetchImplementation): IssuerClient {
+function issuerClient(entry: OidcIssuer, fetchImpl: FetchImplementation) {
   let jwks: ReturnType<typeof createRemoteJWKSet> | undefined;
   let failedAt = 0;
   let pending: Promise<ReturnType<typeof createRemoteJWKSet>> | undefined;
@@ -241,44 +190,30 @@ function issuerClient(entry: OidcIssuer, fetchImpl: FetchImplementation): Issuer
     });
   const discover = async (): Promise<string> => {
     const url = `${entry.issuer.replace(/\/+$/, '')}/.well-known/openid-configuration`;
-    let res: Response;
-    try {
-      res = await fetchImpl(url, {
-        method: 'GET',
-        redirect: 'manual',
-        headers: new Headers({ accept: 'application/json' }),
-        signal: AbortSignal.timeout(FETCH_TIMEOUT_MS),
-      });
-    } catch (err) {
-      throw new IssuerUnavailable(entry.issuer, `its discovery document could not be fetched (${(err as Error).message})`);
-    }
-    if (res.status !== 200) throw new IssuerUnavailable(entry.issuer, `its discovery document answered HTTP ${res.status}`);
-    let doc: { issuer?: unknown; jwks_uri?: unknown };
-    try {
-      doc = (await res.json()) as typeof doc;
-    } catch {
-      throw new IssuerUnavailable(entry.issuer, 'its discovery document is not JSON');
-    }
-    if (doc.issuer !== entry.issuer) throw new IssuerUnavailable(entry.issuer, 'its discovery document names another issuer');
+    const res = await fetchImpl(url, {
+      method: 'GET',
+      redirect: 'manual',
+      headers: new Headers({ accept: 'application/json' }),
+      signal: AbortSignal.timeout(FETCH_TIMEOUT_MS),
+    }).catch((err: unknown) => {
+      throw new IssuerUnavailable(`its discovery document could not be fetched (${(err as Error).message})`);
+    });
+    if (res.status !== 200) throw new IssuerUnavailable(`its discovery document answered HTTP ${res.status}`);
+    const doc = (await res.json().catch(() => {
+      throw new IssuerUnavailable('its discovery document is not JSON');
+    })) as { issuer?: unknown; jwks_uri?: unknown };
+    if (doc.issuer !== entry.issuer) throw new IssuerUnavailable('its discovery document names another issuer');
     if (typeof doc.jwks_uri !== 'string' || !doc.jwks_uri.startsWith('https://')) {
-      throw new IssuerUnavailable(entry.issuer, 'its discovery document has no https jwks_uri');
+      throw new IssuerUnavailable('its discovery document has no https jwks_uri');
     }
     return doc.jwks_uri;
   };
   return {
-    keys() {
-      if (jwks) return Promise.resolve(jwks);
-      if (entry.jwksUri) return Promise.resolve((jwks = remote(entry.jwksUri)));
-      const since = Date.now() - failedAt;
-      if (since < DISCOVERY_RETRY_SECONDS * 1000) {
-        return Promise.reject(
-          new IssuerUnavailable(
-            entry.issuer,
-            'its discovery failed moments ago',
-            Math.ceil((DISCOVERY_RETRY_SECONDS * 1000 - since) / 1000),
-          ),
-        );
-      }
+    async keys() {
+      if (jwks) return jwks;
+      if (entry.jwksUri) return (jwks = remote(entry.jwksUri));
+      const wait = failedAt + DISCOVERY_RETRY_SECONDS * 1000 - Date.now();
+      if (wait > 0) throw new IssuerUnavailable('its discovery failed moments ago', Math.ceil(wait / 1000));
       pending ??= discover()
         .then((uri) => (jwks = remote(uri)))
         .catch((err: unknown) => {
@@ -291,7 +226,6 @@ function issuerClient(entry: OidcIssuer, fetchImpl: FetchImplementation): Issuer
   };
 }
 
-/** What a jose error says about the token, as a result label. */
 function resultOf(err: unknown): OidcResult {
   if (err instanceof IssuerUnavailable) return 'issuer_unavailable';
   if (err instanceof LifetimeExceeded) return 'lifetime';
@@ -344,20 +278,20 @@ function oidcPrincipal(issuer: string, sub: string): string {
   return widthProblem(full) ? `oidc:${where.slice(0, 100)}:sha256:${sha256Hex(sub).slice(0, 24)}` : full;
 }
 
-export function createOidcVerifier(deps: OidcVerifierDeps): OidcVerifier {
+export function createOidcVerifier(deps: OidcVerifierDeps) {
   const saDir = deps.serviceAccountDir ?? SERVICE_ACCOUNT_DIR;
   const env = deps.env ?? process.env;
   // One client per issuer entry as configured: a reload that changes an entry starts its caches afresh.
-  const clients = new WeakMap<OidcIssuer, IssuerClient>();
+  const clients = new WeakMap<OidcIssuer, ReturnType<typeof issuerClient>>();
   const clientOf = (entry: OidcIssuer) => {
     let c = clients.get(entry);
     if (!c) clients.set(entry, (c = issuerClient(entry, httpsFetch(entry, saDir, env, deps.logger))));
     return c;
   };
   const count = (issuer: string, result: OidcResult) => deps.metrics?.oidcVerifications.inc({ issuer, result });
-
   return {
-    async verify(token) {
+    /** The caller a bearer token stands for; undefined when it is no OIDC token of a listed issuer. Throws the refusal (401, 403, 503). */
+    async verify(token: string) {
       if (!deps.settings.configured) return undefined;
       const unverified = peek(token);
       if (!unverified) return undefined;
@@ -377,7 +311,7 @@ export function createOidcVerifier(deps: OidcVerifierDeps): OidcVerifier {
           } catch (err) {
             if (err instanceof errors.JWKSNoMatchingKey || err instanceof errors.JWKSMultipleMatchingKeys) throw err;
             if (err instanceof errors.JOSEAlgNotAllowed || err instanceof errors.JOSENotSupported) throw err;
-            throw new IssuerUnavailable(entry.issuer, `its key set could not be fetched (${(err as Error).message})`);
+            throw new IssuerUnavailable(`its key set could not be fetched (${(err as Error).message})`);
           }
         };
         ({ payload } = await jwtVerify(token, keyOf, {
@@ -407,7 +341,10 @@ export function createOidcVerifier(deps: OidcVerifierDeps): OidcVerifier {
         const result = resultOf(err);
         count(entry.issuer, result);
         if (err instanceof IssuerUnavailable) {
-          deps.logger?.warn('OIDC issuer unavailable: tokens of it are refused until it answers', { issuer: entry.issuer, why: err.why });
+          deps.logger?.warn('OIDC issuer unavailable: tokens of it are refused until it answers', {
+            issuer: entry.issuer,
+            why: err.message,
+          });
           throw new ServiceUnavailableError(
             `the OIDC issuer ${entry.issuer} cannot be reached to verify the token; retry later`,
             'oidc_issuer_unavailable',

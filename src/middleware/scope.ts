@@ -2,10 +2,7 @@ import type { Response } from 'express';
 import { ForbiddenError } from '../shared/errors.js';
 import { describeScopeTarget, scopeAdmits, type Scope, type ScopeTarget } from '../shared/scope.js';
 
-/**
- * The scope of the request's credential (a keys-file entry's, an OIDC rule's), set by the auth
- * middleware; a credential without one acts on everything its role allows.
- */
+/** The scope of the request's credential; a credential without one acts on everything its role allows. */
 export const scopeOf = (res: Response): Scope | undefined => res.locals.scope as Scope | undefined;
 
 /** 403 `out_of_scope` when the request's credential may not act on the target. */

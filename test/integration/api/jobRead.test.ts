@@ -2,7 +2,7 @@ import { describe, expect, it } from '@jest/globals';
 import { UnrecoverableError, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { JOB, QUEUE_NAME } from '../../../src/shared/jobs.js';
-import type { JobView } from '../../../src/api/queue.js';
+import type { JobView } from '../../../src/shared/jobReads.js';
 import { useHarness } from '../../helpers/apiHarness.js';
 import { waitFor } from '../../helpers/waitFor.js';
 import { enqueue } from '../../helpers/queueOps.js';
