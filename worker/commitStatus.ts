@@ -2,38 +2,19 @@ import { UnrecoverableError } from 'bullmq';
 import type { DeployState } from '../src/changes/deployOrder/history.js';
 import type { WorkerConfig } from '../src/shared/config.js';
 import { findProject, type Inventory } from '../src/shared/inventory.js';
-import type { ReportStatusData, RunDeployPipelineData, StatusSender } from '../src/shared/jobs.js';
+import { STATUS_SENDERS, type ReportStatusData, type RunDeployPipelineData, type StatusSender } from '../src/shared/jobs.js';
 import type { Logger } from '../src/shared/logger.js';
 import { authenticates, loadOutboundAuth, type OutboundAuth } from '../src/shared/outboundAuth.js';
 
 /**
- * A deploy's state on its commit, where developers look: each state the worker records for a deploy
- * from a push or a CI call (worker/deployHistory.ts) becomes a report_status job
- * (worker/jobs/reportStatus.ts) that tells the host of the commit:
- * - GitHub: the Deployments API, one deployment per deploy, then its deployment statuses (or, for a
- *   project with `status: commit`, commit statuses);
- * - GitLab: POST /projects/:id/statuses/:sha;
- * - Gitea: POST /repos/{owner}/{repo}/statuses/{sha};
- * - Bitbucket Cloud: POST /2.0/repositories/{workspace}/{repo}/commit/{commit}/statuses/build.
- * The states each host is told are STATUS_TABLE (docs/deploys.md shows it). The service still sends
- * no webhooks of its own: these are calls to the hosts' APIs, made by worker jobs, as the
- * notification jobs call chat and paging endpoints.
+ * A deploy's state on its commit, where developers look: each state worker/deployHistory.ts records
+ * for a deploy from a push or a CI call becomes a report_status job (worker/jobs/reportStatus.ts)
+ * that calls the commit's host: GitHub's Deployments API (or commit statuses, `status: commit`),
+ * GitLab's, Gitea's and Bitbucket Cloud's commit statuses. The states told are STATUS_TABLE.
  */
 
-/** One host as the worker may call it: its API's base URL and its credentials (read again when their files change). */
-export interface StatusHost {
-  base: string;
-  auth: OutboundAuth;
-}
-
-export type StatusHosts = Partial<Record<StatusSender, StatusHost>>;
-
-const PREFIX: Record<StatusSender, 'GITHUB_STATUS' | 'GITLAB_STATUS' | 'GITEA_STATUS' | 'BITBUCKET_STATUS'> = {
-  github: 'GITHUB_STATUS',
-  gitlab: 'GITLAB_STATUS',
-  gitea: 'GITEA_STATUS',
-  bitbucket: 'BITBUCKET_STATUS',
-};
+/** Each host the worker may call: its API's base URL and its credentials (read again when their files change). */
+export type StatusHosts = Partial<Record<StatusSender, { base: string; auth: OutboundAuth }>>;
 
 /**
  * The hosts this worker may tell, from its settings; a host without a token (or without a URL,
@@ -48,8 +29,8 @@ export function statusHosts(config: WorkerConfig, logger: Pick<Logger, 'addSecre
       logger.error('credentials reload refused: keeping the ones in use', { variable: p.variable, problems: [p] }),
   };
   const out: StatusHosts = {};
-  for (const sender of Object.keys(PREFIX) as StatusSender[]) {
-    const prefix = PREFIX[sender];
+  for (const sender of STATUS_SENDERS) {
+    const prefix = `${sender.toUpperCase()}_STATUS`;
     const base = env[`${prefix}_API_URL`];
     const auth = loadOutboundAuth(env, prefix, opts);
     const off = !authenticates(auth)
@@ -120,74 +101,25 @@ export function statusReport(
  * for a deploy that never ran: `error` (GitHub), `canceled` (GitLab), `warning` (Gitea), `STOPPED`
  * (Bitbucket), the description naming the deploy that superseded it.
  */
-export const STATUS_TABLE: Readonly<
-  Record<DeployState, { deployment: string; commit: string; gitlab: string; gitea: string; bitbucket: string; description: string }>
-> = {
-  pending_approval: {
-    deployment: 'pending',
-    commit: 'pending',
-    gitlab: 'pending',
-    gitea: 'pending',
-    bitbucket: 'INPROGRESS',
-    description: 'waiting for approval',
-  },
-  held: {
-    deployment: 'queued',
-    commit: 'pending',
-    gitlab: 'pending',
-    gitea: 'pending',
-    bitbucket: 'INPROGRESS',
-    description: 'held by a freeze or outside a change window',
-  },
-  queued: { deployment: 'queued', commit: 'pending', gitlab: 'pending', gitea: 'pending', bitbucket: 'INPROGRESS', description: 'queued' },
-  running: {
-    deployment: 'in_progress',
-    commit: 'pending',
-    gitlab: 'running',
-    gitea: 'pending',
-    bitbucket: 'INPROGRESS',
-    description: 'deploying',
-  },
-  succeeded: {
-    deployment: 'success',
-    commit: 'success',
-    gitlab: 'success',
-    gitea: 'success',
-    bitbucket: 'SUCCESSFUL',
-    description: 'deployed',
-  },
-  failed: {
-    deployment: 'failure',
-    commit: 'failure',
-    gitlab: 'failed',
-    gitea: 'failure',
-    bitbucket: 'FAILED',
-    description: 'the deploy failed',
-  },
-  superseded: {
-    deployment: 'inactive',
-    commit: 'error',
-    gitlab: 'canceled',
-    gitea: 'warning',
-    bitbucket: 'STOPPED',
-    description: 'superseded by a newer deploy',
-  },
-  cancelled: {
-    deployment: 'inactive',
-    commit: 'error',
-    gitlab: 'canceled',
-    gitea: 'warning',
-    bitbucket: 'STOPPED',
-    description: 'cancelled: a newer deploy replaced it',
-  },
-  rejected: {
-    deployment: 'error',
-    commit: 'failure',
-    gitlab: 'failed',
-    gitea: 'failure',
-    bitbucket: 'FAILED',
-    description: 'rejected by an approver',
-  },
+const row = (deployment: string, commit: string, gitlab: string, gitea: string, bitbucket: string, description: string) => ({
+  deployment,
+  commit,
+  gitlab,
+  gitea,
+  bitbucket,
+  description,
+});
+
+export const STATUS_TABLE: Readonly<Record<DeployState, ReturnType<typeof row>>> = {
+  pending_approval: row('pending', 'pending', 'pending', 'pending', 'INPROGRESS', 'waiting for approval'),
+  held: row('queued', 'pending', 'pending', 'pending', 'INPROGRESS', 'held by a freeze or outside a change window'),
+  queued: row('queued', 'pending', 'pending', 'pending', 'INPROGRESS', 'queued'),
+  running: row('in_progress', 'pending', 'running', 'pending', 'INPROGRESS', 'deploying'),
+  succeeded: row('success', 'success', 'success', 'success', 'SUCCESSFUL', 'deployed'),
+  failed: row('failure', 'failure', 'failed', 'failure', 'FAILED', 'the deploy failed'),
+  superseded: row('inactive', 'error', 'canceled', 'warning', 'STOPPED', 'superseded by a newer deploy'),
+  cancelled: row('inactive', 'error', 'canceled', 'warning', 'STOPPED', 'cancelled: a newer deploy replaced it'),
+  rejected: row('error', 'failure', 'failed', 'failure', 'FAILED', 'rejected by an approver'),
 };
 
 /** The order of the states: a report is never sent after one of a later state (the history's order). */
@@ -247,34 +179,30 @@ export function githubDeployment(d: ReportStatusData): StatusCall {
 /** The status call of a report (GitHub in deployment mode: of the deployment `deployment`). */
 export function statusCall(d: ReportStatusData, targetUrl: string | undefined, deployment?: number): StatusCall {
   const row = STATUS_TABLE[d.state as DeployState];
+  const state = hostState(d);
   const description = (d.detail ? `${row.description} (${d.detail})` : row.description).slice(0, 140);
   const context = `opsgate/${d.environment}`;
   const link = targetUrl !== undefined ? { target_url: targetUrl } : {};
   switch (d.sender) {
     case 'github':
-      if (d.mode === 'deployment') {
+    case 'gitea':
+      if (d.sender === 'github' && d.mode === 'deployment') {
         return {
           method: 'POST',
           path: `/repos/${ownerRepo(d.project)}/deployments/${deployment}/statuses`,
-          body: { state: row.deployment, description, environment: d.environment, ...link, ...(targetUrl ? { log_url: targetUrl } : {}) },
+          body: { state, description, environment: d.environment, ...link, ...(targetUrl ? { log_url: targetUrl } : {}) },
         };
       }
       return {
         method: 'POST',
         path: `/repos/${ownerRepo(d.project)}/statuses/${seg(d.sha)}`,
-        body: { state: row.commit, description, context, ...link },
-      };
-    case 'gitea':
-      return {
-        method: 'POST',
-        path: `/repos/${ownerRepo(d.project)}/statuses/${seg(d.sha)}`,
-        body: { state: row.gitea, description, context, ...link },
+        body: { state, description, context, ...link },
       };
     case 'gitlab':
       return {
         method: 'POST',
         path: `/projects/${seg(d.project)}/statuses/${seg(d.sha)}`,
-        body: { state: row.gitlab, ref: branch(d.ref), name: context, description, ...link },
+        body: { state, ref: branch(d.ref), name: context, description, ...link },
       };
     case 'bitbucket':
       return {
@@ -282,7 +210,7 @@ export function statusCall(d: ReportStatusData, targetUrl: string | undefined, d
         path: `/2.0/repositories/${ownerRepo(d.project)}/commit/${seg(d.sha)}/statuses/build`,
         body: {
           key: `opsgate-${d.environment}`.replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 40),
-          state: row.bitbucket,
+          state,
           name: context,
           description,
           url: targetUrl,
