@@ -6,13 +6,9 @@ import { performance } from 'node:perf_hooks';
  * is kept, plus the lag of a tick that is overdue right now, so a probe answered just after a long
  * block still sees it (whichever of the timer and the probe's request runs first).
  */
-export interface LoopMonitor {
-  /** Largest lag (ms) within the window, including the currently overdue tick. */
-  maxLagMs(): number;
-  stop(): void;
-}
+export type LoopMonitor = ReturnType<typeof startLoopMonitor>;
 
-export function startLoopMonitor(opts: { intervalMs?: number; windowMs?: number } = {}): LoopMonitor {
+export function startLoopMonitor(opts: { intervalMs?: number; windowMs?: number } = {}) {
   const intervalMs = opts.intervalMs ?? 250;
   const windowMs = opts.windowMs ?? 10_000;
   let last = performance.now();
@@ -26,6 +22,7 @@ export function startLoopMonitor(opts: { intervalMs?: number; windowMs?: number 
   }, intervalMs);
   timer.unref();
   return {
+    /** Largest lag (ms) within the window, including the currently overdue tick. */
     maxLagMs() {
       const now = performance.now();
       let max = Math.max(0, now - last - intervalMs);

@@ -7,13 +7,8 @@ import { apiStatus, resolveKubeConfig } from './k8s.js';
 
 /**
  * Kubernetes Events (events.k8s.io/v1) for what the worker does to a cluster object, so
- * `kubectl describe` and every cluster event pipeline show who restarted or deployed what:
- * reason `OpsgateRestart` on the Deployment, `OpsgateDeploy` on the deploy Job, `OpsgateRestartRefused`
- * (Warning) on a Deployment the worker refused to restart; and how it ended: `OpsgateRolledOut` /
- * `OpsgateRolloutFailed` (Warning) on the Deployment, `OpsgateDeployed` / `OpsgateDeployFailed` on the
- * Job, `OpsgateRestartRejected` / `OpsgateRestartExpired` on a Deployment whose restart was not
- * approved; `OpsgateRemediated` / `OpsgateRemediationFailed` (Warning) for how an alert-driven
- * remediation ended. The note carries the principal's key id, the approvers, the audit id and the queue job
+ * `kubectl describe` and every cluster event pipeline show who restarted or deployed what, and how
+ * it ended. The note carries the principal's key id, the approvers, the audit id and the queue job
  * id (never a secret: requested_by is a credential id).
  *
  * The Event name derives from the queue job id and reason, so a retried attempt finds its own
@@ -22,34 +17,26 @@ import { apiStatus, resolveKubeConfig } from './k8s.js';
  */
 const REPORTING_CONTROLLER = 'opsgate.io/worker';
 
-export type EventReason =
-  | 'OpsgateRestart'
-  | 'OpsgateRestartRefused'
-  | 'OpsgateDeploy'
-  // How a guarded change ended (worker/report.ts): on the Deployment, or on the deploy Job.
-  | 'OpsgateRolledOut'
-  | 'OpsgateRolloutFailed'
-  | 'OpsgateDeployed'
-  | 'OpsgateDeployFailed'
-  | 'OpsgateRestartRejected'
-  | 'OpsgateRestartExpired'
-  // How an alert-driven remediation ended (worker/jobs/remediate.ts), on the Deployment.
-  | 'OpsgateRemediated'
-  | 'OpsgateRemediationFailed';
-
-const WHAT: Record<EventReason, string> = {
+/** Each reason and what its note says was done. */
+const WHAT = {
+  // On the Deployment, and on a Deployment the worker refused to restart (Warning).
   OpsgateRestart: 'rollout restart',
   OpsgateRestartRefused: 'rollout restart refused',
+  // On the deploy Job.
   OpsgateDeploy: 'deploy',
+  // How a guarded change ended (worker/report.ts): on the Deployment, or on the deploy Job.
   OpsgateRolledOut: 'rollout restart rolled out',
   OpsgateRolloutFailed: 'rollout restart failed',
   OpsgateDeployed: 'deploy succeeded',
   OpsgateDeployFailed: 'deploy failed',
   OpsgateRestartRejected: 'rollout restart rejected',
   OpsgateRestartExpired: 'rollout restart approval expired',
+  // How an alert-driven remediation ended (worker/jobs/remediate.ts), on the Deployment.
   OpsgateRemediated: 'remediation verified: the alert resolved',
   OpsgateRemediationFailed: 'remediation did not clear the alert',
 };
+
+export type EventReason = keyof typeof WHAT;
 
 interface OpsgateEvent {
   namespace: string;
@@ -128,12 +115,8 @@ export async function recordEvent(kc: KubeConfig, e: OpsgateEvent, logger: Logge
  * configuration logs that it wrote none, as for a refused write, and the job goes on.
  */
 export async function recordEventResolving(factory: KubeConfigFactory, e: OpsgateEvent, logger: Logger): Promise<boolean> {
-  let kc: KubeConfig;
-  try {
-    kc = await resolveKubeConfig(factory);
-  } catch (err) {
+  const kc = await resolveKubeConfig(factory).catch((err: unknown) => {
     logger.warn('no Kubernetes Event: no Kubernetes configuration', { reason: e.reason, err: (err as Error).message });
-    return false;
-  }
-  return recordEvent(kc, e, logger);
+  });
+  return kc ? recordEvent(kc, e, logger) : false;
 }
