@@ -20,10 +20,8 @@ import { statusHosts, type StatusHosts } from './commitStatus.js';
 import type { JobMetrics } from './outcomes.js';
 
 /**
- * The worker's dependencies, built once per process (worker/index.ts); the processor builds each
- * job's context from them. The change pipeline's stores are the ones the API writes (freezes,
- * holds, approvals, budgets, the deploys' turns): every restart or deploy job is checked against
- * them when it starts an attempt.
+ * The worker's dependencies, built once per process; the processor builds each job's context from
+ * them. The change pipeline's stores are the ones the API writes: each attempt of a change checks them.
  */
 export interface WorkerDeps {
   config: WorkerConfig;
@@ -53,10 +51,7 @@ export interface WorkerDeps {
   statusHosts?: StatusHosts;
   /** Queues a report_status job, one per deploy and state (a repeat adds nothing). */
   reportStatus?: (data: ReportStatusData) => Promise<void>;
-  /**
-   * The senders' deliveries log, the API's: a pushed deploy that never ran or was cancelled is
-   * appended to it (src/changes/deployOrder/deliveries.ts). Sent in the background; flushed by `close`.
-   */
+  /** The senders' deliveries log, the API's: a pushed deploy that never ran or was cancelled is appended to it (flushed by `close`). */
   deliveries?: Pick<DeployEndLog, 'record'>;
   /** Alert-driven remediation's checks and watches (absent without rules in the inventory). */
   remediation?: Omit<RemediationDeps, 'onOutcome'>;
@@ -80,15 +75,7 @@ export function createWorkerDeps(
   const deliveries = createDeployEndLog({ redis, logger, keep: config.DELIVERIES_KEPT, keepUnverified: config.DELIVERIES_UNVERIFIED_KEPT });
   const deps: WorkerDeps = {
     ...base,
-    metrics:
-      m?.changeOutcomes && m.holds
-        ? {
-            changeOutcomes: m.changeOutcomes,
-            holds: m.holds,
-            ...(m.deployLastSuccess ? { deployLastSuccess: m.deployLastSuccess } : {}),
-            ...(m.commitStatusReports ? { commitStatusReports: m.commitStatusReports } : {}),
-          }
-        : undefined,
+    metrics: m?.changeOutcomes && m.holds ? { ...m, changeOutcomes: m.changeOutcomes, holds: m.holds } : undefined,
     freezes: pipeline.freezes,
     holds: pipeline.holds,
     approvals: pipeline.approvals,

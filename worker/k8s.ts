@@ -2,12 +2,6 @@ import { KubeConfig } from '@kubernetes/client-node';
 import { UnrecoverableError } from 'bullmq';
 import { NoKubeConfigError, type KubeConfigFactory } from '../src/shared/kubeconfig.js';
 
-/**
- * Kubernetes access for the worker's jobs. The KubeConfig comes from a factory (WorkerDeps.kubeConfig,
- * by default kubeConfigFromEnv of src/shared/kubeconfig.ts, the loader the API uses too), called
- * for each job, so tests and the cluster suite can point the worker at any API server.
- */
-
 /** A KubeConfig for a bare API server URL and bearer token (handy for the cluster test suite). */
 export function kubeConfigForToken(server: string, token: string, opts: { caData?: string; skipTLSVerify?: boolean } = {}): KubeConfig {
   const kc = new KubeConfig();
@@ -32,10 +26,7 @@ export async function resolveKubeConfig(factory: KubeConfigFactory): Promise<Kub
 
 /** The Kubernetes API status code of a client-node error, if it is one (ApiException). */
 export function apiStatus(err: unknown): number | undefined {
-  if (err && typeof err === 'object' && 'code' in err && typeof err.code === 'number') {
-    return (err as { code: number }).code;
-  }
-  return undefined;
+  return err && typeof err === 'object' && 'code' in err && typeof err.code === 'number' ? err.code : undefined;
 }
 
 /** The Status.message of an API error body, bounded; safe to log (never carries credentials). */
