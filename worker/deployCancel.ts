@@ -10,29 +10,13 @@ import { deleteDeployJob, deployJobName, jobEnd } from './jobs/deploy.js';
 
 /**
  * cancel_in_progress (a project's flag in the inventory): a newer deploy of a group does not wait
- * for the running one of such a project; the running one's Kubernetes Job is deleted, with its
- * pods, and that deploy ends `cancelled`, naming the newer one.
- *
- * Who does what, so that two workers and retried attempts agree:
- * - the newer deploy's worker, when its turn answers `wait` (worker/deployTurn.ts), marks the
- *   running deploy cancelled in Redis (src/changes/deployOrder/cancel.ts: the first newer deploy to
- *   ask is named and stays named) and then deletes its Job with foreground propagation. A Job that ended already is
- *   left alone (its deploy ends with its own outcome); a Job not created yet is left to the
- *   running deploy. The deletion is repeated each time the newer deploy wakes and still waits:
- *   a delete that failed is tried again, one that succeeded answers 404 or finds it going;
- * - the running deploy's worker (worker/jobs/deploy.ts) reads the mark before it creates its Job
- *   (a cancelled deploy's next attempt never creates it again) and at each poll of its Job while
- *   it has not ended: marked, it deletes its own Job too (the newer deploy may have found none
- *   yet) and waits until the Job is gone, pods included, then ends `cancelled` (a success of the
- *   queue job: no retry, no dead letter). The group's turn ends with it and the newer deploy runs.
- * With waitForCompletion false a deploy holds its group's turn only while its Job is created, so
- * there is nothing to cancel: the flag is read only with waitForCompletion.
- */
-
-/**
- * The newer deploy `by`, waiting for the running deploy `runningId` of its group: cancels it when
- * the running deploy's project has cancel_in_progress. Never throws: a failure is logged and the
- * newer deploy waits as it would without the flag, trying again when it next wakes.
+ * for the running one; it marks that deploy cancelled in Redis (src/changes/deployOrder/cancel.ts:
+ * the first newer deploy to ask stays named) and deletes its Kubernetes Job, pods included, each
+ * time it wakes and still waits (a delete that failed is tried again). A Job that ended is left
+ * alone; one not created yet is left to the running deploy, whose worker (worker/jobs/deploy.ts)
+ * reads the mark before creating its Job and at each poll, deletes it too, and ends `cancelled`.
+ * Only deploys with waitForCompletion hold their group's turn while their Job runs, so only they
+ * are cancelled. Never throws: a failure is logged and the newer deploy waits as without the flag.
  */
 export async function cancelRunning(
   ctx: Pick<JobContext, 'inventory' | 'redis' | 'kubeConfig' | 'logger' | 'readJob'>,

@@ -27,16 +27,8 @@ import { createProcessor } from './processor.js';
 import { secretsForWorker } from './secrets.js';
 import { closeWorker, onShutdownSignals } from './shutdown.js';
 
-/**
- * The worker process: a BullMQ Worker on queue "ops" running restart_service,
- * run_deploy_pipeline and notify_oncall. Entry point dist/worker/index.js; startWorker() runs the
- * same thing in-process for tests. This file is the wiring; the parts live beside it:
- * processor.ts (job name -> handler, the job timeout), jobs/ (the handlers), outcomes.ts (logs and
- * metrics per attempt), liveness.ts (/livez), shutdown.ts (drain and close), secrets.ts (what the
- * logger redacts).
- */
+/** The worker process's wiring (entry point dist/worker/index.js); startWorker() runs it in-process for tests. */
 export const READY_MESSAGE = 'worker ready';
-export { secretsForWorker, workerLiveness };
 
 /** What startWorker may be given instead of its defaults (tests pass their own). */
 export interface WorkerOptions {
@@ -56,12 +48,7 @@ export interface WorkerHandle {
   readonly worker: Worker;
   readonly redis: Redis;
   readonly logger: Logger;
-  /**
-   * Graceful stop: no new jobs; active jobs may finish within `graceMs` (default
-   * WORKER_SHUTDOWN_GRACE_SECONDS); past it they are aborted (their attempt fails and is retried
-   * later). Then Redis is quit. Every step is bounded (stepMs, default SHUTDOWN_TIMEOUT_SECONDS);
-   * resolves false when one did not finish in time. Idempotent.
-   */
+  /** closeWorker (worker/shutdown.ts), by default within WORKER_SHUTDOWN_GRACE_SECONDS and SHUTDOWN_TIMEOUT_SECONDS. Idempotent. */
   close(graceMs?: number, stepMs?: number): Promise<boolean>;
 }
 
