@@ -101,7 +101,8 @@ export function statusReport(
  * for a deploy that never ran: `error` (GitHub), `canceled` (GitLab), `warning` (Gitea), `STOPPED`
  * (Bitbucket), the description naming the deploy that superseded it.
  */
-const row = (deployment: string, commit: string, gitlab: string, gitea: string, bitbucket: string, description: string) => ({
+const row = (rank: number, deployment: string, commit: string, gitlab: string, gitea: string, bitbucket: string, description: string) => ({
+  rank,
   deployment,
   commit,
   gitlab,
@@ -111,29 +112,21 @@ const row = (deployment: string, commit: string, gitlab: string, gitea: string, 
 });
 
 export const STATUS_TABLE: Readonly<Record<DeployState, ReturnType<typeof row>>> = {
-  pending_approval: row('pending', 'pending', 'pending', 'pending', 'INPROGRESS', 'waiting for approval'),
-  held: row('queued', 'pending', 'pending', 'pending', 'INPROGRESS', 'held by a freeze or outside a change window'),
-  queued: row('queued', 'pending', 'pending', 'pending', 'INPROGRESS', 'queued'),
-  running: row('in_progress', 'pending', 'running', 'pending', 'INPROGRESS', 'deploying'),
-  succeeded: row('success', 'success', 'success', 'success', 'SUCCESSFUL', 'deployed'),
-  failed: row('failure', 'failure', 'failed', 'failure', 'FAILED', 'the deploy failed'),
-  superseded: row('inactive', 'error', 'canceled', 'warning', 'STOPPED', 'superseded by a newer deploy'),
-  cancelled: row('inactive', 'error', 'canceled', 'warning', 'STOPPED', 'cancelled: a newer deploy replaced it'),
-  rejected: row('error', 'failure', 'failed', 'failure', 'FAILED', 'rejected by an approver'),
+  pending_approval: row(0, 'pending', 'pending', 'pending', 'pending', 'INPROGRESS', 'waiting for approval'),
+  held: row(1, 'queued', 'pending', 'pending', 'pending', 'INPROGRESS', 'held by a freeze or outside a change window'),
+  queued: row(1, 'queued', 'pending', 'pending', 'pending', 'INPROGRESS', 'queued'),
+  running: row(2, 'in_progress', 'pending', 'running', 'pending', 'INPROGRESS', 'deploying'),
+  succeeded: row(3, 'success', 'success', 'success', 'success', 'SUCCESSFUL', 'deployed'),
+  failed: row(3, 'failure', 'failure', 'failed', 'failure', 'FAILED', 'the deploy failed'),
+  superseded: row(3, 'inactive', 'error', 'canceled', 'warning', 'STOPPED', 'superseded by a newer deploy'),
+  cancelled: row(3, 'inactive', 'error', 'canceled', 'warning', 'STOPPED', 'cancelled: a newer deploy replaced it'),
+  rejected: row(3, 'error', 'failure', 'failed', 'failure', 'FAILED', 'rejected by an approver'),
 };
 
-/** The order of the states: a report is never sent after one of a later state (the history's order). */
-export const STATE_RANK: Readonly<Record<DeployState, number>> = {
-  pending_approval: 0,
-  held: 1,
-  queued: 1,
-  running: 2,
-  succeeded: 3,
-  failed: 3,
-  superseded: 3,
-  cancelled: 3,
-  rejected: 3,
-};
+/** The order of the states (the table's rank): a report is never sent after one of a later state (the history's order). */
+export const STATE_RANK = Object.fromEntries(Object.entries(STATUS_TABLE).map(([state, r]) => [state, r.rank])) as Readonly<
+  Record<DeployState, number>
+>;
 
 /** One call to a host's API. */
 export interface StatusCall {
@@ -142,6 +135,7 @@ export interface StatusCall {
   body: Record<string, unknown>;
 }
 
+const post = (path: string, body: Record<string, unknown>): StatusCall => ({ method: 'POST', path, body });
 const seg = encodeURIComponent;
 
 function ownerRepo(project: string): string {
@@ -162,18 +156,14 @@ const branch = (ref: string) => ref.replace(/^refs\/heads\//, '');
 
 /** GitHub's deployment of a deploy: created once, before its first status. */
 export function githubDeployment(d: ReportStatusData): StatusCall {
-  return {
-    method: 'POST',
-    path: `/repos/${ownerRepo(d.project)}/deployments`,
-    body: {
-      ref: d.sha,
-      task: 'deploy',
-      environment: d.environment,
-      auto_merge: false,
-      required_contexts: [],
-      description: `opsgate deploy ${d.deploy_id}`.slice(0, 140),
-    },
-  };
+  return post(`/repos/${ownerRepo(d.project)}/deployments`, {
+    ref: d.sha,
+    task: 'deploy',
+    environment: d.environment,
+    auto_merge: false,
+    required_contexts: [],
+    description: `opsgate deploy ${d.deploy_id}`.slice(0, 140),
+  });
 }
 
 /** The status call of a report (GitHub in deployment mode: of the deployment `deployment`). */
@@ -187,36 +177,21 @@ export function statusCall(d: ReportStatusData, targetUrl: string | undefined, d
     case 'github':
     case 'gitea':
       if (d.sender === 'github' && d.mode === 'deployment') {
-        return {
-          method: 'POST',
-          path: `/repos/${ownerRepo(d.project)}/deployments/${deployment}/statuses`,
-          body: { state, description, environment: d.environment, ...link, ...(targetUrl ? { log_url: targetUrl } : {}) },
-        };
+        const path = `/repos/${ownerRepo(d.project)}/deployments/${deployment}/statuses`;
+        return post(path, { state, description, environment: d.environment, ...link, ...(targetUrl ? { log_url: targetUrl } : {}) });
       }
-      return {
-        method: 'POST',
-        path: `/repos/${ownerRepo(d.project)}/statuses/${seg(d.sha)}`,
-        body: { state, description, context, ...link },
-      };
+      return post(`/repos/${ownerRepo(d.project)}/statuses/${seg(d.sha)}`, { state, description, context, ...link });
     case 'gitlab':
-      return {
-        method: 'POST',
-        path: `/projects/${seg(d.project)}/statuses/${seg(d.sha)}`,
-        body: { state, ref: branch(d.ref), name: context, description, ...link },
-      };
+      return post(`/projects/${seg(d.project)}/statuses/${seg(d.sha)}`, { state, ref: branch(d.ref), name: context, description, ...link });
     case 'bitbucket':
-      return {
-        method: 'POST',
-        path: `/2.0/repositories/${ownerRepo(d.project)}/commit/${seg(d.sha)}/statuses/build`,
-        body: {
-          key: `opsgate-${d.environment}`.replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 40),
-          state,
-          name: context,
-          description,
-          url: targetUrl,
-          refname: branch(d.ref),
-        },
-      };
+      return post(`/2.0/repositories/${ownerRepo(d.project)}/commit/${seg(d.sha)}/statuses/build`, {
+        key: `opsgate-${d.environment}`.replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 40),
+        state,
+        name: context,
+        description,
+        url: targetUrl,
+        refname: branch(d.ref),
+      });
   }
 }
 
