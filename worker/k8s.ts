@@ -1,3 +1,4 @@
+import { setTimeout as delay } from 'node:timers/promises';
 import { KubeConfig } from '@kubernetes/client-node';
 import { UnrecoverableError } from 'bullmq';
 import { NoKubeConfigError, type KubeConfigFactory } from '../src/shared/kubeconfig.js';
@@ -99,19 +100,8 @@ export function k8sFailure(err: unknown, what: string, verb: string): Error {
 }
 
 /** Sleeps `ms`, or rejects early with the signal's reason when it aborts. */
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(abortReason(signal));
-    const t = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    const onAbort = () => {
-      clearTimeout(t);
-      reject(abortReason(signal!));
-    };
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
+export async function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  await delay(ms, undefined, { signal }).catch(() => Promise.reject(abortReason(signal!)));
 }
 
 export function abortReason(signal: AbortSignal): Error {
