@@ -56,18 +56,10 @@ export async function startWorker(config: WorkerConfig, opts: WorkerOptions = {}
   const logger = opts.logger ?? createLogger({ level: config.LOG_LEVEL, base: { component: 'worker' }, secrets: secretsForWorker(config) });
   const inventory = opts.inventory ?? loadInventory(config.OPS_INVENTORY_FILE);
   const kubeConfig = opts.kubeConfig ?? kubeConfigFromEnv(process.env);
+  const { metrics, now = Date.now } = opts;
   const redis = connectRedis({ url: config.REDIS_URL, profile: 'blocking', name: opts.name ?? 'opsgate-worker', logger });
-  const { close: closeReports, ...deps } = createWorkerDeps({
-    config,
-    inventory,
-    redis,
-    logger,
-    kubeConfig,
-    now: opts.now ?? Date.now,
-    metrics: opts.metrics,
-  });
-  const processor = createProcessor(deps);
-  const worker = new Worker(QUEUE_NAME, processor, {
+  const { close: closeReports, ...deps } = createWorkerDeps({ config, inventory, redis, logger, kubeConfig, now, metrics });
+  const worker = new Worker(QUEUE_NAME, createProcessor(deps), {
     connection: redis,
     prefix: queuePrefix(config.REDIS_URL),
     concurrency: config.WORKER_CONCURRENCY,
@@ -77,7 +69,7 @@ export async function startWorker(config: WorkerConfig, opts: WorkerOptions = {}
     autorun: false,
     ...(opts.name ? { name: opts.name } : {}),
   });
-  observeJobs(worker, { logger, metrics: opts.metrics });
+  observeJobs(worker, { logger, metrics });
 
   // Connect first (waits, retrying, while Redis is unreachable), then start taking jobs.
   await worker.waitUntilReady();
@@ -130,8 +122,7 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
   let metricsServer: MetricsServer | undefined;
   let handle: WorkerHandle | undefined;
   let queueDepth: { close(): Promise<void> } | undefined;
-  const loopMonitor = startLoopMonitor();
-  const livez = workerLiveness({ monitor: loopMonitor, maxLagMs: config.WORKER_LIVENESS_MAX_LAG_MS, redis: () => handle?.redis });
+  const livez = workerLiveness({ monitor: startLoopMonitor(), maxLagMs: config.WORKER_LIVENESS_MAX_LAG_MS, redis: () => handle?.redis });
   try {
     metricsServer = await startMetricsServer({
       registry: metrics.registry,
