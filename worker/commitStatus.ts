@@ -6,20 +6,14 @@ import { STATUS_SENDERS, type ReportStatusData, type RunDeployPipelineData, type
 import type { Logger } from '../src/shared/logger.js';
 import { authenticates, loadOutboundAuth, type OutboundAuth } from '../src/shared/outboundAuth.js';
 
-/**
- * A deploy's state on its commit, where developers look: each state worker/deployHistory.ts records
- * for a deploy from a push or a CI call becomes a report_status job (worker/jobs/reportStatus.ts)
- * that calls the commit's host: GitHub's Deployments API (or commit statuses, `status: commit`),
- * GitLab's, Gitea's and Bitbucket Cloud's commit statuses. The states told are STATUS_TABLE.
- */
+// A deploy's states told to the host of its commit, where developers look (the calls: worker/jobs/reportStatus.ts).
 
 /** Each host the worker may call: its API's base URL and its credentials (read again when their files change). */
 export type StatusHosts = Partial<Record<StatusSender, { base: string; auth: OutboundAuth }>>;
 
 /**
- * The hosts this worker may tell, from its settings; a host without a token (or without a URL,
- * or Bitbucket without OPSGATE_PUBLIC_URL, whose statuses need a link) is told nothing, and this
- * says so once, at start. Credential problems are a ConfigError naming the variables.
+ * The hosts this worker may tell; one without a token, a URL or (Bitbucket, whose statuses need a link)
+ * OPSGATE_PUBLIC_URL is told nothing, said once at start. Credential problems are a ConfigError.
  */
 export function statusHosts(config: WorkerConfig, logger: Pick<Logger, 'addSecrets' | 'error' | 'info'>): StatusHosts {
   const env = config as unknown as Readonly<Record<string, string | undefined>>;
@@ -58,9 +52,8 @@ const SENDER_OF_PREFIX: Readonly<Record<string, StatusSender>> = {
 };
 
 /**
- * The host told a deploy's states: a push's own sender, else (a CI deploy, a push through the
- * generic sender) the project's `sender` in the inventory. A deploy without an event (an operator's
- * own deploy) or without a commit tells nobody.
+ * The host told a deploy's states: a push's own sender, else the project's `sender` in the inventory.
+ * A deploy without an event (an operator's own) or without a commit tells nobody.
  */
 export function senderOf(inventory: Inventory, d: Pick<RunDeployPipelineData, 'project' | 'event_id' | 'sha'>): StatusSender | undefined {
   if (!d.event_id || !d.sha) return undefined;
@@ -96,10 +89,8 @@ export function statusReport(
 }
 
 /**
- * opsgate's states -> each host's (docs/deploys.md shows this table). GitHub's deployment states
- * have no "cancelled": `inactive`, with the description saying why. Commit statuses have no state
- * for a deploy that never ran: `error` (GitHub), `canceled` (GitLab), `warning` (Gitea), `STOPPED`
- * (Bitbucket), the description naming the deploy that superseded it.
+ * opsgate's states -> each host's (docs/deploys.md shows this table). No host has a state for a
+ * deploy cancelled or never run: the nearest one, the description saying why.
  */
 const row = (rank: number, deployment: string, commit: string, gitlab: string, gitea: string, bitbucket: string, description: string) => ({
   rank,
@@ -128,7 +119,6 @@ export const STATE_RANK = Object.fromEntries(Object.entries(STATUS_TABLE).map(([
   Record<DeployState, number>
 >;
 
-/** One call to a host's API. */
 export interface StatusCall {
   method: 'POST';
   path: string;

@@ -9,14 +9,10 @@ import { apiStatus, k8sFailure, resolveKubeConfig } from './k8s.js';
 import { deleteDeployJob, deployJobName, jobEnd } from './jobs/deploy.js';
 
 /**
- * cancel_in_progress (a project's flag in the inventory): a newer deploy of a group does not wait
- * for the running one; it marks that deploy cancelled in Redis (src/changes/deployOrder/cancel.ts:
- * the first newer deploy to ask stays named) and deletes its Kubernetes Job, pods included, each
- * time it wakes and still waits (a delete that failed is tried again). A Job that ended is left
- * alone; one not created yet is left to the running deploy, whose worker (worker/jobs/deploy.ts)
- * reads the mark before creating its Job and at each poll, deletes it too, and ends `cancelled`.
- * Only deploys with waitForCompletion hold their group's turn while their Job runs, so only they
- * are cancelled. Never throws: a failure is logged and the newer deploy waits as without the flag.
+ * cancel_in_progress: a newer deploy of a group marks the running one cancelled in Redis (the first
+ * to ask stays named) and deletes its Job, pods included, each time it wakes and still waits. A Job
+ * not created yet is left to the running deploy (worker/jobs/deploy.ts reads the mark). Only deploys
+ * with waitForCompletion hold the turn while their Job runs. Never throws: a failure is logged.
  */
 export async function cancelRunning(
   ctx: Pick<JobContext, 'inventory' | 'redis' | 'kubeConfig' | 'logger' | 'readJob'>,

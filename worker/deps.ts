@@ -19,10 +19,7 @@ import { queuePrefix } from '../src/shared/keys.js';
 import { statusHosts, type StatusHosts } from './commitStatus.js';
 import type { JobMetrics } from './outcomes.js';
 
-/**
- * The worker's dependencies, built once per process; the processor builds each job's context from
- * them. The change pipeline's stores are the ones the API writes: each attempt of a change checks them.
- */
+/** The worker's dependencies, built once per process; the change pipeline's stores are the ones the API writes. */
 export interface WorkerDeps {
   config: WorkerConfig;
   inventory: Inventory;

@@ -64,11 +64,8 @@ function networkCode(err: unknown): string {
 }
 
 /**
- * Maps a Kubernetes API failure to the job outcome:
- * - 401/403: UnrecoverableError with a clear reason (credentials / RBAC will not fix themselves);
- * - 404: UnrecoverableError (`what` not found);
- * - other 4xx except 408/429: UnrecoverableError (the request is wrong; retrying cannot help);
- * - 408, 429, 5xx and network errors: a plain Error, so BullMQ retries with backoff.
+ * A Kubernetes API failure as the job's error: 408, 429, 5xx and network errors are a plain Error
+ * (BullMQ retries with backoff); any other 4xx is an UnrecoverableError (retrying cannot fix it).
  */
 export function k8sFailure(err: unknown, what: string, verb: string): Error {
   if (err instanceof UnrecoverableError) return err;

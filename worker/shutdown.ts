@@ -6,9 +6,8 @@ import { settlesWithin } from '../src/shared/timeout.js';
 import { markClosing } from '../src/shared/redisConnection.js';
 
 /**
- * Waits (at most ms) for a connection to leave the "reconnecting" state. BullMQ's blocking
- * connection is a duplicate of the worker's connection (same address, same retry strategy), so
- * after a Redis restart both come back within one retry step of each other.
+ * Waits (at most ms) for a connection to leave the "reconnecting" state. BullMQ's blocking connection
+ * duplicates the worker's, so after a Redis restart both come back within one retry step.
  */
 async function settleConnection(client: Redis, ms: number): Promise<void> {
   if (client.status !== 'reconnecting' && client.status !== 'connecting') return;
@@ -22,9 +21,8 @@ async function settleConnection(client: Redis, ms: number): Promise<void> {
 }
 
 /**
- * Stops the queue worker: no new jobs; active jobs may finish within graceMs; past it they are
- * aborted (their attempt fails and is retried later). Then Redis is quit. Every step is bounded
- * (by stepMs); resolves false when one did not finish in time.
+ * Stops the queue worker: active jobs may finish within graceMs, then are aborted (and retried
+ * later); then Redis is quit. Each step is bounded by stepMs; false when one did not finish in time.
  */
 export async function closeWorker(
   worker: Worker,
@@ -76,9 +74,8 @@ interface ProcessShutdownDeps {
 }
 
 /**
- * SIGTERM / SIGINT for the worker process: drain the active jobs (graceMs), close the rest, exit 0
- * when every step finished, else 1. A second signal exits at once. The whole is bounded by
- * graceMs + stepMs (src/shared/shutdown.ts).
+ * SIGTERM / SIGINT: drain the active jobs, close the rest, exit 0 when every step finished, else 1,
+ * within graceMs + stepMs. A second signal exits at once.
  */
 export function onShutdownSignals(deps: ProcessShutdownDeps): void {
   const { logger, graceMs, stepMs } = deps;
