@@ -20,7 +20,7 @@ import { statusHosts, type StatusHosts } from './commitStatus.js';
 import type { JobMetrics } from './outcomes.js';
 
 /** The worker's dependencies, built once per process; the change pipeline's stores are the ones the API writes. */
-export interface WorkerDeps {
+export interface WorkerDeps extends Pick<Pipeline, 'freezes' | 'holds' | 'approvals' | 'deployTurns'> {
   config: WorkerConfig;
   inventory: Inventory;
   /** The worker's Redis connection (idempotency records, the stores, the report queue). */
@@ -30,12 +30,7 @@ export interface WorkerDeps {
   /** The clock of guarded changes (freezes, windows, approval expiry). */
   now: () => number;
   metrics?: Pick<Metrics, 'changeOutcomes' | 'holds'> & Partial<Pick<Metrics, 'deployLastSuccess' | 'commitStatusReports'>>;
-  freezes: Pipeline['freezes'];
-  holds: Pipeline['holds'];
-  approvals: Pipeline['approvals'];
   budgets: Pick<Budgets, 'giveBack'>;
-  /** The deploys' concurrency groups: a deploy takes its group's turn before it runs. */
-  deployTurns: Pipeline['deployTurns'];
   /** Wakes a delayed job now (the next deploy of a group whose running one ended); a job not delayed is left as it is. */
   promote: (id: string) => Promise<void>;
   /** Whether a job of that id is on the queue (an approval left approving: was its change added?). */
@@ -101,6 +96,7 @@ export function createWorkerDeps(
     },
   };
   if (inventory.remediations.length > 0) {
+    const { remediations, remediationsSuppressed, remediationEscalations } = m ?? {};
     deps.remediation = {
       pipeline,
       rules: inventory.remediations,
@@ -108,15 +104,10 @@ export function createWorkerDeps(
       ...remediationSources(config, logger),
       jobs: createJobReads(reportQueue, createQueueGuard(redis, 5000, logger)),
       logger: logger.child({ component: 'remediation' }),
-      ...(m?.remediations && m.remediationsSuppressed && m.remediationEscalations
-        ? {
-            metrics: {
-              remediations: m.remediations,
-              remediationsSuppressed: m.remediationsSuppressed,
-              remediationEscalations: m.remediationEscalations,
-            },
-          }
-        : {}),
+      metrics:
+        remediations && remediationsSuppressed && remediationEscalations
+          ? { remediations, remediationsSuppressed, remediationEscalations }
+          : undefined,
       now,
     };
   }

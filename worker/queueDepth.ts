@@ -8,10 +8,9 @@ import { createRedis } from '../src/shared/redis.js';
 export function exportQueueDepth(
   metrics: Pick<Metrics, 'setQueueDepthSources'> & Partial<Pick<Metrics, 'setRedisMemorySource'>>,
   redisUrl: string,
-  queueName: string = QUEUE_NAME,
 ): { close(): Promise<void> } {
   const connection = createRedis(redisUrl, 'request', 'opsgate-queue-depth');
-  const queue = new Queue(queueName, { connection, prefix: queuePrefix(redisUrl) });
+  const queue = new Queue(QUEUE_NAME, { connection, prefix: queuePrefix(redisUrl) });
   queue.on('error', () => {}); // a failed read is counted by opsgate_queue_scrape_errors_total
   metrics.setQueueDepthSources([queueCountsSource(queue)]);
   metrics.setRedisMemorySource?.(redisMemoryReader(connection));
