@@ -6,13 +6,9 @@ import type { JobContext } from './context.js';
 import { cancelRunning } from './deployCancel.js';
 
 /**
- * A change of a kind with an order (a deploy: src/changes/deployOrder/) takes its group's turn
- * after its gate, before its handler runs. Superseded (a deploy of its group accepted after it
- * started, or waits to), it never runs. While another deploy of its group runs, the job goes back
- * to the delayed set (Job#moveToDelayed with its token, then DelayedError), holding no worker slot,
- * and asks again when it wakes; the running one, when it ends, wakes the newest waiting one at once.
- * Without the job's lock token the turn cannot be taken: the attempt fails (retried), it never runs
- * out of order.
+ * A change of a kind with an order (a deploy) takes its group's turn after its gate: superseded by a
+ * newer one, it never runs; while another runs, it waits delayed (holding no worker slot) until that
+ * one ends and wakes it. Without the job's lock token the attempt fails: it never runs out of order.
  */
 
 /** How long a waiting deploy sleeps before it asks again. */

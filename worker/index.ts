@@ -168,8 +168,7 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
   queueDepth = exportQueueDepth(metrics, config.REDIS_URL);
 }
 
-const isEntry = process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1];
-if (isEntry) {
+if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1]) {
   main().catch((err: unknown) => {
     process.stderr.write(`opsgate-worker: failed to start: ${err instanceof Error ? err.message : String(err)}\n`);
     process.exit(1);

@@ -53,10 +53,8 @@ function networkCode(err: unknown): string {
     const code = (e as { code?: unknown }).code;
     if (typeof code === 'string') return code;
     const nested = (e as { errors?: unknown }).errors; // AggregateError (IPv4 + IPv6 attempts)
-    if (Array.isArray(nested)) {
-      const c = (nested[0] as { code?: unknown } | undefined)?.code;
-      if (typeof c === 'string') return c;
-    }
+    const c = Array.isArray(nested) ? (nested[0] as { code?: unknown } | undefined)?.code : undefined;
+    if (typeof c === 'string') return c;
     if (e instanceof Error && e.message) innermost = e.message;
     e = (e as { cause?: unknown }).cause;
   }

@@ -19,15 +19,10 @@ import { takeTurn, type TakenTurn } from './deployTurn.js';
 import { deployRecorder } from './deployHistory.js';
 
 /**
- * The worker's processor: dispatch by job name to its handler, with
- * - validation: an unknown job name or data failing the job's zod schema is an
- *   UnrecoverableError (dead-lettered at once: retrying cannot fix it);
- * - the per-attempt timeout (JOB_TIMEOUT_SECONDS): the handler's AbortSignal is aborted at the
- *   deadline and the attempt fails, even if the handler ignores the signal; BullMQ's own signal
- *   (worker.cancelAllJobs, at shutdown) aborts it too;
- * - a change's gate and outcome (worker/report.ts), and a deploy's turn in its concurrency group
- *   (worker/deployTurn.ts): its turn ends with its attempt, not when the worker shuts down under it
- *   (its next attempt takes the turn again).
+ * The worker's processor: dispatch by job name, with validation (bad data is an UnrecoverableError:
+ * retrying cannot fix it), the per-attempt timeout (the attempt fails even if the handler ignores its
+ * signal), a change's gate and outcome (worker/report.ts) and a deploy's turn (worker/deployTurn.ts),
+ * which ends with its attempt but not when the worker shuts down under it.
  */
 export const handlers: { [N in JobName]: Handler<never> } = {
   [JOB.restartService]: restartService,
@@ -52,9 +47,7 @@ export function createProcessor(base: Omit<WorkerDeps, 'close'>) {
   return async function process(job: Job, token?: string, bullSignal?: AbortSignal): Promise<unknown> {
     const handler = handlerOf(job.name);
     const schema = jobSchemaOf(job.name);
-    if (!handler || !schema) {
-      throw new UnrecoverableError(`unknown job name ${JSON.stringify(job.name).slice(0, 200)}`);
-    }
+    if (!handler || !schema) throw new UnrecoverableError(`unknown job name ${JSON.stringify(job.name).slice(0, 200)}`);
     const parsed = schema.safeParse(job.data);
     if (!parsed.success) {
       const issue = parsed.error.issues[0]!;

@@ -6,11 +6,7 @@ import type { Outcome, OutcomeResult } from '../src/shared/jobs.js';
 import type { JobContext } from './context.js';
 import { JobCancelledError, JobTimeoutError } from './errors.js';
 
-/**
- * The guarded side of a change's job in the worker: its gate again at the start of an attempt, and
- * its outcome at the end (progress, metric, audit line, report). The handlers write the Kubernetes
- * Event of the outcome themselves, on the object they touched.
- */
+// A change's gate at the start of each attempt and its outcome at the end (a handler writes the outcome's Kubernetes Event).
 
 /** A final failure with the outcome it stands for (e.g. progress_deadline_exceeded). */
 export class ChangeFailedError extends UnrecoverableError {
@@ -116,9 +112,8 @@ function reported(ctx: Pick<JobContext, 'config'>, outcome: Outcome): boolean {
 }
 
 /**
- * Records how a restart or deploy ended: its progress, the metric, the audit line, the report
- * (REPORT_OUTCOMES), and for a pushed deploy that never ran or was cancelled its sender's
- * deliveries log. `by`: the deploy that superseded or cancelled it.
+ * Records how a change ended: its progress, the metric, the audit line, the report and, for a pushed
+ * deploy that never ran or was cancelled, its sender's deliveries log. `by`: the deploy that superseded or cancelled it.
  */
 export async function recordOutcome(
   c: ChangeJob,
