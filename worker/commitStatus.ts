@@ -34,11 +34,8 @@ export function statusHosts(config: WorkerConfig, logger: Pick<Logger, 'addSecre
         : sender === 'bitbucket' && !config.OPSGATE_PUBLIC_URL
           ? 'no OPSGATE_PUBLIC_URL (a Bitbucket build status needs its link)'
           : undefined;
-    if (off !== undefined || base === undefined) {
-      logger.info('deploy states are not reported to this sender', { sender, why: off });
-      continue;
-    }
-    out[sender] = { base, auth };
+    if (off === undefined && base !== undefined) out[sender] = { base, auth };
+    else logger.info('deploy states are not reported to this sender', { sender, why: off });
   }
   return out;
 }

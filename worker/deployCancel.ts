@@ -28,14 +28,11 @@ export async function cancelRunning(
     await markCancelled(ctx.redis, runningId, by);
     const name = deployJobName(runningId, d.audit_id, d.project);
     const batch = (await resolveKubeConfig(ctx.kubeConfig)).makeApiClient(BatchV1Api);
-    let job;
-    try {
-      job = await batch.readNamespacedJob({ name, namespace: entry.namespace });
-    } catch (err) {
-      if (apiStatus(err) === 404) return; // not created yet: the running deploy reads the mark itself
+    const job = await batch.readNamespacedJob({ name, namespace: entry.namespace }).catch((err: unknown) => {
+      if (apiStatus(err) === 404) return undefined; // not created yet: the running deploy reads the mark itself
       throw k8sFailure(err, `Job ${entry.namespace}/${name}`, 'read');
-    }
-    if (jobEnd(job).done || job.metadata?.deletionTimestamp) return;
+    });
+    if (!job || jobEnd(job).done || job.metadata?.deletionTimestamp) return;
     await deleteDeployJob(batch, entry.namespace, name);
     ctx.logger.info('cancelled the running deploy of its group (cancel_in_progress): its Job deleted', {
       running: runningId,

@@ -14,11 +14,8 @@ const stores = new WeakMap<Redis, DeployHistory>();
 
 /** The store on the worker's connection, one per connection. */
 function historyOf(ctx: Pick<JobContext, 'redis' | 'config'>): DeployHistory {
-  let h = stores.get(ctx.redis);
-  if (!h) {
-    h = createDeployHistory(ctx.redis, ctx.config.DEPLOY_HISTORY_KEPT);
-    stores.set(ctx.redis, h);
-  }
+  const h = stores.get(ctx.redis) ?? createDeployHistory(ctx.redis, ctx.config.DEPLOY_HISTORY_KEPT);
+  stores.set(ctx.redis, h);
   return h;
 }
 
@@ -31,12 +28,9 @@ function originOf(d: RunDeployPipelineData): DeployOrigin {
 }
 
 /**
- * The worker's steps of a deploy in its history: the first time it handles a push's job is that
- * push's first entry (the push path writes none), then held, queued (waiting for its group's turn),
- * running (with its Kubernetes Job), and its end. A write that fails is logged: the history is a
- * record, not the deploy. Each step written is also told to the host of the deploy's commit
- * (worker/commitStatus.ts); the steps only the API records (a pending approval, a rejection) are
- * not, so no path of the API pays a round trip for them.
+ * The worker's steps of a deploy in its history (its first handling of a push's job writes that push's
+ * first entry), each also told to the host of its commit. A failed write is logged: the history is a record,
+ * not the deploy. The steps only the API records (a pending approval, a rejection) are not told: no API path pays for them.
  */
 export function deployRecorder(c: ChangeJob, ctx: JobContext) {
   if (kindOf(c.name) !== deployKind) return undefined;

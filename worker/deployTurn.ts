@@ -30,8 +30,7 @@ export async function takeTurn(
 ): Promise<TakenTurn | undefined> {
   const kind = kindOf(c.name);
   if (!kind.turnGroup) return undefined;
-  const { target } = kind.fromJob(ctx.inventory, c.data);
-  const group = kind.turnGroup(ctx.inventory, target);
+  const group = kind.turnGroup(ctx.inventory, kind.fromJob(ctx.inventory, c.data).target);
   if (group === undefined) return undefined;
   const jobId = String(ctx.job.id);
   const leaseMs = ctx.config.JOB_TIMEOUT_SECONDS * 1000 + 60_000;

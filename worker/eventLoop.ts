@@ -6,9 +6,7 @@ import { performance } from 'node:perf_hooks';
  */
 export type LoopMonitor = ReturnType<typeof startLoopMonitor>;
 
-export function startLoopMonitor(opts: { intervalMs?: number; windowMs?: number } = {}) {
-  const intervalMs = opts.intervalMs ?? 250;
-  const windowMs = opts.windowMs ?? 10_000;
+export function startLoopMonitor({ intervalMs = 250, windowMs = 10_000 } = {}) {
   let last = performance.now();
   const samples: Array<{ at: number; lag: number }> = [];
   const timer = setInterval(() => {

@@ -34,13 +34,11 @@ export const READY_MESSAGE = 'worker ready';
 export interface WorkerOptions {
   logger?: Logger;
   metrics?: JobMetrics;
-  /** Default: loadInventory(config.OPS_INVENTORY_FILE). */
   inventory?: Inventory;
   /** Default: KUBECONFIG / ~/.kube/config / in-cluster, read from process.env at each job. */
   kubeConfig?: KubeConfigFactory;
   /** Worker id shown in Redis CLIENT LIST and logs. */
   name?: string;
-  /** The clock of guarded changes (freezes, windows, approval expiry); default Date.now. */
   now?: () => number;
 }
 
@@ -164,7 +162,6 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
     { outcomes: OUTCOMES, guards: SUPPRESSION_GUARDS },
     () => remediationStore.silences(),
   );
-  // Queue depth / dead letters read from Redis at scrape time (observability; worker/queueDepth.ts).
   queueDepth = exportQueueDepth(metrics, config.REDIS_URL);
 }
 

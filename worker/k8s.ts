@@ -33,13 +33,11 @@ export function apiStatus(err: unknown): number | undefined {
 /** The Status.message of an API error body, bounded; safe to log (never carries credentials). */
 function statusMessage(err: unknown): string | undefined {
   const body = (err as { body?: unknown }).body;
-  let parsed: unknown = body;
-  if (typeof body === 'string') {
-    try {
-      parsed = JSON.parse(body);
-    } catch {
-      return undefined;
-    }
+  let parsed: unknown;
+  try {
+    parsed = typeof body === 'string' ? JSON.parse(body) : body;
+  } catch {
+    return undefined;
   }
   const msg = (parsed as { message?: unknown } | undefined)?.message;
   return typeof msg === 'string' ? msg.slice(0, 300) : undefined;

@@ -10,8 +10,7 @@ export type JobMetrics = Pick<Metrics, 'jobsProcessed' | 'jobDuration' | 'jobRet
  * Every job attempt's outcome as a log line and metrics, the worker's counterpart of the API's
  * src/middleware/observe.ts: completed, retried, dead-lettered, stalled, and the worker's own errors.
  */
-export function observeJobs(worker: Worker, deps: { logger: Logger; metrics?: JobMetrics | undefined }): void {
-  const { logger, metrics } = deps;
+export function observeJobs(worker: Worker, { logger, metrics }: { logger: Logger; metrics?: JobMetrics | undefined }): void {
   // Counts an attempt's end; its duration in seconds.
   const count = (job: Job, outcome: 'completed' | 'dead_lettered' | 'retried') => {
     const seconds = job.processedOn ? Math.max(0, Date.now() - job.processedOn) / 1000 : 0;
@@ -39,12 +38,9 @@ export function observeJobs(worker: Worker, deps: { logger: Logger; metrics?: Jo
       error_type: err.name,
       duration_s: count(job, final ? 'dead_lettered' : 'retried'),
     };
-    if (final) {
-      logger.error('job dead-lettered', fields);
-    } else {
-      metrics?.jobRetries.inc({ name: metricJobName(job.name) });
-      logger.warn('job attempt failed; will retry', { ...fields, retry_in_ms: job.delay || 0 });
-    }
+    if (!final) metrics?.jobRetries.inc({ name: metricJobName(job.name) });
+    if (final) logger.error('job dead-lettered', fields);
+    else logger.warn('job attempt failed; will retry', { ...fields, retry_in_ms: job.delay || 0 });
   });
   worker.on('stalled', (jobId) => {
     metrics?.jobsStalled?.inc();

@@ -101,16 +101,10 @@ export function createProcessor(base: Omit<WorkerDeps, 'close'>) {
         const own = ended?.outcome;
         // A deploy a newer one cancelled (cancel_in_progress, worker/deployCancel.ts) ended as asked: no retry, no dead letter.
         const cancelled = own?.result === 'cancelled' && ended?.cancelled_by !== undefined;
-        await end(
-          change,
-          {
-            result: cancelled ? 'cancelled' : own?.result === 'created' ? 'created' : 'rolled_out',
-            ...(own?.reason ? { reason: own.reason } : {}),
-            duration_s: Math.round((Date.now() - started) / 100) / 10,
-          },
-          cancelled ? 'cancelled' : 'succeeded',
-          cancelled ? ended.cancelled_by : undefined,
-        );
+        const result = cancelled ? 'cancelled' : own?.result === 'created' ? 'created' : 'rolled_out';
+        const duration_s = Math.round((Date.now() - started) / 100) / 10;
+        const outcome: Outcome = { result, ...(own?.reason ? { reason: own.reason } : {}), duration_s };
+        await end(change, outcome, cancelled ? 'cancelled' : 'succeeded', cancelled ? ended.cancelled_by : undefined);
       }
       return value;
     } catch (err) {

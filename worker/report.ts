@@ -38,11 +38,9 @@ function target(c: ChangeJob, ctx: Pick<JobContext, 'inventory'>) {
 }
 
 /**
- * The gate at the start of an attempt, decided by the change pipeline's planner (origin `wake`): a
- * deploy held meanwhile (a freeze declared, a window not open yet) is delayed until it opens with
- * Job#moveToDelayed (this throws DelayedError, which tells BullMQ the job was moved); a restart is
- * refused, unless an operator overrode the gate. Without its stores or the job's lock token the check
- * cannot be made or carried out: the attempt fails (and is retried), it never runs unchecked.
+ * The gate at the start of an attempt (the pipeline's planner, origin `wake`): a deploy held meanwhile
+ * is delayed until it opens (Job#moveToDelayed, then DelayedError); a restart is refused unless an operator
+ * overrode the gate. Without its stores or the job's lock token the attempt fails (retried): it never runs unchecked.
  */
 export async function checkGate(
   c: ChangeJob,

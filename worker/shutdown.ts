@@ -11,13 +11,7 @@ import { markClosing } from '../src/shared/redisConnection.js';
  */
 async function settleConnection(client: Redis, ms: number): Promise<void> {
   if (client.status !== 'reconnecting' && client.status !== 'connecting') return;
-  await settlesWithin(
-    new Promise<void>((resolve) => {
-      client.once('ready', () => resolve());
-      client.once('end', () => resolve());
-    }),
-    ms,
-  );
+  await settlesWithin(new Promise((resolve) => client.once('ready', resolve).once('end', resolve)), ms);
 }
 
 /**
@@ -63,7 +57,11 @@ export async function closeWorker(
   return clean;
 }
 
-interface ProcessShutdownDeps {
+/**
+ * SIGTERM / SIGINT: drain the active jobs, close the rest, exit 0 when every step finished, else 1,
+ * within graceMs + stepMs. A second signal exits at once.
+ */
+export function onShutdownSignals(deps: {
   logger: Logger;
   graceMs: number;
   stepMs: number;
@@ -71,13 +69,7 @@ interface ProcessShutdownDeps {
   handle(): { close(graceMs?: number, stepMs?: number): Promise<boolean> } | undefined;
   /** Further close steps after the worker, each bounded by 3 s (metrics server, queue depth reader). */
   steps: ReadonlyArray<{ name: string; run: () => Promise<unknown> }>;
-}
-
-/**
- * SIGTERM / SIGINT: drain the active jobs, close the rest, exit 0 when every step finished, else 1,
- * within graceMs + stepMs. A second signal exits at once.
- */
-export function onShutdownSignals(deps: ProcessShutdownDeps): void {
+}): void {
   const { logger, graceMs, stepMs } = deps;
   let stopping = false;
   const shutdown = (signal: NodeJS.Signals) => {
