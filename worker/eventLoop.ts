@@ -18,7 +18,6 @@ export function startLoopMonitor({ intervalMs = 250, windowMs = 10_000 } = {}) {
   }, intervalMs);
   timer.unref();
   return {
-    /** Largest lag (ms) within the window, including the currently overdue tick. */
     maxLagMs() {
       const now = performance.now();
       let max = Math.max(0, now - last - intervalMs);

@@ -30,7 +30,6 @@ import { closeWorker, onShutdownSignals } from './shutdown.js';
 /** The worker process's wiring (entry point dist/worker/index.js); startWorker() runs it in-process for tests. */
 export const READY_MESSAGE = 'worker ready';
 
-/** What startWorker may be given instead of its defaults (tests pass their own). */
 export interface WorkerOptions {
   logger?: Logger;
   metrics?: JobMetrics;

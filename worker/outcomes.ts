@@ -11,7 +11,6 @@ export type JobMetrics = Pick<Metrics, 'jobsProcessed' | 'jobDuration' | 'jobRet
  * src/middleware/observe.ts: completed, retried, dead-lettered, stalled, and the worker's own errors.
  */
 export function observeJobs(worker: Worker, { logger, metrics }: { logger: Logger; metrics?: JobMetrics | undefined }): void {
-  // Counts an attempt's end; its duration in seconds.
   const count = (job: Job, outcome: 'completed' | 'dead_lettered' | 'retried') => {
     const seconds = job.processedOn ? Math.max(0, Date.now() - job.processedOn) / 1000 : 0;
     metrics?.jobsProcessed.inc({ name: metricJobName(job.name), outcome });
