@@ -2,43 +2,18 @@ import { UnrecoverableError } from 'bullmq';
 import type { DeployState } from '../src/changes/deployOrder/history.js';
 import type { WorkerConfig } from '../src/shared/config.js';
 import { findProject, type Inventory } from '../src/shared/inventory.js';
-import type { ReportStatusData, RunDeployPipelineData, StatusSender } from '../src/shared/jobs.js';
+import { STATUS_SENDERS, type ReportStatusData, type RunDeployPipelineData, type StatusSender } from '../src/shared/jobs.js';
 import type { Logger } from '../src/shared/logger.js';
 import { authenticates, loadOutboundAuth, type OutboundAuth } from '../src/shared/outboundAuth.js';
 
-/**
- * A deploy's state on its commit, where developers look: each state the worker records for a deploy
- * from a push or a CI call (worker/deployHistory.ts) becomes a report_status job
- * (worker/jobs/reportStatus.ts) that tells the host of the commit:
- * - GitHub: the Deployments API, one deployment per deploy, then its deployment statuses (or, for a
- *   project with `status: commit`, commit statuses);
- * - GitLab: POST /projects/:id/statuses/:sha;
- * - Gitea: POST /repos/{owner}/{repo}/statuses/{sha};
- * - Bitbucket Cloud: POST /2.0/repositories/{workspace}/{repo}/commit/{commit}/statuses/build.
- * The states each host is told are STATUS_TABLE (docs/deploys.md shows it). The service still sends
- * no webhooks of its own: these are calls to the hosts' APIs, made by worker jobs, as the
- * notification jobs call chat and paging endpoints.
- */
+// A deploy's states told to the host of its commit, where developers look (the calls: worker/jobs/reportStatus.ts).
 
-/** One host as the worker may call it: its API's base URL and its credentials (read again when their files change). */
-export interface StatusHost {
-  base: string;
-  auth: OutboundAuth;
-}
-
-export type StatusHosts = Partial<Record<StatusSender, StatusHost>>;
-
-const PREFIX: Record<StatusSender, 'GITHUB_STATUS' | 'GITLAB_STATUS' | 'GITEA_STATUS' | 'BITBUCKET_STATUS'> = {
-  github: 'GITHUB_STATUS',
-  gitlab: 'GITLAB_STATUS',
-  gitea: 'GITEA_STATUS',
-  bitbucket: 'BITBUCKET_STATUS',
-};
+/** Each host the worker may call: its API's base URL and its credentials (read again when their files change). */
+export type StatusHosts = Partial<Record<StatusSender, { base: string; auth: OutboundAuth }>>;
 
 /**
- * The hosts this worker may tell, from its settings; a host without a token (or without a URL,
- * or Bitbucket without OPSGATE_PUBLIC_URL, whose statuses need a link) is told nothing, and this
- * says so once, at start. Credential problems are a ConfigError naming the variables.
+ * The hosts this worker may tell; one without a token, a URL or (Bitbucket, whose statuses need a link)
+ * OPSGATE_PUBLIC_URL is told nothing, said once at start. Credential problems are a ConfigError.
  */
 export function statusHosts(config: WorkerConfig, logger: Pick<Logger, 'addSecrets' | 'error' | 'info'>): StatusHosts {
   const env = config as unknown as Readonly<Record<string, string | undefined>>;
@@ -48,8 +23,8 @@ export function statusHosts(config: WorkerConfig, logger: Pick<Logger, 'addSecre
       logger.error('credentials reload refused: keeping the ones in use', { variable: p.variable, problems: [p] }),
   };
   const out: StatusHosts = {};
-  for (const sender of Object.keys(PREFIX) as StatusSender[]) {
-    const prefix = PREFIX[sender];
+  for (const sender of STATUS_SENDERS) {
+    const prefix = `${sender.toUpperCase()}_STATUS`;
     const base = env[`${prefix}_API_URL`];
     const auth = loadOutboundAuth(env, prefix, opts);
     const off = !authenticates(auth)
@@ -59,11 +34,8 @@ export function statusHosts(config: WorkerConfig, logger: Pick<Logger, 'addSecre
         : sender === 'bitbucket' && !config.OPSGATE_PUBLIC_URL
           ? 'no OPSGATE_PUBLIC_URL (a Bitbucket build status needs its link)'
           : undefined;
-    if (off !== undefined || base === undefined) {
-      logger.info('deploy states are not reported to this sender', { sender, why: off });
-      continue;
-    }
-    out[sender] = { base, auth };
+    if (off === undefined && base !== undefined) out[sender] = { base, auth };
+    else logger.info('deploy states are not reported to this sender', { sender, why: off });
   }
   return out;
 }
@@ -77,9 +49,8 @@ const SENDER_OF_PREFIX: Readonly<Record<string, StatusSender>> = {
 };
 
 /**
- * The host told a deploy's states: a push's own sender, else (a CI deploy, a push through the
- * generic sender) the project's `sender` in the inventory. A deploy without an event (an operator's
- * own deploy) or without a commit tells nobody.
+ * The host told a deploy's states: a push's own sender, else the project's `sender` in the inventory.
+ * A deploy without an event (an operator's own) or without a commit tells nobody.
  */
 export function senderOf(inventory: Inventory, d: Pick<RunDeployPipelineData, 'project' | 'event_id' | 'sha'>): StatusSender | undefined {
   if (!d.event_id || !d.sha) return undefined;
@@ -115,101 +86,43 @@ export function statusReport(
 }
 
 /**
- * opsgate's states -> each host's (docs/deploys.md shows this table). GitHub's deployment states
- * have no "cancelled": `inactive`, with the description saying why. Commit statuses have no state
- * for a deploy that never ran: `error` (GitHub), `canceled` (GitLab), `warning` (Gitea), `STOPPED`
- * (Bitbucket), the description naming the deploy that superseded it.
+ * opsgate's states -> each host's (docs/deploys.md shows this table). No host has a state for a
+ * deploy cancelled or never run: the nearest one, the description saying why.
  */
-export const STATUS_TABLE: Readonly<
-  Record<DeployState, { deployment: string; commit: string; gitlab: string; gitea: string; bitbucket: string; description: string }>
-> = {
-  pending_approval: {
-    deployment: 'pending',
-    commit: 'pending',
-    gitlab: 'pending',
-    gitea: 'pending',
-    bitbucket: 'INPROGRESS',
-    description: 'waiting for approval',
-  },
-  held: {
-    deployment: 'queued',
-    commit: 'pending',
-    gitlab: 'pending',
-    gitea: 'pending',
-    bitbucket: 'INPROGRESS',
-    description: 'held by a freeze or outside a change window',
-  },
-  queued: { deployment: 'queued', commit: 'pending', gitlab: 'pending', gitea: 'pending', bitbucket: 'INPROGRESS', description: 'queued' },
-  running: {
-    deployment: 'in_progress',
-    commit: 'pending',
-    gitlab: 'running',
-    gitea: 'pending',
-    bitbucket: 'INPROGRESS',
-    description: 'deploying',
-  },
-  succeeded: {
-    deployment: 'success',
-    commit: 'success',
-    gitlab: 'success',
-    gitea: 'success',
-    bitbucket: 'SUCCESSFUL',
-    description: 'deployed',
-  },
-  failed: {
-    deployment: 'failure',
-    commit: 'failure',
-    gitlab: 'failed',
-    gitea: 'failure',
-    bitbucket: 'FAILED',
-    description: 'the deploy failed',
-  },
-  superseded: {
-    deployment: 'inactive',
-    commit: 'error',
-    gitlab: 'canceled',
-    gitea: 'warning',
-    bitbucket: 'STOPPED',
-    description: 'superseded by a newer deploy',
-  },
-  cancelled: {
-    deployment: 'inactive',
-    commit: 'error',
-    gitlab: 'canceled',
-    gitea: 'warning',
-    bitbucket: 'STOPPED',
-    description: 'cancelled: a newer deploy replaced it',
-  },
-  rejected: {
-    deployment: 'error',
-    commit: 'failure',
-    gitlab: 'failed',
-    gitea: 'failure',
-    bitbucket: 'FAILED',
-    description: 'rejected by an approver',
-  },
+const row = (rank: number, deployment: string, commit: string, gitlab: string, gitea: string, bitbucket: string, description: string) => ({
+  rank,
+  deployment,
+  commit,
+  gitlab,
+  gitea,
+  bitbucket,
+  description,
+});
+
+export const STATUS_TABLE: Readonly<Record<DeployState, ReturnType<typeof row>>> = {
+  pending_approval: row(0, 'pending', 'pending', 'pending', 'pending', 'INPROGRESS', 'waiting for approval'),
+  held: row(1, 'queued', 'pending', 'pending', 'pending', 'INPROGRESS', 'held by a freeze or outside a change window'),
+  queued: row(1, 'queued', 'pending', 'pending', 'pending', 'INPROGRESS', 'queued'),
+  running: row(2, 'in_progress', 'pending', 'running', 'pending', 'INPROGRESS', 'deploying'),
+  succeeded: row(3, 'success', 'success', 'success', 'success', 'SUCCESSFUL', 'deployed'),
+  failed: row(3, 'failure', 'failure', 'failed', 'failure', 'FAILED', 'the deploy failed'),
+  superseded: row(3, 'inactive', 'error', 'canceled', 'warning', 'STOPPED', 'superseded by a newer deploy'),
+  cancelled: row(3, 'inactive', 'error', 'canceled', 'warning', 'STOPPED', 'cancelled: a newer deploy replaced it'),
+  rejected: row(3, 'error', 'failure', 'failed', 'failure', 'FAILED', 'rejected by an approver'),
 };
 
-/** The order of the states: a report is never sent after one of a later state (the history's order). */
-export const STATE_RANK: Readonly<Record<DeployState, number>> = {
-  pending_approval: 0,
-  held: 1,
-  queued: 1,
-  running: 2,
-  succeeded: 3,
-  failed: 3,
-  superseded: 3,
-  cancelled: 3,
-  rejected: 3,
-};
+/** The order of the states (the table's rank): a report is never sent after one of a later state (the history's order). */
+export const STATE_RANK = Object.fromEntries(Object.entries(STATUS_TABLE).map(([state, r]) => [state, r.rank])) as Readonly<
+  Record<DeployState, number>
+>;
 
-/** One call to a host's API. */
 export interface StatusCall {
   method: 'POST';
   path: string;
   body: Record<string, unknown>;
 }
 
+const post = (path: string, body: Record<string, unknown>): StatusCall => ({ method: 'POST', path, body });
 const seg = encodeURIComponent;
 
 function ownerRepo(project: string): string {
@@ -230,65 +143,42 @@ const branch = (ref: string) => ref.replace(/^refs\/heads\//, '');
 
 /** GitHub's deployment of a deploy: created once, before its first status. */
 export function githubDeployment(d: ReportStatusData): StatusCall {
-  return {
-    method: 'POST',
-    path: `/repos/${ownerRepo(d.project)}/deployments`,
-    body: {
-      ref: d.sha,
-      task: 'deploy',
-      environment: d.environment,
-      auto_merge: false,
-      required_contexts: [],
-      description: `opsgate deploy ${d.deploy_id}`.slice(0, 140),
-    },
-  };
+  return post(`/repos/${ownerRepo(d.project)}/deployments`, {
+    ref: d.sha,
+    task: 'deploy',
+    environment: d.environment,
+    auto_merge: false,
+    required_contexts: [],
+    description: `opsgate deploy ${d.deploy_id}`.slice(0, 140),
+  });
 }
 
 /** The status call of a report (GitHub in deployment mode: of the deployment `deployment`). */
 export function statusCall(d: ReportStatusData, targetUrl: string | undefined, deployment?: number): StatusCall {
   const row = STATUS_TABLE[d.state as DeployState];
+  const state = hostState(d);
   const description = (d.detail ? `${row.description} (${d.detail})` : row.description).slice(0, 140);
   const context = `opsgate/${d.environment}`;
   const link = targetUrl !== undefined ? { target_url: targetUrl } : {};
   switch (d.sender) {
     case 'github':
-      if (d.mode === 'deployment') {
-        return {
-          method: 'POST',
-          path: `/repos/${ownerRepo(d.project)}/deployments/${deployment}/statuses`,
-          body: { state: row.deployment, description, environment: d.environment, ...link, ...(targetUrl ? { log_url: targetUrl } : {}) },
-        };
-      }
-      return {
-        method: 'POST',
-        path: `/repos/${ownerRepo(d.project)}/statuses/${seg(d.sha)}`,
-        body: { state: row.commit, description, context, ...link },
-      };
     case 'gitea':
-      return {
-        method: 'POST',
-        path: `/repos/${ownerRepo(d.project)}/statuses/${seg(d.sha)}`,
-        body: { state: row.gitea, description, context, ...link },
-      };
+      if (d.sender === 'github' && d.mode === 'deployment') {
+        const path = `/repos/${ownerRepo(d.project)}/deployments/${deployment}/statuses`;
+        return post(path, { state, description, environment: d.environment, ...link, ...(targetUrl ? { log_url: targetUrl } : {}) });
+      }
+      return post(`/repos/${ownerRepo(d.project)}/statuses/${seg(d.sha)}`, { state, description, context, ...link });
     case 'gitlab':
-      return {
-        method: 'POST',
-        path: `/projects/${seg(d.project)}/statuses/${seg(d.sha)}`,
-        body: { state: row.gitlab, ref: branch(d.ref), name: context, description, ...link },
-      };
+      return post(`/projects/${seg(d.project)}/statuses/${seg(d.sha)}`, { state, ref: branch(d.ref), name: context, description, ...link });
     case 'bitbucket':
-      return {
-        method: 'POST',
-        path: `/2.0/repositories/${ownerRepo(d.project)}/commit/${seg(d.sha)}/statuses/build`,
-        body: {
-          key: `opsgate-${d.environment}`.replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 40),
-          state: row.bitbucket,
-          name: context,
-          description,
-          url: targetUrl,
-          refname: branch(d.ref),
-        },
-      };
+      return post(`/2.0/repositories/${ownerRepo(d.project)}/commit/${seg(d.sha)}/statuses/build`, {
+        key: `opsgate-${d.environment}`.replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 40),
+        state,
+        name: context,
+        description,
+        url: targetUrl,
+        refname: branch(d.ref),
+      });
   }
 }
 

@@ -10,28 +10,12 @@ import { statusReport } from './commitStatus.js';
 import { acceptanceOf } from './deployTurn.js';
 import { deployJobName } from './jobs/deploy.js';
 
-/**
- * The worker's steps of a deploy in its history (src/changes/deployOrder/history.ts): the first
- * time it handles a push's job is that push's first entry (the push path writes none), then held,
- * queued (waiting for its group's turn), running (with its Kubernetes Job), and its end. The API's
- * entry of a CI deploy, replay, retry or approval is merged into, never moved back. A write that
- * fails is logged: the history is a record, not the deploy. Each step written here is also told to
- * the host of the deploy's commit (worker/commitStatus.ts); the steps only the API records (a CI
- * deploy's pending approval, a rejection) are not, so no path of the API pays a round trip for them.
- */
-export interface DeployRecorder {
-  step(step: DeployStep['step']): Promise<void>;
-}
-
 const stores = new WeakMap<Redis, DeployHistory>();
 
 /** The store on the worker's connection, one per connection. */
-export function historyOf(ctx: Pick<JobContext, 'redis' | 'config'>): DeployHistory {
-  let h = stores.get(ctx.redis);
-  if (!h) {
-    h = createDeployHistory(ctx.redis, ctx.config.DEPLOY_HISTORY_KEPT);
-    stores.set(ctx.redis, h);
-  }
+function historyOf(ctx: Pick<JobContext, 'redis' | 'config'>): DeployHistory {
+  const h = stores.get(ctx.redis) ?? createDeployHistory(ctx.redis, ctx.config.DEPLOY_HISTORY_KEPT);
+  stores.set(ctx.redis, h);
   return h;
 }
 
@@ -43,7 +27,12 @@ function originOf(d: RunDeployPipelineData): DeployOrigin {
   return 'push';
 }
 
-export function deployRecorder(c: ChangeJob, ctx: JobContext): DeployRecorder | undefined {
+/**
+ * The worker's steps of a deploy in its history (its first handling of a push's job writes that push's
+ * first entry), each also told to the host of its commit. A failed write is logged: the history is a record,
+ * not the deploy. The steps only the API records (a pending approval, a rejection) are not told: no API path pays for them.
+ */
+export function deployRecorder(c: ChangeJob, ctx: JobContext) {
   if (kindOf(c.name) !== deployKind) return undefined;
   const d = c.data as unknown as RunDeployPipelineData;
   const id = String(ctx.job.id);
@@ -59,7 +48,7 @@ export function deployRecorder(c: ChangeJob, ctx: JobContext): DeployRecorder | 
   };
   const accepted = acceptanceOf(c, ctx.job).at;
   return {
-    async step(step) {
+    async step(step: DeployStep['step']) {
       const full = step.state === 'running' ? { ...step, k8s_job: deployJobName(id, d.audit_id, d.project) } : step;
       let written = false;
       try {
@@ -71,13 +60,11 @@ export function deployRecorder(c: ChangeJob, ctx: JobContext): DeployRecorder | 
       // The state is told to the host of the commit where it is recorded, by a job of its own whose
       // add is not waited for: neither a host nor the queue ever fails or delays the deploy.
       const report =
-        written && ctx.reportStatus
-          ? statusReport(ctx.inventory, ctx.statusHosts, d, id, step.state, step.superseded_by ?? step.cancelled_by ?? undefined)
-          : undefined;
-      if (report)
-        void ctx.reportStatus!(report).catch((err: unknown) =>
-          ctx.logger.warn('could not queue the report of the deploy state', { state: step.state, err }),
-        );
+        written && statusReport(ctx.inventory, ctx.statusHosts, d, id, step.state, step.superseded_by ?? step.cancelled_by ?? undefined);
+      if (report && ctx.reportStatus)
+        void ctx
+          .reportStatus(report)
+          .catch((err: unknown) => ctx.logger.warn('could not queue the report of the deploy state', { state: step.state, err }));
       if (step.state === 'succeeded') ctx.metrics?.deployLastSuccess?.set({ project: d.project, ref: d.ref }, Date.now() / 1000);
     },
   };

@@ -6,22 +6,13 @@ import type { JobContext } from './context.js';
 import { cancelRunning } from './deployCancel.js';
 
 /**
- * A change of a kind with an order (a deploy: src/changes/deployOrder/) takes its group's turn
- * before its handler runs, after its gate:
- * - superseded (a deploy of its group accepted after it started, or waits to): it never runs; the
- *   processor records the outcome `superseded`, naming that deploy, and the job completes;
- * - another deploy of its group runs: the job goes back to the delayed set with BullMQ's public API
- *   (Job#moveToDelayed with its token, then DelayedError) and asks again when it wakes, holding no
- *   worker slot meanwhile; the running one, when it ends, wakes the newest waiting one at once.
- *   When the running one's project has cancel_in_progress, it first deletes that one's Job
- *   (worker/deployCancel.ts), which ends it `cancelled`;
- * - its turn: it runs, and `release` ends the turn when the handler ends.
- * Without the job's lock token the turn cannot be taken: the attempt fails (retried),
- * it never runs out of order.
+ * A change of a kind with an order (a deploy) takes its group's turn after its gate: superseded by a
+ * newer one, it never runs; while another runs, it waits delayed (holding no worker slot) until that
+ * one ends and wakes it. Without the job's lock token the attempt fails: it never runs out of order.
  */
 
-/** How long a waiting deploy sleeps before it asks again (the running one's end wakes the newest sooner). */
-export const TURN_RECHECK_MS = 5000;
+/** How long a waiting deploy sleeps before it asks again. */
+const TURN_RECHECK_MS = 5000;
 
 export type TakenTurn = { superseded: string; release?: undefined } | { release: () => Promise<void>; superseded?: undefined };
 
@@ -39,13 +30,11 @@ export async function takeTurn(
 ): Promise<TakenTurn | undefined> {
   const kind = kindOf(c.name);
   if (!kind.turnGroup) return undefined;
-  const turns = ctx.deployTurns;
-  const { target } = kind.fromJob(ctx.inventory, c.data);
-  const group = kind.turnGroup(ctx.inventory, target);
+  const group = kind.turnGroup(ctx.inventory, kind.fromJob(ctx.inventory, c.data).target);
   if (group === undefined) return undefined;
   const jobId = String(ctx.job.id);
   const leaseMs = ctx.config.JOB_TIMEOUT_SECONDS * 1000 + 60_000;
-  const turn = await turns.begin(group, jobId, acceptanceOf(c, ctx.job), ctx.now(), leaseMs);
+  const turn = await ctx.deployTurns.begin(group, jobId, acceptanceOf(c, ctx.job), ctx.now(), leaseMs);
   if (turn.turn === 'superseded') return { superseded: turn.by };
   if (turn.turn === 'wait') {
     if (!ctx.job.moveToDelayed || !ctx.token) {
@@ -59,7 +48,7 @@ export async function takeTurn(
   }
   return {
     release: async () => {
-      const next = await turns.release(group, jobId);
+      const next = await ctx.deployTurns.release(group, jobId);
       // The newest waiting one need not sleep out its recheck: it runs now (or finds itself superseded).
       if (next) await ctx.promote(next).catch((err: unknown) => ctx.logger.debug('could not wake the next deploy', { err }));
     },

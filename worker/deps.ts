@@ -19,13 +19,8 @@ import { queuePrefix } from '../src/shared/keys.js';
 import { statusHosts, type StatusHosts } from './commitStatus.js';
 import type { JobMetrics } from './outcomes.js';
 
-/**
- * The worker's dependencies, built once per process (worker/index.ts); the processor builds each
- * job's context from them. The change pipeline's stores are the ones the API writes (freezes,
- * holds, approvals, budgets, the deploys' turns): every restart or deploy job is checked against
- * them when it starts an attempt.
- */
-export interface WorkerDeps {
+/** The worker's dependencies, built once per process; the change pipeline's stores are the ones the API writes. */
+export interface WorkerDeps extends Pick<Pipeline, 'freezes' | 'holds' | 'approvals' | 'deployTurns'> {
   config: WorkerConfig;
   inventory: Inventory;
   /** The worker's Redis connection (idempotency records, the stores, the report queue). */
@@ -35,12 +30,7 @@ export interface WorkerDeps {
   /** The clock of guarded changes (freezes, windows, approval expiry). */
   now: () => number;
   metrics?: Pick<Metrics, 'changeOutcomes' | 'holds'> & Partial<Pick<Metrics, 'deployLastSuccess' | 'commitStatusReports'>>;
-  freezes: Pipeline['freezes'];
-  holds: Pipeline['holds'];
-  approvals: Pipeline['approvals'];
   budgets: Pick<Budgets, 'giveBack'>;
-  /** The deploys' concurrency groups: a deploy takes its group's turn before it runs. */
-  deployTurns: Pipeline['deployTurns'];
   /** Wakes a delayed job now (the next deploy of a group whose running one ended); a job not delayed is left as it is. */
   promote: (id: string) => Promise<void>;
   /** Whether a job of that id is on the queue (an approval left approving: was its change added?). */
@@ -53,10 +43,7 @@ export interface WorkerDeps {
   statusHosts?: StatusHosts;
   /** Queues a report_status job, one per deploy and state (a repeat adds nothing). */
   reportStatus?: (data: ReportStatusData) => Promise<void>;
-  /**
-   * The senders' deliveries log, the API's: a pushed deploy that never ran or was cancelled is
-   * appended to it (src/changes/deployOrder/deliveries.ts). Sent in the background; flushed by `close`.
-   */
+  /** The senders' deliveries log, the API's: a pushed deploy that never ran or was cancelled is appended to it (flushed by `close`). */
   deliveries?: Pick<DeployEndLog, 'record'>;
   /** Alert-driven remediation's checks and watches (absent without rules in the inventory). */
   remediation?: Omit<RemediationDeps, 'onOutcome'>;
@@ -80,15 +67,7 @@ export function createWorkerDeps(
   const deliveries = createDeployEndLog({ redis, logger, keep: config.DELIVERIES_KEPT, keepUnverified: config.DELIVERIES_UNVERIFIED_KEPT });
   const deps: WorkerDeps = {
     ...base,
-    metrics:
-      m?.changeOutcomes && m.holds
-        ? {
-            changeOutcomes: m.changeOutcomes,
-            holds: m.holds,
-            ...(m.deployLastSuccess ? { deployLastSuccess: m.deployLastSuccess } : {}),
-            ...(m.commitStatusReports ? { commitStatusReports: m.commitStatusReports } : {}),
-          }
-        : undefined,
+    metrics: m?.changeOutcomes && m.holds ? { ...m, changeOutcomes: m.changeOutcomes, holds: m.holds } : undefined,
     freezes: pipeline.freezes,
     holds: pipeline.holds,
     approvals: pipeline.approvals,
@@ -117,6 +96,7 @@ export function createWorkerDeps(
     },
   };
   if (inventory.remediations.length > 0) {
+    const { remediations, remediationsSuppressed, remediationEscalations } = m ?? {};
     deps.remediation = {
       pipeline,
       rules: inventory.remediations,
@@ -124,15 +104,10 @@ export function createWorkerDeps(
       ...remediationSources(config, logger),
       jobs: createJobReads(reportQueue, createQueueGuard(redis, 5000, logger)),
       logger: logger.child({ component: 'remediation' }),
-      ...(m?.remediations && m.remediationsSuppressed && m.remediationEscalations
-        ? {
-            metrics: {
-              remediations: m.remediations,
-              remediationsSuppressed: m.remediationsSuppressed,
-              remediationEscalations: m.remediationEscalations,
-            },
-          }
-        : {}),
+      metrics:
+        remediations && remediationsSuppressed && remediationEscalations
+          ? { remediations, remediationsSuppressed, remediationEscalations }
+          : undefined,
       now,
     };
   }

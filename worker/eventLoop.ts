@@ -1,20 +1,12 @@
 import { performance } from 'node:perf_hooks';
 
 /**
- * Event-loop lag, for the worker's liveness endpoint (/livez on its metrics port). A timer is
- * due every `intervalMs`; how late it fires is the lag. The largest lag of the last `windowMs`
- * is kept, plus the lag of a tick that is overdue right now, so a probe answered just after a long
- * block still sees it (whichever of the timer and the probe's request runs first).
+ * Event-loop lag for the worker's /livez: how late a timer due every `intervalMs` fires. The largest
+ * lag of the last `windowMs` counts, and so does an overdue tick, so a probe just after a long block sees it.
  */
-export interface LoopMonitor {
-  /** Largest lag (ms) within the window, including the currently overdue tick. */
-  maxLagMs(): number;
-  stop(): void;
-}
+export type LoopMonitor = ReturnType<typeof startLoopMonitor>;
 
-export function startLoopMonitor(opts: { intervalMs?: number; windowMs?: number } = {}): LoopMonitor {
-  const intervalMs = opts.intervalMs ?? 250;
-  const windowMs = opts.windowMs ?? 10_000;
+export function startLoopMonitor({ intervalMs = 250, windowMs = 10_000 } = {}) {
   let last = performance.now();
   const samples: Array<{ at: number; lag: number }> = [];
   const timer = setInterval(() => {

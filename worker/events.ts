@@ -6,50 +6,30 @@ import type { Logger } from '../src/shared/logger.js';
 import { apiStatus, resolveKubeConfig } from './k8s.js';
 
 /**
- * Kubernetes Events (events.k8s.io/v1) for what the worker does to a cluster object, so
- * `kubectl describe` and every cluster event pipeline show who restarted or deployed what:
- * reason `OpsgateRestart` on the Deployment, `OpsgateDeploy` on the deploy Job, `OpsgateRestartRefused`
- * (Warning) on a Deployment the worker refused to restart; and how it ended: `OpsgateRolledOut` /
- * `OpsgateRolloutFailed` (Warning) on the Deployment, `OpsgateDeployed` / `OpsgateDeployFailed` on the
- * Job, `OpsgateRestartRejected` / `OpsgateRestartExpired` on a Deployment whose restart was not
- * approved; `OpsgateRemediated` / `OpsgateRemediationFailed` (Warning) for how an alert-driven
- * remediation ended. The note carries the principal's key id, the approvers, the audit id and the queue job
- * id (never a secret: requested_by is a credential id).
- *
- * The Event name derives from the queue job id and reason, so a retried attempt finds its own
- * Event (409) instead of writing a second one. An Event is a record, not the work: failing to
- * write it (e.g. RBAC without `create` on `events`) is logged and the job goes on.
+ * Kubernetes Events (events.k8s.io/v1): who restarted or deployed what, and how it ended, for
+ * `kubectl describe` and cluster event pipelines. The note never carries a secret (requested_by is
+ * a credential id). An Event is a record, not the work: a failed write is logged and the job goes on.
  */
 const REPORTING_CONTROLLER = 'opsgate.io/worker';
 
-export type EventReason =
-  | 'OpsgateRestart'
-  | 'OpsgateRestartRefused'
-  | 'OpsgateDeploy'
-  // How a guarded change ended (worker/report.ts): on the Deployment, or on the deploy Job.
-  | 'OpsgateRolledOut'
-  | 'OpsgateRolloutFailed'
-  | 'OpsgateDeployed'
-  | 'OpsgateDeployFailed'
-  | 'OpsgateRestartRejected'
-  | 'OpsgateRestartExpired'
-  // How an alert-driven remediation ended (worker/jobs/remediate.ts), on the Deployment.
-  | 'OpsgateRemediated'
-  | 'OpsgateRemediationFailed';
-
-const WHAT: Record<EventReason, string> = {
+/** Each reason and what its note says was done. */
+const WHAT = {
   OpsgateRestart: 'rollout restart',
   OpsgateRestartRefused: 'rollout restart refused',
   OpsgateDeploy: 'deploy',
+  // How a guarded change ended (worker/report.ts): on the Deployment, or on the deploy Job.
   OpsgateRolledOut: 'rollout restart rolled out',
   OpsgateRolloutFailed: 'rollout restart failed',
   OpsgateDeployed: 'deploy succeeded',
   OpsgateDeployFailed: 'deploy failed',
   OpsgateRestartRejected: 'rollout restart rejected',
   OpsgateRestartExpired: 'rollout restart approval expired',
+  // How an alert-driven remediation ended (worker/jobs/remediate.ts), on the Deployment.
   OpsgateRemediated: 'remediation verified: the alert resolved',
   OpsgateRemediationFailed: 'remediation did not clear the alert',
 };
+
+export type EventReason = keyof typeof WHAT;
 
 interface OpsgateEvent {
   namespace: string;
@@ -67,10 +47,7 @@ interface OpsgateEvent {
   approvers?: readonly string[];
 }
 
-/**
- * Who asked for a change, as an Event names them: the principal, and the owner behind it and the
- * credential id where the principal does not already say them (never a secret).
- */
+/** Who asked for a change: the principal, and the owner and credential id where it does not already say them. */
 export function describeRequester(d: { requested_by: string; requested_owner?: string; requested_credential?: string }): string {
   const extra = [
     ...(d.requested_owner && d.requested_owner !== d.requested_by ? [`owner ${d.requested_owner}`] : []),
@@ -86,7 +63,7 @@ export function eventNote(e: Pick<OpsgateEvent, 'reason' | 'requestedBy' | 'audi
   return note.length > 1024 ? `${note.slice(0, 1021)}...` : note;
 }
 
-/** Deterministic per queue job and reason: `<object>.opsgate-<12 hex>` (<= 253 chars). */
+/** Deterministic per queue job and reason, so a retried attempt finds its own Event (409): `<object>.opsgate-<12 hex>`. */
 export function eventName(e: Pick<OpsgateEvent, 'regarding' | 'reason' | 'queueJobId'>): string {
   return `${e.regarding.name.slice(0, 200)}.opsgate-${sha256Hex(`${e.reason}\n${e.queueJobId}`).slice(0, 12)}`;
 }
@@ -122,18 +99,10 @@ export async function recordEvent(kc: KubeConfig, e: OpsgateEvent, logger: Logge
   }
 }
 
-/**
- * recordEvent for a job that holds no Kubernetes client of its own (a report, a remediation's
- * look): the worker's configuration is resolved first. The Event is a record: a worker without a
- * configuration logs that it wrote none, as for a refused write, and the job goes on.
- */
+/** recordEvent for a job without a Kubernetes client of its own: without a configuration it logs that it wrote none. */
 export async function recordEventResolving(factory: KubeConfigFactory, e: OpsgateEvent, logger: Logger): Promise<boolean> {
-  let kc: KubeConfig;
-  try {
-    kc = await resolveKubeConfig(factory);
-  } catch (err) {
+  const kc = await resolveKubeConfig(factory).catch((err: unknown) => {
     logger.warn('no Kubernetes Event: no Kubernetes configuration', { reason: e.reason, err: (err as Error).message });
-    return false;
-  }
-  return recordEvent(kc, e, logger);
+  });
+  return kc ? recordEvent(kc, e, logger) : false;
 }

@@ -27,28 +27,17 @@ import { createProcessor } from './processor.js';
 import { secretsForWorker } from './secrets.js';
 import { closeWorker, onShutdownSignals } from './shutdown.js';
 
-/**
- * The worker process: a BullMQ Worker on queue "ops" running restart_service,
- * run_deploy_pipeline and notify_oncall. Entry point dist/worker/index.js; startWorker() runs the
- * same thing in-process for tests. This file is the wiring; the parts live beside it:
- * processor.ts (job name -> handler, the job timeout), jobs/ (the handlers), outcomes.ts (logs and
- * metrics per attempt), liveness.ts (/livez), shutdown.ts (drain and close), secrets.ts (what the
- * logger redacts).
- */
+/** The worker process's wiring (entry point dist/worker/index.js); startWorker() runs it in-process for tests. */
 export const READY_MESSAGE = 'worker ready';
-export { secretsForWorker, workerLiveness };
 
-/** What startWorker may be given instead of its defaults (tests pass their own). */
 export interface WorkerOptions {
   logger?: Logger;
   metrics?: JobMetrics;
-  /** Default: loadInventory(config.OPS_INVENTORY_FILE). */
   inventory?: Inventory;
   /** Default: KUBECONFIG / ~/.kube/config / in-cluster, read from process.env at each job. */
   kubeConfig?: KubeConfigFactory;
   /** Worker id shown in Redis CLIENT LIST and logs. */
   name?: string;
-  /** The clock of guarded changes (freezes, windows, approval expiry); default Date.now. */
   now?: () => number;
 }
 
@@ -56,12 +45,7 @@ export interface WorkerHandle {
   readonly worker: Worker;
   readonly redis: Redis;
   readonly logger: Logger;
-  /**
-   * Graceful stop: no new jobs; active jobs may finish within `graceMs` (default
-   * WORKER_SHUTDOWN_GRACE_SECONDS); past it they are aborted (their attempt fails and is retried
-   * later). Then Redis is quit. Every step is bounded (stepMs, default SHUTDOWN_TIMEOUT_SECONDS);
-   * resolves false when one did not finish in time. Idempotent.
-   */
+  /** closeWorker (worker/shutdown.ts), by default within WORKER_SHUTDOWN_GRACE_SECONDS and SHUTDOWN_TIMEOUT_SECONDS. Idempotent. */
   close(graceMs?: number, stepMs?: number): Promise<boolean>;
 }
 
@@ -69,18 +53,10 @@ export async function startWorker(config: WorkerConfig, opts: WorkerOptions = {}
   const logger = opts.logger ?? createLogger({ level: config.LOG_LEVEL, base: { component: 'worker' }, secrets: secretsForWorker(config) });
   const inventory = opts.inventory ?? loadInventory(config.OPS_INVENTORY_FILE);
   const kubeConfig = opts.kubeConfig ?? kubeConfigFromEnv(process.env);
+  const { metrics, now = Date.now } = opts;
   const redis = connectRedis({ url: config.REDIS_URL, profile: 'blocking', name: opts.name ?? 'opsgate-worker', logger });
-  const { close: closeReports, ...deps } = createWorkerDeps({
-    config,
-    inventory,
-    redis,
-    logger,
-    kubeConfig,
-    now: opts.now ?? Date.now,
-    metrics: opts.metrics,
-  });
-  const processor = createProcessor(deps);
-  const worker = new Worker(QUEUE_NAME, processor, {
+  const { close: closeReports, ...deps } = createWorkerDeps({ config, inventory, redis, logger, kubeConfig, now, metrics });
+  const worker = new Worker(QUEUE_NAME, createProcessor(deps), {
     connection: redis,
     prefix: queuePrefix(config.REDIS_URL),
     concurrency: config.WORKER_CONCURRENCY,
@@ -90,7 +66,7 @@ export async function startWorker(config: WorkerConfig, opts: WorkerOptions = {}
     autorun: false,
     ...(opts.name ? { name: opts.name } : {}),
   });
-  observeJobs(worker, { logger, metrics: opts.metrics });
+  observeJobs(worker, { logger, metrics });
 
   // Connect first (waits, retrying, while Redis is unreachable), then start taking jobs.
   await worker.waitUntilReady();
@@ -143,8 +119,7 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
   let metricsServer: MetricsServer | undefined;
   let handle: WorkerHandle | undefined;
   let queueDepth: { close(): Promise<void> } | undefined;
-  const loopMonitor = startLoopMonitor();
-  const livez = workerLiveness({ monitor: loopMonitor, maxLagMs: config.WORKER_LIVENESS_MAX_LAG_MS, redis: () => handle?.redis });
+  const livez = workerLiveness({ monitor: startLoopMonitor(), maxLagMs: config.WORKER_LIVENESS_MAX_LAG_MS, redis: () => handle?.redis });
   try {
     metricsServer = await startMetricsServer({
       registry: metrics.registry,
@@ -186,12 +161,10 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
     { outcomes: OUTCOMES, guards: SUPPRESSION_GUARDS },
     () => remediationStore.silences(),
   );
-  // Queue depth / dead letters read from Redis at scrape time (observability; worker/queueDepth.ts).
   queueDepth = exportQueueDepth(metrics, config.REDIS_URL);
 }
 
-const isEntry = process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1];
-if (isEntry) {
+if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1]) {
   main().catch((err: unknown) => {
     process.stderr.write(`opsgate-worker: failed to start: ${err instanceof Error ? err.message : String(err)}\n`);
     process.exit(1);

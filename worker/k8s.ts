@@ -1,12 +1,7 @@
+import { setTimeout as delay } from 'node:timers/promises';
 import { KubeConfig } from '@kubernetes/client-node';
 import { UnrecoverableError } from 'bullmq';
 import { NoKubeConfigError, type KubeConfigFactory } from '../src/shared/kubeconfig.js';
-
-/**
- * Kubernetes access for the worker's jobs. The KubeConfig comes from a factory (WorkerDeps.kubeConfig,
- * by default kubeConfigFromEnv of src/shared/kubeconfig.ts, the loader the API uses too), called
- * for each job, so tests and the cluster suite can point the worker at any API server.
- */
 
 /** A KubeConfig for a bare API server URL and bearer token (handy for the cluster test suite). */
 export function kubeConfigForToken(server: string, token: string, opts: { caData?: string; skipTLSVerify?: boolean } = {}): KubeConfig {
@@ -32,22 +27,17 @@ export async function resolveKubeConfig(factory: KubeConfigFactory): Promise<Kub
 
 /** The Kubernetes API status code of a client-node error, if it is one (ApiException). */
 export function apiStatus(err: unknown): number | undefined {
-  if (err && typeof err === 'object' && 'code' in err && typeof err.code === 'number') {
-    return (err as { code: number }).code;
-  }
-  return undefined;
+  return err && typeof err === 'object' && 'code' in err && typeof err.code === 'number' ? err.code : undefined;
 }
 
 /** The Status.message of an API error body, bounded; safe to log (never carries credentials). */
 function statusMessage(err: unknown): string | undefined {
   const body = (err as { body?: unknown }).body;
-  let parsed: unknown = body;
-  if (typeof body === 'string') {
-    try {
-      parsed = JSON.parse(body);
-    } catch {
-      return undefined;
-    }
+  let parsed: unknown;
+  try {
+    parsed = typeof body === 'string' ? JSON.parse(body) : body;
+  } catch {
+    return undefined;
   }
   const msg = (parsed as { message?: unknown } | undefined)?.message;
   return typeof msg === 'string' ? msg.slice(0, 300) : undefined;
@@ -61,10 +51,8 @@ function networkCode(err: unknown): string {
     const code = (e as { code?: unknown }).code;
     if (typeof code === 'string') return code;
     const nested = (e as { errors?: unknown }).errors; // AggregateError (IPv4 + IPv6 attempts)
-    if (Array.isArray(nested)) {
-      const c = (nested[0] as { code?: unknown } | undefined)?.code;
-      if (typeof c === 'string') return c;
-    }
+    const c = Array.isArray(nested) ? (nested[0] as { code?: unknown } | undefined)?.code : undefined;
+    if (typeof c === 'string') return c;
     if (e instanceof Error && e.message) innermost = e.message;
     e = (e as { cause?: unknown }).cause;
   }
@@ -72,11 +60,8 @@ function networkCode(err: unknown): string {
 }
 
 /**
- * Maps a Kubernetes API failure to the job outcome:
- * - 401/403: UnrecoverableError with a clear reason (credentials / RBAC will not fix themselves);
- * - 404: UnrecoverableError (`what` not found);
- * - other 4xx except 408/429: UnrecoverableError (the request is wrong; retrying cannot help);
- * - 408, 429, 5xx and network errors: a plain Error, so BullMQ retries with backoff.
+ * A Kubernetes API failure as the job's error: 408, 429, 5xx and network errors are a plain Error
+ * (BullMQ retries with backoff); any other 4xx is an UnrecoverableError (retrying cannot fix it).
  */
 export function k8sFailure(err: unknown, what: string, verb: string): Error {
   if (err instanceof UnrecoverableError) return err;
@@ -108,19 +93,8 @@ export function k8sFailure(err: unknown, what: string, verb: string): Error {
 }
 
 /** Sleeps `ms`, or rejects early with the signal's reason when it aborts. */
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(abortReason(signal));
-    const t = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    const onAbort = () => {
-      clearTimeout(t);
-      reject(abortReason(signal!));
-    };
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
+export async function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  await delay(ms, undefined, { signal }).catch(() => Promise.reject(abortReason(signal!)));
 }
 
 export function abortReason(signal: AbortSignal): Error {

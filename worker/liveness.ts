@@ -4,11 +4,9 @@ import type { LoopMonitor } from './eventLoop.js';
 import { settlesWithin } from '../src/shared/timeout.js';
 
 /**
- * GET /livez on the worker's metrics port (its liveness probe). 503 when the event loop lagged
- * more than maxLagMs within the last 10 s (a blocked or starved loop cannot run jobs or renew
- * their locks); 200 otherwise. The body also reports the Redis connection: "ready" (PING answered
- * within timeoutMs), "connecting" (not started yet), or the client's state / "unresponsive".
- * Redis trouble alone does not fail liveness: restarting the worker would not bring Redis back.
+ * GET /livez on the worker's metrics port: 503 when the event loop lagged more than maxLagMs within
+ * the last 10 s (a blocked loop cannot run jobs or renew their locks). The body also reports Redis,
+ * which alone does not fail liveness: restarting the worker would not bring Redis back.
  */
 export function workerLiveness(deps: { monitor: LoopMonitor; maxLagMs: number; redis: () => Redis | undefined; timeoutMs?: number }) {
   return async (): Promise<{ status: number; body: Record<string, unknown> }> => {

@@ -3,43 +3,28 @@ import { metricJobName } from '../src/shared/jobs.js';
 import type { Logger } from '../src/shared/logger.js';
 import type { Metrics } from '../src/shared/metrics.js';
 
-/** The metrics observeJobs updates (a test may pass a subset). */
-export type JobMetrics = Pick<Metrics, 'jobsProcessed' | 'jobDuration' | 'jobRetries'> &
-  Partial<
-    Pick<
-      Metrics,
-      | 'jobsStalled'
-      | 'workerErrors'
-      | 'changeOutcomes'
-      | 'holds'
-      | 'deployLastSuccess'
-      | 'commitStatusReports'
-      | 'remediations'
-      | 'remediationsSuppressed'
-      | 'remediationEscalations'
-    >
-  >;
+/** The metrics observeJobs updates; the others are optional (a test may pass a subset), read by the jobs' handlers. */
+export type JobMetrics = Pick<Metrics, 'jobsProcessed' | 'jobDuration' | 'jobRetries'> & Partial<Metrics>;
 
 /**
  * Every job attempt's outcome as a log line and metrics, the worker's counterpart of the API's
  * src/middleware/observe.ts: completed, retried, dead-lettered, stalled, and the worker's own errors.
  */
-export function observeJobs(worker: Worker, deps: { logger: Logger; metrics?: JobMetrics | undefined }): void {
-  const { logger, metrics } = deps;
-  const attemptSeconds = (job: Job) => (job.processedOn ? Math.max(0, Date.now() - job.processedOn) / 1000 : 0);
-
+export function observeJobs(worker: Worker, { logger, metrics }: { logger: Logger; metrics?: JobMetrics | undefined }): void {
+  const count = (job: Job, outcome: 'completed' | 'dead_lettered' | 'retried') => {
+    const seconds = job.processedOn ? Math.max(0, Date.now() - job.processedOn) / 1000 : 0;
+    metrics?.jobsProcessed.inc({ name: metricJobName(job.name), outcome });
+    metrics?.jobDuration.observe({ name: metricJobName(job.name), outcome }, seconds);
+    return seconds;
+  };
   worker.on('completed', (job) => {
-    const seconds = attemptSeconds(job);
-    metrics?.jobsProcessed.inc({ name: metricJobName(job.name), outcome: 'completed' });
-    metrics?.jobDuration.observe({ name: metricJobName(job.name), outcome: 'completed' }, seconds);
-    logger.info('job completed', { job_id: job.id, job_name: job.name, attempt: job.attemptsMade, duration_s: seconds });
+    logger.info('job completed', { job_id: job.id, job_name: job.name, attempt: job.attemptsMade, duration_s: count(job, 'completed') });
   });
   worker.on('failed', (job, err) => {
     if (!job) {
       logger.error('job failed', { err });
       return;
     }
-    const seconds = attemptSeconds(job);
     // BullMQ sets finishedOn only when the job went to the failed set for good (attempts
     // exhausted or UnrecoverableError): that is dead-lettering. Otherwise it is delayed for a retry.
     const final = typeof job.finishedOn === 'number' && job.finishedOn > 0;
@@ -50,18 +35,11 @@ export function observeJobs(worker: Worker, deps: { logger: Logger; metrics?: Jo
       attempts_max: job.opts.attempts ?? 1,
       reason: err.message,
       error_type: err.name,
-      duration_s: seconds,
+      duration_s: count(job, final ? 'dead_lettered' : 'retried'),
     };
-    if (final) {
-      metrics?.jobsProcessed.inc({ name: metricJobName(job.name), outcome: 'dead_lettered' });
-      metrics?.jobDuration.observe({ name: metricJobName(job.name), outcome: 'dead_lettered' }, seconds);
-      logger.error('job dead-lettered', fields);
-    } else {
-      metrics?.jobsProcessed.inc({ name: metricJobName(job.name), outcome: 'retried' });
-      metrics?.jobRetries.inc({ name: metricJobName(job.name) });
-      metrics?.jobDuration.observe({ name: metricJobName(job.name), outcome: 'retried' }, seconds);
-      logger.warn('job attempt failed; will retry', { ...fields, retry_in_ms: job.delay || 0 });
-    }
+    if (!final) metrics?.jobRetries.inc({ name: metricJobName(job.name) });
+    if (final) logger.error('job dead-lettered', fields);
+    else logger.warn('job attempt failed; will retry', { ...fields, retry_in_ms: job.delay || 0 });
   });
   worker.on('stalled', (jobId) => {
     metrics?.jobsStalled?.inc();

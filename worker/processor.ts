@@ -1,7 +1,7 @@
 import { DelayedError, UnrecoverableError, type Job } from 'bullmq';
-import { JOB, jobSchemaOf, type JobName } from '../src/shared/jobs.js';
+import { JOB, jobSchemaOf, type JobName, type Outcome } from '../src/shared/jobs.js';
 import { kindOfJob } from '../src/changes/kinds/index.js';
-import { changeJobOf } from '../src/changes/wake.js';
+import { changeJobOf, type ChangeJob } from '../src/changes/wake.js';
 import { withTimeout } from '../src/shared/timeout.js';
 import type { Handler, JobContext } from './context.js';
 import type { WorkerDeps } from './deps.js';
@@ -14,25 +14,15 @@ import { reportChange } from './jobs/report.js';
 import { reportStatus } from './jobs/reportStatus.js';
 import { restartService } from './jobs/restart.js';
 import { checkGate, failureOutcome, isFinal, recordOutcome } from './report.js';
+import type { DeployState } from '../src/changes/deployOrder/history.js';
 import { takeTurn, type TakenTurn } from './deployTurn.js';
 import { deployRecorder } from './deployHistory.js';
 
 /**
- * The worker's processor: dispatch by job name to its handler, with
- * - validation: an unknown job name or data failing the job's zod schema is an
- *   UnrecoverableError (dead-lettered at once: retrying cannot fix it);
- * - the per-attempt timeout (JOB_TIMEOUT_SECONDS, the contract's 900 s by default): the handler's
- *   AbortSignal is aborted at the deadline and the attempt fails with "timed out after Ns"
- *   (retried per policy), even if the handler ignores the signal;
- * - shutdown: BullMQ's own signal (worker.cancelAllJobs) aborts the handler too;
- * - guarded changes (worker/report.ts): a restart or deploy meets its gate before the handler runs
- *   (a deploy is held again, a restart refused), and its outcome is recorded when it ends: a
- *   success, or a failure that no retry follows;
- * - order (worker/deployTurn.ts): past its gate, a deploy takes its concurrency group's turn: it
- *   waits (delayed) while another runs, and ends `superseded` without running when a newer one
- *   of its group started or waits; its turn ends with its attempt (not when the worker shuts down
- *   under it: its next attempt takes the turn again). A deploy whose Job a newer one deleted
- *   (cancel_in_progress) completes with the outcome `cancelled`, naming that deploy.
+ * The worker's processor: dispatch by job name, with validation (bad data is an UnrecoverableError:
+ * retrying cannot fix it), the per-attempt timeout (the attempt fails even if the handler ignores its
+ * signal), a change's gate and outcome (worker/report.ts) and a deploy's turn (worker/deployTurn.ts),
+ * which ends with its attempt but not when the worker shuts down under it.
  */
 export const handlers: { [N in JobName]: Handler<never> } = {
   [JOB.restartService]: restartService,
@@ -44,8 +34,6 @@ export const handlers: { [N in JobName]: Handler<never> } = {
   [JOB.reportStatus]: reportStatus,
 };
 
-export { JobCancelledError, JobTimeoutError };
-
 /** The catalog's handler, or a registered kind of change's (src/changes/kinds/: its `handle`). */
 function handlerOf(name: string): Handler<unknown> | undefined {
   if (Object.hasOwn(handlers, name)) return handlers[name as JobName] as Handler<unknown>;
@@ -53,20 +41,13 @@ function handlerOf(name: string): Handler<unknown> | undefined {
   return kind?.handle ? (data, ctx) => kind.handle!(data, ctx as never) : undefined;
 }
 
-type Processor = (job: Job, token?: string, signal?: AbortSignal) => Promise<unknown>;
-
-/** A change's job (a restart, a deploy: its kind's job, src/changes/kinds/): its gate and outcome are guarded. */
-const changeOf = changeJobOf;
-
-export function createProcessor(base: Omit<WorkerDeps, 'close'>): Processor {
+export function createProcessor(base: Omit<WorkerDeps, 'close'>) {
   const timeoutSeconds = base.config.JOB_TIMEOUT_SECONDS;
   // Three declared parameters: BullMQ passes the cancellation signal only to processors that take it.
   return async function process(job: Job, token?: string, bullSignal?: AbortSignal): Promise<unknown> {
     const handler = handlerOf(job.name);
     const schema = jobSchemaOf(job.name);
-    if (!handler || !schema) {
-      throw new UnrecoverableError(`unknown job name ${JSON.stringify(job.name).slice(0, 200)}`);
-    }
+    if (!handler || !schema) throw new UnrecoverableError(`unknown job name ${JSON.stringify(job.name).slice(0, 200)}`);
     const parsed = schema.safeParse(job.data);
     if (!parsed.success) {
       const issue = parsed.error.issues[0]!;
@@ -87,25 +68,26 @@ export function createProcessor(base: Omit<WorkerDeps, 'close'>): Processor {
       else bullSignal?.addEventListener('abort', onCancel, { once: true });
     });
     const ctx: JobContext = { ...base, job, ...(token !== undefined ? { token } : {}), signal: controller.signal, logger };
-    const change = changeOf(job.name, parsed.data);
+    const change = changeJobOf(job.name, parsed.data);
     const started = Date.now();
     let turn: TakenTurn | undefined;
     let interrupted = false;
     // A deploy's steps in its history (worker/deployHistory.ts); `passed` tells a hold from a wait for its turn.
     const history = change ? deployRecorder(change, ctx) : undefined;
     let passed = false;
+    // How a change ended: its outcome, and a deploy's last step (`by`: the deploy that superseded or cancelled it).
+    const end = async (c: ChangeJob, outcome: Outcome, state: DeployState, by?: string) => {
+      await recordOutcome(c, ctx, outcome, by);
+      const named = by === undefined ? {} : state === 'superseded' ? { superseded_by: by } : { cancelled_by: by };
+      await history?.step({ state, ...named, finished_at: Date.now() });
+    };
     try {
       if (change) await checkGate(change, ctx);
       passed = true;
       turn = change ? await takeTurn(change, ctx) : undefined;
       if (change && turn?.superseded !== undefined) {
-        await recordOutcome(
-          change,
-          ctx,
-          { result: 'superseded', reason: `superseded by deploy ${turn.superseded}, accepted after it` },
-          turn.superseded,
-        );
-        await history?.step({ state: 'superseded', superseded_by: turn.superseded, finished_at: Date.now() });
+        const reason = `superseded by deploy ${turn.superseded}, accepted after it`;
+        await end(change, { result: 'superseded', reason }, 'superseded', turn.superseded);
         return { superseded_by: turn.superseded };
       }
       await history?.step({ state: 'running', started_at: Date.now() });
@@ -119,29 +101,17 @@ export function createProcessor(base: Omit<WorkerDeps, 'close'>): Processor {
         const own = ended?.outcome;
         // A deploy a newer one cancelled (cancel_in_progress, worker/deployCancel.ts) ended as asked: no retry, no dead letter.
         const cancelled = own?.result === 'cancelled' && ended?.cancelled_by !== undefined;
-        await recordOutcome(
-          change,
-          ctx,
-          {
-            result: cancelled ? 'cancelled' : own?.result === 'created' ? 'created' : 'rolled_out',
-            ...(own?.reason ? { reason: own.reason } : {}),
-            duration_s: Math.round((Date.now() - started) / 100) / 10,
-          },
-          cancelled ? ended.cancelled_by : undefined,
-        );
-        await history?.step(
-          cancelled
-            ? { state: 'cancelled', cancelled_by: ended.cancelled_by, finished_at: Date.now() }
-            : { state: 'succeeded', finished_at: Date.now() },
-        );
+        const result = cancelled ? 'cancelled' : own?.result === 'created' ? 'created' : 'rolled_out';
+        const duration_s = Math.round((Date.now() - started) / 100) / 10;
+        const outcome: Outcome = { result, ...(own?.reason ? { reason: own.reason } : {}), duration_s };
+        await end(change, outcome, cancelled ? 'cancelled' : 'succeeded', cancelled ? ended.cancelled_by : undefined);
       }
       return value;
     } catch (err) {
       interrupted = err instanceof JobCancelledError;
       if (change && isFinal(err, ctx)) {
         const outcome = failureOutcome(err, (Date.now() - started) / 1000);
-        await recordOutcome(change, ctx, outcome);
-        await history?.step({ state: outcome.result === 'cancelled' ? 'cancelled' : 'failed', finished_at: Date.now() });
+        await end(change, outcome, outcome.result === 'cancelled' ? 'cancelled' : 'failed');
       } else if (err instanceof DelayedError) {
         await history?.step({ state: passed ? 'queued' : 'held' });
       }

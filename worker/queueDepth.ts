@@ -4,18 +4,13 @@ import { queueCountsSource, redisMemoryReader, type Metrics } from '../src/share
 import { queuePrefix } from '../src/shared/keys.js';
 import { createRedis } from '../src/shared/redis.js';
 
-/**
- * Queue depth for a process that has no producer Queue of its own (the worker): a read-only
- * BullMQ Queue handle on a `request`-profile connection (fail fast, no offline queue), used only
- * by the scrape-time collectors of opsgate_queue_jobs / opsgate_dead_letter_jobs.
- */
+/** The queue depth metrics' source in the worker: a read-only Queue on a fail-fast `request`-profile connection. */
 export function exportQueueDepth(
   metrics: Pick<Metrics, 'setQueueDepthSources'> & Partial<Pick<Metrics, 'setRedisMemorySource'>>,
   redisUrl: string,
-  queueName: string = QUEUE_NAME,
 ): { close(): Promise<void> } {
   const connection = createRedis(redisUrl, 'request', 'opsgate-queue-depth');
-  const queue = new Queue(queueName, { connection, prefix: queuePrefix(redisUrl) });
+  const queue = new Queue(QUEUE_NAME, { connection, prefix: queuePrefix(redisUrl) });
   queue.on('error', () => {}); // a failed read is counted by opsgate_queue_scrape_errors_total
   metrics.setQueueDepthSources([queueCountsSource(queue)]);
   metrics.setRedisMemorySource?.(redisMemoryReader(connection));

@@ -6,24 +6,15 @@ import type { Outcome, OutcomeResult } from '../src/shared/jobs.js';
 import type { JobContext } from './context.js';
 import { JobCancelledError, JobTimeoutError } from './errors.js';
 
-/**
- * The guarded side of restart_service and run_deploy_pipeline in the worker:
- * - the gate again at the start of an attempt: a held deploy that wakes to a closed gate (a freeze
- *   declared meanwhile, a window not open yet) is delayed again with BullMQ's public API
- *   (Job#moveToDelayed with the job's token, then DelayedError); a restart queued before a freeze
- *   and run during it is refused, unless an operator overrode the gate;
- * - the outcome at the end: rolled out (with its duration), created, failed, or past its progress
- *   deadline, written into the job's progress (GET /ops/jobs/{id} shows it), counted, and reported
- *   to the notification endpoints with the job id, requester, approvers and duration. The handlers
- *   write the Kubernetes Event of the outcome themselves, on the object they touched.
- */
+// A change's gate at the start of each attempt and its outcome at the end (a handler writes the outcome's Kubernetes Event).
 
 /** A final failure with the outcome it stands for (e.g. progress_deadline_exceeded). */
 export class ChangeFailedError extends UnrecoverableError {
-  readonly result: OutcomeResult;
-  constructor(message: string, result: OutcomeResult) {
+  constructor(
+    message: string,
+    readonly result: OutcomeResult,
+  ) {
     super(message);
-    this.result = result;
   }
 }
 
@@ -40,22 +31,19 @@ export function failureOutcome(err: unknown, seconds: number): Outcome {
   return { result, reason: reason.slice(0, 1000), duration_s: Math.round(seconds * 10) / 10 };
 }
 
-type ChangeData = ChangeJob;
-
 /** The report fields of the job's target, its kind's (src/changes/kinds/). */
-function target(c: ChangeData, ctx: Pick<JobContext, 'inventory'>) {
+function target(c: ChangeJob, ctx: Pick<JobContext, 'inventory'>) {
   const kind = kindOf(c.name);
   return kind.reportFields(kind.fromJob(ctx.inventory, c.data).target);
 }
 
 /**
- * The gate at the start of an attempt, decided by the change pipeline's planner (origin `wake`). A
- * deploy it closes is delayed until it opens (this throws DelayedError, which tells BullMQ the job
- * was moved); a restart it closes is refused. Without its stores or the job's lock token the check
- * cannot be made or carried out: the attempt fails (and is retried), it never runs unchecked.
+ * The gate at the start of an attempt (the pipeline's planner, origin `wake`): a deploy held meanwhile
+ * is delayed until it opens (Job#moveToDelayed, then DelayedError); a restart is refused unless an operator
+ * overrode the gate. Without its stores or the job's lock token the attempt fails (retried): it never runs unchecked.
  */
 export async function checkGate(
-  c: ChangeData,
+  c: ChangeJob,
   ctx: Pick<JobContext, 'job' | 'token' | 'logger' | 'inventory' | 'freezes' | 'holds' | 'metrics' | 'report' | 'now'>,
 ): Promise<void> {
   const now = ctx.now();
@@ -122,23 +110,20 @@ function reported(ctx: Pick<JobContext, 'config'>, outcome: Outcome): boolean {
 }
 
 /**
- * Records how a restart or deploy ended: its progress, the metric, the audit line, the report
- * (REPORT_OUTCOMES), and for a pushed deploy that never ran or was cancelled its sender's
- * deliveries log. `by`: the deploy that superseded or cancelled it.
+ * Records how a change ended: its progress, the metric, the audit line, the report and, for a pushed
+ * deploy that never ran or was cancelled, its sender's deliveries log. `by`: the deploy that superseded or cancelled it.
  */
 export async function recordOutcome(
-  c: ChangeData,
+  c: ChangeJob,
   ctx: Pick<JobContext, 'job' | 'logger' | 'inventory' | 'config' | 'metrics' | 'report'> & Partial<Pick<JobContext, 'deliveries'>>,
   outcome: Outcome,
   by?: string,
 ): Promise<void> {
   const jobId = String(ctx.job.id);
   const previous = typeof ctx.job.progress === 'object' && ctx.job.progress !== null ? (ctx.job.progress as Record<string, unknown>) : {};
-  try {
-    await ctx.job.updateProgress({ ...previous, outcome });
-  } catch (err) {
-    ctx.logger.warn('could not record the outcome on the job', { err });
-  }
+  await ctx.job
+    .updateProgress({ ...previous, outcome })
+    .catch((err: unknown) => ctx.logger.warn('could not record the outcome on the job', { err }));
   ctx.metrics?.changeOutcomes.inc({ change: c.name, result: outcome.result });
   // The end of the request that asked for the change: the audit id of the API's audit line of that
   // request (the job's logger carries the job id and name).

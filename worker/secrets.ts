@@ -3,15 +3,15 @@ import { outboundSecrets } from '../src/shared/outboundVariables.js';
 import { redisPasswords } from '../src/shared/redis.js';
 
 /**
- * What the worker's logger redacts: Redis passwords, the tokens of the hosts told deploy states, and every notify endpoint URL with its
- * credential-looking parts (userinfo, long path segments and query values), since on-call webhook
- * URLs carry their token in the path.
+ * What the worker's logger redacts: Redis passwords, the outbound tokens, and every notify endpoint
+ * URL with its credential-looking parts (userinfo, long path segments and query values), since
+ * on-call webhook URLs carry their token in the path.
  */
 export function secretsForWorker(config: WorkerConfig): string[] {
-  const out: string[] = [];
-  out.push(...redisPasswords(config.REDIS_URL));
-  out.push(...outboundSecrets(config, 'PROMETHEUS'), ...outboundSecrets(config, 'ALERTMANAGER'));
-  for (const prefix of STATUS_HOSTS) out.push(...outboundSecrets(config, prefix));
+  const out = [
+    ...redisPasswords(config.REDIS_URL),
+    ...['PROMETHEUS', 'ALERTMANAGER', ...STATUS_HOSTS].flatMap((prefix) => outboundSecrets(config, prefix)),
+  ];
   for (const raw of config.NOTIFY_WEBHOOK_URLS) {
     out.push(raw);
     try {

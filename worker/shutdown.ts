@@ -6,25 +6,17 @@ import { settlesWithin } from '../src/shared/timeout.js';
 import { markClosing } from '../src/shared/redisConnection.js';
 
 /**
- * Waits (at most ms) for a connection to leave the "reconnecting" state. BullMQ's blocking
- * connection is a duplicate of the worker's connection (same address, same retry strategy), so
- * after a Redis restart both come back within one retry step of each other.
+ * Waits (at most ms) for a connection to leave the "reconnecting" state. BullMQ's blocking connection
+ * duplicates the worker's, so after a Redis restart both come back within one retry step.
  */
 async function settleConnection(client: Redis, ms: number): Promise<void> {
   if (client.status !== 'reconnecting' && client.status !== 'connecting') return;
-  await settlesWithin(
-    new Promise<void>((resolve) => {
-      client.once('ready', () => resolve());
-      client.once('end', () => resolve());
-    }),
-    ms,
-  );
+  await settlesWithin(new Promise((resolve) => client.once('ready', resolve).once('end', resolve)), ms);
 }
 
 /**
- * Stops the queue worker: no new jobs; active jobs may finish within graceMs; past it they are
- * aborted (their attempt fails and is retried later). Then Redis is quit. Every step is bounded
- * (by stepMs); resolves false when one did not finish in time.
+ * Stops the queue worker: active jobs may finish within graceMs, then are aborted (and retried
+ * later); then Redis is quit. Each step is bounded by stepMs; false when one did not finish in time.
  */
 export async function closeWorker(
   worker: Worker,
@@ -51,13 +43,8 @@ export async function closeWorker(
       clean = false;
     }
   }
-  if (
-    alsoClose &&
-    !(await settlesWithin(
-      alsoClose().catch(() => undefined),
-      Math.min(2000, stepMs / 4),
-    ))
-  ) {
+  // settlesWithin counts a rejected close as settled: the step is bounded, not checked.
+  if (alsoClose && !(await settlesWithin(alsoClose(), Math.min(2000, stepMs / 4)))) {
     logger.error('shutdown step timed out: the report producer did not close', { step: 'report producer' });
     clean = false;
   }
@@ -70,7 +57,11 @@ export async function closeWorker(
   return clean;
 }
 
-interface ProcessShutdownDeps {
+/**
+ * SIGTERM / SIGINT: drain the active jobs, close the rest, exit 0 when every step finished, else 1,
+ * within graceMs + stepMs. A second signal exits at once.
+ */
+export function onShutdownSignals(deps: {
   logger: Logger;
   graceMs: number;
   stepMs: number;
@@ -78,14 +69,7 @@ interface ProcessShutdownDeps {
   handle(): { close(graceMs?: number, stepMs?: number): Promise<boolean> } | undefined;
   /** Further close steps after the worker, each bounded by 3 s (metrics server, queue depth reader). */
   steps: ReadonlyArray<{ name: string; run: () => Promise<unknown> }>;
-}
-
-/**
- * SIGTERM / SIGINT for the worker process: drain the active jobs (graceMs), close the rest, exit 0
- * when every step finished, else 1. A second signal exits at once. The whole is bounded by
- * graceMs + stepMs (src/shared/shutdown.ts).
- */
-export function onShutdownSignals(deps: ProcessShutdownDeps): void {
+}): void {
   const { logger, graceMs, stepMs } = deps;
   let stopping = false;
   const shutdown = (signal: NodeJS.Signals) => {
@@ -109,18 +93,15 @@ export function onShutdownSignals(deps: ProcessShutdownDeps): void {
       const workerClean = await h.close(graceMs, stepMs);
       for (const s of deps.steps) await budget.step(s.name, s.run, 3000);
       budget.done();
-      if (workerClean && budget.unfinished.length === 0) {
-        logger.info('worker stopped', { signal });
-        // The logger writes asynchronously: flush its last lines before exit (bounded).
-        await logger.flush();
-        process.exit(0);
+      const clean = workerClean && budget.unfinished.length === 0;
+      if (clean) logger.info('worker stopped', { signal });
+      else {
+        const unfinished = [...(workerClean ? [] : ['worker']), ...budget.unfinished];
+        logger.error('shutdown incomplete: some close steps timed out; exiting 1', { signal, unfinished });
       }
-      logger.error('shutdown incomplete: some close steps timed out; exiting 1', {
-        signal,
-        unfinished: [...(workerClean ? [] : ['worker']), ...budget.unfinished],
-      });
+      // The logger writes asynchronously: flush its last lines before exit (bounded).
       await logger.flush();
-      process.exit(1);
+      process.exit(clean ? 0 : 1);
     })();
   };
   process.on('SIGTERM', shutdown);

@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { DEPLOY_STATES } from '../../../src/changes/deployOrder/history.js';
 import { loadWorkerConfig } from '../../../src/shared/config.js';
 import { parseInventory } from '../../../src/shared/inventory.js';
-import { secretsForWorker } from '../../../worker/index.js';
+import { secretsForWorker } from '../../../worker/secrets.js';
 import { senderOf, STATE_RANK, STATUS_TABLE, statusCall } from '../../../worker/commitStatus.js';
 
 /**

@@ -1,7 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { loadWorkerConfig } from '../../../src/shared/config.js';
 import { createLogger } from '../../../src/shared/logger.js';
-import { secretsForWorker } from '../../../worker/index.js';
+import { secretsForWorker } from '../../../worker/secrets.js';
 
 /** What the worker's logger redacts: the Redis password and the secret parts of webhook URLs. */
 describe('secretsForWorker', () => {
