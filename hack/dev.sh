@@ -47,18 +47,26 @@ else
 fi
 
 pids=()
+redis_pid=
+# Redis stops last: the API and the worker close their connections first. A Redis gone in the middle of
+# the worker's shutdown leaves BullMQ's close waiting out the whole grace period (worker/shutdown.ts).
 cleanup() {
   trap - EXIT INT TERM
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do [ "$p" = "$redis_pid" ] || kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do [ "$p" = "$redis_pid" ] || wait "$p" 2>/dev/null || true; done
+  [ -z "$redis_pid" ] || kill -TERM "$redis_pid" 2>/dev/null || true
   wait 2>/dev/null || true
   read -r owner _ < "$LOCK" 2>/dev/null && [ "$owner" = "$$" ] && rm -f "$LOCK"
   return 0
 }
 trap cleanup EXIT INT TERM
 
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$DEV_DIR" --appendonly no \
+# In a session of its own, so that Ctrl-C (a signal to the terminal's process group) leaves it to cleanup.
+# setsid does not fork here (a background job is no group leader): $! is Redis itself.
+$(command -v setsid || true) redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$DEV_DIR" --appendonly no \
   --save '' --daemonize no --logfile "$DEV_DIR/redis.log" &
-pids+=($!)
+redis_pid=$!
+pids+=("$redis_pid")
 up() { for _ in $(seq 100); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }
 up redis-cli -p "$REDIS_PORT" ping || { echo "redis-server did not start (see $DEV_DIR/redis.log)" >&2; exit 1; }
 

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHmac } from 'node:crypto';
+import { connect } from 'node:net';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -388,6 +389,20 @@ describe('make dev (hack/dev.sh)', () => {
         ))
           ? true
           : undefined,
+      10_000,
+    );
+    // Redis runs in a session of its own (out of Ctrl-C's reach, stopped last): it is gone too.
+    await until(
+      'Redis to be gone',
+      () =>
+        new Promise<true | undefined>((done) => {
+          const s = connect(Number(devEnv.REDIS_PORT), '127.0.0.1');
+          s.once('connect', () => {
+            s.destroy();
+            done(undefined);
+          });
+          s.once('error', () => done(true));
+        }),
       10_000,
     );
     expect(existsSync(join(dir, 'dev.pid'))).toBe(false);
