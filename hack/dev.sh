@@ -46,14 +46,13 @@ else
   pretty() { cat; }
 fi
 
-pids=()
+apps=()
 redis_pid=
 # Redis stops last: the API and the worker close their connections first. A Redis gone in the middle of
 # the worker's shutdown leaves BullMQ's close waiting out the whole grace period (worker/shutdown.ts).
 cleanup() {
   trap - EXIT INT TERM
-  for p in "${pids[@]}"; do [ "$p" = "$redis_pid" ] || kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do [ "$p" = "$redis_pid" ] || wait "$p" 2>/dev/null || true; done
+  [ ${#apps[@]} -eq 0 ] || { kill -TERM "${apps[@]}" 2>/dev/null || true; wait "${apps[@]}" 2>/dev/null || true; }
   [ -z "$redis_pid" ] || kill -TERM "$redis_pid" 2>/dev/null || true
   wait 2>/dev/null || true
   read -r owner _ < "$LOCK" 2>/dev/null && [ "$owner" = "$$" ] && rm -f "$LOCK"
@@ -66,7 +65,6 @@ trap cleanup EXIT INT TERM
 $(command -v setsid || true) redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$DEV_DIR" --appendonly no \
   --save '' --daemonize no --logfile "$DEV_DIR/redis.log" &
 redis_pid=$!
-pids+=("$redis_pid")
 up() { for _ in $(seq 100); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }
 up redis-cli -p "$REDIS_PORT" ping || { echo "redis-server did not start (see $DEV_DIR/redis.log)" >&2; exit 1; }
 
@@ -86,9 +84,9 @@ export OPSGATE_PUBLIC_URL="http://127.0.0.1:$PORT"
 export JOB_ATTEMPTS=${JOB_ATTEMPTS:-2} JOB_BACKOFF_MS=${JOB_BACKOFF_MS:-1000}
 
 METRICS_PORT=$API_METRICS_PORT node dist/src/server.js > >(tee "$DEV_DIR/api.log" | pretty) 2>&1 &
-pids+=($!)
+apps+=($!)
 METRICS_PORT=$WORKER_METRICS_PORT node dist/worker/index.js > >(tee "$DEV_DIR/worker.log" | pretty) 2>&1 &
-pids+=($!)
+apps+=($!)
 
 up curl -fs "http://127.0.0.1:$PORT/ready" || { echo "the API did not become ready (see $DEV_DIR/api.log)" >&2; exit 1; }
 
@@ -119,4 +117,4 @@ cat <<MSG
  reason (see GET /ops/jobs/<job_id> or Bull Board). Ctrl-C stops everything.
 ──────────────────────────────────────────────────────────────────────────────
 MSG
-wait -n "${pids[@]}"
+wait -n "$redis_pid" "${apps[@]}"
