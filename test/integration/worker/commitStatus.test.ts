@@ -122,21 +122,11 @@ describe('report_status jobs, processed by the worker', () => {
   it('GitLab (its project path encoded), Gitea and Bitbucket: their commit status calls, as each describes them', async () => {
     await withWorker(async (w) => {
       const told = async (sender: string, project: string, id: string, states: string[]) => {
-        await w.report({
-          deploy_id: id,
-          sender: sender as ReportStatusData['sender'],
-          project,
-          environment: 'refs/heads/main',
-          state: 'running',
-        });
+        const report = (state: ReportStatusData['state']) =>
+          w.report({ deploy_id: id, sender: sender as ReportStatusData['sender'], project, environment: 'refs/heads/main', state });
+        await report('running');
         await statuses(sender, states.slice(0, 1));
-        await w.report({
-          deploy_id: id,
-          sender: sender as ReportStatusData['sender'],
-          project,
-          environment: 'refs/heads/main',
-          state: 'succeeded',
-        });
+        await report('succeeded');
         return statuses(sender, states);
       };
       const lab = await told('gitlab', 'group/lab', 'int-lab-1', ['running', 'success']);
