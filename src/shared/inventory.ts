@@ -75,8 +75,7 @@ export const inventorySchema = z
         if (slash < 0 && !Object.hasOwn(inv.hosts, t)) {
           issue(['remediations', i, 'targets', j], `names host ${JSON.stringify(t)}, which the inventory lacks`);
         }
-        const [namespace, deployment] = [t.slice(0, slash), t.slice(slash + 1)];
-        if (slash >= 0 && !Object.values(inv.hosts).some((h) => h.namespace === namespace && h.deployments.includes(deployment))) {
+        if (slash >= 0 && hostOfDeployment(inv, t.slice(0, slash), t.slice(slash + 1)) === undefined) {
           issue(['remediations', i, 'targets', j], `names Deployment ${t}, which no inventory host lists`);
         }
       });

@@ -277,16 +277,9 @@ export function createMetrics(component: 'api' | 'worker', version: string, opts
     ),
   };
   let budgetsSource: (() => Promise<RemediationBudgetUse[]>) | undefined;
-  // Both gauges of a scrape (collected at once) share one read of Redis.
-  let budgetsRead: { at: number; uses: Promise<RemediationBudgetUse[] | undefined> } | undefined;
-  const readBudgets = () => {
-    const now = Date.now();
-    if (!budgetsSource) return Promise.resolve(undefined);
-    if (!budgetsRead || now - budgetsRead.at > 500) {
-      budgetsRead = { at: now, uses: withTimeout(budgetsSource(), depthTimeoutMs, 'remediation budgets read').catch(() => undefined) };
-    }
-    return budgetsRead.uses;
-  };
+  const readBudgets = perScrape(async () =>
+    budgetsSource ? withTimeout(budgetsSource(), depthTimeoutMs, 'remediation budgets read').catch(() => undefined) : undefined,
+  );
   for (const [field, name, help] of [
     [
       'used',
