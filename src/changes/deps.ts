@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { createApprovalStore } from './approvals/store.js';
-import { createBudgets, type BudgetLimit } from './budget/store.js';
+import { createBudgets } from './budget/store.js';
 import { budgetPools } from './budget/pools.js';
 import { createFreezeStore, type FreezeWatch } from './freezes/store.js';
 import { createHoldStore } from './holds.js';
@@ -10,7 +10,7 @@ import { findProject, type Inventory } from '../shared/inventory.js';
 import { JOB, type ReportChangeData } from '../shared/jobs.js';
 import type { Logger } from '../shared/logger.js';
 import type { Metrics } from '../shared/metrics.js';
-import { formatDuration } from '../shared/policy.js';
+import { formatDuration, type BudgetPolicy } from '../shared/policy.js';
 import type { Producer } from '../shared/producer.js';
 import type { Prober } from '../shared/probe.js';
 import type { Intake } from '../domain/intake.js';
@@ -68,7 +68,7 @@ export function projectNamespace(inventory: Inventory, project: string): string 
 }
 
 /** "3 restarts per 10m". */
-export const describeBudget = (b: BudgetLimit): string =>
+export const describeBudget = (b: BudgetPolicy): string =>
   `${b.restarts} restart${b.restarts === 1 ? '' : 's'} per ${formatDuration(b.per)}`;
 
 /**

@@ -143,7 +143,8 @@ export async function execute(g: Pipeline, change: Change, decision: Decision, n
 }
 
 /** What every report of a change names. */
-const reportOf = (change: Change, jobId: string, approved?: ApprovedBy) => ({
+/** The fields every report_change of a change carries. */
+export const reportOf = (change: Change, jobId: string, approved?: ApprovedBy) => ({
   ...targetFields(change.target),
   job_id: jobId,
   approvers: approved?.approvers ?? [],

@@ -2,7 +2,7 @@ import { ConflictError, ForbiddenError, NotFoundError, UnprocessableError } from
 import { recordDeployStep } from '../deployOrder/record.js';
 import { redisCall } from '../../domain/redisOps.js';
 import { answerChange, answered, type ChangeBody } from '../answer.js';
-import { gateRefusal, supersededRefusal, targetFields, type ApprovedBy } from '../execute.js';
+import { gateRefusal, reportOf, supersededRefusal, type ApprovedBy } from '../execute.js';
 import { queueReport, type Pipeline } from '../deps.js';
 import { planChange, submitChange, type OverrideAsk } from '../pipeline.js';
 import { kindOfApproval } from '../kinds/index.js';
@@ -169,20 +169,18 @@ export async function decideApproval(g: Pipeline, req: DecisionRequest): Promise
       case 'recorded':
         g.metrics?.approvals.inc({ change: kind, event: 'recorded' });
         return answer(a, now);
-      case 'rejected':
+      case 'rejected': {
         g.metrics?.approvals.inc({ change: kind, event: 'rejected' });
-        await recordDeployStep(g, { ...changeOfApproval(a), origin: a.origin }, a.id, 'rejected', now);
+        const change = changeOfApproval(a);
+        await recordDeployStep(g, { ...change, origin: a.origin }, a.id, 'rejected', now);
         await queueReport(g, `report.${a.id}.rejected`, {
           event: 'approval_rejected',
-          ...targetFields(changeOfApproval(a).target),
-          job_id: a.id,
+          ...reportOf(change, a.id, { approvalId: a.id, approvers: a.approvers.map((x) => x.by) }),
           approval_id: a.id,
           outcome: { result: 'rejected', reason: `${req.by.principal}: ${req.reason}` },
-          approvers: a.approvers.map((x) => x.by),
-          audit_id: a.audit_id,
-          requested_by: a.requester,
         });
         return answer(a, now);
+      }
       case 'approving':
         // Another call gave the last approval a moment ago and is carrying it out: this one is a racer.
         if (!(a.approvers.at(-1)?.owner === req.by.owner && a.approving_at === now)) refuseRacer(a, req.id, now);

@@ -102,8 +102,6 @@ type DecideArgs = Record<'by' | 'owner' | 'credential' | 'reason', string> & { a
 /** The script's answer: the state it left the record in, or why it changed nothing. */
 type DecideVerdict = ApprovalState | 'not_found' | 'decided' | 'self' | 'again' | 'recorded' | 'failed';
 
-export type ApprovalStore = ReturnType<typeof createApprovalStore>;
-
 const CREATE = 'opsgateApprovalCreate';
 const DECIDE = 'opsgateApprovalDecide';
 const CREATE_LUA = loadLua(new URL('./approval-create.lua', import.meta.url));

@@ -1,7 +1,6 @@
 import type { Redis } from 'ioredis';
 import { budgetKey, remediationBudgetKey } from '../../shared/keys.js';
 import { defineLua, loadLua } from '../../shared/lua.js';
-import type { BudgetPolicy } from '../../shared/policy.js';
 import type { BudgetPool, BudgetPoolKind } from './pools.js';
 
 /**
@@ -9,8 +8,6 @@ import type { BudgetPool, BudgetPoolKind } from './pools.js';
  * budget-take.lua, shared by every replica. A member is the job id: taking twice takes once, and a restart that did
  * not run (it joined another, or was never added) gives its place back.
  */
-export type BudgetLimit = BudgetPolicy;
-
 interface BudgetUse {
   /** Restarts in the window (after this one, when taken). */
   used: number;

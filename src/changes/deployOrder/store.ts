@@ -21,8 +21,6 @@ export interface Acceptance {
 
 type Turn = { turn: 'run' } | { turn: 'wait'; running: string } | { turn: 'superseded'; by: string };
 
-export type DeployTurns = ReturnType<typeof createDeployTurns>;
-
 /** A project's ref's concurrency group: its template (`{project}`, `{ref}`; default a project's ref) filled in. */
 export function concurrencyGroup(inventory: Inventory, project: string, ref: string): string {
   const template = findProject(inventory, project)?.concurrency?.group ?? '{project}:{ref}';
