@@ -1,10 +1,10 @@
-import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { rfc3339 } from './apiKeyLifetime.js';
 import { ConfigError, type ConfigProblem } from '../shared/errors.js';
 import { credentialId, sha256Digest } from '../shared/crypto.js';
 import { envKeyOwner, keyPrincipal, ownerProblem, widthProblem } from './identity.js';
 import { scopeSchema, type Scope } from '../shared/scope.js';
+import { parseYamlFile } from '../shared/config.js';
 import { isPlaceholder, MIN_SECRET_LENGTH, PLACEHOLDER_PROBLEM } from '../shared/secrets.js';
 
 /** The API keys of OPS_API_KEY_ROLES and of the keys file, and the start-up warnings about them. Messages never name a key. */
@@ -60,15 +60,6 @@ export function parseApiKeyRoles(raw: string | undefined, opts: { optional?: boo
 }
 
 export const API_KEYS_FILE_VAR = 'OPS_API_KEYS_FILE';
-
-/** A file's YAML (a superset of JSON), or a ConfigError of its variable. */
-export function parseYamlFile(text: string, variable: string): unknown {
-  try {
-    return parseYaml(text);
-  } catch {
-    throw new ConfigError(variable, 'is not valid YAML or JSON');
-  }
-}
 
 /** A keys-file id: it labels metrics and appears in headers, logs and answers, so it is kept short and plain. */
 export const API_KEY_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;

@@ -9,7 +9,7 @@ import { tlsPairProblems, type TlsFiles } from '../shared/tls.js';
 import { OIDC_FILE_VAR, parseOidcFile, type OidcSettings } from './oidcConfig.js';
 import { outboundSecrets } from '../shared/outboundVariables.js';
 import { ALLOWED_NAMES_FILE_VAR, ALLOWED_NAMES_VAR, loadAllowedNames, type AllowedName } from './clientNames.js';
-import { commonSchema, intFrom, optionalPath, parseWith, type Env } from '../shared/config.js';
+import { commonSchema, intFrom, optionalPath, parseWith, trimmed, type Env } from '../shared/config.js';
 
 /** The API's environment (beside src/shared/config.ts), read once at start by loadApiConfig, every problem reported at once. */
 const optionalSecret = z
@@ -17,13 +17,6 @@ const optionalSecret = z
   .optional()
   .transform((v) => (v === undefined || v === '' ? undefined : v))
   .refine((v) => v === undefined || !isPlaceholder(v), PLACEHOLDER_PROBLEM);
-
-/** A value trimmed, `def` when it is unset or blank. */
-const trimmed = <D extends string | undefined>(def: D) =>
-  z
-    .string()
-    .optional()
-    .transform((v) => (v === undefined || v.trim() === '' ? def : v.trim()));
 
 const apiSchema = commonSchema.extend({
   PORT: intFrom(8080),

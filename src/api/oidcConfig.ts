@@ -4,7 +4,8 @@ import { ConfigError, type ConfigProblem } from '../shared/errors.js';
 import { ownerProblem } from './identity.js';
 import { durationSchema } from '../shared/policy.js';
 import { scopeSchema, type Scope } from '../shared/scope.js';
-import { parseYamlFile, type Role } from './apiKeys.js';
+import { parseYamlFile } from '../shared/config.js';
+import type { Role } from './apiKeys.js';
 
 /**
  * OPS_OIDC_FILE: the OIDC issuers whose ID tokens are accepted as bearer tokens, and the claim rules that turn a verified token

@@ -1,3 +1,4 @@
+import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { type ConfigProblem, ConfigError } from './errors.js';
 import { parseRedisUrl, redisPasswords, RedisUrlError } from './redis.js';
@@ -32,7 +33,20 @@ const redisUrl = z
   })
   .refine((v) => !redisPasswords(v).some((pw) => isPlaceholder(pw)), `password ${PLACEHOLDER_PROBLEM}`);
 
-export const optionalPath = optionalString.transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim()));
+/** A file's YAML (a superset of JSON), or a ConfigError of its variable. */
+export function parseYamlFile(text: string, variable: string): unknown {
+  try {
+    return parseYaml(text);
+  } catch {
+    throw new ConfigError(variable, 'is not valid YAML or JSON');
+  }
+}
+
+/** A value trimmed, `def` when it is unset or blank. */
+export const trimmed = <D extends string | undefined>(def: D) =>
+  optionalString.transform((v) => (v === undefined || v.trim() === '' ? def : v.trim()));
+
+export const optionalPath = trimmed(undefined);
 
 /** An http(s) base URL without its trailing slashes; unset or blank: undefined. */
 const optionalHttpUrl = optionalPath

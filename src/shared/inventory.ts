@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
-import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { parseYamlFile } from './config.js';
 import { ConfigError } from './errors.js';
 import { dnsLabel, dnsSubdomain, STATUS_SENDERS } from './jobs.js';
 import { hostPolicySchema, mergePolicy, projectPolicySchema, type HostPolicy, type ProjectPolicy } from './policy.js';
@@ -140,13 +140,7 @@ export function namespaceRemediationBudget(inv: Inventory, namespace: string): H
 }
 
 export function parseInventory(text: string, source = 'OPS_INVENTORY_FILE'): Inventory {
-  let raw: unknown;
-  try {
-    raw = parseYaml(text); // YAML is a superset of JSON
-  } catch {
-    throw new ConfigError(source, 'is not valid YAML or JSON');
-  }
-  const result = inventorySchema.safeParse(raw ?? {});
+  const result = inventorySchema.safeParse(parseYamlFile(text, source) ?? {});
   // Every problem at once, one line each, so an operator fixes the file in one round.
   if (!result.success) {
     throw new ConfigError(
