@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { submitCiDeploy, type CiDeployAnswer } from '../changes/ciDeploy.js';
 import { submitRollback } from '../changes/rollback.js';
 import { handChange, type Handed } from '../changes/hand.js';
-import type { Pipeline } from '../changes/deps.js';
+import { projectNamespace, type Pipeline } from '../changes/deps.js';
 import { DEPLOY_STATES, deployView, type DeployEntry } from '../changes/deployOrder/history.js';
 import { redisCall } from '../domain/redisOps.js';
 import { scopeAdmits } from '../shared/scope.js';
@@ -111,7 +111,7 @@ const DEPLOY_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 /** Whether the request's credential may see the deploys of `project`. */
 function admits(res: Response, inventory: Inventory, project: string): boolean {
   const scope = scopeOf(res);
-  return !scope || scopeAdmits(scope, { kind: 'project', project, namespace: findProject(inventory, project)?.namespace ?? '' });
+  return !scope || scopeAdmits(scope, { kind: 'project', project, namespace: projectNamespace(inventory, project) });
 }
 
 /** A body's field that differs from what the caller's OIDC token binds: 403. */
