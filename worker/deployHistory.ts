@@ -14,8 +14,8 @@ const stores = new WeakMap<Redis, DeployHistory>();
 
 /** The store on the worker's connection, one per connection. */
 function historyOf(ctx: Pick<JobContext, 'redis' | 'config'>): DeployHistory {
-  const h = stores.get(ctx.redis) ?? createDeployHistory(ctx.redis, ctx.config.DEPLOY_HISTORY_KEPT);
-  stores.set(ctx.redis, h);
+  let h = stores.get(ctx.redis);
+  if (!h) stores.set(ctx.redis, (h = createDeployHistory(ctx.redis, ctx.config.DEPLOY_HISTORY_KEPT)));
   return h;
 }
 
@@ -59,12 +59,14 @@ export function deployRecorder(c: ChangeJob, ctx: JobContext) {
       }
       // The state is told to the host of the commit where it is recorded, by a job of its own whose
       // add is not waited for: neither a host nor the queue ever fails or delays the deploy.
-      const report =
-        written && statusReport(ctx.inventory, ctx.statusHosts, d, id, step.state, step.superseded_by ?? step.cancelled_by ?? undefined);
-      if (report && ctx.reportStatus)
-        void ctx
-          .reportStatus(report)
-          .catch((err: unknown) => ctx.logger.warn('could not queue the report of the deploy state', { state: step.state, err }));
+      if (written && ctx.reportStatus) {
+        const by = step.superseded_by ?? step.cancelled_by ?? undefined;
+        const report = statusReport(ctx.inventory, ctx.statusHosts, d, id, step.state, by);
+        if (report)
+          void ctx
+            .reportStatus(report)
+            .catch((err: unknown) => ctx.logger.warn('could not queue the report of the deploy state', { state: step.state, err }));
+      }
       if (step.state === 'succeeded') ctx.metrics?.deployLastSuccess?.set({ project: d.project, ref: d.ref }, Date.now() / 1000);
     },
   };
